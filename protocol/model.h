@@ -1,0 +1,99 @@
+/* Model spec: a chain of layers (DESIGN.md "Formats").
+ *
+ * The format structs of protocol/ are plain data records, not opaque types:
+ * planners and the runtime read them in hot loops and tests build them by
+ * hand. Every record is created by a parser (or by hand) and freed by its
+ * _free function, which is NULL-safe and releases what the record owns. */
+#ifndef PT_PROTOCOL_MODEL_H
+#define PT_PROTOCOL_MODEL_H
+
+#include <stdint.h>
+
+#include "protocol/error.h"
+
+#define PT_NAME_MAX 64
+#define PT_SHAPE_MAX 4
+
+typedef enum pt_layer_kind {
+    PT_LAYER_LINEAR,       /* y = x W + b over the last dimension; "out", "bias" (default true) */
+    PT_LAYER_RELU,         /* elementwise */
+    PT_LAYER_GELU,         /* elementwise, tanh approximation */
+    PT_LAYER_LAYERNORM,    /* over the last dimension, learned gain and bias; "eps" (1e-5) */
+    PT_LAYER_EMBEDDING,    /* token ids [T] -> [T, dim]; "vocab", "dim", "positional" (learned, default true) */
+    PT_LAYER_ATTENTION,    /* causal multi-head self-attention on [T, D]: "heads"; D % heads == 0 */
+    PT_LAYER_RESIDUAL,     /* y = x + body(x); "body": a chain whose output shape equals its input's */
+    PT_LAYER_SOFTMAX_XENT, /* softmax cross-entropy over the last dim, "classes"; must be the last layer */
+    PT_LAYER_KIND_COUNT
+} pt_layer_kind;
+
+/* Name used in JSON ("linear", "relu", ...), or NULL for an invalid kind. */
+const char *pt_layer_kind_name(pt_layer_kind kind);
+/* Kind for a JSON name; returns 0 or PT_ENOTFOUND. */
+int pt_layer_kind_parse(const char *name, pt_layer_kind *out);
+
+typedef struct pt_layer_spec {
+    pt_layer_kind kind;
+    char name[PT_NAME_MAX]; /* from JSON "name", or made up as "<type><index>" ("linear0") */
+    int out;                /* linear: output features */
+    int bias;               /* linear: 1 when the layer has a bias */
+    int vocab, dim;         /* embedding */
+    int positional;         /* embedding: 1 for a learned positional table of seq_len rows */
+    int heads;              /* attention */
+    int classes;            /* softmax_xent */
+    float eps;              /* layernorm */
+    struct pt_layer_spec *body; /* residual: owned array of body_count layers */
+    int body_count;
+} pt_layer_spec;
+
+typedef enum pt_input_kind {
+    PT_INPUT_FLOAT, /* "float": real-valued features of shape input[] per sample */
+    PT_INPUT_TOKENS /* "tokens": input[0] integer token ids per sample; labels are next tokens */
+} pt_input_kind;
+
+typedef struct pt_model_spec {
+    char name[PT_NAME_MAX];
+    pt_input_kind input_kind;
+    int input_rank;              /* 1..PT_SHAPE_MAX */
+    int input[PT_SHAPE_MAX];     /* per-sample input shape */
+    int layer_count;
+    pt_layer_spec *layers;       /* owned */
+} pt_model_spec;
+
+/* Per-layer figures derived from a spec by shape inference: per-sample
+ * output shape, parameter count and forward FLOPs per sample. */
+typedef struct pt_layer_shape {
+    int rank;
+    int dims[PT_SHAPE_MAX];
+    int64_t out_elems;     /* product of dims: floats per sample leaving the layer */
+    int64_t params;        /* learnable floats */
+    double fwd_flops;      /* per sample; backward is about twice this */
+} pt_layer_shape;
+
+/* Parses a model spec from JSON text. `source` names the text in errors
+ * (a file name). On success *out owns a new spec (free with
+ * pt_model_spec_free); on failure *out is NULL and err names the field. The
+ * spec is validated: known layer types, positive sizes, consistent shapes,
+ * a softmax_xent last layer. */
+int pt_model_spec_parse(const char *json, const char *source, pt_model_spec **out, pt_error *err);
+
+/* Reads and parses a file; errors are prefixed with its path. */
+int pt_model_spec_load(const char *path, pt_model_spec **out, pt_error *err);
+
+/* Looks `name` up as a path first, then as models/<name>.json under the
+ * directory in $PT_MODELS_DIR, the source tree's models/, and
+ * <prefix>/share/pipetop/models. */
+int pt_model_spec_find(const char *name, pt_model_spec **out, pt_error *err);
+
+/* Serialises to JSON text (caller frees with free()); NULL on no memory. */
+char *pt_model_spec_to_json(const pt_model_spec *spec);
+
+/* Shape inference: fills shapes[i] for each top-level layer (caller gives an
+ * array of layer_count). Returns 0 or PT_EINVAL with err naming the layer. */
+int pt_model_spec_shapes(const pt_model_spec *spec, pt_layer_shape *shapes, pt_error *err);
+
+/* Floats per sample entering layer 0. */
+int64_t pt_model_spec_input_elems(const pt_model_spec *spec);
+
+void pt_model_spec_free(pt_model_spec **spec_p);
+
+#endif

@@ -1,0 +1,40 @@
+/* Profile: per-layer cost of a model at one micro-batch size on one device. */
+#ifndef PT_PROTOCOL_PROFILE_H
+#define PT_PROTOCOL_PROFILE_H
+
+#include <stdint.h>
+
+#include "protocol/error.h"
+#include "protocol/model.h"
+
+typedef struct pt_profile_layer {
+    char name[PT_NAME_MAX];
+    double fwd_ms;        /* forward time of one micro-batch, >= 0 */
+    double bwd_ms;        /* backward time of one micro-batch, >= 0 */
+    double recompute_ms;  /* cost of recomputing the forward for backward; defaults to fwd_ms */
+    int64_t act_bytes;    /* output activation of one micro-batch, bytes */
+    int64_t param_bytes;  /* parameters, bytes */
+} pt_profile_layer;
+
+typedef struct pt_profile {
+    char model[PT_NAME_MAX];
+    char device[PT_NAME_MAX]; /* what it was measured on or derived for */
+    char source[16];          /* "measured", "analytic" or "imported" */
+    int microbatch;           /* micro-batch size the times are for, > 0 */
+    int64_t input_bytes;      /* activation entering layer 0 for one micro-batch */
+    int layer_count;
+    pt_profile_layer *layers; /* owned */
+} pt_profile;
+
+/* Parses and validates a profile (non-negative times, non-negative bytes, at
+ * least one layer, positive micro-batch). Same contract as the model spec. */
+int pt_profile_parse(const char *json, const char *source, pt_profile **out, pt_error *err);
+int pt_profile_load(const char *path, pt_profile **out, pt_error *err);
+char *pt_profile_to_json(const pt_profile *profile);
+/* Writes JSON atomically (temporary name, fsync, rename). */
+int pt_profile_save(const pt_profile *profile, const char *path, pt_error *err);
+/* Allocates a zeroed profile with layer_count layers; NULL on no memory. */
+pt_profile *pt_profile_new(int layer_count);
+void pt_profile_free(pt_profile **profile_p);
+
+#endif

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One-step set-up for a fresh Debian 12 machine:
+#   scripts/setup.sh main   install what is missing, build, run the main job
+#   scripts/setup.sh test   install what is missing, build, run every test
+#                           (normal build, then the unit tests again under
+#                           -fsanitize=address,undefined)
+# As root it installs with apt-get; otherwise it prints the apt-get line to run.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+mode="${1:-main}"
+jobs="$(nproc 2>/dev/null || echo 2)"
+
+packages=(cmake gcc make pkg-config libcjson-dev libzmq3-dev libopenblas-dev libncurses-dev
+          zlib1g-dev dataset-fashion-mnist tmux)
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+if ((${#missing[@]})); then
+    if [[ $(id -u) -eq 0 ]]; then
+        echo "setup: installing ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -q
+        apt-get install -y -q --no-install-recommends "${missing[@]}"
+    else
+        echo "setup: missing packages; run as root:" >&2
+        echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
+        exit 1
+    fi
+fi
+
+build() { # build DIR [cmake options...]
+    local dir="$1"
+    shift
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+    cmake --build "$dir" -j "$jobs"
+}
+
+case "$mode" in
+main)
+    build build
+    exec build/pipetop train --model fmnist-mlp --data fashion-mnist --epochs 3
+    ;;
+test)
+    build build
+    ctest --test-dir build --output-on-failure -j "$jobs"
+    build build-asan -DPT_SANITIZE=ON
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
+    ;;
+*)
+    echo "usage: scripts/setup.sh main|test" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,24 @@
+/* Sub-commands of the pipetop program. Each lives in tui/cmd_<name>.c, takes
+ * argv as main does (argv[0] is the command name), prints its own --help,
+ * and returns the process exit status (0 ok, 1 failure, 2 usage error). */
+#ifndef PT_TUI_COMMANDS_H
+#define PT_TUI_COMMANDS_H
+
+typedef struct pt_command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary; /* one line for `pipetop --help` */
+} pt_command;
+
+/* The table of commands, ended by an entry with name NULL. */
+extern const pt_command pt_commands[];
+
+int pt_cmd_train(int argc, char **argv);
+int pt_cmd_profile(int argc, char **argv);
+int pt_cmd_plan(int argc, char **argv);
+int pt_cmd_sim(int argc, char **argv);
+int pt_cmd_import_profile(int argc, char **argv);
+int pt_cmd_export_profile(int argc, char **argv);
+int pt_cmd_validate(int argc, char **argv);
+
+#endif
