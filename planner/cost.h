@@ -1,0 +1,159 @@
+/* Cost model and memory model: how long each op takes and how much memory a
+ * stage replica holds, from a profile and a topology.
+ *
+ * Time (seconds):
+ * - FWD/BWD/RECOMPUTE of layers [first,last) on `rows` samples on device d:
+ *   sum of the profile's per-layer ms / 1000 * rows / profile->microbatch /
+ *   speed(d). Linear in rows, so a stage of r replicas is r times faster.
+ * - point-to-point: latency + bytes / bandwidth of the link between the two
+ *   devices (intra-node or inter-node); 0 on the same device.
+ * - ring all-reduce of n bytes over p replicas: 2(p-1)·α + 2(p-1)/p · n/β,
+ *   with α the largest latency and β the smallest bandwidth among the ring's
+ *   neighbouring pairs (ring in the order given); 0 for p = 1.
+ * - OPT_STEP: streams weights, gradients and optimizer state through device
+ *   memory: bytes touched = param_bytes * (PT_COST_OPT_BASE_PASSES +
+ *   PT_COST_OPT_STATE_PASSES * state_factor), at PT_COST_OPT_MEM_BW_BPS * speed.
+ *
+ * Memory (bytes, per stage replica, by category), for rows = the replica's
+ * share of a micro-batch, in_b = activation entering the stage for rows,
+ * out_b = activation leaving it, act_b = outputs of all its layers for rows,
+ * P = its parameter bytes, K = micro-batches in flight (pt_cost_inflight),
+ * V = weight versions held (pt_cost_weight_versions):
+ *   weights = P; stash = (V - 1) * P;
+ *   grads = P, or 2P for pipesgd (one gradient being all-reduced while the
+ *           next accumulates);
+ *   optimizer state = state_factor * P (sgd with momentum 1, adam 2);
+ *   activations = K * (in_b + act_b), or with recomputation
+ *                 K * in_b + act_b (stage inputs kept, one micro-batch whole);
+ *   buffers = receive buffers: in_b (if not the first stage) + out_b (if not
+ *             the last: the incoming gradient).
+ * The simulator tracks the same quantities event by event; its peaks equal
+ * this model's figures (tests/planner/cost_test.c). */
+#ifndef PT_PLANNER_COST_H
+#define PT_PLANNER_COST_H
+
+#include <stdint.h>
+
+#include "protocol/error.h"
+#include "protocol/plan.h"
+#include "protocol/profile.h"
+#include "protocol/topology.h"
+
+/* Device-memory bandwidth an optimizer step streams at on a speed-1.0 device. */
+#define PT_COST_OPT_MEM_BW_BPS 500e9
+/* Passes over param_bytes an optimizer step makes regardless of the optimizer:
+ * read weights, read gradients, write weights. */
+#define PT_COST_OPT_BASE_PASSES 3
+/* Passes per unit of optimizer state (read and write it). */
+#define PT_COST_OPT_STATE_PASSES 2
+
+typedef enum pt_mem_cat {
+    PT_MEM_WEIGHTS, /* the live weights */
+    PT_MEM_GRADS,   /* gradient accumulation (and all-reduce) buffers */
+    PT_MEM_OPTIM,   /* optimizer state */
+    PT_MEM_ACTS,    /* activations kept for backward */
+    PT_MEM_STASH,   /* weight versions beyond the live one */
+    PT_MEM_BUFFERS, /* communication receive buffers */
+    PT_MEM_CAT_COUNT
+} pt_mem_cat;
+
+/* Lower-case name ("weights", "grads", "optim", "acts", "stash", "buffers"),
+ * "?" for an invalid category. */
+const char *pt_mem_cat_name(int cat);
+
+typedef struct pt_mem {
+    int64_t bytes[PT_MEM_CAT_COUNT];
+    int64_t total; /* analytic: sum of bytes[]; simulated: peak of the running sum */
+} pt_mem;
+
+/* Opaque: prefix sums over the profile's layers plus the topology. Built once,
+ * then every query below is O(1) (all-reduce and boundary: O(replicas)). */
+typedef struct pt_cost pt_cost;
+
+/* Builds a cost model. The profile and topology are borrowed and must outlive
+ * it. Returns 0; PT_EINVAL (err names the field) when the profile has no
+ * layers or a non-positive micro-batch, or a link a non-positive bandwidth;
+ * PT_ENOMEM. On failure *out is NULL. */
+int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **out, pt_error *err);
+/* NULL-safe; sets *cost_p = NULL. */
+void pt_cost_free(pt_cost **cost_p);
+
+/* Replaces PT_COST_OPT_MEM_BW_BPS for this model; bytes_per_s <= 0 makes
+ * optimizer steps free (useful for closed-form tests). */
+void pt_cost_set_opt_bandwidth(pt_cost *cost, double bytes_per_s);
+
+const pt_profile *pt_cost_profile(const pt_cost *cost);
+const pt_topology *pt_cost_topology(const pt_cost *cost);
+
+/* Compute time in seconds of layers [first,last) for `rows` samples on device
+ * `device` (an out-of-range device counts as speed 1). */
+double pt_cost_fwd_s(const pt_cost *cost, int first, int last, int rows, int device);
+double pt_cost_bwd_s(const pt_cost *cost, int first, int last, int rows, int device);
+double pt_cost_recompute_s(const pt_cost *cost, int first, int last, int rows, int device);
+
+/* Parameter bytes of layers [first,last). */
+int64_t pt_cost_param_bytes(const pt_cost *cost, int first, int last);
+/* Bytes of the activation entering layer `boundary` (0: the model input,
+ * layer_count: the model output) for `rows` samples. */
+int64_t pt_cost_boundary_bytes(const pt_cost *cost, int boundary, int rows);
+/* Bytes of the outputs of layers [first,last) for `rows` samples. */
+int64_t pt_cost_act_bytes(const pt_cost *cost, int first, int last, int rows);
+
+/* latency + bytes / bandwidth (0 when bytes is 0). */
+double pt_cost_link_s(pt_link link, int64_t bytes);
+/* Transfer time between two devices; 0 on the same device. */
+double pt_cost_p2p_s(const pt_cost *cost, int dev_a, int dev_b, int64_t bytes);
+/* The ring formula alone: 2(p-1)·latency + 2(p-1)/p · bytes/bandwidth; 0 for p <= 1. */
+double pt_cost_ring_allreduce_s(int p, int64_t bytes, double latency, double bandwidth);
+/* Ring all-reduce among devices[0..p) over their slowest neighbouring link. */
+double pt_cost_allreduce_s(const pt_cost *cost, const int *devices, int p, int64_t bytes);
+/* Split-concat transfer of one micro-batch of mb_rows samples across a stage
+ * boundary whose activation is mb_bytes per profile micro-batch: each source
+ * replica sends its overlap with each destination replica in turn; the result
+ * is the slowest source replica's total. Equal to what the simulator charges. */
+double pt_cost_boundary_s(const pt_cost *cost, const int *src_devices, int src_r,
+                          const int *dst_devices, int dst_r, int mb_rows, int64_t mb_bytes);
+/* Optimizer step over param_bytes on device. */
+double pt_cost_opt_step_s(const pt_cost *cost, int64_t param_bytes, pt_optim_kind optim,
+                          int device);
+
+/* Optimizer state per parameter byte: sgd (momentum) 1, adam 2. */
+int pt_cost_optim_state_factor(pt_optim_kind optim);
+/* Micro-batches whose activations stage i of S keeps at once under a kind:
+ * gpipe M; dapple A / 1f1b-flush / pipedream / 2bw / pipesgd min(S-i, M)
+ * (pipedream: S-i, its run is unbounded); dapple B min(2(S-i)-1, M). */
+int pt_cost_inflight(pt_sched_kind kind, char policy, int S, int i, int M);
+/* Weight versions stage i holds at once (live + stashed): pipedream S-i+1
+ * (one stash per in-flight micro-batch plus the live weights; with vertical
+ * sync stage 0 holds S+1 and the others S), 2bw 2, others 1. */
+int pt_cost_weight_versions(pt_sched_kind kind, int vertical_sync, int S, int i);
+
+/* What the analytic memory model needs about one stage replica. */
+typedef struct pt_mem_query {
+    pt_sched_kind kind;
+    char policy;       /* dapple */
+    int vertical_sync; /* pipedream */
+    pt_optim_kind optim;
+    int stage_count;  /* S */
+    int stage;        /* i */
+    int first, last;  /* layers [first,last) */
+    int rows;         /* samples of each micro-batch this replica handles */
+    int microbatches; /* M per window */
+    int recompute;
+} pt_mem_query;
+
+/* Fills out with the replica's peak memory by category (and total = their
+ * sum). O(1): meant for planners' inner loops. */
+void pt_cost_stage_memory(const pt_cost *cost, const pt_mem_query *q, pt_mem *out);
+
+/* Checks every replica of every stage of plan against its device's memory.
+ * Returns 0, PT_ENOFIT with err naming the first stage, replica, device,
+ * the need (with its largest categories) and the limit, or PT_EINVAL when the
+ * plan does not match the cost model (layer or device out of range). */
+int pt_cost_plan_memory(const pt_cost *cost, const pt_plan *plan, pt_error *err);
+
+/* Same as pt_cost_plan_memory with a cost model built and freed inside. */
+int pt_cost_check_memory(const pt_plan *plan, const pt_profile *profile, const pt_topology *topo,
+                         pt_error *err);
+
+#endif

@@ -1,0 +1,200 @@
+/* Schedule programs (DESIGN.md "one schedule, three consumers").
+ *
+ * A plan plus a schedule kind compiles into a program: for every stage replica
+ * (a "worker": stage s, replica r, device d) the ordered ops it performs. The
+ * simulator (planner/simulate.h) times the program on the cost model, the
+ * runtime executes it unchanged, the console draws both.
+ *
+ * Execution contract (what the validator checks and the runtime implements):
+ * - A worker executes its ops strictly in program order.
+ * - SEND_* is asynchronous: it queues the rows and the worker goes on. RECV_*
+ *   blocks until the matching send has arrived. A SEND matches the RECV with
+ *   the same (src worker, dst worker, ACT|GRAD, mb, row_lo, row_hi); both carry
+ *   the same bytes.
+ * - ALLREDUCE is a collective of all replicas of one stage (group = stage);
+ *   the k-th ALLREDUCE of every replica of a stage is the same collective.
+ *   Synchronous ALLREDUCE blocks the worker until it completes; one flagged
+ *   PT_OPF_ASYNC runs in the background and the next AR_WAIT on that worker
+ *   (FIFO) blocks until it completes.
+ * - Loading the input is part of FWD on stage 0; the loss is part of FWD on
+ *   the last stage (and its gradient the start of BWD there).
+ *
+ * Replicated stages use DAPPLE's split-concat in every kind: a micro-batch of
+ * b samples entering a stage of r replicas is split into r contiguous row
+ * ranges (pt_sched_rows); replica j of stage s sends to replica k of stage s+1
+ * exactly the rows in both ranges (one-to-many, many-to-one, many-to-many),
+ * gradients flow back the same way. PipeDream's round-robin of whole
+ * micro-batches over replicas is NOT used, so every replica of a stage runs
+ * every micro-batch and weight-version counts do not depend on replication.
+ *
+ * Weight versions: FWD/BWD/RECOMPUTE carry the version they read, OPT_STEP the
+ * version it produces (it reads the newest version on that worker and applies
+ * the gradients of micro-batches [mb, mb_end)). Versions 0 ..
+ * initial_versions-1 exist at the start and all hold the initial weights. */
+#ifndef PT_PLANNER_SCHEDULE_H
+#define PT_PLANNER_SCHEDULE_H
+
+#include <stdint.h>
+
+#include "protocol/error.h"
+#include "protocol/plan.h"
+#include "protocol/profile.h"
+
+typedef enum pt_op_kind {
+    PT_OP_FWD,       /* forward of rows [row_lo,row_hi) of micro-batch mb, reading `version` */
+    PT_OP_BWD,       /* backward of the same rows with the same version; accumulates gradients */
+    PT_OP_RECOMPUTE, /* re-runs the forward from the kept stage input (stage.recompute) */
+    PT_OP_SEND_ACT,  /* sends output activation rows to `peer` (a worker of stage s+1) */
+    PT_OP_RECV_ACT,  /* waits for input activation rows from `peer` (a worker of stage s-1) */
+    PT_OP_SEND_GRAD, /* sends the gradient of the input rows to `peer` (stage s-1) */
+    PT_OP_RECV_GRAD, /* waits for the gradient of the output rows from `peer` (stage s+1) */
+    PT_OP_ALLREDUCE, /* sums the gradients of micro-batches [mb, mb_end) over the stage's replicas
+                      */
+    PT_OP_AR_WAIT,   /* waits for this worker's oldest unwaited PT_OPF_ASYNC ALLREDUCE */
+    PT_OP_OPT_STEP,  /* applies the gradients of [mb, mb_end), producing weight `version` */
+    PT_OP_KIND_COUNT
+} pt_op_kind;
+
+/* Short upper-case name ("FWD", "SEND_ACT"...); "?" for an invalid kind. */
+const char *pt_op_kind_name(int kind);
+
+enum {
+    /* ALLREDUCE: runs in the background; a later AR_WAIT blocks on it (Pipe-SGD). */
+    PT_OPF_ASYNC = 1,
+    /* FWD/RECOMPUTE/BWD: weight stashing (PipeDream). The FWD copies the weights
+     * it reads into a stash owned by this micro-batch; RECOMPUTE and BWD read the
+     * stash; the stash is freed when the BWD ends. */
+    PT_OPF_STASH = 2,
+};
+
+typedef struct pt_op {
+    uint8_t kind;  /* pt_op_kind */
+    uint8_t flags; /* PT_OPF_* */
+    uint16_t pad_; /* zero */
+    int32_t mb;    /* micro-batch id in [0, program mb_count); ALLREDUCE/AR_WAIT/OPT_STEP: first
+                      covered micro-batch */
+    int32_t
+        mb_end; /* ALLREDUCE/AR_WAIT/OPT_STEP: covered micro-batches are [mb, mb_end); else mb+1 */
+    int32_t version; /* read (FWD/BWD/RECOMPUTE), produced (OPT_STEP), or read by the covered
+                        BWDs (ALLREDUCE/AR_WAIT); -1 for SEND/RECV */
+    int32_t peer; /* SEND/RECV: the other worker; ALLREDUCE/AR_WAIT: the group (stage); else -1 */
+    int32_t row_lo, row_hi; /* samples of micro-batch mb covered; for SEND/RECV the rows moved */
+    int64_t bytes; /* SEND/RECV: bytes moved; ALLREDUCE: gradient bytes per replica; OPT_STEP:
+                      parameter bytes; else 0 */
+} pt_op;
+
+typedef struct pt_worker {
+    int stage, replica, device; /* device index in the topology */
+    int first, last;            /* layers [first, last) */
+    int row_lo, row_hi;         /* this replica's rows of every micro-batch */
+    int replica_count;          /* of its stage */
+    int recompute;              /* 1: RECOMPUTE precedes every BWD */
+    int op_begin, op_end;       /* its ops are prog->ops[op_begin, op_end) */
+} pt_worker;
+
+typedef struct pt_program {
+    pt_sched_kind kind;
+    char policy;          /* dapple: 'A' or 'B' */
+    int vertical_sync;    /* pipedream */
+    int synchronous;      /* 1: one iteration ending in a flush (gpipe, dapple, 1f1b-flush) */
+    pt_optim_kind optim;  /* optimizer, for its state and step cost */
+    int stage_count;      /* S */
+    int worker_count;     /* sum of replicas */
+    pt_worker *workers;   /* owned; stage by stage, replica by replica */
+    int *stage_worker;    /* owned, stage_count+1 entries: stage s has workers
+                             [stage_worker[s], stage_worker[s+1]) */
+    int mb_size;          /* samples per micro-batch */
+    int mb_per_window;    /* M: micro-batches per iteration / optimizer window */
+    int window_count;     /* iterations covered: 1 for synchronous kinds */
+    int mb_count;         /* micro-batches covered: mb_per_window * window_count */
+    int initial_versions; /* versions 0..initial_versions-1 exist at the start (>= 1) */
+    int op_count, op_cap; /* ops used / allocated */
+    pt_op *ops;           /* owned; worker by worker */
+} pt_program;
+
+/* Generator options. Zeroed = defaults. */
+typedef struct pt_sched_opts {
+    int microbatches; /* M per window; 0: plan->microbatch_count */
+    int windows;      /* asynchronous kinds: windows (of M micro-batches) covered; 0: enough to
+                         reach the steady state, max(PT_SCHED_MIN_WINDOWS, ceil(2S/M) + 2).
+                         Synchronous kinds accept only 0 or 1. */
+} pt_sched_opts;
+
+#define PT_SCHED_MIN_WINDOWS 4
+
+/* One registered schedule kind. A new kind is one generator file and one line
+ * in the table of schedule.c. */
+typedef struct pt_sched_info {
+    pt_sched_kind kind;
+    const char *name;    /* as in plan files: "gpipe", "1f1b-flush", ... */
+    const char *summary; /* one line for help texts */
+    int synchronous;     /* 1: flush per iteration, one weight version */
+    /* Appends every worker's ops to prog, whose workers, sizes and versions the
+     * common code of pt_sched_build has already set up. 0 or PT_E*. */
+    int (*generate)(pt_program *prog, pt_error *err);
+} pt_sched_info;
+
+/* The registry entry of a kind; NULL for an invalid kind. */
+const pt_sched_info *pt_sched_info_of(pt_sched_kind kind);
+
+/* Rows [*lo, *hi) of replica j among r replicas splitting b samples into
+ * contiguous, near-equal ranges (the first b % r ranges are not larger:
+ * lo = floor(b*j/r)). */
+static inline void pt_sched_rows(int b, int r, int j, int *lo, int *hi)
+{
+    *lo = (int)((int64_t)b * j / r);
+    *hi = (int)((int64_t)b * (j + 1) / r);
+}
+
+/* Bytes of `rows` samples of a tensor of `mb_bytes` bytes per profile
+ * micro-batch of `profile_mb` samples (floor). Used for every SEND/RECV so both
+ * ends agree. */
+static inline int64_t pt_sched_scale_bytes(int64_t mb_bytes, int rows, int profile_mb)
+{
+    return profile_mb > 0 ? mb_bytes * rows / profile_mb : 0;
+}
+
+/* Builds the program of plan->schedule. prog must be zeroed or a program from
+ * an earlier build (its buffers are reused, so re-building on every keystroke
+ * does not allocate once capacity suffices). profile gives the bytes of
+ * activations, gradients and parameters; NULL leaves every bytes field 0.
+ * On error prog is left empty (op_count 0, worker_count 0) but keeps its
+ * buffers, and err names the field: a stage whose replica count exceeds the
+ * micro-batch size, 2bw with M < S, a profile whose layer count differs. */
+int pt_sched_build(const pt_plan *plan, const pt_profile *profile, const pt_sched_opts *opts,
+                   pt_program *prog, pt_error *err);
+
+/* Frees what prog owns and zeroes it (NULL-safe). */
+void pt_program_release(pt_program *prog);
+
+/* Checks any program (generated or hand-written) and returns 0, or PT_EINVAL /
+ * PT_EDEADLOCK with err naming the worker, the op index and the reason:
+ * - well-formed ops: kind, peer of the adjacent stage, mb and rows in range;
+ * - every RECV matched by exactly one SEND with equal bytes, and vice versa;
+ * - per worker and micro-batch: one FWD and one BWD, FWD first, RECOMPUTE
+ *   between them exactly when the worker recomputes, RECV_ACT before the FWD
+ *   and SEND_ACT after it, RECV_GRAD before the BWD and SEND_GRAD after it;
+ *   FWD, RECOMPUTE and BWD read the same version (weight stashing), which must
+ *   exist (initial or produced by an earlier OPT_STEP on that worker);
+ * - OPT_STEP after every BWD it covers, each BWD covered at most once (exactly
+ *   once in a synchronous program), produced versions increasing; on a
+ *   replicated stage every OPT_STEP is preceded by an ALLREDUCE (or an AR_WAIT
+ *   on one) covering the same micro-batches, and all replicas issue the same
+ *   collectives in the same order;
+ * - deadlock freedom: the program run with blocking receives and collectives
+ *   completes; otherwise the message names the blocked workers and their ops. */
+int pt_sched_validate(const pt_program *prog, pt_error *err);
+
+/* For every op, the index of its partner: SEND <-> matching RECV, -1 for other
+ * ops. match must hold prog->op_count entries; scratch (may be NULL) must hold
+ * pt_sched_match_scratch(prog) entries or the call allocates its own. Returns
+ * 0, PT_ENOMEM, or PT_EINVAL with err naming an unmatched or doubly matched op.
+ * Used by the validator and the simulator; O(op_count). */
+int pt_sched_match(const pt_program *prog, int32_t *match, int32_t *scratch, pt_error *err);
+int64_t pt_sched_match_scratch(const pt_program *prog);
+
+/* Writes one op as text ("w3 s1r0 BWD mb 4 v 2 rows [0,8)") into buf (always
+ * NUL-terminated); returns buf. */
+char *pt_sched_op_str(const pt_program *prog, int op_index, char *buf, int cap);
+
+#endif

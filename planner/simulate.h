@@ -1,0 +1,100 @@
+/* Discrete-event simulator: runs a schedule program on the cost model.
+ *
+ * Every worker has a compute lane (FWD, BWD, RECOMPUTE, OPT_STEP) and a
+ * communication lane (SEND_*, ALLREDUCE), so transfers overlap compute as on
+ * a GPU with a copy engine. Ops are issued in program order:
+ * - a compute op starts when the worker reached it and its compute lane is
+ *   free; the worker goes on when it ends;
+ * - a SEND starts when the worker reached it and its comm lane is free; the
+ *   worker goes on at once; the data arrives at the receiver when the send
+ *   ends (latency + bytes/bandwidth of the link);
+ * - a RECV ends when the worker reached it and the data has arrived; it
+ *   occupies no lane (PT_LANE_WAIT);
+ * - an ALLREDUCE starts when every replica of the stage reached it with a free
+ *   comm lane and lasts the ring time; synchronous ones hold the worker until
+ *   they end, asynchronous ones let it go on until the matching AR_WAIT.
+ * No lane is shared between workers, so start times follow from dependencies
+ * alone: the simulation visits every op once, O(ops), with no allocation once
+ * the pt_sim has grown to the program's size.
+ *
+ * Memory is tracked per worker by the events: weights, gradients, optimizer
+ * state and receive buffers are fixed; activations are allocated by FWD (only
+ * the stage input with recomputation; RECOMPUTE adds the rest) and freed by
+ * BWD; weight versions held = stashes of in-flight micro-batches (PT_OPF_STASH)
+ * plus the versions still to be read on that worker plus the newest one
+ * (versions 0..initial_versions-1 share one buffer); an asynchronous
+ * ALLREDUCE holds one more gradient buffer until its AR_WAIT. */
+#ifndef PT_PLANNER_SIMULATE_H
+#define PT_PLANNER_SIMULATE_H
+
+#include <stdint.h>
+
+#include "planner/cost.h"
+#include "planner/schedule.h"
+#include "protocol/error.h"
+
+typedef enum pt_lane {
+    PT_LANE_COMPUTE, /* FWD, BWD, RECOMPUTE, OPT_STEP */
+    PT_LANE_COMM,    /* SEND_ACT, SEND_GRAD, ALLREDUCE */
+    PT_LANE_WAIT     /* RECV_*, AR_WAIT: time the worker waited, no resource used */
+} pt_lane;
+
+/* One op's place on the timeline. events[i] describes prog->ops[i]. */
+typedef struct pt_sim_event {
+    double start, end; /* seconds from the start of the program */
+    int32_t worker;
+    uint8_t lane; /* pt_lane */
+} pt_sim_event;
+
+typedef struct pt_sim_worker {
+    double busy_s;      /* compute-lane time inside [measure_lo, measure_hi) */
+    double comm_s;      /* comm-lane time inside it */
+    double busy_frac;   /* busy_s / (measure_hi - measure_lo) */
+    double bubble_frac; /* 1 - busy_frac */
+    double end_s;       /* end of its last op */
+    pt_mem peak;        /* peak of each category; total = peak of the running sum */
+    int64_t limit;      /* its device's memory */
+    int peak_inflight;  /* micro-batches with activations held at once */
+    int peak_versions;  /* weight versions held at once (live + stashed) */
+} pt_sim_worker;
+
+typedef struct pt_sim_result {
+    double makespan_s;  /* end of the last op */
+    double iter_s;      /* synchronous: makespan; asynchronous: steady-state time per window,
+                           (finish[W-2] - finish[0]) / (W-2) for W >= 3 windows, where
+                           finish[w] is the end of the last op of window w */
+    double throughput;  /* samples per second: mb_per_window * mb_size / iter_s */
+    double bubble_frac; /* mean of the workers' bubble fractions */
+    double measure_lo, measure_hi; /* interval busy/bubble are measured over: [0, makespan) or
+                                      the steady windows [finish[0], finish[W-2]) */
+    int fits;         /* 1 when every worker's peak total is within its device's memory */
+    int worst_worker; /* worker with the largest peak total / limit */
+    int worker_count;
+    pt_sim_worker *workers; /* owned by the pt_sim; valid until its next run or free */
+    int event_count;
+    pt_sim_event *events; /* owned by the pt_sim; one per op, in op order */
+} pt_sim_result;
+
+/* Opaque simulator state: buffers grown to the largest program seen. */
+typedef struct pt_sim pt_sim;
+
+/* Returns 0 or PT_ENOMEM; on failure *out is NULL. */
+int pt_sim_new(pt_sim **out);
+/* NULL-safe; sets *sim_p = NULL. Invalidates results it returned. */
+void pt_sim_free(pt_sim **sim_p);
+
+/* Simulates prog on cost. On success fills *out (arrays owned by sim).
+ * Returns PT_EINVAL (err names the op) when a SEND/RECV is unmatched or a
+ * worker's device is outside the topology, PT_EDEADLOCK (err names the
+ * blocked workers and ops) when the program cannot complete, PT_ENOMEM. */
+int pt_sim_run(pt_sim *sim, const pt_program *prog, const pt_cost *cost, pt_sim_result *out,
+               pt_error *err);
+
+/* Builds the program of plan and simulates it in one call, reusing prog's
+ * and sim's buffers (for the console's re-simulation on every edit and for
+ * planners that check a candidate exactly). Same errors as pt_sched_build and
+ * pt_sim_run. */
+int pt_sim_plan(pt_sim *sim, const pt_plan *plan, const pt_cost *cost, const pt_sched_opts *opts,
+                pt_program *prog, pt_sim_result *out, pt_error *err);
+
+#endif
