@@ -84,12 +84,15 @@ typedef struct pt_op {
 } pt_op;
 
 typedef struct pt_worker {
-    int stage, replica, device; /* device index in the topology */
-    int first, last;            /* layers [first, last) */
-    int row_lo, row_hi;         /* this replica's rows of every micro-batch */
-    int replica_count;          /* of its stage */
-    int recompute;              /* 1: RECOMPUTE precedes every BWD */
-    int op_begin, op_end;       /* its ops are prog->ops[op_begin, op_end) */
+    int stage, replica, device;  /* device index in the topology */
+    int first, last;             /* layers [first, last) */
+    int row_lo, row_hi;          /* this replica's rows of every micro-batch */
+    int replica_count;           /* of its stage */
+    int recompute;               /* 1: RECOMPUTE precedes every BWD */
+    int op_begin, op_end;        /* its ops are prog->ops[op_begin, op_end) */
+    int64_t param_bytes;         /* of its layers */
+    int64_t in_bytes, out_bytes; /* activation entering / leaving the stage per profile
+                                    micro-batch (pt_sched_scale_bytes gives any rows) */
 } pt_worker;
 
 typedef struct pt_program {
@@ -108,6 +111,8 @@ typedef struct pt_program {
     int window_count;     /* iterations covered: 1 for synchronous kinds */
     int mb_count;         /* micro-batches covered: mb_per_window * window_count */
     int initial_versions; /* versions 0..initial_versions-1 exist at the start (>= 1) */
+    int profile_mb;       /* samples of a profile micro-batch, the unit of the workers' bytes
+                             (0: built without a profile, every bytes field 0) */
     int op_count, op_cap; /* ops used / allocated */
     pt_op *ops;           /* owned; worker by worker */
 } pt_program;
