@@ -63,9 +63,10 @@ typedef struct pt_layer_ops {
     /* Called with l->spec, l->in_* and l->seed_key set: checks the spec
      * against the input shape and fills out_rank/out_dims/out_elems,
      * param_count, act_floats and ws_floats for max_batch samples (and, for a
-     * residual, builds l->body). Returns 0 or PT_EINVAL with err naming the
-     * layer and the reason. */
-    int (*create)(pt_layer *l, int max_batch, pt_error *err);
+     * residual, builds l->body from spec->body). `spec` is the original spec
+     * (only valid during the call). Returns 0 or PT_EINVAL with err naming
+     * the field and the reason (the chain prefixes the layer). */
+    int (*create)(pt_layer *l, const pt_layer_spec *spec, int max_batch, pt_error *err);
     void (*destroy)(pt_layer *l); /* frees what create made; may be NULL */
     /* Writes the initial parameters (param_count floats, HOST memory),
      * drawn only from l->seed_key. NULL when the layer has none. */
@@ -144,5 +145,25 @@ void pt_chain_backward(const pt_chain *c, const pt_backend *be, int n, const flo
 
 /* Alignment of every region in a block, floats (64 bytes). */
 #define PT_LAYER_ALIGN_FLOATS 16
+
+/* n rounded up to a multiple of PT_LAYER_ALIGN_FLOATS. */
+static inline int64_t pt_layer_align(int64_t n)
+{
+    return (n + PT_LAYER_ALIGN_FLOATS - 1) / PT_LAYER_ALIGN_FLOATS * PT_LAYER_ALIGN_FLOATS;
+}
+
+/* Sets l's output shape to its input shape (pointwise layers). */
+static inline void pt_layer_same_shape(pt_layer *l)
+{
+    l->out_rank = l->in_rank;
+    for (int i = 0; i < PT_SHAPE_MAX; i++)
+        l->out_dims[i] = l->in_dims[i];
+    l->out_elems = l->in_elems;
+}
+
+/* The layer kinds' ops (runtime/layer_<kind>.c), registered in runtime/layers.c. */
+extern const pt_layer_ops pt_layer_linear_ops, pt_layer_relu_ops, pt_layer_gelu_ops,
+    pt_layer_layernorm_ops, pt_layer_embedding_ops, pt_layer_attention_ops, pt_layer_residual_ops,
+    pt_layer_xent_ops;
 
 #endif

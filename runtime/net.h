@@ -118,9 +118,10 @@ void pt_net_version_copy(pt_net *net, float *dst, const float *src);
 int pt_net_get_layer(pt_net *net, int layer, const float *array, float *host, int64_t count);
 int pt_net_set_layer(pt_net *net, int layer, float *array, const float *host, int64_t count);
 
-/* Writes the initial parameters of the net's layers for `seed` into array
- * (NULL: the current parameters): what pt_net_create did. */
-void pt_net_init_params(pt_net *net, float *array, uint64_t seed);
+/* Writes the initial parameters (from the net's seed) into array (NULL: the
+ * current parameters): what pt_net_create did. Returns 0 or PT_ENOMEM (it
+ * needs a temporary host buffer of param_count floats). */
+int pt_net_init_params(pt_net *net, float *array);
 
 /* ---- running micro-batches ---- */
 /* Sets the loss scale (see the header comment); 0 restores the default. */

@@ -1,0 +1,156 @@
+/* Causal multi-head self-attention on [T, D] per sample:
+ *   qkv = x Wqkv + bqkv                      (one gemm over n*T rows)
+ *   P_h = causal_softmax(Q_h K_h^T / sqrt(dh)) (per head, batched over samples)
+ *   ctx_h = P_h V_h;  y = ctx Wo + bo
+ * Saved per sample: qkv [T, 3D], P [H, T, T], ctx [T, D].
+ * Scratch per sample: dqkv [T, 3D], dP [H, T, T], dctx [T, D]. */
+#include <math.h>
+
+#include "runtime/layer.h"
+#include "runtime/rng.h"
+
+typedef struct dims {
+    int T, D, H, dh;
+    int64_t qkv, p, ctx; /* floats per sample */
+} dims;
+
+static dims dims_of(const pt_layer *l)
+{
+    dims d;
+    d.T = l->in_dims[0];
+    d.D = l->in_dims[1];
+    d.H = l->spec.heads;
+    d.dh = d.D / d.H;
+    d.qkv = (int64_t)d.T * 3 * d.D;
+    d.p = (int64_t)d.H * d.T * d.T;
+    d.ctx = (int64_t)d.T * d.D;
+    return d;
+}
+
+/* Regions of a saved or scratch area for n samples. */
+static void split(const dims *d, int n, float *base, float **qkv, float **p, float **ctx)
+{
+    *qkv = base;
+    *p = *qkv + pt_layer_align(n * d->qkv);
+    *ctx = *p + pt_layer_align(n * d->p);
+}
+
+static int attention_create(pt_layer *l, const pt_layer_spec *spec, int max_batch, pt_error *err)
+{
+    (void)spec;
+    if (l->in_rank != 2)
+        return pt_error_set(err, PT_EINVAL, "input: needs shape [T, D], got rank %d", l->in_rank);
+    if (l->spec.heads < 1)
+        return pt_error_set(err, PT_EINVAL, "heads: %d must be positive", l->spec.heads);
+    if (l->in_dims[1] % l->spec.heads != 0)
+        return pt_error_set(err, PT_EINVAL, "heads: dim %d is not divisible by heads %d",
+                            l->in_dims[1], l->spec.heads);
+    pt_layer_same_shape(l);
+    dims d = dims_of(l);
+    l->param_count = 4 * (int64_t)d.D * d.D + 4 * (int64_t)d.D;
+    int64_t area = pt_layer_align(max_batch * d.qkv) + pt_layer_align(max_batch * d.p) +
+                   pt_layer_align(max_batch * d.ctx);
+    l->act_floats = area;
+    l->ws_floats = area;
+    return 0;
+}
+
+/* Xavier uniform per projection (fan_in = fan_out = D): U(-sqrt(3/D), sqrt(3/D));
+ * biases 0. */
+static void attention_init(const pt_layer *l, float *w)
+{
+    dims d = dims_of(l);
+    pt_rng rng = {l->seed_key, 0};
+    double bound = sqrt(3.0 / d.D);
+    float *wqkv = w, *bqkv = wqkv + (int64_t)d.D * 3 * d.D;
+    float *wo = bqkv + 3 * d.D, *bo = wo + (int64_t)d.D * d.D;
+    for (int64_t i = 0; i < (int64_t)d.D * 3 * d.D; i++)
+        wqkv[i] = (float)pt_rng_uniform_range(&rng, -bound, bound);
+    for (int64_t i = 0; i < (int64_t)d.D * d.D; i++)
+        wo[i] = (float)pt_rng_uniform_range(&rng, -bound, bound);
+    for (int i = 0; i < 3 * d.D; i++)
+        bqkv[i] = 0.0f;
+    for (int i = 0; i < d.D; i++)
+        bo[i] = 0.0f;
+}
+
+static int attention_forward(const pt_layer *l, pt_layer_run *r)
+{
+    const pt_backend *be = r->be;
+    dims d = dims_of(l);
+    int n = r->n, rows = n * d.T, D3 = 3 * d.D;
+    const float *wqkv = r->w, *bqkv = wqkv + (int64_t)d.D * D3;
+    const float *wo = bqkv + D3, *bo = wo + (int64_t)d.D * d.D;
+    float *qkv, *p, *ctx;
+    split(&d, n, r->act, &qkv, &p, &ctx);
+    float scale = 1.0f / sqrtf((float)d.dh);
+
+    be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, rows, D3, d.D, 1.0f, r->x, d.D, wqkv, D3, 0.0f, qkv, D3);
+    be->add_row_vector(be, rows, D3, bqkv, qkv);
+    for (int h = 0; h < d.H; h++) {
+        const float *q = qkv + h * d.dh, *k = qkv + d.D + h * d.dh;
+        be->gemm_batched(be, PT_NO_TRANS, PT_TRANS, d.T, d.T, d.dh, scale, q, D3, d.qkv, k, D3,
+                         d.qkv, 0.0f, p + (int64_t)h * d.T * d.T, d.T, d.p, n);
+    }
+    be->attention_softmax_fwd(be, (int64_t)n * d.H * d.T, d.T, p);
+    for (int h = 0; h < d.H; h++) {
+        const float *v = qkv + 2 * d.D + h * d.dh;
+        be->gemm_batched(be, PT_NO_TRANS, PT_NO_TRANS, d.T, d.dh, d.T, 1.0f,
+                         p + (int64_t)h * d.T * d.T, d.T, d.p, v, D3, d.qkv, 0.0f, ctx + h * d.dh,
+                         d.D, d.ctx, n);
+    }
+    be->gemm(be, PT_NO_TRANS, PT_NO_TRANS, rows, d.D, d.D, 1.0f, ctx, d.D, wo, d.D, 0.0f, r->y,
+             d.D);
+    be->add_row_vector(be, rows, d.D, bo, r->y);
+    return 0;
+}
+
+static void attention_backward(const pt_layer *l, pt_layer_run *r)
+{
+    const pt_backend *be = r->be;
+    dims d = dims_of(l);
+    int n = r->n, rows = n * d.T, D3 = 3 * d.D;
+    const float *wqkv = r->w, *bqkv = wqkv + (int64_t)d.D * D3;
+    const float *wo = bqkv + D3;
+    float *dwqkv = r->dw, *dbqkv = dwqkv + (int64_t)d.D * D3;
+    float *dwo = dbqkv + D3, *dbo = dwo + (int64_t)d.D * d.D;
+    float *qkv, *p, *ctx, *dqkv, *dp, *dctx;
+    split(&d, n, r->act, &qkv, &p, &ctx);
+    split(&d, n, r->ws, &dqkv, &dp, &dctx);
+    float scale = 1.0f / sqrtf((float)d.dh);
+
+    be->gemm(be, PT_NO_TRANS, PT_TRANS, rows, d.D, d.D, 1.0f, r->dy, d.D, wo, d.D, 0.0f, dctx, d.D);
+    be->gemm(be, PT_TRANS, PT_NO_TRANS, d.D, d.D, rows, 1.0f, ctx, d.D, r->dy, d.D, 1.0f, dwo, d.D);
+    be->col_sum(be, rows, d.D, r->dy, 1.0f, dbo);
+    for (int h = 0; h < d.H; h++) {
+        const float *v = qkv + 2 * d.D + h * d.dh;
+        const float *dctx_h = dctx + h * d.dh;
+        float *p_h = p + (int64_t)h * d.T * d.T, *dp_h = dp + (int64_t)h * d.T * d.T;
+        be->gemm_batched(be, PT_NO_TRANS, PT_TRANS, d.T, d.T, d.dh, 1.0f, dctx_h, d.D, d.ctx, v, D3,
+                         d.qkv, 0.0f, dp_h, d.T, d.p, n);
+        be->gemm_batched(be, PT_TRANS, PT_NO_TRANS, d.T, d.dh, d.T, 1.0f, p_h, d.T, d.p, dctx_h,
+                         d.D, d.ctx, 0.0f, dqkv + 2 * d.D + h * d.dh, D3, d.qkv, n);
+    }
+    be->attention_softmax_bwd(be, (int64_t)n * d.H * d.T, d.T, p, dp, dp);
+    for (int h = 0; h < d.H; h++) {
+        const float *q = qkv + h * d.dh, *k = qkv + d.D + h * d.dh;
+        const float *ds_h = dp + (int64_t)h * d.T * d.T;
+        be->gemm_batched(be, PT_NO_TRANS, PT_NO_TRANS, d.T, d.dh, d.T, scale, ds_h, d.T, d.p, k, D3,
+                         d.qkv, 0.0f, dqkv + h * d.dh, D3, d.qkv, n);
+        be->gemm_batched(be, PT_TRANS, PT_NO_TRANS, d.T, d.dh, d.T, scale, ds_h, d.T, d.p, q, D3,
+                         d.qkv, 0.0f, dqkv + d.D + h * d.dh, D3, d.qkv, n);
+    }
+    be->gemm(be, PT_TRANS, PT_NO_TRANS, d.D, D3, rows, 1.0f, r->x, d.D, dqkv, D3, 1.0f, dwqkv, D3);
+    be->col_sum(be, rows, D3, dqkv, 1.0f, dbqkv);
+    if (r->dx)
+        be->gemm(be, PT_NO_TRANS, PT_TRANS, rows, d.D, D3, 1.0f, dqkv, D3, wqkv, D3, 0.0f, r->dx,
+                 d.D);
+}
+
+const pt_layer_ops pt_layer_attention_ops = {
+    .name = "attention",
+    .create = attention_create,
+    .init_params = attention_init,
+    .forward = attention_forward,
+    .backward = attention_backward,
+};

@@ -1,0 +1,69 @@
+/* Linear: y = x W + b over the last dimension; W [in, out], b [out]. One
+ * gemm over all n*rows_per_sample rows per call. */
+#include <math.h>
+
+#include "runtime/layer.h"
+#include "runtime/rng.h"
+
+static int linear_create(pt_layer *l, const pt_layer_spec *spec, int max_batch, pt_error *err)
+{
+    (void)spec;
+    (void)max_batch;
+    int in = l->in_dims[l->in_rank - 1];
+    if (l->spec.out < 1)
+        return pt_error_set(err, PT_EINVAL, "out: %d must be positive", l->spec.out);
+    pt_layer_same_shape(l);
+    l->out_dims[l->out_rank - 1] = l->spec.out;
+    l->out_elems = l->in_elems / in * l->spec.out;
+    l->param_count = (int64_t)in * l->spec.out + (l->spec.bias ? l->spec.out : 0);
+    return 0;
+}
+
+/* He-style uniform: U(-sqrt(6/in), sqrt(6/in)) keeps the variance through
+ * ReLU layers (deep MLPs train from it); biases start at 0. */
+static void linear_init(const pt_layer *l, float *w)
+{
+    int in = l->in_dims[l->in_rank - 1], out = l->spec.out;
+    pt_rng rng = {l->seed_key, 0};
+    double bound = sqrt(6.0 / in);
+    for (int64_t i = 0; i < (int64_t)in * out; i++)
+        w[i] = (float)pt_rng_uniform_range(&rng, -bound, bound);
+    if (l->spec.bias)
+        for (int j = 0; j < out; j++)
+            w[(int64_t)in * out + j] = 0.0f;
+}
+
+static int linear_forward(const pt_layer *l, pt_layer_run *r)
+{
+    int in = l->in_dims[l->in_rank - 1], out = l->spec.out;
+    int rows = (int)(r->n * (l->in_elems / in));
+    const float *W = r->w, *b = r->w + (int64_t)in * out;
+    r->be->gemm(r->be, PT_NO_TRANS, PT_NO_TRANS, rows, out, in, 1.0f, r->x, in, W, out, 0.0f, r->y,
+                out);
+    if (l->spec.bias)
+        r->be->add_row_vector(r->be, rows, out, b, r->y);
+    return 0;
+}
+
+static void linear_backward(const pt_layer *l, pt_layer_run *r)
+{
+    int in = l->in_dims[l->in_rank - 1], out = l->spec.out;
+    int rows = (int)(r->n * (l->in_elems / in));
+    const float *W = r->w;
+    float *dW = r->dw, *db = r->dw + (int64_t)in * out;
+    r->be->gemm(r->be, PT_TRANS, PT_NO_TRANS, in, out, rows, 1.0f, r->x, in, r->dy, out, 1.0f, dW,
+                out);
+    if (l->spec.bias)
+        r->be->col_sum(r->be, rows, out, r->dy, 1.0f, db);
+    if (r->dx)
+        r->be->gemm(r->be, PT_NO_TRANS, PT_TRANS, rows, in, out, 1.0f, r->dy, out, W, out, 0.0f,
+                    r->dx, in);
+}
+
+const pt_layer_ops pt_layer_linear_ops = {
+    .name = "linear",
+    .create = linear_create,
+    .init_params = linear_init,
+    .forward = linear_forward,
+    .backward = linear_backward,
+};
