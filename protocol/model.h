@@ -69,6 +69,22 @@ typedef struct pt_layer_shape {
     double fwd_flops;      /* per sample; backward is about twice this */
 } pt_layer_shape;
 
+/* Limits that keep shape arithmetic exact and inputs from outside bounded. */
+#define PT_MODEL_DIM_MAX     (1 << 24)         /* any size: out, vocab, dim, heads, classes, input dims */
+#define PT_MODEL_ELEMS_MAX   (1LL << 40)       /* floats per sample of any activation */
+#define PT_MODEL_PARAMS_MAX  (1LL << 50)       /* learnable floats of the whole model */
+#define PT_MODEL_LAYERS_MAX  4096              /* layers of one chain (top level or a body) */
+#define PT_MODEL_NESTING_MAX 8                 /* residual bodies inside residual bodies */
+#define PT_LAYERNORM_EPS_DEFAULT 1e-5f
+
+/* Forward FLOPs per element of the layer's output, for the layers whose cost
+ * is elementwise (linear and attention count their matrix products). */
+#define PT_FLOPS_RELU_PER_ELEM         1.0
+#define PT_FLOPS_GELU_PER_ELEM         8.0 /* x^3, 3 mul/add, tanh, mul, add */
+#define PT_FLOPS_LAYERNORM_PER_ELEM    8.0 /* mean, var, normalise, gain, bias */
+#define PT_FLOPS_SOFTMAX_XENT_PER_ELEM 5.0 /* max, sub, exp, sum, divide */
+#define PT_FLOPS_RESIDUAL_PER_ELEM     1.0 /* the skip addition, on top of the body */
+
 /* Parses a model spec from JSON text. `source` names the text in errors
  * (a file name). On success *out owns a new spec (free with
  * pt_model_spec_free); on failure *out is NULL and err names the field. The
@@ -84,8 +100,12 @@ int pt_model_spec_load(const char *path, pt_model_spec **out, pt_error *err);
  * <prefix>/share/pipetop/models. */
 int pt_model_spec_find(const char *name, pt_model_spec **out, pt_error *err);
 
-/* Serialises to JSON text (caller frees with free()); NULL on no memory. */
+/* Serialises to JSON text (caller frees with free()); NULL on no memory.
+ * pt_model_spec_parse of the result gives back an equal spec. */
 char *pt_model_spec_to_json(const pt_model_spec *spec);
+
+/* Writes pt_model_spec_to_json atomically (temporary name, fsync, rename). */
+int pt_model_spec_save(const pt_model_spec *spec, const char *path, pt_error *err);
 
 /* Shape inference: fills shapes[i] for each top-level layer (caller gives an
  * array of layer_count). Returns 0 or PT_EINVAL with err naming the layer. */

@@ -56,28 +56,43 @@ typedef struct pt_plan {
     pt_optim_spec optimizer;
 } pt_plan;
 
+#define PT_PLAN_LAYERS_MAX     (1 << 16) /* layers of the model a plan is for */
+#define PT_PLAN_DEVICE_MAX     (1 << 20) /* device indices are below this */
+#define PT_PLAN_MB_SIZE_MAX    (1 << 24) /* samples per micro-batch */
+#define PT_PLAN_MB_COUNT_MAX   (1 << 20) /* micro-batches per iteration */
+
 /* Parses and validates the plan on its own: stages contiguous from layer 0
  * to layer_count, each non-empty, replicas >= 1 and no device used twice,
  * positive micro-batching, a known schedule. Same contract as the model spec. */
 int pt_plan_parse(const char *json, const char *source, pt_plan **out, pt_error *err);
+/* Reads and parses a file; errors are prefixed with its path. */
 int pt_plan_load(const char *path, pt_plan **out, pt_error *err);
+/* Serialises to JSON text (caller frees with free()); NULL on no memory.
+ * pt_plan_parse of the result gives back an equal plan. */
 char *pt_plan_to_json(const pt_plan *plan);
+/* Writes pt_plan_to_json atomically (temporary name, fsync, rename). */
 int pt_plan_save(const pt_plan *plan, const char *path, pt_error *err);
 
-/* Checks the plan against a model (layer count) and a topology (devices
- * exist); either may be NULL to skip it. `source` prefixes messages.
+/* Checks the plan against a model (name and layer count) and a topology
+ * (devices exist); either may be NULL to skip it. `source` prefixes
+ * messages. Runs the same structural checks as pt_plan_parse first, so a
+ * plan built by hand (pt_plan_new) is validated by
+ * pt_plan_check(plan, NULL, NULL, ...). Returns 0 or a negative PT_E* code.
  * Memory fit needs the cost model: see planner/ (pt_cost_check_memory). */
 int pt_plan_check(const pt_plan *plan, const pt_model_spec *model, const pt_topology *topo,
                   const char *source, pt_error *err);
 
-/* Allocates a plan with stage_count zeroed stages; NULL on no memory. */
+/* Allocates a plan with stage_count zeroed stages (no replicas), schedule
+ * gpipe, policy 'A' and the default sgd optimizer; NULL on no memory. */
 pt_plan *pt_plan_new(int stage_count);
-/* Sets stage s's replicas (copies devices[0..count)); 0 or PT_ENOMEM. */
+/* Sets stage s's replicas (copies devices[0..count), replacing any it had);
+ * 0, PT_EINVAL (bad s or count) or PT_ENOMEM (stage unchanged). */
 int pt_plan_set_replicas(pt_plan *plan, int s, const int *devices, int count);
 /* Deep copy; NULL on no memory. */
 pt_plan *pt_plan_clone(const pt_plan *plan);
 /* Total devices used by the plan. */
 int pt_plan_device_count(const pt_plan *plan);
+/* NULL-safe; frees the plan and its stages and sets *plan_p = NULL. */
 void pt_plan_free(pt_plan **plan_p);
 
 #endif

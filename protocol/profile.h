@@ -26,11 +26,22 @@ typedef struct pt_profile {
     pt_profile_layer *layers; /* owned */
 } pt_profile;
 
+#define PT_PROFILE_LAYERS_MAX (1 << 16) /* layers of one profile */
+#define PT_PROFILE_BATCH_MAX  (1 << 24) /* micro-batch size */
+
 /* Parses and validates a profile (non-negative times, non-negative bytes, at
  * least one layer, positive micro-batch). Same contract as the model spec. */
 int pt_profile_parse(const char *json, const char *source, pt_profile **out, pt_error *err);
+/* Reads and parses a file; errors are prefixed with its path. */
 int pt_profile_load(const char *path, pt_profile **out, pt_error *err);
+/* Serialises to JSON text (caller frees with free()); NULL on no memory.
+ * pt_profile_parse of the result gives back an equal profile (a layer with an
+ * empty name reads back as "layer<i>"). */
 char *pt_profile_to_json(const pt_profile *profile);
+/* Checks the profile against a model: same model name and layer count.
+ * `source` prefixes messages; returns 0 or PT_EINVAL. */
+int pt_profile_check(const pt_profile *profile, const pt_model_spec *model, const char *source,
+                     pt_error *err);
 /* Writes JSON atomically (temporary name, fsync, rename). */
 int pt_profile_save(const pt_profile *profile, const char *path, pt_error *err);
 /* Allocates a zeroed profile with layer_count layers; NULL on no memory. */

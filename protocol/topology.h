@@ -26,16 +26,43 @@ typedef struct pt_topology {
     pt_device *devices; /* owned */
     pt_link intra;      /* between devices of one node */
     pt_link inter;      /* between nodes */
+    /* owned: node_count names; NULL means "n0", "n1", ... (added after v1 of
+     * this header, so records built by hand may leave it NULL) */
+    char (*node_names)[PT_NAME_MAX];
 } pt_topology;
 
+#define PT_TOPOLOGY_NODES_MAX      4096    /* nodes after "repeat" */
+#define PT_TOPOLOGY_DEVICES_MAX    65536   /* devices in all */
+#define PT_TOPOLOGY_MEMORY_GIB_MAX 1048576 /* per device (1 PiB) */
+#define PT_TOPOLOGY_SPEED_MAX      1e6     /* relative speed */
+#define PT_TOPOLOGY_GBPS_MAX       1e9     /* link bandwidth, Gbit/s */
+#define PT_TOPOLOGY_LATENCY_US_MAX 1e9     /* link latency, us */
+#define PT_BYTES_PER_GIB           1073741824.0
+#define PT_BITS_PER_BYTE           8.0
+
+/* Parses and validates a topology (docs/formats.md, "Topology"): at least
+ * one node, each with at least one device of positive memory and speed,
+ * positive link bandwidths. JSON units (GiB, Gbit/s, us) become bytes,
+ * bytes/s and seconds here. On success *out owns a new record (free with
+ * pt_topology_free); on failure *out is NULL and err names the field. */
 int pt_topology_parse(const char *json, const char *source, pt_topology **out, pt_error *err);
+/* Reads and parses a file; errors are prefixed with its path. */
 int pt_topology_load(const char *path, pt_topology **out, pt_error *err);
+/* Serialises to JSON text (caller frees with free()); NULL on no memory.
+ * Parsing the result gives back the record, with bandwidth and latency equal
+ * up to the rounding of the unit conversion (relative 1e-15). */
 char *pt_topology_to_json(const pt_topology *topo);
-/* A uniform topology: nodes x per_node devices of equal memory and speed 1. */
+/* Writes pt_topology_to_json atomically (temporary name, fsync, rename). */
+int pt_topology_save(const pt_topology *topo, const char *path, pt_error *err);
+/* A uniform topology: nodes x per_node devices of equal memory and speed 1.
+ * Returns a new record (free with pt_topology_free), or NULL on no memory
+ * or on counts outside [1, PT_TOPOLOGY_*_MAX]. */
 pt_topology *pt_topology_uniform(int nodes, int per_node, int64_t memory_bytes, pt_link intra,
                                  pt_link inter);
-/* The link between two devices (intra when a == b's node). */
+/* The link between two devices: intra when both sit on one node, else inter
+ * (also inter for an index out of range). */
 pt_link pt_topology_link(const pt_topology *topo, int dev_a, int dev_b);
+/* NULL-safe; frees what the record owns and sets *topo_p = NULL. */
 void pt_topology_free(pt_topology **topo_p);
 
 #endif

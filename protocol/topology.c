@@ -1,0 +1,449 @@
+/* Topology: parser, writer, validator (docs/formats.md, "Topology"). */
+#include "protocol/topology.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "protocol/fileio.h"
+#include "protocol/json_util.h"
+
+#define US_PER_S            1e6
+#define BITS_PER_GBIT       1e9
+#define DEFAULT_DEVICE_BASE "dev"
+
+static const char *const topo_keys[] = {"v", "name", "nodes", "links", NULL};
+static const char *const node_keys[] = {"name", "devices", "count", "device", "repeat", NULL};
+static const char *const device_keys[] = {"name", "memory_gib", "speed", NULL};
+static const char *const links_keys[] = {"intra", "inter", NULL};
+static const char *const link_keys[] = {"bandwidth_gbps", "latency_us", NULL};
+
+void pt_topology_free(pt_topology **topo_p)
+{
+    if (!topo_p || !*topo_p)
+        return;
+    free((*topo_p)->devices);
+    free((*topo_p)->node_names);
+    free(*topo_p);
+    *topo_p = NULL;
+}
+
+static pt_topology *alloc_topology(int nodes, int devices)
+{
+    pt_topology *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->devices = calloc((size_t)devices, sizeof *t->devices);
+    t->node_names = calloc((size_t)nodes, sizeof *t->node_names);
+    if (!t->devices || !t->node_names) {
+        pt_topology_free(&t);
+        return NULL;
+    }
+    t->node_count = nodes;
+    t->device_count = devices;
+    return t;
+}
+
+/* ---- parsing ----------------------------------------------------------- */
+
+/* Reads one device object at path; a missing name becomes def_name. */
+static int parse_device(pt_jr *jr, const cJSON *obj, const char *path, const char *def_name,
+                        pt_device *d)
+{
+    int rc = pt_jr_is_object(jr, obj, path);
+    if (rc < 0 || (rc = pt_jr_keys(jr, obj, path, device_keys)) < 0)
+        return rc;
+    double gib, speed;
+    pt_jr_range mem_r = {0.0, PT_TOPOLOGY_MEMORY_GIB_MAX, 1, 0};
+    pt_jr_range speed_r = {0.0, PT_TOPOLOGY_SPEED_MAX, 1, 0};
+    if ((rc = pt_jr_str(jr, obj, path, "name", PT_JR_OPTIONAL, def_name, d->name, sizeof d->name)) <
+            0 ||
+        (rc = pt_jr_num(jr, obj, path, "memory_gib", PT_JR_REQUIRED, 0, mem_r, &gib)) < 0 ||
+        (rc = pt_jr_num(jr, obj, path, "speed", PT_JR_OPTIONAL, 1.0, speed_r, &speed)) < 0)
+        return rc;
+    d->memory_bytes = llround(gib * PT_BYTES_PER_GIB);
+    if (d->memory_bytes < 1)
+        return pt_jr_fail(jr, PT_ERANGE, path, "memory_gib", "must be at least one byte (got %g)",
+                          gib);
+    d->speed = speed;
+    return 0;
+}
+
+/* What one entry of "nodes" expands to: repeat nodes of count devices. */
+typedef struct node_entry {
+    const cJSON *obj;
+    const cJSON *devices; /* the "devices" array, or NULL for count + device */
+    int count, repeat;
+} node_entry;
+
+static int measure_node(pt_jr *jr, const cJSON *obj, const char *path, node_entry *e)
+{
+    int rc = pt_jr_is_object(jr, obj, path);
+    if (rc < 0 || (rc = pt_jr_keys(jr, obj, path, node_keys)) < 0)
+        return rc;
+    e->obj = obj;
+    if ((rc = pt_jr_int(jr, obj, path, "repeat", PT_JR_OPTIONAL, 1, 1, PT_TOPOLOGY_NODES_MAX,
+                        &e->repeat)) < 0)
+        return rc;
+    const cJSON *devices = pt_jr_item(obj, "devices");
+    const cJSON *count = pt_jr_item(obj, "count");
+    const cJSON *device = pt_jr_item(obj, "device");
+    if (devices && (count || device))
+        return pt_jr_fail(jr, PT_EINVAL, path, NULL,
+                          "give either \"devices\" or \"count\" with \"device\", not both");
+    if (devices) {
+        if ((rc = pt_jr_array(jr, obj, path, "devices", PT_JR_REQUIRED, 1, &e->devices,
+                              &e->count)) < 0)
+            return rc;
+        if (e->count > PT_TOPOLOGY_DEVICES_MAX)
+            return pt_jr_fail(jr, PT_ERANGE, path, "devices", "more than %d devices",
+                              PT_TOPOLOGY_DEVICES_MAX);
+        return 0;
+    }
+    if (!count && !device)
+        return pt_jr_fail(jr, PT_EINVAL, path, "devices",
+                          "missing (a node lists \"devices\" or gives \"count\" and \"device\")");
+    if (!device)
+        return pt_jr_fail(jr, PT_EINVAL, path, "device", "missing (\"count\" needs \"device\")");
+    if (!count)
+        return pt_jr_fail(jr, PT_EINVAL, path, "count", "missing (\"device\" needs \"count\")");
+    e->devices = NULL;
+    return pt_jr_int(jr, obj, path, "count", PT_JR_REQUIRED, 0, 1, PT_TOPOLOGY_DEVICES_MAX,
+                     &e->count);
+}
+
+/* Parses the devices of entry e into out[0..e->count) with node index node. */
+static int parse_node_devices(pt_jr *jr, const node_entry *e, const char *path, pt_device *out)
+{
+    int rc;
+    if (e->devices) {
+        int j = 0;
+        for (const cJSON *d = e->devices->child; d && j < e->count; d = d->next, j++) {
+            char dpath[PT_JPATH_MAX], def[PT_NAME_MAX];
+            pt_jr_join_index(dpath, sizeof dpath, path, "devices", j);
+            snprintf(def, sizeof def, DEFAULT_DEVICE_BASE "%d", j);
+            if ((rc = parse_device(jr, d, dpath, def, &out[j])) < 0)
+                return rc;
+        }
+        return 0;
+    }
+    char dpath[PT_JPATH_MAX];
+    pt_jr_join(dpath, sizeof dpath, path, "device");
+    pt_device tmpl;
+    if ((rc = parse_device(jr, pt_jr_item(e->obj, "device"), dpath, DEFAULT_DEVICE_BASE, &tmpl)) <
+        0)
+        return rc;
+    size_t base_len = strlen(tmpl.name);
+    for (int j = 0; j < e->count; j++) {
+        out[j] = tmpl;
+        char idx[16];
+        int n = snprintf(idx, sizeof idx, "%d", j);
+        if (base_len + (size_t)n >= sizeof tmpl.name)
+            return pt_jr_fail(jr, PT_ERANGE, dpath, "name",
+                              "\"%s\" is too long to number its %d copies", tmpl.name, e->count);
+        memcpy(out[j].name + base_len, idx, (size_t)n + 1);
+    }
+    return 0;
+}
+
+static int parse_link(pt_jr *jr, const cJSON *links, const char *key, int required, pt_link *l)
+{
+    const cJSON *obj;
+    int rc = pt_jr_object(jr, links, "links", key, required, &obj);
+    if (rc < 0 || !obj)
+        return rc;
+    char path[PT_JPATH_MAX];
+    pt_jr_join(path, sizeof path, "links", key);
+    double gbps, us;
+    pt_jr_range bw_r = {0.0, PT_TOPOLOGY_GBPS_MAX, 1, 0};
+    pt_jr_range lat_r = {0.0, PT_TOPOLOGY_LATENCY_US_MAX, 0, 0};
+    if ((rc = pt_jr_keys(jr, obj, path, link_keys)) < 0 ||
+        (rc = pt_jr_num(jr, obj, path, "bandwidth_gbps", PT_JR_REQUIRED, 0, bw_r, &gbps)) < 0 ||
+        (rc = pt_jr_num(jr, obj, path, "latency_us", PT_JR_REQUIRED, 0, lat_r, &us)) < 0)
+        return rc;
+    l->bandwidth = gbps * BITS_PER_GBIT / PT_BITS_PER_BYTE;
+    l->latency = us / US_PER_S;
+    return 0;
+}
+
+int pt_topology_parse(const char *json, const char *source, pt_topology **out, pt_error *err)
+{
+    *out = NULL;
+    pt_jr jr = {source, err};
+    cJSON *root;
+    int rc = pt_jr_parse(&jr, json, &root);
+    if (rc < 0)
+        return rc;
+    pt_topology *t = NULL;
+    node_entry *entries = NULL;
+    const cJSON *nodes, *links;
+    int n;
+    char name[PT_NAME_MAX];
+    if ((rc = pt_jr_keys(&jr, root, "", topo_keys)) < 0 ||
+        (rc = pt_jr_str(&jr, root, "", "name", PT_JR_REQUIRED, NULL, name, sizeof name)) < 0 ||
+        (rc = pt_jr_array(&jr, root, "", "nodes", PT_JR_REQUIRED, 1, &nodes, &n)) < 0)
+        goto done;
+    if (n > PT_TOPOLOGY_NODES_MAX) {
+        rc = pt_jr_fail(&jr, PT_ERANGE, "", "nodes", "more than %d nodes", PT_TOPOLOGY_NODES_MAX);
+        goto done;
+    }
+    if (!(entries = calloc((size_t)n, sizeof *entries))) {
+        rc = pt_jr_fail(&jr, PT_ENOMEM, "", NULL, "out of memory");
+        goto done;
+    }
+    /* First pass: sizes only, so the records are allocated once. */
+    int64_t node_total = 0, device_total = 0;
+    int i = 0;
+    for (const cJSON *e = nodes->child; e && i < n; e = e->next, i++) {
+        char path[PT_JPATH_MAX];
+        pt_jr_join_index(path, sizeof path, "", "nodes", i);
+        if ((rc = measure_node(&jr, e, path, &entries[i])) < 0)
+            goto done;
+        node_total += entries[i].repeat;
+        device_total += (int64_t)entries[i].repeat * entries[i].count;
+        if (node_total > PT_TOPOLOGY_NODES_MAX || device_total > PT_TOPOLOGY_DEVICES_MAX) {
+            rc = pt_jr_fail(&jr, PT_ERANGE, path, NULL,
+                            "the topology grows past %d nodes or %d devices here",
+                            PT_TOPOLOGY_NODES_MAX, PT_TOPOLOGY_DEVICES_MAX);
+            goto done;
+        }
+    }
+    if (!(t = alloc_topology((int)node_total, (int)device_total))) {
+        rc = pt_jr_fail(&jr, PT_ENOMEM, "", NULL, "out of memory");
+        goto done;
+    }
+    memcpy(t->name, name, sizeof name);
+    int node = 0, dev = 0;
+    for (i = 0; i < n; i++) {
+        const node_entry *e = &entries[i];
+        char path[PT_JPATH_MAX], base[PT_NAME_MAX];
+        pt_jr_join_index(path, sizeof path, "", "nodes", i);
+        if ((rc = parse_node_devices(&jr, e, path, &t->devices[dev])) < 0 ||
+            (rc = pt_jr_str(&jr, e->obj, path, "name", PT_JR_OPTIONAL, NULL, base, sizeof base)) <
+                0)
+            goto done;
+        for (int r = 0; r < e->repeat; r++, node++) {
+            int len;
+            /* A repeated node named "rack" yields "rack0", "rack1", ... */
+            if (!base[0])
+                len = snprintf(t->node_names[node], PT_NAME_MAX, "n%d", node);
+            else if (e->repeat > 1)
+                len = snprintf(t->node_names[node], PT_NAME_MAX, "%s%d", base, r);
+            else
+                len = snprintf(t->node_names[node], PT_NAME_MAX, "%s", base);
+            if (len >= PT_NAME_MAX) {
+                rc = pt_jr_fail(&jr, PT_ERANGE, path, "name",
+                                "\"%s\" is too long to number its %d copies", base, e->repeat);
+                goto done;
+            }
+            if (r > 0)
+                memcpy(&t->devices[dev], &t->devices[dev - e->count],
+                       (size_t)e->count * sizeof *t->devices);
+            for (int j = 0; j < e->count; j++)
+                t->devices[dev + j].node = node;
+            dev += e->count;
+        }
+    }
+    if ((rc = pt_jr_object(&jr, root, "", "links", PT_JR_REQUIRED, &links)) < 0 ||
+        (rc = pt_jr_keys(&jr, links, "links", links_keys)) < 0 ||
+        (rc = parse_link(&jr, links, "intra", PT_JR_REQUIRED, &t->intra)) < 0)
+        goto done;
+    if (!pt_jr_item(links, "inter") && t->node_count > 1) {
+        rc = pt_jr_fail(&jr, PT_EINVAL, "links", "inter",
+                        "missing (needed with more than one node)");
+        goto done;
+    }
+    t->inter = t->intra;
+    rc = parse_link(&jr, links, "inter", PT_JR_OPTIONAL, &t->inter);
+done:
+    free(entries);
+    cJSON_Delete(root);
+    if (rc < 0)
+        pt_topology_free(&t);
+    *out = t;
+    return rc;
+}
+
+int pt_topology_load(const char *path, pt_topology **out, pt_error *err)
+{
+    *out = NULL;
+    char *text;
+    int rc = pt_file_read(path, &text, NULL, err);
+    if (rc < 0)
+        return rc;
+    rc = pt_topology_parse(text, path, out, err);
+    free(text);
+    return rc;
+}
+
+/* ---- writing ----------------------------------------------------------- */
+
+static cJSON *device_json(const pt_device *d, const char *name)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    if (!cJSON_AddStringToObject(o, "name", name) ||
+        !cJSON_AddNumberToObject(o, "memory_gib", (double)d->memory_bytes / PT_BYTES_PER_GIB) ||
+        !cJSON_AddNumberToObject(o, "speed", d->speed)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Whether devices d[0..k) are one template named base0, base1, ... with equal
+ * memory and speed, so the node can be written as "count" + "device". */
+static int uniform_devices(const pt_device *d, int k, char *base, size_t cap)
+{
+    size_t len = strlen(d[0].name);
+    if (len < 2 || d[0].name[len - 1] != '0' || len - 1 >= cap)
+        return 0;
+    memcpy(base, d[0].name, len - 1);
+    base[len - 1] = '\0';
+    for (int j = 0; j < k; j++) {
+        char want[PT_NAME_MAX + 16];
+        snprintf(want, sizeof want, "%s%d", base, j);
+        if (strcmp(want, d[j].name) || d[j].memory_bytes != d[0].memory_bytes ||
+            d[j].speed != d[0].speed)
+            return 0;
+    }
+    return 1;
+}
+
+static cJSON *link_json(pt_link l)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    if (!cJSON_AddNumberToObject(o, "bandwidth_gbps",
+                                 l.bandwidth * PT_BITS_PER_BYTE / BITS_PER_GBIT) ||
+        !cJSON_AddNumberToObject(o, "latency_us", l.latency * US_PER_S)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+static cJSON *node_json(const pt_topology *topo, int node, int first, int k)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    char name[PT_NAME_MAX];
+    if (topo->node_names && topo->node_names[node][0])
+        snprintf(name, sizeof name, "%s", topo->node_names[node]);
+    else
+        snprintf(name, sizeof name, "n%d", node);
+    if (!cJSON_AddStringToObject(o, "name", name))
+        goto fail;
+    const pt_device *d = &topo->devices[first];
+    char base[PT_NAME_MAX];
+    if (k > 1 && uniform_devices(d, k, base, sizeof base)) {
+        cJSON *dev = device_json(&d[0], base);
+        if (!cJSON_AddNumberToObject(o, "count", k) || !dev) {
+            cJSON_Delete(dev);
+            goto fail;
+        }
+        cJSON_AddItemToObject(o, "device", dev);
+        return o;
+    }
+    cJSON *arr = cJSON_AddArrayToObject(o, "devices");
+    if (!arr)
+        goto fail;
+    for (int j = 0; j < k; j++) {
+        cJSON *dev = device_json(&d[j], d[j].name);
+        if (!dev)
+            goto fail;
+        cJSON_AddItemToArray(arr, dev);
+    }
+    return o;
+fail:
+    cJSON_Delete(o);
+    return NULL;
+}
+
+char *pt_topology_to_json(const pt_topology *topo)
+{
+    if (!topo)
+        return NULL;
+    cJSON *root = cJSON_CreateObject();
+    if (!root)
+        return NULL;
+    cJSON *nodes, *links, *intra, *inter;
+    if (!cJSON_AddNumberToObject(root, "v", PT_FORMAT_VERSION) ||
+        !cJSON_AddStringToObject(root, "name", topo->name) ||
+        !(nodes = cJSON_AddArrayToObject(root, "nodes")))
+        goto fail;
+    /* Devices are numbered node by node; each node's devices are a run. */
+    int dev = 0;
+    for (int node = 0; node < topo->node_count; node++) {
+        int first = dev;
+        while (dev < topo->device_count && topo->devices[dev].node == node)
+            dev++;
+        cJSON *o = node_json(topo, node, first, dev - first);
+        if (!o)
+            goto fail;
+        cJSON_AddItemToArray(nodes, o);
+    }
+    if (!(links = cJSON_AddObjectToObject(root, "links")))
+        goto fail;
+    intra = link_json(topo->intra);
+    inter = link_json(topo->inter);
+    if (!intra || !inter) {
+        cJSON_Delete(intra);
+        cJSON_Delete(inter);
+        goto fail;
+    }
+    cJSON_AddItemToObject(links, "intra", intra);
+    cJSON_AddItemToObject(links, "inter", inter);
+    return pt_jr_print_and_delete(root);
+fail:
+    cJSON_Delete(root);
+    return NULL;
+}
+
+int pt_topology_save(const pt_topology *topo, const char *path, pt_error *err)
+{
+    char *text = pt_topology_to_json(topo);
+    if (!text)
+        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
+    int rc = pt_file_write_atomic(path, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
+/* ---- helpers ----------------------------------------------------------- */
+
+pt_topology *pt_topology_uniform(int nodes, int per_node, int64_t memory_bytes, pt_link intra,
+                                 pt_link inter)
+{
+    if (nodes < 1 || per_node < 1 || nodes > PT_TOPOLOGY_NODES_MAX ||
+        per_node > PT_TOPOLOGY_DEVICES_MAX / nodes)
+        return NULL;
+    pt_topology *t = alloc_topology(nodes, nodes * per_node);
+    if (!t)
+        return NULL;
+    snprintf(t->name, sizeof t->name, "uniform-%dx%d", nodes, per_node);
+    for (int i = 0; i < nodes; i++) {
+        snprintf(t->node_names[i], PT_NAME_MAX, "n%d", i);
+        for (int j = 0; j < per_node; j++) {
+            pt_device *d = &t->devices[i * per_node + j];
+            snprintf(d->name, sizeof d->name, DEFAULT_DEVICE_BASE "%d", j);
+            d->node = i;
+            d->memory_bytes = memory_bytes;
+            d->speed = 1.0;
+        }
+    }
+    t->intra = intra;
+    t->inter = inter;
+    return t;
+}
+
+pt_link pt_topology_link(const pt_topology *topo, int dev_a, int dev_b)
+{
+    if (dev_a < 0 || dev_b < 0 || dev_a >= topo->device_count || dev_b >= topo->device_count)
+        return topo->inter;
+    return topo->devices[dev_a].node == topo->devices[dev_b].node ? topo->intra : topo->inter;
+}
