@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "protocol/error.h"
 #include "runtime/backend.h"
 
 typedef enum pt_mem_kind {
