@@ -16,17 +16,17 @@
 #include "runtime/rng.h"
 #include "tests/test.h"
 
-#define FD_EPS 1e-3
-#define GRAD_TOL 1e-3
-#define GRAD_FLOOR 1e-3
+#define FD_EPS           1e-3
+#define GRAD_TOL         1e-3
+#define GRAD_FLOOR       1e-3
 #define PERTURB_FRACTION 0.05
 
 typedef struct fixture {
     pt_model_spec spec;
     int n;
-    float *x;       /* n * in_elems */
+    float *x;        /* n * in_elems */
     int32_t *labels; /* n * label_count, when the net has a loss */
-    float *r;       /* n * out_elems: objective weights without loss */
+    float *r;        /* n * out_elems: objective weights without loss */
 } fixture;
 
 static double objective(pt_net *net, const float *params, const fixture *f)
@@ -66,8 +66,7 @@ static void check_grad(const char *what, const char *name, const float *a, const
     double err = grad_error(a, b, n);
     if (getenv("PT_VERBOSE"))
         printf("  %s %s: error %.3g over %lld values\n", name, what, err, (long long)n);
-    CHECK_MSG(err < GRAD_TOL, "%s: %s gradient error %.3g (bound %.0e)", name, what, err,
-              GRAD_TOL);
+    CHECK_MSG(err < GRAD_TOL, "%s: %s gradient error %.3g (bound %.0e)", name, what, err, GRAD_TOL);
     float *bad = malloc((size_t)n * sizeof *bad);
     memcpy(bad, a, (size_t)n * sizeof *bad);
     int64_t big = 0;
@@ -367,10 +366,10 @@ static void test_gpt_stack(void)
     enum { VOCAB = 11, DIM = 8, SEQ = 5 };
     pt_layer_spec attn_body[2] = {L(PT_LAYER_LAYERNORM), L(PT_LAYER_ATTENTION)};
     attn_body[1].heads = 2;
-    pt_layer_spec mlp_body[4] = {L(PT_LAYER_LAYERNORM), linear(16), L(PT_LAYER_GELU),
-                                 linear(DIM)};
-    pt_layer_spec layers[6] = {L(PT_LAYER_EMBEDDING), L(PT_LAYER_RESIDUAL), L(PT_LAYER_RESIDUAL),
-                               L(PT_LAYER_LAYERNORM), linear(VOCAB), L(PT_LAYER_SOFTMAX_XENT)};
+    pt_layer_spec mlp_body[4] = {L(PT_LAYER_LAYERNORM), linear(16), L(PT_LAYER_GELU), linear(DIM)};
+    pt_layer_spec layers[6] = {L(PT_LAYER_EMBEDDING), L(PT_LAYER_RESIDUAL),
+                               L(PT_LAYER_RESIDUAL),  L(PT_LAYER_LAYERNORM),
+                               linear(VOCAB),         L(PT_LAYER_SOFTMAX_XENT)};
     layers[0].vocab = VOCAB;
     layers[0].dim = DIM;
     layers[0].positional = 1;
@@ -387,8 +386,8 @@ static void test_gpt_stack(void)
 
 static void test_mlp(void)
 {
-    pt_layer_spec layers[6] = {linear(10), L(PT_LAYER_RELU), linear(8), L(PT_LAYER_RELU),
-                               linear(4),  L(PT_LAYER_SOFTMAX_XENT)};
+    pt_layer_spec layers[6] = {linear(10),       L(PT_LAYER_RELU), linear(8),
+                               L(PT_LAYER_RELU), linear(4),        L(PT_LAYER_SOFTMAX_XENT)};
     layers[5].classes = 4;
     fixture f;
     make_float_fixture(&f, "mlp", layers, 6, 1, (int[]){12}, 3, 4);
@@ -403,8 +402,8 @@ static void test_shape_errors(void)
     layers[0].heads = 4;
     layers[1].classes = 6;
     snprintf(layers[0].name, sizeof layers[0].name, "attn0");
-    pt_model_spec spec = {.name = "bad", .input_rank = 2, .input = {3, 6}, .layers = layers,
-                          .layer_count = 2};
+    pt_model_spec spec = {
+        .name = "bad", .input_rank = 2, .input = {3, 6}, .layers = layers, .layer_count = 2};
     pt_net_config cfg = pt_net_config_default(&spec);
     pt_net *net = NULL;
     pt_error err = {0};
@@ -418,9 +417,8 @@ static void test_shape_errors(void)
     CHECK_STR_CONTAINS(err.msg, "classes: 5 does not match");
 }
 
-PT_TEST_MAIN({"linear", test_linear}, {"relu_gelu", test_relu_gelu},
-             {"layernorm", test_layernorm}, {"attention", test_attention},
-             {"residual", test_residual}, {"softmax_xent", test_softmax_xent},
-             {"embedding", test_embedding}, {"bad_ids", test_bad_ids},
-             {"gpt_stack", test_gpt_stack}, {"mlp", test_mlp},
+PT_TEST_MAIN({"linear", test_linear}, {"relu_gelu", test_relu_gelu}, {"layernorm", test_layernorm},
+             {"attention", test_attention}, {"residual", test_residual},
+             {"softmax_xent", test_softmax_xent}, {"embedding", test_embedding},
+             {"bad_ids", test_bad_ids}, {"gpt_stack", test_gpt_stack}, {"mlp", test_mlp},
              {"shape_errors", test_shape_errors})
