@@ -1,5 +1,6 @@
 #include "protocol/json_util.h"
 
+#include <locale.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -310,6 +311,33 @@ int pt_jr_is_object(pt_jr *jr, const cJSON *elem, const char *path)
     if (!cJSON_IsObject(elem))
         return pt_jr_fail(jr, PT_EINVAL, path, NULL, "must be an object (got %s)", kind_of(elem));
     return 0;
+}
+
+/* Exact integers of a double: up to 2^53 every integer is one. */
+#define EXACT_INT_MAX 9007199254740992.0
+
+int pt_jr_add_number(cJSON *obj, const char *key, double d)
+{
+    char buf[64];
+    if (!isfinite(d)) {
+        snprintf(buf, sizeof buf, "null");
+    } else if (d == floor(d) && fabs(d) <= EXACT_INT_MAX) {
+        snprintf(buf, sizeof buf, "%.0f", d);
+    } else {
+        for (int digits = 15; digits <= 17; digits++) {
+            snprintf(buf, sizeof buf, "%.*g", digits, d);
+            if (strtod(buf, NULL) == d)
+                break;
+        }
+        /* JSON wants '.', whatever LC_NUMERIC the program set. */
+        const char *point = localeconv()->decimal_point;
+        if (point && point[0] && point[0] != '.' && !point[1]) {
+            char *p = strchr(buf, point[0]);
+            if (p)
+                *p = '.';
+        }
+    }
+    return cJSON_AddRawToObject(obj, key, buf) != NULL;
 }
 
 double pt_jr_short_float(float f)

@@ -97,6 +97,13 @@ int pt_jr_elem_int(pt_jr *jr, const cJSON *item, const char *path, int min, int 
 /* Checks that elem (found at path) is an object. */
 int pt_jr_is_object(pt_jr *jr, const cJSON *elem, const char *path);
 
+/* Adds key: d to obj as the shortest decimal text that reads back as exactly
+ * d ("0.1", "9007199254740992"), whatever the C locale. cJSON's own number
+ * printer accepts a relative error of DBL_EPSILON, which breaks exact
+ * round-trips of 16- and 17-digit values, so writers use this instead.
+ * Returns 1 on success, 0 on no memory. A non-finite d is written as null. */
+int pt_jr_add_number(cJSON *obj, const char *key, double d);
+
 /* The double with the shortest decimal form that still reads back as f, so
  * a float field is written as 0.05 rather than 0.05000000074505806. */
 double pt_jr_short_float(float f);

@@ -89,7 +89,7 @@ static int linear_parse(pt_jr *jr, const cJSON *obj, const char *path, int depth
 
 static int linear_write(cJSON *obj, const pt_layer_spec *l)
 {
-    if (!cJSON_AddNumberToObject(obj, "out", l->out))
+    if (!pt_jr_add_number(obj, "out", l->out))
         return PT_ENOMEM;
     if (!l->bias && !cJSON_AddFalseToObject(obj, "bias"))
         return PT_ENOMEM;
@@ -164,7 +164,7 @@ static int layernorm_parse(pt_jr *jr, const cJSON *obj, const char *path, int de
 static int layernorm_write(cJSON *obj, const pt_layer_spec *l)
 {
     if (l->eps != PT_LAYERNORM_EPS_DEFAULT &&
-        !cJSON_AddNumberToObject(obj, "eps", pt_jr_short_float(l->eps)))
+        !pt_jr_add_number(obj, "eps", pt_jr_short_float(l->eps)))
         return PT_ENOMEM;
     return 0;
 }
@@ -199,8 +199,7 @@ static int embedding_parse(pt_jr *jr, const cJSON *obj, const char *path, int de
 
 static int embedding_write(cJSON *obj, const pt_layer_spec *l)
 {
-    if (!cJSON_AddNumberToObject(obj, "vocab", l->vocab) ||
-        !cJSON_AddNumberToObject(obj, "dim", l->dim))
+    if (!pt_jr_add_number(obj, "vocab", l->vocab) || !pt_jr_add_number(obj, "dim", l->dim))
         return PT_ENOMEM;
     if (!l->positional && !cJSON_AddFalseToObject(obj, "positional"))
         return PT_ENOMEM;
@@ -240,7 +239,7 @@ static int attention_parse(pt_jr *jr, const cJSON *obj, const char *path, int de
 
 static int attention_write(cJSON *obj, const pt_layer_spec *l)
 {
-    return cJSON_AddNumberToObject(obj, "heads", l->heads) ? 0 : PT_ENOMEM;
+    return pt_jr_add_number(obj, "heads", l->heads) ? 0 : PT_ENOMEM;
 }
 
 static int attention_shape(shape_ctx *c, const pt_layer_spec *l, const char *path, int depth,
@@ -344,7 +343,7 @@ static int softmax_parse(pt_jr *jr, const cJSON *obj, const char *path, int dept
 
 static int softmax_write(cJSON *obj, const pt_layer_spec *l)
 {
-    return cJSON_AddNumberToObject(obj, "classes", l->classes) ? 0 : PT_ENOMEM;
+    return pt_jr_add_number(obj, "classes", l->classes) ? 0 : PT_ENOMEM;
 }
 
 static int softmax_shape(shape_ctx *c, const pt_layer_spec *l, const char *path, int depth,
@@ -631,11 +630,11 @@ static int spec_shapes(pt_jr *jr, const pt_model_spec *spec, pt_layer_shape *sha
                               "dimension %d must be in [1, %d] (got %d)", i, PT_MODEL_DIM_MAX,
                               spec->input[i]);
         io.dims[i] = spec->input[i];
+        if (io.out_elems > PT_MODEL_ELEMS_MAX / spec->input[i])
+            return pt_jr_fail(jr, PT_ERANGE, "input.shape", NULL,
+                              "more than %lld floats per sample", (long long)PT_MODEL_ELEMS_MAX);
         io.out_elems *= spec->input[i];
     }
-    if (io.out_elems > PT_MODEL_ELEMS_MAX)
-        return pt_jr_fail(jr, PT_ERANGE, "input.shape", NULL, "more than %lld floats per sample",
-                          (long long)PT_MODEL_ELEMS_MAX);
     if (spec->layer_count < 1 || !spec->layers)
         return pt_jr_fail(jr, PT_EINVAL, "layers", NULL, "must not be empty");
     shape_ctx c = {jr, spec, 0};
@@ -806,7 +805,7 @@ char *pt_model_spec_to_json(const pt_model_spec *spec)
         cJSON_Delete(layers);
         return NULL;
     }
-    cJSON_AddNumberToObject(root, "v", PT_FORMAT_VERSION);
+    pt_jr_add_number(root, "v", PT_FORMAT_VERSION);
     cJSON_AddStringToObject(root, "name", spec->name);
     cJSON_AddItemToObject(root, "input", input);
     cJSON_AddStringToObject(input, "kind",

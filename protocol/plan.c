@@ -538,14 +538,14 @@ static int add_optimizer(cJSON *root, const pt_optim_spec *o)
     if (!obj)
         return PT_ENOMEM;
     int ok = cJSON_AddStringToObject(obj, "kind", o->kind == PT_OPTIM_ADAM ? "adam" : "sgd") &&
-             cJSON_AddNumberToObject(obj, "lr", pt_jr_short_float(o->lr));
+             pt_jr_add_number(obj, "lr", pt_jr_short_float(o->lr));
     if (o->kind == PT_OPTIM_ADAM)
-        ok = ok && cJSON_AddNumberToObject(obj, "beta1", pt_jr_short_float(o->beta1)) &&
-             cJSON_AddNumberToObject(obj, "beta2", pt_jr_short_float(o->beta2)) &&
-             cJSON_AddNumberToObject(obj, "eps", pt_jr_short_float(o->eps));
+        ok = ok && pt_jr_add_number(obj, "beta1", pt_jr_short_float(o->beta1)) &&
+             pt_jr_add_number(obj, "beta2", pt_jr_short_float(o->beta2)) &&
+             pt_jr_add_number(obj, "eps", pt_jr_short_float(o->eps));
     else
-        ok = ok && cJSON_AddNumberToObject(obj, "momentum", pt_jr_short_float(o->momentum));
-    ok = ok && cJSON_AddNumberToObject(obj, "weight_decay", pt_jr_short_float(o->weight_decay));
+        ok = ok && pt_jr_add_number(obj, "momentum", pt_jr_short_float(o->momentum));
+    ok = ok && pt_jr_add_number(obj, "weight_decay", pt_jr_short_float(o->weight_decay));
     return ok ? 0 : PT_ENOMEM;
 }
 
@@ -577,12 +577,12 @@ char *pt_plan_to_json(const pt_plan *plan)
     if (!root)
         return NULL;
     cJSON *mb, *sched, *stages;
-    if (!cJSON_AddNumberToObject(root, "v", PT_FORMAT_VERSION) ||
+    if (!pt_jr_add_number(root, "v", PT_FORMAT_VERSION) ||
         !cJSON_AddStringToObject(root, "model", plan->model) ||
-        !cJSON_AddNumberToObject(root, "layers", plan->layer_count) ||
+        !pt_jr_add_number(root, "layers", plan->layer_count) ||
         !(mb = cJSON_AddObjectToObject(root, "microbatch")) ||
-        !cJSON_AddNumberToObject(mb, "size", plan->microbatch_size) ||
-        !cJSON_AddNumberToObject(mb, "count", plan->microbatch_count) ||
+        !pt_jr_add_number(mb, "size", plan->microbatch_size) ||
+        !pt_jr_add_number(mb, "count", plan->microbatch_count) ||
         !(sched = cJSON_AddObjectToObject(root, "schedule")))
         goto fail;
     const char *kind = pt_sched_kind_name(plan->schedule);

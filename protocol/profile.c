@@ -162,12 +162,12 @@ char *pt_profile_to_json(const pt_profile *profile)
         cJSON_Delete(layers);
         return NULL;
     }
-    cJSON_AddNumberToObject(root, "v", PT_FORMAT_VERSION);
+    pt_jr_add_number(root, "v", PT_FORMAT_VERSION);
     cJSON_AddStringToObject(root, "model", profile->model);
     cJSON_AddStringToObject(root, "device", profile->device);
     cJSON_AddStringToObject(root, "source", profile->source[0] ? profile->source : "measured");
-    cJSON_AddNumberToObject(root, "microbatch", profile->microbatch);
-    cJSON_AddNumberToObject(root, "input_bytes", (double)profile->input_bytes);
+    pt_jr_add_number(root, "microbatch", profile->microbatch);
+    pt_jr_add_number(root, "input_bytes", (double)profile->input_bytes);
     cJSON_AddItemToObject(root, "layers", layers);
     for (int i = 0; i < profile->layer_count; i++) {
         const pt_profile_layer *l = &profile->layers[i];
@@ -179,11 +179,11 @@ char *pt_profile_to_json(const pt_profile *profile)
         cJSON_AddItemToArray(layers, o);
         /* An empty name is written as none, which reads back as "layer<i>". */
         if ((l->name[0] && !cJSON_AddStringToObject(o, "name", l->name)) ||
-            !cJSON_AddNumberToObject(o, "fwd_ms", l->fwd_ms) ||
-            !cJSON_AddNumberToObject(o, "bwd_ms", l->bwd_ms) ||
-            !cJSON_AddNumberToObject(o, "recompute_ms", l->recompute_ms) ||
-            !cJSON_AddNumberToObject(o, "act_bytes", (double)l->act_bytes) ||
-            !cJSON_AddNumberToObject(o, "param_bytes", (double)l->param_bytes)) {
+            !pt_jr_add_number(o, "fwd_ms", l->fwd_ms) ||
+            !pt_jr_add_number(o, "bwd_ms", l->bwd_ms) ||
+            !pt_jr_add_number(o, "recompute_ms", l->recompute_ms) ||
+            !pt_jr_add_number(o, "act_bytes", (double)l->act_bytes) ||
+            !pt_jr_add_number(o, "param_bytes", (double)l->param_bytes)) {
             cJSON_Delete(root);
             return NULL;
         }

@@ -11,6 +11,8 @@
 
 #define US_PER_S            1e6
 #define BITS_PER_GBIT       1e9
+#define GBPS_MIN            1e-6 /* 1 kbit/s: slower is a typo, and keeps the conversion exact */
+#define LATENCY_US_MIN      1e-6 /* below this, a latency must be 0 */
 #define DEFAULT_DEVICE_BASE "dev"
 
 static const char *const topo_keys[] = {"v", "name", "nodes", "links", NULL};
@@ -147,6 +149,37 @@ static int parse_node_devices(pt_jr *jr, const node_entry *e, const char *path, 
     return 0;
 }
 
+/* JSON units to the record's: Gbit/s -> bytes/s and us -> s. */
+static double gbps_to_bytes(double gbps)
+{
+    return gbps * (BITS_PER_GBIT / PT_BITS_PER_BYTE);
+}
+
+static double us_to_s(double us)
+{
+    return us / US_PER_S;
+}
+
+/* The JSON value j, near approx, with to_record(j) == v exactly, so a record
+ * read from JSON is written back as a value that reads back the same. When
+ * no such j lies within a few ulps (a record built by hand), approx. */
+static double json_value(double v, double approx, double (*to_record)(double))
+{
+    enum { ULPS = 4 };
+    if (to_record(approx) == v)
+        return approx;
+    double up = approx, down = approx;
+    for (int k = 0; k < ULPS; k++) {
+        up = nextafter(up, INFINITY);
+        down = nextafter(down, -INFINITY);
+        if (to_record(up) == v)
+            return up;
+        if (to_record(down) == v)
+            return down;
+    }
+    return approx;
+}
+
 static int parse_link(pt_jr *jr, const cJSON *links, const char *key, int required, pt_link *l)
 {
     const cJSON *obj;
@@ -162,8 +195,14 @@ static int parse_link(pt_jr *jr, const cJSON *links, const char *key, int requir
         (rc = pt_jr_num(jr, obj, path, "bandwidth_gbps", PT_JR_REQUIRED, 0, bw_r, &gbps)) < 0 ||
         (rc = pt_jr_num(jr, obj, path, "latency_us", PT_JR_REQUIRED, 0, lat_r, &us)) < 0)
         return rc;
-    l->bandwidth = gbps * BITS_PER_GBIT / PT_BITS_PER_BYTE;
-    l->latency = us / US_PER_S;
+    if (gbps < GBPS_MIN)
+        return pt_jr_fail(jr, PT_ERANGE, path, "bandwidth_gbps", "must be >= %g (got %g)", GBPS_MIN,
+                          gbps);
+    if (us > 0.0 && us < LATENCY_US_MIN)
+        return pt_jr_fail(jr, PT_ERANGE, path, "latency_us", "must be 0 or >= %g (got %g)",
+                          LATENCY_US_MIN, us);
+    l->bandwidth = gbps_to_bytes(gbps);
+    l->latency = us_to_s(us);
     return 0;
 }
 
@@ -285,8 +324,8 @@ static cJSON *device_json(const pt_device *d, const char *name)
     if (!o)
         return NULL;
     if (!cJSON_AddStringToObject(o, "name", name) ||
-        !cJSON_AddNumberToObject(o, "memory_gib", (double)d->memory_bytes / PT_BYTES_PER_GIB) ||
-        !cJSON_AddNumberToObject(o, "speed", d->speed)) {
+        !pt_jr_add_number(o, "memory_gib", (double)d->memory_bytes / PT_BYTES_PER_GIB) ||
+        !pt_jr_add_number(o, "speed", d->speed)) {
         cJSON_Delete(o);
         return NULL;
     }
@@ -317,9 +356,10 @@ static cJSON *link_json(pt_link l)
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return NULL;
-    if (!cJSON_AddNumberToObject(o, "bandwidth_gbps",
-                                 l.bandwidth * PT_BITS_PER_BYTE / BITS_PER_GBIT) ||
-        !cJSON_AddNumberToObject(o, "latency_us", l.latency * US_PER_S)) {
+    double gbps =
+        json_value(l.bandwidth, l.bandwidth / (BITS_PER_GBIT / PT_BITS_PER_BYTE), gbps_to_bytes);
+    double us = json_value(l.latency, l.latency * US_PER_S, us_to_s);
+    if (!pt_jr_add_number(o, "bandwidth_gbps", gbps) || !pt_jr_add_number(o, "latency_us", us)) {
         cJSON_Delete(o);
         return NULL;
     }
@@ -342,7 +382,7 @@ static cJSON *node_json(const pt_topology *topo, int node, int first, int k)
     char base[PT_NAME_MAX];
     if (k > 1 && uniform_devices(d, k, base, sizeof base)) {
         cJSON *dev = device_json(&d[0], base);
-        if (!cJSON_AddNumberToObject(o, "count", k) || !dev) {
+        if (!pt_jr_add_number(o, "count", k) || !dev) {
             cJSON_Delete(dev);
             goto fail;
         }
@@ -372,7 +412,7 @@ char *pt_topology_to_json(const pt_topology *topo)
     if (!root)
         return NULL;
     cJSON *nodes, *links, *intra, *inter;
-    if (!cJSON_AddNumberToObject(root, "v", PT_FORMAT_VERSION) ||
+    if (!pt_jr_add_number(root, "v", PT_FORMAT_VERSION) ||
         !cJSON_AddStringToObject(root, "name", topo->name) ||
         !(nodes = cJSON_AddArrayToObject(root, "nodes")))
         goto fail;

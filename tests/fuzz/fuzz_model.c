@@ -1,0 +1,54 @@
+/* Fuzz harness for the model parser (libFuzzer, or replay_main.c over the
+ * corpus). Properties, each an abort() when false: a refused input leaves no
+ * record and an error that starts with the source name; an accepted one is
+ * valid and survives to_json -> parse -> to_json unchanged. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "protocol/model.h"
+
+static void fail(const char *what)
+{
+    fprintf(stderr, "fuzz_model: %s\n", what);
+    abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *text = malloc(size + 1);
+    if (!text)
+        return 0;
+    memcpy(text, data, size);
+    text[size] = '\0';
+    pt_model_spec *x = NULL;
+    pt_error err = {0};
+    int rc = pt_model_spec_parse(text, "fuzz", &x, &err);
+    free(text);
+    if (rc < 0) {
+        if (x)
+            fail("a refused input left a record");
+        if (err.code != rc || strncmp(err.msg, "fuzz: ", 6) != 0)
+            fail("a refused input has no error naming its source");
+        return 0;
+    }
+    if (!x)
+        fail("an accepted input gave no record");
+    pt_layer_shape *shapes = calloc((size_t)x->layer_count, sizeof *shapes);
+    if (!shapes || pt_model_spec_shapes(x, shapes, NULL) != 0)
+        fail("a parsed spec failed shape inference");
+    free(shapes);
+    char *json = pt_model_spec_to_json(x);
+    pt_model_spec *back = NULL;
+    if (!json || pt_model_spec_parse(json, "fuzz-again", &back, &err) != 0)
+        fail("the writer's output does not parse");
+    char *again = pt_model_spec_to_json(back);
+    if (!again || strcmp(json, again) != 0)
+        fail("to_json(parse(to_json(x))) differs from to_json(x)");
+    free(again);
+    free(json);
+    pt_model_spec_free(&back);
+    pt_model_spec_free(&x);
+    return 0;
+}
