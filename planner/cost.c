@@ -1,0 +1,378 @@
+/* Cost model and memory model (see cost.h for the formulas). */
+#include "planner/cost.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MS_PER_S 1000.0
+
+struct pt_cost {
+    const pt_profile *profile;
+    const pt_topology *topo;
+    int n;          /* layers */
+    int profile_mb; /* samples the profile's times and bytes are for */
+    double opt_bw;  /* bytes/s of an optimizer step on a speed-1 device; <= 0: free */
+    /* prefix sums over layers, n+1 entries each: x[j] = sum over layers < j */
+    double *fwd_ms, *bwd_ms, *rec_ms;
+    int64_t *param, *act;
+};
+
+const char *pt_mem_cat_name(int cat)
+{
+    static const char *const names[PT_MEM_CAT_COUNT] = {"weights", "grads", "optim",
+                                                        "acts",    "stash", "buffers"};
+    return cat >= 0 && cat < PT_MEM_CAT_COUNT ? names[cat] : "?";
+}
+
+int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **out, pt_error *err)
+{
+    if (out)
+        *out = NULL;
+    if (!profile || !topo || !out)
+        return pt_error_set(err, PT_EINVAL, "cost: a profile and a topology are required");
+    if (profile->layer_count < 1 || !profile->layers)
+        return pt_error_set(err, PT_EINVAL, "profile: layers: none");
+    if (profile->microbatch < 1)
+        return pt_error_set(err, PT_EINVAL, "profile: microbatch: %d is not positive",
+                            profile->microbatch);
+    if (!(topo->intra.bandwidth > 0) || !(topo->inter.bandwidth > 0))
+        return pt_error_set(err, PT_EINVAL, "topology: %s.bandwidth: must be positive",
+                            topo->intra.bandwidth > 0 ? "inter" : "intra");
+    int n = profile->layer_count;
+    pt_cost *c = calloc(1, sizeof *c);
+    if (!c)
+        return pt_error_set(err, PT_ENOMEM, "cost: out of memory");
+    c->profile = profile;
+    c->topo = topo;
+    c->n = n;
+    c->profile_mb = profile->microbatch;
+    c->opt_bw = PT_COST_OPT_MEM_BW_BPS;
+    c->fwd_ms = malloc((size_t)(n + 1) * 3 * sizeof(double));
+    c->param = malloc((size_t)(n + 1) * 2 * sizeof(int64_t));
+    if (!c->fwd_ms || !c->param) {
+        pt_cost_free(&c);
+        return pt_error_set(err, PT_ENOMEM, "cost: out of memory");
+    }
+    c->bwd_ms = c->fwd_ms + (n + 1);
+    c->rec_ms = c->bwd_ms + (n + 1);
+    c->act = c->param + (n + 1);
+    c->fwd_ms[0] = c->bwd_ms[0] = c->rec_ms[0] = 0;
+    c->param[0] = c->act[0] = 0;
+    for (int l = 0; l < n; l++) {
+        const pt_profile_layer *L = &profile->layers[l];
+        double rec = L->recompute_ms > 0 ? L->recompute_ms : L->fwd_ms;
+        c->fwd_ms[l + 1] = c->fwd_ms[l] + L->fwd_ms;
+        c->bwd_ms[l + 1] = c->bwd_ms[l] + L->bwd_ms;
+        c->rec_ms[l + 1] = c->rec_ms[l] + rec;
+        c->param[l + 1] = c->param[l] + L->param_bytes;
+        c->act[l + 1] = c->act[l] + L->act_bytes;
+    }
+    *out = c;
+    return 0;
+}
+
+void pt_cost_free(pt_cost **cost_p)
+{
+    if (!cost_p || !*cost_p)
+        return;
+    free((*cost_p)->fwd_ms);
+    free((*cost_p)->param);
+    free(*cost_p);
+    *cost_p = NULL;
+}
+
+void pt_cost_set_opt_bandwidth(pt_cost *cost, double bytes_per_s)
+{
+    if (cost)
+        cost->opt_bw = bytes_per_s;
+}
+
+const pt_profile *pt_cost_profile(const pt_cost *cost)
+{
+    return cost->profile;
+}
+
+const pt_topology *pt_cost_topology(const pt_cost *cost)
+{
+    return cost->topo;
+}
+
+static double speed_of(const pt_cost *c, int device)
+{
+    if (device < 0 || device >= c->topo->device_count || !(c->topo->devices[device].speed > 0))
+        return 1.0;
+    return c->topo->devices[device].speed;
+}
+
+static double scaled(const pt_cost *c, const double *pre, int first, int last, int rows, int device)
+{
+    if (first < 0)
+        first = 0;
+    if (last > c->n)
+        last = c->n;
+    if (last <= first || rows <= 0)
+        return 0;
+    return (pre[last] - pre[first]) / MS_PER_S * rows / c->profile_mb / speed_of(c, device);
+}
+
+double pt_cost_fwd_s(const pt_cost *c, int first, int last, int rows, int device)
+{
+    return scaled(c, c->fwd_ms, first, last, rows, device);
+}
+
+double pt_cost_bwd_s(const pt_cost *c, int first, int last, int rows, int device)
+{
+    return scaled(c, c->bwd_ms, first, last, rows, device);
+}
+
+double pt_cost_recompute_s(const pt_cost *c, int first, int last, int rows, int device)
+{
+    return scaled(c, c->rec_ms, first, last, rows, device);
+}
+
+int64_t pt_cost_param_bytes(const pt_cost *c, int first, int last)
+{
+    if (first < 0)
+        first = 0;
+    if (last > c->n)
+        last = c->n;
+    return last > first ? c->param[last] - c->param[first] : 0;
+}
+
+int64_t pt_cost_boundary_bytes(const pt_cost *c, int boundary, int rows)
+{
+    if (boundary < 0 || boundary > c->n)
+        return 0;
+    int64_t b =
+        boundary == 0 ? c->profile->input_bytes : c->profile->layers[boundary - 1].act_bytes;
+    return b * rows / c->profile_mb;
+}
+
+int64_t pt_cost_act_bytes(const pt_cost *c, int first, int last, int rows)
+{
+    if (first < 0)
+        first = 0;
+    if (last > c->n)
+        last = c->n;
+    return last > first ? (c->act[last] - c->act[first]) * rows / c->profile_mb : 0;
+}
+
+double pt_cost_link_s(pt_link link, int64_t bytes)
+{
+    if (bytes <= 0)
+        return 0;
+    return link.latency + (double)bytes / link.bandwidth;
+}
+
+static pt_link link_of(const pt_cost *c, int a, int b)
+{
+    const pt_topology *t = c->topo;
+    if (a < 0 || b < 0 || a >= t->device_count || b >= t->device_count)
+        return t->inter;
+    return t->devices[a].node == t->devices[b].node ? t->intra : t->inter;
+}
+
+double pt_cost_p2p_s(const pt_cost *c, int a, int b, int64_t bytes)
+{
+    if (a == b)
+        return 0;
+    return pt_cost_link_s(link_of(c, a, b), bytes);
+}
+
+double pt_cost_ring_allreduce_s(int p, int64_t bytes, double latency, double bandwidth)
+{
+    if (p <= 1 || bytes <= 0)
+        return 0;
+    return 2.0 * (p - 1) * latency + 2.0 * (p - 1) / p * (double)bytes / bandwidth;
+}
+
+double pt_cost_allreduce_s(const pt_cost *c, const int *devices, int p, int64_t bytes)
+{
+    if (p <= 1)
+        return 0;
+    double lat = 0, bw = 0;
+    for (int k = 0; k < p; k++) {
+        pt_link l = link_of(c, devices[k], devices[(k + 1) % p]);
+        if (devices[k] == devices[(k + 1) % p])
+            continue;
+        if (l.latency > lat)
+            lat = l.latency;
+        if (bw == 0 || l.bandwidth < bw)
+            bw = l.bandwidth;
+    }
+    if (bw == 0)
+        return 0;
+    return pt_cost_ring_allreduce_s(p, bytes, lat, bw);
+}
+
+double pt_cost_boundary_s(const pt_cost *c, const int *src, int src_r, const int *dst, int dst_r,
+                          int mb_rows, int64_t mb_bytes)
+{
+    double worst = 0;
+    for (int j = 0; j < src_r; j++) {
+        int slo = (int)((int64_t)mb_rows * j / src_r),
+            shi = (int)((int64_t)mb_rows * (j + 1) / src_r);
+        double t = 0;
+        for (int k = 0; k < dst_r; k++) {
+            int dlo = (int)((int64_t)mb_rows * k / dst_r);
+            int dhi = (int)((int64_t)mb_rows * (k + 1) / dst_r);
+            int lo = slo > dlo ? slo : dlo, hi = shi < dhi ? shi : dhi;
+            if (lo < hi)
+                t += pt_cost_p2p_s(c, src[j], dst[k], mb_bytes * (hi - lo) / c->profile_mb);
+        }
+        if (t > worst)
+            worst = t;
+    }
+    return worst;
+}
+
+int pt_cost_optim_state_factor(pt_optim_kind optim)
+{
+    return optim == PT_OPTIM_ADAM ? 2 : 1;
+}
+
+double pt_cost_opt_step_s(const pt_cost *c, int64_t param_bytes, pt_optim_kind optim, int device)
+{
+    if (!(c->opt_bw > 0) || param_bytes <= 0)
+        return 0;
+    double passes =
+        PT_COST_OPT_BASE_PASSES + PT_COST_OPT_STATE_PASSES * pt_cost_optim_state_factor(optim);
+    return (double)param_bytes * passes / (c->opt_bw * speed_of(c, device));
+}
+
+static int imin(int a, int b)
+{
+    return a < b ? a : b;
+}
+
+int pt_cost_inflight(pt_sched_kind kind, char policy, int S, int i, int M)
+{
+    switch (kind) {
+    case PT_SCHED_GPIPE:
+        return M;
+    case PT_SCHED_DAPPLE:
+        return policy == 'B' ? imin(2 * (S - i) - 1, M) : imin(S - i, M);
+    case PT_SCHED_PIPEDREAM:
+        return S - i;
+    default:
+        return imin(S - i, M);
+    }
+}
+
+int pt_cost_weight_versions(pt_sched_kind kind, int vertical_sync, int S, int i)
+{
+    switch (kind) {
+    case PT_SCHED_PIPEDREAM:
+        if (vertical_sync)
+            return i == 0 ? S + 1 : S;
+        return S - i + 1;
+    case PT_SCHED_2BW:
+        return 2;
+    default:
+        return 1;
+    }
+}
+
+void pt_cost_stage_memory(const pt_cost *c, const pt_mem_query *q, pt_mem *out)
+{
+    memset(out, 0, sizeof *out);
+    int64_t P = pt_cost_param_bytes(c, q->first, q->last);
+    int64_t in_b = pt_cost_boundary_bytes(c, q->first, q->rows);
+    int64_t out_b = pt_cost_boundary_bytes(c, q->last, q->rows);
+    int64_t act_b = pt_cost_act_bytes(c, q->first, q->last, q->rows);
+    int K = pt_cost_inflight(q->kind, q->policy, q->stage_count, q->stage, q->microbatches);
+    int V = pt_cost_weight_versions(q->kind, q->vertical_sync, q->stage_count, q->stage);
+    out->bytes[PT_MEM_WEIGHTS] = P;
+    out->bytes[PT_MEM_GRADS] = q->kind == PT_SCHED_PIPESGD ? 2 * P : P;
+    out->bytes[PT_MEM_OPTIM] = pt_cost_optim_state_factor(q->optim) * P;
+    out->bytes[PT_MEM_ACTS] = q->recompute ? K * in_b + act_b : K * (in_b + act_b);
+    out->bytes[PT_MEM_STASH] = (int64_t)(V - 1) * P;
+    out->bytes[PT_MEM_BUFFERS] =
+        (q->stage > 0 ? in_b : 0) + (q->stage + 1 < q->stage_count ? out_b : 0);
+    for (int k = 0; k < PT_MEM_CAT_COUNT; k++)
+        out->total += out->bytes[k];
+}
+
+/* "12.3 GiB"-style text for messages. */
+static const char *human(int64_t bytes, char *buf, size_t cap)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, cap, u ? "%.2f %s" : "%.0f %s", v, unit[u]);
+    return buf;
+}
+
+int pt_cost_plan_memory(const pt_cost *c, const pt_plan *plan, pt_error *err)
+{
+    if (!c || !plan)
+        return pt_error_set(err, PT_EINVAL, "cost: a cost model and a plan are required");
+    const pt_topology *t = c->topo;
+    for (int s = 0; s < plan->stage_count; s++) {
+        const pt_stage *st = &plan->stages[s];
+        if (st->first < 0 || st->last > c->n || st->last <= st->first)
+            return pt_error_set(err, PT_EINVAL,
+                                "plan: stages[%d].layers: [%d,%d) outside %d layers", s, st->first,
+                                st->last, c->n);
+        for (int r = 0; r < st->replica_count; r++) {
+            int d = st->replicas[r];
+            if (d < 0 || d >= t->device_count)
+                return pt_error_set(err, PT_EINVAL,
+                                    "plan: stages[%d].replicas[%d]: device %d not in topology "
+                                    "'%s' (%d devices)",
+                                    s, r, d, t->name, t->device_count);
+            int lo, hi;
+            lo = (int)((int64_t)plan->microbatch_size * r / st->replica_count);
+            hi = (int)((int64_t)plan->microbatch_size * (r + 1) / st->replica_count);
+            pt_mem_query q = {plan->schedule,
+                              plan->policy,
+                              plan->vertical_sync,
+                              plan->optimizer.kind,
+                              plan->stage_count,
+                              s,
+                              st->first,
+                              st->last,
+                              hi - lo,
+                              plan->microbatch_count,
+                              st->recompute};
+            pt_mem m;
+            pt_cost_stage_memory(c, &q, &m);
+            if (m.total <= t->devices[d].memory_bytes)
+                continue;
+            /* name the two largest categories so the user sees what to change */
+            int a = 0, b = -1;
+            for (int k = 1; k < PT_MEM_CAT_COUNT; k++)
+                if (m.bytes[k] > m.bytes[a])
+                    a = k;
+            for (int k = 0; k < PT_MEM_CAT_COUNT; k++)
+                if (k != a && (b < 0 || m.bytes[k] > m.bytes[b]))
+                    b = k;
+            char n1[32], n2[32], n3[32], n4[32];
+            return pt_error_set(
+                err, PT_ENOFIT,
+                "plan: stages[%d] (layers [%d,%d)) replica %d on device %d '%s': "
+                "needs %s (%s %s, %s %s) but the device has %s",
+                s, st->first, st->last, r, d, t->devices[d].name, human(m.total, n1, sizeof n1),
+                pt_mem_cat_name(a), human(m.bytes[a], n2, sizeof n2), pt_mem_cat_name(b),
+                human(m.bytes[b], n3, sizeof n3), human(t->devices[d].memory_bytes, n4, sizeof n4));
+        }
+    }
+    return 0;
+}
+
+int pt_cost_check_memory(const pt_plan *plan, const pt_profile *profile, const pt_topology *topo,
+                         pt_error *err)
+{
+    pt_cost *c = NULL;
+    int rc = pt_cost_new(profile, topo, &c, err);
+    if (rc < 0)
+        return rc;
+    rc = pt_cost_plan_memory(c, plan, err);
+    pt_cost_free(&c);
+    return rc;
+}

@@ -1,0 +1,47 @@
+/* Internal to planner/: what schedule generators (planner/sched_*.c) share.
+ * A generator appends each worker's ops in turn: call pt_sched_gen_begin(w),
+ * emit its ops, then pt_sched_gen_end(w). Not for use outside planner/. */
+#ifndef PT_PLANNER_SCHED_GEN_H
+#define PT_PLANNER_SCHED_GEN_H
+
+#include "planner/schedule.h"
+
+/* The generators of the registry (one per file). */
+int pt_sched_gen_gpipe(pt_program *prog, pt_error *err);
+int pt_sched_gen_dapple(pt_program *prog, pt_error *err);
+int pt_sched_gen_1f1b_flush(pt_program *prog, pt_error *err);
+int pt_sched_gen_pipedream(pt_program *prog, pt_error *err);
+int pt_sched_gen_2bw(pt_program *prog, pt_error *err);
+int pt_sched_gen_pipesgd(pt_program *prog, pt_error *err);
+
+void pt_sched_gen_begin(pt_program *prog, int w);
+void pt_sched_gen_end(pt_program *prog, int w);
+
+/* Appends one op (growing the array); 0 or PT_ENOMEM. */
+int pt_sched_gen_op(pt_program *prog, int kind, int flags, int mb, int mb_end, int version,
+                    int peer, int row_lo, int row_hi, int64_t bytes);
+
+/* RECV_ACT from every overlapping replica of the previous stage, FWD of the
+ * worker's rows of mb, SEND_ACT to every overlapping replica of the next. */
+int pt_sched_gen_fwd(pt_program *prog, int w, int mb, int version, int flags);
+/* RECV_GRAD from the next stage's overlapping replicas, RECOMPUTE when the
+ * worker recomputes, BWD, SEND_GRAD to the previous stage's replicas. */
+int pt_sched_gen_bwd(pt_program *prog, int w, int mb, int version, int flags);
+/* ALLREDUCE / AR_WAIT of [mb, mb_end) on a replicated stage; nothing on a
+ * stage with one replica. */
+int pt_sched_gen_allreduce(pt_program *prog, int w, int mb, int mb_end, int version, int flags);
+int pt_sched_gen_ar_wait(pt_program *prog, int w, int mb, int mb_end, int version);
+/* OPT_STEP applying [mb, mb_end) and producing `version`. */
+int pt_sched_gen_opt(pt_program *prog, int w, int mb, int mb_end, int version);
+
+/* The synchronous 1F1B order shared by dapple and 1f1b-flush: K warm-up
+ * forwards, then B0 F_K B1 F_K+1 ..., then the remaining backwards; then the
+ * all-reduce of [0, M) and the step producing version 1. */
+int pt_sched_gen_sync_1f1b(pt_program *prog, int w, int K);
+
+static inline int pt_sched_min(int a, int b)
+{
+    return a < b ? a : b;
+}
+
+#endif

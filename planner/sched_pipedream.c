@@ -1,0 +1,47 @@
+/* pipedream: PipeDream's asynchronous 1F1B over a run of N = M * windows
+ * micro-batches (warm-up, steady state, drain), no flush. Stage i admits
+ * S-i micro-batches, then alternates backward and forward; every backward is
+ * followed by the all-reduce of a replicated stage and an optimizer step, so
+ * stage i's weights advance one version per micro-batch.
+ *
+ * Weight stashing: a micro-batch's FWD, RECOMPUTE and BWD on a stage read the
+ * same version (PT_OPF_STASH: the forward copies the weights it used), so a
+ * stage holds its live weights plus one stash per in-flight micro-batch,
+ * S-i+1 versions. Without vertical sync a micro-batch reads, on each stage,
+ * the newest version there when its forward starts. With vertical sync it
+ * reads on every stage the version that was newest on stage 0 when it entered
+ * the pipeline (PipeDream's public runtime never implemented this). */
+#include "planner/sched_gen.h"
+
+/* Version the forward of micro-batch k reads on a stage that admits K:
+ * backwards 0..k-K (each followed by a step) precede it in 1F1B order. */
+static int newest_at_fwd(int k, int K)
+{
+    return k - K + 1 > 0 ? k - K + 1 : 0;
+}
+
+int pt_sched_gen_pipedream(pt_program *p, pt_error *err)
+{
+    (void)err;
+    int S = p->stage_count, N = p->mb_count, rc;
+    int K0 = pt_sched_min(S, N);
+    for (int w = 0; w < p->worker_count; w++) {
+        int K = pt_sched_min(S - p->workers[w].stage, N);
+#define VERSION(k) (p->vertical_sync ? newest_at_fwd((k), K0) : newest_at_fwd((k), K))
+        pt_sched_gen_begin(p, w);
+        for (int k = 0; k < K; k++)
+            if ((rc = pt_sched_gen_fwd(p, w, k, VERSION(k), PT_OPF_STASH)) < 0)
+                return rc;
+        for (int j = 0; j < N; j++) {
+            if ((rc = pt_sched_gen_bwd(p, w, j, VERSION(j), PT_OPF_STASH)) < 0 ||
+                (rc = pt_sched_gen_allreduce(p, w, j, j + 1, VERSION(j), 0)) < 0 ||
+                (rc = pt_sched_gen_opt(p, w, j, j + 1, j + 1)) < 0)
+                return rc;
+            if (K + j < N && (rc = pt_sched_gen_fwd(p, w, K + j, VERSION(K + j), PT_OPF_STASH)) < 0)
+                return rc;
+        }
+#undef VERSION
+        pt_sched_gen_end(p, w);
+    }
+    return 0;
+}

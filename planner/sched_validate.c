@@ -1,0 +1,471 @@
+/* The schedule-program validator: structure, matching, dependency order,
+ * weight versions, collectives, and deadlock freedom by running the program
+ * with zero durations and blocking receives and collectives. It is written
+ * independently of the simulator so each checks the other in the tests. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/schedule.h"
+
+#define OPSTR_MAX 160
+
+typedef struct mbstate {
+    int fwd, rec, bwd;       /* op index, -1 when not seen */
+    int version, flags;      /* of the FWD */
+    int rows_in, rows_gin;   /* rows received: activations, gradients */
+    int rows_out, rows_gout; /* rows sent */
+    int covered;             /* OPT_STEPs covering it */
+} mbstate;
+
+typedef struct vstate {
+    mbstate *mb;         /* mb_count */
+    unsigned char *made; /* versions produced or initial, max_version + 1 */
+    int max_version;
+    int32_t *match;
+    int32_t *ar_first;      /* per stage: index of the first collective instance */
+    int32_t *ar_count;      /* per collective instance: replicas arrived */
+    int32_t *blocked;       /* per worker: op it is blocked on, -1 */
+    int32_t *stack;         /* workers able to run */
+    int32_t *pc;            /* per worker: next op */
+    unsigned char *joined;  /* per worker: arrival at the collective at pc counted */
+    unsigned char *arrived; /* per RECV op: its send has run */
+} vstate;
+
+static int fail(pt_error *err, int code, const pt_program *p, int i, const char *why)
+{
+    char buf[OPSTR_MAX];
+    return pt_error_set(err, code, "schedule: op %d (%s): %s", i,
+                        pt_sched_op_str(p, i, buf, sizeof buf), why);
+}
+
+static int check_shape(const pt_program *p, pt_error *err)
+{
+    if (p->worker_count < 1 || p->stage_count < 1 || !p->workers || !p->stage_worker)
+        return pt_error_set(err, PT_EINVAL, "schedule: no workers");
+    if (p->mb_count < 1 || p->initial_versions < 1)
+        return pt_error_set(err, PT_EINVAL, "schedule: mb_count %d, initial_versions %d",
+                            p->mb_count, p->initial_versions);
+    int prev_end = 0;
+    for (int s = 0; s < p->stage_count; s++)
+        if (p->stage_worker[s] >= p->stage_worker[s + 1])
+            return pt_error_set(err, PT_EINVAL, "schedule: stage %d has no workers", s);
+    if (p->stage_worker[0] != 0 || p->stage_worker[p->stage_count] != p->worker_count)
+        return pt_error_set(err, PT_EINVAL, "schedule: stage_worker does not span the workers");
+    for (int w = 0; w < p->worker_count; w++) {
+        const pt_worker *x = &p->workers[w];
+        if (x->stage < 0 || x->stage >= p->stage_count || w < p->stage_worker[x->stage] ||
+            w >= p->stage_worker[x->stage + 1])
+            return pt_error_set(err, PT_EINVAL, "schedule: worker %d: stage %d out of place", w,
+                                x->stage);
+        if (x->op_begin != prev_end || x->op_end < x->op_begin || x->op_end > p->op_count)
+            return pt_error_set(err, PT_EINVAL,
+                                "schedule: worker %d: ops [%d,%d) do not follow the previous "
+                                "worker's (ending at %d)",
+                                w, x->op_begin, x->op_end, prev_end);
+        if (x->row_lo < 0 || x->row_hi <= x->row_lo || x->row_hi > p->mb_size)
+            return pt_error_set(err, PT_EINVAL, "schedule: worker %d: rows [%d,%d) of %d", w,
+                                x->row_lo, x->row_hi, p->mb_size);
+        prev_end = x->op_end;
+    }
+    if (prev_end != p->op_count)
+        return pt_error_set(err, PT_EINVAL, "schedule: ops end at %d but op_count is %d", prev_end,
+                            p->op_count);
+    return 0;
+}
+
+/* Per-op checks that need no history. */
+static int check_op(const pt_program *p, int w, int i, pt_error *err)
+{
+    const pt_worker *x = &p->workers[w];
+    const pt_op *op = &p->ops[i];
+    int k = op->kind;
+    if (k >= PT_OP_KIND_COUNT)
+        return fail(err, PT_EINVAL, p, i, "unknown op kind");
+    if (op->mb < 0 || op->mb_end <= op->mb || op->mb_end > p->mb_count)
+        return fail(err, PT_EINVAL, p, i, "micro-batch range outside the program");
+    if (k == PT_OP_ALLREDUCE || k == PT_OP_AR_WAIT) {
+        if (op->peer != x->stage)
+            return fail(err, PT_EINVAL, p, i, "collective group is not the worker's stage");
+        if (x->replica_count < 2)
+            return fail(err, PT_EINVAL, p, i, "all-reduce on a stage with one replica");
+        return 0;
+    }
+    if (k == PT_OP_OPT_STEP)
+        return 0;
+    if (op->mb_end != op->mb + 1)
+        return fail(err, PT_EINVAL, p, i, "covers more than one micro-batch");
+    if (op->row_lo < x->row_lo || op->row_hi > x->row_hi || op->row_lo >= op->row_hi)
+        return fail(err, PT_EINVAL, p, i, "rows outside the worker's share");
+    if (k == PT_OP_FWD || k == PT_OP_BWD || k == PT_OP_RECOMPUTE) {
+        if (op->row_lo != x->row_lo || op->row_hi != x->row_hi)
+            return fail(err, PT_EINVAL, p, i, "compute does not cover the worker's rows");
+        if (op->version < 0)
+            return fail(err, PT_EINVAL, p, i, "negative weight version");
+        return 0;
+    }
+    int want = k == PT_OP_SEND_ACT || k == PT_OP_RECV_GRAD ? x->stage + 1 : x->stage - 1;
+    if (op->peer < 0 || op->peer >= p->worker_count || p->workers[op->peer].stage != want)
+        return fail(err, PT_EINVAL, p, i, "peer is not a worker of the adjacent stage");
+    const pt_worker *y = &p->workers[op->peer];
+    if (op->row_lo < y->row_lo || op->row_hi > y->row_hi)
+        return fail(err, PT_EINVAL, p, i, "rows outside the peer's share");
+    if (op->bytes < 0)
+        return fail(err, PT_EINVAL, p, i, "negative bytes");
+    return 0;
+}
+
+static int all_bwd_done(const vstate *v, const pt_op *op)
+{
+    for (int m = op->mb; m < op->mb_end; m++)
+        if (v->mb[m].bwd < 0)
+            return 0;
+    return 1;
+}
+
+/* Dependency order and versions on one worker. */
+static int check_worker(const pt_program *p, int w, vstate *v, pt_error *err)
+{
+    const pt_worker *x = &p->workers[w];
+    int rows = x->row_hi - x->row_lo, S = p->stage_count, rc;
+    for (int m = 0; m < p->mb_count; m++)
+        v->mb[m] = (mbstate){-1, -1, -1, -1, 0, 0, 0, 0, 0, 0};
+    memset(v->made, 0, (size_t)v->max_version + 1);
+    for (int u = 0; u < p->initial_versions && u <= v->max_version; u++)
+        v->made[u] = 1;
+    int newest = p->initial_versions - 1;
+    int reduced_lo = -1, reduced_hi = -1; /* last completed all-reduce, consumed by a step */
+    int async_lo[2] = {-1, -1}, async_hi[2] = {-1, -1}, async_n = 0;
+    for (int i = x->op_begin; i < x->op_end; i++) {
+        const pt_op *op = &p->ops[i];
+        if ((rc = check_op(p, w, i, err)) < 0)
+            return rc;
+        mbstate *m = &v->mb[op->mb];
+        int n = op->row_hi - op->row_lo;
+        switch (op->kind) {
+        case PT_OP_RECV_ACT:
+            if (m->fwd >= 0)
+                return fail(err, PT_EINVAL, p, i, "activation received after its FWD");
+            m->rows_in += n;
+            break;
+        case PT_OP_FWD:
+            if (m->fwd >= 0)
+                return fail(err, PT_EINVAL, p, i, "second FWD of the micro-batch");
+            if (x->stage > 0 && m->rows_in != rows)
+                return fail(err, PT_EINVAL, p, i, "FWD before all its input rows are received");
+            if (op->version > v->max_version || !v->made[op->version])
+                return fail(err, PT_EINVAL, p, i, "reads a weight version not produced yet");
+            m->fwd = i;
+            m->version = op->version;
+            m->flags = op->flags & PT_OPF_STASH;
+            break;
+        case PT_OP_SEND_ACT:
+            if (m->fwd < 0)
+                return fail(err, PT_EINVAL, p, i, "activation sent before its FWD");
+            m->rows_out += n;
+            break;
+        case PT_OP_RECV_GRAD:
+            if (m->bwd >= 0)
+                return fail(err, PT_EINVAL, p, i, "gradient received after its BWD");
+            m->rows_gin += n;
+            break;
+        case PT_OP_RECOMPUTE:
+            if (!x->recompute)
+                return fail(err, PT_EINVAL, p, i, "RECOMPUTE on a worker that keeps activations");
+            if (m->fwd < 0 || m->bwd >= 0 || m->rec >= 0)
+                return fail(err, PT_EINVAL, p, i, "RECOMPUTE not once between FWD and BWD");
+            if (op->version != m->version || (op->flags & PT_OPF_STASH) != m->flags)
+                return fail(err, PT_EINVAL, p, i, "RECOMPUTE reads another version than its FWD");
+            m->rec = i;
+            break;
+        case PT_OP_BWD:
+            if (m->fwd < 0)
+                return fail(err, PT_EINVAL, p, i, "BWD before its FWD");
+            if (m->bwd >= 0)
+                return fail(err, PT_EINVAL, p, i, "second BWD of the micro-batch");
+            if (x->recompute && m->rec < 0)
+                return fail(err, PT_EINVAL, p, i, "BWD without RECOMPUTE on a recomputing worker");
+            if (x->stage + 1 < S && m->rows_gin != rows)
+                return fail(err, PT_EINVAL, p, i, "BWD before all its gradient rows are received");
+            if (op->version != m->version || (op->flags & PT_OPF_STASH) != m->flags)
+                return fail(err, PT_EINVAL, p, i, "BWD reads another weight version than its FWD");
+            if (!(op->flags & PT_OPF_STASH) &&
+                (op->version > v->max_version || !v->made[op->version]))
+                return fail(err, PT_EINVAL, p, i, "reads a weight version not produced yet");
+            m->bwd = i;
+            break;
+        case PT_OP_SEND_GRAD:
+            if (m->bwd < 0)
+                return fail(err, PT_EINVAL, p, i, "gradient sent before its BWD");
+            m->rows_gout += n;
+            break;
+        case PT_OP_ALLREDUCE:
+            if (!all_bwd_done(v, op))
+                return fail(err, PT_EINVAL, p, i, "all-reduce before every BWD it covers");
+            if (op->flags & PT_OPF_ASYNC) {
+                if (async_n == 2)
+                    return fail(err, PT_EINVAL, p, i, "more than two unwaited all-reduces");
+                async_lo[async_n] = op->mb;
+                async_hi[async_n++] = op->mb_end;
+            } else {
+                reduced_lo = op->mb;
+                reduced_hi = op->mb_end;
+            }
+            break;
+        case PT_OP_AR_WAIT:
+            if (async_n == 0)
+                return fail(err, PT_EINVAL, p, i, "waits for no asynchronous all-reduce");
+            if (async_lo[0] != op->mb || async_hi[0] != op->mb_end)
+                return fail(err, PT_EINVAL, p, i,
+                            "waits for another range than the oldest "
+                            "asynchronous all-reduce");
+            reduced_lo = async_lo[0];
+            reduced_hi = async_hi[0];
+            async_lo[0] = async_lo[1];
+            async_hi[0] = async_hi[1];
+            async_n--;
+            break;
+        case PT_OP_OPT_STEP:
+            if (!all_bwd_done(v, op))
+                return fail(err, PT_EINVAL, p, i, "OPT_STEP before every BWD it covers");
+            for (int u = op->mb; u < op->mb_end; u++)
+                if (v->mb[u].covered++)
+                    return fail(err, PT_EINVAL, p, i, "applies a micro-batch's gradient twice");
+            if (x->replica_count > 1 && (reduced_lo != op->mb || reduced_hi != op->mb_end))
+                return fail(err, PT_EINVAL, p, i,
+                            "replicated stage steps without an all-reduce of the same "
+                            "micro-batches");
+            reduced_lo = reduced_hi = -1;
+            if (op->version <= newest || op->version > v->max_version)
+                return fail(err, PT_EINVAL, p, i, "produced version is not newer than the last");
+            newest = op->version;
+            v->made[newest] = 1;
+            break;
+        }
+    }
+    for (int u = 0; u < p->mb_count; u++) {
+        const mbstate *m = &v->mb[u];
+        char what[96];
+        const char *why = NULL;
+        if (m->fwd < 0 || m->bwd < 0)
+            why = "has no FWD or no BWD";
+        else if (x->stage + 1 < S && m->rows_out != rows)
+            why = "does not send all its output rows";
+        else if (x->stage > 0 && m->rows_gout != rows)
+            why = "does not send all its input-gradient rows";
+        else if (p->synchronous && m->covered != 1)
+            why = "is not applied by exactly one OPT_STEP";
+        if (why) {
+            snprintf(what, sizeof what, "micro-batch %d %s", u, why);
+            return pt_error_set(err, PT_EINVAL, "schedule: worker %d (stage %d replica %d): %s", w,
+                                x->stage, x->replica, what);
+        }
+    }
+    return 0;
+}
+
+/* Replicas of a stage must issue the same collectives in the same order. */
+static int check_collectives(const pt_program *p, vstate *v, int *total, pt_error *err)
+{
+    *total = 0;
+    for (int s = 0; s < p->stage_count; s++) {
+        int w0 = p->stage_worker[s];
+        v->ar_first[s] = *total;
+        int n0 = 0;
+        for (int i = p->workers[w0].op_begin; i < p->workers[w0].op_end; i++)
+            n0 += p->ops[i].kind == PT_OP_ALLREDUCE;
+        for (int w = w0 + 1; w < p->stage_worker[s + 1]; w++) {
+            int a = p->workers[w0].op_begin, b = p->workers[w].op_begin;
+            for (;;) {
+                while (a < p->workers[w0].op_end && p->ops[a].kind != PT_OP_ALLREDUCE)
+                    a++;
+                while (b < p->workers[w].op_end && p->ops[b].kind != PT_OP_ALLREDUCE)
+                    b++;
+                int ea = a >= p->workers[w0].op_end, eb = b >= p->workers[w].op_end;
+                if (ea && eb)
+                    break;
+                if (ea || eb || p->ops[a].mb != p->ops[b].mb ||
+                    p->ops[a].mb_end != p->ops[b].mb_end ||
+                    (p->ops[a].flags & PT_OPF_ASYNC) != (p->ops[b].flags & PT_OPF_ASYNC))
+                    return fail(err, PT_EINVAL, p, eb ? a : b,
+                                "replicas of the stage issue different all-reduces");
+                a++;
+                b++;
+            }
+        }
+        *total += n0;
+    }
+    return 0;
+}
+
+/* Gives every ALLREDUCE and AR_WAIT its collective instance in v->match (whose
+ * entries for those ops are free): ALLREDUCE k of a worker of stage s is
+ * instance ar_first[s] + k; an AR_WAIT waits for the oldest unwaited
+ * asynchronous ALLREDUCE of its worker. */
+static void number_collectives(const pt_program *p, vstate *v)
+{
+    for (int w = 0; w < p->worker_count; w++) {
+        const pt_worker *x = &p->workers[w];
+        int k = v->ar_first[x->stage], waited = x->op_begin;
+        for (int i = x->op_begin; i < x->op_end; i++) {
+            if (p->ops[i].kind == PT_OP_ALLREDUCE) {
+                v->match[i] = k++;
+            } else if (p->ops[i].kind == PT_OP_AR_WAIT) {
+                while (waited < i && !(p->ops[waited].kind == PT_OP_ALLREDUCE &&
+                                       (p->ops[waited].flags & PT_OPF_ASYNC)))
+                    waited++;
+                v->match[i] = v->match[waited]; /* checked to exist by check_worker */
+                waited++;
+            }
+        }
+    }
+}
+
+static void wake(vstate *v, int *top, int u)
+{
+    v->blocked[u] = -1;
+    v->stack[(*top)++] = u;
+}
+
+/* Zero-duration execution with blocking receives and collectives. */
+static int run_blocking(const pt_program *p, vstate *v, int n_inst, pt_error *err)
+{
+    int top = 0;
+    memset(v->arrived, 0, (size_t)p->op_count);
+    memset(v->ar_count, 0, (size_t)(n_inst ? n_inst : 1) * sizeof *v->ar_count);
+    for (int w = 0; w < p->worker_count; w++) {
+        v->pc[w] = p->workers[w].op_begin;
+        v->blocked[w] = -1;
+        v->joined[w] = 0;
+        v->stack[top++] = w;
+    }
+    while (top > 0) {
+        int w = v->stack[--top];
+        const pt_worker *x = &p->workers[w];
+        int r = x->replica_count;
+        while (v->pc[w] < x->op_end) {
+            int i = v->pc[w];
+            const pt_op *op = &p->ops[i];
+            if (op->kind == PT_OP_SEND_ACT || op->kind == PT_OP_SEND_GRAD) {
+                int j = v->match[i];
+                v->arrived[j] = 1;
+                if (v->blocked[op->peer] == j)
+                    wake(v, &top, op->peer);
+            } else if (op->kind == PT_OP_RECV_ACT || op->kind == PT_OP_RECV_GRAD) {
+                if (!v->arrived[i]) {
+                    v->blocked[w] = i;
+                    break;
+                }
+            } else if (op->kind == PT_OP_ALLREDUCE) {
+                int inst = v->match[i];
+                if (!v->joined[w]) {
+                    v->joined[w] = 1;
+                    if (++v->ar_count[inst] == r)
+                        for (int u = p->stage_worker[x->stage]; u < p->stage_worker[x->stage + 1];
+                             u++)
+                            if (v->blocked[u] >= 0 &&
+                                p->ops[v->blocked[u]].kind >= PT_OP_ALLREDUCE &&
+                                v->match[v->blocked[u]] == inst)
+                                wake(v, &top, u);
+                }
+                if (!(op->flags & PT_OPF_ASYNC) && v->ar_count[inst] < r) {
+                    v->blocked[w] = i;
+                    break;
+                }
+                v->joined[w] = 0;
+            } else if (op->kind == PT_OP_AR_WAIT) {
+                if (v->ar_count[v->match[i]] < r) {
+                    v->blocked[w] = i;
+                    break;
+                }
+            }
+            v->pc[w]++;
+        }
+    }
+    int stuck = 0;
+    char msg[PT_ERROR_MAX] = "", buf[OPSTR_MAX];
+    size_t len = 0;
+    for (int w = 0; w < p->worker_count; w++) {
+        if (v->pc[w] >= p->workers[w].op_end)
+            continue;
+        if (stuck++ < 3 && len < sizeof msg) {
+            int n = snprintf(msg + len, sizeof msg - len, "%s%s", stuck > 1 ? "; " : "",
+                             pt_sched_op_str(p, v->pc[w], buf, sizeof buf));
+            if (n > 0)
+                len += (size_t)n;
+        }
+    }
+    if (stuck)
+        return pt_error_set(err, PT_EDEADLOCK, "schedule: deadlock: %d workers blocked: %.400s",
+                            stuck, msg);
+    return 0;
+}
+
+static void free_state(vstate *v)
+{
+    free(v->mb);
+    free(v->made);
+    free(v->match);
+    free(v->ar_first);
+    free(v->ar_count);
+    free(v->blocked);
+    free(v->stack);
+    free(v->pc);
+    free(v->joined);
+    free(v->arrived);
+}
+
+int pt_sched_validate(const pt_program *p, pt_error *err)
+{
+    if (!p)
+        return pt_error_set(err, PT_EINVAL, "schedule: no program");
+    int rc = check_shape(p, err);
+    if (rc < 0)
+        return rc;
+    vstate v = {0};
+    v.max_version = p->initial_versions;
+    for (int i = 0; i < p->op_count; i++)
+        if (p->ops[i].version > v.max_version)
+            v.max_version = p->ops[i].version;
+    int nw = p->worker_count, no = p->op_count > 0 ? p->op_count : 1;
+    v.mb = malloc((size_t)p->mb_count * sizeof *v.mb);
+    v.made = malloc((size_t)v.max_version + 1);
+    v.match = malloc((size_t)no * sizeof *v.match);
+    v.ar_first = malloc((size_t)p->stage_count * sizeof *v.ar_first);
+    v.blocked = malloc((size_t)nw * sizeof *v.blocked);
+    v.stack = malloc((size_t)nw * sizeof *v.stack);
+    v.pc = malloc((size_t)nw * sizeof *v.pc);
+    v.joined = malloc((size_t)nw * sizeof *v.joined);
+    v.arrived = malloc((size_t)no);
+    if (!v.mb || !v.made || !v.match || !v.ar_first || !v.blocked || !v.stack || !v.pc ||
+        !v.joined || !v.arrived) {
+        rc = pt_error_set(err, PT_ENOMEM, "schedule: out of memory validating");
+        goto out;
+    }
+    if ((rc = pt_sched_match(p, v.match, NULL, err)) < 0)
+        goto out;
+    for (int i = 0; i < p->op_count; i++) {
+        int j = v.match[i];
+        if (j >= 0 && p->ops[i].bytes != p->ops[j].bytes) {
+            rc = fail(err, PT_EINVAL, p, i, "send and receive disagree on the bytes");
+            goto out;
+        }
+    }
+    for (int w = 0; w < nw && rc == 0; w++)
+        rc = check_worker(p, w, &v, err);
+    if (rc < 0)
+        goto out;
+    int n_inst = 0;
+    if ((rc = check_collectives(p, &v, &n_inst, err)) < 0)
+        goto out;
+    v.ar_count = malloc((size_t)(n_inst ? n_inst : 1) * sizeof *v.ar_count);
+    if (!v.ar_count) {
+        rc = pt_error_set(err, PT_ENOMEM, "schedule: out of memory validating");
+        goto out;
+    }
+    number_collectives(p, &v);
+    rc = run_blocking(p, &v, n_inst, err);
+out:
+    free_state(&v);
+    return rc;
+}

@@ -1,0 +1,548 @@
+/* Schedule programs: the registry of generators, the set-up every kind shares,
+ * the emitters generators use, and SEND/RECV matching. The validator lives in
+ * sched_validate.c. */
+#include "planner/schedule.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/sched_gen.h"
+
+/* One line per kind; a new schedule is a generator file and a line here. */
+static const pt_sched_info registry[PT_SCHED_KIND_COUNT] = {
+    {PT_SCHED_GPIPE, "gpipe", "all forwards, then all backwards; flush; optional recomputation", 1,
+     pt_sched_gen_gpipe},
+    {PT_SCHED_DAPPLE, "dapple",
+     "early backward: K_i warm-up forwards then 1F1B (policy A: min(S-i,M), B: min(2(S-i)-1,M)); "
+     "flush",
+     1, pt_sched_gen_dapple},
+    {PT_SCHED_1F1B_FLUSH, "1f1b-flush",
+     "PipeDream-Flush: S-i warm-up forwards, 1F1B, flush per mini-batch", 1,
+     pt_sched_gen_1f1b_flush},
+    {PT_SCHED_PIPEDREAM, "pipedream",
+     "asynchronous 1F1B, step after every backward, weight stashing (S-i+1 versions)", 0,
+     pt_sched_gen_pipedream},
+    {PT_SCHED_2BW, "2bw",
+     "1F1B without flush, gradients coalesced over M micro-batches, two weight versions", 0,
+     pt_sched_gen_2bw},
+    {PT_SCHED_PIPESGD, "pipesgd",
+     "all-reduce of iteration t overlapped with the compute of t+1 (one step stale)", 0,
+     pt_sched_gen_pipesgd},
+};
+
+const pt_sched_info *pt_sched_info_of(pt_sched_kind kind)
+{
+    if ((int)kind < 0 || kind >= PT_SCHED_KIND_COUNT)
+        return NULL;
+    return &registry[kind];
+}
+
+const char *pt_op_kind_name(int kind)
+{
+    static const char *const names[PT_OP_KIND_COUNT] = {
+        "FWD",       "BWD",       "RECOMPUTE", "SEND_ACT", "RECV_ACT",
+        "SEND_GRAD", "RECV_GRAD", "ALLREDUCE", "AR_WAIT",  "OPT_STEP",
+    };
+    return kind >= 0 && kind < PT_OP_KIND_COUNT ? names[kind] : "?";
+}
+
+/* ---- set-up ------------------------------------------------------------ */
+
+static int64_t sum_act(const pt_profile *pf, int boundary)
+{
+    if (!pf)
+        return 0;
+    return boundary == 0 ? pf->input_bytes : pf->layers[boundary - 1].act_bytes;
+}
+
+static int check_plan(const pt_plan *plan, const pt_profile *profile, int M, pt_error *err)
+{
+    if (plan->stage_count < 1 || !plan->stages)
+        return pt_error_set(err, PT_EINVAL, "plan: stages: none");
+    if (plan->microbatch_size < 1)
+        return pt_error_set(err, PT_EINVAL, "plan: microbatch_size: %d is not positive",
+                            plan->microbatch_size);
+    if (M < 1)
+        return pt_error_set(err, PT_EINVAL, "plan: microbatch_count: %d is not positive", M);
+    if (profile && profile->layer_count != plan->layer_count)
+        return pt_error_set(err, PT_EINVAL, "plan: layer_count: %d layers, but the profile has %d",
+                            plan->layer_count, profile->layer_count);
+    if (profile && profile->microbatch < 1)
+        return pt_error_set(err, PT_EINVAL, "profile: microbatch: %d is not positive",
+                            profile->microbatch);
+    int expect = 0;
+    for (int s = 0; s < plan->stage_count; s++) {
+        const pt_stage *st = &plan->stages[s];
+        if (st->first != expect || st->last <= st->first || st->last > plan->layer_count)
+            return pt_error_set(err, PT_EINVAL,
+                                "plan: stages[%d].layers: [%d,%d) does not continue at layer %d "
+                                "within %d layers",
+                                s, st->first, st->last, expect, plan->layer_count);
+        expect = st->last;
+        if (st->replica_count < 1 || !st->replicas)
+            return pt_error_set(err, PT_EINVAL, "plan: stages[%d].replicas: none", s);
+        if (st->replica_count > plan->microbatch_size)
+            return pt_error_set(err, PT_EINVAL,
+                                "plan: stages[%d].replicas: %d replicas cannot split a "
+                                "micro-batch of %d samples",
+                                s, st->replica_count, plan->microbatch_size);
+    }
+    if (expect != plan->layer_count)
+        return pt_error_set(err, PT_EINVAL, "plan: stages: cover layers [0,%d) of %d", expect,
+                            plan->layer_count);
+    return 0;
+}
+
+static int grow(void **buf, int *cap, int need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    int n = *cap ? *cap : 16;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*buf, (size_t)n * elem);
+    if (!q)
+        return PT_ENOMEM;
+    *buf = q;
+    *cap = n;
+    return 0;
+}
+
+/* Sizes the program and fills in its workers; ops are left empty. */
+static int setup(pt_program *p, const pt_plan *plan, const pt_profile *pf, int M, int windows,
+                 const pt_sched_info *info)
+{
+    int S = plan->stage_count, nw = 0;
+    for (int s = 0; s < S; s++)
+        nw += plan->stages[s].replica_count;
+    /* worker and stage arrays are sized exactly; the op array keeps its capacity */
+    pt_worker *wk = realloc(p->workers, (size_t)nw * sizeof *wk);
+    if (!wk)
+        return PT_ENOMEM;
+    p->workers = wk;
+    int *sw = realloc(p->stage_worker, (size_t)(S + 1) * sizeof *sw);
+    if (!sw)
+        return PT_ENOMEM;
+    p->stage_worker = sw;
+    p->kind = plan->schedule;
+    p->policy = plan->policy == 'B' ? 'B' : 'A';
+    p->vertical_sync = plan->vertical_sync ? 1 : 0;
+    p->synchronous = info->synchronous;
+    p->optim = plan->optimizer.kind;
+    p->stage_count = S;
+    p->worker_count = nw;
+    p->mb_size = plan->microbatch_size;
+    p->mb_per_window = M;
+    p->window_count = windows;
+    p->mb_count = M * windows;
+    p->initial_versions = 1;
+    p->profile_mb = pf ? pf->microbatch : 0;
+    p->op_count = 0;
+    int w = 0;
+    for (int s = 0; s < S; s++) {
+        const pt_stage *st = &plan->stages[s];
+        sw[s] = w;
+        int64_t params = 0;
+        for (int l = st->first; pf && l < st->last; l++)
+            params += pf->layers[l].param_bytes;
+        for (int r = 0; r < st->replica_count; r++, w++) {
+            pt_worker *x = &wk[w];
+            memset(x, 0, sizeof *x);
+            x->stage = s;
+            x->replica = r;
+            x->device = st->replicas[r];
+            x->first = st->first;
+            x->last = st->last;
+            pt_sched_rows(plan->microbatch_size, st->replica_count, r, &x->row_lo, &x->row_hi);
+            x->replica_count = st->replica_count;
+            x->recompute = st->recompute ? 1 : 0;
+            x->param_bytes = params;
+            x->in_bytes = sum_act(pf, st->first);
+            x->out_bytes = sum_act(pf, st->last);
+        }
+    }
+    sw[S] = w;
+    return 0;
+}
+
+static void make_empty(pt_program *p)
+{
+    p->op_count = 0;
+    p->worker_count = 0;
+    p->stage_count = 0;
+    p->mb_count = 0;
+}
+
+int pt_sched_build(const pt_plan *plan, const pt_profile *profile, const pt_sched_opts *opts,
+                   pt_program *prog, pt_error *err)
+{
+    if (!plan || !prog)
+        return pt_error_set(err, PT_EINVAL, "pt_sched_build: plan and program are required");
+    const pt_sched_info *info = pt_sched_info_of(plan->schedule);
+    if (!info)
+        return pt_error_set(err, PT_EINVAL, "plan: schedule: unknown kind %d", (int)plan->schedule);
+    pt_sched_opts o = opts ? *opts : (pt_sched_opts){0};
+    int M = o.microbatches > 0 ? o.microbatches : plan->microbatch_count;
+    int rc = check_plan(plan, profile, M, err);
+    if (rc < 0)
+        goto fail;
+    int windows = 1;
+    if (info->synchronous) {
+        if (o.windows > 1) {
+            rc = pt_error_set(err, PT_EINVAL,
+                              "schedule %s: windows: a synchronous schedule covers one iteration, "
+                              "not %d",
+                              info->name, o.windows);
+            goto fail;
+        }
+    } else if (o.windows > 0) {
+        windows = o.windows;
+    } else {
+        int S = plan->stage_count;
+        windows = (2 * S + M - 1) / M + 2;
+        if (windows < PT_SCHED_MIN_WINDOWS)
+            windows = PT_SCHED_MIN_WINDOWS;
+    }
+    if ((int64_t)M * windows > (1 << 30)) {
+        rc = pt_error_set(err, PT_ERANGE, "schedule %s: %d windows of %d micro-batches is too many",
+                          info->name, windows, M);
+        goto fail;
+    }
+    if ((rc = setup(prog, plan, profile, M, windows, info)) < 0) {
+        pt_error_set(err, rc, "schedule %s: out of memory", info->name);
+        goto fail;
+    }
+    if ((rc = info->generate(prog, err)) < 0) {
+        if (rc == PT_ENOMEM)
+            pt_error_set(err, rc, "schedule %s: out of memory", info->name);
+        goto fail;
+    }
+    return 0;
+fail:
+    make_empty(prog);
+    return rc;
+}
+
+void pt_program_release(pt_program *prog)
+{
+    if (!prog)
+        return;
+    free(prog->workers);
+    free(prog->stage_worker);
+    free(prog->ops);
+    memset(prog, 0, sizeof *prog);
+}
+
+/* ---- emitters ---------------------------------------------------------- */
+
+void pt_sched_gen_begin(pt_program *prog, int w)
+{
+    prog->workers[w].op_begin = prog->op_count;
+}
+
+void pt_sched_gen_end(pt_program *prog, int w)
+{
+    prog->workers[w].op_end = prog->op_count;
+}
+
+int pt_sched_gen_op(pt_program *prog, int kind, int flags, int mb, int mb_end, int version,
+                    int peer, int row_lo, int row_hi, int64_t bytes)
+{
+    if (prog->op_count == prog->op_cap &&
+        grow((void **)&prog->ops, &prog->op_cap, prog->op_count + 1, sizeof(pt_op)) < 0)
+        return PT_ENOMEM;
+    pt_op *op = &prog->ops[prog->op_count++];
+    op->kind = (uint8_t)kind;
+    op->flags = (uint8_t)flags;
+    op->pad_ = 0;
+    op->mb = mb;
+    op->mb_end = mb_end;
+    op->version = version;
+    op->peer = peer;
+    op->row_lo = row_lo;
+    op->row_hi = row_hi;
+    op->bytes = bytes;
+    return 0;
+}
+
+/* Emits one op per replica of stage `s` whose rows overlap [lo, hi). */
+static int exchange(pt_program *p, int kind, int s, int mb, int lo, int hi, int64_t per_pm)
+{
+    for (int k = p->stage_worker[s]; k < p->stage_worker[s + 1]; k++) {
+        int a = p->workers[k].row_lo > lo ? p->workers[k].row_lo : lo;
+        int b = p->workers[k].row_hi < hi ? p->workers[k].row_hi : hi;
+        if (a >= b)
+            continue;
+        int rc = pt_sched_gen_op(p, kind, 0, mb, mb + 1, -1, k, a, b,
+                                 pt_sched_scale_bytes(per_pm, b - a, p->profile_mb));
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int pt_sched_gen_fwd(pt_program *p, int w, int mb, int version, int flags)
+{
+    const pt_worker *x = &p->workers[w];
+    int rc;
+    if (x->stage > 0 &&
+        (rc = exchange(p, PT_OP_RECV_ACT, x->stage - 1, mb, x->row_lo, x->row_hi, x->in_bytes)) < 0)
+        return rc;
+    if ((rc = pt_sched_gen_op(p, PT_OP_FWD, flags, mb, mb + 1, version, -1, x->row_lo, x->row_hi,
+                              0)) < 0)
+        return rc;
+    if (x->stage + 1 < p->stage_count)
+        return exchange(p, PT_OP_SEND_ACT, x->stage + 1, mb, x->row_lo, x->row_hi, x->out_bytes);
+    return 0;
+}
+
+int pt_sched_gen_bwd(pt_program *p, int w, int mb, int version, int flags)
+{
+    const pt_worker *x = &p->workers[w];
+    int rc;
+    if (x->stage + 1 < p->stage_count && (rc = exchange(p, PT_OP_RECV_GRAD, x->stage + 1, mb,
+                                                        x->row_lo, x->row_hi, x->out_bytes)) < 0)
+        return rc;
+    if (x->recompute && (rc = pt_sched_gen_op(p, PT_OP_RECOMPUTE, flags, mb, mb + 1, version, -1,
+                                              x->row_lo, x->row_hi, 0)) < 0)
+        return rc;
+    if ((rc = pt_sched_gen_op(p, PT_OP_BWD, flags, mb, mb + 1, version, -1, x->row_lo, x->row_hi,
+                              0)) < 0)
+        return rc;
+    if (x->stage > 0)
+        return exchange(p, PT_OP_SEND_GRAD, x->stage - 1, mb, x->row_lo, x->row_hi, x->in_bytes);
+    return 0;
+}
+
+int pt_sched_gen_allreduce(pt_program *p, int w, int mb, int mb_end, int version, int flags)
+{
+    const pt_worker *x = &p->workers[w];
+    if (x->replica_count < 2)
+        return 0;
+    return pt_sched_gen_op(p, PT_OP_ALLREDUCE, flags, mb, mb_end, version, x->stage, x->row_lo,
+                           x->row_hi, x->param_bytes);
+}
+
+int pt_sched_gen_ar_wait(pt_program *p, int w, int mb, int mb_end, int version)
+{
+    const pt_worker *x = &p->workers[w];
+    if (x->replica_count < 2)
+        return 0;
+    return pt_sched_gen_op(p, PT_OP_AR_WAIT, 0, mb, mb_end, version, x->stage, x->row_lo, x->row_hi,
+                           0);
+}
+
+int pt_sched_gen_opt(pt_program *p, int w, int mb, int mb_end, int version)
+{
+    const pt_worker *x = &p->workers[w];
+    return pt_sched_gen_op(p, PT_OP_OPT_STEP, 0, mb, mb_end, version, -1, x->row_lo, x->row_hi,
+                           x->param_bytes);
+}
+
+int pt_sched_gen_sync_1f1b(pt_program *p, int w, int K)
+{
+    int M = p->mb_per_window, rc;
+    if (K > M)
+        K = M;
+    if (K < 1)
+        K = 1;
+    pt_sched_gen_begin(p, w);
+    for (int k = 0; k < K; k++)
+        if ((rc = pt_sched_gen_fwd(p, w, k, 0, 0)) < 0)
+            return rc;
+    for (int j = 0; j < M; j++) {
+        if ((rc = pt_sched_gen_bwd(p, w, j, 0, 0)) < 0)
+            return rc;
+        if (K + j < M && (rc = pt_sched_gen_fwd(p, w, K + j, 0, 0)) < 0)
+            return rc;
+    }
+    if ((rc = pt_sched_gen_allreduce(p, w, 0, M, 0, 0)) < 0 ||
+        (rc = pt_sched_gen_opt(p, w, 0, M, 1)) < 0)
+        return rc;
+    pt_sched_gen_end(p, w);
+    return 0;
+}
+
+/* ---- matching ---------------------------------------------------------- */
+
+static int is_send(int k)
+{
+    return k == PT_OP_SEND_ACT || k == PT_OP_SEND_GRAD;
+}
+
+static int is_recv(int k)
+{
+    return k == PT_OP_RECV_ACT || k == PT_OP_RECV_GRAD;
+}
+
+static uint32_t table_size(const pt_program *prog)
+{
+    uint32_t n = 16;
+    while (n < 2u * (uint32_t)prog->op_count)
+        n *= 2;
+    return n;
+}
+
+int64_t pt_sched_match_scratch(const pt_program *prog)
+{
+    return prog ? (int64_t)table_size(prog) : 0;
+}
+
+/* Key of a transfer as seen from either end: (src, dst, ACT|GRAD, mb, rows). */
+static uint32_t key_hash(int src, int dst, int grad, const pt_op *op)
+{
+    uint64_t h = (uint64_t)(uint32_t)src * 0x9E3779B97F4A7C15ull;
+    h ^= ((uint64_t)(uint32_t)dst << 1 | (uint64_t)grad) * 0xC2B2AE3D27D4EB4Full;
+    h ^= (uint64_t)(uint32_t)op->mb * 0x165667B19E3779F9ull;
+    h ^= ((uint64_t)(uint32_t)op->row_lo << 32 | (uint32_t)op->row_hi) * 0x27D4EB2F165667C5ull;
+    h ^= h >> 29;
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static int same_key(const pt_op *a, const pt_op *b)
+{
+    return a->mb == b->mb && a->row_lo == b->row_lo && a->row_hi == b->row_hi;
+}
+
+int pt_sched_match(const pt_program *prog, int32_t *match, int32_t *scratch, pt_error *err)
+{
+    uint32_t n = table_size(prog), mask = n - 1;
+    int32_t *table = scratch ? scratch : malloc((size_t)n * sizeof *table);
+    if (!table)
+        return pt_error_set(err, PT_ENOMEM, "schedule: out of memory matching sends");
+    for (uint32_t i = 0; i < n; i++)
+        table[i] = -1;
+    int rc = 0;
+    char buf[160];
+    /* the worker owning each op is found by walking the workers' ranges */
+    for (int w = 0; w < prog->worker_count; w++) {
+        const pt_worker *x = &prog->workers[w];
+        for (int i = x->op_begin; i < x->op_end; i++) {
+            const pt_op *op = &prog->ops[i];
+            match[i] = -1;
+            if (!is_recv(op->kind))
+                continue;
+            uint32_t h = key_hash(op->peer, w, op->kind == PT_OP_RECV_GRAD, op) & mask;
+            while (table[h] >= 0) {
+                const pt_op *o = &prog->ops[table[h]];
+                if (o->kind == op->kind && o->peer == op->peer && same_key(o, op) &&
+                    table[h] >= x->op_begin && table[h] < x->op_end) {
+                    rc = pt_error_set(err, PT_EINVAL,
+                                      "schedule: op %d (%s): a second receive of "
+                                      "the same rows",
+                                      i, pt_sched_op_str(prog, i, buf, sizeof buf));
+                    goto out;
+                }
+                h = (h + 1) & mask;
+            }
+            table[h] = i;
+        }
+    }
+    for (int w = 0; w < prog->worker_count; w++) {
+        const pt_worker *x = &prog->workers[w];
+        for (int i = x->op_begin; i < x->op_end; i++) {
+            const pt_op *op = &prog->ops[i];
+            if (!is_send(op->kind))
+                continue;
+            if (op->peer < 0 || op->peer >= prog->worker_count) {
+                rc = pt_error_set(err, PT_EINVAL, "schedule: op %d (%s): peer %d is not a worker",
+                                  i, pt_sched_op_str(prog, i, buf, sizeof buf), op->peer);
+                goto out;
+            }
+            int want = op->kind == PT_OP_SEND_ACT ? PT_OP_RECV_ACT : PT_OP_RECV_GRAD;
+            const pt_worker *dx = &prog->workers[op->peer];
+            uint32_t h = key_hash(w, op->peer, want == PT_OP_RECV_GRAD, op) & mask;
+            int found = -1;
+            for (; table[h] >= 0; h = (h + 1) & mask) {
+                int j = table[h];
+                const pt_op *o = &prog->ops[j];
+                if (o->kind == want && o->peer == w && same_key(o, op) && j >= dx->op_begin &&
+                    j < dx->op_end) {
+                    found = j;
+                    break;
+                }
+            }
+            if (found < 0) {
+                rc = pt_error_set(err, PT_EINVAL, "schedule: op %d (%s): no matching receive", i,
+                                  pt_sched_op_str(prog, i, buf, sizeof buf));
+                goto out;
+            }
+            if (match[found] >= 0) {
+                rc = pt_error_set(err, PT_EINVAL,
+                                  "schedule: op %d (%s): its receive %d is matched by op %d too", i,
+                                  pt_sched_op_str(prog, i, buf, sizeof buf), found, match[found]);
+                goto out;
+            }
+            match[found] = i;
+            match[i] = found;
+        }
+    }
+    for (int i = 0; i < prog->op_count; i++)
+        if (is_recv(prog->ops[i].kind) && match[i] < 0) {
+            rc = pt_error_set(err, PT_EINVAL, "schedule: op %d (%s): no matching send", i,
+                              pt_sched_op_str(prog, i, buf, sizeof buf));
+            goto out;
+        }
+out:
+    if (!scratch)
+        free(table);
+    return rc;
+}
+
+/* ---- text -------------------------------------------------------------- */
+
+static int worker_of(const pt_program *prog, int op_index)
+{
+    int lo = 0, hi = prog->worker_count - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        const pt_worker *x = &prog->workers[mid];
+        if (op_index < x->op_begin)
+            hi = mid - 1;
+        else if (op_index >= x->op_end)
+            lo = mid + 1;
+        else
+            return mid;
+    }
+    for (int w = 0; w < prog->worker_count; w++)
+        if (op_index >= prog->workers[w].op_begin && op_index < prog->workers[w].op_end)
+            return w;
+    return -1;
+}
+
+char *pt_sched_op_str(const pt_program *prog, int i, char *buf, int cap)
+{
+    if (!buf || cap < 1)
+        return buf;
+    if (!prog || i < 0 || i >= prog->op_count) {
+        snprintf(buf, (size_t)cap, "op %d out of range", i);
+        return buf;
+    }
+    const pt_op *op = &prog->ops[i];
+    int w = worker_of(prog, i);
+    int s = w >= 0 ? prog->workers[w].stage : -1, r = w >= 0 ? prog->workers[w].replica : -1;
+    const char *name = pt_op_kind_name(op->kind);
+    switch (op->kind) {
+    case PT_OP_SEND_ACT:
+    case PT_OP_SEND_GRAD:
+    case PT_OP_RECV_ACT:
+    case PT_OP_RECV_GRAD:
+        snprintf(buf, (size_t)cap, "w%d s%dr%d %s mb %d rows [%d,%d) %s w%d, %lld bytes", w, s, r,
+                 name, op->mb, op->row_lo, op->row_hi, is_send(op->kind) ? "to" : "from", op->peer,
+                 (long long)op->bytes);
+        break;
+    case PT_OP_ALLREDUCE:
+    case PT_OP_AR_WAIT:
+    case PT_OP_OPT_STEP:
+        snprintf(buf, (size_t)cap, "w%d s%dr%d %s%s mb [%d,%d) v %d", w, s, r, name,
+                 (op->flags & PT_OPF_ASYNC) ? " async" : "", op->mb, op->mb_end, op->version);
+        break;
+    default:
+        snprintf(buf, (size_t)cap, "w%d s%dr%d %s%s mb %d v %d rows [%d,%d)", w, s, r, name,
+                 (op->flags & PT_OPF_STASH) ? " stash" : "", op->mb, op->version, op->row_lo,
+                 op->row_hi);
+        break;
+    }
+    return buf;
+}

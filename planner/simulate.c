@@ -1,0 +1,625 @@
+/* Discrete-event simulator of schedule programs (see simulate.h). */
+#include "planner/simulate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Per-worker state while simulating. */
+typedef struct wstate {
+    int pc, blocked, joined;
+    double ready, comp_free, comm_free;
+    /* durations and sizes for the worker's own rows */
+    double t_fwd, t_bwd, t_rec, t_opt;
+    int64_t P, in_b, act_b;
+    int rows;
+    /* memory */
+    int64_t cur[PT_MEM_CAT_COUNT], cur_total;
+    int inflight, stash, store_n, init_alive, newest, grads_open;
+    int ver_off, cov_off, n_opt, opt_seen;
+} wstate;
+
+typedef struct inst {
+    int count;
+    int done;
+    double start, end;
+} inst;
+
+struct pt_sim {
+    pt_sim_event *events;
+    pt_sim_worker *workers;
+    wstate *ws;
+    int32_t *match, *scratch, *stack, *devs, *cover, *last_read, *ar_first;
+    unsigned char *alive, *gopen;
+    double *arrival, *finish;
+    inst *insts;
+    int64_t cap_events, cap_match, cap_arrival, cap_scratch, cap_workers, cap_stack, cap_devs,
+        cap_wout, cap_stages, cap_cover, cap_ver, cap_alive, cap_cov, cap_inst, cap_win;
+};
+
+int pt_sim_new(pt_sim **out)
+{
+    if (!out)
+        return PT_EINVAL;
+    *out = calloc(1, sizeof **out);
+    return *out ? 0 : PT_ENOMEM;
+}
+
+void pt_sim_free(pt_sim **sim_p)
+{
+    if (!sim_p || !*sim_p)
+        return;
+    pt_sim *s = *sim_p;
+    free(s->events);
+    free(s->workers);
+    free(s->ws);
+    free(s->match);
+    free(s->scratch);
+    free(s->stack);
+    free(s->devs);
+    free(s->cover);
+    free(s->last_read);
+    free(s->ar_first);
+    free(s->alive);
+    free(s->gopen);
+    free(s->arrival);
+    free(s->finish);
+    free(s->insts);
+    free(s);
+    *sim_p = NULL;
+}
+
+/* Grows *buf to hold n elements (never shrinks); 0 or PT_ENOMEM. */
+static int reserve(void **buf, int64_t *cap, int64_t n, size_t elem)
+{
+    if (n < 1)
+        n = 1;
+    if (n <= *cap)
+        return 0;
+    int64_t c = *cap ? *cap : 64;
+    while (c < n)
+        c *= 2;
+    void *q = realloc(*buf, (size_t)c * elem);
+    if (!q)
+        return PT_ENOMEM;
+    *buf = q;
+    *cap = c;
+    return 0;
+}
+
+#define RESERVE(field, capf, n) reserve((void **)&sim->field, &sim->capf, (n), sizeof *sim->field)
+
+static int reads_store(const pt_op *op)
+{
+    return op->kind == PT_OP_FWD ||
+           ((op->kind == PT_OP_BWD || op->kind == PT_OP_RECOMPUTE) && !(op->flags & PT_OPF_STASH));
+}
+
+/* Checks the fields the simulation indexes with, sizes the per-worker
+ * arrays and fills the per-worker tables. */
+static int prepare(pt_sim *sim, const pt_program *p, const pt_cost *cost, pt_error *err)
+{
+    const pt_topology *topo = pt_cost_topology(cost);
+    int nw = p->worker_count, S = p->stage_count, M = p->mb_per_window;
+    if (nw < 1 || S < 1 || M < 1 || p->mb_count < 1 || !p->workers || !p->stage_worker ||
+        p->stage_worker[S] != nw)
+        return pt_error_set(err, PT_EINVAL, "simulate: empty or inconsistent program");
+    int64_t ver_total = 0, cov_total = 0, inst_total = 0;
+    int windows = (p->mb_count + M - 1) / M;
+    if (RESERVE(ws, cap_workers, nw) < 0 || RESERVE(stack, cap_stack, nw) < 0 ||
+        RESERVE(devs, cap_devs, nw) < 0 || RESERVE(workers, cap_wout, nw) < 0 ||
+        RESERVE(ar_first, cap_stages, S + 1) < 0)
+        return PT_ENOMEM;
+    for (int s = 0; s < S; s++) {
+        int most = 0;
+        for (int w = p->stage_worker[s]; w < p->stage_worker[s + 1]; w++) {
+            const pt_worker *x = &p->workers[w];
+            if (x->op_begin < 0 || x->op_end < x->op_begin || x->op_end > p->op_count ||
+                x->stage != s)
+                return pt_error_set(err, PT_EINVAL, "simulate: worker %d: bad op range or stage",
+                                    w);
+            if (x->device < 0 || x->device >= topo->device_count)
+                return pt_error_set(err, PT_EINVAL,
+                                    "simulate: worker %d (stage %d replica %d): device %d not in "
+                                    "topology '%s' (%d devices)",
+                                    w, s, x->replica, x->device, topo->name, topo->device_count);
+            int n_ar = 0, n_opt = 0, maxv = p->initial_versions - 1;
+            for (int i = x->op_begin; i < x->op_end; i++) {
+                const pt_op *op = &p->ops[i];
+                if (op->kind >= PT_OP_KIND_COUNT || op->mb < 0 || op->mb_end <= op->mb ||
+                    op->mb_end > p->mb_count || op->version > (1 << 30))
+                    return pt_error_set(err, PT_EINVAL, "simulate: op %d: bad kind or range", i);
+                n_ar += op->kind == PT_OP_ALLREDUCE;
+                n_opt += op->kind == PT_OP_OPT_STEP;
+                if (op->version > maxv)
+                    maxv = op->version;
+            }
+            if (n_ar > most)
+                most = n_ar;
+            wstate *st = &sim->ws[w];
+            memset(st, 0, sizeof *st);
+            st->ver_off = (int)ver_total;
+            st->cov_off = (int)cov_total;
+            st->n_opt = n_opt;
+            ver_total += maxv + 1;
+            cov_total += n_opt + windows;
+            sim->devs[w] = x->device;
+        }
+        sim->ar_first[s] = (int)inst_total;
+        inst_total += most;
+    }
+    sim->ar_first[S] = (int)inst_total;
+    if (RESERVE(events, cap_events, p->op_count) < 0 ||
+        RESERVE(match, cap_match, p->op_count) < 0 ||
+        RESERVE(arrival, cap_arrival, p->op_count) < 0 ||
+        RESERVE(scratch, cap_scratch, pt_sched_match_scratch(p)) < 0 ||
+        RESERVE(cover, cap_cover, (int64_t)nw * p->mb_count) < 0 ||
+        RESERVE(last_read, cap_ver, ver_total) < 0 || RESERVE(alive, cap_alive, ver_total) < 0 ||
+        RESERVE(insts, cap_inst, inst_total) < 0 || RESERVE(finish, cap_win, windows) < 0 ||
+        RESERVE(gopen, cap_cov, cov_total) < 0)
+        return PT_ENOMEM;
+    return 0;
+}
+
+/* Memory bookkeeping ---------------------------------------------------- */
+
+static void mem_note(pt_sim_worker *out, wstate *st)
+{
+    int64_t held = st->store_n + (st->init_alive > 0) + st->stash;
+    st->cur[PT_MEM_STASH] = (held - 1) * st->P;
+    st->cur[PT_MEM_GRADS] = st->grads_open * st->P;
+    int64_t total = 0;
+    for (int k = 0; k < PT_MEM_CAT_COUNT; k++) {
+        total += st->cur[k];
+        if (st->cur[k] > out->peak.bytes[k])
+            out->peak.bytes[k] = st->cur[k];
+    }
+    if (total > out->peak.total)
+        out->peak.total = total;
+    if (st->inflight > out->peak_inflight)
+        out->peak_inflight = st->inflight;
+    if (held > out->peak_versions)
+        out->peak_versions = (int)held;
+}
+
+static void kill_version(const pt_program *p, wstate *st, unsigned char *alive, int v)
+{
+    if (!alive[v])
+        return;
+    alive[v] = 0;
+    if (v < p->initial_versions)
+        st->init_alive--;
+    else
+        st->store_n--;
+}
+
+/* After op i read version v from the store: drop v if nothing reads it later. */
+static void after_read(const pt_program *p, pt_sim *sim, wstate *st, int i, int v)
+{
+    if (sim->last_read[st->ver_off + v] == i && v != st->newest)
+        kill_version(p, st, sim->alive + st->ver_off, v);
+}
+
+static void init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, int w)
+{
+    const pt_worker *x = &p->workers[w];
+    wstate *st = &sim->ws[w];
+    pt_sim_worker *out = &sim->workers[w];
+    int rows = x->row_hi - x->row_lo, M = p->mb_per_window;
+    st->pc = x->op_begin;
+    st->blocked = -1;
+    st->rows = rows;
+    st->t_fwd = pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
+    st->t_bwd = pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
+    st->t_rec = pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
+    st->P = pt_cost_param_bytes(cost, x->first, x->last);
+    st->t_opt = pt_cost_opt_step_s(cost, st->P, p->optim, x->device);
+    st->in_b = pt_cost_boundary_bytes(cost, x->first, rows);
+    st->act_b = pt_cost_act_bytes(cost, x->first, x->last, rows);
+    memset(out, 0, sizeof *out);
+    out->limit = pt_cost_topology(cost)->devices[x->device].memory_bytes;
+    st->cur[PT_MEM_WEIGHTS] = st->P;
+    st->cur[PT_MEM_OPTIM] = pt_cost_optim_state_factor(p->optim) * st->P;
+    st->cur[PT_MEM_BUFFERS] =
+        (x->stage > 0 ? st->in_b : 0) +
+        (x->stage + 1 < p->stage_count ? pt_cost_boundary_bytes(cost, x->last, rows) : 0);
+    /* version liveness: last op reading each version from the store */
+    int32_t *last = sim->last_read + st->ver_off;
+    unsigned char *alive = sim->alive + st->ver_off;
+    int maxv = p->initial_versions - 1;
+    int32_t *cover = sim->cover + (int64_t)w * p->mb_count;
+    for (int m = 0; m < p->mb_count; m++)
+        cover[m] = st->n_opt + m / M;
+    int o = 0;
+    for (int i = x->op_begin; i < x->op_end; i++) {
+        const pt_op *op = &p->ops[i];
+        if (op->version > maxv)
+            maxv = op->version;
+        if (op->kind == PT_OP_OPT_STEP) {
+            for (int m = op->mb; m < op->mb_end; m++)
+                cover[m] = o;
+            o++;
+        }
+    }
+    for (int v = 0; v <= maxv; v++) {
+        last[v] = -1;
+        alive[v] = 0;
+    }
+    for (int i = x->op_begin; i < x->op_end; i++)
+        if (reads_store(&p->ops[i]) && p->ops[i].version >= 0)
+            last[p->ops[i].version] = i;
+    memset(sim->gopen + st->cov_off, 0, (size_t)(st->n_opt + (p->mb_count + M - 1) / M));
+    st->newest = p->initial_versions - 1;
+    for (int v = 0; v < p->initial_versions; v++) {
+        if (v == st->newest || last[v] >= 0) {
+            alive[v] = 1;
+            st->init_alive++;
+        }
+    }
+    mem_note(out, st);
+}
+
+/* Applies op i's memory effects on worker w (in program order). */
+static void mem_op(const pt_program *p, pt_sim *sim, int w, int i)
+{
+    const pt_op *op = &p->ops[i];
+    wstate *st = &sim->ws[w];
+    pt_sim_worker *out = &sim->workers[w];
+    const pt_worker *x = &p->workers[w];
+    int rows = op->row_hi - op->row_lo;
+    /* activations scale with the op's rows (the worker's own, in generated programs) */
+    int64_t in_b = rows == st->rows ? st->in_b : st->in_b * rows / (st->rows ? st->rows : 1);
+    int64_t act_b = rows == st->rows ? st->act_b : st->act_b * rows / (st->rows ? st->rows : 1);
+    switch (op->kind) {
+    case PT_OP_FWD:
+        st->cur[PT_MEM_ACTS] += in_b + (x->recompute ? 0 : act_b);
+        st->inflight++;
+        if (op->flags & PT_OPF_STASH)
+            st->stash++;
+        mem_note(out, st);
+        after_read(p, sim, st, i, op->version);
+        break;
+    case PT_OP_RECOMPUTE:
+        st->cur[PT_MEM_ACTS] += act_b;
+        mem_note(out, st);
+        if (!(op->flags & PT_OPF_STASH))
+            after_read(p, sim, st, i, op->version);
+        break;
+    case PT_OP_BWD: {
+        int c = sim->cover[(int64_t)w * p->mb_count + op->mb];
+        unsigned char *g = sim->gopen + st->cov_off;
+        if (!g[c]) {
+            g[c] = 1;
+            st->grads_open++;
+        }
+        mem_note(out, st);
+        st->cur[PT_MEM_ACTS] -= in_b + act_b;
+        st->inflight--;
+        if (op->flags & PT_OPF_STASH)
+            st->stash--;
+        else
+            after_read(p, sim, st, i, op->version);
+        break;
+    }
+    case PT_OP_OPT_STEP: {
+        unsigned char *alive = sim->alive + st->ver_off;
+        int old = st->newest, v = op->version;
+        if (v >= 0 && !alive[v]) {
+            alive[v] = 1;
+            if (v < p->initial_versions)
+                st->init_alive++;
+            else
+                st->store_n++;
+        }
+        st->newest = v;
+        /* in place when nothing reads the old newest version any more */
+        if (old != v && sim->last_read[st->ver_off + old] < i)
+            kill_version(p, st, alive, old);
+        mem_note(out, st);
+        unsigned char *g = sim->gopen + st->cov_off;
+        if (g[st->opt_seen]) {
+            g[st->opt_seen] = 0;
+            st->grads_open--;
+        }
+        st->opt_seen++;
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* The event loop ------------------------------------------------------- */
+
+static void number_collectives(const pt_program *p, pt_sim *sim)
+{
+    for (int w = 0; w < p->worker_count; w++) {
+        const pt_worker *x = &p->workers[w];
+        int k = sim->ar_first[x->stage], waited = x->op_begin;
+        for (int i = x->op_begin; i < x->op_end; i++) {
+            const pt_op *op = &p->ops[i];
+            if (op->kind == PT_OP_ALLREDUCE) {
+                sim->match[i] = k++;
+            } else if (op->kind == PT_OP_AR_WAIT) {
+                while (waited < i && !(p->ops[waited].kind == PT_OP_ALLREDUCE &&
+                                       (p->ops[waited].flags & PT_OPF_ASYNC)))
+                    waited++;
+                sim->match[i] = waited < i ? sim->match[waited] : -1;
+                waited++;
+            }
+        }
+    }
+}
+
+static void wake(pt_sim *sim, int *top, int u)
+{
+    sim->ws[u].blocked = -1;
+    sim->stack[(*top)++] = u;
+}
+
+static double op_duration(const pt_program *p, const pt_sim *sim, const pt_cost *cost, int w,
+                          const pt_op *op)
+{
+    const wstate *st = &sim->ws[w];
+    const pt_worker *x = &p->workers[w];
+    int rows = op->row_hi - op->row_lo;
+    switch (op->kind) {
+    case PT_OP_FWD:
+        return rows == st->rows ? st->t_fwd
+                                : pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
+    case PT_OP_BWD:
+        return rows == st->rows ? st->t_bwd
+                                : pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
+    case PT_OP_RECOMPUTE:
+        return rows == st->rows ? st->t_rec
+                                : pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
+    case PT_OP_OPT_STEP:
+        return st->t_opt;
+    default:
+        return 0;
+    }
+}
+
+static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_error *err)
+{
+    int top = 0;
+    for (int i = 0; i < p->op_count; i++)
+        sim->arrival[i] = -1;
+    for (int k = 0; k < sim->ar_first[p->stage_count]; k++)
+        sim->insts[k] = (inst){0, 0, 0, 0};
+    for (int w = p->worker_count - 1; w >= 0; w--)
+        sim->stack[top++] = w;
+    while (top > 0) {
+        int w = sim->stack[--top];
+        const pt_worker *x = &p->workers[w];
+        wstate *st = &sim->ws[w];
+        int r = x->replica_count;
+        while (st->pc < x->op_end) {
+            int i = st->pc;
+            const pt_op *op = &p->ops[i];
+            pt_sim_event *ev = &sim->events[i];
+            ev->worker = w;
+            switch (op->kind) {
+            case PT_OP_SEND_ACT:
+            case PT_OP_SEND_GRAD: {
+                int j = sim->match[i];
+                double start = st->ready > st->comm_free ? st->ready : st->comm_free;
+                double end = start + pt_cost_p2p_s(cost, x->device, sim->devs[op->peer], op->bytes);
+                st->comm_free = end;
+                ev->start = start;
+                ev->end = end;
+                ev->lane = PT_LANE_COMM;
+                sim->arrival[j] = end;
+                if (sim->ws[op->peer].blocked == j)
+                    wake(sim, &top, op->peer);
+                break;
+            }
+            case PT_OP_RECV_ACT:
+            case PT_OP_RECV_GRAD:
+                if (sim->arrival[i] < 0) {
+                    st->blocked = i;
+                    goto blocked;
+                }
+                ev->start = st->ready;
+                if (sim->arrival[i] > st->ready)
+                    st->ready = sim->arrival[i];
+                ev->end = st->ready;
+                ev->lane = PT_LANE_WAIT;
+                break;
+            case PT_OP_ALLREDUCE: {
+                int k = sim->match[i];
+                inst *in = &sim->insts[k];
+                if (!st->joined) {
+                    st->joined = 1;
+                    if (in->count == 0 || st->ready > in->start)
+                        in->start = st->ready;
+                    if (++in->count == r) {
+                        int s = x->stage;
+                        if (k > sim->ar_first[s] && sim->insts[k - 1].end > in->start)
+                            in->start = sim->insts[k - 1].end;
+                        in->end =
+                            in->start +
+                            pt_cost_allreduce_s(cost, sim->devs + p->stage_worker[s], r, op->bytes);
+                        in->done = 1;
+                        for (int u = p->stage_worker[s]; u < p->stage_worker[s + 1]; u++) {
+                            int b = sim->ws[u].blocked;
+                            if (b >= 0 && p->ops[b].kind >= PT_OP_ALLREDUCE &&
+                                p->ops[b].kind <= PT_OP_AR_WAIT && sim->match[b] == k)
+                                wake(sim, &top, u);
+                        }
+                    }
+                }
+                ev->lane = PT_LANE_COMM;
+                if (!(op->flags & PT_OPF_ASYNC)) {
+                    if (!in->done) {
+                        st->blocked = i;
+                        goto blocked;
+                    }
+                    if (in->end > st->ready)
+                        st->ready = in->end;
+                }
+                st->joined = 0;
+                break;
+            }
+            case PT_OP_AR_WAIT: {
+                int k = sim->match[i];
+                if (k < 0)
+                    return pt_error_set(err, PT_EINVAL,
+                                        "simulate: op %d: AR_WAIT without an asynchronous "
+                                        "ALLREDUCE before it",
+                                        i);
+                if (!sim->insts[k].done) {
+                    st->blocked = i;
+                    goto blocked;
+                }
+                ev->start = st->ready;
+                if (sim->insts[k].end > st->ready)
+                    st->ready = sim->insts[k].end;
+                ev->end = st->ready;
+                ev->lane = PT_LANE_WAIT;
+                break;
+            }
+            default: {
+                double start = st->ready > st->comp_free ? st->ready : st->comp_free;
+                double end = start + op_duration(p, sim, cost, w, op);
+                ev->start = start;
+                ev->end = end;
+                ev->lane = PT_LANE_COMPUTE;
+                st->comp_free = st->ready = end;
+                mem_op(p, sim, w, i);
+                break;
+            }
+            }
+            st->pc++;
+        }
+    blocked:;
+    }
+    int stuck = 0;
+    char msg[PT_ERROR_MAX] = "", buf[160];
+    size_t len = 0;
+    for (int w = 0; w < p->worker_count; w++) {
+        if (sim->ws[w].pc >= p->workers[w].op_end)
+            continue;
+        if (stuck++ < 3 && len < sizeof msg) {
+            int n = snprintf(msg + len, sizeof msg - len, "%s%s", stuck > 1 ? "; " : "",
+                             pt_sched_op_str(p, sim->ws[w].pc, buf, sizeof buf));
+            if (n > 0)
+                len += (size_t)n;
+        }
+    }
+    if (stuck)
+        return pt_error_set(err, PT_EDEADLOCK, "simulate: deadlock: %d workers blocked: %.400s",
+                            stuck, msg);
+    return 0;
+}
+
+static double overlap(double a, double b, double lo, double hi)
+{
+    double s = a > lo ? a : lo, e = b < hi ? b : hi;
+    return e > s ? e - s : 0;
+}
+
+static void summarise(const pt_program *p, pt_sim *sim, pt_sim_result *out)
+{
+    int M = p->mb_per_window, W = (p->mb_count + M - 1) / M;
+    double makespan = 0;
+    for (int t = 0; t < W; t++)
+        sim->finish[t] = 0;
+    for (int i = 0; i < p->op_count; i++) {
+        pt_sim_event *ev = &sim->events[i];
+        const pt_op *op = &p->ops[i];
+        if (op->kind == PT_OP_ALLREDUCE) {
+            ev->start = sim->insts[sim->match[i]].start;
+            ev->end = sim->insts[sim->match[i]].end;
+        }
+        if (ev->end > makespan)
+            makespan = ev->end;
+        int t = op->mb / M;
+        if (ev->end > sim->finish[t])
+            sim->finish[t] = ev->end;
+    }
+    out->makespan_s = makespan;
+    double lo = 0, hi = makespan;
+    if (!p->synchronous && W >= 3) {
+        lo = sim->finish[0];
+        hi = sim->finish[W - 2];
+        out->iter_s = (hi - lo) / (W - 2);
+    } else if (!p->synchronous && W == 2) {
+        lo = sim->finish[0];
+        hi = sim->finish[1];
+        out->iter_s = hi - lo;
+    } else {
+        out->iter_s = makespan;
+    }
+    if (!(hi > lo)) {
+        lo = 0;
+        hi = makespan;
+    }
+    out->measure_lo = lo;
+    out->measure_hi = hi;
+    out->throughput = out->iter_s > 0 ? (double)M * p->mb_size / out->iter_s : 0;
+    out->fits = 1;
+    out->worst_worker = 0;
+    double worst = -1, bubble = 0;
+    for (int w = 0; w < p->worker_count; w++) {
+        pt_sim_worker *ow = &sim->workers[w];
+        const pt_worker *x = &p->workers[w];
+        for (int i = x->op_begin; i < x->op_end; i++) {
+            const pt_sim_event *ev = &sim->events[i];
+            if (ev->end > ow->end_s)
+                ow->end_s = ev->end;
+            if (ev->lane == PT_LANE_COMPUTE)
+                ow->busy_s += overlap(ev->start, ev->end, lo, hi);
+            else if (ev->lane == PT_LANE_COMM)
+                ow->comm_s += overlap(ev->start, ev->end, lo, hi);
+        }
+        ow->busy_frac = hi > lo ? ow->busy_s / (hi - lo) : 0;
+        ow->bubble_frac = 1 - ow->busy_frac;
+        bubble += ow->bubble_frac;
+        double ratio = ow->limit > 0 ? (double)ow->peak.total / (double)ow->limit : 1e300;
+        if (ratio > worst) {
+            worst = ratio;
+            out->worst_worker = w;
+        }
+        if (ow->peak.total > ow->limit)
+            out->fits = 0;
+    }
+    out->bubble_frac = bubble / p->worker_count;
+    out->worker_count = p->worker_count;
+    out->workers = sim->workers;
+    out->event_count = p->op_count;
+    out->events = sim->events;
+}
+
+int pt_sim_run(pt_sim *sim, const pt_program *prog, const pt_cost *cost, pt_sim_result *out,
+               pt_error *err)
+{
+    if (!sim || !prog || !cost || !out)
+        return pt_error_set(err, PT_EINVAL, "simulate: sim, program, cost and result are required");
+    memset(out, 0, sizeof *out);
+    int rc = prepare(sim, prog, cost, err);
+    if (rc == PT_ENOMEM)
+        return pt_error_set(err, rc, "simulate: out of memory");
+    if (rc < 0)
+        return rc;
+    if ((rc = pt_sched_match(prog, sim->match, sim->scratch, err)) < 0)
+        return rc;
+    number_collectives(prog, sim);
+    for (int w = 0; w < prog->worker_count; w++)
+        init_worker(prog, sim, cost, w);
+    if ((rc = run_events(prog, sim, cost, err)) < 0)
+        return rc;
+    summarise(prog, sim, out);
+    return 0;
+}
+
+int pt_sim_plan(pt_sim *sim, const pt_plan *plan, const pt_cost *cost, const pt_sched_opts *opts,
+                pt_program *prog, pt_sim_result *out, pt_error *err)
+{
+    if (!cost)
+        return pt_error_set(err, PT_EINVAL, "simulate: a cost model is required");
+    int rc = pt_sched_build(plan, pt_cost_profile(cost), opts, prog, err);
+    if (rc < 0)
+        return rc;
+    return pt_sim_run(sim, prog, cost, out, err);
+}
