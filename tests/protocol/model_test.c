@@ -200,9 +200,10 @@ static void test_round_trip_options(void)
 
 static void test_input_short_form(void)
 {
-    const char *json =
-        "{\"v\":1,\"name\":\"short\",\"input\":[4,6],\"layers\":["
-        "{\"type\":\"linear\",\"out\":3},{\"type\":\"softmax_xent\",\"classes\":3}]}";
+    /* keys starting with '_' are comments, anywhere */
+    const char *json = "{\"v\":1,\"name\":\"short\",\"input\":[4,6],\"layers\":["
+                       "{\"type\":\"linear\",\"out\":3,\"_note\":[1]},"
+                       "{\"type\":\"softmax_xent\",\"classes\":3}],\"_why\":{}}";
     pt_model_spec *m = NULL;
     pt_error err = {0};
     REQUIRE(pt_model_spec_parse(json, "short", &m, &err) == 0);

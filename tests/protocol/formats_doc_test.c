@@ -1,0 +1,70 @@
+/* The complete examples in docs/formats.md parse with the reader of their
+ * section, so the documentation cannot drift from the code. A ```json block
+ * counts as a complete example when it holds "v"; fragments are skipped. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "protocol/fileio.h"
+#include "protocol/model.h"
+#include "protocol/plan.h"
+#include "protocol/profile.h"
+#include "protocol/topology.h"
+#include "tests/test.h"
+
+static int parse_as(const char *section, const char *json, pt_error *err)
+{
+    int rc;
+    if (!strcmp(section, "Model spec")) {
+        pt_model_spec *m = NULL;
+        rc = pt_model_spec_parse(json, "formats.md", &m, err);
+        pt_model_spec_free(&m);
+    } else if (!strcmp(section, "Profile")) {
+        pt_profile *p = NULL;
+        rc = pt_profile_parse(json, "formats.md", &p, err);
+        pt_profile_free(&p);
+    } else if (!strcmp(section, "Topology")) {
+        pt_topology *t = NULL;
+        rc = pt_topology_parse(json, "formats.md", &t, err);
+        pt_topology_free(&t);
+    } else {
+        pt_plan *p = NULL;
+        rc = pt_plan_parse(json, "formats.md", &p, err);
+        pt_plan_free(&p);
+    }
+    return rc;
+}
+
+static void test_examples_parse(void)
+{
+    char *text = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_file_read(pt_test_path("docs/formats.md"), &text, NULL, &err) == 0);
+    const char *sections[] = {"Model spec", "Profile", "Topology", "Plan"};
+    int found[4] = {0};
+    char section[64] = "";
+    for (char *line = text; line && *line;) {
+        char *next = strchr(line, '\n');
+        size_t len = next ? (size_t)(next - line) : strlen(line);
+        if (!strncmp(line, "## ", 3)) {
+            snprintf(section, sizeof section, "%.*s", (int)(len - 3), line + 3);
+        } else if (!strncmp(line, "```json", 7) && next) {
+            char *end = strstr(next + 1, "\n```");
+            REQUIRE(end != NULL);
+            *end = '\0';
+            const char *block = next + 1;
+            for (int i = 0; i < 4; i++)
+                if (!strcmp(section, sections[i]) && strstr(block, "\"v\"")) {
+                    int rc = parse_as(section, block, &err);
+                    CHECK_MSG(rc == 0, "%s example: %s", section, err.msg);
+                    found[i]++;
+                }
+            next = end + 4;
+        }
+        line = next ? next + 1 : NULL;
+    }
+    for (int i = 0; i < 4; i++)
+        CHECK_MSG(found[i] >= 1, "no complete example in section %s", sections[i]);
+    free(text);
+}
+
+PT_TEST_MAIN({"examples_parse", test_examples_parse})
