@@ -271,6 +271,18 @@ int pt_net_layer_range(const pt_net *net, int layer, int64_t *offset, int64_t *c
     return 0;
 }
 
+int pt_net_layer_elems(const pt_net *net, int layer, int64_t *in_elems, int64_t *out_elems)
+{
+    if (layer < net->first || layer >= net->last)
+        return PT_ERANGE;
+    const pt_layer *l = &net->chain.layers[layer - net->first];
+    if (in_elems)
+        *in_elems = l->in_elems;
+    if (out_elems)
+        *out_elems = l->out_elems;
+    return 0;
+}
+
 void pt_net_zero_grads(pt_net *net)
 {
     net->be->fill(net->be, net->chain.param_count, 0.0f, net->grads);

@@ -92,6 +92,9 @@ int64_t pt_net_param_count(const pt_net *net); /* floats in the parameter array 
 /* Slice of top-level layer `layer` (GLOBAL index, first <= layer < last) in the
  * parameter/gradient arrays. Returns 0 or PT_ERANGE. count may be 0. */
 int pt_net_layer_range(const pt_net *net, int layer, int64_t *offset, int64_t *count);
+/* Per-sample float counts entering and leaving top-level layer `layer`
+ * (GLOBAL index), e.g. for a profile's activation bytes. 0 or PT_ERANGE. */
+int pt_net_layer_elems(const pt_net *net, int layer, int64_t *in_elems, int64_t *out_elems);
 /* Activation bytes one in-flight micro-batch holds (the slot block). */
 int64_t pt_net_slot_bytes(const pt_net *net);
 const pt_backend *pt_net_backend(const pt_net *net);

@@ -443,6 +443,10 @@ static void test_contract_errors(void)
     CHECK(pt_net_layer_range(net, 2, &off, &cnt) == 0 && off == 12 * 16 + 16 &&
           cnt == 16 * 16 + 16);
     CHECK(pt_net_layer_range(net, 3, &off, &cnt) == 0 && cnt == 0);
+    int64_t ein, eout;
+    CHECK(pt_net_layer_elems(net, 0, &ein, &eout) == 0 && ein == 12 && eout == 16);
+    CHECK(pt_net_layer_elems(net, 4, &ein, &eout) == 0 && ein == 16 && eout == 5);
+    CHECK(pt_net_layer_elems(head, 3, &ein, &eout) == PT_ERANGE);
     pt_net_destroy(&net);
     pt_net_destroy(&head);
     free_batch(&b);
