@@ -1,0 +1,941 @@
+/* Per-layer checkpoints; the format is in docs/formats.md ("Checkpoint"). */
+#include "runtime/checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "protocol/fileio.h"
+#include "protocol/json_util.h"
+
+#define PATH_BYTES 4096
+/* Largest tensor a checkpoint may describe: 2^36 floats (256 GiB). */
+#define MAX_TENSOR_FLOATS (1LL << 36)
+/* Most parameter tensors one top-level layer may have (a residual body's included). */
+#define MAX_LAYER_TENSORS 256
+/* Alternative file names tried per tensor before giving up. */
+#define MAX_NAME_SLOTS 8
+#define MAX_NESTING    8
+
+/* ---- the tensors of a layer, from the spec ---- */
+
+typedef struct tensor_list {
+    pt_ckpt_tensor *out;
+    int max, n;
+} tensor_list;
+
+static void add_tensor(tensor_list *tl, const char *prefix, const char *name, int rank, int64_t d0,
+                       int64_t d1)
+{
+    if (tl->n < tl->max) {
+        pt_ckpt_tensor *t = &tl->out[tl->n];
+        memset(t, 0, sizeof *t);
+        snprintf(t->name, sizeof t->name, "%s%s", prefix, name);
+        t->rank = rank;
+        t->shape[0] = d0;
+        t->shape[1] = rank > 1 ? d1 : 0;
+        t->count = rank > 1 ? d0 * d1 : d0;
+    }
+    tl->n++;
+}
+
+/* Appends the tensors of a chain of layers to tl, propagating the per-sample
+ * shape (rank, dims) through it, as runtime/layer.h lays parameters out. */
+static int chain_tensors(const pt_layer_spec *layers, int count, int *rank, int *dims,
+                         const char *prefix, int depth, tensor_list *tl, pt_error *err)
+{
+    if (depth > MAX_NESTING)
+        return pt_error_set(err, PT_EINVAL, "residual bodies nested deeper than %d", MAX_NESTING);
+    for (int i = 0; i < count; i++) {
+        const pt_layer_spec *l = &layers[i];
+        int64_t last = *rank > 0 ? dims[*rank - 1] : 0;
+        switch (l->kind) {
+        case PT_LAYER_LINEAR:
+            add_tensor(tl, prefix, "weight", 2, last, l->out);
+            if (l->bias)
+                add_tensor(tl, prefix, "bias", 1, l->out, 0);
+            dims[*rank - 1] = l->out;
+            break;
+        case PT_LAYER_LAYERNORM:
+            add_tensor(tl, prefix, "gain", 1, last, 0);
+            add_tensor(tl, prefix, "bias", 1, last, 0);
+            break;
+        case PT_LAYER_EMBEDDING:
+            add_tensor(tl, prefix, "table", 2, l->vocab, l->dim);
+            if (l->positional)
+                add_tensor(tl, prefix, "pos", 2, dims[0], l->dim);
+            if (*rank >= PT_SHAPE_MAX)
+                return pt_error_set(err, PT_EINVAL, "%s: input of rank %d is too deep", l->name,
+                                    *rank);
+            dims[(*rank)++] = l->dim;
+            break;
+        case PT_LAYER_ATTENTION:
+            add_tensor(tl, prefix, "wqkv", 2, last, 3 * last);
+            add_tensor(tl, prefix, "bqkv", 1, 3 * last, 0);
+            add_tensor(tl, prefix, "wo", 2, last, last);
+            add_tensor(tl, prefix, "bo", 1, last, 0);
+            break;
+        case PT_LAYER_RESIDUAL: {
+            int body_rank = *rank, body_dims[PT_SHAPE_MAX];
+            memcpy(body_dims, dims, sizeof body_dims);
+            for (int b = 0; b < l->body_count; b++) {
+                char sub[PT_CKPT_NAME_MAX];
+                snprintf(sub, sizeof sub, "%sbody.%d.", prefix, b);
+                int rc =
+                    chain_tensors(&l->body[b], 1, &body_rank, body_dims, sub, depth + 1, tl, err);
+                if (rc < 0)
+                    return rc;
+            }
+            break;
+        }
+        default: /* relu, gelu, softmax_xent: no parameters, shape unchanged */
+            break;
+        }
+    }
+    return 0;
+}
+
+int pt_ckpt_layer_tensors(const pt_model_spec *spec, int layer, pt_ckpt_tensor *out, int max,
+                          pt_error *err)
+{
+    if (layer < 0 || layer >= spec->layer_count)
+        return pt_error_set(err, PT_EINVAL, "model %s: no layer %d", spec->name, layer);
+    int rank = spec->input_rank, dims[PT_SHAPE_MAX] = {0};
+    memcpy(dims, spec->input, sizeof(int) * (size_t)rank);
+    tensor_list none = {NULL, 0, 0};
+    int rc = chain_tensors(spec->layers, layer, &rank, dims, "", 0, &none, err);
+    if (rc < 0)
+        return rc;
+    tensor_list tl = {out, max, 0};
+    rc = chain_tensors(&spec->layers[layer], 1, &rank, dims, "", 0, &tl, err);
+    return rc < 0 ? rc : tl.n;
+}
+
+/* ---- index.json ---- */
+
+void pt_ckpt_layers_free(pt_ckpt_layer **layers_p, int count)
+{
+    if (!layers_p || !*layers_p)
+        return;
+    for (int i = 0; i < count; i++)
+        free((*layers_p)[i].tensors);
+    free(*layers_p);
+    *layers_p = NULL;
+}
+
+void pt_ckpt_index_free(pt_ckpt_index **index_p)
+{
+    if (!index_p || !*index_p)
+        return;
+    pt_ckpt_layers_free(&(*index_p)->layers, (*index_p)->layer_count);
+    free(*index_p);
+    *index_p = NULL;
+}
+
+const pt_ckpt_layer *pt_ckpt_index_find(const pt_ckpt_index *index, int layer)
+{
+    for (int i = 0; index && i < index->layer_count; i++)
+        if (index->layers[i].index == layer)
+            return &index->layers[i];
+    return NULL;
+}
+
+const pt_ckpt_tensor *pt_ckpt_layer_tensor(const pt_ckpt_layer *layer, const char *name)
+{
+    for (int i = 0; layer && i < layer->tensor_count; i++)
+        if (!strcmp(layer->tensors[i].name, name))
+            return &layer->tensors[i];
+    return NULL;
+}
+
+static int plain_file_name(const char *s)
+{
+    return s[0] && strcmp(s, ".") && strcmp(s, "..") && !strchr(s, '/') && !strchr(s, '\\');
+}
+
+static int parse_tensor(pt_jr *jr, const cJSON *obj, const char *path, pt_ckpt_tensor *t)
+{
+    static const char *const keys[] = {"name", "file", "shape", "count", "crc32", NULL};
+    int rc;
+    if ((rc = pt_jr_is_object(jr, obj, path)) < 0 || (rc = pt_jr_keys(jr, obj, path, keys)) < 0 ||
+        (rc = pt_jr_str(jr, obj, path, "name", PT_JR_REQUIRED, NULL, t->name, sizeof t->name)) <
+            0 ||
+        (rc = pt_jr_str(jr, obj, path, "file", PT_JR_REQUIRED, NULL, t->file, sizeof t->file)) < 0)
+        return rc;
+    if (!plain_file_name(t->file))
+        return pt_jr_fail(jr, PT_EINVAL, path, "file",
+                          "\"%s\" must be a plain file name inside the checkpoint folder", t->file);
+    const cJSON *shape;
+    int rank;
+    if ((rc = pt_jr_array(jr, obj, path, "shape", PT_JR_REQUIRED, 1, &shape, &rank)) < 0)
+        return rc;
+    if (rank > PT_SHAPE_MAX)
+        return pt_jr_fail(jr, PT_EINVAL, path, "shape", "rank %d is above %d", rank, PT_SHAPE_MAX);
+    t->rank = rank;
+    int64_t product = 1;
+    for (int d = 0; d < rank; d++) {
+        const cJSON *e = cJSON_GetArrayItem(shape, d);
+        char key[32];
+        snprintf(key, sizeof key, "shape[%d]", d);
+        if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int64_t)e->valuedouble ||
+            e->valuedouble < 1 || e->valuedouble > (double)MAX_TENSOR_FLOATS)
+            return pt_jr_fail(jr, PT_EINVAL, path, key, "must be an integer in [1, %lld]",
+                              (long long)MAX_TENSOR_FLOATS);
+        t->shape[d] = (int64_t)e->valuedouble;
+        product *= t->shape[d];
+        if (product > MAX_TENSOR_FLOATS)
+            return pt_jr_fail(jr, PT_ERANGE, path, "shape", "more than %lld elements",
+                              (long long)MAX_TENSOR_FLOATS);
+    }
+    int64_t crc;
+    if ((rc = pt_jr_int64(jr, obj, path, "count", PT_JR_REQUIRED, 0, 1, MAX_TENSOR_FLOATS,
+                          &t->count)) < 0 ||
+        (rc = pt_jr_int64(jr, obj, path, "crc32", PT_JR_REQUIRED, 0, 0, 0xFFFFFFFFLL, &crc)) < 0)
+        return rc;
+    if (t->count != product)
+        return pt_jr_fail(jr, PT_EINVAL, path, "count",
+                          "%lld is not the product of the shape (%lld)", (long long)t->count,
+                          (long long)product);
+    t->crc32 = (uint32_t)crc;
+    return 0;
+}
+
+static int parse_layer(pt_jr *jr, const cJSON *obj, const char *path, int64_t def_step,
+                       pt_ckpt_layer *l)
+{
+    static const char *const keys[] = {"index", "name", "step", "tensors", NULL};
+    int rc;
+    const cJSON *tensors;
+    if ((rc = pt_jr_is_object(jr, obj, path)) < 0 || (rc = pt_jr_keys(jr, obj, path, keys)) < 0 ||
+        (rc = pt_jr_int(jr, obj, path, "index", PT_JR_REQUIRED, 0, 0, 1 << 24, &l->index)) < 0 ||
+        (rc = pt_jr_str(jr, obj, path, "name", PT_JR_REQUIRED, NULL, l->name, sizeof l->name)) <
+            0 ||
+        (rc = pt_jr_int64(jr, obj, path, "step", PT_JR_OPTIONAL, def_step, 0, PT_JSON_INT_MAX,
+                          &l->step)) < 0 ||
+        (rc = pt_jr_array(jr, obj, path, "tensors", PT_JR_REQUIRED, 0, &tensors,
+                          &l->tensor_count)) < 0)
+        return rc;
+    if (l->tensor_count > 0 && !(l->tensors = calloc((size_t)l->tensor_count, sizeof *l->tensors)))
+        return pt_jr_fail(jr, PT_ENOMEM, path, "tensors", "out of memory");
+    for (int i = 0; i < l->tensor_count; i++) {
+        char sub[PT_JPATH_MAX];
+        pt_jr_join_index(sub, sizeof sub, path, "tensors", i);
+        if ((rc = parse_tensor(jr, cJSON_GetArrayItem(tensors, i), sub, &l->tensors[i])) < 0)
+            return rc;
+        for (int j = 0; j < i; j++)
+            if (!strcmp(l->tensors[j].name, l->tensors[i].name))
+                return pt_jr_fail(jr, PT_EINVAL, sub, "name", "\"%s\" appears twice",
+                                  l->tensors[i].name);
+    }
+    return 0;
+}
+
+static int parse_optimizer(pt_jr *jr, const cJSON *obj, pt_ckpt_index *ix)
+{
+    static const char *const all_keys[] = {"kind",  "step", "lr",           "momentum", "beta1",
+                                           "beta2", "eps",  "weight_decay", NULL};
+    const char *path = "optimizer";
+    char kind[16];
+    int rc;
+    if ((rc = pt_jr_is_object(jr, obj, path)) < 0 ||
+        (rc = pt_jr_keys(jr, obj, path, all_keys)) < 0 ||
+        (rc = pt_jr_str(jr, obj, path, "kind", PT_JR_REQUIRED, NULL, kind, sizeof kind)) < 0)
+        return rc;
+    if (!strcmp(kind, "sgd"))
+        ix->optimizer = pt_optim_default(PT_OPTIM_SGD);
+    else if (!strcmp(kind, "adam"))
+        ix->optimizer = pt_optim_default(PT_OPTIM_ADAM);
+    else
+        return pt_jr_fail(jr, PT_EINVAL, path, "kind", "unknown optimizer \"%s\" (sgd, adam)",
+                          kind);
+    pt_optim_spec *o = &ix->optimizer;
+    const pt_jr_range positive = {0, INFINITY, 1, 0}, unit = {0, 1, 0, 1},
+                      nonneg = {0, INFINITY, 0, 0};
+    double lr, mom, b1, b2, eps, wd;
+    if ((rc = pt_jr_int64(jr, obj, path, "step", PT_JR_OPTIONAL, 0, 0, PT_JSON_INT_MAX,
+                          &ix->optim_steps)) < 0 ||
+        (rc = pt_jr_num(jr, obj, path, "lr", PT_JR_REQUIRED, 0, positive, &lr)) < 0 ||
+        (rc = pt_jr_num(jr, obj, path, "momentum", PT_JR_OPTIONAL, o->momentum, unit, &mom)) < 0 ||
+        (rc = pt_jr_num(jr, obj, path, "beta1", PT_JR_OPTIONAL, o->beta1, unit, &b1)) < 0 ||
+        (rc = pt_jr_num(jr, obj, path, "beta2", PT_JR_OPTIONAL, o->beta2, unit, &b2)) < 0 ||
+        (rc = pt_jr_num(jr, obj, path, "eps", PT_JR_OPTIONAL, o->eps, positive, &eps)) < 0 ||
+        (rc = pt_jr_num(jr, obj, path, "weight_decay", PT_JR_OPTIONAL, o->weight_decay, nonneg,
+                        &wd)) < 0)
+        return rc;
+    o->lr = (float)lr;
+    o->momentum = (float)mom;
+    o->beta1 = (float)b1;
+    o->beta2 = (float)b2;
+    o->eps = (float)eps;
+    o->weight_decay = (float)wd;
+    ix->has_optimizer = 1;
+    return 0;
+}
+
+static int cmp_layer(const void *a, const void *b)
+{
+    const pt_ckpt_layer *x = a, *y = b;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+int pt_ckpt_index_parse(const char *json, const char *source, pt_ckpt_index **out, pt_error *err)
+{
+    static const char *const keys[] = {"v", "model", "step", "epoch", "optimizer", "layers", NULL};
+    *out = NULL;
+    pt_jr jr = {source, err};
+    cJSON *root = NULL;
+    int rc = pt_jr_parse(&jr, json, &root);
+    if (rc < 0)
+        return rc;
+    pt_ckpt_index *ix = calloc(1, sizeof *ix);
+    if (!ix) {
+        cJSON_Delete(root);
+        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", source);
+    }
+    const cJSON *opt, *layers;
+    const pt_jr_range nonneg = {0, INFINITY, 0, 0};
+    if ((rc = pt_jr_keys(&jr, root, "", keys)) < 0 ||
+        (rc = pt_jr_str(&jr, root, "", "model", PT_JR_REQUIRED, NULL, ix->model,
+                        sizeof ix->model)) < 0 ||
+        (rc = pt_jr_int64(&jr, root, "", "step", PT_JR_REQUIRED, 0, 0, PT_JSON_INT_MAX,
+                          &ix->step)) < 0 ||
+        (rc = pt_jr_num(&jr, root, "", "epoch", PT_JR_OPTIONAL, 0, nonneg, &ix->epoch)) < 0 ||
+        (rc = pt_jr_object(&jr, root, "", "optimizer", PT_JR_OPTIONAL, &opt)) < 0 ||
+        (opt && (rc = parse_optimizer(&jr, opt, ix)) < 0) ||
+        (rc = pt_jr_array(&jr, root, "", "layers", PT_JR_REQUIRED, 0, &layers, &ix->layer_count)) <
+            0)
+        goto fail;
+    if (ix->layer_count > 0 &&
+        !(ix->layers = calloc((size_t)ix->layer_count, sizeof *ix->layers))) {
+        rc = pt_error_set(err, PT_ENOMEM, "%s: out of memory", source);
+        goto fail;
+    }
+    for (int i = 0; i < ix->layer_count; i++) {
+        char path[PT_JPATH_MAX];
+        pt_jr_join_index(path, sizeof path, "", "layers", i);
+        if ((rc = parse_layer(&jr, cJSON_GetArrayItem(layers, i), path, ix->step, &ix->layers[i])) <
+            0)
+            goto fail;
+        for (int j = 0; j < i; j++)
+            if (ix->layers[j].index == ix->layers[i].index) {
+                rc = pt_jr_fail(&jr, PT_EINVAL, path, "index", "layer %d appears twice",
+                                ix->layers[i].index);
+                goto fail;
+            }
+    }
+    qsort(ix->layers, (size_t)ix->layer_count, sizeof *ix->layers, cmp_layer);
+    cJSON_Delete(root);
+    *out = ix;
+    return 0;
+fail:
+    cJSON_Delete(root);
+    pt_ckpt_index_free(&ix);
+    return rc;
+}
+
+int pt_ckpt_index_load(const char *dir, pt_ckpt_index **out, pt_error *err)
+{
+    *out = NULL;
+    char path[PATH_BYTES];
+    snprintf(path, sizeof path, "%s/%s", dir, PT_CKPT_INDEX_FILE);
+    char *text = NULL;
+    int rc = pt_file_read(path, &text, NULL, err);
+    if (rc < 0) {
+        if (rc == PT_ENOTFOUND)
+            pt_error_set(err, rc, "%s: no checkpoint here (no %s)", dir, PT_CKPT_INDEX_FILE);
+        return rc;
+    }
+    rc = pt_ckpt_index_parse(text, path, out, err);
+    free(text);
+    return rc;
+}
+
+/* A float hyper-parameter as the shortest decimal that reads back as the same
+ * float, so 0.05f is written 0.05 rather than 0.05000000074505806. */
+static void add_float(cJSON *obj, const char *key, float v)
+{
+    char buf[32];
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)v);
+        if ((float)strtod(buf, NULL) == v)
+            break;
+    }
+    cJSON_AddNumberToObject(obj, key, strtod(buf, NULL));
+}
+
+static cJSON *tensor_json(const pt_ckpt_tensor *t)
+{
+    cJSON *o = cJSON_CreateObject(), *shape = cJSON_CreateArray();
+    if (!o || !shape) {
+        cJSON_Delete(o);
+        cJSON_Delete(shape);
+        return NULL;
+    }
+    cJSON_AddStringToObject(o, "name", t->name);
+    cJSON_AddStringToObject(o, "file", t->file);
+    for (int d = 0; d < t->rank; d++)
+        cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
+    cJSON_AddItemToObject(o, "shape", shape);
+    cJSON_AddNumberToObject(o, "count", (double)t->count);
+    cJSON_AddNumberToObject(o, "crc32", (double)t->crc32);
+    return o;
+}
+
+char *pt_ckpt_index_to_json(const pt_ckpt_index *ix)
+{
+    cJSON *root = cJSON_CreateObject(), *layers = cJSON_CreateArray();
+    if (!root || !layers) {
+        cJSON_Delete(root);
+        cJSON_Delete(layers);
+        return NULL;
+    }
+    cJSON_AddNumberToObject(root, "v", PT_FORMAT_VERSION);
+    cJSON_AddStringToObject(root, "model", ix->model);
+    cJSON_AddNumberToObject(root, "step", (double)ix->step);
+    cJSON_AddNumberToObject(root, "epoch", ix->epoch);
+    if (ix->has_optimizer) {
+        const pt_optim_spec *o = &ix->optimizer;
+        cJSON *opt = cJSON_AddObjectToObject(root, "optimizer");
+        if (opt) {
+            cJSON_AddStringToObject(opt, "kind", o->kind == PT_OPTIM_ADAM ? "adam" : "sgd");
+            cJSON_AddNumberToObject(opt, "step", (double)ix->optim_steps);
+            add_float(opt, "lr", o->lr);
+            if (o->kind == PT_OPTIM_SGD) {
+                add_float(opt, "momentum", o->momentum);
+            } else {
+                add_float(opt, "beta1", o->beta1);
+                add_float(opt, "beta2", o->beta2);
+                add_float(opt, "eps", o->eps);
+            }
+            add_float(opt, "weight_decay", o->weight_decay);
+        }
+    }
+    cJSON_AddItemToObject(root, "layers", layers);
+    for (int i = 0; i < ix->layer_count; i++) {
+        const pt_ckpt_layer *l = &ix->layers[i];
+        cJSON *lo = cJSON_CreateObject(), *ts = cJSON_CreateArray();
+        if (!lo || !ts) {
+            cJSON_Delete(lo);
+            cJSON_Delete(ts);
+            cJSON_Delete(root);
+            return NULL;
+        }
+        cJSON_AddNumberToObject(lo, "index", l->index);
+        cJSON_AddStringToObject(lo, "name", l->name);
+        cJSON_AddNumberToObject(lo, "step", (double)l->step);
+        for (int t = 0; t < l->tensor_count; t++)
+            cJSON_AddItemToArray(ts, tensor_json(&l->tensors[t]));
+        cJSON_AddItemToObject(lo, "tensors", ts);
+        cJSON_AddItemToArray(layers, lo);
+    }
+    return pt_jr_print_and_delete(root);
+}
+
+/* ---- tensor files ---- */
+
+/* The files hold little-endian float32; on a big-endian host swap in place. */
+static void to_little_endian(float *v, int64_t n)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], 4);
+        u = __builtin_bswap32(u);
+        memcpy(&v[i], &u, 4);
+    }
+#else
+    (void)v;
+    (void)n;
+#endif
+}
+
+static uint32_t crc_of(const void *data, size_t bytes)
+{
+    uLong crc = crc32(0L, Z_NULL, 0);
+    const unsigned char *p = data;
+    while (bytes > 0) {
+        uInt chunk = bytes > (1u << 30) ? (1u << 30) : (uInt)bytes;
+        crc = crc32(crc, p, chunk);
+        p += chunk;
+        bytes -= chunk;
+    }
+    return (uint32_t)crc;
+}
+
+int pt_ckpt_read_tensor(const char *dir, const pt_ckpt_tensor *t, float *host, pt_error *err)
+{
+    char path[PATH_BYTES];
+    snprintf(path, sizeof path, "%s/%s", dir, t->file);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return pt_error_set(err, errno == ENOENT ? PT_ENOTFOUND : PT_EIO,
+                            "%s: %s (tensor %s of the checkpoint)", path, strerror(errno), t->name);
+    size_t want = (size_t)t->count * sizeof(float);
+    size_t got = fread(host, 1, want, f);
+    int extra = fgetc(f) != EOF;
+    int bad = ferror(f);
+    fclose(f);
+    if (bad)
+        return pt_error_set(err, PT_EIO, "%s: read error", path);
+    if (got != want || extra)
+        return pt_error_set(err, PT_EPARSE,
+                            "%s: %s file size: tensor %s needs %lld floats (%zu bytes)%s%zu "
+                            "bytes",
+                            path, got < want ? "truncated" : "wrong", t->name, (long long)t->count,
+                            want, got < want ? ", the file holds " : ", the file holds more than ",
+                            got);
+    uint32_t crc = crc_of(host, want);
+    if (crc != t->crc32)
+        return pt_error_set(err, PT_EPARSE,
+                            "%s: crc32 mismatch: index.json says %u, the file's is %u "
+                            "(corrupt or replaced file)",
+                            path, t->crc32, crc);
+    to_little_endian(host, t->count);
+    return 0;
+}
+
+/* Writes host[0..count) (little-endian) to dir/file via temporary name,
+ * fsync and rename, and returns its crc32 in *crc. host is scratch: it may
+ * be byte-swapped. */
+static int write_tensor_file(const char *dir, const char *file, float *host, int64_t count,
+                             uint32_t *crc, pt_error *err)
+{
+    char path[PATH_BYTES];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    to_little_endian(host, count);
+    *crc = crc_of(host, (size_t)count * sizeof(float));
+    return pt_file_write_atomic(path, host, (size_t)count * sizeof(float), err);
+}
+
+/* ---- saving ---- */
+
+static int referenced(const pt_ckpt_index *ix, const char *file)
+{
+    for (int i = 0; ix && i < ix->layer_count; i++)
+        for (int t = 0; t < ix->layers[i].tensor_count; t++)
+            if (!strcmp(ix->layers[i].tensors[t].file, file))
+                return 1;
+    return 0;
+}
+
+/* A file name for tensor `name` of `layer` that the current index does not
+ * reference: "layer003.weight.f32", else "layer003.weight.1.f32", ... */
+static int pick_file_name(const pt_ckpt_index *cur, int layer, const char *name, char *out,
+                          size_t cap, pt_error *err)
+{
+    for (int slot = 0; slot < MAX_NAME_SLOTS; slot++) {
+        int n = slot == 0 ? snprintf(out, cap, "layer%03d.%s.f32", layer, name)
+                          : snprintf(out, cap, "layer%03d.%s.%d.f32", layer, name, slot);
+        if (n < 0 || (size_t)n >= cap)
+            return pt_error_set(err, PT_EINVAL, "layer %d: tensor name %s is too long", layer,
+                                name);
+        if (!referenced(cur, out))
+            return 0;
+    }
+    return pt_error_set(err, PT_EINVAL, "layer %d: every file name for %s is in use", layer, name);
+}
+
+/* The tensors of net layer `layer` checked against the net's slice. */
+static int layer_layout(const pt_model_spec *spec, pt_net *net, int layer, pt_ckpt_tensor *ts,
+                        int *count, int64_t *offset, int64_t *floats, pt_error *err)
+{
+    int n = pt_ckpt_layer_tensors(spec, layer, ts, MAX_LAYER_TENSORS, err);
+    if (n < 0)
+        return n;
+    if (n > MAX_LAYER_TENSORS)
+        return pt_error_set(err, PT_EUNSUPP, "layer %d (%s): more than %d tensors", layer,
+                            spec->layers[layer].name, MAX_LAYER_TENSORS);
+    int rc = pt_net_layer_range(net, layer, offset, floats);
+    if (rc < 0)
+        return pt_error_set(err, rc, "layer %d is not in the net [%d, %d)", layer,
+                            pt_net_first(net), pt_net_last(net));
+    int64_t sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += ts[i].count;
+    if (sum != *floats)
+        return pt_error_set(err, PT_EUNSUPP,
+                            "layer %d (%s): the net holds %lld parameters, its tensors %lld", layer,
+                            spec->layers[layer].name, (long long)*floats, (long long)sum);
+    *count = n;
+    return 0;
+}
+
+static int write_one_layer(const char *dir, const pt_model_spec *spec, pt_net *net, pt_optim *optim,
+                           const pt_ckpt_index *cur, int layer, int64_t step, pt_ckpt_tensor *ts,
+                           float *host, pt_ckpt_layer *out, pt_error *err)
+{
+    int n;
+    int64_t offset, floats;
+    int rc = layer_layout(spec, net, layer, ts, &n, &offset, &floats, err);
+    if (rc < 0)
+        return rc;
+    int states = optim ? pt_optim_state_count(optim) : 0;
+    out->index = layer;
+    out->step = step;
+    snprintf(out->name, sizeof out->name, "%s", spec->layers[layer].name);
+    out->tensor_count = n * (1 + states);
+    if (out->tensor_count > 0 &&
+        !(out->tensors = calloc((size_t)out->tensor_count, sizeof *out->tensors)))
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    for (int s = -1; s < states; s++) {
+        if (floats == 0)
+            break;
+        rc = s < 0 ? pt_net_get_layer(net, layer, NULL, host, floats)
+                   : pt_optim_get_state(optim, s, offset, floats, host);
+        if (rc < 0)
+            return pt_error_set(err, rc, "layer %d: cannot read its %s", layer,
+                                s < 0 ? "parameters" : pt_optim_state_name(optim, s));
+        int64_t pos = 0;
+        for (int i = 0; i < n; i++) {
+            pt_ckpt_tensor *t = &out->tensors[(s + 1) * n + i];
+            *t = ts[i];
+            if (s >= 0 && snprintf(t->name, sizeof t->name, "%s.%s", ts[i].name,
+                                   pt_optim_state_name(optim, s)) >= (int)sizeof t->name)
+                return pt_error_set(err, PT_EINVAL, "layer %d: tensor name %s is too long", layer,
+                                    ts[i].name);
+            if ((rc = pick_file_name(cur, layer, t->name, t->file, sizeof t->file, err)) < 0 ||
+                (rc = write_tensor_file(dir, t->file, host + pos, t->count, &t->crc32, err)) < 0)
+                return rc;
+            pos += t->count;
+        }
+    }
+    return 0;
+}
+
+int pt_ckpt_write_layers(const char *dir, const pt_model_spec *spec, pt_net *net, pt_optim *optim,
+                         int64_t step, pt_ckpt_layer **layers_out, int *count_out, pt_error *err)
+{
+    *layers_out = NULL;
+    *count_out = 0;
+    int rc = pt_mkdir_p(dir, err);
+    if (rc < 0)
+        return rc;
+    pt_ckpt_index *cur = NULL;
+    rc = pt_ckpt_index_load(dir, &cur, err);
+    if (rc < 0 && rc != PT_ENOTFOUND)
+        return rc;
+    pt_error_clear(err);
+    int first = pt_net_first(net), last = pt_net_last(net), count = last - first;
+    int64_t max_floats = 0;
+    for (int l = first; l < last; l++) {
+        int64_t off, n;
+        if (pt_net_layer_range(net, l, &off, &n) == 0 && n > max_floats)
+            max_floats = n;
+    }
+    pt_ckpt_layer *layers = calloc((size_t)(count > 0 ? count : 1), sizeof *layers);
+    pt_ckpt_tensor *ts = malloc(MAX_LAYER_TENSORS * sizeof *ts);
+    float *host = malloc((size_t)(max_floats > 0 ? max_floats : 1) * sizeof(float));
+    if (!layers || !ts || !host) {
+        rc = pt_error_set(err, PT_ENOMEM, "%s: out of memory for the checkpoint", dir);
+        goto done;
+    }
+    for (int l = first; l < last; l++) {
+        rc =
+            write_one_layer(dir, spec, net, optim, cur, l, step, ts, host, &layers[l - first], err);
+        if (rc < 0) {
+            pt_error_prefix(err, dir);
+            goto done;
+        }
+    }
+    *layers_out = layers;
+    *count_out = count;
+    layers = NULL;
+done:
+    pt_ckpt_layers_free(&layers, count);
+    free(ts);
+    free(host);
+    pt_ckpt_index_free(&cur);
+    return rc;
+}
+
+static int copy_layer(pt_ckpt_layer *dst, const pt_ckpt_layer *src)
+{
+    *dst = *src;
+    dst->tensors = NULL;
+    if (src->tensor_count == 0)
+        return 0;
+    dst->tensors = malloc((size_t)src->tensor_count * sizeof *dst->tensors);
+    if (!dst->tensors)
+        return PT_ENOMEM;
+    memcpy(dst->tensors, src->tensors, (size_t)src->tensor_count * sizeof *dst->tensors);
+    return 0;
+}
+
+/* Removes files the old entry of a replaced layer held that the new index no
+ * longer references (best effort: a leftover file is only wasted space). */
+static void remove_stale(const char *dir, const pt_ckpt_index *old, const pt_ckpt_index *now,
+                         const pt_ckpt_layer *layers, int count)
+{
+    for (int i = 0; i < count; i++) {
+        const pt_ckpt_layer *was = pt_ckpt_index_find(old, layers[i].index);
+        for (int t = 0; was && t < was->tensor_count; t++) {
+            if (referenced(now, was->tensors[t].file))
+                continue;
+            char path[PATH_BYTES];
+            snprintf(path, sizeof path, "%s/%s", dir, was->tensors[t].file);
+            unlink(path);
+        }
+    }
+}
+
+int pt_ckpt_commit(const char *dir, const pt_ckpt_index *header, const pt_ckpt_layer *layers,
+                   int count, pt_error *err)
+{
+    char path[PATH_BYTES];
+    snprintf(path, sizeof path, "%s/%s", dir, PT_CKPT_LOCK_FILE);
+    int lock = open(path, O_RDWR | O_CREAT, 0644);
+    if (lock < 0)
+        return pt_error_set(err, PT_EIO, "%s: %s", path, strerror(errno));
+    while (flock(lock, LOCK_EX) != 0 && errno == EINTR)
+        ;
+    pt_ckpt_index *old = NULL, *now = NULL;
+    char *json = NULL;
+    int rc = pt_ckpt_index_load(dir, &old, err);
+    if (rc < 0 && rc != PT_ENOTFOUND)
+        goto done;
+    pt_error_clear(err);
+    rc = PT_ENOMEM;
+    int cap = (old ? old->layer_count : 0) + count;
+    if (!(now = calloc(1, sizeof *now)) ||
+        !(now->layers = calloc((size_t)(cap > 0 ? cap : 1), sizeof *now->layers)))
+        goto nomem;
+    snprintf(now->model, sizeof now->model, "%s", header->model);
+    now->step = header->step;
+    now->epoch = header->epoch;
+    now->has_optimizer = header->has_optimizer;
+    now->optimizer = header->optimizer;
+    now->optim_steps = header->optim_steps;
+    for (int i = 0; old && i < old->layer_count; i++) {
+        int replaced = 0;
+        for (int j = 0; j < count; j++)
+            replaced |= layers[j].index == old->layers[i].index;
+        if (!replaced && copy_layer(&now->layers[now->layer_count++], &old->layers[i]) < 0)
+            goto nomem;
+    }
+    for (int j = 0; j < count; j++)
+        if (copy_layer(&now->layers[now->layer_count++], &layers[j]) < 0)
+            goto nomem;
+    qsort(now->layers, (size_t)now->layer_count, sizeof *now->layers, cmp_layer);
+    if (!(json = pt_ckpt_index_to_json(now)))
+        goto nomem;
+    snprintf(path, sizeof path, "%s/%s", dir, PT_CKPT_INDEX_FILE);
+    if ((rc = pt_file_write_atomic(path, json, strlen(json), err)) < 0)
+        goto done;
+    remove_stale(dir, old, now, layers, count);
+    rc = 0;
+    goto done;
+nomem:
+    rc = pt_error_set(err, PT_ENOMEM, "%s: out of memory", dir);
+done:
+    free(json);
+    pt_ckpt_index_free(&old);
+    pt_ckpt_index_free(&now);
+    flock(lock, LOCK_UN);
+    close(lock);
+    return rc;
+}
+
+int pt_ckpt_save(const char *dir, const pt_model_spec *spec, pt_net *net, pt_optim *optim,
+                 int64_t step, double epoch, pt_error *err)
+{
+    pt_ckpt_layer *layers = NULL;
+    int count = 0;
+    int rc = pt_ckpt_write_layers(dir, spec, net, optim, step, &layers, &count, err);
+    if (rc < 0)
+        return rc;
+    pt_ckpt_index header = {.step = step, .epoch = epoch};
+    snprintf(header.model, sizeof header.model, "%s", spec->name);
+    if (optim) {
+        header.has_optimizer = 1;
+        header.optimizer = *pt_optim_get_spec(optim);
+        header.optim_steps = pt_optim_steps(optim);
+    }
+    rc = pt_ckpt_commit(dir, &header, layers, count, err);
+    pt_ckpt_layers_free(&layers, count);
+    return rc;
+}
+
+/* ---- loading ---- */
+
+static int same_shape(const pt_ckpt_tensor *a, const pt_ckpt_tensor *b)
+{
+    if (a->rank != b->rank)
+        return 0;
+    for (int d = 0; d < a->rank; d++)
+        if (a->shape[d] != b->shape[d])
+            return 0;
+    return 1;
+}
+
+static void shape_str(const pt_ckpt_tensor *t, char *out, size_t cap)
+{
+    size_t n = (size_t)snprintf(out, cap, "[");
+    for (int d = 0; d < t->rank && n < cap; d++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (n < cap)
+        snprintf(out + n, cap - n, "]");
+}
+
+/* Finds tensor `want` (its name with an optional ".<state>" suffix) in the
+ * entry and checks its shape; NULL when absent. */
+static int find_checked(const char *ipath, const pt_ckpt_layer *entry, const pt_ckpt_tensor *want,
+                        const char *state, const pt_ckpt_tensor **found, pt_error *err)
+{
+    char name[PT_CKPT_NAME_MAX];
+    *found = NULL;
+    if (snprintf(name, sizeof name, "%s%s%s", want->name, state ? "." : "", state ? state : "") >=
+        (int)sizeof name)
+        return 0; /* too long to be in any index */
+    *found = pt_ckpt_layer_tensor(entry, name);
+    if (*found && !same_shape(*found, want)) {
+        char have[96], need[96];
+        shape_str(*found, have, sizeof have);
+        shape_str(want, need, sizeof need);
+        return pt_error_set(err, PT_EINVAL,
+                            "%s: layer %d (%s): tensor %s has shape %s, the model needs %s", ipath,
+                            entry->index, entry->name, name, have, need);
+    }
+    return 0;
+}
+
+/* Checks the entry of one layer against the model and counts state tensors. */
+static int check_entry(const char *ipath, const pt_model_spec *spec, const pt_ckpt_layer *entry,
+                       const pt_ckpt_tensor *ts, int n, pt_optim *optim, int *state_found,
+                       int *state_missing, pt_error *err)
+{
+    const char *want_name = spec->layers[entry->index].name;
+    if (strcmp(entry->name, want_name))
+        return pt_error_set(err, PT_EINVAL,
+                            "%s: layer %d is \"%s\" in the checkpoint, \"%s\" in model %s", ipath,
+                            entry->index, entry->name, want_name, spec->name);
+    const pt_ckpt_tensor *t;
+    int rc;
+    for (int i = 0; i < n; i++) {
+        if ((rc = find_checked(ipath, entry, &ts[i], NULL, &t, err)) < 0)
+            return rc;
+        if (!t)
+            return pt_error_set(err, PT_EINVAL, "%s: layer %d (%s): tensor %s is missing", ipath,
+                                entry->index, entry->name, ts[i].name);
+        int states = optim ? pt_optim_state_count(optim) : 0;
+        for (int s = 0; s < states; s++) {
+            if ((rc = find_checked(ipath, entry, &ts[i], pt_optim_state_name(optim, s), &t, err)) <
+                0)
+                return rc;
+            if (t)
+                (*state_found)++;
+            else
+                (*state_missing)++;
+        }
+    }
+    return 0;
+}
+
+int pt_ckpt_load(const char *dir, const pt_model_spec *spec, pt_net *net, pt_optim *optim,
+                 pt_ckpt_info *info, pt_error *err)
+{
+    pt_ckpt_index *ix = NULL;
+    int rc = pt_ckpt_index_load(dir, &ix, err);
+    if (rc < 0)
+        return rc;
+    char ipath[PATH_BYTES];
+    snprintf(ipath, sizeof ipath, "%s/%s", dir, PT_CKPT_INDEX_FILE);
+    int first = pt_net_first(net), last = pt_net_last(net);
+    pt_ckpt_tensor *ts = malloc(MAX_LAYER_TENSORS * sizeof *ts);
+    float *host = NULL;
+    int64_t max_floats = 1, step = -1;
+    int step_layer = -1, found = 0, missing = 0;
+    if (!ts) {
+        rc = pt_error_set(err, PT_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (optim && !(ix->has_optimizer && ix->optimizer.kind == pt_optim_get_spec(optim)->kind))
+        optim = NULL; /* other optimizer: its state means nothing to ours */
+    /* Check everything before touching the net. */
+    for (int l = first; l < last; l++) {
+        int n;
+        int64_t off, floats;
+        if ((rc = layer_layout(spec, net, l, ts, &n, &off, &floats, err)) < 0)
+            goto done;
+        max_floats = floats > max_floats ? floats : max_floats;
+        const pt_ckpt_layer *entry = pt_ckpt_index_find(ix, l);
+        if (n == 0)
+            continue;
+        if (!entry) {
+            rc = pt_error_set(err, PT_ENOTFOUND, "%s: layer %d (%s) of model %s is not in it",
+                              ipath, l, spec->layers[l].name, spec->name);
+            goto done;
+        }
+        if ((rc = check_entry(ipath, spec, entry, ts, n, optim, &found, &missing, err)) < 0)
+            goto done;
+        if (step >= 0 && entry->step != step) {
+            rc = pt_error_set(err, PT_EINVAL,
+                              "%s: layer %d is at step %lld, layer %d at step %lld: an "
+                              "incomplete save mixed two checkpoints",
+                              ipath, step_layer, (long long)step, l, (long long)entry->step);
+            goto done;
+        }
+        step = entry->step;
+        step_layer = l;
+    }
+    if (found && missing) {
+        rc = pt_error_set(err, PT_EINVAL,
+                          "%s: optimizer state is present for %d tensors and missing for %d", ipath,
+                          found, missing);
+        goto done;
+    }
+    if (!found)
+        optim = NULL;
+    if (!(host = malloc((size_t)max_floats * sizeof(float)))) {
+        rc = pt_error_set(err, PT_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int l = first; l < last; l++) {
+        int n;
+        int64_t off, floats;
+        if ((rc = layer_layout(spec, net, l, ts, &n, &off, &floats, err)) < 0)
+            goto done;
+        if (n == 0)
+            continue;
+        const pt_ckpt_layer *entry = pt_ckpt_index_find(ix, l);
+        int states = optim ? pt_optim_state_count(optim) : 0;
+        for (int s = -1; s < states; s++) {
+            int64_t pos = 0;
+            for (int i = 0; i < n; i++) {
+                const pt_ckpt_tensor *t;
+                find_checked(ipath, entry, &ts[i], s < 0 ? NULL : pt_optim_state_name(optim, s), &t,
+                             err);
+                if ((rc = pt_ckpt_read_tensor(dir, t, host + pos, err)) < 0)
+                    goto done;
+                pos += t->count;
+            }
+            rc = s < 0 ? pt_net_set_layer(net, l, NULL, host, floats)
+                       : pt_optim_set_state(optim, s, off, floats, host);
+            if (rc < 0) {
+                pt_error_set(err, rc, "layer %d: cannot set its %s", l,
+                             s < 0 ? "parameters" : "optimizer state");
+                goto done;
+            }
+        }
+    }
+    if (optim)
+        pt_optim_set_steps(optim, ix->optim_steps);
+    if (info) {
+        *info = (pt_ckpt_info){.step = step >= 0 ? step : ix->step,
+                               .epoch = ix->epoch,
+                               .optim_loaded = optim != NULL,
+                               .has_optimizer = ix->has_optimizer,
+                               .optimizer = ix->optimizer};
+    }
+    rc = 0;
+done:
+    free(host);
+    free(ts);
+    pt_ckpt_index_free(&ix);
+    return rc;
+}
