@@ -264,9 +264,9 @@ int pt_cost_weight_versions(pt_sched_kind kind, int vertical_sync, int S, int i)
 {
     switch (kind) {
     case PT_SCHED_PIPEDREAM:
-        if (vertical_sync)
-            return i == 0 ? S + 1 : S;
-        return S - i + 1;
+        /* with vertical sync the first S micro-batches all read version 0, so while
+         * they pass stage i it also keeps versions 1..i for the micro-batches after them */
+        return vertical_sync ? S + 1 : S - i + 1;
     case PT_SCHED_2BW:
         return 2;
     default:

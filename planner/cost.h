@@ -125,7 +125,9 @@ int pt_cost_optim_state_factor(pt_optim_kind optim);
 int pt_cost_inflight(pt_sched_kind kind, char policy, int S, int i, int M);
 /* Weight versions stage i holds at once (live + stashed): pipedream S-i+1
  * (one stash per in-flight micro-batch plus the live weights; with vertical
- * sync stage 0 holds S+1 and the others S), 2bw 2, others 1. */
+ * sync every stage holds S+1: during warm-up stage i stashes S-i micro-batches
+ * that read version 0 while it keeps versions 0..i for the ones still to
+ * come), 2bw 2, others 1. Assumes the run has at least S micro-batches. */
 int pt_cost_weight_versions(pt_sched_kind kind, int vertical_sync, int S, int i);
 
 /* What the analytic memory model needs about one stage replica. */
