@@ -4,6 +4,8 @@
 
 /* One line per command; a new command is a file and a line here. */
 const pt_command pt_commands[] = {
+    {"import-profile", pt_cmd_import_profile, "convert a PipeDream graph.txt profile to JSON"},
+    {"export-profile", pt_cmd_export_profile, "write a profile in PipeDream's graph.txt format"},
     {"validate", pt_cmd_validate, "check a model spec, profile, topology or plan file"},
     {NULL, NULL, NULL},
 };

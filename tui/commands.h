@@ -15,6 +15,8 @@ extern const pt_command pt_commands[];
 
 int pt_cmd_train(int argc, char **argv);
 int pt_cmd_profile(int argc, char **argv);
+/* `pipetop profile --analytic ...`; pt_cmd_profile hands over on --analytic. */
+int pt_cmd_profile_analytic(int argc, char **argv);
 int pt_cmd_plan(int argc, char **argv);
 int pt_cmd_sim(int argc, char **argv);
 int pt_cmd_import_profile(int argc, char **argv);
