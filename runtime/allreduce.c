@@ -1,0 +1,358 @@
+/* Ring all-reduce over a pt_comm, and the collective thread that runs one in
+ * the background. See runtime/comm.h for the contract.
+ *
+ * The ring as one pipeline: rank i (position in the group) first sends its own
+ * chunk i to the right; then for global step s = 0 .. 2(p-1)-1 it receives
+ * chunk (i-s-1) mod p from the left, adds it into buf (s < p-1: reduce-scatter)
+ * or copies it (s >= p-1: all-gather), and forwards it to the right as step
+ * s+1. After step p-2 rank i holds the full sum of chunk (i+1) mod p; the
+ * all-gather circulates those sums. Each chunk travels in segments so a rank
+ * forwards segment k while segment k+1 is on the wire.
+ *
+ * Copies: reduce-scatter forwards straight from buf (zero-copy; the sums are
+ * never written again before the all-gather, which waits for those sends to
+ * be released before it overwrites); the all-gather forwards the received
+ * frame itself (reference-counted, no copy). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/comm_internal.h"
+
+#define SEG_BITS 15 /* part = step << SEG_BITS | segment */
+#define SEG_MAX  (1u << SEG_BITS)
+
+int pt_comm_group_init(pt_comm_group *group, const int *ranks, int n)
+{
+    if (!group || !ranks || n < 1 || n > PT_COMM_MAX_GROUP)
+        return PT_EINVAL;
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] < 0 || ranks[i] >= PT_COMM_MAX_RANKS)
+            return PT_EINVAL;
+        for (int j = 0; j < i; j++)
+            if (ranks[j] == ranks[i])
+                return PT_EINVAL;
+    }
+    memset(group, 0, sizeof *group);
+    group->size = n;
+    memcpy(group->ranks, ranks, (size_t)n * sizeof *ranks);
+    return 0;
+}
+
+static size_t chunk_off(size_t count, int p, int c)
+{
+    size_t base = count / (size_t)p, rem = count % (size_t)p;
+    return (size_t)c * base + ((size_t)c < rem ? (size_t)c : rem);
+}
+static size_t chunk_len(size_t count, int p, int c)
+{
+    return count / (size_t)p + ((size_t)c < count % (size_t)p ? 1 : 0);
+}
+static uint32_t seg_count(size_t len)
+{
+    size_t n = (len + PT_COMM_SEGMENT_FLOATS - 1) / PT_COMM_SEGMENT_FLOATS;
+    return n ? (uint32_t)n : 1; /* an empty chunk still travels, as one empty segment */
+}
+static uint64_t ring_tag(uint32_t id, int step, uint32_t seg)
+{
+    return pt_comm_tag(PT_COMM_ALLREDUCE, id, ((uint32_t)step << SEG_BITS) | seg);
+}
+
+/* Sends segment k of chunk c of buf as `step`; zero-copy while reducing. */
+static int send_segment(pt_comm *comm, int right, uint32_t id, int step, int p, float *buf,
+                        size_t count, int c, uint32_t k, int zero_copy, pt_error *err)
+{
+    size_t off = chunk_off(count, p, c), len = chunk_len(count, p, c);
+    size_t s0 = (size_t)k * PT_COMM_SEGMENT_FLOATS;
+    size_t n = len - s0 < PT_COMM_SEGMENT_FLOATS ? len - s0 : PT_COMM_SEGMENT_FLOATS;
+    if (len == 0)
+        n = 0;
+    uint64_t tag = ring_tag(id, step, k);
+    if (zero_copy)
+        return pt_comm_internal_send_ar_zc(comm, right, tag, buf + off + s0, n, err);
+    return pt_comm_send(comm, right, tag, buf + off + s0, n, err);
+}
+
+int pt_comm_allreduce(pt_comm *self, pt_comm_group *group, float *buf, size_t count, int op,
+                      pt_error *err)
+{
+    if (!self || !group || (!buf && count))
+        return pt_error_set(err, PT_EINVAL, "allreduce: NULL argument");
+    if (op != PT_COMM_SUM && op != PT_COMM_AVERAGE)
+        return pt_error_set(err, PT_EINVAL, "allreduce: unknown op %d", op);
+    int p = group->size, me = -1;
+    if (p < 1 || p > PT_COMM_MAX_GROUP)
+        return pt_error_set(err, PT_EINVAL, "allreduce: group size %d is out of range [1, %d]", p,
+                            PT_COMM_MAX_GROUP);
+    for (int i = 0; i < p; i++)
+        if (group->ranks[i] == pt_comm_rank(self))
+            me = i;
+    if (me < 0)
+        return pt_error_set(err, PT_EINVAL, "allreduce: rank %d is not in the group",
+                            pt_comm_rank(self));
+    if (chunk_len(count, p, 0) > (size_t)SEG_MAX * PT_COMM_SEGMENT_FLOATS)
+        return pt_error_set(err, PT_ERANGE, "allreduce: %zu floats over %d ranks is too large",
+                            count, p);
+    uint32_t id = group->next_id++;
+    if (p == 1)
+        return 0;
+
+    int left = group->ranks[(me + p - 1) % p], right = group->ranks[(me + 1) % p];
+    int steps = 2 * (p - 1), rc;
+    /* Step 0: this rank's own chunk, unreduced. */
+    for (uint32_t k = 0; k < seg_count(chunk_len(count, p, me)); k++)
+        if ((rc = send_segment(self, right, id, 0, p, buf, count, me, k, 1, err)) < 0)
+            return rc;
+    for (int s = 0; s < steps; s++) {
+        int c = ((me - s - 1) % p + p) % p;
+        size_t off = chunk_off(count, p, c), len = chunk_len(count, p, c);
+        int reducing = s < p - 1;
+        if (!reducing && s == p - 1) {
+            /* Before the all-gather overwrites chunks the reduce-scatter sent
+             * zero-copy, ZeroMQ must have released them. */
+            if (pt_comm_internal_wait_ar_zc(self, pt_comm_timeout_ms(self)) < 0)
+                return pt_error_set(err, PT_ETIMEOUT,
+                                    "allreduce: rank %d: sends to rank %d not released within "
+                                    "%d ms",
+                                    pt_comm_rank(self), right, pt_comm_timeout_ms(self));
+        }
+        for (uint32_t k = 0; k < seg_count(len); k++) {
+            size_t s0 = (size_t)k * PT_COMM_SEGMENT_FLOATS;
+            size_t n = len == 0                            ? 0
+                       : len - s0 < PT_COMM_SEGMENT_FLOATS ? len - s0
+                                                           : PT_COMM_SEGMENT_FLOATS;
+            zmq_msg_t m;
+            rc = pt_comm_internal_recv_msg(self, left, ring_tag(id, s, k), &m, err);
+            if (rc < 0) {
+                if (rc == PT_ETIMEOUT)
+                    pt_error_prefix(err, "allreduce");
+                return rc;
+            }
+            if (zmq_msg_size(&m) != n * sizeof(float)) {
+                size_t got = zmq_msg_size(&m) / sizeof(float);
+                zmq_msg_close(&m);
+                return pt_error_set(err, PT_EINVAL,
+                                    "allreduce: rank %d: step %d from rank %d has %zu floats, "
+                                    "expected %zu (do all members pass the same count?)",
+                                    pt_comm_rank(self), s, left, got, n);
+            }
+            /* A frame received over tcp may start at any byte (ZeroMQ
+             * slices them out of its read buffer): load each float by memcpy. */
+            const unsigned char *in = zmq_msg_data(&m);
+            float *dst = buf + off + s0;
+            if (reducing) {
+                for (size_t j = 0; j < n; j++) {
+                    float x;
+                    memcpy(&x, in + j * sizeof x, sizeof x);
+                    dst[j] += x;
+                }
+            } else if (n) {
+                memcpy(dst, in, n * sizeof(float));
+            }
+            rc = 0;
+            if (s + 1 < steps) {
+                if (s + 1 < p - 1) {
+                    rc = send_segment(self, right, id, s + 1, p, buf, count, c, k, 1, err);
+                } else if (s + 1 == p - 1) {
+                    /* The first all-gather send: a copy, as buf is the caller's again
+                     * once this function returns. */
+                    rc = send_segment(self, right, id, s + 1, p, buf, count, c, k, 0, err);
+                } else {
+                    zmq_msg_t fwd;
+                    zmq_msg_init(&fwd);
+                    zmq_msg_copy(&fwd, &m); /* shares the frame's data */
+                    rc = pt_comm_internal_send_msg(self, right, ring_tag(id, s + 1, k), &fwd, err);
+                    zmq_msg_close(&fwd);
+                }
+            }
+            zmq_msg_close(&m);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    if (op == PT_COMM_AVERAGE) {
+        float fp = (float)p;
+        for (size_t j = 0; j < count; j++)
+            buf[j] /= fp;
+    }
+    return 0;
+}
+
+/* ---- the collective thread ------------------------------------------------ */
+
+enum { COLL_IDLE, COLL_POSTED, COLL_RUNNING, COLL_DONE };
+
+struct pt_collective {
+    pt_comm *comm;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int state, quit;
+    pt_comm_group group;
+    float *buf;
+    size_t count;
+    int op;
+    int rc;
+    pt_error err;
+    pt_comm_stats stats;
+};
+
+static void *coll_main(void *arg)
+{
+    pt_collective *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        /* Waits without a bound: pt_collective_destroy sets quit and signals. */
+        while (c->state != COLL_POSTED && !c->quit)
+            pthread_cond_wait(&c->cv, &c->mu);
+        if (c->quit && c->state != COLL_POSTED)
+            break;
+        c->state = COLL_RUNNING;
+        pt_comm_group g = c->group;
+        float *buf = c->buf;
+        size_t count = c->count;
+        int op = c->op;
+        pthread_mutex_unlock(&c->mu);
+
+        pt_error e;
+        pt_error_clear(&e);
+        int rc = pt_comm_allreduce(c->comm, &g, buf, count, op, &e);
+        pt_comm_stats st;
+        pt_comm_stats_get(c->comm, &st);
+
+        pthread_mutex_lock(&c->mu);
+        c->rc = rc;
+        c->err = e;
+        c->stats = st;
+        c->state = COLL_DONE;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+int pt_collective_create(pt_comm **comm_p, pt_collective **out, pt_error *err)
+{
+    if (out)
+        *out = NULL;
+    if (!comm_p || !*comm_p || !out)
+        return pt_error_set(err, PT_EINVAL, "collective: NULL argument");
+    pt_collective *c = calloc(1, sizeof *c);
+    if (!c)
+        return pt_error_set(err, PT_ENOMEM, "collective: out of memory");
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    c->comm = *comm_p;
+    c->state = COLL_IDLE;
+    /* The mutex hand-off is the full barrier ZeroMQ asks for when sockets
+     * move to another thread. */
+    int e = pthread_create(&c->thread, NULL, coll_main, c);
+    if (e != 0) {
+        pthread_cond_destroy(&c->cv);
+        pthread_mutex_destroy(&c->mu);
+        free(c);
+        return pt_error_set(err, PT_EIO, "collective: pthread_create: %s", strerror(e));
+    }
+    *comm_p = NULL;
+    *out = c;
+    return 0;
+}
+
+int pt_collective_start(pt_collective *self, pt_comm_group *group, float *buf, size_t count, int op,
+                        pt_error *err)
+{
+    if (!self || !group || (!buf && count))
+        return pt_error_set(err, PT_EINVAL, "collective: NULL argument");
+    pthread_mutex_lock(&self->mu);
+    if (self->state != COLL_IDLE) {
+        pthread_mutex_unlock(&self->mu);
+        return pt_error_set(err, PT_ESTATE,
+                            "collective: an all-reduce is in flight or not yet waited for");
+    }
+    self->group = *group;
+    self->buf = buf;
+    self->count = count;
+    self->op = op;
+    self->state = COLL_POSTED;
+    pthread_cond_broadcast(&self->cv);
+    pthread_mutex_unlock(&self->mu);
+    group->next_id++; /* the thread's copy advances the same way */
+    return 0;
+}
+
+int pt_collective_test(pt_collective *self)
+{
+    if (!self)
+        return 1;
+    pthread_mutex_lock(&self->mu);
+    int done = self->state == COLL_IDLE || self->state == COLL_DONE;
+    pthread_mutex_unlock(&self->mu);
+    return done;
+}
+
+int pt_collective_wait(pt_collective *self, int timeout_ms, pt_error *err)
+{
+    if (!self)
+        return pt_error_set(err, PT_EINVAL, "collective: NULL argument");
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&self->mu);
+    while (self->state == COLL_POSTED || self->state == COLL_RUNNING) {
+        if (pthread_cond_timedwait(&self->cv, &self->mu, &dl) == ETIMEDOUT &&
+            (self->state == COLL_POSTED || self->state == COLL_RUNNING)) {
+            pthread_mutex_unlock(&self->mu);
+            return pt_error_set(err, PT_ETIMEOUT,
+                                "collective: all-reduce still running after "
+                                "%d ms",
+                                timeout_ms);
+        }
+    }
+    int rc = 0;
+    if (self->state == COLL_DONE) {
+        rc = self->rc;
+        if (rc < 0 && err)
+            *err = self->err;
+        self->state = COLL_IDLE;
+    }
+    pthread_mutex_unlock(&self->mu);
+    return rc;
+}
+
+void pt_collective_stats(pt_collective *self, pt_comm_stats *out)
+{
+    if (!self || !out)
+        return;
+    pthread_mutex_lock(&self->mu);
+    *out = self->stats;
+    pthread_mutex_unlock(&self->mu);
+}
+
+void pt_collective_destroy(pt_collective **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    pt_collective *c = *self_p;
+    pthread_mutex_lock(&c->mu);
+    c->quit = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    /* An operation in flight ends within its receive timeouts. */
+    pthread_join(c->thread, NULL);
+    pt_comm_destroy(&c->comm);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    *self_p = NULL;
+}

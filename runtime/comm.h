@@ -1,0 +1,224 @@
+/* Point-to-point and collective transport over ZeroMQ for one pipeline worker.
+ *
+ * A communicator belongs to one worker (a process, or a thread in tests) with
+ * a rank in [0, size). It binds one PULL socket for everything addressed to it
+ * and connects one PUSH socket per peer it talks to. Every data message is two
+ * frames:
+ *
+ *   frame 1, header, 32 bytes, little-endian:
+ *     u32 magic "PTC1" (0x31435450), u32 source rank, u64 tag, u64 float count,
+ *     u64 per-(source, destination) sequence number
+ *   frame 2, payload: count IEEE-754 binary32 floats, little-endian (raw host
+ *     floats; pt_comm_create refuses a big-endian host with PT_EUNSUPP)
+ *
+ * so a receiver learns the sender from the header, not from the socket.
+ * Messages from one peer may arrive in any order relative to what the receiver
+ * asks for: recv() takes the first queued message with the wanted (source,
+ * tag) and keeps the others, still in their ZeroMQ frames (no copy), in a
+ * stash whose slots are reused across iterations. A matching message is copied
+ * once, straight from the frame into the caller's buffer.
+ *
+ * Threads: a pt_comm and its sockets are used by one thread at a time (ZeroMQ
+ * sockets are not thread-safe). To overlap an all-reduce with compute, give a
+ * second, connected communicator to a pt_collective (below), which drives it
+ * from its own thread. inproc:// endpoints need every communicator that talks
+ * over them to share one ZeroMQ context (pt_comm_config.zmq_context).
+ *
+ * Every blocking call is bounded by the communicator's timeout. */
+#ifndef PT_RUNTIME_COMM_H
+#define PT_RUNTIME_COMM_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "protocol/error.h"
+
+#define PT_COMM_MAX_RANKS    4096 /* ranks of one communicator */
+#define PT_COMM_MAX_GROUP    256  /* ranks of one all-reduce ring */
+#define PT_COMM_HEADER_BYTES 32
+#define PT_COMM_MAGIC        0x31435450u /* "PTC1" read as little-endian u32 */
+#define PT_COMM_ENDPOINT_MAX 256         /* bytes, with the NUL */
+
+/* What a message carries; the top 8 bits of a tag. */
+typedef enum pt_comm_kind {
+    PT_COMM_ACT = 1,       /* forward activations */
+    PT_COMM_GRAD = 2,      /* backward gradients w.r.t. activations */
+    PT_COMM_ALLREDUCE = 3, /* all-reduce traffic (used internally) */
+    PT_COMM_USER = 4       /* anything else (tests, benchmarks, barriers) */
+} pt_comm_kind;
+
+#define PT_COMM_TAG_PART_MAX 0xFFFFFFu /* 24 bits */
+
+/* A tag: kind (8 bits) | micro-batch (32 bits) | part (24 bits: row range of
+ * a split micro-batch, step of a ring...). part is masked to 24 bits. */
+static inline uint64_t pt_comm_tag(pt_comm_kind kind, uint32_t microbatch, uint32_t part)
+{
+    return ((uint64_t)(kind & 0xFF) << 56) | ((uint64_t)microbatch << 24) |
+           (uint64_t)(part & PT_COMM_TAG_PART_MAX);
+}
+static inline pt_comm_kind pt_comm_tag_kind(uint64_t tag)
+{
+    return (pt_comm_kind)(tag >> 56);
+}
+static inline uint32_t pt_comm_tag_microbatch(uint64_t tag)
+{
+    return (uint32_t)(tag >> 24);
+}
+static inline uint32_t pt_comm_tag_part(uint64_t tag)
+{
+    return (uint32_t)(tag & PT_COMM_TAG_PART_MAX);
+}
+
+/* Writes "act/mb3/part0" (or "kind9/...") into buf; returns buf. */
+const char *pt_comm_tag_str(uint64_t tag, char *buf, size_t size);
+
+typedef struct pt_comm pt_comm;
+
+typedef struct pt_comm_config {
+    int rank;                  /* this worker, in [0, size) */
+    int size;                  /* ranks in the communicator, 1..PT_COMM_MAX_RANKS */
+    const char *bind_endpoint; /* "tcp://127.0.0.1:*" (ephemeral port), "tcp://127.0.0.1:5601",
+                                  "ipc:///tmp/dir/r0", "inproc://name" */
+    void *zmq_context;         /* NULL: the communicator makes and owns a context */
+    int timeout_ms;            /* bound of every blocking call, > 0 */
+} pt_comm_config;
+
+/* Counters for telemetry and memory accounting. Bytes count headers and
+ * payload as they go on the wire; messages to oneself never touch a socket
+ * and are not counted (their payload does count in stash_bytes). */
+typedef struct pt_comm_stats {
+    uint64_t bytes_sent, bytes_recv;
+    uint64_t msgs_sent, msgs_recv;
+    uint64_t early_arrivals; /* messages stashed because another one was wanted */
+    uint64_t bad_msgs;       /* frames dropped: bad header, size or source */
+    size_t stash_bytes;      /* payload bytes waiting in the stash now */
+    size_t stash_peak_bytes; /* high-water mark of stash_bytes */
+} pt_comm_stats;
+
+/* Creates a communicator and binds its receiving socket (nothing is sent).
+ * On success *out owns it; on failure *out is NULL and err says why
+ * (PT_EINVAL bad config, PT_EIO bind failed, PT_EUNSUPP big-endian host). */
+int pt_comm_create(const pt_comm_config *cfg, pt_comm **out, pt_error *err);
+
+/* The endpoint actually bound (the ephemeral port resolved, from
+ * ZMQ_LAST_ENDPOINT), to give to the peers. Owned by the communicator. */
+const char *pt_comm_endpoint(const pt_comm *self);
+
+/* Connects to the peers: endpoints[r] is the bound endpoint of rank r, for
+ * r in [0, size); a NULL entry means "never talk to r"; this rank's own entry
+ * is ignored (messages to oneself never touch a socket). Connecting needs no
+ * live peer: messages queue until it appears. May be called once. */
+int pt_comm_connect(pt_comm *self, const char *const *endpoints, pt_error *err);
+
+/* Closes the sockets (each lingers at most the timeout so queued messages
+ * still leave) and, if it owns it, the context. NULL-safe; sets *self_p = NULL. */
+void pt_comm_destroy(pt_comm **self_p);
+
+int pt_comm_rank(const pt_comm *self);
+int pt_comm_size(const pt_comm *self);
+int pt_comm_timeout_ms(const pt_comm *self);
+/* Changes the bound of later calls; PT_EINVAL unless timeout_ms > 0. */
+int pt_comm_set_timeout(pt_comm *self, int timeout_ms);
+/* Copies the counters (either argument NULL: no-op). */
+void pt_comm_stats_get(const pt_comm *self, pt_comm_stats *out);
+
+/* Sends count floats from buf to rank dst under tag. buf is copied before the
+ * call returns, so the caller may reuse it at once. count may be 0.
+ * PT_EINVAL bad rank/tag or dst not connected; PT_ETIMEOUT when the peer's
+ * queue stays full for the timeout; PT_EIO other socket errors. */
+int pt_comm_send(pt_comm *self, int dst, uint64_t tag, const float *buf, size_t count,
+                 pt_error *err);
+
+/* Completion counter for zero-copy sends; caller-owned, zero-initialise it
+ * (or call pt_comm_zc_init). One counter may track many sends. */
+typedef struct pt_comm_zc {
+    atomic_int pending; /* sends whose buffer ZeroMQ still holds; read it via pt_comm_zc_wait */
+} pt_comm_zc;
+
+void pt_comm_zc_init(pt_comm_zc *zc);
+
+/* Zero-copy send: ZeroMQ sends straight from buf, which the caller must not
+ * modify or free until pt_comm_zc_wait(zc) returns 0. zc (and buf) must
+ * outlive the communicator if the wait is skipped or times out. On error
+ * nothing was queued and zc is unchanged. A send to oneself copies. */
+int pt_comm_send_zc(pt_comm *self, int dst, uint64_t tag, const float *buf, size_t count,
+                    pt_comm_zc *zc, pt_error *err);
+
+/* Waits until every send tracked by zc released its buffer: 0, or
+ * PT_ETIMEOUT after timeout_ms (the sends stay tracked). */
+int pt_comm_zc_wait(pt_comm_zc *zc, int timeout_ms);
+
+/* Receives the message with this (src, tag) into buf, which must hold exactly
+ * the count floats the sender sent: a different count is PT_EINVAL and the
+ * message is dropped (nothing is written to buf). Messages for other tags
+ * that arrive meanwhile are stashed. PT_ETIMEOUT when none arrives within the
+ * timeout. src may equal this rank (a message sent to oneself). */
+int pt_comm_recv(pt_comm *self, int src, uint64_t tag, float *buf, size_t count, pt_error *err);
+
+/* ---- all-reduce ---------------------------------------------------------- */
+
+/* Ranks of one ring (the replicas of one stage), in ring order. Every member
+ * must build the same group and issue the same sequence of all-reduces on it:
+ * next_id numbers them so that consecutive all-reduces never mix. */
+typedef struct pt_comm_group {
+    int size;
+    int ranks[PT_COMM_MAX_GROUP];
+    uint32_t next_id;
+} pt_comm_group;
+
+/* Fills a group from ranks[0..n); PT_EINVAL if n is not in 1..PT_COMM_MAX_GROUP,
+ * a rank is negative or repeated. */
+int pt_comm_group_init(pt_comm_group *group, const int *ranks, int n);
+
+enum {
+    PT_COMM_SUM = 0,    /* buf = sum over the group */
+    PT_COMM_AVERAGE = 1 /* buf = sum / group size */
+};
+
+/* Floats per ring message: larger chunks are cut into segments so a rank
+ * forwards the first segment while the next one is still on the wire. */
+#define PT_COMM_SEGMENT_FLOATS 65536
+
+/* Ring all-reduce of buf[0..count) in place over group (this rank must be in
+ * it): reduce-scatter then all-gather, 2(p-1) steps, count split into p
+ * chunks of floor or ceil(count/p) floats (so any count works, even < p),
+ * each chunk in segments of at most PT_COMM_SEGMENT_FLOATS. Each chunk is
+ * summed once and then copied, so every member ends with bit-identical
+ * results. p = 1 returns at once (averaging by 1 changes nothing).
+ * Each receive is bounded by the timeout: PT_ETIMEOUT names the step and
+ * peer. On error buf holds partial sums. */
+int pt_comm_allreduce(pt_comm *self, pt_comm_group *group, float *buf, size_t count, int op,
+                      pt_error *err);
+
+/* ---- asynchronous all-reduce (Pipe-SGD: reduce step t while computing t+1) */
+
+typedef struct pt_collective pt_collective;
+
+/* Takes ownership of a connected communicator (*comm_p is set to NULL) and
+ * starts a thread that alone uses it from now on. On failure *comm_p is left
+ * to the caller and *out is NULL. */
+int pt_collective_create(pt_comm **comm_p, pt_collective **out, pt_error *err);
+
+/* Starts an all-reduce of buf on the thread; buf belongs to the collective
+ * until pt_collective_wait returns 0 (or the collective is destroyed).
+ * group is copied (its next_id advanced in *group too, so the caller's copy
+ * stays in step). One operation at a time: PT_ESTATE if one is in flight. */
+int pt_collective_start(pt_collective *self, pt_comm_group *group, float *buf, size_t count, int op,
+                        pt_error *err);
+
+/* 1 when the operation in flight finished (or none is in flight), else 0. */
+int pt_collective_test(pt_collective *self);
+
+/* Waits for the operation in flight; returns its status (0, or its error in
+ * err), or PT_ETIMEOUT if it is still running after timeout_ms. 0 when none. */
+int pt_collective_wait(pt_collective *self, int timeout_ms, pt_error *err);
+
+/* Counters of the owned communicator, as of the last finished operation. */
+void pt_collective_stats(pt_collective *self, pt_comm_stats *out);
+
+/* Waits for the operation in flight (bounded by the timeout of the comm),
+ * stops the thread, destroys the communicator. NULL-safe; sets *self_p = NULL. */
+void pt_collective_destroy(pt_collective **self_p);
+
+#endif
