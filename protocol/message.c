@@ -1,0 +1,958 @@
+/* Control and telemetry messages: JSON text <-> pt_msg. One checker
+ * (check_tree) reads a cJSON tree into a pt_msg; decode runs it on parsed
+ * text and encode on the tree it built, so both refuse the same things. */
+#include "protocol/message.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "protocol/json_util.h"
+
+static const char *const type_names[PT_MSG_TYPE_COUNT] = {
+    [PT_MSG_REGISTER] = "register",
+    [PT_MSG_ASSIGN] = "assign",
+    [PT_MSG_ACK] = "ack",
+    [PT_MSG_START] = "start",
+    [PT_MSG_STOP] = "stop",
+    [PT_MSG_CHECKPOINT] = "checkpoint",
+    [PT_MSG_CHECKPOINT_ACK] = "checkpoint_ack",
+    [PT_MSG_HEARTBEAT] = "heartbeat",
+    [PT_MSG_ERROR] = "error",
+    [PT_MSG_BYE] = "bye",
+    [PT_MSG_EVENTS] = "events",
+    [PT_MSG_METRICS] = "metrics",
+};
+
+static const unsigned type_senders[PT_MSG_TYPE_COUNT] = {
+    [PT_MSG_REGISTER] = PT_MSG_BY_AGENT,
+    [PT_MSG_ASSIGN] = PT_MSG_BY_CONSOLE,
+    [PT_MSG_ACK] = PT_MSG_BY_AGENT,
+    [PT_MSG_START] = PT_MSG_BY_CONSOLE,
+    [PT_MSG_STOP] = PT_MSG_BY_CONSOLE,
+    [PT_MSG_CHECKPOINT] = PT_MSG_BY_CONSOLE,
+    [PT_MSG_CHECKPOINT_ACK] = PT_MSG_BY_AGENT,
+    [PT_MSG_HEARTBEAT] = PT_MSG_BY_CONSOLE | PT_MSG_BY_AGENT,
+    [PT_MSG_ERROR] = PT_MSG_BY_CONSOLE | PT_MSG_BY_AGENT,
+    [PT_MSG_BYE] = PT_MSG_BY_CONSOLE | PT_MSG_BY_AGENT,
+    [PT_MSG_EVENTS] = PT_MSG_BY_AGENT,
+    [PT_MSG_METRICS] = PT_MSG_BY_AGENT,
+};
+
+static const char *const mem_names[PT_MSG_MEM_COUNT] = {"weights", "grads", "optim",
+                                                        "acts",    "stash", "comm"};
+
+const char *pt_msg_type_name(pt_msg_type type)
+{
+    return (int)type >= 0 && type < PT_MSG_TYPE_COUNT ? type_names[type] : NULL;
+}
+
+pt_msg_type pt_msg_type_parse(const char *name)
+{
+    for (int t = 0; name && t < PT_MSG_TYPE_COUNT; t++)
+        if (!strcmp(name, type_names[t]))
+            return (pt_msg_type)t;
+    return PT_MSG_TYPE_COUNT;
+}
+
+unsigned pt_msg_type_senders(pt_msg_type type)
+{
+    return (int)type >= 0 && type < PT_MSG_TYPE_COUNT ? type_senders[type] : 0;
+}
+
+int pt_msg_type_is_request(pt_msg_type type)
+{
+    return type == PT_MSG_ASSIGN || type == PT_MSG_START || type == PT_MSG_STOP ||
+           type == PT_MSG_CHECKPOINT;
+}
+
+/* Types whose "req" echoes a request: required there. */
+static int type_is_reply(pt_msg_type type)
+{
+    return type == PT_MSG_ACK || type == PT_MSG_CHECKPOINT_ACK;
+}
+
+const char *pt_msg_mem_name(int category)
+{
+    return category >= 0 && category < PT_MSG_MEM_COUNT ? mem_names[category] : NULL;
+}
+
+int64_t pt_msg_now_ns(void)
+{
+    static _Atomic int64_t origin;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    int64_t o = atomic_load(&origin);
+    if (o == 0) {
+        int64_t want = now - 1; /* so the first reading is 1, and 0 means "unset" */
+        if (!atomic_compare_exchange_strong(&origin, &o, want))
+            return now - o; /* another thread set it first: o holds its value */
+        return now - want;
+    }
+    return now - o;
+}
+
+void pt_msg_init(pt_msg *m, pt_msg_type type, const char *agent)
+{
+    if (!m)
+        return;
+    memset(m, 0, sizeof *m);
+    m->type = type;
+    snprintf(m->agent, sizeof m->agent, "%s", agent ? agent : "");
+    switch (type) {
+    case PT_MSG_CHECKPOINT:
+        m->u.checkpoint.step = -1;
+        break;
+    case PT_MSG_HEARTBEAT:
+        m->u.heartbeat.step = -1;
+        break;
+    case PT_MSG_ERROR:
+        m->u.error.stage = -1;
+        m->u.error.replica = -1;
+        break;
+    case PT_MSG_METRICS:
+        m->u.metrics.loss = NAN;
+        break;
+    case PT_MSG_ACK:
+        m->u.ack.of = PT_MSG_ASSIGN;
+        break;
+    case PT_MSG_REGISTER:
+        m->u.reg.device = -1;
+        break;
+    default:
+        break;
+    }
+}
+
+void pt_msg_clear(pt_msg *m)
+{
+    if (!m)
+        return;
+    if (m->type == PT_MSG_ASSIGN) {
+        free(m->u.assign.plan_json);
+        free(m->u.assign.model_json);
+        free(m->u.assign.peers);
+    } else if (m->type == PT_MSG_EVENTS) {
+        free(m->u.events.events);
+    }
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- checking a tree ------------------------------------------------------- */
+
+static int check_charset(pt_jr *jr, const char *path, const char *key, const char *s,
+                         const char *extra, const char *what)
+{
+    for (const char *p = s; *p; p++) {
+        char c = *p;
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 (c && strchr(extra, c));
+        if (!ok)
+            return pt_jr_fail(jr, PT_EINVAL, path, key,
+                              "character 0x%02x not allowed in %s (letters, digits and \"%s\")",
+                              (unsigned char)c, what, extra);
+    }
+    return 0;
+}
+
+static int check_endpoint(pt_jr *jr, const char *path, const char *key, const char *ep)
+{
+    if (strncmp(ep, "tcp://", 6) && strncmp(ep, "ipc://", 6) && strncmp(ep, "inproc://", 9))
+        return pt_jr_fail(jr, PT_EINVAL, path, key,
+                          "\"%.64s\" is not a tcp://, ipc:// or inproc:// endpoint", ep);
+    return 0;
+}
+
+/* An optional string; the empty string is allowed and means "absent". */
+static int opt_str(pt_jr *jr, const cJSON *obj, const char *path, const char *key, char *out,
+                   size_t cap)
+{
+    const cJSON *item = pt_jr_item(obj, key);
+    if (item && cJSON_IsString(item) && item->valuestring && !item->valuestring[0]) {
+        out[0] = '\0';
+        return 0;
+    }
+    return pt_jr_str(jr, obj, path, key, PT_JR_OPTIONAL, "", out, cap);
+}
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_ < 0)                                                                               \
+            return rc_;                                                                            \
+    } while (0)
+
+#define REQ  PT_JR_REQUIRED
+#define OPT  PT_JR_OPTIONAL
+#define IMAX PT_MSG_INT_MAX
+#define IDX  (PT_MSG_MAX_INDEX - 1)
+
+static const char *const env_keys[] = {"v", "type", "agent", "seq", "gen", "req"};
+#define ENV_KEYS 6
+
+static const char *const *keys_of(pt_msg_type t)
+{
+    static const char *const reg[] = {"host",         "pid",           "device",
+                                      "device_name",  "backend",       "memory_bytes",
+                                      "capabilities", "data_endpoint", NULL};
+    static const char *const assign[] = {
+        "plan",    "model", "stage",          "replica",          "rank",        "peers",
+        "data",    "seed",  "checkpoint_dir", "checkpoint_every", "resume_step", "telemetry",
+        "nccl_id", NULL};
+    static const char *const ack[] = {"of", NULL};
+    static const char *const start[] = {"steps", NULL};
+    static const char *const reason[] = {"reason", NULL};
+    static const char *const ckpt[] = {"step", NULL};
+    static const char *const ckpt_ack[] = {"step", "dir", NULL};
+    static const char *const hb[] = {"hb", "t_send", "echo", "state", "step", NULL};
+    static const char *const error[] = {"stage", "replica", "code", "reason", NULL};
+    static const char *const events[] = {"events", NULL};
+    static const char *const metrics[] = {"stage",         "replica", "step",   "loss",
+                                          "samples_per_s", "iter_ms", "memory", NULL};
+    switch (t) {
+    case PT_MSG_REGISTER:
+        return reg;
+    case PT_MSG_ASSIGN:
+        return assign;
+    case PT_MSG_ACK:
+        return ack;
+    case PT_MSG_START:
+        return start;
+    case PT_MSG_STOP:
+    case PT_MSG_BYE:
+        return reason;
+    case PT_MSG_CHECKPOINT:
+        return ckpt;
+    case PT_MSG_CHECKPOINT_ACK:
+        return ckpt_ack;
+    case PT_MSG_HEARTBEAT:
+        return hb;
+    case PT_MSG_ERROR:
+        return error;
+    case PT_MSG_EVENTS:
+        return events;
+    case PT_MSG_METRICS:
+        return metrics;
+    default:
+        return NULL;
+    }
+}
+
+static int check_register(pt_jr *jr, const cJSON *o, pt_msg_register *r)
+{
+    TRY(pt_jr_str(jr, o, "", "host", REQ, NULL, r->host, sizeof r->host));
+    TRY(pt_jr_int64(jr, o, "", "pid", REQ, 0, 1, 2147483647, &r->pid));
+    TRY(pt_jr_int(jr, o, "", "device", REQ, -1, -1, IDX, &r->device));
+    TRY(opt_str(jr, o, "", "device_name", r->device_name, sizeof r->device_name));
+    TRY(pt_jr_str(jr, o, "", "backend", REQ, NULL, r->backend, sizeof r->backend));
+    TRY(check_charset(jr, "", "backend", r->backend, "_-", "a backend name"));
+    TRY(pt_jr_int64(jr, o, "", "memory_bytes", OPT, 0, 0, IMAX, &r->memory_bytes));
+    const cJSON *caps;
+    TRY(pt_jr_array(jr, o, "", "capabilities", OPT, 0, &caps, &r->cap_count));
+    if (r->cap_count > PT_MSG_MAX_CAPS)
+        return pt_jr_fail(jr, PT_ERANGE, "", "capabilities", "%d entries, at most %d", r->cap_count,
+                          PT_MSG_MAX_CAPS);
+    int i = 0;
+    for (const cJSON *c = caps ? caps->child : NULL; c; c = c->next, i++) {
+        char path[PT_JPATH_MAX];
+        pt_jr_join_index(path, sizeof path, "", "capabilities", i);
+        if (!cJSON_IsString(c) || !c->valuestring || !c->valuestring[0])
+            return pt_jr_fail(jr, PT_EINVAL, path, NULL, "must be a non-empty string");
+        if (strlen(c->valuestring) >= PT_MSG_NAME_MAX)
+            return pt_jr_fail(jr, PT_ERANGE, path, NULL, "longer than %d characters",
+                              PT_MSG_NAME_MAX - 1);
+        TRY(check_charset(jr, path, NULL, c->valuestring, "_-.", "a capability"));
+        snprintf(r->caps[i], sizeof r->caps[i], "%s", c->valuestring);
+    }
+    TRY(opt_str(jr, o, "", "data_endpoint", r->data_endpoint, sizeof r->data_endpoint));
+    if (r->data_endpoint[0])
+        TRY(check_endpoint(jr, "", "data_endpoint", r->data_endpoint));
+    return 0;
+}
+
+/* cJSON prints numbers with 15 significant digits whenever that reads back
+ * within a relative epsilon, so 2^53 - 1 would come out as
+ * 9.00719925474099e+15 and 0.1 + 0.2 as 0.3. This turns every number of a
+ * tree we own into raw text that reads back exactly: integers in full, other
+ * values with the fewest of 15, 16 or 17 digits that strtod returns
+ * unchanged. 0, or PT_ENOMEM. */
+static int exact_numbers(cJSON *item)
+{
+    for (; item; item = item->next) {
+        if (cJSON_IsNumber(item) && isfinite(item->valuedouble)) {
+            double d = item->valuedouble;
+            char buf[40];
+            if (d == floor(d) && fabs(d) <= (double)PT_MSG_INT_MAX) {
+                snprintf(buf, sizeof buf, "%lld", (long long)d);
+            } else {
+                for (int digits = 15; digits <= 17; digits++) {
+                    snprintf(buf, sizeof buf, "%.*g", digits, d);
+                    if (strtod(buf, NULL) == d)
+                        break;
+                }
+            }
+            char *raw = cJSON_malloc(strlen(buf) + 1);
+            if (!raw)
+                return PT_ENOMEM;
+            memcpy(raw, buf, strlen(buf) + 1);
+            item->type = cJSON_Raw;
+            item->valuestring = raw;
+        } else if ((cJSON_IsObject(item) || cJSON_IsArray(item)) &&
+                   exact_numbers(item->child) < 0) {
+            return PT_ENOMEM;
+        }
+    }
+    return 0;
+}
+
+/* Compact text of a tree with exact numbers, malloc'd; NULL on no memory. */
+static char *print_exact(cJSON *root)
+{
+    if (exact_numbers(root) < 0)
+        return NULL;
+    char *text = cJSON_PrintUnformatted(root);
+    if (!text)
+        return NULL;
+    char *copy = strdup(text);
+    cJSON_free(text);
+    return copy;
+}
+
+static char *print_object(const cJSON *item)
+{
+    cJSON *dup = cJSON_Duplicate(item, 1);
+    if (!dup)
+        return NULL;
+    /* A detached copy: exact_numbers walks siblings, and dup has none. */
+    char *text = print_exact(dup);
+    cJSON_Delete(dup);
+    return text;
+}
+
+static int check_peers(pt_jr *jr, const cJSON *o, pt_msg_assign *a)
+{
+    const cJSON *peers;
+    TRY(pt_jr_array(jr, o, "", "peers", REQ, 1, &peers, &a->peer_count));
+    if (a->peer_count > PT_MSG_MAX_PEERS)
+        return pt_jr_fail(jr, PT_ERANGE, "", "peers", "%d entries, at most %d", a->peer_count,
+                          PT_MSG_MAX_PEERS);
+    a->peers = calloc((size_t)a->peer_count, sizeof *a->peers);
+    if (!a->peers)
+        return pt_jr_fail(jr, PT_ENOMEM, "", "peers", "out of memory");
+    static const char *const keys[] = {"rank", "stage", "replica", "endpoint", NULL};
+    int i = 0, self_found = 0;
+    for (const cJSON *p = peers->child; p; p = p->next, i++) {
+        char path[PT_JPATH_MAX];
+        pt_jr_join_index(path, sizeof path, "", "peers", i);
+        pt_msg_peer *q = &a->peers[i];
+        TRY(pt_jr_is_object(jr, p, path));
+        TRY(pt_jr_keys(jr, p, path, keys));
+        TRY(pt_jr_int(jr, p, path, "rank", REQ, 0, 0, PT_MSG_MAX_RANK - 1, &q->rank));
+        TRY(pt_jr_int(jr, p, path, "stage", REQ, 0, 0, IDX, &q->stage));
+        TRY(pt_jr_int(jr, p, path, "replica", REQ, 0, 0, IDX, &q->replica));
+        TRY(pt_jr_str(jr, p, path, "endpoint", REQ, NULL, q->endpoint, sizeof q->endpoint));
+        TRY(check_endpoint(jr, path, "endpoint", q->endpoint));
+        for (int j = 0; j < i; j++)
+            if (a->peers[j].rank == q->rank)
+                return pt_jr_fail(jr, PT_EINVAL, path, "rank", "%d is also the rank of peers[%d]",
+                                  q->rank, j);
+        if (q->rank == a->rank) {
+            self_found = 1;
+            if (q->stage != a->stage || q->replica != a->replica)
+                return pt_jr_fail(jr, PT_EINVAL, path, NULL,
+                                  "this agent's own entry says stage %d replica %d, the assign "
+                                  "says stage %d replica %d",
+                                  q->stage, q->replica, a->stage, a->replica);
+        }
+    }
+    if (!self_found)
+        return pt_jr_fail(jr, PT_EINVAL, "", "rank", "%d is not among peers[].rank", a->rank);
+    return 0;
+}
+
+static int check_assign(pt_jr *jr, const cJSON *o, pt_msg_assign *a)
+{
+    const cJSON *plan, *model;
+    TRY(pt_jr_object(jr, o, "", "plan", REQ, &plan));
+    TRY(pt_jr_object(jr, o, "", "model", REQ, &model));
+    TRY(pt_jr_int(jr, o, "", "stage", REQ, 0, 0, IDX, &a->stage));
+    TRY(pt_jr_int(jr, o, "", "replica", REQ, 0, 0, IDX, &a->replica));
+    TRY(pt_jr_int(jr, o, "", "rank", REQ, 0, 0, PT_MSG_MAX_RANK - 1, &a->rank));
+    TRY(check_peers(jr, o, a));
+    TRY(pt_jr_str(jr, o, "", "data", REQ, NULL, a->data, sizeof a->data));
+    TRY(pt_jr_int64(jr, o, "", "seed", REQ, 0, 0, IMAX, &a->seed));
+    TRY(opt_str(jr, o, "", "checkpoint_dir", a->checkpoint_dir, sizeof a->checkpoint_dir));
+    TRY(pt_jr_int64(jr, o, "", "checkpoint_every", OPT, 0, 0, IMAX, &a->checkpoint_every));
+    TRY(pt_jr_int64(jr, o, "", "resume_step", OPT, 0, 0, IMAX, &a->resume_step));
+    if (a->resume_step > 0 && !a->checkpoint_dir[0])
+        return pt_jr_fail(jr, PT_EINVAL, "", "resume_step",
+                          "%lld needs a checkpoint_dir to resume from", (long long)a->resume_step);
+    TRY(opt_str(jr, o, "", "telemetry", a->telemetry, sizeof a->telemetry));
+    if (a->telemetry[0])
+        TRY(check_endpoint(jr, "", "telemetry", a->telemetry));
+    TRY(opt_str(jr, o, "", "nccl_id", a->nccl_id, sizeof a->nccl_id));
+    for (const char *p = a->nccl_id; *p; p++)
+        if (!strchr("0123456789abcdefABCDEF", *p))
+            return pt_jr_fail(jr, PT_EINVAL, "", "nccl_id", "must be hexadecimal digits");
+    a->plan_json = print_object(plan);
+    a->model_json = print_object(model);
+    if (!a->plan_json || !a->model_json)
+        return pt_jr_fail(jr, PT_ENOMEM, "", "plan", "out of memory");
+    return 0;
+}
+
+static int check_heartbeat(pt_jr *jr, const cJSON *o, pt_msg_heartbeat *h)
+{
+    TRY(pt_jr_int64(jr, o, "", "hb", REQ, 0, 0, IMAX, &h->hb));
+    TRY(pt_jr_int64(jr, o, "", "t_send", REQ, 0, 0, IMAX, &h->t_send));
+    const cJSON *echo;
+    TRY(pt_jr_object(jr, o, "", "echo", OPT, &echo));
+    if (echo) {
+        static const char *const keys[] = {"hb", "t_orig", "t_recv", NULL};
+        TRY(pt_jr_keys(jr, echo, "echo", keys));
+        h->has_echo = 1;
+        TRY(pt_jr_int64(jr, echo, "echo", "hb", REQ, 0, 0, IMAX, &h->echo_hb));
+        TRY(pt_jr_int64(jr, echo, "echo", "t_orig", REQ, 0, 0, IMAX, &h->echo_t_orig));
+        TRY(pt_jr_int64(jr, echo, "echo", "t_recv", REQ, 0, 0, IMAX, &h->echo_t_recv));
+        /* The answer leaves after the question arrived, on the sender's clock. */
+        if (h->t_send < h->echo_t_recv)
+            return pt_jr_fail(jr, PT_EINVAL, "", "t_send",
+                              "%lld is before echo.t_recv %lld (same clock)", (long long)h->t_send,
+                              (long long)h->echo_t_recv);
+    }
+    TRY(opt_str(jr, o, "", "state", h->state, sizeof h->state));
+    TRY(check_charset(jr, "", "state", h->state, "_-", "a state name"));
+    TRY(pt_jr_int64(jr, o, "", "step", OPT, -1, -1, IMAX, &h->step));
+    return 0;
+}
+
+static int check_events(pt_jr *jr, const cJSON *o, pt_msg_events *e)
+{
+    const cJSON *arr;
+    TRY(pt_jr_array(jr, o, "", "events", REQ, 1, &arr, &e->count));
+    if (e->count > PT_MSG_MAX_EVENTS)
+        return pt_jr_fail(jr, PT_ERANGE, "", "events", "%d events in one batch, at most %d",
+                          e->count, PT_MSG_MAX_EVENTS);
+    e->events = calloc((size_t)e->count, sizeof *e->events);
+    if (!e->events)
+        return pt_jr_fail(jr, PT_ENOMEM, "", "events", "out of memory");
+    static const char *const keys[] = {"stage",   "replica",  "step",   "mb",    "op",
+                                       "version", "start_ns", "end_ns", "bytes", NULL};
+    int i = 0;
+    for (const cJSON *x = arr->child; x; x = x->next, i++) {
+        char path[PT_JPATH_MAX];
+        pt_jr_join_index(path, sizeof path, "", "events", i);
+        pt_msg_event *v = &e->events[i];
+        TRY(pt_jr_is_object(jr, x, path));
+        TRY(pt_jr_keys(jr, x, path, keys));
+        TRY(pt_jr_int(jr, x, path, "stage", REQ, 0, 0, IDX, &v->stage));
+        TRY(pt_jr_int(jr, x, path, "replica", REQ, 0, 0, IDX, &v->replica));
+        TRY(pt_jr_int64(jr, x, path, "step", REQ, 0, 0, IMAX, &v->step));
+        TRY(pt_jr_int(jr, x, path, "mb", REQ, 0, -1, 2147483647, &v->mb));
+        TRY(pt_jr_str(jr, x, path, "op", REQ, NULL, v->op, sizeof v->op));
+        TRY(check_charset(jr, path, "op", v->op, "_", "an op kind"));
+        TRY(pt_jr_int64(jr, x, path, "version", OPT, -1, -1, IMAX, &v->version));
+        TRY(pt_jr_int64(jr, x, path, "start_ns", REQ, 0, 0, IMAX, &v->start_ns));
+        TRY(pt_jr_int64(jr, x, path, "end_ns", REQ, 0, 0, IMAX, &v->end_ns));
+        if (v->end_ns < v->start_ns)
+            return pt_jr_fail(jr, PT_EINVAL, path, "end_ns", "%lld is before start_ns %lld",
+                              (long long)v->end_ns, (long long)v->start_ns);
+        TRY(pt_jr_int64(jr, x, path, "bytes", OPT, 0, 0, IMAX, &v->bytes));
+    }
+    return 0;
+}
+
+static int check_cur_peak(pt_jr *jr, const cJSON *mem, const char *key, int64_t *cur, int64_t *peak)
+{
+    const cJSON *c;
+    TRY(pt_jr_object(jr, mem, "memory", key, OPT, &c));
+    *cur = *peak = 0;
+    if (!c)
+        return 0;
+    char path[PT_JPATH_MAX];
+    pt_jr_join(path, sizeof path, "memory", key);
+    static const char *const keys[] = {"cur", "peak", NULL};
+    TRY(pt_jr_keys(jr, c, path, keys));
+    TRY(pt_jr_int64(jr, c, path, "cur", REQ, 0, 0, IMAX, cur));
+    TRY(pt_jr_int64(jr, c, path, "peak", REQ, 0, 0, IMAX, peak));
+    if (*peak < *cur)
+        return pt_jr_fail(jr, PT_EINVAL, path, "peak", "%lld is below cur %lld", (long long)*peak,
+                          (long long)*cur);
+    return 0;
+}
+
+static int check_metrics(pt_jr *jr, const cJSON *o, pt_msg_metrics *m)
+{
+    static const pt_jr_range nonneg = {0, INFINITY, 0, 0};
+    TRY(pt_jr_int(jr, o, "", "stage", REQ, 0, 0, IDX, &m->stage));
+    TRY(pt_jr_int(jr, o, "", "replica", REQ, 0, 0, IDX, &m->replica));
+    TRY(pt_jr_int64(jr, o, "", "step", REQ, 0, 0, IMAX, &m->step));
+    const cJSON *loss = pt_jr_item(o, "loss");
+    if (!loss || cJSON_IsNull(loss))
+        m->loss = NAN;
+    else
+        TRY(pt_jr_num(jr, o, "", "loss", REQ, 0, (pt_jr_range){-INFINITY, INFINITY, 0, 0},
+                      &m->loss));
+    TRY(pt_jr_num(jr, o, "", "samples_per_s", REQ, 0, nonneg, &m->samples_per_s));
+    TRY(pt_jr_num(jr, o, "", "iter_ms", OPT, 0, nonneg, &m->iter_ms));
+    const cJSON *mem;
+    TRY(pt_jr_object(jr, o, "", "memory", OPT, &mem));
+    if (!mem)
+        return 0;
+    const char *keys[PT_MSG_MEM_COUNT + 2];
+    for (int k = 0; k < PT_MSG_MEM_COUNT; k++)
+        keys[k] = mem_names[k];
+    keys[PT_MSG_MEM_COUNT] = "total";
+    keys[PT_MSG_MEM_COUNT + 1] = NULL;
+    TRY(pt_jr_keys(jr, mem, "memory", keys));
+    for (int k = 0; k < PT_MSG_MEM_COUNT; k++)
+        TRY(check_cur_peak(jr, mem, mem_names[k], &m->mem_cur[k], &m->mem_peak[k]));
+    TRY(check_cur_peak(jr, mem, "total", &m->total_cur, &m->total_peak));
+    return 0;
+}
+
+static int check_body(pt_jr *jr, const cJSON *o, pt_msg *m)
+{
+    switch (m->type) {
+    case PT_MSG_REGISTER:
+        return check_register(jr, o, &m->u.reg);
+    case PT_MSG_ASSIGN:
+        return check_assign(jr, o, &m->u.assign);
+    case PT_MSG_ACK: {
+        char of[32];
+        TRY(pt_jr_str(jr, o, "", "of", REQ, NULL, of, sizeof of));
+        pt_msg_type t = pt_msg_type_parse(of);
+        if (!pt_msg_type_is_request(t) || t == PT_MSG_CHECKPOINT)
+            return pt_jr_fail(jr, PT_EINVAL, "", "of",
+                              "\"%s\" is not an acknowledged request (assign, start, stop)", of);
+        m->u.ack.of = t;
+        return 0;
+    }
+    case PT_MSG_START:
+        return pt_jr_int64(jr, o, "", "steps", REQ, 0, 0, IMAX, &m->u.start.steps);
+    case PT_MSG_STOP:
+        return opt_str(jr, o, "", "reason", m->u.stop.reason, sizeof m->u.stop.reason);
+    case PT_MSG_BYE:
+        return opt_str(jr, o, "", "reason", m->u.bye.reason, sizeof m->u.bye.reason);
+    case PT_MSG_CHECKPOINT:
+        return pt_jr_int64(jr, o, "", "step", OPT, -1, -1, IMAX, &m->u.checkpoint.step);
+    case PT_MSG_CHECKPOINT_ACK:
+        TRY(pt_jr_int64(jr, o, "", "step", REQ, 0, 0, IMAX, &m->u.checkpoint_ack.step));
+        return pt_jr_str(jr, o, "", "dir", REQ, NULL, m->u.checkpoint_ack.dir,
+                         sizeof m->u.checkpoint_ack.dir);
+    case PT_MSG_HEARTBEAT:
+        return check_heartbeat(jr, o, &m->u.heartbeat);
+    case PT_MSG_ERROR:
+        TRY(pt_jr_int(jr, o, "", "stage", OPT, -1, -1, IDX, &m->u.error.stage));
+        TRY(pt_jr_int(jr, o, "", "replica", OPT, -1, -1, IDX, &m->u.error.replica));
+        TRY(pt_jr_int(jr, o, "", "code", OPT, 0, -1000, 0, &m->u.error.code));
+        return pt_jr_str(jr, o, "", "reason", REQ, NULL, m->u.error.reason,
+                         sizeof m->u.error.reason);
+    case PT_MSG_EVENTS:
+        return check_events(jr, o, &m->u.events);
+    case PT_MSG_METRICS:
+        return check_metrics(jr, o, &m->u.metrics);
+    default:
+        return pt_jr_fail(jr, PT_EINVAL, "", "type", "not a message type");
+    }
+}
+
+/* Reads root (an object whose "v" was checked) into *m; on failure *m is
+ * cleared. src_base names the text; the type is appended once known. */
+static int check_tree(const cJSON *root, const char *src_base, pt_msg *m, pt_error *err)
+{
+    char src[256];
+    pt_jr jr = {src_base, err};
+    memset(m, 0, sizeof *m);
+    char type[32];
+    int rc = pt_jr_str(&jr, root, "", "type", REQ, NULL, type, sizeof type);
+    if (rc == PT_ERANGE)
+        rc = pt_jr_fail(&jr, PT_EINVAL, "", "type", "unknown message type (too long)");
+    if (rc < 0)
+        return rc;
+    m->type = pt_msg_type_parse(type);
+    if (m->type == PT_MSG_TYPE_COUNT) {
+        memset(m, 0, sizeof *m);
+        return pt_jr_fail(&jr, PT_EINVAL, "", "type",
+                          "unknown message type \"%s\" (known: register, assign, ack, start, "
+                          "stop, checkpoint, checkpoint_ack, heartbeat, error, bye, events, "
+                          "metrics)",
+                          type);
+    }
+    snprintf(src, sizeof src, "%.200s (%s)", src_base, type);
+    jr.source = src;
+
+    const char *keys[40];
+    int n = 0;
+    for (int i = 0; i < ENV_KEYS; i++)
+        keys[n++] = env_keys[i];
+    for (const char *const *k = keys_of(m->type); *k; k++)
+        keys[n++] = *k;
+    keys[n] = NULL;
+    if ((rc = pt_jr_keys(&jr, root, "", keys)) < 0)
+        goto fail;
+    if ((rc = pt_jr_str(&jr, root, "", "agent", REQ, NULL, m->agent, sizeof m->agent)) < 0 ||
+        (rc = check_charset(&jr, "", "agent", m->agent, "._:@-", "an agent id")) < 0 ||
+        (rc = pt_jr_int64(&jr, root, "", "seq", REQ, 0, 0, IMAX, &m->seq)) < 0 ||
+        (rc = pt_jr_int64(&jr, root, "", "gen", REQ, 0, 0, IMAX, &m->gen)) < 0)
+        goto fail;
+    int needs_req = pt_msg_type_is_request(m->type) || type_is_reply(m->type);
+    if (needs_req || m->type == PT_MSG_ERROR) {
+        rc = pt_jr_int64(&jr, root, "", "req", needs_req ? REQ : OPT, 0, needs_req ? 1 : 0, IMAX,
+                         &m->req);
+    } else if (pt_jr_item(root, "req")) {
+        rc = pt_jr_fail(&jr, PT_EINVAL, "", "req", "not allowed in a %s message", type);
+    }
+    if (rc < 0)
+        goto fail;
+    /* The union's non-zero defaults, then the body. */
+    pt_msg_type t = m->type;
+    char agent[PT_MSG_ID_MAX];
+    int64_t seq = m->seq, gen = m->gen, req = m->req;
+    memcpy(agent, m->agent, sizeof agent);
+    pt_msg_init(m, t, agent);
+    m->seq = seq;
+    m->gen = gen;
+    m->req = req;
+    if ((rc = check_body(&jr, root, m)) < 0)
+        goto fail;
+    return 0;
+fail:
+    pt_msg_clear(m);
+    return rc;
+}
+
+int pt_msg_decode(const char *data, size_t len, const char *source, pt_msg *out, pt_error *err)
+{
+    const char *src = source && *source ? source : "message";
+    if (!out)
+        return pt_error_set(err, PT_EINVAL, "%s: no message to fill", src);
+    memset(out, 0, sizeof *out);
+    if (!data)
+        return pt_error_set(err, PT_EINVAL, "%s: no text", src);
+    if (len > PT_MSG_MAX_BYTES)
+        return pt_error_set(err, PT_ERANGE, "%s: %zu bytes, longer than the %u allowed", src, len,
+                            PT_MSG_MAX_BYTES);
+    if (memchr(data, '\0', len))
+        return pt_error_set(err, PT_EPARSE, "%s: not valid JSON: contains a NUL byte", src);
+    char *text = malloc(len + 1);
+    if (!text)
+        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", src);
+    memcpy(text, data, len);
+    text[len] = '\0';
+    pt_jr jr = {src, err};
+    cJSON *root = NULL;
+    int rc = pt_jr_parse(&jr, text, &root);
+    free(text);
+    if (rc < 0)
+        return rc;
+    rc = check_tree(root, src, out, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* ---- encoding -------------------------------------------------------------- */
+
+/* cJSON's adders return NULL on no memory; `ok` collects that. */
+typedef struct builder {
+    int ok;
+} builder;
+
+static void add_int(builder *b, cJSON *o, const char *key, int64_t v)
+{
+    if (!cJSON_AddNumberToObject(o, key, (double)v))
+        b->ok = 0;
+}
+static void add_num(builder *b, cJSON *o, const char *key, double v)
+{
+    if (!(isfinite(v) ? cJSON_AddNumberToObject(o, key, v) : cJSON_AddNullToObject(o, key)))
+        b->ok = 0;
+}
+static void add_str(builder *b, cJSON *o, const char *key, const char *s)
+{
+    if (!cJSON_AddStringToObject(o, key, s))
+        b->ok = 0;
+}
+static void add_opt_str(builder *b, cJSON *o, const char *key, const char *s)
+{
+    if (s[0])
+        add_str(b, o, key, s);
+}
+static cJSON *add_obj(builder *b, cJSON *o, const char *key)
+{
+    cJSON *c = cJSON_AddObjectToObject(o, key);
+    if (!c)
+        b->ok = 0;
+    return c;
+}
+static cJSON *add_arr(builder *b, cJSON *o, const char *key)
+{
+    cJSON *c = cJSON_AddArrayToObject(o, key);
+    if (!c)
+        b->ok = 0;
+    return c;
+}
+static cJSON *push_obj(builder *b, cJSON *arr)
+{
+    cJSON *c = cJSON_CreateObject();
+    if (!c || !cJSON_AddItemToArray(arr, c)) {
+        cJSON_Delete(c);
+        b->ok = 0;
+        return NULL;
+    }
+    return c;
+}
+
+/* Embeds JSON object text as a member; PT_EINVAL names the key when the
+ * text is not one JSON object. */
+static int add_embedded(builder *b, cJSON *o, const char *key, const char *text, pt_error *err)
+{
+    cJSON *item = text ? cJSON_Parse(text) : NULL;
+    if (!item || !cJSON_IsObject(item)) {
+        cJSON_Delete(item);
+        return pt_error_set(err, PT_EINVAL, "message (assign): %s: not a JSON object text", key);
+    }
+    if (!cJSON_AddItemToObject(o, key, item)) {
+        cJSON_Delete(item);
+        b->ok = 0;
+    }
+    return 0;
+}
+
+static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
+{
+    switch (m->type) {
+    case PT_MSG_REGISTER: {
+        const pt_msg_register *r = &m->u.reg;
+        add_str(b, o, "host", r->host);
+        add_int(b, o, "pid", r->pid);
+        add_int(b, o, "device", r->device);
+        add_opt_str(b, o, "device_name", r->device_name);
+        add_str(b, o, "backend", r->backend);
+        add_int(b, o, "memory_bytes", r->memory_bytes);
+        if (r->cap_count < 0 || r->cap_count > PT_MSG_MAX_CAPS)
+            return pt_error_set(err, PT_ERANGE,
+                                "message (register): capabilities: %d entries, "
+                                "at most %d",
+                                r->cap_count, PT_MSG_MAX_CAPS);
+        cJSON *caps = add_arr(b, o, "capabilities");
+        for (int i = 0; caps && i < r->cap_count; i++) {
+            cJSON *s = cJSON_CreateString(r->caps[i]);
+            if (!s || !cJSON_AddItemToArray(caps, s)) {
+                cJSON_Delete(s);
+                b->ok = 0;
+            }
+        }
+        add_opt_str(b, o, "data_endpoint", r->data_endpoint);
+        return 0;
+    }
+    case PT_MSG_ASSIGN: {
+        const pt_msg_assign *a = &m->u.assign;
+        int rc = add_embedded(b, o, "plan", a->plan_json, err);
+        if (rc < 0 || (rc = add_embedded(b, o, "model", a->model_json, err)) < 0)
+            return rc;
+        add_int(b, o, "stage", a->stage);
+        add_int(b, o, "replica", a->replica);
+        add_int(b, o, "rank", a->rank);
+        if (a->peer_count < 0 || a->peer_count > PT_MSG_MAX_PEERS || (a->peer_count && !a->peers))
+            return pt_error_set(err, PT_ERANGE, "message (assign): peers: %d entries, at most %d",
+                                a->peer_count, PT_MSG_MAX_PEERS);
+        cJSON *peers = add_arr(b, o, "peers");
+        for (int i = 0; peers && i < a->peer_count; i++) {
+            cJSON *p = push_obj(b, peers);
+            if (!p)
+                break;
+            add_int(b, p, "rank", a->peers[i].rank);
+            add_int(b, p, "stage", a->peers[i].stage);
+            add_int(b, p, "replica", a->peers[i].replica);
+            add_str(b, p, "endpoint", a->peers[i].endpoint);
+        }
+        add_str(b, o, "data", a->data);
+        add_int(b, o, "seed", a->seed);
+        add_opt_str(b, o, "checkpoint_dir", a->checkpoint_dir);
+        add_int(b, o, "checkpoint_every", a->checkpoint_every);
+        add_int(b, o, "resume_step", a->resume_step);
+        add_opt_str(b, o, "telemetry", a->telemetry);
+        add_opt_str(b, o, "nccl_id", a->nccl_id);
+        return 0;
+    }
+    case PT_MSG_ACK: {
+        const char *of = pt_msg_type_name(m->u.ack.of);
+        add_str(b, o, "of", of ? of : "?");
+        return 0;
+    }
+    case PT_MSG_START:
+        add_int(b, o, "steps", m->u.start.steps);
+        return 0;
+    case PT_MSG_STOP:
+        add_opt_str(b, o, "reason", m->u.stop.reason);
+        return 0;
+    case PT_MSG_BYE:
+        add_opt_str(b, o, "reason", m->u.bye.reason);
+        return 0;
+    case PT_MSG_CHECKPOINT:
+        if (m->u.checkpoint.step != -1)
+            add_int(b, o, "step", m->u.checkpoint.step);
+        return 0;
+    case PT_MSG_CHECKPOINT_ACK:
+        add_int(b, o, "step", m->u.checkpoint_ack.step);
+        add_str(b, o, "dir", m->u.checkpoint_ack.dir);
+        return 0;
+    case PT_MSG_HEARTBEAT: {
+        const pt_msg_heartbeat *h = &m->u.heartbeat;
+        add_int(b, o, "hb", h->hb);
+        add_int(b, o, "t_send", h->t_send);
+        if (h->has_echo) {
+            cJSON *e = add_obj(b, o, "echo");
+            if (e) {
+                add_int(b, e, "hb", h->echo_hb);
+                add_int(b, e, "t_orig", h->echo_t_orig);
+                add_int(b, e, "t_recv", h->echo_t_recv);
+            }
+        }
+        add_opt_str(b, o, "state", h->state);
+        if (h->step != -1)
+            add_int(b, o, "step", h->step);
+        return 0;
+    }
+    case PT_MSG_ERROR:
+        if (m->u.error.stage != -1)
+            add_int(b, o, "stage", m->u.error.stage);
+        if (m->u.error.replica != -1)
+            add_int(b, o, "replica", m->u.error.replica);
+        if (m->u.error.code != 0)
+            add_int(b, o, "code", m->u.error.code);
+        add_str(b, o, "reason", m->u.error.reason);
+        return 0;
+    case PT_MSG_EVENTS: {
+        const pt_msg_events *e = &m->u.events;
+        if (e->count < 0 || e->count > PT_MSG_MAX_EVENTS || (e->count && !e->events))
+            return pt_error_set(err, PT_ERANGE,
+                                "message (events): events: %d events in one "
+                                "batch, at most %d",
+                                e->count, PT_MSG_MAX_EVENTS);
+        cJSON *arr = add_arr(b, o, "events");
+        for (int i = 0; arr && i < e->count; i++) {
+            const pt_msg_event *v = &e->events[i];
+            cJSON *x = push_obj(b, arr);
+            if (!x)
+                break;
+            add_int(b, x, "stage", v->stage);
+            add_int(b, x, "replica", v->replica);
+            add_int(b, x, "step", v->step);
+            add_int(b, x, "mb", v->mb);
+            add_str(b, x, "op", v->op);
+            add_int(b, x, "version", v->version);
+            add_int(b, x, "start_ns", v->start_ns);
+            add_int(b, x, "end_ns", v->end_ns);
+            add_int(b, x, "bytes", v->bytes);
+        }
+        return 0;
+    }
+    case PT_MSG_METRICS: {
+        const pt_msg_metrics *x = &m->u.metrics;
+        add_int(b, o, "stage", x->stage);
+        add_int(b, o, "replica", x->replica);
+        add_int(b, o, "step", x->step);
+        add_num(b, o, "loss", x->loss);
+        add_num(b, o, "samples_per_s", x->samples_per_s);
+        add_num(b, o, "iter_ms", x->iter_ms);
+        cJSON *mem = add_obj(b, o, "memory");
+        for (int k = 0; mem && k <= PT_MSG_MEM_COUNT; k++) {
+            cJSON *c = add_obj(b, mem, k < PT_MSG_MEM_COUNT ? mem_names[k] : "total");
+            if (!c)
+                break;
+            add_int(b, c, "cur", k < PT_MSG_MEM_COUNT ? x->mem_cur[k] : x->total_cur);
+            add_int(b, c, "peak", k < PT_MSG_MEM_COUNT ? x->mem_peak[k] : x->total_peak);
+        }
+        return 0;
+    }
+    default:
+        return pt_error_set(err, PT_EINVAL, "message: type: %d is not a message type",
+                            (int)m->type);
+    }
+}
+
+int pt_msg_encode(const pt_msg *m, char **out, size_t *len, pt_error *err)
+{
+    if (out)
+        *out = NULL;
+    if (len)
+        *len = 0;
+    if (!m || !out)
+        return pt_error_set(err, PT_EINVAL, "message: encode: NULL argument");
+    const char *type = pt_msg_type_name(m->type);
+    if (!type)
+        return pt_error_set(err, PT_EINVAL, "message: type: %d is not a message type",
+                            (int)m->type);
+    builder b = {1};
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return pt_error_set(err, PT_ENOMEM, "message: out of memory");
+    add_int(&b, o, "v", PT_MSG_VERSION);
+    add_str(&b, o, "type", type);
+    add_str(&b, o, "agent", m->agent);
+    add_int(&b, o, "seq", m->seq);
+    add_int(&b, o, "gen", m->gen);
+    if (pt_msg_type_is_request(m->type) || type_is_reply(m->type) ||
+        (m->type == PT_MSG_ERROR && m->req != 0))
+        add_int(&b, o, "req", m->req);
+    int rc = build_body(&b, o, m, err);
+    if (rc == 0 && !b.ok)
+        rc = pt_error_set(err, PT_ENOMEM, "message: out of memory");
+    if (rc == 0) {
+        /* The decoder's checks, on the very tree that will be sent. */
+        pt_msg check;
+        rc = check_tree(o, "message", &check, err);
+        pt_msg_clear(&check);
+    }
+    char *text = rc == 0 ? print_exact(o) : NULL;
+    cJSON_Delete(o);
+    if (rc < 0)
+        return rc;
+    if (!text)
+        return pt_error_set(err, PT_ENOMEM, "message: out of memory");
+    size_t n = strlen(text);
+    if (n > PT_MSG_MAX_BYTES) {
+        free(text);
+        return pt_error_set(err, PT_ERANGE, "message (%s): %zu bytes, longer than the %u allowed",
+                            type, n, PT_MSG_MAX_BYTES);
+    }
+    *out = text;
+    if (len)
+        *len = n;
+    return 0;
+}
+
+/* ---- acceptance ------------------------------------------------------------ */
+
+int pt_msg_accept(const pt_msg *m, int at, int64_t current_gen, pt_error *err)
+{
+    if (!m || (at != PT_MSG_AT_CONSOLE && at != PT_MSG_AT_AGENT))
+        return pt_error_set(err, PT_EINVAL, "message: accept: bad argument");
+    const char *type = pt_msg_type_name(m->type);
+    if (!type)
+        return pt_error_set(err, PT_EINVAL, "message: not a message type");
+    unsigned need = at == PT_MSG_AT_CONSOLE ? PT_MSG_BY_AGENT : PT_MSG_BY_CONSOLE;
+    if (!(pt_msg_type_senders(m->type) & need))
+        return pt_error_set(err, PT_EINVAL, "message (%s) from %s: only %s sends %s", type,
+                            m->agent, at == PT_MSG_AT_CONSOLE ? "the console" : "an agent", type);
+    if (m->type == PT_MSG_REGISTER || m->type == PT_MSG_HEARTBEAT || m->type == PT_MSG_BYE)
+        return 0;
+    if (m->gen < current_gen)
+        return pt_error_set(err, PT_ESTATE,
+                            "message (%s) from %s: stale: plan generation %lld is older than the "
+                            "current %lld",
+                            type, m->agent, (long long)m->gen, (long long)current_gen);
+    if (m->gen > current_gen && m->type != PT_MSG_ASSIGN)
+        return pt_error_set(err, PT_ESTATE,
+                            "message (%s) from %s: plan generation %lld is newer than the current "
+                            "%lld (no assign for it yet)",
+                            type, m->agent, (long long)m->gen, (long long)current_gen);
+    return 0;
+}

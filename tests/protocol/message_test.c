@@ -1,0 +1,726 @@
+/* protocol/message and protocol/telemetry: every type survives encode ->
+ * decode -> encode unchanged, the documented examples decode, every bad
+ * message is refused naming the field, generations and senders are
+ * enforced, sequence counting matches an independent model, and the clock
+ * offset formula recovers a known offset. */
+#include <dirent.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "protocol/fileio.h"
+#include "protocol/message.h"
+#include "protocol/telemetry.h"
+#include "tests/test.h"
+
+static const char *const plan_text =
+    "{\"v\":1,\"model\":\"fmnist-mlp\",\"layers\":8,\"stages\":[{\"layers\":[0,8],"
+    "\"replicas\":[0]}]}";
+static const char *const model_text = "{\"v\":1,\"name\":\"m\",\"layers\":[{\"type\":\"relu\"}]}";
+
+/* A message of each type with every field set away from its default. */
+static void make_message(pt_msg_type t, pt_msg *m)
+{
+    pt_msg_init(m, t, "host-1.gpu:0@x");
+    m->seq = 123456789012345LL;
+    m->gen = 7;
+    if (pt_msg_type_is_request(t) || t == PT_MSG_ACK || t == PT_MSG_CHECKPOINT_ACK ||
+        t == PT_MSG_ERROR)
+        m->req = 99;
+    switch (t) {
+    case PT_MSG_REGISTER: {
+        pt_msg_register *r = &m->u.reg;
+        snprintf(r->host, sizeof r->host, "node-7 \"quoted\" \\ \xc3\xa9");
+        r->pid = 31337;
+        r->device = 3;
+        snprintf(r->device_name, sizeof r->device_name, "NVIDIA H200");
+        snprintf(r->backend, sizeof r->backend, "cuda");
+        r->memory_bytes = 150323855360LL;
+        r->cap_count = 2;
+        snprintf(r->caps[0], sizeof r->caps[0], "nccl");
+        snprintf(r->caps[1], sizeof r->caps[1], "zmq");
+        snprintf(r->data_endpoint, sizeof r->data_endpoint, "ipc:///tmp/x/r3");
+        break;
+    }
+    case PT_MSG_ASSIGN: {
+        pt_msg_assign *a = &m->u.assign;
+        a->plan_json = strdup(plan_text);
+        a->model_json = strdup(model_text);
+        a->stage = 1;
+        a->replica = 2;
+        a->rank = 5;
+        a->peer_count = 3;
+        a->peers = calloc(3, sizeof *a->peers);
+        for (int i = 0; i < 3; i++) {
+            a->peers[i].rank = 4 + i;
+            a->peers[i].stage = 1;
+            a->peers[i].replica = 1 + i;
+            snprintf(a->peers[i].endpoint, sizeof a->peers[i].endpoint, "tcp://127.0.0.1:%d",
+                     5000 + i);
+        }
+        snprintf(a->data, sizeof a->data, "fashion-mnist");
+        a->seed = 42;
+        snprintf(a->checkpoint_dir, sizeof a->checkpoint_dir, "/tmp/ckpt");
+        a->checkpoint_every = 10;
+        a->resume_step = 30;
+        snprintf(a->telemetry, sizeof a->telemetry, "tcp://127.0.0.1:4000");
+        snprintf(a->nccl_id, sizeof a->nccl_id, "00ff10ab");
+        break;
+    }
+    case PT_MSG_ACK:
+        m->u.ack.of = PT_MSG_STOP;
+        break;
+    case PT_MSG_START:
+        m->u.start.steps = 1000;
+        break;
+    case PT_MSG_STOP:
+        snprintf(m->u.stop.reason, sizeof m->u.stop.reason, "new plan");
+        break;
+    case PT_MSG_CHECKPOINT:
+        m->u.checkpoint.step = 0;
+        break;
+    case PT_MSG_CHECKPOINT_ACK:
+        m->u.checkpoint_ack.step = 12;
+        snprintf(m->u.checkpoint_ack.dir, sizeof m->u.checkpoint_ack.dir, "/tmp/ckpt/12");
+        break;
+    case PT_MSG_HEARTBEAT: {
+        pt_msg_heartbeat *h = &m->u.heartbeat;
+        h->hb = 4;
+        h->t_send = 9007199254740991LL; /* the largest exact integer */
+        h->has_echo = 1;
+        h->echo_hb = 3;
+        h->echo_t_orig = 1;
+        h->echo_t_recv = 900;
+        snprintf(h->state, sizeof h->state, "running");
+        h->step = 0;
+        break;
+    }
+    case PT_MSG_ERROR:
+        m->u.error.stage = 0;
+        m->u.error.replica = 4095;
+        m->u.error.code = PT_ETIMEOUT;
+        snprintf(m->u.error.reason, sizeof m->u.error.reason, "line1\nline2\ttab");
+        break;
+    case PT_MSG_BYE:
+        snprintf(m->u.bye.reason, sizeof m->u.bye.reason, "bye");
+        break;
+    case PT_MSG_EVENTS: {
+        pt_msg_events *e = &m->u.events;
+        e->count = 3;
+        e->events = calloc(3, sizeof *e->events);
+        for (int i = 0; i < 3; i++) {
+            pt_msg_event *v = &e->events[i];
+            v->stage = 2;
+            v->replica = i;
+            v->step = 17;
+            v->mb = i - 1;
+            snprintf(v->op, sizeof v->op, "%s", i == 0 ? "OPT_STEP" : i == 1 ? "FWD" : "SEND_ACT");
+            v->version = i == 2 ? -1 : 5;
+            v->start_ns = 1000000000000LL + i;
+            v->end_ns = v->start_ns + 10 * i;
+            v->bytes = i * 65536;
+        }
+        break;
+    }
+    case PT_MSG_METRICS: {
+        pt_msg_metrics *x = &m->u.metrics;
+        x->stage = 1;
+        x->replica = 0;
+        x->step = 77;
+        x->loss = 0.1 + 0.2; /* not a short decimal: must survive exactly */
+        x->samples_per_s = 1234.5;
+        x->iter_ms = 1.0 / 3.0;
+        for (int k = 0; k < PT_MSG_MEM_COUNT; k++) {
+            x->mem_cur[k] = 1000 * (k + 1);
+            x->mem_peak[k] = 3000 * (k + 1);
+        }
+        x->total_cur = 21000;
+        x->total_peak = 50000;
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* Field-by-field equality (doubles bit for bit, NaN equal to NaN). */
+static int same_double(double a, double b)
+{
+    return (isnan(a) && isnan(b)) || a == b;
+}
+
+static int msg_equal(const pt_msg *a, const pt_msg *b)
+{
+    if (a->type != b->type || strcmp(a->agent, b->agent) || a->seq != b->seq || a->gen != b->gen ||
+        a->req != b->req)
+        return 0;
+    switch (a->type) {
+    case PT_MSG_ASSIGN: {
+        const pt_msg_assign *x = &a->u.assign, *y = &b->u.assign;
+        if (strcmp(x->plan_json, y->plan_json) || strcmp(x->model_json, y->model_json) ||
+            x->stage != y->stage || x->replica != y->replica || x->rank != y->rank ||
+            x->peer_count != y->peer_count || strcmp(x->data, y->data) || x->seed != y->seed ||
+            strcmp(x->checkpoint_dir, y->checkpoint_dir) ||
+            x->checkpoint_every != y->checkpoint_every || x->resume_step != y->resume_step ||
+            strcmp(x->telemetry, y->telemetry) || strcmp(x->nccl_id, y->nccl_id))
+            return 0;
+        for (int i = 0; i < x->peer_count; i++)
+            if (memcmp(&x->peers[i], &y->peers[i], sizeof x->peers[i]))
+                return 0;
+        return 1;
+    }
+    case PT_MSG_EVENTS:
+        return a->u.events.count == b->u.events.count &&
+               !memcmp(a->u.events.events, b->u.events.events,
+                       (size_t)a->u.events.count * sizeof(pt_msg_event));
+    case PT_MSG_METRICS: {
+        const pt_msg_metrics *x = &a->u.metrics, *y = &b->u.metrics;
+        return x->stage == y->stage && x->replica == y->replica && x->step == y->step &&
+               same_double(x->loss, y->loss) && same_double(x->samples_per_s, y->samples_per_s) &&
+               same_double(x->iter_ms, y->iter_ms) &&
+               !memcmp(x->mem_cur, y->mem_cur, sizeof x->mem_cur) &&
+               !memcmp(x->mem_peak, y->mem_peak, sizeof x->mem_peak) &&
+               x->total_cur == y->total_cur && x->total_peak == y->total_peak;
+    }
+    default:
+        /* Plain structs of fixed arrays, zeroed by pt_msg_init on both sides
+         * (snprintf leaves the tail of each array zero). */
+        return !memcmp(&a->u, &b->u, sizeof a->u);
+    }
+}
+
+static void test_round_trip_every_type(void)
+{
+    for (int t = 0; t < PT_MSG_TYPE_COUNT; t++) {
+        pt_msg m, back;
+        make_message((pt_msg_type)t, &m);
+        char *text = NULL, *again = NULL;
+        size_t len = 0;
+        pt_error err = {0};
+        int rc = pt_msg_encode(&m, &text, &len, &err);
+        CHECK_MSG(rc == 0, "%s: %s", pt_msg_type_name((pt_msg_type)t), err.msg);
+        if (rc != 0) {
+            pt_msg_clear(&m);
+            continue;
+        }
+        CHECK(len == strlen(text));
+        rc = pt_msg_decode(text, len, "rt", &back, &err);
+        CHECK_MSG(rc == 0, "%s: %s\n%s", pt_msg_type_name((pt_msg_type)t), err.msg, text);
+        if (rc == 0) {
+            CHECK_MSG(msg_equal(&m, &back), "%s differs after a round trip:\n%s",
+                      pt_msg_type_name((pt_msg_type)t), text);
+            CHECK(pt_msg_encode(&back, &again, NULL, &err) == 0);
+            CHECK(again && strcmp(text, again) == 0);
+        }
+        free(text);
+        free(again);
+        pt_msg_clear(&back);
+        pt_msg_clear(&m);
+        CHECK(m.u.assign.peers == NULL && m.agent[0] == '\0');
+    }
+}
+
+static void test_round_trip_defaults(void)
+{
+    /* Absent optional fields come back as their defaults: NaN loss (null on
+     * the wire), checkpoint at the current step, error without a stage. */
+    pt_msg m, back;
+    pt_msg_init(&m, PT_MSG_METRICS, "a");
+    m.u.metrics.samples_per_s = 5;
+    char *text = NULL;
+    REQUIRE(pt_msg_encode(&m, &text, NULL, NULL) == 0);
+    CHECK_STR_CONTAINS(text, "\"loss\":null");
+    REQUIRE(pt_msg_decode(text, strlen(text), NULL, &back, NULL) == 0);
+    CHECK(isnan(back.u.metrics.loss));
+    CHECK(msg_equal(&m, &back));
+    free(text);
+    pt_msg_clear(&back);
+
+    pt_msg_init(&m, PT_MSG_CHECKPOINT, "a");
+    m.req = 1;
+    REQUIRE(pt_msg_encode(&m, &text, NULL, NULL) == 0);
+    CHECK(strstr(text, "\"step\"") == NULL);
+    REQUIRE(pt_msg_decode(text, strlen(text), NULL, &back, NULL) == 0);
+    CHECK(back.u.checkpoint.step == -1);
+    free(text);
+
+    const char *e =
+        "{\"v\":1,\"type\":\"error\",\"agent\":\"a\",\"seq\":0,\"gen\":0,\"reason\":\"x\"}";
+    REQUIRE(pt_msg_decode(e, strlen(e), NULL, &back, NULL) == 0);
+    CHECK(back.u.error.stage == -1 && back.u.error.replica == -1 && back.req == 0);
+    /* Not NUL-terminated: only len bytes are read. */
+    char buf[128];
+    size_t n = strlen(e);
+    memcpy(buf, e, n);
+    memset(buf + n, '}', sizeof buf - n);
+    CHECK(pt_msg_decode(buf, n, NULL, &back, NULL) == 0);
+    pt_msg_clear(&back);
+}
+
+/* Reads a file into a string (test helper; NULL on error). */
+static char *slurp(const char *path)
+{
+    char *text = NULL;
+    size_t len;
+    if (pt_file_read(path, &text, &len, NULL) < 0)
+        return NULL;
+    return text;
+}
+
+static void test_documented_examples(void)
+{
+    char *doc = slurp(pt_test_path("docs/protocol.md"));
+    REQUIRE(doc != NULL);
+    int seen[PT_MSG_TYPE_COUNT] = {0}, blocks = 0;
+    const char *p = doc;
+    while ((p = strstr(p, "```json\n")) != NULL && blocks < 100) {
+        p += 8;
+        const char *end = strstr(p, "```");
+        REQUIRE(end != NULL);
+        pt_msg m;
+        pt_error err = {0};
+        int rc = pt_msg_decode(p, (size_t)(end - p), "docs/protocol.md", &m, &err);
+        CHECK_MSG(rc == 0, "example %d: %s", blocks, err.msg);
+        if (rc == 0)
+            seen[m.type]++;
+        pt_msg_clear(&m);
+        blocks++;
+        p = end + 3;
+    }
+    for (int t = 0; t < PT_MSG_TYPE_COUNT; t++)
+        CHECK_MSG(seen[t] >= 1, "docs/protocol.md has no example of %s",
+                  pt_msg_type_name((pt_msg_type)t));
+    free(doc);
+
+    /* The same examples as files (the fuzz corpus's good inputs). */
+    for (int t = 0; t < PT_MSG_TYPE_COUNT; t++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "tests/data/message/%s.json", pt_msg_type_name((pt_msg_type)t));
+        char *text = slurp(pt_test_path(rel));
+        CHECK_MSG(text != NULL, "%s missing", rel);
+        if (!text)
+            continue;
+        pt_msg m;
+        pt_error err = {0};
+        CHECK_MSG(pt_msg_decode(text, strlen(text), rel, &m, &err) == 0, "%s", err.msg);
+        CHECK(m.type == (pt_msg_type)t);
+        pt_msg_clear(&m);
+        free(text);
+    }
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void test_bad_messages(void)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", pt_test_path("tests/data/bad/message"));
+    DIR *d = opendir(dir);
+    REQUIRE(d != NULL);
+    char *names[256];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 256) {
+        size_t len = strlen(e->d_name);
+        if (len > 5 && !strcmp(e->d_name + len - 5, ".json"))
+            names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], by_name);
+    CHECK_MSG(n >= 20, "only %d bad messages", n);
+    for (int i = 0; i < n; i++) {
+        char path[1200], expect_path[1200];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        snprintf(expect_path, sizeof expect_path, "%.*s.expect", (int)strlen(path) - 5, path);
+        char *text = NULL, *expect = slurp(expect_path);
+        size_t len = 0;
+        CHECK_MSG(expect != NULL, "%s: no .expect", names[i]);
+        CHECK(pt_file_read(path, &text, &len, NULL) == 0);
+        if (expect && text) {
+            size_t el = strlen(expect);
+            while (el && (expect[el - 1] == '\n' || expect[el - 1] == '\r'))
+                expect[--el] = '\0';
+            pt_msg m;
+            memset(&m, 0x5a, sizeof m);
+            pt_error err = {0};
+            int rc = pt_msg_decode(text, len, path, &m, &err);
+            CHECK_MSG(rc < 0, "%s was accepted", names[i]);
+            CHECK_MSG(rc == err.code, "%s: rc %d, err.code %d", names[i], rc, err.code);
+            CHECK_MSG(strncmp(err.msg, path, strlen(path)) == 0,
+                      "%s: \"%s\" does not start with "
+                      "the path",
+                      names[i], err.msg);
+            CHECK_MSG(strstr(err.msg, expect) != NULL, "%s: \"%s\" does not contain \"%s\"",
+                      names[i], err.msg, expect);
+            static const pt_msg zero;
+            CHECK_MSG(memcmp(&m, &zero, sizeof m) == 0, "%s: message not zeroed", names[i]);
+        }
+        free(text);
+        free(expect);
+        free(names[i]);
+    }
+
+    /* Inputs a file cannot hold well. */
+    pt_msg m;
+    pt_error err = {0};
+    const char nul[] = "{\"v\":1,\0\"type\":\"bye\"}";
+    CHECK(pt_msg_decode(nul, sizeof nul - 1, NULL, &m, &err) == PT_EPARSE);
+    CHECK_STR_CONTAINS(err.msg, "NUL byte");
+    CHECK(pt_msg_decode("{}", (size_t)PT_MSG_MAX_BYTES + 1, NULL, &m, &err) == PT_ERANGE);
+    CHECK_STR_CONTAINS(err.msg, "longer than");
+    CHECK(pt_msg_decode(NULL, 0, NULL, &m, &err) == PT_EINVAL);
+    /* Deep nesting is refused, not recursed into without bound. */
+    enum { DEPTH = 5000 };
+    char *deep = malloc(2 * DEPTH + 64);
+    REQUIRE(deep != NULL);
+    size_t k = (size_t)sprintf(deep, "{\"v\":1,\"type\":\"bye\",\"agent\":\"a\",\"x\":");
+    for (int i = 0; i < DEPTH; i++)
+        deep[k++] = '[';
+    for (int i = 0; i < DEPTH; i++)
+        deep[k++] = ']';
+    deep[k++] = '}';
+    CHECK(pt_msg_decode(deep, k, NULL, &m, &err) < 0);
+    free(deep);
+}
+
+static void test_encode_refuses_what_decode_refuses(void)
+{
+    pt_msg m;
+    char *text = (char *)1;
+    pt_error err = {0};
+
+    pt_msg_init(&m, PT_MSG_EVENTS, "a");
+    pt_msg_event ev = {
+        .stage = 0, .replica = 0, .step = 1, .mb = 0, .op = "FWD", .start_ns = 10, .end_ns = 5};
+    m.u.events.count = 1;
+    m.u.events.events = &ev;
+    CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL);
+    CHECK(text == NULL);
+    CHECK_STR_CONTAINS(err.msg, "events[0].end_ns: 5 is before start_ns 10");
+    ev.end_ns = 10;
+    snprintf(ev.op, sizeof ev.op, "a.b");
+    CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "op: character 0x2e");
+    m.u.events.count = 0;
+    CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL); /* an empty batch */
+
+    pt_msg_init(&m, PT_MSG_ERROR, "a");
+    CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "reason: must not be empty");
+
+    pt_msg_init(&m, PT_MSG_START, "bad agent");
+    m.req = 1;
+    CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "agent: character 0x20");
+    pt_msg_init(&m, PT_MSG_START, "a");
+    CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_ERANGE); /* a request needs req >= 1 */
+    CHECK_STR_CONTAINS(err.msg, "req: must be > 0");
+    m.req = 1;
+    m.seq = PT_MSG_INT_MAX + 1; /* 2^53: no longer exact */
+    CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_ERANGE);
+    CHECK_STR_CONTAINS(err.msg, "seq: must be <=");
+
+    pt_msg_init(&m, PT_MSG_ASSIGN, "a");
+    m.req = 1;
+    m.u.assign.plan_json = "not json";
+    m.u.assign.model_json = "{}";
+    CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "plan: not a JSON object");
+
+    pt_msg_init(&m, PT_MSG_METRICS, "a");
+    m.u.metrics.samples_per_s = INFINITY;
+    CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "samples_per_s");
+    m.type = PT_MSG_TYPE_COUNT;
+    CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL);
+}
+
+static void test_accept_direction_and_generation(void)
+{
+    pt_msg m;
+    pt_error err = {0};
+    pt_msg_init(&m, PT_MSG_START, "a");
+    m.req = 1;
+    m.gen = 3;
+    CHECK(pt_msg_accept(&m, PT_MSG_AT_AGENT, 3, &err) == 0);
+    CHECK(pt_msg_accept(&m, PT_MSG_AT_CONSOLE, 3, &err) == PT_EINVAL); /* agents never send start */
+    CHECK_STR_CONTAINS(err.msg, "only the console sends start");
+    CHECK(pt_msg_accept(&m, PT_MSG_AT_AGENT, 4, &err) == PT_ESTATE);
+    CHECK_STR_CONTAINS(err.msg, "stale: plan generation 3 is older than the current 4");
+    CHECK(pt_msg_accept(&m, PT_MSG_AT_AGENT, 2, &err) == PT_ESTATE); /* no assign for gen 3 */
+    m.type = PT_MSG_ASSIGN;
+    CHECK(pt_msg_accept(&m, PT_MSG_AT_AGENT, 2, &err) == 0); /* an assign brings a new gen */
+    CHECK(pt_msg_accept(&m, PT_MSG_AT_AGENT, 4, &err) == PT_ESTATE);
+    m.type = PT_MSG_EVENTS;
+    CHECK(pt_msg_accept(&m, PT_MSG_AT_CONSOLE, 3, &err) == 0);
+    CHECK(pt_msg_accept(&m, PT_MSG_AT_CONSOLE, 5, &err) == PT_ESTATE);
+    CHECK(pt_msg_accept(&m, PT_MSG_AT_AGENT, 3, &err) == PT_EINVAL);
+    m.type = PT_MSG_HEARTBEAT; /* not bound to a generation, sent both ways */
+    CHECK(pt_msg_accept(&m, PT_MSG_AT_CONSOLE, 9, &err) == 0);
+    CHECK(pt_msg_accept(&m, PT_MSG_AT_AGENT, 0, &err) == 0);
+    m.type = PT_MSG_REGISTER;
+    CHECK(pt_msg_accept(&m, PT_MSG_AT_CONSOLE, 9, &err) == 0);
+    CHECK(pt_msg_accept(&m, PT_MSG_AT_AGENT, 9, &err) == PT_EINVAL);
+    for (int t = 0; t < PT_MSG_TYPE_COUNT; t++) {
+        CHECK(pt_msg_type_parse(pt_msg_type_name((pt_msg_type)t)) == (pt_msg_type)t);
+        CHECK(pt_msg_type_senders((pt_msg_type)t) != 0);
+    }
+    CHECK(pt_msg_type_parse("nope") == PT_MSG_TYPE_COUNT);
+    CHECK(pt_msg_type_name(PT_MSG_TYPE_COUNT) == NULL);
+    CHECK(strcmp(pt_msg_mem_name(PT_MSG_MEM_STASH), "stash") == 0);
+}
+
+/* ---- telemetry receiver ---------------------------------------------------- */
+
+static char *frame(const char *agent, int64_t seq, int64_t gen)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_METRICS, agent);
+    m.seq = seq;
+    m.gen = gen;
+    m.u.metrics.step = seq;
+    m.u.metrics.samples_per_s = 1;
+    char *text = NULL;
+    pt_msg_encode(&m, &text, NULL, NULL);
+    return text;
+}
+
+static int feed(pt_telemetry_rx *rx, const char *agent, int64_t seq, int64_t gen)
+{
+    char *text = frame(agent, seq, gen);
+    pt_msg m;
+    int rc = pt_telemetry_rx_feed(rx, text, strlen(text), NULL, &m, NULL);
+    if (rc == 0 && (m.seq != seq || strcmp(m.agent, agent)))
+        rc = -100;
+    pt_msg_clear(&m);
+    free(text);
+    return rc;
+}
+
+static void test_rx_hand_cases(void)
+{
+    pt_telemetry_rx *rx = NULL;
+    REQUIRE(pt_telemetry_rx_create(0, &rx) == 0);
+    pt_rx_counts c;
+    CHECK(feed(rx, "a", 0, 0) == 0);
+    CHECK(feed(rx, "a", 1, 0) == 0);
+    CHECK(feed(rx, "a", 2, 0) == 0);
+    CHECK(feed(rx, "a", 5, 0) == 0); /* 3 and 4 missing */
+    pt_telemetry_rx_agent_counts(rx, "a", &c);
+    CHECK(c.received == 4 && c.dropped == 2 && c.reordered == 0);
+    CHECK(feed(rx, "a", 3, 0) == 0); /* late: fills a gap */
+    pt_telemetry_rx_agent_counts(rx, "a", &c);
+    CHECK(c.received == 5 && c.dropped == 1 && c.reordered == 1);
+    CHECK(feed(rx, "a", 3, 0) == PT_ESTATE); /* twice */
+    CHECK(feed(rx, "a", 0, 0) == PT_ESTATE);
+    CHECK(feed(rx, "a", 5, 0) == PT_ESTATE);
+    pt_telemetry_rx_agent_counts(rx, "a", &c);
+    CHECK(c.duplicates == 3 && c.received == 5 && c.dropped == 1);
+    /* A second agent is tracked on its own, counted from 0. */
+    CHECK(feed(rx, "b", 2, 0) == 0);
+    pt_telemetry_rx_agent_counts(rx, "b", &c);
+    CHECK(c.dropped == 2 && c.received == 1);
+    /* Older than the window: can no longer be told from a duplicate. */
+    CHECK(feed(rx, "a", 5 + PT_RX_WINDOW + 10, 0) == 0);
+    CHECK(feed(rx, "a", 4, 0) == PT_ESTATE);
+    pt_telemetry_rx_agent_counts(rx, "a", &c);
+    CHECK(c.stale == 1 && c.dropped == 1 + PT_RX_WINDOW + 9);
+    /* A new generation makes older messages stale (their seq is used up). */
+    pt_telemetry_rx_set_generation(rx, 2);
+    CHECK(feed(rx, "b", 3, 1) == PT_ESTATE);
+    CHECK(feed(rx, "b", 3, 2) == PT_ESTATE); /* seq 3 was consumed */
+    CHECK(feed(rx, "b", 4, 2) == 0);
+    pt_telemetry_rx_agent_counts(rx, "b", &c);
+    CHECK(c.stale == 1 && c.duplicates == 1 && c.received == 2 && c.dropped == 2);
+    /* Malformed: blamed on a known agent when its id is readable. */
+    pt_msg m;
+    const char *bad_known = "{\"v\":1,\"type\":\"metrics\",\"agent\":\"b\",\"seq\":\"x\"}";
+    CHECK(pt_telemetry_rx_feed(rx, bad_known, strlen(bad_known), NULL, &m, NULL) == PT_EINVAL);
+    CHECK(pt_telemetry_rx_feed(rx, "garbage", 7, NULL, &m, NULL) == PT_EPARSE);
+    pt_telemetry_rx_agent_counts(rx, "b", &c);
+    CHECK(c.malformed == 1);
+    pt_telemetry_rx_totals(rx, &c);
+    CHECK(c.malformed == 2);
+    CHECK(pt_telemetry_rx_agent_count(rx) == 2);
+    CHECK(strcmp(pt_telemetry_rx_agent_id(rx, 1), "b") == 0);
+    CHECK(pt_telemetry_rx_agent_counts(rx, "zz", &c) == PT_ENOTFOUND);
+    /* A restarted agent numbers from 0 again. */
+    CHECK(feed(rx, "b", 4, 2) == PT_ESTATE);
+    CHECK(pt_telemetry_rx_reset_agent(rx, "b") == 0);
+    CHECK(feed(rx, "b", 0, 2) == 0);
+    CHECK(feed(rx, "b", 1, 2) == 0);
+    pt_telemetry_rx_agent_counts(rx, "b", &c);
+    CHECK(c.duplicates == 2 && c.dropped == 2); /* counts survive the reset */
+    pt_telemetry_rx_destroy(&rx);
+    CHECK(rx == NULL);
+
+    REQUIRE(pt_telemetry_rx_create(PT_RX_FROM_FIRST, &rx) == 0);
+    CHECK(feed(rx, "late", 100, 0) == 0);
+    CHECK(feed(rx, "late", 102, 0) == 0);
+    CHECK(feed(rx, "late", 99, 0) == 0); /* before the first: reordered, never counted dropped */
+    pt_telemetry_rx_agent_counts(rx, "late", &c);
+    CHECK(c.dropped == 1 && c.reordered == 1 && c.received == 3);
+    pt_telemetry_rx_destroy(&rx);
+}
+
+/* An independent model of the counts: sets instead of a bit window. */
+typedef struct model {
+    unsigned char seen[4096];
+    int64_t next;
+    pt_rx_counts c;
+} model;
+
+static void model_feed(model *md, int64_t s)
+{
+    if (s >= md->next) {
+        for (int64_t q = md->next; q < s; q++)
+            md->c.dropped++;
+        md->next = s + 1;
+        md->seen[s] = 1;
+        md->c.received++;
+    } else if (md->seen[s]) {
+        md->c.duplicates++;
+    } else {
+        md->seen[s] = 1;
+        md->c.dropped--;
+        md->c.reordered++;
+        md->c.received++;
+    }
+}
+
+static uint64_t rng_state = 0x1234567;
+static uint32_t rnd(void)
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(rng_state >> 33);
+}
+
+static void test_rx_against_model(void)
+{
+    for (int trial = 0; trial < 20; trial++) {
+        pt_telemetry_rx *rx = NULL;
+        REQUIRE(pt_telemetry_rx_create(0, &rx) == 0);
+        model md;
+        memset(&md, 0, sizeof md);
+        /* 0..1999, then: drop 10%, duplicate 5%, swap neighbours 10% (all
+         * within the window, so the model needs no window). */
+        int64_t seqs[4000];
+        int n = 0;
+        for (int64_t s = 0; s < 2000; s++) {
+            uint32_t r = rnd() % 100;
+            if (r < 10)
+                continue;
+            seqs[n++] = s;
+            if (r < 15)
+                seqs[n++] = s;
+        }
+        for (int i = 0; i + 1 < n; i++)
+            if (rnd() % 10 == 0) {
+                int j = i + 1 + (int)(rnd() % 20);
+                if (j < n) {
+                    int64_t t = seqs[i];
+                    seqs[i] = seqs[j];
+                    seqs[j] = t;
+                }
+            }
+        for (int i = 0; i < n; i++) {
+            int rc = feed(rx, "x", seqs[i], 0);
+            model_feed(&md, seqs[i]);
+            if (rc != 0 && rc != PT_ESTATE)
+                CHECK_MSG(0, "feed returned %d", rc);
+        }
+        pt_rx_counts c;
+        pt_telemetry_rx_agent_counts(rx, "x", &c);
+        CHECK_MSG(c.received == md.c.received && c.dropped == md.c.dropped &&
+                      c.duplicates == md.c.duplicates && c.reordered == md.c.reordered &&
+                      c.stale == 0,
+                  "trial %d: got r%llu d%llu dup%llu re%llu, model r%llu d%llu dup%llu re%llu",
+                  trial, (unsigned long long)c.received, (unsigned long long)c.dropped,
+                  (unsigned long long)c.duplicates, (unsigned long long)c.reordered,
+                  (unsigned long long)md.c.received, (unsigned long long)md.c.dropped,
+                  (unsigned long long)md.c.duplicates, (unsigned long long)md.c.reordered);
+        /* Every frame lands in exactly one bucket. */
+        CHECK(c.received + c.duplicates + c.stale + c.malformed == (uint64_t)n);
+        pt_telemetry_rx_destroy(&rx);
+    }
+}
+
+/* ---- clock offset ------------------------------------------------------------ */
+
+static void test_clock_offset(void)
+{
+    int64_t off, delay;
+    /* B = A + 5 s; 1 ms each way; B holds it 0.3 ms: exact. */
+    int64_t theta = 5000000000LL, t1 = 1000000;
+    int64_t t2 = t1 + 1000000 + theta, t3 = t2 + 300000, t4 = t3 - theta + 1000000;
+    REQUIRE(pt_clock_offset(t1, t2, t3, t4, &off, &delay) == 0);
+    CHECK(off == theta);
+    CHECK(delay == 2000000);
+    /* Asymmetric paths: the error is (d1 - d2) / 2, within delay / 2. */
+    for (int i = 0; i < 100; i++) {
+        int64_t d1 = rnd() % 1000000, d2 = rnd() % 1000000, h = rnd() % 100000;
+        int64_t th = (int64_t)(rnd() % 2000000000) - 1000000000;
+        int64_t a1 = 3000000000LL + rnd() % 1000;
+        int64_t a2 = a1 + d1 + th, a3 = a2 + h, a4 = a3 - th + d2;
+        REQUIRE(pt_clock_offset(a1, a2, a3, a4, &off, &delay) == 0);
+        CHECK(delay == d1 + d2);
+        CHECK(llabs(off - th) <= delay / 2 + 1);
+        CHECK(llabs(off - (th + (d1 - d2) / 2)) <= 1);
+    }
+    CHECK(pt_clock_offset(10, 5, 4, 20, &off, &delay) == PT_EINVAL); /* t3 < t2 */
+    CHECK(pt_clock_offset(10, 5, 6, 9, &off, &delay) == PT_EINVAL);  /* t4 < t1 */
+
+    /* The filter trusts the least-delayed sample. */
+    pt_clock_filter f;
+    pt_clock_filter_init(&f);
+    CHECK(pt_clock_filter_get(&f, &off, &delay) == PT_ENOTFOUND);
+    CHECK(pt_clock_filter_add(&f, 0, 100 + 400, 100 + 400, 1000) == 0); /* queued on the way */
+    CHECK(pt_clock_filter_add(&f, 2000, 2000 + 100 + 10, 2000 + 100 + 10, 2020) == 0);
+    CHECK(pt_clock_filter_add(&f, 10, 5, 4, 20) == PT_EINVAL);
+    REQUIRE(pt_clock_filter_get(&f, &off, &delay) == 0);
+    CHECK(delay == 20 && off == 100);
+
+    /* Through real heartbeat messages: console C (clock = A), agent (A + 7 ms). */
+    int64_t skew = 7000000;
+    pt_msg q, a, got;
+    pt_msg_init(&q, PT_MSG_HEARTBEAT, "agent-1");
+    q.u.heartbeat.hb = 1;
+    q.u.heartbeat.t_send = 50000000; /* console clock */
+    char *text = NULL;
+    REQUIRE(pt_msg_encode(&q, &text, NULL, NULL) == 0);
+    REQUIRE(pt_msg_decode(text, strlen(text), NULL, &got, NULL) == 0);
+    free(text);
+    int64_t arrived = got.u.heartbeat.t_send + 200000 + skew; /* agent clock */
+    pt_msg_init(&a, PT_MSG_HEARTBEAT, "agent-1");
+    a.u.heartbeat.hb = 1;
+    a.u.heartbeat.has_echo = 1;
+    a.u.heartbeat.echo_hb = got.u.heartbeat.hb;
+    a.u.heartbeat.echo_t_orig = got.u.heartbeat.t_send;
+    a.u.heartbeat.echo_t_recv = arrived;
+    a.u.heartbeat.t_send = arrived + 50000;
+    REQUIRE(pt_msg_encode(&a, &text, NULL, NULL) == 0);
+    REQUIRE(pt_msg_decode(text, strlen(text), NULL, &got, NULL) == 0);
+    free(text);
+    int64_t t4c = got.u.heartbeat.t_send - skew + 200000; /* console clock */
+    REQUIRE(pt_clock_offset(got.u.heartbeat.echo_t_orig, got.u.heartbeat.echo_t_recv,
+                            got.u.heartbeat.t_send, t4c, &off, &delay) == 0);
+    CHECK(off == skew);
+    CHECK(delay == 400000);
+}
+
+static void test_now_ns(void)
+{
+    int64_t a = pt_msg_now_ns(), b = pt_msg_now_ns();
+    CHECK(a >= 1 && b >= a);
+    CHECK(b < PT_MSG_INT_MAX);
+}
+
+PT_TEST_MAIN({"round_trip_every_type", test_round_trip_every_type},
+             {"round_trip_defaults", test_round_trip_defaults},
+             {"documented_examples", test_documented_examples}, {"bad_messages", test_bad_messages},
+             {"encode_refuses_what_decode_refuses", test_encode_refuses_what_decode_refuses},
+             {"accept_direction_and_generation", test_accept_direction_and_generation},
+             {"rx_hand_cases", test_rx_hand_cases}, {"rx_against_model", test_rx_against_model},
+             {"clock_offset", test_clock_offset}, {"now_ns", test_now_ns})
