@@ -19,7 +19,9 @@ typedef enum pt_sched_kind {
     PT_SCHED_KIND_COUNT
 } pt_sched_kind;
 
+/* Name used in JSON ("gpipe", "dapple", ...), or NULL for an invalid kind. */
 const char *pt_sched_kind_name(pt_sched_kind kind);
+/* Kind for a JSON name; returns 0 or PT_ENOTFOUND (*out untouched). */
 int pt_sched_kind_parse(const char *name, pt_sched_kind *out);
 
 typedef enum pt_optim_kind { PT_OPTIM_SGD, PT_OPTIM_ADAM } pt_optim_kind;
