@@ -376,90 +376,68 @@ static int is_recv(int k)
     return k == PT_OP_RECV_ACT || k == PT_OP_RECV_GRAD;
 }
 
-static uint32_t table_size(const pt_program *prog)
-{
-    uint32_t n = 16;
-    while (n < 2u * (uint32_t)prog->op_count)
-        n *= 2;
-    return n;
-}
-
 int64_t pt_sched_match_scratch(const pt_program *prog)
 {
-    return prog ? (int64_t)table_size(prog) : 0;
+    if (!prog)
+        return 0;
+    return (int64_t)prog->worker_count * prog->mb_count + 1 + prog->op_count;
 }
 
-/* Key of a transfer as seen from either end: (src, dst, ACT|GRAD, mb, rows). */
-static uint32_t key_hash(int src, int dst, int grad, const pt_op *op)
-{
-    uint64_t h = (uint64_t)(uint32_t)src * 0x9E3779B97F4A7C15ull;
-    h ^= ((uint64_t)(uint32_t)dst << 1 | (uint64_t)grad) * 0xC2B2AE3D27D4EB4Full;
-    h ^= (uint64_t)(uint32_t)op->mb * 0x165667B19E3779F9ull;
-    h ^= ((uint64_t)(uint32_t)op->row_lo << 32 | (uint32_t)op->row_hi) * 0x27D4EB2F165667C5ull;
-    h ^= h >> 29;
-    return (uint32_t)(h ^ (h >> 32));
-}
-
-static int same_key(const pt_op *a, const pt_op *b)
-{
-    return a->mb == b->mb && a->row_lo == b->row_lo && a->row_hi == b->row_hi;
-}
-
+/* Receives are bucketed by (receiving worker, micro-batch) with a counting
+ * sort; a send scans the few receives of its (peer, micro-batch) bucket. All
+ * passes but the bucket look-ups are sequential, which beats hashing on the
+ * large programs the console re-simulates. */
 int pt_sched_match(const pt_program *prog, int32_t *match, int32_t *scratch, pt_error *err)
 {
-    uint32_t n = table_size(prog), mask = n - 1;
-    int32_t *table = scratch ? scratch : malloc((size_t)n * sizeof *table);
-    if (!table)
+    int64_t mbc = prog->mb_count, nb = (int64_t)prog->worker_count * mbc;
+    int32_t *start =
+        scratch ? scratch : malloc((size_t)pt_sched_match_scratch(prog) * sizeof *start);
+    if (!start)
         return pt_error_set(err, PT_ENOMEM, "schedule: out of memory matching sends");
-    for (uint32_t i = 0; i < n; i++)
-        table[i] = -1;
-    int rc = 0;
+    int32_t *ent = start + nb + 1;
+    int rc = 0, recvs = 0, matched = 0;
     char buf[160];
-    /* the worker owning each op is found by walking the workers' ranges */
+    memset(start, 0, (size_t)(nb + 1) * sizeof *start);
     for (int w = 0; w < prog->worker_count; w++) {
         const pt_worker *x = &prog->workers[w];
         for (int i = x->op_begin; i < x->op_end; i++) {
             const pt_op *op = &prog->ops[i];
             match[i] = -1;
-            if (!is_recv(op->kind))
+            if (!is_send(op->kind) && !is_recv(op->kind))
                 continue;
-            uint32_t h = key_hash(op->peer, w, op->kind == PT_OP_RECV_GRAD, op) & mask;
-            while (table[h] >= 0) {
-                const pt_op *o = &prog->ops[table[h]];
-                if (o->kind == op->kind && o->peer == op->peer && same_key(o, op) &&
-                    table[h] >= x->op_begin && table[h] < x->op_end) {
-                    rc = pt_error_set(err, PT_EINVAL,
-                                      "schedule: op %d (%s): a second receive of "
-                                      "the same rows",
-                                      i, pt_sched_op_str(prog, i, buf, sizeof buf));
-                    goto out;
-                }
-                h = (h + 1) & mask;
+            if (op->mb < 0 || op->mb >= mbc || op->peer < 0 || op->peer >= prog->worker_count) {
+                rc = pt_error_set(err, PT_EINVAL,
+                                  "schedule: op %d (%s): micro-batch or peer out of range", i,
+                                  pt_sched_op_str(prog, i, buf, sizeof buf));
+                goto out;
             }
-            table[h] = i;
+            if (is_recv(op->kind)) {
+                start[w * mbc + op->mb + 1]++;
+                recvs++;
+            }
         }
     }
+    for (int64_t b = 1; b <= nb; b++)
+        start[b] += start[b - 1];
+    /* after placing, bucket b spans [start[b-1], start[b]) (start[-1] = 0) */
+    for (int w = 0; w < prog->worker_count; w++)
+        for (int i = prog->workers[w].op_begin; i < prog->workers[w].op_end; i++)
+            if (is_recv(prog->ops[i].kind))
+                ent[start[w * mbc + prog->ops[i].mb]++] = i;
     for (int w = 0; w < prog->worker_count; w++) {
         const pt_worker *x = &prog->workers[w];
         for (int i = x->op_begin; i < x->op_end; i++) {
             const pt_op *op = &prog->ops[i];
             if (!is_send(op->kind))
                 continue;
-            if (op->peer < 0 || op->peer >= prog->worker_count) {
-                rc = pt_error_set(err, PT_EINVAL, "schedule: op %d (%s): peer %d is not a worker",
-                                  i, pt_sched_op_str(prog, i, buf, sizeof buf), op->peer);
-                goto out;
-            }
             int want = op->kind == PT_OP_SEND_ACT ? PT_OP_RECV_ACT : PT_OP_RECV_GRAD;
-            const pt_worker *dx = &prog->workers[op->peer];
-            uint32_t h = key_hash(w, op->peer, want == PT_OP_RECV_GRAD, op) & mask;
+            int64_t b = op->peer * mbc + op->mb;
             int found = -1;
-            for (; table[h] >= 0; h = (h + 1) & mask) {
-                int j = table[h];
-                const pt_op *o = &prog->ops[j];
-                if (o->kind == want && o->peer == w && same_key(o, op) && j >= dx->op_begin &&
-                    j < dx->op_end) {
-                    found = j;
+            for (int32_t e = b ? start[b - 1] : 0; e < start[b]; e++) {
+                const pt_op *o = &prog->ops[ent[e]];
+                if (o->kind == want && o->peer == w && o->row_lo == op->row_lo &&
+                    o->row_hi == op->row_hi) {
+                    found = ent[e];
                     break;
                 }
             }
@@ -476,9 +454,10 @@ int pt_sched_match(const pt_program *prog, int32_t *match, int32_t *scratch, pt_
             }
             match[found] = i;
             match[i] = found;
+            matched++;
         }
     }
-    for (int i = 0; i < prog->op_count; i++)
+    for (int i = 0; matched < recvs && i < prog->op_count; i++)
         if (is_recv(prog->ops[i].kind) && match[i] < 0) {
             rc = pt_error_set(err, PT_EINVAL, "schedule: op %d (%s): no matching send", i,
                               pt_sched_op_str(prog, i, buf, sizeof buf));
@@ -486,7 +465,7 @@ int pt_sched_match(const pt_program *prog, int32_t *match, int32_t *scratch, pt_
         }
 out:
     if (!scratch)
-        free(table);
+        free(start);
     return rc;
 }
 

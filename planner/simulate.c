@@ -16,7 +16,8 @@ typedef struct wstate {
     /* memory */
     int64_t cur[PT_MEM_CAT_COUNT], cur_total;
     int inflight, stash, store_n, init_alive, newest, grads_open;
-    int ver_off, cov_off, n_opt, opt_seen;
+    int ver_off, cov_off, n_opt, opt_seen, maxv;
+    double busy; /* compute time, summed as ops run */
 } wstate;
 
 typedef struct inst {
@@ -89,12 +90,6 @@ static int reserve(void **buf, int64_t *cap, int64_t n, size_t elem)
 
 #define RESERVE(field, capf, n) reserve((void **)&sim->field, &sim->capf, (n), sizeof *sim->field)
 
-static int reads_store(const pt_op *op)
-{
-    return op->kind == PT_OP_FWD ||
-           ((op->kind == PT_OP_BWD || op->kind == PT_OP_RECOMPUTE) && !(op->flags & PT_OPF_STASH));
-}
-
 /* Checks the fields the simulation indexes with, sizes the per-worker
  * arrays and fills the per-worker tables. */
 static int prepare(pt_sim *sim, const pt_program *p, const pt_cost *cost, pt_error *err)
@@ -141,6 +136,7 @@ static int prepare(pt_sim *sim, const pt_program *p, const pt_cost *cost, pt_err
             st->ver_off = (int)ver_total;
             st->cov_off = (int)cov_total;
             st->n_opt = n_opt;
+            st->maxv = maxv;
             ver_total += maxv + 1;
             cov_total += n_opt + windows;
             sim->devs[w] = x->device;
@@ -223,31 +219,50 @@ static void init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, i
     st->cur[PT_MEM_BUFFERS] =
         (x->stage > 0 ? st->in_b : 0) +
         (x->stage + 1 < p->stage_count ? pt_cost_boundary_bytes(cost, x->last, rows) : 0);
-    /* version liveness: last op reading each version from the store */
+    /* one pass: version liveness (last op reading each version from the store),
+     * the step covering each micro-batch, collective instances, event owners */
     int32_t *last = sim->last_read + st->ver_off;
     unsigned char *alive = sim->alive + st->ver_off;
-    int maxv = p->initial_versions - 1;
     int32_t *cover = sim->cover + (int64_t)w * p->mb_count;
-    for (int m = 0; m < p->mb_count; m++)
-        cover[m] = st->n_opt + m / M;
-    int o = 0;
-    for (int i = x->op_begin; i < x->op_end; i++) {
-        const pt_op *op = &p->ops[i];
-        if (op->version > maxv)
-            maxv = op->version;
-        if (op->kind == PT_OP_OPT_STEP) {
-            for (int m = op->mb; m < op->mb_end; m++)
-                cover[m] = o;
-            o++;
-        }
-    }
-    for (int v = 0; v <= maxv; v++) {
+    for (int v = 0; v <= st->maxv; v++) {
         last[v] = -1;
         alive[v] = 0;
     }
-    for (int i = x->op_begin; i < x->op_end; i++)
-        if (reads_store(&p->ops[i]) && p->ops[i].version >= 0)
-            last[p->ops[i].version] = i;
+    for (int m = 0; m < p->mb_count; m++)
+        cover[m] = st->n_opt + m / M;
+    int o = 0, inst = sim->ar_first[x->stage], waited = x->op_begin;
+    for (int i = x->op_begin; i < x->op_end; i++) {
+        const pt_op *op = &p->ops[i];
+        sim->events[i].worker = w;
+        switch (op->kind) {
+        case PT_OP_FWD:
+            last[op->version] = i;
+            break;
+        case PT_OP_BWD:
+        case PT_OP_RECOMPUTE:
+            if (!(op->flags & PT_OPF_STASH))
+                last[op->version] = i;
+            break;
+        case PT_OP_OPT_STEP:
+            for (int m = op->mb; m < op->mb_end; m++)
+                cover[m] = o;
+            o++;
+            break;
+        case PT_OP_ALLREDUCE:
+            sim->match[i] = inst++;
+            break;
+        case PT_OP_AR_WAIT:
+            /* the oldest asynchronous all-reduce not waited for yet */
+            while (waited < i && !(p->ops[waited].kind == PT_OP_ALLREDUCE &&
+                                   (p->ops[waited].flags & PT_OPF_ASYNC)))
+                waited++;
+            sim->match[i] = waited < i ? sim->match[waited] : -1;
+            waited++;
+            break;
+        default:
+            break;
+        }
+    }
     memset(sim->gopen + st->cov_off, 0, (size_t)(st->n_opt + (p->mb_count + M - 1) / M));
     st->newest = p->initial_versions - 1;
     for (int v = 0; v < p->initial_versions; v++) {
@@ -331,26 +346,6 @@ static void mem_op(const pt_program *p, pt_sim *sim, int w, int i)
 
 /* The event loop ------------------------------------------------------- */
 
-static void number_collectives(const pt_program *p, pt_sim *sim)
-{
-    for (int w = 0; w < p->worker_count; w++) {
-        const pt_worker *x = &p->workers[w];
-        int k = sim->ar_first[x->stage], waited = x->op_begin;
-        for (int i = x->op_begin; i < x->op_end; i++) {
-            const pt_op *op = &p->ops[i];
-            if (op->kind == PT_OP_ALLREDUCE) {
-                sim->match[i] = k++;
-            } else if (op->kind == PT_OP_AR_WAIT) {
-                while (waited < i && !(p->ops[waited].kind == PT_OP_ALLREDUCE &&
-                                       (p->ops[waited].flags & PT_OPF_ASYNC)))
-                    waited++;
-                sim->match[i] = waited < i ? sim->match[waited] : -1;
-                waited++;
-            }
-        }
-    }
-}
-
 static void wake(pt_sim *sim, int *top, int u)
 {
     sim->ws[u].blocked = -1;
@@ -398,7 +393,6 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
             int i = st->pc;
             const pt_op *op = &p->ops[i];
             pt_sim_event *ev = &sim->events[i];
-            ev->worker = w;
             switch (op->kind) {
             case PT_OP_SEND_ACT:
             case PT_OP_SEND_GRAD: {
@@ -486,6 +480,7 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                 ev->end = end;
                 ev->lane = PT_LANE_COMPUTE;
                 st->comp_free = st->ready = end;
+                st->busy += end - start;
                 mem_op(p, sim, w, i);
                 break;
             }
@@ -519,24 +514,50 @@ static double overlap(double a, double b, double lo, double hi)
     return e > s ? e - s : 0;
 }
 
+/* Busy and comm time of worker w inside [lo, hi). */
+static void measure(const pt_program *p, const pt_sim *sim, int w, double lo, double hi,
+                    pt_sim_worker *ow)
+{
+    ow->busy_s = ow->comm_s = 0;
+    for (int i = p->workers[w].op_begin; i < p->workers[w].op_end; i++) {
+        const pt_sim_event *ev = &sim->events[i];
+        if (ev->lane == PT_LANE_COMPUTE)
+            ow->busy_s += overlap(ev->start, ev->end, lo, hi);
+        else if (ev->lane == PT_LANE_COMM)
+            ow->comm_s += overlap(ev->start, ev->end, lo, hi);
+    }
+}
+
 static void summarise(const pt_program *p, pt_sim *sim, pt_sim_result *out)
 {
     int M = p->mb_per_window, W = (p->mb_count + M - 1) / M;
     double makespan = 0;
     for (int t = 0; t < W; t++)
         sim->finish[t] = 0;
-    for (int i = 0; i < p->op_count; i++) {
-        pt_sim_event *ev = &sim->events[i];
-        const pt_op *op = &p->ops[i];
-        if (op->kind == PT_OP_ALLREDUCE) {
-            ev->start = sim->insts[sim->match[i]].start;
-            ev->end = sim->insts[sim->match[i]].end;
+    /* one pass: all-reduce events, ends, window finishes, whole-run comm time */
+    for (int w = 0; w < p->worker_count; w++) {
+        pt_sim_worker *ow = &sim->workers[w];
+        double end = 0, comm = 0;
+        for (int i = p->workers[w].op_begin; i < p->workers[w].op_end; i++) {
+            pt_sim_event *ev = &sim->events[i];
+            const pt_op *op = &p->ops[i];
+            if (op->kind == PT_OP_ALLREDUCE) {
+                ev->start = sim->insts[sim->match[i]].start;
+                ev->end = sim->insts[sim->match[i]].end;
+            }
+            if (ev->lane == PT_LANE_COMM)
+                comm += ev->end - ev->start;
+            if (ev->end > end)
+                end = ev->end;
+            int t = op->mb / M;
+            if (ev->end > sim->finish[t])
+                sim->finish[t] = ev->end;
         }
-        if (ev->end > makespan)
-            makespan = ev->end;
-        int t = op->mb / M;
-        if (ev->end > sim->finish[t])
-            sim->finish[t] = ev->end;
+        ow->end_s = end;
+        ow->busy_s = sim->ws[w].busy;
+        ow->comm_s = comm;
+        if (end > makespan)
+            makespan = end;
     }
     out->makespan_s = makespan;
     double lo = 0, hi = makespan;
@@ -563,16 +584,8 @@ static void summarise(const pt_program *p, pt_sim *sim, pt_sim_result *out)
     double worst = -1, bubble = 0;
     for (int w = 0; w < p->worker_count; w++) {
         pt_sim_worker *ow = &sim->workers[w];
-        const pt_worker *x = &p->workers[w];
-        for (int i = x->op_begin; i < x->op_end; i++) {
-            const pt_sim_event *ev = &sim->events[i];
-            if (ev->end > ow->end_s)
-                ow->end_s = ev->end;
-            if (ev->lane == PT_LANE_COMPUTE)
-                ow->busy_s += overlap(ev->start, ev->end, lo, hi);
-            else if (ev->lane == PT_LANE_COMM)
-                ow->comm_s += overlap(ev->start, ev->end, lo, hi);
-        }
+        if (lo > 0 || hi < makespan) /* a steady-state window: clip every event */
+            measure(p, sim, w, lo, hi, ow);
         ow->busy_frac = hi > lo ? ow->busy_s / (hi - lo) : 0;
         ow->bubble_frac = 1 - ow->busy_frac;
         bubble += ow->bubble_frac;
@@ -604,7 +617,6 @@ int pt_sim_run(pt_sim *sim, const pt_program *prog, const pt_cost *cost, pt_sim_
         return rc;
     if ((rc = pt_sched_match(prog, sim->match, sim->scratch, err)) < 0)
         return rc;
-    number_collectives(prog, sim);
     for (int w = 0; w < prog->worker_count; w++)
         init_worker(prog, sim, cost, w);
     if ((rc = run_events(prog, sim, cost, err)) < 0)
