@@ -1,5 +1,11 @@
 /* CPU backend: OpenBLAS for gemm, plain C loops (vectorised by the compiler)
  * for everything else. Device memory is host memory here. */
+#if defined(__GNUC__) && !defined(__clang__)
+/* GCC's -O2 vectorises only loops that need no alias check and no epilogue,
+ * i.e. none of these; the pointwise and optimizer loops are several times
+ * faster vectorised (clang vectorises them at -O2 already). */
+#pragma GCC optimize("O3")
+#endif
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -140,8 +146,10 @@ static void cpu_relu_bwd(const pt_backend *be, int64_t n, const float *y, const 
                          float *dx)
 {
     (void)be;
-    for (int64_t i = 0; i < n; i++)
-        dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float g = dy[i]; /* loaded unconditionally, so the loop vectorises */
+        dx[i] = y[i] > 0.0f ? g : 0.0f;
+    }
 }
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
