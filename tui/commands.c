@@ -6,6 +6,7 @@
 const pt_command pt_commands[] = {
     {"import-profile", pt_cmd_import_profile, "convert a PipeDream graph.txt profile to JSON"},
     {"export-profile", pt_cmd_export_profile, "write a profile in PipeDream's graph.txt format"},
+    {"sim", pt_cmd_sim, "predict a plan's iteration time, bubbles and memory; ASCII timeline"},
     {"validate", pt_cmd_validate, "check a model spec, profile, topology or plan file"},
     {NULL, NULL, NULL},
 };

@@ -1,0 +1,236 @@
+/* pipetop sim --plan P --profile P --topology T: compiles the plan's
+ * schedule program, simulates it on the cost model and prints the predicted
+ * iteration time, throughput, bubbles, per-worker busy time and peak memory
+ * against each device's limit, and an ASCII timeline of one iteration. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/cost.h"
+#include "planner/schedule.h"
+#include "planner/simulate.h"
+#include "protocol/plan.h"
+#include "protocol/profile.h"
+#include "protocol/topology.h"
+#include "tui/cmd_opts.h"
+#include "tui/commands.h"
+#include "tui/timeline_ascii.h"
+
+#define GIB         (1024.0 * 1024.0 * 1024.0)
+#define MAX_WINDOWS 1000
+
+static const char usage_text[] =
+    "usage: pipetop sim --plan PLAN.json --profile PROFILE.json --topology TOPO.json\n"
+    "                   [--json] [--events] [--width N] [--microbatches M] [--windows W]\n"
+    "Simulates one iteration of the plan's schedule on the cost model (compute and\n"
+    "communication on separate lanes per worker) and prints the predicted iteration\n"
+    "time, throughput, bubble fraction, per-worker busy time, peak memory against the\n"
+    "device limit and an ASCII timeline. Asynchronous schedules (pipedream, 2bw,\n"
+    "pipesgd) are run for several windows of M micro-batches; their figures are the\n"
+    "steady state and the timeline shows one steady window.\n"
+    "  --json            machine-readable output instead of text\n"
+    "  --events          with --json: every op's start and end (large)\n"
+    "  --width N         timeline cells (default 100)\n"
+    "  --microbatches M  override the plan's micro-batch count\n"
+    "  --windows W       asynchronous schedules: windows to simulate\n";
+
+static const char *human(double bytes, char *buf, size_t cap)
+{
+    if (bytes >= GIB)
+        snprintf(buf, cap, "%.2f GiB", bytes / GIB);
+    else if (bytes >= 1024.0 * 1024.0)
+        snprintf(buf, cap, "%.1f MiB", bytes / (1024.0 * 1024.0));
+    else
+        snprintf(buf, cap, "%.1f KiB", bytes / 1024.0);
+    return buf;
+}
+
+static void print_text(const pt_plan *plan, const pt_topology *topo, const pt_program *prog,
+                       const pt_sim_result *res, int width)
+{
+    const pt_sched_info *info = pt_sched_info_of(prog->kind);
+    printf("schedule      %s%s%s, %d stages, %d workers, %d micro-batches of %d samples%s\n",
+           info->name,
+           prog->kind == PT_SCHED_DAPPLE ? (prog->policy == 'B' ? " policy B" : " policy A") : "",
+           prog->vertical_sync && prog->kind == PT_SCHED_PIPEDREAM ? " vertical-sync" : "",
+           prog->stage_count, prog->worker_count, prog->mb_per_window, prog->mb_size,
+           prog->synchronous ? "" : " per window");
+    printf("iteration     %.3f ms%s\n", res->iter_s * 1e3,
+           prog->synchronous ? "" : " (steady state)");
+    printf("throughput    %.1f samples/s\n", res->throughput);
+    printf("bubble        %.1f%%\n", res->bubble_frac * 100);
+    printf("memory        %s\n", res->fits ? "fits every device" : "DOES NOT FIT (see below)");
+    printf("\nstage replica device         layers      busy  bubble   comm   peak memory / limit"
+           "      acts    stash  inflight versions\n");
+    for (int w = 0; w < prog->worker_count; w++) {
+        const pt_worker *x = &prog->workers[w];
+        const pt_sim_worker *sw = &res->workers[w];
+        char pk[32], lim[32], acts[32], stash[32], layers[32], dev[96];
+        snprintf(layers, sizeof layers, "[%d,%d)", x->first, x->last);
+        snprintf(dev, sizeof dev, "%d:%s", x->device, topo->devices[x->device].name);
+        printf("%5d %7d %-14.14s %-10s %5.1f%% %5.1f%% %6.2fms %9s / %-9s %9s %8s %8d %8d%s\n",
+               x->stage, x->replica, dev, layers, sw->busy_frac * 100, sw->bubble_frac * 100,
+               sw->comm_s * 1e3, human((double)sw->peak.total, pk, sizeof pk),
+               human((double)sw->limit, lim, sizeof lim),
+               human((double)sw->peak.bytes[PT_MEM_ACTS], acts, sizeof acts),
+               human((double)sw->peak.bytes[PT_MEM_STASH], stash, sizeof stash), sw->peak_inflight,
+               sw->peak_versions, sw->peak.total > sw->limit ? "  OVER" : "");
+    }
+    pt_timeline_opts o = {width, 0, 0, 1, 1};
+    if (!prog->synchronous) {
+        o.t0 = res->measure_lo;
+        o.t1 = res->measure_lo + res->iter_s;
+    }
+    size_t need = pt_timeline_ascii(prog, res, &o, NULL, 0);
+    char *text = malloc(need + 1);
+    if (!text)
+        return;
+    pt_timeline_ascii(prog, res, &o, text, need + 1);
+    printf("\ntimeline (%s)\n%s", prog->synchronous ? "one iteration" : "one steady window", text);
+    free(text);
+    (void)plan;
+}
+
+static int print_json(const pt_program *prog, const pt_topology *topo, const pt_sim_result *res,
+                      int events)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (!root)
+        return -1;
+    cJSON_AddNumberToObject(root, "v", 1);
+    cJSON_AddStringToObject(root, "schedule", pt_sched_info_of(prog->kind)->name);
+    cJSON_AddBoolToObject(root, "synchronous", prog->synchronous);
+    cJSON_AddNumberToObject(root, "stages", prog->stage_count);
+    cJSON_AddNumberToObject(root, "microbatches", prog->mb_per_window);
+    cJSON_AddNumberToObject(root, "microbatch_size", prog->mb_size);
+    cJSON_AddNumberToObject(root, "windows", prog->window_count);
+    cJSON_AddNumberToObject(root, "iteration_s", res->iter_s);
+    cJSON_AddNumberToObject(root, "makespan_s", res->makespan_s);
+    cJSON_AddNumberToObject(root, "throughput", res->throughput);
+    cJSON_AddNumberToObject(root, "bubble", res->bubble_frac);
+    cJSON_AddBoolToObject(root, "fits", res->fits);
+    cJSON *ws = cJSON_AddArrayToObject(root, "workers");
+    for (int w = 0; ws && w < prog->worker_count; w++) {
+        const pt_worker *x = &prog->workers[w];
+        const pt_sim_worker *sw = &res->workers[w];
+        cJSON *o = cJSON_CreateObject();
+        if (!o)
+            break;
+        cJSON_AddItemToArray(ws, o);
+        cJSON_AddNumberToObject(o, "stage", x->stage);
+        cJSON_AddNumberToObject(o, "replica", x->replica);
+        cJSON_AddNumberToObject(o, "device", x->device);
+        cJSON_AddStringToObject(o, "device_name", topo->devices[x->device].name);
+        cJSON *l = cJSON_AddArrayToObject(o, "layers");
+        if (l) {
+            cJSON_AddItemToArray(l, cJSON_CreateNumber(x->first));
+            cJSON_AddItemToArray(l, cJSON_CreateNumber(x->last));
+        }
+        cJSON_AddNumberToObject(o, "busy", sw->busy_frac);
+        cJSON_AddNumberToObject(o, "bubble", sw->bubble_frac);
+        cJSON_AddNumberToObject(o, "comm_s", sw->comm_s);
+        cJSON_AddNumberToObject(o, "peak_inflight", sw->peak_inflight);
+        cJSON_AddNumberToObject(o, "peak_versions", sw->peak_versions);
+        cJSON_AddNumberToObject(o, "memory_limit", (double)sw->limit);
+        cJSON *m = cJSON_AddObjectToObject(o, "peak_memory");
+        for (int k = 0; m && k < PT_MEM_CAT_COUNT; k++)
+            cJSON_AddNumberToObject(m, pt_mem_cat_name(k), (double)sw->peak.bytes[k]);
+        if (m)
+            cJSON_AddNumberToObject(m, "total", (double)sw->peak.total);
+    }
+    if (events) {
+        cJSON *ev = cJSON_AddArrayToObject(root, "events");
+        for (int i = 0; ev && i < res->event_count; i++) {
+            const pt_op *op = &prog->ops[i];
+            cJSON *o = cJSON_CreateObject();
+            if (!o)
+                break;
+            cJSON_AddItemToArray(ev, o);
+            cJSON_AddNumberToObject(o, "worker", res->events[i].worker);
+            cJSON_AddStringToObject(o, "op", pt_op_kind_name(op->kind));
+            cJSON_AddNumberToObject(o, "mb", op->mb);
+            cJSON_AddNumberToObject(o, "version", op->version);
+            cJSON_AddNumberToObject(o, "start", res->events[i].start);
+            cJSON_AddNumberToObject(o, "end", res->events[i].end);
+        }
+    }
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!text)
+        return -1;
+    puts(text);
+    cJSON_free(text);
+    return 0;
+}
+
+int pt_cmd_sim(int argc, char **argv)
+{
+    const char *plan_path = NULL, *profile_path = NULL, *topo_path = NULL;
+    int json = 0, events = 0, width = PT_TIMELINE_DEFAULT_WIDTH, mbs = 0, windows = 0;
+    pt_opt opts[] = {
+        {"plan", PT_OPT_STRING, &plan_path, 0, 0, 0},
+        {"profile", PT_OPT_STRING, &profile_path, 0, 0, 0},
+        {"topology", PT_OPT_STRING, &topo_path, 0, 0, 0},
+        {"json", PT_OPT_FLAG, &json, 0, 0, 0},
+        {"events", PT_OPT_FLAG, &events, 0, 0, 0},
+        {"width", PT_OPT_INT, &width, PT_TIMELINE_MIN_WIDTH, PT_TIMELINE_MAX_WIDTH, 0},
+        {"microbatches", PT_OPT_INT, &mbs, 1, 1 << 20, 0},
+        {"windows", PT_OPT_INT, &windows, 1, MAX_WINDOWS, 0},
+    };
+    int rc = pt_opts_parse("sim", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), stderr);
+    if (rc == PT_OPTS_HELP) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (rc != PT_OPTS_OK)
+        return 2;
+    if (!plan_path || !profile_path || !topo_path) {
+        fprintf(stderr, "pipetop sim: --plan, --profile and --topology are required\n%s",
+                usage_text);
+        return 2;
+    }
+    pt_error err = {0};
+    pt_plan *plan = NULL;
+    pt_profile *profile = NULL;
+    pt_topology *topo = NULL;
+    pt_cost *cost = NULL;
+    pt_sim *sim = NULL;
+    pt_program prog = {0};
+    pt_sim_result res;
+    int status = 1;
+    if (pt_plan_load(plan_path, &plan, &err) < 0 ||
+        pt_profile_load(profile_path, &profile, &err) < 0 ||
+        pt_topology_load(topo_path, &topo, &err) < 0 ||
+        pt_plan_check(plan, NULL, topo, plan_path, &err) < 0)
+        goto out;
+    if (profile->layer_count != plan->layer_count) {
+        pt_error_set(&err, PT_EINVAL, "%s: layers: the plan has %d layers but %s has %d", plan_path,
+                     plan->layer_count, profile_path, profile->layer_count);
+        goto out;
+    }
+    if (pt_cost_new(profile, topo, &cost, &err) < 0 || pt_sim_new(&sim) < 0)
+        goto out;
+    pt_sched_opts so = {mbs, windows};
+    if (pt_sim_plan(sim, plan, cost, &so, &prog, &res, &err) < 0)
+        goto out;
+    if (json) {
+        if (print_json(&prog, topo, &res, events) < 0) {
+            pt_error_set(&err, PT_ENOMEM, "out of memory writing JSON");
+            goto out;
+        }
+    } else {
+        print_text(plan, topo, &prog, &res, width);
+    }
+    status = 0;
+out:
+    if (status)
+        fprintf(stderr, "pipetop sim: %s\n", err.msg[0] ? err.msg : pt_strerror(err.code));
+    pt_program_release(&prog);
+    pt_sim_free(&sim);
+    pt_cost_free(&cost);
+    pt_topology_free(&topo);
+    pt_profile_free(&profile);
+    pt_plan_free(&plan);
+    return status;
+}
