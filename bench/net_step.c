@@ -2,12 +2,14 @@
  * fmnist-mlp's shape (784-1024-1024-1024-10, relu, softmax_xent) by default.
  * Prints the median step time over repeats, samples/s and the share of
  * each phase. Run with OPENBLAS_NUM_THREADS=1 for the single-thread figure.
- * Usage: net_step [batch] [steps] [sgd|adam] */
+ * Usage: net_step [batch] [steps] [sgd|adam]
+ * bench/torch_mlp_step.py is the same step in PyTorch, for comparison. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "runtime/blas_core.h"
 #include "runtime/net.h"
 #include "runtime/optim.h"
 #include "runtime/rng.h"
@@ -30,6 +32,7 @@ static int cmp_double(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
+    pt_blas_fixup_core(argv); /* OpenBLAS 0.3.21 may pick slow kernels on new CPUs */
     int batch = argc > 1 ? atoi(argv[1]) : 64;
     int steps = argc > 2 ? atoi(argv[2]) : 50;
     pt_optim_kind kind = argc > 3 && strcmp(argv[3], "adam") == 0 ? PT_OPTIM_ADAM : PT_OPTIM_SGD;
@@ -103,9 +106,10 @@ int main(int argc, char **argv)
     qsort(t_step, (size_t)steps, sizeof *t_step, cmp_double);
     double med = t_step[steps / 2], total = t_zero + t_fwd + t_bwd + t_opt;
     printf("model fmnist-mlp (784-1024-1024-1024-10), batch %d, %s, %d steps, "
-           "OPENBLAS_NUM_THREADS=%s\n",
+           "OPENBLAS_NUM_THREADS=%s, OpenBLAS core %s\n",
            batch, kind == PT_OPTIM_ADAM ? "adam" : "sgd", steps,
-           getenv("OPENBLAS_NUM_THREADS") ? getenv("OPENBLAS_NUM_THREADS") : "(unset)");
+           getenv("OPENBLAS_NUM_THREADS") ? getenv("OPENBLAS_NUM_THREADS") : "(unset)",
+           pt_blas_core_name());
     printf("step median %.3f ms (min %.3f ms), %.0f samples/s (last loss %.4f)\n", med * 1e3,
            t_step[0] * 1e3, batch / med, loss);
     printf("share: zero %.1f%%, forward %.1f%%, backward %.1f%%, optimizer %.1f%%\n",
