@@ -1,29 +1,38 @@
 /* Discrete-event simulator: runs a schedule program on the cost model.
  *
- * Every worker has a compute lane (FWD, BWD, RECOMPUTE, OPT_STEP) and a
- * communication lane (SEND_*, ALLREDUCE), so transfers overlap compute as on
- * a GPU with a copy engine. Ops are issued in program order:
+ * Every worker has a compute lane (FWD, BWD, RECOMPUTE, OPT_STEP), a
+ * communication lane for point-to-point sends, and a collective stream for
+ * all-reduces (as NCCL runs collectives on their own stream), so transfers
+ * overlap compute as on a GPU with copy engines. Ops are issued in program
+ * order:
  * - a compute op starts when the worker reached it and its compute lane is
  *   free; the worker goes on when it ends;
  * - a SEND starts when the worker reached it and its comm lane is free; the
  *   worker goes on at once; the data arrives at the receiver when the send
- *   ends (latency + bytes/bandwidth of the link);
+ *   ends (latency + bytes/bandwidth of the link); the receiver's lanes are
+ *   not used;
  * - a RECV ends when the worker reached it and the data has arrived; it
  *   occupies no lane (PT_LANE_WAIT);
- * - an ALLREDUCE starts when every replica of the stage reached it with a free
- *   comm lane and lasts the ring time; synchronous ones hold the worker until
- *   they end, asynchronous ones let it go on until the matching AR_WAIT.
+ * - an ALLREDUCE starts when every replica of the stage reached it and the
+ *   stage's previous all-reduce ended, and lasts the ring time
+ *   (pt_cost_allreduce_s); a synchronous one holds the worker until it ends,
+ *   an asynchronous one lets it go on until the matching AR_WAIT.
  * No lane is shared between workers, so start times follow from dependencies
  * alone: the simulation visits every op once, O(ops), with no allocation once
- * the pt_sim has grown to the program's size.
+ * the pt_sim has grown to the program's size. Link contention between
+ * different pairs of workers is not modelled.
  *
- * Memory is tracked per worker by the events: weights, gradients, optimizer
- * state and receive buffers are fixed; activations are allocated by FWD (only
- * the stage input with recomputation; RECOMPUTE adds the rest) and freed by
- * BWD; weight versions held = stashes of in-flight micro-batches (PT_OPF_STASH)
- * plus the versions still to be read on that worker plus the newest one
- * (versions 0..initial_versions-1 share one buffer); an asynchronous
- * ALLREDUCE holds one more gradient buffer until its AR_WAIT. */
+ * Memory is tracked per worker by the events, in program order: weights,
+ * optimizer state and receive buffers are fixed; activations are allocated by
+ * FWD (only the stage input with recomputation; RECOMPUTE adds the rest) and
+ * freed by BWD; a gradient buffer is held from the first BWD accumulating
+ * into it until the OPT_STEP that applies it (two at once in pipesgd: the
+ * delayed gradient and the accumulating one); weight versions held = one
+ * stash per in-flight micro-batch whose FWD has PT_OPF_STASH, plus the
+ * versions a later op on that worker still reads, plus the newest one (an
+ * OPT_STEP updates in place when nothing reads the old newest version any
+ * more; versions 0..initial_versions-1 share one buffer). The analytic model
+ * of cost.h gives the same peaks. */
 #ifndef PT_PLANNER_SIMULATE_H
 #define PT_PLANNER_SIMULATE_H
 
