@@ -1,0 +1,145 @@
+/* Planners: from a profile, a topology and a global batch size to a plan.
+ *
+ * Every planner is one function registered by name in planner.c:
+ *   dapple     DAPPLE's dynamic program (partition, replication, placement by
+ *              Fresh/Append/Scatter First) minimising the synchronous iteration
+ *              latency; schedule "dapple" with policy A or B.
+ *   pipedream  PipeDream's hierarchical dynamic program minimising the slowest
+ *              stage (replication and boundary transfers included); "pipedream".
+ *   2bw        PipeDream-2BW's search over depth x width, micro-batch size and
+ *              recomputation under the memory limit; "2bw".
+ *   gpipe      balanced contiguous partition into --stages stages; "gpipe".
+ *   dp         pure data parallelism, all-reduce after the backward; one stage.
+ *   pipesgd    data parallelism with Pipe-SGD's width-two timing; "pipesgd".
+ *
+ * All of them charge time and memory through the shared cost model
+ * (planner/cost.h): a plan a planner accepts fits pt_cost_plan_memory, so the
+ * planner and the simulator never disagree on memory. Each writes a plan and a
+ * report: the value of its own objective for that plan and why it was chosen.
+ * docs/planners.md states each objective exactly. */
+#ifndef PT_PLANNER_PLANNER_H
+#define PT_PLANNER_PLANNER_H
+
+#include <stdint.h>
+
+#include "planner/cost.h"
+#include "protocol/error.h"
+#include "protocol/plan.h"
+#include "protocol/profile.h"
+#include "protocol/topology.h"
+
+/* Most candidate micro-batch sizes a planner tries. */
+#define PT_PLANNER_MB_CHOICES_MAX 16
+/* Length of a report's explanation. */
+#define PT_PLANNER_WHY_MAX 1024
+
+typedef struct pt_planner_opts {
+    /* > 0: every device is taken to have this much memory (bytes); 0: the
+     * topology's figures. */
+    int64_t memory_limit_bytes;
+    /* gpipe: number of stages, 1..min(layers, devices); 0: min(layers, devices).
+     * Other planners ignore it. */
+    int stages;
+    /* Candidate micro-batch sizes (samples; each divides the global batch).
+     * count 0: the planner's defaults (divisors of the global batch, thinned
+     * to PT_PLANNER_MB_CHOICES_MAX; pipedream: the profile's micro-batch). */
+    int microbatch_sizes[PT_PLANNER_MB_CHOICES_MAX];
+    int microbatch_size_count;
+    /* Optimizer whose state (memory) and step (time) are charged. */
+    pt_optim_kind optim;
+} pt_planner_opts;
+
+typedef struct pt_planner_report {
+    char planner[16];
+    char objective[96];          /* what objective_s measures, in words */
+    double objective_s;          /* the planner's own objective for the plan it chose */
+    double iter_s;               /* its predicted time of one iteration (global batch), seconds */
+    int64_t peak_memory_bytes;   /* largest stage replica memory of the plan (shared model) */
+    int64_t needed_memory_bytes; /* on PT_ENOFIT: the smallest memory per device under which
+                                    the planner finds a plan (0: unknown) */
+    long long evaluated;         /* candidate stages / plans the search evaluated */
+    double search_s;             /* wall-clock time of the search */
+    char why[PT_PLANNER_WHY_MAX];
+} pt_planner_report;
+
+/* A planner. Called by pt_planner_run with validated input (and the memory
+ * limit already applied to topo); returns 0 with *out a new plan (owned by
+ * the caller), PT_ENOFIT when no plan of its space fits memory (err says so),
+ * or another PT_E* code; on failure *out is NULL. */
+typedef int (*pt_planner_fn)(const pt_profile *profile, const pt_topology *topo, int global_batch,
+                             const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
+                             pt_error *err);
+
+typedef struct pt_planner_info {
+    const char *name;    /* "dapple", "pipedream", "2bw", "gpipe", "dp", "pipesgd" */
+    const char *summary; /* one line for help texts */
+    pt_planner_fn run;
+} pt_planner_info;
+
+/* The registered planners, in table order; NULL past the end. */
+const pt_planner_info *pt_planner_get(int index);
+int pt_planner_count(void);
+/* The planner called name, or NULL. */
+const pt_planner_info *pt_planner_find(const char *name);
+
+/* Zeroed options with the sgd optimizer. NULL-safe. */
+void pt_planner_opts_default(pt_planner_opts *opts);
+
+/* Validates what reaches the planner API: a profile with layers, a positive
+ * micro-batch and finite non-negative times and bytes; a topology with
+ * devices of positive memory and speed on existing nodes and links of
+ * positive bandwidth and non-negative latency; a positive global batch;
+ * options in range (stages <= layers and devices, micro-batch sizes that
+ * divide the global batch). Returns 0 or PT_EINVAL with err naming the field
+ * ("profile: layers[3].fwd_ms: -1 is negative"). */
+int pt_planner_check_input(const pt_profile *profile, const pt_topology *topo, int global_batch,
+                           const pt_planner_opts *opts, pt_error *err);
+
+/* Runs planner `name`: validates the input, applies the memory limit, runs
+ * the planner and fills report (may be NULL). When nothing fits memory it
+ * returns PT_ENOFIT and err says so and names the smallest memory per device
+ * under which the planner would find a plan. opts may be NULL (defaults).
+ * On success *out owns a new plan (pt_plan_free); on failure *out is NULL.
+ * PT_ENOTFOUND for an unknown name. */
+int pt_planner_run(const char *name, const pt_profile *profile, const pt_topology *topo,
+                   int global_batch, const pt_planner_opts *opts, pt_plan **out,
+                   pt_planner_report *report, pt_error *err);
+
+/* The planners themselves (same contract as pt_planner_fn). */
+int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int global_batch,
+                      const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
+                      pt_error *err);
+int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int global_batch,
+                         const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
+                         pt_error *err);
+int pt_planner_2bw(const pt_profile *profile, const pt_topology *topo, int global_batch,
+                   const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
+                   pt_error *err);
+int pt_planner_gpipe(const pt_profile *profile, const pt_topology *topo, int global_batch,
+                     const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
+                     pt_error *err);
+int pt_planner_dp(const pt_profile *profile, const pt_topology *topo, int global_batch,
+                  const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
+                  pt_error *err);
+int pt_planner_pipesgd(const pt_profile *profile, const pt_topology *topo, int global_batch,
+                       const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
+                       pt_error *err);
+
+/* DAPPLE's latency model evaluated on any plan (plan_dapple.c explains it):
+ * the longest critical path
+ *   max over pivots p and stages e <= p of
+ *     sum_{v<p} F_v + core_p + sum_{e<=v<p} B_v + AR_e + OPT_e
+ * over units (stages and the boundaries between them; a boundary is
+ * intra-node when both stages sit on one node, otherwise costed at the
+ * inter-node link), with core_p = M (F_p + B_p), and for a stage also at least
+ * (q+1) RT_p + rho (F_p + B_p) where RT_p is its round trip (its F + B and
+ * everything after it), M - 1 = q K_p + rho and K_p its in-flight
+ * micro-batches under the plan's schedule and policy (pt_cost_inflight;
+ * rho F_p when q = 0). Optimizer: plan->optimizer. Returns 0 and *latency_s,
+ * or PT_EINVAL (err names the stage) when the plan does not match the cost
+ * model. If pivot/ending are not NULL they receive the pivot unit (2s: stage
+ * s, 2s+1: boundary s -> s+1) and the stage e of the longest path. */
+int pt_planner_dapple_latency(const pt_cost *cost, const pt_plan *plan, double *latency_s,
+                              int *pivot, int *ending, pt_error *err);
+
+#endif
