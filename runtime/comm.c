@@ -15,16 +15,6 @@
 #define ZC_POLL_NS       20000L
 #define STASH_GROW_SLOTS 16
 
-/* Completion counter of the all-reduce's zero-copy sends. It is shared by
- * the communicator and every message still holding one of its buffers, and
- * freed by the last of them: with a shared context a message can outlive the
- * communicator (queued in a peer's pipe), and its release must not write
- * into freed memory. */
-typedef struct ar_zc {
-    pt_comm_zc zc;
-    atomic_int refs;
-} ar_zc;
-
 typedef struct stash_slot {
     int src;
     uint64_t tag;
@@ -45,7 +35,7 @@ struct pt_comm {
     int slots_used, slots_cap;
     uint64_t arrivals;
     pt_comm_stats stats;
-    ar_zc *ar;
+    pt_comm_shared *shared; /* zero-copy counter and send-buffer pool */
 };
 
 int64_t pt_comm_internal_now_ms(void)
@@ -53,12 +43,6 @@ int64_t pt_comm_internal_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void ar_zc_unref(ar_zc *z)
-{
-    if (atomic_fetch_sub(&z->refs, 1) == 1)
-        free(z);
 }
 
 const char *pt_comm_tag_str(uint64_t tag, char *buf, size_t size)
@@ -144,11 +128,9 @@ int pt_comm_create(const pt_comm_config *cfg, pt_comm **out, pt_error *err)
     c->timeout_ms = cfg->timeout_ms;
     c->push = calloc((size_t)cfg->size, sizeof *c->push);
     c->send_seq = calloc((size_t)cfg->size, sizeof *c->send_seq);
-    c->ar = calloc(1, sizeof *c->ar);
-    if (!c->push || !c->send_seq || !c->ar)
+    c->shared = pt_comm_shared_new();
+    if (!c->push || !c->send_seq || !c->shared)
         goto fail_arrays;
-    atomic_init(&c->ar->zc.pending, 0);
-    atomic_init(&c->ar->refs, 1);
 
     c->ctx = cfg->zmq_context;
     if (!c->ctx) {
@@ -186,7 +168,7 @@ fail_socket:
     if (c->own_ctx)
         zmq_ctx_term(c->ctx);
 fail_arrays:
-    free(c->ar);
+    pt_comm_shared_close(c->shared);
     free(c->push);
     free(c->send_seq);
     free(c);
@@ -250,7 +232,7 @@ void pt_comm_destroy(pt_comm **self_p)
     zmq_close(c->pull);
     if (c->own_ctx)
         zmq_ctx_term(c->ctx); /* releases every message this comm sent */
-    ar_zc_unref(c->ar);
+    pt_comm_shared_close(c->shared);
     free(c->push);
     free(c->send_seq);
     free(c);
@@ -285,8 +267,10 @@ int pt_comm_set_timeout(pt_comm *self, int timeout_ms)
 
 void pt_comm_stats_get(const pt_comm *self, pt_comm_stats *out)
 {
-    if (self && out)
-        *out = self->stats;
+    if (!self || !out)
+        return;
+    *out = self->stats;
+    pt_comm_shared_pool_bytes(self->shared, &out->pool_bytes, &out->pool_peak_bytes);
 }
 
 /* ---- stash ---------------------------------------------------------------- */
@@ -548,10 +532,8 @@ int pt_comm_send(pt_comm *self, int dst, uint64_t tag, const float *buf, size_t 
     if (count > SIZE_MAX / sizeof(float))
         return pt_error_set(err, PT_EINVAL, "comm: send: count %zu is too large", count);
     zmq_msg_t m;
-    if (zmq_msg_init_size(&m, count * sizeof(float)) != 0)
+    if (pt_comm_shared_copy_msg(self->shared, &m, buf, count * sizeof(float)) != 0)
         return pt_error_set(err, PT_ENOMEM, "comm: send: no memory for %zu floats", count);
-    if (count)
-        memcpy(zmq_msg_data(&m), buf, count * sizeof(float));
     rc = pt_comm_internal_send_msg(self, dst, tag, &m, err);
     zmq_msg_close(&m);
     return rc;
@@ -568,13 +550,6 @@ static void zc_release(void *data, void *hint)
 {
     (void)data;
     atomic_fetch_sub(&((pt_comm_zc *)hint)->pending, 1);
-}
-static void ar_zc_release(void *data, void *hint)
-{
-    (void)data;
-    ar_zc *z = hint;
-    atomic_fetch_sub(&z->zc.pending, 1);
-    ar_zc_unref(z);
 }
 
 /* Zero-copy send whose release calls release(NULL, hint) exactly once, also
@@ -617,14 +592,14 @@ int pt_comm_internal_send_ar_zc(pt_comm *self, int dst, uint64_t tag, const floa
     int rc = check_dst(self, dst, err);
     if (rc < 0)
         return rc;
-    atomic_fetch_add(&self->ar->refs, 1);
-    atomic_fetch_add(&self->ar->zc.pending, 1);
-    return send_zc_with(self, dst, tag, buf, count, ar_zc_release, self->ar, err);
+    pt_comm_shared_hold(self->shared);
+    atomic_fetch_add(&pt_comm_shared_zc(self->shared)->pending, 1);
+    return send_zc_with(self, dst, tag, buf, count, pt_comm_shared_zc_release, self->shared, err);
 }
 
 int pt_comm_internal_wait_ar_zc(pt_comm *self, int timeout_ms)
 {
-    return pt_comm_zc_wait(&self->ar->zc, timeout_ms);
+    return pt_comm_zc_wait(pt_comm_shared_zc(self->shared), timeout_ms);
 }
 
 int pt_comm_zc_wait(pt_comm_zc *zc, int timeout_ms)

@@ -94,6 +94,8 @@ typedef struct pt_comm_stats {
     uint64_t bad_msgs;       /* frames dropped: bad header, size or source */
     size_t stash_bytes;      /* payload bytes waiting in the stash now */
     size_t stash_peak_bytes; /* high-water mark of stash_bytes */
+    size_t pool_bytes;       /* send buffers kept for reuse, in flight or idle */
+    size_t pool_peak_bytes;  /* high-water mark of pool_bytes */
 } pt_comm_stats;
 
 /* Creates a communicator and binds its receiving socket (nothing is sent).
@@ -124,7 +126,9 @@ int pt_comm_set_timeout(pt_comm *self, int timeout_ms);
 void pt_comm_stats_get(const pt_comm *self, pt_comm_stats *out);
 
 /* Sends count floats from buf to rank dst under tag. buf is copied before the
- * call returns, so the caller may reuse it at once. count may be 0.
+ * call returns, so the caller may reuse it at once; the copy lives in a pooled
+ * buffer (power-of-two size classes from 4 KiB, at most 512 MiB kept idle)
+ * that is reused once ZeroMQ is done with it. count may be 0.
  * PT_EINVAL bad rank/tag or dst not connected; PT_ETIMEOUT when the peer's
  * queue stays full for the timeout; PT_EIO other socket errors. */
 int pt_comm_send(pt_comm *self, int dst, uint64_t tag, const float *buf, size_t count,

@@ -30,6 +30,27 @@ int pt_comm_internal_send_ar_zc(pt_comm *self, int dst, uint64_t tag, const floa
  * PT_ETIMEOUT. */
 int pt_comm_internal_wait_ar_zc(pt_comm *self, int timeout_ms);
 
+/* ---- comm_pool.c: what in-flight messages may outlive the comm for ---- */
+
+typedef struct pt_comm_shared pt_comm_shared;
+
+/* A block with one reference (the communicator's); NULL on no memory. */
+pt_comm_shared *pt_comm_shared_new(void);
+/* The communicator lets go: idle pool buffers are freed now, the rest when
+ * ZeroMQ releases them; the block goes with the last reference. */
+void pt_comm_shared_close(pt_comm_shared *s);
+/* The all-reduce's zero-copy completion counter. */
+pt_comm_zc *pt_comm_shared_zc(pt_comm_shared *s);
+/* Takes a reference; pt_comm_shared_zc_release (a zmq_free_fn whose hint is
+ * the block) drops it and one pending count of the counter. */
+void pt_comm_shared_hold(pt_comm_shared *s);
+void pt_comm_shared_zc_release(void *data, void *hint);
+/* Initialises *m with a copy of bytes from data, in a pooled buffer when the
+ * size is worth pooling (4 KiB .. 2 GiB). 0 or PT_ENOMEM (m untouched). */
+int pt_comm_shared_copy_msg(pt_comm_shared *s, zmq_msg_t *m, const void *data, size_t bytes);
+/* Bytes of pooled buffers, in flight plus idle, now and at the peak. */
+void pt_comm_shared_pool_bytes(pt_comm_shared *s, size_t *current, size_t *peak);
+
 /* Milliseconds on CLOCK_MONOTONIC. */
 int64_t pt_comm_internal_now_ms(void);
 

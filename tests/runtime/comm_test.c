@@ -365,6 +365,48 @@ static void test_zero_copy_send(void)
     }
 }
 
+/* Copying sends reuse their buffers: 20 one-at-a-time 1 MiB sends need one
+ * pooled buffer (two if a release races the next send), not twenty. */
+static void pool_rank(world *w, int rank, void *arg)
+{
+    int *ok = arg;
+    pt_comm *c = w->comm[rank];
+    enum { N = 1 << 18, ROUNDS = 20 };
+    float *buf = calloc(N, sizeof(float));
+    for (int i = 0; i < ROUNDS; i++) {
+        float ack = 0;
+        uint64_t tag = pt_comm_tag(PT_COMM_ACT, (uint32_t)i, 0);
+        if (rank == 0) {
+            buf[0] = (float)i;
+            ok[0] &= pt_comm_send(c, 1, tag, buf, N, NULL) == 0;
+            ok[0] &=
+                pt_comm_recv(c, 1, pt_comm_tag(PT_COMM_USER, (uint32_t)i, 0), &ack, 1, NULL) == 0;
+        } else {
+            ok[1] &= pt_comm_recv(c, 0, tag, buf, N, NULL) == 0 && buf[0] == (float)i;
+            ok[1] &=
+                pt_comm_send(c, 0, pt_comm_tag(PT_COMM_USER, (uint32_t)i, 0), &ack, 1, NULL) == 0;
+        }
+    }
+    free(buf);
+}
+
+static void test_send_buffers_reused(void)
+{
+    for (int t = 0; t < T_COUNT; t++) {
+        world w;
+        REQUIRE(world_open(&w, 2, (transport)t, TIMEOUT_MS) == 0);
+        int ok[2] = {1, 1};
+        world_run(&w, pool_rank, ok);
+        CHECK_MSG(ok[0] && ok[1], "%s", tname[t]);
+        pt_comm_stats st;
+        pt_comm_stats_get(w.comm[0], &st);
+        CHECK_MSG(st.pool_peak_bytes >= (1u << 20) && st.pool_peak_bytes <= (2u << 20),
+                  "%s: pool peak %zu bytes", tname[t], st.pool_peak_bytes);
+        CHECK(st.pool_bytes >= (1u << 20));
+        world_close(&w);
+    }
+}
+
 /* Frames that are not our messages are dropped and counted, never crash the
  * receiver, and do not hide the valid message behind them. */
 static void test_bad_frames_dropped(void)
@@ -744,6 +786,7 @@ static void test_async_collective_timeout(void)
 PT_TEST_MAIN({"p2p_out_of_order", test_p2p_out_of_order},
              {"p2p_fifo_and_self", test_p2p_fifo_and_self}, {"recv_timeout", test_recv_timeout},
              {"count_mismatch", test_count_mismatch}, {"zero_copy_send", test_zero_copy_send},
+             {"send_buffers_reused", test_send_buffers_reused},
              {"bad_frames_dropped", test_bad_frames_dropped}, {"bad_config", test_bad_config},
              {"allreduce_sizes", test_allreduce_sizes},
              {"allreduce_segments_average_rounds", test_allreduce_segments_average_rounds},

@@ -1,0 +1,352 @@
+/* Prints the data plane's figures (runtime/comm.h), every worker a thread:
+ *  1. point-to-point bandwidth, 4 KiB .. 16 MiB messages, over inproc, ipc
+ *     and tcp on 127.0.0.1, with the copying and the zero-copy send;
+ *  2. latency (half a 4-byte round trip) per transport;
+ *  3. ring all-reduce time for p = 2 and 4 against the ring model
+ *     T = 2(p-1)a + 2(p-1)/p n/b + (p-1)/p n g, with a the latency, b the
+ *     bandwidth at the ring's message size and g the measured time per byte
+ *     of the reduction, all measured above on the same transport.
+ * Usage: comm_bandwidth [--quick]. Never a test: it only prints. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "runtime/comm.h"
+
+#define MAX_P        4
+#define TIMEOUT_MS   30000
+#define MIN_BYTES    4096
+#define MAX_BYTES    (16 << 20)
+#define TARGET_BYTES (256LL << 20) /* data moved per bandwidth point */
+#define MIN_MSGS     8
+#define MAX_MSGS     4096
+#define PINGS        2000
+#define AR_REPS      11
+#define P2P_TRIES    3
+#define REDUCE_REPS  20
+
+typedef enum { T_INPROC, T_IPC, T_TCP, T_COUNT } transport;
+static const char *const tname[] = {"inproc", "ipc", "tcp"};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct world {
+    int p;
+    void *ctx;
+    pt_comm *comm[MAX_P];
+    char dir[64];
+} world;
+
+static int world_seq;
+
+static int world_open(world *w, int p, transport t)
+{
+    memset(w, 0, sizeof *w);
+    w->p = p;
+    w->ctx = zmq_ctx_new();
+    if (t == T_IPC) {
+        snprintf(w->dir, sizeof w->dir, "/tmp/pt-comm-bench-XXXXXX");
+        if (!mkdtemp(w->dir))
+            return -1;
+    }
+    const char *eps[MAX_P];
+    int id = world_seq++;
+    for (int r = 0; r < p; r++) {
+        char bind[128];
+        if (t == T_INPROC)
+            snprintf(bind, sizeof bind, "inproc://bench-%d-%d", id, r);
+        else if (t == T_TCP)
+            snprintf(bind, sizeof bind, "tcp://127.0.0.1:*");
+        else
+            snprintf(bind, sizeof bind, "ipc://%s/r%d", w->dir, r);
+        pt_comm_config cfg = {r, p, bind, w->ctx, TIMEOUT_MS};
+        pt_error err = {0};
+        if (pt_comm_create(&cfg, &w->comm[r], &err) < 0) {
+            fprintf(stderr, "comm_bandwidth: %s\n", err.msg);
+            return -1;
+        }
+        eps[r] = pt_comm_endpoint(w->comm[r]);
+    }
+    for (int r = 0; r < p; r++)
+        if (pt_comm_connect(w->comm[r], eps, NULL) < 0)
+            return -1;
+    return 0;
+}
+
+static void world_close(world *w)
+{
+    for (int r = 0; r < w->p; r++)
+        pt_comm_destroy(&w->comm[r]);
+    zmq_ctx_term(w->ctx);
+    if (w->dir[0])
+        rmdir(w->dir);
+}
+
+/* ---- point to point ---------------------------------------------------------- */
+
+typedef struct p2p_job {
+    world *w;
+    size_t floats;
+    int msgs;
+    int zero_copy;
+    float *buf[2];
+    double seconds;
+    int rc;
+} p2p_job;
+
+static void *p2p_receiver(void *arg)
+{
+    p2p_job *j = arg;
+    pt_comm *c = j->w->comm[1];
+    for (int i = 0; i < j->msgs; i++)
+        j->rc |= pt_comm_recv(c, 0, pt_comm_tag(PT_COMM_USER, (uint32_t)i, 0), j->buf[1], j->floats,
+                              NULL);
+    float ack = 1;
+    j->rc |= pt_comm_send(c, 0, pt_comm_tag(PT_COMM_USER, 0, 1), &ack, 1, NULL);
+    return NULL;
+}
+
+/* Rank 0 streams msgs messages to rank 1, which acknowledges the last. */
+static double p2p_run(world *w, size_t floats, int msgs, int zero_copy, float *sbuf, float *rbuf)
+{
+    p2p_job j = {w, floats, msgs, zero_copy, {sbuf, rbuf}, 0, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, p2p_receiver, &j);
+    pt_comm *c = w->comm[0];
+    pt_comm_zc zc;
+    pt_comm_zc_init(&zc);
+    double t0 = now_s();
+    for (int i = 0; i < msgs; i++) {
+        uint64_t tag = pt_comm_tag(PT_COMM_USER, (uint32_t)i, 0);
+        if (zero_copy)
+            j.rc |= pt_comm_send_zc(c, 1, tag, sbuf, floats, &zc, NULL);
+        else
+            j.rc |= pt_comm_send(c, 1, tag, sbuf, floats, NULL);
+    }
+    float ack;
+    j.rc |= pt_comm_recv(c, 1, pt_comm_tag(PT_COMM_USER, 0, 1), &ack, 1, NULL);
+    double t = now_s() - t0;
+    j.rc |= pt_comm_zc_wait(&zc, TIMEOUT_MS);
+    pthread_join(th, NULL);
+    return j.rc ? -1.0 : t;
+}
+
+typedef struct ping_job {
+    world *w;
+    int n;
+} ping_job;
+
+static void *pong(void *arg)
+{
+    ping_job *j = arg;
+    float v;
+    for (int i = 0; i < j->n; i++) {
+        if (pt_comm_recv(j->w->comm[1], 0, pt_comm_tag(PT_COMM_USER, (uint32_t)i, 2), &v, 1, NULL) <
+                0 ||
+            pt_comm_send(j->w->comm[1], 0, pt_comm_tag(PT_COMM_USER, (uint32_t)i, 3), &v, 1, NULL) <
+                0)
+            break;
+    }
+    return NULL;
+}
+
+/* Half the mean round trip of a 1-float message, in seconds. */
+static double latency(world *w, int n)
+{
+    ping_job j = {w, n};
+    pthread_t th;
+    pthread_create(&th, NULL, pong, &j);
+    float v = 1;
+    double t0 = now_s();
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++)
+        ok = pt_comm_send(w->comm[0], 1, pt_comm_tag(PT_COMM_USER, (uint32_t)i, 2), &v, 1, NULL) ==
+                 0 &&
+             pt_comm_recv(w->comm[0], 1, pt_comm_tag(PT_COMM_USER, (uint32_t)i, 3), &v, 1, NULL) ==
+                 0;
+    double t = now_s() - t0;
+    pthread_join(th, NULL);
+    return ok ? t / n / 2 : -1.0;
+}
+
+/* ---- all-reduce -------------------------------------------------------------- */
+
+typedef struct ar_job {
+    world *w;
+    size_t count;
+    int reps;
+    float *buf[MAX_P];
+    double rep_seconds[64]; /* rank 0's time of each repetition */
+    int rc[MAX_P];
+} ar_job;
+
+typedef struct ar_arg {
+    ar_job *job;
+    int rank;
+} ar_arg;
+
+static void *ar_thread(void *arg)
+{
+    ar_arg *a = arg;
+    ar_job *j = a->job;
+    int ranks[MAX_P];
+    for (int r = 0; r < j->w->p; r++)
+        ranks[r] = r;
+    pt_comm_group g;
+    pt_comm_group_init(&g, ranks, j->w->p);
+    /* One warm-up, then the timed repetitions. */
+    j->rc[a->rank] |=
+        pt_comm_allreduce(j->w->comm[a->rank], &g, j->buf[a->rank], j->count, PT_COMM_SUM, NULL);
+    for (int i = 0; i < j->reps; i++) {
+        double t0 = now_s();
+        j->rc[a->rank] |= pt_comm_allreduce(j->w->comm[a->rank], &g, j->buf[a->rank], j->count,
+                                            PT_COMM_SUM, NULL);
+        if (a->rank == 0)
+            j->rep_seconds[i] = now_s() - t0;
+    }
+    return NULL;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double allreduce_time(world *w, size_t count, int reps)
+{
+    ar_job j;
+    memset(&j, 0, sizeof j);
+    j.w = w;
+    j.count = count;
+    j.reps = reps;
+    pthread_t th[MAX_P];
+    ar_arg args[MAX_P];
+    for (int r = 0; r < w->p; r++) {
+        j.buf[r] = calloc(count, sizeof(float));
+        args[r] = (ar_arg){&j, r};
+        pthread_create(&th[r], NULL, ar_thread, &args[r]);
+    }
+    int rc = 0;
+    for (int r = 0; r < w->p; r++) {
+        pthread_join(th[r], NULL);
+        rc |= j.rc[r];
+        free(j.buf[r]);
+    }
+    /* The median repetition: every rank leaves an all-reduce within one
+     * message of the others, so rank 0's times stand for the group. */
+    qsort(j.rep_seconds, (size_t)reps, sizeof j.rep_seconds[0], by_value);
+    return rc ? -1.0 : j.rep_seconds[reps / 2];
+}
+
+/* Seconds per byte of dst[i] += src[i] over n floats (the reduction). */
+static double reduce_cost(size_t n)
+{
+    float *a = calloc(n, sizeof(float)), *b = calloc(n, sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        b[i] = (float)(i % 7);
+    double t0 = now_s();
+    for (int r = 0; r < REDUCE_REPS; r++)
+        for (size_t i = 0; i < n; i++)
+            a[i] += b[i];
+    double t = (now_s() - t0) / REDUCE_REPS;
+    volatile float sink = a[n / 2];
+    (void)sink;
+    free(a);
+    free(b);
+    return t / (double)(n * sizeof(float));
+}
+
+int main(int argc, char **argv)
+{
+    int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    long long target = quick ? TARGET_BYTES / 8 : TARGET_BYTES;
+    float *sbuf = malloc(MAX_BYTES), *rbuf = malloc(MAX_BYTES);
+    if (!sbuf || !rbuf)
+        return 1;
+    for (size_t i = 0; i < MAX_BYTES / sizeof(float); i++)
+        sbuf[i] = (float)i;
+
+    double lat[T_COUNT], bw_seg[T_COUNT] = {0};
+    printf("point-to-point bandwidth (GB/s = 1e9 bytes/s of payload), 2 threads streaming, best "
+           "of %d after a warm-up; zc = zero-copy send\n",
+           P2P_TRIES);
+    printf("%-8s", "size");
+    for (int t = 0; t < T_COUNT; t++)
+        printf("  %9s %9s", tname[t], "zc");
+    printf("\n");
+    world w[T_COUNT];
+    for (int t = 0; t < T_COUNT; t++)
+        if (world_open(&w[t], 2, (transport)t) < 0)
+            return 1;
+    for (size_t bytes = MIN_BYTES; bytes <= MAX_BYTES; bytes *= 4) {
+        long long n = target / (long long)bytes;
+        int msgs = (int)(n < MIN_MSGS ? MIN_MSGS : n > MAX_MSGS ? MAX_MSGS : n);
+        if (bytes >= 1 << 20)
+            printf("%4zu MiB", bytes >> 20);
+        else
+            printf("%4zu KiB", bytes >> 10);
+        for (int t = 0; t < T_COUNT; t++)
+            for (int zc = 0; zc < 2; zc++) {
+                /* A warm-up fills the send-buffer pool; then the best of
+                 * P2P_TRIES, as other processes share the cores. */
+                double best = -1;
+                for (int k = 0; k <= P2P_TRIES; k++) {
+                    double s = p2p_run(&w[t], bytes / sizeof(float), msgs, zc, sbuf, rbuf);
+                    if (k > 0 && s > 0 && (best < 0 || s < best))
+                        best = s;
+                }
+                double gbs = best > 0 ? (double)bytes * msgs / best / 1e9 : -1;
+                printf("  %9.2f", gbs);
+                if (!zc && bytes == PT_COMM_SEGMENT_FLOATS * sizeof(float))
+                    bw_seg[t] = gbs * 1e9;
+            }
+        printf("\n");
+        fflush(stdout);
+    }
+    printf("\nlatency (half a round trip of one float)\n");
+    for (int t = 0; t < T_COUNT; t++) {
+        lat[t] = latency(&w[t], quick ? PINGS / 4 : PINGS);
+        printf("  %-8s %7.1f us\n", tname[t], lat[t] * 1e6);
+        world_close(&w[t]);
+    }
+
+    size_t sizes[2] = {(size_t)1 << 18, (size_t)1 << 22}; /* 1 MiB and 16 MiB of floats */
+    double gamma = reduce_cost(sizes[1]);
+    printf("\nreduction cost g = %.3f ns/byte (dst += src, one thread)\n", gamma * 1e9);
+    printf("\nring all-reduce, median of %d after a warm-up; model T = 2(p-1)a + 2(p-1)/p n/b + "
+           "(p-1)/p n g\n(a = latency above, b = bandwidth at %d KiB messages, the ring's "
+           "segment)\n",
+           quick ? AR_REPS / 2 : AR_REPS, (int)(PT_COMM_SEGMENT_FLOATS * sizeof(float) / 1024));
+    printf("%-8s %2s %8s %12s %12s %7s\n", "transport", "p", "size", "measured ms", "model ms",
+           "ratio");
+    for (int t = 0; t < T_COUNT; t++)
+        for (int p = 2; p <= 4; p += 2)
+            for (int si = 0; si < 2; si++) {
+                world aw;
+                if (world_open(&aw, p, (transport)t) < 0)
+                    return 1;
+                size_t count = sizes[si];
+                double n = (double)count * sizeof(float);
+                double meas = allreduce_time(&aw, count, quick ? AR_REPS / 2 + 1 : AR_REPS);
+                world_close(&aw);
+                double model = 2.0 * (p - 1) * lat[t] + 2.0 * (p - 1) / p * n / bw_seg[t] +
+                               (double)(p - 1) / p * n * gamma;
+                printf("%-9s %2d %5zu MiB %12.2f %12.2f %7.2f\n", tname[t], p,
+                       (size_t)(n / (1 << 20)), meas * 1e3, model * 1e3, meas / model);
+                fflush(stdout);
+            }
+    free(sbuf);
+    free(rbuf);
+    return 0;
+}
