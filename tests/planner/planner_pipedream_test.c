@@ -1,0 +1,232 @@
+/* PipeDream planner against exhaustive search.
+ *
+ * Objective (PipeDream §3.1): the slowest stage, a stage of layers [i,j) on m
+ * devices costing (T(i,j) + ring all-reduce of W(i,j) over m) / m and a
+ * boundary 2 (latency + bytes / bandwidth). On one node (or one device per
+ * node) every contiguous partition and every replica count is enumerated; on
+ * 2 nodes x 2 devices the hierarchical space is: groups of layers on whole
+ * nodes, each node of a group running the best plan of the group's layers
+ * inside one node (itself enumerated). */
+#include "planner/planner.h"
+#include "tests/planner/planner_enum.h"
+#include "tests/test.h"
+
+typedef struct level {
+    const pt_cost *cost;
+    int mbs, unit, maxm;
+    pt_link link;
+    double speed;
+    double (*inner)[EN_LAYERS_MAX + 1]; /* level 2: best inside one node of [i,j) */
+} level;
+
+static double stage_cost(const level *L, int i, int j, int m)
+{
+    double t = L->inner ? L->inner[i][j]
+                        : (pt_cost_fwd_s(L->cost, i, j, L->mbs, -1) +
+                           pt_cost_bwd_s(L->cost, i, j, L->mbs, -1)) /
+                              L->speed;
+    int64_t W = pt_cost_param_bytes(L->cost, i, j);
+    double sync =
+        m > 1 ? 2.0 * (m - 1) * L->link.latency + 2.0 * (m - 1) / m * (double)W / L->link.bandwidth
+              : 0;
+    return (t + sync) / m;
+}
+
+/* Best slowest stage over every split of [a,b) and replica counts with
+ * sum <= L->maxm (each m allowed: m == 1 or m * unit <= mbs). */
+static double enumerate(const level *L, int a, int b)
+{
+    int n = b - a;
+    double best = INFINITY;
+    for (int mask = 0; mask < (1 << (n - 1)); mask++) {
+        int cuts[EN_LAYERS_MAX + 1], S = 0;
+        cuts[S++] = a;
+        for (int k = 1; k < n; k++)
+            if (mask & (1 << (k - 1)))
+                cuts[S++] = a + k;
+        cuts[S] = b;
+        if (S > L->maxm)
+            continue;
+        int m[EN_LAYERS_MAX];
+        for (int s = 0; s < S; s++)
+            m[s] = 1;
+        for (;;) {
+            int sum = 0, ok = 1;
+            for (int s = 0; s < S; s++) {
+                sum += m[s];
+                ok &= m[s] == 1 || m[s] * L->unit <= L->mbs;
+            }
+            if (sum <= L->maxm && ok) {
+                double v = 0;
+                for (int s = 0; s < S; s++) {
+                    double c = stage_cost(L, cuts[s], cuts[s + 1], m[s]);
+                    if (c > v)
+                        v = c;
+                    if (s > 0) {
+                        int64_t bytes = pt_cost_boundary_bytes(L->cost, cuts[s], L->mbs);
+                        double x = 2 * pt_cost_link_s(L->link, bytes);
+                        if (x > v)
+                            v = x;
+                    }
+                }
+                if (v < best)
+                    best = v;
+            }
+            int s = 0;
+            while (s < S && ++m[s] > L->maxm) {
+                m[s] = 1;
+                s++;
+            }
+            if (s == S)
+                break;
+        }
+    }
+    return best;
+}
+
+static double pipedream_optimum(const pt_profile *pr, const pt_topology *t, int mbs)
+{
+    pt_cost *cost = NULL;
+    if (pt_cost_new(pr, t, &cost, NULL) < 0)
+        return NAN;
+    int N = pr->layer_count, per = t->device_count / t->node_count;
+    double result;
+    if (t->node_count == 1 || per == 1) {
+        level L = {cost, mbs, 1, t->device_count, t->node_count == 1 ? t->intra : t->inter,
+                   1.0,  NULL};
+        result = enumerate(&L, 0, N);
+    } else {
+        static double inner[EN_LAYERS_MAX + 1][EN_LAYERS_MAX + 1];
+        level L1 = {cost, mbs, 1, per, t->intra, 1.0, NULL};
+        for (int i = 0; i < N; i++)
+            for (int j = i + 1; j <= N; j++)
+                inner[i][j] = enumerate(&L1, i, j);
+        level L2 = {cost, mbs, per, t->node_count, t->inter, 1.0, inner};
+        result = enumerate(&L2, 0, N);
+    }
+    pt_cost_free(&cost);
+    return result;
+}
+
+typedef struct instance {
+    int nodes, per_node;
+    double inter_gbps;
+    int layers;
+    uint64_t seed;
+    int gbs, mbs;
+} instance;
+
+static const instance instances[] = {
+    {1, 4, 100, 8, 21, 16, 8}, {2, 2, 10, 8, 22, 16, 8},  {2, 2, 10, 7, 23, 16, 4},
+    {4, 1, 25, 6, 24, 16, 4},  {2, 2, 1, 8, 25, 16, 16},  {1, 4, 100, 8, 26, 16, 2},
+    {2, 2, 10, 8, 27, 16, 2},  {1, 3, 100, 5, 28, 12, 6},
+};
+
+static void test_exhaustive_optimum(void)
+{
+    for (size_t k = 0; k < sizeof instances / sizeof instances[0]; k++) {
+        const instance *in = &instances[k];
+        pt_profile *pr = en_profile(in->layers, in->seed);
+        pt_topology *t = en_topology(in->nodes, in->per_node, in->inter_gbps, 64 * EN_GIB);
+        REQUIRE(pr && t);
+        pt_planner_opts o;
+        pt_planner_opts_default(&o);
+        o.microbatch_sizes[0] = in->mbs;
+        o.microbatch_size_count = 1;
+        pt_plan *plan = NULL;
+        pt_planner_report rep;
+        pt_error err = {0};
+        int rc = pt_planner_run("pipedream", pr, t, in->gbs, &o, &plan, &rep, &err);
+        CHECK_MSG(rc == 0, "%s", err.msg);
+        double best = pipedream_optimum(pr, t, in->mbs);
+        if (rc == 0) {
+            CHECK_MSG(en_rel(rep.objective_s, best) < 1e-9,
+                      "seed %llu %dx%d: planner %.9g, exhaustive %.9g",
+                      (unsigned long long)in->seed, in->nodes, in->per_node, rep.objective_s, best);
+            CHECK(plan->schedule == PT_SCHED_PIPEDREAM);
+            CHECK(plan->microbatch_size == in->mbs);
+            CHECK(plan->microbatch_count * in->mbs == in->gbs);
+            CHECK_NEAR(rep.iter_s, rep.objective_s * plan->microbatch_count, 1e-12);
+            pt_error e2 = {0};
+            CHECK_MSG(pt_plan_check(plan, NULL, t, "plan", &e2) == 0, "%s", e2.msg);
+            for (int s = 0; s < plan->stage_count; s++)
+                CHECK(plan->stages[s].replica_count <= in->mbs);
+            printf("  seed %llu %dx%d: slowest stage %.4f ms, %d stages\n",
+                   (unsigned long long)in->seed, in->nodes, in->per_node, rep.objective_s * 1e3,
+                   plan->stage_count);
+        }
+        pt_plan_free(&plan);
+        pt_topology_free(&t);
+        pt_profile_free(&pr);
+    }
+}
+
+/* On one node the plan is the DP's solution itself: its stages, replicated as
+ * the plan says, have exactly the reported slowest stage. */
+static void test_flat_plan_matches_objective(void)
+{
+    pt_profile *pr = en_profile(8, 31);
+    pt_topology *t = en_topology(1, 4, 100, 64 * EN_GIB);
+    REQUIRE(pr && t);
+    pt_planner_opts o;
+    pt_planner_opts_default(&o);
+    o.microbatch_sizes[0] = 4;
+    o.microbatch_size_count = 1;
+    pt_plan *plan = NULL;
+    pt_planner_report rep;
+    pt_error err = {0};
+    REQUIRE(pt_planner_run("pipedream", pr, t, 16, &o, &plan, &rep, &err) == 0);
+    pt_cost *cost = NULL;
+    REQUIRE(pt_cost_new(pr, t, &cost, NULL) == 0);
+    level L = {cost, 4, 1, 4, t->intra, 1.0, NULL};
+    double v = 0;
+    for (int s = 0; s < plan->stage_count; s++) {
+        const pt_stage *st = &plan->stages[s];
+        double c = stage_cost(&L, st->first, st->last, st->replica_count);
+        if (c > v)
+            v = c;
+        if (s > 0) {
+            double x = 2 * pt_cost_link_s(t->intra, pt_cost_boundary_bytes(cost, st->first, 4));
+            if (x > v)
+                v = x;
+        }
+    }
+    CHECK_MSG(en_rel(v, rep.objective_s) < 1e-9, "plan %.9g vs report %.9g", v, rep.objective_s);
+    pt_cost_free(&cost);
+    pt_plan_free(&plan);
+    pt_topology_free(&t);
+    pt_profile_free(&pr);
+}
+
+/* PipeDream's search ignores memory; when its plan does not fit, the error
+ * names what that plan needs, and with exactly that much it is accepted. */
+static void test_memory_need(void)
+{
+    pt_profile *pr = en_profile(8, 32);
+    pt_topology *t = en_topology(2, 2, 10, 64 * EN_GIB);
+    REQUIRE(pr && t);
+    pt_planner_opts o;
+    pt_planner_opts_default(&o);
+    o.memory_limit_bytes = 32 << 20;
+    pt_plan *plan = NULL;
+    pt_planner_report rep;
+    pt_error err = {0};
+    int rc = pt_planner_run("pipedream", pr, t, 16, &o, &plan, &rep, &err);
+    CHECK(rc == PT_ENOFIT);
+    CHECK_STR_CONTAINS(err.msg, "needs");
+    REQUIRE(rep.needed_memory_bytes > o.memory_limit_bytes);
+    o.memory_limit_bytes = rep.needed_memory_bytes;
+    rc = pt_planner_run("pipedream", pr, t, 16, &o, &plan, &rep, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    pt_plan_free(&plan);
+    o.memory_limit_bytes -= 1;
+    rc = pt_planner_run("pipedream", pr, t, 16, &o, &plan, &rep, &err);
+    CHECK(rc == PT_ENOFIT);
+    pt_plan_free(&plan);
+    pt_topology_free(&t);
+    pt_profile_free(&pr);
+}
+
+PT_TEST_MAIN({"exhaustive_optimum", test_exhaustive_optimum},
+             {"flat_plan_matches_objective", test_flat_plan_matches_objective},
+             {"memory_need", test_memory_need})
