@@ -1,0 +1,310 @@
+/* The plan editor: every edit re-simulates, and the prediction it shows is the
+ * simulator's for exactly the edited plan (checked against an independent
+ * pt_sim_plan of the plan); invalid edits leave the plan, its prediction and
+ * the version untouched and say why; boundaries reach every partition of a
+ * small model; a plan that stops fitting memory is refused; undo restores;
+ * a planner's plan replaces the current one with the gain computed from the
+ * two predictions. */
+#include "tests/test.h"
+
+#include "planner/cost.h"
+#include "planner/simulate.h"
+#include "tui/plan_edit.h"
+
+#define GIB (1LL << 30)
+
+static pt_profile *make_profile(int n)
+{
+    pt_profile *p = pt_profile_new(n);
+    snprintf(p->model, sizeof p->model, "synthetic");
+    snprintf(p->device, sizeof p->device, "cpu");
+    snprintf(p->source, sizeof p->source, "analytic");
+    p->microbatch = 8;
+    p->input_bytes = 8 * 784 * 4;
+    for (int i = 0; i < n; i++) {
+        /* uneven layers so boundary moves change the prediction */
+        p->layers[i].fwd_ms = 1.0 + (i % 3);
+        p->layers[i].bwd_ms = 2.0 + (i % 5);
+        p->layers[i].recompute_ms = p->layers[i].fwd_ms;
+        p->layers[i].act_bytes = 8 * 512 * 4;
+        p->layers[i].param_bytes = (i % 2) ? 0 : 512 * 512 * 4;
+    }
+    return p;
+}
+
+static pt_topology *make_topo(int devices, int64_t mem)
+{
+    pt_link intra = {5e9, 20e-6}, inter = {1e9, 50e-6};
+    return pt_topology_uniform(1, devices, mem, intra, inter);
+}
+
+static pt_plan *make_plan(int layers, int S, const int *cuts)
+{
+    pt_plan *p = pt_plan_new(S);
+    snprintf(p->model, sizeof p->model, "synthetic");
+    p->layer_count = layers;
+    p->microbatch_size = 8;
+    p->microbatch_count = 4;
+    p->schedule = PT_SCHED_DAPPLE;
+    for (int s = 0; s < S; s++) {
+        p->stages[s].first = cuts[s];
+        p->stages[s].last = cuts[s + 1];
+        pt_plan_set_replicas(p, s, &s, 1);
+    }
+    return p;
+}
+
+/* The reference: what the simulator predicts for plan, computed here. */
+static double reference_iter(const pt_plan *plan, const pt_profile *prof, const pt_topology *t)
+{
+    pt_cost *cost = NULL;
+    pt_sim *sim = NULL;
+    pt_program prog;
+    memset(&prog, 0, sizeof prog);
+    pt_sim_result res;
+    double v = -1;
+    if (pt_cost_new(prof, t, &cost, NULL) == 0 && pt_sim_new(&sim) == 0 &&
+        pt_sim_plan(sim, plan, cost, NULL, &prog, &res, NULL) == 0)
+        v = res.iter_s;
+    pt_program_release(&prog);
+    pt_sim_free(&sim);
+    pt_cost_free(&cost);
+    return v;
+}
+
+static char *plan_json(const pt_plan_edit *e)
+{
+    return pt_plan_to_json(pt_plan_edit_plan(e));
+}
+
+static void test_boundary_moves_match_simulator(void)
+{
+    pt_profile *prof = make_profile(12);
+    pt_topology *topo = make_topo(4, 16 * GIB);
+    int cuts[] = {0, 3, 6, 9, 12};
+    pt_plan *plan = make_plan(12, 4, cuts);
+    pt_plan_edit *e = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_plan_edit_new(plan, prof, topo, &e, &err) == 0);
+    double before = pt_plan_edit_result(e)->iter_s;
+    CHECK_NEAR(before, reference_iter(plan, prof, topo), 1e-12);
+    uint64_t v0 = pt_plan_edit_version(e);
+    REQUIRE(pt_plan_edit_move_boundary(e, 2, +2, &err) == 0);
+    const pt_plan *p = pt_plan_edit_plan(e);
+    CHECK(p->stages[1].last == 8 && p->stages[2].first == 8);
+    CHECK(pt_plan_edit_version(e) == v0 + 1);
+    double after = pt_plan_edit_result(e)->iter_s;
+    CHECK_NEAR(after, reference_iter(p, prof, topo), 1e-12);
+    CHECK(after != before); /* the layers are uneven, so the balance changed */
+    CHECK(pt_plan_edit_stage_of_layer(e, 7) == 1 && pt_plan_edit_stage_of_layer(e, 8) == 2);
+    /* mouse form */
+    REQUIRE(pt_plan_edit_set_boundary(e, 1, 1, &err) == 0);
+    CHECK(pt_plan_edit_plan(e)->stages[0].last == 1);
+    pt_plan_edit_free(&e);
+    pt_plan_free(&plan);
+    pt_topology_free(&topo);
+    pt_profile_free(&prof);
+}
+
+static void test_invalid_edits_refused(void)
+{
+    pt_profile *prof = make_profile(6);
+    pt_topology *topo = make_topo(3, 16 * GIB);
+    int cuts[] = {0, 2, 4, 6};
+    pt_plan *plan = make_plan(6, 3, cuts);
+    pt_plan_edit *e = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_plan_edit_new(plan, prof, topo, &e, &err) == 0);
+    char *before = plan_json(e);
+    double t = pt_plan_edit_result(e)->iter_s;
+    uint64_t v = pt_plan_edit_version(e);
+    CHECK(pt_plan_edit_move_boundary(e, 1, -2, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "stage 0 would have no layers");
+    CHECK(pt_plan_edit_move_boundary(e, 2, +2, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "stage 2 would have no layers");
+    CHECK(pt_plan_edit_move_boundary(e, 3, 1, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "no boundary 3");
+    CHECK(pt_plan_edit_replicas(e, 0, -1, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "fewer than 1 replica");
+    /* all 3 devices are in use */
+    CHECK(pt_plan_edit_replicas(e, 1, +1, &err) == PT_ENOTFOUND);
+    CHECK_STR_CONTAINS(err.msg, "no free device");
+    CHECK(pt_plan_edit_split(e, 1, &err) == PT_ENOTFOUND);
+    CHECK(pt_plan_edit_microbatch(e, 0, 4, &err) == PT_EINVAL);
+    CHECK(pt_plan_edit_policy(e, 'C', &err) == PT_EINVAL);
+    CHECK(pt_plan_edit_place(e, 0, 0, 7, &err) == PT_EINVAL);
+    CHECK(pt_plan_edit_undo(e, &err) == PT_ESTATE);
+    /* 2bw needs M >= S: 2 micro-batches for 3 stages is refused by the generator */
+    REQUIRE(pt_plan_edit_microbatch(e, 8, 2, &err) == 0);
+    char *mid = plan_json(e);
+    uint64_t vmid = pt_plan_edit_version(e);
+    CHECK(pt_plan_edit_schedule(e, PT_SCHED_2BW, &err) < 0);
+    CHECK(err.msg[0] != 0);
+    char *after = plan_json(e);
+    CHECK(!strcmp(mid, after));
+    CHECK(pt_plan_edit_version(e) == vmid);
+    /* undo brings back the very first plan and its prediction */
+    REQUIRE(pt_plan_edit_undo(e, &err) == 0);
+    char *undone = plan_json(e);
+    CHECK(!strcmp(before, undone));
+    CHECK_NEAR(pt_plan_edit_result(e)->iter_s, t, 1e-15);
+    CHECK(pt_plan_edit_version(e) > v);
+    free(before);
+    free(mid);
+    free(after);
+    free(undone);
+    pt_plan_edit_free(&e);
+    pt_plan_free(&plan);
+    pt_topology_free(&topo);
+    pt_profile_free(&prof);
+}
+
+/* Every partition of 6 layers into 3 stages is reachable by boundary moves,
+ * and each shows the simulator's prediction of that partition. */
+static void test_all_partitions_reachable(void)
+{
+    enum { N = 6 };
+    pt_profile *prof = make_profile(N);
+    pt_topology *topo = make_topo(3, 16 * GIB);
+    int cuts[] = {0, 2, 4, 6};
+    pt_plan *plan = make_plan(N, 3, cuts);
+    pt_plan_edit *e = NULL;
+    REQUIRE(pt_plan_edit_new(plan, prof, topo, &e, NULL) == 0);
+    int seen = 0;
+    for (int a = 1; a < N - 1; a++)
+        for (int b = a + 1; b < N; b++) {
+            pt_error err = {0};
+            /* order the two moves so neither passes the other */
+            int rc1, rc2;
+            if (a < pt_plan_edit_plan(e)->stages[1].first) {
+                rc1 = pt_plan_edit_set_boundary(e, 1, a, &err);
+                rc2 = pt_plan_edit_set_boundary(e, 2, b, &err);
+            } else {
+                rc2 = pt_plan_edit_set_boundary(e, 2, b, &err);
+                rc1 = pt_plan_edit_set_boundary(e, 1, a, &err);
+            }
+            CHECK_MSG(rc1 == 0 && rc2 == 0, "cuts %d %d: %s", a, b, err.msg);
+            const pt_plan *p = pt_plan_edit_plan(e);
+            CHECK(p->stages[0].first == 0 && p->stages[0].last == a && p->stages[1].last == b &&
+                  p->stages[2].first == b && p->stages[2].last == N);
+            CHECK_NEAR(pt_plan_edit_result(e)->iter_s, reference_iter(p, prof, topo), 1e-12);
+            seen++;
+        }
+    CHECK(seen == (N - 1) * (N - 2) / 2);
+    pt_plan_edit_free(&e);
+    pt_plan_free(&plan);
+    pt_topology_free(&topo);
+    pt_profile_free(&prof);
+}
+
+static void test_replicas_split_merge_place(void)
+{
+    pt_profile *prof = make_profile(8);
+    pt_topology *topo = make_topo(4, 16 * GIB);
+    int cuts[] = {0, 4, 8};
+    pt_plan *plan = make_plan(8, 2, cuts);
+    pt_plan_edit *e = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_plan_edit_new(plan, prof, topo, &e, &err) == 0);
+    REQUIRE(pt_plan_edit_replicas(e, 0, +1, &err) == 0);
+    const pt_plan *p = pt_plan_edit_plan(e);
+    CHECK(p->stages[0].replica_count == 2 && p->stages[0].replicas[1] == 2);
+    CHECK(pt_plan_edit_program(e)->worker_count == 3);
+    /* replication shows an all-reduce in the program the timeline draws */
+    int ar = 0;
+    for (int i = 0; i < pt_plan_edit_program(e)->op_count; i++)
+        ar += pt_plan_edit_program(e)->ops[i].kind == PT_OP_ALLREDUCE;
+    CHECK(ar >= 2);
+    CHECK_NEAR(pt_plan_edit_result(e)->iter_s, reference_iter(p, prof, topo), 1e-12);
+    REQUIRE(pt_plan_edit_split(e, 6, &err) == 0);
+    p = pt_plan_edit_plan(e);
+    CHECK(p->stage_count == 3 && p->stages[1].last == 6 && p->stages[2].first == 6 &&
+          p->stages[2].replicas[0] == 3);
+    /* swap placement of stage 2 and stage 1 */
+    REQUIRE(pt_plan_edit_place(e, 2, 0, 1, &err) == 0);
+    p = pt_plan_edit_plan(e);
+    CHECK(p->stages[2].replicas[0] == 1 && p->stages[1].replicas[0] == 3);
+    REQUIRE(pt_plan_edit_merge(e, 2, &err) == 0);
+    p = pt_plan_edit_plan(e);
+    CHECK(p->stage_count == 2 && p->stages[1].first == 4 && p->stages[1].last == 8 &&
+          p->stages[1].replicas[0] == 3);
+    REQUIRE(pt_plan_edit_replicas(e, 0, -1, &err) == 0);
+    CHECK(pt_plan_edit_plan(e)->stages[0].replica_count == 1);
+    REQUIRE(pt_plan_edit_toggle_recompute(e, 1, &err) == 0);
+    CHECK(pt_plan_edit_plan(e)->stages[1].recompute == 1);
+    pt_plan_edit_free(&e);
+    pt_plan_free(&plan);
+    pt_topology_free(&topo);
+    pt_profile_free(&prof);
+}
+
+static void test_memory_refusal(void)
+{
+    pt_profile *prof = make_profile(8);
+    /* find the memory a 2-stage plan needs, then give the devices just that */
+    pt_topology *big = make_topo(2, 64 * GIB);
+    int cuts[] = {0, 4, 8};
+    pt_plan *plan = make_plan(8, 2, cuts);
+    pt_plan_edit *e = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_plan_edit_new(plan, prof, big, &e, &err) == 0);
+    int64_t need = 0;
+    for (int s = 0; s < 2; s++) {
+        pt_plan_stage_info si;
+        REQUIRE(pt_plan_edit_stage_info(e, s, &si) == 0);
+        CHECK(si.limit_bytes == 64 * GIB);
+        if (si.peak_bytes > need)
+            need = si.peak_bytes;
+    }
+    pt_plan_edit_free(&e);
+    pt_topology *tight = make_topo(2, need);
+    REQUIRE(pt_plan_edit_new(plan, prof, tight, &e, &err) == 0);
+    CHECK(pt_plan_edit_fits(e));
+    /* one stage holding everything needs more than the largest of the two */
+    CHECK(pt_plan_edit_merge(e, 1, &err) == PT_ENOFIT);
+    CHECK_STR_CONTAINS(err.msg, "stages[0]");
+    CHECK_STR_CONTAINS(err.msg, "needs");
+    CHECK(pt_plan_edit_plan(e)->stage_count == 2);
+    pt_plan_edit_free(&e);
+    pt_plan_free(&plan);
+    pt_topology_free(&big);
+    pt_topology_free(&tight);
+    pt_profile_free(&prof);
+}
+
+static void test_planner_gain(void)
+{
+    pt_profile *prof = make_profile(12);
+    pt_topology *topo = make_topo(4, 16 * GIB);
+    /* a badly balanced start */
+    int cuts[] = {0, 1, 2, 3, 12};
+    pt_plan *plan = make_plan(12, 4, cuts);
+    pt_plan_edit *e = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_plan_edit_new(plan, prof, topo, &e, &err) == 0);
+    double old = pt_plan_edit_result(e)->iter_s;
+    pt_plan_edit_gain g;
+    int rc = pt_plan_edit_run_planner(e, "gpipe", &g, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc == 0) {
+        CHECK_NEAR(g.old_iter_s, old, 1e-15);
+        CHECK_NEAR(g.new_iter_s, pt_plan_edit_result(e)->iter_s, 1e-15);
+        CHECK_NEAR(g.gain, (old - g.new_iter_s) / old, 1e-12);
+        CHECK(g.new_iter_s < old); /* balancing 12 uneven layers beats 1/1/1/9 */
+        CHECK_NEAR(g.new_iter_s, reference_iter(pt_plan_edit_plan(e), prof, topo), 1e-12);
+        const pt_plan *p = pt_plan_edit_plan(e);
+        CHECK(p->microbatch_size * p->microbatch_count == 32);
+    }
+    CHECK(pt_plan_edit_run_planner(e, "nope", &g, &err) == PT_ENOTFOUND);
+    CHECK_STR_CONTAINS(err.msg, "dapple");
+    pt_plan_edit_free(&e);
+    pt_plan_free(&plan);
+    pt_topology_free(&topo);
+    pt_profile_free(&prof);
+}
+
+PT_TEST_MAIN({"boundary_moves", test_boundary_moves_match_simulator},
+             {"invalid_edits", test_invalid_edits_refused},
+             {"all_partitions", test_all_partitions_reachable},
+             {"replicas_split_merge_place", test_replicas_split_merge_place},
+             {"memory_refusal", test_memory_refusal}, {"planner_gain", test_planner_gain})
