@@ -55,9 +55,11 @@ static int check_shape(const pt_program *p, pt_error *err)
     for (int w = 0; w < p->worker_count; w++) {
         const pt_worker *x = &p->workers[w];
         if (x->stage < 0 || x->stage >= p->stage_count || w < p->stage_worker[x->stage] ||
-            w >= p->stage_worker[x->stage + 1])
-            return pt_error_set(err, PT_EINVAL, "schedule: worker %d: stage %d out of place", w,
-                                x->stage);
+            w >= p->stage_worker[x->stage + 1] ||
+            x->replica_count != p->stage_worker[x->stage + 1] - p->stage_worker[x->stage])
+            return pt_error_set(err, PT_EINVAL,
+                                "schedule: worker %d: stage %d or replica count %d out of place", w,
+                                x->stage, x->replica_count);
         if (x->op_begin != prev_end || x->op_end < x->op_begin || x->op_end > p->op_count)
             return pt_error_set(err, PT_EINVAL,
                                 "schedule: worker %d: ops [%d,%d) do not follow the previous "

@@ -5,6 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Versions are array indices per worker; a program never needs more than one
+ * per micro-batch plus a few. */
+#define PT_SIM_MAX_VERSION (1 << 28)
+
 /* Per-worker state while simulating. */
 typedef struct wstate {
     int pc, blocked, joined;
@@ -97,7 +101,8 @@ static int prepare(pt_sim *sim, const pt_program *p, const pt_cost *cost, pt_err
     const pt_topology *topo = pt_cost_topology(cost);
     int nw = p->worker_count, S = p->stage_count, M = p->mb_per_window;
     if (nw < 1 || S < 1 || M < 1 || p->mb_count < 1 || !p->workers || !p->stage_worker ||
-        p->stage_worker[S] != nw)
+        p->stage_worker[S] != nw || p->initial_versions < 1 ||
+        p->initial_versions > PT_SIM_MAX_VERSION)
         return pt_error_set(err, PT_EINVAL, "simulate: empty or inconsistent program");
     int64_t ver_total = 0, cov_total = 0, inst_total = 0;
     int windows = (p->mb_count + M - 1) / M;
@@ -105,12 +110,15 @@ static int prepare(pt_sim *sim, const pt_program *p, const pt_cost *cost, pt_err
         RESERVE(devs, cap_devs, nw) < 0 || RESERVE(workers, cap_wout, nw) < 0 ||
         RESERVE(ar_first, cap_stages, S + 1) < 0)
         return PT_ENOMEM;
+    for (int s = 0; s < S; s++)
+        if (p->stage_worker[s] < 0 || p->stage_worker[s] >= p->stage_worker[s + 1])
+            return pt_error_set(err, PT_EINVAL, "simulate: stage %d has no workers", s);
     for (int s = 0; s < S; s++) {
         int most = 0;
         for (int w = p->stage_worker[s]; w < p->stage_worker[s + 1]; w++) {
             const pt_worker *x = &p->workers[w];
             if (x->op_begin < 0 || x->op_end < x->op_begin || x->op_end > p->op_count ||
-                x->stage != s)
+                x->stage != s || x->replica_count != p->stage_worker[s + 1] - p->stage_worker[s])
                 return pt_error_set(err, PT_EINVAL, "simulate: worker %d: bad op range or stage",
                                     w);
             if (x->device < 0 || x->device >= topo->device_count)
@@ -121,9 +129,13 @@ static int prepare(pt_sim *sim, const pt_program *p, const pt_cost *cost, pt_err
             int n_ar = 0, n_opt = 0, maxv = p->initial_versions - 1;
             for (int i = x->op_begin; i < x->op_end; i++) {
                 const pt_op *op = &p->ops[i];
+                int reads = op->kind == PT_OP_FWD || op->kind == PT_OP_BWD ||
+                            op->kind == PT_OP_RECOMPUTE || op->kind == PT_OP_OPT_STEP;
                 if (op->kind >= PT_OP_KIND_COUNT || op->mb < 0 || op->mb_end <= op->mb ||
-                    op->mb_end > p->mb_count || op->version > (1 << 30))
-                    return pt_error_set(err, PT_EINVAL, "simulate: op %d: bad kind or range", i);
+                    op->mb_end > p->mb_count || op->version > PT_SIM_MAX_VERSION ||
+                    (reads && op->version < 0))
+                    return pt_error_set(err, PT_EINVAL,
+                                        "simulate: op %d: bad kind, micro-batch or version", i);
                 n_ar += op->kind == PT_OP_ALLREDUCE;
                 n_opt += op->kind == PT_OP_OPT_STEP;
                 if (op->version > maxv)

@@ -346,6 +346,89 @@ static void test_deterministic_and_reusable(void)
     rig_free(&b);
 }
 
+static uint32_t lcg(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+/* Random damage to valid programs: neither the validator nor the simulator
+ * may crash (the sanitizer build runs this), every program the validator
+ * accepts must simulate, and a simulated deadlock must be a rejected program. */
+static void test_mutants(void)
+{
+    uint32_t seed = 12345;
+    int accepted = 0, rejected = 0;
+    const pt_sched_kind kinds[] = {PT_SCHED_GPIPE, PT_SCHED_DAPPLE, PT_SCHED_PIPEDREAM,
+                                   PT_SCHED_2BW, PT_SCHED_PIPESGD};
+    int reps[3] = {2, 1, 3};
+    for (int trial = 0; trial < 600; trial++) {
+        rig g = {0};
+        int async = kinds[trial % 5] >= PT_SCHED_PIPEDREAM;
+        REQUIRE(rig_run(&g, kinds[trial % 5], 3, 3, reps, 6, 1000, 100, 1e9, 1e-6, 0,
+                        async ? 3 : 0) == 0);
+        pt_program *p = &g.prog;
+        int n = 1 + (int)(lcg(&seed) % 3);
+        for (int k = 0; k < n; k++) {
+            int i = (int)(lcg(&seed) % (uint32_t)p->op_count);
+            int v = (int)(lcg(&seed) % 9) - 1;
+            pt_op *op = &p->ops[i];
+            switch (lcg(&seed) % 10) {
+            case 0:
+                op->kind = (uint8_t)(lcg(&seed) % (PT_OP_KIND_COUNT + 1));
+                break;
+            case 1:
+                op->flags ^= (uint8_t)(1 + lcg(&seed) % 3);
+                break;
+            case 2:
+                op->mb = v;
+                break;
+            case 3:
+                op->mb_end = v;
+                break;
+            case 4:
+                op->version = v;
+                break;
+            case 5:
+                op->peer = v;
+                break;
+            case 6:
+                op->row_lo = v;
+                break;
+            case 7:
+                op->row_hi = v;
+                break;
+            case 8:
+                fx_delete_op(p, i);
+                break;
+            default: { /* swap with a neighbour on the same worker */
+                int w = g.res.events[i].worker;
+                if (i + 1 < p->workers[w].op_end) {
+                    pt_op t = p->ops[i];
+                    p->ops[i] = p->ops[i + 1];
+                    p->ops[i + 1] = t;
+                }
+            }
+            }
+        }
+        pt_error e1 = {0}, e2 = {0};
+        int v = pt_sched_validate(p, &e1);
+        int s = pt_sim_run(g.sim, p, g.cost, &g.res, &e2);
+        if (v == 0) {
+            accepted++;
+            CHECK_MSG(s == 0, "accepted program fails to simulate: %s", e2.msg);
+        } else {
+            rejected++;
+            CHECK(e1.msg[0] != '\0');
+        }
+        if (s == PT_EDEADLOCK)
+            CHECK_MSG(v != 0, "simulator deadlock in an accepted program: %s", e2.msg);
+        rig_free(&g);
+    }
+    CHECK(rejected > 300); /* most damage is caught */
+    CHECK(accepted > 0);   /* some damage is harmless (a swap of independent ops) */
+}
+
 PT_TEST_MAIN({"closed_form_sync", test_closed_form_sync}, {"costs_add_time", test_costs_add_time},
              {"inflight_activations", test_inflight_activations},
              {"weight_versions", test_weight_versions},
@@ -354,4 +437,5 @@ PT_TEST_MAIN({"closed_form_sync", test_closed_form_sync}, {"costs_add_time", tes
              {"comm_overlaps_compute", test_comm_overlaps_compute},
              {"pipesgd_overlap", test_pipesgd_overlap},
              {"deadlock_and_errors", test_deadlock_and_errors},
-             {"deterministic_and_reusable", test_deterministic_and_reusable})
+             {"deterministic_and_reusable", test_deterministic_and_reusable},
+             {"mutants", test_mutants})
