@@ -19,7 +19,7 @@
 
 #define PT_TIMELINE_MIN_WIDTH     8
 #define PT_TIMELINE_DEFAULT_WIDTH 100
-#define PT_TIMELINE_MAX_WIDTH 4000
+#define PT_TIMELINE_MAX_WIDTH     4000
 
 typedef struct pt_timeline_opts {
     int width;     /* cells per row; 0: PT_TIMELINE_DEFAULT_WIDTH; clamped to [MIN, MAX] */
