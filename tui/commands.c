@@ -4,6 +4,8 @@
 
 /* One line per command; a new command is a file and a line here. */
 const pt_command pt_commands[] = {
+    {"train", pt_cmd_train, "train a model on this machine (single device)"},
+    {"profile", pt_cmd_profile, "measure each layer's forward/backward time and memory"},
     {"import-profile", pt_cmd_import_profile, "convert a PipeDream graph.txt profile to JSON"},
     {"export-profile", pt_cmd_export_profile, "write a profile in PipeDream's graph.txt format"},
     {"sim", pt_cmd_sim, "predict a plan's iteration time, bubbles and memory; ASCII timeline"},

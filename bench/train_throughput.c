@@ -1,0 +1,145 @@
+/* Single-thread training throughput of fmnist-mlp (784-1024-1024-1024-10,
+ * relu, softmax cross-entropy) at batch 64 with SGD momentum, in samples/s:
+ * warm-up steps, then timed steps over 16 fixed batches held in memory, the
+ * way bench/torch_baseline.py times PyTorch. Prints figures; never fails on
+ * time. Usage: train_throughput [--model M] [--batch B] [--warmup N]
+ * [--steps N] [--threads N] (see docs/benchmarks.md). */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "protocol/model.h"
+#include "protocol/plan.h"
+#include "runtime/blas_core.h"
+#include "runtime/data.h"
+#include "runtime/net.h"
+#include "runtime/optim.h"
+
+#define BATCHES     16
+#define DATA_SEED   7
+#define NET_SEED    1
+#define MAX_ARG_INT 1000000
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct bench_args {
+    const char *model;
+    int batch, warmup, steps, threads;
+} bench_args;
+
+static int parse(int argc, char **argv, bench_args *a)
+{
+    *a = (bench_args){"fmnist-mlp", 64, 20, 200, 1};
+    for (int i = 1; i < argc; i++) {
+        int *target = !strcmp(argv[i], "--batch")     ? &a->batch
+                      : !strcmp(argv[i], "--warmup")  ? &a->warmup
+                      : !strcmp(argv[i], "--steps")   ? &a->steps
+                      : !strcmp(argv[i], "--threads") ? &a->threads
+                                                      : NULL;
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) {
+            a->model = argv[++i];
+        } else if (target && i + 1 < argc) {
+            *target = atoi(argv[++i]);
+            if (*target < (target == &a->warmup ? 0 : 1) || *target > MAX_ARG_INT) {
+                fprintf(stderr, "train_throughput: %s out of range\n", argv[i - 1]);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: train_throughput [--model M] [--batch B] [--warmup N] "
+                            "[--steps N] [--threads N]\n");
+            return 2;
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    pt_blas_fixup_core(argv);
+    bench_args a;
+    if (parse(argc, argv, &a))
+        return 2;
+    openblas_set_num_threads(a.threads);
+
+    pt_error err = {0};
+    pt_model_spec *spec = NULL;
+    pt_dataset *ds = NULL;
+    pt_net *net = NULL;
+    pt_optim *optim = NULL;
+    float *x_host = NULL, *x_dev = NULL;
+    int32_t *labels = NULL;
+    int rc = pt_model_spec_find(a.model, &spec, &err);
+    if (rc == 0)
+        rc = pt_dataset_open("synthetic", spec, PT_DATA_TRAIN, DATA_SEED, &ds, &err);
+    pt_net_config cfg = pt_net_config_default(spec);
+    cfg.max_batch = a.batch;
+    cfg.seed = NET_SEED;
+    if (rc == 0)
+        rc = pt_net_create(spec, &cfg, &net, &err);
+    pt_optim_spec os = pt_optim_default(PT_OPTIM_SGD);
+    if (rc == 0)
+        rc = pt_optim_create(&os, pt_net_arena(net), pt_net_param_count(net), &optim, &err);
+    if (rc < 0) {
+        fprintf(stderr, "train_throughput: %s\n", err.msg);
+        return 1;
+    }
+    const int64_t in = pt_net_in_elems(net), lps = pt_net_label_count(net);
+    const int64_t per_batch = a.batch * in;
+    x_host = malloc((size_t)(BATCHES * per_batch) * sizeof(float));
+    labels = malloc((size_t)(BATCHES * a.batch * lps) * sizeof(int32_t));
+    x_dev = pt_arena_alloc_floats(pt_net_arena(net), PT_MEM_ACTS, BATCHES * per_batch);
+    int64_t *idx = malloc((size_t)a.batch * sizeof(int64_t));
+    if (!x_host || !labels || !x_dev || !idx) {
+        fprintf(stderr, "train_throughput: out of memory\n");
+        return 1;
+    }
+    for (int b = 0; b < BATCHES; b++) {
+        for (int i = 0; i < a.batch; i++)
+            idx[i] = ((int64_t)b * a.batch + i) % pt_dataset_count(ds);
+        pt_dataset_get_batch(ds, idx, a.batch, x_host + b * per_batch,
+                             labels + (int64_t)b * a.batch * lps);
+    }
+    const pt_backend *be = pt_net_backend(net);
+    be->upload(be, x_dev, x_host, (size_t)(BATCHES * per_batch) * sizeof(float));
+
+    double t0 = 0, loss = 0;
+    for (int s = -a.warmup; s < a.steps; s++) {
+        if (s == 0) {
+            be->synchronize(be);
+            t0 = now_s();
+        }
+        int b = (s + a.warmup) % BATCHES;
+        pt_net_zero_grads(net);
+        rc = pt_net_forward(net, 0, NULL, x_dev + b * per_batch, a.batch,
+                            labels + (int64_t)b * a.batch * lps, NULL, &loss);
+        if (rc == 0)
+            rc = pt_net_backward(net, 0, NULL, NULL, NULL, NULL);
+        if (rc < 0) {
+            fprintf(stderr, "train_throughput: step %d: %s\n", s, pt_strerror(rc));
+            return 1;
+        }
+        pt_optim_step(optim, pt_net_params(net), pt_net_grads(net));
+    }
+    be->synchronize(be);
+    double dt = now_s() - t0;
+    printf("pipetop %s batch %d threads %d (OpenBLAS core %s): %d steps in %.3f s, %.1f "
+           "samples/s, %.3f ms/step, last loss %.4f\n",
+           spec->name, a.batch, a.threads, pt_blas_core_name(), a.steps, dt, a.steps * a.batch / dt,
+           1e3 * dt / a.steps, loss);
+    free(idx);
+    free(x_host);
+    free(labels);
+    pt_arena_free(pt_net_arena(net), x_dev);
+    pt_optim_destroy(&optim);
+    pt_net_destroy(&net);
+    pt_dataset_free(&ds);
+    pt_model_spec_free(&spec);
+    return 0;
+}
