@@ -1,0 +1,563 @@
+/* pipetop-agent: registers with a console, obeys its plan, streams telemetry.
+ *
+ *   pipetop-agent --console tcp://HOST:PORT [--telemetry tcp://HOST:PORT]
+ *                 [--device N] [--name NAME] [--data-bind ENDPOINT]
+ *                 [--threads N] [--comm-timeout-ms MS]
+ *
+ * This file is the control thread (see agent/agent.h): the DEALER to the
+ * console, heartbeats, checks on every control message, and the hand-over
+ * of requests to the worker thread (agent/worker.c). Exit status: 0 after a
+ * bye or a signal, 1 when it could not start, 2 on a usage error, 3 when the
+ * console went silent. */
+#include <cblas.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "agent/agent.h"
+#include "protocol/message.h"
+#include "protocol/telemetry.h"
+#include "runtime/blas_core.h"
+
+#define NS_PER_MS         1000000LL
+#define EXIT_USAGE        2
+#define EXIT_NO_CONSOLE   3
+#define THREADS_MAX       1024
+#define NOTIFY_EP_FMT     "inproc://pt-agent-notify-%p"
+#define DEFAULT_DATA_BIND "tcp://127.0.0.1:*"
+
+typedef struct agent_args {
+    const char *console, *telemetry, *name, *data_bind;
+    int device, threads, comm_timeout_ms;
+} agent_args;
+
+typedef struct agent {
+    agent_args a;
+    char id[PT_MSG_ID_MAX];
+    char data_ep[PT_MSG_ENDPOINT_MAX];
+    void *ctx, *dealer, *notify;
+    pt_agent_worker *worker;
+    int64_t gen;     /* generation accepted (assign) */
+    int64_t tx_seq;  /* next control seq sent */
+    int64_t rx_next; /* next control seq expected from the console */
+    int64_t hb_out;
+    int has_hb_in; /* the console's newest heartbeat, to echo */
+    int64_t hb_in, hb_in_tsend, hb_in_trecv;
+    int64_t last_heard_ns;
+    int heard; /* the console said something at all */
+    pt_clock_filter clk;
+    uint64_t rejected, accepted;
+    int leaving; /* 1 bye, 2 console lost, 3 signal */
+    char why[PT_MSG_TEXT_MAX];
+} agent;
+
+static volatile sig_atomic_t g_signal;
+
+static void on_signal(int sig)
+{
+    g_signal = sig;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: pipetop-agent --console tcp://HOST:PORT [options]\n"
+            "Runs one stage replica of a pipetop plan on this device: registers with the\n"
+            "console, receives its stage and peers, trains, and streams telemetry.\n\n"
+            "  --console EP        the console's control endpoint (ROUTER)\n"
+            "  --telemetry EP      where to publish telemetry (default: what the console says)\n"
+            "  --device N          this device's index in the topology (default -1: none)\n"
+            "  --name NAME         agent id, [A-Za-z0-9._:@-] (default HOST-PID)\n"
+            "  --data-bind EP      where the data socket binds (default %s)\n"
+            "  --threads N         OpenBLAS threads\n"
+            "  --comm-timeout-ms MS  bound of every data-plane wait (default %d)\n",
+            DEFAULT_DATA_BIND, PT_AGENT_COMM_TIMEOUT_MS);
+}
+
+static int parse_int(const char *opt, const char *v, long lo, long hi, int *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || errno || *end || end == v || x < lo || x > hi) {
+        fprintf(stderr, "pipetop-agent: %s: \"%s\" is not an integer in [%ld, %ld]\n", opt,
+                v ? v : "", lo, hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static int valid_id(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= PT_MSG_ID_MAX)
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') ||
+              strchr("._:@-", *s)))
+            return 0;
+    return 1;
+}
+
+static int parse_args(int argc, char **argv, agent_args *a)
+{
+    *a = (agent_args){.device = -1, .data_bind = DEFAULT_DATA_BIND};
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        int used = 1;
+        if (!strcmp(o, "--console"))
+            a->console = v;
+        else if (!strcmp(o, "--telemetry"))
+            a->telemetry = v;
+        else if (!strcmp(o, "--name"))
+            a->name = v;
+        else if (!strcmp(o, "--data-bind"))
+            a->data_bind = v;
+        else if (!strcmp(o, "--device")) {
+            if (parse_int(o, v, -1, PT_MSG_MAX_INDEX - 1, &a->device) < 0)
+                return EXIT_USAGE;
+        } else if (!strcmp(o, "--threads")) {
+            if (parse_int(o, v, 1, THREADS_MAX, &a->threads) < 0)
+                return EXIT_USAGE;
+        } else if (!strcmp(o, "--comm-timeout-ms")) {
+            if (parse_int(o, v, 1, INT_MAX, &a->comm_timeout_ms) < 0)
+                return EXIT_USAGE;
+        } else {
+            used = 0;
+        }
+        if (!used) {
+            fprintf(stderr, "pipetop-agent: unknown argument \"%s\" (see --help)\n", o);
+            return EXIT_USAGE;
+        }
+        if (!v) {
+            fprintf(stderr, "pipetop-agent: %s needs a value\n", o);
+            return EXIT_USAGE;
+        }
+        i++;
+    }
+    if (!a->console) {
+        fprintf(stderr, "pipetop-agent: --console is required (see --help)\n");
+        return EXIT_USAGE;
+    }
+    if (a->name && !valid_id(a->name)) {
+        fprintf(stderr,
+                "pipetop-agent: --name: \"%s\" must be 1-63 characters of "
+                "[A-Za-z0-9._:@-]\n",
+                a->name);
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+/* ---- sending --------------------------------------------------------------------- */
+
+static void send_msg(agent *ag, pt_msg *m)
+{
+    snprintf(m->agent, sizeof m->agent, "%s", ag->id);
+    m->seq = ag->tx_seq;
+    char *text = NULL;
+    size_t len = 0;
+    pt_error err = {0};
+    if (pt_msg_encode(m, &text, &len, &err) < 0) {
+        fprintf(stderr, "pipetop-agent %s: cannot encode %s: %s\n", ag->id,
+                pt_msg_type_name(m->type), err.msg);
+        return;
+    }
+    if (zmq_send(ag->dealer, text, len, ZMQ_DONTWAIT) == (int)len)
+        ag->tx_seq++;
+    free(text);
+}
+
+static void send_error(agent *ag, int64_t gen, int64_t req, int stage, int replica, int code,
+                       const char *reason)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_ERROR, NULL);
+    m.gen = gen;
+    m.req = req;
+    m.u.error.stage = stage;
+    m.u.error.replica = replica;
+    m.u.error.code = code <= 0 && code >= -1000 ? code : PT_EINVAL;
+    snprintf(m.u.error.reason, sizeof m.u.error.reason, "%s", reason && reason[0] ? reason : "?");
+    send_msg(ag, &m);
+}
+
+static void send_ack(agent *ag, int64_t gen, int64_t req, pt_msg_type of)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_ACK, NULL);
+    m.gen = gen;
+    m.req = req;
+    m.u.ack.of = of;
+    send_msg(ag, &m);
+}
+
+static void send_heartbeat(agent *ag)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_HEARTBEAT, NULL);
+    m.gen = ag->gen;
+    m.u.heartbeat.hb = ag->hb_out++;
+    m.u.heartbeat.t_send = pt_msg_now_ns();
+    if (ag->has_hb_in) {
+        m.u.heartbeat.has_echo = 1;
+        m.u.heartbeat.echo_hb = ag->hb_in;
+        m.u.heartbeat.echo_t_orig = ag->hb_in_tsend;
+        m.u.heartbeat.echo_t_recv = ag->hb_in_trecv;
+    }
+    int64_t step = -1;
+    pt_agent_worker_status(ag->worker, m.u.heartbeat.state, sizeof m.u.heartbeat.state, &step);
+    m.u.heartbeat.step = step >= 0 ? step : -1;
+    send_msg(ag, &m);
+}
+
+static void send_register(agent *ag)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_REGISTER, NULL);
+    pt_msg_register *r = &m.u.reg;
+    if (gethostname(r->host, sizeof r->host) != 0 || !r->host[0])
+        snprintf(r->host, sizeof r->host, "localhost");
+    r->host[sizeof r->host - 1] = '\0';
+    r->pid = getpid();
+    r->device = ag->a.device;
+    snprintf(r->device_name, sizeof r->device_name, "cpu");
+    snprintf(r->backend, sizeof r->backend, "cpu");
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    r->memory_bytes = pages > 0 && page > 0 ? (int64_t)pages * page : 0;
+    r->cap_count = 2;
+    snprintf(r->caps[0], sizeof r->caps[0], "zmq");
+    snprintf(r->caps[1], sizeof r->caps[1], "recompute");
+    snprintf(r->data_endpoint, sizeof r->data_endpoint, "%s", ag->data_ep);
+    send_msg(ag, &m);
+}
+
+/* ---- receiving ------------------------------------------------------------------- */
+
+static void reject(agent *ag, const pt_msg *m, const char *reason)
+{
+    ag->rejected++;
+    fprintf(stderr, "pipetop-agent %s: rejected: %s\n", ag->id, reason);
+    char text[PT_MSG_TEXT_MAX];
+    snprintf(text, sizeof text, "rejected control message: %s", reason);
+    /* A refused request is answered under its own id and generation. */
+    send_error(ag, m ? m->gen : ag->gen, m && pt_msg_type_is_request(m->type) ? m->req : 0, -1, -1,
+               PT_EINVAL, text);
+}
+
+static void handle(agent *ag, const char *data, size_t len)
+{
+    int64_t now = pt_msg_now_ns();
+    pt_msg m;
+    pt_error err = {0};
+    if (pt_msg_decode(data, len, "control", &m, &err) < 0) {
+        reject(ag, NULL, err.msg);
+        return;
+    }
+    char why[PT_ERROR_MAX];
+    if (strcmp(m.agent, ag->id) != 0) {
+        snprintf(why, sizeof why, "control (%s): addressed to \"%s\", not to %s",
+                 pt_msg_type_name(m.type), m.agent, ag->id);
+        reject(ag, &m, why);
+        goto done;
+    }
+    if (m.seq < ag->rx_next) {
+        snprintf(why, sizeof why, "control (%s): seq %lld out of order (expected %lld or later)",
+                 pt_msg_type_name(m.type), (long long)m.seq, (long long)ag->rx_next);
+        reject(ag, &m, why);
+        goto done;
+    }
+    ag->rx_next = m.seq + 1;
+    if (pt_msg_accept(&m, PT_MSG_AT_AGENT, ag->gen, &err) < 0) {
+        reject(ag, &m, err.msg);
+        goto done;
+    }
+    if (m.type == PT_MSG_ASSIGN && m.gen <= ag->gen) {
+        snprintf(why, sizeof why, "control (assign): plan generation %lld is not newer than %lld",
+                 (long long)m.gen, (long long)ag->gen);
+        reject(ag, &m, why);
+        goto done;
+    }
+    ag->accepted++;
+    ag->last_heard_ns = now;
+    ag->heard = 1;
+    switch (m.type) {
+    case PT_MSG_HEARTBEAT: {
+        const pt_msg_heartbeat *h = &m.u.heartbeat;
+        ag->has_hb_in = 1;
+        ag->hb_in = h->hb;
+        ag->hb_in_tsend = h->t_send;
+        ag->hb_in_trecv = now;
+        if (h->has_echo)
+            pt_clock_filter_add(&ag->clk, h->echo_t_orig, h->echo_t_recv, h->t_send, now);
+        break;
+    }
+    case PT_MSG_ASSIGN:
+        ag->gen = m.gen;
+        pt_agent_worker_assign(ag->worker, &m); /* takes the message */
+        break;
+    case PT_MSG_START:
+        if (pt_agent_worker_begin(ag->worker, m.gen, m.req, m.u.start.steps) < 0)
+            send_error(ag, m.gen, m.req, -1, -1, PT_ESTATE,
+                       "start: no plan of this generation is set up");
+        else
+            send_ack(ag, m.gen, m.req, PT_MSG_START);
+        break;
+    case PT_MSG_STOP:
+        pt_agent_worker_stop(ag->worker, m.gen, m.req);
+        break;
+    case PT_MSG_CHECKPOINT:
+        if (pt_agent_worker_checkpoint(ag->worker, m.gen, m.req, m.u.checkpoint.step) < 0)
+            send_error(ag, m.gen, m.req, -1, -1, PT_ERANGE,
+                       "checkpoint: no plan is set up, or too many requests are waiting");
+        break;
+    case PT_MSG_BYE:
+        ag->leaving = 1;
+        snprintf(ag->why, sizeof ag->why, "the console said bye%s%.400s",
+                 m.u.bye.reason[0] ? ": " : "", m.u.bye.reason);
+        break;
+    case PT_MSG_ERROR:
+        fprintf(stderr, "pipetop-agent %s: the console reports: %s\n", ag->id, m.u.error.reason);
+        break;
+    default:
+        break; /* pt_msg_accept refused the agent-only types */
+    }
+done:
+    pt_msg_clear(&m);
+}
+
+static void handle_note(agent *ag, const pt_wnote *n)
+{
+    switch (n->kind) {
+    case PT_WNOTE_SETUP:
+        if (n->gen != ag->gen)
+            break; /* a newer assign is already on its way to the worker */
+        if (n->rc == 0)
+            send_ack(ag, n->gen, n->req, PT_MSG_ASSIGN);
+        else
+            send_error(ag, n->gen, n->req, n->stage, n->replica, n->rc, n->text);
+        break;
+    case PT_WNOTE_CKPT: {
+        if (n->req <= 0)
+            break;
+        pt_msg m;
+        pt_msg_init(&m, PT_MSG_CHECKPOINT_ACK, NULL);
+        m.gen = n->gen;
+        m.req = n->req;
+        m.u.checkpoint_ack.step = n->step;
+        snprintf(m.u.checkpoint_ack.dir, sizeof m.u.checkpoint_ack.dir, "%s", n->dir);
+        send_msg(ag, &m);
+        break;
+    }
+    case PT_WNOTE_STOPPED:
+        send_ack(ag, n->gen, n->req, PT_MSG_STOP);
+        break;
+    case PT_WNOTE_IDLE:
+        send_heartbeat(ag); /* the console learns at once that the steps are done */
+        break;
+    case PT_WNOTE_FAILED:
+        fprintf(stderr, "pipetop-agent %s: stage %d replica %d: %s\n", ag->id, n->stage, n->replica,
+                n->text);
+        send_error(ag, n->gen, n->req, n->stage, n->replica, n->rc, n->text);
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- set-up ------------------------------------------------------------------------- */
+
+/* Binds an ephemeral data port once to learn it, and releases it: the
+ * worker binds the same endpoint for every plan generation, so the endpoint
+ * given in register stays valid for the agent's life. */
+static int reserve_data_endpoint(agent *ag)
+{
+    void *ctx = zmq_ctx_new();
+    void *s = ctx ? zmq_socket(ctx, ZMQ_PULL) : NULL;
+    int rc = -1;
+    if (s && zmq_bind(s, ag->a.data_bind) == 0) {
+        size_t len = sizeof ag->data_ep;
+        if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, ag->data_ep, &len) == 0)
+            rc = 0;
+    }
+    if (rc < 0)
+        fprintf(stderr, "pipetop-agent: cannot bind the data socket to %s: %s\n", ag->a.data_bind,
+                zmq_strerror(errno));
+    if (s)
+        zmq_close(s);
+    if (ctx)
+        zmq_ctx_term(ctx);
+    return rc;
+}
+
+static int open_sockets(agent *ag)
+{
+    ag->ctx = zmq_ctx_new();
+    if (!ag->ctx)
+        return -1;
+    ag->dealer = zmq_socket(ag->ctx, ZMQ_DEALER);
+    ag->notify = zmq_socket(ag->ctx, ZMQ_PAIR);
+    if (!ag->dealer || !ag->notify)
+        return -1;
+    int linger = 1000, hb_ivl = PT_AGENT_HEARTBEAT_MS;
+    zmq_setsockopt(ag->dealer, ZMQ_ROUTING_ID, ag->id, strlen(ag->id));
+    zmq_setsockopt(ag->dealer, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(ag->dealer, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
+    if (zmq_connect(ag->dealer, ag->a.console) != 0) {
+        fprintf(stderr, "pipetop-agent: --console %s: %s\n", ag->a.console, zmq_strerror(errno));
+        return -1;
+    }
+    char ep[64];
+    snprintf(ep, sizeof ep, NOTIFY_EP_FMT, (void *)ag);
+    if (zmq_bind(ag->notify, ep) != 0)
+        return -1;
+    pt_agent_worker_config wc = {ag->id,      ag->ctx,         ep,
+                                 ag->data_ep, ag->a.telemetry, ag->a.comm_timeout_ms};
+    pt_error err = {0};
+    if (pt_agent_worker_start(&wc, &ag->worker, &err) < 0) {
+        fprintf(stderr, "pipetop-agent: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* ---- main loop ------------------------------------------------------------------------ */
+
+static void loop(agent *ag)
+{
+    int64_t next_hb = pt_msg_now_ns();
+    int64_t started = next_hb;
+    const int64_t silence = (int64_t)PT_AGENT_MISSED_HEARTBEATS * PT_AGENT_HEARTBEAT_MS * NS_PER_MS;
+    while (!ag->leaving) {
+        int64_t now = pt_msg_now_ns();
+        if (g_signal) {
+            ag->leaving = 3;
+            snprintf(ag->why, sizeof ag->why, "signal %d", (int)g_signal);
+            break;
+        }
+        int64_t quiet = now - (ag->heard ? ag->last_heard_ns : started);
+        if (quiet > (ag->heard ? silence : (int64_t)PT_AGENT_FIRST_CONTACT_MS * NS_PER_MS)) {
+            ag->leaving = 2;
+            snprintf(ag->why, sizeof ag->why, "the console at %s was silent for %.1f s",
+                     ag->a.console, (double)quiet / 1e9);
+            break;
+        }
+        if (now >= next_hb) {
+            send_heartbeat(ag);
+            next_hb = now + (int64_t)PT_AGENT_HEARTBEAT_MS * NS_PER_MS;
+        }
+        long wait_ms = (long)((next_hb - now + NS_PER_MS - 1) / NS_PER_MS);
+        zmq_pollitem_t items[2] = {{ag->dealer, 0, ZMQ_POLLIN, 0}, {ag->notify, 0, ZMQ_POLLIN, 0}};
+        int n = zmq_poll(items, 2, wait_ms);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            ag->leaving = 2;
+            snprintf(ag->why, sizeof ag->why, "poll: %s", zmq_strerror(errno));
+            break;
+        }
+        while (items[0].revents & ZMQ_POLLIN) {
+            zmq_msg_t f;
+            zmq_msg_init(&f);
+            if (zmq_msg_recv(&f, ag->dealer, ZMQ_DONTWAIT) < 0) {
+                zmq_msg_close(&f);
+                break;
+            }
+            int more = zmq_msg_more(&f);
+            if (more) {
+                /* One frame per message: drop the rest and count the message once. */
+                zmq_msg_t g;
+                while (more) {
+                    zmq_msg_init(&g);
+                    if (zmq_msg_recv(&g, ag->dealer, ZMQ_DONTWAIT) < 0)
+                        more = 0;
+                    else
+                        more = zmq_msg_more(&g);
+                    zmq_msg_close(&g);
+                }
+                reject(ag, NULL, "control: a message of several frames (one JSON frame expected)");
+            } else {
+                handle(ag, zmq_msg_data(&f), zmq_msg_size(&f));
+            }
+            zmq_msg_close(&f);
+            if (ag->leaving)
+                break;
+        }
+        while (items[1].revents & ZMQ_POLLIN) {
+            pt_wnote note;
+            int got = zmq_recv(ag->notify, &note, sizeof note, ZMQ_DONTWAIT);
+            if (got != (int)sizeof note)
+                break;
+            handle_note(ag, &note);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    pt_blas_fixup_core(argv); /* may restart the process with faster BLAS kernels */
+    agent ag;
+    memset(&ag, 0, sizeof ag);
+    int st = parse_args(argc, argv, &ag.a);
+    if (st >= 0)
+        return st;
+    pt_msg_now_ns(); /* fixes the origin of every time this agent sends */
+    if (ag.a.threads > 0)
+        openblas_set_num_threads(ag.a.threads);
+    if (ag.a.name) {
+        snprintf(ag.id, sizeof ag.id, "%s", ag.a.name);
+    } else {
+        char host[64] = "host";
+        gethostname(host, sizeof host - 1);
+        for (char *p = host; *p; p++)
+            if (!valid_id((char[]){*p, '\0'}))
+                *p = '-';
+        snprintf(ag.id, sizeof ag.id, "%.40s-%ld", host, (long)getpid());
+    }
+    pt_clock_filter_init(&ag.clk);
+    install_signals();
+    if (reserve_data_endpoint(&ag) < 0 || open_sockets(&ag) < 0) {
+        fprintf(stderr, "pipetop-agent %s: cannot start\n", ag.id);
+        return 1;
+    }
+    send_register(&ag);
+    loop(&ag);
+    if (ag.leaving != 1) {
+        pt_msg m;
+        pt_msg_init(&m, PT_MSG_BYE, NULL);
+        m.gen = ag.gen;
+        snprintf(m.u.bye.reason, sizeof m.u.bye.reason, "%s", ag.why);
+        send_msg(&ag, &m);
+    }
+    int joined = pt_agent_worker_destroy(&ag.worker, PT_AGENT_JOIN_MS);
+    fprintf(stderr,
+            "pipetop-agent %s: leaving: %s; control messages: %llu accepted, %llu rejected\n",
+            ag.id, ag.why, (unsigned long long)ag.accepted, (unsigned long long)ag.rejected);
+    zmq_close(ag.dealer);
+    zmq_close(ag.notify);
+    if (joined == 0)
+        zmq_ctx_term(ag.ctx); /* a worker that did not end may still hold sockets */
+    return ag.leaving == 2 ? EXIT_NO_CONSOLE : 0;
+}

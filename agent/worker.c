@@ -1,0 +1,852 @@
+/* The agent's worker thread: builds one stage replica from an assign, runs
+ * its schedule program through the stage executor (runtime/executor.h),
+ * publishes telemetry, saves checkpoints. See agent/agent.h.
+ *
+ * The executor is reached through three calls only — pt_exec_create,
+ * pt_exec_run and pt_exec_window_loss/pt_exec_destroy — in build_run(),
+ * run_once() and teardown(). */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "agent/agent.h"
+#include "planner/schedule.h"
+#include "protocol/fileio.h"
+#include "protocol/model.h"
+#include "protocol/plan.h"
+#include "runtime/checkpoint.h"
+#include "runtime/comm.h"
+#include "runtime/data.h"
+#include "runtime/executor.h"
+#include "runtime/feed.h"
+#include "runtime/net.h"
+#include "runtime/optim.h"
+
+#define NS_PER_MS          1000000LL
+#define BIND_RETRIES       50 /* the data port is re-bound after the previous socket closed */
+#define BIND_RETRY_MS      20
+#define EVENTS_INITIAL_CAP 1024
+/* The replicas of a stage swap their collective endpoints under this tag. */
+#define COLL_EXCHANGE_MB 0x00C011EC
+#define STATE_NAME_MAX   32
+
+/* Everything one generation's run owns (worker thread only). */
+typedef struct run_state {
+    int64_t gen;
+    pt_model_spec *spec;
+    pt_plan *plan;
+    pt_program prog;
+    int worker, stage, replica;
+    pt_dataset *ds;
+    pt_feed *feed;
+    pt_net *net;
+    pt_optim *optim;
+    void *data_ctx;
+    pt_comm *comm;
+    pt_collective *coll;
+    pt_exec *exec;
+    char ckpt_dir[PT_MSG_PATH_MAX];
+    int64_t ckpt_every;
+    int64_t last_saved; /* step of the newest checkpoint written by this run, -1 none */
+    pt_msg_event *events;
+    int nev, evcap;
+    int64_t ns_base; /* pt_exec_now_ns() - pt_msg_now_ns() */
+} run_state;
+
+typedef struct ckpt_req {
+    int64_t req, step;
+} ckpt_req;
+
+struct pt_agent_worker {
+    char id[PT_MSG_ID_MAX];
+    char data_ep[PT_MSG_ENDPOINT_MAX];
+    char tel_fixed[PT_MSG_ENDPOINT_MAX];
+    char tel_connected[PT_MSG_ENDPOINT_MAX];
+    void *ctx;
+    char notify_ep[PT_MSG_ENDPOINT_MAX];
+    int comm_timeout_ms;
+    pthread_t th;
+    int started;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* commands (mu) */
+    pt_msg *assign;
+    int running;        /* a start is being served */
+    int64_t start_req;  /* its request id: periodic checkpoints are acknowledged under it */
+    int64_t run_target; /* iterations done at which it ends; -1: until stopped */
+    int has_stop;
+    int64_t stop_req;
+    ckpt_req ckpts[PT_AGENT_CKPT_REQ_MAX];
+    int nckpt;
+    int quit;
+    void *abort_ctx; /* the data context while a run exists: shut down to abort */
+    /* status (mu) */
+    char state[STATE_NAME_MAX];
+    int64_t done; /* iterations completed */
+    int64_t gen;  /* generation built */
+    int built;
+    int exited;
+
+    atomic_int stop_flag; /* the executor's: stop before the next op */
+    /* worker thread only */
+    void *pub, *notify;
+    int64_t tel_seq;
+    run_state r;
+};
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static void set_state(pt_agent_worker *w, const char *st)
+{
+    pthread_mutex_lock(&w->mu);
+    snprintf(w->state, sizeof w->state, "%s", st);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void notify(pt_agent_worker *w, const pt_wnote *n)
+{
+    zmq_send(w->notify, n, sizeof *n, 0);
+}
+
+static void notify_simple(pt_agent_worker *w, int kind, int64_t req, int64_t step, int rc,
+                          const char *text)
+{
+    pt_wnote n = {0};
+    n.kind = kind;
+    n.rc = rc;
+    n.stage = w->r.spec ? w->r.stage : -1;
+    n.replica = w->r.spec ? w->r.replica : -1;
+    n.gen = w->r.gen;
+    n.req = req;
+    n.step = step;
+    if (text)
+        snprintf(n.text, sizeof n.text, "%s", text);
+    notify(w, &n);
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * NS_PER_MS};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- telemetry ------------------------------------------------------------------- */
+
+static void publish(pt_agent_worker *w, pt_msg *m)
+{
+    if (!w->pub)
+        return;
+    snprintf(m->agent, sizeof m->agent, "%s", w->id);
+    m->seq = w->tel_seq;
+    m->gen = w->r.gen;
+    char *text = NULL;
+    size_t len = 0;
+    if (pt_msg_encode(m, &text, &len, NULL) < 0)
+        return;
+    if (zmq_send(w->pub, text, len, ZMQ_DONTWAIT) == (int)len)
+        w->tel_seq++;
+    free(text);
+}
+
+static void connect_telemetry(pt_agent_worker *w, const char *ep)
+{
+    if (!ep || !ep[0] || !strcmp(ep, w->tel_connected))
+        return;
+    if (!w->pub) {
+        w->pub = zmq_socket(w->ctx, ZMQ_PUB);
+        int linger = 1000, hwm = 100000;
+        if (w->pub) {
+            zmq_setsockopt(w->pub, ZMQ_LINGER, &linger, sizeof linger);
+            zmq_setsockopt(w->pub, ZMQ_SNDHWM, &hwm, sizeof hwm);
+        }
+    }
+    if (w->pub && zmq_connect(w->pub, ep) == 0)
+        snprintf(w->tel_connected, sizeof w->tel_connected, "%s", ep);
+}
+
+static void on_op(void *user, const pt_exec_event *ev)
+{
+    run_state *r = user;
+    if (r->nev == r->evcap) {
+        int cap = r->evcap ? r->evcap * 2 : EVENTS_INITIAL_CAP;
+        pt_msg_event *e = realloc(r->events, (size_t)cap * sizeof *e);
+        if (!e)
+            return; /* the batch misses it; the run goes on */
+        r->events = e;
+        r->evcap = cap;
+    }
+    pt_msg_event *e = &r->events[r->nev++];
+    memset(e, 0, sizeof *e);
+    e->stage = ev->stage;
+    e->replica = ev->replica;
+    e->step = ev->iteration;
+    int per_mb =
+        ev->kind != PT_OP_ALLREDUCE && ev->kind != PT_OP_AR_WAIT && ev->kind != PT_OP_OPT_STEP;
+    e->mb = per_mb && ev->mb >= 0 ? ev->mb % r->prog.mb_per_window : -1;
+    snprintf(e->op, sizeof e->op, "%s", pt_op_kind_name(ev->kind));
+    e->version = ev->used_version >= 0 ? ev->used_version : -1;
+    int64_t s = ev->start_ns - r->ns_base, t = ev->end_ns - r->ns_base;
+    e->start_ns = s > 0 ? s : 0;
+    e->end_ns = t > e->start_ns ? t : e->start_ns;
+    e->bytes = ev->bytes > 0 ? ev->bytes : 0;
+}
+
+static void publish_events(pt_agent_worker *w)
+{
+    run_state *r = &w->r;
+    for (int k = 0; k < r->nev; k += PT_MSG_MAX_EVENTS) {
+        pt_msg m;
+        pt_msg_init(&m, PT_MSG_EVENTS, w->id);
+        m.u.events.count = r->nev - k < PT_MSG_MAX_EVENTS ? r->nev - k : PT_MSG_MAX_EVENTS;
+        m.u.events.events = r->events + k;
+        publish(w, &m); /* the events stay ours: no pt_msg_clear */
+    }
+    r->nev = 0;
+}
+
+static void publish_metrics(pt_agent_worker *w, const pt_exec_result *res, int64_t first_step)
+{
+    run_state *r = &w->r;
+    pt_mem_stats ms;
+    pt_arena_stats(pt_net_arena(r->net), &ms);
+    int windows = res->windows > 0 ? res->windows : 1;
+    double iter_ms = (double)res->wall_ns / 1e6 / windows;
+    double samples = (double)r->prog.mb_size * r->prog.mb_per_window;
+    for (int k = 0; k < windows; k++) {
+        pt_msg m;
+        pt_msg_init(&m, PT_MSG_METRICS, w->id);
+        pt_msg_metrics *mt = &m.u.metrics;
+        mt->stage = r->stage;
+        mt->replica = r->replica;
+        mt->step = first_step + k;
+        double sum = 0;
+        int64_t count = 0;
+        pt_exec_window_loss(r->exec, k, &sum, &count);
+        mt->loss = count > 0 ? sum / (double)count : NAN;
+        mt->iter_ms = iter_ms;
+        mt->samples_per_s = iter_ms > 0 ? samples / (iter_ms / 1e3) : 0;
+        for (int c = 0; c < PT_MSG_MEM_COUNT && c < PT_MEM_KIND_COUNT; c++) {
+            mt->mem_cur[c] = ms.current[c];
+            mt->mem_peak[c] = ms.peak[c] > ms.current[c] ? ms.peak[c] : ms.current[c];
+        }
+        mt->total_cur = ms.total_current;
+        mt->total_peak = ms.total_peak > ms.total_current ? ms.total_peak : ms.total_current;
+        publish(w, &m);
+    }
+}
+
+/* ---- set-up and tear-down ------------------------------------------------------- */
+
+static void teardown(pt_agent_worker *w)
+{
+    run_state *r = &w->r;
+    pt_exec_destroy(&r->exec);
+    pt_collective_destroy(&r->coll);
+    pt_comm_destroy(&r->comm);
+    pthread_mutex_lock(&w->mu);
+    void *ctx = r->data_ctx;
+    w->abort_ctx = NULL;
+    w->built = 0;
+    pthread_mutex_unlock(&w->mu);
+    if (ctx)
+        zmq_ctx_term(ctx); /* releases the data port before the next bind */
+    r->data_ctx = NULL;
+    pt_optim_destroy(&r->optim);
+    pt_net_destroy(&r->net);
+    pt_feed_destroy(&r->feed);
+    pt_dataset_free(&r->ds);
+    pt_program_release(&r->prog);
+    pt_plan_free(&r->plan);
+    pt_model_spec_free(&r->spec);
+    free(r->events);
+    memset(r, 0, sizeof *r);
+    r->last_saved = -1;
+}
+
+/* Floats holding the bytes of a string (exact small integers), for the
+ * endpoint swap over the data plane. */
+static int exchange_coll_endpoints(run_state *r, const char *mine, char (*eps)[PT_MSG_ENDPOINT_MAX],
+                                   int lo, int hi, pt_error *err)
+{
+    float buf[PT_MSG_ENDPOINT_MAX];
+    size_t n = strlen(mine);
+    for (size_t i = 0; i < PT_MSG_ENDPOINT_MAX; i++)
+        buf[i] = i < n ? (float)(unsigned char)mine[i] : 0.0f;
+    uint64_t tag = pt_comm_tag(PT_COMM_USER, COLL_EXCHANGE_MB, (uint32_t)r->gen);
+    for (int k = lo; k < hi; k++)
+        if (k != r->worker) {
+            int rc = pt_comm_send(r->comm, k, tag, buf, PT_MSG_ENDPOINT_MAX, err);
+            if (rc < 0)
+                return rc;
+        }
+    for (int k = lo; k < hi; k++) {
+        if (k == r->worker) {
+            snprintf(eps[k - lo], PT_MSG_ENDPOINT_MAX, "%s", mine);
+            continue;
+        }
+        float in[PT_MSG_ENDPOINT_MAX];
+        int rc = pt_comm_recv(r->comm, k, tag, in, PT_MSG_ENDPOINT_MAX, err);
+        if (rc < 0)
+            return rc;
+        for (int i = 0; i < PT_MSG_ENDPOINT_MAX; i++) {
+            float f = in[i];
+            if (f < 0 || f > 255 || f != (float)(int)f)
+                return pt_error_set(err, PT_EINVAL, "collective endpoint from rank %d is not text",
+                                    k);
+            eps[k - lo][i] = (char)(int)f;
+        }
+        eps[k - lo][PT_MSG_ENDPOINT_MAX - 1] = '\0';
+    }
+    return 0;
+}
+
+static int make_comm(pt_agent_worker *w, const char *bind, pt_comm **out, pt_error *err)
+{
+    run_state *r = &w->r;
+    pt_comm_config cc = {r->worker, r->prog.worker_count, bind, r->data_ctx, w->comm_timeout_ms};
+    int rc = 0;
+    for (int k = 0; k < BIND_RETRIES; k++) {
+        rc = pt_comm_create(&cc, out, err);
+        if (rc != PT_EIO)
+            break;
+        sleep_ms(BIND_RETRY_MS);
+    }
+    return rc;
+}
+
+static int build_comms(pt_agent_worker *w, const pt_msg_assign *as, const pt_exec_needs *needs,
+                       pt_error *err)
+{
+    run_state *r = &w->r;
+    int n = r->prog.worker_count;
+    r->data_ctx = zmq_ctx_new();
+    if (!r->data_ctx)
+        return pt_error_set(err, PT_EIO, "zmq_ctx_new: %s", zmq_strerror(errno));
+    pthread_mutex_lock(&w->mu);
+    w->abort_ctx = r->data_ctx;
+    pthread_mutex_unlock(&w->mu);
+    int rc = make_comm(w, w->data_ep, &r->comm, err);
+    if (rc < 0)
+        return rc;
+    const char **eps = calloc((size_t)n, sizeof *eps);
+    if (!eps)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    for (int k = 0; k < as->peer_count; k++)
+        if (as->peers[k].rank < n)
+            eps[as->peers[k].rank] = as->peers[k].endpoint;
+    for (int k = 0; k < n && rc == 0; k++)
+        if (!eps[k])
+            rc = pt_error_set(err, PT_EINVAL, "assign: no peer has rank %d of %d", k, n);
+    if (rc == 0)
+        rc = pt_comm_connect(r->comm, eps, err);
+    free(eps);
+    if (rc < 0 || !needs->needs_collective)
+        return rc;
+    /* Pipe-SGD's background all-reduce: a second communicator among the
+     * stage's replicas, whose endpoints the replicas swap over the first. */
+    int lo = r->prog.stage_worker[r->stage], hi = r->prog.stage_worker[r->stage + 1];
+    pt_comm *c2 = NULL;
+    char host_bind[PT_MSG_ENDPOINT_MAX];
+    snprintf(host_bind, sizeof host_bind, "%s", w->data_ep);
+    if (!strncmp(host_bind, "tcp://", 6)) {
+        char *colon = strrchr(host_bind, ':');
+        if (colon && colon > host_bind + 6)
+            snprintf(colon, sizeof host_bind - (size_t)(colon - host_bind), ":*");
+    } else {
+        snprintf(host_bind, sizeof host_bind, "%.240s.coll", w->data_ep);
+    }
+    if ((rc = make_comm(w, host_bind, &c2, err)) < 0)
+        return rc;
+    char(*peer_eps)[PT_MSG_ENDPOINT_MAX] = calloc((size_t)(hi - lo), sizeof *peer_eps);
+    const char **all = calloc((size_t)n, sizeof *all);
+    if (!peer_eps || !all)
+        rc = pt_error_set(err, PT_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = exchange_coll_endpoints(r, pt_comm_endpoint(c2), peer_eps, lo, hi, err);
+    for (int k = lo; rc == 0 && k < hi; k++)
+        all[k] = peer_eps[k - lo];
+    if (rc == 0)
+        rc = pt_comm_connect(c2, all, err);
+    if (rc == 0)
+        rc = pt_collective_create(&c2, &r->coll, err);
+    pt_comm_destroy(&c2);
+    free(peer_eps);
+    free(all);
+    return rc;
+}
+
+static int load_resume(pt_agent_worker *w, int64_t step, pt_error *err)
+{
+    run_state *r = &w->r;
+    char dir[PT_MSG_PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/step-%lld", r->ckpt_dir, (long long)step);
+    pt_ckpt_info info;
+    int rc = pt_ckpt_load(dir, r->spec, r->net, r->optim, &info, err);
+    if (rc < 0)
+        return rc;
+    if (info.step != step)
+        return pt_error_set(err, PT_EINVAL, "%s holds step %lld, not the resume step %lld", dir,
+                            (long long)info.step, (long long)step);
+    r->last_saved = step;
+    return 0;
+}
+
+/* Builds the run of an assign; the error says what did not fit. */
+static int build_run(pt_agent_worker *w, const pt_msg *m, pt_error *err)
+{
+    run_state *r = &w->r;
+    const pt_msg_assign *as = &m->u.assign;
+    r->gen = m->gen;
+    r->last_saved = -1;
+    r->ns_base = pt_exec_now_ns() - pt_msg_now_ns();
+    int rc;
+    if ((rc = pt_model_spec_parse(as->model_json, "assign.model", &r->spec, err)) < 0 ||
+        (rc = pt_plan_parse(as->plan_json, "assign.plan", &r->plan, err)) < 0 ||
+        (rc = pt_plan_check(r->plan, r->spec, NULL, "assign.plan", err)) < 0 ||
+        (rc = pt_sched_build(r->plan, NULL, NULL, &r->prog, err)) < 0)
+        return rc;
+    r->worker = as->rank;
+    r->stage = as->stage;
+    r->replica = as->replica;
+    if (as->rank >= r->prog.worker_count || as->peer_count != r->prog.worker_count)
+        return pt_error_set(err, PT_EINVAL,
+                            "assign: rank %d and %d peers for a program of %d "
+                            "workers",
+                            as->rank, as->peer_count, r->prog.worker_count);
+    const pt_worker *pw = &r->prog.workers[as->rank];
+    if (pw->stage != as->stage || pw->replica != as->replica)
+        return pt_error_set(err, PT_EINVAL,
+                            "assign: rank %d is stage %d replica %d in the plan's program, not "
+                            "stage %d replica %d",
+                            as->rank, pw->stage, pw->replica, as->stage, as->replica);
+    pt_exec_needs needs;
+    if ((rc = pt_exec_needs_of(&r->prog, r->worker, &needs, err)) < 0)
+        return rc;
+    if (needs.needs_input || needs.needs_labels) {
+        if ((rc = pt_dataset_open(as->data, r->spec, PT_DATA_TRAIN, PT_AGENT_SYNTH_DATA_SEED,
+                                  &r->ds, err)) < 0 ||
+            (rc = pt_feed_create(r->ds, (uint64_t)as->seed, r->prog.mb_size, r->prog.mb_per_window,
+                                 &r->feed, err)) < 0)
+            return rc;
+    }
+    pt_net_config nc = pt_net_config_default(r->spec);
+    nc.first = needs.first;
+    nc.last = needs.last;
+    nc.max_batch = needs.max_batch > 0 ? needs.max_batch : 1;
+    nc.max_slots = needs.max_slots > 0 ? needs.max_slots : 1;
+    nc.recompute = needs.recompute;
+    nc.seed = (uint64_t)as->seed;
+    if ((rc = pt_net_create(r->spec, &nc, &r->net, err)) < 0 ||
+        (rc = pt_optim_create(&r->plan->optimizer, pt_net_arena(r->net), pt_net_param_count(r->net),
+                              &r->optim, err)) < 0)
+        return rc;
+    snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s", as->checkpoint_dir);
+    r->ckpt_every = as->checkpoint_every;
+    if (as->resume_step > 0 && (rc = load_resume(w, as->resume_step, err)) < 0)
+        return rc;
+    if ((rc = build_comms(w, as, &needs, err)) < 0)
+        return rc;
+    pt_exec_config ec = {0};
+    ec.prog = &r->prog;
+    ec.worker = r->worker;
+    ec.net = r->net;
+    ec.optim = r->optim;
+    ec.comm = r->comm;
+    ec.coll = r->coll;
+    ec.feed = r->feed ? pt_feed_as_exec(r->feed) : (pt_exec_feed){0};
+    ec.on_op = on_op;
+    ec.user = r;
+    ec.stop = &w->stop_flag;
+    return pt_exec_create(&ec, &r->exec, err);
+}
+
+/* ---- checkpoints ---------------------------------------------------------------- */
+
+/* Saves this stage's layers after `step` iterations into <dir>/step-<step>
+ * and the manifest the console commits from. Replicas other than 0 hold the
+ * same weights and save nothing. */
+static int save_checkpoint(pt_agent_worker *w, int64_t step, char *dir_out, size_t cap,
+                           pt_error *err)
+{
+    run_state *r = &w->r;
+    snprintf(dir_out, cap, "%.1000s/step-%lld", r->ckpt_dir, (long long)step);
+    if (r->last_saved == step || r->replica != 0)
+        return 0;
+    pt_ckpt_layer *layers = NULL;
+    int count = 0;
+    int rc = pt_ckpt_write_layers(dir_out, r->spec, r->net, r->optim, step, &layers, &count, err);
+    if (rc < 0)
+        return rc;
+    pt_ckpt_index ix = {0};
+    snprintf(ix.model, sizeof ix.model, "%s", r->spec->name);
+    ix.step = step;
+    ix.epoch = r->feed ? (double)step / (double)pt_feed_batches_per_epoch(r->feed) : 0;
+    ix.has_optimizer = 1;
+    ix.optimizer = r->plan->optimizer;
+    ix.optim_steps = pt_optim_steps(r->optim);
+    ix.layer_count = count;
+    ix.layers = layers;
+    char *text = pt_ckpt_index_to_json(&ix);
+    char path[PT_MSG_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/" PT_AGENT_MANIFEST_FMT, dir_out, r->stage);
+    if (!text)
+        rc = pt_error_set(err, PT_ENOMEM, "checkpoint manifest: out of memory");
+    else
+        rc = pt_file_write_atomic(path, text, strlen(text), err);
+    free(text);
+    pt_ckpt_layers_free(&layers, count);
+    if (rc == 0)
+        r->last_saved = step;
+    return rc;
+}
+
+static void do_save(pt_agent_worker *w, int64_t step, int64_t req)
+{
+    pt_wnote n = {0};
+    pt_error err = {0};
+    n.stage = w->r.stage;
+    n.replica = w->r.replica;
+    n.gen = w->r.gen;
+    n.req = req;
+    n.step = step;
+    if (!w->r.ckpt_dir[0]) {
+        n.kind = PT_WNOTE_FAILED;
+        n.rc = PT_EINVAL;
+        snprintf(n.text, sizeof n.text, "checkpoint asked, but the assign named no folder");
+        notify(w, &n);
+        return;
+    }
+    set_state(w, "saving");
+    int rc = save_checkpoint(w, step, n.dir, sizeof n.dir, &err);
+    n.kind = rc == 0 ? PT_WNOTE_CKPT : PT_WNOTE_FAILED;
+    n.rc = rc;
+    if (rc < 0)
+        snprintf(n.text, sizeof n.text, "checkpoint step %lld: %.450s", (long long)step, err.msg);
+    notify(w, &n);
+}
+
+/* Serves checkpoint requests due at `done` iterations (all of them when
+ * `all`, e.g. when idle). */
+static void serve_ckpt_requests(pt_agent_worker *w, int64_t done, int all)
+{
+    for (;;) {
+        ckpt_req q = {0, 0};
+        int found = 0;
+        pthread_mutex_lock(&w->mu);
+        for (int k = 0; k < w->nckpt; k++)
+            if (all || w->ckpts[k].step < 0 || w->ckpts[k].step <= done) {
+                q = w->ckpts[k];
+                w->ckpts[k] = w->ckpts[--w->nckpt];
+                found = 1;
+                break;
+            }
+        pthread_mutex_unlock(&w->mu);
+        if (!found)
+            return;
+        do_save(w, done, q.req);
+    }
+}
+
+/* ---- running ---------------------------------------------------------------------- */
+
+static int run_once(pt_agent_worker *w, pt_error *err)
+{
+    run_state *r = &w->r;
+    pthread_mutex_lock(&w->mu);
+    int64_t done = w->done;
+    pthread_mutex_unlock(&w->mu);
+    pt_exec_result res;
+    r->nev = 0;
+    int rc = pt_exec_run(r->exec, done, &res, err);
+    publish_events(w);
+    if (rc < 0)
+        return rc;
+    publish_metrics(w, &res, done);
+    int64_t after = done + (res.windows > 0 ? res.windows : 1);
+    pthread_mutex_lock(&w->mu);
+    w->done = after;
+    pthread_mutex_unlock(&w->mu);
+    notify_simple(w, PT_WNOTE_STEP, 0, after, 0, NULL);
+    if (r->ckpt_every > 0 && r->ckpt_dir[0] && after / r->ckpt_every > done / r->ckpt_every)
+        do_save(w, after, w->start_req);
+    serve_ckpt_requests(w, after, 0);
+    return 0;
+}
+
+static void handle_assign(pt_agent_worker *w, pt_msg *m)
+{
+    set_state(w, "setting-up");
+    teardown(w);
+    atomic_store(&w->stop_flag, 0);
+    pt_error err = {0};
+    connect_telemetry(w, w->tel_fixed[0] ? w->tel_fixed : m->u.assign.telemetry);
+    int rc = build_run(w, m, &err);
+    pt_wnote n = {0};
+    n.kind = PT_WNOTE_SETUP;
+    n.rc = rc;
+    n.gen = m->gen;
+    n.req = m->req;
+    n.stage = m->u.assign.stage;
+    n.replica = m->u.assign.replica;
+    n.step = m->u.assign.resume_step;
+    if (rc < 0) {
+        snprintf(n.text, sizeof n.text, "stage %d replica %d: %.450s", n.stage, n.replica,
+                 err.msg[0] ? err.msg : pt_strerror(rc));
+        teardown(w);
+    }
+    pthread_mutex_lock(&w->mu);
+    w->gen = m->gen;
+    w->done = rc == 0 ? m->u.assign.resume_step : 0;
+    w->built = rc == 0;
+    w->running = 0;
+    w->nckpt = 0;
+    snprintf(w->state, sizeof w->state, "%s", rc == 0 ? "ready" : "failed");
+    pthread_mutex_unlock(&w->mu);
+    notify(w, &n);
+}
+
+static void *thread_main(void *arg)
+{
+    pt_agent_worker *w = arg;
+    w->notify = zmq_socket(w->ctx, ZMQ_PAIR);
+    if (w->notify)
+        zmq_connect(w->notify, w->notify_ep);
+    w->r.last_saved = -1;
+    connect_telemetry(w, w->tel_fixed);
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        int64_t done = w->done;
+        if (w->quit)
+            break;
+        if (w->assign) {
+            pt_msg *m = w->assign;
+            w->assign = NULL;
+            pthread_mutex_unlock(&w->mu);
+            handle_assign(w, m);
+            pt_msg_clear(m);
+            free(m);
+            pthread_mutex_lock(&w->mu);
+            continue;
+        }
+        if (w->has_stop) {
+            int64_t req = w->stop_req;
+            w->has_stop = 0;
+            w->running = 0;
+            int built = w->built;
+            pthread_mutex_unlock(&w->mu);
+            if (built && w->r.ckpt_dir[0])
+                do_save(w, done, req);
+            serve_ckpt_requests(w, done, 1);
+            set_state(w, "stopped");
+            notify_simple(w, PT_WNOTE_STOPPED, req, done, 0, NULL);
+            pthread_mutex_lock(&w->mu);
+            continue;
+        }
+        if (w->nckpt > 0 && w->built && !w->running) {
+            /* idle: every request is due now */
+            pthread_mutex_unlock(&w->mu);
+            serve_ckpt_requests(w, done, 1);
+            pthread_mutex_lock(&w->mu);
+            continue;
+        }
+        if (w->running && w->built) {
+            if (w->run_target >= 0 && done >= w->run_target) {
+                w->running = 0;
+                snprintf(w->state, sizeof w->state, "idle");
+                pthread_mutex_unlock(&w->mu);
+                notify_simple(w, PT_WNOTE_IDLE, 0, done, 0, NULL);
+                pthread_mutex_lock(&w->mu);
+                continue;
+            }
+            snprintf(w->state, sizeof w->state, "running");
+            pthread_mutex_unlock(&w->mu);
+            pt_error err = {0};
+            int rc = run_once(w, &err);
+            pthread_mutex_lock(&w->mu);
+            if (rc < 0) {
+                w->running = 0;
+                snprintf(w->state, sizeof w->state, "failed");
+                int aborted = w->quit;
+                pthread_mutex_unlock(&w->mu);
+                if (!aborted)
+                    notify_simple(w, PT_WNOTE_FAILED, 0, done, rc,
+                                  err.msg[0] ? err.msg : pt_strerror(rc));
+                pthread_mutex_lock(&w->mu);
+            }
+            continue;
+        }
+        pthread_cond_wait(&w->cv, &w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    teardown(w);
+    if (w->pub)
+        zmq_close(w->pub);
+    if (w->notify)
+        zmq_close(w->notify);
+    w->pub = w->notify = NULL;
+    pthread_mutex_lock(&w->mu);
+    w->exited = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* ---- the control thread's side ------------------------------------------------------- */
+
+int pt_agent_worker_start(const pt_agent_worker_config *cfg, pt_agent_worker **out, pt_error *err)
+{
+    *out = NULL;
+    pt_agent_worker *w = calloc(1, sizeof *w);
+    if (!w)
+        return pt_error_set(err, PT_ENOMEM, "agent: out of memory");
+    snprintf(w->id, sizeof w->id, "%s", cfg->agent_id);
+    snprintf(w->data_ep, sizeof w->data_ep, "%s", cfg->data_endpoint);
+    snprintf(w->tel_fixed, sizeof w->tel_fixed, "%s", cfg->telemetry ? cfg->telemetry : "");
+    snprintf(w->notify_ep, sizeof w->notify_ep, "%s", cfg->notify_ep);
+    snprintf(w->state, sizeof w->state, "waiting");
+    w->ctx = cfg->zmq_ctx;
+    w->comm_timeout_ms = cfg->comm_timeout_ms > 0 ? cfg->comm_timeout_ms : PT_AGENT_COMM_TIMEOUT_MS;
+    atomic_init(&w->stop_flag, 0);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&w->th, NULL, thread_main, w) != 0) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        free(w);
+        return pt_error_set(err, PT_EIO, "agent: cannot start the worker thread");
+    }
+    w->started = 1;
+    *out = w;
+    return 0;
+}
+
+void pt_agent_worker_assign(pt_agent_worker *w, pt_msg *assign)
+{
+    pt_msg *m = malloc(sizeof *m);
+    if (!m) {
+        pt_msg_clear(assign);
+        return;
+    }
+    *m = *assign;
+    memset(assign, 0, sizeof *assign);
+    pthread_mutex_lock(&w->mu);
+    if (w->assign) {
+        pt_msg_clear(w->assign);
+        free(w->assign);
+    }
+    w->assign = m;
+    w->built = 0; /* starts for the old generation are refused from now on */
+    w->running = 0;
+    w->has_stop = 0;
+    w->nckpt = 0;
+    snprintf(w->state, sizeof w->state, "setting-up");
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+int pt_agent_worker_begin(pt_agent_worker *w, int64_t gen, int64_t req, int64_t steps)
+{
+    pthread_mutex_lock(&w->mu);
+    int ok = w->built && w->gen == gen && !w->assign;
+    if (ok) {
+        w->running = 1;
+        w->start_req = req;
+        w->run_target = steps > 0 ? w->done + steps : -1;
+        snprintf(w->state, sizeof w->state, "running");
+        pthread_cond_signal(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return ok ? 0 : PT_ESTATE;
+}
+
+void pt_agent_worker_stop(pt_agent_worker *w, int64_t gen, int64_t req)
+{
+    (void)gen;
+    pthread_mutex_lock(&w->mu);
+    w->has_stop = 1;
+    w->stop_req = req;
+    snprintf(w->state, sizeof w->state, "stopping");
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+int pt_agent_worker_checkpoint(pt_agent_worker *w, int64_t gen, int64_t req, int64_t step)
+{
+    (void)gen;
+    pthread_mutex_lock(&w->mu);
+    int ok = w->nckpt < PT_AGENT_CKPT_REQ_MAX && w->built;
+    if (ok) {
+        w->ckpts[w->nckpt++] = (ckpt_req){req, step};
+        pthread_cond_signal(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return ok ? 0 : PT_ERANGE;
+}
+
+void pt_agent_worker_abort(pt_agent_worker *w)
+{
+    if (!w)
+        return;
+    atomic_store(&w->stop_flag, 1);
+    pthread_mutex_lock(&w->mu);
+    w->quit = 1;
+    w->running = 0;
+    if (w->abort_ctx)
+        zmq_ctx_shutdown(w->abort_ctx);
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void pt_agent_worker_status(pt_agent_worker *w, char *state, int cap, int64_t *step)
+{
+    pthread_mutex_lock(&w->mu);
+    snprintf(state, (size_t)cap, "%s", w->state);
+    *step = w->done - 1;
+    pthread_mutex_unlock(&w->mu);
+}
+
+int pt_agent_worker_destroy(pt_agent_worker **w_p, int timeout_ms)
+{
+    if (!w_p || !*w_p)
+        return 0;
+    pt_agent_worker *w = *w_p;
+    *w_p = NULL;
+    pt_agent_worker_abort(w);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * NS_PER_MS;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&w->mu);
+    while (!w->exited)
+        if (pthread_cond_timedwait(&w->cv, &w->mu, &until) == ETIMEDOUT)
+            break;
+    int exited = w->exited;
+    pthread_mutex_unlock(&w->mu);
+    if (!exited)
+        return PT_ETIMEOUT; /* leaked on purpose: the thread may still touch it */
+    pthread_join(w->th, NULL);
+    if (w->assign) {
+        pt_msg_clear(w->assign);
+        free(w->assign);
+    }
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+    return 0;
+}

@@ -1,0 +1,889 @@
+/* pipetop run: a distributed training run on this machine. Validates the
+ * plan against the model, the topology and memory, spawns one
+ * pipetop-agent per stage replica, drives them through a session
+ * (tui/session.h) and prints measured figures next to the simulator's
+ * prediction for the same plan. Checkpoints and --resume under another plan
+ * go through tui/run_ckpt.h. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "planner/cost.h"
+#include "planner/planner.h"
+#include "planner/schedule.h"
+#include "planner/simulate.h"
+#include "protocol/fileio.h"
+#include "protocol/model.h"
+#include "protocol/plan.h"
+#include "protocol/profile.h"
+#include "protocol/topology.h"
+#include "runtime/data.h"
+#include "tui/cmd_opts.h"
+#include "tui/commands.h"
+#include "tui/progress.h"
+#include "tui/run_ckpt.h"
+#include "tui/run_report.h"
+#include "tui/session.h"
+
+#define DEFAULT_SEED        1
+#define DEFAULT_MB_SIZE     16
+#define DEFAULT_PLANNER     "gpipe"
+#define PROFILE_REPEATS     "5"
+#define PROFILE_WARMUP      "2"
+#define REGISTER_TIMEOUT_MS 30000
+#define ASSIGN_TIMEOUT_MS   120000
+#define STOP_TIMEOUT_MS     120000
+#define EXIT_TIMEOUT_MS     5000
+#define PROFILE_TIMEOUT_MS  600000
+#define POLL_MS             100
+#define PLAIN_LINE_MS       1000
+#define REAP_SLEEP_MS       20
+#define PATH_CAP            4096
+#define AGENT_BIN           "pipetop-agent"
+/* The local topology: one node, devices sharing this machine's memory,
+ * linked through the loopback interface. */
+#define LOCAL_LINK_BPS     2e9   /* bytes/s through ZeroMQ over loopback */
+#define LOCAL_LINK_LATENCY 50e-6 /* seconds */
+#define MAX_ITERS          (1LL << 40)
+
+typedef struct run_args {
+    const char *plan, *model, *data, *topology, *profile, *ckpt_dir, *resume, *run_dir, *schedule,
+        *planner, *policy;
+    int64_t iters, epochs, ckpt_every, seed;
+    int headless, json, stages, microbatches, mb_size, replicas;
+} run_args;
+
+typedef struct run_ctx {
+    run_args a;
+    pt_model_spec *spec;
+    pt_plan *plan;
+    pt_topology *topo;
+    pt_profile *profile;
+    pt_program prog;
+    pt_cost *cost;
+    pt_sim *sim;
+    pt_sim_result pred;
+    int64_t data_count;
+    char run_dir[PATH_CAP], ckpt_dir[PATH_CAP];
+    int64_t resume_step, steps, target;
+    pt_session *s;
+    pt_run_report *report;
+    pid_t *pids;
+    int *exited; /* per worker: reaped */
+    int workers;
+    int tty;
+    pt_progress *bar;
+    int64_t next_step_out;
+    double last_line_s;
+    char failure[PT_ERROR_MAX + 256];
+} run_ctx;
+
+static volatile sig_atomic_t g_interrupt;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    g_interrupt++;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: pipetop run --plan P --model M --data D [--iters N | --epochs N] [options]\n"
+            "       pipetop run --stages S --schedule K --microbatches M --model M --data D ...\n"
+            "Runs a plan with one pipetop-agent process per stage replica on this machine and\n"
+            "prints measured iteration time, busy/bubble fractions and peak memory per stage\n"
+            "replica next to the simulator's prediction.\n\n"
+            "  --plan P              plan file (protocol/plan.h)\n"
+            "  --stages S --schedule K --microbatches M\n"
+            "                        instead of --plan: profile the model here and plan it\n"
+            "  --planner NAME        planner for the quick form (default %s)\n"
+            "  --microbatch-size B   quick form: samples per micro-batch (default %d)\n"
+            "  --replicas R          quick form: devices per stage offered (default 1)\n"
+            "  --policy A|B          quick form, dapple: warm-up policy\n"
+            "  --model M             model spec: a path or a name in models/\n"
+            "  --data D              synthetic, fashion-mnist, or a path\n"
+            "  --iters N | --epochs N  how long to train (default: 1 epoch)\n"
+            "  --seed S              initial weights and data order (default %d)\n"
+            "  --topology T          topology file (default: one node, one CPU device per\n"
+            "                        stage replica)\n"
+            "  --profile P           profile for the prediction (default: measured now)\n"
+            "  --checkpoint-dir DIR  save per-layer checkpoints there (on stop, and every K)\n"
+            "  --checkpoint-every K  steps between checkpoints\n"
+            "  --resume DIR          continue from a checkpoint (a run's checkpoint folder or\n"
+            "                        one of its step-N folders), under this plan\n"
+            "  --run-dir DIR         where the run record goes (default runs/<timestamp>)\n"
+            "  --headless            plain lines only, never a progress bar\n"
+            "  --json                JSON lines on stdout; the last is the summary\n",
+            DEFAULT_PLANNER, DEFAULT_MB_SIZE, DEFAULT_SEED);
+}
+
+static int parse_args(int argc, char **argv, run_args *a)
+{
+    *a = (run_args){.seed = DEFAULT_SEED, .mb_size = DEFAULT_MB_SIZE, .replicas = 1};
+    pt_opt opts[] = {
+        {"plan", PT_OPT_STRING, &a->plan, 0, 0, 0},
+        {"model", PT_OPT_STRING, &a->model, 0, 0, 0},
+        {"data", PT_OPT_STRING, &a->data, 0, 0, 0},
+        {"iters", PT_OPT_INT64, &a->iters, 1, (double)MAX_ITERS, 0},
+        {"epochs", PT_OPT_INT64, &a->epochs, 1, 1e6, 0},
+        {"headless", PT_OPT_FLAG, &a->headless, 0, 0, 0},
+        {"json", PT_OPT_FLAG, &a->json, 0, 0, 0},
+        {"checkpoint-dir", PT_OPT_STRING, &a->ckpt_dir, 0, 0, 0},
+        {"checkpoint-every", PT_OPT_INT64, &a->ckpt_every, 1, (double)MAX_ITERS, 0},
+        {"resume", PT_OPT_STRING, &a->resume, 0, 0, 0},
+        {"topology", PT_OPT_STRING, &a->topology, 0, 0, 0},
+        {"seed", PT_OPT_INT64, &a->seed, 0, 9007199254740991.0, 0},
+        {"profile", PT_OPT_STRING, &a->profile, 0, 0, 0},
+        {"run-dir", PT_OPT_STRING, &a->run_dir, 0, 0, 0},
+        {"stages", PT_OPT_INT, &a->stages, 1, PT_MSG_MAX_INDEX, 0},
+        {"schedule", PT_OPT_STRING, &a->schedule, 0, 0, 0},
+        {"microbatches", PT_OPT_INT, &a->microbatches, 1, PT_PLAN_MB_COUNT_MAX, 0},
+        {"microbatch-size", PT_OPT_INT, &a->mb_size, 1, PT_PLAN_MB_SIZE_MAX, 0},
+        {"replicas", PT_OPT_INT, &a->replicas, 1, PT_MSG_MAX_INDEX, 0},
+        {"planner", PT_OPT_STRING, &a->planner, 0, 0, 0},
+        {"policy", PT_OPT_STRING, &a->policy, 0, 0, 0},
+    };
+    int n = (int)(sizeof opts / sizeof opts[0]);
+    int rc = pt_opts_parse("run", argc, argv, opts, n, stderr);
+    if (rc == PT_OPTS_HELP) {
+        usage(stdout);
+        return 0;
+    }
+    if (rc != PT_OPTS_OK)
+        return 2;
+    const char *why = NULL;
+    int quick = a->stages || a->schedule || a->microbatches;
+    if (!a->model || !a->data)
+        why = "--model and --data are required";
+    else if (a->plan && quick)
+        why = "--plan and the quick form (--stages/--schedule/--microbatches) exclude each other";
+    else if (!a->plan && !(a->stages && a->schedule && a->microbatches))
+        why = "give --plan, or all of --stages, --schedule and --microbatches";
+    else if (a->iters && a->epochs)
+        why = "--iters and --epochs exclude each other";
+    else if (a->policy && strcmp(a->policy, "A") && strcmp(a->policy, "B"))
+        why = "--policy must be A or B";
+    if (why) {
+        fprintf(stderr, "pipetop run: %s (see pipetop run --help)\n", why);
+        return 2;
+    }
+    return -1;
+}
+
+/* ---- output ------------------------------------------------------------------------ */
+
+static void say(run_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(run_ctx *c, const char *fmt, ...)
+{
+    if (c->a.json)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
+
+static void json_event(run_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void json_event(run_ctx *c, const char *fmt, ...)
+{
+    if (!c->a.json)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+static void fail_json(run_ctx *c, const char *reason)
+{
+    if (!c->a.json)
+        return;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "event", "failed");
+    cJSON_AddStringToObject(o, "reason", reason);
+    if (c->run_dir[0])
+        cJSON_AddStringToObject(o, "run_dir", c->run_dir);
+    char *t = cJSON_PrintUnformatted(o);
+    if (t)
+        printf("%s\n", t);
+    fflush(stdout);
+    free(t);
+    cJSON_Delete(o);
+}
+
+/* ---- preparation ---------------------------------------------------------------------- */
+
+static int exe_dir(char *out, size_t cap)
+{
+    char self[PATH_CAP];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return -1;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (!slash)
+        return -1;
+    *slash = '\0';
+    snprintf(out, cap, "%s", self);
+    return 0;
+}
+
+/* Waits for a child with a bound; returns its wait status or -1 (killed). */
+static int wait_child(pid_t pid, int timeout_ms)
+{
+    double end = now_s() + timeout_ms / 1e3;
+    int st = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid)
+            return st;
+        if (r < 0 || now_s() > end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        struct timespec ts = {0, REAP_SLEEP_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Measures the model's profile with `pipetop profile` in a child process. */
+static int measure_profile(run_ctx *c, int mb, pt_error *err)
+{
+    char dir[PATH_CAP], self[PATH_CAP + 16], out[PATH_CAP + 32], log[PATH_CAP + 32], batch[16];
+    if (exe_dir(dir, sizeof dir) < 0)
+        return pt_error_set(err, PT_EIO, "cannot find this program's folder (/proc/self/exe)");
+    snprintf(self, sizeof self, "%s/pipetop", dir);
+    snprintf(out, sizeof out, "%s/profile.json", c->run_dir);
+    snprintf(log, sizeof log, "%s/profile.log", c->run_dir);
+    snprintf(batch, sizeof batch, "%d", mb);
+    say(c, "profiling %s at micro-batch %d on this machine ...\n", c->spec->name, mb);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        return pt_error_set(err, PT_EIO, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+            close(fd);
+        }
+        char *argv[] = {self,       "profile",      "--model", (char *)c->a.model, "--batch",
+                        batch,      "--out",        out,       "--repeats",        PROFILE_REPEATS,
+                        "--warmup", PROFILE_WARMUP, NULL};
+        execv(self, argv);
+        _exit(127);
+    }
+    int st = wait_child(pid, PROFILE_TIMEOUT_MS);
+    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        return pt_error_set(err, PT_EIO, "pipetop profile failed (see %s)", log);
+    return pt_profile_load(out, &c->profile, err);
+}
+
+static int local_topology(run_ctx *c, int devices, pt_error *err)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    int64_t mem = pages > 0 && page > 0 ? (int64_t)pages * page / devices : (1LL << 30);
+    pt_link link = {LOCAL_LINK_BPS, LOCAL_LINK_LATENCY};
+    c->topo = pt_topology_uniform(1, devices, mem, link, link);
+    if (!c->topo)
+        return pt_error_set(err, PT_ENOMEM, "local topology of %d devices: out of memory", devices);
+    snprintf(c->topo->name, sizeof c->topo->name, "local");
+    return 0;
+}
+
+static int quick_plan(run_ctx *c, pt_error *err)
+{
+    pt_sched_kind kind;
+    if (pt_sched_kind_parse(c->a.schedule, &kind) < 0)
+        return pt_error_set(err, PT_EINVAL, "--schedule: unknown schedule \"%s\"", c->a.schedule);
+    const char *planner = c->a.planner ? c->a.planner : DEFAULT_PLANNER;
+    pt_planner_opts o;
+    pt_planner_opts_default(&o);
+    o.stages = c->a.stages;
+    o.microbatch_sizes[0] = c->a.mb_size;
+    o.microbatch_size_count = 1;
+    pt_planner_report rep;
+    int rc = pt_planner_run(planner, c->profile, c->topo, c->a.mb_size * c->a.microbatches, &o,
+                            &c->plan, &rep, err);
+    if (rc < 0)
+        return rc;
+    c->plan->schedule = kind;
+    if (c->a.policy)
+        c->plan->policy = c->a.policy[0];
+    c->plan->microbatch_size = c->a.mb_size;
+    c->plan->microbatch_count = c->a.microbatches;
+    char path[PATH_CAP + 16];
+    snprintf(path, sizeof path, "%s/plan.json", c->run_dir);
+    say(c, "planned with %s: %d stages, schedule %s, %d x %d samples (%s)\n", planner,
+        c->plan->stage_count, pt_sched_kind_name(kind), c->plan->microbatch_count,
+        c->plan->microbatch_size, path);
+    return pt_plan_save(c->plan, path, err);
+}
+
+static int make_run_dir(run_ctx *c, pt_error *err)
+{
+    if (c->a.run_dir) {
+        snprintf(c->run_dir, sizeof c->run_dir, "%s", c->a.run_dir);
+    } else {
+        time_t t = time(NULL);
+        struct tm tm;
+        localtime_r(&t, &tm);
+        char stamp[32];
+        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+        snprintf(c->run_dir, sizeof c->run_dir, "runs/%s-%ld", stamp, (long)getpid());
+    }
+    return pt_mkdir_p(c->run_dir, err);
+}
+
+/* Everything that can be refused before an agent starts. */
+static int prepare(run_ctx *c, pt_error *err)
+{
+    int rc;
+    const run_args *a = &c->a;
+    if ((rc = pt_model_spec_find(a->model, &c->spec, err)) < 0 || (rc = make_run_dir(c, err)) < 0)
+        return rc;
+    pt_dataset *ds = NULL;
+    if ((rc = pt_dataset_open(a->data, c->spec, PT_DATA_TRAIN, 1, &ds, err)) < 0)
+        return rc;
+    c->data_count = pt_dataset_count(ds);
+    pt_dataset_free(&ds);
+    if (a->plan && (rc = pt_plan_load(a->plan, &c->plan, err)) < 0)
+        return rc;
+    int devices = a->plan ? 0 : a->stages * a->replicas;
+    for (int s = 0; c->plan && s < c->plan->stage_count; s++)
+        for (int j = 0; j < c->plan->stages[s].replica_count; j++)
+            if (c->plan->stages[s].replicas[j] + 1 > devices)
+                devices = c->plan->stages[s].replicas[j] + 1;
+    if (a->topology)
+        rc = pt_topology_load(a->topology, &c->topo, err);
+    else
+        rc = local_topology(c, devices > 0 ? devices : 1, err);
+    if (rc < 0)
+        return rc;
+    int mb = c->plan ? c->plan->microbatch_size : a->mb_size;
+    if (a->profile)
+        rc = pt_profile_load(a->profile, &c->profile, err);
+    else
+        rc = measure_profile(c, mb, err);
+    if (rc < 0 || (rc = pt_profile_check(c->profile, c->spec, "profile", err)) < 0)
+        return rc;
+    if (!c->plan && (rc = quick_plan(c, err)) < 0)
+        return rc;
+    const char *src = a->plan ? a->plan : "plan";
+    if ((rc = pt_plan_check(c->plan, c->spec, c->topo, src, err)) < 0)
+        return rc;
+    if ((rc = pt_cost_check_memory(c->plan, c->profile, c->topo, err)) < 0)
+        return pt_error_prefix(err, src);
+    if ((rc = pt_sched_build(c->plan, c->profile, NULL, &c->prog, err)) < 0 ||
+        (rc = pt_sched_validate(&c->prog, err)) < 0)
+        return pt_error_prefix(err, src);
+    int64_t global = (int64_t)c->plan->microbatch_size * c->plan->microbatch_count;
+    if (global > c->data_count)
+        return pt_error_set(err, PT_EINVAL,
+                            "%s: a global batch of %lld samples is more than the "
+                            "%lld of data set %s",
+                            src, (long long)global, (long long)c->data_count, a->data);
+    if ((rc = pt_cost_new(c->profile, c->topo, &c->cost, err)) < 0 ||
+        (rc = pt_sim_new(&c->sim)) < 0 ||
+        (rc = pt_sim_run(c->sim, &c->prog, c->cost, &c->pred, err)) < 0)
+        return rc;
+    c->workers = c->prog.worker_count;
+    /* how many steps, in whole programs (asynchronous kinds cover several iterations) */
+    int64_t per_epoch = c->data_count / global;
+    c->steps = a->iters ? a->iters : (a->epochs ? a->epochs : 1) * per_epoch;
+    int wc = c->prog.window_count > 0 ? c->prog.window_count : 1;
+    if (c->steps % wc) {
+        int64_t rounded = (c->steps / wc + 1) * wc;
+        say(c, "note: schedule %s runs %d iterations per program; %lld steps become %lld\n",
+            pt_sched_kind_name(c->plan->schedule), wc, (long long)c->steps, (long long)rounded);
+        c->steps = rounded;
+    }
+    if (a->resume) {
+        char root[PATH_CAP];
+        if ((rc = pt_run_ckpt_find(a->resume, root, sizeof root, &c->resume_step, err)) < 0)
+            return rc;
+        snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", a->ckpt_dir ? a->ckpt_dir : root);
+        if ((rc = pt_run_ckpt_import(root, c->ckpt_dir, c->resume_step, err)) < 0)
+            return rc;
+    } else if (a->ckpt_dir || a->ckpt_every) {
+        if (a->ckpt_dir)
+            snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", a->ckpt_dir);
+        else
+            snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%.4000s/ckpt", c->run_dir);
+        if ((rc = pt_mkdir_p(c->ckpt_dir, err)) < 0)
+            return rc;
+    }
+    c->target = c->resume_step + c->steps;
+    return 0;
+}
+
+/* ---- agents ------------------------------------------------------------------------------- */
+
+static int spawn_agents(run_ctx *c, pt_error *err)
+{
+    char dir[PATH_CAP], bin[PATH_CAP + 32];
+    if (exe_dir(dir, sizeof dir) < 0)
+        return pt_error_set(err, PT_EIO, "cannot find this program's folder (/proc/self/exe)");
+    snprintf(bin, sizeof bin, "%s/%s", dir, AGENT_BIN);
+    if (access(bin, X_OK) != 0)
+        return pt_error_set(err, PT_ENOTFOUND, "%s: %s (build the pipetop-agent target)", bin,
+                            strerror(errno));
+    c->pids = calloc((size_t)c->workers, sizeof *c->pids);
+    c->exited = calloc((size_t)c->workers, sizeof *c->exited);
+    if (!c->pids || !c->exited)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = cpus > c->workers ? (int)(cpus / c->workers) : 1;
+    char th[16];
+    snprintf(th, sizeof th, "%d", threads);
+    fflush(stdout);
+    fflush(stderr);
+    for (int w = 0; w < c->workers; w++) {
+        char name[32], dev[16], log[PATH_CAP + 32];
+        snprintf(name, sizeof name, "w%d", w);
+        snprintf(dev, sizeof dev, "%d", c->prog.workers[w].device);
+        snprintf(log, sizeof log, "%.4000s/agent-%s.log", c->run_dir, name);
+        pid_t pid = fork();
+        if (pid < 0)
+            return pt_error_set(err, PT_EIO, "fork: %s", strerror(errno));
+        if (pid == 0) {
+            setpgid(0, 0); /* ^C reaches the console, which stops the agents in order */
+            prctl(PR_SET_PDEATHSIG, SIGTERM);
+            int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd >= 0) {
+                dup2(fd, STDOUT_FILENO);
+                dup2(fd, STDERR_FILENO);
+                close(fd);
+            }
+            int nul = open("/dev/null", O_RDONLY);
+            if (nul >= 0) {
+                dup2(nul, STDIN_FILENO);
+                close(nul);
+            }
+            char *argv[16];
+            int k = 0;
+            argv[k++] = bin;
+            argv[k++] = "--console";
+            argv[k++] = (char *)pt_session_control_endpoint(c->s);
+            argv[k++] = "--telemetry";
+            argv[k++] = (char *)pt_session_telemetry_endpoint(c->s);
+            argv[k++] = "--device";
+            argv[k++] = dev;
+            argv[k++] = "--name";
+            argv[k++] = name;
+            if (!getenv("OPENBLAS_NUM_THREADS")) {
+                argv[k++] = "--threads";
+                argv[k++] = th;
+            }
+            argv[k] = NULL;
+            execv(bin, argv);
+            _exit(127);
+        }
+        c->pids[w] = pid;
+    }
+    return 0;
+}
+
+static void describe_status(int st, char *buf, size_t cap)
+{
+    if (WIFSIGNALED(st))
+        snprintf(buf, cap, "its process was killed by signal %d (%s)", WTERMSIG(st),
+                 strsignal(WTERMSIG(st)));
+    else if (WIFEXITED(st))
+        snprintf(buf, cap, "its process exited with status %d", WEXITSTATUS(st));
+    else
+        snprintf(buf, cap, "its process ended");
+}
+
+/* Reaps agents that ended; an end the console did not ask for marks it dead. */
+static void reap(run_ctx *c, int expected)
+{
+    for (int w = 0; w < c->workers; w++) {
+        if (!c->pids || c->exited[w] || c->pids[w] <= 0)
+            continue;
+        int st = 0;
+        if (waitpid(c->pids[w], &st, WNOHANG) != c->pids[w])
+            continue;
+        c->exited[w] = 1;
+        if (expected)
+            continue;
+        char name[32], why[128];
+        snprintf(name, sizeof name, "w%d", w);
+        describe_status(st, why, sizeof why);
+        int i = pt_session_find_agent(c->s, name);
+        if (i >= 0)
+            pt_session_mark_dead(c->s, i, why);
+        else if (!c->failure[0])
+            snprintf(c->failure, sizeof c->failure,
+                     "agent %s (stage %d, replica %d, pid %ld) ended before registering: %s "
+                     "(see %.200s/agent-%s.log)",
+                     name, c->prog.workers[w].stage, c->prog.workers[w].replica, (long)c->pids[w],
+                     why, c->run_dir, name);
+    }
+}
+
+/* Lets the agents go: bye, a bounded wait, then SIGKILL for any left. */
+static void end_agents(run_ctx *c, const char *reason)
+{
+    if (c->s)
+        pt_session_bye(c->s, reason);
+    double end = now_s() + EXIT_TIMEOUT_MS / 1e3;
+    for (;;) {
+        if (c->s)
+            pt_session_poll(c->s, REAP_SLEEP_MS, NULL);
+        reap(c, 1);
+        int left = 0;
+        for (int w = 0; c->pids && w < c->workers; w++)
+            left += c->pids[w] > 0 && !c->exited[w];
+        if (!left || now_s() > end)
+            break;
+    }
+    for (int w = 0; c->pids && w < c->workers; w++)
+        if (c->pids[w] > 0 && !c->exited[w]) {
+            kill(c->pids[w], SIGKILL);
+            waitpid(c->pids[w], NULL, 0);
+            c->exited[w] = 1;
+        }
+}
+
+/* ---- the session's listener ----------------------------------------------------------------- */
+
+static void on_note(void *user, const pt_session_note *n)
+{
+    run_ctx *c = user;
+    const pt_session_agent *ag = pt_session_agent_at(c->s, n->agent);
+    int w = ag ? ag->worker : -1;
+    switch (n->kind) {
+    case PT_NOTE_METRICS:
+        pt_run_report_metrics(c->report, w, &n->msg->u.metrics);
+        break;
+    case PT_NOTE_EVENTS:
+        pt_run_report_events(c->report, w, &n->msg->u.events);
+        break;
+    case PT_NOTE_CHECKPOINT:
+        json_event(c, "{\"event\":\"checkpoint\",\"step\":%lld}", (long long)n->step);
+        if (!c->tty || c->a.headless)
+            say(c, "checkpoint: step %lld in %s/step-%lld\n", (long long)n->step, c->ckpt_dir,
+                (long long)n->step);
+        break;
+    case PT_NOTE_DEAD:
+    case PT_NOTE_ERROR:
+        fprintf(stderr, "pipetop run: %s\n", n->text ? n->text : "?");
+        break;
+    case PT_NOTE_REJECTED:
+        fprintf(stderr, "pipetop run: rejected: %s\n", n->text ? n->text : "?");
+        break;
+    default:
+        break;
+    }
+}
+
+/* Prints the steps whose loss is complete, in order. */
+static void show_steps(run_ctx *c)
+{
+    double loss, rate;
+    while (c->next_step_out < c->target &&
+           pt_run_report_step(c->report, c->next_step_out, &loss, &rate)) {
+        int64_t k = c->next_step_out++;
+        json_event(c, "{\"event\":\"step\",\"step\":%lld,\"loss\":%.9g,\"samples_per_s\":%.6g}",
+                   (long long)k, loss, rate);
+        char fields[96];
+        snprintf(fields, sizeof fields, "loss %.4f  %.0f samples/s", loss, rate);
+        if (c->bar) {
+            pt_progress_update(c->bar, k + 1 - c->resume_step, fields);
+        } else if (!c->a.json &&
+                   (now_s() - c->last_line_s >= PLAIN_LINE_MS / 1e3 || k + 1 == c->target)) {
+            printf("step %lld/%lld  %s\n", (long long)k + 1, (long long)c->target, fields);
+            fflush(stdout);
+            c->last_line_s = now_s();
+        }
+    }
+}
+
+/* ---- the run ---------------------------------------------------------------------------- */
+
+static int failed(run_ctx *c, pt_error *err)
+{
+    if (c->failure[0]) {
+        pt_error_set(err, PT_ESTATE, "%.500s", c->failure);
+        return 1;
+    }
+    return pt_session_failure(c->s, err);
+}
+
+static int wait_registered(run_ctx *c, pt_error *err)
+{
+    double end = now_s() + REGISTER_TIMEOUT_MS / 1e3;
+    for (;;) {
+        int have = 0;
+        for (int w = 0; w < c->workers; w++) {
+            char name[32];
+            snprintf(name, sizeof name, "w%d", w);
+            int i = pt_session_find_agent(c->s, name);
+            have += i >= 0 && pt_session_agent_at(c->s, i)->state == PT_AGENT_REGISTERED;
+        }
+        if (have == c->workers)
+            return 0;
+        reap(c, 0);
+        if (failed(c, err))
+            return PT_ESTATE;
+        if (now_s() > end)
+            return pt_error_set(err, PT_ETIMEOUT,
+                                "%d of %d agents registered within %d ms (see "
+                                "%s/agent-*.log)",
+                                have, c->workers, REGISTER_TIMEOUT_MS, c->run_dir);
+        int rc = pt_session_poll(c->s, POLL_MS, err);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+/* pt_session_wait, watching the agents' processes too. */
+static int wait_answers(run_ctx *c, int timeout_ms, pt_error *err)
+{
+    double end = now_s() + timeout_ms / 1e3;
+    for (;;) {
+        reap(c, 0);
+        if (failed(c, err))
+            return PT_ESTATE;
+        int left = (int)((end - now_s()) * 1e3);
+        int rc = pt_session_wait(c->s, left < POLL_MS ? (left > 0 ? left : 0) : POLL_MS, err);
+        if (rc != PT_ETIMEOUT || now_s() > end)
+            return rc;
+    }
+}
+
+static int all_done(run_ctx *c)
+{
+    if (pt_session_min_step(c->s) < c->target - 1)
+        return 0;
+    for (int i = 0; i < pt_session_agent_count(c->s); i++) {
+        const pt_session_agent *ag = pt_session_agent_at(c->s, i);
+        if (ag->worker >= 0 && ag->state != PT_AGENT_IDLE)
+            return 0;
+    }
+    return 1;
+}
+
+static int train(run_ctx *c, pt_error *err)
+{
+    int *agents = calloc((size_t)c->workers, sizeof *agents);
+    if (!agents)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    for (int w = 0; w < c->workers; w++) {
+        char name[32];
+        snprintf(name, sizeof name, "w%d", w);
+        agents[w] = pt_session_find_agent(c->s, name);
+    }
+    pt_session_plan sp = {c->plan,         c->spec,       agents,
+                          c->a.data,       c->a.seed,     c->ckpt_dir[0] ? c->ckpt_dir : NULL,
+                          c->a.ckpt_every, c->resume_step};
+    int rc = pt_session_assign(c->s, &sp, err);
+    free(agents);
+    if (rc < 0 || (rc = wait_answers(c, ASSIGN_TIMEOUT_MS, err)) < 0)
+        return rc;
+    if ((rc = pt_session_start(c->s, c->steps, err)) < 0)
+        return rc;
+    if (c->tty && !c->a.headless && !c->a.json)
+        c->bar = pt_progress_new(stdout, "run", c->steps, 1);
+    int stopping = 0;
+    while (!all_done(c)) {
+        if ((rc = pt_session_poll(c->s, POLL_MS, err)) < 0)
+            return rc;
+        reap(c, 0);
+        show_steps(c);
+        if (failed(c, err))
+            return PT_ESTATE;
+        if (g_interrupt > 1)
+            return pt_error_set(err, PT_ESTATE, "interrupted twice: abandoning the run");
+        if (g_interrupt && !stopping) {
+            stopping = 1;
+            say(c, "\nstopping after the current step (^C again to abandon) ...\n");
+            break;
+        }
+    }
+    show_steps(c);
+    pt_progress_finish(&c->bar, NULL);
+    if ((rc = pt_session_stop(c->s, stopping ? "interrupted" : "done", err)) < 0 ||
+        (rc = wait_answers(c, STOP_TIMEOUT_MS, err)) < 0)
+        return rc;
+    show_steps(c);
+    return 0;
+}
+
+static char *summary_extra(run_ctx *c)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "run_dir", c->run_dir);
+    cJSON_AddStringToObject(o, "schedule", pt_sched_kind_name(c->plan->schedule));
+    cJSON_AddNumberToObject(o, "first_step", (double)c->resume_step);
+    cJSON_AddNumberToObject(o, "steps", (double)c->steps);
+    cJSON_AddNumberToObject(o, "last_step", (double)pt_session_min_step(c->s));
+    double loss, rate;
+    if (c->next_step_out > c->resume_step &&
+        pt_run_report_step(c->report, c->next_step_out - 1, &loss, &rate) && isfinite(loss))
+        cJSON_AddNumberToObject(o, "last_loss", loss);
+    if (c->ckpt_dir[0]) {
+        cJSON_AddStringToObject(o, "checkpoint_dir", c->ckpt_dir);
+        cJSON_AddNumberToObject(o, "checkpoint_step", (double)pt_session_committed_step(c->s));
+    }
+    pt_session_counts k;
+    pt_session_counts_get(c->s, &k);
+    cJSON *t = cJSON_AddObjectToObject(o, "telemetry");
+    if (t) {
+        cJSON_AddNumberToObject(t, "received", (double)k.telemetry.received);
+        cJSON_AddNumberToObject(t, "dropped", (double)k.telemetry.dropped);
+        cJSON_AddNumberToObject(t, "duplicates", (double)k.telemetry.duplicates);
+        cJSON_AddNumberToObject(t, "malformed", (double)k.telemetry.malformed);
+        cJSON_AddNumberToObject(t, "stale", (double)k.telemetry.stale);
+    }
+    cJSON_AddNumberToObject(o, "control_rejected", (double)k.control_rejected);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
+static void finish_report(run_ctx *c)
+{
+    char *extra = summary_extra(c);
+    char *json = pt_run_report_json(c->report, &c->pred, extra);
+    if (json)
+        pt_session_record(c->s, "summary", json);
+    if (c->a.json) {
+        if (json)
+            printf("%s\n", json);
+    } else {
+        pt_run_report_print(c->report, &c->pred, stdout);
+        if (c->ckpt_dir[0] && pt_session_committed_step(c->s) >= 0)
+            printf("\ncheckpoint: step %lld in %s (resume with --resume %s)\n",
+                   (long long)pt_session_committed_step(c->s), c->ckpt_dir, c->ckpt_dir);
+        printf("run record: %s/run.ndjson\n", c->run_dir);
+    }
+    fflush(stdout);
+    free(extra);
+    free(json);
+}
+
+static void cleanup(run_ctx *c)
+{
+    pt_progress_finish(&c->bar, NULL);
+    pt_session_destroy(&c->s);
+    pt_run_report_free(&c->report);
+    pt_sim_free(&c->sim);
+    pt_cost_free(&c->cost);
+    pt_program_release(&c->prog);
+    pt_profile_free(&c->profile);
+    pt_topology_free(&c->topo);
+    pt_plan_free(&c->plan);
+    pt_model_spec_free(&c->spec);
+    free(c->pids);
+    free(c->exited);
+}
+
+int pt_cmd_run(int argc, char **argv)
+{
+    run_ctx c;
+    memset(&c, 0, sizeof c);
+    int st = parse_args(argc, argv, &c.a);
+    if (st >= 0)
+        return st;
+    c.tty = isatty(STDOUT_FILENO);
+    pt_error err = {0};
+    int rc = prepare(&c, &err);
+    if (rc < 0) {
+        fprintf(stderr, "pipetop run: refused before starting any agent: %s\n",
+                err.msg[0] ? err.msg : pt_strerror(rc));
+        fail_json(&c, err.msg);
+        cleanup(&c);
+        return 1;
+    }
+    char record[PATH_CAP + 16];
+    snprintf(record, sizeof record, "%s/run.ndjson", c.run_dir);
+    pt_session_config sc = {NULL, NULL, record, 0, 0};
+    c.report = pt_run_report_new(c.plan, c.resume_step, c.steps);
+    if (!c.report || (rc = pt_session_create(&sc, &c.s, &err)) < 0) {
+        fprintf(stderr, "pipetop run: %s\n", err.msg[0] ? err.msg : "out of memory");
+        fail_json(&c, err.msg);
+        cleanup(&c);
+        return 1;
+    }
+    pt_session_set_listener(c.s, on_note, &c);
+    pt_session_set_commit(c.s, pt_run_ckpt_commit, NULL);
+    c.next_step_out = c.resume_step;
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    g_interrupt = 0;
+    say(&c,
+        "run %s: %s, %d stages, %d stage replicas, schedule %s, %d x %d samples, steps "
+        "%lld..%lld; predicted %.3f ms per iteration\n",
+        c.run_dir, c.spec->name, c.plan->stage_count, c.workers,
+        pt_sched_kind_name(c.plan->schedule), c.plan->microbatch_count, c.plan->microbatch_size,
+        (long long)c.resume_step, (long long)c.target - 1, c.pred.iter_s * 1e3);
+    json_event(&c,
+               "{\"event\":\"start\",\"run_dir\":\"%s\",\"workers\":%d,\"first_step\":%lld,"
+               "\"steps\":%lld,\"predicted_iteration_ms\":%.6g}",
+               c.run_dir, c.workers, (long long)c.resume_step, (long long)c.steps,
+               c.pred.iter_s * 1e3);
+    if ((rc = spawn_agents(&c, &err)) == 0 && (rc = wait_registered(&c, &err)) == 0)
+        rc = train(&c, &err);
+    if (rc < 0) {
+        pt_progress_finish(&c.bar, NULL);
+        char msg[PT_ERROR_MAX + 64];
+        snprintf(msg, sizeof msg, "%s", err.msg[0] ? err.msg : pt_strerror(rc));
+        fprintf(stderr, "pipetop run: stopped: %s\n", msg);
+        end_agents(&c, "the run stopped");
+        if (c.ckpt_dir[0] && pt_session_committed_step(c.s) >= 0)
+            fprintf(stderr,
+                    "pipetop run: last checkpoint: step %lld in %s (resume with --resume %s)\n",
+                    (long long)pt_session_committed_step(c.s), c.ckpt_dir, c.ckpt_dir);
+        char fields[PT_ERROR_MAX + 128];
+        cJSON *j = cJSON_CreateString(msg);
+        char *q = j ? cJSON_PrintUnformatted(j) : NULL;
+        snprintf(fields, sizeof fields, "{\"reason\":%s}", q ? q : "\"?\"");
+        free(q);
+        cJSON_Delete(j);
+        pt_session_record(c.s, "failed", fields);
+        fail_json(&c, msg);
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
+        cleanup(&c);
+        return 1;
+    }
+    end_agents(&c, "the run is over");
+    finish_report(&c);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    cleanup(&c);
+    return 0;
+}

@@ -1,0 +1,67 @@
+/* Measured figures of a distributed run, from the telemetry the session
+ * receives, set next to the simulator's prediction for the same plan
+ * (`pipetop run`'s summary).
+ *
+ * Per worker (stage replica) and step: busy time (FWD, BWD, RECOMPUTE and
+ * OPT_STEP events), iteration time (metrics iter_ms), loss and memory peaks
+ * (metrics). The summary leaves out the first step of the run when there
+ * are at least two (it pays for first-touch allocation and connection set-up,
+ * which the simulator does not model):
+ *   iteration time of the pipeline = median over steps of the slowest
+ *   worker's iteration time; busy fraction of a worker = its busy time /
+ *   its iteration time, summed over the steps; bubble = 1 - busy. */
+#ifndef PT_TUI_RUN_REPORT_H
+#define PT_TUI_RUN_REPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "planner/simulate.h"
+#include "protocol/message.h"
+#include "protocol/plan.h"
+
+typedef struct pt_run_report pt_run_report;
+
+/* A report for the workers of plan (stage by stage, replica by replica)
+ * over steps [first_step, first_step + steps). NULL on no memory. */
+pt_run_report *pt_run_report_new(const pt_plan *plan, int64_t first_step, int64_t steps);
+void pt_run_report_free(pt_run_report **r_p); /* NULL-safe */
+
+/* Telemetry of worker w (events of other steps or workers are ignored). */
+void pt_run_report_events(pt_run_report *r, int w, const pt_msg_events *ev);
+void pt_run_report_metrics(pt_run_report *r, int w, const pt_msg_metrics *m);
+
+/* The loss of a step over the whole global batch (the last stage's
+ * replicas' losses weighted by their rows) and the slowest worker's
+ * samples/s: 1 once every last-stage replica reported it, else 0. */
+int pt_run_report_step(const pt_run_report *r, int64_t step, double *loss, double *samples_per_s);
+
+typedef struct pt_run_worker_figures {
+    int stage, replica;
+    int steps;           /* steps measured */
+    double iter_ms;      /* mean iteration time */
+    double busy, bubble; /* fractions */
+    int64_t peak[PT_MSG_MEM_COUNT];
+    int64_t peak_total;
+} pt_run_worker_figures;
+
+typedef struct pt_run_figures {
+    int steps_measured;
+    double iteration_ms; /* median of the slowest worker's per step; 0 when none */
+    int worker_count;
+    pt_run_worker_figures *workers; /* owned by the report */
+} pt_run_figures;
+
+/* Computes the measured figures (valid until the next call or free). */
+const pt_run_figures *pt_run_report_figures(pt_run_report *r);
+
+/* The summary next to the prediction: a table (human) or one JSON object
+ * (caller frees; NULL on no memory) with measured_iteration_ms,
+ * predicted_iteration_ms, relative_error and per stage replica busy,
+ * bubble, peak_memory (bytes by category and total) and the predicted
+ * figures. extra_json, when not NULL, is an object text whose members are
+ * added (run directory, checkpoint, counts). */
+void pt_run_report_print(pt_run_report *r, const pt_sim_result *pred, FILE *out);
+char *pt_run_report_json(pt_run_report *r, const pt_sim_result *pred, const char *extra_json);
+
+#endif

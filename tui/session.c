@@ -1,0 +1,1214 @@
+/* Console-side session: agents, requests, heartbeats, telemetry, checkpoint
+ * commits and the run record. See tui/session.h. */
+#include "tui/session.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "protocol/fileio.h"
+
+#define NS_PER_MS      1000000LL
+#define RECV_BATCH_MAX 4096 /* messages handled per socket per poll before heartbeats get a turn   \
+                             */
+#define SESSION_HWM_MSGS 100000
+#define CTL_FRAMES_MAX   4 /* frames read from one ROUTER message before the rest is discarded */
+#define DESCRIBE_MAX     192
+#define REQ_FIRST        1
+
+typedef struct agent_entry {
+    pt_session_agent pub;
+    int64_t ctl_next_seq; /* next control sequence number expected from it */
+    int64_t tx_seq;       /* next sequence number of what the console sends it */
+    int64_t hb_out;       /* heartbeats sent to it */
+    int has_hb_in;        /* its newest heartbeat, to echo */
+    int64_t hb_in, hb_in_tsend, hb_in_trecv;
+    pt_clock_filter clk;
+    int restarted; /* registered again while it was a worker of the current plan */
+    char why_dead[PT_MSG_TEXT_MAX];
+    char bye_reason[PT_MSG_TEXT_MAX];
+} agent_entry;
+
+typedef struct request {
+    int64_t req;
+    int agent;
+    pt_msg_type type; /* assign, start, stop, checkpoint */
+} request;
+
+struct pt_session {
+    void *ctx, *router, *sub;
+    char ctl_ep[PT_MSG_ENDPOINT_MAX], tel_ep[PT_MSG_ENDPOINT_MAX];
+    FILE *rec;
+    int hb_ms, missed;
+    int64_t next_hb_ns;
+    agent_entry *agents;
+    int n, cap;
+    pt_telemetry_rx *rx;
+    int64_t gen, next_req;
+    request *reqs;
+    int nreq, reqcap;
+    int *workers; /* agent index of each worker of the current plan */
+    int worker_count, stage_count;
+    char ckpt_dir[PT_MSG_PATH_MAX];
+    int64_t committed;
+    int64_t kept[PT_SESSION_CKPT_KEEP]; /* steps this session committed, newest last */
+    int kept_n;
+    pt_session_listener listener;
+    void *listener_user;
+    pt_session_commit_fn commit;
+    void *commit_user;
+    pt_session_counts counts;
+};
+
+static const char *const state_names[PT_AGENT_STATE_COUNT] = {
+    "registered", "assigned", "running", "idle", "stopped", "failed", "dead", "gone"};
+
+const char *pt_agent_state_name(pt_agent_state state)
+{
+    return (unsigned)state < PT_AGENT_STATE_COUNT ? state_names[state] : "?";
+}
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+static void note(pt_session *s, pt_session_note_kind kind, int agent, const pt_msg *msg,
+                 int64_t step, const char *text)
+{
+    if (!s->listener)
+        return;
+    pt_session_note n = {kind, agent, msg, step, text};
+    s->listener(s->listener_user, &n);
+}
+
+static void describe(const pt_session_agent *a, char *buf, size_t cap)
+{
+    if (a->stage >= 0)
+        snprintf(buf, cap, "agent %s (stage %d, replica %d, pid %lld)", a->id, a->stage, a->replica,
+                 (long long)a->pid);
+    else
+        snprintf(buf, cap, "agent %s (no stage, pid %lld)", a->id, (long long)a->pid);
+}
+
+/* JSON string literal of s into buf (quotes included). */
+static void json_str(const char *s, char *buf, size_t cap)
+{
+    cJSON *j = cJSON_CreateString(s ? s : "");
+    char *t = j ? cJSON_PrintUnformatted(j) : NULL;
+    snprintf(buf, cap, "%s", t ? t : "\"\"");
+    free(t);
+    cJSON_Delete(j);
+}
+
+/* Compact JSON of a JSON text (NULL when it does not parse); caller frees. */
+static char *compact(const char *text)
+{
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    char *out = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    return out;
+}
+
+static void record_line(pt_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void record_line(pt_session *s, const char *fmt, ...)
+{
+    if (!s->rec)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(s->rec, "{\"t\":%lld,", (long long)pt_msg_now_ns());
+    vfprintf(s->rec, fmt, ap);
+    fputs("}\n", s->rec);
+    va_end(ap);
+}
+
+static void record_msg(pt_session *s, const char *kind, const char *channel, const pt_msg *m,
+                       int64_t offset_ns)
+{
+    if (!s->rec)
+        return;
+    char *text = NULL;
+    if (pt_msg_encode(m, &text, NULL, NULL) < 0)
+        return;
+    record_line(s, "\"kind\":\"%s\",\"channel\":\"%s\",\"offset_ns\":%lld,\"msg\":%s", kind,
+                channel, (long long)offset_ns, text);
+    free(text);
+}
+
+static void record_rejected(pt_session *s, const char *channel, const char *agent,
+                            const char *reason)
+{
+    char a[PT_MSG_ID_MAX + 8], r[PT_ERROR_MAX + 64];
+    json_str(agent, a, sizeof a);
+    json_str(reason, r, sizeof r);
+    record_line(s, "\"kind\":\"rejected\",\"channel\":\"%s\",\"agent\":%s,\"reason\":%s", channel,
+                agent ? a : "null", r);
+}
+
+static void set_state(pt_session *s, int i, pt_agent_state st)
+{
+    agent_entry *e = &s->agents[i];
+    if (e->pub.state == st)
+        return;
+    if (e->pub.state == PT_AGENT_DEAD || e->pub.state == PT_AGENT_GONE)
+        return; /* final */
+    e->pub.state = st;
+    char id[PT_MSG_ID_MAX + 8];
+    json_str(e->pub.id, id, sizeof id);
+    record_line(s, "\"kind\":\"agent\",\"agent\":%s,\"state\":\"%s\",\"step\":%lld", id,
+                pt_agent_state_name(st), (long long)e->pub.step);
+    note(s, PT_NOTE_STATE, i, NULL, 0, NULL);
+}
+
+static void drop_requests_of(pt_session *s, int agent)
+{
+    int k = 0;
+    for (int j = 0; j < s->nreq; j++)
+        if (s->reqs[j].agent != agent)
+            s->reqs[k++] = s->reqs[j];
+    s->nreq = k;
+}
+
+/* ---- create / destroy ------------------------------------------------------- */
+
+static int bind_socket(void *sock, const char *ep, char *out, size_t cap, const char *what,
+                       pt_error *err)
+{
+    int hwm = SESSION_HWM_MSGS, linger = 0;
+    zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    if (zmq_bind(sock, ep) != 0)
+        return pt_error_set(err, PT_EIO, "session: bind %s socket to %s: %s", what, ep,
+                            zmq_strerror(errno));
+    size_t len = cap;
+    if (zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, out, &len) != 0)
+        return pt_error_set(err, PT_EIO, "session: %s socket: ZMQ_LAST_ENDPOINT: %s", what,
+                            zmq_strerror(errno));
+    out[cap - 1] = '\0';
+    return 0;
+}
+
+static int open_record(pt_session *s, const char *path, pt_error *err)
+{
+    char dir[PT_MSG_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        int rc = pt_mkdir_p(dir, err);
+        if (rc < 0)
+            return rc;
+    }
+    s->rec = fopen(path, "w");
+    if (!s->rec)
+        return pt_error_set(err, PT_EIO, "session: run record %s: %s", path, strerror(errno));
+    char c[PT_MSG_ENDPOINT_MAX + 8], t[PT_MSG_ENDPOINT_MAX + 8];
+    json_str(s->ctl_ep, c, sizeof c);
+    json_str(s->tel_ep, t, sizeof t);
+    record_line(s,
+                "\"kind\":\"session\",\"v\":1,\"unix_s\":%lld,\"control\":%s,\"telemetry\":%s,"
+                "\"heartbeat_ms\":%d,\"missed_heartbeats\":%d",
+                (long long)time(NULL), c, t, s->hb_ms, s->missed);
+    fflush(s->rec);
+    return 0;
+}
+
+int pt_session_create(const pt_session_config *cfg, pt_session **out, pt_error *err)
+{
+    if (!out)
+        return pt_error_set(err, PT_EINVAL, "session: out must not be NULL");
+    *out = NULL;
+    pt_session_config def = {0};
+    if (!cfg)
+        cfg = &def;
+    if (cfg->heartbeat_ms < 0 || cfg->missed_heartbeats < 0)
+        return pt_error_set(err, PT_EINVAL, "session: heartbeat figures must not be negative");
+    pt_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return pt_error_set(err, PT_ENOMEM, "session: out of memory");
+    s->hb_ms = cfg->heartbeat_ms ? cfg->heartbeat_ms : PT_SESSION_HEARTBEAT_MS;
+    s->missed = cfg->missed_heartbeats ? cfg->missed_heartbeats : PT_SESSION_MISSED_HEARTBEATS;
+    s->next_req = REQ_FIRST;
+    s->committed = -1;
+    int rc = pt_telemetry_rx_create(0, &s->rx);
+    if (rc < 0) {
+        rc = pt_error_set(err, PT_ENOMEM, "session: out of memory");
+        goto fail;
+    }
+    s->ctx = zmq_ctx_new();
+    if (!s->ctx) {
+        rc = pt_error_set(err, PT_EIO, "session: zmq_ctx_new: %s", zmq_strerror(errno));
+        goto fail;
+    }
+    s->router = zmq_socket(s->ctx, ZMQ_ROUTER);
+    s->sub = zmq_socket(s->ctx, ZMQ_SUB);
+    if (!s->router || !s->sub) {
+        rc = pt_error_set(err, PT_EIO, "session: zmq_socket: %s", zmq_strerror(errno));
+        goto fail;
+    }
+    zmq_setsockopt(s->sub, ZMQ_SUBSCRIBE, "", 0);
+    if ((rc =
+             bind_socket(s->router, cfg->control_bind ? cfg->control_bind : PT_SESSION_DEFAULT_BIND,
+                         s->ctl_ep, sizeof s->ctl_ep, "control", err)) < 0 ||
+        (rc = bind_socket(s->sub,
+                          cfg->telemetry_bind ? cfg->telemetry_bind : PT_SESSION_DEFAULT_BIND,
+                          s->tel_ep, sizeof s->tel_ep, "telemetry", err)) < 0)
+        goto fail;
+    if (cfg->record_path && (rc = open_record(s, cfg->record_path, err)) < 0)
+        goto fail;
+    s->next_hb_ns = pt_msg_now_ns();
+    *out = s;
+    return 0;
+fail:
+    pt_session_destroy(&s);
+    return rc;
+}
+
+void pt_session_destroy(pt_session **s_p)
+{
+    if (!s_p || !*s_p)
+        return;
+    pt_session *s = *s_p;
+    if (s->router)
+        zmq_close(s->router);
+    if (s->sub)
+        zmq_close(s->sub);
+    if (s->ctx)
+        zmq_ctx_term(s->ctx);
+    if (s->rec)
+        fclose(s->rec);
+    pt_telemetry_rx_destroy(&s->rx);
+    free(s->agents);
+    free(s->reqs);
+    free(s->workers);
+    free(s);
+    *s_p = NULL;
+}
+
+const char *pt_session_control_endpoint(const pt_session *s)
+{
+    return s ? s->ctl_ep : NULL;
+}
+const char *pt_session_telemetry_endpoint(const pt_session *s)
+{
+    return s ? s->tel_ep : NULL;
+}
+void pt_session_set_listener(pt_session *s, pt_session_listener fn, void *user)
+{
+    s->listener = fn;
+    s->listener_user = user;
+}
+void pt_session_set_commit(pt_session *s, pt_session_commit_fn fn, void *user)
+{
+    s->commit = fn;
+    s->commit_user = user;
+}
+
+/* ---- sending ---------------------------------------------------------------- */
+
+/* Encodes and queues m for agent i (its seq and agent id are filled in). */
+static int send_to(pt_session *s, int i, pt_msg *m, pt_error *err)
+{
+    agent_entry *e = &s->agents[i];
+    snprintf(m->agent, sizeof m->agent, "%s", e->pub.id);
+    m->seq = e->tx_seq;
+    char *text = NULL;
+    size_t len = 0;
+    int rc = pt_msg_encode(m, &text, &len, err);
+    if (rc < 0)
+        return rc;
+    size_t idlen = strlen(e->pub.id);
+    if (zmq_send(s->router, e->pub.id, idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT) != (int)idlen ||
+        zmq_send(s->router, text, len, ZMQ_DONTWAIT) != (int)len) {
+        s->counts.sends_failed++;
+        rc = pt_error_set(err, PT_EIO, "session: send %s to %s: %s", pt_msg_type_name(m->type),
+                          e->pub.id, zmq_strerror(errno));
+    } else {
+        e->tx_seq++;
+        if (m->type != PT_MSG_HEARTBEAT && m->type != PT_MSG_ASSIGN)
+            record_msg(s, "sent", "control", m, 0);
+    }
+    free(text);
+    return rc;
+}
+
+static int add_request(pt_session *s, int agent, pt_msg_type type, int64_t req)
+{
+    if (s->nreq == s->reqcap) {
+        int cap = s->reqcap ? s->reqcap * 2 : 16;
+        request *r = realloc(s->reqs, (size_t)cap * sizeof *r);
+        if (!r)
+            return PT_ENOMEM;
+        s->reqs = r;
+        s->reqcap = cap;
+    }
+    s->reqs[s->nreq++] = (request){req, agent, type};
+    return 0;
+}
+
+static int live(const agent_entry *e)
+{
+    return e->pub.state != PT_AGENT_DEAD && e->pub.state != PT_AGENT_GONE;
+}
+
+static void send_heartbeats(pt_session *s, int64_t now)
+{
+    for (int i = 0; i < s->n; i++) {
+        agent_entry *e = &s->agents[i];
+        if (!live(e))
+            continue;
+        pt_msg m;
+        pt_msg_init(&m, PT_MSG_HEARTBEAT, e->pub.id);
+        m.gen = e->pub.gen;
+        m.u.heartbeat.hb = e->hb_out++;
+        m.u.heartbeat.t_send = now;
+        if (e->has_hb_in) {
+            m.u.heartbeat.has_echo = 1;
+            m.u.heartbeat.echo_hb = e->hb_in;
+            m.u.heartbeat.echo_t_orig = e->hb_in_tsend;
+            m.u.heartbeat.echo_t_recv = e->hb_in_trecv;
+        }
+        send_to(s, i, &m, NULL);
+    }
+}
+
+static void check_silence(pt_session *s, int64_t now)
+{
+    int64_t bound = (int64_t)s->missed * s->hb_ms * NS_PER_MS;
+    for (int i = 0; i < s->n; i++) {
+        agent_entry *e = &s->agents[i];
+        if (!live(e) || now - e->pub.last_heard_ns <= bound)
+            continue;
+        char why[PT_MSG_TEXT_MAX];
+        snprintf(why, sizeof why, "missed %d heartbeats (nothing heard for %.1f s)", s->missed,
+                 (double)(now - e->pub.last_heard_ns) / 1e9);
+        pt_session_mark_dead(s, i, why);
+    }
+}
+
+void pt_session_mark_dead(pt_session *s, int i, const char *reason)
+{
+    if (!s || i < 0 || i >= s->n || !live(&s->agents[i]))
+        return;
+    agent_entry *e = &s->agents[i];
+    snprintf(e->why_dead, sizeof e->why_dead, "%s", reason ? reason : "dead");
+    char d[DESCRIBE_MAX], text[DESCRIBE_MAX + PT_MSG_TEXT_MAX + 8];
+    describe(&e->pub, d, sizeof d);
+    snprintf(text, sizeof text, "%s: %s", d, e->why_dead);
+    set_state(s, i, PT_AGENT_DEAD);
+    char r[sizeof text + 64];
+    json_str(text, r, sizeof r);
+    char id[PT_MSG_ID_MAX + 8];
+    json_str(e->pub.id, id, sizeof id);
+    record_line(s, "\"kind\":\"dead\",\"agent\":%s,\"reason\":%s", id, r);
+    if (s->rec)
+        fflush(s->rec);
+    drop_requests_of(s, i);
+    note(s, PT_NOTE_DEAD, i, NULL, 0, text);
+}
+
+/* ---- checkpoints -------------------------------------------------------------- */
+
+static int write_latest(pt_session *s, int64_t step, pt_error *err)
+{
+    char path[PT_MSG_PATH_MAX + 32], text[128];
+    snprintf(path, sizeof path, "%s/%s", s->ckpt_dir, PT_SESSION_LATEST_FILE);
+    int n = snprintf(text, sizeof text, "{\"v\":1,\"step\":%lld,\"dir\":\"step-%lld\"}\n",
+                     (long long)step, (long long)step);
+    return pt_file_write_atomic(path, text, (size_t)n, err);
+}
+
+/* Removes a step folder (plain files only, as agents write them). */
+static void remove_step_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    char path[PT_MSG_PATH_MAX + 300];
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static void try_commit(pt_session *s)
+{
+    if (!s->ckpt_dir[0] || !s->commit || s->worker_count == 0)
+        return;
+    int64_t n = INT64_MAX;
+    for (int w = 0; w < s->worker_count; w++) {
+        const agent_entry *e = &s->agents[s->workers[w]];
+        if (e->pub.gen != s->gen)
+            return;
+        if (e->pub.ckpt_step < n)
+            n = e->pub.ckpt_step;
+    }
+    if (n < 0 || n <= s->committed)
+        return;
+    char dir[PT_MSG_PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/step-%lld", s->ckpt_dir, (long long)n);
+    pt_error err = {0};
+    int rc = s->commit(s->commit_user, dir, n, s->stage_count, &err);
+    if (rc == 0)
+        rc = write_latest(s, n, &err);
+    char d[PT_MSG_PATH_MAX + 40];
+    json_str(dir, d, sizeof d);
+    if (rc < 0) {
+        char r[PT_ERROR_MAX + 64], text[PT_ERROR_MAX + 64];
+        snprintf(text, sizeof text, "checkpoint step %lld: %s", (long long)n, err.msg);
+        json_str(text, r, sizeof r);
+        record_line(s, "\"kind\":\"checkpoint_failed\",\"step\":%lld,\"dir\":%s,\"reason\":%s",
+                    (long long)n, d, r);
+        note(s, PT_NOTE_ERROR, -1, NULL, n, text);
+        return;
+    }
+    s->committed = n;
+    record_line(s, "\"kind\":\"checkpoint\",\"step\":%lld,\"dir\":%s", (long long)n, d);
+    if (s->rec)
+        fflush(s->rec);
+    if (s->kept_n == PT_SESSION_CKPT_KEEP) {
+        char old[PT_MSG_PATH_MAX + 32];
+        snprintf(old, sizeof old, "%s/step-%lld", s->ckpt_dir, (long long)s->kept[0]);
+        remove_step_dir(old);
+        memmove(s->kept, s->kept + 1, (PT_SESSION_CKPT_KEEP - 1) * sizeof s->kept[0]);
+        s->kept_n--;
+    }
+    s->kept[s->kept_n++] = n;
+    note(s, PT_NOTE_CHECKPOINT, -1, NULL, n, NULL);
+}
+
+/* ---- receiving control ---------------------------------------------------------- */
+
+static int add_agent(pt_session *s, const char *id)
+{
+    if (s->n == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 8;
+        agent_entry *a = realloc(s->agents, (size_t)cap * sizeof *a);
+        if (!a)
+            return PT_ENOMEM;
+        s->agents = a;
+        s->cap = cap;
+    }
+    agent_entry *e = &s->agents[s->n];
+    memset(e, 0, sizeof *e);
+    snprintf(e->pub.id, sizeof e->pub.id, "%s", id);
+    e->pub.worker = e->pub.stage = e->pub.replica = -1;
+    e->pub.step = e->pub.ckpt_step = -1;
+    e->pub.device = -1;
+    pt_clock_filter_init(&e->clk);
+    return s->n++;
+}
+
+static int is_worker(const pt_session *s, int i)
+{
+    for (int w = 0; w < s->worker_count; w++)
+        if (s->workers[w] == i)
+            return 1;
+    return 0;
+}
+
+static void on_register(pt_session *s, int i, const pt_msg *m, int64_t now)
+{
+    int fresh = i < 0;
+    if (fresh && (i = add_agent(s, m->agent)) < 0)
+        return;
+    agent_entry *e = &s->agents[i];
+    const pt_msg_register *r = &m->u.reg;
+    if (!fresh && m->seq == 0) {
+        /* A new process under a known name: its numbering starts again. */
+        pt_telemetry_rx_reset_agent(s->rx, e->pub.id);
+        if (is_worker(s, i) && s->gen > 0)
+            e->restarted = 1;
+        e->pub.state = PT_AGENT_REGISTERED;
+        e->pub.gen = 0;
+        e->tx_seq = 0;
+        e->has_hb_in = 0;
+        pt_clock_filter_init(&e->clk);
+        e->why_dead[0] = e->bye_reason[0] = '\0';
+    }
+    snprintf(e->pub.host, sizeof e->pub.host, "%s", r->host);
+    e->pub.pid = r->pid;
+    e->pub.device = r->device;
+    snprintf(e->pub.device_name, sizeof e->pub.device_name, "%s", r->device_name);
+    snprintf(e->pub.backend, sizeof e->pub.backend, "%s", r->backend);
+    snprintf(e->pub.data_endpoint, sizeof e->pub.data_endpoint, "%s", r->data_endpoint);
+    e->pub.last_heard_ns = now;
+    e->ctl_next_seq = m->seq + 1;
+    note(s, PT_NOTE_REGISTERED, i, m, 0, NULL);
+}
+
+static int take_request(pt_session *s, int agent, int64_t req, pt_msg_type type)
+{
+    for (int j = 0; j < s->nreq; j++)
+        if (s->reqs[j].agent == agent && s->reqs[j].req == req &&
+            (type == PT_MSG_TYPE_COUNT || s->reqs[j].type == type)) {
+            s->reqs[j] = s->reqs[--s->nreq];
+            return 1;
+        }
+    return 0;
+}
+
+static void on_heartbeat(pt_session *s, int i, const pt_msg *m, int64_t now)
+{
+    agent_entry *e = &s->agents[i];
+    const pt_msg_heartbeat *h = &m->u.heartbeat;
+    e->has_hb_in = 1;
+    e->hb_in = h->hb;
+    e->hb_in_tsend = h->t_send;
+    e->hb_in_trecv = now;
+    if (h->has_echo &&
+        pt_clock_filter_add(&e->clk, h->echo_t_orig, h->echo_t_recv, h->t_send, now) == 0) {
+        e->pub.clock_known =
+            pt_clock_filter_get(&e->clk, &e->pub.clock_offset_ns, &e->pub.clock_delay_ns) == 0;
+    }
+    if (h->state[0])
+        snprintf(e->pub.reported, sizeof e->pub.reported, "%s", h->state);
+    if (h->step > e->pub.step)
+        e->pub.step = h->step;
+    if (!strcmp(h->state, "idle") && e->pub.state == PT_AGENT_RUNNING && m->gen == s->gen)
+        set_state(s, i, PT_AGENT_IDLE);
+}
+
+static void reject(pt_session *s, int i, const char *channel, const char *agent, const char *reason)
+{
+    if (!strcmp(channel, "control")) {
+        s->counts.control_rejected++;
+        if (i >= 0)
+            s->agents[i].pub.control_rejected++;
+    } else {
+        s->counts.telemetry_rejected++;
+    }
+    record_rejected(s, channel, agent, reason);
+    note(s, PT_NOTE_REJECTED, i, NULL, 0, reason);
+}
+
+static void handle_control(pt_session *s, const char *ident, size_t ident_len, const char *body,
+                           size_t len)
+{
+    int64_t now = pt_msg_now_ns();
+    pt_msg m;
+    pt_error err = {0};
+    char id[PT_MSG_ID_MAX];
+    snprintf(id, sizeof id, "%.*s", (int)(ident_len < sizeof id ? ident_len : sizeof id - 1),
+             ident);
+    int i = pt_session_find_agent(s, id);
+    if (pt_msg_decode(body, len, "control", &m, &err) < 0) {
+        reject(s, i, "control", i >= 0 ? id : NULL, err.msg);
+        return;
+    }
+    char why[PT_ERROR_MAX];
+    if (strcmp(m.agent, id) != 0 || ident_len != strlen(m.agent)) {
+        snprintf(why, sizeof why, "control (%s): agent \"%s\" is not the sender's routing id",
+                 pt_msg_type_name(m.type), m.agent);
+        reject(s, i, "control", i >= 0 ? id : NULL, why);
+        goto done;
+    }
+    if (i < 0 && m.type != PT_MSG_REGISTER) {
+        snprintf(why, sizeof why, "control (%s) from %s: not registered", pt_msg_type_name(m.type),
+                 m.agent);
+        reject(s, -1, "control", NULL, why);
+        goto done;
+    }
+    if (pt_msg_accept(&m, PT_MSG_AT_CONSOLE, s->gen, &err) < 0) {
+        reject(s, i, "control", m.agent, err.msg);
+        goto done;
+    }
+    if (m.type == PT_MSG_REGISTER) {
+        if (i >= 0 && m.seq != 0 && m.seq < s->agents[i].ctl_next_seq) {
+            snprintf(why, sizeof why, "control (register) from %s: seq %lld out of order", m.agent,
+                     (long long)m.seq);
+            reject(s, i, "control", m.agent, why);
+            goto done;
+        }
+        if (i >= 0 && !live(&s->agents[i]) && m.seq != 0) {
+            snprintf(why, sizeof why, "control (register) from %s: the agent is %s", m.agent,
+                     pt_agent_state_name(s->agents[i].pub.state));
+            reject(s, i, "control", m.agent, why);
+            goto done;
+        }
+        s->counts.control_received++;
+        record_msg(s, "recv", "control", &m, 0);
+        on_register(s, i, &m, now);
+        goto done;
+    }
+    agent_entry *e = &s->agents[i];
+    if (!live(e)) {
+        snprintf(why, sizeof why, "control (%s) from %s: the agent is %s", pt_msg_type_name(m.type),
+                 m.agent, pt_agent_state_name(e->pub.state));
+        reject(s, i, "control", m.agent, why);
+        goto done;
+    }
+    if (m.seq < e->ctl_next_seq) {
+        snprintf(why, sizeof why, "control (%s) from %s: seq %lld out of order (expected %lld)",
+                 pt_msg_type_name(m.type), m.agent, (long long)m.seq, (long long)e->ctl_next_seq);
+        reject(s, i, "control", m.agent, why);
+        goto done;
+    }
+    e->pub.control_dropped += (uint64_t)(m.seq - e->ctl_next_seq);
+    e->ctl_next_seq = m.seq + 1;
+    e->pub.last_heard_ns = now;
+    s->counts.control_received++;
+    if (m.type != PT_MSG_HEARTBEAT)
+        record_msg(s, "recv", "control", &m, e->pub.clock_offset_ns);
+    switch (m.type) {
+    case PT_MSG_HEARTBEAT:
+        on_heartbeat(s, i, &m, now);
+        break;
+    case PT_MSG_ACK:
+        if (!take_request(s, i, m.req, m.u.ack.of)) {
+            snprintf(why, sizeof why, "control (ack) from %s: no %s request %lld is pending",
+                     m.agent, pt_msg_type_name(m.u.ack.of), (long long)m.req);
+            s->counts.control_received--;
+            reject(s, i, "control", m.agent, why);
+            break;
+        }
+        if (m.u.ack.of == PT_MSG_ASSIGN) {
+            e->pub.gen = m.gen;
+            set_state(s, i, PT_AGENT_ASSIGNED);
+        } else if (m.u.ack.of == PT_MSG_START) {
+            set_state(s, i, PT_AGENT_RUNNING);
+        } else {
+            set_state(s, i, PT_AGENT_STOPPED);
+        }
+        break;
+    case PT_MSG_CHECKPOINT_ACK:
+        if (m.req > 0)
+            take_request(s, i, m.req, PT_MSG_CHECKPOINT);
+        if (m.u.checkpoint_ack.step > e->pub.ckpt_step)
+            e->pub.ckpt_step = m.u.checkpoint_ack.step;
+        try_commit(s);
+        break;
+    case PT_MSG_ERROR: {
+        snprintf(e->pub.last_error, sizeof e->pub.last_error, "%s", m.u.error.reason);
+        int about_run =
+            m.u.error.stage >= 0 || (m.req > 0 && take_request(s, i, m.req, PT_MSG_TYPE_COUNT));
+        if (about_run) {
+            drop_requests_of(s, i);
+            set_state(s, i, PT_AGENT_FAILED);
+        }
+        note(s, PT_NOTE_ERROR, i, &m, 0, m.u.error.reason);
+        break;
+    }
+    case PT_MSG_BYE:
+        snprintf(e->bye_reason, sizeof e->bye_reason, "%s",
+                 m.u.bye.reason[0] ? m.u.bye.reason : "left");
+        drop_requests_of(s, i);
+        set_state(s, i, PT_AGENT_GONE);
+        break;
+    default:
+        break; /* register handled above; pt_msg_accept refused console-only types */
+    }
+done:
+    pt_msg_clear(&m);
+}
+
+/* ---- receiving telemetry -------------------------------------------------------- */
+
+static void handle_telemetry(pt_session *s, const char *body, size_t len)
+{
+    pt_msg m;
+    pt_error err = {0};
+    int rc = pt_telemetry_rx_feed(s->rx, body, len, "telemetry", &m, &err);
+    if (rc < 0) {
+        record_rejected(s, "telemetry", NULL, err.msg);
+        note(s, PT_NOTE_REJECTED, -1, NULL, 0, err.msg);
+        return;
+    }
+    int i = pt_session_find_agent(s, m.agent);
+    char why[PT_ERROR_MAX];
+    if (m.type != PT_MSG_EVENTS && m.type != PT_MSG_METRICS) {
+        snprintf(why, sizeof why, "telemetry (%s) from %s: not a telemetry message",
+                 pt_msg_type_name(m.type), m.agent);
+        reject(s, i, "telemetry", m.agent, why);
+    } else if (i < 0) {
+        snprintf(why, sizeof why, "telemetry (%s) from %s: not registered",
+                 pt_msg_type_name(m.type), m.agent);
+        reject(s, -1, "telemetry", m.agent, why);
+    } else {
+        agent_entry *e = &s->agents[i];
+        int64_t off = e->pub.clock_offset_ns;
+        record_msg(s, "recv", "telemetry", &m, off);
+        if (m.type == PT_MSG_METRICS) {
+            e->pub.metrics = m.u.metrics;
+            e->pub.has_metrics = 1;
+            if (m.u.metrics.step > e->pub.step)
+                e->pub.step = m.u.metrics.step;
+            note(s, PT_NOTE_METRICS, i, &m, 0, NULL);
+        } else {
+            for (int k = 0; k < m.u.events.count; k++) {
+                m.u.events.events[k].start_ns -= off;
+                m.u.events.events[k].end_ns -= off;
+            }
+            note(s, PT_NOTE_EVENTS, i, &m, 0, NULL);
+        }
+    }
+    pt_msg_clear(&m);
+}
+
+/* ---- poll ---------------------------------------------------------------------- */
+
+static int drain_control(pt_session *s, pt_error *err)
+{
+    for (int k = 0; k < RECV_BATCH_MAX; k++) {
+        zmq_msg_t f[CTL_FRAMES_MAX];
+        int nf = 0, more = 1, extra = 0;
+        while (more) {
+            zmq_msg_t part;
+            zmq_msg_init(&part);
+            if (zmq_msg_recv(&part, s->router, ZMQ_DONTWAIT) < 0) {
+                int e = errno;
+                zmq_msg_close(&part);
+                for (int j = 0; j < nf; j++)
+                    zmq_msg_close(&f[j]);
+                if (e == EAGAIN && nf == 0)
+                    return 0;
+                if (e == EAGAIN || e == EINTR)
+                    return 0;
+                return pt_error_set(err, PT_EIO, "session: control receive: %s", zmq_strerror(e));
+            }
+            more = zmq_msg_more(&part);
+            if (nf < CTL_FRAMES_MAX)
+                f[nf++] = part;
+            else {
+                zmq_msg_close(&part);
+                extra++;
+            }
+        }
+        if (nf == 2 && !extra) {
+            handle_control(s, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), zmq_msg_data(&f[1]),
+                           zmq_msg_size(&f[1]));
+        } else {
+            char id[PT_MSG_ID_MAX], why[160];
+            size_t il = zmq_msg_size(&f[0]);
+            snprintf(id, sizeof id, "%.*s", (int)(il < sizeof id ? il : sizeof id - 1),
+                     (const char *)zmq_msg_data(&f[0]));
+            int i = pt_session_find_agent(s, id);
+            snprintf(why, sizeof why, "control: a message of %d frames (one JSON frame expected)",
+                     nf + extra - 1);
+            reject(s, i, "control", i >= 0 ? id : NULL, why);
+        }
+        for (int j = 0; j < nf; j++)
+            zmq_msg_close(&f[j]);
+    }
+    return 0;
+}
+
+static int drain_telemetry(pt_session *s, pt_error *err)
+{
+    for (int k = 0; k < RECV_BATCH_MAX; k++) {
+        zmq_msg_t part;
+        zmq_msg_init(&part);
+        if (zmq_msg_recv(&part, s->sub, ZMQ_DONTWAIT) < 0) {
+            int e = errno;
+            zmq_msg_close(&part);
+            if (e == EAGAIN || e == EINTR)
+                return 0;
+            return pt_error_set(err, PT_EIO, "session: telemetry receive: %s", zmq_strerror(e));
+        }
+        handle_telemetry(s, zmq_msg_data(&part), zmq_msg_size(&part));
+        zmq_msg_close(&part);
+    }
+    return 0;
+}
+
+int pt_session_poll(pt_session *s, int timeout_ms, pt_error *err)
+{
+    if (!s)
+        return pt_error_set(err, PT_EINVAL, "session: NULL");
+    int64_t deadline = pt_msg_now_ns() + (int64_t)(timeout_ms > 0 ? timeout_ms : 0) * NS_PER_MS;
+    for (;;) {
+        int64_t now = pt_msg_now_ns();
+        if (now >= s->next_hb_ns) {
+            send_heartbeats(s, now);
+            s->next_hb_ns = now + (int64_t)s->hb_ms * NS_PER_MS;
+        }
+        check_silence(s, now);
+        int64_t until = deadline < s->next_hb_ns ? deadline : s->next_hb_ns;
+        long wait_ms = until > now ? (long)((until - now + NS_PER_MS - 1) / NS_PER_MS) : 0;
+        zmq_pollitem_t items[2] = {{s->router, 0, ZMQ_POLLIN, 0}, {s->sub, 0, ZMQ_POLLIN, 0}};
+        int n = zmq_poll(items, 2, wait_ms);
+        if (n < 0 && errno != EINTR)
+            return pt_error_set(err, PT_EIO, "session: poll: %s", zmq_strerror(errno));
+        int rc;
+        if (n > 0 && (items[0].revents & ZMQ_POLLIN) && (rc = drain_control(s, err)) < 0)
+            return rc;
+        if (n > 0 && (items[1].revents & ZMQ_POLLIN) && (rc = drain_telemetry(s, err)) < 0)
+            return rc;
+        if (s->rec)
+            fflush(s->rec);
+        if (n != 0 || pt_msg_now_ns() >= deadline)
+            return 0;
+    }
+}
+
+/* ---- table ---------------------------------------------------------------------- */
+
+int pt_session_agent_count(const pt_session *s)
+{
+    return s ? s->n : 0;
+}
+
+const pt_session_agent *pt_session_agent_at(const pt_session *s, int i)
+{
+    return s && i >= 0 && i < s->n ? &s->agents[i].pub : NULL;
+}
+
+int pt_session_find_agent(const pt_session *s, const char *id)
+{
+    for (int i = 0; s && id && i < s->n; i++)
+        if (!strcmp(s->agents[i].pub.id, id))
+            return i;
+    return -1;
+}
+
+int64_t pt_session_heartbeat_age_ms(const pt_session *s, int i)
+{
+    if (!s || i < 0 || i >= s->n)
+        return -1;
+    return (pt_msg_now_ns() - s->agents[i].pub.last_heard_ns) / NS_PER_MS;
+}
+
+int64_t pt_session_generation(const pt_session *s)
+{
+    return s ? s->gen : 0;
+}
+
+void pt_session_agent_telemetry(const pt_session *s, int i, pt_rx_counts *out)
+{
+    memset(out, 0, sizeof *out);
+    if (s && i >= 0 && i < s->n)
+        pt_telemetry_rx_agent_counts(s->rx, s->agents[i].pub.id, out);
+}
+
+void pt_session_counts_get(const pt_session *s, pt_session_counts *out)
+{
+    *out = s->counts;
+    pt_telemetry_rx_totals(s->rx, &out->telemetry);
+}
+
+int pt_session_pending(const pt_session *s)
+{
+    return s ? s->nreq : 0;
+}
+
+int64_t pt_session_committed_step(const pt_session *s)
+{
+    return s ? s->committed : -1;
+}
+
+int64_t pt_session_min_step(const pt_session *s)
+{
+    if (!s || s->worker_count == 0)
+        return -1;
+    int64_t m = INT64_MAX;
+    for (int w = 0; w < s->worker_count; w++) {
+        int64_t st = s->agents[s->workers[w]].pub.step;
+        if (st < m)
+            m = st;
+    }
+    return m;
+}
+
+int pt_session_failure(const pt_session *s, pt_error *err)
+{
+    for (int w = 0; s && w < s->worker_count; w++) {
+        const agent_entry *e = &s->agents[s->workers[w]];
+        char d[DESCRIBE_MAX];
+        describe(&e->pub, d, sizeof d);
+        switch (e->pub.state) {
+        case PT_AGENT_DEAD:
+            pt_error_set(err, PT_ESTATE, "%s: %s", d, e->why_dead);
+            return 1;
+        case PT_AGENT_FAILED:
+            pt_error_set(err, PT_ESTATE, "%s failed: %s", d, e->pub.last_error);
+            return 1;
+        case PT_AGENT_GONE:
+            pt_error_set(err, PT_ESTATE, "%s left: %s", d, e->bye_reason);
+            return 1;
+        default:
+            if (e->restarted) {
+                pt_error_set(err, PT_ESTATE, "%s registered again: its process restarted", d);
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+int pt_session_wait(pt_session *s, int timeout_ms, pt_error *err)
+{
+    int64_t deadline = pt_msg_now_ns() + (int64_t)timeout_ms * NS_PER_MS;
+    for (;;) {
+        if (pt_session_failure(s, err))
+            return PT_ESTATE;
+        if (s->nreq == 0)
+            return 0;
+        int64_t now = pt_msg_now_ns();
+        if (now >= deadline) {
+            const request *r = &s->reqs[0];
+            char d[DESCRIBE_MAX];
+            describe(&s->agents[r->agent].pub, d, sizeof d);
+            return pt_error_set(err, PT_ETIMEOUT,
+                                "no answer to %s (request %lld) from %s within %d ms (%d requests "
+                                "pending)",
+                                pt_msg_type_name(r->type), (long long)r->req, d, timeout_ms,
+                                s->nreq);
+        }
+        int rc = pt_session_poll(s, (int)((deadline - now + NS_PER_MS - 1) / NS_PER_MS), err);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+/* ---- requests ------------------------------------------------------------------- */
+
+static int record_plan(pt_session *s, const pt_session_plan *p)
+{
+    if (!s->rec)
+        return 0;
+    char *pj = pt_plan_to_json(p->plan), *mj = pt_model_spec_to_json(p->model);
+    char *pc = compact(pj), *mc = compact(mj);
+    free(pj);
+    free(mj);
+    if (!pc || !mc) {
+        free(pc);
+        free(mc);
+        return PT_ENOMEM;
+    }
+    char data[PT_MSG_PATH_MAX + 16], ck[PT_MSG_PATH_MAX + 16];
+    json_str(p->data, data, sizeof data);
+    json_str(p->checkpoint_dir ? p->checkpoint_dir : "", ck, sizeof ck);
+    fprintf(s->rec,
+            "{\"t\":%lld,\"kind\":\"plan\",\"gen\":%lld,\"plan\":%s,\"model\":%s,\"data\":%s,"
+            "\"seed\":%lld,\"checkpoint_dir\":%s,\"checkpoint_every\":%lld,\"resume_step\":%lld,"
+            "\"workers\":[",
+            (long long)pt_msg_now_ns(), (long long)s->gen, pc, mc, data, (long long)p->seed, ck,
+            (long long)p->checkpoint_every, (long long)p->resume_step);
+    for (int w = 0; w < s->worker_count; w++) {
+        const pt_session_agent *a = &s->agents[s->workers[w]].pub;
+        char id[PT_MSG_ID_MAX + 8];
+        json_str(a->id, id, sizeof id);
+        fprintf(s->rec, "%s{\"worker\":%d,\"agent\":%s,\"stage\":%d,\"replica\":%d,\"pid\":%lld}",
+                w ? "," : "", w, id, a->stage, a->replica, (long long)a->pid);
+    }
+    fputs("]}\n", s->rec);
+    fflush(s->rec);
+    free(pc);
+    free(mc);
+    return 0;
+}
+
+/* Fills the worker table from the plan: stage by stage, replica by replica. */
+static int map_workers(pt_session *s, const pt_session_plan *p, pt_error *err)
+{
+    int wc = pt_plan_device_count(p->plan);
+    if (wc < 1)
+        return pt_error_set(err, PT_EINVAL, "session: the plan has no stage replicas");
+    for (int w = 0; w < wc; w++) {
+        int a = p->agents[w];
+        if (a < 0 || a >= s->n)
+            return pt_error_set(err, PT_EINVAL, "session: worker %d: agent index %d unknown", w, a);
+        const agent_entry *e = &s->agents[a];
+        if (!live(e) || e->pub.state == PT_AGENT_FAILED || e->pub.state == PT_AGENT_RUNNING)
+            return pt_error_set(err, PT_ESTATE, "session: worker %d: agent %s is %s", w, e->pub.id,
+                                pt_agent_state_name(e->pub.state));
+        if (!e->pub.data_endpoint[0])
+            return pt_error_set(err, PT_EINVAL,
+                                "session: worker %d: agent %s registered no data endpoint", w,
+                                e->pub.id);
+        for (int v = 0; v < w; v++)
+            if (p->agents[v] == a)
+                return pt_error_set(err, PT_EINVAL, "session: agent %s is given workers %d and %d",
+                                    e->pub.id, v, w);
+    }
+    int *workers = realloc(s->workers, (size_t)wc * sizeof *workers);
+    if (!workers)
+        return pt_error_set(err, PT_ENOMEM, "session: out of memory");
+    s->workers = workers;
+    s->worker_count = wc;
+    s->stage_count = p->plan->stage_count;
+    for (int i = 0; i < s->n; i++)
+        s->agents[i].pub.worker = s->agents[i].pub.stage = s->agents[i].pub.replica = -1;
+    int w = 0;
+    for (int st = 0; st < p->plan->stage_count; st++)
+        for (int r = 0; r < p->plan->stages[st].replica_count; r++, w++) {
+            agent_entry *e = &s->agents[p->agents[w]];
+            s->workers[w] = p->agents[w];
+            e->pub.worker = w;
+            e->pub.stage = st;
+            e->pub.replica = r;
+            e->pub.step = -1;
+            e->pub.ckpt_step = -1;
+            e->restarted = 0;
+        }
+    return 0;
+}
+
+int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err)
+{
+    if (!s || !p || !p->plan || !p->model || !p->agents || !p->data)
+        return pt_error_set(err, PT_EINVAL, "session: assign: plan, model, agents and data needed");
+    if (p->resume_step > 0 && !p->checkpoint_dir)
+        return pt_error_set(err, PT_EINVAL, "session: resume step %lld needs a checkpoint folder",
+                            (long long)p->resume_step);
+    char *plan_json = pt_plan_to_json(p->plan), *model_json = pt_model_spec_to_json(p->model);
+    pt_msg_peer *peers = NULL;
+    int rc = 0;
+    if (!plan_json || !model_json) {
+        rc = pt_error_set(err, PT_ENOMEM, "session: out of memory");
+        goto done;
+    }
+    if ((rc = map_workers(s, p, err)) < 0)
+        goto done;
+    peers = calloc((size_t)s->worker_count, sizeof *peers);
+    if (!peers) {
+        rc = pt_error_set(err, PT_ENOMEM, "session: out of memory");
+        goto done;
+    }
+    for (int w = 0; w < s->worker_count; w++) {
+        const pt_session_agent *a = &s->agents[s->workers[w]].pub;
+        peers[w].rank = w;
+        peers[w].stage = a->stage;
+        peers[w].replica = a->replica;
+        snprintf(peers[w].endpoint, sizeof peers[w].endpoint, "%s", a->data_endpoint);
+    }
+    s->gen++;
+    pt_telemetry_rx_set_generation(s->rx, s->gen);
+    snprintf(s->ckpt_dir, sizeof s->ckpt_dir, "%s", p->checkpoint_dir ? p->checkpoint_dir : "");
+    s->committed = p->resume_step > 0 ? p->resume_step : -1;
+    s->kept_n = 0;
+    s->nreq = 0; /* requests of the previous generation can no longer be answered */
+    record_plan(s, p);
+    for (int w = 0; w < s->worker_count && rc == 0; w++) {
+        int i = s->workers[w];
+        const pt_session_agent *a = &s->agents[i].pub;
+        pt_msg m;
+        pt_msg_init(&m, PT_MSG_ASSIGN, a->id);
+        m.gen = s->gen;
+        m.req = s->next_req++;
+        pt_msg_assign *as = &m.u.assign;
+        as->plan_json = plan_json;
+        as->model_json = model_json;
+        as->stage = a->stage;
+        as->replica = a->replica;
+        as->rank = w;
+        as->peer_count = s->worker_count;
+        as->peers = peers;
+        snprintf(as->data, sizeof as->data, "%s", p->data);
+        as->seed = p->seed;
+        snprintf(as->checkpoint_dir, sizeof as->checkpoint_dir, "%s", s->ckpt_dir);
+        as->checkpoint_every = p->checkpoint_every;
+        as->resume_step = p->resume_step;
+        snprintf(as->telemetry, sizeof as->telemetry, "%s", s->tel_ep);
+        rc = send_to(s, i, &m, err);
+        if (rc == 0 && (rc = add_request(s, i, PT_MSG_ASSIGN, m.req)) < 0)
+            pt_error_set(err, rc, "session: out of memory");
+        /* plan, model and peers stay ours: not pt_msg_clear'd */
+    }
+done:
+    free(plan_json);
+    free(model_json);
+    free(peers);
+    return rc;
+}
+
+static int send_all(pt_session *s, pt_msg_type type, const pt_msg *tmpl, pt_error *err)
+{
+    if (s->worker_count == 0 || s->gen == 0)
+        return pt_error_set(err, PT_ESTATE, "session: %s: no plan has been assigned",
+                            pt_msg_type_name(type));
+    for (int w = 0; w < s->worker_count; w++) {
+        int i = s->workers[w];
+        if (!live(&s->agents[i]))
+            continue;
+        pt_msg m = *tmpl;
+        m.type = type;
+        m.gen = s->gen;
+        m.req = s->next_req++;
+        int rc = send_to(s, i, &m, err);
+        if (rc < 0)
+            return rc;
+        if (add_request(s, i, type, m.req) < 0)
+            return pt_error_set(err, PT_ENOMEM, "session: out of memory");
+    }
+    return 0;
+}
+
+int pt_session_start(pt_session *s, int64_t steps, pt_error *err)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_START, NULL);
+    m.u.start.steps = steps < 0 ? 0 : steps;
+    return send_all(s, PT_MSG_START, &m, err);
+}
+
+int pt_session_stop(pt_session *s, const char *reason, pt_error *err)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_STOP, NULL);
+    snprintf(m.u.stop.reason, sizeof m.u.stop.reason, "%s", reason ? reason : "");
+    return send_all(s, PT_MSG_STOP, &m, err);
+}
+
+int pt_session_checkpoint(pt_session *s, int64_t step, pt_error *err)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_CHECKPOINT, NULL);
+    m.u.checkpoint.step = step < 0 ? -1 : step;
+    return send_all(s, PT_MSG_CHECKPOINT, &m, err);
+}
+
+void pt_session_bye(pt_session *s, const char *reason)
+{
+    for (int i = 0; s && i < s->n; i++) {
+        if (!live(&s->agents[i]))
+            continue;
+        pt_msg m;
+        pt_msg_init(&m, PT_MSG_BYE, NULL);
+        m.gen = s->agents[i].pub.gen;
+        snprintf(m.u.bye.reason, sizeof m.u.bye.reason, "%s", reason ? reason : "");
+        send_to(s, i, &m, NULL);
+    }
+    if (s && s->rec)
+        fflush(s->rec);
+}
+
+int pt_session_record(pt_session *s, const char *kind, const char *fields_json)
+{
+    if (!s || !kind)
+        return PT_EINVAL;
+    if (!s->rec)
+        return 0;
+    char *inner = NULL;
+    if (fields_json) {
+        cJSON *j = cJSON_Parse(fields_json);
+        if (!j || !cJSON_IsObject(j)) {
+            cJSON_Delete(j);
+            return PT_EINVAL;
+        }
+        inner = cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
+        if (!inner)
+            return PT_ENOMEM;
+    }
+    char k[128];
+    json_str(kind, k, sizeof k);
+    /* inner is "{...}": splice its members after "kind" */
+    int has_members = inner && strlen(inner) > 2;
+    fprintf(s->rec, "{\"t\":%lld,\"kind\":%s%s%s\n", (long long)pt_msg_now_ns(), k,
+            has_members ? "," : "}", has_members ? inner + 1 : "");
+    free(inner);
+    return fflush(s->rec) == 0 ? 0 : PT_EIO;
+}

@@ -1,0 +1,243 @@
+/* The console side of a distributed run: a session that coordinates agents
+ * (DESIGN.md's diagram: console ROUTER <-> agent DEALER for control, agent
+ * PUB -> console SUB for telemetry). No terminal code: `pipetop run
+ * --headless` drives it directly, and the ncurses console draws what it
+ * tracks.
+ *
+ * What it does:
+ * - binds a ROUTER (control) and a SUB (telemetry), on 127.0.0.1 ephemeral
+ *   ports unless told otherwise;
+ * - keeps a table of agents from their `register` (host, pid, device, data
+ *   endpoint) and what they said since: state, step, heartbeat age, clock
+ *   offset (NTP-style, from heartbeats), telemetry counts (dropped,
+ *   duplicates, malformed), control messages rejected, last error;
+ * - sends a heartbeat to every live agent each PT_SESSION_HEARTBEAT_MS and
+ *   marks an agent dead when nothing came from it for
+ *   PT_SESSION_MISSED_HEARTBEATS heartbeat periods;
+ * - assigns a plan (a new generation), starts, stops, asks for checkpoints,
+ *   and tracks the requests until they are answered;
+ * - commits checkpoints: when every worker of the plan acknowledged step N,
+ *   the commit hook writes the index of <checkpoint_dir>/step-N and the
+ *   session then points <checkpoint_dir>/latest at it (docs/formats.md,
+ *   "Run checkpoints");
+ * - rejects and counts malformed, misaddressed, out-of-order and stale
+ *   messages on both channels, and never stops because of one;
+ * - writes everything it receives (and every plan and request it sends) to a
+ *   run record, newline-delimited JSON (docs/formats.md, "Run record").
+ *
+ * Threads: a session is used by one thread. Every call returns within the
+ * timeout it is given (sends never block: a full queue drops the message and
+ * counts it). */
+#ifndef PT_TUI_SESSION_H
+#define PT_TUI_SESSION_H
+
+#include <stdint.h>
+
+#include "protocol/error.h"
+#include "protocol/message.h"
+#include "protocol/model.h"
+#include "protocol/plan.h"
+#include "protocol/telemetry.h"
+
+/* Heartbeat period of the console, and how many periods of silence make an
+ * agent dead: the heartbeat bound is their product. The agent uses the same
+ * figures for the console (agent/agent.h). */
+#define PT_SESSION_HEARTBEAT_MS      250
+#define PT_SESSION_MISSED_HEARTBEATS 8
+/* Default bind addresses: loopback, ephemeral port. */
+#define PT_SESSION_DEFAULT_BIND "tcp://127.0.0.1:*"
+/* Committed checkpoint steps kept in a checkpoint folder (older ones are removed). */
+#define PT_SESSION_CKPT_KEEP 2
+/* Name of the file pointing at the newest committed step in a checkpoint folder. */
+#define PT_SESSION_LATEST_FILE "latest"
+
+typedef enum pt_agent_state {
+    PT_AGENT_REGISTERED, /* registered, no plan yet */
+    PT_AGENT_ASSIGNED,   /* acknowledged its assign: built its stage, connected its peers */
+    PT_AGENT_RUNNING,    /* acknowledged a start */
+    PT_AGENT_IDLE,       /* finished the steps it was started for */
+    PT_AGENT_STOPPED,    /* acknowledged a stop */
+    PT_AGENT_FAILED,     /* reported an error about its stage */
+    PT_AGENT_DEAD,       /* missed heartbeats, or its process ended */
+    PT_AGENT_GONE,       /* said bye */
+    PT_AGENT_STATE_COUNT
+} pt_agent_state;
+
+/* "registered", "assigned", ...; "?" when out of range. */
+const char *pt_agent_state_name(pt_agent_state state);
+
+/* One agent as the console knows it. Read-only for callers. */
+typedef struct pt_session_agent {
+    char id[PT_MSG_ID_MAX];
+    char host[PT_MSG_HOST_MAX];
+    int64_t pid;
+    int device; /* index in the topology, -1 none */
+    char device_name[PT_MSG_NAME_MAX];
+    char backend[PT_MSG_NAME_MAX];
+    char data_endpoint[PT_MSG_ENDPOINT_MAX];
+    pt_agent_state state;
+    char reported[PT_MSG_NAME_MAX]; /* the state its last heartbeat named ("running"...) */
+    int worker;                     /* its worker (data-plane rank) in the plan; -1 none */
+    int stage, replica;             /* -1 when not assigned */
+    int64_t gen;                    /* plan generation it acknowledged */
+    int64_t step;                   /* last finished step it reported; -1 none */
+    int64_t ckpt_step;              /* last checkpoint step it acknowledged; -1 none */
+    int64_t last_heard_ns;          /* console clock (pt_msg_now_ns) */
+    int clock_known;                /* 1 once a heartbeat round trip gave an offset */
+    int64_t clock_offset_ns;        /* its clock minus the console's */
+    int64_t clock_delay_ns;         /* round trip of the sample used; |error| <= delay / 2 */
+    uint64_t control_rejected;      /* control messages from it that were refused */
+    uint64_t control_dropped;       /* gaps in its control sequence numbers */
+    char last_error[PT_MSG_TEXT_MAX];
+    int has_metrics;
+    pt_msg_metrics metrics; /* the newest iteration metrics */
+} pt_session_agent;
+
+/* What happened, for a listener (the console's views, `pipetop run`). */
+typedef enum pt_session_note_kind {
+    PT_NOTE_REGISTERED, /* an agent registered (or registered again) */
+    PT_NOTE_STATE,      /* an agent's state changed */
+    PT_NOTE_DEAD,       /* an agent is dead: text says why */
+    PT_NOTE_ERROR,      /* an agent reported an error: text is the reason */
+    PT_NOTE_METRICS,    /* msg: an iteration's metrics */
+    PT_NOTE_EVENTS,     /* msg: op events, times already on the console's clock */
+    PT_NOTE_CHECKPOINT, /* step: a checkpoint was committed */
+    PT_NOTE_REJECTED    /* a message was refused: text says why (agent may be -1) */
+} pt_session_note_kind;
+
+typedef struct pt_session_note {
+    pt_session_note_kind kind;
+    int agent;         /* index in the agent table, -1: none / unknown sender */
+    const pt_msg *msg; /* METRICS, EVENTS; NULL otherwise. Valid during the call */
+    int64_t step;      /* CHECKPOINT */
+    const char *text;  /* DEAD, ERROR, REJECTED; NULL otherwise */
+} pt_session_note;
+
+/* Called from inside pt_session_poll (and the calls that poll); must not
+ * call back into the session except its read-only getters. */
+typedef void (*pt_session_listener)(void *user, const pt_session_note *note);
+
+/* Writes the index of a checkpoint step folder from the per-stage manifests
+ * the agents left in it (stage_count stages). Returns 0 or a PT_E* code
+ * with err set. The session passes it <checkpoint_dir>/step-<step>. */
+typedef int (*pt_session_commit_fn)(void *user, const char *step_dir, int64_t step, int stage_count,
+                                    pt_error *err);
+
+typedef struct pt_session_config {
+    const char *control_bind;   /* NULL: PT_SESSION_DEFAULT_BIND */
+    const char *telemetry_bind; /* NULL: PT_SESSION_DEFAULT_BIND */
+    const char *record_path;    /* run record to create (folders made), NULL: none */
+    int heartbeat_ms;           /* 0: PT_SESSION_HEARTBEAT_MS */
+    int missed_heartbeats;      /* 0: PT_SESSION_MISSED_HEARTBEATS */
+} pt_session_config;
+
+typedef struct pt_session pt_session;
+
+/* Binds both sockets and opens the run record. On success *out owns a new
+ * session; on failure *out is NULL and err says which bind or file failed
+ * (PT_EIO, PT_EINVAL bad endpoint or figures, PT_ENOMEM). */
+int pt_session_create(const pt_session_config *cfg, pt_session **out, pt_error *err);
+
+/* Closes the sockets and the record. Sends nothing (call pt_session_bye
+ * first to let agents go). NULL-safe; sets *s_p = NULL. */
+void pt_session_destroy(pt_session **s_p);
+
+/* The endpoints actually bound (ephemeral ports resolved), for agents'
+ * --console and --telemetry. Owned by the session. */
+const char *pt_session_control_endpoint(const pt_session *s);
+const char *pt_session_telemetry_endpoint(const pt_session *s);
+
+/* Listener and commit hook (either NULL: none). Without a commit hook,
+ * checkpoint acknowledgements are tracked but nothing is committed. */
+void pt_session_set_listener(pt_session *s, pt_session_listener fn, void *user);
+void pt_session_set_commit(pt_session *s, pt_session_commit_fn fn, void *user);
+
+/* Handles whatever arrives within timeout_ms (0: only what is queued),
+ * sends due heartbeats, marks silent agents dead. Returns 0, or PT_EIO when
+ * a socket failed (the session cannot go on). */
+int pt_session_poll(pt_session *s, int timeout_ms, pt_error *err);
+
+/* The agent table, in order of first registration. */
+int pt_session_agent_count(const pt_session *s);
+const pt_session_agent *pt_session_agent_at(const pt_session *s, int i); /* NULL if out of range */
+int pt_session_find_agent(const pt_session *s, const char *id);          /* index or -1 */
+/* Milliseconds since anything was heard from agent i; -1 if out of range. */
+int64_t pt_session_heartbeat_age_ms(const pt_session *s, int i);
+
+/* Marks agent i dead now (e.g. its process was seen to exit), with a reason
+ * ("exited: killed by signal 9"). No-op when it is already dead or gone. */
+void pt_session_mark_dead(pt_session *s, int i, const char *reason);
+
+/* Current plan generation (0 before the first assign). */
+int64_t pt_session_generation(const pt_session *s);
+
+/* A plan to run: which agent runs each worker of the plan's schedule
+ * program (stage by stage, replica by replica, as planner/schedule.h
+ * numbers them), and what they all need. */
+typedef struct pt_session_plan {
+    const pt_plan *plan;        /* read during the call */
+    const pt_model_spec *model; /* read during the call */
+    const int *agents;          /* worker w runs on agent agents[w]; pt_plan_device_count entries */
+    const char *data;           /* "synthetic", "fashion-mnist" or a path */
+    int64_t seed;               /* initial weights and data order */
+    const char *checkpoint_dir; /* NULL: no checkpoints */
+    int64_t checkpoint_every;   /* steps between checkpoints; 0: only on stop / when asked */
+    int64_t resume_step;        /* 0: fresh; > 0: load <checkpoint_dir>/step-<resume_step> */
+} pt_session_plan;
+
+/* Starts a new generation and sends each worker's agent its assign (the
+ * plan, the model, its stage/replica/rank, every peer's data endpoint, the
+ * telemetry endpoint). Agents must be registered with a data endpoint and
+ * alive, each used once. Returns 0 (acknowledgements are awaited with
+ * pt_session_wait) or PT_EINVAL/PT_ESTATE with err naming the agent. */
+int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err);
+
+/* Requests to every worker of the current plan: start `steps` steps (0:
+ * until stopped), stop after the current step (saving a checkpoint when the
+ * plan has a checkpoint folder), save a checkpoint after `step` (-1: the
+ * current one). 0, or PT_ESTATE before an assign. */
+int pt_session_start(pt_session *s, int64_t steps, pt_error *err);
+int pt_session_stop(pt_session *s, const char *reason, pt_error *err);
+int pt_session_checkpoint(pt_session *s, int64_t step, pt_error *err);
+
+/* Sends bye to every agent that is not dead or gone. */
+void pt_session_bye(pt_session *s, const char *reason);
+
+/* Requests sent and not yet answered. */
+int pt_session_pending(const pt_session *s);
+
+/* Polls until no request is pending (0), a worker of the current plan is
+ * dead, failed or gone (PT_ESTATE, err from pt_session_failure), or
+ * timeout_ms passed (PT_ETIMEOUT naming what is still awaited). */
+int pt_session_wait(pt_session *s, int timeout_ms, pt_error *err);
+
+/* 1 and err says which agent (id, stage, replica, pid) and why, when a
+ * worker of the current plan is dead, failed or gone; else 0. */
+int pt_session_failure(const pt_session *s, pt_error *err);
+
+/* Lowest step every worker of the current plan has finished (-1 none). */
+int64_t pt_session_min_step(const pt_session *s);
+
+/* Newest committed checkpoint step (-1 none). */
+int64_t pt_session_committed_step(const pt_session *s);
+
+/* Counts over the whole session. */
+typedef struct pt_session_counts {
+    uint64_t control_received; /* accepted control messages */
+    uint64_t control_rejected; /* refused: malformed, misaddressed, out of order, stale, unknown */
+    pt_rx_counts telemetry;    /* pt_telemetry_rx totals */
+    uint64_t telemetry_rejected; /* decoded but refused: a control type, unknown agent */
+    uint64_t sends_failed;       /* messages the ROUTER could not queue */
+} pt_session_counts;
+void pt_session_counts_get(const pt_session *s, pt_session_counts *out);
+
+/* Telemetry counts of agent i (zeroed if none). */
+void pt_session_agent_telemetry(const pt_session *s, int i, pt_rx_counts *out);
+
+/* Appends a line {"t":..., "kind":kind, <fields>} to the run record, where
+ * fields_json is the text of a JSON object whose members are added (NULL:
+ * none). 0, PT_EINVAL when fields_json is not an object, PT_EIO. No record:
+ * 0 and nothing written. */
+int pt_session_record(pt_session *s, const char *kind, const char *fields_json);
+
+#endif
