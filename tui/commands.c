@@ -10,5 +10,6 @@ const pt_command pt_commands[] = {
     {"export-profile", pt_cmd_export_profile, "write a profile in PipeDream's graph.txt format"},
     {"sim", pt_cmd_sim, "predict a plan's iteration time, bubbles and memory; ASCII timeline"},
     {"validate", pt_cmd_validate, "check a model spec, profile, topology or plan file"},
+    {"run", pt_cmd_run, "train a plan with one agent process per stage replica (distributed)"},
     {NULL, NULL, NULL},
 };

@@ -22,5 +22,7 @@ int pt_cmd_sim(int argc, char **argv);
 int pt_cmd_import_profile(int argc, char **argv);
 int pt_cmd_export_profile(int argc, char **argv);
 int pt_cmd_validate(int argc, char **argv);
+/* `pipetop run`: a distributed run with local agents (tui/cmd_run.c). */
+int pt_cmd_run(int argc, char **argv);
 
 #endif
