@@ -11,5 +11,6 @@ const pt_command pt_commands[] = {
     {"sim", pt_cmd_sim, "predict a plan's iteration time, bubbles and memory; ASCII timeline"},
     {"validate", pt_cmd_validate, "check a model spec, profile, topology or plan file"},
     {"run", pt_cmd_run, "train a plan with one agent process per stage replica (distributed)"},
+    {"export", pt_cmd_export, "write a run's timeline as a Chrome trace (Perfetto) or an SVG"},
     {NULL, NULL, NULL},
 };

@@ -1,0 +1,340 @@
+/* Exports and replay: the Chrome trace of a simulated program and of a
+ * recorded run is valid JSON whose op events match the source one for one
+ * (count, and time span to the microsecond rounding), whose bubbles fill
+ * exactly the idle time of every compute lane, with one named track per
+ * replica and lane; the SVG draws every op; the run record replays step by
+ * step and to the end into the same spans the record holds. */
+#include "tests/test.h"
+
+#include <cjson/cJSON.h>
+
+#include "planner/cost.h"
+#include "planner/simulate.h"
+#include "protocol/fileio.h"
+#include "tui/export.h"
+#include "tui/replay.h"
+#include "tui/store.h"
+#include "tui/tline.h"
+
+#define US_TOL 0.0011 /* trace times are printed with 3 decimals of a microsecond */
+
+static pt_profile *make_profile(int n)
+{
+    pt_profile *p = pt_profile_new(n);
+    snprintf(p->model, sizeof p->model, "synthetic");
+    p->microbatch = 8;
+    p->input_bytes = 8 * 784 * 4;
+    for (int i = 0; i < n; i++) {
+        p->layers[i].fwd_ms = 1.0 + (i % 3);
+        p->layers[i].bwd_ms = 2.0 + (i % 5);
+        p->layers[i].recompute_ms = p->layers[i].fwd_ms;
+        p->layers[i].act_bytes = 8 * 512 * 4;
+        p->layers[i].param_bytes = 512 * 512 * 4;
+    }
+    return p;
+}
+
+/* A simulated DAPPLE program: 3 stages, the middle one replicated twice. */
+static int simulate(pt_program *prog, pt_sim_result *res, pt_sim **sim, pt_cost **cost,
+                    pt_profile **prof, pt_topology **topo)
+{
+    *prof = make_profile(9);
+    pt_link intra = {5e9, 20e-6}, inter = {1e9, 50e-6};
+    *topo = pt_topology_uniform(1, 4, 1LL << 34, intra, inter);
+    pt_plan *plan = pt_plan_new(3);
+    snprintf(plan->model, sizeof plan->model, "synthetic");
+    plan->layer_count = 9;
+    plan->microbatch_size = 8;
+    plan->microbatch_count = 6;
+    plan->schedule = PT_SCHED_DAPPLE;
+    int d0 = 0, d1[2] = {1, 2}, d2 = 3;
+    plan->stages[0].first = 0, plan->stages[0].last = 3;
+    plan->stages[1].first = 3, plan->stages[1].last = 6;
+    plan->stages[2].first = 6, plan->stages[2].last = 9;
+    pt_plan_set_replicas(plan, 0, &d0, 1);
+    pt_plan_set_replicas(plan, 1, d1, 2);
+    pt_plan_set_replicas(plan, 2, &d2, 1);
+    int rc = pt_cost_new(*prof, *topo, cost, NULL);
+    if (rc == 0)
+        rc = pt_sim_new(sim);
+    if (rc == 0)
+        rc = pt_sim_plan(*sim, plan, *cost, NULL, prog, res, NULL);
+    pt_plan_free(&plan);
+    return rc;
+}
+
+typedef struct trace_stats {
+    int64_t ops, bubbles, counters, threads;
+    double lo, hi;       /* of op events, us */
+    double bubble_us[8]; /* per (pid-1)*2 + replica, compute-lane bubbles */
+    int bad_pid;
+} trace_stats;
+
+static int read_trace(const char *text, trace_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    st->lo = 1e300;
+    st->hi = -1e300;
+    cJSON *j = cJSON_Parse(text);
+    if (!j)
+        return -1;
+    const cJSON *evs = cJSON_GetObjectItemCaseSensitive(j, "traceEvents");
+    if (!cJSON_IsArray(evs)) {
+        cJSON_Delete(j);
+        return -1;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, evs)
+    {
+        const char *ph = cJSON_GetObjectItemCaseSensitive(e, "ph")->valuestring;
+        const char *cat = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "cat"));
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "name"));
+        int pid = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "pid"));
+        if (pid < 1)
+            st->bad_pid++;
+        if (!strcmp(ph, "M")) {
+            st->threads += !strcmp(name, "thread_name");
+        } else if (!strcmp(ph, "C")) {
+            st->counters++;
+        } else if (!strcmp(ph, "X")) {
+            double ts = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "ts"));
+            double dur = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "dur"));
+            int tid = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "tid"));
+            if (!strcmp(cat, "bubble")) {
+                st->bubbles++;
+                int k = (pid - 1) * 2 + tid / 4;
+                if (k >= 0 && k < 8)
+                    st->bubble_us[k] += dur;
+                continue;
+            }
+            st->ops++;
+            if (ts < st->lo)
+                st->lo = ts;
+            if (ts + dur > st->hi)
+                st->hi = ts + dur;
+        }
+    }
+    cJSON_Delete(j);
+    return 0;
+}
+
+static void test_trace_of_simulation(void)
+{
+    pt_program prog;
+    memset(&prog, 0, sizeof prog);
+    pt_sim_result res;
+    pt_sim *sim = NULL;
+    pt_cost *cost = NULL;
+    pt_profile *prof = NULL;
+    pt_topology *topo = NULL;
+    REQUIRE(simulate(&prog, &res, &sim, &cost, &prof, &topo) == 0);
+    pt_tline tl;
+    memset(&tl, 0, sizeof tl);
+    REQUIRE(pt_tline_from_sim(&tl, &prog, &res) == 0);
+    CHECK(tl.count == prog.op_count);
+    CHECK(tl.row_count == 4);
+    char *text = NULL;
+    size_t len = 0;
+    pt_export_counts c;
+    REQUIRE(pt_export_trace(&tl, NULL, 0, &text, &len, &c, NULL) == 0);
+    CHECK(strlen(text) == len);
+    trace_stats st;
+    REQUIRE(read_trace(text, &st) == 0);
+    CHECK(st.ops == prog.op_count && c.ops == st.ops);
+    CHECK(st.threads == 4 * 3); /* 4 replicas x compute/comm/wait */
+    CHECK(st.bad_pid == 0);
+    CHECK_NEAR(st.lo, 0.0, US_TOL);
+    CHECK_NEAR(st.hi, res.makespan_s * 1e6, US_TOL);
+    /* bubbles + busy time = the iteration, on every replica's compute lane */
+    for (int w = 0; w < prog.worker_count; w++) {
+        const pt_worker *wk = &prog.workers[w];
+        int row = pt_tline_find_row(&tl, wk->stage, wk->replica);
+        double busy = pt_tline_busy(&tl, row, tl.t0, tl.t1);
+        int k = wk->stage * 2 + wk->replica;
+        CHECK_NEAR(st.bubble_us[k] + busy * 1e6, (tl.t1 - tl.t0) * 1e6, 0.01 * 30);
+        /* and the simulator agrees on the bubble fraction */
+        CHECK_NEAR(st.bubble_us[k] / ((tl.t1 - tl.t0) * 1e6), res.workers[w].bubble_frac, 1e-6);
+    }
+    free(text);
+    /* SVG: one op rectangle per non-wait span, valid document shape */
+    char *svg = NULL;
+    pt_export_svg_opts o = {800, 0, 0, "a <title> & more"};
+    REQUIRE(pt_export_svg(&tl, NULL, &o, &svg, &len, NULL) == 0);
+    int64_t want = 0, got = 0;
+    for (int64_t i = 0; i < tl.count; i++)
+        want += tl.spans[i].lane != PT_LANE_WAIT;
+    for (const char *p = svg; (p = strstr(p, "class=\"op\"")); p++)
+        got++;
+    CHECK(got == want);
+    CHECK(!strncmp(svg, "<?xml", 5) && strstr(svg, "</svg>\n") == svg + len - 7);
+    CHECK_STR_CONTAINS(svg, "a &lt;title&gt; &amp; more");
+    CHECK(strstr(svg, "<title>") != NULL);
+    free(svg);
+    pt_tline_release(&tl);
+    pt_program_release(&prog);
+    pt_sim_free(&sim);
+    pt_cost_free(&cost);
+    pt_topology_free(&topo);
+    pt_profile_free(&prof);
+}
+
+static const char *record_path(void)
+{
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/tests/data/run-dapple4/run.ndjson", getenv("PT_SOURCE_DIR"));
+    return path;
+}
+
+static void test_trace_of_run_record(void)
+{
+    pt_record *rec = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_record_load(record_path(), &rec, &err) == 0);
+    pt_record_summary sum;
+    pt_record_summarize(rec, &sum);
+    CHECK(sum.events > 100 && sum.plans == 1 && sum.metrics > 0);
+    pt_record_free(&rec);
+
+    pt_tline tl;
+    memset(&tl, 0, sizeof tl);
+    pt_export_mem *mem = NULL;
+    int64_t nmem = 0;
+    REQUIRE(pt_export_load_run(record_path(), &tl, &mem, &nmem, &err) == 0);
+    CHECK(tl.count == sum.events);
+    CHECK(tl.row_count == 4);
+    CHECK(nmem == sum.metrics);
+    char *text = NULL;
+    size_t len;
+    pt_export_counts c;
+    REQUIRE(pt_export_trace(&tl, mem, nmem, &text, &len, &c, &err) == 0);
+    trace_stats st;
+    REQUIRE(read_trace(text, &st) == 0);
+    CHECK(st.ops == sum.events);
+    CHECK(st.counters == sum.metrics);
+    CHECK(st.bubbles > 0); /* a 4-stage pipeline always idles somewhere */
+    CHECK_NEAR(st.lo, 0.0, US_TOL);
+    CHECK_NEAR(st.hi, (double)(sum.last_end_ns - sum.first_start_ns) / 1e3, US_TOL);
+    free(text);
+    free(mem);
+    pt_tline_release(&tl);
+    /* a missing record is an error naming it */
+    CHECK(pt_export_load_run("/nonexistent/run.ndjson", &tl, NULL, NULL, &err) < 0);
+    CHECK_STR_CONTAINS(err.msg, "/nonexistent/run.ndjson");
+}
+
+static void test_replay_steps(void)
+{
+    pt_record *rec = NULL;
+    REQUIRE(pt_record_load(record_path(), &rec, NULL) == 0);
+    pt_record_summary sum;
+    pt_record_summarize(rec, &sum);
+    pt_store *store = NULL;
+    REQUIRE(pt_store_new(0, &store) == 0);
+    pt_replay *r = NULL;
+    REQUIRE(pt_replay_new(rec, store, 1.0, &r) == 0);
+    /* at speed 1, nothing past the first instant is due at the start */
+    pt_replay_advance(r, 1000);
+    CHECK(pt_store_step_count(store) == 0);
+    /* each step key adds exactly one step's metrics */
+    for (int64_t k = 1; k <= 3; k++) {
+        pt_replay_step(r, 2000);
+        REQUIRE(pt_store_step_count(store) == k);
+        CHECK(pt_store_step_at(store, k - 1)->step == sum.first_step + k - 1);
+        CHECK(pt_store_step_at(store, k - 1)->reports == 4);
+    }
+    CHECK(pt_replay_paused(r));
+    int64_t pos = pt_replay_position(r);
+    pt_replay_advance(r, (int64_t)1e15); /* paused: time passing applies nothing */
+    CHECK(pt_replay_position(r) == pos);
+    pt_replay_pause(r, 0, (int64_t)1e15);
+    pt_replay_set_speed(r, 1000, (int64_t)1e15);
+    pt_replay_advance(r, (int64_t)1e15 + (int64_t)1e9); /* 1000 s of record time */
+    CHECK(pt_replay_done(r));
+    CHECK(pt_store_step_count(store) == sum.last_step - sum.first_step + 1);
+    /* the loss is known (last stage reports it) and the plan came with the record */
+    CHECK(!isnan(pt_store_step_at(store, pt_store_step_count(store) - 1)->loss));
+    REQUIRE(pt_store_plan(store));
+    CHECK(pt_store_plan(store)->stage_count == 4);
+    CHECK(pt_store_agent_count(store) == 4);
+    for (int i = 0; i < 4; i++) {
+        const pt_store_agent *a = pt_store_agent_at(store, i);
+        CHECK(a->stage >= 0 && a->stage < 4 && a->pid > 0 && a->dropped == 0);
+    }
+    /* the last 2 steps as a timeline: 4 rows, only those steps */
+    pt_tline tl;
+    memset(&tl, 0, sizeof tl);
+    int64_t last = pt_store_last_step(store);
+    REQUIRE(pt_store_timeline(store, last - 1, last, 1, &tl, NULL) == 0);
+    CHECK(tl.row_count == 4 && tl.count > 0);
+    int fwd_mb3 = 0;
+    for (int64_t i = 0; i < tl.count; i++) {
+        CHECK(tl.spans[i].step >= last - 1 && tl.spans[i].step <= last);
+        fwd_mb3 += tl.spans[i].op == PT_OP_FWD && tl.spans[i].mb == 3;
+    }
+    CHECK(fwd_mb3 == 2 * 4); /* micro-batch 3's forward on each stage, twice */
+    pt_tline_release(&tl);
+    pt_replay_free(&r);
+    pt_store_free(&store);
+    pt_record_free(&rec);
+}
+
+static void test_record_errors(void)
+{
+    pt_record *rec = NULL;
+    pt_error err = {0};
+    const char *bad =
+        "{\"t\":1,\"kind\":\"session\"}\n{\"kind\":\"plan\"}\n{\"t\":3,\"kind\":\"x\"}\n";
+    CHECK(pt_record_parse(bad, strlen(bad), "r.ndjson", &rec, &err) == PT_EPARSE);
+    CHECK_STR_CONTAINS(err.msg, "r.ndjson: line 2");
+    CHECK(rec == NULL);
+    /* a truncated last line is dropped */
+    const char *cut = "{\"t\":1,\"kind\":\"session\"}\n{\"t\":2,\"kind\":\"agent\",\"age";
+    REQUIRE(pt_record_parse(cut, strlen(cut), "r.ndjson", &rec, &err) == 0);
+    CHECK(pt_record_count(rec) == 1);
+    pt_record_free(&rec);
+    /* a message that does not decode is noted, never fatal */
+    const char *junk = "{\"t\":5,\"kind\":\"recv\",\"channel\":\"telemetry\",\"msg\":{\"v\":9}}\n";
+    REQUIRE(pt_record_parse(junk, strlen(junk), "j.ndjson", &rec, &err) == 0);
+    pt_store *store = NULL;
+    REQUIRE(pt_store_new(16, &store) == 0);
+    pt_record_apply(rec, 0, store);
+    CHECK(pt_store_last_note(store)[0] != 0);
+    pt_record_summary sum;
+    pt_record_summarize(rec, &sum);
+    CHECK(sum.malformed == 1);
+    pt_store_free(&store);
+    pt_record_free(&rec);
+}
+
+static void test_store_ring(void)
+{
+    /* a ring of 8 keeps the newest 8 spans */
+    pt_store *s = NULL;
+    REQUIRE(pt_store_new(8, &s) == 0);
+    pt_msg_event ev[20];
+    memset(ev, 0, sizeof ev);
+    for (int i = 0; i < 20; i++) {
+        ev[i].stage = i % 2;
+        ev[i].step = i;
+        ev[i].mb = i;
+        snprintf(ev[i].op, sizeof ev[i].op, "%s", i == 7 ? "JUMP" : "FWD");
+        ev[i].start_ns = i * 1000;
+        ev[i].end_ns = i * 1000 + 500;
+    }
+    CHECK(pt_store_events(s, ev, 20, 0) == 19);
+    pt_store_counts c;
+    pt_store_counts_get(s, &c);
+    CHECK(c.events == 20 && c.skipped == 1 && c.kept == 8);
+    pt_tline tl;
+    memset(&tl, 0, sizeof tl);
+    int64_t origin = 0;
+    REQUIRE(pt_store_timeline(s, 0, -1, 0, &tl, &origin) == 0);
+    CHECK(tl.count == 8 && origin == 12000);
+    CHECK_NEAR(tl.t1, (19 * 1000 + 500 - 12000) * 1e-9, 1e-15);
+    pt_tline_release(&tl);
+    pt_store_free(&s);
+}
+
+PT_TEST_MAIN({"trace_of_simulation", test_trace_of_simulation},
+             {"trace_of_run_record", test_trace_of_run_record}, {"replay_steps", test_replay_steps},
+             {"record_errors", test_record_errors}, {"store_ring", test_store_ring})
