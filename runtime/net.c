@@ -37,6 +37,7 @@ struct pt_net {
     slot *slots;
     float *host_out;      /* count_correct: max_batch * out_elems */
     int32_t *host_labels; /* count_correct: max_batch * label_count */
+    int recomputed_slot;  /* recompute: slot whose forward shared_act holds now, or -1 */
 };
 
 pt_net_config pt_net_config_default(const pt_model_spec *spec)
@@ -131,6 +132,7 @@ int pt_net_create(const pt_model_spec *spec, const pt_net_config *cfg, pt_net **
     net->max_slots = cfg->max_slots;
     net->recompute = cfg->recompute != 0;
     net->seed = cfg->seed;
+    net->recomputed_slot = -1;
     if (cfg->arena) {
         net->arena = cfg->arena;
     } else {
@@ -420,6 +422,8 @@ int pt_net_forward(pt_net *net, int slot_id, const float *params, const float *x
     if (labels)
         net->be->upload(net->be, slot_labels(net, s), labels,
                         (size_t)(n * net->label_count) * sizeof(int32_t));
+    if (net->recompute)
+        net->recomputed_slot = -1; /* this forward overwrites the shared block */
     int rc = run_forward(net, s, y, loss);
     if (rc < 0) {
         release(net, s);
@@ -440,9 +444,11 @@ int pt_net_backward(pt_net *net, int slot_id, const float *params, float *grads,
         return PT_ESTATE;
     if ((dy == NULL) != (net->has_loss != 0))
         return PT_EINVAL;
-    if (params)
+    if (params && params != s->params) {
         s->params = params;
-    if (net->recompute) {
+        net->recomputed_slot = -1;
+    }
+    if (net->recompute && net->recomputed_slot != slot_id) {
         int rc = run_forward(net, s, NULL, NULL);
         if (rc < 0) { /* cannot happen: the same data passed its forward */
             release(net, s);
@@ -452,7 +458,30 @@ int pt_net_backward(pt_net *net, int slot_id, const float *params, float *grads,
     pt_chain_backward(&net->chain, net->be, s->n, s->params, grads ? grads : net->grads, slot_x(s),
                       slot_y(net, s), slot_act(net, s), net->ws, dy, dx, slot_labels(net, s),
                       s->loss_scale);
+    if (net->recomputed_slot == slot_id)
+        net->recomputed_slot = -1;
     release(net, s);
+    return 0;
+}
+
+int pt_net_recompute(pt_net *net, int slot_id, const float *params)
+{
+    if (slot_id < 0 || slot_id >= net->max_slots)
+        return PT_EINVAL;
+    slot *s = &net->slots[slot_id];
+    if (!s->busy)
+        return PT_ESTATE;
+    if (!net->recompute)
+        return 0;
+    if (params)
+        s->params = params;
+    net->recomputed_slot = -1;
+    int rc = run_forward(net, s, NULL, NULL);
+    if (rc < 0) { /* cannot happen: the same data passed its forward */
+        release(net, s);
+        return rc;
+    }
+    net->recomputed_slot = slot_id;
     return 0;
 }
 

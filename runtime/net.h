@@ -164,6 +164,16 @@ int pt_net_forward(pt_net *net, int slot, const float *params, const float *x, i
 int pt_net_backward(pt_net *net, int slot, const float *params, float *grads, const float *dy,
                     float *dx);
 
+/* Recompute mode: re-runs the forward of in-flight `slot` from its kept
+ * input into the shared activation block (params: NULL: the array its
+ * forward used; else the array to use from now on), so that the next
+ * pt_net_backward of this slot skips its own rerun. This is the schedule's
+ * RECOMPUTE op, timed on its own. A forward or recompute of another slot in
+ * between overwrites the block; backward then simply reruns it. Without
+ * recompute mode a no-op. Returns 0, PT_EINVAL (bad slot) or PT_ESTATE (slot
+ * not in flight). */
+int pt_net_recompute(pt_net *net, int slot_id, const float *params);
+
 /* Drops an in-flight slot without backward (evaluation). 0, or PT_EINVAL
  * for a bad slot; releasing an idle slot is a no-op. */
 int pt_net_release(pt_net *net, int slot);
