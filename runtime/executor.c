@@ -1,0 +1,760 @@
+/* The stage executor: follows the indices of the dry run (exec_plan.c) through
+ * one worker's ops; weight versions and asynchronous all-reduces are the only
+ * state it tracks as it goes. See runtime/executor.h. */
+#include "runtime/executor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/exec_internal.h"
+
+#define FNV_OFFSET 1469598103934665603ull
+#define FNV_PRIME  1099511628211ull
+
+/* A weight array: the net's current parameters (index 0, never freed) or a
+ * copy in PT_MEM_STASH held by versions of the store and by micro-batch
+ * stashes (refs). */
+typedef struct varr {
+    float *data;
+    int refs;
+    int tag; /* the weight version it holds */
+} varr;
+
+/* An asynchronous all-reduce, queued until the collective is free. */
+typedef struct arq {
+    int gbuf;
+    int started, done, rc;
+    pt_error err;
+} arq;
+
+struct pt_exec {
+    pt_exec_config cfg;
+    const pt_program *p;
+    const pt_worker *wk;
+    const pt_op *ops; /* the worker's first op */
+    pt_exec_plan plan;
+    int n, w, last, rows;
+    int *ranks;
+    pt_net *net;
+    const pt_backend *be;
+    pt_arena *arena;
+    int64_t pcount, in_elems, out_elems, label_count;
+    float **gbufs, **inbufs, **dybufs, **dxbufs; /* one array of pointers */
+    float *x_host;
+    int32_t *lab_host;
+    const float **slot_y;
+    /* weight versions */
+    varr *va;
+    int va_cap;
+    int *va_free, va_nfree;
+    int *vmap; /* version -> index into va, or -1 */
+    int *live_list, live_n;
+    int *stash; /* net slot -> index into va, or -1 */
+    int versions_live, versions_peak;
+    /* all-reduce */
+    pt_comm_group group, agroup;
+    arq *fifo;
+    int fifo_cap, fifo_head, fifo_n;
+    /* per run */
+    double *wloss;
+    int64_t *wcount;
+    int dirty;
+    int ready; /* every buffer allocated */
+};
+
+int64_t pt_exec_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+uint64_t pt_exec_digest(const float *x, int64_t count)
+{
+    const unsigned char *b = (const unsigned char *)x;
+    uint64_t h = FNV_OFFSET;
+    for (int64_t i = 0; i < count * (int64_t)sizeof(float); i++) {
+        h ^= b[i];
+        h *= FNV_PRIME;
+    }
+    return h;
+}
+
+/* ---- weight versions --------------------------------------------------- */
+
+static void note_versions(pt_exec *ex, int delta)
+{
+    ex->versions_live += delta;
+    if (ex->versions_live > ex->versions_peak)
+        ex->versions_peak = ex->versions_live;
+}
+
+/* A new copy of the current parameters; -1 on no memory. */
+static int va_copy_live(pt_exec *ex)
+{
+    if (ex->va_nfree == 0)
+        return -1;
+    int k = ex->va_free[--ex->va_nfree];
+    float *data = pt_net_version_new(ex->net, PT_MEM_STASH, ex->va[0].data);
+    if (!data) {
+        ex->va_free[ex->va_nfree++] = k;
+        return -1;
+    }
+    ex->va[k] = (varr){data, 0, ex->va[0].tag};
+    note_versions(ex, 1);
+    return k;
+}
+
+static void va_unref(pt_exec *ex, int k)
+{
+    if (k <= 0 || --ex->va[k].refs > 0)
+        return;
+    pt_net_version_free(ex->net, &ex->va[k].data);
+    ex->va_free[ex->va_nfree++] = k;
+    note_versions(ex, -1);
+}
+
+static void live_remove(pt_exec *ex, int v)
+{
+    for (int j = 0; j < ex->live_n; j++)
+        if (ex->live_list[j] == v) {
+            ex->live_list[j] = ex->live_list[--ex->live_n];
+            return;
+        }
+}
+
+/* Drops everything but the current parameters and maps versions
+ * 0..initial_versions-1 onto them. */
+static void versions_begin(pt_exec *ex)
+{
+    for (int s = 0; s < ex->plan.needs.max_slots; s++)
+        if (ex->stash[s] > 0) {
+            va_unref(ex, ex->stash[s]);
+            ex->stash[s] = -1;
+        }
+    for (int v = 0; v <= ex->plan.needs.max_version; v++) {
+        if (ex->vmap[v] > 0)
+            va_unref(ex, ex->vmap[v]);
+        ex->vmap[v] = -1;
+    }
+    int init = ex->p->initial_versions > 0 ? ex->p->initial_versions : 1;
+    ex->live_n = 0;
+    for (int v = 0; v < init; v++) {
+        ex->vmap[v] = 0;
+        ex->live_list[ex->live_n++] = v;
+    }
+    ex->va[0].tag = init - 1;
+    ex->versions_live = ex->versions_peak = 1;
+}
+
+/* After op i read version v from the store: forget v when nothing reads it
+ * any more. */
+static void version_read(pt_exec *ex, int i, int v)
+{
+    if (ex->plan.last_read[v] != i)
+        return;
+    int k = ex->vmap[v];
+    ex->vmap[v] = -1;
+    if (k == 0)
+        live_remove(ex, v);
+    else
+        va_unref(ex, k);
+}
+
+/* The array op i reads (FWD/RECOMPUTE/BWD), through the micro-batch's stash
+ * or the store. */
+static int weights_for(pt_exec *ex, const pt_op *op, int slot, pt_error *err)
+{
+    int k = (op->flags & PT_OPF_STASH) && op->kind != PT_OP_FWD ? ex->stash[slot]
+                                                                : ex->vmap[op->version];
+    if (k < 0)
+        return pt_error_set(err, PT_ESTATE, "weight version %d is not held", op->version);
+    if (op->kind == PT_OP_FWD && (op->flags & PT_OPF_STASH)) {
+        /* PipeDream: the micro-batch owns a copy of what its forward read; a
+         * version already copied out of the current weights is shared */
+        if (k == 0 && (k = va_copy_live(ex)) < 0)
+            return pt_error_set(err, PT_ENOMEM, "no memory to stash weight version %d",
+                                op->version);
+        ex->va[k].refs++;
+        ex->stash[slot] = k;
+    }
+    return k;
+}
+
+/* OPT_STEP at local op i: copies the current weights out for the versions
+ * that later ops still read, then steps them in place. */
+static int opt_step(pt_exec *ex, int i, const pt_op *op, float *grads, pt_error *err)
+{
+    int keep = 0;
+    for (int j = 0; j < ex->live_n; j++)
+        keep += ex->plan.last_read[ex->live_list[j]] > i;
+    if (keep) {
+        int k = va_copy_live(ex);
+        if (k < 0)
+            return pt_error_set(err, PT_ENOMEM, "no memory to keep weight version %d",
+                                ex->va[0].tag);
+        for (int j = 0; j < ex->live_n; j++) {
+            int v = ex->live_list[j];
+            if (ex->plan.last_read[v] > i) {
+                ex->vmap[v] = k;
+                ex->va[k].refs++;
+            } else {
+                ex->vmap[v] = -1;
+            }
+        }
+    } else {
+        for (int j = 0; j < ex->live_n; j++)
+            ex->vmap[ex->live_list[j]] = -1;
+    }
+    pt_optim_step(ex->cfg.optim, ex->va[0].data, grads);
+    ex->be->fill(ex->be, ex->pcount, 0.0f, grads);
+    ex->va[0].tag = op->version;
+    ex->vmap[op->version] = 0;
+    ex->live_list[0] = op->version;
+    ex->live_n = 1;
+    return 0;
+}
+
+/* ---- asynchronous all-reduce ------------------------------------------- */
+
+static int ar_start(pt_exec *ex, arq *q)
+{
+    q->started = 1;
+    int rc = pt_collective_start(ex->cfg.coll, &ex->agroup, ex->gbufs[q->gbuf], (size_t)ex->pcount,
+                                 PT_COMM_SUM, &q->err);
+    if (rc < 0) {
+        q->done = 1;
+        q->rc = rc;
+    }
+    return rc;
+}
+
+/* Collects a finished all-reduce and starts the next queued one. */
+static void ar_pump(pt_exec *ex)
+{
+    for (int j = 0; j < ex->fifo_n; j++) {
+        arq *q = &ex->fifo[(ex->fifo_head + j) % ex->fifo_cap];
+        if (q->done)
+            continue;
+        if (q->started) {
+            if (!pt_collective_test(ex->cfg.coll))
+                return;
+            q->rc = pt_collective_wait(ex->cfg.coll, 0, &q->err);
+            q->done = 1;
+            continue;
+        }
+        ar_start(ex, q);
+        return;
+    }
+}
+
+/* Waits for the oldest outstanding all-reduce and removes it. */
+static int ar_wait_oldest(pt_exec *ex, pt_error *err)
+{
+    if (ex->fifo_n <= 0)
+        return pt_error_set(err, PT_ESTATE, "no asynchronous all-reduce is outstanding");
+    arq *q = &ex->fifo[ex->fifo_head];
+    if (!q->started)
+        ar_start(ex, q);
+    if (!q->done) {
+        q->rc = pt_collective_wait(ex->cfg.coll, pt_comm_timeout_ms(ex->cfg.comm), &q->err);
+        q->done = 1;
+    }
+    int rc = q->rc;
+    if (rc < 0 && err)
+        *err = q->err;
+    ex->fifo_head = (ex->fifo_head + 1) % ex->fifo_cap;
+    ex->fifo_n--;
+    ar_pump(ex);
+    return rc;
+}
+
+/* ---- ops --------------------------------------------------------------- */
+
+static uint64_t tag_of(pt_exec *ex, pt_comm_kind kind, const pt_op *op, int64_t base)
+{
+    int64_t gmb = base * ex->p->mb_per_window + op->mb;
+    return pt_comm_tag(kind, (uint32_t)gmb, (uint32_t)op->row_lo);
+}
+
+static int op_fwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, int64_t base,
+                  pt_exec_event *ev, pt_error *err)
+{
+    const float *in = ex->wk->stage > 0 ? ex->inbufs[x->buf] : ex->x_host;
+    int32_t *labels = ex->last ? ex->lab_host : NULL;
+    int rc;
+    if (ex->wk->stage == 0 || labels) {
+        int64_t it = base + op->mb / ex->p->mb_per_window;
+        rc = ex->cfg.feed.load(ex->cfg.feed.ctx, it, op->mb % ex->p->mb_per_window, op->row_lo,
+                               op->row_hi, ex->wk->stage == 0 ? ex->x_host : NULL, labels, err);
+        if (rc < 0)
+            return rc;
+    }
+    int k = weights_for(ex, op, x->slot, err);
+    if (k < 0)
+        return k;
+    double scale = 0;
+    if (ex->last) {
+        scale = pt_net_loss_scale_for(ex->net, x->step_samples);
+        pt_net_set_loss_scale(ex->net, scale);
+    }
+    double loss = 0;
+    rc = pt_net_forward(ex->net, x->slot, ex->va[k].data, in, ex->rows, labels,
+                        &ex->slot_y[x->slot], &loss);
+    if (rc < 0)
+        return pt_error_set(err, rc, "forward failed (%s)", pt_strerror(rc));
+    version_read(ex, i, op->version);
+    ev->used_version = ex->va[k].tag;
+    if (ex->cfg.digest)
+        ev->weights_digest = pt_exec_digest(ex->va[k].data, ex->pcount);
+    if (ex->last) {
+        ev->loss_sum = scale > 0 ? loss / scale : 0;
+        ev->loss_count = (int64_t)ex->rows * ex->label_count;
+        int wdw = op->mb / ex->p->mb_per_window;
+        ex->wloss[wdw] += ev->loss_sum;
+        ex->wcount[wdw] += ev->loss_count;
+    }
+    return 0;
+}
+
+static int op_bwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, pt_exec_event *ev,
+                  pt_error *err)
+{
+    int k = weights_for(ex, op, x->slot, err);
+    if (k < 0)
+        return k;
+    ev->used_version = ex->va[k].tag;
+    if (ex->cfg.digest)
+        ev->weights_digest = pt_exec_digest(ex->va[k].data, ex->pcount);
+    int rc;
+    if (op->kind == PT_OP_RECOMPUTE) {
+        rc = pt_net_recompute(ex->net, x->slot, ex->va[k].data);
+    } else {
+        rc = pt_net_backward(ex->net, x->slot, ex->va[k].data, ex->gbufs[x->gbuf],
+                             ex->last ? NULL : ex->dybufs[x->buf],
+                             ex->wk->stage > 0 ? ex->dxbufs[x->buf2] : NULL);
+        ex->slot_y[x->slot] = NULL;
+        if (op->flags & PT_OPF_STASH) {
+            va_unref(ex, ex->stash[x->slot]);
+            ex->stash[x->slot] = -1;
+        }
+    }
+    if (rc < 0)
+        return pt_error_set(err, rc, "%s failed (%s)", pt_op_kind_name(op->kind), pt_strerror(rc));
+    if (!(op->flags & PT_OPF_STASH))
+        version_read(ex, i, op->version);
+    return 0;
+}
+
+static int op_exchange(pt_exec *ex, const pt_op *op, const pt_xop *x, int64_t base,
+                       pt_exec_event *ev, pt_error *err)
+{
+    int lo = op->row_lo - ex->wk->row_lo, n = op->row_hi - op->row_lo;
+    int dst = ex->ranks[op->peer];
+    float *buf;
+    int64_t elems;
+    int rc;
+    switch (op->kind) {
+    case PT_OP_SEND_ACT:
+        elems = ex->out_elems;
+        buf = (float *)ex->slot_y[x->slot] + (int64_t)lo * elems;
+        rc = pt_comm_send(ex->cfg.comm, dst, tag_of(ex, PT_COMM_ACT, op, base), buf,
+                          (size_t)(n * elems), err);
+        break;
+    case PT_OP_RECV_ACT:
+        elems = ex->in_elems;
+        buf = ex->inbufs[x->buf] + (int64_t)lo * elems;
+        rc = pt_comm_recv(ex->cfg.comm, dst, tag_of(ex, PT_COMM_ACT, op, base), buf,
+                          (size_t)(n * elems), err);
+        break;
+    case PT_OP_SEND_GRAD:
+        elems = ex->in_elems;
+        buf = ex->dxbufs[x->buf] + (int64_t)lo * elems;
+        rc = pt_comm_send(ex->cfg.comm, dst, tag_of(ex, PT_COMM_GRAD, op, base), buf,
+                          (size_t)(n * elems), err);
+        break;
+    default: /* PT_OP_RECV_GRAD */
+        elems = ex->out_elems;
+        buf = ex->dybufs[x->buf] + (int64_t)lo * elems;
+        rc = pt_comm_recv(ex->cfg.comm, dst, tag_of(ex, PT_COMM_GRAD, op, base), buf,
+                          (size_t)(n * elems), err);
+        break;
+    }
+    ev->bytes = (int64_t)n * elems * (int64_t)sizeof(float);
+    return rc;
+}
+
+static int exec_op(pt_exec *ex, int i, int64_t base, pt_exec_event *ev, pt_error *err)
+{
+    const pt_op *op = &ex->ops[i];
+    const pt_xop *x = &ex->plan.xop[i];
+    int rc = 0;
+    switch (op->kind) {
+    case PT_OP_FWD:
+        return op_fwd(ex, i, op, x, base, ev, err);
+    case PT_OP_RECOMPUTE:
+    case PT_OP_BWD:
+        return op_bwd(ex, i, op, x, ev, err);
+    case PT_OP_SEND_ACT:
+    case PT_OP_RECV_ACT:
+    case PT_OP_SEND_GRAD:
+    case PT_OP_RECV_GRAD:
+        return op_exchange(ex, op, x, base, ev, err);
+    case PT_OP_ALLREDUCE:
+        ev->bytes = ex->pcount * (int64_t)sizeof(float);
+        if (x->trivial)
+            return 0;
+        if (op->flags & PT_OPF_ASYNC) {
+            arq *q = &ex->fifo[(ex->fifo_head + ex->fifo_n) % ex->fifo_cap];
+            *q = (arq){.gbuf = x->gbuf};
+            ex->fifo_n++;
+            ar_pump(ex);
+            return 0;
+        }
+        return pt_comm_allreduce(ex->cfg.comm, &ex->group, ex->gbufs[x->gbuf], (size_t)ex->pcount,
+                                 PT_COMM_SUM, err);
+    case PT_OP_AR_WAIT:
+        return x->trivial ? 0 : ar_wait_oldest(ex, err);
+    case PT_OP_OPT_STEP:
+        ev->bytes = ex->pcount * (int64_t)sizeof(float);
+        if ((rc = opt_step(ex, i, op, ex->gbufs[x->gbuf], err)) < 0)
+            return rc;
+        ev->used_version = op->version;
+        if (ex->cfg.digest)
+            ev->weights_digest = pt_exec_digest(ex->va[0].data, ex->pcount);
+        return 0;
+    }
+    return pt_error_set(err, PT_EINVAL, "unknown op kind %d", op->kind);
+}
+
+/* Prefixes err's message with the worker and the op. */
+static int op_error(pt_exec *ex, int i, int rc, pt_error *err)
+{
+    if (!err)
+        return rc;
+    char opbuf[160], msg[PT_ERROR_MAX];
+    snprintf(msg, sizeof msg, "%s", err->code ? err->msg : pt_strerror(rc));
+    pt_sched_op_str(ex->p, ex->wk->op_begin + i, opbuf, sizeof opbuf);
+    return pt_error_set(err, rc, "executor: worker %d (stage %d replica %d) op %d (%s): %s", ex->w,
+                        ex->wk->stage, ex->wk->replica, ex->wk->op_begin + i, opbuf, msg);
+}
+
+int pt_exec_run(pt_exec *ex, int64_t iteration_base, pt_exec_result *res, pt_error *err)
+{
+    if (res)
+        memset(res, 0, sizeof *res);
+    if (!ex)
+        return pt_error_set(err, PT_EINVAL, "executor: NULL argument");
+    if (ex->dirty)
+        return pt_error_set(err, PT_ESTATE,
+                            "executor: worker %d: a failed run was not reset (pt_exec_reset)",
+                            ex->w);
+    ex->dirty = 1;
+    if (err)
+        err->code = 0;
+    versions_begin(ex);
+    for (int t = 0; t < ex->p->window_count; t++) {
+        ex->wloss[t] = 0;
+        ex->wcount[t] = 0;
+    }
+    int64_t t_run = pt_exec_now_ns(), busy = 0;
+    pt_exec_event ev;
+    for (int i = 0; i < ex->n; i++) {
+        const pt_op *op = &ex->ops[i];
+        if (ex->cfg.stop && atomic_load(ex->cfg.stop))
+            return op_error(ex, i, pt_error_set(err, PT_ESTATE, "stopped"), err);
+        if (ex->fifo_n)
+            ar_pump(ex);
+        memset(&ev, 0, sizeof ev);
+        ev.used_version = -1;
+        ev.start_ns = pt_exec_now_ns();
+        int rc = exec_op(ex, i, iteration_base, &ev, err);
+        ev.end_ns = pt_exec_now_ns();
+        if (rc < 0)
+            return op_error(ex, i, rc, err);
+        if (op->kind == PT_OP_FWD || op->kind == PT_OP_BWD || op->kind == PT_OP_RECOMPUTE ||
+            op->kind == PT_OP_OPT_STEP)
+            busy += ev.end_ns - ev.start_ns;
+        if (ex->cfg.on_op) {
+            ev.worker = ex->w;
+            ev.stage = ex->wk->stage;
+            ev.replica = ex->wk->replica;
+            ev.op_index = ex->wk->op_begin + i;
+            ev.kind = op->kind;
+            ev.flags = op->flags;
+            ev.mb = op->mb;
+            ev.mb_end = op->mb_end;
+            ev.iteration = iteration_base + op->mb / ex->p->mb_per_window;
+            ev.version = op->version;
+            ev.peer = op->peer;
+            ev.row_lo = op->row_lo;
+            ev.row_hi = op->row_hi;
+            ev.versions_live = ex->versions_live;
+            ex->cfg.on_op(ex->cfg.user, &ev);
+        }
+    }
+    /* all-reduces no AR_WAIT waits for (Pipe-SGD's last window): finish them so
+     * the replicas stay in step, and drop their gradients */
+    while (ex->fifo_n > 0) {
+        int rc = ar_wait_oldest(ex, err);
+        if (rc < 0)
+            return pt_error_set(err, rc,
+                                "executor: worker %d: all-reduce at the end of the run: %s", ex->w,
+                                err ? err->msg : pt_strerror(rc));
+    }
+    for (int j = 0; j < ex->plan.end_zero_count; j++)
+        ex->be->fill(ex->be, ex->pcount, 0.0f, ex->gbufs[ex->plan.end_zero[j]]);
+    if (res) {
+        res->ops = ex->n;
+        res->windows = ex->p->window_count;
+        for (int t = 0; t < ex->p->window_count; t++) {
+            res->loss_sum += ex->wloss[t];
+            res->loss_count += ex->wcount[t];
+        }
+        res->versions_peak = ex->versions_peak;
+        res->busy_ns = busy;
+        res->wall_ns = pt_exec_now_ns() - t_run;
+    }
+    versions_begin(ex);
+    ex->dirty = 0;
+    return 0;
+}
+
+void pt_exec_reset(pt_exec *ex)
+{
+    if (!ex)
+        return;
+    while (ex->fifo_n > 0) {
+        arq *q = &ex->fifo[ex->fifo_head];
+        if (q->started && !q->done)
+            pt_collective_wait(ex->cfg.coll, pt_comm_timeout_ms(ex->cfg.comm), NULL);
+        ex->fifo_head = (ex->fifo_head + 1) % ex->fifo_cap;
+        ex->fifo_n--;
+    }
+    for (int s = 0; s < ex->plan.needs.max_slots; s++) {
+        pt_net_release(ex->net, s);
+        ex->slot_y[s] = NULL;
+    }
+    for (int g = 0; g < ex->plan.needs.grad_buffers; g++)
+        ex->be->fill(ex->be, ex->pcount, 0.0f, ex->gbufs[g]);
+    versions_begin(ex);
+    ex->dirty = 0;
+}
+
+void pt_exec_window_loss(const pt_exec *ex, int w, double *sum, int64_t *count)
+{
+    int ok = ex && w >= 0 && w < ex->p->window_count;
+    if (sum)
+        *sum = ok ? ex->wloss[w] : 0;
+    if (count)
+        *count = ok ? ex->wcount[w] : 0;
+}
+
+const pt_exec_needs *pt_exec_get_needs(const pt_exec *ex)
+{
+    return ex ? &ex->plan.needs : NULL;
+}
+
+float *pt_exec_grad_buffer(pt_exec *ex, int i)
+{
+    return ex && i >= 0 && i < ex->plan.needs.grad_buffers ? ex->gbufs[i] : NULL;
+}
+
+/* ---- set-up ------------------------------------------------------------ */
+
+static int check_config(pt_exec *ex, const pt_exec_config *cfg, pt_error *err)
+{
+    const pt_exec_needs *ne = &ex->plan.needs;
+    pt_net *net = cfg->net;
+    int w = cfg->worker;
+    if (pt_net_backend(net) != pt_backend_cpu())
+        return pt_error_set(err, PT_EUNSUPP,
+                            "executor: worker %d: the net's backend (%s) is not host-addressable; "
+                            "the executor runs on the CPU backend",
+                            w, pt_net_backend(net)->name);
+    if (pt_net_first(net) != ne->first || pt_net_last(net) != ne->last)
+        return pt_error_set(err, PT_EINVAL,
+                            "executor: worker %d: the net has layers [%d,%d), the stage [%d,%d)", w,
+                            pt_net_first(net), pt_net_last(net), ne->first, ne->last);
+    if (pt_net_max_batch(net) < ne->max_batch || pt_net_max_slots(net) < ne->max_slots)
+        return pt_error_set(err, PT_EINVAL,
+                            "executor: worker %d: the net holds %d slots of %d samples; the "
+                            "program needs %d slots of %d",
+                            w, pt_net_max_slots(net), pt_net_max_batch(net), ne->max_slots,
+                            ne->max_batch);
+    if (!cfg->optim || pt_optim_count(cfg->optim) != pt_net_param_count(net))
+        return pt_error_set(err, PT_EINVAL,
+                            "executor: worker %d: an optimizer over the net's %lld parameters is "
+                            "required",
+                            w, (long long)pt_net_param_count(net));
+    if (ne->needs_comm && !cfg->comm)
+        return pt_error_set(err, PT_EINVAL, "executor: worker %d: a communicator is required", w);
+    if (cfg->comm && pt_comm_rank(cfg->comm) != ex->ranks[w])
+        return pt_error_set(err, PT_EINVAL,
+                            "executor: worker %d: the communicator has rank %d, not %d", w,
+                            pt_comm_rank(cfg->comm), ex->ranks[w]);
+    if (ne->needs_collective && (!cfg->coll || !cfg->comm))
+        return pt_error_set(err, PT_EINVAL,
+                            "executor: worker %d: asynchronous all-reduces need a collective and a "
+                            "communicator",
+                            w);
+    if ((ne->needs_input || ne->needs_labels) && !cfg->feed.load)
+        return pt_error_set(err, PT_EINVAL,
+                            "executor: worker %d (stage %d): a data feed is required", w,
+                            ne->stage);
+    if (ne->needs_labels != pt_net_has_loss(net))
+        return pt_error_set(
+            err, PT_EINVAL, "executor: worker %d: the %s stage's net %s a loss layer", w,
+            ne->needs_labels ? "last" : "inner", pt_net_has_loss(net) ? "has" : "lacks");
+    for (int r = 0; r < ex->p->worker_count; r++)
+        if (ex->ranks[r] < 0 || (cfg->comm && ex->ranks[r] >= pt_comm_size(cfg->comm)))
+            return pt_error_set(err, PT_EINVAL, "executor: worker %d: rank of worker %d is %d", w,
+                                r, ex->ranks[r]);
+    return 0;
+}
+
+static int alloc_buffers(pt_exec *ex, pt_error *err)
+{
+    const pt_exec_needs *ne = &ex->plan.needs;
+    int total = ne->grad_buffers + ne->in_buffers + ne->dy_buffers + ne->dx_buffers;
+    int slots = ne->max_slots > 0 ? ne->max_slots : 1;
+    int nv = ne->max_version + 1;
+    ex->gbufs = calloc((size_t)total + 1, sizeof(float *));
+    ex->slot_y = calloc((size_t)slots, sizeof(float *));
+    ex->stash = malloc((size_t)slots * sizeof(int));
+    ex->va_cap = slots + nv + 1;
+    ex->va = calloc((size_t)ex->va_cap, sizeof(varr));
+    ex->va_free = malloc((size_t)ex->va_cap * sizeof(int));
+    ex->vmap = malloc((size_t)nv * sizeof(int));
+    ex->live_list = malloc((size_t)(nv + 1) * sizeof(int));
+    ex->fifo_cap = ex->plan.fifo_peak > 0 ? ex->plan.fifo_peak : 1;
+    ex->fifo = calloc((size_t)ex->fifo_cap, sizeof(arq));
+    ex->wloss = calloc((size_t)ex->p->window_count, sizeof(double));
+    ex->wcount = calloc((size_t)ex->p->window_count, sizeof(int64_t));
+    ex->x_host = malloc((size_t)(ex->rows * ex->in_elems) * sizeof(float) + 1);
+    ex->lab_host = malloc((size_t)(ex->rows * (ex->label_count + 1)) * sizeof(int32_t));
+    if (!ex->gbufs || !ex->slot_y || !ex->stash || !ex->va || !ex->va_free || !ex->vmap ||
+        !ex->live_list || !ex->fifo || !ex->wloss || !ex->wcount || !ex->x_host || !ex->lab_host)
+        return pt_error_set(err, PT_ENOMEM, "executor: out of memory");
+    for (int s = 0; s < slots; s++)
+        ex->stash[s] = -1;
+    for (int v = 0; v < nv; v++)
+        ex->vmap[v] = -1;
+    ex->va[0] = (varr){pt_net_params(ex->net), 0, 0};
+    for (int k = ex->va_cap - 1; k >= 1; k--)
+        ex->va_free[ex->va_nfree++] = k;
+    ex->inbufs = ex->gbufs + ne->grad_buffers;
+    ex->dybufs = ex->inbufs + ne->in_buffers;
+    ex->dxbufs = ex->dybufs + ne->dy_buffers;
+    ex->gbufs[0] = pt_net_grads(ex->net);
+    for (int g = 1; g < ne->grad_buffers; g++) {
+        if (!(ex->gbufs[g] = pt_arena_alloc_floats(ex->arena, PT_MEM_GRADS, ex->pcount)))
+            return pt_error_set(err, PT_ENOMEM, "executor: no memory for gradient buffer %d", g);
+        ex->be->fill(ex->be, ex->pcount, 0.0f, ex->gbufs[g]);
+    }
+    struct {
+        float **bufs;
+        int count;
+        int64_t elems;
+    } sets[3] = {{ex->inbufs, ne->in_buffers, ex->in_elems},
+                 {ex->dybufs, ne->dy_buffers, ex->out_elems},
+                 {ex->dxbufs, ne->dx_buffers, ex->in_elems}};
+    for (int s = 0; s < 3; s++)
+        for (int j = 0; j < sets[s].count; j++)
+            if (!(sets[s].bufs[j] = pt_arena_alloc_floats(ex->arena, PT_MEM_COMM,
+                                                          (int64_t)ex->rows * sets[s].elems)))
+                return pt_error_set(err, PT_ENOMEM, "executor: no memory for message buffers");
+    return 0;
+}
+
+int pt_exec_create(const pt_exec_config *cfg, pt_exec **out, pt_error *err)
+{
+    if (out)
+        *out = NULL;
+    if (!cfg || !out || !cfg->prog || !cfg->net)
+        return pt_error_set(err, PT_EINVAL, "executor: program, net and output are required");
+    pt_exec *ex = calloc(1, sizeof *ex);
+    if (!ex)
+        return pt_error_set(err, PT_ENOMEM, "executor: out of memory");
+    int rc = pt_exec_plan_build(cfg->prog, cfg->worker, &ex->plan, err);
+    if (rc < 0) {
+        free(ex);
+        return rc;
+    }
+    ex->cfg = *cfg;
+    ex->p = cfg->prog;
+    ex->w = cfg->worker;
+    ex->wk = &ex->p->workers[ex->w];
+    ex->ops = ex->p->ops + ex->wk->op_begin;
+    ex->n = ex->plan.op_count;
+    ex->last = ex->wk->stage == ex->p->stage_count - 1;
+    ex->rows = ex->plan.needs.rows;
+    ex->net = cfg->net;
+    ex->be = pt_net_backend(cfg->net);
+    ex->arena = pt_net_arena(cfg->net);
+    ex->pcount = pt_net_param_count(cfg->net);
+    ex->in_elems = pt_net_in_elems(cfg->net);
+    ex->out_elems = pt_net_out_elems(cfg->net);
+    ex->label_count = pt_net_label_count(cfg->net);
+    ex->ranks = malloc((size_t)ex->p->worker_count * sizeof(int));
+    if (!ex->ranks) {
+        rc = pt_error_set(err, PT_ENOMEM, "executor: out of memory");
+        goto fail;
+    }
+    for (int r = 0; r < ex->p->worker_count; r++)
+        ex->ranks[r] = cfg->ranks ? cfg->ranks[r] : r;
+    if ((rc = check_config(ex, cfg, err)) < 0 || (rc = alloc_buffers(ex, err)) < 0)
+        goto fail;
+    int s = ex->wk->stage, r0 = ex->p->stage_worker[s], nr = ex->p->stage_worker[s + 1] - r0;
+    if (nr > PT_COMM_MAX_GROUP) {
+        rc = pt_error_set(err, PT_EINVAL, "executor: stage %d has %d replicas, at most %d", s, nr,
+                          PT_COMM_MAX_GROUP);
+        goto fail;
+    }
+    if ((rc = pt_comm_group_init(&ex->group, ex->ranks + r0, nr)) < 0) {
+        pt_error_set(err, rc, "executor: worker %d: replicas of stage %d share a rank", ex->w, s);
+        goto fail;
+    }
+    ex->agroup = ex->group;
+    ex->ready = 1;
+    versions_begin(ex);
+    *out = ex;
+    return 0;
+fail:
+    pt_exec_destroy(&ex);
+    return rc;
+}
+
+void pt_exec_destroy(pt_exec **ex_p)
+{
+    if (!ex_p || !*ex_p)
+        return;
+    pt_exec *ex = *ex_p;
+    if (ex->ready)
+        pt_exec_reset(ex); /* also frees stashed and kept versions */
+    if (ex->gbufs) {
+        const pt_exec_needs *ne = &ex->plan.needs;
+        int total = ne->grad_buffers + ne->in_buffers + ne->dy_buffers + ne->dx_buffers;
+        for (int j = 1; j < total; j++)
+            if (ex->gbufs[j])
+                pt_arena_free(ex->arena, ex->gbufs[j]);
+    }
+    free(ex->gbufs);
+    free(ex->slot_y);
+    free(ex->stash);
+    free(ex->va);
+    free(ex->va_free);
+    free(ex->vmap);
+    free(ex->live_list);
+    free(ex->fifo);
+    free(ex->wloss);
+    free(ex->wcount);
+    free(ex->x_host);
+    free(ex->lab_host);
+    free(ex->ranks);
+    pt_exec_plan_free(&ex->plan);
+    free(ex);
+    *ex_p = NULL;
+}

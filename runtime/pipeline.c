@@ -1,0 +1,327 @@
+/* In-process pipeline: one thread per worker of a schedule program. See
+ * runtime/pipeline.h. */
+#include "runtime/pipeline.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "runtime/feed.h"
+
+typedef struct worker {
+    pt_pipeline *pp;
+    int w;
+    pt_exec_needs needs;
+    pt_net *net;
+    pt_optim *optim;
+    pt_feed *feed;
+    pt_comm *comm;
+    pt_collective *coll;
+    pt_exec *ex;
+    pthread_t thread;
+    int64_t base;
+    int rc;
+    pt_error err;
+    pt_exec_result res;
+} worker;
+
+struct pt_pipeline {
+    const pt_program *prog;
+    int nw;
+    worker *wk;
+    void *zctx;
+    atomic_int stop;
+    pthread_mutex_t mu;
+    int first_rc; /* first failure that is not a consequence of another */
+    pt_error first_err;
+};
+
+static unsigned next_pipeline_id(void)
+{
+    static atomic_uint counter;
+    return atomic_fetch_add(&counter, 1);
+}
+
+static void endpoint_for(const pt_pipeline_config *cfg, unsigned id, const char *what, int w,
+                         char *buf, size_t size)
+{
+    switch (cfg->transport) {
+    case PT_TRANSPORT_IPC:
+        snprintf(buf, size, "ipc:///tmp/pt-pipe-%ld-%u-%s%d", (long)getpid(), id, what, w);
+        break;
+    case PT_TRANSPORT_TCP:
+        snprintf(buf, size, "tcp://127.0.0.1:*");
+        break;
+    default:
+        snprintf(buf, size, "inproc://pt-pipe-%u-%s%d", id, what, w);
+        break;
+    }
+}
+
+/* Creates and connects one communicator per worker in `use` (others NULL). */
+static int make_comms(pt_pipeline *pp, const pt_pipeline_config *cfg, const char *what,
+                      const int *use, pt_comm **comms, pt_error *err)
+{
+    unsigned id = next_pipeline_id();
+    const char **eps = calloc((size_t)pp->nw, sizeof *eps);
+    if (!eps)
+        return pt_error_set(err, PT_ENOMEM, "pipeline: out of memory");
+    int rc = 0;
+    for (int w = 0; w < pp->nw && rc == 0; w++) {
+        if (!use[w])
+            continue;
+        char ep[PT_COMM_ENDPOINT_MAX];
+        endpoint_for(cfg, id, what, w, ep, sizeof ep);
+        pt_comm_config cc = {.rank = w,
+                             .size = pp->nw,
+                             .bind_endpoint = ep,
+                             .zmq_context = pp->zctx,
+                             .timeout_ms =
+                                 cfg->timeout_ms > 0 ? cfg->timeout_ms : PT_PIPELINE_TIMEOUT_MS};
+        rc = pt_comm_create(&cc, &comms[w], err);
+        if (rc == 0)
+            eps[w] = pt_comm_endpoint(comms[w]);
+    }
+    for (int w = 0; w < pp->nw && rc == 0; w++)
+        if (use[w])
+            rc = pt_comm_connect(comms[w], eps, err);
+    free(eps);
+    return rc;
+}
+
+static int make_worker(pt_pipeline *pp, const pt_pipeline_config *cfg, worker *k, pt_error *err)
+{
+    const pt_program *p = pp->prog;
+    int rc = pt_exec_needs_of(p, k->w, &k->needs, err);
+    if (rc < 0)
+        return rc;
+    pt_net_config nc = pt_net_config_default(cfg->spec);
+    nc.first = k->needs.first;
+    nc.last = k->needs.last;
+    nc.max_batch = k->needs.max_batch;
+    nc.max_slots = k->needs.max_slots > 0 ? k->needs.max_slots : 1;
+    nc.recompute = k->needs.recompute;
+    nc.seed = cfg->init_seed;
+    if ((rc = pt_net_create(cfg->spec, &nc, &k->net, err)) < 0)
+        return rc;
+    rc = pt_optim_create(&cfg->optim, pt_net_arena(k->net), pt_net_param_count(k->net), &k->optim,
+                         err);
+    if (rc < 0)
+        return rc;
+    if (k->needs.needs_input || k->needs.needs_labels) {
+        if (!cfg->data)
+            return pt_error_set(err, PT_EINVAL, "pipeline: stage %d needs a data set",
+                                k->needs.stage);
+        rc = pt_feed_create(cfg->data, cfg->data_seed, p->mb_size, p->mb_per_window, &k->feed, err);
+    }
+    return rc;
+}
+
+static int make_exec(pt_pipeline *pp, const pt_pipeline_config *cfg, worker *k, pt_error *err)
+{
+    pt_exec_config ec = {.prog = pp->prog,
+                         .worker = k->w,
+                         .net = k->net,
+                         .optim = k->optim,
+                         .comm = k->comm,
+                         .coll = k->coll,
+                         .ranks = NULL,
+                         .on_op = cfg->on_op,
+                         .user = cfg->user,
+                         .stop = &pp->stop,
+                         .digest = cfg->digest};
+    if (k->feed)
+        ec.feed = pt_feed_as_exec(k->feed);
+    return pt_exec_create(&ec, &k->ex, err);
+}
+
+int pt_pipeline_create(const pt_pipeline_config *cfg, pt_pipeline **out, pt_error *err)
+{
+    *out = NULL;
+    if (!cfg || !cfg->spec || !cfg->prog || cfg->prog->worker_count < 1)
+        return pt_error_set(err, PT_EINVAL, "pipeline: a model spec and a program are required");
+    pt_pipeline *pp = calloc(1, sizeof *pp);
+    if (!pp)
+        return pt_error_set(err, PT_ENOMEM, "pipeline: out of memory");
+    pp->prog = cfg->prog;
+    pp->nw = cfg->prog->worker_count;
+    pthread_mutex_init(&pp->mu, NULL);
+    pp->wk = calloc((size_t)pp->nw, sizeof(worker));
+    int *use = calloc((size_t)pp->nw * 2, sizeof(int));
+    pt_comm **comms = calloc((size_t)pp->nw * 2, sizeof(pt_comm *));
+    int rc = 0;
+    if (!pp->wk || !use || !comms) {
+        rc = pt_error_set(err, PT_ENOMEM, "pipeline: out of memory");
+        goto done;
+    }
+    if (!(pp->zctx = zmq_ctx_new())) {
+        rc = pt_error_set(err, PT_EIO, "pipeline: no ZeroMQ context");
+        goto done;
+    }
+    int any_comm = 0;
+    for (int w = 0; w < pp->nw && rc == 0; w++) {
+        pp->wk[w].pp = pp;
+        pp->wk[w].w = w;
+        rc = make_worker(pp, cfg, &pp->wk[w], err);
+        use[w] = pp->nw > 1;
+        any_comm |= pp->wk[w].needs.needs_comm;
+        use[pp->nw + w] = pp->wk[w].needs.needs_collective;
+    }
+    if (rc == 0 && any_comm)
+        rc = make_comms(pp, cfg, "w", use, comms, err);
+    if (rc == 0)
+        rc = make_comms(pp, cfg, "c", use + pp->nw, comms + pp->nw, err);
+    for (int w = 0; w < pp->nw; w++) {
+        pp->wk[w].comm = comms[w];
+        if (comms[pp->nw + w] && rc == 0) {
+            rc = pt_collective_create(&comms[pp->nw + w], &pp->wk[w].coll, err);
+            if (rc < 0)
+                pt_comm_destroy(&comms[pp->nw + w]);
+        } else {
+            pt_comm_destroy(&comms[pp->nw + w]);
+        }
+    }
+    for (int w = 0; w < pp->nw && rc == 0; w++)
+        rc = make_exec(pp, cfg, &pp->wk[w], err);
+done:
+    free(use);
+    free(comms);
+    if (rc < 0) {
+        pt_pipeline_destroy(&pp);
+        return rc;
+    }
+    *out = pp;
+    return 0;
+}
+
+void pt_pipeline_destroy(pt_pipeline **pp_p)
+{
+    if (!pp_p || !*pp_p)
+        return;
+    pt_pipeline *pp = *pp_p;
+    for (int w = 0; pp->wk && w < pp->nw; w++) {
+        worker *k = &pp->wk[w];
+        pt_exec_destroy(&k->ex);
+        pt_collective_destroy(&k->coll);
+        pt_comm_destroy(&k->comm);
+        pt_feed_destroy(&k->feed);
+        pt_optim_destroy(&k->optim);
+        pt_net_destroy(&k->net);
+    }
+    if (pp->zctx)
+        zmq_ctx_term(pp->zctx);
+    pthread_mutex_destroy(&pp->mu);
+    free(pp->wk);
+    free(pp);
+    *pp_p = NULL;
+}
+
+static void *run_worker(void *arg)
+{
+    worker *k = arg;
+    pt_pipeline *pp = k->pp;
+    k->err.code = 0;
+    k->rc = pt_exec_run(k->ex, k->base, &k->res, &k->err);
+    if (k->rc < 0) {
+        /* the first failure is the cause; others stop or time out because of it */
+        pthread_mutex_lock(&pp->mu);
+        if (pp->first_rc == 0 && !atomic_load(&pp->stop)) {
+            pp->first_rc = k->rc;
+            pp->first_err = k->err;
+        }
+        atomic_store(&pp->stop, 1);
+        pthread_mutex_unlock(&pp->mu);
+    }
+    return NULL;
+}
+
+int pt_pipeline_run(pt_pipeline *pp, int64_t iteration_base, pt_error *err)
+{
+    if (!pp)
+        return pt_error_set(err, PT_EINVAL, "pipeline: NULL argument");
+    atomic_store(&pp->stop, 0);
+    pp->first_rc = 0;
+    int started = 0, rc = 0;
+    for (int w = 0; w < pp->nw; w++) {
+        pp->wk[w].base = iteration_base;
+        pp->wk[w].rc = 0;
+        if (pthread_create(&pp->wk[w].thread, NULL, run_worker, &pp->wk[w]) != 0) {
+            atomic_store(&pp->stop, 1);
+            rc = pt_error_set(err, PT_ENOMEM, "pipeline: cannot start the thread of worker %d", w);
+            break;
+        }
+        started++;
+    }
+    for (int w = 0; w < started; w++)
+        pthread_join(pp->wk[w].thread, NULL);
+    if (rc == 0 && pp->first_rc < 0) {
+        rc = pp->first_rc;
+        if (err)
+            *err = pp->first_err;
+    }
+    if (rc < 0)
+        for (int w = 0; w < pp->nw; w++)
+            pt_exec_reset(pp->wk[w].ex);
+    return rc;
+}
+
+double pt_pipeline_window_loss(const pt_pipeline *pp, int wdw)
+{
+    double sum = 0;
+    int64_t count = 0;
+    for (int w = 0; pp && w < pp->nw; w++) {
+        double s;
+        int64_t c;
+        pt_exec_window_loss(pp->wk[w].ex, wdw, &s, &c);
+        sum += s;
+        count += c;
+    }
+    return count > 0 ? sum / (double)count : 0;
+}
+
+int pt_pipeline_worker_count(const pt_pipeline *pp)
+{
+    return pp ? pp->nw : 0;
+}
+
+pt_net *pt_pipeline_net(pt_pipeline *pp, int w)
+{
+    return pp && w >= 0 && w < pp->nw ? pp->wk[w].net : NULL;
+}
+
+pt_optim *pt_pipeline_optim(pt_pipeline *pp, int w)
+{
+    return pp && w >= 0 && w < pp->nw ? pp->wk[w].optim : NULL;
+}
+
+pt_exec *pt_pipeline_exec(pt_pipeline *pp, int w)
+{
+    return pp && w >= 0 && w < pp->nw ? pp->wk[w].ex : NULL;
+}
+
+pt_exec_result pt_pipeline_result(const pt_pipeline *pp, int w)
+{
+    pt_exec_result r;
+    memset(&r, 0, sizeof r);
+    return pp && w >= 0 && w < pp->nw ? pp->wk[w].res : r;
+}
+
+int pt_pipeline_get_layer(pt_pipeline *pp, int layer, int replica, float *host, int64_t count)
+{
+    if (!pp)
+        return PT_EINVAL;
+    const pt_program *p = pp->prog;
+    for (int s = 0; s < p->stage_count; s++) {
+        int w0 = p->stage_worker[s];
+        if (layer < p->workers[w0].first || layer >= p->workers[w0].last)
+            continue;
+        if (replica < 0 || replica >= p->stage_worker[s + 1] - w0)
+            return PT_ERANGE;
+        return pt_net_get_layer(pp->wk[w0 + replica].net, layer, NULL, host, count);
+    }
+    return PT_ERANGE;
+}
