@@ -1,0 +1,263 @@
+/* The asynchronous schedules run by the stage executor against the
+ * single-process references of their papers (tests/runtime/exec_common.h):
+ *
+ * - pipedream: every micro-batch's RECOMPUTE and BWD read exactly the weights
+ *   its FWD read (the version each op reports, tracked by the executor, and a
+ *   digest of the array's contents), the version named by the program; a
+ *   stage holds S-i+1 versions (its in-flight stashes + the current weights),
+ *   the arena counts the stashes; and the weights after N micro-batches equal
+ *   PipeDream's update order. Also with vertical sync, a replicated stage and
+ *   recomputation.
+ * - 2bw: never more than two versions per stage (and two are used), and the
+ *   weights equal W(t+1) = W(t) - lr * grad f(W(t-1)), coalesced over M.
+ * - pipesgd: data parallelism with one step of staleness,
+ *   w(t+1) = w(t) - lr * g(w(t-1)), the all-reduce running in the background.
+ */
+#include "tests/runtime/exec_common.h"
+
+static const int cuts3[] = {0, 2, 5, 8};
+static const int cuts4[] = {0, 2, 4, 6, 8};
+static const int mid2[] = {1, 2, 1};
+static const int rc_mid[] = {0, 1, 0};
+
+/* Per worker and micro-batch: FWD, RECOMPUTE and BWD read the same weights,
+ * the version the program names. Returns the most versions held at once. */
+static int check_versions(const char *name, const ec_run *r, int w)
+{
+    const pt_program *p = &r->prog;
+    int n = r->events->n[w], most = 0;
+    const pt_exec_event *ev = r->events->ev[w];
+    int *fwd = malloc((size_t)p->mb_count * sizeof(int));
+    for (int m = 0; m < p->mb_count; m++)
+        fwd[m] = -1;
+    int bwds = 0, initial = p->initial_versions;
+    for (int i = 0; i < n; i++) {
+        const pt_exec_event *e = &ev[i];
+        if (e->versions_live > most)
+            most = e->versions_live;
+        if (e->kind != PT_OP_FWD && e->kind != PT_OP_BWD && e->kind != PT_OP_RECOMPUTE)
+            continue;
+        CHECK_MSG(e->used_version == e->version ||
+                      (e->version < initial && e->used_version < initial),
+                  "%s: worker %d %s mb %d read version %d, the program says %d", name, w,
+                  pt_op_kind_name(e->kind), e->mb, e->used_version, e->version);
+        if (e->kind == PT_OP_FWD) {
+            fwd[e->mb] = i;
+            continue;
+        }
+        if (fwd[e->mb] < 0) {
+            CHECK_MSG(0, "%s: worker %d: %s of mb %d before its FWD", name, w,
+                      pt_op_kind_name(e->kind), e->mb);
+            continue;
+        }
+        const pt_exec_event *f = &ev[fwd[e->mb]];
+        CHECK_MSG(e->used_version == f->used_version && e->weights_digest == f->weights_digest,
+                  "%s: worker %d mb %d: %s read version %d (digest %llx), its FWD %d (%llx)", name,
+                  w, e->mb, pt_op_kind_name(e->kind), e->used_version,
+                  (unsigned long long)e->weights_digest, f->used_version,
+                  (unsigned long long)f->weights_digest);
+        bwds += e->kind == PT_OP_BWD;
+    }
+    CHECK_MSG(bwds == p->mb_count, "%s: worker %d ran %d backwards of %d", name, w, bwds,
+              p->mb_count);
+    free(fwd);
+    return most;
+}
+
+static int64_t stash_peak(ec_run *r, int w)
+{
+    pt_mem_stats st;
+    pt_arena_stats(pt_net_arena(pt_pipeline_net(r->pp, w)), &st);
+    return st.peak[PT_MEM_STASH];
+}
+
+static int64_t param_bytes(ec_run *r, int w)
+{
+    return pt_net_param_count(pt_pipeline_net(r->pp, w)) * (int64_t)sizeof(float);
+}
+
+static void run_pipedream(const char *name, const int *cuts, int S, const int *reps, const int *rc,
+                          int vsync, pt_optim_kind ok)
+{
+    pt_model_spec spec = ec_mlp();
+    pt_dataset *ds = ec_data(&spec);
+    REQUIRE(ds);
+    ec_case c = {.name = name,
+                 .kind = PT_SCHED_PIPEDREAM,
+                 .vsync = vsync,
+                 .stages = S,
+                 .cuts = cuts,
+                 .replicas = reps,
+                 .recompute = rc,
+                 .mb_size = 4,
+                 .mb_count = 3,
+                 .windows = 4,
+                 .optim = ok};
+    ec_run r;
+    int code = ec_run_case(&c, &spec, ds, 1, &r);
+    CHECK_MSG(code == 0, "%s: run failed (%d)", name, code);
+    if (code == 0) {
+        int N = r.prog.mb_count;
+        ec_weights want, short_by_one;
+        ec_ref_pipedream(&spec, ds, cuts, S, c.mb_size, c.mb_count, N, vsync, ok, &want);
+        ec_ref_pipedream(&spec, ds, cuts, S, c.mb_size, c.mb_count, N - 1, vsync, ok,
+                         &short_by_one);
+        ec_check_equal(name, &r.w, &want, &short_by_one);
+        CHECK_MSG(r.replicas_equal, "%s: replicas of a stage differ", name);
+        for (int w = 0; w < r.prog.worker_count; w++) {
+            int i = r.prog.workers[w].stage, K = S - i < N ? S - i : N;
+            int most = check_versions(name, &r, w);
+            if (!vsync) {
+                /* PipeDream: in-flight stashes plus the current weights */
+                CHECK_MSG(most == K + 1, "%s: worker %d held at most %d versions, expected %d",
+                          name, w, most, K + 1);
+                CHECK_MSG(stash_peak(&r, w) == K * param_bytes(&r, w),
+                          "%s: worker %d: stash peak %lld bytes, expected %d x %lld", name, w,
+                          (long long)stash_peak(&r, w), K, (long long)param_bytes(&r, w));
+            } else {
+                CHECK_MSG(most >= K + 1 && most <= S + 1, "%s: worker %d held at most %d versions",
+                          name, w, most);
+            }
+        }
+        /* the digest tells versions apart: stage 0's forwards read N - S + 1
+         * different versions after the warm-up */
+        const ec_events *e = r.events;
+        uint64_t first = 0, last = 0;
+        for (int i = 0; i < e->n[0]; i++)
+            if (e->ev[0][i].kind == PT_OP_FWD) {
+                if (!first)
+                    first = e->ev[0][i].weights_digest;
+                last = e->ev[0][i].weights_digest;
+            }
+        CHECK(first != last);
+        free(want.w);
+        free(short_by_one.w);
+    }
+    ec_run_free(&r);
+    pt_dataset_free(&ds);
+}
+
+static void test_pipedream(void)
+{
+    run_pipedream("pipedream S=3", cuts3, 3, NULL, NULL, 0, PT_OPTIM_SGD);
+    run_pipedream("pipedream S=4 adam", cuts4, 4, NULL, NULL, 0, PT_OPTIM_ADAM);
+    run_pipedream("pipedream S=3 middle x2 recompute", cuts3, 3, mid2, rc_mid, 0, PT_OPTIM_SGD);
+}
+
+static void test_pipedream_vsync(void)
+{
+    run_pipedream("pipedream vsync S=3", cuts3, 3, NULL, NULL, 1, PT_OPTIM_SGD);
+    run_pipedream("pipedream vsync S=4 middle x2 recompute", cuts4, 4, (const int[]){1, 2, 1, 1},
+                  (const int[]){0, 1, 1, 0}, 1, PT_OPTIM_SGD);
+}
+
+/* 2BW and Pipe-SGD share the reference: T windows, `applied` of them applied. */
+static void run_stale(const ec_case *c, int applied, int max_versions)
+{
+    pt_model_spec spec = ec_mlp();
+    pt_dataset *ds = ec_data(&spec);
+    REQUIRE(ds);
+    ec_run r;
+    int code = ec_run_case(c, &spec, ds, 1, &r);
+    CHECK_MSG(code == 0, "%s: run failed (%d)", c->name, code);
+    if (code == 0) {
+        int64_t B = (int64_t)c->mb_size * c->mb_count;
+        ec_weights want, control;
+        ec_ref_stale(&spec, ds, B, c->windows, applied, c->optim, &want);
+        /* control: the same windows without staleness */
+        ec_ref_sync(&spec, ds, B, applied, c->optim, &control);
+        ec_check_equal(c->name, &r.w, &want, &control);
+        CHECK_MSG(r.replicas_equal, "%s: replicas of a stage differ", c->name);
+        for (int w = 0; w < r.prog.worker_count; w++) {
+            int most = check_versions(c->name, &r, w);
+            CHECK_MSG(most == max_versions, "%s: worker %d held at most %d versions, expected %d",
+                      c->name, w, most, max_versions);
+            CHECK_MSG(stash_peak(&r, w) == (max_versions - 1) * param_bytes(&r, w),
+                      "%s: worker %d: stash peak %lld bytes", c->name, w,
+                      (long long)stash_peak(&r, w));
+        }
+        free(want.w);
+        free(control.w);
+    }
+    ec_run_free(&r);
+    pt_dataset_free(&ds);
+}
+
+static void test_2bw(void)
+{
+    ec_case c = {.name = "2bw S=3 M=4",
+                 .kind = PT_SCHED_2BW,
+                 .stages = 3,
+                 .cuts = cuts3,
+                 .mb_size = 4,
+                 .mb_count = 4,
+                 .windows = 4,
+                 .optim = PT_OPTIM_SGD};
+    run_stale(&c, c.windows, 2);
+    c.name = "2bw S=3 middle x2 recompute M=3";
+    c.replicas = mid2;
+    c.recompute = rc_mid;
+    c.mb_count = 3;
+    run_stale(&c, c.windows, 2);
+    c.name = "2bw S=4 adam";
+    c.stages = 4;
+    c.cuts = cuts4;
+    c.replicas = NULL;
+    c.recompute = NULL;
+    c.mb_count = 5;
+    c.optim = PT_OPTIM_ADAM;
+    run_stale(&c, c.windows, 2);
+}
+
+static void test_pipesgd(void)
+{
+    static const int cuts1[] = {0, 8}, cuts2[] = {0, 4, 8};
+    ec_case c = {.name = "pipesgd data parallel x3",
+                 .kind = PT_SCHED_PIPESGD,
+                 .stages = 1,
+                 .cuts = cuts1,
+                 .replicas = (const int[]){3},
+                 .mb_size = 6,
+                 .mb_count = 2,
+                 .windows = 4,
+                 .optim = PT_OPTIM_SGD};
+    /* the last window's all-reduce is never waited for: T-1 updates */
+    run_stale(&c, c.windows - 1, 1);
+    c.name = "pipesgd S=2 second x2";
+    c.stages = 2;
+    c.cuts = cuts2;
+    c.replicas = (const int[]){1, 2};
+    c.mb_size = 4;
+    c.mb_count = 3;
+    c.windows = 5;
+    run_stale(&c, c.windows - 1, 1);
+}
+
+/* Pipe-SGD keeps two gradient buffers: window t accumulates while window
+ * t-1's all-reduce is in flight. */
+static void test_pipesgd_buffers(void)
+{
+    static const int cuts1[] = {0, 8};
+    ec_case c = {.name = "pipesgd buffers",
+                 .kind = PT_SCHED_PIPESGD,
+                 .stages = 1,
+                 .cuts = cuts1,
+                 .replicas = (const int[]){2},
+                 .mb_size = 4,
+                 .mb_count = 2,
+                 .windows = 3,
+                 .optim = PT_OPTIM_SGD};
+    pt_program prog = {0};
+    REQUIRE(ec_program(&c, 8, &prog) == 0);
+    pt_exec_needs ne;
+    pt_error err = {0};
+    REQUIRE(pt_exec_needs_of(&prog, 0, &ne, &err) == 0);
+    CHECK(ne.grad_buffers == 2);
+    CHECK(ne.needs_collective == 1);
+    CHECK(ne.max_slots == 1);
+    pt_program_release(&prog);
+}
+
+PT_TEST_MAIN({"pipedream", test_pipedream}, {"pipedream_vsync", test_pipedream_vsync},
+             {"2bw", test_2bw}, {"pipesgd", test_pipesgd},
+             {"pipesgd_buffers", test_pipesgd_buffers})
