@@ -36,6 +36,7 @@ struct pt_comm {
     uint64_t arrivals;
     pt_comm_stats stats;
     pt_comm_shared *shared; /* zero-copy counter and send-buffer pool */
+    atomic_int interrupted; /* pt_comm_interrupt was called: close without lingering */
 };
 
 int64_t pt_comm_internal_now_ms(void)
@@ -215,6 +216,38 @@ int pt_comm_connect(pt_comm *self, const char *const *endpoints, pt_error *err)
     return 0;
 }
 
+int pt_comm_open(const pt_comm_config *cfg, const char *const *endpoints, pt_comm **out,
+                 pt_error *err)
+{
+    if (out)
+        *out = NULL;
+    if (!cfg || !endpoints || !out)
+        return pt_error_set(err, PT_EINVAL, "comm: open: NULL argument");
+    if (cfg->rank < 0 || cfg->rank >= cfg->size || cfg->size > PT_COMM_MAX_RANKS)
+        return pt_error_set(err, PT_EINVAL, "comm: rank %d is out of range [0, %d)", cfg->rank,
+                            cfg->size);
+    pt_comm_config c = *cfg;
+    c.bind_endpoint = endpoints[cfg->rank];
+    pt_comm *comm;
+    int rc = pt_comm_create(&c, &comm, err);
+    if (rc < 0)
+        return rc;
+    if ((rc = pt_comm_connect(comm, endpoints, err)) < 0) {
+        pt_comm_destroy(&comm);
+        return rc;
+    }
+    *out = comm;
+    return 0;
+}
+
+int pt_comm_interrupt(pt_comm *self)
+{
+    if (!self)
+        return PT_EINVAL;
+    atomic_store(&self->interrupted, 1);
+    return zmq_ctx_shutdown(self->ctx) == 0 ? 0 : PT_EIO;
+}
+
 void pt_comm_destroy(pt_comm **self_p)
 {
     if (!self_p || !*self_p)
@@ -226,9 +259,14 @@ void pt_comm_destroy(pt_comm **self_p)
         free(c->slots[i]);
     }
     free(c->slots);
+    int linger0 = 0;
     for (int r = 0; r < c->size; r++)
-        if (c->push[r])
+        if (c->push[r]) {
+            /* After an interrupt nobody waits for queued messages. */
+            if (atomic_load(&c->interrupted))
+                zmq_setsockopt(c->push[r], ZMQ_LINGER, &linger0, sizeof linger0);
             zmq_close(c->push[r]);
+        }
     zmq_close(c->pull);
     if (c->own_ctx)
         zmq_ctx_term(c->ctx); /* releases every message this comm sent */
@@ -356,7 +394,10 @@ static int pull_one(pt_comm *c, int *src, uint64_t *tag, zmq_msg_t *payload)
     if (n < 0) {
         int e = errno;
         zmq_msg_close(&hdr);
-        return (e == EAGAIN || e == EINTR) ? 0 : PT_EIO;
+        if (e == EAGAIN || e == EINTR)
+            return 0;
+        errno = e;
+        return e == ETERM ? PT_ESTATE : PT_EIO;
     }
     int ok = n == PT_COMM_HEADER_BYTES && zmq_msg_more(&hdr);
     const unsigned char *h = zmq_msg_data(&hdr);
@@ -392,6 +433,12 @@ static int pull_one(pt_comm *c, int *src, uint64_t *tag, zmq_msg_t *payload)
     return 1;
 }
 
+static int interrupted(const pt_comm *c, const char *what, pt_error *err)
+{
+    return pt_error_set(err, PT_ESTATE, "comm: rank %d: %s interrupted (context shut down)",
+                        c->rank, what);
+}
+
 int pt_comm_internal_recv_msg(pt_comm *self, int src, uint64_t tag, zmq_msg_t *payload,
                               pt_error *err)
 {
@@ -407,6 +454,8 @@ int pt_comm_internal_recv_msg(pt_comm *self, int src, uint64_t tag, zmq_msg_t *p
         uint64_t got;
         zmq_msg_t m;
         int rc = pull_one(self, &from, &got, &m);
+        if (rc == PT_ESTATE)
+            return interrupted(self, "recv", err);
         if (rc < 0)
             return pt_error_set(err, PT_EIO, "comm: rank %d: recv: %s", self->rank,
                                 zmq_strerror(errno));
@@ -434,8 +483,9 @@ int pt_comm_internal_recv_msg(pt_comm *self, int src, uint64_t tag, zmq_msg_t *p
                 self->rank, pt_comm_tag_str(tag, tb, sizeof tb), src, self->timeout_ms);
         zmq_pollitem_t item = {.socket = self->pull, .events = ZMQ_POLLIN};
         if (zmq_poll(&item, 1, (long)left) < 0 && errno != EINTR)
-            return pt_error_set(err, PT_EIO, "comm: rank %d: poll: %s", self->rank,
-                                zmq_strerror(errno));
+            return errno == ETERM ? interrupted(self, "recv", err)
+                                  : pt_error_set(err, PT_EIO, "comm: rank %d: poll: %s", self->rank,
+                                                 zmq_strerror(errno));
     }
 }
 
@@ -504,6 +554,8 @@ int pt_comm_internal_send_msg(pt_comm *self, int dst, uint64_t tag, zmq_msg_t *p
         char tb[64];
         if (zmq_send(self->push[dst], h, sizeof h, ZMQ_SNDMORE) < 0) {
             int e = errno;
+            if (e == ETERM)
+                return interrupted(self, "send", err);
             return pt_error_set(
                 err, e == EAGAIN ? PT_ETIMEOUT : PT_EIO, "comm: rank %d: send %s to rank %d: %s",
                 self->rank, pt_comm_tag_str(tag, tb, sizeof tb), dst,

@@ -113,6 +113,20 @@ const char *pt_comm_endpoint(const pt_comm *self);
  * live peer: messages queue until it appears. May be called once. */
 int pt_comm_connect(pt_comm *self, const char *const *endpoints, pt_error *err);
 
+/* Create and connect in one: binds endpoints[cfg->rank] (cfg->bind_endpoint
+ * is ignored) and connects to the others, for when every endpoint is known
+ * beforehand (fixed ports, ipc paths, inproc names). Same contract as
+ * pt_comm_create + pt_comm_connect; on failure nothing is left open. */
+int pt_comm_open(const pt_comm_config *cfg, const char *const *endpoints, pt_comm **out,
+                 pt_error *err);
+
+/* Callable from any thread: shuts the communicator's ZeroMQ context down
+ * (zmq_ctx_shutdown), so every blocked and later send, receive and
+ * all-reduce on it — and on every other communicator or socket sharing that
+ * context — returns PT_ESTATE ("interrupted") at once. Only
+ * pt_comm_destroy is useful afterwards. 0, or PT_EINVAL / PT_EIO. */
+int pt_comm_interrupt(pt_comm *self);
+
 /* Closes the sockets (each lingers at most the timeout so queued messages
  * still leave) and, if it owns it, the context. NULL-safe; sets *self_p = NULL. */
 void pt_comm_destroy(pt_comm **self_p);
@@ -157,7 +171,8 @@ int pt_comm_zc_wait(pt_comm_zc *zc, int timeout_ms);
  * the count floats the sender sent: a different count is PT_EINVAL and the
  * message is dropped (nothing is written to buf). Messages for other tags
  * that arrive meanwhile are stashed. PT_ETIMEOUT when none arrives within the
- * timeout. src may equal this rank (a message sent to oneself). */
+ * timeout; PT_ESTATE after pt_comm_interrupt. src may equal this rank (a
+ * message sent to oneself). */
 int pt_comm_recv(pt_comm *self, int src, uint64_t tag, float *buf, size_t count, pt_error *err);
 
 /* ---- all-reduce ---------------------------------------------------------- */

@@ -407,6 +407,108 @@ static void test_send_buffers_reused(void)
     }
 }
 
+/* pt_comm_open with endpoints known beforehand (ipc paths), then a token
+ * passed around the ring. */
+static void ring_rank(world *w, int rank, void *arg)
+{
+    int *ok = arg;
+    pt_comm *c = w->comm[rank];
+    int right = (rank + 1) % w->p, left = (rank + w->p - 1) % w->p;
+    float token = 0;
+    if (rank == 0)
+        ok[0] &= pt_comm_send(c, right, pt_comm_tag(PT_COMM_USER, 0, 0), &token, 1, NULL) == 0;
+    ok[rank] &= pt_comm_recv(c, left, pt_comm_tag(PT_COMM_USER, 0, 0), &token, 1, NULL) == 0;
+    if (rank != 0) {
+        token += (float)rank;
+        ok[rank] &= pt_comm_send(c, right, pt_comm_tag(PT_COMM_USER, 0, 0), &token, 1, NULL) == 0;
+    } else {
+        ok[0] &= token == (float)(w->p * (w->p - 1) / 2);
+    }
+}
+
+static void test_open_known_endpoints(void)
+{
+    world w;
+    memset(&w, 0, sizeof w);
+    w.p = 3;
+    w.ctx = zmq_ctx_new();
+    snprintf(w.dir, sizeof w.dir, "/tmp/pt-comm-test-XXXXXX");
+    REQUIRE(mkdtemp(w.dir) != NULL);
+    char eps[3][128];
+    const char *ep[3];
+    for (int r = 0; r < 3; r++) {
+        snprintf(eps[r], sizeof eps[r], "ipc://%s/ring%d", w.dir, r);
+        ep[r] = eps[r];
+    }
+    for (int r = 0; r < 3; r++) {
+        pt_comm_config cfg = {.rank = r, .size = 3, .zmq_context = w.ctx, .timeout_ms = TIMEOUT_MS};
+        pt_error err = {0};
+        CHECK_MSG(pt_comm_open(&cfg, ep, &w.comm[r], &err) == 0, "%s", err.msg);
+    }
+    int ok[3] = {1, 1, 1};
+    world_run(&w, ring_rank, ok);
+    CHECK(ok[0] && ok[1] && ok[2]);
+    world_close(&w);
+
+    /* Binding an endpoint already bound fails and leaves nothing open (tcp:
+     * an ipc bind would take the path over). */
+    pt_comm *a = NULL, *dup = (pt_comm *)1;
+    pt_comm_config ca = {
+        .rank = 0, .size = 2, .bind_endpoint = "tcp://127.0.0.1:*", .timeout_ms = 100};
+    REQUIRE(pt_comm_create(&ca, &a, NULL) == 0);
+    const char *taken[2] = {pt_comm_endpoint(a), pt_comm_endpoint(a)};
+    pt_comm_config cb = {.rank = 1, .size = 2, .timeout_ms = 100};
+    pt_error err = {0};
+    CHECK(pt_comm_open(&cb, taken, &dup, &err) == PT_EIO);
+    CHECK(dup == NULL);
+    CHECK_STR_CONTAINS(err.msg, "bind");
+    pt_comm_destroy(&a);
+}
+
+typedef struct interrupt_result {
+    int rc;
+    double elapsed_ms;
+} interrupt_result;
+
+static void blocked_rank(world *w, int rank, void *arg)
+{
+    interrupt_result *res = arg;
+    if (rank != 0)
+        return;
+    float v;
+    double t0 = now_ms();
+    res->rc = pt_comm_recv(w->comm[0], 1, pt_comm_tag(PT_COMM_ACT, 0, 0), &v, 1, NULL);
+    res->elapsed_ms = now_ms() - t0;
+}
+
+static void *interrupter(void *arg)
+{
+    sleep_ms(100);
+    pt_comm_interrupt(arg);
+    return NULL;
+}
+
+/* Another thread can wake a receive that would otherwise wait its full
+ * timeout (how an agent abandons a run whose peer died). */
+static void test_interrupt_blocked_recv(void)
+{
+    world w;
+    REQUIRE(world_open(&w, 2, T_TCP, 60000) == 0);
+    /* Something queued to a peer that never reads: destroy must not linger. */
+    float big[1024] = {0};
+    CHECK(pt_comm_send(w.comm[1], 0, pt_comm_tag(PT_COMM_USER, 9, 0), big, 1024, NULL) == 0);
+    interrupt_result res = {0};
+    pthread_t th;
+    pthread_create(&th, NULL, interrupter, w.comm[0]);
+    world_run(&w, blocked_rank, &res);
+    pthread_join(th, NULL);
+    CHECK(res.rc == PT_ESTATE);
+    CHECK_MSG(res.elapsed_ms < 5000, "woke after %.0f ms", res.elapsed_ms);
+    double t0 = now_ms();
+    world_close(&w);
+    CHECK_MSG(now_ms() - t0 < 5000, "closing took %.0f ms", now_ms() - t0);
+}
+
 /* Frames that are not our messages are dropped and counted, never crash the
  * receiver, and do not hide the valid message behind them. */
 static void test_bad_frames_dropped(void)
@@ -787,6 +889,8 @@ PT_TEST_MAIN({"p2p_out_of_order", test_p2p_out_of_order},
              {"p2p_fifo_and_self", test_p2p_fifo_and_self}, {"recv_timeout", test_recv_timeout},
              {"count_mismatch", test_count_mismatch}, {"zero_copy_send", test_zero_copy_send},
              {"send_buffers_reused", test_send_buffers_reused},
+             {"open_known_endpoints", test_open_known_endpoints},
+             {"interrupt_blocked_recv", test_interrupt_blocked_recv},
              {"bad_frames_dropped", test_bad_frames_dropped}, {"bad_config", test_bad_config},
              {"allreduce_sizes", test_allreduce_sizes},
              {"allreduce_segments_average_rounds", test_allreduce_segments_average_rounds},
