@@ -173,7 +173,11 @@ static void test_manual_worker(void)
     nc.last = ne.last;
     REQUIRE(pt_net_create(&spec, &nc, &net, &err) == 0);
     ec.net = net;
-    CHECK(pt_exec_create(&ec, &ex, &err) == PT_EINVAL); /* optimizer of the wrong size */
+    REQUIRE(pt_optim_create(&os, pt_net_arena(net), pt_net_param_count(net) - 1, &opt, &err) == 0);
+    ec.optim = opt;
+    CHECK(pt_exec_create(&ec, &ex, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "optimizer");
+    pt_optim_destroy(&opt);
     REQUIRE(pt_optim_create(&os, pt_net_arena(net), pt_net_param_count(net), &opt, &err) == 0);
     ec.optim = opt;
     ec.feed.load = NULL;
@@ -322,6 +326,49 @@ static void test_feed(void)
     pt_dataset_free(&ds);
 }
 
-PT_TEST_MAIN({"timeout_and_reset", test_timeout_and_reset}, {"bad_programs", test_bad_programs},
-             {"manual_worker", test_manual_worker}, {"events", test_events},
-             {"transports", test_transports}, {"feed", test_feed})
+/* pt_net_recompute: a recompute followed by the backward gives the gradients
+ * of a net that keeps its activations, also when another slot's recompute
+ * overwrote the shared block in between (backward then reruns it). */
+static void test_net_recompute(void)
+{
+    pt_model_spec spec = ec_mlp();
+    pt_dataset *ds = ec_data(&spec);
+    REQUIRE(ds);
+    int64_t idx[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    ec_batch b;
+    ec_load(ds, idx, 8, &b);
+    pt_net *net[2] = {0};
+    for (int k = 0; k < 2; k++) {
+        pt_net_config nc = pt_net_config_default(&spec);
+        nc.max_batch = 4;
+        nc.max_slots = 2;
+        nc.recompute = k;
+        nc.seed = INIT_SEED;
+        REQUIRE(pt_net_create(&spec, &nc, &net[k], NULL) == 0);
+        for (int s = 0; s < 2; s++)
+            REQUIRE(pt_net_forward(net[k], s, NULL, b.x + s * 4 * MLP_IN, 4, b.labels + s * 4, NULL,
+                                   NULL) == 0);
+    }
+    CHECK(pt_net_recompute(net[1], 0, NULL) == 0);
+    CHECK(pt_net_backward(net[1], 0, NULL, NULL, NULL, NULL) == 0);
+    CHECK(pt_net_recompute(net[1], 0, NULL) == PT_ESTATE); /* no longer in flight */
+    CHECK(pt_net_recompute(net[0], 1, NULL) == 0);         /* no-op without recompute */
+    CHECK(pt_net_backward(net[0], 0, NULL, NULL, NULL, NULL) == 0);
+    int64_t n = pt_net_param_count(net[0]);
+    CHECK(memcmp(pt_net_grads(net[0]), pt_net_grads(net[1]), (size_t)n * sizeof(float)) == 0);
+    /* slot 1: recompute, another forward clobbers the block, backward reruns */
+    CHECK(pt_net_recompute(net[1], 1, NULL) == 0);
+    REQUIRE(pt_net_forward(net[1], 0, NULL, b.x, 4, b.labels, NULL, NULL) == 0);
+    CHECK(pt_net_backward(net[1], 1, NULL, NULL, NULL, NULL) == 0);
+    CHECK(pt_net_backward(net[0], 1, NULL, NULL, NULL, NULL) == 0);
+    CHECK(memcmp(pt_net_grads(net[0]), pt_net_grads(net[1]), (size_t)n * sizeof(float)) == 0);
+    CHECK(pt_net_release(net[1], 0) == 0);
+    pt_net_destroy(&net[0]);
+    pt_net_destroy(&net[1]);
+    ec_batch_free(&b);
+    pt_dataset_free(&ds);
+}
+
+PT_TEST_MAIN({"net_recompute", test_net_recompute}, {"timeout_and_reset", test_timeout_and_reset},
+             {"bad_programs", test_bad_programs}, {"manual_worker", test_manual_worker},
+             {"events", test_events}, {"transports", test_transports}, {"feed", test_feed})

@@ -146,5 +146,13 @@ static void test_data_parallel(void)
     run_sync(&c);
 }
 
-PT_TEST_MAIN({"plain", test_plain}, {"replicated", test_replicated}, {"recompute", test_recompute},
-             {"adam", test_adam}, {"gpt", test_gpt}, {"data_parallel", test_data_parallel})
+static void test_stage_without_parameters(void)
+{
+    /* stage 1 is a lone relu: no parameters, an all-reduce of nothing */
+    static const int cuts[] = {0, 1, 2, 8};
+    kinds_for("relu-only middle x2", cuts, 3, mid2, rc_mid, 4, 3, PT_OPTIM_ADAM, 0);
+}
+
+PT_TEST_MAIN({"stage_without_parameters", test_stage_without_parameters}, {"plain", test_plain},
+             {"replicated", test_replicated}, {"recompute", test_recompute}, {"adam", test_adam},
+             {"gpt", test_gpt}, {"data_parallel", test_data_parallel})
