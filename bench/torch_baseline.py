@@ -48,14 +48,17 @@ def main():
 
     for i in range(args.warmup):
         step(i)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(args.steps):
         loss = step(i)
     loss.item()
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    core = os.environ.get("OPENBLAS_CORETYPE", "OpenBLAS's choice")
     print(f"torch {torch.__version__} fmnist-mlp batch {args.batch} threads "
-          f"{torch.get_num_threads()}: {args.steps} steps in {dt:.3f} s, "
-          f"{args.steps * args.batch / dt:.1f} samples/s, {1e3 * dt / args.steps:.3f} ms/step")
+          f"{torch.get_num_threads()} (OPENBLAS_CORETYPE {core}): {args.steps} steps in "
+          f"{dt:.3f} s, {args.steps * args.batch / dt:.1f} samples/s, "
+          f"{1e3 * dt / args.steps:.3f} ms/step; CPU time {cpu:.3f} s, "
+          f"{args.steps * args.batch / cpu:.1f} samples/CPU-s")
 
 
 if __name__ == "__main__":

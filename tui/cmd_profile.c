@@ -55,7 +55,9 @@ static void usage(FILE *out)
             "                 a terminal; on a terminal a table is shown instead)\n"
             "  --repeats N    timed runs per layer; the median is kept (default %d)\n"
             "  --warmup N     untimed runs first (default %d)\n"
-            "  --threads N    OpenBLAS threads (default: OpenBLAS's own choice)\n",
+            "  --threads N    OpenBLAS threads (default: OpenBLAS's own choice)\n"
+            "  --analytic     derive the profile from FLOPs and a device description instead\n"
+            "                 (see pipetop profile --analytic --help)\n",
             DEFAULT_BATCH, DEFAULT_REPEATS, DEFAULT_WARMUP);
 }
 
@@ -243,6 +245,11 @@ static int parse_args(int argc, char **argv, profile_args *a)
 
 int pt_cmd_profile(int argc, char **argv)
 {
+    /* Analytic profiles (from FLOPs and a device description) live in
+     * tui/cmd_profile_analytic.c. */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--analytic"))
+            return pt_cmd_profile_analytic(argc, argv);
     profile_args a;
     int status = parse_args(argc, argv, &a);
     if (status >= 0)

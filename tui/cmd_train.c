@@ -67,9 +67,15 @@ typedef struct trainer {
 
 static volatile sig_atomic_t g_interrupted;
 
+/* The first Ctrl-C stops training at the next step boundary (and saves); a
+ * second one kills the process the usual way. */
 static void on_sigint(int sig)
 {
-    (void)sig;
+    if (g_interrupted) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
     g_interrupted = 1;
 }
 
@@ -382,7 +388,10 @@ static int run_epoch(trainer *t, int64_t budget, int64_t *taken, int *full, pt_e
     pt_data_order(n_train, (uint64_t)t->a.seed, t->epoch, t->order);
     char label[64];
     snprintf(label, sizeof label, "epoch %lld", (long long)t->epoch + 1);
-    pt_progress *bar = t->a.json ? NULL : pt_progress_new(stdout, label, (end - k0) * b, -1);
+    pt_progress *bar =
+        t->a.json
+            ? NULL
+            : pt_progress_new(stdout, label, (end * b < n_train ? end * b : n_train) - k0 * b, -1);
     double loss_sum = 0, window_loss = 0, t0 = now_s(), window_t0 = t0;
     int64_t samples = 0, window_steps = 0, window_samples = 0, k;
     int rc = 0;
@@ -410,7 +419,7 @@ static int run_epoch(trainer *t, int64_t budget, int64_t *taken, int *full, pt_e
             char fields[96];
             snprintf(fields, sizeof fields, "loss %.4f  %.0f samples/s",
                      loss_sum / (double)(k - k0 + 1), samples / (now - t0));
-            pt_progress_update(bar, (k - k0 + 1) * b, fields);
+            pt_progress_update(bar, samples, fields);
         }
     }
     double seconds = now_s() - t0;
