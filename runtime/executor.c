@@ -91,18 +91,18 @@ static void note_versions(pt_exec *ex, int delta)
         ex->versions_peak = ex->versions_live;
 }
 
-/* A new copy of the current parameters; -1 on no memory. */
-static int va_copy_live(pt_exec *ex)
+/* A new copy of weight array `src` (an index into va); -1 on no memory. */
+static int va_copy(pt_exec *ex, int src)
 {
     if (ex->va_nfree == 0)
         return -1;
     int k = ex->va_free[--ex->va_nfree];
-    float *data = pt_net_version_new(ex->net, PT_MEM_STASH, ex->va[0].data);
+    float *data = pt_net_version_new(ex->net, PT_MEM_STASH, ex->va[src].data);
     if (!data) {
         ex->va_free[ex->va_nfree++] = k;
         return -1;
     }
-    ex->va[k] = (varr){data, 0, ex->va[0].tag};
+    ex->va[k] = (varr){data, 0, ex->va[src].tag};
     note_versions(ex, 1);
     return k;
 }
@@ -153,9 +153,9 @@ static void versions_begin(pt_exec *ex)
  * any more. */
 static void version_read(pt_exec *ex, int i, int v)
 {
-    if (ex->plan.last_read[v] != i)
-        return;
     int k = ex->vmap[v];
+    if (ex->plan.last_read[v] != i || k < 0)
+        return;
     ex->vmap[v] = -1;
     if (k == 0)
         live_remove(ex, v);
@@ -165,19 +165,25 @@ static void version_read(pt_exec *ex, int i, int v)
 
 /* The array op i reads (FWD/RECOMPUTE/BWD), through the micro-batch's stash
  * or the store. */
-static int weights_for(pt_exec *ex, const pt_op *op, int slot, pt_error *err)
+static int weights_for(pt_exec *ex, int i, const pt_op *op, int slot, pt_error *err)
 {
     int k = (op->flags & PT_OPF_STASH) && op->kind != PT_OP_FWD ? ex->stash[slot]
                                                                 : ex->vmap[op->version];
     if (k < 0)
         return pt_error_set(err, PT_ESTATE, "weight version %d is not held", op->version);
     if (op->kind == PT_OP_FWD && (op->flags & PT_OPF_STASH)) {
-        /* PipeDream: the micro-batch owns a copy of what its forward read; a
-         * version already copied out of the current weights is shared */
-        if (k == 0 && (k = va_copy_live(ex)) < 0)
-            return pt_error_set(err, PT_ENOMEM, "no memory to stash weight version %d",
-                                op->version);
-        ex->va[k].refs++;
+        /* PipeDream: the micro-batch owns a copy of what its forward read (also
+         * of a kept version, under vertical sync: as the contract and the
+         * simulator's memory model count it) */
+        if (k > 0 && ex->va[k].refs == 1 && ex->plan.last_read[op->version] == i) {
+            /* the last reader of a kept version takes it over instead of copying */
+            ex->vmap[op->version] = -1;
+        } else {
+            if ((k = va_copy(ex, k)) < 0)
+                return pt_error_set(err, PT_ENOMEM, "no memory to stash weight version %d",
+                                    op->version);
+            ex->va[k].refs++;
+        }
         ex->stash[slot] = k;
     }
     return k;
@@ -191,7 +197,7 @@ static int opt_step(pt_exec *ex, int i, const pt_op *op, float *grads, pt_error 
     for (int j = 0; j < ex->live_n; j++)
         keep += ex->plan.last_read[ex->live_list[j]] > i;
     if (keep) {
-        int k = va_copy_live(ex);
+        int k = va_copy(ex, 0);
         if (k < 0)
             return pt_error_set(err, PT_ENOMEM, "no memory to keep weight version %d",
                                 ex->va[0].tag);
@@ -292,7 +298,7 @@ static int op_fwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, int64_t 
         if (rc < 0)
             return rc;
     }
-    int k = weights_for(ex, op, x->slot, err);
+    int k = weights_for(ex, i, op, x->slot, err);
     if (k < 0)
         return k;
     double scale = 0;
@@ -322,7 +328,7 @@ static int op_fwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, int64_t 
 static int op_bwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, pt_exec_event *ev,
                   pt_error *err)
 {
-    int k = weights_for(ex, op, x->slot, err);
+    int k = weights_for(ex, i, op, x->slot, err);
     if (k < 0)
         return k;
     ev->used_version = ex->va[k].tag;
