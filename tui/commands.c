@@ -12,5 +12,9 @@ const pt_command pt_commands[] = {
     {"validate", pt_cmd_validate, "check a model spec, profile, topology or plan file"},
     {"run", pt_cmd_run, "train a plan with one agent process per stage replica (distributed)"},
     {"export", pt_cmd_export, "write a run's timeline as a Chrome trace (Perfetto) or an SVG"},
+    {"console", pt_cmd_console, "the console: edit a plan, watch its timeline (the default)"},
+    {"demo", pt_cmd_demo, "plan, spawn 4 local agents, train Fashion-MNIST, watch it live"},
+    {"replay", pt_cmd_replay, "play a recorded run in the console (speed, pause, step)"},
+    {"status", pt_cmd_status, "one snapshot of a run from its record (--json for scripts)"},
     {NULL, NULL, NULL},
 };

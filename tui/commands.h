@@ -27,5 +27,9 @@ int pt_cmd_run(int argc, char **argv);
 
 /* Console commands (tui/cmd_export.c, tui/cmd_console.c). */
 int pt_cmd_export(int argc, char **argv);
+int pt_cmd_console(int argc, char **argv);
+int pt_cmd_demo(int argc, char **argv);
+int pt_cmd_replay(int argc, char **argv);
+int pt_cmd_status(int argc, char **argv);
 
 #endif

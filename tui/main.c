@@ -6,7 +6,8 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: pipetop COMMAND [OPTIONS]   (pipetop COMMAND --help for its options)\n\n"
+    fprintf(out, "usage: pipetop COMMAND [OPTIONS]   (pipetop COMMAND --help for its options)\n"
+                 "       pipetop [console options]   the console (pipetop console --help)\n\n"
                  "commands:\n");
     for (const pt_command *c = pt_commands; c->name; c++)
         fprintf(out, "  %-16s %s\n", c->name, c->summary);
@@ -14,10 +15,10 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
-    }
+    /* no sub-command (or only console options): the console */
+    if (argc < 2 || (argv[1][0] == '-' && strcmp(argv[1], "--help") && strcmp(argv[1], "-h") &&
+                     strcmp(argv[1], "--version")))
+        return pt_cmd_console(argc, argv);
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
         return 0;

@@ -1,0 +1,498 @@
+/* The console's commands:
+ *   pipetop [console] [options]   the console on a plan (simulation only), or
+ *                                 waiting for agents (--agents N / --listen)
+ *   pipetop replay RUN            the console on a recorded run
+ *   pipetop demo                  plans, spawns 4 local agents, trains, shows it
+ *   pipetop status [--json] [RUN] one snapshot of a run, for scripts */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "planner/analytic.h"
+#include "planner/planner.h"
+#include "protocol/device.h"
+#include "protocol/fileio.h"
+#include "protocol/model.h"
+#include "tui/cmd_console.h"
+#include "tui/cmd_opts.h"
+#include "tui/commands.h"
+#include "tui/console.h"
+#include "tui/live.h"
+#include "tui/replay.h"
+#include "tui/source.h"
+
+#define PATH_CAP           4096
+#define DEFAULT_MODEL      "fmnist-mlp-deep"
+#define DEFAULT_TOPOLOGY   "local-cpu-4"
+#define DEFAULT_DEVICE     "cpu-local"
+#define DEFAULT_PLANNER    "dapple"
+#define DEFAULT_GLOBAL     64
+#define DEFAULT_MB         16
+#define GLOBAL_MAX         (1 << 20)
+#define RUNS_DIR           "runs"
+#define LOCAL_LINK_BPS     2e9   /* as pipetop run charges loopback ZeroMQ */
+#define LOCAL_LINK_LATENCY 50e-6 /* seconds */
+#define SPEED_MIN          0.01
+#define SPEED_MAX          1000.0
+
+static int parse_view(const char *name, pt_view *out)
+{
+    for (int v = 0; v < PT_VIEW_COUNT; v++)
+        if (!strcmp(name, pt_view_name((pt_view)v))) {
+            *out = (pt_view)v;
+            return 0;
+        }
+    return -1;
+}
+
+/* A name in the source tree's folder, or the path itself when it exists. */
+static void find_file(const char *name, const char *folder, char *out, size_t cap)
+{
+    struct stat st;
+    if (strchr(name, '/') || stat(name, &st) == 0)
+        snprintf(out, cap, "%s", name);
+    else
+        snprintf(out, cap, "%s/%s/%s.json", PT_SOURCE_DIR, folder, name);
+}
+
+int pt_console_analytic_profile(const pt_model_spec *spec, int mb, pt_profile **out, pt_error *err)
+{
+    char path[PATH_CAP];
+    find_file(DEFAULT_DEVICE, "devices", path, sizeof path);
+    pt_device_desc dev;
+    int rc = pt_device_load(path, &dev, err);
+    if (rc < 0)
+        return rc;
+    return pt_analytic_profile(spec, &dev, mb, NULL, out, err);
+}
+
+pt_topology *pt_console_local_topology(int devices)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    int64_t mem = pages > 0 && page > 0 ? (int64_t)pages * page / devices : (1LL << 30);
+    pt_link link = {LOCAL_LINK_BPS, LOCAL_LINK_LATENCY};
+    pt_topology *t = pt_topology_uniform(1, devices, mem, link, link);
+    if (t)
+        snprintf(t->name, sizeof t->name, "local");
+    return t;
+}
+
+int pt_console_plan_with(const char *planner, const pt_profile *prof, const pt_topology *topo,
+                         int global, pt_plan **out, pt_error *err)
+{
+    pt_planner_opts o;
+    pt_planner_opts_default(&o);
+    for (int mb = PT_CONSOLE_MB_MIN;
+         mb <= global && o.microbatch_size_count < PT_PLANNER_MB_CHOICES_MAX; mb++)
+        if (global % mb == 0)
+            o.microbatch_sizes[o.microbatch_size_count++] = mb;
+    pt_planner_report rep;
+    int rc = pt_planner_run(planner, prof, topo, global, &o, out, &rep, err);
+    if (rc == 0)
+        snprintf((*out)->model, sizeof(*out)->model, "%s", prof->model);
+    return rc;
+}
+
+static void console_usage(FILE *f)
+{
+    fputs("usage: pipetop [console] [--model M] [--topology T] [--profile P] [--plan P]\n"
+          "               [--planner NAME] [--global-batch N] [--agents N | --listen EP]\n"
+          "               [--theme NAME] [--view plan|timeline|stats|agents] [--no-mouse]\n"
+          "The console: edit a plan and watch the simulator's prediction update as you\n"
+          "edit (plan view), see its timeline, and with --agents/--listen watch agents\n"
+          "started elsewhere (pipetop-agent --console EP). Defaults: model " DEFAULT_MODEL ",\n"
+          "topology " DEFAULT_TOPOLOGY ", an analytic profile on " DEFAULT_DEVICE
+          ", planned with " DEFAULT_PLANNER "\n"
+          "at a global batch of 64. Press ? in the console for every key.\n"
+          "  --agents N       wait for N agents to register, then run the plan on them\n"
+          "  --listen EP      control endpoint to bind (default tcp://127.0.0.1:*)\n"
+          "  --data D         with --agents: data set (default fashion-mnist)\n",
+          f);
+}
+
+int pt_cmd_console(int argc, char **argv)
+{
+    const char *model = DEFAULT_MODEL, *topology = DEFAULT_TOPOLOGY, *profile = NULL,
+               *plan_path = NULL, *planner = DEFAULT_PLANNER, *theme = NULL, *view = "plan",
+               *listen = NULL, *data = "fashion-mnist";
+    int global = DEFAULT_GLOBAL, no_mouse = 0, agents = 0;
+    double exit_after = 0;
+    pt_opt opts[] = {
+        {"model", PT_OPT_STRING, &model, 0, 0, 0},
+        {"topology", PT_OPT_STRING, &topology, 0, 0, 0},
+        {"profile", PT_OPT_STRING, &profile, 0, 0, 0},
+        {"plan", PT_OPT_STRING, &plan_path, 0, 0, 0},
+        {"planner", PT_OPT_STRING, &planner, 0, 0, 0},
+        {"global-batch", PT_OPT_INT, &global, 1, GLOBAL_MAX, 0},
+        {"theme", PT_OPT_STRING, &theme, 0, 0, 0},
+        {"view", PT_OPT_STRING, &view, 0, 0, 0},
+        {"no-mouse", PT_OPT_FLAG, &no_mouse, 0, 0, 0},
+        {"agents", PT_OPT_INT, &agents, 1, 4096, 0},
+        {"listen", PT_OPT_STRING, &listen, 0, 0, 0},
+        {"data", PT_OPT_STRING, &data, 0, 0, 0},
+        {"exit-after", PT_OPT_DOUBLE, &exit_after, 0, 86400, 0},
+    };
+    int rc =
+        pt_opts_parse("console", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), stderr);
+    if (rc == PT_OPTS_HELP) {
+        console_usage(stdout);
+        return 0;
+    }
+    if (rc != PT_OPTS_OK)
+        return 2;
+    pt_view start;
+    if (parse_view(view, &start) < 0) {
+        fprintf(stderr, "pipetop console: --view: unknown view \"%s\"\n", view);
+        return 2;
+    }
+    pt_error err = {0};
+    pt_model_spec *spec = NULL;
+    pt_topology *topo = NULL;
+    pt_profile *prof = NULL;
+    pt_plan *plan = NULL;
+    pt_source *src = NULL;
+    char path[PATH_CAP];
+    int status = 1;
+    if ((rc = pt_model_spec_find(model, &spec, &err)) < 0)
+        goto out;
+    find_file(topology, "topologies", path, sizeof path);
+    if ((rc = pt_topology_load(path, &topo, &err)) < 0)
+        goto out;
+    if (plan_path && (rc = pt_plan_load(plan_path, &plan, &err)) < 0)
+        goto out;
+    if (profile)
+        rc = pt_profile_load(profile, &prof, &err);
+    else
+        rc = pt_console_analytic_profile(spec, plan ? plan->microbatch_size : DEFAULT_MB, &prof,
+                                         &err);
+    if (rc < 0 || (rc = pt_profile_check(prof, spec, "profile", &err)) < 0)
+        goto out;
+    if (!plan && (rc = pt_console_plan_with(planner, prof, topo, global, &plan, &err)) < 0)
+        goto out;
+    if ((rc = pt_plan_check(plan, spec, topo, plan_path ? plan_path : "plan", &err)) < 0)
+        goto out;
+    if (agents > 0 || listen) {
+        pt_live_opts lo;
+        memset(&lo, 0, sizeof lo);
+        lo.plan = plan;
+        lo.model = spec;
+        lo.data = data;
+        lo.listen = listen;
+        lo.expect_agents = agents > 0 ? agents : pt_plan_device_count(plan);
+        lo.spawn = 0;
+        if ((rc = pt_source_live_new(&lo, &src, &err)) < 0)
+            goto out;
+    } else if ((rc = pt_source_sim_new(&src)) < 0) {
+        pt_error_set(&err, rc, "out of memory");
+        goto out;
+    }
+    pt_console_opts co = {plan,  prof,  topo, spec->name, src,
+                          start, theme, NULL, no_mouse,   exit_after};
+    src = NULL; /* the console owns it now */
+    rc = pt_console_run(&co, &err);
+    status = rc < 0 ? 1 : 0;
+out:
+    if (rc < 0)
+        fprintf(stderr, "pipetop: %s\n", err.msg[0] ? err.msg : pt_strerror(rc));
+    pt_source_close(&src);
+    pt_plan_free(&plan);
+    pt_profile_free(&prof);
+    pt_topology_free(&topo);
+    pt_model_spec_free(&spec);
+    return status;
+}
+
+/* ---- replay ------------------------------------------------------------------------------- */
+
+/* RUN: a run.ndjson or a folder holding one; dir receives its folder. */
+static void run_paths(const char *run, char *record, char *dir, size_t cap)
+{
+    struct stat st;
+    if (stat(run, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(record, cap, "%s/run.ndjson", run);
+        snprintf(dir, cap, "%s", run);
+        return;
+    }
+    snprintf(record, cap, "%s", run);
+    snprintf(dir, cap, "%s", run);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, cap, ".");
+}
+
+/* Finds the plan, model, profile and topology a record was run with: the
+ * record's first plan and model; the run folder's profile.json, else an
+ * analytic one; a local topology with one device per plan device. */
+static int replay_inputs(pt_record *rec, const char *dir, pt_plan **plan, pt_model_spec **spec,
+                         pt_profile **prof, pt_topology **topo, pt_error *err)
+{
+    pt_store *tmp = NULL;
+    if (pt_store_new(16, &tmp) < 0)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    int64_t i = 0;
+    for (; i < pt_record_count(rec) && !pt_store_plan(tmp); i++)
+        if (!strcmp(pt_record_kind(rec, i), "plan"))
+            pt_record_apply(rec, i, tmp);
+    int rc = 0;
+    if (!pt_store_plan(tmp)) {
+        pt_store_free(&tmp);
+        return 0; /* a record without a plan: the console shows data only */
+    }
+    *plan = pt_plan_clone(pt_store_plan(tmp));
+    pt_store_free(&tmp);
+    const char *mj = pt_record_model_json(rec, i);
+    if (!*plan || !mj)
+        return *plan ? 0 : pt_error_set(err, PT_ENOMEM, "out of memory");
+    if ((rc = pt_model_spec_parse(mj, "record model", spec, err)) < 0)
+        return rc;
+    char path[PATH_CAP + 16];
+    snprintf(path, sizeof path, "%s/profile.json", dir);
+    struct stat st;
+    if (stat(path, &st) == 0)
+        rc = pt_profile_load(path, prof, err);
+    else
+        rc = pt_console_analytic_profile(*spec, (*plan)->microbatch_size, prof, err);
+    if (rc < 0)
+        return rc;
+    if (pt_profile_check(*prof, *spec, "profile", NULL) < 0 ||
+        (*prof)->layer_count != (*plan)->layer_count) {
+        pt_profile_free(prof);
+        if ((rc = pt_console_analytic_profile(*spec, (*plan)->microbatch_size, prof, err)) < 0)
+            return rc;
+    }
+    int devices = 0;
+    for (int s = 0; s < (*plan)->stage_count; s++)
+        for (int r = 0; r < (*plan)->stages[s].replica_count; r++)
+            if ((*plan)->stages[s].replicas[r] + 1 > devices)
+                devices = (*plan)->stages[s].replicas[r] + 1;
+    *topo = pt_console_local_topology(devices > 0 ? devices : 1);
+    return *topo ? 0 : pt_error_set(err, PT_ENOMEM, "out of memory");
+}
+
+int pt_cmd_replay(int argc, char **argv)
+{
+    static const char usage[] =
+        "usage: pipetop replay RUN [--speed X] [--paused] [--end] [--theme NAME]\n"
+        "                          [--view plan|timeline|stats|agents] [--no-mouse]\n"
+        "Plays a recorded run (RUN: a run.ndjson, or a run folder holding one) in the\n"
+        "console at X times real speed (default 1): the measured timeline, the loss and\n"
+        "throughput graphs, the agents; next to the simulator's prediction of its plan.\n"
+        "Keys: space pause, n next step, > < faster / slower, e jump to the end.\n"
+        "  --paused  start paused (n steps)\n"
+        "  --end     show the whole record at once\n";
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (argc < 2 || argv[1][0] == '-') {
+        fprintf(stderr, "pipetop replay: a run record is required\n%s", usage);
+        return 2;
+    }
+    double speed = 1.0, exit_after = 0;
+    int paused = 0, to_end = 0, no_mouse = 0;
+    const char *theme = NULL, *view = "timeline";
+    pt_opt opts[] = {
+        {"speed", PT_OPT_DOUBLE, &speed, SPEED_MIN, SPEED_MAX, 0},
+        {"paused", PT_OPT_FLAG, &paused, 0, 0, 0},
+        {"end", PT_OPT_FLAG, &to_end, 0, 0, 0},
+        {"theme", PT_OPT_STRING, &theme, 0, 0, 0},
+        {"view", PT_OPT_STRING, &view, 0, 0, 0},
+        {"no-mouse", PT_OPT_FLAG, &no_mouse, 0, 0, 0},
+        {"exit-after", PT_OPT_DOUBLE, &exit_after, 0, 86400, 0},
+    };
+    int rc = pt_opts_parse("replay", argc - 1, argv + 1, opts, (int)(sizeof opts / sizeof opts[0]),
+                           stderr);
+    if (rc == PT_OPTS_HELP) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (rc != PT_OPTS_OK)
+        return 2;
+    pt_view start;
+    if (parse_view(view, &start) < 0) {
+        fprintf(stderr, "pipetop replay: --view: unknown view \"%s\"\n", view);
+        return 2;
+    }
+    char record[PATH_CAP], dir[PATH_CAP];
+    run_paths(argv[1], record, dir, sizeof record);
+    pt_error err = {0};
+    pt_record *rec = NULL;
+    pt_plan *plan = NULL;
+    pt_model_spec *spec = NULL;
+    pt_profile *prof = NULL;
+    pt_topology *topo = NULL;
+    pt_source *src = NULL;
+    if ((rc = pt_record_load(record, &rec, &err)) < 0 ||
+        (rc = replay_inputs(rec, dir, &plan, &spec, &prof, &topo, &err)) < 0) {
+        fprintf(stderr, "pipetop replay: %s\n", err.msg);
+        pt_record_free(&rec);
+        pt_plan_free(&plan);
+        pt_model_spec_free(&spec);
+        pt_profile_free(&prof);
+        pt_topology_free(&topo);
+        return 1;
+    }
+    if (pt_source_replay_new(rec, speed, paused, to_end, &src) < 0) {
+        fprintf(stderr, "pipetop replay: out of memory\n");
+        pt_record_free(&rec);
+        return 1;
+    }
+    pt_console_opts co = {plan, prof,     topo,      spec ? spec->name : NULL, src, start, theme,
+                          NULL, no_mouse, exit_after};
+    rc = pt_console_run(&co, &err);
+    if (rc < 0)
+        fprintf(stderr, "pipetop replay: %s\n", err.msg);
+    pt_plan_free(&plan);
+    pt_model_spec_free(&spec);
+    pt_profile_free(&prof);
+    pt_topology_free(&topo);
+    return rc < 0 ? 1 : 0;
+}
+
+/* ---- status ------------------------------------------------------------------------------- */
+
+/* The newest runs/<name>/run.ndjson (names are timestamps, so the largest). */
+static int newest_run(char *out, size_t cap)
+{
+    DIR *d = opendir(RUNS_DIR);
+    if (!d)
+        return -1;
+    char best[256] = "";
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[PATH_CAP];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%.255s/run.ndjson", RUNS_DIR, e->d_name);
+        if (stat(p, &st) == 0 && strcmp(e->d_name, best) > 0)
+            snprintf(best, sizeof best, "%.255s", e->d_name);
+    }
+    closedir(d);
+    if (!best[0])
+        return -1;
+    snprintf(out, cap, "%s/%s/run.ndjson", RUNS_DIR, best);
+    return 0;
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+int pt_cmd_status(int argc, char **argv)
+{
+    static const char usage[] =
+        "usage: pipetop status [--json] [RUN]\n"
+        "One snapshot of a run from its record (RUN: a run.ndjson or a run folder;\n"
+        "default: the newest under runs/): plan, step, loss, throughput, agents.\n"
+        "  --json  one JSON object instead of text\n";
+    int json = 0;
+    const char *run = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (argv[i][0] != '-' && !run) {
+            run = argv[i];
+        } else {
+            fprintf(stderr, "pipetop status: unexpected argument '%s'\n%s", argv[i], usage);
+            return 2;
+        }
+    }
+    char record[PATH_CAP], dir[PATH_CAP];
+    if (run) {
+        run_paths(run, record, dir, sizeof record);
+    } else if (newest_run(record, sizeof record) < 0) {
+        fprintf(stderr, "pipetop status: no run under %s/ (give RUN)\n", RUNS_DIR);
+        return 1;
+    }
+    pt_error err = {0};
+    pt_record *rec = NULL;
+    pt_store *store = NULL;
+    if (pt_record_load(record, &rec, &err) < 0) {
+        fprintf(stderr, "pipetop status: %s\n", err.msg);
+        return 1;
+    }
+    if (pt_store_new(0, &store) < 0) {
+        pt_record_free(&rec);
+        return 1;
+    }
+    for (int64_t i = 0; i < pt_record_count(rec); i++)
+        pt_record_apply(rec, i, store);
+    pt_record_summary sum;
+    pt_record_summarize(rec, &sum);
+    int64_t n = pt_store_step_count(store);
+    const pt_store_step *last = n ? pt_store_step_at(store, n - 1) : NULL;
+    const pt_plan *plan = pt_store_plan(store);
+    if (json) {
+        printf("{\"run\":");
+        json_string(stdout, record);
+        printf(",\"generation\":%lld,\"steps\":%lld", (long long)pt_store_generation(store),
+               (long long)n);
+        if (last)
+            printf(",\"last_step\":%lld,\"loss\":%s%.6g,\"samples_per_s\":%.3f,\"iter_ms\":%.3f",
+                   (long long)last->step, isnan(last->loss) ? "null" : "",
+                   isnan(last->loss) ? 0.0 : last->loss, last->samples_per_s, last->iter_ms);
+        if (plan)
+            printf(",\"plan\":{\"model\":\"%s\",\"stages\":%d,\"devices\":%d,\"schedule\":\"%s\","
+                   "\"microbatch_size\":%d,\"microbatch_count\":%d}",
+                   plan->model, plan->stage_count, pt_plan_device_count(plan),
+                   pt_sched_kind_name(plan->schedule), plan->microbatch_size,
+                   plan->microbatch_count);
+        printf(",\"events\":%lld,\"malformed\":%lld,\"agents\":[", (long long)sum.events,
+               (long long)sum.malformed);
+        for (int i = 0; i < pt_store_agent_count(store); i++) {
+            const pt_store_agent *a = pt_store_agent_at(store, i);
+            printf("%s{\"id\":", i ? "," : "");
+            json_string(stdout, a->id);
+            printf(",\"host\":");
+            json_string(stdout, a->host);
+            printf(",\"pid\":%lld,\"stage\":%d,\"replica\":%d,\"state\":", (long long)a->pid,
+                   a->stage, a->replica);
+            json_string(stdout, a->state);
+            printf(",\"step\":%lld,\"dropped\":%llu,\"last_error\":", (long long)a->step,
+                   (unsigned long long)a->dropped);
+            json_string(stdout, a->last_error);
+            printf("}");
+        }
+        printf("]}\n");
+    } else {
+        printf("run %s\n", record);
+        if (plan)
+            printf("plan %s: %d stages on %d devices, %s, %d x %d samples (generation %lld)\n",
+                   plan->model, plan->stage_count, pt_plan_device_count(plan),
+                   pt_sched_kind_name(plan->schedule), plan->microbatch_count,
+                   plan->microbatch_size, (long long)pt_store_generation(store));
+        if (last)
+            printf("step %lld  loss %.4f  %.1f samples/s  %.3f ms/iteration\n",
+                   (long long)last->step, last->loss, last->samples_per_s, last->iter_ms);
+        for (int i = 0; i < pt_store_agent_count(store); i++) {
+            const pt_store_agent *a = pt_store_agent_at(store, i);
+            printf("agent %-8s %-10s pid %-7lld s%dr%d %-9s step %lld dropped %llu %s\n", a->id,
+                   a->host, (long long)a->pid, a->stage, a->replica, a->state, (long long)a->step,
+                   (unsigned long long)a->dropped, a->last_error);
+        }
+    }
+    pt_store_free(&store);
+    pt_record_free(&rec);
+    return 0;
+}

@@ -1,0 +1,535 @@
+/* The console's main loop, key dispatch and frame (see console.h). */
+#include "tui/console.h"
+
+#include <locale.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tui/export.h"
+#include "tui/ui.h"
+
+#define NS_PER_S         1000000000LL
+#define IDLE_WAIT_MS     20 /* longest getch wait: the source is polled at least this often */
+#define ESC_KEY          27
+#define CTRL_L           12
+#define EXPORT_SVG_WIDTH 1600
+
+static volatile sig_atomic_t g_quit_signal;
+
+static void on_signal(int sig)
+{
+    g_quit_signal = sig;
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
+}
+
+const pt_ui_key pt_ui_keys[] = {
+    {PT_VIEW_COUNT, "1 2 3 4", "plan, timeline, stats, agents view"},
+    {PT_VIEW_COUNT, "? 5", "this help"},
+    {PT_VIEW_COUNT, "Tab", "next view"},
+    {PT_VIEW_COUNT, "Esc", "back to the previous view (closes help)"},
+    {PT_VIEW_COUNT, "x", "export the shown timeline: trace JSON (Perfetto) and SVG"},
+    {PT_VIEW_COUNT, "t", "next theme (dark, light, mono, okabe-ito); saved in the config"},
+    {PT_VIEW_COUNT, "Ctrl-L", "redraw the screen"},
+    {PT_VIEW_COUNT, "q", "quit (stops the agents this console started)"},
+    {PT_VIEW_PLAN, "Up Down j k", "move the cursor over the layers (PgUp PgDn Home End)"},
+    {PT_VIEW_PLAN, "[ ]", "move the boundary at the start of the cursor's stage up / down"},
+    {PT_VIEW_PLAN, "{ }", "move the boundary at the end of the cursor's stage up / down"},
+    {PT_VIEW_PLAN, "s", "split: a new stage starts at the cursor's layer"},
+    {PT_VIEW_PLAN, "J", "join the cursor's stage with the one before it"},
+    {PT_VIEW_PLAN, "+ -", "one replica more / less for the cursor's stage"},
+    {PT_VIEW_PLAN, "r d", "select the stage's next replica / move it to the next device"},
+    {PT_VIEW_PLAN, "c", "recomputation on / off for the cursor's stage"},
+    {PT_VIEW_PLAN, "S", "next schedule kind (gpipe, dapple, 1f1b-flush, pipedream, 2bw, pipesgd)"},
+    {PT_VIEW_PLAN, "a v", "dapple policy A / B; pipedream vertical sync on / off"},
+    {PT_VIEW_PLAN, "b B", "micro-batch size halved / doubled"},
+    {PT_VIEW_PLAN, "m M", "one micro-batch less / more per iteration"},
+    {PT_VIEW_PLAN, "u", "undo the last edit"},
+    {PT_VIEW_PLAN, "P o", "run the planner and fill the plan (shows the gain) / next planner"},
+    {PT_VIEW_PLAN, "A", "apply & restart: checkpoint, stop, re-assign, resume (live runs)"},
+    {PT_VIEW_PLAN, "w", "write the edited plan to plan-edited.json"},
+    {PT_VIEW_PLAN, "mouse", "click a layer to select it; drag a stage header to a layer"},
+    {PT_VIEW_TIMELINE, "Left Right h l", "pan"},
+    {PT_VIEW_TIMELINE, "+ - 0", "zoom in / out / reset (mouse wheel zooms too)"},
+    {PT_VIEW_TIMELINE, "p", "measured / predicted / both side by side"},
+    {PT_VIEW_TIMELINE, "i I", "one iteration fewer / more shown"},
+    {PT_VIEW_TIMELINE, "Up Down", "scroll the stage replica rows"},
+    {PT_VIEW_AGENTS, "Up Down", "scroll the agent table"},
+    {PT_VIEW_HELP, "Up Down", "scroll this help"},
+    {-1, NULL, NULL},
+};
+
+static const char *const theme_cycle[] = {"dark", "light", "mono", "okabe-ito"};
+
+static void layout(pt_ui *ui)
+{
+    getmaxyx(stdscr, ui->rows, ui->cols);
+    pt_layout_opts lo = {ui->tl_mode == PT_TL_BOTH};
+    pt_layout_compute(ui->view, ui->rows, ui->cols, &lo, &ui->layout);
+}
+
+static void draw_header(pt_ui *ui)
+{
+    const pt_rect *r = pt_layout_find(&ui->layout, PT_PANEL_HEADER);
+    if (!r)
+        return;
+    move(r->y, 0);
+    attron(ui->attr[PT_THEME_HEADER]);
+    hline(' ', r->w);
+    attroff(ui->attr[PT_THEME_HEADER]);
+    int x = 0;
+    pt_ui_text(r->y, x, r->w, ui->attr[PT_THEME_HEADER], 0, "pipetop ");
+    x += 8;
+    static const char *const tabs[] = {"1 plan", "2 timeline", "3 stats", "4 agents", "? help"};
+    for (int v = 0; v < PT_VIEW_COUNT && x < r->w; v++) {
+        attr_t a = v == (int)ui->view ? ui->attr[PT_THEME_TAB] | A_REVERSE : ui->attr[PT_THEME_DIM];
+        pt_ui_text(r->y, x, r->w - x, a, 0, "%s", tabs[v]);
+        x += (int)strlen(tabs[v]) + 1;
+    }
+    char src[PT_SOURCE_DESC_MAX] = "";
+    if (ui->src && ui->src->vt->describe)
+        ui->src->vt->describe(ui->src, src, sizeof src);
+    char right[PT_SOURCE_DESC_MAX + 160];
+    int64_t n = pt_store_step_count(ui->store);
+    const pt_store_step *st = n ? pt_store_step_at(ui->store, n - 1) : NULL;
+    if (st && !isnan(st->loss))
+        snprintf(right, sizeof right, "%s | %s | step %lld loss %.4f %.0f/s",
+                 ui->model_name ? ui->model_name : "", src, (long long)st->step, st->loss,
+                 st->samples_per_s);
+    else if (st)
+        snprintf(right, sizeof right, "%s | %s | step %lld %.0f/s",
+                 ui->model_name ? ui->model_name : "", src, (long long)st->step, st->samples_per_s);
+    else
+        snprintf(right, sizeof right, "%s | %s", ui->model_name ? ui->model_name : "", src);
+    int len = (int)strlen(right);
+    if (x + 2 < r->w) {
+        int w = r->w - x - 1;
+        int at = len < w ? r->w - len - 1 : x + 1;
+        pt_ui_text(r->y, at, r->w - at, ui->attr[PT_THEME_HEADER], 0, "%s", right);
+    }
+}
+
+static void draw_status(pt_ui *ui)
+{
+    const pt_rect *r = pt_layout_find(&ui->layout, PT_PANEL_STATUS);
+    if (!r)
+        return;
+    const char *note = pt_store_last_note(ui->store);
+    if (ui->status[0] && ui->now_ns - ui->status_ns < PT_UI_STATUS_NS) {
+        pt_ui_text(r->y, 0, r->w, ui->attr[ui->status_error ? PT_THEME_ERROR : PT_THEME_STATUS], 1,
+                   "%s", ui->status);
+        return;
+    }
+    if (note[0]) {
+        pt_ui_text(r->y, 0, r->w, ui->attr[PT_THEME_STATUS], 1, "%s", note);
+        return;
+    }
+    static const char *const hints[PT_VIEW_COUNT] = {
+        "[ ] move boundary  +/- replicas  S schedule  b/B m/M micro-batches  P planner  A apply"
+        "  ? help  q quit",
+        "h/l pan  +/- zoom  p predicted/measured  i/I iterations  x export  ? help  q quit",
+        "1-4 views  x export  t theme  ? help  q quit",
+        "Up/Down scroll  1-4 views  ? help  q quit",
+        "Esc back  q quit",
+    };
+    pt_ui_text(r->y, 0, r->w, ui->attr[PT_THEME_DIM], 1, "%s", hints[ui->view]);
+}
+
+static void draw(pt_ui *ui)
+{
+    layout(ui);
+    erase();
+    if (ui->rows < PT_LAYOUT_MIN_ROWS || ui->cols < PT_LAYOUT_MIN_COLS) {
+        pt_ui_text(0, 0, ui->cols, A_BOLD, 0, "terminal too small: %dx%d, need %dx%d", ui->cols,
+                   ui->rows, PT_LAYOUT_MIN_COLS, PT_LAYOUT_MIN_ROWS);
+        refresh();
+        return;
+    }
+    draw_header(ui);
+    switch (ui->view) {
+    case PT_VIEW_PLAN:
+        pt_view_plan_draw(ui);
+        break;
+    case PT_VIEW_TIMELINE:
+        pt_view_timeline_draw(ui);
+        break;
+    case PT_VIEW_STATS:
+        pt_view_stats_draw(ui);
+        break;
+    case PT_VIEW_AGENTS:
+        pt_view_agents_draw(ui);
+        break;
+    default:
+        pt_view_help_draw(ui);
+        break;
+    }
+    draw_status(ui);
+    refresh();
+}
+
+static void set_view(pt_ui *ui, pt_view v)
+{
+    if (v == ui->view)
+        return;
+    ui->prev_view = ui->view;
+    ui->view = v;
+    ui->dirty = 1;
+}
+
+static void next_theme(pt_ui *ui, const char *config_path)
+{
+    size_t n = sizeof theme_cycle / sizeof theme_cycle[0], k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(theme_cycle[i], ui->theme.name))
+            k = (i + 1) % n;
+    pt_error err = {0};
+    pt_theme t;
+    if (pt_theme_find(theme_cycle[k], &t, &err) < 0) {
+        pt_ui_status(ui, 1, "%s", err.msg);
+        return;
+    }
+    ui->theme = t;
+    pt_ui_colors_init(ui);
+    snprintf(ui->cfg.theme, sizeof ui->cfg.theme, "%s", t.name);
+    if (config_path && pt_config_save(config_path, &ui->cfg, &err) < 0)
+        pt_ui_status(ui, 1, "theme %s (not saved: %s)", t.name, err.msg);
+    else
+        pt_ui_status(ui, 0, "theme %s (saved in %s)", t.name, config_path ? config_path : "-");
+    clear();
+}
+
+int pt_ui_export(pt_ui *ui)
+{
+    pt_ui_refresh_timelines(ui);
+    int measured = ui->tl_meas.count > 0 && ui->tl_mode != PT_TL_PREDICTED;
+    const pt_tline *tl = measured ? &ui->tl_meas : &ui->tl_pred;
+    if (tl->count == 0) {
+        pt_ui_status(ui, 1, "export: no timeline to export yet");
+        return PT_ESTATE;
+    }
+    char base[64], trace[96], svg[96];
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    strftime(base, sizeof base, "pipetop-%Y%m%d-%H%M%S", &tm);
+    snprintf(trace, sizeof trace, "%s.json", base);
+    snprintf(svg, sizeof svg, "%s.svg", base);
+    char *text = NULL;
+    size_t len = 0;
+    pt_error err = {0};
+    int rc = pt_export_trace(tl, NULL, 0, &text, &len, NULL, &err);
+    if (rc == 0)
+        rc = pt_export_write(trace, text, len, &err);
+    free(text);
+    text = NULL;
+    if (rc == 0) {
+        pt_export_svg_opts o = {EXPORT_SVG_WIDTH, 0, 0,
+                                measured ? "pipetop: measured timeline" : "pipetop: predicted"};
+        rc = pt_export_svg(tl, &ui->theme, &o, &text, &len, &err);
+        if (rc == 0)
+            rc = pt_export_write(svg, text, len, &err);
+        free(text);
+    }
+    if (rc < 0)
+        pt_ui_status(ui, 1, "export: %s", err.msg);
+    else
+        pt_ui_status(ui, 0, "exported the %s timeline to %s and %s",
+                     measured ? "measured" : "predicted", trace, svg);
+    return rc;
+}
+
+void pt_ui_refresh_timelines(pt_ui *ui)
+{
+    if (ui->edit && ui->tl_pred_version != pt_plan_edit_version(ui->edit)) {
+        pt_tline_from_sim(&ui->tl_pred, pt_plan_edit_program(ui->edit),
+                          pt_plan_edit_result(ui->edit));
+        ui->tl_pred_version = pt_plan_edit_version(ui->edit);
+    }
+    uint64_t v = pt_store_version(ui->store) * 131 + (uint64_t)ui->tl_iters;
+    if (v != ui->tl_meas_version) {
+        int64_t last = pt_store_last_step(ui->store);
+        pt_tline_clear(&ui->tl_meas);
+        if (last >= 0) {
+            /* the newest step may still be arriving: show complete ones when there are */
+            int64_t hi = last > 0 ? last - 1 : last;
+            pt_store_timeline(ui->store, hi - ui->tl_iters + 1, hi, 1, &ui->tl_meas, NULL);
+            if (ui->tl_meas.count == 0)
+                pt_store_timeline(ui->store, last - ui->tl_iters + 1, last, 1, &ui->tl_meas, NULL);
+        }
+        ui->tl_meas_version = v;
+    }
+}
+
+static void apply_restart(pt_ui *ui)
+{
+    if (!ui->edit) {
+        pt_ui_status(ui, 1, "apply & restart: there is no plan to apply");
+        return;
+    }
+    if (!ui->src || !ui->src->vt->apply) {
+        pt_ui_status(ui, 1, "apply & restart needs a live run (this console shows a %s)",
+                     ui->src ? ui->src->vt->kind : "simulation");
+        return;
+    }
+    if (!pt_plan_edit_fits(ui->edit)) {
+        pt_ui_status(ui, 1, "apply & restart refused: the edited plan does not fit memory");
+        return;
+    }
+    pt_error err = {0};
+    pt_ui_status(ui, 0, "apply & restart: checkpointing and stopping the run ...");
+    draw(ui);
+    if (ui->src->vt->apply(ui->src, pt_plan_edit_plan(ui->edit), &err) < 0)
+        pt_ui_status(ui, 1, "apply & restart refused: %s", err.msg);
+    else
+        pt_ui_status(ui, 0, "apply & restart: %s", err.msg[0] ? err.msg : "restarted");
+}
+
+static int global_key(pt_ui *ui, int ch, const char *config_path)
+{
+    switch (ch) {
+    case 'q':
+        ui->quit = 1;
+        return 1;
+    case '1':
+    case '2':
+    case '3':
+    case '4':
+        set_view(ui, (pt_view)(ch - '1'));
+        return 1;
+    case '5':
+    case '?':
+        set_view(ui, PT_VIEW_HELP);
+        return 1;
+    case '\t':
+        set_view(ui, (pt_view)((ui->view + 1) % PT_VIEW_COUNT));
+        return 1;
+    case ESC_KEY:
+        if (ui->view == PT_VIEW_HELP)
+            set_view(ui, ui->prev_view == PT_VIEW_HELP ? PT_VIEW_PLAN : ui->prev_view);
+        else
+            set_view(ui, ui->prev_view);
+        return 1;
+    case 'x':
+        pt_ui_export(ui);
+        return 1;
+    case 't':
+        next_theme(ui, config_path);
+        return 1;
+    case CTRL_L:
+    case KEY_RESIZE:
+        clear();
+        ui->dirty = 1;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void handle_mouse(pt_ui *ui)
+{
+    MEVENT ev;
+    if (getmouse(&ev) != OK)
+        return;
+    const pt_rect *hdr = pt_layout_find(&ui->layout, PT_PANEL_HEADER);
+    if (hdr && ev.y == hdr->y && (ev.bstate & (BUTTON1_PRESSED | BUTTON1_CLICKED))) {
+        /* tabs: "pipetop " then "1 plan" "2 timeline" "3 stats" "4 agents" "? help" */
+        static const int tab_end[] = {14, 25, 33, 42, 49};
+        for (int v = 0; v < PT_VIEW_COUNT; v++)
+            if (ev.x >= 8 && ev.x < tab_end[v]) {
+                set_view(ui, (pt_view)v);
+                break;
+            }
+        return;
+    }
+    int wheel = ev.bstate & BUTTON4_PRESSED ? 1 : (ev.bstate & BUTTON5_PRESSED ? -1 : 0);
+    int pressed = (ev.bstate & (BUTTON1_PRESSED | BUTTON1_CLICKED)) != 0;
+    int released = (ev.bstate & (BUTTON1_RELEASED | BUTTON1_CLICKED)) != 0;
+    if (ui->view == PT_VIEW_PLAN)
+        pt_view_plan_mouse(ui, ev.y, ev.x, pressed, released);
+    else if (ui->view == PT_VIEW_TIMELINE)
+        pt_view_timeline_mouse(ui, ev.y, ev.x, wheel);
+    ui->dirty = 1;
+}
+
+static void handle_key(pt_ui *ui, int ch, const char *config_path)
+{
+    ui->dirty = 1;
+    if (ch == KEY_MOUSE) {
+        handle_mouse(ui);
+        return;
+    }
+    if (ch == 'A' && ui->view == PT_VIEW_PLAN) {
+        apply_restart(ui);
+        return;
+    }
+    int taken = 0;
+    switch (ui->view) {
+    case PT_VIEW_PLAN:
+        taken = pt_view_plan_key(ui, ch);
+        break;
+    case PT_VIEW_TIMELINE:
+        taken = pt_view_timeline_key(ui, ch);
+        break;
+    case PT_VIEW_AGENTS:
+        taken = pt_view_agents_key(ui, ch);
+        break;
+    case PT_VIEW_HELP:
+        taken = pt_view_help_key(ui, ch);
+        break;
+    default:
+        break;
+    }
+    if (taken || global_key(ui, ch, config_path))
+        return;
+    char msg[PT_UI_STATUS_MAX] = "";
+    if (ui->src && ui->src->vt->key && ui->src->vt->key(ui->src, ch, ui->now_ns, msg, sizeof msg)) {
+        if (msg[0])
+            pt_ui_status(ui, 0, "%s", msg);
+        return;
+    }
+}
+
+static int setup(pt_ui *ui, const pt_console_opts *o, char *config_path, size_t cap, pt_error *err)
+{
+    memset(ui, 0, sizeof *ui);
+    pt_config_default(&ui->cfg);
+    config_path[0] = 0;
+    if (o->config_path)
+        snprintf(config_path, cap, "%s", o->config_path);
+    else if (pt_config_path(config_path, cap, NULL) < 0)
+        config_path[0] = 0;
+    if (config_path[0] && pt_config_load(config_path, &ui->cfg, err) < 0)
+        return err->code;
+    const char *theme = o->theme ? o->theme : ui->cfg.theme;
+    int rc = pt_theme_find(theme, &ui->theme, err);
+    if (rc < 0)
+        return rc;
+    if (pt_store_new(0, &ui->store) < 0)
+        return pt_error_set(err, PT_ENOMEM, "console: out of memory");
+    if (o->plan && o->profile && o->topology &&
+        (rc = pt_plan_edit_new(o->plan, o->profile, o->topology, &ui->edit, err)) < 0)
+        return rc;
+    ui->src = o->source;
+    ui->model_name = o->model_name;
+    ui->view = ui->prev_view = o->start_view;
+    snprintf(ui->planner, sizeof ui->planner, "%s", ui->cfg.planner);
+    ui->tl_mode = ui->cfg.timeline_split ? PT_TL_BOTH : PT_TL_MEASURED;
+    ui->tl_zoom = 1.0;
+    ui->tl_iters = ui->cfg.timeline_iters;
+    ui->dirty = 1;
+    return 0;
+}
+
+static void teardown(pt_ui *ui)
+{
+    pt_source_close(&ui->src);
+    pt_plan_edit_free(&ui->edit);
+    pt_store_free(&ui->store);
+    pt_tline_release(&ui->tl_meas);
+    pt_tline_release(&ui->tl_pred);
+}
+
+int pt_console_run(const pt_console_opts *o, pt_error *err)
+{
+    pt_ui ui;
+    char config_path[PT_CONFIG_PATH_MAX];
+    int rc = setup(&ui, o, config_path, sizeof config_path, err);
+    if (rc < 0) {
+        ui.src = o->source;
+        teardown(&ui);
+        return rc;
+    }
+    if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO)) {
+        teardown(&ui);
+        return pt_error_set(err, PT_EUNSUPP,
+                            "the console needs a terminal (use --help for the "
+                            "headless commands: export, status --json, run)");
+    }
+    setlocale(LC_ALL, "");
+    ui.utf8 = MB_CUR_MAX > 1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    g_quit_signal = 0;
+    if (!initscr()) {
+        teardown(&ui);
+        return pt_error_set(err, PT_EIO, "console: cannot start the terminal (TERM=%s)",
+                            getenv("TERM") ? getenv("TERM") : "");
+    }
+    set_escdelay(PT_CONSOLE_ESC_DELAY_MS);
+    cbreak();
+    noecho();
+    nonl();
+    keypad(stdscr, TRUE);
+    curs_set(0);
+    if (ui.cfg.mouse && !o->no_mouse) {
+        mousemask(BUTTON1_PRESSED | BUTTON1_RELEASED | BUTTON1_CLICKED | BUTTON4_PRESSED |
+                      BUTTON5_PRESSED,
+                  NULL);
+        mouseinterval(0);
+    }
+    pt_ui_colors_init(&ui);
+    int64_t frame_ns = NS_PER_S / (ui.cfg.refresh_hz > 0 ? ui.cfg.refresh_hz : 10);
+    int64_t last_draw = 0, start = now_ns();
+    uint64_t seen_store = 0, seen_edit = 0;
+    int src_rc = 0;
+    while (!ui.quit && !g_quit_signal) {
+        ui.now_ns = now_ns();
+        if (o->exit_after_s > 0 && ui.now_ns - start > (int64_t)(o->exit_after_s * NS_PER_S))
+            break;
+        if (ui.src) {
+            src_rc = ui.src->vt->poll(ui.src, ui.store, ui.now_ns, 0);
+            if (src_rc < 0) {
+                pt_ui_status(&ui, 1, "the data source failed (%s); q quits", pt_strerror(src_rc));
+                src_rc = 0;
+            }
+        }
+        if (pt_store_version(ui.store) != seen_store ||
+            (ui.edit && pt_plan_edit_version(ui.edit) != seen_edit)) {
+            seen_store = pt_store_version(ui.store);
+            seen_edit = ui.edit ? pt_plan_edit_version(ui.edit) : 0;
+            ui.dirty = 1;
+        }
+        if (ui.status[0] && ui.now_ns - ui.status_ns >= PT_UI_STATUS_NS &&
+            ui.now_ns - ui.status_ns < PT_UI_STATUS_NS + frame_ns * 2)
+            ui.dirty = 1;
+        int64_t wait_ms = IDLE_WAIT_MS;
+        if (ui.dirty) {
+            int64_t due = last_draw + frame_ns - ui.now_ns;
+            if (due <= 0) {
+                draw(&ui);
+                last_draw = ui.now_ns;
+                ui.dirty = 0;
+            } else if (due / 1000000 < wait_ms) {
+                wait_ms = due / 1000000 + 1;
+            }
+        }
+        timeout((int)wait_ms);
+        int ch = getch();
+        while (ch != ERR && !ui.quit) {
+            handle_key(&ui, ch, config_path[0] ? config_path : NULL);
+            timeout(0);
+            ch = getch();
+        }
+    }
+    endwin();
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    teardown(&ui);
+    return 0;
+}

@@ -1,0 +1,113 @@
+/* Character-cell Gantt rows (see gantt.h). */
+#include "tui/gantt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define AXIS_TICK_CELLS 12
+
+static int glyph_of(int op)
+{
+    switch (op) {
+    case PT_OP_FWD:
+        return PT_GLYPH_FWD;
+    case PT_OP_BWD:
+        return PT_GLYPH_BWD;
+    case PT_OP_RECOMPUTE:
+        return PT_GLYPH_RECOMPUTE;
+    case PT_OP_OPT_STEP:
+        return PT_GLYPH_OPTSTEP;
+    case PT_OP_ALLREDUCE:
+        return PT_GLYPH_ALLREDUCE;
+    case PT_OP_SEND_ACT:
+    case PT_OP_SEND_GRAD:
+        return PT_GLYPH_COMM;
+    default:
+        return PT_GLYPH_WAIT;
+    }
+}
+
+/* Cell range [*c0, *c1) a span covers; 0 when outside the window. */
+static int cells(double s, double e, double t0, double t1, int width, int *c0, int *c1)
+{
+    if (e <= t0 || s >= t1 || t1 <= t0)
+        return 0;
+    double per = (t1 - t0) / width;
+    int a = (int)floor((s - t0) / per), b = (int)ceil((e - t0) / per);
+    if (a < 0)
+        a = 0;
+    if (b > width)
+        b = width;
+    if (b <= a)
+        b = a + 1;
+    if (a >= width)
+        return 0;
+    *c0 = a;
+    *c1 = b;
+    return 1;
+}
+
+void pt_gantt_row(const pt_tline *tl, int row, int lane, double t0, double t1, int width,
+                  double busy_lo, double busy_hi, pt_gantt_cell *out)
+{
+    for (int c = 0; c < width; c++) {
+        out[c].ch = ' ';
+        out[c].glyph = PT_GANTT_NONE;
+    }
+    if (width <= 0 || t1 <= t0)
+        return;
+    if (lane == PT_LANE_COMPUTE) {
+        int b0, b1;
+        if (cells(busy_lo, busy_hi, t0, t1, width, &b0, &b1))
+            for (int c = b0; c < b1; c++) {
+                out[c].ch = pt_glyph_fill(PT_GLYPH_BUBBLE);
+                out[c].glyph = PT_GLYPH_BUBBLE;
+            }
+    }
+    for (int64_t i = 0; i < tl->count; i++) {
+        const pt_tl_span *s = &tl->spans[i];
+        if (s->row != row || s->lane != lane)
+            continue;
+        int c0, c1;
+        if (!cells(s->start, s->end, t0, t1, width, &c0, &c1))
+            continue;
+        int g = glyph_of(s->op);
+        char fill = pt_glyph_fill(g);
+        if (s->op == PT_OP_SEND_GRAD)
+            fill = '<';
+        for (int c = c0; c < c1; c++) {
+            out[c].ch = fill;
+            out[c].glyph = (uint8_t)g;
+        }
+        if (lane == PT_LANE_COMPUTE && s->mb >= 0 && s->op != PT_OP_OPT_STEP) {
+            char num[16];
+            int n = snprintf(num, sizeof num, "%d", s->mb);
+            /* the label starts the block when it fits; a block that began
+             * left of the window still shows it when there is room */
+            if (n <= c1 - c0)
+                for (int k = 0; k < n; k++)
+                    out[c0 + k].ch = num[k];
+        }
+    }
+}
+
+void pt_gantt_axis(double t0, double t1, int width, char *out)
+{
+    memset(out, ' ', (size_t)(width > 0 ? width : 0));
+    out[width > 0 ? width : 0] = 0;
+    if (width <= 0 || t1 <= t0)
+        return;
+    for (int c = 0; c < width; c += AXIS_TICK_CELLS) {
+        double t = t0 + (t1 - t0) * c / width;
+        char lab[24];
+        int n = snprintf(lab, sizeof lab, "|%.*f", t1 - t0 < 0.01 ? 2 : 1, t * 1e3);
+        for (int k = 0; k < n && c + k < width; k++)
+            out[c + k] = lab[k];
+    }
+    const char *unit = "ms";
+    if (width >= 3) {
+        out[width - 2] = unit[0];
+        out[width - 1] = unit[1];
+    }
+}

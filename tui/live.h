@@ -1,0 +1,47 @@
+/* The live data source: a session (tui/session.h) with agents that this
+ * console spawns (pipetop demo) or that connect from elsewhere
+ * (pipetop --agents N). It waits for the agents, assigns the plan, starts
+ * training, and feeds the session's telemetry into the console's store.
+ *
+ * Apply & restart (pt_source_vt.apply): refuses, leaving the run as it is,
+ * when the run is not training, the plan needs a device no live agent has,
+ * or the plan does not fit; otherwise asks every agent to stop after its
+ * current step (which checkpoints), waits until the checkpoint is committed,
+ * assigns the new plan as a new generation resuming from that step, and
+ * starts again. Closing stops the run and ends every agent it spawned
+ * (bye, a bounded wait, then SIGKILL). */
+#ifndef PT_TUI_LIVE_H
+#define PT_TUI_LIVE_H
+
+#include <stdint.h>
+
+#include "protocol/error.h"
+#include "protocol/model.h"
+#include "protocol/plan.h"
+#include "tui/source.h"
+
+#define PT_LIVE_WAIT_MS    60000 /* bound on a stop / assign round trip */
+#define PT_LIVE_EXIT_MS    5000  /* agents' time to exit after bye before SIGKILL */
+#define PT_LIVE_REFRESH_MS 100   /* agent table refresh */
+
+typedef struct pt_live_opts {
+    const pt_plan *plan;        /* copied */
+    const pt_model_spec *model; /* copied (as JSON) */
+    const char *data;           /* "fashion-mnist", "synthetic" or a path */
+    const char *listen;         /* control endpoint to bind; NULL: loopback, any port */
+    int expect_agents;          /* agents to wait for (>= the plan's devices) */
+    int spawn;                  /* 1: start expect_agents local pipetop-agent processes */
+    const char *run_dir;        /* NULL: runs/<timestamp> */
+    int64_t steps;              /* 0: train until stopped */
+    int64_t seed;
+    int64_t checkpoint_every; /* 0: only on stop (apply & restart) */
+} pt_live_opts;
+
+/* Creates the session (binds, opens the run record) and, with spawn, the
+ * agents. On failure *out is NULL and err says why. */
+int pt_source_live_new(const pt_live_opts *opts, pt_source **out, pt_error *err);
+
+/* The run folder of a live source (NULL for other sources). */
+const char *pt_source_live_run_dir(const pt_source *src);
+
+#endif

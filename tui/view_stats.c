@@ -1,0 +1,225 @@
+/* The stats view: throughput and loss over the steps (column and line
+ * graphs, restarts marked, the predicted throughput drawn across), per
+ * stage replica busy/bubble measured vs predicted, and memory by category
+ * against the device limit. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tui/ui.h"
+
+#define AXIS_COLS 9 /* "12345.6 " left of a graph */
+
+/* Glyph per memory category (weights, grads, optim, acts, stash, comm). */
+static const char mem_glyph[PT_MSG_MEM_COUNT] = {'w', 'g', 'o', 'a', 's', 'c'};
+
+typedef double (*step_value)(const pt_store_step *st);
+
+static double v_throughput(const pt_store_step *st)
+{
+    return st->samples_per_s;
+}
+
+static double v_loss(const pt_store_step *st)
+{
+    return st->loss;
+}
+
+/* Draws the last in.w - AXIS_COLS steps of a series: columns when bars is
+ * set, else a line of '*'. ref > 0 draws a reference level ('-'). */
+static void graph(pt_ui *ui, const pt_rect *r, const char *title, step_value f, int bars,
+                  pt_theme_key key, double ref)
+{
+    pt_rect in = pt_ui_box(ui, r, title);
+    int64_t n = pt_store_step_count(ui->store);
+    int w = in.w - AXIS_COLS, h = in.h - 1;
+    if (w < 2 || h < 2)
+        return;
+    if (n == 0) {
+        pt_ui_text(in.y, in.x, in.w, ui->attr[PT_THEME_DIM], 0, "no steps measured yet");
+        return;
+    }
+    int64_t first = n > w ? n - w : 0;
+    double lo = INFINITY, hi = -INFINITY;
+    for (int64_t i = first; i < n; i++) {
+        double v = f(pt_store_step_at(ui->store, i));
+        if (isnan(v))
+            continue;
+        lo = fmin(lo, v);
+        hi = fmax(hi, v);
+    }
+    if (ref > 0) {
+        lo = fmin(lo, ref);
+        hi = fmax(hi, ref);
+    }
+    if (!isfinite(lo)) {
+        pt_ui_text(in.y, in.x, in.w, ui->attr[PT_THEME_DIM], 0, "not reported by any stage");
+        return;
+    }
+    if (bars)
+        lo = 0;
+    if (hi - lo < 1e-12)
+        hi = lo + (fabs(lo) > 0 ? fabs(lo) * 0.1 : 1);
+    pt_ui_text(in.y, in.x, AXIS_COLS, ui->attr[PT_THEME_DIM], 1, "%8.4g", hi);
+    pt_ui_text(in.y + h - 1, in.x, AXIS_COLS, ui->attr[PT_THEME_DIM], 1, "%8.4g", lo);
+    if (ref > 0) {
+        int ry = in.y + h - 1 - (int)lround((ref - lo) / (hi - lo) * (h - 1));
+        attron(ui->attr[PT_THEME_PREDICTED]);
+        for (int c = 0; c < w; c++)
+            mvaddch(ry, in.x + AXIS_COLS + c, '-');
+        attroff(ui->attr[PT_THEME_PREDICTED]);
+    }
+    int64_t prev_gen = first > 0 ? pt_store_step_at(ui->store, first - 1)->gen : -1;
+    for (int64_t i = first; i < n; i++) {
+        const pt_store_step *st = pt_store_step_at(ui->store, i);
+        int x = in.x + AXIS_COLS + (int)(i - first);
+        if (prev_gen >= 0 && st->gen != prev_gen) {
+            attron(ui->attr[PT_THEME_WARN]);
+            for (int y = in.y; y < in.y + h; y++)
+                mvaddch(y, x, '|');
+            attroff(ui->attr[PT_THEME_WARN]);
+        }
+        prev_gen = st->gen;
+        double v = f(st);
+        if (isnan(v))
+            continue;
+        int top = (int)lround((v - lo) / (hi - lo) * (h - 1));
+        attron(ui->attr[key]);
+        if (bars)
+            for (int k = 0; k <= top; k++)
+                mvaddch(in.y + h - 1 - k, x, '#');
+        else
+            mvaddch(in.y + h - 1 - top, x, '*');
+        attroff(ui->attr[key]);
+    }
+    const pt_store_step *a = pt_store_step_at(ui->store, first),
+                        *b = pt_store_step_at(ui->store, n - 1);
+    pt_ui_text(in.y + h, in.x, in.w, ui->attr[PT_THEME_DIM], 1, "%*s step %lld .. %lld%s",
+               AXIS_COLS - 1, "", (long long)a->step, (long long)b->step,
+               ref > 0 ? "   - predicted" : "");
+}
+
+static void draw_busy(pt_ui *ui, const pt_rect *r)
+{
+    pt_rect in = pt_ui_box(ui, r, "busy/bubble: measured vs predicted");
+    pt_ui_refresh_timelines(ui);
+    const pt_tline *tl = &ui->tl_meas;
+    const pt_tline *pred = &ui->tl_pred;
+    const pt_tline *rows = tl->row_count ? tl : pred;
+    int y = in.y;
+    for (int row = 0; row < rows->row_count && y < in.y + in.h; row++, y++) {
+        const pt_tl_row *tr = &rows->rows[row];
+        double busy = -1, pbusy = -1;
+        if (tl->count && tl->t1 > tl->t0)
+            busy = pt_tline_busy(tl, row, tl->t0, tl->t1) / (tl->t1 - tl->t0);
+        if (ui->edit) {
+            const pt_program *prog = pt_plan_edit_program(ui->edit);
+            const pt_sim_result *res = pt_plan_edit_result(ui->edit);
+            for (int w = 0; w < prog->worker_count; w++)
+                if (prog->workers[w].stage == tr->stage && prog->workers[w].replica == tr->replica)
+                    pbusy = res->workers[w].busy_frac;
+        }
+        double shown = busy >= 0 ? busy : pbusy;
+        pt_ui_text(y, in.x, 7, ui->attr[PT_THEME_TEXT], 1, "s%dr%d", tr->stage, tr->replica);
+        char m[16] = "  -", p[16] = "  -", tail[64];
+        if (busy >= 0)
+            snprintf(m, sizeof m, "%3.0f%%", busy * 100);
+        if (pbusy >= 0)
+            snprintf(p, sizeof p, "%3.0f%%", pbusy * 100);
+        int tn = snprintf(tail, sizeof tail, " %s pred %s bubble %3.0f%%", m, p,
+                          shown >= 0 ? (1 - shown) * 100 : 0);
+        int bw = in.w - 7 - tn;
+        if (bw >= 3)
+            pt_ui_bar(ui, y, in.x + 7, bw, shown > 0 ? shown : 0, ui->block[PT_THEME_FWD], '=');
+        int tx = in.x + 7 + (bw >= 3 ? bw : 0);
+        pt_ui_text(y, tx, in.x + in.w - tx, ui->attr[PT_THEME_TEXT], 0, "%s", tail);
+    }
+}
+
+static int64_t stage_limit(pt_ui *ui, int stage, int replica)
+{
+    if (!ui->edit)
+        return 0;
+    const pt_plan *p = pt_plan_edit_plan(ui->edit);
+    const pt_topology *t = pt_plan_edit_topology(ui->edit);
+    if (stage < 0 || stage >= p->stage_count || replica >= p->stages[stage].replica_count)
+        return 0;
+    int d = p->stages[stage].replicas[replica];
+    return d >= 0 && d < t->device_count ? t->devices[d].memory_bytes : 0;
+}
+
+static void draw_memory(pt_ui *ui, const pt_rect *r)
+{
+    pt_rect in = pt_ui_box(ui, r, "memory vs limit: w g o a s c");
+    int y = in.y;
+    pt_ui_refresh_timelines(ui);
+    const pt_tline *rows = ui->tl_meas.row_count ? &ui->tl_meas : &ui->tl_pred;
+    for (int row = 0; row < rows->row_count && y < in.y + in.h; row++, y++) {
+        int s = rows->rows[row].stage, rep = rows->rows[row].replica;
+        int64_t bytes[PT_MSG_MEM_COUNT] = {0}, total = 0, pred_total = 0;
+        const pt_store_mem *m = pt_store_mem_latest(ui->store, s, rep);
+        if (m) {
+            memcpy(bytes, m->peak, sizeof bytes);
+            total = m->total_peak;
+        }
+        if (ui->edit) {
+            pt_plan_stage_info si;
+            if (pt_plan_edit_stage_info(ui->edit, s, &si) == 0) {
+                pred_total = si.peak_bytes;
+                if (!m) {
+                    for (int k = 0; k < PT_MSG_MEM_COUNT; k++)
+                        bytes[k] = si.peak.bytes[k];
+                    total = si.peak_bytes;
+                }
+            }
+        }
+        int64_t limit = stage_limit(ui, s, rep);
+        pt_ui_text(y, in.x, 7, ui->attr[PT_THEME_TEXT], 1, "s%dr%d", s, rep);
+        char a[24], b[24], c[24], tail[80];
+        int tn =
+            snprintf(tail, sizeof tail, " %s/%s %s%s", pt_ui_bytes_short(total, a, sizeof a),
+                     limit ? pt_ui_bytes_short(limit, b, sizeof b) : "?", m ? "pred " : "(pred)",
+                     m && pred_total ? pt_ui_bytes_short(pred_total, c, sizeof c) : "");
+        int bw = in.w - 7 - tn;
+        int64_t scale = limit > total ? limit : total;
+        int x = in.x + 7;
+        if (bw >= 6 && scale > 0) {
+            int used = 0;
+            for (int k = 0; k < PT_MSG_MEM_COUNT; k++) {
+                int cells = (int)((double)bytes[k] / (double)scale * bw + 0.5);
+                if (bytes[k] > 0 && cells == 0)
+                    cells = 1;
+                attr_t at = ui->block[PT_THEME_MEM_WEIGHTS + k];
+                attron(at);
+                for (int q = 0; q < cells && used < bw; q++, used++)
+                    mvaddch(y, x + used, (chtype)(unsigned char)mem_glyph[k]);
+                attroff(at);
+            }
+            attron(ui->attr[PT_THEME_DIM]);
+            for (; used < bw; used++)
+                mvaddch(y, x + used, '.');
+            attroff(ui->attr[PT_THEME_DIM]);
+            x += bw;
+        }
+        pt_ui_text(y, x, in.x + in.w - x,
+                   total > limit && limit ? ui->attr[PT_THEME_ERROR] : ui->attr[PT_THEME_TEXT], 0,
+                   "%s", tail);
+    }
+}
+
+void pt_view_stats_draw(pt_ui *ui)
+{
+    const pt_rect *tp = pt_layout_find(&ui->layout, PT_PANEL_ST_THROUGHPUT);
+    const pt_rect *lo = pt_layout_find(&ui->layout, PT_PANEL_ST_LOSS);
+    const pt_rect *bu = pt_layout_find(&ui->layout, PT_PANEL_ST_BUSY);
+    const pt_rect *me = pt_layout_find(&ui->layout, PT_PANEL_ST_MEMORY);
+    double pred = ui->edit ? pt_plan_edit_result(ui->edit)->throughput : 0;
+    if (tp)
+        graph(ui, tp, "throughput (samples/s)", v_throughput, 1, PT_THEME_THROUGHPUT, pred);
+    if (lo)
+        graph(ui, lo, "loss", v_loss, 0, PT_THEME_LOSS, 0);
+    if (bu)
+        draw_busy(ui, bu);
+    if (me)
+        draw_memory(ui, me);
+}
