@@ -35,6 +35,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "protocol/error.h"
+
 typedef enum pt_trans { PT_NO_TRANS = 0, PT_TRANS = 1 } pt_trans;
 
 typedef struct pt_backend pt_backend;

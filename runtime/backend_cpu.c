@@ -3,8 +3,10 @@
 #if defined(__GNUC__) && !defined(__clang__)
 /* GCC's -O2 vectorises only loops that need no alias check and no epilogue,
  * i.e. none of these; the pointwise and optimizer loops are several times
- * faster vectorised (clang vectorises them at -O2 already). */
-#pragma GCC optimize("O3")
+ * faster vectorised (clang vectorises them at -O2 already). Without
+ * no-trapping-math GCC will not if-convert the selects in exp_nonpos and
+ * sigmoid; nothing here reads floating-point exception flags. */
+#pragma GCC optimize("O3", "no-trapping-math")
 #endif
 #include <cblas.h>
 #include <math.h>
@@ -152,27 +154,72 @@ static void cpu_relu_bwd(const pt_backend *be, int64_t n, const float *y, const 
     }
 }
 
+/* exp(x) for x <= 0, for the pointwise kernels: Cephes' range reduction and
+ * degree-6 polynomial (within a few ulp of expf), written so the compiler can
+ * vectorise the loops that call it, which a call to libm's expf prevents.
+ * Results below exp(EXP_LO) ~ 1.2e-38 are flushed to 0. The range guards are
+ * selects between computed values, not clamps of x: clamping x to a constant
+ * lets GCC constant-fold that path into a branch, which blocks vectorisation. */
+#define EXP_LO       (-87.3f)
+#define EXP_FLOOR_LO (-127.0f) /* keeps the int conversion in range */
+static inline float exp_nonpos(float x)
+{
+    float fx = x * 1.44269504088896341f + 0.5f;
+    fx = fx < EXP_FLOOR_LO ? EXP_FLOOR_LO : fx;
+    /* floor(fx) by truncation: fx + 128 > 0 after the guard */
+    float t = (float)((int32_t)(fx + 128.0f) - 128);
+    float r = x - t * 0.693359375f + t * 2.12194440e-4f;
+    float r2 = r * r;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r2 + r + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } scale = {.i = ((int32_t)t + 127) * (1 << 23)};
+    float y = p * scale.f;
+    return x < EXP_LO ? 0.0f : y;
+}
+
+/* sigmoid(z) through exp(-|z|) <= 1, which cannot overflow. */
+static inline float sigmoid(float z)
+{
+    float e = exp_nonpos(-fabsf(z));
+    float r = 1.0f / (1.0f + e);
+    float er = e * r; /* computed unconditionally, so the select vectorises */
+    return z < 0.0f ? er : r;
+}
+
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
 
+/* GELU's tanh form through 0.5(1 + tanh(u)) = sigmoid(2u): one exp instead
+ * of tanhf, which is several times slower in glibc and dominated the GPT
+ * step. */
 static void cpu_gelu_fwd(const pt_backend *be, int64_t n, const float *x, float *y)
 {
     (void)be;
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
-        y[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_C * v * v * v)));
+        float u = GELU_K * (v + GELU_C * v * v * v);
+        y[i] = v * sigmoid(2.0f * u);
     }
 }
 
+/* d/dx [x s(2u)] = s + 2 x s (1 - s) u'(x), u'(x) = k (1 + 3 c x^2). */
 static void cpu_gelu_bwd(const pt_backend *be, int64_t n, const float *x, const float *dy,
                          float *dx)
 {
     (void)be;
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
-        float t = tanhf(GELU_K * (v + GELU_C * v * v * v));
-        float d =
-            0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+        float u = GELU_K * (v + GELU_C * v * v * v);
+        float s = sigmoid(2.0f * u);
+        float d = s + 2.0f * v * s * (1.0f - s) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
         dx[i] = dy[i] * d;
     }
 }
@@ -278,11 +325,13 @@ static void cpu_attention_softmax_fwd(const pt_backend *be, int64_t rows, int se
         float mx = sr[0];
         for (int j = 1; j <= t; j++)
             mx = sr[j] > mx ? sr[j] : mx;
+        /* exps and sum in separate loops: the first vectorises, an in-order
+         * float sum does not */
+        for (int j = 0; j <= t; j++)
+            sr[j] = exp_nonpos(sr[j] - mx);
         float sum = 0.0f;
-        for (int j = 0; j <= t; j++) {
-            sr[j] = expf(sr[j] - mx);
+        for (int j = 0; j <= t; j++)
             sum += sr[j];
-        }
         float inv = 1.0f / sum;
         for (int j = 0; j <= t; j++)
             sr[j] *= inv;
@@ -320,11 +369,11 @@ static int cpu_softmax_xent_fwd(const pt_backend *be, int rows, int classes, con
         float mx = lr[0];
         for (int c = 1; c < classes; c++)
             mx = lr[c] > mx ? lr[c] : mx;
+        for (int c = 0; c < classes; c++)
+            pr[c] = exp_nonpos(lr[c] - mx);
         double sum = 0.0;
-        for (int c = 0; c < classes; c++) {
-            pr[c] = expf(lr[c] - mx);
+        for (int c = 0; c < classes; c++)
             sum += pr[c];
-        }
         float inv = (float)(1.0 / sum);
         for (int c = 0; c < classes; c++)
             pr[c] *= inv;
