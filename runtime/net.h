@@ -19,8 +19,10 @@
  * PT_MEM_ACTS when its forward starts and freed when its backward ends; the
  * arena caches it, so after the first iteration nothing is allocated, and the
  * ACTS figure of the arena is the activation memory of the micro-batches in
- * flight. With recompute, a slot keeps only its input (and output and
- * labels); backward reruns the forward into one shared block first.
+ * flight, plus a constant part allocated at create: the backward scratch
+ * (input-gradient buffers and layer temporaries for one micro-batch) and,
+ * with recompute, the shared activation block. With recompute, a slot keeps only its input (and
+ * output and labels); backward reruns the forward into one shared block first.
  *
  * Loss. When the net's last layer is softmax_xent (pt_net_has_loss), forward
  * takes int32 labels (pt_net_label_count per sample: 1 for a classifier,
