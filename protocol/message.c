@@ -1,6 +1,7 @@
-/* Control and telemetry messages: JSON text <-> pt_msg. One checker
- * (check_tree) reads a cJSON tree into a pt_msg; decode runs it on parsed
- * text and encode on the tree it built, so both refuse the same things. */
+/* Control and telemetry messages: names, init/clear, the checker and
+ * decoding, acceptance. One checker (pt_msg_internal_check_tree) reads a
+ * cJSON tree into a pt_msg; decode runs it on parsed text and encode
+ * (message_encode.c) on the tree it built, so both refuse the same things. */
 #include "protocol/message.h"
 
 #include <cjson/cJSON.h>
@@ -12,6 +13,7 @@
 #include <time.h>
 
 #include "protocol/json_util.h"
+#include "protocol/message_internal.h"
 
 static const char *const type_names[PT_MSG_TYPE_COUNT] = {
     [PT_MSG_REGISTER] = "register",
@@ -70,8 +72,7 @@ int pt_msg_type_is_request(pt_msg_type type)
            type == PT_MSG_CHECKPOINT;
 }
 
-/* Types whose "req" echoes a request: required there. */
-static int type_is_reply(pt_msg_type type)
+int pt_msg_internal_is_reply(pt_msg_type type)
 {
     return type == PT_MSG_ACK || type == PT_MSG_CHECKPOINT_ACK;
 }
@@ -310,8 +311,7 @@ static int exact_numbers(cJSON *item)
     return 0;
 }
 
-/* Compact text of a tree with exact numbers, malloc'd; NULL on no memory. */
-static char *print_exact(cJSON *root)
+char *pt_msg_internal_print_exact(cJSON *root)
 {
     if (exact_numbers(root) < 0)
         return NULL;
@@ -329,7 +329,7 @@ static char *print_object(const cJSON *item)
     if (!dup)
         return NULL;
     /* A detached copy: exact_numbers walks siblings, and dup has none. */
-    char *text = print_exact(dup);
+    char *text = pt_msg_internal_print_exact(dup);
     cJSON_Delete(dup);
     return text;
 }
@@ -562,9 +562,7 @@ static int check_body(pt_jr *jr, const cJSON *o, pt_msg *m)
     }
 }
 
-/* Reads root (an object whose "v" was checked) into *m; on failure *m is
- * cleared. src_base names the text; the type is appended once known. */
-static int check_tree(const cJSON *root, const char *src_base, pt_msg *m, pt_error *err)
+int pt_msg_internal_check_tree(const cJSON *root, const char *src_base, pt_msg *m, pt_error *err)
 {
     char src[256];
     pt_jr jr = {src_base, err};
@@ -601,7 +599,7 @@ static int check_tree(const cJSON *root, const char *src_base, pt_msg *m, pt_err
         (rc = pt_jr_int64(&jr, root, "", "seq", REQ, 0, 0, IMAX, &m->seq)) < 0 ||
         (rc = pt_jr_int64(&jr, root, "", "gen", REQ, 0, 0, IMAX, &m->gen)) < 0)
         goto fail;
-    int needs_req = pt_msg_type_is_request(m->type) || type_is_reply(m->type);
+    int needs_req = pt_msg_type_is_request(m->type) || pt_msg_internal_is_reply(m->type);
     if (needs_req || m->type == PT_MSG_ERROR) {
         rc = pt_jr_int64(&jr, root, "", "req", needs_req ? REQ : OPT, 0, needs_req ? 1 : 0, IMAX,
                          &m->req);
@@ -651,282 +649,9 @@ int pt_msg_decode(const char *data, size_t len, const char *source, pt_msg *out,
     free(text);
     if (rc < 0)
         return rc;
-    rc = check_tree(root, src, out, err);
+    rc = pt_msg_internal_check_tree(root, src, out, err);
     cJSON_Delete(root);
     return rc;
-}
-
-/* ---- encoding -------------------------------------------------------------- */
-
-/* cJSON's adders return NULL on no memory; `ok` collects that. */
-typedef struct builder {
-    int ok;
-} builder;
-
-static void add_int(builder *b, cJSON *o, const char *key, int64_t v)
-{
-    if (!cJSON_AddNumberToObject(o, key, (double)v))
-        b->ok = 0;
-}
-static void add_num(builder *b, cJSON *o, const char *key, double v)
-{
-    if (!(isfinite(v) ? cJSON_AddNumberToObject(o, key, v) : cJSON_AddNullToObject(o, key)))
-        b->ok = 0;
-}
-static void add_str(builder *b, cJSON *o, const char *key, const char *s)
-{
-    if (!cJSON_AddStringToObject(o, key, s))
-        b->ok = 0;
-}
-static void add_opt_str(builder *b, cJSON *o, const char *key, const char *s)
-{
-    if (s[0])
-        add_str(b, o, key, s);
-}
-static cJSON *add_obj(builder *b, cJSON *o, const char *key)
-{
-    cJSON *c = cJSON_AddObjectToObject(o, key);
-    if (!c)
-        b->ok = 0;
-    return c;
-}
-static cJSON *add_arr(builder *b, cJSON *o, const char *key)
-{
-    cJSON *c = cJSON_AddArrayToObject(o, key);
-    if (!c)
-        b->ok = 0;
-    return c;
-}
-static cJSON *push_obj(builder *b, cJSON *arr)
-{
-    cJSON *c = cJSON_CreateObject();
-    if (!c || !cJSON_AddItemToArray(arr, c)) {
-        cJSON_Delete(c);
-        b->ok = 0;
-        return NULL;
-    }
-    return c;
-}
-
-/* Embeds JSON object text as a member; PT_EINVAL names the key when the
- * text is not one JSON object. */
-static int add_embedded(builder *b, cJSON *o, const char *key, const char *text, pt_error *err)
-{
-    cJSON *item = text ? cJSON_Parse(text) : NULL;
-    if (!item || !cJSON_IsObject(item)) {
-        cJSON_Delete(item);
-        return pt_error_set(err, PT_EINVAL, "message (assign): %s: not a JSON object text", key);
-    }
-    if (!cJSON_AddItemToObject(o, key, item)) {
-        cJSON_Delete(item);
-        b->ok = 0;
-    }
-    return 0;
-}
-
-static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
-{
-    switch (m->type) {
-    case PT_MSG_REGISTER: {
-        const pt_msg_register *r = &m->u.reg;
-        add_str(b, o, "host", r->host);
-        add_int(b, o, "pid", r->pid);
-        add_int(b, o, "device", r->device);
-        add_opt_str(b, o, "device_name", r->device_name);
-        add_str(b, o, "backend", r->backend);
-        add_int(b, o, "memory_bytes", r->memory_bytes);
-        if (r->cap_count < 0 || r->cap_count > PT_MSG_MAX_CAPS)
-            return pt_error_set(err, PT_ERANGE,
-                                "message (register): capabilities: %d entries, "
-                                "at most %d",
-                                r->cap_count, PT_MSG_MAX_CAPS);
-        cJSON *caps = add_arr(b, o, "capabilities");
-        for (int i = 0; caps && i < r->cap_count; i++) {
-            cJSON *s = cJSON_CreateString(r->caps[i]);
-            if (!s || !cJSON_AddItemToArray(caps, s)) {
-                cJSON_Delete(s);
-                b->ok = 0;
-            }
-        }
-        add_opt_str(b, o, "data_endpoint", r->data_endpoint);
-        return 0;
-    }
-    case PT_MSG_ASSIGN: {
-        const pt_msg_assign *a = &m->u.assign;
-        int rc = add_embedded(b, o, "plan", a->plan_json, err);
-        if (rc < 0 || (rc = add_embedded(b, o, "model", a->model_json, err)) < 0)
-            return rc;
-        add_int(b, o, "stage", a->stage);
-        add_int(b, o, "replica", a->replica);
-        add_int(b, o, "rank", a->rank);
-        if (a->peer_count < 0 || a->peer_count > PT_MSG_MAX_PEERS || (a->peer_count && !a->peers))
-            return pt_error_set(err, PT_ERANGE, "message (assign): peers: %d entries, at most %d",
-                                a->peer_count, PT_MSG_MAX_PEERS);
-        cJSON *peers = add_arr(b, o, "peers");
-        for (int i = 0; peers && i < a->peer_count; i++) {
-            cJSON *p = push_obj(b, peers);
-            if (!p)
-                break;
-            add_int(b, p, "rank", a->peers[i].rank);
-            add_int(b, p, "stage", a->peers[i].stage);
-            add_int(b, p, "replica", a->peers[i].replica);
-            add_str(b, p, "endpoint", a->peers[i].endpoint);
-        }
-        add_str(b, o, "data", a->data);
-        add_int(b, o, "seed", a->seed);
-        add_opt_str(b, o, "checkpoint_dir", a->checkpoint_dir);
-        add_int(b, o, "checkpoint_every", a->checkpoint_every);
-        add_int(b, o, "resume_step", a->resume_step);
-        add_opt_str(b, o, "telemetry", a->telemetry);
-        add_opt_str(b, o, "nccl_id", a->nccl_id);
-        return 0;
-    }
-    case PT_MSG_ACK: {
-        const char *of = pt_msg_type_name(m->u.ack.of);
-        add_str(b, o, "of", of ? of : "?");
-        return 0;
-    }
-    case PT_MSG_START:
-        add_int(b, o, "steps", m->u.start.steps);
-        return 0;
-    case PT_MSG_STOP:
-        add_opt_str(b, o, "reason", m->u.stop.reason);
-        return 0;
-    case PT_MSG_BYE:
-        add_opt_str(b, o, "reason", m->u.bye.reason);
-        return 0;
-    case PT_MSG_CHECKPOINT:
-        if (m->u.checkpoint.step != -1)
-            add_int(b, o, "step", m->u.checkpoint.step);
-        return 0;
-    case PT_MSG_CHECKPOINT_ACK:
-        add_int(b, o, "step", m->u.checkpoint_ack.step);
-        add_str(b, o, "dir", m->u.checkpoint_ack.dir);
-        return 0;
-    case PT_MSG_HEARTBEAT: {
-        const pt_msg_heartbeat *h = &m->u.heartbeat;
-        add_int(b, o, "hb", h->hb);
-        add_int(b, o, "t_send", h->t_send);
-        if (h->has_echo) {
-            cJSON *e = add_obj(b, o, "echo");
-            if (e) {
-                add_int(b, e, "hb", h->echo_hb);
-                add_int(b, e, "t_orig", h->echo_t_orig);
-                add_int(b, e, "t_recv", h->echo_t_recv);
-            }
-        }
-        add_opt_str(b, o, "state", h->state);
-        if (h->step != -1)
-            add_int(b, o, "step", h->step);
-        return 0;
-    }
-    case PT_MSG_ERROR:
-        if (m->u.error.stage != -1)
-            add_int(b, o, "stage", m->u.error.stage);
-        if (m->u.error.replica != -1)
-            add_int(b, o, "replica", m->u.error.replica);
-        if (m->u.error.code != 0)
-            add_int(b, o, "code", m->u.error.code);
-        add_str(b, o, "reason", m->u.error.reason);
-        return 0;
-    case PT_MSG_EVENTS: {
-        const pt_msg_events *e = &m->u.events;
-        if (e->count < 0 || e->count > PT_MSG_MAX_EVENTS || (e->count && !e->events))
-            return pt_error_set(err, PT_ERANGE,
-                                "message (events): events: %d events in one "
-                                "batch, at most %d",
-                                e->count, PT_MSG_MAX_EVENTS);
-        cJSON *arr = add_arr(b, o, "events");
-        for (int i = 0; arr && i < e->count; i++) {
-            const pt_msg_event *v = &e->events[i];
-            cJSON *x = push_obj(b, arr);
-            if (!x)
-                break;
-            add_int(b, x, "stage", v->stage);
-            add_int(b, x, "replica", v->replica);
-            add_int(b, x, "step", v->step);
-            add_int(b, x, "mb", v->mb);
-            add_str(b, x, "op", v->op);
-            add_int(b, x, "version", v->version);
-            add_int(b, x, "start_ns", v->start_ns);
-            add_int(b, x, "end_ns", v->end_ns);
-            add_int(b, x, "bytes", v->bytes);
-        }
-        return 0;
-    }
-    case PT_MSG_METRICS: {
-        const pt_msg_metrics *x = &m->u.metrics;
-        add_int(b, o, "stage", x->stage);
-        add_int(b, o, "replica", x->replica);
-        add_int(b, o, "step", x->step);
-        add_num(b, o, "loss", x->loss);
-        add_num(b, o, "samples_per_s", x->samples_per_s);
-        add_num(b, o, "iter_ms", x->iter_ms);
-        cJSON *mem = add_obj(b, o, "memory");
-        for (int k = 0; mem && k <= PT_MSG_MEM_COUNT; k++) {
-            cJSON *c = add_obj(b, mem, k < PT_MSG_MEM_COUNT ? mem_names[k] : "total");
-            if (!c)
-                break;
-            add_int(b, c, "cur", k < PT_MSG_MEM_COUNT ? x->mem_cur[k] : x->total_cur);
-            add_int(b, c, "peak", k < PT_MSG_MEM_COUNT ? x->mem_peak[k] : x->total_peak);
-        }
-        return 0;
-    }
-    default:
-        return pt_error_set(err, PT_EINVAL, "message: type: %d is not a message type",
-                            (int)m->type);
-    }
-}
-
-int pt_msg_encode(const pt_msg *m, char **out, size_t *len, pt_error *err)
-{
-    if (out)
-        *out = NULL;
-    if (len)
-        *len = 0;
-    if (!m || !out)
-        return pt_error_set(err, PT_EINVAL, "message: encode: NULL argument");
-    const char *type = pt_msg_type_name(m->type);
-    if (!type)
-        return pt_error_set(err, PT_EINVAL, "message: type: %d is not a message type",
-                            (int)m->type);
-    builder b = {1};
-    cJSON *o = cJSON_CreateObject();
-    if (!o)
-        return pt_error_set(err, PT_ENOMEM, "message: out of memory");
-    add_int(&b, o, "v", PT_MSG_VERSION);
-    add_str(&b, o, "type", type);
-    add_str(&b, o, "agent", m->agent);
-    add_int(&b, o, "seq", m->seq);
-    add_int(&b, o, "gen", m->gen);
-    if (pt_msg_type_is_request(m->type) || type_is_reply(m->type) ||
-        (m->type == PT_MSG_ERROR && m->req != 0))
-        add_int(&b, o, "req", m->req);
-    int rc = build_body(&b, o, m, err);
-    if (rc == 0 && !b.ok)
-        rc = pt_error_set(err, PT_ENOMEM, "message: out of memory");
-    if (rc == 0) {
-        /* The decoder's checks, on the very tree that will be sent. */
-        pt_msg check;
-        rc = check_tree(o, "message", &check, err);
-        pt_msg_clear(&check);
-    }
-    char *text = rc == 0 ? print_exact(o) : NULL;
-    cJSON_Delete(o);
-    if (rc < 0)
-        return rc;
-    if (!text)
-        return pt_error_set(err, PT_ENOMEM, "message: out of memory");
-    size_t n = strlen(text);
-    if (n > PT_MSG_MAX_BYTES) {
-        free(text);
-        return pt_error_set(err, PT_ERANGE, "message (%s): %zu bytes, longer than the %u allowed",
-                            type, n, PT_MSG_MAX_BYTES);
-    }
-    *out = text;
-    if (len)
-        *len = n;
-    return 0;
 }
 
 /* ---- acceptance ------------------------------------------------------------ */

@@ -60,19 +60,81 @@ static uint64_t ring_tag(uint32_t id, int step, uint32_t seg)
     return pt_comm_tag(PT_COMM_ALLREDUCE, id, ((uint32_t)step << SEG_BITS) | seg);
 }
 
-/* Sends segment k of chunk c of buf as `step`; zero-copy while reducing. */
-static int send_segment(pt_comm *comm, int right, uint32_t id, int step, int p, float *buf,
-                        size_t count, int c, uint32_t k, int zero_copy, pt_error *err)
+static size_t seg_len(size_t len, uint32_t k)
 {
-    size_t off = chunk_off(count, p, c), len = chunk_len(count, p, c);
     size_t s0 = (size_t)k * PT_COMM_SEGMENT_FLOATS;
-    size_t n = len - s0 < PT_COMM_SEGMENT_FLOATS ? len - s0 : PT_COMM_SEGMENT_FLOATS;
-    if (len == 0)
-        n = 0;
-    uint64_t tag = ring_tag(id, step, k);
+    return len <= s0 ? 0 : len - s0 < PT_COMM_SEGMENT_FLOATS ? len - s0 : PT_COMM_SEGMENT_FLOATS;
+}
+
+/* One all-reduce in progress, as seen by one member. */
+typedef struct ring {
+    pt_comm *comm;
+    uint32_t id;
+    int p, me, left, right, steps;
+    float *buf;
+    size_t count;
+} ring;
+
+/* Sends segment k of chunk c of buf as `step`, zero-copy or copied. */
+static int send_segment(const ring *r, int step, int c, uint32_t k, int zero_copy, pt_error *err)
+{
+    size_t off = chunk_off(r->count, r->p, c) + (size_t)k * PT_COMM_SEGMENT_FLOATS;
+    size_t n = seg_len(chunk_len(r->count, r->p, c), k);
+    uint64_t tag = ring_tag(r->id, step, k);
     if (zero_copy)
-        return pt_comm_internal_send_ar_zc(comm, right, tag, buf + off + s0, n, err);
-    return pt_comm_send(comm, right, tag, buf + off + s0, n, err);
+        return pt_comm_internal_send_ar_zc(r->comm, r->right, tag, r->buf + off, n, err);
+    return pt_comm_send(r->comm, r->right, tag, r->buf + off, n, err);
+}
+
+/* Step s, segment k of chunk c: receive it from the left, add it into buf
+ * (reduce-scatter) or copy it (all-gather), and pass it on as step s+1. */
+static int ring_segment(const ring *r, int s, int c, uint32_t k, pt_error *err)
+{
+    size_t n = seg_len(chunk_len(r->count, r->p, c), k);
+    float *dst = r->buf + chunk_off(r->count, r->p, c) + (size_t)k * PT_COMM_SEGMENT_FLOATS;
+    zmq_msg_t m;
+    int rc = pt_comm_internal_recv_msg(r->comm, r->left, ring_tag(r->id, s, k), &m, err);
+    if (rc < 0) {
+        if (rc == PT_ETIMEOUT)
+            pt_error_prefix(err, "allreduce");
+        return rc;
+    }
+    if (zmq_msg_size(&m) != n * sizeof(float)) {
+        size_t got = zmq_msg_size(&m) / sizeof(float);
+        zmq_msg_close(&m);
+        return pt_error_set(err, PT_EINVAL,
+                            "allreduce: rank %d: step %d from rank %d has %zu floats, expected %zu "
+                            "(do all members pass the same count?)",
+                            pt_comm_rank(r->comm), s, r->left, got, n);
+    }
+    /* A frame received over tcp may start at any byte (ZeroMQ slices them
+     * out of its read buffer): load each float by memcpy. */
+    const unsigned char *in = zmq_msg_data(&m);
+    if (s < r->p - 1) {
+        for (size_t j = 0; j < n; j++) {
+            float x;
+            memcpy(&x, in + j * sizeof x, sizeof x);
+            dst[j] += x;
+        }
+    } else if (n) {
+        memcpy(dst, in, n * sizeof(float));
+    }
+    if (s + 1 < r->p - 1) {
+        /* Still reducing: this sum is not written again before the all-gather. */
+        rc = send_segment(r, s + 1, c, k, 1, err);
+    } else if (s + 1 == r->p - 1) {
+        /* The first all-gather send: a copy, as buf is the caller's again once
+         * the all-reduce returns. */
+        rc = send_segment(r, s + 1, c, k, 0, err);
+    } else if (s + 1 < r->steps) {
+        zmq_msg_t fwd;
+        zmq_msg_init(&fwd);
+        zmq_msg_copy(&fwd, &m); /* shares the frame's data */
+        rc = pt_comm_internal_send_msg(r->comm, r->right, ring_tag(r->id, s + 1, k), &fwd, err);
+        zmq_msg_close(&fwd);
+    }
+    zmq_msg_close(&m);
+    return rc;
 }
 
 int pt_comm_allreduce(pt_comm *self, pt_comm_group *group, float *buf, size_t count, int op,
@@ -95,82 +157,33 @@ int pt_comm_allreduce(pt_comm *self, pt_comm_group *group, float *buf, size_t co
     if (chunk_len(count, p, 0) > (size_t)SEG_MAX * PT_COMM_SEGMENT_FLOATS)
         return pt_error_set(err, PT_ERANGE, "allreduce: %zu floats over %d ranks is too large",
                             count, p);
-    uint32_t id = group->next_id++;
+    ring r = {self,
+              group->next_id++,
+              p,
+              me,
+              group->ranks[(me + p - 1) % p],
+              group->ranks[(me + 1) % p],
+              2 * (p - 1),
+              buf,
+              count};
     if (p == 1)
         return 0;
-
-    int left = group->ranks[(me + p - 1) % p], right = group->ranks[(me + 1) % p];
-    int steps = 2 * (p - 1), rc;
+    int rc;
     /* Step 0: this rank's own chunk, unreduced. */
     for (uint32_t k = 0; k < seg_count(chunk_len(count, p, me)); k++)
-        if ((rc = send_segment(self, right, id, 0, p, buf, count, me, k, 1, err)) < 0)
+        if ((rc = send_segment(&r, 0, me, k, 1, err)) < 0)
             return rc;
-    for (int s = 0; s < steps; s++) {
+    for (int s = 0; s < r.steps; s++) {
         int c = ((me - s - 1) % p + p) % p;
-        size_t off = chunk_off(count, p, c), len = chunk_len(count, p, c);
-        int reducing = s < p - 1;
-        if (!reducing && s == p - 1) {
-            /* Before the all-gather overwrites chunks the reduce-scatter sent
-             * zero-copy, ZeroMQ must have released them. */
-            if (pt_comm_internal_wait_ar_zc(self, pt_comm_timeout_ms(self)) < 0)
-                return pt_error_set(err, PT_ETIMEOUT,
-                                    "allreduce: rank %d: sends to rank %d not released within "
-                                    "%d ms",
-                                    pt_comm_rank(self), right, pt_comm_timeout_ms(self));
-        }
-        for (uint32_t k = 0; k < seg_count(len); k++) {
-            size_t s0 = (size_t)k * PT_COMM_SEGMENT_FLOATS;
-            size_t n = len == 0                            ? 0
-                       : len - s0 < PT_COMM_SEGMENT_FLOATS ? len - s0
-                                                           : PT_COMM_SEGMENT_FLOATS;
-            zmq_msg_t m;
-            rc = pt_comm_internal_recv_msg(self, left, ring_tag(id, s, k), &m, err);
-            if (rc < 0) {
-                if (rc == PT_ETIMEOUT)
-                    pt_error_prefix(err, "allreduce");
+        /* Before the all-gather overwrites chunks the reduce-scatter sent
+         * zero-copy, ZeroMQ must have released them. */
+        if (s == p - 1 && pt_comm_internal_wait_ar_zc(self, pt_comm_timeout_ms(self)) < 0)
+            return pt_error_set(err, PT_ETIMEOUT,
+                                "allreduce: rank %d: sends to rank %d not released within %d ms",
+                                pt_comm_rank(self), r.right, pt_comm_timeout_ms(self));
+        for (uint32_t k = 0; k < seg_count(chunk_len(count, p, c)); k++)
+            if ((rc = ring_segment(&r, s, c, k, err)) < 0)
                 return rc;
-            }
-            if (zmq_msg_size(&m) != n * sizeof(float)) {
-                size_t got = zmq_msg_size(&m) / sizeof(float);
-                zmq_msg_close(&m);
-                return pt_error_set(err, PT_EINVAL,
-                                    "allreduce: rank %d: step %d from rank %d has %zu floats, "
-                                    "expected %zu (do all members pass the same count?)",
-                                    pt_comm_rank(self), s, left, got, n);
-            }
-            /* A frame received over tcp may start at any byte (ZeroMQ
-             * slices them out of its read buffer): load each float by memcpy. */
-            const unsigned char *in = zmq_msg_data(&m);
-            float *dst = buf + off + s0;
-            if (reducing) {
-                for (size_t j = 0; j < n; j++) {
-                    float x;
-                    memcpy(&x, in + j * sizeof x, sizeof x);
-                    dst[j] += x;
-                }
-            } else if (n) {
-                memcpy(dst, in, n * sizeof(float));
-            }
-            rc = 0;
-            if (s + 1 < steps) {
-                if (s + 1 < p - 1) {
-                    rc = send_segment(self, right, id, s + 1, p, buf, count, c, k, 1, err);
-                } else if (s + 1 == p - 1) {
-                    /* The first all-gather send: a copy, as buf is the caller's again
-                     * once this function returns. */
-                    rc = send_segment(self, right, id, s + 1, p, buf, count, c, k, 0, err);
-                } else {
-                    zmq_msg_t fwd;
-                    zmq_msg_init(&fwd);
-                    zmq_msg_copy(&fwd, &m); /* shares the frame's data */
-                    rc = pt_comm_internal_send_msg(self, right, ring_tag(id, s + 1, k), &fwd, err);
-                    zmq_msg_close(&fwd);
-                }
-            }
-            zmq_msg_close(&m);
-            if (rc < 0)
-                return rc;
-        }
     }
     if (op == PT_COMM_AVERAGE) {
         float fp = (float)p;
