@@ -44,7 +44,7 @@ typedef struct live {
     live_state state;
     int64_t steps, seed, ckpt_every, resume;
     int64_t last_refresh_ns;
-    char failure[PT_ERROR_MAX];
+    pt_plan *pending; /* an applied plan waiting for the end of the current chunk */
 } live;
 
 static const char *const live_keys[][2] = {{NULL, NULL}};
@@ -280,17 +280,63 @@ static int assign_and_start(live *l, const pt_plan *plan, int64_t resume, pt_err
     free(agents);
     if (rc == 0)
         rc = pt_session_wait(l->s, PT_LIVE_WAIT_MS, err);
-    int64_t steps = l->steps > 0 ? l->steps - resume : 0;
-    if (rc == 0 && l->steps > 0 && steps <= 0)
-        return pt_error_set(err, PT_ESTATE, "the run already did its %lld steps",
-                            (long long)l->steps);
-    if (rc == 0)
-        rc = pt_session_start(l->s, steps, err);
-    if (rc == 0)
-        rc = pt_session_wait(l->s, PT_LIVE_WAIT_MS, err);
     if (rc == 0 && l->store)
         pt_store_set_plan(l->store, plan, pt_session_generation(l->s));
     return rc;
+}
+
+/* Steps of the next chunk from `done` (0 when the run has done all it should). */
+static int64_t chunk(const live *l, int64_t done)
+{
+    int64_t n = PT_LIVE_CHUNK_STEPS;
+    if (l->steps > 0 && done + n > l->steps)
+        n = l->steps - done;
+    return n > 0 ? n : 0;
+}
+
+/* 1 when every worker of the current plan finished the steps it was started
+ * for and nothing is pending: the run sits at one step on every stage. */
+static int all_idle(live *l)
+{
+    if (pt_session_pending(l->s) > 0)
+        return 0;
+    int workers = 0;
+    for (int i = 0; i < pt_session_agent_count(l->s); i++) {
+        const pt_session_agent *a = pt_session_agent_at(l->s, i);
+        if (a->worker < 0 || a->gen != pt_session_generation(l->s))
+            continue;
+        if (a->state != PT_AGENT_IDLE && a->state != PT_AGENT_ASSIGNED)
+            return 0;
+        workers++;
+    }
+    return workers > 0;
+}
+
+/* At a chunk boundary: checkpoint (stop saves one), stop, re-assign under
+ * l->pending resuming at the committed step. */
+static int restart(live *l, pt_error *err)
+{
+    pt_plan *next = l->pending;
+    l->pending = NULL;
+    int rc = pt_session_stop(l->s, "apply & restart", err);
+    if (rc == 0)
+        rc = pt_session_wait(l->s, PT_LIVE_WAIT_MS, err);
+    int64_t step = pt_session_committed_step(l->s);
+    if (rc == 0 && step < 0)
+        rc = pt_error_set(err, PT_ESTATE, "the stop committed no checkpoint");
+    if (rc == 0)
+        rc = assign_and_start(l, next, step, err);
+    if (rc < 0) {
+        pt_plan_free(&next);
+        return rc;
+    }
+    pt_plan_free(&l->plan);
+    l->plan = next;
+    l->resume = step;
+    pt_store_note(
+        l->store, "apply & restart: generation %lld resumes at step %lld from %s/step-%lld",
+        (long long)pt_session_generation(l->s), (long long)step, l->ckpt_dir, (long long)step);
+    return 0;
 }
 
 static int registered(live *l)
@@ -326,7 +372,8 @@ static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeou
     }
     if (l->state == L_WAIT && registered(l) >= l->expect) {
         pt_store_note(store, "%d agents registered: assigning the plan and starting", l->expect);
-        if (assign_and_start(l, l->plan, 0, &err) < 0) {
+        if (assign_and_start(l, l->plan, 0, &err) < 0 ||
+            pt_session_start(l->s, chunk(l, 0), &err) < 0) {
             l->state = L_FAILED;
             pt_store_note(store, "could not start the run: %s", err.msg);
         } else {
@@ -339,6 +386,28 @@ static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeou
     if (l->state == L_RUN && pt_session_failure(l->s, &err)) {
         l->state = L_FAILED;
         pt_store_note(store, "the run failed: %s", err.msg);
+    }
+    if (l->state == L_RUN && all_idle(l)) {
+        int64_t done = pt_session_min_step(l->s) + 1;
+        if (done < l->resume)
+            done = l->resume;
+        int64_t n = chunk(l, done);
+        int rc = 0;
+        if (l->pending) {
+            rc = restart(l, &err);
+            n = chunk(l, l->resume);
+        }
+        if (rc == 0 && n == 0) {
+            l->state = L_DONE;
+            pt_store_note(store, "the run finished its %lld steps", (long long)l->steps);
+        } else if (rc == 0) {
+            rc = pt_session_start(l->s, n, &err);
+        }
+        if (rc < 0) {
+            l->state = L_FAILED;
+            pt_store_note(store, "the run stopped: %s", err.msg);
+        }
+        refresh_agents(l);
     }
     return 0;
 }
@@ -364,39 +433,15 @@ static int live_apply(pt_source *src, const pt_plan *plan, pt_error *err)
     free(agents);
     if (rc < 0)
         return rc;
-    pt_plan *next = pt_plan_clone(plan);
-    if (!next)
+    pt_plan *c = pt_plan_clone(plan); /* a later apply replaces a queued one */
+    if (!c)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
-    /* from here the run is changed: stop (checkpoints), then resume under next */
-    if ((rc = pt_session_stop(l->s, "apply & restart", err)) < 0 ||
-        (rc = pt_session_wait(l->s, PT_LIVE_WAIT_MS, err)) < 0) {
-        pt_plan_free(&next);
-        l->state = L_FAILED;
-        return rc;
-    }
-    int64_t step = pt_session_committed_step(l->s);
-    if (step < 0) {
-        pt_plan_free(&next);
-        l->state = L_FAILED;
-        return pt_error_set(err, PT_ESTATE,
-                            "the stop committed no checkpoint; the run is "
-                            "stopped");
-    }
-    rc = assign_and_start(l, next, step, err);
-    if (rc < 0) {
-        pt_plan_free(&next);
-        l->state = L_FAILED;
-        return rc;
-    }
-    pt_plan_free(&l->plan);
-    l->plan = next;
-    l->resume = step;
-    refresh_agents(l);
-    pt_store_note(l->store, "restarted under generation %lld, resuming at step %lld",
-                  (long long)pt_session_generation(l->s), (long long)step);
-    pt_error_set(err, 0, "generation %lld resumes at step %lld from %s/step-%lld",
-                 (long long)pt_session_generation(l->s), (long long)step, l->ckpt_dir,
-                 (long long)step);
+    pt_plan_free(&l->pending);
+    l->pending = c;
+    pt_error_set(err, 0,
+                 "queued: at the end of the current %d-step chunk the run checkpoints, stops "
+                 "and resumes under the new plan",
+                 PT_LIVE_CHUNK_STEPS);
     return 0;
 }
 
@@ -441,6 +486,7 @@ static void live_close(pt_source *src)
     free(l->pids);
     free(l->exited);
     pt_plan_free(&l->plan);
+    pt_plan_free(&l->pending);
     pt_model_spec_free(&l->model);
     free(l);
 }
