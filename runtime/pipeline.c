@@ -38,6 +38,8 @@ struct pt_pipeline {
     pthread_mutex_t mu;
     int first_rc; /* first failure that is not a consequence of another */
     pt_error first_err;
+    char (*ipc_paths)[PT_COMM_ENDPOINT_MAX]; /* ipc socket files to remove, [2 * nw] */
+    int ipc_count;
 };
 
 static unsigned next_pipeline_id(void)
@@ -85,6 +87,9 @@ static int make_comms(pt_pipeline *pp, const pt_pipeline_config *cfg, const char
         rc = pt_comm_create(&cc, &comms[w], err);
         if (rc == 0)
             eps[w] = pt_comm_endpoint(comms[w]);
+        if (rc == 0 && cfg->transport == PT_TRANSPORT_IPC && pp->ipc_paths)
+            snprintf(pp->ipc_paths[pp->ipc_count++], PT_COMM_ENDPOINT_MAX, "%s",
+                     ep + strlen("ipc://"));
     }
     for (int w = 0; w < pp->nw && rc == 0; w++)
         if (use[w])
@@ -151,10 +156,12 @@ int pt_pipeline_create(const pt_pipeline_config *cfg, pt_pipeline **out, pt_erro
     pp->nw = cfg->prog->worker_count;
     pthread_mutex_init(&pp->mu, NULL);
     pp->wk = calloc((size_t)pp->nw, sizeof(worker));
+    if (cfg->transport == PT_TRANSPORT_IPC)
+        pp->ipc_paths = calloc((size_t)pp->nw * 2, sizeof *pp->ipc_paths);
     int *use = calloc((size_t)pp->nw * 2, sizeof(int));
     pt_comm **comms = calloc((size_t)pp->nw * 2, sizeof(pt_comm *));
     int rc = 0;
-    if (!pp->wk || !use || !comms) {
+    if (!pp->wk || !use || !comms || (cfg->transport == PT_TRANSPORT_IPC && !pp->ipc_paths)) {
         rc = pt_error_set(err, PT_ENOMEM, "pipeline: out of memory");
         goto done;
     }
@@ -214,6 +221,10 @@ void pt_pipeline_destroy(pt_pipeline **pp_p)
     }
     if (pp->zctx)
         zmq_ctx_term(pp->zctx);
+    /* ZeroMQ leaves the files of ipc sockets behind */
+    for (int k = 0; k < pp->ipc_count; k++)
+        unlink(pp->ipc_paths[k]);
+    free(pp->ipc_paths);
     pthread_mutex_destroy(&pp->mu);
     free(pp->wk);
     free(pp);

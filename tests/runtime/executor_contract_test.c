@@ -4,6 +4,9 @@
  * be reset, a stop flag stops it; the events cover every op in order with
  * the bytes moved; the ipc and tcp transports give bit-identical weights to
  * inproc; the data feed follows the single-device order. */
+#include <dirent.h>
+#include <unistd.h>
+
 #include "runtime/feed.h"
 #include "tests/runtime/exec_common.h"
 
@@ -285,6 +288,16 @@ static void test_transports(void)
         }
         pt_pipeline_destroy(&pp);
     }
+    /* the ipc pipeline removed its socket files */
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "pt-pipe-%ld-", (long)getpid());
+    DIR *dir = opendir("/tmp");
+    int left = 0;
+    for (struct dirent *de; dir && (de = readdir(dir));)
+        left += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+    if (dir)
+        closedir(dir);
+    CHECK_MSG(left == 0, "%d ipc socket files left in /tmp", left);
     CHECK(w[0] && w[1] && w[2]);
     if (w[0] && w[1] && w[2]) {
         CHECK(memcmp(w[0], w[1], (size_t)n * sizeof(float)) == 0);
