@@ -11,7 +11,10 @@
 
 #include "runtime/comm_internal.h"
 
-#define HWM_MSGS         4096 /* messages queued per socket before send blocks */
+/* Messages queued per socket before a send blocks. Above the 2^15 segments
+ * one ring step may send before it receives, so an all-reduce never waits
+ * on its own queue; a dead peer still stops a sender within the timeout. */
+#define HWM_MSGS         65536
 #define ZC_POLL_NS       20000L
 #define STASH_GROW_SLOTS 16
 
