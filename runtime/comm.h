@@ -206,7 +206,10 @@ enum {
  * summed once and then copied, so every member ends with bit-identical
  * results. p = 1 returns at once (averaging by 1 changes nothing).
  * Each receive is bounded by the timeout: PT_ETIMEOUT names the step and
- * peer. On error buf holds partial sums. */
+ * peer; PT_EINVAL when members passed different counts. On error buf holds
+ * partial sums, and the reduce-scatter's zero-copy sends may still read
+ * parts of it until pt_comm_destroy returns (a communicator that owns its
+ * context) or the shared context is terminated: keep buf until then. */
 int pt_comm_allreduce(pt_comm *self, pt_comm_group *group, float *buf, size_t count, int op,
                       pt_error *err);
 
@@ -220,9 +223,11 @@ typedef struct pt_collective pt_collective;
 int pt_collective_create(pt_comm **comm_p, pt_collective **out, pt_error *err);
 
 /* Starts an all-reduce of buf on the thread; buf belongs to the collective
- * until pt_collective_wait returns 0 (or the collective is destroyed).
+ * until pt_collective_wait returns anything but PT_ETIMEOUT (or the
+ * collective is destroyed; the error caveat of pt_comm_allreduce applies).
  * group is copied (its next_id advanced in *group too, so the caller's copy
- * stays in step). One operation at a time: PT_ESTATE if one is in flight. */
+ * stays in step). One operation at a time: PT_ESTATE while one is in flight
+ * or finished but not yet waited for. */
 int pt_collective_start(pt_collective *self, pt_comm_group *group, float *buf, size_t count, int op,
                         pt_error *err);
 
