@@ -173,6 +173,12 @@ int pt_cmd_console(int argc, char **argv)
         goto out;
     if (!plan && (rc = pt_console_plan_with(planner, prof, topo, global, &plan, &err)) < 0)
         goto out;
+    /* a derived profile is re-derived at the plan's micro-batch, the size that runs */
+    if (!profile && plan->microbatch_size != prof->microbatch) {
+        pt_profile_free(&prof);
+        if ((rc = pt_console_analytic_profile(spec, plan->microbatch_size, &prof, &err)) < 0)
+            goto out;
+    }
     if ((rc = pt_plan_check(plan, spec, topo, plan_path ? plan_path : "plan", &err)) < 0)
         goto out;
     if (agents > 0 || listen) {

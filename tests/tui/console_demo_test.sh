@@ -1,0 +1,55 @@
+#!/bin/bash
+# pipetop demo, driven in tmux: 4 local agents train, the live timeline shows
+# the stage rows with micro-batch numbers; an edit applied with A restarts the
+# run under a new plan generation that resumes at the very step the old one
+# stopped after (checked in the run record: last metrics step of generation 1
+# + 1 = first of generation 2 = the resume step of the new assign); q ends the
+# console and leaves no agent process behind.
+set -u
+. "${PT_SOURCE_DIR:?}/tests/tui/tmux_lib.sh"
+RUN="$TM_DIR/run"
+DATA=fashion-mnist
+[ -d /usr/share/datasets/fashion-mnist ] || DATA=synthetic
+
+tm_start 100 30 "$PIPETOP demo --data $DATA --run-dir '$RUN'"
+tm_check "agents register and train" tm_wait 120 'live gen 1, 4 agents \| step [0-9]+'
+tm_check "timeline of the live run" tm_wait 60 'measured timeline'
+tm_check "stage rows shown" tm_wait 10 '^│s0r0 '
+tm_check "micro-batch labels in the rows" tm_wait 10 '^│s0r0 .*[0-9].*[0-9]'
+tm_check "layout intact while live" tm_layout_ok 100 30
+tm_keys 4
+tm_check "agents view: 4 running agents" tm_wait 10 'agents: 4'
+# an edit in the plan view, then apply & restart
+tm_keys 1 '}' '}'
+tm_check "edit accepted" tm_wait 10 'boundary moved'
+tm_keys A
+tm_check "apply queued" tm_wait 10 'apply & restart: queued'
+tm_check "restarted as generation 2" tm_wait 120 'generation 2 resumes at step [0-9]+'
+tm_check "the new generation trains" tm_wait 60 'live gen 2, 4 agents'
+resume=$(tm_cap | grep -oE 'generation 2 resumes at step [0-9]+' | grep -oE '[0-9]+$')
+tm_keys 2
+sleep 3
+tm_check "q exits with 0" tm_quit_ok
+
+# the record: generation 1 ends at step resume-1, generation 2 starts at resume
+rec="$RUN/run.ndjson"
+tm_check "run record written" test -s "$rec"
+last1=$(grep '"type":"metrics"' "$rec" | grep '"gen":1,' | grep -oE '"step":[0-9]+' |
+    grep -oE '[0-9]+' | sort -n | tail -n1)
+first2=$(grep '"type":"metrics"' "$rec" | grep '"gen":2,' | grep -oE '"step":[0-9]+' |
+    grep -oE '[0-9]+' | sort -n | head -n1)
+plan2=$(grep '"kind":"plan","gen":2' "$rec" | grep -oE '"resume_step":[0-9]+' | grep -oE '[0-9]+$')
+tm_check "resume step shown ($resume) is the assign's ($plan2)" test -n "$resume" -a "$resume" = "$plan2"
+tm_check "generation 1 stopped after step $((resume - 1)) (last metrics $last1)" \
+    test -n "$last1" -a "$last1" -eq $((resume - 1))
+tm_check "generation 2 starts at step $resume (first metrics $first2)" \
+    test -n "$first2" -a "$first2" -eq "$resume"
+tm_check "the checkpoint it resumed from exists" test -f "$RUN/ckpt/step-$resume/index.json"
+
+# no agent outlives the console: every pid the record names is gone
+pids=$(grep -oE '"pid":[0-9]+' "$rec" | grep -oE '[0-9]+' | sort -u)
+tm_check "the record names the agents' pids" test -n "$pids"
+for p in $pids; do
+    tm_check "agent pid $p has exited" bash -c "! kill -0 $p 2>/dev/null"
+done
+tm_summary

@@ -1,0 +1,83 @@
+#!/bin/bash
+# The plan view of the console (simulation only), driven in tmux: moving a
+# stage boundary changes the predicted iteration time shown, by exactly what
+# the simulator says (pipetop sim on the plan the console writes); invalid
+# edits are refused with their reason in the status line and change nothing;
+# the layout holds at 80x24 and 200x60; q exits.
+set -u
+. "${PT_SOURCE_DIR:?}/tests/tui/tmux_lib.sh"
+
+predicted() { # the predicted iteration time shown, in ms
+    tm_cap | grep -oE 'iteration +[0-9.]+ ms predicted' | grep -oE '[0-9]+\.[0-9]+'
+}
+stage0() { # "layers A-B" of stage 0's header
+    tm_cap | grep -oE '== stage 0 +layers [0-9]+-[0-9]+' | grep -oE '[0-9]+-[0-9]+$'
+}
+
+tm_start 80 24 "$PIPETOP --view plan"
+tm_check "plan view appears" tm_wait 15 'iteration +[0-9.]+ ms predicted'
+tm_check "layout at 80x24" tm_layout_ok 80 24
+before=$(predicted)
+range0=$(stage0)
+tm_check "stage 0 shown" test -n "$range0"
+
+# } moves the end of the cursor's stage (stage 0) one layer down. The model
+# alternates linear and (nearly free) relu layers, so of two moves one takes a
+# linear layer across and must change the prediction.
+tm_keys '}'
+tm_check "edit reported" tm_wait 5 'boundary moved: predicted iteration'
+range1=$(stage0)
+tm_check "stage 0 grew by one layer ($range0 -> $range1)" \
+    test "${range1%-*}" = "${range0%-*}" -a "${range1#*-}" -eq $((${range0#*-} + 1))
+after=$(predicted)
+if [ "$after" = "$before" ]; then
+    tm_keys '}'
+    tm_check "second move reported" tm_wait 5 "layers 0-$((${range0#*-} + 2)) "
+    range1=$(stage0)
+    after=$(predicted)
+fi
+tm_check "predicted time changed ($before -> $after)" test "$before" != "$after"
+
+# the number shown is the simulator's for the edited plan: write it, simulate it
+tm_keys w
+tm_check "plan written" tm_wait 5 'wrote the edited plan to plan-edited.json'
+cfgdir="$TM_DIR/config"
+prof="$TM_DIR/profile.json"
+"$PIPETOP" profile --analytic --model fmnist-mlp-deep --device "$PT_SOURCE_DIR/devices/cpu-local.json" \
+    --batch "$(grep -oE '"size":[[:space:]]*[0-9]+' "$TM_DIR/plan-edited.json" | grep -oE '[0-9]+$')" \
+    --out "$prof" >/dev/null 2>&1
+sim=$("$PIPETOP" sim --plan "$TM_DIR/plan-edited.json" --profile "$prof" \
+    --topology "$PT_SOURCE_DIR/topologies/local-cpu-4.json" 2>/dev/null |
+    grep -m1 -oE '^iteration +[0-9.]+ ms' | grep -oE '[0-9]+\.[0-9]+')
+tm_check "console shows pipetop sim's time ($after vs $sim)" test -n "$sim" -a "$sim" = "$after"
+
+# invalid edits: refused with the reason, plan unchanged
+tm_keys Home '['
+tm_check "moving stage 0's start is refused" tm_wait 5 'refused: stage 0 starts at layer 0'
+tm_keys '-'
+tm_check "fewer than 1 replica is refused" tm_wait 5 'refused: stage 0 cannot have fewer than 1 replica'
+tm_keys J
+tm_check "joining stage 0 is refused" tm_wait 5 'refused: stage 0 has no stage before it'
+tm_check "prediction unchanged by refused edits" test "$(predicted)" = "$after"
+tm_check "stage 0 unchanged by refused edits" test "$(stage0)" = "$range1"
+# a boundary moved past the next one empties a stage: refused
+for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do tm_keys '}'; done
+tm_check "emptying a stage is refused" tm_wait 5 'refused: stage 1 would have no layers'
+# undo brings back the first plan and its prediction
+for i in $(seq 1 30); do tm_keys u; done
+tm_check "undo restores the first prediction" tm_wait 5 "iteration +$before ms predicted"
+
+# apply & restart without a live run says why
+tm_keys A
+tm_check "apply refused without a run" tm_wait 5 'apply & restart needs a live run'
+
+# the planner key fills the plan and reports the gain
+tm_keys b P
+tm_check "planner result and gain shown" tm_wait 20 'planner dapple: [0-9.]+ -> [0-9.]+ ms per iteration'
+
+tm_resize 200 60
+sleep 0.5
+tm_check "layout at 200x60" tm_layout_ok 200 60
+tm_check "wide layout puts the summary beside the layers" tm_wait 5 '┐┌─ prediction'
+tm_check "q exits with 0" tm_quit_ok
+tm_summary
