@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/comm_internal.h"
 
@@ -271,6 +272,9 @@ void pt_comm_destroy(pt_comm **self_p)
             zmq_close(c->push[r]);
         }
     zmq_close(c->pull);
+    /* ZeroMQ leaves the socket file of a bound ipc endpoint behind. */
+    if (!strncmp(c->endpoint, "ipc://", 6) && c->endpoint[6] != '@')
+        unlink(c->endpoint + 6);
     if (c->own_ctx)
         zmq_ctx_term(c->ctx); /* releases every message this comm sent */
     pt_comm_shared_close(c->shared);
