@@ -505,47 +505,39 @@ static void test_corrupt_files(void)
     remove_dir(dir);
 }
 
-static void test_index_parse_errors(void)
+/* Every tests/data/bad/checkpoint/<case>.json is refused, as index.json, with
+ * the message in <case>.expect, and leaves no index. */
+static void test_bad_index_corpus(void)
 {
-    struct {
-        const char *json, *expect;
-    } cases[] = {
-        {"{\"v\":1,\"model\":\"m\",\"step\":1,\"layers\":[{\"index\":0,\"name\":\"a\","
-         "\"tensors\":[{\"name\":\"weight\",\"file\":\"../x.f32\",\"shape\":[2],\"count\":2,"
-         "\"crc32\":0}]}]}",
-         "layers[0].tensors[0].file: \"../x.f32\" must be a plain file name"},
-        {"{\"v\":1,\"model\":\"m\",\"step\":1,\"layers\":[{\"index\":0,\"name\":\"a\","
-         "\"tensors\":[{\"name\":\"weight\",\"file\":\"x\",\"shape\":[2,3],\"count\":5,"
-         "\"crc32\":0}]}]}",
-         "layers[0].tensors[0].count: 5 is not the product of the shape (6)"},
-        {"{\"v\":1,\"model\":\"m\",\"step\":1,\"layers\":[{\"index\":0,\"name\":\"a\","
-         "\"tensors\":[]},{\"index\":0,\"name\":\"b\",\"tensors\":[]}]}",
-         "layers[1].index: layer 0 appears twice"},
-        {"{\"v\":1,\"model\":\"m\",\"step\":-1,\"layers\":[]}", "step"},
-        {"{\"v\":1,\"model\":\"m\",\"step\":1,\"layers\":[],\"optimizer\":{\"kind\":\"lamb\","
-         "\"lr\":1}}",
-         "optimizer.kind: unknown optimizer \"lamb\""},
-        {"{\"v\":1,\"model\":\"m\",\"step\":1,\"layers\":[{\"index\":0,\"name\":\"a\","
-         "\"tensors\":[{\"name\":\"weight\",\"file\":\"x\",\"shape\":[0],\"count\":0,"
-         "\"crc32\":0}]}]}",
-         "layers[0].tensors[0].shape[0]: must be an integer"},
-        {"{\"v\":1,\"model\":\"m\",\"step\":1,\"layers\":[{\"index\":0,\"name\":\"a\","
-         "\"tensors\":[{\"name\":\"w\",\"file\":\"x\",\"shape\":[1],\"count\":1,\"crc32\":"
-         "4294967296}]}]}",
-         "crc32"},
-        {"{\"v\":2,\"model\":\"m\",\"step\":1,\"layers\":[]}", "v"},
-        {"{\"v\":1,\"model\":\"m\",\"step\":1,\"layers\":[], \"extra\": 1}", "extra"},
-        {"{\"v\":1,\"model\":\"m\",\"step\":1,\"layers\":[", "index.json"},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *dir = pt_test_path("tests/data/bad/checkpoint");
+    DIR *d = opendir(dir);
+    REQUIRE(d);
+    struct dirent *e;
+    int cases = 0;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n < 6 || strcmp(e->d_name + n - 5, ".json"))
+            continue;
+        char path[512], expect_path[512], *text = NULL, *expect = NULL;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        snprintf(expect_path, sizeof expect_path, "%s/%.*s.expect", dir, (int)(n - 5), e->d_name);
+        REQUIRE(pt_file_read(path, &text, NULL, NULL) == 0);
+        CHECK_MSG(pt_file_read(expect_path, &expect, NULL, NULL) == 0, "%s: no .expect", e->d_name);
+        if (expect)
+            expect[strcspn(expect, "\n")] = '\0';
         pt_ckpt_index *ix = NULL;
         pt_error err = {0};
-        int rc = pt_ckpt_index_parse(cases[i].json, "index.json", &ix, &err);
-        CHECK_MSG(rc < 0 && !ix, "case %zu parsed", i);
-        CHECK_MSG(strstr(err.msg, cases[i].expect) && strstr(err.msg, "index.json"),
-                  "case %zu: \"%s\" lacks \"%s\"", i, err.msg, cases[i].expect);
+        int rc = pt_ckpt_index_parse(text, "index.json", &ix, &err);
+        CHECK_MSG(rc < 0 && !ix, "%s was accepted", e->d_name);
+        CHECK_MSG(expect && strstr(err.msg, expect) && !strncmp(err.msg, "index.json", 10),
+                  "%s: \"%s\" lacks \"%s\"", e->d_name, err.msg, expect ? expect : "");
         pt_ckpt_index_free(&ix);
+        free(text);
+        free(expect);
+        cases++;
     }
+    closedir(d);
+    CHECK(cases >= 12);
 }
 
 /* Layers saved at different steps (one stage saved, another did not) are
@@ -623,6 +615,6 @@ PT_TEST_MAIN({"layouts_match_net", test_layouts_match_net},
              {"roundtrip_gpt_sgd", test_roundtrip_gpt_sgd},
              {"other_partition", test_other_partition},
              {"crash_before_index", test_crash_before_index}, {"corrupt_files", test_corrupt_files},
-             {"index_parse_errors", test_index_parse_errors},
+             {"bad_index_corpus", test_bad_index_corpus},
              {"mixed_steps_and_kinds", test_mixed_steps_and_kinds},
              {"handmade_weights", test_handmade_weights})
