@@ -18,13 +18,6 @@ struct pt_cost {
     int64_t *param, *act;
 };
 
-const char *pt_mem_cat_name(int cat)
-{
-    static const char *const names[PT_MEM_CAT_COUNT] = {"weights", "grads", "optim",
-                                                        "acts",    "stash", "buffers"};
-    return cat >= 0 && cat < PT_MEM_CAT_COUNT ? names[cat] : "?";
-}
-
 int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **out, pt_error *err)
 {
     if (out)
@@ -288,9 +281,9 @@ void pt_cost_stage_memory(const pt_cost *c, const pt_mem_query *q, pt_mem *out)
     out->bytes[PT_MEM_OPTIM] = pt_cost_optim_state_factor(q->optim) * P;
     out->bytes[PT_MEM_ACTS] = q->recompute ? K * in_b + act_b : K * (in_b + act_b);
     out->bytes[PT_MEM_STASH] = (int64_t)(V - 1) * P;
-    out->bytes[PT_MEM_BUFFERS] =
+    out->bytes[PT_MEM_COMM] =
         (q->stage > 0 ? in_b : 0) + (q->stage + 1 < q->stage_count ? out_b : 0);
-    for (int k = 0; k < PT_MEM_CAT_COUNT; k++)
+    for (int k = 0; k < PT_MEM_KIND_COUNT; k++)
         out->total += out->bytes[k];
 }
 
@@ -346,10 +339,10 @@ int pt_cost_plan_memory(const pt_cost *c, const pt_plan *plan, pt_error *err)
                 continue;
             /* name the two largest categories so the user sees what to change */
             int a = 0, b = -1;
-            for (int k = 1; k < PT_MEM_CAT_COUNT; k++)
+            for (int k = 1; k < PT_MEM_KIND_COUNT; k++)
                 if (m.bytes[k] > m.bytes[a])
                     a = k;
-            for (int k = 0; k < PT_MEM_CAT_COUNT; k++)
+            for (int k = 0; k < PT_MEM_KIND_COUNT; k++)
                 if (k != a && (b < 0 || m.bytes[k] > m.bytes[b]))
                     b = k;
             char n1[32], n2[32], n3[32], n4[32];
@@ -358,7 +351,7 @@ int pt_cost_plan_memory(const pt_cost *c, const pt_plan *plan, pt_error *err)
                 "plan: stages[%d] (layers [%d,%d)) replica %d on device %d '%s': "
                 "needs %s (%s %s, %s %s) but the device has %s",
                 s, st->first, st->last, r, d, t->devices[d].name, human(m.total, n1, sizeof n1),
-                pt_mem_cat_name(a), human(m.bytes[a], n2, sizeof n2), pt_mem_cat_name(b),
+                pt_mem_kind_name(a), human(m.bytes[a], n2, sizeof n2), pt_mem_kind_name(b),
                 human(m.bytes[b], n3, sizeof n3), human(t->devices[d].memory_bytes, n4, sizeof n4));
         }
     }

@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "protocol/error.h"
+#include "protocol/memory.h"
 #include "protocol/plan.h"
 #include "protocol/profile.h"
 #include "protocol/topology.h"
@@ -47,22 +48,10 @@
 /* Passes per unit of optimizer state (read and write it). */
 #define PT_COST_OPT_STATE_PASSES 2
 
-typedef enum pt_mem_cat {
-    PT_MEM_WEIGHTS, /* the live weights */
-    PT_MEM_GRADS,   /* gradient accumulation (and all-reduce) buffers */
-    PT_MEM_OPTIM,   /* optimizer state */
-    PT_MEM_ACTS,    /* activations kept for backward */
-    PT_MEM_STASH,   /* weight versions beyond the live one */
-    PT_MEM_BUFFERS, /* communication receive buffers */
-    PT_MEM_CAT_COUNT
-} pt_mem_cat;
-
-/* Lower-case name ("weights", "grads", "optim", "acts", "stash", "buffers"),
- * "?" for an invalid category. */
-const char *pt_mem_cat_name(int cat);
-
+/* Bytes by memory category (protocol/memory.h, the categories the runtime's
+ * arenas measure, so predicted and measured figures compare index by index). */
 typedef struct pt_mem {
-    int64_t bytes[PT_MEM_CAT_COUNT];
+    int64_t bytes[PT_MEM_KIND_COUNT];
     int64_t total; /* analytic: sum of bytes[]; simulated: peak of the running sum */
 } pt_mem;
 

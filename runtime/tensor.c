@@ -24,16 +24,6 @@ struct pt_arena {
     pt_mem_stats stats;
 };
 
-static const char *const kind_names[PT_MEM_KIND_COUNT] = {"weights", "grads", "optim",
-                                                          "acts",    "stash", "comm"};
-
-const char *pt_mem_kind_name(pt_mem_kind kind)
-{
-    if ((int)kind < 0 || kind >= PT_MEM_KIND_COUNT)
-        return NULL;
-    return kind_names[kind];
-}
-
 int pt_arena_create(const pt_backend *be, pt_arena **out)
 {
     *out = NULL;

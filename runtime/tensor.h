@@ -27,20 +27,10 @@
 #include <stdint.h>
 
 #include "protocol/error.h"
+#include "protocol/memory.h"
 #include "runtime/backend.h"
 
-typedef enum pt_mem_kind {
-    PT_MEM_WEIGHTS, /* the current parameter array */
-    PT_MEM_GRADS,   /* gradient accumulators */
-    PT_MEM_OPTIM,   /* optimizer state (momentum, Adam moments) */
-    PT_MEM_ACTS,    /* activations kept for backward, backward scratch */
-    PT_MEM_STASH,   /* stashed / double-buffered weight versions */
-    PT_MEM_COMM,    /* send / receive buffers */
-    PT_MEM_KIND_COUNT
-} pt_mem_kind;
 
-/* "weights", "grads", "optim", "acts", "stash", "comm"; NULL for an invalid kind. */
-const char *pt_mem_kind_name(pt_mem_kind kind);
 
 typedef struct pt_mem_stats {
     int64_t current[PT_MEM_KIND_COUNT]; /* live bytes per category */

@@ -134,8 +134,8 @@ static int print_json(const pt_program *prog, const pt_topology *topo, const pt_
         cJSON_AddNumberToObject(o, "peak_versions", sw->peak_versions);
         cJSON_AddNumberToObject(o, "memory_limit", (double)sw->limit);
         cJSON *m = cJSON_AddObjectToObject(o, "peak_memory");
-        for (int k = 0; m && k < PT_MEM_CAT_COUNT; k++)
-            cJSON_AddNumberToObject(m, pt_mem_cat_name(k), (double)sw->peak.bytes[k]);
+        for (int k = 0; m && k < PT_MEM_KIND_COUNT; k++)
+            cJSON_AddNumberToObject(m, pt_mem_kind_name(k), (double)sw->peak.bytes[k]);
         if (m)
             cJSON_AddNumberToObject(m, "total", (double)sw->peak.total);
     }

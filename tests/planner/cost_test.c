@@ -178,12 +178,12 @@ static void test_memory_model_matches_simulator(void)
                             pt_cost_stage_memory(cost, &q, &m);
                             const pt_sim_worker *sw = &res.workers[w];
                             int64_t sum = 0;
-                            for (int k = 0; k < PT_MEM_CAT_COUNT; k++) {
+                            for (int k = 0; k < PT_MEM_KIND_COUNT; k++) {
                                 CHECK_MSG(sw->peak.bytes[k] == m.bytes[k],
                                           "%s S %d reps %d M %d var %d stage %d %s: sim %lld "
                                           "model %lld",
                                           pt_sched_info_of(kind)->name, S, rp, M, var, x->stage,
-                                          pt_mem_cat_name(k), (long long)sw->peak.bytes[k],
+                                          pt_mem_kind_name(k), (long long)sw->peak.bytes[k],
                                           (long long)m.bytes[k]);
                                 sum += m.bytes[k];
                             }
