@@ -18,7 +18,7 @@ typedef struct wstate {
     int64_t P, in_b, act_b;
     int rows;
     /* memory */
-    int64_t cur[PT_MEM_CAT_COUNT], cur_total;
+    int64_t cur[PT_MEM_KIND_COUNT], cur_total;
     int inflight, stash, store_n, init_alive, newest, grads_open;
     int ver_off, cov_off, n_opt, opt_seen, maxv;
     double busy; /* compute time, summed as ops run */
@@ -177,7 +177,7 @@ static void mem_note(pt_sim_worker *out, wstate *st)
     st->cur[PT_MEM_STASH] = (held - 1) * st->P;
     st->cur[PT_MEM_GRADS] = st->grads_open * st->P;
     int64_t total = 0;
-    for (int k = 0; k < PT_MEM_CAT_COUNT; k++) {
+    for (int k = 0; k < PT_MEM_KIND_COUNT; k++) {
         total += st->cur[k];
         if (st->cur[k] > out->peak.bytes[k])
             out->peak.bytes[k] = st->cur[k];
@@ -228,7 +228,7 @@ static void init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, i
     out->limit = pt_cost_topology(cost)->devices[x->device].memory_bytes;
     st->cur[PT_MEM_WEIGHTS] = st->P;
     st->cur[PT_MEM_OPTIM] = pt_cost_optim_state_factor(p->optim) * st->P;
-    st->cur[PT_MEM_BUFFERS] =
+    st->cur[PT_MEM_COMM] =
         (x->stage > 0 ? st->in_b : 0) +
         (x->stage + 1 < p->stage_count ? pt_cost_boundary_bytes(cost, x->last, rows) : 0);
     /* one pass: version liveness (last op reading each version from the store),
