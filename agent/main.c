@@ -49,7 +49,8 @@ typedef struct agent {
     int has_hb_in; /* the console's newest heartbeat, to echo */
     int64_t hb_in, hb_in_tsend, hb_in_trecv;
     int64_t last_heard_ns;
-    int heard; /* the console said something at all */
+    int64_t next_hb_ns; /* when the next heartbeat is due */
+    int heard;          /* the console said something at all */
     pt_clock_filter clk;
     uint64_t rejected, accepted;
     int leaving; /* 1 bye, 2 console lost, 3 signal */
@@ -301,6 +302,10 @@ static void handle(agent *ag, const char *data, size_t len)
         ag->hb_in_trecv = now;
         if (h->has_echo)
             pt_clock_filter_add(&ag->clk, h->echo_t_orig, h->echo_t_recv, h->t_send, now);
+        /* Answered at once, so the console's clock samples hold no waiting time
+         * here; the own period starts again. */
+        send_heartbeat(ag);
+        ag->next_hb_ns = now + (int64_t)PT_AGENT_HEARTBEAT_MS * NS_PER_MS;
         break;
     }
     case PT_MSG_ASSIGN:
@@ -447,8 +452,8 @@ static void install_signals(void)
 
 static void loop(agent *ag)
 {
-    int64_t next_hb = pt_msg_now_ns();
-    int64_t started = next_hb;
+    ag->next_hb_ns = pt_msg_now_ns();
+    int64_t started = ag->next_hb_ns;
     const int64_t silence = (int64_t)PT_AGENT_MISSED_HEARTBEATS * PT_AGENT_HEARTBEAT_MS * NS_PER_MS;
     while (!ag->leaving) {
         int64_t now = pt_msg_now_ns();
@@ -464,11 +469,11 @@ static void loop(agent *ag)
                      ag->a.console, (double)quiet / 1e9);
             break;
         }
-        if (now >= next_hb) {
+        if (now >= ag->next_hb_ns) {
             send_heartbeat(ag);
-            next_hb = now + (int64_t)PT_AGENT_HEARTBEAT_MS * NS_PER_MS;
+            ag->next_hb_ns = now + (int64_t)PT_AGENT_HEARTBEAT_MS * NS_PER_MS;
         }
-        long wait_ms = (long)((next_hb - now + NS_PER_MS - 1) / NS_PER_MS);
+        long wait_ms = (long)((ag->next_hb_ns - now + NS_PER_MS - 1) / NS_PER_MS);
         zmq_pollitem_t items[2] = {{ag->dealer, 0, ZMQ_POLLIN, 0}, {ag->notify, 0, ZMQ_POLLIN, 0}};
         int n = zmq_poll(items, 2, wait_ms);
         if (n < 0) {

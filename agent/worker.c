@@ -149,8 +149,21 @@ static void publish(pt_agent_worker *w, pt_msg *m)
     m->gen = w->r.gen;
     char *text = NULL;
     size_t len = 0;
-    if (pt_msg_encode(m, &text, &len, NULL) < 0)
+    pt_error err = {0};
+    if (pt_msg_encode(m, &text, &len, &err) < 0) {
+        /* a bug of ours, not the console's: say it once per kind */
+        static int said[PT_MSG_TYPE_COUNT];
+        if ((unsigned)m->type < PT_MSG_TYPE_COUNT && !said[m->type]++)
+            fprintf(stderr, "pipetop-agent %s: telemetry not sent: %s\n", w->id, err.msg);
         return;
+    }
+    /* A PUB learns its subscribers' subscriptions only while it processes
+     * its command queue, which zmq_send does at most every few hundred
+     * microseconds: reading ZMQ_EVENTS makes it do so now, so a burst of
+     * telemetry right after a quiet spell is not dropped for want of it. */
+    int events = 0;
+    size_t elen = sizeof events;
+    zmq_getsockopt(w->pub, ZMQ_EVENTS, &events, &elen);
     if (zmq_send(w->pub, text, len, ZMQ_DONTWAIT) == (int)len)
         w->tel_seq++;
     free(text);

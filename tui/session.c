@@ -16,9 +16,10 @@
 
 #include "protocol/fileio.h"
 
-#define NS_PER_MS      1000000LL
-#define RECV_BATCH_MAX 4096 /* messages handled per socket per poll before heartbeats get a turn   \
-                             */
+#define NS_PER_MS 1000000LL
+#define RECV_BATCH_MAX                                                                             \
+    4096 /* messages handled per socket per poll before heartbeats get a turn                      \
+          */
 #define SESSION_HWM_MSGS 100000
 #define CTL_FRAMES_MAX   4 /* frames read from one ROUTER message before the rest is discarded */
 #define DESCRIBE_MAX     192
@@ -358,25 +359,28 @@ static int live(const agent_entry *e)
     return e->pub.state != PT_AGENT_DEAD && e->pub.state != PT_AGENT_GONE;
 }
 
+static void send_heartbeat(pt_session *s, int i, int64_t now)
+{
+    agent_entry *e = &s->agents[i];
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_HEARTBEAT, e->pub.id);
+    m.gen = e->pub.gen;
+    m.u.heartbeat.hb = e->hb_out++;
+    m.u.heartbeat.t_send = now;
+    if (e->has_hb_in) {
+        m.u.heartbeat.has_echo = 1;
+        m.u.heartbeat.echo_hb = e->hb_in;
+        m.u.heartbeat.echo_t_orig = e->hb_in_tsend;
+        m.u.heartbeat.echo_t_recv = e->hb_in_trecv;
+    }
+    send_to(s, i, &m, NULL);
+}
+
 static void send_heartbeats(pt_session *s, int64_t now)
 {
-    for (int i = 0; i < s->n; i++) {
-        agent_entry *e = &s->agents[i];
-        if (!live(e))
-            continue;
-        pt_msg m;
-        pt_msg_init(&m, PT_MSG_HEARTBEAT, e->pub.id);
-        m.gen = e->pub.gen;
-        m.u.heartbeat.hb = e->hb_out++;
-        m.u.heartbeat.t_send = now;
-        if (e->has_hb_in) {
-            m.u.heartbeat.has_echo = 1;
-            m.u.heartbeat.echo_hb = e->hb_in;
-            m.u.heartbeat.echo_t_orig = e->hb_in_tsend;
-            m.u.heartbeat.echo_t_recv = e->hb_in_trecv;
-        }
-        send_to(s, i, &m, NULL);
-    }
+    for (int i = 0; i < s->n; i++)
+        if (live(&s->agents[i]))
+            send_heartbeat(s, i, now);
 }
 
 static void check_silence(pt_session *s, int64_t now)
@@ -422,7 +426,8 @@ static int write_latest(pt_session *s, int64_t step, pt_error *err)
     snprintf(path, sizeof path, "%s/%s", s->ckpt_dir, PT_SESSION_LATEST_FILE);
     int n = snprintf(text, sizeof text, "{\"v\":1,\"step\":%lld,\"dir\":\"step-%lld\"}\n",
                      (long long)step, (long long)step);
-    return pt_file_write_atomic(path, text, (size_t)n, err);
+    int rc = pt_mkdir_p(s->ckpt_dir, err);
+    return rc < 0 ? rc : pt_file_write_atomic(path, text, (size_t)n, err);
 }
 
 /* Removes a step folder (plain files only, as agents write them). */
@@ -546,6 +551,7 @@ static void on_register(pt_session *s, int i, const pt_msg *m, int64_t now)
     snprintf(e->pub.data_endpoint, sizeof e->pub.data_endpoint, "%s", r->data_endpoint);
     e->pub.last_heard_ns = now;
     e->ctl_next_seq = m->seq + 1;
+    send_heartbeat(s, i, now); /* its answer gives the first clock sample at once */
     note(s, PT_NOTE_REGISTERED, i, m, 0, NULL);
 }
 

@@ -1,0 +1,676 @@
+/* The console-side session (tui/session.h) against fake agents made of a
+ * DEALER and a PUB socket in this process: registration and the agent
+ * table, clock offsets from heartbeats, rejection and counting of malformed,
+ * misaddressed, out-of-order and stale control messages and telemetry,
+ * death after missed heartbeats, assign/ack bookkeeping, checkpoint commits
+ * and the run record. */
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "protocol/fileio.h"
+#include "protocol/message.h"
+#include "protocol/plan.h"
+#include "tests/test.h"
+#include "tui/session.h"
+
+#define NS_PER_MS    1000000LL
+#define FAST_HB_MS   50
+#define FAST_MISSED  4
+#define WAIT_MS      2000
+#define JOIN_WAIT_MS 300 /* PUB/SUB needs a moment before the first message gets through */
+
+typedef struct fake {
+    char id[PT_MSG_ID_MAX];
+    void *dealer, *pub;
+    int64_t seq, tseq, gen;
+    int64_t clock_shift_ns; /* this fake agent's clock runs ahead by this much */
+    int64_t last_console_hb, last_console_tsend, last_console_trecv;
+    int have_console_hb;
+} fake;
+
+static void *g_ctx;
+/* Sockets still open when a test stops early are closed by teardown(), so
+ * zmq_ctx_term does not wait forever. */
+#define OPEN_MAX 16
+static void *g_open[OPEN_MAX];
+
+static void track(void *sock, int open)
+{
+    for (int i = 0; i < OPEN_MAX; i++)
+        if (open ? !g_open[i] : g_open[i] == sock) {
+            g_open[i] = open ? sock : NULL;
+            return;
+        }
+}
+
+/* Fake agents that heartbeat on their own while the test pumps the session. */
+static fake *g_beating[OPEN_MAX];
+static int64_t g_next_beat;
+static void fake_heartbeat(fake *f, const char *state, int64_t step);
+
+static void beat(fake *f, int on)
+{
+    for (int i = 0; i < OPEN_MAX; i++)
+        if (on ? !g_beating[i] : g_beating[i] == f) {
+            g_beating[i] = on ? f : NULL;
+            return;
+        }
+}
+
+static void beat_all(void)
+{
+    if (pt_msg_now_ns() < g_next_beat)
+        return;
+    g_next_beat = pt_msg_now_ns() + FAST_HB_MS * NS_PER_MS;
+    for (int i = 0; i < OPEN_MAX; i++)
+        if (g_beating[i])
+            fake_heartbeat(g_beating[i], NULL, -1);
+}
+
+static int64_t fclock(const fake *f)
+{
+    return pt_msg_now_ns() + f->clock_shift_ns;
+}
+
+static void fake_open(fake *f, const char *id, pt_session *s, int64_t shift)
+{
+    memset(f, 0, sizeof *f);
+    snprintf(f->id, sizeof f->id, "%s", id);
+    f->clock_shift_ns = shift;
+    f->dealer = zmq_socket(g_ctx, ZMQ_DEALER);
+    f->pub = zmq_socket(g_ctx, ZMQ_PUB);
+    int linger = 0;
+    zmq_setsockopt(f->dealer, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(f->pub, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(f->dealer, ZMQ_ROUTING_ID, id, strlen(id));
+    zmq_connect(f->dealer, pt_session_control_endpoint(s));
+    zmq_connect(f->pub, pt_session_telemetry_endpoint(s));
+    track(f->dealer, 1);
+    track(f->pub, 1);
+}
+
+static void fake_close(fake *f)
+{
+    beat(f, 0);
+    track(f->dealer, 0);
+    track(f->pub, 0);
+    zmq_close(f->dealer);
+    zmq_close(f->pub);
+}
+
+static void send_text(void *sock, const char *text)
+{
+    zmq_send(sock, text, strlen(text), 0);
+}
+
+/* Sends m on control (pub = 0) or telemetry (pub = 1) with the next seq. */
+static void fake_send(fake *f, pt_msg *m, int pub)
+{
+    snprintf(m->agent, sizeof m->agent, "%s", f->id);
+    m->seq = pub ? f->tseq++ : f->seq++;
+    char *text = NULL;
+    pt_error err = {0};
+    int rc = pt_msg_encode(m, &text, NULL, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc == 0)
+        send_text(pub ? f->pub : f->dealer, text);
+    free(text);
+}
+
+static void fake_register(fake *f, const char *endpoint)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_REGISTER, f->id);
+    snprintf(m.u.reg.host, sizeof m.u.reg.host, "testhost");
+    m.u.reg.pid = 1000 + f->id[strlen(f->id) - 1];
+    m.u.reg.device = 0;
+    snprintf(m.u.reg.backend, sizeof m.u.reg.backend, "cpu");
+    snprintf(m.u.reg.data_endpoint, sizeof m.u.reg.data_endpoint, "%s", endpoint);
+    fake_send(f, &m, 0);
+}
+
+/* Receives console messages for up to ms; returns 1 with *out when one of
+ * `type` arrived (heartbeats are remembered for the echo on the way). */
+static int fake_expect(fake *f, pt_session *s, pt_msg_type type, int ms, pt_msg *out)
+{
+    int64_t end = pt_msg_now_ns() + ms * NS_PER_MS;
+    while (pt_msg_now_ns() < end) {
+        beat_all();
+        pt_session_poll(s, 5, NULL);
+        char buf[1 << 16];
+        int n;
+        while ((n = zmq_recv(f->dealer, buf, sizeof buf, ZMQ_DONTWAIT)) >= 0) {
+            pt_msg m;
+            pt_error err = {0};
+            if (n >= (int)sizeof buf) {
+                CHECK(n < (int)sizeof buf);
+                continue;
+            }
+            if (pt_msg_decode(buf, (size_t)n, "console", &m, &err) < 0) {
+                CHECK_MSG(0, "the console sent something that does not decode: %s", err.msg);
+                continue;
+            }
+            CHECK_STR_CONTAINS(m.agent, f->id);
+            if (m.type == PT_MSG_HEARTBEAT) {
+                f->have_console_hb = 1;
+                f->last_console_hb = m.u.heartbeat.hb;
+                f->last_console_tsend = m.u.heartbeat.t_send;
+                f->last_console_trecv = fclock(f);
+            }
+            if (m.type == type) {
+                *out = m;
+                return 1;
+            }
+            pt_msg_clear(&m);
+        }
+    }
+    return 0;
+}
+
+static void fake_heartbeat(fake *f, const char *state, int64_t step)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_HEARTBEAT, f->id);
+    m.gen = f->gen;
+    m.u.heartbeat.hb = f->seq;
+    m.u.heartbeat.t_send = fclock(f);
+    if (f->have_console_hb) {
+        m.u.heartbeat.has_echo = 1;
+        m.u.heartbeat.echo_hb = f->last_console_hb;
+        m.u.heartbeat.echo_t_orig = f->last_console_tsend;
+        m.u.heartbeat.echo_t_recv = f->last_console_trecv;
+    }
+    snprintf(m.u.heartbeat.state, sizeof m.u.heartbeat.state, "%s", state ? state : "");
+    m.u.heartbeat.step = step;
+    fake_send(f, &m, 0);
+}
+
+static void pump(pt_session *s, int ms)
+{
+    int64_t end = pt_msg_now_ns() + ms * NS_PER_MS;
+    while (pt_msg_now_ns() < end) {
+        beat_all();
+        pt_session_poll(s, 5, NULL);
+    }
+}
+
+typedef struct seen {
+    int rejected, dead, metrics, events, checkpoints, commits;
+    int64_t commit_step;
+    int commit_stages;
+    char commit_dir[512];
+    char dead_text[512];
+    int64_t first_event_start;
+} seen;
+
+static void listener(void *user, const pt_session_note *n)
+{
+    seen *x = user;
+    switch (n->kind) {
+    case PT_NOTE_REJECTED:
+        x->rejected++;
+        break;
+    case PT_NOTE_DEAD:
+        x->dead++;
+        snprintf(x->dead_text, sizeof x->dead_text, "%s", n->text);
+        break;
+    case PT_NOTE_METRICS:
+        x->metrics++;
+        break;
+    case PT_NOTE_EVENTS:
+        x->events++;
+        x->first_event_start = n->msg->u.events.events[0].start_ns;
+        break;
+    case PT_NOTE_CHECKPOINT:
+        x->checkpoints++;
+        break;
+    default:
+        break;
+    }
+}
+
+static int commit_hook(void *user, const char *dir, int64_t step, int stages, pt_error *err)
+{
+    (void)err;
+    seen *x = user;
+    x->commits++;
+    x->commit_step = step;
+    x->commit_stages = stages;
+    snprintf(x->commit_dir, sizeof x->commit_dir, "%s", dir);
+    return 0;
+}
+
+static pt_session *open_session(const char *record, seen *x, int fast)
+{
+    pt_session_config cfg = {NULL, NULL, record, fast ? FAST_HB_MS : 0, fast ? FAST_MISSED : 0};
+    pt_session *s = NULL;
+    pt_error err = {0};
+    int rc = pt_session_create(&cfg, &s, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (s) {
+        pt_session_set_listener(s, listener, x);
+        pt_session_set_commit(s, commit_hook, x);
+        CHECK(!strncmp(pt_session_control_endpoint(s), "tcp://127.0.0.1:", 16));
+        CHECK(!strncmp(pt_session_telemetry_endpoint(s), "tcp://127.0.0.1:", 16));
+    }
+    return s;
+}
+
+static void test_register_and_clock(void)
+{
+    seen x = {0};
+    pt_session *s = open_session(NULL, &x, 1);
+    REQUIRE(s);
+    fake a;
+    const int64_t shift = 5000 * NS_PER_MS; /* the fake agent's clock is 5 s ahead */
+    fake_open(&a, "agent-a", s, shift);
+    fake_register(&a, "tcp://127.0.0.1:41001");
+    pt_msg m;
+    REQUIRE(fake_expect(&a, s, PT_MSG_HEARTBEAT, WAIT_MS, &m)); /* sent at once on register */
+    pt_msg_clear(&m);
+    REQUIRE(pt_session_agent_count(s) == 1);
+    const pt_session_agent *ag = pt_session_agent_at(s, 0);
+    CHECK(!strcmp(ag->id, "agent-a"));
+    CHECK(!strcmp(ag->host, "testhost"));
+    CHECK(!strcmp(ag->data_endpoint, "tcp://127.0.0.1:41001"));
+    CHECK(ag->state == PT_AGENT_REGISTERED);
+    CHECK(ag->stage == -1 && ag->worker == -1);
+    CHECK(!ag->clock_known);
+    fake_heartbeat(&a, "waiting", -1); /* echoes the console's heartbeat */
+    pump(s, 50);
+    ag = pt_session_agent_at(s, 0);
+    CHECK(ag->clock_known);
+    /* |error| <= delay / 2, and the delay of a loopback round trip is small */
+    CHECK_MSG(llabs(ag->clock_offset_ns - shift) <= ag->clock_delay_ns / 2 + 1,
+              "offset %lld, delay %lld", (long long)ag->clock_offset_ns,
+              (long long)ag->clock_delay_ns);
+    CHECK(ag->clock_delay_ns < 200 * NS_PER_MS);
+    CHECK(pt_session_heartbeat_age_ms(s, 0) >= 0 && pt_session_heartbeat_age_ms(s, 0) < 1000);
+    CHECK(!strcmp(ag->reported, "waiting"));
+
+    /* telemetry times are moved onto the console's clock */
+    pump(s, JOIN_WAIT_MS);
+    pt_msg e;
+    pt_msg_init(&e, PT_MSG_EVENTS, "agent-a");
+    pt_msg_event ev = {0, 0, 0, 0, "FWD", 0, 0, 0, 0};
+    int64_t t = fclock(&a);
+    ev.start_ns = t;
+    ev.end_ns = t + 1000;
+    e.u.events.count = 1;
+    e.u.events.events = &ev;
+    fake_send(&a, &e, 1);
+    pump(s, 100);
+    CHECK(x.events == 1);
+    CHECK_MSG(llabs(x.first_event_start - (t - ag->clock_offset_ns)) <= 1,
+              "start %lld, expected %lld", (long long)x.first_event_start,
+              (long long)(t - ag->clock_offset_ns));
+    CHECK(llabs(x.first_event_start - (t - shift)) < 100 * NS_PER_MS);
+    fake_close(&a);
+    pt_session_destroy(&s);
+    CHECK(s == NULL);
+}
+
+static void test_rejects(void)
+{
+    const char *rec = "run_session_test.d/rejects/run.ndjson";
+    seen x = {0};
+    pt_session *s = open_session(rec, &x, 0); /* nobody heartbeats here: default bound */
+    REQUIRE(s);
+    fake a, b;
+    fake_open(&a, "agent-a", s, 0);
+    fake_open(&b, "agent-b", s, 0);
+    fake_register(&a, "tcp://127.0.0.1:41001");
+    pump(s, 50);
+    REQUIRE(pt_session_agent_count(s) == 1);
+
+    /* 1: not JSON; 2: JSON but not a message; 3: a message naming another
+     * agent than its routing id; 4: from an unregistered agent; 5: a
+     * console-only type; 6: an ack of nothing; 7: out of order (seq 0 again);
+     * 8: a stale generation */
+    send_text(a.dealer, "\x01\x02 garbage {");
+    send_text(a.dealer, "{\"v\":1,\"type\":\"launch\"}");
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_HEARTBEAT, NULL);
+    m.u.heartbeat.t_send = 1;
+    fake f = a;
+    snprintf(f.id, sizeof f.id, "agent-zz");
+    fake_send(&f, &m, 0); /* routing id agent-a, "agent": agent-zz */
+    pt_msg_init(&m, PT_MSG_HEARTBEAT, NULL);
+    m.u.heartbeat.t_send = 1;
+    fake_send(&b, &m, 0);
+    pt_msg_init(&m, PT_MSG_START, NULL);
+    m.req = 7;
+    m.u.start.steps = 1;
+    fake_send(&a, &m, 0);
+    pt_msg_init(&m, PT_MSG_ACK, NULL);
+    m.req = 99;
+    m.u.ack.of = PT_MSG_START;
+    fake_send(&a, &m, 0);
+    int64_t keep = a.seq;
+    a.seq = 0;
+    pt_msg_init(&m, PT_MSG_HEARTBEAT, NULL);
+    m.u.heartbeat.t_send = 1;
+    fake_send(&a, &m, 0);
+    a.seq = keep;
+    pt_msg_init(&m, PT_MSG_ERROR, NULL);
+    m.gen = 3; /* no plan of generation 3 exists yet */
+    snprintf(m.u.error.reason, sizeof m.u.error.reason, "from the future");
+    fake_send(&a, &m, 0);
+    /* a multi-frame message */
+    zmq_send(a.dealer, "{}", 2, ZMQ_SNDMORE);
+    zmq_send(a.dealer, "{}", 2, 0);
+    pump(s, 200);
+    pt_session_counts k;
+    pt_session_counts_get(s, &k);
+    CHECK_MSG(k.control_rejected == 9, "control_rejected %llu",
+              (unsigned long long)k.control_rejected);
+    CHECK(x.rejected >= 9);
+    const pt_session_agent *ag = pt_session_agent_at(s, 0);
+    CHECK_MSG(ag->control_rejected == 8, "agent-a rejected %llu",
+              (unsigned long long)ag->control_rejected); /* all but agent-b's */
+    CHECK(ag->state == PT_AGENT_REGISTERED);
+    CHECK(pt_session_agent_count(s) == 1); /* agent-b never registered */
+
+    /* telemetry: garbage, a control type, an unknown agent, then a gap */
+    pump(s, JOIN_WAIT_MS);
+    send_text(a.pub, "not json at all");
+    send_text(a.pub, "{\"v\":1,\"type\":\"metrics\",\"agent\":\"agent-a\",\"seq\":0}");
+    pt_msg_init(&m, PT_MSG_HEARTBEAT, NULL);
+    m.u.heartbeat.t_send = 1;
+    fake_send(&a, &m, 1); /* a heartbeat on the telemetry channel */
+    pt_msg_init(&m, PT_MSG_METRICS, NULL);
+    m.u.metrics.step = 0;
+    fake_send(&b, &m, 1); /* agent-b is not registered */
+    a.tseq += 3;          /* three messages lost */
+    pt_msg_init(&m, PT_MSG_METRICS, NULL);
+    m.u.metrics.step = 0;
+    m.u.metrics.loss = 2.5;
+    fake_send(&a, &m, 1);
+    pump(s, 200);
+    pt_session_counts_get(s, &k);
+    CHECK_MSG(k.telemetry.malformed == 2, "malformed %llu",
+              (unsigned long long)k.telemetry.malformed);
+    CHECK(k.telemetry_rejected == 2);
+    CHECK(k.telemetry.dropped == 3);
+    CHECK(x.metrics == 1);
+    pt_rx_counts rc;
+    pt_session_agent_telemetry(s, 0, &rc);
+    CHECK(rc.dropped == 3);
+    ag = pt_session_agent_at(s, 0);
+    CHECK(ag->has_metrics && ag->metrics.loss == 2.5);
+
+    /* still serving: a new agent registers */
+    fake_register(&b, "tcp://127.0.0.1:41002");
+    pump(s, 50);
+    CHECK(pt_session_agent_count(s) == 2);
+    fake_close(&a);
+    fake_close(&b);
+    pt_session_destroy(&s);
+
+    /* the record: one JSON object per line, with the rejections in it */
+    char *text = NULL;
+    REQUIRE(pt_file_read(rec, &text, NULL, NULL) == 0);
+    int lines = 0, rejected = 0, bad = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        if (!j || !cJSON_IsObject(j) || !cJSON_IsNumber(cJSON_GetObjectItem(j, "t")))
+            bad++;
+        const cJSON *kind = j ? cJSON_GetObjectItem(j, "kind") : NULL;
+        if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "rejected"))
+            rejected++;
+        cJSON_Delete(j);
+        lines++;
+    }
+    free(text);
+    CHECK(bad == 0);
+    CHECK_MSG(rejected == 9 + 4, "rejected lines %d", rejected); /* 2 malformed telemetry too */
+    CHECK(lines > rejected);
+}
+
+/* A 2-stage plan whose workers are agents a and b. */
+static pt_plan *two_stage_plan(void)
+{
+    pt_plan *p = pt_plan_new(2);
+    snprintf(p->model, sizeof p->model, "m");
+    p->layer_count = 2;
+    p->stages[0].first = 0;
+    p->stages[0].last = 1;
+    p->stages[1].first = 1;
+    p->stages[1].last = 2;
+    int d0 = 0, d1 = 1;
+    pt_plan_set_replicas(p, 0, &d0, 1);
+    pt_plan_set_replicas(p, 1, &d1, 1);
+    p->microbatch_size = 4;
+    p->microbatch_count = 2;
+    return p;
+}
+
+static pt_model_spec *tiny_model(void)
+{
+    pt_model_spec *m = NULL;
+    pt_model_spec_parse("{\"v\":1,\"name\":\"m\",\"input\":{\"kind\":\"float\",\"shape\":[4]},"
+                        "\"layers\":[{\"type\":\"linear\",\"out\":3},{\"type\":\"softmax_xent\","
+                        "\"classes\":3}]}",
+                        "model", &m, NULL);
+    return m;
+}
+
+static void ack(fake *f, const pt_msg *req, pt_msg_type of)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_ACK, NULL);
+    m.gen = req->gen;
+    m.req = req->req;
+    m.u.ack.of = of;
+    fake_send(f, &m, 0);
+}
+
+static void ckpt_ack(fake *f, int64_t req, int64_t step)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_CHECKPOINT_ACK, NULL);
+    m.gen = f->gen;
+    m.req = req;
+    m.u.checkpoint_ack.step = step;
+    snprintf(m.u.checkpoint_ack.dir, sizeof m.u.checkpoint_ack.dir, "x");
+    fake_send(f, &m, 0);
+}
+
+static void test_plan_flow(void)
+{
+    seen x = {0};
+    const char *rec = "run_session_test.d/flow/run.ndjson";
+    pt_session *s = open_session(rec, &x, 1);
+    REQUIRE(s);
+    fake a, b;
+    fake_open(&a, "agent-a", s, 0);
+    fake_open(&b, "agent-b", s, 0);
+    fake_register(&a, "tcp://127.0.0.1:41001");
+    fake_register(&b, "tcp://127.0.0.1:41002");
+    beat(&a, 1);
+    beat(&b, 1);
+    pump(s, 50);
+    REQUIRE(pt_session_agent_count(s) == 2);
+    pt_plan *plan = two_stage_plan();
+    pt_model_spec *model = tiny_model();
+    REQUIRE(plan && model);
+    /* agent b runs stage 0, agent a stage 1 */
+    int ib = pt_session_find_agent(s, "agent-b"), ia = pt_session_find_agent(s, "agent-a");
+    int agents[2] = {ib, ia};
+    pt_error err = {0};
+    pt_session_plan sp = {plan, model, agents, "synthetic", 7, "run_session_test.d/flow/ck", 2, 0};
+    REQUIRE(pt_session_assign(s, &sp, &err) == 0);
+    CHECK(pt_session_generation(s) == 1);
+    CHECK(pt_session_pending(s) == 2);
+    /* the same agent twice is refused */
+    int twice[2] = {ia, ia};
+    pt_session_plan bad = sp;
+    bad.agents = twice;
+    CHECK(pt_session_assign(s, &bad, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "agent-a");
+    CHECK(pt_session_generation(s) == 1);
+
+    pt_msg asg_a, asg_b;
+    REQUIRE(fake_expect(&a, s, PT_MSG_ASSIGN, WAIT_MS, &asg_a));
+    REQUIRE(fake_expect(&b, s, PT_MSG_ASSIGN, WAIT_MS, &asg_b));
+    CHECK(asg_b.u.assign.stage == 0 && asg_b.u.assign.rank == 0);
+    CHECK(asg_a.u.assign.stage == 1 && asg_a.u.assign.rank == 1);
+    CHECK(asg_a.u.assign.peer_count == 2);
+    CHECK(!strcmp(asg_a.u.assign.peers[0].endpoint, "tcp://127.0.0.1:41002"));
+    CHECK(!strcmp(asg_a.u.assign.peers[1].endpoint, "tcp://127.0.0.1:41001"));
+    CHECK(!strcmp(asg_a.u.assign.telemetry, pt_session_telemetry_endpoint(s)));
+    CHECK(asg_a.u.assign.seed == 7 && asg_a.u.assign.checkpoint_every == 2);
+    CHECK(asg_a.gen == 1 && asg_a.req != asg_b.req);
+    a.gen = b.gen = 1;
+    ack(&a, &asg_a, PT_MSG_ASSIGN);
+    /* the wait times out naming the agent still awaited */
+    CHECK(pt_session_wait(s, 100, &err) == PT_ETIMEOUT);
+    CHECK_STR_CONTAINS(err.msg, "agent-b");
+    ack(&b, &asg_b, PT_MSG_ASSIGN);
+    CHECK(pt_session_wait(s, WAIT_MS, &err) == 0);
+    CHECK(pt_session_agent_at(s, ia)->state == PT_AGENT_ASSIGNED);
+    CHECK(pt_session_agent_at(s, ib)->stage == 0);
+
+    REQUIRE(pt_session_start(s, 4, &err) == 0);
+    pt_msg st_a, st_b;
+    REQUIRE(fake_expect(&a, s, PT_MSG_START, WAIT_MS, &st_a));
+    REQUIRE(fake_expect(&b, s, PT_MSG_START, WAIT_MS, &st_b));
+    CHECK(st_a.u.start.steps == 4);
+    ack(&a, &st_a, PT_MSG_START);
+    ack(&b, &st_b, PT_MSG_START);
+    CHECK(pt_session_wait(s, WAIT_MS, &err) == 0);
+    CHECK(pt_session_agent_at(s, ia)->state == PT_AGENT_RUNNING);
+
+    /* a checkpoint is committed once every worker acknowledged the step */
+    ckpt_ack(&a, st_a.req, 2);
+    pump(s, 50);
+    CHECK(x.commits == 0);
+    ckpt_ack(&b, st_b.req, 2);
+    pump(s, 50);
+    CHECK(x.commits == 1 && x.commit_step == 2 && x.commit_stages == 2);
+    CHECK_STR_CONTAINS(x.commit_dir, "flow/ck/step-2");
+    CHECK(pt_session_committed_step(s) == 2);
+    char *latest = NULL;
+    REQUIRE(pt_file_read("run_session_test.d/flow/ck/latest", &latest, NULL, NULL) == 0);
+    CHECK_STR_CONTAINS(latest, "\"step\":2");
+    free(latest);
+
+    /* finished steps come from heartbeats; "idle" ends the run */
+    fake_heartbeat(&a, "idle", 3);
+    fake_heartbeat(&b, "running", 2);
+    pump(s, 50);
+    CHECK(pt_session_min_step(s) == 2);
+    CHECK(pt_session_agent_at(s, ia)->state == PT_AGENT_IDLE);
+    CHECK(!pt_session_failure(s, NULL));
+
+    /* b stops talking: dead within the heartbeat bound, and the failure
+     * names it and its stage */
+    beat(&b, 0);
+    fake_heartbeat(&b, "running", 2);
+    int64_t t0 = pt_msg_now_ns();
+    while (pt_session_agent_at(s, ib)->state != PT_AGENT_DEAD &&
+           pt_msg_now_ns() - t0 < 10 * FAST_MISSED * FAST_HB_MS * NS_PER_MS)
+        pump(s, 5);
+    double waited_ms = (double)(pt_msg_now_ns() - t0) / 1e6;
+    CHECK(pt_session_agent_at(s, ib)->state == PT_AGENT_DEAD);
+    CHECK(pt_session_agent_at(s, ia)->state == PT_AGENT_IDLE);
+    CHECK_MSG(waited_ms < (FAST_MISSED + 6) * FAST_HB_MS, "dead after %.0f ms", waited_ms);
+    CHECK_MSG(waited_ms >= FAST_MISSED * FAST_HB_MS, "dead after only %.0f ms", waited_ms);
+    CHECK(x.dead == 1);
+    CHECK_STR_CONTAINS(x.dead_text, "agent-b (stage 0, replica 0");
+    CHECK_STR_CONTAINS(x.dead_text, "missed 4 heartbeats");
+    CHECK(pt_session_failure(s, &err) == 1);
+    CHECK_STR_CONTAINS(err.msg, "agent-b");
+    CHECK(pt_session_wait(s, 100, &err) == PT_ESTATE);
+    /* a dead agent's messages are refused */
+    pt_session_counts k0, k1;
+    pt_session_counts_get(s, &k0);
+    fake_heartbeat(&b, "running", 3);
+    pump(s, 50);
+    pt_session_counts_get(s, &k1);
+    CHECK(k1.control_rejected == k0.control_rejected + 1);
+
+    /* a new generation: messages of the old one are stale */
+    pt_msg stale;
+    pt_msg_init(&stale, PT_MSG_ACK, NULL);
+    fake c;
+    fake_open(&c, "agent-c", s, 0);
+    fake_register(&c, "tcp://127.0.0.1:41003");
+    beat(&c, 1);
+    pump(s, 50);
+    int ic = pt_session_find_agent(s, "agent-c");
+    int agents2[2] = {ic, ia};
+    sp.agents = agents2;
+    REQUIRE(pt_session_assign(s, &sp, &err) == 0);
+    CHECK(pt_session_generation(s) == 2);
+    ckpt_ack(&a, st_a.req, 4); /* a still at generation 1 */
+    pump(s, 50);
+    pt_session_counts_get(s, &k0);
+    CHECK(k0.control_rejected == k1.control_rejected + 1);
+    CHECK(x.commits == 1);
+
+    pt_msg_clear(&asg_a);
+    pt_msg_clear(&asg_b);
+    pt_msg_clear(&st_a);
+    pt_msg_clear(&st_b);
+    pt_session_bye(s, "test over");
+    pt_msg bye;
+    CHECK(fake_expect(&a, s, PT_MSG_BYE, WAIT_MS, &bye));
+    CHECK_STR_CONTAINS(bye.u.bye.reason, "test over");
+    fake_close(&a);
+    fake_close(&b);
+    fake_close(&c);
+    pt_session_destroy(&s);
+    pt_plan_free(&plan);
+    pt_model_spec_free(&model);
+
+    char *text = NULL;
+    REQUIRE(pt_file_read(rec, &text, NULL, NULL) == 0);
+    CHECK_STR_CONTAINS(text, "\"kind\":\"plan\",\"gen\":1");
+    CHECK_STR_CONTAINS(text, "\"kind\":\"dead\",\"agent\":\"agent-b\"");
+    CHECK_STR_CONTAINS(text, "\"kind\":\"checkpoint\",\"step\":2");
+    free(text);
+}
+
+static void setup(void)
+{
+    g_ctx = zmq_ctx_new();
+    pt_mkdir_p("run_session_test.d", NULL);
+}
+
+static void teardown(void)
+{
+    for (int i = 0; i < OPEN_MAX; i++)
+        if (g_open[i]) {
+            zmq_close(g_open[i]);
+            g_open[i] = NULL;
+        }
+    zmq_ctx_term(g_ctx);
+}
+
+static void t_register(void)
+{
+    setup();
+    test_register_and_clock();
+    teardown();
+}
+static void t_rejects(void)
+{
+    setup();
+    test_rejects();
+    teardown();
+}
+static void t_flow(void)
+{
+    setup();
+    test_plan_flow();
+    teardown();
+}
+
+PT_TEST_MAIN({"register_and_clock", t_register}, {"rejects", t_rejects}, {"plan_flow", t_flow})
