@@ -159,9 +159,17 @@ int pt_cmd_console(int argc, char **argv)
     int status = 1;
     if ((rc = pt_model_spec_find(model, &spec, &err)) < 0)
         goto out;
-    find_file(topology, "topologies", path, sizeof path);
-    if ((rc = pt_topology_load(path, &topo, &err)) < 0)
-        goto out;
+    if (agents > 0 && !pt_opts_find(opts, (int)(sizeof opts / sizeof opts[0]), "topology")->seen) {
+        /* agents started elsewhere on this machine: one local device each */
+        if (!(topo = pt_console_local_topology(agents))) {
+            rc = pt_error_set(&err, PT_ENOMEM, "out of memory");
+            goto out;
+        }
+    } else {
+        find_file(topology, "topologies", path, sizeof path);
+        if ((rc = pt_topology_load(path, &topo, &err)) < 0)
+            goto out;
+    }
     if (plan_path && (rc = pt_plan_load(plan_path, &plan, &err)) < 0)
         goto out;
     if (profile)
@@ -181,6 +189,11 @@ int pt_cmd_console(int argc, char **argv)
     }
     if ((rc = pt_plan_check(plan, spec, topo, plan_path ? plan_path : "plan", &err)) < 0)
         goto out;
+    if (agents > 0 && pt_plan_device_count(plan) > agents) {
+        rc = pt_error_set(&err, PT_EINVAL, "the plan uses %d devices but --agents is %d",
+                          pt_plan_device_count(plan), agents);
+        goto out;
+    }
     if (agents > 0 || listen) {
         pt_live_opts lo;
         memset(&lo, 0, sizeof lo);

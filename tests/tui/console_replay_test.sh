@@ -86,4 +86,13 @@ tm_keys e
 tm_check "e jumps to the end" tm_wait 5 'step 4 '
 tm_check "q exits with 0" tm_quit_ok
 
+# 3. pipetop status --json: one snapshot of the same record, for scripts
+json=$("$PIPETOP" status --json "$RUN")
+tm_check "status names the last step (4)" bash -c "printf '%s' '$json' | grep -q '\"last_step\":4,'"
+tm_check "status has 5 steps" bash -c "printf '%s' '$json' | grep -q '\"steps\":5,'"
+tm_check "status lists the 4 agents" test "$(printf '%s' "$json" | grep -o '"id":"w[0-9]"' | wc -l)" -eq 4
+events=$(grep -o '"op":"' "$RUN/run.ndjson" | wc -l)
+tm_check "status counts every event of the record ($events)" \
+    bash -c "printf '%s' '$json' | grep -q '\"events\":$events,'"
+
 tm_summary
