@@ -67,6 +67,28 @@ tm_check "emptying a stage is refused" tm_wait 5 'refused: stage 1 would have no
 for i in $(seq 1 30); do tm_keys u; done
 tm_check "undo restores the first prediction" tm_wait 5 "iteration +$before ms predicted"
 
+# the mouse (SGR reports, as xterm sends them): drag stage 1's header onto
+# layer 2's row, so stage 0 becomes layers 0-1; a click on a tab switches views
+mouse() { # press|release COL ROW (0-based)
+    local e=M
+    [ "$1" = release ] && e=m
+    tmux -L "$TM_SOCK" send-keys -t t -l $'\e'"[<0;$(($2 + 1));$(($3 + 1))$e"
+}
+tm_keys Home
+sleep 0.3
+hdr=$(tm_cap | grep -n '== stage 1 ' | cut -d: -f1)
+row=$(tm_cap | grep -n '^│   2 ' | cut -d: -f1)
+tm_check "stage 1 header and layer 2 on screen" test -n "$hdr" -a -n "$row"
+mouse press 10 $((hdr - 1))
+mouse release 10 $((row - 1))
+tm_check "dragging the boundary moves it" tm_wait 5 '== stage 0  layers 0-1 '
+tm_keys u
+tm_check "undo after the drag" tm_wait 5 "iteration +$before ms predicted"
+mouse press 30 0
+mouse release 30 0
+tm_check "clicking the stats tab opens the stats view" tm_wait 5 'throughput \(samples/s\)'
+tm_keys 1
+
 # apply & restart without a live run says why
 tm_keys A
 tm_check "apply refused without a run" tm_wait 5 'apply & restart needs a live run'
