@@ -68,6 +68,11 @@ int pt_dataset_synth_tokens_new(int64_t count, int seq_len, int vocab, uint64_t 
  * cross-entropy loss a perfect model reaches. */
 double pt_dataset_synth_tokens_entropy(int vocab);
 
+/* The seed of the synthetic data sets that pipetop train and the agents use,
+ * so every run (and a pipeline against single-device training) sees the same
+ * samples whatever its --seed; --seed only changes initialisation and order. */
+#define PT_SYNTH_DATA_SEED 20261129u
+
 /* Default sample counts of the synthetic splits made by pt_dataset_open. */
 #define PT_SYNTH_TRAIN_COUNT 8192
 #define PT_SYNTH_TEST_COUNT  1024

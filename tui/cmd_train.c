@@ -31,9 +31,6 @@
 #define DEFAULT_SGD_LR 0.02
 #define MAX_BATCH      65536
 #define MAX_THREADS    1024
-/* Synthetic data has its own fixed seed, so runs with different --seed see
- * the same data set and differ only in initialisation and order. */
-#define SYNTH_DATA_SEED 20261129u
 
 typedef struct train_args {
     const char *model, *data, *load, *save, *optimizer;
@@ -213,7 +210,7 @@ static int setup(trainer *t, pt_error *err)
         openblas_set_num_threads(a->threads);
     if ((rc = pt_model_spec_find(a->model, &t->spec, err)) < 0)
         return rc;
-    uint64_t data_seed = SYNTH_DATA_SEED;
+    uint64_t data_seed = PT_SYNTH_DATA_SEED;
     if ((rc = pt_dataset_open(a->data, t->spec, PT_DATA_TRAIN, data_seed, &t->train, err)) < 0 ||
         (rc = pt_dataset_open(a->data, t->spec, PT_DATA_TEST, data_seed, &t->test, err)) < 0)
         return rc;
