@@ -549,7 +549,9 @@ int main(int argc, char **argv)
     }
     send_register(&ag);
     loop(&ag);
-    if (ag.leaving != 1) {
+    {
+        /* Also after the console's bye: it then knows this agent left rather
+         * than went silent. */
         pt_msg m;
         pt_msg_init(&m, PT_MSG_BYE, NULL);
         m.gen = ag.gen;

@@ -266,11 +266,15 @@ static void teardown(pt_agent_worker *w)
     pt_comm_destroy(&r->comm);
     pthread_mutex_lock(&w->mu);
     void *ctx = r->data_ctx;
+    int quitting = w->quit;
     w->abort_ctx = NULL;
     w->built = 0;
     pthread_mutex_unlock(&w->mu);
-    if (ctx)
-        zmq_ctx_term(ctx); /* releases the data port before the next bind */
+    /* Terminating releases the data port before the next bind, but waits for
+     * messages still queued to peers (up to the comm timeout); a process on
+     * its way out does not wait for a peer that may be gone. */
+    if (ctx && !quitting)
+        zmq_ctx_term(ctx);
     r->data_ctx = NULL;
     pt_optim_destroy(&r->optim);
     pt_net_destroy(&r->net);

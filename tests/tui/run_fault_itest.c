@@ -1,0 +1,239 @@
+/* An agent killed with SIGKILL in the middle of a run: the console notices
+ * within the heartbeat bound, the run stops with a message naming the agent
+ * and its stage, the other agents leave on their own and no process is left
+ * behind; the last checkpoint is intact (every tensor's CRC) and a run
+ * resumes from it. */
+#include <sys/stat.h>
+
+#include "tests/tui/run_util.h"
+#include "tui/session.h"
+
+#define DIR         "run_fault_itest.d"
+#define RUN_MS      120000
+#define MAX_WORKERS 8
+/* What the console may take to notice and end the run: the heartbeat bound,
+ * plus its wait for the other agents to leave, plus scheduling slack. */
+#define NOTICE_BOUND_MS (PT_SESSION_MISSED_HEARTBEATS * PT_SESSION_HEARTBEAT_MS + 5000)
+
+/* Agent pids from the run record's register messages. */
+static int agent_pids(const char *record, pid_t *pids, int cap)
+{
+    char *text = NULL;
+    if (pt_file_read(record, &text, NULL, NULL) < 0)
+        return 0;
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *msg = j ? cJSON_GetObjectItem(j, "msg") : NULL;
+        const cJSON *type = msg ? cJSON_GetObjectItem(msg, "type") : NULL;
+        if (cJSON_IsString(type) && !strcmp(type->valuestring, "register")) {
+            const char *id = cJSON_GetObjectItem(msg, "agent")->valuestring;
+            int w = id[0] == 'w' ? atoi(id + 1) : -1;
+            if (w >= 0 && w < cap) {
+                pids[w] = (pid_t)cJSON_GetObjectItem(msg, "pid")->valuedouble;
+                n = w + 1 > n ? w + 1 : n;
+            }
+        }
+        cJSON_Delete(j);
+    }
+    free(text);
+    return n;
+}
+
+static int64_t latest_step(const char *ckdir)
+{
+    char path[512], *text = NULL;
+    snprintf(path, sizeof path, "%s/latest", ckdir);
+    if (pt_file_read(path, &text, NULL, NULL) < 0)
+        return -1;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    const cJSON *s = j ? cJSON_GetObjectItem(j, "step") : NULL;
+    int64_t step = cJSON_IsNumber(s) ? (int64_t)s->valuedouble : -1;
+    cJSON_Delete(j);
+    return step;
+}
+
+static int alive(pid_t pid)
+{
+    return kill(pid, 0) == 0 || errno != ESRCH;
+}
+
+static void test_kill_agent(void)
+{
+    pt_mkdir_p(DIR, NULL);
+    char model[1024], plan[1024];
+    snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
+    snprintf(plan, sizeof plan, "%s", pt_test_path("tests/data/run/plan-b.json"));
+    char *prof[] = {
+        (char *)ru_bin("pipetop"), "profile",   "--model", model, "--batch", "16", "--out",
+        DIR "/profile.json",       "--repeats", "2",       NULL};
+    REQUIRE(ru_run(prof, DIR "/profile.out", DIR "/profile.err", RUN_MS) == 0);
+    char *run[] = {(char *)ru_bin("pipetop"),
+                   "run",
+                   "--plan",
+                   plan,
+                   "--model",
+                   model,
+                   "--data",
+                   "synthetic",
+                   "--iters",
+                   "1000000",
+                   "--checkpoint-dir",
+                   DIR "/ck",
+                   "--checkpoint-every",
+                   "40",
+                   "--profile",
+                   DIR "/profile.json",
+                   "--run-dir",
+                   DIR "/run",
+                   "--json",
+                   "--headless",
+                   NULL};
+    pid_t console = ru_start(run, DIR "/run.out", DIR "/run.err");
+    REQUIRE(console > 0);
+
+    /* wait for two committed checkpoints, so the run is well under way */
+    pid_t pids[MAX_WORKERS] = {0};
+    int n = 0;
+    int64_t t0 = ru_now_ms();
+    while (ru_now_ms() - t0 < RUN_MS && latest_step(DIR "/ck") < 80 &&
+           waitpid(console, NULL, WNOHANG) == 0) {
+        struct timespec ts = {0, 50 * RU_NS_PER_MS};
+        nanosleep(&ts, NULL);
+    }
+    n = agent_pids(DIR "/run/run.ndjson", pids, MAX_WORKERS);
+    REQUIRE(n == 4); /* plan B has four stage replicas */
+    for (int w = 0; w < n; w++)
+        REQUIRE(pids[w] > 0 && alive(pids[w]));
+    int64_t before = latest_step(DIR "/ck");
+    REQUIRE(before >= 80);
+
+    /* w2 runs stage 1 (plan B: stage 0 has replicas w0 and w1) */
+    REQUIRE(kill(pids[2], SIGKILL) == 0);
+    int64_t took = 0;
+    int status = ru_wait(console, NOTICE_BOUND_MS, &took);
+    CHECK_MSG(status == 1, "pipetop run exit status %d", status);
+    CHECK_MSG(took < NOTICE_BOUND_MS, "took %lld ms", (long long)took);
+    char *err = NULL;
+    pt_file_read(DIR "/run.err", &err, NULL, NULL);
+    CHECK_STR_CONTAINS(err, "agent w2 (stage 1, replica 0");
+    CHECK_STR_CONTAINS(err, "signal 9");
+    CHECK_STR_CONTAINS(err, "last checkpoint");
+    free(err);
+    cJSON *last = ru_last_json(DIR "/run.out");
+    CHECK(last && !strcmp(cJSON_GetObjectItem(last, "event")->valuestring, "failed"));
+    CHECK_STR_CONTAINS(last ? cJSON_GetObjectItem(last, "reason")->valuestring : NULL, "w2");
+    cJSON_Delete(last);
+
+    /* nobody left behind, and the others left because the console said so */
+    for (int w = 0; w < n; w++)
+        CHECK_MSG(!alive(pids[w]), "agent w%d (pid %d) is still running", w, (int)pids[w]);
+    for (int w = 0; w < n; w++) {
+        if (w == 2)
+            continue;
+        char path[256], *log = NULL;
+        snprintf(path, sizeof path, DIR "/run/agent-w%d.log", w);
+        pt_file_read(path, &log, NULL, NULL);
+        CHECK_STR_CONTAINS(log, "the console said bye");
+        free(log);
+    }
+
+    /* the last checkpoint is whole: it loads, every tensor's CRC holds */
+    int64_t step = latest_step(DIR "/ck");
+    CHECK(step >= before && step % 40 == 0);
+    char sd[256];
+    snprintf(sd, sizeof sd, DIR "/ck/step-%lld", (long long)step);
+    int tensors = 0;
+    double d = ru_ckpt_diff(sd, sd, &tensors);
+    CHECK_MSG(d == 0 && tensors == 16, "checkpoint %s: diff %g, %d tensors", sd, d, tensors);
+
+    /* and a run resumes from it, under plan A, and goes on from that step */
+    char plan_a[1024], step_s[32];
+    snprintf(plan_a, sizeof plan_a, "%s", pt_test_path("tests/data/run/plan-a.json"));
+    snprintf(step_s, sizeof step_s, "%lld", (long long)step);
+    char *resume[] = {(char *)ru_bin("pipetop"),
+                      "run",
+                      "--plan",
+                      plan_a,
+                      "--model",
+                      model,
+                      "--data",
+                      "synthetic",
+                      "--iters",
+                      "3",
+                      "--resume",
+                      DIR "/ck",
+                      "--profile",
+                      DIR "/profile.json",
+                      "--run-dir",
+                      DIR "/run2",
+                      "--json",
+                      NULL};
+    CHECK(ru_run(resume, DIR "/run2.out", DIR "/run2.err", RUN_MS) == 0);
+    double loss[3];
+    int ordered = 0;
+    CHECK(ru_step_losses(DIR "/run2.out", step, loss, 3, &ordered) == 3 && ordered);
+    CHECK(latest_step(DIR "/ck") == step + 3);
+}
+
+/* An agent that stops answering without its process ending (SIGSTOP): only
+ * the missing heartbeats tell, and the console still ends it. */
+static void test_silent_agent(void)
+{
+    pt_mkdir_p(DIR, NULL);
+    char model[1024], plan[1024];
+    snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
+    snprintf(plan, sizeof plan, "%s", pt_test_path("tests/data/run/plan-a.json"));
+    char *prof[] = {
+        (char *)ru_bin("pipetop"), "profile",   "--model", model, "--batch", "16", "--out",
+        DIR "/profile.json",       "--repeats", "2",       NULL};
+    REQUIRE(ru_run(prof, DIR "/profile.out", DIR "/profile.err", RUN_MS) == 0);
+    char *run[] = {(char *)ru_bin("pipetop"),
+                   "run",
+                   "--plan",
+                   plan,
+                   "--model",
+                   model,
+                   "--data",
+                   "synthetic",
+                   "--iters",
+                   "1000000",
+                   "--profile",
+                   DIR "/profile.json",
+                   "--run-dir",
+                   DIR "/silent",
+                   "--json",
+                   "--headless",
+                   NULL};
+    pid_t console = ru_start(run, DIR "/silent.out", DIR "/silent.err");
+    REQUIRE(console > 0);
+    pid_t pids[MAX_WORKERS] = {0};
+    int n = 0;
+    int64_t t0 = ru_now_ms();
+    while (ru_now_ms() - t0 < RUN_MS &&
+           (n = agent_pids(DIR "/silent/run.ndjson", pids, MAX_WORKERS)) < 2) {
+        struct timespec ts = {0, 50 * RU_NS_PER_MS};
+        nanosleep(&ts, NULL);
+    }
+    REQUIRE(n == 2);
+    struct timespec ts = {1, 0}; /* let it train a while */
+    nanosleep(&ts, NULL);
+    REQUIRE(kill(pids[1], SIGSTOP) == 0);
+    int64_t took = 0;
+    int status = ru_wait(console, NOTICE_BOUND_MS + 5000, &took);
+    CHECK_MSG(status == 1, "pipetop run exit status %d", status);
+    /* the bound, and not much less: it was the heartbeats that told */
+    const int64_t bound = PT_SESSION_MISSED_HEARTBEATS * PT_SESSION_HEARTBEAT_MS;
+    CHECK_MSG(took >= bound - PT_SESSION_HEARTBEAT_MS && took < NOTICE_BOUND_MS + 5000,
+              "took %lld ms (heartbeat bound %lld ms)", (long long)took, (long long)bound);
+    char *err = NULL;
+    pt_file_read(DIR "/silent.err", &err, NULL, NULL);
+    CHECK_STR_CONTAINS(err, "agent w1 (stage 1, replica 0");
+    CHECK_STR_CONTAINS(err, "missed 8 heartbeats");
+    free(err);
+    for (int w = 0; w < n; w++)
+        CHECK_MSG(!alive(pids[w]), "agent w%d (pid %d) is still running", w, (int)pids[w]);
+}
+
+PT_TEST_MAIN({"kill_agent", test_kill_agent}, {"silent_agent", test_silent_agent})

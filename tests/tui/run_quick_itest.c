@@ -1,0 +1,170 @@
+/* The quick form of `pipetop run` (--stages/--schedule/--microbatches:
+ * profile here, plan, run) and its summary: the last JSON line carries the
+ * measured and predicted iteration time and, per stage replica, busy and
+ * bubble fractions and peak memory by category, the memory that does not
+ * depend on timing (weights, gradients, optimizer state) equal to the
+ * simulator's; the run record holds the plan, every metric and the summary.
+ * Also: Pipe-SGD over two replicas (its background all-reduce needs the
+ * replicas to swap a second endpoint) and PipeDream (whole programs of
+ * several iterations) run to the end. */
+#include <sys/stat.h>
+
+#include "tests/tui/run_util.h"
+
+#define TDIR   "run_quick_itest.d"
+#define RUN_MS 120000
+
+static double num(const cJSON *o, const char *k)
+{
+    const cJSON *v = o ? cJSON_GetObjectItem(o, k) : NULL;
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static void test_quick_summary(void)
+{
+    pt_mkdir_p(TDIR, NULL);
+    char model[1024];
+    snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
+    char *argv[] = {(char *)ru_bin("pipetop"),
+                    "run",
+                    "--stages",
+                    "2",
+                    "--schedule",
+                    "1f1b-flush",
+                    "--microbatches",
+                    "4",
+                    "--model",
+                    model,
+                    "--data",
+                    "synthetic",
+                    "--iters",
+                    "6",
+                    "--run-dir",
+                    TDIR "/q",
+                    "--json",
+                    NULL};
+    REQUIRE(ru_run(argv, TDIR "/q.out", TDIR "/q.err", RUN_MS) == 0);
+    cJSON *s = ru_last_json(TDIR "/q.out");
+    REQUIRE(s);
+    CHECK(!strcmp(cJSON_GetObjectItem(s, "event")->valuestring, "summary"));
+    CHECK(num(s, "measured_iteration_ms") > 0);
+    CHECK(num(s, "predicted_iteration_ms") > 0);
+    CHECK_NEAR(num(s, "relative_error"),
+               num(s, "measured_iteration_ms") / num(s, "predicted_iteration_ms") - 1, 1e-9);
+    CHECK(num(s, "steps_measured") == 5); /* the first of 6 is left out */
+    const cJSON *stages = cJSON_GetObjectItem(s, "stages");
+    REQUIRE(cJSON_GetArraySize(stages) == 2);
+    for (int i = 0; i < 2; i++) {
+        const cJSON *st = cJSON_GetArrayItem(stages, i);
+        CHECK(num(st, "stage") == i && num(st, "replica") == 0);
+        double busy = num(st, "busy"), bubble = num(st, "bubble");
+        CHECK(busy > 0 && busy <= 1);
+        CHECK_NEAR(busy + bubble, 1, 1e-9);
+        CHECK(num(st, "predicted_busy") > 0 && num(st, "predicted_busy") <= 1);
+        const cJSON *m = cJSON_GetObjectItem(st, "peak_memory");
+        const cJSON *p = cJSON_GetObjectItem(st, "predicted_peak_memory");
+        REQUIRE(m && p);
+        CHECK(num(m, "weights") > 0);
+        CHECK(num(m, "weights") == num(p, "weights"));
+        CHECK(num(m, "grads") == num(p, "grads"));
+        CHECK(num(m, "optim") == num(p, "optim"));
+        CHECK(num(m, "acts") > 0 && num(m, "total") >= num(m, "weights") + num(m, "acts"));
+    }
+    CHECK(num(cJSON_GetObjectItem(s, "telemetry"), "dropped") == 0);
+    cJSON_Delete(s);
+
+    /* the plan it made and the profile it measured are kept */
+    pt_error err = {0};
+    char *text = NULL;
+    CHECK(pt_file_read(TDIR "/q/plan.json", &text, NULL, &err) == 0);
+    CHECK_STR_CONTAINS(text, "1f1b-flush");
+    free(text);
+    struct stat sb;
+    CHECK(stat(TDIR "/q/profile.json", &sb) == 0);
+
+    /* the record: JSON lines; the plan, 6 x 2 metrics, the summary last */
+    REQUIRE(pt_file_read(TDIR "/q/run.ndjson", &text, NULL, &err) == 0);
+    int bad = 0, plans = 0, metrics = 0, summary_last = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        if (!j) {
+            bad++;
+            continue;
+        }
+        const char *kind = cJSON_GetObjectItem(j, "kind")->valuestring;
+        const cJSON *msg = cJSON_GetObjectItem(j, "msg");
+        plans += !strcmp(kind, "plan");
+        metrics += msg && !strcmp(cJSON_GetObjectItem(msg, "type")->valuestring, "metrics");
+        summary_last = !strcmp(kind, "summary");
+        cJSON_Delete(j);
+    }
+    free(text);
+    CHECK(bad == 0);
+    CHECK(plans == 1);
+    CHECK(metrics == 12);
+    CHECK(summary_last);
+}
+
+static void test_other_schedules(void)
+{
+    pt_mkdir_p(TDIR, NULL);
+    char model[1024];
+    snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
+    char *sgd[] = {(char *)ru_bin("pipetop"),
+                   "run",
+                   "--stages",
+                   "1",
+                   "--replicas",
+                   "2",
+                   "--planner",
+                   "pipesgd",
+                   "--schedule",
+                   "pipesgd",
+                   "--microbatches",
+                   "2",
+                   "--model",
+                   model,
+                   "--data",
+                   "synthetic",
+                   "--iters",
+                   "4",
+                   "--run-dir",
+                   TDIR "/sgd",
+                   "--json",
+                   NULL};
+    CHECK(ru_run(sgd, TDIR "/sgd.out", TDIR "/sgd.err", RUN_MS) == 0);
+    double loss[8];
+    int ordered = 0;
+    CHECK(ru_step_losses(TDIR "/sgd.out", 0, loss, 8, &ordered) == 4 && ordered);
+    cJSON *s = ru_last_json(TDIR "/sgd.out");
+    CHECK(s && cJSON_GetArraySize(cJSON_GetObjectItem(s, "stages")) == 2);
+    cJSON_Delete(s);
+
+    /* pipedream runs whole programs: 5 steps become a multiple of its windows */
+    char *pd[] = {(char *)ru_bin("pipetop"),
+                  "run",
+                  "--stages",
+                  "2",
+                  "--schedule",
+                  "pipedream",
+                  "--microbatches",
+                  "4",
+                  "--model",
+                  model,
+                  "--data",
+                  "synthetic",
+                  "--iters",
+                  "5",
+                  "--run-dir",
+                  TDIR "/pd",
+                  "--json",
+                  NULL};
+    CHECK(ru_run(pd, TDIR "/pd.out", TDIR "/pd.err", RUN_MS) == 0);
+    s = ru_last_json(TDIR "/pd.out");
+    double steps = num(s, "steps");
+    CHECK(steps >= 5 && steps < 5 + 16);
+    CHECK(ru_step_losses(TDIR "/pd.out", 0, loss, 8, &ordered) == (int)steps && ordered);
+    cJSON_Delete(s);
+}
+
+PT_TEST_MAIN({"quick_summary", test_quick_summary}, {"other_schedules", test_other_schedules})

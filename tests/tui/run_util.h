@@ -1,0 +1,182 @@
+/* Helpers for the `pipetop run` integration tests: run the real binaries
+ * with a bound, read their JSON lines and compare per-layer checkpoints. */
+#ifndef PT_TESTS_TUI_RUN_UTIL_H
+#define PT_TESTS_TUI_RUN_UTIL_H
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "protocol/fileio.h"
+#include "runtime/checkpoint.h"
+#include "tests/test.h"
+
+#define RU_NS_PER_MS 1000000LL
+
+static inline int64_t ru_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / RU_NS_PER_MS;
+}
+
+static inline const char *ru_bin(const char *name)
+{
+    static char buf[4][1024];
+    static int slot;
+    char *out = buf[slot++ % 4];
+    const char *dir = getenv("PT_BUILD_DIR");
+    snprintf(out, sizeof buf[0], "%s/%s", dir ? dir : ".", name);
+    return out;
+}
+
+/* Starts argv (argv[0] a path) with stdout and stderr into files. */
+static inline pid_t ru_start(char *const argv[], const char *out, const char *err)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (o >= 0)
+            dup2(o, STDOUT_FILENO);
+        if (e >= 0)
+            dup2(e, STDERR_FILENO);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Exit status within ms (128 + signal when killed by one; -1: still running
+ * after ms, then killed). *took_ms (may be NULL) gets the wait. */
+static inline int ru_wait(pid_t pid, int ms, int64_t *took_ms)
+{
+    int64_t t0 = ru_now_ms();
+    int st;
+    while (ru_now_ms() - t0 < ms) {
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            if (took_ms)
+                *took_ms = ru_now_ms() - t0;
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        }
+        struct timespec ts = {0, 10 * RU_NS_PER_MS};
+        nanosleep(&ts, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+}
+
+static inline int ru_run(char *const argv[], const char *out, const char *err, int ms)
+{
+    return ru_wait(ru_start(argv, out, err), ms, NULL);
+}
+
+/* The last line of a file parsed as JSON (NULL if none). */
+static inline cJSON *ru_last_json(const char *path)
+{
+    char *text = NULL;
+    if (pt_file_read(path, &text, NULL, NULL) < 0)
+        return NULL;
+    size_t n = strlen(text);
+    while (n > 0 && text[n - 1] == '\n')
+        text[--n] = '\0';
+    char *line = strrchr(text, '\n');
+    cJSON *j = cJSON_Parse(line ? line + 1 : text);
+    free(text);
+    return j;
+}
+
+/* Losses of the {"event":"step"} lines: loss[step - first] for steps in
+ * [first, first + cap); returns how many lines there were, and sets
+ * *in_order to whether their steps were first, first+1, ... */
+static inline int ru_step_losses(const char *path, int64_t first, double *loss, int cap,
+                                 int *in_order)
+{
+    char *text = NULL;
+    *in_order = 1;
+    if (pt_file_read(path, &text, NULL, NULL) < 0)
+        return 0;
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *ev = j ? cJSON_GetObjectItem(j, "event") : NULL;
+        if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "step")) {
+            int64_t step = (int64_t)cJSON_GetObjectItem(j, "step")->valuedouble;
+            if (step != first + n)
+                *in_order = 0;
+            if (step >= first && step < first + cap)
+                loss[step - first] = cJSON_GetObjectItem(j, "loss")->valuedouble;
+            n++;
+        }
+        cJSON_Delete(j);
+    }
+    free(text);
+    return n;
+}
+
+/* Largest per-tensor relative L2 difference between two checkpoint
+ * folders over every tensor of a (weights and optimizer state), or -1 when
+ * a tensor is missing or unreadable (CRC, size). *tensors counts them. */
+static inline double ru_ckpt_diff(const char *a, const char *b, int *tensors)
+{
+    pt_ckpt_index *ia = NULL, *ib = NULL;
+    pt_error err = {0};
+    double worst = -1;
+    *tensors = 0;
+    if (pt_ckpt_index_load(a, &ia, &err) < 0 || pt_ckpt_index_load(b, &ib, &err) < 0) {
+        fprintf(stderr, "ru_ckpt_diff: %s\n", err.msg);
+        goto done;
+    }
+    worst = 0;
+    for (int l = 0; l < ia->layer_count; l++) {
+        const pt_ckpt_layer *la = &ia->layers[l];
+        const pt_ckpt_layer *lb = pt_ckpt_index_find(ib, la->index);
+        for (int t = 0; t < la->tensor_count; t++) {
+            const pt_ckpt_tensor *ta = &la->tensors[t];
+            const pt_ckpt_tensor *tb = lb ? pt_ckpt_layer_tensor(lb, ta->name) : NULL;
+            if (!tb || tb->count != ta->count) {
+                worst = -1;
+                goto done;
+            }
+            float *x = malloc((size_t)ta->count * sizeof(float));
+            float *y = malloc((size_t)ta->count * sizeof(float));
+            if (!x || !y || pt_ckpt_read_tensor(a, ta, x, &err) < 0 ||
+                pt_ckpt_read_tensor(b, tb, y, &err) < 0) {
+                fprintf(stderr, "ru_ckpt_diff: %s\n", err.msg);
+                free(x);
+                free(y);
+                worst = -1;
+                goto done;
+            }
+            double num = 0, den = 0;
+            for (int64_t i = 0; i < ta->count; i++) {
+                num += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+                den += (double)y[i] * y[i];
+            }
+            double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+            if (rel > worst)
+                worst = rel;
+            (*tensors)++;
+            free(x);
+            free(y);
+        }
+    }
+done:
+    pt_ckpt_index_free(&ia);
+    pt_ckpt_index_free(&ib);
+    return worst;
+}
+
+#endif
