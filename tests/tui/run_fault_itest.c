@@ -61,7 +61,7 @@ static int alive(pid_t pid)
 
 static void test_kill_agent(void)
 {
-    pt_mkdir_p(DIR, NULL);
+    ru_fresh_dir(DIR);
     char model[1024], plan[1024];
     snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
     snprintf(plan, sizeof plan, "%s", pt_test_path("tests/data/run/plan-b.json"));
@@ -122,8 +122,8 @@ static void test_kill_agent(void)
     CHECK_STR_CONTAINS(err, "last checkpoint");
     free(err);
     cJSON *last = ru_last_json(DIR "/run.out");
-    CHECK(last && !strcmp(cJSON_GetObjectItem(last, "event")->valuestring, "failed"));
-    CHECK_STR_CONTAINS(last ? cJSON_GetObjectItem(last, "reason")->valuestring : NULL, "w2");
+    CHECK(last && !strcmp(ru_str(last, "event"), "failed"));
+    CHECK_STR_CONTAINS(ru_str(last, "reason"), "w2");
     cJSON_Delete(last);
 
     /* nobody left behind, and the others left because the console said so */
@@ -182,6 +182,7 @@ static void test_kill_agent(void)
 static void test_silent_agent(void)
 {
     pt_mkdir_p(DIR, NULL);
+    ru_fresh_dir(DIR "/silent");
     char model[1024], plan[1024];
     snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
     snprintf(plan, sizeof plan, "%s", pt_test_path("tests/data/run/plan-a.json"));

@@ -22,7 +22,7 @@ static double num(const cJSON *o, const char *k)
 
 static void test_quick_summary(void)
 {
-    pt_mkdir_p(TDIR, NULL);
+    ru_fresh_dir(TDIR);
     char model[1024];
     snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
     char *argv[] = {(char *)ru_bin("pipetop"),
@@ -46,7 +46,7 @@ static void test_quick_summary(void)
     REQUIRE(ru_run(argv, TDIR "/q.out", TDIR "/q.err", RUN_MS) == 0);
     cJSON *s = ru_last_json(TDIR "/q.out");
     REQUIRE(s);
-    CHECK(!strcmp(cJSON_GetObjectItem(s, "event")->valuestring, "summary"));
+    CHECK(!strcmp(ru_str(s, "event"), "summary"));
     CHECK(num(s, "measured_iteration_ms") > 0);
     CHECK(num(s, "predicted_iteration_ms") > 0);
     CHECK_NEAR(num(s, "relative_error"),

@@ -63,14 +63,14 @@ static void refused(const char *name, const char *plan, const char *topology, co
     free(text);
     CHECK_MSG(agent_logs(rd) == 0, "%s: agents were started", name);
     cJSON *last = ru_last_json(out);
-    CHECK(last && !strcmp(cJSON_GetObjectItem(last, "event")->valuestring, "failed"));
-    CHECK_STR_CONTAINS(last ? cJSON_GetObjectItem(last, "reason")->valuestring : NULL, reason);
+    CHECK(last && !strcmp(ru_str(last, "event"), "failed"));
+    CHECK_STR_CONTAINS(ru_str(last, "reason"), reason);
     cJSON_Delete(last);
 }
 
 static void test_refusals(void)
 {
-    pt_mkdir_p(TDIR, NULL);
+    ru_fresh_dir(TDIR);
     char model[1024];
     snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
     char *prof[] = {

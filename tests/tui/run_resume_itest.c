@@ -66,7 +66,7 @@ static int run_plan(const char *plan, const char *iters, const char *ckdir, cons
 
 static void test_resume_under_new_plan(void)
 {
-    pt_mkdir_p(DIR, NULL);
+    ru_fresh_dir(DIR);
     char *prof[] = {
         (char *)ru_bin("pipetop"), "profile",   "--model", model(), "--batch", "16", "--out",
         DIR "/profile.json",       "--repeats", "2",       NULL};
@@ -95,7 +95,7 @@ static void test_resume_under_new_plan(void)
 
     cJSON *sb = ru_last_json(DIR "/b.out");
     REQUIRE(sb);
-    CHECK(!strcmp(cJSON_GetObjectItem(sb, "event")->valuestring, "summary"));
+    CHECK(!strcmp(ru_str(sb, "event"), "summary"));
     CHECK(cJSON_GetObjectItem(sb, "first_step")->valuedouble == STEPS_A);
     CHECK(cJSON_GetObjectItem(sb, "checkpoint_step")->valuedouble == STEPS_ALL);
     CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(sb, "stages")) == 4); /* plan B's replicas */

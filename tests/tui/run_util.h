@@ -39,6 +39,24 @@ static inline const char *ru_bin(const char *name)
     return out;
 }
 
+/* Removes a test's scratch folder from an earlier run (tests must not see
+ * the checkpoints of the last one). */
+static inline void ru_fresh_dir(const char *dir)
+{
+    char cmd[1100];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", dir);
+    pt_mkdir_p(dir, NULL);
+}
+
+/* The string member k of o, or "" (never NULL). */
+static inline const char *ru_str(const cJSON *o, const char *k)
+{
+    const cJSON *v = o ? cJSON_GetObjectItem(o, k) : NULL;
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
 /* Starts argv (argv[0] a path) with stdout and stderr into files. */
 static inline pid_t ru_start(char *const argv[], const char *out, const char *err)
 {
