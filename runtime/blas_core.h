@@ -16,10 +16,13 @@
  * already set, the fix-up is off, or the CPU has neither). */
 const char *pt_blas_better_core(void);
 
-/* For main(): when pt_blas_better_core() is not NULL, sets OPENBLAS_CORETYPE
- * and re-executes /proc/self/exe with argv (never returns on success).
- * Returns 0 when nothing needed doing, or -1 when the exec failed (the
- * program goes on with the slow kernels). Call before any thread starts. */
+/* When pt_blas_better_core() is not NULL, sets OPENBLAS_CORETYPE and
+ * re-executes the whole process (/proc/self/exe) with argv, or with the
+ * process's own command line from /proc/self/cmdline when argv is NULL (for
+ * sub-commands that no longer hold main's argv). Never returns on success:
+ * the program starts again from main with the same arguments. Returns 0 when
+ * nothing needed doing, or -1 when the exec failed (the program goes on with
+ * the slow kernels). Call before any thread starts and before any output. */
 int pt_blas_fixup_core(char **argv);
 
 /* The core OpenBLAS is using ("SkylakeX", "Prescott", ...); never NULL. */
