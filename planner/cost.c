@@ -257,9 +257,13 @@ int pt_cost_weight_versions(pt_sched_kind kind, int vertical_sync, int S, int i)
 {
     switch (kind) {
     case PT_SCHED_PIPEDREAM:
-        /* with vertical sync the first S micro-batches all read version 0, so while
-         * they pass stage i it also keeps versions 1..i for the micro-batches after them */
-        return vertical_sync ? S + 1 : S - i + 1;
+        /* With vertical sync micro-batch k reads version k-S+1 on every stage. Stage 0
+         * reads its newest version, as without vertical sync: S stashes + the live
+         * weights. Stage i > 0 holds its S-i stashes, the live weights and the kept
+         * versions between the oldest one still to be read and the newest: S-i+1 +
+         * (i-1) = S arrays, because the forward that reads a kept version last takes
+         * that array over as its stash instead of copying it (as the runtime does). */
+        return vertical_sync && i > 0 ? S : S - i + 1;
     case PT_SCHED_2BW:
         return 2;
     default:
@@ -273,16 +277,17 @@ void pt_cost_stage_memory(const pt_cost *c, const pt_mem_query *q, pt_mem *out)
     int64_t P = pt_cost_param_bytes(c, q->first, q->last);
     int64_t in_b = pt_cost_boundary_bytes(c, q->first, q->rows);
     int64_t out_b = pt_cost_boundary_bytes(c, q->last, q->rows);
+    int64_t not_first = q->stage > 0, not_last = q->stage + 1 < q->stage_count;
     int64_t act_b = pt_cost_act_bytes(c, q->first, q->last, q->rows);
     int K = pt_cost_inflight(q->kind, q->policy, q->stage_count, q->stage, q->microbatches);
     int V = pt_cost_weight_versions(q->kind, q->vertical_sync, q->stage_count, q->stage);
     out->bytes[PT_MEM_WEIGHTS] = P;
     out->bytes[PT_MEM_GRADS] = q->kind == PT_SCHED_PIPESGD ? 2 * P : P;
     out->bytes[PT_MEM_OPTIM] = pt_cost_optim_state_factor(q->optim) * P;
-    out->bytes[PT_MEM_ACTS] = q->recompute ? K * in_b + act_b : K * (in_b + act_b);
+    out->bytes[PT_MEM_ACTS] =
+        q->recompute ? K * (in_b + out_b) + (act_b - out_b) : K * (in_b + act_b);
     out->bytes[PT_MEM_STASH] = (int64_t)(V - 1) * P;
-    out->bytes[PT_MEM_COMM] =
-        (q->stage > 0 ? in_b : 0) + (q->stage + 1 < q->stage_count ? out_b : 0);
+    out->bytes[PT_MEM_COMM] = not_first * 2 * in_b + not_last * out_b;
     for (int k = 0; k < PT_MEM_KIND_COUNT; k++)
         out->total += out->bytes[k];
 }

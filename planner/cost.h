@@ -24,11 +24,19 @@
  *           next accumulates);
  *   optimizer state = state_factor * P (sgd with momentum 1, adam 2);
  *   activations = K * (in_b + act_b), or with recomputation
- *                 K * in_b + act_b (stage inputs kept, one micro-batch whole);
- *   buffers = receive buffers: in_b (if not the first stage) + out_b (if not
- *             the last: the incoming gradient).
+ *                 K * (in_b + out_b) + (act_b - out_b): every micro-batch in
+ *                 flight keeps the stage's input and output (the runtime's
+ *                 slot holds the output until the backward), the inner
+ *                 layers' outputs exist for one micro-batch at a time;
+ *   buffers = in_b for received activations and in_b for the input gradient
+ *             waiting to be sent (if not the first stage) + out_b for the
+ *             received output gradient (if not the last).
  * The simulator tracks the same quantities event by event; its peaks equal
- * this model's figures (tests/planner/cost_test.c). */
+ * this model's figures (tests/planner/cost_test.c). With a profile that
+ * gives a model's real byte sizes, the runtime's arenas measure exactly these
+ * figures, except that the activations also hold the backward scratch (fixed
+ * at create) and, on the last stage, each in-flight micro-batch's labels
+ * (tests/runtime/memory_predict_test.c). */
 #ifndef PT_PLANNER_COST_H
 #define PT_PLANNER_COST_H
 
@@ -113,10 +121,12 @@ int pt_cost_optim_state_factor(pt_optim_kind optim);
  * (pipedream: S-i, its run is unbounded); dapple B min(2(S-i)-1, M). */
 int pt_cost_inflight(pt_sched_kind kind, char policy, int S, int i, int M);
 /* Weight versions stage i holds at once (live + stashed): pipedream S-i+1
- * (one stash per in-flight micro-batch plus the live weights; with vertical
- * sync every stage holds S+1: during warm-up stage i stashes S-i micro-batches
- * that read version 0 while it keeps versions 0..i for the ones still to
- * come), 2bw 2, others 1. Assumes the run has at least S micro-batches. */
+ * (one stash per in-flight micro-batch plus the live weights); with vertical
+ * sync S+1 on stage 0 and S on every later stage (stage i also keeps the
+ * versions its coming micro-batches entered the pipeline with, but the
+ * forward that reads a kept version last takes it over as its stash rather
+ * than copying it, as the runtime does); 2bw 2, others 1. Assumes the run has
+ * at least S micro-batches. */
 int pt_cost_weight_versions(pt_sched_kind kind, int vertical_sync, int S, int i);
 
 /* What the analytic memory model needs about one stage replica. */

@@ -10,7 +10,13 @@
  * S-i+1 versions. Without vertical sync a micro-batch reads, on each stage,
  * the newest version there when its forward starts. With vertical sync it
  * reads on every stage the version that was newest on stage 0 when it entered
- * the pipeline (PipeDream's public runtime never implemented this). */
+ * the pipeline (PipeDream's public runtime never implemented this).
+ *
+ * Every backward is followed by its step, so a run applies every gradient it
+ * computes before it ends. A run starts from one version (the weights the
+ * previous run left), so programs run back to back are PipeDream with a
+ * flush every window_count windows: the first micro-batches of a run read
+ * those weights, not versions stashed in the previous run. */
 #include "planner/sched_gen.h"
 
 /* Version the forward of micro-batch k reads on a stage that admits K:

@@ -6,7 +6,16 @@
  * version t+2 = version t+1 - lr * g(version t), i.e. w(t+1) = w(t) -
  * lr * g(w(t-1)), one step of staleness. Versions 0 and 1 both hold the
  * initial weights. Usually a single replicated stage (data parallelism); any
- * plan works, and an unreplicated stage keeps the same one-step staleness. */
+ * plan works, and an unreplicated stage keeps the same one-step staleness.
+ *
+ * Drain: after the last window T-1 the program waits for its all-reduce and
+ * applies it (version T+1 = version T - lr * g(version T-1)), so every
+ * gradient a run computes is applied before the run ends and nothing is left
+ * in flight between runs. A run therefore covers T windows of the recursion
+ * above and ends flushed; the next run starts with versions 0 and 1 both
+ * equal to the weights this one produced, so its first window's gradient is
+ * not stale: a program run back to back is Pipe-SGD with a flush every
+ * window_count windows (as 2BW's and PipeDream's programs are). */
 #include "planner/sched_gen.h"
 
 int pt_sched_gen_pipesgd(pt_program *p, pt_error *err)
@@ -37,6 +46,11 @@ int pt_sched_gen_pipesgd(pt_program *p, pt_error *err)
                            (rc = pt_sched_gen_opt(p, w, base - M, base, t + 1)) < 0))
                 return rc;
         }
+        /* the drain: the last window's gradients, applied before the run ends */
+        int last = (T - 1) * M;
+        if ((rc = pt_sched_gen_ar_wait(p, w, last, last + M, T - 1)) < 0 ||
+            (rc = pt_sched_gen_opt(p, w, last, last + M, T + 1)) < 0)
+            return rc;
         pt_sched_gen_end(p, w);
     }
     return 0;

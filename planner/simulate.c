@@ -15,7 +15,7 @@ typedef struct wstate {
     double ready, comp_free, comm_free;
     /* durations and sizes for the worker's own rows */
     double t_fwd, t_bwd, t_rec, t_opt;
-    int64_t P, in_b, act_b;
+    int64_t P, in_b, out_b, act_b;
     int rows;
     /* memory */
     int64_t cur[PT_MEM_KIND_COUNT], cur_total;
@@ -208,6 +208,19 @@ static void after_read(const pt_program *p, pt_sim *sim, wstate *st, int i, int 
         kill_version(p, st, sim->alive + st->ver_off, v);
 }
 
+/* A stashing FWD (op i) reading version v takes v's array over instead of
+ * copying it (the runtime's rule) when it is v's last reader and v is held in
+ * a kept array of its own: not the newest (the live weights) and, for the
+ * initial versions, which share one array, the only one still alive. */
+static int takes_over(const pt_program *p, const pt_sim *sim, const wstate *st, int i, int v)
+{
+    if (sim->last_read[st->ver_off + v] != i || !sim->alive[st->ver_off + v])
+        return 0;
+    if (v >= p->initial_versions)
+        return v != st->newest;
+    return st->newest >= p->initial_versions && st->init_alive == 1;
+}
+
 static void init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, int w)
 {
     const pt_worker *x = &p->workers[w];
@@ -223,14 +236,16 @@ static void init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, i
     st->P = pt_cost_param_bytes(cost, x->first, x->last);
     st->t_opt = pt_cost_opt_step_s(cost, st->P, p->optim, x->device);
     st->in_b = pt_cost_boundary_bytes(cost, x->first, rows);
+    st->out_b = pt_cost_boundary_bytes(cost, x->last, rows);
     st->act_b = pt_cost_act_bytes(cost, x->first, x->last, rows);
     memset(out, 0, sizeof *out);
     out->limit = pt_cost_topology(cost)->devices[x->device].memory_bytes;
     st->cur[PT_MEM_WEIGHTS] = st->P;
     st->cur[PT_MEM_OPTIM] = pt_cost_optim_state_factor(p->optim) * st->P;
+    /* received activations and the input gradient waiting to be sent (not the first
+     * stage), the received output gradient (not the last) */
     st->cur[PT_MEM_COMM] =
-        (x->stage > 0 ? st->in_b : 0) +
-        (x->stage + 1 < p->stage_count ? pt_cost_boundary_bytes(cost, x->last, rows) : 0);
+        (x->stage > 0 ? 2 * st->in_b : 0) + (x->stage + 1 < p->stage_count ? st->out_b : 0);
     /* one pass: version liveness (last op reading each version from the store),
      * the step covering each micro-batch, collective instances, event owners */
     int32_t *last = sim->last_read + st->ver_off;
@@ -295,19 +310,30 @@ static void mem_op(const pt_program *p, pt_sim *sim, int w, int i)
     const pt_worker *x = &p->workers[w];
     int rows = op->row_hi - op->row_lo;
     /* activations scale with the op's rows (the worker's own, in generated programs) */
-    int64_t in_b = rows == st->rows ? st->in_b : st->in_b * rows / (st->rows ? st->rows : 1);
-    int64_t act_b = rows == st->rows ? st->act_b : st->act_b * rows / (st->rows ? st->rows : 1);
+    int64_t div = st->rows ? st->rows : 1;
+    int64_t in_b = rows == st->rows ? st->in_b : st->in_b * rows / div;
+    int64_t act_b = rows == st->rows ? st->act_b : st->act_b * rows / div;
+    /* with recomputation a micro-batch keeps its input and its output (the stage's
+     * last layer's, which the runtime's slot holds until the backward) */
+    int64_t kept = x->recompute ? (rows == st->rows ? st->out_b : st->out_b * rows / div) : act_b;
     switch (op->kind) {
     case PT_OP_FWD:
-        st->cur[PT_MEM_ACTS] += in_b + (x->recompute ? 0 : act_b);
+        st->cur[PT_MEM_ACTS] += in_b + kept;
         st->inflight++;
-        if (op->flags & PT_OPF_STASH)
+        if (op->flags & PT_OPF_STASH) {
+            if (takes_over(p, sim, st, i, op->version)) {
+                kill_version(p, st, sim->alive + st->ver_off, op->version);
+                st->stash++;
+                mem_note(out, st);
+                break;
+            }
             st->stash++;
+        }
         mem_note(out, st);
         after_read(p, sim, st, i, op->version);
         break;
     case PT_OP_RECOMPUTE:
-        st->cur[PT_MEM_ACTS] += act_b;
+        st->cur[PT_MEM_ACTS] += act_b - kept;
         mem_note(out, st);
         if (!(op->flags & PT_OPF_STASH))
             after_read(p, sim, st, i, op->version);

@@ -23,16 +23,19 @@
  * different pairs of workers is not modelled.
  *
  * Memory is tracked per worker by the events, in program order: weights,
- * optimizer state and receive buffers are fixed; activations are allocated by
- * FWD (only the stage input with recomputation; RECOMPUTE adds the rest) and
- * freed by BWD; a gradient buffer is held from the first BWD accumulating
- * into it until the OPT_STEP that applies it (two at once in pipesgd: the
- * delayed gradient and the accumulating one); weight versions held = one
- * stash per in-flight micro-batch whose FWD has PT_OPF_STASH, plus the
- * versions a later op on that worker still reads, plus the newest one (an
+ * optimizer state and message buffers are fixed; activations are allocated
+ * by FWD (only the stage input and output with recomputation; RECOMPUTE adds
+ * the rest) and freed by BWD; a gradient buffer is held from the first BWD
+ * accumulating into it until the OPT_STEP that applies it (two at once in
+ * pipesgd: the delayed gradient and the accumulating one); weight versions
+ * held = one stash per in-flight micro-batch whose FWD has PT_OPF_STASH, plus
+ * the versions a later op on that worker still reads, plus the newest one (an
  * OPT_STEP updates in place when nothing reads the old newest version any
- * more; versions 0..initial_versions-1 share one buffer). The analytic model
- * of cost.h gives the same peaks. */
+ * more; versions 0..initial_versions-1 share one buffer; a stashing FWD that
+ * is the last reader of a kept version takes that array over instead of
+ * copying it). These are the runtime's rules (runtime/executor.h), so the
+ * peaks are what its arenas measure; the analytic model of cost.h gives the
+ * same peaks. */
 #ifndef PT_PLANNER_SIMULATE_H
 #define PT_PLANNER_SIMULATE_H
 

@@ -501,8 +501,8 @@ int pt_exec_run(pt_exec *ex, int64_t iteration_base, pt_exec_result *res, pt_err
             ex->cfg.on_op(ex->cfg.user, &ev);
         }
     }
-    /* all-reduces no AR_WAIT waits for (Pipe-SGD's last window): finish them so
-     * the replicas stay in step, and drop their gradients */
+    /* all-reduces no AR_WAIT waits for (hand-written programs; generated ones drain): finish them
+     * so the replicas stay in step, and drop their gradients */
     while (ex->fifo_n > 0) {
         int rc = ar_wait_oldest(ex, err);
         if (rc < 0)

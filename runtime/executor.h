@@ -48,8 +48,8 @@
  * 0..initial_versions-1 equal to the net's current parameters, so running an
  * asynchronous program again continues training after a drain. Optimizer
  * state and step counts carry over. Gradients of micro-batches that no
- * OPT_STEP of the program covers (Pipe-SGD's last window) are all-reduced as
- * the program says and then dropped.
+ * OPT_STEP of the program covers are all-reduced as the program says and then
+ * dropped (generated programs have none: Pipe-SGD's drains its last window).
  *
  * Memory. Activations are the net's (PT_MEM_ACTS, one slot per micro-batch in
  * flight), stashed and kept weight versions PT_MEM_STASH, extra gradient

@@ -41,6 +41,7 @@ static int dev(int layout, int d, int w, int s, int p)
 static double objective(const pt_cost *cost, const pt_topology *t, const int *cuts, int d, int w,
                         int layout, int b, int M, int rec)
 {
+    (void)t; /* same signature as fits() */
     const pt_profile *pr = pt_cost_profile(cost);
     double step = 0, tail = 0;
     int rows = (b + w - 1) / w;

@@ -228,23 +228,96 @@ static void test_2bw_and_pipesgd_versions(void)
     REQUIRE(build(PT_SCHED_PIPESGD, 3, 4, reps, 0, 0, 'A', 4, &prog, &err) == 0);
     for (int w = 0; w < prog.worker_count; w++) {
         int r = prog.workers[w].replica_count;
-        CHECK(fx_count(&prog, w, PT_OP_OPT_STEP) == 3);
+        /* every window's gradients are applied: the last one by the drain */
+        CHECK(fx_count(&prog, w, PT_OP_OPT_STEP) == 4);
         CHECK(fx_count(&prog, w, PT_OP_ALLREDUCE) == (r > 1 ? 4 : 0));
-        CHECK(fx_count(&prog, w, PT_OP_AR_WAIT) == (r > 1 ? 3 : 0));
+        CHECK(fx_count(&prog, w, PT_OP_AR_WAIT) == (r > 1 ? 4 : 0));
         for (int k = prog.workers[w].op_begin; k < prog.workers[w].op_end; k++) {
             const pt_op *op = &prog.ops[k];
             if (op->kind == PT_OP_ALLREDUCE)
                 CHECK(op->flags & PT_OPF_ASYNC);
             if (op->kind == PT_OP_OPT_STEP) {
-                int t = op->mb / 4 + 1; /* applied at the end of window t */
-                CHECK(op->version == t + 1);
+                int u = op->mb / 4; /* the window whose gradients it applies */
+                CHECK(op->mb == u * 4 && op->mb_end == u * 4 + 4);
+                CHECK(op->version == u + 2); /* w(t+1) = w(t) - lr g(w(t-1)) */
                 if (r > 1)
                     CHECK(prog.ops[k - 1].kind == PT_OP_AR_WAIT);
-                /* the step comes after window t's backwards: one step stale */
-                CHECK(fx_find(&prog, w, PT_OP_BWD, t * 4 + 3) < k);
+                if (u + 1 < 4) {
+                    /* applied after window u+1's backwards: one step stale */
+                    CHECK(fx_find(&prog, w, PT_OP_BWD, u * 4 + 7) < k);
+                    CHECK(fx_find(&prog, w, PT_OP_FWD, u * 4 + 8) > k || u + 2 >= 4);
+                } else {
+                    /* the drain: the worker's last op, after the last backward */
+                    CHECK(k == prog.workers[w].op_end - 1);
+                    CHECK(fx_find(&prog, w, PT_OP_BWD, 15) < k);
+                }
             }
         }
     }
+    pt_program_release(&prog);
+}
+
+/* Every generated program applies every gradient it computes before it ends:
+ * per worker, each micro-batch's BWD is covered by exactly one OPT_STEP after
+ * it, every asynchronous all-reduce is waited for, and the worker's last
+ * compute op is an OPT_STEP. So a program run back to back leaves nothing in
+ * flight between runs (Pipe-SGD's drain, 2BW's and PipeDream's last steps). */
+static void test_every_gradient_applied(void)
+{
+    pt_program prog = {0};
+    int checked = 0;
+    for (int kind = 0; kind < PT_SCHED_KIND_COUNT; kind++)
+        for (int S = 1; S <= 4; S++)
+            for (int M = 1; M <= 6; M += (M < 3 ? 1 : 3))
+                for (int pat = 0; pat < N_PATTERNS; pat++)
+                    for (int windows = 0; windows <= 3; windows += 3) {
+                        if (kind == PT_SCHED_2BW && M < S)
+                            continue;
+                        pt_error err = {0};
+                        int sync = pt_sched_info_of((pt_sched_kind)kind)->synchronous;
+                        REQUIRE(build((pt_sched_kind)kind, S, M, rep_patterns[pat], pat & 1,
+                                      pat & 2, 'A', sync ? 0 : windows, &prog, &err) == 0);
+                        int *cover = calloc((size_t)prog.mb_count, sizeof *cover);
+                        int *bwd_at = malloc((size_t)prog.mb_count * sizeof *bwd_at);
+                        for (int w = 0; w < prog.worker_count; w++) {
+                            const pt_worker *x = &prog.workers[w];
+                            int async = 0, waits = 0, last_compute = -1;
+                            for (int m = 0; m < prog.mb_count; m++) {
+                                cover[m] = 0;
+                                bwd_at[m] = -1;
+                            }
+                            for (int k = x->op_begin; k < x->op_end; k++) {
+                                const pt_op *op = &prog.ops[k];
+                                if (op->kind == PT_OP_BWD)
+                                    bwd_at[op->mb] = k;
+                                if (op->kind == PT_OP_ALLREDUCE && (op->flags & PT_OPF_ASYNC))
+                                    async++;
+                                waits += op->kind == PT_OP_AR_WAIT;
+                                if (op->kind == PT_OP_FWD || op->kind == PT_OP_BWD ||
+                                    op->kind == PT_OP_RECOMPUTE || op->kind == PT_OP_OPT_STEP)
+                                    last_compute = k;
+                                if (op->kind != PT_OP_OPT_STEP)
+                                    continue;
+                                for (int m = op->mb; m < op->mb_end; m++) {
+                                    cover[m]++;
+                                    CHECK(bwd_at[m] >= 0 && bwd_at[m] < k);
+                                }
+                            }
+                            for (int m = 0; m < prog.mb_count; m++)
+                                CHECK_MSG(cover[m] == 1,
+                                          "%s S %d M %d pat %d w %d: mb %d applied %d "
+                                          "times",
+                                          pt_sched_info_of((pt_sched_kind)kind)->name, S, M, pat, w,
+                                          m, cover[m]);
+                            CHECK(async == waits);
+                            CHECK(last_compute >= 0 &&
+                                  prog.ops[last_compute].kind == PT_OP_OPT_STEP);
+                            checked++;
+                        }
+                        free(cover);
+                        free(bwd_at);
+                    }
+    CHECK(checked > 300);
     pt_program_release(&prog);
 }
 
@@ -415,5 +488,6 @@ PT_TEST_MAIN({"all_generated_programs_validate", test_all_generated_programs_val
              {"warmup_counts", test_warmup_counts}, {"split_concat_rows", test_split_concat_rows},
              {"pipedream_versions", test_pipedream_versions},
              {"2bw_and_pipesgd_versions", test_2bw_and_pipesgd_versions},
+             {"every_gradient_applied", test_every_gradient_applied},
              {"recompute_and_registry", test_recompute_and_registry},
              {"validator_catches", test_validator_catches})

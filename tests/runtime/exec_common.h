@@ -5,7 +5,7 @@
  *   ref_sync       single-device training on the whole global batch
  *                  (what gpipe, dapple and 1f1b-flush must equal);
  *   ref_stale      W(t+1) = W(t) - lr * grad f(W(t-1)) on whole global batches
- *                  (2BW; Pipe-SGD, which applies one window less);
+ *                  (2BW; Pipe-SGD);
  *   ref_pipedream  PipeDream's update order: stage i applies micro-batch k's
  *                  gradient as its (k+1)-th update, and micro-batch k reads on
  *                  stage i the weights after k - K_i + 1 updates, K_i = S - i
@@ -324,8 +324,8 @@ static inline void ec_ref_sync(const pt_model_spec *spec, const pt_dataset *ds, 
 
 /* One step of staleness over T windows: V0 = V1 = init, window t's gradient
  * at V(t) gives V(t+2) = step(V(t+1)); `applied` of the windows' gradients
- * are applied (T for 2BW, T-1 for Pipe-SGD, whose last all-reduce is never
- * waited for). out = the newest version. */
+ * are applied (T for 2BW and Pipe-SGD, whose programs apply every window's
+ * gradients before they end). out = the newest version. */
 static inline void ec_ref_stale(const pt_model_spec *spec, const pt_dataset *ds, int64_t B, int T,
                                 int applied, pt_optim_kind ok, ec_weights *out)
 {
