@@ -1,0 +1,61 @@
+/* Fuzz harness for run records (tui/replay.h), libFuzzer or replay_main.c
+ * over the corpus. Properties, each an abort() when false: a refused input
+ * leaves no record and an error naming the source; an accepted one applies
+ * entry by entry to a store without harm, the store never holds more events
+ * than the record's event messages carry, and every span it keeps ends no
+ * earlier than it starts. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tui/replay.h"
+#include "tui/store.h"
+
+#define FUZZ_RING 64 /* small, so the ring wraps */
+
+static void fail(const char *what)
+{
+    fprintf(stderr, "fuzz_record: %s\n", what);
+    abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    pt_record *rec = NULL;
+    pt_error err = {0};
+    int rc = pt_record_parse((const char *)data, size, "fuzz", &rec, &err);
+    if (rc < 0) {
+        if (rec)
+            fail("a refused record was returned");
+        if (strncmp(err.msg, "fuzz", 4) != 0)
+            fail("the error does not name the source");
+        return 0;
+    }
+    pt_store *store = NULL;
+    if (pt_store_new(FUZZ_RING, &store) < 0) {
+        pt_record_free(&rec);
+        return 0;
+    }
+    for (int64_t i = 0; i < pt_record_count(rec); i++)
+        pt_record_apply(rec, i, store);
+    pt_record_summary sum;
+    pt_record_summarize(rec, &sum);
+    pt_store_counts c;
+    pt_store_counts_get(store, &c);
+    if ((int64_t)c.events > sum.events)
+        fail("the store counted more events than the record holds");
+    pt_tline tl;
+    memset(&tl, 0, sizeof tl);
+    if (pt_store_timeline(store, INT64_MIN, INT64_MAX, 0, &tl, NULL) == 0) {
+        if (tl.count > FUZZ_RING)
+            fail("the timeline holds more spans than the ring");
+        for (int64_t i = 0; i < tl.count; i++)
+            if (tl.spans[i].end < tl.spans[i].start)
+                fail("a span ends before it starts");
+    }
+    pt_tline_release(&tl);
+    pt_store_free(&store);
+    pt_record_free(&rec);
+    return 0;
+}
