@@ -9,6 +9,9 @@
 #include "tui/ui.h"
 
 #define AXIS_COLS 9 /* "12345.6 " left of a graph */
+/* A reference level above this many times the largest measured value is
+ * named instead of drawn. */
+#define REF_SCALE_MAX 3.0
 
 /* Glyph per memory category (weights, grads, optim, acts, stash, comm). */
 static const char mem_glyph[PT_MSG_MEM_COUNT] = {'w', 'g', 'o', 'a', 's', 'c'};
@@ -48,7 +51,10 @@ static void graph(pt_ui *ui, const pt_rect *r, const char *title, step_value f, 
         lo = fmin(lo, v);
         hi = fmax(hi, v);
     }
-    if (ref > 0) {
+    /* a prediction far above what was measured would flatten the measured
+     * columns: then it is named in the footer instead of drawn */
+    int ref_off = ref > 0 && isfinite(hi) && ref > REF_SCALE_MAX * hi;
+    if (ref > 0 && !ref_off) {
         lo = fmin(lo, ref);
         hi = fmax(hi, ref);
     }
@@ -62,7 +68,7 @@ static void graph(pt_ui *ui, const pt_rect *r, const char *title, step_value f, 
         hi = lo + (fabs(lo) > 0 ? fabs(lo) * 0.1 : 1);
     pt_ui_text(in.y, in.x, AXIS_COLS, ui->attr[PT_THEME_DIM], 1, "%8.4g", hi);
     pt_ui_text(in.y + h - 1, in.x, AXIS_COLS, ui->attr[PT_THEME_DIM], 1, "%8.4g", lo);
-    if (ref > 0) {
+    if (ref > 0 && !ref_off) {
         int ry = in.y + h - 1 - (int)lround((ref - lo) / (hi - lo) * (h - 1));
         attron(ui->attr[PT_THEME_PREDICTED]);
         for (int c = 0; c < w; c++)
@@ -94,9 +100,13 @@ static void graph(pt_ui *ui, const pt_rect *r, const char *title, step_value f, 
     }
     const pt_store_step *a = pt_store_step_at(ui->store, first),
                         *b = pt_store_step_at(ui->store, n - 1);
+    char refs[64] = "";
+    if (ref_off)
+        snprintf(refs, sizeof refs, "  pred %.4g off scale", ref);
+    else if (ref > 0)
+        snprintf(refs, sizeof refs, "  - pred %.4g", ref);
     pt_ui_text(in.y + h, in.x, in.w, ui->attr[PT_THEME_DIM], 1, "%*s step %lld .. %lld%s",
-               AXIS_COLS - 1, "", (long long)a->step, (long long)b->step,
-               ref > 0 ? "   - predicted" : "");
+               AXIS_COLS - 1, "", (long long)a->step, (long long)b->step, refs);
 }
 
 static void draw_busy(pt_ui *ui, const pt_rect *r)
