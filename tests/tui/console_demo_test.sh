@@ -25,8 +25,8 @@ tm_check "edit accepted" tm_wait 10 'boundary moved'
 tm_keys A
 tm_check "apply queued" tm_wait 10 'apply & restart: queued'
 tm_check "restarted as generation 2" tm_wait 120 'generation 2 resumes at step [0-9]+'
-tm_check "the new generation trains" tm_wait 60 'live gen 2, 4 agents'
 resume=$(tm_cap | grep -oE 'generation 2 resumes at step [0-9]+' | grep -oE '[0-9]+$')
+tm_check "the new generation trains" tm_wait 60 'live gen 2, 4 agents'
 tm_keys 2
 sleep 3
 tm_check "q exits with 0" tm_quit_ok

@@ -75,7 +75,7 @@ mouse() { # press|release COL ROW (0-based)
     tmux -L "$TM_SOCK" send-keys -t t -l $'\e'"[<0;$(($2 + 1));$(($3 + 1))$e"
 }
 tm_keys Home
-sleep 0.3
+tm_wait 5 '^│   2 ' >/dev/null
 hdr=$(tm_cap | grep -n '== stage 1 ' | cut -d: -f1)
 row=$(tm_cap | grep -n '^│   2 ' | cut -d: -f1)
 tm_check "stage 1 header and layer 2 on screen" test -n "$hdr" -a -n "$row"

@@ -84,6 +84,16 @@ tm_wait_gone() {
 # (corner at column 1 and at column COLS) and a bottom border above the
 # status line somewhere below, with every framed line as wide as its frame.
 tm_layout_ok() {
+    # the screen may still be redrawing after a key or a resize: retry a while
+    local i
+    for ((i = 0; i < 25; i++)); do
+        tm_layout_once "$1" "$2" 2>/dev/null && return 0
+        sleep 0.2
+    done
+    tm_layout_once "$1" "$2"
+}
+
+tm_layout_once() {
     local cols=$1 rows=$2 screen n top
     screen=$(tm_cap)
     n=$(printf '%s\n' "$screen" | wc -l)
