@@ -247,7 +247,8 @@ static void run_paths(const char *run, char *record, char *dir, size_t cap)
 
 /* Finds the plan, model, profile and topology a record was run with: the
  * record's first plan and model; the run folder's profile.json, else an
- * analytic one; a local topology with one device per plan device. */
+ * analytic one; its topology.json, else a local topology with one device
+ * per plan device. */
 static int replay_inputs(pt_record *rec, const char *dir, pt_plan **plan, pt_model_spec **spec,
                          pt_profile **prof, pt_topology **topo, pt_error *err)
 {
@@ -285,6 +286,11 @@ static int replay_inputs(pt_record *rec, const char *dir, pt_plan **plan, pt_mod
         if ((rc = pt_console_analytic_profile(*spec, (*plan)->microbatch_size, prof, err)) < 0)
             return rc;
     }
+    snprintf(path, sizeof path, "%s/topology.json", dir);
+    if (stat(path, &st) == 0 && pt_topology_load(path, topo, NULL) == 0 &&
+        pt_plan_check(*plan, NULL, *topo, "plan", NULL) == 0)
+        return 0;
+    pt_topology_free(topo);
     int devices = 0;
     for (int s = 0; s < (*plan)->stage_count; s++)
         for (int r = 0; r < (*plan)->stages[s].replica_count; r++)

@@ -101,6 +101,9 @@ int pt_cmd_demo(int argc, char **argv)
     char prof_path[PATH_CAP + 32];
     snprintf(prof_path, sizeof prof_path, "%.4000s/profile.json", pt_source_live_run_dir(src));
     pt_profile_save(prof, prof_path, NULL);
+    /* beside the record, so pipetop replay predicts with what the demo used */
+    snprintf(prof_path, sizeof prof_path, "%.4000s/topology.json", pt_source_live_run_dir(src));
+    pt_topology_save(topo, prof_path, NULL);
     pt_console_opts co = {plan,  prof,  topo, spec->name, src,
                           start, theme, NULL, no_mouse,   exit_after};
     src = NULL;
