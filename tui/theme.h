@@ -37,7 +37,7 @@ typedef enum pt_theme_key {
     PT_THEME_ALLREDUCE,
     PT_THEME_OPTSTEP,
     PT_THEME_PREDICTED,
-    PT_THEME_MEM_WEIGHTS, /* memory categories, in planner/cost.h pt_mem_cat order */
+    PT_THEME_MEM_WEIGHTS, /* memory categories, in protocol/memory.h pt_mem_kind order */
     PT_THEME_MEM_GRADS,
     PT_THEME_MEM_OPTIM,
     PT_THEME_MEM_ACTS,
