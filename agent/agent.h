@@ -26,7 +26,7 @@
 /* Heartbeat period and the periods of silence after which the console is
  * taken for gone: the same figures as the console's (tui/session.h). */
 #define PT_AGENT_HEARTBEAT_MS      250
-#define PT_AGENT_MISSED_HEARTBEATS 8
+#define PT_AGENT_MISSED_HEARTBEATS 12
 /* How long a freshly started agent waits for the console's first word. */
 #define PT_AGENT_FIRST_CONTACT_MS 30000
 /* Bound of every data-plane receive and all-reduce (runtime/comm.h). */

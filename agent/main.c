@@ -462,13 +462,6 @@ static void loop(agent *ag)
             snprintf(ag->why, sizeof ag->why, "signal %d", (int)g_signal);
             break;
         }
-        int64_t quiet = now - (ag->heard ? ag->last_heard_ns : started);
-        if (quiet > (ag->heard ? silence : (int64_t)PT_AGENT_FIRST_CONTACT_MS * NS_PER_MS)) {
-            ag->leaving = 2;
-            snprintf(ag->why, sizeof ag->why, "the console at %s was silent for %.1f s",
-                     ag->a.console, (double)quiet / 1e9);
-            break;
-        }
         if (now >= ag->next_hb_ns) {
             send_heartbeat(ag);
             ag->next_hb_ns = now + (int64_t)PT_AGENT_HEARTBEAT_MS * NS_PER_MS;
@@ -516,6 +509,16 @@ static void loop(agent *ag)
             if (got != (int)sizeof note)
                 break;
             handle_note(ag, &note);
+        }
+        /* judged after reading what was queued, so a busy moment here is not
+         * taken for the console's silence */
+        now = pt_msg_now_ns();
+        int64_t quiet = now - (ag->heard ? ag->last_heard_ns : started);
+        if (!ag->leaving &&
+            quiet > (ag->heard ? silence : (int64_t)PT_AGENT_FIRST_CONTACT_MS * NS_PER_MS)) {
+            ag->leaving = 2;
+            snprintf(ag->why, sizeof ag->why, "the console at %s was silent for %.1f s",
+                     ag->a.console, (double)quiet / 1e9);
         }
     }
 }

@@ -465,9 +465,11 @@ static void try_commit(pt_session *s)
     char dir[PT_MSG_PATH_MAX + 32];
     snprintf(dir, sizeof dir, "%s/step-%lld", s->ckpt_dir, (long long)n);
     pt_error err = {0};
+    int64_t t0 = pt_msg_now_ns();
     int rc = s->commit(s->commit_user, dir, n, s->stage_count, &err);
     if (rc == 0)
         rc = write_latest(s, n, &err);
+    double commit_ms = (double)(pt_msg_now_ns() - t0) / 1e6;
     char d[PT_MSG_PATH_MAX + 40];
     json_str(dir, d, sizeof d);
     if (rc < 0) {
@@ -480,7 +482,8 @@ static void try_commit(pt_session *s)
         return;
     }
     s->committed = n;
-    record_line(s, "\"kind\":\"checkpoint\",\"step\":%lld,\"dir\":%s", (long long)n, d);
+    record_line(s, "\"kind\":\"checkpoint\",\"step\":%lld,\"dir\":%s,\"commit_ms\":%.3f",
+                (long long)n, d, commit_ms);
     if (s->rec)
         fflush(s->rec);
     if (s->kept_n == PT_SESSION_CKPT_KEEP) {
@@ -835,6 +838,12 @@ int pt_session_poll(pt_session *s, int timeout_ms, pt_error *err)
         return pt_error_set(err, PT_EINVAL, "session: NULL");
     int64_t deadline = pt_msg_now_ns() + (int64_t)(timeout_ms > 0 ? timeout_ms : 0) * NS_PER_MS;
     for (;;) {
+        /* What queued up while the caller was away is read before anyone is
+         * judged silent: a console that was itself busy (a checkpoint's
+         * fsyncs) must not take its agents for dead. */
+        int rc;
+        if ((rc = drain_control(s, err)) < 0 || (rc = drain_telemetry(s, err)) < 0)
+            return rc;
         int64_t now = pt_msg_now_ns();
         if (now >= s->next_hb_ns) {
             send_heartbeats(s, now);
@@ -847,7 +856,6 @@ int pt_session_poll(pt_session *s, int timeout_ms, pt_error *err)
         int n = zmq_poll(items, 2, wait_ms);
         if (n < 0 && errno != EINTR)
             return pt_error_set(err, PT_EIO, "session: poll: %s", zmq_strerror(errno));
-        int rc;
         if (n > 0 && (items[0].revents & ZMQ_POLLIN) && (rc = drain_control(s, err)) < 0)
             return rc;
         if (n > 0 && (items[1].revents & ZMQ_POLLIN) && (rc = drain_telemetry(s, err)) < 0)

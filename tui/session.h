@@ -43,7 +43,7 @@
  * agent dead: the heartbeat bound is their product. The agent uses the same
  * figures for the console (agent/agent.h). */
 #define PT_SESSION_HEARTBEAT_MS      250
-#define PT_SESSION_MISSED_HEARTBEATS 8
+#define PT_SESSION_MISSED_HEARTBEATS 12
 /* Default bind addresses: loopback, ephemeral port. */
 #define PT_SESSION_DEFAULT_BIND "tcp://127.0.0.1:*"
 /* Committed checkpoint steps kept in a checkpoint folder (older ones are removed). */
