@@ -8,12 +8,18 @@
 
 PIPETOP="${PT_BUILD_DIR:?}/pipetop"
 TM_SOCK="pt$$"
+TM_SERVERS=0 # each tm_start gets a socket of its own: a new server on the socket
+             # of one being killed can die with it
 TM_DIR=$(mktemp -d /tmp/pipetop-tmux.XXXXXX)
 TM_FAILURES=0
 TM_CHECKS=0
 
 tm_cleanup() {
-    tmux -L "$TM_SOCK" kill-server 2>/dev/null
+    local i
+    for ((i = 1; i <= TM_SERVERS; i++)); do
+        tmux -L "pt$$-$i" kill-server 2>/dev/null
+        rm -f "${TMUX_TMPDIR:-/tmp}/tmux-$(id -u)/pt$$-$i"
+    done
     rm -rf "$TM_DIR"
 }
 trap tm_cleanup EXIT
@@ -40,7 +46,9 @@ tm_check() {
 # tm_start COLS ROWS CMD: a new server running CMD (in $TM_DIR) at COLS x ROWS.
 tm_start() {
     local cols=$1 rows=$2 cmd=$3
-    tmux -L "$TM_SOCK" kill-server 2>/dev/null
+    [ "$TM_SERVERS" -gt 0 ] && tmux -L "$TM_SOCK" kill-server 2>/dev/null
+    TM_SERVERS=$((TM_SERVERS + 1))
+    TM_SOCK="pt$$-$TM_SERVERS"
     LANG=C.UTF-8 tmux -L "$TM_SOCK" -f /dev/null new-session -d -s t -x "$cols" -y "$rows" \
         "cd '$TM_DIR' && env LANG=C.UTF-8 TERM=xterm-256color XDG_CONFIG_HOME='$TM_DIR/config' $cmd; echo EXITED \$?; sleep 600"
     tmux -L "$TM_SOCK" set-option -t t status off >/dev/null
