@@ -43,11 +43,14 @@
 #define PROFILE_REPEATS     "5"
 #define PROFILE_WARMUP      "2"
 #define REGISTER_TIMEOUT_MS 30000
+#define EXTERNAL_WAIT_MS    300000 /* --external: how long agents started by hand may take */
 #define ASSIGN_TIMEOUT_MS   120000
 #define STOP_TIMEOUT_MS     120000
 #define EXIT_TIMEOUT_MS     5000
 #define PROFILE_TIMEOUT_MS  600000
 #define POLL_MS             100
+#define CHUNK_MS            1000.0 /* steps between the agents' common stopping points */
+#define FIRST_CHUNK_STEPS   10
 #define PLAIN_LINE_MS       1000
 #define REAP_SLEEP_MS       20
 #define PATH_CAP            4096
@@ -60,9 +63,9 @@
 
 typedef struct run_args {
     const char *plan, *model, *data, *topology, *profile, *ckpt_dir, *resume, *run_dir, *schedule,
-        *planner, *policy;
+        *planner, *policy, *control_bind, *telemetry_bind;
     int64_t iters, epochs, ckpt_every, seed;
-    int headless, json, stages, microbatches, mb_size, replicas;
+    int headless, json, stages, microbatches, mb_size, replicas, external;
 } run_args;
 
 typedef struct run_ctx {
@@ -84,6 +87,7 @@ typedef struct run_ctx {
     int *exited; /* per worker: reaped */
     int workers;
     int tty;
+    double iter_ms; /* running mean of the iteration times reported */
     pt_progress *bar;
     int64_t next_step_out;
     double last_line_s;
@@ -132,9 +136,15 @@ static void usage(FILE *out)
             "  --resume DIR          continue from a checkpoint (a run's checkpoint folder or\n"
             "                        one of its step-N folders), under this plan\n"
             "  --run-dir DIR         where the run record goes (default runs/<timestamp>)\n"
+            "  --external            start no agents: wait for agents started by hand\n"
+            "                        (pipetop-agent --console EP --telemetry EP [--device D]);\n"
+            "                        a worker goes to the agent of its device, else the next one\n"
+            "  --control-bind EP     where the console's ROUTER binds (default %s)\n"
+            "  --telemetry-bind EP   where the console's SUB binds (default %s)\n"
             "  --headless            plain lines only, never a progress bar\n"
             "  --json                JSON lines on stdout; the last is the summary\n",
-            DEFAULT_PLANNER, DEFAULT_MB_SIZE, DEFAULT_SEED);
+            DEFAULT_PLANNER, DEFAULT_MB_SIZE, DEFAULT_SEED, PT_SESSION_DEFAULT_BIND,
+            PT_SESSION_DEFAULT_BIND);
 }
 
 static int parse_args(int argc, char **argv, run_args *a)
@@ -162,6 +172,9 @@ static int parse_args(int argc, char **argv, run_args *a)
         {"replicas", PT_OPT_INT, &a->replicas, 1, PT_MSG_MAX_INDEX, 0},
         {"planner", PT_OPT_STRING, &a->planner, 0, 0, 0},
         {"policy", PT_OPT_STRING, &a->policy, 0, 0, 0},
+        {"external", PT_OPT_FLAG, &a->external, 0, 0, 0},
+        {"control-bind", PT_OPT_STRING, &a->control_bind, 0, 0, 0},
+        {"telemetry-bind", PT_OPT_STRING, &a->telemetry_bind, 0, 0, 0},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = pt_opts_parse("run", argc, argv, opts, n, stderr);
@@ -446,6 +459,18 @@ static int prepare(run_ctx *c, pt_error *err)
 
 static int spawn_agents(run_ctx *c, pt_error *err)
 {
+    if (c->a.external) {
+        c->pids = calloc((size_t)c->workers, sizeof *c->pids);
+        c->exited = calloc((size_t)c->workers, sizeof *c->exited);
+        if (!c->pids || !c->exited)
+            return pt_error_set(err, PT_ENOMEM, "out of memory");
+        fprintf(c->a.json ? stderr : stdout,
+                "waiting for %d agents: start each with\n  pipetop-agent --console %s "
+                "--telemetry %s --device D\n",
+                c->workers, pt_session_control_endpoint(c->s), pt_session_telemetry_endpoint(c->s));
+        fflush(stdout);
+        return 0;
+    }
     char dir[PATH_CAP], bin[PATH_CAP + 32];
     if (exe_dir(dir, sizeof dir) < 0)
         return pt_error_set(err, PT_EIO, "cannot find this program's folder (/proc/self/exe)");
@@ -581,6 +606,8 @@ static void on_note(void *user, const pt_session_note *n)
     switch (n->kind) {
     case PT_NOTE_METRICS:
         pt_run_report_metrics(c->report, w, &n->msg->u.metrics);
+        c->iter_ms = c->iter_ms > 0 ? 0.8 * c->iter_ms + 0.2 * n->msg->u.metrics.iter_ms
+                                    : n->msg->u.metrics.iter_ms;
         break;
     case PT_NOTE_EVENTS:
         pt_run_report_events(c->report, w, &n->msg->u.events);
@@ -638,10 +665,13 @@ static int failed(run_ctx *c, pt_error *err)
 
 static int wait_registered(run_ctx *c, pt_error *err)
 {
-    double end = now_s() + REGISTER_TIMEOUT_MS / 1e3;
+    int bound_ms = c->a.external ? EXTERNAL_WAIT_MS : REGISTER_TIMEOUT_MS;
+    double end = now_s() + bound_ms / 1e3;
     for (;;) {
         int have = 0;
-        for (int w = 0; w < c->workers; w++) {
+        for (int i = 0; c->a.external && i < pt_session_agent_count(c->s); i++)
+            have += pt_session_agent_at(c->s, i)->state == PT_AGENT_REGISTERED;
+        for (int w = 0; !c->a.external && w < c->workers; w++) {
             char name[32];
             snprintf(name, sizeof name, "w%d", w);
             int i = pt_session_find_agent(c->s, name);
@@ -656,7 +686,7 @@ static int wait_registered(run_ctx *c, pt_error *err)
             return pt_error_set(err, PT_ETIMEOUT,
                                 "%d of %d agents registered within %d ms (see "
                                 "%s/agent-*.log)",
-                                have, c->workers, REGISTER_TIMEOUT_MS, c->run_dir);
+                                have, c->workers, bound_ms, c->run_dir);
         int rc = pt_session_poll(c->s, POLL_MS, err);
         if (rc < 0)
             return rc;
@@ -678,9 +708,10 @@ static int wait_answers(run_ctx *c, int timeout_ms, pt_error *err)
     }
 }
 
-static int all_done(run_ctx *c)
+/* Every worker idle after `done` steps: the run sits at one step everywhere. */
+static int all_idle_at(run_ctx *c, int64_t done)
 {
-    if (pt_session_min_step(c->s) < c->target - 1)
+    if (pt_session_pending(c->s) > 0 || pt_session_min_step(c->s) < done - 1)
         return 0;
     for (int i = 0; i < pt_session_agent_count(c->s); i++) {
         const pt_session_agent *ag = pt_session_agent_at(c->s, i);
@@ -690,12 +721,36 @@ static int all_done(run_ctx *c)
     return 1;
 }
 
+/* Agents started by hand: worker w goes to a registered agent of its
+ * device, or else to the first one not yet given a worker. */
+static void map_external(run_ctx *c, int *agents)
+{
+    int n = pt_session_agent_count(c->s);
+    char *used = calloc((size_t)n + 1, 1);
+    for (int w = 0; w < c->workers; w++)
+        agents[w] = -1;
+    for (int pass = 0; used && pass < 2; pass++)
+        for (int w = 0; w < c->workers; w++)
+            for (int i = 0; i < n && agents[w] < 0; i++) {
+                const pt_session_agent *ag = pt_session_agent_at(c->s, i);
+                if (used[i] || ag->state != PT_AGENT_REGISTERED)
+                    continue;
+                if (pass == 1 || ag->device == c->prog.workers[w].device) {
+                    agents[w] = i;
+                    used[i] = 1;
+                }
+            }
+    free(used);
+}
+
 static int train(run_ctx *c, pt_error *err)
 {
     int *agents = calloc((size_t)c->workers, sizeof *agents);
     if (!agents)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
-    for (int w = 0; w < c->workers; w++) {
+    if (c->a.external)
+        map_external(c, agents);
+    for (int w = 0; !c->a.external && w < c->workers; w++) {
         char name[32];
         snprintf(name, sizeof name, "w%d", w);
         agents[w] = pt_session_find_agent(c->s, name);
@@ -707,25 +762,39 @@ static int train(run_ctx *c, pt_error *err)
     free(agents);
     if (rc < 0 || (rc = wait_answers(c, ASSIGN_TIMEOUT_MS, err)) < 0)
         return rc;
-    if ((rc = pt_session_start(c->s, c->steps, err)) < 0)
-        return rc;
     if (c->tty && !c->a.headless && !c->a.json)
         c->bar = pt_progress_new(stdout, "run", c->steps, 1);
+    /* The steps go in chunks of about CHUNK_MS: every agent stops at the end
+     * of a chunk and waits for the next start, so a stop (^C, the end) finds
+     * all of them at the same step — an agent stopped alone would leave its
+     * neighbours waiting for it. */
     int stopping = 0;
-    while (!all_done(c)) {
-        if ((rc = pt_session_poll(c->s, POLL_MS, err)) < 0)
+    int64_t done = c->resume_step, until = done;
+    int wc = c->prog.window_count > 0 ? c->prog.window_count : 1;
+    while (done < c->target && !stopping) {
+        int64_t chunk = c->iter_ms > 0 ? (int64_t)(CHUNK_MS / c->iter_ms) : FIRST_CHUNK_STEPS;
+        chunk = chunk < 1 ? 1 : chunk;
+        chunk = (chunk + wc - 1) / wc * wc;
+        if (chunk > c->target - done)
+            chunk = c->target - done;
+        if ((rc = pt_session_start(c->s, chunk, err)) < 0)
             return rc;
-        reap(c, 0);
-        show_steps(c);
-        if (failed(c, err))
-            return PT_ESTATE;
-        if (g_interrupt > 1)
-            return pt_error_set(err, PT_ESTATE, "interrupted twice: abandoning the run");
-        if (g_interrupt && !stopping) {
-            stopping = 1;
-            say(c, "\nstopping after the current step (^C again to abandon) ...\n");
-            break;
+        until = done + chunk;
+        while (!all_idle_at(c, until)) {
+            if ((rc = pt_session_poll(c->s, POLL_MS, err)) < 0)
+                return rc;
+            reap(c, 0);
+            show_steps(c);
+            if (failed(c, err))
+                return PT_ESTATE;
+            if (g_interrupt > 1)
+                return pt_error_set(err, PT_ESTATE, "interrupted twice: abandoning the run");
+            if (g_interrupt && !stopping) {
+                stopping = 1;
+                say(c, "\nstopping at step %lld (^C again to abandon) ...\n", (long long)until);
+            }
         }
+        done = until;
     }
     show_steps(c);
     pt_progress_finish(&c->bar, NULL);
@@ -826,7 +895,7 @@ int pt_cmd_run(int argc, char **argv)
     }
     char record[PATH_CAP + 16];
     snprintf(record, sizeof record, "%s/run.ndjson", c.run_dir);
-    pt_session_config sc = {NULL, NULL, record, 0, 0};
+    pt_session_config sc = {c.a.control_bind, c.a.telemetry_bind, record, 0, 0};
     c.report = pt_run_report_new(c.plan, c.resume_step, c.steps);
     if (!c.report || (rc = pt_session_create(&sc, &c.s, &err)) < 0) {
         fprintf(stderr, "pipetop run: %s\n", err.msg[0] ? err.msg : "out of memory");

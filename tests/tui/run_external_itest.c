@@ -1,0 +1,161 @@
+/* `pipetop run --external` with agents started by hand (as on other hosts):
+ * workers go to the agents of their devices; garbage on the console's
+ * control and telemetry sockets is rejected and counted while the run goes
+ * on; ^C stops the run after the current step with a summary, and the
+ * agents leave on their own. */
+#include <sys/stat.h>
+#include <zmq.h>
+
+#include "tests/tui/run_util.h"
+
+#define TDIR   "run_external_itest.d"
+#define RUN_MS 120000
+
+/* The console's endpoints from the first line of its run record. */
+static int endpoints(const char *record, char *ctl, char *tel, size_t cap)
+{
+    char *text = NULL;
+    if (pt_file_read(record, &text, NULL, NULL) < 0)
+        return 0;
+    char *nl = strchr(text, '\n');
+    int ok = 0;
+    if (nl) {
+        *nl = '\0';
+        cJSON *j = cJSON_Parse(text);
+        snprintf(ctl, cap, "%s", ru_str(j, "control"));
+        snprintf(tel, cap, "%s", ru_str(j, "telemetry"));
+        ok = ctl[0] && tel[0];
+        cJSON_Delete(j);
+    }
+    free(text);
+    return ok;
+}
+
+static int steps_seen(const char *out)
+{
+    double loss[1];
+    int ordered;
+    return ru_step_losses(out, 0, loss, 0, &ordered);
+}
+
+static void test_external_agents(void)
+{
+    ru_fresh_dir(TDIR);
+    char model[1024], plan[1024];
+    snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
+    snprintf(plan, sizeof plan, "%s", pt_test_path("tests/data/run/plan-a.json"));
+    char *prof[] = {
+        (char *)ru_bin("pipetop"), "profile",   "--model", model, "--batch", "16", "--out",
+        TDIR "/profile.json",      "--repeats", "2",       NULL};
+    REQUIRE(ru_run(prof, TDIR "/profile.out", TDIR "/profile.err", RUN_MS) == 0);
+    char *run[] = {(char *)ru_bin("pipetop"),
+                   "run",
+                   "--external",
+                   "--plan",
+                   plan,
+                   "--model",
+                   model,
+                   "--data",
+                   "synthetic",
+                   "--iters",
+                   "1000000",
+                   "--profile",
+                   TDIR "/profile.json",
+                   "--run-dir",
+                   TDIR "/run",
+                   "--json",
+                   NULL};
+    pid_t console = ru_start(run, TDIR "/run.out", TDIR "/run.err");
+    REQUIRE(console > 0);
+    char ctl[256] = "", tel[256] = "";
+    int64_t t0 = ru_now_ms();
+    while (!endpoints(TDIR "/run/run.ndjson", ctl, tel, sizeof ctl) && ru_now_ms() - t0 < RUN_MS)
+        usleep(20000);
+    REQUIRE(ctl[0] && tel[0]);
+
+    /* two agents by hand, device 1 first: the workers must still match devices */
+    char *agent_b[] = {(char *)ru_bin("pipetop-agent"),
+                       "--console",
+                       ctl,
+                       "--telemetry",
+                       tel,
+                       "--device",
+                       "1",
+                       "--name",
+                       "hand-b",
+                       NULL};
+    char *agent_a[] = {(char *)ru_bin("pipetop-agent"),
+                       "--console",
+                       ctl,
+                       "--telemetry",
+                       tel,
+                       "--device",
+                       "0",
+                       "--name",
+                       "hand-a",
+                       NULL};
+    pid_t pb = ru_start(agent_b, TDIR "/b.out", TDIR "/b.err");
+    usleep(200000);
+    pid_t pa = ru_start(agent_a, TDIR "/a.out", TDIR "/a.err");
+
+    /* garbage from an intruder on both channels */
+    void *ctx = zmq_ctx_new();
+    void *dealer = zmq_socket(ctx, ZMQ_DEALER), *pub = zmq_socket(ctx, ZMQ_PUB);
+    int linger = 0;
+    zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(pub, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(dealer, ZMQ_ROUTING_ID, "intruder", 8);
+    zmq_connect(dealer, ctl);
+    zmq_connect(pub, tel);
+    t0 = ru_now_ms();
+    while (steps_seen(TDIR "/run.out") < 3 && ru_now_ms() - t0 < RUN_MS)
+        usleep(20000);
+    REQUIRE(steps_seen(TDIR "/run.out") >= 3);
+    int ev = 0;
+    size_t evlen = sizeof ev;
+    zmq_getsockopt(pub, ZMQ_EVENTS, &ev, &evlen); /* takes in the console's subscription */
+    const char *junk[] = {"\x01garbage", "{\"v\":1}", "{\"v\":1,\"type\":\"heartbeat\"}"};
+    for (int k = 0; k < 3; k++) {
+        zmq_send(dealer, junk[k], strlen(junk[k]), 0);
+        zmq_send(pub, junk[k], strlen(junk[k]), 0);
+    }
+    int before = steps_seen(TDIR "/run.out");
+    t0 = ru_now_ms();
+    while (steps_seen(TDIR "/run.out") < before + 3 && ru_now_ms() - t0 < RUN_MS)
+        usleep(20000);
+    CHECK(steps_seen(TDIR "/run.out") >= before + 3); /* it went on */
+
+    /* ^C: stop after the current step, summary, exit 0 */
+    kill(console, SIGINT);
+    int st = ru_wait(console, RUN_MS, NULL);
+    CHECK_MSG(st == 0, "pipetop run exit status %d", st);
+    cJSON *s = ru_last_json(TDIR "/run.out");
+    CHECK(!strcmp(ru_str(s, "event"), "summary"));
+    const cJSON *t = s ? cJSON_GetObjectItem(s, "telemetry") : NULL;
+    const cJSON *m = t ? cJSON_GetObjectItem(t, "malformed") : NULL;
+    const cJSON *r = s ? cJSON_GetObjectItem(s, "control_rejected") : NULL;
+    CHECK_MSG(cJSON_IsNumber(m) && m->valuedouble == 3, "telemetry malformed %g",
+              cJSON_IsNumber(m) ? m->valuedouble : -1);
+    CHECK_MSG(cJSON_IsNumber(r) && r->valuedouble == 3, "control rejected %g",
+              cJSON_IsNumber(r) ? r->valuedouble : -1);
+    cJSON_Delete(s);
+
+    /* worker 0 ran on hand-a (device 0), worker 1 on hand-b */
+    char *rec = NULL;
+    pt_file_read(TDIR "/run/run.ndjson", &rec, NULL, NULL);
+    CHECK_STR_CONTAINS(rec, "{\"worker\":0,\"agent\":\"hand-a\",\"stage\":0");
+    CHECK_STR_CONTAINS(rec, "{\"worker\":1,\"agent\":\"hand-b\",\"stage\":1");
+    free(rec);
+
+    CHECK(ru_wait(pa, 10000, NULL) == 0);
+    CHECK(ru_wait(pb, 10000, NULL) == 0);
+    char *log = NULL;
+    pt_file_read(TDIR "/a.err", &log, NULL, NULL);
+    CHECK_STR_CONTAINS(log, "the console said bye");
+    free(log);
+    zmq_close(dealer);
+    zmq_close(pub);
+    zmq_ctx_term(ctx);
+}
+
+PT_TEST_MAIN({"external_agents", test_external_agents})
