@@ -283,8 +283,17 @@ static int wait_child(pid_t pid, int timeout_ms)
     }
 }
 
-/* Measures the model's profile with `pipetop profile` in a child process. */
-static int measure_profile(run_ctx *c, int mb, pt_error *err)
+/* OpenBLAS threads of each of `workers` agents sharing this machine's CPUs. */
+static int agent_threads(int workers)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return workers > 0 && cpus > workers ? (int)(cpus / workers) : 1;
+}
+
+/* Measures the model's profile with `pipetop profile` in a child process,
+ * with the BLAS threads each of `workers` agents will have, so the
+ * prediction is for the conditions the agents run in. */
+static int measure_profile(run_ctx *c, int mb, int workers, pt_error *err)
 {
     char dir[PATH_CAP], self[PATH_CAP + 16], out[PATH_CAP + 32], log[PATH_CAP + 32], batch[16];
     if (exe_dir(dir, sizeof dir) < 0)
@@ -305,9 +314,16 @@ static int measure_profile(run_ctx *c, int mb, pt_error *err)
             dup2(fd, STDERR_FILENO);
             close(fd);
         }
-        char *argv[] = {self,       "profile",      "--model", (char *)c->a.model, "--batch",
-                        batch,      "--out",        out,       "--repeats",        PROFILE_REPEATS,
-                        "--warmup", PROFILE_WARMUP, NULL};
+        char th[16];
+        snprintf(th, sizeof th, "%d", agent_threads(workers));
+        char *argv[] = {
+            self,    "profile", "--model",   (char *)c->a.model, "--batch",  batch,
+            "--out", out,       "--repeats", PROFILE_REPEATS,    "--warmup", PROFILE_WARMUP,
+            NULL,    NULL,      NULL};
+        if (!getenv("OPENBLAS_NUM_THREADS")) {
+            argv[12] = "--threads";
+            argv[13] = th;
+        }
         execv(self, argv);
         _exit(127);
     }
@@ -402,7 +418,7 @@ static int prepare(run_ctx *c, pt_error *err)
     if (a->profile)
         rc = pt_profile_load(a->profile, &c->profile, err);
     else
-        rc = measure_profile(c, mb, err);
+        rc = measure_profile(c, mb, c->plan ? pt_plan_device_count(c->plan) : devices, err);
     if (rc < 0 || (rc = pt_profile_check(c->profile, c->spec, "profile", err)) < 0)
         return rc;
     if (!c->plan && (rc = quick_plan(c, err)) < 0)
@@ -482,10 +498,8 @@ static int spawn_agents(run_ctx *c, pt_error *err)
     c->exited = calloc((size_t)c->workers, sizeof *c->exited);
     if (!c->pids || !c->exited)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = cpus > c->workers ? (int)(cpus / c->workers) : 1;
     char th[16];
-    snprintf(th, sizeof th, "%d", threads);
+    snprintf(th, sizeof th, "%d", agent_threads(c->workers));
     fflush(stdout);
     fflush(stderr);
     for (int w = 0; w < c->workers; w++) {
