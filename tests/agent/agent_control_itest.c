@@ -292,6 +292,17 @@ static void test_session(void)
     CHECK(m.req == 11);
     pt_msg_clear(&m);
 
+    /* a request of an older generation is stale */
+    pt_msg_init(&m, PT_MSG_START, NULL);
+    m.gen = 0;
+    m.req = 20;
+    m.u.start.steps = 1;
+    send_msg(&c, &m);
+    REQUIRE(expect(&c, PT_MSG_ERROR, 2000, &m, 1));
+    CHECK_STR_CONTAINS(m.u.error.reason, "stale");
+    CHECK(m.req == 20);
+    pt_msg_clear(&m);
+
     pt_msg_init(&m, PT_MSG_START, NULL);
     m.gen = 1;
     m.req = 12;
@@ -359,7 +370,7 @@ static void test_session(void)
     char *text = NULL;
     pt_file_read(log, &text, NULL, NULL);
     CHECK_STR_CONTAINS(text, "the console said bye: test over");
-    CHECK_STR_CONTAINS(text, "7 rejected"); /* the six bad ones and the stale assign */
+    CHECK_STR_CONTAINS(text, "8 rejected"); /* the six bad ones, the stale assign and start */
     free(text);
     console_close(&c);
 }
