@@ -247,7 +247,7 @@ void pt_run_report_print(pt_run_report *r, const pt_sim_result *pred, FILE *out)
         fprintf(out, "  s%d r%d:", x->stage, x->replica);
         for (int k = 0; k < PT_MSG_MEM_COUNT; k++)
             fprintf(out, " %s %.2f/%.2f", pt_msg_mem_name(k), (double)x->peak[k] / (1 << 20),
-                    sw && k < PT_MEM_CAT_COUNT ? (double)sw->peak.bytes[k] / (1 << 20) : NAN);
+                    sw && k < PT_MEM_KIND_COUNT ? (double)sw->peak.bytes[k] / (1 << 20) : NAN);
         fputc('\n', out);
     }
 }
@@ -302,7 +302,7 @@ char *pt_run_report_json(pt_run_report *r, const pt_sim_result *pred, const char
             add_num(s, "predicted_busy", sw->busy_frac);
             add_num(s, "predicted_bubble", sw->bubble_frac);
             int64_t pb[PT_MSG_MEM_COUNT] = {0};
-            for (int k = 0; k < PT_MSG_MEM_COUNT && k < PT_MEM_CAT_COUNT; k++)
+            for (int k = 0; k < PT_MSG_MEM_COUNT && k < PT_MEM_KIND_COUNT; k++)
                 pb[k] = sw->peak.bytes[k];
             cJSON_AddItemToObject(s, "predicted_peak_memory", mem_object(pb, sw->peak.total));
             add_num(s, "busy_relative_error", rel_err(x->busy, sw->busy_frac));
