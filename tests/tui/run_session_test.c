@@ -20,8 +20,8 @@
 #include "tui/session.h"
 
 #define NS_PER_MS    1000000LL
-#define FAST_HB_MS   50
-#define FAST_MISSED  4
+#define FAST_HB_MS   100
+#define FAST_MISSED  6
 #define WAIT_MS      2000
 #define JOIN_WAIT_MS 300 /* PUB/SUB needs a moment before the first message gets through */
 
@@ -189,6 +189,18 @@ static void fake_heartbeat(fake *f, const char *state, int64_t step)
     snprintf(m.u.heartbeat.state, sizeof m.u.heartbeat.state, "%s", state ? state : "");
     m.u.heartbeat.step = step;
     fake_send(f, &m, 0);
+}
+
+/* pt_session_wait while the beating fake agents go on heartbeating. */
+static int wait_beating(pt_session *s, int ms, pt_error *err)
+{
+    int64_t end = pt_msg_now_ns() + ms * NS_PER_MS;
+    for (;;) {
+        beat_all();
+        int rc = pt_session_wait(s, 10, err);
+        if (rc != PT_ETIMEOUT || pt_msg_now_ns() >= end)
+            return rc;
+    }
 }
 
 static void pump(pt_session *s, int ms)
@@ -530,10 +542,10 @@ static void test_plan_flow(void)
     a.gen = b.gen = 1;
     ack(&a, &asg_a, PT_MSG_ASSIGN);
     /* the wait times out naming the agent still awaited */
-    CHECK(pt_session_wait(s, 100, &err) == PT_ETIMEOUT);
+    CHECK(wait_beating(s, 100, &err) == PT_ETIMEOUT);
     CHECK_STR_CONTAINS(err.msg, "agent-b");
     ack(&b, &asg_b, PT_MSG_ASSIGN);
-    CHECK(pt_session_wait(s, WAIT_MS, &err) == 0);
+    CHECK(wait_beating(s, WAIT_MS, &err) == 0);
     CHECK(pt_session_agent_at(s, ia)->state == PT_AGENT_ASSIGNED);
     CHECK(pt_session_agent_at(s, ib)->stage == 0);
 
@@ -544,7 +556,7 @@ static void test_plan_flow(void)
     CHECK(st_a.u.start.steps == 4);
     ack(&a, &st_a, PT_MSG_START);
     ack(&b, &st_b, PT_MSG_START);
-    CHECK(pt_session_wait(s, WAIT_MS, &err) == 0);
+    CHECK(wait_beating(s, WAIT_MS, &err) == 0);
     CHECK(pt_session_agent_at(s, ia)->state == PT_AGENT_RUNNING);
 
     /* a checkpoint is committed once every worker acknowledged the step */
@@ -584,10 +596,12 @@ static void test_plan_flow(void)
     CHECK_MSG(waited_ms >= FAST_MISSED * FAST_HB_MS, "dead after only %.0f ms", waited_ms);
     CHECK(x.dead == 1);
     CHECK_STR_CONTAINS(x.dead_text, "agent-b (stage 0, replica 0");
-    CHECK_STR_CONTAINS(x.dead_text, "missed 4 heartbeats");
+    char missed[64];
+    snprintf(missed, sizeof missed, "missed %d heartbeats", FAST_MISSED);
+    CHECK_STR_CONTAINS(x.dead_text, missed);
     CHECK(pt_session_failure(s, &err) == 1);
     CHECK_STR_CONTAINS(err.msg, "agent-b");
-    CHECK(pt_session_wait(s, 100, &err) == PT_ESTATE);
+    CHECK(wait_beating(s, 100, &err) == PT_ESTATE);
     /* a dead agent's messages are refused */
     pt_session_counts k0, k1;
     pt_session_counts_get(s, &k0);
