@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # One-step set-up for a fresh Debian 12 machine:
-#   scripts/setup.sh main   install what is missing, build, run the main job
+#   scripts/setup.sh main   install what is missing, build, run the main job:
+#                           the console demo on a terminal (4 local agents
+#                           training fmnist-mlp-deep under a DAPPLE plan), the
+#                           same run headless when there is no terminal
 #   scripts/setup.sh test   install what is missing, build, run every test
 #                           (normal build, then the unit tests again under
 #                           -fsanitize=address,undefined)
@@ -43,7 +46,11 @@ build() { # build DIR [cmake options...]
 case "$mode" in
 main)
     build build
-    exec build/pipetop train --model fmnist-mlp --data fashion-mnist --epochs 3
+    if [[ -t 0 && -t 1 ]]; then
+        exec build/pipetop demo
+    fi
+    exec build/pipetop run --stages 4 --schedule dapple --planner dapple --microbatches 4 \
+        --model fmnist-mlp-deep --data fashion-mnist --iters 200 --headless
     ;;
 test)
     build build
