@@ -53,9 +53,8 @@
  * Branch and bound keeps it fast: a suffix whose L, or whose remaining
  * layers' work spread over the remaining devices (M * work / devices), is
  * already no better than the best complete plan is dropped, and a stage whose
- * own M(F+B) + AR reaches it ends the scan over its first layer. Above
- * DAPPLE_ALL_R_DEVICES devices the replica counts tried are 1..P and the
- * multiples of P (P devices per node). */
+ * own M(F+B) + AR reaches it ends the scan over its first layer. Large
+ * instances (see DAPPLE_ALL_R_DEVICES) trade the proof for speed. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,8 +64,20 @@
 #include "planner/planner.h"
 #include "planner/schedule.h"
 
-/* Up to this many devices every replica count is tried. */
-#define DAPPLE_ALL_R_DEVICES 64
+#define PT_STR_(x) #x
+#define PT_STR(x)  PT_STR_(x)
+
+/* Up to this many devices and DAPPLE_MAX_CUTS layers the search is exact
+ * over every replica count and all three placement policies. Beyond that it
+ * expands at most DAPPLE_BEAM states per layer (the most promising by their
+ * latency and the remaining work per free device) with one entry each: the
+ * best plan found, not a proof; above this many devices it also tries only
+ * replica counts 1, 2, 3, 4, 6, 8, 12, ... and Fresh and Append First. */
+#define DAPPLE_ALL_R_DEVICES 16
+#define DAPPLE_BEAM          128
+/* On large clusters, at most this many stage boundaries are considered:
+ * above it the candidates are spaced by equal forward + backward work. */
+#define DAPPLE_MAX_CUTS 128
 /* Relative precision of the memory need reported when nothing fits. */
 #define DAPPLE_NEED_REL_TOL 0.005
 /* Micro-batch counts tried by default. */
@@ -87,6 +98,7 @@ typedef struct dclass {
 typedef struct dalloc {
     int single_node; /* the node when every replica sits on one node, else -1 */
     int rep_dev;     /* slowest device used */
+    double speed;    /* its speed */
     int64_t mem;     /* smallest memory among the devices used */
     int nt;          /* nodes touched */
 } dalloc;
@@ -99,17 +111,22 @@ typedef struct dapple {
     pt_optim_kind optim;
     int64_t mem_override; /* > 0: every device has this memory (search for the need) */
     double max_speed;
+    double *pf, *pb; /* prefix sums of the profile's forward / backward ms, as cost.c keeps */
     int *node_class, *node_size, *node_dev_off, *node_devs;
     dclass *cls;
     int ncls, key_len;
     /* replica counts tried */
     int *rset;
     int nr;
+    int *r_index;    /* G+1 entries: position of a replica count in rset, -1 */
+    uint8_t *cut_ok; /* N+1 entries: 1 where a stage may start or end */
+    int cuts_limited;
+    double *bmemo; /* boundary times of this run: [src][dst][k][intra], NAN unknown */
+    int npol;      /* placement policies tried: all three, or Fresh and Append First at scale */
     /* scratch for placement */
     uint64_t *sortkey;
     int *take;
-    int32_t *prev_keys; /* POL_COUNT keys: placements already tried for one r */
-    int *live;          /* entries of the state being expanded */
+    int *live; /* entries of the state being expanded */
     int live_cap;
     /* per run */
     int M, b;
@@ -117,23 +134,42 @@ typedef struct dapple {
     double inc;      /* best complete L so far (all runs) */
     int inc_entry;   /* its final entry in this run, -1 */
     int feasibility; /* stop at the first complete plan */
+    int greedy;      /* keep one entry per state (a quick first incumbent) */
+    int beam;        /* > 0: expand at most this many states per layer (large clusters) */
+    int beam_cut;    /* a run dropped states: the result is not proven optimal */
+    struct beam_item *beam_items; /* scratch */
+    int beam_cap;
+    double run_best; /* best complete latency seen in this run */
     int found;
     long long evaluated;
-    /* states */
+    /* occupancies: the canonical key without k, a representative free array,
+     * the suffix's first stage's replicas and node (-1: several nodes) */
+    int no, cap_o;
+    int *o_rfirst, *o_bnode, *o_free;
+    uint64_t *o_hval;
+    int32_t *o_keys; /* no * key_len */
+    uint16_t *o_fr;  /* no * nodes free counts */
+    int *ohash;      /* open addressing, ohcap slots, -1 empty */
+    int ohcap;
+    /* states: (occupancy, first layer k of the suffix) */
     int ns, cap_s;
-    int *s_k, *s_rfirst, *s_bnode, *s_free, *s_head, *s_nextk;
-    int32_t *keys;  /* ns * key_len */
-    uint16_t *occ;  /* ns * nodes free counts */
-    int *klist;     /* N+1 heads */
-    int *hash;      /* open addressing, hcap slots, -1 empty */
-    uint64_t *hval; /* per state */
-    int hcap;
+    int *s_occ, *s_k, *s_head, *s_nextk;
+    int *klist; /* N+1 heads */
+    int *shash; /* open addressing on occ * (N+1) + k */
+    int shcap;
     /* entries */
     int ne, cap_e;
     double *e_L, *e_H, *e_R, *e_Z;
     int *e_sigma, *e_parent, *e_first, *e_last, *e_r, *e_next;
     uint8_t *e_pol;
 } dapple;
+
+/* Forward (pf) or backward (pb) time of layers [i, j) for rows samples at a
+ * speed: the same arithmetic as pt_cost_fwd_s, inlined for the inner loop. */
+static inline double span_s(const double *pre, int i, int j, int rows, int pmb, double speed)
+{
+    return (pre[j] - pre[i]) / 1000.0 * rows / pmb / speed;
+}
 
 /* Grows `count` parallel arrays (elems[a] bytes per element) to hold need. */
 static int grow(int *cap, int need, int count, void ***arrs, const size_t *elems)
@@ -155,26 +191,32 @@ static int grow(int *cap, int need, int count, void ***arrs, const size_t *elems
 
 static int grow_states(dapple *D, int need)
 {
-    if (need <= D->cap_s)
+    void **arrs[] = {(void **)&D->s_occ, (void **)&D->s_k, (void **)&D->s_head,
+                     (void **)&D->s_nextk};
+    size_t el[] = {sizeof(int), sizeof(int), sizeof(int), sizeof(int)};
+    return grow(&D->cap_s, need, 4, arrs, el);
+}
+
+static int grow_occs(dapple *D, int need)
+{
+    if (need <= D->cap_o)
         return 0;
-    int cap = D->cap_s;
-    void **arrs[] = {(void **)&D->s_k,    (void **)&D->s_rfirst, (void **)&D->s_bnode,
-                     (void **)&D->s_free, (void **)&D->s_head,   (void **)&D->s_nextk,
-                     (void **)&D->hval};
-    size_t el[] = {sizeof(int), sizeof(int), sizeof(int),     sizeof(int),
-                   sizeof(int), sizeof(int), sizeof(uint64_t)};
-    int rc = grow(&cap, need, 7, arrs, el);
+    int cap = D->cap_o;
+    void **arrs[] = {(void **)&D->o_rfirst, (void **)&D->o_bnode, (void **)&D->o_free,
+                     (void **)&D->o_hval};
+    size_t el[] = {sizeof(int), sizeof(int), sizeof(int), sizeof(uint64_t)};
+    int rc = grow(&cap, need, 4, arrs, el);
     if (rc < 0)
         return rc;
-    int32_t *k = realloc(D->keys, (size_t)cap * (size_t)D->key_len * sizeof *k);
+    int32_t *k = realloc(D->o_keys, (size_t)cap * (size_t)D->key_len * sizeof *k);
     if (!k)
         return PT_ENOMEM;
-    D->keys = k;
-    uint16_t *o = realloc(D->occ, (size_t)cap * (size_t)D->nodes * sizeof *o);
+    D->o_keys = k;
+    uint16_t *o = realloc(D->o_fr, (size_t)cap * (size_t)D->nodes * sizeof *o);
     if (!o)
         return PT_ENOMEM;
-    D->occ = o;
-    D->cap_s = cap;
+    D->o_fr = o;
+    D->cap_o = cap;
     return 0;
 }
 
@@ -201,34 +243,45 @@ static uint64_t hash_key(const int32_t *key, int len)
     return h ? h : 1;
 }
 
-static int rehash(dapple *D, int cap)
+static inline uint64_t mix64(uint64_t x)
 {
-    int *h = malloc((size_t)cap * sizeof *h);
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* Rebuilds an open-addressing table of n items whose hash is hv(i). */
+static int rehash(int **table, int *cap, int newcap, int n, const dapple *D, int states)
+{
+    int *h = malloc((size_t)newcap * sizeof *h);
     if (!h)
         return PT_ENOMEM;
-    for (int i = 0; i < cap; i++)
+    for (int i = 0; i < newcap; i++)
         h[i] = -1;
-    for (int s = 0; s < D->ns; s++) {
-        uint64_t x = D->hval[s];
-        int i = (int)(x & (uint64_t)(cap - 1));
+    for (int x = 0; x < n; x++) {
+        uint64_t v = states
+                         ? mix64((uint64_t)D->s_occ[x] * (uint64_t)(D->N + 1) + (uint64_t)D->s_k[x])
+                         : D->o_hval[x];
+        int i = (int)(v & (uint64_t)(newcap - 1));
         while (h[i] >= 0)
-            i = (i + 1) & (cap - 1);
-        h[i] = s;
+            i = (i + 1) & (newcap - 1);
+        h[i] = x;
     }
-    free(D->hash);
-    D->hash = h;
-    D->hcap = cap;
+    free(*table);
+    *table = h;
+    *cap = newcap;
     return 0;
 }
 
-/* Canonical key of an occupancy: k, replicas of the suffix's first stage, the
- * boundary node's class and free count (or -1), then per class the number of
- * other nodes at each free count. */
-static void make_key(const dapple *D, int k, int rfirst, const uint16_t *fr, int bnode,
-                     int32_t *key)
+/* Canonical key of an occupancy: 0 (room for a layer index), replicas of
+ * the suffix's first stage, the boundary node's class and free count (or -1),
+ * then per class the number of other nodes at each free count. */
+static void make_key(const dapple *D, int rfirst, const uint16_t *fr, int bnode, int32_t *key)
 {
     memset(key, 0, (size_t)D->key_len * sizeof *key);
-    key[0] = k;
     key[1] = rfirst;
     key[2] = bnode >= 0 ? D->node_class[bnode] : -1;
     key[3] = bnode >= 0 ? fr[bnode] : -1;
@@ -237,33 +290,56 @@ static void make_key(const dapple *D, int k, int rfirst, const uint16_t *fr, int
             key[D->cls[D->node_class[n]].key_off + fr[n]]++;
 }
 
-/* Finds or adds the state with this key; returns its index or PT_ENOMEM. */
-static int state_get(dapple *D, const int32_t *key, const uint16_t *fr, int bnode, int free_total)
+/* Finds or adds the occupancy with this key; returns its id or PT_ENOMEM. */
+static int occ_get(dapple *D, const int32_t *key, const uint16_t *fr, int bnode, int free_total)
 {
     uint64_t h = hash_key(key, D->key_len);
-    int i = (int)(h & (uint64_t)(D->hcap - 1));
-    while (D->hash[i] >= 0) {
-        int s = D->hash[i];
-        if (D->hval[s] == h &&
-            !memcmp(D->keys + (size_t)s * D->key_len, key, (size_t)D->key_len * sizeof *key))
+    int i = (int)(h & (uint64_t)(D->ohcap - 1));
+    while (D->ohash[i] >= 0) {
+        int o = D->ohash[i];
+        if (D->o_hval[o] == h &&
+            !memcmp(D->o_keys + (size_t)o * D->key_len, key, (size_t)D->key_len * sizeof *key))
+            return o;
+        i = (i + 1) & (D->ohcap - 1);
+    }
+    if (grow_occs(D, D->no + 1) < 0)
+        return PT_ENOMEM;
+    int o = D->no++;
+    D->o_rfirst[o] = key[1];
+    D->o_bnode[o] = bnode;
+    D->o_free[o] = free_total;
+    D->o_hval[o] = h;
+    memcpy(D->o_keys + (size_t)o * D->key_len, key, (size_t)D->key_len * sizeof *key);
+    memcpy(D->o_fr + (size_t)o * D->nodes, fr, (size_t)D->nodes * sizeof *fr);
+    D->ohash[i] = o;
+    if ((int64_t)D->no * 2 > D->ohcap &&
+        rehash(&D->ohash, &D->ohcap, D->ohcap * 2, D->no, D, 0) < 0)
+        return PT_ENOMEM;
+    return o;
+}
+
+/* Finds or adds the state (occupancy o, layer k); its index or PT_ENOMEM. */
+static int state_get(dapple *D, int o, int k)
+{
+    uint64_t h = mix64((uint64_t)o * (uint64_t)(D->N + 1) + (uint64_t)k);
+    int i = (int)(h & (uint64_t)(D->shcap - 1));
+    while (D->shash[i] >= 0) {
+        int s = D->shash[i];
+        if (D->s_occ[s] == o && D->s_k[s] == k)
             return s;
-        i = (i + 1) & (D->hcap - 1);
+        i = (i + 1) & (D->shcap - 1);
     }
     if (grow_states(D, D->ns + 1) < 0)
         return PT_ENOMEM;
     int s = D->ns++;
-    D->s_k[s] = key[0];
-    D->s_rfirst[s] = key[1];
-    D->s_bnode[s] = bnode;
-    D->s_free[s] = free_total;
+    D->s_occ[s] = o;
+    D->s_k[s] = k;
     D->s_head[s] = -1;
-    D->hval[s] = h;
-    memcpy(D->keys + (size_t)s * D->key_len, key, (size_t)D->key_len * sizeof *key);
-    memcpy(D->occ + (size_t)s * D->nodes, fr, (size_t)D->nodes * sizeof *fr);
-    D->s_nextk[s] = D->klist[key[0]];
-    D->klist[key[0]] = s;
-    D->hash[i] = s;
-    if ((int64_t)D->ns * 2 > D->hcap && rehash(D, D->hcap * 2) < 0)
+    D->s_nextk[s] = D->klist[k];
+    D->klist[k] = s;
+    D->shash[i] = s;
+    if ((int64_t)D->ns * 2 > D->shcap &&
+        rehash(&D->shash, &D->shcap, D->shcap * 2, D->ns, D, 1) < 0)
         return PT_ENOMEM;
     return s;
 }
@@ -297,7 +373,17 @@ static int place(dapple *D, const uint16_t *fr, int bnode, int r, int pol, uint1
         }
         D->sortkey[n++] = key;
     }
-    qsort(D->sortkey, (size_t)n, sizeof *D->sortkey, cmp_u64);
+    if (n > 32) {
+        qsort(D->sortkey, (size_t)n, sizeof *D->sortkey, cmp_u64);
+    } else {
+        for (int i = 1; i < n; i++) {
+            uint64_t x = D->sortkey[i];
+            int j = i;
+            for (; j > 0 && D->sortkey[j - 1] > x; j--)
+                D->sortkey[j] = D->sortkey[j - 1];
+            D->sortkey[j] = x;
+        }
+    }
     memcpy(nf, fr, (size_t)nodes * sizeof *nf);
     for (int i = 0; i < n; i++)
         D->take[i] = 0;
@@ -344,6 +430,7 @@ static int place(dapple *D, const uint16_t *fr, int bnode, int r, int pol, uint1
         if (c->speed < slow) {
             slow = c->speed;
             a->rep_dev = c->rep_dev;
+            a->speed = c->speed;
         }
     }
     if (a->nt != 1)
@@ -391,6 +478,11 @@ static int front_insert(dapple *D, int s, const dval *v, int sigma)
 {
     int se = sigma < D->M ? sigma : D->M;
     int *link = &D->s_head[s];
+    if (D->greedy && *link >= 0) {
+        if (D->e_L[*link] <= v->L)
+            return -1;
+        *link = D->e_next[*link];
+    }
     while (*link >= 0) {
         int e = *link;
         int ee = D->e_sigma[e] < D->M ? D->e_sigma[e] : D->M;
@@ -495,12 +587,27 @@ static int prefix_cut(const dapple *D, int lo, int hi, int free_after)
     return lo;
 }
 
+/* Split-concat transfer across the boundary before layer k (src replicas to
+ * dst replicas, one node or not) for this run's micro-batch, memoised. */
+static double boundary(dapple *D, int intra, int src, int dst, int k, int64_t bytes)
+{
+    size_t i = (((size_t)D->r_index[src] * D->nr + D->r_index[dst]) * (size_t)(D->N + 1) + k) * 2 +
+               (intra ? 1 : 0);
+    double v = D->bmemo[i];
+    if (v != v) {
+        v = pu_boundary_s(intra ? D->topo->intra : D->topo->inter, src, dst, D->b, bytes, D->pmb);
+        D->bmemo[i] = v;
+    }
+    return v;
+}
+
 /* Expands state s: every stage [k', k) on r devices placed by each policy. */
 static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
 {
-    int k = D->s_k[s], rfirst = D->s_rfirst[s], bnode = D->s_bnode[s], free_total = D->s_free[s];
-    /* a copy: state_get may move D->occ */
-    memcpy(fr, D->occ + (size_t)s * D->nodes, (size_t)D->nodes * sizeof *fr);
+    int k = D->s_k[s], o = D->s_occ[s];
+    int rfirst = D->o_rfirst[o], bnode = D->o_bnode[o], free_total = D->o_free[o];
+    /* a copy: occ_get may move D->o_fr */
+    memcpy(fr, D->o_fr + (size_t)o * D->nodes, (size_t)D->nodes * sizeof *fr);
     /* the entries still worth extending */
     int nl = 0;
     for (int e = D->s_head[s]; e >= 0; e = D->e_next[e]) {
@@ -529,34 +636,40 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
             break;
         int rows = pu_rows_max(b, r);
         int free_after = free_total - r;
-        int nprev = 0, prev_same[POL_COUNT], prev_rep[POL_COUNT];
+        int nprev = 0, prev_same[POL_COUNT], prev_rep[POL_COUNT], prev_occ[POL_COUNT],
+            prev_one[POL_COUNT];
         int64_t prev_mem[POL_COUNT];
-        for (int pol = 0; pol < POL_COUNT; pol++) {
+        for (int pol = 0; pol < D->npol; pol++) {
             dalloc a;
             if (place(D, fr, bnode, r, pol, nf, &a) < 0)
                 continue;
             int nb = a.single_node;
             int same = rfirst > 0 && nb >= 0 && nb == bnode;
             /* skip a policy whose placement is canonically the same as an earlier one */
-            int32_t *pk = D->prev_keys + (size_t)nprev * D->key_len;
-            make_key(D, 0, r, nf, nb, pk);
+            int target_occ = -1;
+            if (free_after > 0) {
+                make_key(D, r, nf, nb, key2);
+                target_occ = occ_get(D, key2, nf, nb, free_after);
+                if (target_occ < 0)
+                    return PT_ENOMEM;
+            }
             int dup = 0;
             for (int q = 0; q < nprev && !dup; q++)
                 dup = prev_same[q] == same && prev_mem[q] == a.mem && prev_rep[q] == a.rep_dev &&
-                      !memcmp(D->prev_keys + (size_t)q * D->key_len, pk,
-                              (size_t)D->key_len * sizeof *pk);
+                      prev_occ[q] == target_occ && prev_one[q] == (nb >= 0);
             if (dup)
                 continue;
             prev_same[nprev] = same;
             prev_mem[nprev] = a.mem;
             prev_rep[nprev] = a.rep_dev;
+            prev_occ[nprev] = target_occ;
+            prev_one[nprev] = nb >= 0;
             nprev++;
             pt_link arl = nb >= 0 ? D->topo->intra : D->topo->inter;
-            pt_link bl = same ? D->topo->intra : D->topo->inter;
             double cf = 0, cb = 0;
             if (rfirst > 0) {
-                cf = pu_boundary_s(bl, r, rfirst, b, act_k, D->pmb);
-                cb = pu_boundary_s(bl, rfirst, r, b, act_k, D->pmb);
+                cf = boundary(D, same, r, rfirst, k, act_k);
+                cb = boundary(D, same, rfirst, r, k, act_k);
             }
             int kp_hi = k - 1;
             if (free_after > 0 && kp_hi >= 1) {
@@ -566,12 +679,11 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
             } else {
                 kp_hi = 0;
             }
-            int have_key = 0;
             for (int kp = kp_hi; kp >= 0; kp--) {
-                if (kp > 0 && free_after == 0)
+                if (kp > 0 && (free_after == 0 || !D->cut_ok[kp]))
                     continue;
-                double F = pt_cost_fwd_s(D->cost, kp, k, rows, a.rep_dev);
-                double B = pt_cost_bwd_s(D->cost, kp, k, rows, a.rep_dev);
+                double F = span_s(D->pf, kp, k, rows, D->pmb, a.speed);
+                double B = span_s(D->pb, kp, k, rows, D->pmb, a.speed);
                 int64_t P = pt_cost_param_bytes(D->cost, kp, k);
                 double AR = pt_cost_ring_allreduce_s(r, P, arl.latency, arl.bandwidth) +
                             pt_cost_opt_step_s(D->cost, P, D->optim, a.rep_dev);
@@ -579,12 +691,6 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
                 if (M * w + AR >= D->inc)
                     break; /* the stage only grows as kp falls */
                 D->evaluated++;
-                if (kp > 0 && !have_key) {
-                    make_key(D, kp, r, nf, nb, key2);
-                    have_key = 1;
-                }
-                if (kp > 0)
-                    key2[0] = kp;
                 int target = -1;
                 for (int li = 0; li < nl; li++) {
                     int e = live[li];
@@ -610,9 +716,11 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
                         D->inc = L;
                         D->inc_entry = ne;
                         D->found = 1;
+                        if (L < D->run_best)
+                            D->run_best = L;
                     } else {
                         if (target < 0) {
-                            target = state_get(D, key2, nf, nb, free_after);
+                            target = state_get(D, target_occ, kp);
                             if (target < 0)
                                 return PT_ENOMEM;
                         }
@@ -636,6 +744,92 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
     return 0;
 }
 
+/* Estimated final latency of the best completion of state s: its best
+ * entry delayed by the remaining layers' forward spread over its free
+ * devices, or those layers' work spread over them, whichever is larger. */
+static double state_estimate(const dapple *D, int s, int k)
+{
+    double best = INFINITY;
+    for (int e = D->s_head[s]; e >= 0; e = D->e_next[e])
+        if (D->e_L[e] < best)
+            best = D->e_L[e];
+    int free_total = D->o_free[D->s_occ[s]];
+    if (free_total > 0) {
+        double per = D->max_speed * free_total;
+        best = dmax(best + pt_cost_fwd_s(D->cost, 0, k, D->b, -1) / per,
+                    D->M * prefix_work(D, k) / per);
+    }
+    return best;
+}
+
+typedef struct beam_item {
+    double est;
+    int s;
+} beam_item;
+
+static int cmp_beam(const void *a, const void *b)
+{
+    const beam_item *x = a, *y = b;
+    if (x->est != y->est)
+        return x->est < y->est ? -1 : 1;
+    return (x->s > y->s) - (x->s < y->s);
+}
+
+/* Moves the k smallest items (cmp_beam order) to a[0..k), unordered:
+ * quickselect, O(n) on average. */
+static void select_smallest(beam_item *a, int n, int k)
+{
+    int lo = 0, hi = n - 1;
+    while (lo < hi && k > lo && k <= hi) {
+        beam_item pivot = a[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (cmp_beam(&a[i], &pivot) < 0)
+                i++;
+            while (cmp_beam(&a[j], &pivot) > 0)
+                j--;
+            if (i <= j) {
+                beam_item t = a[i];
+                a[i++] = a[j];
+                a[j--] = t;
+            }
+        }
+        if (k <= j + 1)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            break;
+    }
+}
+
+/* Keeps the D->beam states at layer k with the best estimates (ties by
+ * index, so runs are deterministic); the others are unlinked from klist. */
+static int keep_best_states(dapple *D, int k, int n)
+{
+    if (n > D->beam_cap) {
+        beam_item *q = realloc(D->beam_items, (size_t)n * sizeof *q);
+        if (!q)
+            return PT_ENOMEM;
+        D->beam_items = q;
+        D->beam_cap = n;
+    }
+    int c = 0;
+    for (int s = D->klist[k]; s >= 0; s = D->s_nextk[s]) {
+        D->beam_items[c].s = s;
+        D->beam_items[c].est = state_estimate(D, s, k);
+        c++;
+    }
+    int kept = c < D->beam ? c : D->beam;
+    select_smallest(D->beam_items, c, kept);
+    D->klist[k] = -1;
+    for (int i = kept - 1; i >= 0; i--) {
+        D->s_nextk[D->beam_items[i].s] = D->klist[k];
+        D->klist[k] = D->beam_items[i].s;
+    }
+    return 0;
+}
+
 /* One dynamic program for micro-batch count M. */
 static int run_m(dapple *D, int M)
 {
@@ -643,10 +837,17 @@ static int run_m(dapple *D, int M)
     D->ns = 0;
     D->ne = 0;
     D->inc_entry = -1;
+    D->run_best = INFINITY;
     for (int k = 0; k <= D->N; k++)
         D->klist[k] = -1;
-    for (int i = 0; i < D->hcap; i++)
-        D->hash[i] = -1;
+    size_t nmemo = (size_t)D->nr * D->nr * (size_t)(D->N + 1) * 2;
+    for (size_t i = 0; i < nmemo; i++)
+        D->bmemo[i] = NAN;
+    D->no = 0;
+    for (int i = 0; i < D->ohcap; i++)
+        D->ohash[i] = -1;
+    for (int i = 0; i < D->shcap; i++)
+        D->shash[i] = -1;
     int32_t *key = malloc((size_t)D->key_len * 2 * sizeof *key);
     uint16_t *fr = malloc((size_t)D->nodes * 2 * sizeof *fr);
     if (!key || !fr) {
@@ -657,8 +858,9 @@ static int run_m(dapple *D, int M)
     int rc = 0;
     for (int n = 0; n < D->nodes; n++)
         fr[n] = (uint16_t)D->node_size[n];
-    make_key(D, D->N, 0, fr, -1, key);
-    int s0 = state_get(D, key, fr, -1, D->G);
+    make_key(D, 0, fr, -1, key);
+    int o0 = occ_get(D, key, fr, -1, D->G);
+    int s0 = o0 >= 0 ? state_get(D, o0, D->N) : o0;
     dval root = {-INFINITY, -INFINITY, 0, -INFINITY};
     int e0 = s0 >= 0 ? front_insert(D, s0, &root, 0) : -2;
     if (s0 < 0 || e0 < 0) {
@@ -667,6 +869,15 @@ static int run_m(dapple *D, int M)
     }
     D->e_parent[e0] = -1;
     for (int k = D->N; k >= 1 && rc == 0; k--) {
+        int n = 0;
+        for (int s = D->klist[k]; s >= 0; s = D->s_nextk[s])
+            n++;
+        if (D->beam > 0 && n > D->beam) {
+            rc = keep_best_states(D, k, n);
+            if (rc < 0)
+                break;
+            D->beam_cut = 1;
+        }
         for (int s = D->klist[k]; s >= 0; s = D->s_nextk[s]) {
             rc = expand(D, s, fr, fr + D->nodes, key + D->key_len);
             if (rc < 0 || (D->feasibility && D->found))
@@ -689,21 +900,28 @@ static void dapple_free(dapple *D)
     free(D->node_devs);
     free(D->cls);
     free(D->rset);
+    free(D->r_index);
+    free(D->cut_ok);
+    free(D->pf);
+    free(D->pb);
+    free(D->bmemo);
     free(D->sortkey);
     free(D->take);
-    free(D->prev_keys);
     free(D->live);
+    free(D->beam_items);
     free(D->s_k);
-    free(D->s_rfirst);
-    free(D->s_bnode);
-    free(D->s_free);
+    free(D->s_occ);
+    free(D->o_rfirst);
+    free(D->o_bnode);
+    free(D->o_free);
+    free(D->o_hval);
+    free(D->o_keys);
+    free(D->o_fr);
+    free(D->ohash);
+    free(D->shash);
     free(D->s_head);
     free(D->s_nextk);
-    free(D->keys);
-    free(D->occ);
     free(D->klist);
-    free(D->hash);
-    free(D->hval);
     free(D->e_L);
     free(D->e_H);
     free(D->e_R);
@@ -715,6 +933,14 @@ static void dapple_free(dapple *D)
     free(D->e_r);
     free(D->e_next);
     free(D->e_pol);
+}
+
+/* Replica counts tried on large clusters: 1, 2, 3, 4, 6, 8, 12, 16, ... */
+static int dapple_coarse_r(int r)
+{
+    while (r % 2 == 0)
+        r /= 2;
+    return r == 1 || r == 3;
 }
 
 static int dapple_init(dapple *D, const pt_cost *cost, const pt_topology *topo, pt_optim_kind optim)
@@ -795,51 +1021,78 @@ static int dapple_init(dapple *D, const pt_cost *cost, const pt_topology *topo, 
     if (!D->rset)
         return PT_ENOMEM;
     for (int r = 1; r <= D->G; r++)
-        if (D->G <= DAPPLE_ALL_R_DEVICES || r <= pmax || r % pmax == 0)
+        if (D->G <= DAPPLE_ALL_R_DEVICES || dapple_coarse_r(r))
             D->rset[D->nr++] = r;
-    D->prev_keys = calloc((size_t)POL_COUNT * (size_t)D->key_len, sizeof(int32_t));
-    if (!D->prev_keys)
+    D->r_index = malloc(((size_t)D->G + 1) * sizeof(int));
+    D->bmemo = malloc((size_t)D->nr * D->nr * (size_t)(D->N + 1) * 2 * sizeof(double));
+    if (!D->r_index || !D->bmemo)
         return PT_ENOMEM;
-    D->hcap = 1 << 12;
-    D->hash = malloc((size_t)D->hcap * sizeof(int));
-    if (!D->hash)
+    for (int r = 0; r <= D->G; r++)
+        D->r_index[r] = -1;
+    for (int i = 0; i < D->nr; i++)
+        D->r_index[D->rset[i]] = i;
+    D->npol = D->G <= DAPPLE_ALL_R_DEVICES ? POL_COUNT : POL_SF;
+    D->pf = malloc(((size_t)D->N + 1) * sizeof(double));
+    D->pb = malloc(((size_t)D->N + 1) * sizeof(double));
+    if (!D->pf || !D->pb)
+        return PT_ENOMEM;
+    D->pf[0] = D->pb[0] = 0;
+    for (int l = 0; l < D->N; l++) {
+        D->pf[l + 1] = D->pf[l] + D->prof->layers[l].fwd_ms;
+        D->pb[l + 1] = D->pb[l] + D->prof->layers[l].bwd_ms;
+    }
+    D->cut_ok = calloc((size_t)D->N + 1, 1);
+    if (!D->cut_ok)
+        return PT_ENOMEM;
+    if (D->N <= DAPPLE_MAX_CUTS) {
+        memset(D->cut_ok, 1, (size_t)D->N + 1);
+    } else {
+        /* boundaries nearest to equal shares of the forward + backward work */
+        double total =
+            pt_cost_fwd_s(cost, 0, D->N, D->pmb, -1) + pt_cost_bwd_s(cost, 0, D->N, D->pmb, -1);
+        int j = 0;
+        for (int c = 1; c < DAPPLE_MAX_CUTS; c++) {
+            double target = total * c / DAPPLE_MAX_CUTS;
+            while (j < D->N && pt_cost_fwd_s(cost, 0, j + 1, D->pmb, -1) +
+                                       pt_cost_bwd_s(cost, 0, j + 1, D->pmb, -1) <=
+                                   target)
+                j++;
+            D->cut_ok[j > 0 ? j : 1] = 1;
+        }
+        D->cut_ok[0] = D->cut_ok[D->N] = 1;
+        D->cuts_limited = 1;
+    }
+    /* exact on small instances; a beam on large ones */
+    D->beam = D->G <= DAPPLE_ALL_R_DEVICES && D->N <= DAPPLE_MAX_CUTS ? 0 : DAPPLE_BEAM;
+    D->ohcap = D->shcap = 1 << 12;
+    D->ohash = malloc((size_t)D->ohcap * sizeof(int));
+    D->shash = malloc((size_t)D->shcap * sizeof(int));
+    if (!D->ohash || !D->shash)
         return PT_ENOMEM;
     return 0;
 }
 
-/* Replays the decisions of the chain ending at entry `fin` on concrete
- * devices and builds the plan. */
-static pt_plan *build_plan(dapple *D, int fin)
+/* Places a plan on concrete devices: stage s takes rs[s] devices by policy
+ * pols[s], from the last stage to the first, as the search does. NULL when
+ * the devices run out or on no memory. */
+static pt_plan *place_plan(dapple *D, int S, const int *cuts, const int *rs, const int *pols, int b,
+                           int M, char policy)
 {
-    int S = 0;
-    for (int e = fin; e >= 0 && D->e_parent[e] >= 0; e = D->e_parent[e])
-        S++;
-    if (S < 1)
-        return NULL;
-    int *cuts = malloc((size_t)(S + 1) * sizeof *cuts);
-    int *rs = malloc((size_t)S * sizeof *rs), *pols = malloc((size_t)S * sizeof *pols);
     uint16_t *fr = malloc((size_t)D->nodes * 2 * sizeof *fr);
     int *used = calloc((size_t)D->nodes, sizeof *used);
     int *devs = malloc((size_t)D->G * sizeof *devs);
     pt_plan *p = NULL;
-    if (!cuts || !rs || !pols || !fr || !used || !devs)
+    if (!fr || !used || !devs)
         goto out;
-    int s = 0;
-    for (int e = fin; s < S; e = D->e_parent[e], s++) {
-        cuts[s] = D->e_first[e];
-        rs[s] = D->e_r[e];
-        pols[s] = D->e_pol[e];
-    }
-    cuts[S] = D->N;
-    p = pu_plan_alloc(D->prof, S, cuts, PT_SCHED_DAPPLE, D->b, D->M, D->optim);
+    p = pu_plan_alloc(D->prof, S, cuts, PT_SCHED_DAPPLE, b, M, D->optim);
     if (!p)
         goto out;
-    p->policy = D->policy;
+    p->policy = policy;
     for (int n = 0; n < D->nodes; n++)
         fr[n] = (uint16_t)D->node_size[n];
     int bnode = -1;
     const uint64_t low = (1ULL << 24) - 1;
-    for (s = S - 1; s >= 0; s--) {
+    for (int s = S - 1; s >= 0; s--) {
         dalloc a;
         uint16_t *nf = fr + D->nodes;
         if (place(D, fr, bnode, rs[s], pols[s], nf, &a) < 0) {
@@ -862,20 +1115,38 @@ static pt_plan *build_plan(dapple *D, int fin)
         bnode = a.single_node;
     }
 out:
-    free(cuts);
-    free(rs);
-    free(pols);
     free(fr);
     free(used);
     free(devs);
     return p;
 }
 
-/* Unit times of a concrete plan for the latency model. */
-typedef struct units {
-    int S;
-    double *F, *B, *AR; /* 2S-1 units: stage s at 2s, boundary s->s+1 at 2s+1 */
-} units;
+/* The plan of the chain of decisions ending at entry `fin`. */
+static pt_plan *build_plan(dapple *D, int fin)
+{
+    int S = 0;
+    for (int e = fin; e >= 0 && D->e_parent[e] >= 0; e = D->e_parent[e])
+        S++;
+    if (S < 1)
+        return NULL;
+    int *cuts = malloc((size_t)(S + 1) * sizeof *cuts);
+    int *rs = malloc((size_t)S * sizeof *rs), *pols = malloc((size_t)S * sizeof *pols);
+    pt_plan *p = NULL;
+    if (cuts && rs && pols) {
+        int s = 0;
+        for (int e = fin; s < S; e = D->e_parent[e], s++) {
+            cuts[s] = D->e_first[e];
+            rs[s] = D->e_r[e];
+            pols[s] = D->e_pol[e];
+        }
+        cuts[S] = D->N;
+        p = place_plan(D, S, cuts, rs, pols, D->b, D->M, D->policy);
+    }
+    free(cuts);
+    free(rs);
+    free(pols);
+    return p;
+}
 
 static int stages_share_node(const pt_topology *t, const pt_stage *a, const pt_stage *b)
 {
@@ -1063,38 +1334,128 @@ static int plan_fits(const dapple *D, const pt_plan *p, char policy)
 }
 
 /* Runs the DP over every micro-batch count; on success *best_plan is set. */
+/* One run for micro-batch size mbs[i/2] and policy A (i even) or B; keeps
+ * the plan when it beats the incumbent. */
+static int run_one(dapple *D, const int *mbs, int i, int global_batch, pt_plan **best_plan)
+{
+    D->b = mbs[i / 2];
+    D->policy = i % 2 ? 'B' : 'A';
+    double before = D->inc;
+    int rc = run_m(D, global_batch / D->b);
+    if (rc < 0)
+        return rc;
+    if (D->inc < before && D->inc_entry >= 0) {
+        pt_plan *p = build_plan(D, D->inc_entry);
+        if (!p)
+            return PT_ENOMEM;
+        pt_plan_free(best_plan);
+        *best_plan = p;
+    }
+    return 0;
+}
+
+/* Simple plans of the search's space, evaluated directly, as a first
+ * incumbent: S balanced stages (S = 1, 2, 3, 4, 6, 8, ...) each on G/S
+ * devices placed Fresh First, for every micro-batch size and policy.
+ * quick[run] gets each run's best. */
+static int seed(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan **best_plan,
+                double *quick)
+{
+    int N = D->N, G = D->G, Smax = N < G ? N : G;
+    int *cuts = malloc((size_t)(Smax + 1) * sizeof *cuts);
+    int *rs = malloc((size_t)Smax * sizeof *rs), *pols = calloc((size_t)Smax, sizeof *pols);
+    int rc = 0;
+    if (!cuts || !rs || !pols)
+        rc = PT_ENOMEM;
+    for (int S = 1; S <= Smax && rc == 0; S = S < 4 ? S + 1 : S + S / 2) {
+        pu_balanced_partition(D->cost, N, S, NULL, 0, cuts, &rc);
+        for (int i = 0; i < 2 * nmb && rc == 0; i++) {
+            int b = mbs[i / 2], r = G / S < b ? G / S : b;
+            char policy = i % 2 ? 'B' : 'A';
+            if (r < 1)
+                continue;
+            for (int s = 0; s < S; s++) {
+                rs[s] = r;
+                pols[s] = POL_FF;
+            }
+            pt_plan *p = place_plan(D, S, cuts, rs, pols, b, global_batch / b, policy);
+            if (!p) {
+                rc = PT_ENOMEM;
+                break;
+            }
+            double L = INFINITY;
+            if (plan_fits(D, p, policy) &&
+                pt_planner_dapple_latency(D->cost, p, &L, NULL, NULL, NULL) == 0) {
+                if (L < quick[i])
+                    quick[i] = L;
+                if (L < D->inc) {
+                    D->inc = L;
+                    pt_plan_free(best_plan);
+                    *best_plan = p;
+                    p = NULL;
+                }
+            }
+            pt_plan_free(&p);
+        }
+    }
+    free(cuts);
+    free(rs);
+    free(pols);
+    return rc;
+}
+
+/* Runs the DP over every micro-batch size and policy; on success *best_plan
+ * is the best plan. A first pass keeping one entry per state finds a good
+ * plan fast; the exact pass then runs the sizes in the order of that pass's
+ * results, pruned by the plan it found (which it keeps unless it beats it). */
 static int search(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan **best_plan)
 {
     *best_plan = NULL;
     D->inc = INFINITY;
     D->found = 0;
-    /* larger micro-batch counts first: they usually give the smaller latency,
-     * so the bound prunes the other runs harder */
-    for (int i = 0; i < nmb; i++) {
-        for (int pol = 0; pol < 2; pol++) {
-            int b = mbs[i];
-            D->b = b;
-            D->policy = pol ? 'B' : 'A';
-            double before = D->inc;
-            int rc = run_m(D, global_batch / b);
-            if (rc < 0) {
-                pt_plan_free(best_plan);
-                return rc;
-            }
-            if (D->inc < before && D->inc_entry >= 0) {
-                pt_plan *p = build_plan(D, D->inc_entry);
-                if (!p) {
-                    pt_plan_free(best_plan);
-                    return PT_ENOMEM;
-                }
-                pt_plan_free(best_plan);
-                *best_plan = p;
-            }
-            if (D->feasibility && D->found)
-                return 0;
-        }
+    int runs = 2 * nmb, order[2 * PT_PLANNER_MB_CHOICES_MAX];
+    double quick[2 * PT_PLANNER_MB_CHOICES_MAX];
+    for (int i = 0; i < runs; i++) {
+        order[i] = i;
+        quick[i] = INFINITY;
     }
-    return 0;
+    int rc = 0;
+    if (!D->feasibility) {
+        rc = seed(D, mbs, nmb, global_batch, best_plan, quick);
+        for (int i = 1; i < runs; i++)
+            for (int j = i; j > 0 && quick[order[j]] < quick[order[j - 1]]; j--) {
+                int t = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = t;
+            }
+        D->greedy = 1;
+        for (int k = 0; k < runs && rc == 0; k++) {
+            int i = order[k];
+            rc = run_one(D, mbs, i, global_batch, best_plan);
+            if (D->run_best < quick[i])
+                quick[i] = D->run_best;
+        }
+        D->greedy = 0;
+        /* best first */
+        for (int i = 1; i < runs; i++)
+            for (int j = i; j > 0 && quick[order[j]] < quick[order[j - 1]]; j--) {
+                int t = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = t;
+            }
+    }
+    /* on large instances the beam already makes the result a heuristic: the
+     * one-entry pass is the search (and the feasibility search uses it too) */
+    D->greedy = D->beam > 0;
+    for (int i = 0; i < runs && rc == 0 && !(D->beam > 0 && !D->feasibility); i++) {
+        rc = run_one(D, mbs, order[i], global_batch, best_plan);
+        if (D->feasibility && D->found)
+            break;
+    }
+    D->greedy = 0;
+    if (rc < 0)
+        pt_plan_free(best_plan);
+    return rc;
 }
 
 int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int global_batch,
@@ -1196,7 +1557,14 @@ int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int gl
         else
             pu_why(report, " (%c does not fit memory)", other);
         if (D.G > DAPPLE_ALL_R_DEVICES)
-            pu_why(report, "; replica counts tried: 1..P and multiples of P");
+            pu_why(report, "; large cluster: replica counts 1,2,3,4,6,8,12,..., fresh/append-first "
+                           "placement");
+        if (D.cuts_limited)
+            pu_why(report, "; " PT_STR(DAPPLE_MAX_CUTS) " candidate stage boundaries");
+        if (D.beam > 0)
+            pu_why(report, "; large instance: one plan per state and at most " PT_STR(
+                               DAPPLE_BEAM) " states per layer, so the best plan found, not "
+                                            "proven optimal");
     }
     *out = plan;
     rc = 0;

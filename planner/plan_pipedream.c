@@ -387,6 +387,8 @@ int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int
             pt_plan_free(&r.plan);
         }
     }
+    if (report)
+        report->search_s = pu_now_s() - t0;
     if (!best.plan) {
         pt_cost_free(&cost);
         return pt_error_set(err, PT_EINVAL, "pipedream: no plan for the micro-batch sizes given");
@@ -408,7 +410,6 @@ int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int
         report->objective_s = best.objective;
         report->iter_s = best.objective * best.plan->microbatch_count;
         report->peak_memory_bytes = peak;
-        report->search_s = pu_now_s() - t0;
         pu_why(report, "%s; micro-batch %d (%d per iteration); %d stage%s, replicas", levels,
                best.plan->microbatch_size, best.plan->microbatch_count, best.plan->stage_count,
                best.plan->stage_count > 1 ? "s" : "");

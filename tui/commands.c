@@ -8,6 +8,7 @@ const pt_command pt_commands[] = {
     {"profile", pt_cmd_profile, "measure each layer's forward/backward time and memory"},
     {"import-profile", pt_cmd_import_profile, "convert a PipeDream graph.txt profile to JSON"},
     {"export-profile", pt_cmd_export_profile, "write a profile in PipeDream's graph.txt format"},
+    {"plan", pt_cmd_plan, "choose stages, replication and placement with a planner; --compare"},
     {"sim", pt_cmd_sim, "predict a plan's iteration time, bubbles and memory; ASCII timeline"},
     {"validate", pt_cmd_validate, "check a model spec, profile, topology or plan file"},
     {"run", pt_cmd_run, "train a plan with one agent process per stage replica (distributed)"},
