@@ -82,9 +82,17 @@ void pt_agent_worker_assign(pt_agent_worker *w, pt_msg *assign);
  * whose id also acknowledges the periodic checkpoints of the run.
  * PT_ESTATE when generation gen is not built. */
 int pt_agent_worker_begin(pt_agent_worker *w, int64_t gen, int64_t req, int64_t steps);
-/* Stops after the current run; saves a checkpoint when the plan has a folder
- * (acknowledged under the stop's req). */
-void pt_agent_worker_stop(pt_agent_worker *w, int64_t gen, int64_t req);
+/* Holds (a stop with "hold"): from now on begins no iteration at or beyond
+ * the number of iterations begun so far (finished, plus the program in
+ * progress), and returns that number; the run then waits there for a stop.
+ * A second hold keeps the lower horizon. */
+int64_t pt_agent_worker_hold(pt_agent_worker *w);
+/* Stops for request req. at_step >= 0: first finishes iterations up to
+ * at_step - 1, running them even after the last start's steps are done (an
+ * agent already at or past at_step stops at the boundary it is at); -1: stops
+ * after the current run. Either way it saves a checkpoint when the plan has
+ * a folder and reports PT_WNOTE_STOPPED with the step it stopped at. */
+void pt_agent_worker_stop(pt_agent_worker *w, int64_t gen, int64_t req, int64_t at_step);
 /* Saves after `step` iterations (-1: after the current run). PT_ERANGE when
  * too many requests are waiting. */
 int pt_agent_worker_checkpoint(pt_agent_worker *w, int64_t gen, int64_t req, int64_t step);
@@ -93,7 +101,8 @@ int pt_agent_worker_checkpoint(pt_agent_worker *w, int64_t gen, int64_t req, int
 void pt_agent_worker_abort(pt_agent_worker *w);
 
 /* Heartbeat figures: the state name ("waiting", "setting-up", "ready",
- * "running", "idle", "stopped", "failed") and the last finished step (-1). */
+ * "running", "holding", "stopping", "idle", "stopped", "failed") and the last finished step (-1).
+ */
 void pt_agent_worker_status(pt_agent_worker *w, char *state, int cap, int64_t *step);
 
 /* Aborts, waits up to timeout_ms for the thread and frees it. Returns 0, or

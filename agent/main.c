@@ -194,14 +194,21 @@ static void send_error(agent *ag, int64_t gen, int64_t req, int stage, int repli
     send_msg(ag, &m);
 }
 
-static void send_ack(agent *ag, int64_t gen, int64_t req, pt_msg_type of)
+/* step: acks of stop only, the step boundary held at / stopped at; -1: none. */
+static void send_ack_step(agent *ag, int64_t gen, int64_t req, pt_msg_type of, int64_t step)
 {
     pt_msg m;
     pt_msg_init(&m, PT_MSG_ACK, NULL);
     m.gen = gen;
     m.req = req;
     m.u.ack.of = of;
+    m.u.ack.step = of == PT_MSG_STOP && step >= 0 ? step : -1;
     send_msg(ag, &m);
+}
+
+static void send_ack(agent *ag, int64_t gen, int64_t req, pt_msg_type of)
+{
+    send_ack_step(ag, gen, req, of, -1);
 }
 
 static void send_heartbeat(agent *ag)
@@ -320,7 +327,10 @@ static void handle(agent *ag, const char *data, size_t len)
             send_ack(ag, m.gen, m.req, PT_MSG_START);
         break;
     case PT_MSG_STOP:
-        pt_agent_worker_stop(ag->worker, m.gen, m.req);
+        if (m.u.stop.hold) /* answered at once: the console picks the common step from it */
+            send_ack_step(ag, m.gen, m.req, PT_MSG_STOP, pt_agent_worker_hold(ag->worker));
+        else
+            pt_agent_worker_stop(ag->worker, m.gen, m.req, m.u.stop.at_step);
         break;
     case PT_MSG_CHECKPOINT:
         if (pt_agent_worker_checkpoint(ag->worker, m.gen, m.req, m.u.checkpoint.step) < 0)
@@ -366,7 +376,7 @@ static void handle_note(agent *ag, const pt_wnote *n)
         break;
     }
     case PT_WNOTE_STOPPED:
-        send_ack(ag, n->gen, n->req, PT_MSG_STOP);
+        send_ack_step(ag, n->gen, n->req, PT_MSG_STOP, n->step);
         break;
     case PT_WNOTE_IDLE:
         send_heartbeat(ag); /* the console learns at once that the steps are done */

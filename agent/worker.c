@@ -84,6 +84,11 @@ struct pt_agent_worker {
     int64_t run_target; /* iterations done at which it ends; -1: until stopped */
     int has_stop;
     int64_t stop_req;
+    int64_t stop_at; /* the stop's at_step: run until this many iterations are done; -1 none */
+    int hold;        /* a hold is in force: begin no iteration at or beyond hold_at */
+    int64_t hold_at;
+    int in_run;      /* an iteration (program) is executing... */
+    int64_t run_end; /* ...and `done` will be this when it finishes */
     ckpt_req ckpts[PT_AGENT_CKPT_REQ_MAX];
     int nckpt;
     int quit;
@@ -582,14 +587,20 @@ static int run_once(pt_agent_worker *w, pt_error *err)
     pthread_mutex_unlock(&w->mu);
     pt_exec_result res;
     r->nev = 0;
+    /* in_run and run_end were set under the lock that decided to run */
     int rc = pt_exec_run(r->exec, done, &res, err);
     publish_events(w);
-    if (rc < 0)
+    if (rc < 0) {
+        pthread_mutex_lock(&w->mu);
+        w->in_run = 0;
+        pthread_mutex_unlock(&w->mu);
         return rc;
+    }
     publish_metrics(w, &res, done);
     int64_t after = done + (res.windows > 0 ? res.windows : 1);
     pthread_mutex_lock(&w->mu);
     w->done = after;
+    w->in_run = 0;
     pthread_mutex_unlock(&w->mu);
     notify_simple(w, PT_WNOTE_STEP, 0, after, 0, NULL);
     if (r->ckpt_every > 0 && r->ckpt_dir[0] && after / r->ckpt_every > done / r->ckpt_every)
@@ -653,9 +664,13 @@ static void *thread_main(void *arg)
             pthread_mutex_lock(&w->mu);
             continue;
         }
-        if (w->has_stop) {
+        /* A stop at a step runs the iterations before it first, whether or
+         * not a start is being served (its peers need them). */
+        int catch_up = w->has_stop && w->stop_at >= 0 && w->built && done < w->stop_at;
+        if (w->has_stop && !catch_up) {
             int64_t req = w->stop_req;
             w->has_stop = 0;
+            w->hold = 0;
             w->running = 0;
             int built = w->built;
             pthread_mutex_unlock(&w->mu);
@@ -674,8 +689,8 @@ static void *thread_main(void *arg)
             pthread_mutex_lock(&w->mu);
             continue;
         }
-        if (w->running && w->built) {
-            if (w->run_target >= 0 && done >= w->run_target) {
+        if (catch_up || (w->running && w->built && !(w->hold && done >= w->hold_at))) {
+            if (!catch_up && w->run_target >= 0 && done >= w->run_target) {
                 w->running = 0;
                 snprintf(w->state, sizeof w->state, "idle");
                 pthread_mutex_unlock(&w->mu);
@@ -683,13 +698,16 @@ static void *thread_main(void *arg)
                 pthread_mutex_lock(&w->mu);
                 continue;
             }
-            snprintf(w->state, sizeof w->state, "running");
+            snprintf(w->state, sizeof w->state, catch_up ? "stopping" : "running");
+            w->in_run = 1;
+            w->run_end = done + (w->r.prog.window_count > 0 ? w->r.prog.window_count : 1);
             pthread_mutex_unlock(&w->mu);
             pt_error err = {0};
             int rc = run_once(w, &err);
             pthread_mutex_lock(&w->mu);
             if (rc < 0) {
                 w->running = 0;
+                w->has_stop = 0; /* the failure is reported instead */
                 snprintf(w->state, sizeof w->state, "failed");
                 int aborted = w->quit;
                 pthread_mutex_unlock(&w->mu);
@@ -700,6 +718,8 @@ static void *thread_main(void *arg)
             }
             continue;
         }
+        if (w->running && w->hold && done >= w->hold_at)
+            snprintf(w->state, sizeof w->state, "holding");
         pthread_cond_wait(&w->cv, &w->mu);
     }
     pthread_mutex_unlock(&w->mu);
@@ -767,6 +787,7 @@ void pt_agent_worker_assign(pt_agent_worker *w, pt_msg *assign)
     w->built = 0; /* starts for the old generation are refused from now on */
     w->running = 0;
     w->has_stop = 0;
+    w->hold = 0;
     w->nckpt = 0;
     snprintf(w->state, sizeof w->state, "setting-up");
     pthread_cond_signal(&w->cv);
@@ -788,12 +809,29 @@ int pt_agent_worker_begin(pt_agent_worker *w, int64_t gen, int64_t req, int64_t 
     return ok ? 0 : PT_ESTATE;
 }
 
-void pt_agent_worker_stop(pt_agent_worker *w, int64_t gen, int64_t req)
+int64_t pt_agent_worker_hold(pt_agent_worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int64_t begun = w->in_run && w->run_end > w->done ? w->run_end : w->done;
+    if (!w->hold || begun < w->hold_at) { /* a second hold keeps the first horizon */
+        w->hold = 1;
+        w->hold_at = begun;
+    }
+    begun = w->hold_at;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return begun;
+}
+
+void pt_agent_worker_stop(pt_agent_worker *w, int64_t gen, int64_t req, int64_t at_step)
 {
     (void)gen;
     pthread_mutex_lock(&w->mu);
     w->has_stop = 1;
     w->stop_req = req;
+    w->stop_at = at_step >= 0 ? at_step : -1;
+    if (at_step >= 0)
+        w->hold = 0; /* the named step replaces the horizon of a hold */
     snprintf(w->state, sizeof w->state, "stopping");
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);

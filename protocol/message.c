@@ -121,6 +121,10 @@ void pt_msg_init(pt_msg *m, pt_msg_type type, const char *agent)
         break;
     case PT_MSG_ACK:
         m->u.ack.of = PT_MSG_ASSIGN;
+        m->u.ack.step = -1;
+        break;
+    case PT_MSG_STOP:
+        m->u.stop.at_step = -1;
         break;
     case PT_MSG_REGISTER:
         m->u.reg.device = -1;
@@ -205,7 +209,8 @@ static const char *const *keys_of(pt_msg_type t)
         "plan",    "model", "stage",          "replica",          "rank",        "peers",
         "data",    "seed",  "checkpoint_dir", "checkpoint_every", "resume_step", "telemetry",
         "nccl_id", NULL};
-    static const char *const ack[] = {"of", NULL};
+    static const char *const ack[] = {"of", "step", NULL};
+    static const char *const stop[] = {"reason", "hold", "at_step", NULL};
     static const char *const start[] = {"steps", NULL};
     static const char *const reason[] = {"reason", NULL};
     static const char *const ckpt[] = {"step", NULL};
@@ -225,6 +230,7 @@ static const char *const *keys_of(pt_msg_type t)
     case PT_MSG_START:
         return start;
     case PT_MSG_STOP:
+        return stop;
     case PT_MSG_BYE:
         return reason;
     case PT_MSG_CHECKPOINT:
@@ -531,12 +537,21 @@ static int check_body(pt_jr *jr, const cJSON *o, pt_msg *m)
             return pt_jr_fail(jr, PT_EINVAL, "", "of",
                               "\"%s\" is not an acknowledged request (assign, start, stop)", of);
         m->u.ack.of = t;
+        TRY(pt_jr_int64(jr, o, "", "step", OPT, -1, 0, IMAX, &m->u.ack.step));
+        if (m->u.ack.step >= 0 && t != PT_MSG_STOP)
+            return pt_jr_fail(jr, PT_EINVAL, "", "step", "only an ack of stop carries a step");
         return 0;
     }
     case PT_MSG_START:
         return pt_jr_int64(jr, o, "", "steps", REQ, 0, 0, IMAX, &m->u.start.steps);
     case PT_MSG_STOP:
-        return opt_str(jr, o, "", "reason", m->u.stop.reason, sizeof m->u.stop.reason);
+        TRY(opt_str(jr, o, "", "reason", m->u.stop.reason, sizeof m->u.stop.reason));
+        TRY(pt_jr_bool(jr, o, "", "hold", OPT, 0, &m->u.stop.hold));
+        TRY(pt_jr_int64(jr, o, "", "at_step", OPT, -1, 0, IMAX, &m->u.stop.at_step));
+        if (m->u.stop.hold && m->u.stop.at_step >= 0)
+            return pt_jr_fail(jr, PT_EINVAL, "", "at_step",
+                              "a stop either holds or names a step, not both");
+        return 0;
     case PT_MSG_BYE:
         return opt_str(jr, o, "", "reason", m->u.bye.reason, sizeof m->u.bye.reason);
     case PT_MSG_CHECKPOINT:

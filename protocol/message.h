@@ -47,7 +47,7 @@ typedef enum pt_msg_type {
     PT_MSG_ASSIGN,         /* console -> agent: plan, stage, replica, peers (request) */
     PT_MSG_ACK,            /* agent -> console: request done (assign, start, stop) */
     PT_MSG_START,          /* console -> agent: run N steps (request) */
-    PT_MSG_STOP,           /* console -> agent: stop after the current step (request) */
+    PT_MSG_STOP,           /* console -> agent: hold, or stop at a step (request) */
     PT_MSG_CHECKPOINT,     /* console -> agent: save at a step (request) */
     PT_MSG_CHECKPOINT_ACK, /* agent -> console: saved step, where */
     PT_MSG_HEARTBEAT,      /* both ways: liveness and clock samples */
@@ -118,14 +118,23 @@ typedef struct pt_msg_assign {
 
 typedef struct pt_msg_ack {
     pt_msg_type of; /* the request type acknowledged: assign, start or stop */
+    int64_t step;   /* acks of stop only, optional (-1 absent): the step boundary (iterations
+                     * done) where the agent holds (hold) or stopped (at_step) */
 } pt_msg_ack;
 
 typedef struct pt_msg_start {
     int64_t steps; /* steps to run, 0: until stop */
 } pt_msg_start;
 
+/* A stop comes in one of three forms (docs/protocol.md, "Stopping at one step"):
+ * hold: start no new iteration after those already begun and ack at once
+ * with ack.step = iterations begun; at_step >= 0: finish iterations up to
+ * at_step - 1 (running them when needed), start none beyond, save, ack with
+ * ack.step = at_step; neither (v1's first form): stop at the next boundary. */
 typedef struct pt_msg_stop {
     char reason[PT_MSG_TEXT_MAX]; /* optional */
+    int hold;                     /* optional boolean ("hold": true), 0 absent */
+    int64_t at_step;              /* optional, -1 absent; not with hold */
 } pt_msg_stop;
 
 typedef struct pt_msg_checkpoint {
@@ -209,7 +218,8 @@ typedef struct pt_msg {
 
 /* Zeroes *m and sets type, agent (truncated to fit; NULL: "") and the
  * defaults that are not zero: checkpoint.step -1, heartbeat.step -1,
- * error stage/replica -1, metrics loss NaN, ack.of PT_MSG_ASSIGN. */
+ * error stage/replica -1, metrics loss NaN, ack.of PT_MSG_ASSIGN, ack.step -1,
+ * stop.at_step -1. */
 void pt_msg_init(pt_msg *m, pt_msg_type type, const char *agent);
 
 /* Frees what *m owns (plan/model text, peers, events) and zeroes it.

@@ -137,6 +137,8 @@ static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
     case PT_MSG_ACK: {
         const char *of = pt_msg_type_name(m->u.ack.of);
         add_str(b, o, "of", of ? of : "?");
+        if (m->u.ack.step != -1)
+            add_int(b, o, "step", m->u.ack.step);
         return 0;
     }
     case PT_MSG_START:
@@ -144,6 +146,10 @@ static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
         return 0;
     case PT_MSG_STOP:
         add_opt_str(b, o, "reason", m->u.stop.reason);
+        if (m->u.stop.hold && !cJSON_AddBoolToObject(o, "hold", 1))
+            b->ok = 0;
+        if (m->u.stop.at_step != -1)
+            add_int(b, o, "at_step", m->u.stop.at_step);
         return 0;
     case PT_MSG_BYE:
         add_opt_str(b, o, "reason", m->u.bye.reason);

@@ -49,8 +49,6 @@
 #define EXIT_TIMEOUT_MS     5000
 #define PROFILE_TIMEOUT_MS  600000
 #define POLL_MS             100
-#define CHUNK_MS            1000.0 /* steps between the agents' common stopping points */
-#define FIRST_CHUNK_STEPS   10
 #define PLAIN_LINE_MS       1000
 #define REAP_SLEEP_MS       20
 #define PATH_CAP            4096
@@ -778,43 +776,46 @@ static int train(run_ctx *c, pt_error *err)
         return rc;
     if (c->tty && !c->a.headless && !c->a.json)
         c->bar = pt_progress_new(stdout, "run", c->steps, 1);
-    /* The steps go in chunks of about CHUNK_MS: every agent stops at the end
-     * of a chunk and waits for the next start, so a stop (^C, the end) finds
-     * all of them at the same step — an agent stopped alone would leave its
-     * neighbours waiting for it. */
+    /* One start for all the steps. A stop (^C, or the end) is the session's
+     * two-round stop: every agent holds, then all stop at the highest step
+     * any had begun, so none is left waiting for a neighbour's data. */
     int stopping = 0;
-    int64_t done = c->resume_step, until = done;
-    int wc = c->prog.window_count > 0 ? c->prog.window_count : 1;
-    while (done < c->target && !stopping) {
-        int64_t chunk = c->iter_ms > 0 ? (int64_t)(CHUNK_MS / c->iter_ms) : FIRST_CHUNK_STEPS;
-        chunk = chunk < 1 ? 1 : chunk;
-        chunk = (chunk + wc - 1) / wc * wc;
-        if (chunk > c->target - done)
-            chunk = c->target - done;
-        if ((rc = pt_session_start(c->s, chunk, err)) < 0)
+    int64_t done = c->resume_step;
+    if (done < c->target) {
+        if ((rc = pt_session_start(c->s, c->target - done, err)) < 0)
             return rc;
-        until = done + chunk;
-        while (!all_idle_at(c, until)) {
+        while (!all_idle_at(c, c->target)) {
             if ((rc = pt_session_poll(c->s, POLL_MS, err)) < 0)
                 return rc;
             reap(c, 0);
             show_steps(c);
             if (failed(c, err))
                 return PT_ESTATE;
-            if (g_interrupt > 1)
-                return pt_error_set(err, PT_ESTATE, "interrupted twice: abandoning the run");
-            if (g_interrupt && !stopping) {
+            if (g_interrupt) {
                 stopping = 1;
-                say(c, "\nstopping at step %lld (^C again to abandon) ...\n", (long long)until);
+                say(c, "\nstopping (^C again to abandon) ...\n");
+                break;
             }
         }
-        done = until;
     }
     show_steps(c);
     pt_progress_finish(&c->bar, NULL);
-    if ((rc = pt_session_stop(c->s, stopping ? "interrupted" : "done", err)) < 0 ||
-        (rc = wait_answers(c, STOP_TIMEOUT_MS, err)) < 0)
+    if ((rc = pt_session_stop(c->s, stopping ? "interrupted" : "done", err)) < 0)
         return rc;
+    double end = now_s() + STOP_TIMEOUT_MS / 1e3;
+    while (pt_session_pending(c->s) > 0) {
+        if (g_interrupt > 1)
+            return pt_error_set(err, PT_ESTATE, "interrupted twice: abandoning the run");
+        reap(c, 0);
+        if (failed(c, err))
+            return PT_ESTATE;
+        if (now_s() > end)
+            return pt_session_wait(c->s, 0, err); /* names what is still awaited */
+        if ((rc = pt_session_poll(c->s, POLL_MS, err)) < 0)
+            return rc;
+    }
+    if (stopping)
+        say(c, "stopped at step %lld\n", (long long)pt_session_stop_step(c->s));
     show_steps(c);
     return 0;
 }

@@ -44,7 +44,7 @@ typedef struct live {
     live_state state;
     int64_t steps, seed, ckpt_every, resume;
     int64_t last_refresh_ns;
-    pt_plan *pending; /* an applied plan waiting for the end of the current chunk */
+    pt_plan *pending; /* an applied plan: the next poll stops the run and restarts under it */
 } live;
 
 static const char *const live_keys[][2] = {{NULL, NULL}};
@@ -285,13 +285,14 @@ static int assign_and_start(live *l, const pt_plan *plan, int64_t resume, pt_err
     return rc;
 }
 
-/* Steps of the next chunk from `done` (0 when the run has done all it should). */
-static int64_t chunk(const live *l, int64_t done)
+/* Steps left to run from `done`: 0 (start: until stopped) when the run has
+ * no end; -1 when it has done all it should. One start covers them all: a
+ * stop brings every agent to one step by itself (pt_session_stop). */
+static int64_t steps_left(const live *l, int64_t done)
 {
-    int64_t n = PT_LIVE_CHUNK_STEPS;
-    if (l->steps > 0 && done + n > l->steps)
-        n = l->steps - done;
-    return n > 0 ? n : 0;
+    if (l->steps <= 0)
+        return 0;
+    return l->steps > done ? l->steps - done : -1;
 }
 
 /* 1 when every worker of the current plan finished the steps it was started
@@ -312,8 +313,9 @@ static int all_idle(live *l)
     return workers > 0;
 }
 
-/* At a chunk boundary: checkpoint (stop saves one), stop, re-assign under
- * l->pending resuming at the committed step. */
+/* Stops the run at one step on every stage (the stop saves and commits a
+ * checkpoint there, within about an iteration), re-assigns under l->pending
+ * resuming at the committed step. */
 static int restart(live *l, pt_error *err)
 {
     pt_plan *next = l->pending;
@@ -373,7 +375,7 @@ static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeou
     if (l->state == L_WAIT && registered(l) >= l->expect) {
         pt_store_note(store, "%d agents registered: assigning the plan and starting", l->expect);
         if (assign_and_start(l, l->plan, 0, &err) < 0 ||
-            pt_session_start(l->s, chunk(l, 0), &err) < 0) {
+            pt_session_start(l->s, steps_left(l, 0), &err) < 0) {
             l->state = L_FAILED;
             pt_store_note(store, "could not start the run: %s", err.msg);
         } else {
@@ -387,17 +389,14 @@ static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeou
         l->state = L_FAILED;
         pt_store_note(store, "the run failed: %s", err.msg);
     }
-    if (l->state == L_RUN && all_idle(l)) {
-        int64_t done = pt_session_min_step(l->s) + 1;
-        if (done < l->resume)
-            done = l->resume;
-        int64_t n = chunk(l, done);
+    if (l->state == L_RUN && (l->pending || all_idle(l))) {
+        int64_t n = -1;
         int rc = 0;
         if (l->pending) {
             rc = restart(l, &err);
-            n = chunk(l, l->resume);
+            n = steps_left(l, l->resume);
         }
-        if (rc == 0 && n == 0) {
+        if (rc == 0 && n < 0) {
             l->state = L_DONE;
             pt_store_note(store, "the run finished its %lld steps", (long long)l->steps);
         } else if (rc == 0) {
@@ -439,9 +438,8 @@ static int live_apply(pt_source *src, const pt_plan *plan, pt_error *err)
     pt_plan_free(&l->pending);
     l->pending = c;
     pt_error_set(err, 0,
-                 "queued: at the end of the current %d-step chunk the run checkpoints, stops "
-                 "and resumes under the new plan",
-                 PT_LIVE_CHUNK_STEPS);
+                 "queued: the run stops at one step on every stage, checkpoints there and "
+                 "resumes under the new plan");
     return 0;
 }
 

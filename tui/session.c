@@ -67,6 +67,11 @@ struct pt_session {
     pt_session_commit_fn commit;
     void *commit_user;
     pt_session_counts counts;
+    /* A stop in two rounds (docs/protocol.md, "Stopping at one step"): hold
+     * requests have ids in [hold_lo, hold_hi); hold_max is the highest step
+     * their acks named; stop_at the common step then sent, -1 before. */
+    int64_t hold_lo, hold_hi, hold_max, stop_at;
+    char stop_reason[PT_MSG_TEXT_MAX];
 };
 
 static const char *const state_names[PT_AGENT_STATE_COUNT] = {
@@ -238,6 +243,7 @@ int pt_session_create(const pt_session_config *cfg, pt_session **out, pt_error *
     s->missed = cfg->missed_heartbeats ? cfg->missed_heartbeats : PT_SESSION_MISSED_HEARTBEATS;
     s->next_req = REQ_FIRST;
     s->committed = -1;
+    s->stop_at = -1;
     int rc = pt_telemetry_rx_create(0, &s->rx);
     if (rc < 0) {
         rc = pt_error_set(err, PT_ENOMEM, "session: out of memory");
@@ -513,7 +519,7 @@ static int add_agent(pt_session *s, const char *id)
     memset(e, 0, sizeof *e);
     snprintf(e->pub.id, sizeof e->pub.id, "%s", id);
     e->pub.worker = e->pub.stage = e->pub.replica = -1;
-    e->pub.step = e->pub.ckpt_step = -1;
+    e->pub.step = e->pub.ckpt_step = e->pub.stop_step = -1;
     e->pub.device = -1;
     pt_clock_filter_init(&e->clk);
     return s->n++;
@@ -557,6 +563,8 @@ static void on_register(pt_session *s, int i, const pt_msg *m, int64_t now)
     send_heartbeat(s, i, now); /* its answer gives the first clock sample at once */
     note(s, PT_NOTE_REGISTERED, i, m, 0, NULL);
 }
+
+static void on_hold_ack(pt_session *s, int64_t step);
 
 static int take_request(pt_session *s, int agent, int64_t req, pt_msg_type type)
 {
@@ -688,7 +696,14 @@ static void handle_control(pt_session *s, const char *ident, size_t ident_len, c
             set_state(s, i, PT_AGENT_ASSIGNED);
         } else if (m.u.ack.of == PT_MSG_START) {
             set_state(s, i, PT_AGENT_RUNNING);
+        } else if (m.req >= s->hold_lo && m.req < s->hold_hi) {
+            on_hold_ack(s, m.u.ack.step);
         } else {
+            if (m.u.ack.step >= 0) {
+                e->pub.stop_step = m.u.ack.step;
+                if (m.u.ack.step - 1 > e->pub.step)
+                    e->pub.step = m.u.ack.step - 1;
+            }
             set_state(s, i, PT_AGENT_STOPPED);
         }
         break;
@@ -1065,6 +1080,7 @@ static int map_workers(pt_session *s, const pt_session_plan *p, pt_error *err)
             e->pub.replica = r;
             e->pub.step = -1;
             e->pub.ckpt_step = -1;
+            e->pub.stop_step = -1;
             e->restarted = 0;
         }
     return 0;
@@ -1086,6 +1102,7 @@ int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err)
     }
     if ((rc = map_workers(s, p, err)) < 0)
         goto done;
+    s->hold_lo = s->hold_hi = 0; /* a stop left unanswered belongs to the old generation */
     peers = calloc((size_t)s->worker_count, sizeof *peers);
     if (!peers) {
         rc = pt_error_set(err, PT_ENOMEM, "session: out of memory");
@@ -1138,6 +1155,30 @@ done:
     return rc;
 }
 
+static int send_all(pt_session *s, pt_msg_type type, const pt_msg *tmpl, pt_error *err);
+
+/* A hold was acknowledged at `step`: once every hold is, every worker is
+ * told to stop at the highest step named (none begins an iteration beyond
+ * its own, so each can reach it). */
+static void on_hold_ack(pt_session *s, int64_t step)
+{
+    if (step > s->hold_max)
+        s->hold_max = step;
+    for (int j = 0; j < s->nreq; j++)
+        if (s->reqs[j].type == PT_MSG_STOP && s->reqs[j].req >= s->hold_lo &&
+            s->reqs[j].req < s->hold_hi)
+            return;
+    s->hold_lo = s->hold_hi = 0;
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_STOP, NULL);
+    snprintf(m.u.stop.reason, sizeof m.u.stop.reason, "%s", s->stop_reason);
+    m.u.stop.at_step = s->hold_max > 0 ? s->hold_max : 0;
+    s->stop_at = m.u.stop.at_step;
+    pt_error err = {0};
+    if (send_all(s, PT_MSG_STOP, &m, &err) < 0)
+        s->counts.sends_failed++; /* pt_session_wait then reports the missing acks */
+}
+
 static int send_all(pt_session *s, pt_msg_type type, const pt_msg *tmpl, pt_error *err)
 {
     if (s->worker_count == 0 || s->gen == 0)
@@ -1170,10 +1211,29 @@ int pt_session_start(pt_session *s, int64_t steps, pt_error *err)
 
 int pt_session_stop(pt_session *s, const char *reason, pt_error *err)
 {
+    if (s->hold_hi > s->hold_lo)
+        return 0; /* a stop is already on its way */
     pt_msg m;
     pt_msg_init(&m, PT_MSG_STOP, NULL);
     snprintf(m.u.stop.reason, sizeof m.u.stop.reason, "%s", reason ? reason : "");
-    return send_all(s, PT_MSG_STOP, &m, err);
+    snprintf(s->stop_reason, sizeof s->stop_reason, "%s", m.u.stop.reason);
+    m.u.stop.hold = 1;
+    s->stop_at = -1;
+    s->hold_max = 0;
+    int64_t lo = s->next_req;
+    int rc = send_all(s, PT_MSG_STOP, &m, err);
+    if (rc < 0)
+        return rc;
+    if (s->next_req == lo) /* no live worker: nothing to stop */
+        return 0;
+    s->hold_lo = lo;
+    s->hold_hi = s->next_req;
+    return 0;
+}
+
+int64_t pt_session_stop_step(const pt_session *s)
+{
+    return s ? s->stop_at : -1;
 }
 
 int pt_session_checkpoint(pt_session *s, int64_t step, pt_error *err)

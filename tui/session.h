@@ -91,6 +91,7 @@ typedef struct pt_session_agent {
     char last_error[PT_MSG_TEXT_MAX];
     int has_metrics;
     pt_msg_metrics metrics; /* the newest iteration metrics */
+    int64_t stop_step;      /* step boundary its last stop ack named (iterations done); -1 none */
 } pt_session_agent;
 
 /* What happened, for a listener (the console's views, `pipetop run`). */
@@ -193,12 +194,23 @@ typedef struct pt_session_plan {
 int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err);
 
 /* Requests to every worker of the current plan: start `steps` steps (0:
- * until stopped), stop after the current step (saving a checkpoint when the
- * plan has a checkpoint folder), save a checkpoint after `step` (-1: the
- * current one). 0, or PT_ESTATE before an assign. */
+ * until stopped), stop, save a checkpoint after `step` (-1: the current
+ * one). 0, or PT_ESTATE before an assign.
+ *
+ * A stop brings every worker to the same step in two rounds
+ * (docs/protocol.md, "Stopping at one step"): a hold to each, which each
+ * answers at once with the number of iterations it has begun; when all have
+ * answered (inside pt_session_poll), a stop with at_step = the highest, which
+ * each acknowledges once it has finished exactly that many and saved a
+ * checkpoint (when the plan has a folder). pt_session_wait returns when the
+ * second round is acknowledged. A stop while one is under way does nothing. */
 int pt_session_start(pt_session *s, int64_t steps, pt_error *err);
 int pt_session_stop(pt_session *s, const char *reason, pt_error *err);
 int pt_session_checkpoint(pt_session *s, int64_t step, pt_error *err);
+
+/* The step every worker was told to stop at by the current or last stop
+ * (iterations done); -1 before the holds are all answered. */
+int64_t pt_session_stop_step(const pt_session *s);
 
 /* Sends bye to every agent that is not dead or gone. */
 void pt_session_bye(pt_session *s, const char *reason);

@@ -68,12 +68,14 @@ static void make_message(pt_msg_type t, pt_msg *m)
     }
     case PT_MSG_ACK:
         m->u.ack.of = PT_MSG_STOP;
+        m->u.ack.step = 7;
         break;
     case PT_MSG_START:
         m->u.start.steps = 1000;
         break;
     case PT_MSG_STOP:
         snprintf(m->u.stop.reason, sizeof m->u.stop.reason, "new plan");
+        m->u.stop.at_step = 41;
         break;
     case PT_MSG_CHECKPOINT:
         m->u.checkpoint.step = 0;
@@ -435,6 +437,56 @@ static void test_encode_refuses_what_decode_refuses(void)
     CHECK_STR_CONTAINS(err.msg, "samples_per_s");
     m.type = PT_MSG_TYPE_COUNT;
     CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL);
+
+    /* stop: hold and at_step exclude each other; at_step >= 0 or absent (-1) */
+    pt_msg_init(&m, PT_MSG_STOP, "a");
+    m.req = 1;
+    m.u.stop.hold = 1;
+    m.u.stop.at_step = 3;
+    CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "at_step: a stop either holds or names a step");
+    m.u.stop.hold = 0;
+    m.u.stop.at_step = -2;
+    CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_ERANGE);
+    CHECK_STR_CONTAINS(err.msg, "at_step");
+    /* ack: a step only on an ack of stop */
+    pt_msg_init(&m, PT_MSG_ACK, "a");
+    m.req = 1;
+    m.u.ack.of = PT_MSG_START;
+    m.u.ack.step = 2;
+    CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "step: only an ack of stop");
+}
+
+static void test_stop_forms(void)
+{
+    /* The three forms of stop survive a round trip with their defaults:
+     * neither field (-1 / 0), hold alone, at_step alone (0 included). */
+    const int holds[3] = {0, 1, 0};
+    const int64_t steps[3] = {-1, -1, 0};
+    for (int k = 0; k < 3; k++) {
+        pt_msg m, back;
+        pt_msg_init(&m, PT_MSG_STOP, "a");
+        CHECK(m.u.stop.at_step == -1 && m.u.stop.hold == 0);
+        m.req = 2;
+        m.u.stop.hold = holds[k];
+        m.u.stop.at_step = steps[k];
+        char *text = NULL;
+        REQUIRE(pt_msg_encode(&m, &text, NULL, NULL) == 0);
+        CHECK((strstr(text, "\"hold\":true") != NULL) == holds[k]);
+        CHECK((strstr(text, "\"at_step\"") != NULL) == (steps[k] >= 0));
+        REQUIRE(pt_msg_decode(text, strlen(text), NULL, &back, NULL) == 0);
+        CHECK(back.u.stop.hold == holds[k] && back.u.stop.at_step == steps[k]);
+        free(text);
+        pt_msg_clear(&back);
+    }
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_ACK, "a");
+    CHECK(m.u.ack.step == -1);
+    const char *a = "{\"v\":1,\"type\":\"ack\",\"agent\":\"a\",\"seq\":0,\"gen\":1,\"req\":1,"
+                    "\"of\":\"stop\",\"step\":0}";
+    REQUIRE(pt_msg_decode(a, strlen(a), NULL, &m, NULL) == 0);
+    CHECK(m.u.ack.of == PT_MSG_STOP && m.u.ack.step == 0);
 }
 
 static void test_accept_direction_and_generation(void)
@@ -717,7 +769,7 @@ static void test_now_ns(void)
     CHECK(b < PT_MSG_INT_MAX);
 }
 
-PT_TEST_MAIN({"round_trip_every_type", test_round_trip_every_type},
+PT_TEST_MAIN({"round_trip_every_type", test_round_trip_every_type}, {"stop_forms", test_stop_forms},
              {"round_trip_defaults", test_round_trip_defaults},
              {"documented_examples", test_documented_examples}, {"bad_messages", test_bad_messages},
              {"encode_refuses_what_decode_refuses", test_encode_refuses_what_decode_refuses},
