@@ -3,12 +3,12 @@
  * (pipetop --agents N). It waits for the agents, assigns the plan, starts
  * training, and feeds the session's telemetry into the console's store.
  *
- * Agents train in chunks of PT_LIVE_CHUNK_STEPS steps (start N, wait until
- * every stage is idle, start the next N), so every stage stops at the same
- * step. Apply & restart (pt_source_vt.apply) refuses, leaving the run as it
- * is, when the run is not training or the plan needs a device no live agent
- * has; otherwise it queues the plan, and at the end of the current chunk the
- * source stops the agents (each saves its layers: a checkpoint), waits until
+ * Agents train from one start until stopped; a stop brings every stage to
+ * one common step (the session's two-round stop, docs/protocol.md "Stopping
+ * at one step"). Apply & restart (pt_source_vt.apply) refuses, leaving the
+ * run as it is, when the run is not training or the plan needs a device no
+ * live agent has; otherwise on the next poll the source stops the agents
+ * (each saves its layers: a checkpoint), waits until
  * the checkpoint is committed, assigns the new plan as a new generation
  * resuming from that step, and starts again. Closing stops the run and ends every agent it spawned
  * (bye, a bounded wait, then SIGKILL). */
@@ -25,10 +25,6 @@
 #define PT_LIVE_WAIT_MS    60000 /* bound on a stop / assign round trip */
 #define PT_LIVE_EXIT_MS    5000  /* agents' time to exit after bye before SIGKILL */
 #define PT_LIVE_REFRESH_MS 100   /* agent table refresh */
-/* Steps agents run per start: the run pauses at every chunk's end for a
- * moment (until every stage reported idle), which is where apply & restart
- * finds every stage at one step. */
-#define PT_LIVE_CHUNK_STEPS 20
 
 typedef struct pt_live_opts {
     const pt_plan *plan;        /* copied */
