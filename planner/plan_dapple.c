@@ -159,7 +159,7 @@ typedef struct dapple {
     int shcap;
     /* entries */
     int ne, cap_e;
-    double *e_L, *e_H, *e_R, *e_Z;
+    double *e_L, *e_H, *e_R, *e_Z, *e_Q, *e_G;
     int *e_sigma, *e_parent, *e_first, *e_last, *e_r, *e_next;
     uint8_t *e_pol;
 } dapple;
@@ -222,14 +222,15 @@ static int grow_occs(dapple *D, int need)
 
 static int grow_entries(dapple *D, int need)
 {
-    void **arrs[] = {(void **)&D->e_L,     (void **)&D->e_H,     (void **)&D->e_R,
-                     (void **)&D->e_Z,     (void **)&D->e_sigma, (void **)&D->e_parent,
-                     (void **)&D->e_first, (void **)&D->e_last,  (void **)&D->e_r,
-                     (void **)&D->e_next,  (void **)&D->e_pol};
-    size_t el[] = {sizeof(double), sizeof(double), sizeof(double), sizeof(double),
-                   sizeof(int),    sizeof(int),    sizeof(int),    sizeof(int),
+    void **arrs[] = {(void **)&D->e_L,     (void **)&D->e_H,      (void **)&D->e_R,
+                     (void **)&D->e_Z,     (void **)&D->e_Q,      (void **)&D->e_G,
+                     (void **)&D->e_sigma, (void **)&D->e_parent, (void **)&D->e_first,
+                     (void **)&D->e_last,  (void **)&D->e_r,      (void **)&D->e_next,
+                     (void **)&D->e_pol};
+    size_t el[] = {sizeof(double), sizeof(double), sizeof(double), sizeof(double), sizeof(double),
+                   sizeof(double), sizeof(int),    sizeof(int),    sizeof(int),    sizeof(int),
                    sizeof(int),    sizeof(int),    sizeof(uint8_t)};
-    return grow(&D->cap_e, need, 11, arrs, el);
+    return grow(&D->cap_e, need, 13, arrs, el);
 }
 
 static uint64_t hash_key(const int32_t *key, int len)
@@ -464,9 +465,16 @@ static inline double loop_bound(int M, int K, double RT, double w, double F)
  * R  its total F + B (the round trip of the last micro-batch through it);
  * Z  the longest time from the last micro-batch entering it to one of its
  *    stages finishing its all-reduce (its forwards, the backwards back to that
- *    stage, the all-reduce). */
+ *    stage, the all-reduce);
+ * Q  its first stage's forward plus M of its activation sends (what that
+ *    stage's communication lane carries besides the gradients it will send
+ *    to the stage prepended next);
+ * G  when its first stage can have finished the backward of micro-batch 0,
+ *    counted from that micro-batch entering it: every stage runs its K
+ *    warm-up forwards before its first backward, so the first gradient waits
+ *    for the warm-ups of all stages after it. */
 typedef struct dval {
-    double L, H, R, Z;
+    double L, H, R, Z, Q, G;
 } dval;
 
 /* Adds v to state s's front unless an entry with the same in-flight class
@@ -487,10 +495,10 @@ static int front_insert(dapple *D, int s, const dval *v, int sigma)
         int e = *link;
         int ee = D->e_sigma[e] < D->M ? D->e_sigma[e] : D->M;
         if (ee == se && D->e_L[e] <= v->L && D->e_H[e] <= v->H && D->e_R[e] <= v->R &&
-            D->e_Z[e] <= v->Z)
+            D->e_Z[e] <= v->Z && D->e_Q[e] <= v->Q && D->e_G[e] <= v->G)
             return -1;
         if (ee == se && v->L <= D->e_L[e] && v->H <= D->e_H[e] && v->R <= D->e_R[e] &&
-            v->Z <= D->e_Z[e]) {
+            v->Z <= D->e_Z[e] && v->Q <= D->e_Q[e] && v->G <= D->e_G[e]) {
             *link = D->e_next[e]; /* dominated: unlink (entry stays for back-pointers) */
             continue;
         }
@@ -503,6 +511,8 @@ static int front_insert(dapple *D, int s, const dval *v, int sigma)
     D->e_H[e] = v->H;
     D->e_R[e] = v->R;
     D->e_Z[e] = v->Z;
+    D->e_Q[e] = v->Q;
+    D->e_G[e] = v->G;
     D->e_sigma[e] = sigma;
     D->e_next[e] = D->s_head[s];
     D->s_head[s] = e;
@@ -518,6 +528,8 @@ static int new_entry(dapple *D, const dval *v, int sigma)
     D->e_H[e] = v->H;
     D->e_R[e] = v->R;
     D->e_Z[e] = v->Z;
+    D->e_Q[e] = v->Q;
+    D->e_G[e] = v->G;
     D->e_sigma[e] = sigma;
     D->e_next[e] = -1;
     return e;
@@ -534,13 +546,15 @@ static int new_entry(dapple *D, const dval *v, int sigma)
  *   F + B + AR + H  paths of the suffix ending at p's all-reduce
  *   Y + x.Z         p's last forward, then the last micro-batch down the
  *                   suffix and back to a stage's all-reduce
+ *   lane + AR       the next stage's communication lane (its forward, then
+ *                   M activation and M gradient sends), p's last backward
  * where Y bounds the end of p's last forward: M F + (M-K) B behind its own
  * lane, and, past warm-up, F + the first round trip + (M-K)(F+B). */
 static dval prepend(const dval *x, double F, double B, double AR, int K, int M, double cf,
                     double cb)
 {
     double w = F + B;
-    dval c = {-INFINITY, -INFINITY, 0, -INFINITY};
+    dval c = {-INFINITY, -INFINITY, 0, -INFINITY, 0, 0};
     if (x) {
         double cw = cf + cb;
         c.L = dmax(dmax(cf + x->L, cw + x->H), M * cw);
@@ -551,15 +565,29 @@ static dval prepend(const dval *x, double F, double B, double AR, int K, int M, 
     double Y = M * F + (M - K) * B;
     if (x && M > K)
         Y = dmax(Y, F + c.R + (M - K) * w);
-    /* the first backward waits a whole round trip; then the stage still runs
-     * every backward and the forwards past warm-up */
-    double drain = F + c.R + M * B + (M - K) * F;
+    /* the first backward waits for the warm-up forwards here and for the
+     * first gradient, which waits for the warm-ups downstream (S); then the
+     * stage still runs every backward and the forwards past warm-up */
+    double S = K * F;
+    if (x)
+        S = dmax(S, F + cf + x->G + cb);
+    double drain = dmax(F + c.R, S) + M * B + (M - K) * F;
     double core = dmax(dmax(M * w, loop_bound(M, K, w + c.R, w, F)), dmax(Y + c.R + B, drain));
     dval v;
     v.L = dmax(dmax(F + c.L, w + AR + c.H), dmax(core + AR, Y + c.Z));
     v.H = dmax(w + c.H, core);
     v.R = w + c.R;
     v.Z = dmax(F + c.Z, v.R + AR);
+    v.Q = F + M * cf;
+    v.G = S + B;
+    if (x) {
+        /* the next stage's communication lane: its activation sends and the
+         * gradients it sends back here, M of each, after its first forward;
+         * then this stage's last backward */
+        double lane = F + cf + x->Q + M * cb + B;
+        v.L = dmax(v.L, lane + AR);
+        v.H = dmax(v.H, lane);
+    }
     return v;
 }
 
@@ -703,7 +731,7 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
                     int K = D->policy == 'B' ? 2 * sigma + 1 : sigma + 1; /* in flight */
                     if (K > M)
                         K = M;
-                    dval suf = {D->e_L[e], D->e_H[e], D->e_R[e], D->e_Z[e]};
+                    dval suf = {D->e_L[e], D->e_H[e], D->e_R[e], D->e_Z[e], D->e_Q[e], D->e_G[e]};
                     dval v = prepend(sigma > 0 ? &suf : NULL, F, B, AR, K, M, cf, cb);
                     double L = v.L;
                     if (L >= D->inc)
@@ -861,7 +889,7 @@ static int run_m(dapple *D, int M)
     make_key(D, 0, fr, -1, key);
     int o0 = occ_get(D, key, fr, -1, D->G);
     int s0 = o0 >= 0 ? state_get(D, o0, D->N) : o0;
-    dval root = {-INFINITY, -INFINITY, 0, -INFINITY};
+    dval root = {-INFINITY, -INFINITY, 0, -INFINITY, 0, 0};
     int e0 = s0 >= 0 ? front_insert(D, s0, &root, 0) : -2;
     if (s0 < 0 || e0 < 0) {
         rc = PT_ENOMEM;
@@ -926,6 +954,8 @@ static void dapple_free(dapple *D)
     free(D->e_H);
     free(D->e_R);
     free(D->e_Z);
+    free(D->e_Q);
+    free(D->e_G);
     free(D->e_sigma);
     free(D->e_parent);
     free(D->e_first);
@@ -1224,6 +1254,22 @@ int pt_planner_dapple_latency(const pt_cost *cost, const pt_plan *plan, double *
     }
     for (int u = U - 1; u >= 0; u--)
         RT[u] = RT[u + 1] + F[u] + B[u];
+    /* first backward of micro-batch 0 at each stage, from its entry: after
+     * the warm-up forwards there and the first gradient from downstream */
+    double *S0 = calloc((size_t)S, sizeof *S0);
+    if (!S0) {
+        free(F);
+        free(RT);
+        return pt_error_set(err, PT_ENOMEM, "dapple latency: out of memory");
+    }
+    for (int st = S - 1; st >= 0; st--) {
+        int K = pt_cost_inflight(plan->schedule, plan->policy, S, st, M);
+        K = K < 1 ? 1 : K > M ? M : K;
+        int P = 2 * st;
+        S0[st] = K * F[P];
+        if (st + 1 < S)
+            S0[st] = dmax(S0[st], F[P] + F[P + 1] + S0[st + 1] + B[P + 2] + B[P + 1]);
+    }
     double best = -INFINITY, pf = 0;
     int bu = 0, bi = 0;
     for (int p = 0; p < U; p++) {
@@ -1237,7 +1283,7 @@ int pt_planner_dapple_latency(const pt_cost *cost, const pt_plan *plan, double *
             Y = M * F[p] + (M - K) * B[p];
             if (M > K && p + 1 < U)
                 Y = dmax(Y, F[p] + RT[p + 1] + (M - K) * w);
-            double drain = F[p] + RT[p + 1] + M * B[p] + (M - K) * F[p];
+            double drain = dmax(F[p] + RT[p + 1], S0[p / 2]) + M * B[p] + (M - K) * F[p];
             core = dmax(dmax(core, loop_bound(M, K, RT[p], w, F[p])),
                         dmax(Y + RT[p + 1] + B[p], drain));
         }
@@ -1275,7 +1321,28 @@ int pt_planner_dapple_latency(const pt_cost *cost, const pt_plan *plan, double *
         }
         pf += F[p];
     }
+    /* communication lanes: stage s sends M activations onward and M gradients
+     * back after its first forward; then the backwards down to e */
+    for (int st = 1; st < S; st++) {
+        int P = 2 * st;
+        double fsum = 0, back = 0;
+        for (int v = 0; v <= P; v++)
+            fsum += F[v];
+        double lane = (P + 1 < U ? F[P + 1] : 0) + B[P - 1];
+        for (int v = P - 2; v >= 0; v--) {
+            back += B[v];
+            if (v % 2)
+                continue;
+            double val = fsum + M * lane + back + AR[v];
+            if (val > best) {
+                best = val;
+                bu = P - 1;
+                bi = v / 2;
+            }
+        }
+    }
     free(RT);
+    free(S0);
     free(F);
     *latency_s = best;
     if (pivot)

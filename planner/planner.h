@@ -135,7 +135,12 @@ int pt_planner_pipesgd(const pt_profile *profile, const pt_topology *topo, int g
  * (q+1) RT_p + rho (F_p + B_p) where RT_p is its round trip (its F + B and
  * everything after it), M - 1 = q K_p + rho and K_p its in-flight
  * micro-batches under the plan's schedule and policy (pt_cost_inflight;
- * rho F_p when q = 0). Optimizer: plan->optimizer. Returns 0 and *latency_s,
+ * rho F_p when q = 0), bounds on the end of its last forward and on the drain
+ * after its first backward (which waits for the warm-up forwards of every
+ * stage from it to the last); plus, for each stage s > 0 and e < s, the path
+ * through s's communication lane: sum_{v<=s} F_v + M (activation send of s +
+ * gradient send of s to s-1) + sum_{e<=v<s} B_v + AR_e. plan_dapple.c
+ * derives each term. Optimizer: plan->optimizer. Returns 0 and *latency_s,
  * or PT_EINVAL (err names the stage) when the plan does not match the cost
  * model. If pivot/ending are not NULL they receive the pivot unit (2s: stage
  * s, 2s+1: boundary s -> s+1) and the stage e of the longest path. */

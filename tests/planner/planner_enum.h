@@ -191,7 +191,11 @@ static inline int en_place(const pt_topology *t, int *freec, int *used, int bnod
  * when M > K_p, RT the F + B of every unit after p) bounding p's last forward;
  * core_p = M (F_p + B_p), and for a stage at least (q+1) RT + rho w_p (RT the
  * sum of F + B over p and every unit after it, M - 1 = q K_p + rho) and
- * Y_p + RT + B_p and F_p + RT' + M B_p + (M-K_p) F_p (RT' the units after p);
+ * Y_p + RT + B_p and max(F_p + RT', S0_p) + M B_p + (M-K_p) F_p (RT' the units
+ * after p; S0_p = max(K_p F_p, F_p + cf_p + S0_{p+1} + B_{p+1} + cb_p) the first
+ * backward's start after micro-batch 0 enters p, behind the warm-ups);
+ * and, for stages p > 0 and e < p, sum_{v<=p} F_v + M (F_{p+1} + B_{p-1}) +
+ * sum_{e<=v<=p-2} B_v + AR_e (p's communication lane);
  * K_p = min(S - p, M) (policy A) or min(2(S - p) - 1, M) (policy B),
  * w_p = F_p + B_p (F_p when q = 0); a boundary on
  * one node when both its stages sit on one node, else at the inter-node link
@@ -250,6 +254,20 @@ static inline double en_dapple_latency_pol(const pt_cost *cost, const pt_plan *p
     }
     double best = 0;
     int U = 2 * S - 1;
+    /* S0[s]: earliest start of stage s's first backward after micro-batch 0
+     * enters it: its warm-up forwards, and the first gradient from s+1 */
+    double S0[EN_LAYERS_MAX];
+    for (int st = S - 1; st >= 0; st--) {
+        int K = policy == 'B' ? 2 * (S - st) - 1 : S - st;
+        if (K > M)
+            K = M;
+        S0[st] = K * F[2 * st];
+        if (st + 1 < S) {
+            double g = F[2 * st] + F[2 * st + 1] + S0[st + 1] + B[2 * st + 2] + B[2 * st + 1];
+            if (g > S0[st])
+                S0[st] = g;
+        }
+    }
     for (int p = 0; p < U; p++) {
         double w = F[p] + B[p], core = M * w, Y = 0, after = 0, fwd_after = 0;
         for (int v = p + 1; v < U; v++) {
@@ -273,9 +291,10 @@ static inline double en_dapple_latency_pol(const pt_cost *cost, const pt_plan *p
                 Y = F[p] + after + (M - K) * w;
             if (Y + after + B[p] > core)
                 core = Y + after + B[p];
-            /* the first backward waits for the whole round trip; then every
-             * backward and the forwards past warm-up */
-            double drain = F[p] + after + M * B[p] + (M - K) * F[p];
+            /* the first backward waits for the round trip and the warm-ups
+             * (S0); then every backward and the forwards past warm-up */
+            double first = F[p] + after > S0[p / 2] ? F[p] + after : S0[p / 2];
+            double drain = first + M * B[p] + (M - K) * F[p];
             if (drain > core)
                 core = drain;
         }
@@ -297,6 +316,19 @@ static inline double en_dapple_latency_pol(const pt_cost *cost, const pt_plan *p
                 if (v > best)
                     best = v;
             }
+        /* the communication lane of stage p (> 0): after its first forward it
+         * sends M activations on (unit p+1) and M gradients back (unit p-1);
+         * then the backwards from stage p-1 down to e and e's all-reduce */
+        if (p % 2 == 0 && p > 0) {
+            double lane = (p + 1 < U ? F[p + 1] : 0) + B[p - 1];
+            for (int e = 0; e < p; e += 2) {
+                double v = before + F[p] + M * lane + AR[e];
+                for (int q = e; q <= p - 2; q++)
+                    v += B[q];
+                if (v > best)
+                    best = v;
+            }
+        }
     }
     return best;
 }

@@ -1,0 +1,73 @@
+#!/bin/bash
+# `pipetop plan`: a plan is printed with its stages, predicted and simulated
+# time; --out writes a plan that `pipetop sim` simulates to the same time;
+# --json carries the same figures; --compare lists every planner with dp at
+# 1.00x; bad options and impossible limits fail with the field named.
+set -u
+cd "${PT_SOURCE_DIR:?}" || exit 1
+PIPETOP="${PT_BUILD_DIR:?}/pipetop"
+PROF=profiles/vgg16.json
+TOPO=topologies/pipedream-cluster-a.json
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+fail() {
+    echo "FAIL: $*" >&2
+    failures=$((failures + 1))
+}
+
+out=$("$PIPETOP" plan --planner dapple --profile "$PROF" --topology "$TOPO" --batch 512 \
+    --out "$tmp/plan.json" 2>&1)
+rc=$?
+[ "$rc" -eq 0 ] || fail "dapple: exit $rc: $out"
+grep -q "^plan: dapple for 'vgg16' on 'pipedream-cluster-a', global batch 512" <<<"$out" ||
+    fail "no header: $out"
+for w in predicted simulated why search; do
+    grep -q "^  $w:" <<<"$out" || fail "no '$w' line"
+done
+[ -s "$tmp/plan.json" ] || fail "--out wrote nothing"
+stages=$(grep -cE '"layers":[[:space:]]*\[' "$tmp/plan.json")
+rows=$(grep -cE '^  [0-9]+ +\[[0-9]+,[0-9]+\) ' <<<"$out")
+[ "$stages" -ge 1 ] && [ "$rows" -eq "$stages" ] || fail "$rows stage rows for $stages stages"
+sim_ms=$(awk '/^  simulated:/ {print $2}' <<<"$out")
+again=$("$PIPETOP" sim --plan "$tmp/plan.json" --profile "$PROF" --topology "$TOPO" 2>&1)
+again_ms=$(awk '/^iteration/ {print $2}' <<<"$again")
+awk -v a="$sim_ms" -v b="$again_ms" 'BEGIN { d = a - b; exit !(a > 0 && d < 0.001 && d > -0.001) }' ||
+    fail "plan says $sim_ms ms, pipetop sim says '$again_ms' ms"
+
+json=$("$PIPETOP" plan --planner dapple --profile "$PROF" --topology "$TOPO" --batch 512 --json)
+json_ms=$(grep -oE '"simulated_iter_s":[[:space:]]*[0-9.e+-]+' <<<"$json" | sed 's/.*:[[:space:]]*//' |
+    awk '{printf "%.3f", $1 * 1000}')
+[ "$json_ms" = "$sim_ms" ] || fail "json says $json_ms ms, text $sim_ms ms"
+grep -q '"plan"' <<<"$json" || fail "json lacks the plan"
+
+out=$("$PIPETOP" plan --compare --profile "$PROF" --topology "$TOPO" --batch 512 2>&1)
+[ $? -eq 0 ] || fail "compare: exit status: $out"
+for p in dapple pipedream 2bw gpipe dp pipesgd; do
+    grep -q "^  $p " <<<"$out" || fail "compare: no row for $p"
+done
+grep -qE '^  dp +1 \(16\) .* 1\.00x' <<<"$out" || fail "compare: dp is not 1.00x: $out"
+
+# bad input
+"$PIPETOP" plan --planner nope --profile "$PROF" --topology "$TOPO" --batch 8 >/dev/null 2>&1
+[ $? -eq 2 ] || fail "unknown planner: exit status"
+out=$("$PIPETOP" plan --planner gpipe --stages 99 --profile "$PROF" --topology "$TOPO" \
+    --batch 512 2>&1)
+[ $? -eq 1 ] || fail "99 stages: exit status"
+grep -q "stages" <<<"$out" || fail "99 stages not named: $out"
+out=$("$PIPETOP" plan --planner dapple --memory-limit 0.01 --profile "$PROF" --topology "$TOPO" \
+    --batch 512 2>&1)
+[ $? -eq 1 ] || fail "tiny memory: exit status"
+grep -qE "needs [0-9.]+ (MiB|GiB) per device" <<<"$out" || fail "tiny memory: need not named: $out"
+out=$("$PIPETOP" plan --planner dp --microbatch 3 --profile "$PROF" --topology "$TOPO" \
+    --batch 512 2>&1)
+[ $? -eq 1 ] || fail "micro-batch 3: exit status"
+grep -q "micro-batch size 3" <<<"$out" || fail "micro-batch 3 not named: $out"
+out=$("$PIPETOP" plan --planner dapple --profile "$tmp/none.json" --topology "$TOPO" \
+    --batch 512 2>&1)
+[ $? -eq 1 ] || fail "missing profile: exit status"
+grep -q "none.json" <<<"$out" || fail "missing profile not named: $out"
+
+[ "$failures" -eq 0 ] && echo "planner_cli_test: ok"
+exit $((failures > 0))
