@@ -131,6 +131,7 @@ typedef struct dapple {
     /* per run */
     int M, b;
     char policy;     /* 'A' or 'B': in-flight micro-batches and memory */
+    int mem_loose;   /* no stage of this run can exceed the smallest device memory */
     double inc;      /* best complete L so far (all runs) */
     int inc_entry;   /* its final entry in this run, -1 */
     int feasibility; /* stop at the first complete plan */
@@ -594,7 +595,7 @@ static dval prepend(const dval *x, double F, double B, double AR, int K, int M, 
 /* Work of layers [0, k) at b samples on a speed-1 device, seconds. */
 static double prefix_work(const dapple *D, int k)
 {
-    return pt_cost_fwd_s(D->cost, 0, k, D->b, -1) + pt_cost_bwd_s(D->cost, 0, k, D->b, -1);
+    return span_s(D->pf, 0, k, D->b, D->pmb, 1.0) + span_s(D->pb, 0, k, D->b, D->pmb, 1.0);
 }
 
 /* Largest k' in [lo, hi] with M * work(k') / (max_speed * free) < inc, or lo-1. */
@@ -724,10 +725,12 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
                     int e = live[li];
                     int sigma = D->e_sigma[e];
                     int S = sigma + 1 + (kp > 0), i = kp > 0;
-                    int64_t mem = pu_stage_memory(D->cost, PT_SCHED_DAPPLE, D->policy, S, i, kp, k,
-                                                  rows, M, 0, D->optim);
-                    if (mem > a.mem)
-                        continue;
+                    if (!D->mem_loose || D->mem_override > 0) {
+                        int64_t mem = pu_stage_memory(D->cost, PT_SCHED_DAPPLE, D->policy, S, i,
+                                                      kp, k, rows, M, 0, D->optim);
+                        if (mem > a.mem)
+                            continue;
+                    }
                     int K = D->policy == 'B' ? 2 * sigma + 1 : sigma + 1; /* in flight */
                     if (K > M)
                         K = M;
@@ -859,9 +862,32 @@ static int keep_best_states(dapple *D, int k, int n)
 }
 
 /* One dynamic program for micro-batch count M. */
+/* Whether memory cannot bind in this run: an upper bound on any stage
+ * replica's memory (every parameter with its gradient, optimizer state and
+ * weights, M micro-batches of every activation at b rows, plus the largest
+ * boundary in and out) within the smallest device memory. */
+static int memory_loose(const dapple *D, int M)
+{
+    int64_t P = pt_cost_param_bytes(D->cost, 0, D->N), big = 0;
+    for (int k = 0; k <= D->N; k++) {
+        int64_t x = pt_cost_boundary_bytes(D->cost, k, D->b);
+        if (x > big)
+            big = x;
+    }
+    double bound = (double)P * (3 + pt_cost_optim_state_factor(D->optim)) +
+                   (double)M * ((double)big + (double)pt_cost_act_bytes(D->cost, 0, D->N, D->b)) +
+                   2.0 * (double)big;
+    int64_t lim = INT64_MAX;
+    for (int c = 0; c < D->ncls; c++)
+        if (D->cls[c].mem < lim)
+            lim = D->cls[c].mem;
+    return bound <= (double)lim;
+}
+
 static int run_m(dapple *D, int M)
 {
     D->M = M;
+    D->mem_loose = memory_loose(D, M);
     D->ns = 0;
     D->ne = 0;
     D->inc_entry = -1;
