@@ -284,6 +284,17 @@ static int rehash(int **table, int *cap, int newcap, int n, const dapple *D, int
 static void make_key(const dapple *D, int rfirst, const uint16_t *fr, int bnode, int32_t *key)
 {
     memset(key, 0, (size_t)D->key_len * sizeof *key);
+    if (D->feasibility && D->ncls == 1) {
+        /* whether a plan fits depends on nothing but how many devices are
+         * left when all nodes are alike: every policy places r devices
+         * whenever r are free, and their memory is the same */
+        int free_total = 0;
+        for (int n = 0; n < D->nodes; n++)
+            free_total += fr[n];
+        key[1] = free_total;
+        key[2] = key[3] = -1;
+        return;
+    }
     key[1] = rfirst;
     key[2] = bnode >= 0 ? D->node_class[bnode] : -1;
     key[3] = bnode >= 0 ? fr[bnode] : -1;
@@ -293,7 +304,8 @@ static void make_key(const dapple *D, int rfirst, const uint16_t *fr, int bnode,
 }
 
 /* Finds or adds the occupancy with this key; returns its id or PT_ENOMEM. */
-static int occ_get(dapple *D, const int32_t *key, const uint16_t *fr, int bnode, int free_total)
+static int occ_get(dapple *D, const int32_t *key, const uint16_t *fr, int rfirst, int bnode,
+                   int free_total)
 {
     uint64_t h = hash_key(key, D->key_len);
     int i = (int)(h & (uint64_t)(D->ohcap - 1));
@@ -307,7 +319,7 @@ static int occ_get(dapple *D, const int32_t *key, const uint16_t *fr, int bnode,
     if (grow_occs(D, D->no + 1) < 0)
         return PT_ENOMEM;
     int o = D->no++;
-    D->o_rfirst[o] = key[1];
+    D->o_rfirst[o] = rfirst;
     D->o_bnode[o] = bnode;
     D->o_free[o] = free_total;
     D->o_hval[o] = h;
@@ -487,7 +499,13 @@ static int front_insert(dapple *D, int s, const dval *v, int sigma)
 {
     int se = sigma < D->M ? sigma : D->M;
     int *link = &D->s_head[s];
-    if (D->greedy && *link >= 0) {
+    if (D->feasibility && *link >= 0) {
+        /* only existence matters: fewer stages after a stage never cost it
+         * memory, so the entry with the fewest is the one to keep */
+        if (D->e_sigma[*link] <= sigma)
+            return -1;
+        *link = D->e_next[*link];
+    } else if (D->greedy && *link >= 0) {
         if (D->e_L[*link] <= v->L)
             return -1;
         *link = D->e_next[*link];
@@ -678,7 +696,7 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
             int target_occ = -1;
             if (free_after > 0) {
                 make_key(D, r, nf, nb, key2);
-                target_occ = occ_get(D, key2, nf, nb, free_after);
+                target_occ = occ_get(D, key2, nf, r, nb, free_after);
                 if (target_occ < 0)
                     return PT_ENOMEM;
             }
@@ -726,8 +744,8 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
                     int sigma = D->e_sigma[e];
                     int S = sigma + 1 + (kp > 0), i = kp > 0;
                     if (!D->mem_loose || D->mem_override > 0) {
-                        int64_t mem = pu_stage_memory(D->cost, PT_SCHED_DAPPLE, D->policy, S, i,
-                                                      kp, k, rows, M, 0, D->optim);
+                        int64_t mem = pu_stage_memory(D->cost, PT_SCHED_DAPPLE, D->policy, S, i, kp,
+                                                      k, rows, M, 0, D->optim);
                         if (mem > a.mem)
                             continue;
                     }
@@ -913,7 +931,7 @@ static int run_m(dapple *D, int M)
     for (int n = 0; n < D->nodes; n++)
         fr[n] = (uint16_t)D->node_size[n];
     make_key(D, 0, fr, -1, key);
-    int o0 = occ_get(D, key, fr, -1, D->G);
+    int o0 = occ_get(D, key, fr, 0, -1, D->G);
     int s0 = o0 >= 0 ? state_get(D, o0, D->N) : o0;
     dval root = {-INFINITY, -INFINITY, 0, -INFINITY, 0, 0};
     int e0 = s0 >= 0 ? front_insert(D, s0, &root, 0) : -2;
