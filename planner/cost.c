@@ -1,5 +1,6 @@
 /* Cost model and memory model (see cost.h for the formulas). */
 #include "planner/cost.h"
+#include "planner/schedule.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -324,22 +325,8 @@ int pt_cost_plan_memory(const pt_cost *c, const pt_plan *plan, pt_error *err)
                                     "plan: stages[%d].replicas[%d]: device %d not in topology "
                                     "'%s' (%d devices)",
                                     s, r, d, t->name, t->device_count);
-            int lo, hi;
-            lo = (int)((int64_t)plan->microbatch_size * r / st->replica_count);
-            hi = (int)((int64_t)plan->microbatch_size * (r + 1) / st->replica_count);
-            pt_mem_query q = {plan->schedule,
-                              plan->policy,
-                              plan->vertical_sync,
-                              plan->optimizer.kind,
-                              plan->stage_count,
-                              s,
-                              st->first,
-                              st->last,
-                              hi - lo,
-                              plan->microbatch_count,
-                              st->recompute};
             pt_mem m;
-            pt_cost_stage_memory(c, &q, &m);
+            pt_cost_replica_memory(c, plan, s, r, &m);
             if (m.total <= t->devices[d].memory_bytes)
                 continue;
             /* name the two largest categories so the user sees what to change */
@@ -373,4 +360,23 @@ int pt_cost_check_memory(const pt_plan *plan, const pt_profile *profile, const p
     rc = pt_cost_plan_memory(c, plan, err);
     pt_cost_free(&c);
     return rc;
+}
+
+void pt_cost_replica_memory(const pt_cost *cost, const pt_plan *plan, int s, int r, pt_mem *out)
+{
+    const pt_stage *st = &plan->stages[s];
+    int lo, hi;
+    pt_sched_rows(plan->microbatch_size, st->replica_count, r, &lo, &hi);
+    pt_mem_query q = {plan->schedule,
+                      plan->policy,
+                      plan->vertical_sync,
+                      plan->optimizer.kind,
+                      plan->stage_count,
+                      s,
+                      st->first,
+                      st->last,
+                      hi - lo,
+                      plan->microbatch_count,
+                      st->recompute};
+    pt_cost_stage_memory(cost, &q, out);
 }

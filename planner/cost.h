@@ -147,6 +147,10 @@ typedef struct pt_mem_query {
  * sum). O(1): meant for planners' inner loops. */
 void pt_cost_stage_memory(const pt_cost *cost, const pt_mem_query *q, pt_mem *out);
 
+/* pt_cost_stage_memory for replica r of stage s of a plan (its rows of each
+ * micro-batch from pt_sched_rows). The plan must be valid (s, r in range). */
+void pt_cost_replica_memory(const pt_cost *cost, const pt_plan *plan, int s, int r, pt_mem *out);
+
 /* Checks every replica of every stage of plan against its device's memory.
  * Returns 0, PT_ENOFIT with err naming the first stage, replica, device,
  * the need (with its largest categories) and the limit, or PT_EINVAL when the

@@ -224,21 +224,8 @@ int64_t pu_plan_peak_memory(const pt_cost *cost, const pt_plan *plan, int64_t *p
         const pt_stage *st = &plan->stages[s];
         int64_t sp = 0;
         for (int r = 0; r < st->replica_count; r++) {
-            int lo, hi;
-            pt_sched_rows(plan->microbatch_size, st->replica_count, r, &lo, &hi);
-            pt_mem_query q = {plan->schedule,
-                              plan->policy,
-                              plan->vertical_sync,
-                              plan->optimizer.kind,
-                              plan->stage_count,
-                              s,
-                              st->first,
-                              st->last,
-                              hi - lo,
-                              plan->microbatch_count,
-                              st->recompute};
             pt_mem m;
-            pt_cost_stage_memory(cost, &q, &m);
+            pt_cost_replica_memory(cost, plan, s, r, &m);
             if (m.total > sp)
                 sp = m.total;
         }
