@@ -205,7 +205,7 @@ static void draw_summary(pt_ui *ui, const pt_rect *r)
 
 static void draw_stages(pt_ui *ui, const pt_rect *r)
 {
-    pt_rect in = pt_ui_box(ui, r, "stages: memory vs device limit");
+    pt_rect in = pt_ui_box(ui, r, "stages: memory vs device limit, busy");
     const pt_plan *p = pt_plan_edit_plan(ui->edit);
     int cur_stage = pt_plan_edit_stage_of_layer(ui->edit, ui->pl_cursor);
     for (int s = 0; s < p->stage_count && s < in.h; s++) {
@@ -220,7 +220,7 @@ static void draw_stages(pt_ui *ui, const pt_rect *r)
         pt_ui_text(y, in.x, in.w, t, 1, "%s", head);
         double frac = si.limit_bytes > 0 ? (double)si.peak_bytes / (double)si.limit_bytes : 0;
         char tail[64];
-        int tn = snprintf(tail, sizeof tail, " %s/%s %2.0f%%",
+        int tn = snprintf(tail, sizeof tail, " %s/%s busy %2.0f%%",
                           pt_ui_bytes_short(si.peak_bytes, a, sizeof a),
                           pt_ui_bytes_short(si.limit_bytes, b, sizeof b), si.busy_frac * 100);
         int bw = in.w - hn - tn;
