@@ -80,6 +80,11 @@
 #define DAPPLE_MAX_CUTS 128
 /* Relative precision of the memory need reported when nothing fits. */
 #define DAPPLE_NEED_REL_TOL 0.005
+/* Relative slack on lower bounds, so that rounding never prunes a plan
+ * whose computed latency would beat the incumbent. */
+#define DAPPLE_BOUND_SLACK 1e-9
+/* Most stage-cost slots kept for one layer (32 bytes each). */
+#define DAPPLE_STAGE_COST_MAX (1 << 21)
 /* Micro-batch counts tried by default. */
 #define DAPPLE_MB_CHOICES 12
 
@@ -94,6 +99,23 @@ typedef struct dclass {
     int key_off;  /* offset of its histogram in a key */
 } dclass;
 
+/* A stage of r devices placed by a policy on an occupancy, as expand saw it
+ * (the placement depends on nothing else in a run). */
+typedef struct dplaced {
+    int status;     /* 0 not yet placed, 1 skipped (no room or a duplicate), 2 placed */
+    int target_occ; /* occupancy after it, -1 when no device is left */
+    int single_node, rep_dev, cls;
+    double speed;
+    int64_t mem;
+} dplaced;
+
+/* A slot of the state table: the state's key occ * (N+1) + k (-1: empty)
+ * kept with its index, so a probe reads one cache line. */
+typedef struct sslot {
+    int64_t key;
+    int s;
+} sslot;
+
 /* Result of placing one stage. */
 typedef struct dalloc {
     int single_node; /* the node when every replica sits on one node, else -1 */
@@ -101,7 +123,16 @@ typedef struct dalloc {
     double speed;    /* its speed */
     int64_t mem;     /* smallest memory among the devices used */
     int nt;          /* nodes touched */
+    int cls;         /* class of the slowest device (its speed and rep_dev) */
 } dalloc;
+
+/* A stage's F, B and all-reduce + step at the layer being expanded, for a
+ * first layer, replica count, one node or not and slowest class: the same
+ * for every state at that layer (gen says which layer and run filled it). */
+typedef struct dstagecost {
+    double F, B, AR;
+    int gen;
+} dstagecost;
 
 typedef struct dapple {
     const pt_cost *cost;
@@ -148,15 +179,19 @@ typedef struct dapple {
     int no, cap_o;
     int *o_rfirst, *o_bnode, *o_free;
     uint64_t *o_hval;
-    int32_t *o_keys; /* no * key_len */
-    uint16_t *o_fr;  /* no * nodes free counts */
-    int *ohash;      /* open addressing, ohcap slots, -1 empty */
+    int32_t *o_keys;   /* no * key_len */
+    dplaced *o_placed; /* no * nr * POL_COUNT, filled as expand places stages */
+    dstagecost *sc;    /* (N+1) * nr * 2 * ncls, or NULL when too large */
+    double *pw;        /* N+1 entries: prefix_work_eval of this run */
+    int sc_gen;
+    uint16_t *o_fr; /* no * nodes free counts */
+    int *ohash;     /* open addressing, ohcap slots, -1 empty */
     int ohcap;
     /* states: (occupancy, first layer k of the suffix) */
     int ns, cap_s;
     int *s_occ, *s_k, *s_head, *s_nextk;
-    int *klist; /* N+1 heads */
-    int *shash; /* open addressing on occ * (N+1) + k */
+    int *klist;          /* N+1 heads */
+    struct sslot *shash; /* open addressing on occ * (N+1) + k */
     int shcap;
     /* entries */
     int ne, cap_e;
@@ -217,6 +252,10 @@ static int grow_occs(dapple *D, int need)
     if (!o)
         return PT_ENOMEM;
     D->o_fr = o;
+    dplaced *pl = realloc(D->o_placed, (size_t)cap * (size_t)D->nr * POL_COUNT * sizeof *pl);
+    if (!pl)
+        return PT_ENOMEM;
+    D->o_placed = pl;
     D->cap_o = cap;
     return 0;
 }
@@ -255,8 +294,8 @@ static inline uint64_t mix64(uint64_t x)
     return x;
 }
 
-/* Rebuilds an open-addressing table of n items whose hash is hv(i). */
-static int rehash(int **table, int *cap, int newcap, int n, const dapple *D, int states)
+/* Rebuilds the occupancy table with newcap slots. */
+static int rehash(int **table, int *cap, int newcap, int n, const dapple *D)
 {
     int *h = malloc((size_t)newcap * sizeof *h);
     if (!h)
@@ -264,10 +303,7 @@ static int rehash(int **table, int *cap, int newcap, int n, const dapple *D, int
     for (int i = 0; i < newcap; i++)
         h[i] = -1;
     for (int x = 0; x < n; x++) {
-        uint64_t v = states
-                         ? mix64((uint64_t)D->s_occ[x] * (uint64_t)(D->N + 1) + (uint64_t)D->s_k[x])
-                         : D->o_hval[x];
-        int i = (int)(v & (uint64_t)(newcap - 1));
+        int i = (int)(D->o_hval[x] & (uint64_t)(newcap - 1));
         while (h[i] >= 0)
             i = (i + 1) & (newcap - 1);
         h[i] = x;
@@ -325,22 +361,53 @@ static int occ_get(dapple *D, const int32_t *key, const uint16_t *fr, int rfirst
     D->o_hval[o] = h;
     memcpy(D->o_keys + (size_t)o * D->key_len, key, (size_t)D->key_len * sizeof *key);
     memcpy(D->o_fr + (size_t)o * D->nodes, fr, (size_t)D->nodes * sizeof *fr);
+    memset(D->o_placed + (size_t)o * D->nr * POL_COUNT, 0,
+           (size_t)D->nr * POL_COUNT * sizeof *D->o_placed);
     D->ohash[i] = o;
-    if ((int64_t)D->no * 2 > D->ohcap &&
-        rehash(&D->ohash, &D->ohcap, D->ohcap * 2, D->no, D, 0) < 0)
+    if ((int64_t)D->no * 2 > D->ohcap && rehash(&D->ohash, &D->ohcap, D->ohcap * 2, D->no, D) < 0)
         return PT_ENOMEM;
     return o;
+}
+
+/* Home slot of state (o, k) before masking: the layers of one occupancy
+ * are neighbours, so expand's scan over a stage's first layer stays in a few
+ * cache lines. */
+static inline uint64_t state_slot(int o, int k)
+{
+    return mix64((uint64_t)o) + (uint64_t)k;
+}
+
+/* Rebuilds the state table with newcap slots. */
+static int state_rehash(dapple *D, int newcap)
+{
+    sslot *h = malloc((size_t)newcap * sizeof *h);
+    if (!h)
+        return PT_ENOMEM;
+    for (int i = 0; i < newcap; i++)
+        h[i].key = -1;
+    for (int x = 0; x < D->ns; x++) {
+        int64_t key = (int64_t)D->s_occ[x] * (D->N + 1) + D->s_k[x];
+        int i = (int)(state_slot(D->s_occ[x], D->s_k[x]) & (uint64_t)(newcap - 1));
+        while (h[i].key >= 0)
+            i = (i + 1) & (newcap - 1);
+        h[i].key = key;
+        h[i].s = x;
+    }
+    free(D->shash);
+    D->shash = h;
+    D->shcap = newcap;
+    return 0;
 }
 
 /* Finds or adds the state (occupancy o, layer k); its index or PT_ENOMEM. */
 static int state_get(dapple *D, int o, int k)
 {
-    uint64_t h = mix64((uint64_t)o * (uint64_t)(D->N + 1) + (uint64_t)k);
+    int64_t key = (int64_t)o * (D->N + 1) + k;
+    uint64_t h = state_slot(o, k);
     int i = (int)(h & (uint64_t)(D->shcap - 1));
-    while (D->shash[i] >= 0) {
-        int s = D->shash[i];
-        if (D->s_occ[s] == o && D->s_k[s] == k)
-            return s;
+    while (D->shash[i].key >= 0) {
+        if (D->shash[i].key == key)
+            return D->shash[i].s;
         i = (i + 1) & (D->shcap - 1);
     }
     if (grow_states(D, D->ns + 1) < 0)
@@ -351,9 +418,9 @@ static int state_get(dapple *D, int o, int k)
     D->s_head[s] = -1;
     D->s_nextk[s] = D->klist[k];
     D->klist[k] = s;
-    D->shash[i] = s;
-    if ((int64_t)D->ns * 2 > D->shcap &&
-        rehash(&D->shash, &D->shcap, D->shcap * 2, D->ns, D, 1) < 0)
+    D->shash[i].key = key;
+    D->shash[i].s = s;
+    if ((int64_t)D->ns * 2 > D->shcap && state_rehash(D, D->shcap * 2) < 0)
         return PT_ENOMEM;
     return s;
 }
@@ -445,6 +512,7 @@ static int place(dapple *D, const uint16_t *fr, int bnode, int r, int pol, uint1
             slow = c->speed;
             a->rep_dev = c->rep_dev;
             a->speed = c->speed;
+            a->cls = D->node_class[node];
         }
     }
     if (a->nt != 1)
@@ -611,9 +679,15 @@ static dval prepend(const dval *x, double F, double B, double AR, int K, int M, 
 }
 
 /* Work of layers [0, k) at b samples on a speed-1 device, seconds. */
-static double prefix_work(const dapple *D, int k)
+static double prefix_work_eval(const dapple *D, int k)
 {
     return span_s(D->pf, 0, k, D->b, D->pmb, 1.0) + span_s(D->pb, 0, k, D->b, D->pmb, 1.0);
+}
+
+/* The same, from the table run_m fills for the run's micro-batch. */
+static inline double prefix_work(const dapple *D, int k)
+{
+    return D->pw[k];
 }
 
 /* Largest k' in [lo, hi] with M * work(k') / (max_speed * free) < inc, or lo-1. */
@@ -657,6 +731,7 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
     memcpy(fr, D->o_fr + (size_t)o * D->nodes, (size_t)D->nodes * sizeof *fr);
     /* the entries still worth extending */
     int nl = 0;
+    double lmin = INFINITY; /* smallest L among them */
     for (int e = D->s_head[s]; e >= 0; e = D->e_next[e]) {
         if (!(D->e_L[e] < D->inc))
             continue;
@@ -669,6 +744,8 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
             D->live_cap = nc;
         }
         D->live[nl++] = e;
+        if (D->e_L[e] < lmin)
+            lmin = D->e_L[e];
     }
     int *live = D->live;
     if (!nl || free_total == 0)
@@ -687,31 +764,58 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
             prev_one[POL_COUNT];
         int64_t prev_mem[POL_COUNT];
         for (int pol = 0; pol < D->npol; pol++) {
+            /* the occupancy is expanded at many layers: place each (r, policy)
+             * once per run and reuse the result (and the duplicate check) */
+            size_t pi = ((size_t)o * D->nr + ri) * POL_COUNT + pol;
             dalloc a;
-            if (place(D, fr, bnode, r, pol, nf, &a) < 0)
+            int target_occ = -1;
+            if (D->o_placed[pi].status == 0) {
+                D->o_placed[pi].status = 1;
+                if (place(D, fr, bnode, r, pol, nf, &a) < 0)
+                    continue;
+                int nb = a.single_node;
+                int same = rfirst > 0 && nb >= 0 && nb == bnode;
+                /* skip a policy whose placement is canonically the same as an earlier one */
+                if (free_after > 0) {
+                    make_key(D, r, nf, nb, key2);
+                    target_occ = occ_get(D, key2, nf, r, nb, free_after);
+                    if (target_occ < 0)
+                        return PT_ENOMEM;
+                }
+                int dup = 0;
+                for (int q = 0; q < nprev && !dup; q++)
+                    dup = prev_same[q] == same && prev_mem[q] == a.mem &&
+                          prev_rep[q] == a.rep_dev && prev_occ[q] == target_occ &&
+                          prev_one[q] == (nb >= 0);
+                if (dup)
+                    continue;
+                prev_same[nprev] = same;
+                prev_mem[nprev] = a.mem;
+                prev_rep[nprev] = a.rep_dev;
+                prev_occ[nprev] = target_occ;
+                prev_one[nprev] = nb >= 0;
+                nprev++;
+                dplaced *m = &D->o_placed[pi]; /* occ_get may have moved the array */
+                m->status = 2;
+                m->target_occ = target_occ;
+                m->single_node = a.single_node;
+                m->rep_dev = a.rep_dev;
+                m->cls = a.cls;
+                m->speed = a.speed;
+                m->mem = a.mem;
+            } else if (D->o_placed[pi].status == 1) {
                 continue;
+            } else {
+                const dplaced *m = &D->o_placed[pi];
+                target_occ = m->target_occ;
+                a.single_node = m->single_node;
+                a.rep_dev = m->rep_dev;
+                a.cls = m->cls;
+                a.speed = m->speed;
+                a.mem = m->mem;
+            }
             int nb = a.single_node;
             int same = rfirst > 0 && nb >= 0 && nb == bnode;
-            /* skip a policy whose placement is canonically the same as an earlier one */
-            int target_occ = -1;
-            if (free_after > 0) {
-                make_key(D, r, nf, nb, key2);
-                target_occ = occ_get(D, key2, nf, r, nb, free_after);
-                if (target_occ < 0)
-                    return PT_ENOMEM;
-            }
-            int dup = 0;
-            for (int q = 0; q < nprev && !dup; q++)
-                dup = prev_same[q] == same && prev_mem[q] == a.mem && prev_rep[q] == a.rep_dev &&
-                      prev_occ[q] == target_occ && prev_one[q] == (nb >= 0);
-            if (dup)
-                continue;
-            prev_same[nprev] = same;
-            prev_mem[nprev] = a.mem;
-            prev_rep[nprev] = a.rep_dev;
-            prev_occ[nprev] = target_occ;
-            prev_one[nprev] = nb >= 0;
-            nprev++;
             pt_link arl = nb >= 0 ? D->topo->intra : D->topo->inter;
             double cf = 0, cb = 0;
             if (rfirst > 0) {
@@ -726,14 +830,46 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
             } else {
                 kp_hi = 0;
             }
+            /* every stage still to come before kp runs its forward before
+             * this suffix starts (L' >= F + L), each on at most r_left
+             * replicas: lb_fwd = work_fwd(0, kp) * lb_scale bounds that delay */
+            int r_left = free_after < b ? free_after : b;
+            double lb_scale = r_left > 0 ? b / (1000.0 * D->pmb * D->max_speed * r_left) *
+                                               (1.0 - DAPPLE_BOUND_SLACK)
+                                         : 0.0;
+            dstagecost *scrow =
+                D->sc ? D->sc + ((size_t)(ri * 2 + (nb >= 0)) * D->ncls + a.cls) * (D->N + 1)
+                      : NULL;
             for (int kp = kp_hi; kp >= 0; kp--) {
                 if (kp > 0 && (free_after == 0 || !D->cut_ok[kp]))
                     continue;
-                double F = span_s(D->pf, kp, k, rows, D->pmb, a.speed);
-                double B = span_s(D->pb, kp, k, rows, D->pmb, a.speed);
-                int64_t P = pt_cost_param_bytes(D->cost, kp, k);
-                double AR = pt_cost_ring_allreduce_s(r, P, arl.latency, arl.bandwidth) +
-                            pt_cost_opt_step_s(D->cost, P, D->optim, a.rep_dev);
+                dstagecost *sc = scrow ? &scrow[kp] : NULL;
+                double F = sc && sc->gen == D->sc_gen ? sc->F
+                                                      : span_s(D->pf, kp, k, rows, D->pmb, a.speed);
+                double lb_fwd = kp > 0 ? (D->pf[kp] - D->pf[0]) * lb_scale : 0.0;
+                if ((F + lmin + lb_fwd) * (1.0 - DAPPLE_BOUND_SLACK) >= D->inc) {
+                    /* with r <= r_left, F grows by at least what lb_fwd
+                     * loses as kp falls: no smaller kp can do better */
+                    if (r <= r_left || kp == 0)
+                        break;
+                    continue;
+                }
+                double B, AR;
+                if (sc && sc->gen == D->sc_gen) {
+                    B = sc->B;
+                    AR = sc->AR;
+                } else {
+                    B = span_s(D->pb, kp, k, rows, D->pmb, a.speed);
+                    int64_t P = pt_cost_param_bytes(D->cost, kp, k);
+                    AR = pt_cost_ring_allreduce_s(r, P, arl.latency, arl.bandwidth) +
+                         pt_cost_opt_step_s(D->cost, P, D->optim, a.rep_dev);
+                    if (sc) {
+                        sc->F = F;
+                        sc->B = B;
+                        sc->AR = AR;
+                        sc->gen = D->sc_gen;
+                    }
+                }
                 double w = F + B;
                 if (M * w + AR >= D->inc)
                     break; /* the stage only grows as kp falls */
@@ -755,7 +891,7 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
                     dval suf = {D->e_L[e], D->e_H[e], D->e_R[e], D->e_Z[e], D->e_Q[e], D->e_G[e]};
                     dval v = prepend(sigma > 0 ? &suf : NULL, F, B, AR, K, M, cf, cb);
                     double L = v.L;
-                    if (L >= D->inc)
+                    if (L + lb_fwd >= D->inc)
                         continue;
                     int ne;
                     if (kp == 0) {
@@ -796,7 +932,7 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
 /* Estimated final latency of the best completion of state s: its best
  * entry delayed by the remaining layers' forward spread over its free
  * devices, or those layers' work spread over them, whichever is larger. */
-static double state_estimate(const dapple *D, int s, int k)
+static double state_estimate(const dapple *D, int s, int k, double fwd_k)
 {
     double best = INFINITY;
     for (int e = D->s_head[s]; e >= 0; e = D->e_next[e])
@@ -805,8 +941,7 @@ static double state_estimate(const dapple *D, int s, int k)
     int free_total = D->o_free[D->s_occ[s]];
     if (free_total > 0) {
         double per = D->max_speed * free_total;
-        best = dmax(best + pt_cost_fwd_s(D->cost, 0, k, D->b, -1) / per,
-                    D->M * prefix_work(D, k) / per);
+        best = dmax(best + fwd_k / per, D->M * prefix_work(D, k) / per);
     }
     return best;
 }
@@ -864,9 +999,10 @@ static int keep_best_states(dapple *D, int k, int n)
         D->beam_cap = n;
     }
     int c = 0;
+    double fwd_k = pt_cost_fwd_s(D->cost, 0, k, D->b, -1); /* the same for every state */
     for (int s = D->klist[k]; s >= 0; s = D->s_nextk[s]) {
         D->beam_items[c].s = s;
-        D->beam_items[c].est = state_estimate(D, s, k);
+        D->beam_items[c].est = state_estimate(D, s, k, fwd_k);
         c++;
     }
     int kept = c < D->beam ? c : D->beam;
@@ -906,6 +1042,8 @@ static int run_m(dapple *D, int M)
 {
     D->M = M;
     D->mem_loose = memory_loose(D, M);
+    for (int k = 0; k <= D->N; k++)
+        D->pw[k] = prefix_work_eval(D, k);
     D->ns = 0;
     D->ne = 0;
     D->inc_entry = -1;
@@ -919,7 +1057,7 @@ static int run_m(dapple *D, int M)
     for (int i = 0; i < D->ohcap; i++)
         D->ohash[i] = -1;
     for (int i = 0; i < D->shcap; i++)
-        D->shash[i] = -1;
+        D->shash[i].key = -1;
     int32_t *key = malloc((size_t)D->key_len * 2 * sizeof *key);
     uint16_t *fr = malloc((size_t)D->nodes * 2 * sizeof *fr);
     if (!key || !fr) {
@@ -941,6 +1079,7 @@ static int run_m(dapple *D, int M)
     }
     D->e_parent[e0] = -1;
     for (int k = D->N; k >= 1 && rc == 0; k--) {
+        D->sc_gen++; /* stage costs depend on k and this run's micro-batch */
         int n = 0;
         for (int s = D->klist[k]; s >= 0; s = D->s_nextk[s])
             n++;
@@ -989,6 +1128,9 @@ static void dapple_free(dapple *D)
     free(D->o_hval);
     free(D->o_keys);
     free(D->o_fr);
+    free(D->o_placed);
+    free(D->sc);
+    free(D->pw);
     free(D->ohash);
     free(D->shash);
     free(D->s_head);
@@ -1107,8 +1249,9 @@ static int dapple_init(dapple *D, const pt_cost *cost, const pt_topology *topo, 
         D->r_index[D->rset[i]] = i;
     D->npol = D->G <= DAPPLE_ALL_R_DEVICES ? POL_COUNT : POL_SF;
     D->pf = malloc(((size_t)D->N + 1) * sizeof(double));
+    D->pw = malloc(((size_t)D->N + 1) * sizeof(double));
     D->pb = malloc(((size_t)D->N + 1) * sizeof(double));
-    if (!D->pf || !D->pb)
+    if (!D->pf || !D->pb || !D->pw)
         return PT_ENOMEM;
     D->pf[0] = D->pb[0] = 0;
     for (int l = 0; l < D->N; l++) {
@@ -1136,11 +1279,15 @@ static int dapple_init(dapple *D, const pt_cost *cost, const pt_topology *topo, 
         D->cut_ok[0] = D->cut_ok[D->N] = 1;
         D->cuts_limited = 1;
     }
+    /* stage costs per layer, when small enough to keep (zeroed: gen 0 is never current) */
+    size_t nsc = (size_t)(D->N + 1) * (size_t)D->nr * 2 * (size_t)D->ncls;
+    if (nsc <= DAPPLE_STAGE_COST_MAX)
+        D->sc = calloc(nsc, sizeof *D->sc);
     /* exact on small instances; a beam on large ones */
     D->beam = D->G <= DAPPLE_ALL_R_DEVICES && D->N <= DAPPLE_MAX_CUTS ? 0 : DAPPLE_BEAM;
     D->ohcap = D->shcap = 1 << 12;
     D->ohash = malloc((size_t)D->ohcap * sizeof(int));
-    D->shash = malloc((size_t)D->shcap * sizeof(int));
+    D->shash = malloc((size_t)D->shcap * sizeof *D->shash);
     if (!D->ohash || !D->shash)
         return PT_ENOMEM;
     return 0;
