@@ -1,54 +1,15 @@
-/* Fuzz harness for the model parser (libFuzzer, or replay_main.c over the
- * corpus). Properties, each an abort() when false: a refused input leaves no
- * record and an error that starts with the source name; an accepted one is
- * valid and survives to_json -> parse -> to_json unchanged. */
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
+/* Fuzz harness for the model spec parser (libFuzzer, or replay_main.c over
+ * the corpus); the shared properties are in fuzz_format.h. */
 #include "protocol/model.h"
+#include "tests/fuzz/fuzz_format.h"
 
-static void fail(const char *what)
+static const char *check(const pt_model_spec *x)
 {
-    fprintf(stderr, "fuzz_model: %s\n", what);
-    abort();
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-    char *text = malloc(size + 1);
-    if (!text)
-        return 0;
-    memcpy(text, data, size);
-    text[size] = '\0';
-    pt_model_spec *x = NULL;
-    pt_error err = {0};
-    int rc = pt_model_spec_parse(text, "fuzz", &x, &err);
-    free(text);
-    if (rc < 0) {
-        if (x)
-            fail("a refused input left a record");
-        if (err.code != rc || strncmp(err.msg, "fuzz: ", 6) != 0)
-            fail("a refused input has no error naming its source");
-        return 0;
-    }
-    if (!x)
-        fail("an accepted input gave no record");
     pt_layer_shape *shapes = calloc((size_t)x->layer_count, sizeof *shapes);
-    if (!shapes || pt_model_spec_shapes(x, shapes, NULL) != 0)
-        fail("a parsed spec failed shape inference");
+    int bad = !shapes || pt_model_spec_shapes(x, shapes, NULL) != 0;
     free(shapes);
-    char *json = pt_model_spec_to_json(x);
-    pt_model_spec *back = NULL;
-    if (!json || pt_model_spec_parse(json, "fuzz-again", &back, &err) != 0)
-        fail("the writer's output does not parse");
-    char *again = pt_model_spec_to_json(back);
-    if (!again || strcmp(json, again) != 0)
-        fail("to_json(parse(to_json(x))) differs from to_json(x)");
-    free(again);
-    free(json);
-    pt_model_spec_free(&back);
-    pt_model_spec_free(&x);
-    return 0;
+    return bad ? "a parsed spec failed shape inference" : NULL;
 }
+
+PT_FUZZ_FORMAT("model", pt_model_spec, pt_model_spec_parse, pt_model_spec_to_json,
+               pt_model_spec_free, check)

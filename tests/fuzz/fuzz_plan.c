@@ -1,52 +1,12 @@
 /* Fuzz harness for the plan parser (libFuzzer, or replay_main.c over the
- * corpus). Properties, each an abort() when false: a refused input leaves no
- * record and an error that starts with the source name; an accepted one is
- * valid and survives to_json -> parse -> to_json unchanged. */
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
+ * corpus); the shared properties are in fuzz_format.h. */
 #include "protocol/plan.h"
+#include "tests/fuzz/fuzz_format.h"
 
-static void fail(const char *what)
+static const char *check(const pt_plan *x)
 {
-    fprintf(stderr, "fuzz_plan: %s\n", what);
-    abort();
+    return pt_plan_check(x, NULL, NULL, "fuzz", NULL) != 0 ? "a parsed plan fails pt_plan_check"
+                                                           : NULL;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-    char *text = malloc(size + 1);
-    if (!text)
-        return 0;
-    memcpy(text, data, size);
-    text[size] = '\0';
-    pt_plan *x = NULL;
-    pt_error err = {0};
-    int rc = pt_plan_parse(text, "fuzz", &x, &err);
-    free(text);
-    if (rc < 0) {
-        if (x)
-            fail("a refused input left a record");
-        if (err.code != rc || strncmp(err.msg, "fuzz: ", 6) != 0)
-            fail("a refused input has no error naming its source");
-        return 0;
-    }
-    if (!x)
-        fail("an accepted input gave no record");
-    if (pt_plan_check(x, NULL, NULL, "fuzz", NULL) != 0)
-        fail("a parsed plan fails pt_plan_check");
-    char *json = pt_plan_to_json(x);
-    pt_plan *back = NULL;
-    if (!json || pt_plan_parse(json, "fuzz-again", &back, &err) != 0)
-        fail("the writer's output does not parse");
-    char *again = pt_plan_to_json(back);
-    if (!again || strcmp(json, again) != 0)
-        fail("to_json(parse(to_json(x))) differs from to_json(x)");
-    free(again);
-    free(json);
-    pt_plan_free(&back);
-    pt_plan_free(&x);
-    return 0;
-}
+PT_FUZZ_FORMAT("plan", pt_plan, pt_plan_parse, pt_plan_to_json, pt_plan_free, check)

@@ -1,54 +1,16 @@
 /* Fuzz harness for the topology parser (libFuzzer, or replay_main.c over the
- * corpus). Properties, each an abort() when false: a refused input leaves no
- * record and an error that starts with the source name; an accepted one is
- * valid and survives to_json -> parse -> to_json unchanged. */
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
+ * corpus); the shared properties are in fuzz_format.h. */
 #include "protocol/topology.h"
+#include "tests/fuzz/fuzz_format.h"
 
-static void fail(const char *what)
+static const char *check(const pt_topology *x)
 {
-    fprintf(stderr, "fuzz_topology: %s\n", what);
-    abort();
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-    char *text = malloc(size + 1);
-    if (!text)
-        return 0;
-    memcpy(text, data, size);
-    text[size] = '\0';
-    pt_topology *x = NULL;
-    pt_error err = {0};
-    int rc = pt_topology_parse(text, "fuzz", &x, &err);
-    free(text);
-    if (rc < 0) {
-        if (x)
-            fail("a refused input left a record");
-        if (err.code != rc || strncmp(err.msg, "fuzz: ", 6) != 0)
-            fail("a refused input has no error naming its source");
-        return 0;
-    }
-    if (!x)
-        fail("an accepted input gave no record");
     for (int i = 0; i < x->device_count; i++)
         if (x->devices[i].node < 0 || x->devices[i].node >= x->node_count ||
             x->devices[i].memory_bytes <= 0 || !(x->devices[i].speed > 0))
-            fail("a parsed topology holds a bad device");
-    char *json = pt_topology_to_json(x);
-    pt_topology *back = NULL;
-    if (!json || pt_topology_parse(json, "fuzz-again", &back, &err) != 0)
-        fail("the writer's output does not parse");
-    char *again = pt_topology_to_json(back);
-    if (!again || strcmp(json, again) != 0)
-        fail("to_json(parse(to_json(x))) differs from to_json(x)");
-    free(again);
-    free(json);
-    pt_topology_free(&back);
-    pt_topology_free(&x);
-    return 0;
+            return "a parsed topology holds a bad device";
+    return NULL;
 }
+
+PT_FUZZ_FORMAT("topology", pt_topology, pt_topology_parse, pt_topology_to_json, pt_topology_free,
+               check)
