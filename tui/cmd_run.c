@@ -30,6 +30,7 @@
 #include "protocol/profile.h"
 #include "protocol/topology.h"
 #include "runtime/data.h"
+#include "tui/agent_spawn.h"
 #include "tui/cmd_opts.h"
 #include "tui/commands.h"
 #include "tui/progress.h"
@@ -52,7 +53,6 @@
 #define PLAIN_LINE_MS       1000
 #define REAP_SLEEP_MS       20
 #define PATH_CAP            4096
-#define AGENT_BIN           "pipetop-agent"
 /* The local topology: one node, devices sharing this machine's memory,
  * linked through the loopback interface. */
 #define LOCAL_LINK_BPS     2e9   /* bytes/s through ZeroMQ over loopback */
@@ -247,21 +247,6 @@ static void fail_json(run_ctx *c, const char *reason)
 
 /* ---- preparation ---------------------------------------------------------------------- */
 
-static int exe_dir(char *out, size_t cap)
-{
-    char self[PATH_CAP];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
-        return -1;
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (!slash)
-        return -1;
-    *slash = '\0';
-    snprintf(out, cap, "%s", self);
-    return 0;
-}
-
 /* Waits for a child with a bound; returns its wait status or -1 (killed). */
 static int wait_child(pid_t pid, int timeout_ms)
 {
@@ -281,20 +266,13 @@ static int wait_child(pid_t pid, int timeout_ms)
     }
 }
 
-/* OpenBLAS threads of each of `workers` agents sharing this machine's CPUs. */
-static int agent_threads(int workers)
-{
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return workers > 0 && cpus > workers ? (int)(cpus / workers) : 1;
-}
-
 /* Measures the model's profile with `pipetop profile` in a child process,
  * with the BLAS threads each of `workers` agents will have, so the
  * prediction is for the conditions the agents run in. */
 static int measure_profile(run_ctx *c, int mb, int workers, pt_error *err)
 {
     char dir[PATH_CAP], self[PATH_CAP + 16], out[PATH_CAP + 32], log[PATH_CAP + 32], batch[16];
-    if (exe_dir(dir, sizeof dir) < 0)
+    if (pt_exe_dir(dir, sizeof dir) < 0)
         return pt_error_set(err, PT_EIO, "cannot find this program's folder (/proc/self/exe)");
     snprintf(self, sizeof self, "%s/pipetop", dir);
     snprintf(out, sizeof out, "%s/profile.json", c->run_dir);
@@ -313,7 +291,7 @@ static int measure_profile(run_ctx *c, int mb, int workers, pt_error *err)
             close(fd);
         }
         char th[16];
-        snprintf(th, sizeof th, "%d", agent_threads(workers));
+        snprintf(th, sizeof th, "%d", pt_agent_threads(workers));
         char *argv[] = {
             self,    "profile", "--model",   (char *)c->a.model, "--batch",  batch,
             "--out", out,       "--repeats", PROFILE_REPEATS,    "--warmup", PROFILE_WARMUP,
@@ -485,63 +463,24 @@ static int spawn_agents(run_ctx *c, pt_error *err)
         fflush(stdout);
         return 0;
     }
-    char dir[PATH_CAP], bin[PATH_CAP + 32];
-    if (exe_dir(dir, sizeof dir) < 0)
-        return pt_error_set(err, PT_EIO, "cannot find this program's folder (/proc/self/exe)");
-    snprintf(bin, sizeof bin, "%s/%s", dir, AGENT_BIN);
-    if (access(bin, X_OK) != 0)
-        return pt_error_set(err, PT_ENOTFOUND, "%s: %s (build the pipetop-agent target)", bin,
-                            strerror(errno));
+    char bin[PATH_CAP + 32];
+    int rc = pt_agent_binary(bin, sizeof bin, err);
+    if (rc < 0)
+        return rc;
     c->pids = calloc((size_t)c->workers, sizeof *c->pids);
     c->exited = calloc((size_t)c->workers, sizeof *c->exited);
     if (!c->pids || !c->exited)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
-    char th[16];
-    snprintf(th, sizeof th, "%d", agent_threads(c->workers));
+    int threads = pt_agent_threads(c->workers);
     fflush(stdout);
     fflush(stderr);
     for (int w = 0; w < c->workers; w++) {
-        char name[32], dev[16], log[PATH_CAP + 32];
+        char name[32], log[PATH_CAP + 32];
         snprintf(name, sizeof name, "w%d", w);
-        snprintf(dev, sizeof dev, "%d", c->prog.workers[w].device);
         snprintf(log, sizeof log, "%.4000s/agent-%s.log", c->run_dir, name);
-        pid_t pid = fork();
-        if (pid < 0)
-            return pt_error_set(err, PT_EIO, "fork: %s", strerror(errno));
-        if (pid == 0) {
-            setpgid(0, 0); /* ^C reaches the console, which stops the agents in order */
-            prctl(PR_SET_PDEATHSIG, SIGTERM);
-            int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            if (fd >= 0) {
-                dup2(fd, STDOUT_FILENO);
-                dup2(fd, STDERR_FILENO);
-                close(fd);
-            }
-            int nul = open("/dev/null", O_RDONLY);
-            if (nul >= 0) {
-                dup2(nul, STDIN_FILENO);
-                close(nul);
-            }
-            char *argv[16];
-            int k = 0;
-            argv[k++] = bin;
-            argv[k++] = "--console";
-            argv[k++] = (char *)pt_session_control_endpoint(c->s);
-            argv[k++] = "--telemetry";
-            argv[k++] = (char *)pt_session_telemetry_endpoint(c->s);
-            argv[k++] = "--device";
-            argv[k++] = dev;
-            argv[k++] = "--name";
-            argv[k++] = name;
-            if (!getenv("OPENBLAS_NUM_THREADS")) {
-                argv[k++] = "--threads";
-                argv[k++] = th;
-            }
-            argv[k] = NULL;
-            execv(bin, argv);
-            _exit(127);
-        }
-        c->pids[w] = pid;
+        if ((rc = pt_agent_spawn(bin, c->s, name, c->prog.workers[w].device, threads, log,
+                                 &c->pids[w], err)) < 0)
+            return rc;
     }
     return 0;
 }

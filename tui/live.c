@@ -14,11 +14,11 @@
 #include <unistd.h>
 
 #include "protocol/fileio.h"
+#include "tui/agent_spawn.h"
 #include "tui/run_ckpt.h"
 #include "tui/session.h"
 
 #define PATH_CAP      4096
-#define AGENT_BIN     "pipetop-agent"
 #define RUNS_DIR      "runs"
 #define POLL_SLICE_MS 20
 #define NS_PER_MS     1000000LL
@@ -54,21 +54,6 @@ static int64_t mono_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static int exe_dir(char *out, size_t cap)
-{
-    char self[PATH_CAP];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
-        return -1;
-    self[n] = 0;
-    char *slash = strrchr(self, '/');
-    if (!slash)
-        return -1;
-    *slash = 0;
-    snprintf(out, cap, "%s", self);
-    return 0;
 }
 
 /* ---- the agent table into the store */
@@ -129,64 +114,23 @@ static void on_note(void *user, const pt_session_note *n)
 
 static int spawn(live *l, int count, pt_error *err)
 {
-    char dir[PATH_CAP], bin[PATH_CAP + 32];
-    if (exe_dir(dir, sizeof dir) < 0)
-        return pt_error_set(err, PT_EIO, "cannot find this program's folder (/proc/self/exe)");
-    snprintf(bin, sizeof bin, "%s/%s", dir, AGENT_BIN);
-    if (access(bin, X_OK) != 0)
-        return pt_error_set(err, PT_ENOTFOUND, "%s: %s (build the pipetop-agent target)", bin,
-                            strerror(errno));
+    char bin[PATH_CAP + 32];
+    int rc = pt_agent_binary(bin, sizeof bin, err);
+    if (rc < 0)
+        return rc;
     l->pids = calloc((size_t)count, sizeof *l->pids);
     l->exited = calloc((size_t)count, sizeof *l->exited);
     if (!l->pids || !l->exited)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    char th[16];
-    snprintf(th, sizeof th, "%d", cpus > count ? (int)(cpus / count) : 1);
+    int threads = pt_agent_threads(count);
     fflush(stdout);
     fflush(stderr);
     for (int w = 0; w < count; w++) {
-        char name[32], dev[16], log[PATH_CAP + 32];
+        char name[32], log[PATH_CAP + 32];
         snprintf(name, sizeof name, "w%d", w);
-        snprintf(dev, sizeof dev, "%d", w);
         snprintf(log, sizeof log, "%.4000s/agent-%s.log", l->run_dir, name);
-        pid_t pid = fork();
-        if (pid < 0)
-            return pt_error_set(err, PT_EIO, "fork: %s", strerror(errno));
-        if (pid == 0) {
-            setpgid(0, 0);                    /* the terminal's ^C reaches the console only */
-            prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive the console */
-            int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            if (fd >= 0) {
-                dup2(fd, STDOUT_FILENO);
-                dup2(fd, STDERR_FILENO);
-                close(fd);
-            }
-            int nul = open("/dev/null", O_RDONLY);
-            if (nul >= 0) {
-                dup2(nul, STDIN_FILENO);
-                close(nul);
-            }
-            char *argv[16];
-            int k = 0;
-            argv[k++] = bin;
-            argv[k++] = "--console";
-            argv[k++] = (char *)pt_session_control_endpoint(l->s);
-            argv[k++] = "--telemetry";
-            argv[k++] = (char *)pt_session_telemetry_endpoint(l->s);
-            argv[k++] = "--device";
-            argv[k++] = dev;
-            argv[k++] = "--name";
-            argv[k++] = name;
-            if (!getenv("OPENBLAS_NUM_THREADS")) {
-                argv[k++] = "--threads";
-                argv[k++] = th;
-            }
-            argv[k] = NULL;
-            execv(bin, argv);
-            _exit(127);
-        }
-        l->pids[w] = pid;
+        if ((rc = pt_agent_spawn(bin, l->s, name, w, threads, log, &l->pids[w], err)) < 0)
+            return rc;
         l->nspawn = w + 1;
     }
     return 0;

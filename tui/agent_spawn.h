@@ -1,0 +1,36 @@
+/* Starting local pipetop-agent processes, shared by `pipetop run` and the
+ * console's live source so both start agents the same way. */
+#ifndef PT_TUI_AGENT_SPAWN_H
+#define PT_TUI_AGENT_SPAWN_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "protocol/error.h"
+#include "tui/session.h"
+
+#define PT_AGENT_BIN "pipetop-agent"
+
+/* The folder of this program (from /proc/self/exe) into out; 0, or -1 when
+ * it cannot be read or does not fit. */
+int pt_exe_dir(char *out, size_t cap);
+
+/* The path of pipetop-agent next to this program into bin; 0, or PT_EIO /
+ * PT_ENOTFOUND with err naming the path and the reason. */
+int pt_agent_binary(char *bin, size_t cap, pt_error *err);
+
+/* OpenBLAS threads for each of `agents` agents sharing this machine's CPUs
+ * (CPUs / agents, at least 1). */
+int pt_agent_threads(int agents);
+
+/* Forks and execs one agent (bin) connected to the session's control and
+ * telemetry endpoints, as device `device` under `name`, with stdout/stderr
+ * to log_path and stdin from /dev/null. The agent gets its own process group
+ * (the terminal's ^C reaches only the console, which stops agents in order)
+ * and SIGTERM when the console dies. `threads` is passed as --threads unless
+ * OPENBLAS_NUM_THREADS is set. Flush stdio before calling. On success *pid is
+ * the child; on failure returns PT_EIO (fork failed) with err set. */
+int pt_agent_spawn(const char *bin, const pt_session *s, const char *name, int device, int threads,
+                   const char *log_path, pid_t *pid, pt_error *err);
+
+#endif
