@@ -39,7 +39,7 @@
 #define SPEED_MIN          0.01
 #define SPEED_MAX          1000.0
 
-static int parse_view(const char *name, pt_view *out)
+int pt_console_parse_view(const char *name, pt_view *out)
 {
     for (int v = 0; v < PT_VIEW_COUNT; v++)
         if (!strcmp(name, pt_view_name((pt_view)v))) {
@@ -145,7 +145,7 @@ int pt_cmd_console(int argc, char **argv)
     if (rc != PT_OPTS_OK)
         return 2;
     pt_view start;
-    if (parse_view(view, &start) < 0) {
+    if (pt_console_parse_view(view, &start) < 0) {
         fprintf(stderr, "pipetop console: --view: unknown view \"%s\"\n", view);
         return 2;
     }
@@ -340,7 +340,7 @@ int pt_cmd_replay(int argc, char **argv)
     if (rc != PT_OPTS_OK)
         return 2;
     pt_view start;
-    if (parse_view(view, &start) < 0) {
+    if (pt_console_parse_view(view, &start) < 0) {
         fprintf(stderr, "pipetop replay: --view: unknown view \"%s\"\n", view);
         return 2;
     }

@@ -8,6 +8,7 @@
 #include "protocol/plan.h"
 #include "protocol/profile.h"
 #include "protocol/topology.h"
+#include "tui/layout.h"
 
 /* Smallest micro-batch the console's planners consider: the analytic cost
  * model has no per-op overhead, so left alone it picks micro-batches of one
@@ -27,5 +28,9 @@ pt_topology *pt_console_local_topology(int devices);
  * least PT_CONSOLE_MB_MIN samples when the global batch allows. */
 int pt_console_plan_with(const char *planner, const pt_profile *prof, const pt_topology *topo,
                          int global, pt_plan **out, pt_error *err);
+
+/* The view named `name` ("plan", "timeline", "stats", "agents") into *out;
+ * 0, or -1 for an unknown name (*out untouched). */
+int pt_console_parse_view(const char *name, pt_view *out);
 
 #endif

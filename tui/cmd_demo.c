@@ -57,13 +57,7 @@ int pt_cmd_demo(int argc, char **argv)
     if (rc != PT_OPTS_OK)
         return 2;
     pt_view start = PT_VIEW_TIMELINE;
-    int found = 0;
-    for (int v = 0; v < PT_VIEW_COUNT; v++)
-        if (!strcmp(view, pt_view_name((pt_view)v))) {
-            start = (pt_view)v;
-            found = 1;
-        }
-    if (!found) {
+    if (pt_console_parse_view(view, &start) < 0) {
         fprintf(stderr, "pipetop demo: --view: unknown view \"%s\"\n", view);
         return 2;
     }
