@@ -38,15 +38,6 @@ const pt_sched_info *pt_sched_info_of(pt_sched_kind kind)
     return &registry[kind];
 }
 
-const char *pt_op_kind_name(int kind)
-{
-    static const char *const names[PT_OP_KIND_COUNT] = {
-        "FWD",       "BWD",       "RECOMPUTE", "SEND_ACT", "RECV_ACT",
-        "SEND_GRAD", "RECV_GRAD", "ALLREDUCE", "AR_WAIT",  "OPT_STEP",
-    };
-    return kind >= 0 && kind < PT_OP_KIND_COUNT ? names[kind] : "?";
-}
-
 /* ---- set-up ------------------------------------------------------------ */
 
 static int64_t sum_act(const pt_profile *pf, int boundary)
@@ -501,7 +492,7 @@ char *pt_sched_op_str(const pt_program *prog, int i, char *buf, int cap)
     const pt_op *op = &prog->ops[i];
     int w = worker_of(prog, i);
     int s = w >= 0 ? prog->workers[w].stage : -1, r = w >= 0 ? prog->workers[w].replica : -1;
-    const char *name = pt_op_kind_name(op->kind);
+    const char *name = pt_op_name(op->kind);
     switch (op->kind) {
     case PT_OP_SEND_ACT:
     case PT_OP_SEND_GRAD:

@@ -37,26 +37,11 @@
 #include <stdint.h>
 
 #include "protocol/error.h"
+#include "protocol/op.h"
 #include "protocol/plan.h"
 #include "protocol/profile.h"
 
-typedef enum pt_op_kind {
-    PT_OP_FWD,       /* forward of rows [row_lo,row_hi) of micro-batch mb, reading `version` */
-    PT_OP_BWD,       /* backward of the same rows with the same version; accumulates gradients */
-    PT_OP_RECOMPUTE, /* re-runs the forward from the kept stage input (stage.recompute) */
-    PT_OP_SEND_ACT,  /* sends output activation rows to `peer` (a worker of stage s+1) */
-    PT_OP_RECV_ACT,  /* waits for input activation rows from `peer` (a worker of stage s-1) */
-    PT_OP_SEND_GRAD, /* sends the gradient of the input rows to `peer` (stage s-1) */
-    PT_OP_RECV_GRAD, /* waits for the gradient of the output rows from `peer` (stage s+1) */
-    PT_OP_ALLREDUCE, /* sums the gradients of micro-batches [mb, mb_end) over the stage's replicas
-                      */
-    PT_OP_AR_WAIT,   /* waits for this worker's oldest unwaited PT_OPF_ASYNC ALLREDUCE */
-    PT_OP_OPT_STEP,  /* applies the gradients of [mb, mb_end), producing weight `version` */
-    PT_OP_KIND_COUNT
-} pt_op_kind;
-
-/* Short upper-case name ("FWD", "SEND_ACT"...); "?" for an invalid kind. */
-const char *pt_op_kind_name(int kind);
+/* Op kinds, their names, lanes and facts: protocol/op.h. */
 
 enum {
     /* ALLREDUCE: runs in the background; a later AR_WAIT blocks on it (Pipe-SGD). */

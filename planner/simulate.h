@@ -45,12 +45,6 @@
 #include "planner/schedule.h"
 #include "protocol/error.h"
 
-typedef enum pt_lane {
-    PT_LANE_COMPUTE, /* FWD, BWD, RECOMPUTE, OPT_STEP */
-    PT_LANE_COMM,    /* SEND_ACT, SEND_GRAD, ALLREDUCE */
-    PT_LANE_WAIT     /* RECV_*, AR_WAIT: time the worker waited, no resource used */
-} pt_lane;
-
 /* One op's place on the timeline. events[i] describes prog->ops[i]. */
 typedef struct pt_sim_event {
     double start, end; /* seconds from the start of the program */

@@ -173,7 +173,7 @@ typedef struct pt_msg_event {
     int stage, replica;
     int64_t step;             /* iteration */
     int mb;                   /* micro-batch, -1: none (OPT_STEP...) */
-    char op[PT_MSG_OP_MAX];   /* planner/schedule.h pt_op_kind_name(): "FWD", "SEND_ACT"... */
+    char op[PT_MSG_OP_MAX];   /* planner/schedule.h pt_op_name(): "FWD", "SEND_ACT"... */
     int64_t version;          /* weight version, -1: none */
     int64_t start_ns, end_ns; /* sender clock; end_ns >= start_ns */
     int64_t bytes;            /* moved (SEND/RECV/ALLREDUCE), else 0 */

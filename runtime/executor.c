@@ -348,7 +348,7 @@ static int op_bwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, pt_exec_
         }
     }
     if (rc < 0)
-        return pt_error_set(err, rc, "%s failed (%s)", pt_op_kind_name(op->kind), pt_strerror(rc));
+        return pt_error_set(err, rc, "%s failed (%s)", pt_op_name(op->kind), pt_strerror(rc));
     if (!(op->flags & PT_OPF_STASH))
         version_read(ex, i, op->version);
     return 0;

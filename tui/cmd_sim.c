@@ -148,7 +148,7 @@ static int print_json(const pt_program *prog, const pt_topology *topo, const pt_
                 break;
             cJSON_AddItemToArray(ev, o);
             cJSON_AddNumberToObject(o, "worker", res->events[i].worker);
-            cJSON_AddStringToObject(o, "op", pt_op_kind_name(op->kind));
+            cJSON_AddStringToObject(o, "op", pt_op_name(op->kind));
             cJSON_AddNumberToObject(o, "mb", op->mb);
             cJSON_AddNumberToObject(o, "version", op->version);
             cJSON_AddNumberToObject(o, "start", res->events[i].start);

@@ -141,7 +141,7 @@ static step_iv *step_intervals(const pt_tline *tl, int64_t *n_out)
 static void trace_op(buf *b, const pt_tline *tl, const pt_tl_span *s, int *first)
 {
     const pt_tl_row *row = &tl->rows[s->row];
-    const char *name = s->op < PT_OP_KIND_COUNT ? pt_op_kind_name(s->op) : "bubble";
+    const char *name = s->op < PT_OP_KIND_COUNT ? pt_op_name(s->op) : "bubble";
     char cat[32];
     lower(name, cat, sizeof cat);
     char label[48];
@@ -371,7 +371,7 @@ int pt_export_svg(const pt_tline *tl, const pt_theme *theme, const pt_export_svg
                 "<rect class=\"op\" data-op=\"%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
                 "height=\"%d\" fill=\"%s\" stroke=\"#000\" stroke-width=\"0.4\"><title>%s mb %d "
                 "step %lld %.3f ms</title></rect>\n",
-                pt_op_kind_name(s->op), x, y, w, h, col, pt_op_kind_name(s->op), s->mb,
+                pt_op_name(s->op), x, y, w, h, col, pt_op_name(s->op), s->mb,
                 (long long)s->step, (s->end - s->start) * 1e3);
         const char *pat = op_pattern(s->op);
         if (pat)

@@ -25,7 +25,7 @@ pt_lane pt_tl_lane_of(int op_kind)
 int pt_tl_op_parse(const char *name)
 {
     for (int k = 0; k < PT_OP_KIND_COUNT; k++)
-        if (!strcmp(name, pt_op_kind_name(k)))
+        if (!strcmp(name, pt_op_name(k)))
             return k;
     return -1;
 }

@@ -41,20 +41,20 @@ static int check_versions(const char *name, const ec_run *r, int w)
         CHECK_MSG(e->used_version == e->version ||
                       (e->version < initial && e->used_version < initial),
                   "%s: worker %d %s mb %d read version %d, the program says %d", name, w,
-                  pt_op_kind_name(e->kind), e->mb, e->used_version, e->version);
+                  pt_op_name(e->kind), e->mb, e->used_version, e->version);
         if (e->kind == PT_OP_FWD) {
             fwd[e->mb] = i;
             continue;
         }
         if (fwd[e->mb] < 0) {
             CHECK_MSG(0, "%s: worker %d: %s of mb %d before its FWD", name, w,
-                      pt_op_kind_name(e->kind), e->mb);
+                      pt_op_name(e->kind), e->mb);
             continue;
         }
         const pt_exec_event *f = &ev[fwd[e->mb]];
         CHECK_MSG(e->used_version == f->used_version && e->weights_digest == f->weights_digest,
                   "%s: worker %d mb %d: %s read version %d (digest %llx), its FWD %d (%llx)", name,
-                  w, e->mb, pt_op_kind_name(e->kind), e->used_version,
+                  w, e->mb, pt_op_name(e->kind), e->used_version,
                   (unsigned long long)e->weights_digest, f->used_version,
                   (unsigned long long)f->weights_digest);
         bwds += e->kind == PT_OP_BWD;
