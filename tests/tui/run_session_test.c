@@ -19,6 +19,7 @@
 #include "protocol/message.h"
 #include "protocol/plan.h"
 #include "tests/test.h"
+#include "tui/run.h"
 #include "tui/session.h"
 
 #define NS_PER_MS   1000000LL
@@ -130,16 +131,21 @@ static void fake_send(fake *f, pt_msg *m, int pub)
     free(text);
 }
 
-static void fake_register(fake *f, const char *endpoint)
+static void fake_register_device(fake *f, const char *endpoint, int device)
 {
     pt_msg m;
     pt_msg_init(&m, PT_MSG_REGISTER, f->id);
     snprintf(m.u.reg.host, sizeof m.u.reg.host, "testhost");
     m.u.reg.pid = 1000 + f->id[strlen(f->id) - 1];
-    m.u.reg.device = 0;
+    m.u.reg.device = device;
     snprintf(m.u.reg.backend, sizeof m.u.reg.backend, "cpu");
     snprintf(m.u.reg.data_endpoint, sizeof m.u.reg.data_endpoint, "%s", endpoint);
     fake_send(f, &m, 0);
+}
+
+static void fake_register(fake *f, const char *endpoint)
+{
+    fake_register_device(f, endpoint, 0);
 }
 
 /* Receives console messages for up to ms; returns 1 with *out when one of
@@ -709,6 +715,82 @@ static void test_plan_flow(void)
     free(text);
 }
 
+/* A plan of one single-replica stage per device in devs. */
+static pt_plan *plan_on(const int *devs, int n)
+{
+    pt_plan *p = pt_plan_new(n);
+    p->layer_count = n;
+    for (int k = 0; k < n; k++) {
+        p->stages[k].first = k;
+        p->stages[k].last = k + 1;
+        pt_plan_set_replicas(p, k, &devs[k], 1);
+    }
+    return p;
+}
+
+/* The run controller's one mapping policy (tui/run.h, pt_run_map): the
+ * agent of the worker's device first, then agents of no device in order of
+ * registration, never an agent of another device, each agent once; running
+ * out is an error naming the stage, replica and device. */
+static void test_map_policy(void)
+{
+    pt_mkdir_p("run_session_test.d/map", NULL);
+    pt_run_config cfg = {"run_session_test.d/map", NULL, NULL, 4, NULL, NULL, NULL, NULL};
+    pt_run *run = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_run_create(&cfg, &run, &err) == 0);
+    pt_session *s = pt_run_session(run);
+    CHECK(pt_run_get_state(run) == PT_RUN_WAITING);
+    fake f[4];
+    const char *ids[4] = {"agent-a", "agent-b", "agent-c", "agent-d"};
+    const int devs[4] = {1, -1, 0, -1}; /* a: device 1, b: none, c: device 0, d: none */
+    char ep[64];
+    for (int k = 0; k < 4; k++) {
+        fake_open(&f[k], ids[k], s, 0);
+        snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", 41001 + k);
+        fake_register_device(&f[k], ep, devs[k]);
+        /* one at a time: the table's order is the order of registration */
+        int64_t end = pt_msg_now_ns() + WAIT_MS * NS_PER_MS;
+        while (pt_session_agent_count(s) < k + 1 && pt_msg_now_ns() < end)
+            pt_run_poll(run, 5, NULL);
+        REQUIRE(pt_session_agent_count(s) == k + 1);
+    }
+    CHECK(pt_run_usable_agents(run) == 4);
+    CHECK(pt_run_get_state(run) == PT_RUN_READY);
+    int ia = pt_session_find_agent(s, "agent-a"), ib = pt_session_find_agent(s, "agent-b");
+    int ic = pt_session_find_agent(s, "agent-c"), id = pt_session_find_agent(s, "agent-d");
+    int got[4];
+
+    /* devices 0 and 1: their agents, whatever the order of registration */
+    const int d01[2] = {0, 1};
+    pt_plan *p = plan_on(d01, 2);
+    CHECK(pt_run_map(run, p, got, &err) == 0);
+    CHECK_MSG(got[0] == ic && got[1] == ia, "got %d %d", got[0], got[1]);
+    pt_plan_free(&p);
+
+    /* a device nobody has goes to the first agent of no device; a second
+     * such worker to the next one, not to an agent of another device */
+    const int d579[3] = {5, 1, 7};
+    p = plan_on(d579, 3);
+    CHECK(pt_run_map(run, p, got, &err) == 0);
+    CHECK_MSG(got[0] == ib && got[1] == ia && got[2] == id, "got %d %d %d", got[0], got[1], got[2]);
+    pt_plan_free(&p);
+
+    /* three devices nobody has, two agents of no device: refused, naming
+     * the worker left over; agent c (device 0) is not taken for it */
+    const int d567[3] = {5, 6, 7};
+    p = plan_on(d567, 3);
+    err.msg[0] = '\0';
+    CHECK(pt_run_map(run, p, got, &err) == PT_ENOTFOUND);
+    CHECK_STR_CONTAINS(err.msg, "stage 2 replica 0 needs device 7");
+    pt_plan_free(&p);
+
+    for (int k = 0; k < 4; k++)
+        fake_close(&f[k]);
+    pt_run_destroy(&run);
+    CHECK(run == NULL);
+}
+
 static void setup(void)
 {
     g_ctx = zmq_ctx_new();
@@ -744,4 +826,12 @@ static void t_flow(void)
     teardown();
 }
 
-PT_TEST_MAIN({"register_and_clock", t_register}, {"rejects", t_rejects}, {"plan_flow", t_flow})
+static void t_map(void)
+{
+    setup();
+    test_map_policy();
+    teardown();
+}
+
+PT_TEST_MAIN({"register_and_clock", t_register}, {"rejects", t_rejects}, {"plan_flow", t_flow},
+             {"map_policy", t_map})
