@@ -334,7 +334,7 @@ static int wait_for(pt_run *r, int (*done)(const pt_run *), int timeout_ms, pt_e
 
 static int is_ready(const pt_run *r)
 {
-    return r->state == PT_RUN_READY;
+    return r->state != PT_RUN_WAITING;
 }
 
 int pt_run_wait_agents(pt_run *r, int timeout_ms, pt_error *err)
@@ -435,6 +435,8 @@ int pt_run_start(pt_run *r, int64_t steps, pt_error *err)
     if (r->state != PT_RUN_ASSIGNED && r->state != PT_RUN_STOPPED && r->state != PT_RUN_FINISHED)
         return pt_error_set(err, PT_ESTATE, "run: cannot start: the run is %s",
                             pt_run_state_name(r->state));
+    if (r->state == PT_RUN_FINISHED)
+        r->first_step = r->target; /* going on from where the last start ended */
     int rc = pt_session_start(r->s, steps, err);
     if (rc == 0) {
         r->target = steps > 0 ? r->first_step + steps : -1;

@@ -110,8 +110,8 @@ int pt_run_poll(pt_run *run, int timeout_ms, pt_error *err);
 /* Agents registered and usable (not dead, failed or gone, with a data endpoint). */
 int pt_run_usable_agents(const pt_run *run);
 
-/* Polls until READY (0), a failure (PT_ESTATE), or timeout_ms (PT_ETIMEOUT
- * saying how many registered). */
+/* Polls until enough agents registered (0: READY, or any later state), a
+ * failure (PT_ESTATE), or timeout_ms (PT_ETIMEOUT saying how many registered). */
 int pt_run_wait_agents(pt_run *run, int timeout_ms, pt_error *err);
 
 /* The mapping policy: workers are taken stage by stage, replica by replica
