@@ -14,6 +14,7 @@
 
 #include "planner/analytic.h"
 #include "planner/planner.h"
+#include "protocol/datadir.h"
 #include "protocol/device.h"
 #include "protocol/fileio.h"
 #include "protocol/model.h"
@@ -49,22 +50,10 @@ int pt_console_parse_view(const char *name, pt_view *out)
     return -1;
 }
 
-/* A name in the source tree's folder, or the path itself when it exists. */
-static void find_file(const char *name, const char *folder, char *out, size_t cap)
-{
-    struct stat st;
-    if (strchr(name, '/') || stat(name, &st) == 0)
-        snprintf(out, cap, "%s", name);
-    else
-        snprintf(out, cap, "%s/%s/%s.json", PT_SOURCE_DIR, folder, name);
-}
-
 int pt_console_analytic_profile(const pt_model_spec *spec, int mb, pt_profile **out, pt_error *err)
 {
-    char path[PATH_CAP];
-    find_file(DEFAULT_DEVICE, "devices", path, sizeof path);
     pt_device_desc dev;
-    int rc = pt_device_load(path, &dev, err);
+    int rc = pt_device_find(DEFAULT_DEVICE, &dev, err);
     if (rc < 0)
         return rc;
     return pt_analytic_profile(spec, &dev, mb, NULL, out, err);
@@ -166,8 +155,8 @@ int pt_cmd_console(int argc, char **argv)
             goto out;
         }
     } else {
-        find_file(topology, "topologies", path, sizeof path);
-        if ((rc = pt_topology_load(path, &topo, &err)) < 0)
+        if ((rc = pt_datadir_find("topologies", topology, ".json", path, sizeof path, &err)) < 0 ||
+            (rc = pt_topology_load(path, &topo, &err)) < 0)
             goto out;
     }
     if (plan_path && (rc = pt_plan_load(plan_path, &plan, &err)) < 0)

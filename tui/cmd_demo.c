@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "protocol/datadir.h"
 #include "protocol/model.h"
 #include "tui/cmd_console.h"
 #include "tui/cmd_opts.h"
@@ -68,8 +69,8 @@ int pt_cmd_demo(int argc, char **argv)
     pt_plan *plan = NULL;
     pt_source *src = NULL;
     char path[PATH_CAP];
-    snprintf(path, sizeof path, "%s/topologies/%s.json", PT_SOURCE_DIR, DEMO_TOPOLOGY);
     if ((rc = pt_model_spec_find(DEMO_MODEL, &spec, &err)) < 0 ||
+        (rc = pt_datadir_find("topologies", DEMO_TOPOLOGY, ".json", path, sizeof path, &err)) < 0 ||
         (rc = pt_topology_load(path, &topo, &err)) < 0 ||
         (rc = pt_console_analytic_profile(spec, PT_CONSOLE_MB_MIN, &prof, &err)) < 0 ||
         (rc = pt_console_plan_with(planner, prof, topo, DEMO_GLOBAL, &plan, &err)) < 0)

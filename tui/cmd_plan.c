@@ -10,6 +10,7 @@
 #include "planner/cost.h"
 #include "planner/planner.h"
 #include "planner/simulate.h"
+#include "protocol/datadir.h"
 #include "protocol/pipedream_profile.h"
 #include "protocol/plan.h"
 #include "protocol/profile.h"
@@ -410,6 +411,9 @@ int pt_cmd_plan(int argc, char **argv)
             return 2;
         }
     }
+    char prof_buf[PT_DATADIR_PATH_MAX], topo_buf[PT_DATADIR_PATH_MAX];
+    profile_path = pt_datadir_resolve("profiles", profile_path, ".json", prof_buf, sizeof prof_buf);
+    topo_path = pt_datadir_resolve("topologies", topo_path, ".json", topo_buf, sizeof topo_buf);
     pt_profile *pr = NULL;
     pt_topology *topo = NULL;
     pt_error err = {0};

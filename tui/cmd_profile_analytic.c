@@ -2,11 +2,13 @@
  * bytes and a device description, for devices that are not at hand
  * (planner/analytic.h). `pipetop profile` hands over here on --analytic. */
 #include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "planner/analytic.h"
+#include "protocol/datadir.h"
 #include "protocol/device.h"
 #include "protocol/model.h"
 #include "protocol/profile.h"
@@ -32,8 +34,8 @@ static const char usage_text[] =
 
 static void list_devices(FILE *f)
 {
-    const char *dir = pt_device_builtin_dir();
-    DIR *d = dir ? opendir(dir) : NULL;
+    char dir[PATH_MAX];
+    DIR *d = pt_datadir_folder("devices", dir, sizeof dir, NULL) == 0 ? opendir(dir) : NULL;
     if (!d)
         return;
     fprintf(f, "shipped devices:");

@@ -10,6 +10,7 @@
 #include "planner/cost.h"
 #include "planner/schedule.h"
 #include "planner/simulate.h"
+#include "protocol/datadir.h"
 #include "protocol/plan.h"
 #include "protocol/profile.h"
 #include "protocol/topology.h"
@@ -199,6 +200,9 @@ int pt_cmd_sim(int argc, char **argv)
     pt_program prog = {0};
     pt_sim_result res;
     int status = 1;
+    char prof_buf[PT_DATADIR_PATH_MAX], topo_buf[PT_DATADIR_PATH_MAX];
+    profile_path = pt_datadir_resolve("profiles", profile_path, ".json", prof_buf, sizeof prof_buf);
+    topo_path = pt_datadir_resolve("topologies", topo_path, ".json", topo_buf, sizeof topo_buf);
     if (pt_plan_load(plan_path, &plan, &err) < 0 ||
         pt_profile_load(profile_path, &profile, &err) < 0 ||
         pt_topology_load(topo_path, &topo, &err) < 0 ||
