@@ -4,7 +4,8 @@
 # programs run from a folder outside the source tree with no environment
 # (env -i PATH=/usr/bin:/bin): `pipetop plan` and `pipetop sim` on shipped
 # profiles and topologies given by name, a 2-stage `pipetop run --iters 3`
-# that really trains 3 steps on agents started from the installed bin/, and
+# that really trains 3 steps on agents started from the installed bin/, its
+# record exported with a shipped theme, and
 # the demo's lookups (its model, topology and device by name; the console
 # itself in tmux when tmux is there). The installed programs must find their
 # data in the prefix and nowhere else: with the prefix's models/ gone a model
@@ -64,6 +65,13 @@ grep -q '"steps_measured":2[,}]' <<<"$summary" ||
 rec=$(ls "$tmp"/work/runs/*/run.ndjson 2>/dev/null | head -n1)
 [ -n "$rec" ] && grep -q '"type":"metrics".*"step":2,' "$rec" ||
     fail "run: no run record under the work folder with metrics of step 2"
+
+# the run exported as SVG with a shipped theme (themes/ found in the prefix)
+if [ -n "$rec" ]; then
+    out=$(in_work "$P/bin/pipetop" export "$rec" --svg t.svg --theme okabe-ito 2>&1) ||
+        fail "export with theme okabe-ito: $out"
+    grep -q '<svg' "$tmp/work/t.svg" 2>/dev/null || fail "export: no SVG written"
+fi
 
 # the demo: its help, and its model, topology and device found by name
 out=$(in_work "$P/bin/pipetop" demo --help 2>&1) || fail "demo --help: $out"
