@@ -27,7 +27,7 @@
 static const char usage_text[] =
     "usage: pipetop plan --planner NAME --profile P --topology T --batch GBS\n"
     "                    [--stages S] [--memory-limit GiB] [--microbatch N[,N...]]\n"
-    "                    [--optimizer sgd|adam] [--out PLAN.json] [--json]\n"
+    "                    [--optimizer sgd|adam] [--objective NAME] [--out PLAN.json] [--json]\n"
     "       pipetop plan --compare --profile P --topology T --batch GBS [same options]\n"
     "Plans how to split the model over the devices and prints the plan: stages, layer\n"
     "ranges, replicas and devices, schedule, micro-batching, the planner's predicted\n"
@@ -41,6 +41,9 @@ static const char usage_text[] =
     "  --memory-limit G   take every device to have G GiB\n"
     "  --microbatch LIST  micro-batch sizes to consider (each divides GBS)\n"
     "  --optimizer K      sgd (default) or adam: optimizer state and step cost\n"
+    "  --objective NAME   default (what the simulator charges), or the planner's paper's\n"
+    "                     own formulas: pipedream (--planner pipedream), dapple (--planner\n"
+    "                     dapple); see docs/planners.md\n"
     "  --out FILE         write the plan there\n"
     "  --json             machine-readable output\n"
     "  --compare          every planner on the same input: stages, predicted time (via\n"
@@ -345,7 +348,7 @@ static int compare(const pt_profile *pr, const pt_topology *topo, int gbs, const
 int pt_cmd_plan(int argc, char **argv)
 {
     const char *planner = NULL, *profile_path = NULL, *topo_path = NULL, *out = NULL;
-    const char *mb = NULL, *optim = NULL;
+    const char *mb = NULL, *optim = NULL, *objective = NULL;
     int batch = 0, stages = 0, json = 0, cmp = 0;
     double mem_gib = 0;
     pt_opt opts[] = {
@@ -357,6 +360,7 @@ int pt_cmd_plan(int argc, char **argv)
         {"memory-limit", PT_OPT_DOUBLE, &mem_gib, 1e-9, PLAN_MEM_GIB_MAX, 0},
         {"microbatch", PT_OPT_STRING, &mb, 0, 0, 0},
         {"optimizer", PT_OPT_STRING, &optim, 0, 0, 0},
+        {"objective", PT_OPT_STRING, &objective, 0, 0, 0},
         {"out", PT_OPT_STRING, &out, 0, 0, 0},
         {"json", PT_OPT_FLAG, &json, 0, 0, 0},
         {"compare", PT_OPT_FLAG, &cmp, 0, 0, 0},
@@ -407,6 +411,18 @@ int pt_cmd_plan(int argc, char **argv)
             o.optim = PT_OPTIM_ADAM;
         else if (strcmp(optim, "sgd")) {
             fprintf(stderr, "pipetop plan: --optimizer: '%s' is not sgd or adam\n", optim);
+            return 2;
+        }
+    }
+    if (objective) {
+        if (pt_planner_objective_parse(objective, &o.objective) < 0) {
+            fprintf(stderr, "pipetop plan: --objective: '%s' is not default, pipedream or dapple\n",
+                    objective);
+            return 2;
+        }
+        if (cmp && o.objective != PT_OBJECTIVE_DEFAULT) {
+            fprintf(stderr, "pipetop plan: --objective %s needs --planner (one planner)\n",
+                    objective);
             return 2;
         }
     }
