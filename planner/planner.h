@@ -128,6 +128,11 @@ int pt_planner_run(const char *name, const pt_profile *profile, const pt_topolog
 int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int global_batch,
                       const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
                       pt_error *err);
+/* pt_planner_dapple under --objective dapple (plan_dapple_paper.c): DAPPLE's
+ * released planner's space, constants and closed form. Same contract. */
+int pt_planner_dapple_paper(const pt_profile *profile, const pt_topology *topo, int global_batch,
+                            const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
+                            pt_error *err);
 int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int global_batch,
                          const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
                          pt_error *err);
