@@ -173,29 +173,44 @@ static void try_two(const dpp *D, int b, int M, cand *best, long long *evaluated
     }
 }
 
-static int try_straight(const dpp *D, int b, int M, cand *best, long long *evaluated)
+/* The exact balanced partition of every straight depth, which does not
+ * depend on the micro-batch size: cuts of depth S at part[S * (Smax + 1)]. */
+typedef struct straight_parts {
+    int Smax;
+    int *cuts;
+} straight_parts;
+
+static int straight_parts_init(const dpp *D, straight_parts *sp)
 {
     int Smax = D->G < D->N ? D->G : D->N;
     if (2 * Smax - 1 > DAPPLE_UNITS_MAX)
         Smax = (DAPPLE_UNITS_MAX + 1) / 2;
-    int *cuts = malloc((size_t)(Smax + 1) * sizeof *cuts);
+    sp->Smax = Smax;
+    sp->cuts = malloc((size_t)(Smax + 1) * (size_t)(Smax + 1) * sizeof *sp->cuts);
+    if (!sp->cuts)
+        return PT_ENOMEM;
+    for (int S = 2; S <= Smax; S++) {
+        int rc = 0;
+        pu_balanced_partition(D->cost, D->N, S, NULL, 0, sp->cuts + (size_t)S * (Smax + 1), &rc);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int try_straight(const dpp *D, const straight_parts *sp, int b, int M, cand *best,
+                        long long *evaluated)
+{
+    int Smax = sp->Smax;
     double *F = malloc((size_t)(2 * Smax) * sizeof *F),
            *AR = calloc((size_t)(2 * Smax), sizeof *AR);
-    if (!cuts || !F || !AR) {
-        free(cuts);
+    if (!F || !AR) {
         free(F);
         free(AR);
         return PT_ENOMEM;
     }
     for (int S = 2; S <= Smax; S++) {
-        int rc = 0;
-        pu_balanced_partition(D->cost, D->N, S, NULL, 0, cuts, &rc);
-        if (rc < 0) {
-            free(cuts);
-            free(F);
-            free(AR);
-            return rc;
-        }
+        const int *cuts = sp->cuts + (size_t)S * (Smax + 1);
         int ok = 1;
         for (int s = 0; s < S && ok; s++)
             ok = fits(D, S, s, cuts[s], cuts[s + 1], b, M);
@@ -217,7 +232,6 @@ static int try_straight(const dpp *D, int b, int M, cand *best, long long *evalu
                 best->cuts[s] = cuts[s];
         }
     }
-    free(cuts);
     free(F);
     free(AR);
     return 0;
@@ -280,15 +294,19 @@ int pt_planner_dapple_paper(const pt_profile *profile, const pt_topology *topo, 
     long long evaluated = 0;
     for (int k = 0; k < 3; k++)
         best[k].L = INFINITY;
-    for (int c = 0; c < nmb; c++) {
+    straight_parts sp = {0, NULL};
+    rc = straight_parts_init(&D, &sp);
+    for (int c = 0; c < nmb && rc == 0; c++) {
         int b = mbs[c], M = global_batch / b;
         try_dp(&D, b, M, &best[CAND_DP], &evaluated);
         try_two(&D, b, M, &best[CAND_TWO], &evaluated);
-        if ((rc = try_straight(&D, b, M, &best[CAND_STRAIGHT], &evaluated)) < 0) {
-            free(best);
-            pt_cost_free(&cost);
-            return pt_error_set(err, rc, "dapple: out of memory");
-        }
+        rc = try_straight(&D, &sp, b, M, &best[CAND_STRAIGHT], &evaluated);
+    }
+    free(sp.cuts);
+    if (rc < 0) {
+        free(best);
+        pt_cost_free(&cost);
+        return pt_error_set(err, rc, "dapple: out of memory");
     }
     int w = CAND_DP;
     for (int k = 1; k < 3; k++)
