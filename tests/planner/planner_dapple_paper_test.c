@@ -19,7 +19,7 @@
 /* Two servers of one device at 25 Gbit/s (DAPPLE's own Ethernet: its
  * constants apply unscaled). Layers: 1 ms forward, 1 ms backward at 4
  * samples; 1e6 activation bytes; layer 0 holds `params` bytes. */
-static void tiny(double params, pt_profile **pp, pt_topology **tp)
+static void tiny(double params, double ms0, pt_profile **pp, pt_topology **tp)
 {
     static const char topo[] =
         "{\"v\":1,\"name\":\"two\",\"nodes\":[{\"name\":\"s\",\"repeat\":2,\"count\":1,"
@@ -41,6 +41,7 @@ static void tiny(double params, pt_profile **pp, pt_topology **tp)
         p->layers[l].act_bytes = 1000000;
     }
     p->layers[0].param_bytes = (int64_t)params;
+    p->layers[0].fwd_ms = p->layers[0].bwd_ms = p->layers[0].recompute_ms = ms0;
     *pp = p;
 }
 
@@ -63,22 +64,25 @@ static void run(const pt_profile *p, const pt_topology *t, int gbs, pt_plan **pl
 static void test_by_hand(void)
 {
     static const struct {
-        double params;
+        double params, ms0;
         int gbs;
         double want_ms;
         int stages;
     } cases[] = {
         /* W = 3 MB: AR 1 ms. M = 1: DP h + max(h, AR) = 2; pipeline 3 F + 3 B = 6 */
-        {3e6, 4, 2.0, 1},
+        {3e6, 1, 4, 2.0, 1},
         /* M = 2: DP 2h + h + max(h, AR) = 4; pipeline (M-1)(2) + 6 = 8 */
-        {3e6, 8, 4.0, 1},
+        {3e6, 1, 8, 4.0, 1},
         /* W = 30 MB: AR 10 ms; DP 3 + 10 = 13; pipeline 8 (no all-reduce) */
-        {30e6, 8, 8.0, 2},
+        {30e6, 1, 8, 8.0, 2},
+        /* layer 0 at 3 ms each way: stage 0 F = B = 3, the pivot (M-1) 6 >= (M-1) 2 + 6;
+         * L = 6 + sum F 5 + sum B 5 = 16; DP: h = 2, AR 20: 4 + 2 + 20 = 26 */
+        {60e6, 3, 8, 16.0, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         pt_profile *p = NULL;
         pt_topology *t = NULL;
-        tiny(cases[i].params, &p, &t);
+        tiny(cases[i].params, cases[i].ms0, &p, &t);
         pt_plan *plan = NULL;
         pt_planner_report rep;
         run(p, t, cases[i].gbs, &plan, &rep);
