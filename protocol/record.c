@@ -277,12 +277,18 @@ static int check_workers(const line_ctx *c, pt_jr *jr, const cJSON *o, const pt_
                                 &wk->worker)) < 0 ||
                 (rc = pt_jr_str(jr, x, path, "agent", PT_JR_REQUIRED, NULL, wk->agent,
                                 sizeof wk->agent)) < 0 ||
-                (rc = pt_jr_int(jr, x, path, "stage", PT_JR_REQUIRED, 0, s, s, &wk->stage)) < 0 ||
-                (rc = pt_jr_int(jr, x, path, "replica", PT_JR_REQUIRED, 0, r, r, &wk->replica)) <
-                    0 ||
+                (rc = pt_jr_int(jr, x, path, "stage", PT_JR_REQUIRED, 0, 0, PT_MSG_MAX_INDEX,
+                                &wk->stage)) < 0 ||
+                (rc = pt_jr_int(jr, x, path, "replica", PT_JR_REQUIRED, 0, 0, PT_MSG_MAX_INDEX,
+                                &wk->replica)) < 0 ||
                 (rc = pt_jr_int64(jr, x, path, "pid", PT_JR_REQUIRED, 0, 0, PT_JSON_INT_MAX - 1,
                                   &wk->pid)) < 0)
                 return rc;
+            if (wk->stage != s || wk->replica != r)
+                return pt_jr_fail(jr, PT_EINVAL, path, NULL,
+                                  "is stage %d, replica %d; worker %d of the plan is stage %d, "
+                                  "replica %d (workers go stage by stage, replica by replica)",
+                                  wk->stage, wk->replica, rank, s, r);
         }
     e->worker_count = n;
     e->workers = w;
@@ -503,7 +509,11 @@ static int parse_line(const line_ctx *c, const char *line, size_t n, pt_record_e
         root = parse_exact(h, head + 1);
         free(h);
         const cJSON *k = root ? pt_jr_item(root, "kind") : NULL;
-        if (!cJSON_IsString(k) ||
+        /* a header without its channel may be a line whose msg is not last:
+         * read whole, it then says so */
+        cJSON *whole = root && !pt_jr_item(root, "channel") ? parse_exact(line, n) : NULL;
+        cJSON_Delete(whole);
+        if (!cJSON_IsString(k) || whole ||
             (strcmp(k->valuestring, "recv") != 0 && strcmp(k->valuestring, "sent") != 0)) {
             cJSON_Delete(root);
             root = NULL;
