@@ -134,6 +134,16 @@ static int get_i64(pt_jr *jr, const cJSON *obj, const char *key, int64_t min, in
     return pt_jr_int64(jr, obj, "", key, PT_JR_REQUIRED, 0, min, PT_JSON_INT_MAX - 1, out);
 }
 
+/* "channel": control or telemetry. */
+static int get_channel(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
+{
+    int rc = get_str(c, jr, o, "", "channel", S_REQUIRED, NAME_MAX_B, &e->channel);
+    if (rc == 0 && !channel_ok(e->channel))
+        rc = pt_jr_fail(jr, PT_EINVAL, "", "channel", "\"%s\" is not control or telemetry",
+                        e->channel);
+    return rc;
+}
+
 static int check_session(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
 {
     static const char *const keys[] = {
@@ -194,12 +204,8 @@ static int check_frame(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_e
     int rc;
     if (pt_jr_item(o, "msg"))
         return pt_jr_fail(jr, PT_EINVAL, "", "msg", "must be the last member of the line");
-    if ((rc = pt_jr_keys(jr, o, "", keys)) < 0 ||
-        (rc = get_str(c, jr, o, "", "channel", S_REQUIRED, NAME_MAX_B, &e->channel)) < 0)
+    if ((rc = pt_jr_keys(jr, o, "", keys)) < 0 || (rc = get_channel(c, jr, o, e)) < 0)
         return rc;
-    if (!channel_ok(e->channel))
-        return pt_jr_fail(jr, PT_EINVAL, "", "channel", "\"%s\" is not control or telemetry",
-                          e->channel);
     if (e->kind == PT_RECORD_SENT && strcmp(e->channel, "control") != 0)
         return pt_jr_fail(jr, PT_EINVAL, "", "channel", "the console sends on control only");
     if ((rc = pt_jr_int64(jr, o, "", "offset_ns", PT_JR_REQUIRED, 0, -(PT_JSON_INT_MAX - 1),
@@ -373,12 +379,8 @@ static int check_rejected(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_recor
 {
     static const char *const keys[] = {"t", "kind", "channel", "agent", "reason", NULL};
     int rc;
-    if ((rc = pt_jr_keys(jr, o, "", keys)) < 0 ||
-        (rc = get_str(c, jr, o, "", "channel", S_REQUIRED, NAME_MAX_B, &e->channel)) < 0)
+    if ((rc = pt_jr_keys(jr, o, "", keys)) < 0 || (rc = get_channel(c, jr, o, e)) < 0)
         return rc;
-    if (!channel_ok(e->channel))
-        return pt_jr_fail(jr, PT_EINVAL, "", "channel", "\"%s\" is not control or telemetry",
-                          e->channel);
     if ((rc = get_str(c, jr, o, "", "agent", S_REQUIRED | S_NULL_OK, PT_MSG_ID_MAX, &e->agent)) < 0)
         return rc;
     if (c->sum)
