@@ -164,12 +164,27 @@ static int parse_optimizer(pt_jr *jr, const cJSON *obj, pt_ckpt_index *ix)
         (rc = pt_jr_num(jr, obj, path, "weight_decay", PT_JR_OPTIONAL, o->weight_decay, nonneg,
                         &wd)) < 0)
         return rc;
-    o->lr = (float)lr;
-    o->momentum = (float)mom;
-    o->beta1 = (float)b1;
-    o->beta2 = (float)b2;
-    o->eps = (float)eps;
-    o->weight_decay = (float)wd;
+    /* The run keeps floats: a value that rounds out of its range (eps 1e-53
+     * becomes 0, momentum 0.999999999 becomes 1) would be written back as one
+     * this parser refuses. */
+    const struct {
+        const char *key;
+        double value;
+        pt_jr_range range;
+        float *out;
+    } fs[] = {{"lr", lr, positive, &o->lr},    {"momentum", mom, unit, &o->momentum},
+              {"beta1", b1, unit, &o->beta1},  {"beta2", b2, unit, &o->beta2},
+              {"eps", eps, positive, &o->eps}, {"weight_decay", wd, nonneg, &o->weight_decay}};
+    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) {
+        float f = (float)fs[i].value;
+        const pt_jr_range *r = &fs[i].range;
+        if (!isfinite(f) || (r->lo_open ? f <= r->lo : f < r->lo) ||
+            (r->hi_open ? f >= r->hi : f > r->hi))
+            return pt_jr_fail(jr, PT_ERANGE, path, fs[i].key,
+                              "%.17g is out of range once stored as a float (%.9g)", fs[i].value,
+                              (double)f);
+        *fs[i].out = f;
+    }
     ix->has_optimizer = 1;
     return 0;
 }
