@@ -1,7 +1,7 @@
 /* pipetop-agent: registers with a console, obeys its plan, streams telemetry.
  *
  *   pipetop-agent --console tcp://HOST:PORT [--telemetry tcp://HOST:PORT]
- *                 [--device N] [--name NAME] [--data-bind ENDPOINT]
+ *                 [--device N|cpu|cuda:N[:PREC]] [--name NAME] [--data-bind ENDPOINT]
  *                 [--threads N] [--comm-timeout-ms MS]
  *
  * This file is the control thread (see agent/agent.h): the DEALER to the
@@ -22,7 +22,10 @@
 #include "agent/agent.h"
 #include "protocol/message.h"
 #include "protocol/telemetry.h"
+#include "runtime/backend_cuda.h"
+#include "runtime/backend_select.h"
 #include "runtime/blas_core.h"
+#include "runtime/comm_nccl.h"
 
 #define NS_PER_MS         1000000LL
 #define EXIT_USAGE        2
@@ -34,6 +37,7 @@
 typedef struct agent_args {
     const char *console, *telemetry, *name, *data_bind;
     int device, threads, comm_timeout_ms;
+    pt_device_spec compute; /* --device cpu|cuda:N: where the worker computes */
 } agent_args;
 
 typedef struct agent {
@@ -42,9 +46,10 @@ typedef struct agent {
     char data_ep[PT_MSG_ENDPOINT_MAX];
     void *ctx, *dealer, *notify;
     pt_agent_worker *worker;
-    int64_t gen;     /* generation accepted (assign) */
-    int64_t tx_seq;  /* next control seq sent */
-    int64_t rx_next; /* next control seq expected from the console */
+    const pt_backend *be; /* from a.compute, opened before the worker starts */
+    int64_t gen;          /* generation accepted (assign) */
+    int64_t tx_seq;       /* next control seq sent */
+    int64_t rx_next;      /* next control seq expected from the console */
     int64_t hb_out;
     int has_hb_in; /* the console's newest heartbeat, to echo */
     int64_t hb_in, hb_in_tsend, hb_in_trecv;
@@ -73,6 +78,9 @@ static void usage(FILE *out)
             "  --console EP        the console's control endpoint (ROUTER)\n"
             "  --telemetry EP      where to publish telemetry (default: what the console says)\n"
             "  --device N          this device's index in the topology (default -1: none)\n"
+            "  --device cpu|cuda:N[:fp32|tf32|bf16]\n"
+            "                      where to compute (default cpu); may be given beside the\n"
+            "                      index; with only cuda:N the index is N\n"
             "  --name NAME         agent id, [A-Za-z0-9._:@-] (default HOST-PID)\n"
             "  --data-bind EP      where the data socket binds (default %s)\n"
             "  --threads N         OpenBLAS threads\n"
@@ -109,6 +117,7 @@ static int valid_id(const char *s)
 static int parse_args(int argc, char **argv, agent_args *a)
 {
     *a = (agent_args){.device = -1, .data_bind = DEFAULT_DATA_BIND};
+    int index_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -126,8 +135,19 @@ static int parse_args(int argc, char **argv, agent_args *a)
         else if (!strcmp(o, "--data-bind"))
             a->data_bind = v;
         else if (!strcmp(o, "--device")) {
-            if (parse_int(o, v, -1, PT_MSG_MAX_INDEX - 1, &a->device) < 0)
+            if (v && (!strncmp(v, "cpu", 3) || !strncmp(v, "cuda", 4))) {
+                pt_error e = {0};
+                if (pt_device_spec_parse(v, &a->compute, &e) < 0) {
+                    fprintf(stderr, "pipetop-agent: --device: %s\n", e.msg);
+                    return EXIT_USAGE;
+                }
+                if (a->compute.cuda && !index_given)
+                    a->device = a->compute.index;
+            } else if (parse_int(o, v, -1, PT_MSG_MAX_INDEX - 1, &a->device) < 0) {
                 return EXIT_USAGE;
+            } else {
+                index_given = 1;
+            }
         } else if (!strcmp(o, "--threads")) {
             if (parse_int(o, v, 1, THREADS_MAX, &a->threads) < 0)
                 return EXIT_USAGE;
@@ -240,13 +260,19 @@ static void send_register(agent *ag)
     r->host[sizeof r->host - 1] = '\0';
     r->pid = getpid();
     r->device = ag->a.device;
-    snprintf(r->device_name, sizeof r->device_name, "cpu");
-    snprintf(r->backend, sizeof r->backend, "cpu");
+    pt_device_describe(ag->be, r->device_name, sizeof r->device_name);
+    snprintf(r->backend, sizeof r->backend, "%s", ag->be->name);
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     r->memory_bytes = pages > 0 && page > 0 ? (int64_t)pages * page : 0;
+    int64_t gpu_free = 0;
+    if (pt_backend_cuda_mem_info(ag->be, &gpu_free, &r->memory_bytes) < 0)
+        r->memory_bytes = 0;
+    pt_cuda_device_bus_id(pt_backend_cuda_device(ag->be), r->gpu_bus_id, sizeof r->gpu_bus_id);
     r->cap_count = 2;
     snprintf(r->caps[0], sizeof r->caps[0], "zmq");
     snprintf(r->caps[1], sizeof r->caps[1], "recompute");
+    if (pt_backend_is_cuda(ag->be) && pt_nccl_built())
+        snprintf(r->caps[r->cap_count++], sizeof r->caps[0], "nccl");
     snprintf(r->data_endpoint, sizeof r->data_endpoint, "%s", ag->data_ep);
     send_msg(ag, &m);
 }
@@ -437,8 +463,8 @@ static int open_sockets(agent *ag)
     snprintf(ep, sizeof ep, NOTIFY_EP_FMT, (void *)ag);
     if (zmq_bind(ag->notify, ep) != 0)
         return -1;
-    pt_agent_worker_config wc = {ag->id,      ag->ctx,         ep,
-                                 ag->data_ep, ag->a.telemetry, ag->a.comm_timeout_ms};
+    pt_agent_worker_config wc = {
+        ag->id, ag->ctx, ep, ag->data_ep, ag->a.telemetry, ag->a.comm_timeout_ms, ag->be};
     pt_error err = {0};
     if (pt_agent_worker_start(&wc, &ag->worker, &err) < 0) {
         fprintf(stderr, "pipetop-agent: %s\n", err.msg);
@@ -555,6 +581,13 @@ int main(int argc, char **argv)
         snprintf(ag.id, sizeof ag.id, "%.40s-%ld", host, (long)getpid());
     }
     pt_clock_filter_init(&ag.clk);
+    {
+        pt_error err = {0};
+        if (pt_device_open(&ag.a.compute, &ag.be, &err) < 0) {
+            fprintf(stderr, "pipetop-agent: --device: %s\n", err.msg);
+            return 1;
+        }
+    }
     install_signals();
     if (reserve_data_endpoint(&ag) < 0 || open_sockets(&ag) < 0) {
         fprintf(stderr, "pipetop-agent %s: cannot start\n", ag.id);
@@ -577,7 +610,9 @@ int main(int argc, char **argv)
             ag.id, ag.why, (unsigned long long)ag.accepted, (unsigned long long)ag.rejected);
     zmq_close(ag.dealer);
     zmq_close(ag.notify);
-    if (joined == 0)
+    if (joined == 0) {
         zmq_ctx_term(ag.ctx); /* a worker that did not end may still hold sockets */
+        pt_device_close(&ag.be);
+    }
     return ag.leaving == 2 ? EXIT_NO_CONSOLE : 0;
 }

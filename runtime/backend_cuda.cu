@@ -886,6 +886,27 @@ extern "C" void *pt_backend_cuda_stream(const pt_backend *be)
     return pt_backend_is_cuda(be) ? (void *)ctx_of(be)->stream : NULL;
 }
 
+extern "C" int pt_cuda_device_bus_id(int device, char *buf, size_t cap)
+{
+    if (cap)
+        buf[0] = '\0';
+    if (device < 0 || device >= pt_cuda_device_count() || cap > INT32_MAX ||
+        cudaDeviceGetPCIBusId(buf, (int)cap, device) != cudaSuccess) {
+        cudaGetLastError();
+        if (cap)
+            buf[0] = '\0';
+        return PT_EUNSUPP;
+    }
+    return 0;
+}
+
+extern "C" int pt_backend_cuda_bind(const pt_backend *be)
+{
+    if (!pt_backend_is_cuda(be))
+        return 0;
+    return cudaSetDevice(ctx_of(be)->device) == cudaSuccess ? 0 : PT_EIO;
+}
+
 extern "C" int pt_backend_cuda_mem_info(const pt_backend *be, int64_t *free_bytes,
                                         int64_t *total_bytes)
 {

@@ -62,6 +62,15 @@ void *pt_backend_cuda_stream(const pt_backend *be);
  * Returns 0 or PT_EUNSUPP. */
 int pt_cuda_device_name(int device, char *buf, size_t cap);
 
+/* The PCI bus id of the device ("00000000:19:00.0") into buf: what tells
+ * two agents of one host whether they share a GPU. 0 or PT_EUNSUPP. */
+int pt_cuda_device_bus_id(int device, char *buf, size_t cap);
+
+/* Makes be's device the calling thread's current CUDA device; a thread that
+ * did not create the backend calls it before its first op. 0, or PT_EIO.
+ * A no-op returning 0 for any other backend. */
+int pt_backend_cuda_bind(const pt_backend *be);
+
 /* The driver's own figures for the backend's device (cudaMemGetInfo), bytes.
  * Returns 0, PT_EUNSUPP (not a CUDA backend) or PT_EIO. */
 int pt_backend_cuda_mem_info(const pt_backend *be, int64_t *free_bytes, int64_t *total_bytes);

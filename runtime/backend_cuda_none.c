@@ -57,6 +57,20 @@ int pt_cuda_device_name(int device, char *buf, size_t cap)
     return PT_EUNSUPP;
 }
 
+int pt_cuda_device_bus_id(int device, char *buf, size_t cap)
+{
+    (void)device;
+    if (cap)
+        buf[0] = '\0';
+    return PT_EUNSUPP;
+}
+
+int pt_backend_cuda_bind(const pt_backend *be)
+{
+    (void)be;
+    return 0;
+}
+
 int pt_backend_cuda_mem_info(const pt_backend *be, int64_t *free_bytes, int64_t *total_bytes)
 {
     (void)be;

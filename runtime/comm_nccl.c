@@ -69,10 +69,10 @@ int pt_nccl_members_ok(const pt_nccl_member *m, int n)
     if (!m || n < 2)
         return 0;
     for (int i = 0; i < n; i++) {
-        if (!m[i].has_nccl || m[i].device < 0)
+        if (!m[i].has_nccl || !m[i].gpu || !m[i].gpu[0])
             return 0;
         for (int j = 0; j < i; j++)
-            if (m[j].device == m[i].device &&
+            if (!strcmp(m[j].gpu, m[i].gpu) &&
                 !strcmp(m[j].host ? m[j].host : "", m[i].host ? m[i].host : ""))
                 return 0;
     }

@@ -8,7 +8,7 @@
  *
  * When NCCL is used. NCCL takes one GPU per rank of a communicator, so a run
  * uses it only when every worker is an agent on a CUDA device that offers the
- * "nccl" capability and no two workers share a (host, device) pair
+ * "nccl" capability and no two workers share a (host, GPU bus id) pair
  * (pt_nccl_members_ok). Otherwise stages exchange tensors through host copies
  * over the ZeroMQ data plane (runtime/executor.h), which is also how several
  * stages share one GPU.
@@ -50,7 +50,7 @@ int pt_nccl_id_new(char *hex, size_t cap, pt_error *err);
 /* What the console knows of one worker's agent. */
 typedef struct pt_nccl_member {
     const char *host; /* register.host */
-    int device;       /* CUDA device index of the agent, -1: not a CUDA agent */
+    const char *gpu;  /* register.gpu_bus_id; NULL or "": not on a GPU */
     int has_nccl;     /* register.capabilities holds "nccl" */
 } pt_nccl_member;
 

@@ -248,7 +248,11 @@ static void *run_worker(void *arg)
     worker *k = arg;
     pt_pipeline *pp = k->pp;
     k->err.code = 0;
-    k->rc = pt_exec_run(k->ex, k->base, &k->res, &k->err);
+    k->rc = pt_backend_cuda_bind(k->be);
+    if (k->rc < 0)
+        pt_error_set(&k->err, k->rc, "pipeline: worker %d: cannot select its GPU", k->w);
+    else
+        k->rc = pt_exec_run(k->ex, k->base, &k->res, &k->err);
     if (k->rc < 0) {
         /* the first failure is the cause; others stop or time out because of it */
         pthread_mutex_lock(&pp->mu);
