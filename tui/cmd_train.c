@@ -12,6 +12,7 @@
 
 #include "protocol/model.h"
 #include "protocol/plan.h"
+#include "runtime/backend_select.h"
 #include "runtime/blas_core.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
@@ -33,7 +34,7 @@
 #define MAX_THREADS    1024
 
 typedef struct train_args {
-    const char *model, *data, *load, *save, *optimizer;
+    const char *model, *data, *load, *save, *optimizer, *device;
     int epochs, batch, json, threads, log_every;
     int64_t steps, subset, eval_samples, seed;
     double lr, momentum, weight_decay;
@@ -47,6 +48,7 @@ typedef struct trainer {
     pt_net *net;
     pt_optim *optim;
     const pt_backend *be;
+    const pt_backend *opened; /* from --device; closed by teardown */
     float *x_host, *x_dev;
     int32_t *labels;
     int64_t *order, *eval_idx;
@@ -87,7 +89,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: pipetop train --model M --data D [options]\n"
-            "Trains model M on one device (the CPU) and reports loss and test accuracy.\n\n"
+            "Trains model M on one device (the CPU, or a GPU with --device cuda:N) and reports\n"
+            "loss and test accuracy.\n\n"
             "  --model M          model spec: a path or a name in models/ (fmnist-mlp, gpt-tiny)\n"
             "  --data D           fashion-mnist or synthetic (shapes taken from the model)\n"
             "  --epochs N         passes over the training set (default %d)\n"
@@ -108,7 +111,8 @@ static void usage(FILE *out)
             "                     \"event\" step|epoch|end, step, epoch, loss, samples_per_s,\n"
             "                     and test_loss/test_accuracy where evaluated\n"
             "  --log-every N      steps between JSON step lines (default %d)\n"
-            "  --threads N        OpenBLAS threads (default: OpenBLAS's own choice)\n",
+            "  --threads N        OpenBLAS threads (default: OpenBLAS's own choice)\n"
+            "  --device D         cpu (default) or cuda:N[:fp32|tf32|bf16]\n",
             DEFAULT_EPOCHS, DEFAULT_BATCH, DEFAULT_SEED, DEFAULT_LOG_EVERY);
 }
 
@@ -139,6 +143,7 @@ static int parse_args(int argc, char **argv, train_args *a)
         {"json", PT_OPT_FLAG, &a->json, 0, 0, 0},
         {"log-every", PT_OPT_INT, &a->log_every, 1, 1e9, 0},
         {"threads", PT_OPT_INT, &a->threads, 1, MAX_THREADS, 0},
+        {"device", PT_OPT_STRING, &a->device, 0, 0, 0},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = pt_opts_parse("train", argc, argv, opts, n, stderr);
@@ -217,9 +222,15 @@ static int setup(trainer *t, pt_error *err)
     pt_dataset_limit(t->train, a->subset);
     if (a->eval_samples >= 0)
         pt_dataset_limit(t->test, a->eval_samples > 0 ? a->eval_samples : 1);
+    pt_device_spec dev = {0};
+    if (a->device && (rc = pt_device_spec_parse(a->device, &dev, err)) < 0)
+        return rc;
+    if ((rc = pt_device_open(&dev, &t->opened, err)) < 0)
+        return rc;
     pt_net_config cfg = pt_net_config_default(t->spec);
     cfg.max_batch = a->batch;
     cfg.seed = (uint64_t)a->seed;
+    cfg.backend = t->opened;
     if ((rc = pt_net_create(t->spec, &cfg, &t->net, err)) < 0)
         return rc;
     if ((rc = make_optimizer(t, err)) < 0)
@@ -263,6 +274,7 @@ static void teardown(trainer *t)
         pt_arena_free(pt_net_arena(t->net), t->x_dev);
     pt_optim_destroy(&t->optim);
     pt_net_destroy(&t->net);
+    pt_device_close(&t->opened);
     pt_dataset_free(&t->train);
     pt_dataset_free(&t->test);
     pt_model_spec_free(&t->spec);
