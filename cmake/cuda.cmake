@@ -82,3 +82,13 @@ foreach(src ${PT_GPU_BENCH})
   add_executable(${name} ${src})
   target_link_libraries(${name} PRIVATE pt_tui CUDA::cudart CUDA::cublas)
 endforeach()
+
+# Dry runs of the GPU tests: the same code with a copy of the CPU backend in
+# place of the GPU (-DPT_GPU_DRY_RUN), so scripts/gpu-check.sh --dry-run can
+# exercise the test logic on a machine without one. Built, never registered.
+foreach(src ${PT_GPU_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name}_dryrun EXCLUDE_FROM_ALL ${src})
+  target_compile_definitions(${name}_dryrun PRIVATE PT_GPU_DRY_RUN=1)
+  target_link_libraries(${name}_dryrun PRIVATE pt_tui)
+endforeach()

@@ -40,16 +40,27 @@ static cuda_ctx *ctx_of(const pt_backend *be)
 /* A failed CUDA call inside an op cannot be returned through the table's
  * void entries; it is reported once on stderr (a sticky error also fails the
  * next call that returns a status). */
+static int g_errors; /* failed calls so far, all backends (pt_cuda_error_count) */
+
 static void check(cudaError_t e, const char *what)
 {
-    if (e != cudaSuccess)
+    if (e != cudaSuccess) {
+        __sync_fetch_and_add(&g_errors, 1);
         fprintf(stderr, "pipetop: cuda: %s: %s\n", what, cudaGetErrorString(e));
+    }
 }
 
 static void check_blas(cublasStatus_t s, const char *what)
 {
-    if (s != CUBLAS_STATUS_SUCCESS)
-        fprintf(stderr, "pipetop: cublas: %s: status %d\n", what, (int)s);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        __sync_fetch_and_add(&g_errors, 1);
+        fprintf(stderr, "pipetop: cublas: %s: %s\n", what, cublasGetStatusString(s));
+    }
+}
+
+extern "C" int pt_cuda_error_count(void)
+{
+    return __sync_fetch_and_add(&g_errors, 0);
 }
 
 static int blocks_for(int64_t n)
@@ -125,7 +136,7 @@ static cublasComputeType_t compute_type(const cuda_ctx *c)
     case PT_CUDA_BF16:
         return CUBLAS_COMPUTE_32F_FAST_16BF;
     default:
-        return CUBLAS_COMPUTE_32F_PEDANTIC;
+        return CUBLAS_COMPUTE_32F;
     }
 }
 

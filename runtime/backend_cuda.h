@@ -62,6 +62,11 @@ void *pt_backend_cuda_stream(const pt_backend *be);
  * Returns 0 or PT_EUNSUPP. */
 int pt_cuda_device_name(int device, char *buf, size_t cap);
 
+/* CUDA and cuBLAS calls inside ops that failed so far (the table's void
+ * entries cannot return them; each is also reported on stderr). Tests check
+ * it stays 0. Always 0 without the backend. */
+int pt_cuda_error_count(void);
+
 /* The PCI bus id of the device ("00000000:19:00.0") into buf: what tells
  * two agents of one host whether they share a GPU. 0 or PT_EUNSUPP. */
 int pt_cuda_device_bus_id(int device, char *buf, size_t cap);

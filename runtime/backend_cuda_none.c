@@ -16,6 +16,11 @@ int pt_cuda_device_count(void)
     return 0;
 }
 
+int pt_cuda_error_count(void)
+{
+    return 0;
+}
+
 int pt_backend_cuda_create(int device, pt_cuda_math math, const pt_backend **out, pt_error *err)
 {
     (void)math;

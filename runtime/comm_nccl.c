@@ -139,6 +139,13 @@ int pt_nccl_recv(pt_nccl *self, int peer, float *buf, size_t count, pt_error *er
     return pt_error_set(err, PT_EUNSUPP, "nccl: not built");
 }
 
+int pt_nccl_exchange(pt_nccl *self, int to, const float *sbuf, int from, float *rbuf, size_t count,
+                     pt_error *err)
+{
+    (void)self, (void)to, (void)sbuf, (void)from, (void)rbuf, (void)count;
+    return pt_error_set(err, PT_EUNSUPP, "nccl: not built");
+}
+
 int pt_nccl_wait(pt_nccl *self, pt_error *err)
 {
     (void)self;
@@ -278,6 +285,23 @@ int pt_nccl_recv(pt_nccl *self, int peer, float *buf, size_t count, pt_error *er
         return rc;
     ncclResult_t r = ncclRecv(buf, count, ncclFloat32, peer, self->comm, self->stream);
     return r == ncclSuccess ? 0 : nccl_fail(err, "ncclRecv", r);
+}
+
+int pt_nccl_exchange(pt_nccl *self, int to, const float *sbuf, int from, float *rbuf, size_t count,
+                     pt_error *err)
+{
+    int rc;
+    if ((rc = check_peer(self, to, err)) < 0 || (rc = check_peer(self, from, err)) < 0)
+        return rc;
+    ncclResult_t r = ncclGroupStart();
+    if (r == ncclSuccess)
+        r = ncclSend(sbuf, count, ncclFloat32, to, self->comm, self->stream);
+    if (r == ncclSuccess)
+        r = ncclRecv(rbuf, count, ncclFloat32, from, self->comm, self->stream);
+    ncclResult_t end = ncclGroupEnd();
+    if (r == ncclSuccess)
+        r = end;
+    return r == ncclSuccess ? 0 : nccl_fail(err, "send/recv group", r);
 }
 
 int pt_nccl_wait(pt_nccl *self, pt_error *err)

@@ -84,6 +84,11 @@ int pt_nccl_allreduce(pt_nccl *self, float *buf, size_t count, pt_error *err);
 int pt_nccl_send(pt_nccl *self, int peer, const float *buf, size_t count, pt_error *err);
 int pt_nccl_recv(pt_nccl *self, int peer, float *buf, size_t count, pt_error *err);
 
+/* Sends sbuf to `to` and receives rbuf from `from` as one NCCL group (so a
+ * ring shift, or a rank talking to itself, cannot deadlock). */
+int pt_nccl_exchange(pt_nccl *self, int to, const float *sbuf, int from, float *rbuf, size_t count,
+                     pt_error *err);
+
 /* Waits for everything enqueued on the communicator's stream and reports
  * an asynchronous NCCL error. */
 int pt_nccl_wait(pt_nccl *self, pt_error *err);
