@@ -46,10 +46,11 @@ elapsed() { echo "$((SECONDS - t_start)) s"; }
 
 # ---- build ------------------------------------------------------------------
 note "building in $build with $jobs jobs ($(elapsed))"
+mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 \
-    >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
-if ! grep -q "CUDA backend on" "$build.configure.log"; then
-    grep "pipetop:" "$build.configure.log" >&2 || true
+    >"$build/gpu-check.configure.log" 2>&1 || { cat "$build/gpu-check.configure.log"; exit 1; }
+if ! grep -q "CUDA backend on" "$build/gpu-check.configure.log"; then
+    grep "pipetop:" "$build/gpu-check.configure.log" >&2 || true
     note "CMake did not switch the CUDA backend on; nothing to check"
     exit 1
 fi
@@ -57,8 +58,8 @@ targets=(pipetop pipetop-agent layers_gputest pipeline_gputest nccl_gputest memo
 if [[ $dry == 1 ]]; then
     targets+=(layers_gputest_dryrun pipeline_gputest_dryrun nccl_gputest_dryrun memory_gputest_dryrun)
 fi
-cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$build.build.log" 2>&1 ||
-    { tail -40 "$build.build.log"; exit 1; }
+cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$build/gpu-check.build.log" 2>&1 ||
+    { tail -40 "$build/gpu-check.build.log"; exit 1; }
 rm -rf "$work"
 mkdir -p "$work"
 pipetop="$build/pipetop"
@@ -171,7 +172,7 @@ out="$work/table.txt"
     grep -E "^(GEMM|PEAK)" "$gemm_log" | sed 's/^/  /' || sed 's/^/  /' "$gemm_log"
     echo
     peak=$(grep "^PEAK" "$gemm_log" | grep -o '[0-9.]* TFLOP/s' | cut -d' ' -f1 || true)
-    echo "gpt-1.3b bf16 training (one GPU, Adam, micro-batch $batch, $steps steps)"
+    echo "$model training on $device (Adam, micro-batch $batch, $steps steps)"
     if [[ -n "$sps" ]]; then
         # Megatron-LM's model FLOPs: 72 B s L h^2 (1 + s/(6h) + V/(12 h L)) per iteration
         awk -v b="$batch" -v sps="$sps" -v peak="${peak:-0}" -v dry="$dry" 'BEGIN {
