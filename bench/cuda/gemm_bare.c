@@ -200,6 +200,8 @@ int main(int argc, char **argv)
     void *a16 = random_buffer(max_a, 2), *b16 = random_buffer(max_b, 2);
     float *c = NULL;
     die_cuda(cudaMalloc((void **)&c, (size_t)max_c * sizeof(float)), "cudaMalloc");
+    /* the uploads ran on the legacy stream, the timed calls run on non-blocking ones */
+    die_cuda(cudaDeviceSynchronize(), "upload");
     char name[128] = "";
     pt_cuda_device_name(device, name, sizeof name);
     printf("gemm_bare: %s, micro-batch %d (%d tokens), %d calls per figure\n", name, batch, R,

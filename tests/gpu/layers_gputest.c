@@ -76,7 +76,7 @@ static float *download(side *s, const float *dev, int64_t n)
 static double compare_layer(const pt_model_spec *spec, int layer, pt_cuda_math math,
                             const pt_backend *gpu)
 {
-    side c, g;
+    side c = {0}, g = {0};
     if (make_side(spec, layer, NULL, &c) < 0 || make_side(spec, layer, gpu, &g) < 0) {
         pt_net_destroy(&c.net);
         pt_net_destroy(&g.net);
