@@ -1,6 +1,6 @@
 /* What the console knows about a run: the ingest side of every data source
- * (live session, replay of a run record). Op events go into a fixed ring of
- * spans, iteration metrics into per-step series (loss, throughput, iteration
+ * (live session, replay of a run record). Op events go, as decoded, into a
+ * fixed ring, iteration metrics into per-step series (loss, throughput, iteration
  * time) that continue across restarts, memory into per-replica samples, and
  * agents into a table of display rows. Views read it; they never care where
  * the data came from.
