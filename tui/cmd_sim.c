@@ -26,14 +26,27 @@ static const char usage_text[] =
     "Simulates one iteration of the plan's schedule on the cost model (compute and\n"
     "communication on separate lanes per worker) and prints the predicted iteration\n"
     "time, throughput, bubble fraction, per-worker busy time, peak memory against the\n"
-    "device limit and an ASCII timeline. Asynchronous schedules (pipedream, 2bw,\n"
-    "pipesgd) are run for several windows of M micro-batches; their figures are the\n"
-    "steady state and the timeline shows one steady window.\n"
+    "device limit and an ASCII timeline. Asynchronous schedules (marked below) are\n"
+    "run for several windows of M micro-batches; their figures are the steady state\n"
+    "and the timeline shows one steady window.\n"
     "  --json            machine-readable output instead of text\n"
     "  --events          with --json: every op's start and end (large)\n"
     "  --width N         timeline cells (default 100)\n"
     "  --microbatches M  override the plan's micro-batch count\n"
     "  --windows W       asynchronous schedules: windows to simulate\n";
+
+/* The schedule table as help text: every kind, its summary, what it reads. */
+static void print_kinds(FILE *out)
+{
+    fputs("\nschedule kinds (the plan's \"schedule\": {\"kind\": ...}):\n", out);
+    for (int k = 0; k < pt_sched_kind_count(); k++) {
+        const pt_sched_kind_info *in = pt_sched_kind_info_of(k);
+        fprintf(out, "  %-11s %s%s%s%s\n", in->name, in->summary,
+                in->flags & PT_SCHED_SYNCHRONOUS ? "" : " [asynchronous]",
+                in->flags & PT_SCHED_OPT_POLICY ? " [\"policy\": \"A\"|\"B\"]" : "",
+                in->flags & PT_SCHED_OPT_VSYNC ? " [\"vertical_sync\": true|false]" : "");
+    }
+}
 
 static const char *human(double bytes, char *buf, size_t cap)
 {
@@ -51,9 +64,11 @@ static void print_text(const pt_plan *plan, const pt_topology *topo, const pt_pr
 {
     const pt_sched_info *info = pt_sched_info_of(prog->kind);
     printf("schedule      %s%s%s, %d stages, %d workers, %d micro-batches of %d samples%s\n",
-           info->name,
-           prog->kind == PT_SCHED_DAPPLE ? (prog->policy == 'B' ? " policy B" : " policy A") : "",
-           prog->vertical_sync && prog->kind == PT_SCHED_PIPEDREAM ? " vertical-sync" : "",
+           info->facts.name,
+           info->facts.flags & PT_SCHED_OPT_POLICY
+               ? (prog->policy == 'B' ? " policy B" : " policy A")
+               : "",
+           prog->vertical_sync && (info->facts.flags & PT_SCHED_OPT_VSYNC) ? " vertical-sync" : "",
            prog->stage_count, prog->worker_count, prog->mb_per_window, prog->mb_size,
            prog->synchronous ? "" : " per window");
     printf("iteration     %.3f ms%s\n", res->iter_s * 1e3,
@@ -99,7 +114,7 @@ static int print_json(const pt_program *prog, const pt_topology *topo, const pt_
     if (!root)
         return -1;
     cJSON_AddNumberToObject(root, "v", 1);
-    cJSON_AddStringToObject(root, "schedule", pt_sched_info_of(prog->kind)->name);
+    cJSON_AddStringToObject(root, "schedule", pt_sched_info_of(prog->kind)->facts.name);
     cJSON_AddBoolToObject(root, "synchronous", prog->synchronous);
     cJSON_AddNumberToObject(root, "stages", prog->stage_count);
     cJSON_AddNumberToObject(root, "microbatches", prog->mb_per_window);
@@ -181,6 +196,7 @@ int pt_cmd_sim(int argc, char **argv)
     int rc = pt_opts_parse("sim", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), stderr);
     if (rc == PT_OPTS_HELP) {
         fputs(usage_text, stdout);
+        print_kinds(stdout);
         return 0;
     }
     if (rc != PT_OPTS_OK)
