@@ -262,10 +262,12 @@ void pt_cost_stage_memory(const pt_cost *c, const pt_mem_query *q, pt_mem *out)
     int64_t out_b = pt_cost_boundary_bytes(c, q->last, q->rows);
     int64_t not_first = q->stage > 0, not_last = q->stage + 1 < q->stage_count;
     int64_t act_b = pt_cost_act_bytes(c, q->first, q->last, q->rows);
-    int K = pt_cost_inflight(q->kind, q->policy, q->stage_count, q->stage, q->microbatches);
-    int V = pt_cost_weight_versions(q->kind, q->vertical_sync, q->stage_count, q->stage);
+    const pt_sched_kind_info *kind = facts_of(q->kind);
+    pt_sched_shape shape = {q->stage_count, q->stage, q->microbatches, q->policy, q->vertical_sync};
+    int K = kind->inflight(&shape);
+    int V = kind->weight_versions(&shape);
     out->bytes[PT_MEM_WEIGHTS] = P;
-    out->bytes[PT_MEM_GRADS] = pt_sched_kind_has(q->kind, PT_SCHED_OVERLAP_ALLREDUCE) ? 2 * P : P;
+    out->bytes[PT_MEM_GRADS] = (kind->flags & PT_SCHED_OVERLAP_ALLREDUCE) ? 2 * P : P;
     out->bytes[PT_MEM_OPTIM] = pt_cost_optim_state_factor(q->optim) * P;
     out->bytes[PT_MEM_ACTS] =
         q->recompute ? K * (in_b + out_b) + (act_b - out_b) : K * (in_b + act_b);
