@@ -202,9 +202,9 @@ static const char *const env_keys[] = {"v", "type", "agent", "seq", "gen", "req"
 
 static const char *const *keys_of(pt_msg_type t)
 {
-    static const char *const reg[] = {"host",         "pid",           "device",
-                                      "device_name",  "backend",       "memory_bytes",
-                                      "capabilities", "data_endpoint", NULL};
+    static const char *const reg[] = {
+        "host",         "pid",          "device",        "device_name", "backend",
+        "memory_bytes", "capabilities", "data_endpoint", "gpu_bus_id",  NULL};
     static const char *const assign[] = {
         "plan",    "model", "stage",          "replica",          "rank",        "peers",
         "data",    "seed",  "checkpoint_dir", "checkpoint_every", "resume_step", "telemetry",
@@ -218,8 +218,8 @@ static const char *const *keys_of(pt_msg_type t)
     static const char *const hb[] = {"hb", "t_send", "echo", "state", "step", NULL};
     static const char *const error[] = {"stage", "replica", "code", "reason", NULL};
     static const char *const events[] = {"events", NULL};
-    static const char *const metrics[] = {"stage",         "replica", "step",   "loss",
-                                          "samples_per_s", "iter_ms", "memory", NULL};
+    static const char *const metrics[] = {"stage",   "replica", "step",   "loss", "samples_per_s",
+                                          "iter_ms", "memory",  "device", NULL};
     switch (t) {
     case PT_MSG_REGISTER:
         return reg;
@@ -256,6 +256,7 @@ static int check_register(pt_jr *jr, const cJSON *o, pt_msg_register *r)
     TRY(pt_jr_int64(jr, o, "", "pid", REQ, 0, 1, 2147483647, &r->pid));
     TRY(pt_jr_int(jr, o, "", "device", REQ, -1, -1, IDX, &r->device));
     TRY(opt_str(jr, o, "", "device_name", r->device_name, sizeof r->device_name));
+    TRY(opt_str(jr, o, "", "gpu_bus_id", r->gpu_bus_id, sizeof r->gpu_bus_id));
     TRY(pt_jr_str(jr, o, "", "backend", REQ, NULL, r->backend, sizeof r->backend));
     TRY(check_charset(jr, "", "backend", r->backend, "_-", "a backend name"));
     TRY(pt_jr_int64(jr, o, "", "memory_bytes", OPT, 0, 0, IMAX, &r->memory_bytes));
@@ -437,6 +438,20 @@ static int check_heartbeat(pt_jr *jr, const cJSON *o, pt_msg_heartbeat *h)
     return 0;
 }
 
+/* The op of an event: one of the names of protocol/op.h. */
+static int check_op(pt_jr *jr, const cJSON *x, const char *path, pt_op_kind *out)
+{
+    char name[PT_OP_NAME_MAX];
+    TRY(pt_jr_str(jr, x, path, "op", REQ, NULL, name, sizeof name));
+    TRY(check_charset(jr, path, "op", name, "_", "an op kind"));
+    if (pt_op_parse(name, out) < 0) {
+        char known[PT_OP_NAME_MAX * PT_OP_KIND_COUNT];
+        return pt_jr_fail(jr, PT_EINVAL, path, "op", "unknown op kind \"%s\" (one of %s)", name,
+                          pt_op_names_list(known, (int)sizeof known, ", "));
+    }
+    return 0;
+}
+
 static int check_events(pt_jr *jr, const cJSON *o, pt_msg_events *e)
 {
     const cJSON *arr;
@@ -460,8 +475,7 @@ static int check_events(pt_jr *jr, const cJSON *o, pt_msg_events *e)
         TRY(pt_jr_int(jr, x, path, "replica", REQ, 0, 0, IDX, &v->replica));
         TRY(pt_jr_int64(jr, x, path, "step", REQ, 0, 0, IMAX, &v->step));
         TRY(pt_jr_int(jr, x, path, "mb", REQ, 0, -1, 2147483647, &v->mb));
-        TRY(pt_jr_str(jr, x, path, "op", REQ, NULL, v->op, sizeof v->op));
-        TRY(check_charset(jr, path, "op", v->op, "_", "an op kind"));
+        TRY(check_op(jr, x, path, &v->op));
         TRY(pt_jr_int64(jr, x, path, "version", OPT, -1, -1, IMAX, &v->version));
         TRY(pt_jr_int64(jr, x, path, "start_ns", REQ, 0, 0, IMAX, &v->start_ns));
         TRY(pt_jr_int64(jr, x, path, "end_ns", REQ, 0, 0, IMAX, &v->end_ns));
@@ -506,6 +520,14 @@ static int check_metrics(pt_jr *jr, const cJSON *o, pt_msg_metrics *m)
                       &m->loss));
     TRY(pt_jr_num(jr, o, "", "samples_per_s", REQ, 0, nonneg, &m->samples_per_s));
     TRY(pt_jr_num(jr, o, "", "iter_ms", OPT, 0, nonneg, &m->iter_ms));
+    const cJSON *dev;
+    TRY(pt_jr_object(jr, o, "", "device", OPT, &dev));
+    if (dev) {
+        static const char *const dev_keys[] = {"free", "total", NULL};
+        TRY(pt_jr_keys(jr, dev, "device", dev_keys));
+        TRY(pt_jr_int64(jr, dev, "device", "total", REQ, 0, 0, IMAX, &m->device_total));
+        TRY(pt_jr_int64(jr, dev, "device", "free", REQ, 0, 0, m->device_total, &m->device_free));
+    }
     const cJSON *mem;
     TRY(pt_jr_object(jr, o, "", "memory", OPT, &mem));
     if (!mem)

@@ -24,12 +24,12 @@
 #include <stdint.h>
 
 #include "protocol/error.h"
+#include "protocol/op.h"
 
 #define PT_MSG_VERSION      1
 #define PT_MSG_MAX_BYTES    (16u << 20) /* longest message text accepted */
 #define PT_MSG_ID_MAX       64          /* agent id, NUL included: [A-Za-z0-9._:@-]+ */
 #define PT_MSG_NAME_MAX     64          /* backend, capability, state, device name */
-#define PT_MSG_OP_MAX       16          /* op kind: [A-Za-z0-9_]+, e.g. "FWD", "SEND_ACT" */
 #define PT_MSG_HOST_MAX     256
 #define PT_MSG_ENDPOINT_MAX 256
 #define PT_MSG_PATH_MAX     1024
@@ -92,6 +92,7 @@ typedef struct pt_msg_register {
     int cap_count;                               /* 0..PT_MSG_MAX_CAPS */
     char caps[PT_MSG_MAX_CAPS][PT_MSG_NAME_MAX]; /* "zmq", "nccl", "recompute"... */
     char data_endpoint[PT_MSG_ENDPOINT_MAX];     /* optional: where its data comm is bound */
+    char gpu_bus_id[PT_MSG_NAME_MAX]; /* optional: PCI bus id of its GPU ("" absent, CPU) */
 } pt_msg_register;
 
 typedef struct pt_msg_peer {
@@ -173,7 +174,7 @@ typedef struct pt_msg_event {
     int stage, replica;
     int64_t step;             /* iteration */
     int mb;                   /* micro-batch, -1: none (OPT_STEP...) */
-    char op[PT_MSG_OP_MAX];   /* planner/schedule.h pt_op_name(): "FWD", "SEND_ACT"... */
+    pt_op_kind op;            /* travels as its name (pt_op_name); decode refuses others */
     int64_t version;          /* weight version, -1: none */
     int64_t start_ns, end_ns; /* sender clock; end_ns >= start_ns */
     int64_t bytes;            /* moved (SEND/RECV/ALLREDUCE), else 0 */
@@ -192,6 +193,9 @@ typedef struct pt_msg_metrics {
     double iter_ms;       /* >= 0 */
     int64_t mem_cur[PT_MSG_MEM_COUNT], mem_peak[PT_MSG_MEM_COUNT]; /* bytes, peak >= cur */
     int64_t total_cur, total_peak; /* bytes; total_peak >= total_cur */
+    /* the driver's own figures for a GPU (cudaMemGetInfo), bytes; 0, 0 when
+     * absent (CPU agents); device_free <= device_total */
+    int64_t device_free, device_total;
 } pt_msg_metrics;
 
 typedef struct pt_msg {

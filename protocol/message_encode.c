@@ -86,6 +86,7 @@ static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
         add_int(b, o, "pid", r->pid);
         add_int(b, o, "device", r->device);
         add_opt_str(b, o, "device_name", r->device_name);
+        add_opt_str(b, o, "gpu_bus_id", r->gpu_bus_id);
         add_str(b, o, "backend", r->backend);
         add_int(b, o, "memory_bytes", r->memory_bytes);
         if (r->cap_count < 0 || r->cap_count > PT_MSG_MAX_CAPS)
@@ -198,6 +199,10 @@ static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
         cJSON *arr = add_arr(b, o, "events");
         for (int i = 0; arr && i < e->count; i++) {
             const pt_msg_event *v = &e->events[i];
+            if (!pt_op_info_of(v->op))
+                return pt_error_set(err, PT_EINVAL,
+                                    "message (events): events[%d].op: %d is not an op kind", i,
+                                    (int)v->op);
             cJSON *x = push_obj(b, arr);
             if (!x)
                 break;
@@ -205,7 +210,7 @@ static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
             add_int(b, x, "replica", v->replica);
             add_int(b, x, "step", v->step);
             add_int(b, x, "mb", v->mb);
-            add_str(b, x, "op", v->op);
+            add_str(b, x, "op", pt_op_name(v->op));
             add_int(b, x, "version", v->version);
             add_int(b, x, "start_ns", v->start_ns);
             add_int(b, x, "end_ns", v->end_ns);
@@ -228,6 +233,13 @@ static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
                 break;
             add_int(b, c, "cur", k < PT_MSG_MEM_COUNT ? x->mem_cur[k] : x->total_cur);
             add_int(b, c, "peak", k < PT_MSG_MEM_COUNT ? x->mem_peak[k] : x->total_peak);
+        }
+        if (x->device_total > 0) {
+            cJSON *d = add_obj(b, o, "device");
+            if (d) {
+                add_int(b, d, "free", x->device_free);
+                add_int(b, d, "total", x->device_total);
+            }
         }
         return 0;
     }

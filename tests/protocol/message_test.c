@@ -39,6 +39,7 @@ static void make_message(pt_msg_type t, pt_msg *m)
         snprintf(r->caps[0], sizeof r->caps[0], "nccl");
         snprintf(r->caps[1], sizeof r->caps[1], "zmq");
         snprintf(r->data_endpoint, sizeof r->data_endpoint, "ipc:///tmp/x/r3");
+        snprintf(r->gpu_bus_id, sizeof r->gpu_bus_id, "00000000:19:00.0");
         break;
     }
     case PT_MSG_ASSIGN: {
@@ -115,7 +116,7 @@ static void make_message(pt_msg_type t, pt_msg *m)
             v->replica = i;
             v->step = 17;
             v->mb = i - 1;
-            snprintf(v->op, sizeof v->op, "%s", i == 0 ? "OPT_STEP" : i == 1 ? "FWD" : "SEND_ACT");
+            v->op = i == 0 ? PT_OP_OPT_STEP : i == 1 ? PT_OP_FWD : PT_OP_SEND_ACT;
             v->version = i == 2 ? -1 : 5;
             v->start_ns = 1000000000000LL + i;
             v->end_ns = v->start_ns + 10 * i;
@@ -137,6 +138,8 @@ static void make_message(pt_msg_type t, pt_msg *m)
         }
         x->total_cur = 21000;
         x->total_peak = 50000;
+        x->device_free = 120000000000LL;
+        x->device_total = 150323855360LL;
         break;
     }
     default:
@@ -181,7 +184,8 @@ static int msg_equal(const pt_msg *a, const pt_msg *b)
                same_double(x->iter_ms, y->iter_ms) &&
                !memcmp(x->mem_cur, y->mem_cur, sizeof x->mem_cur) &&
                !memcmp(x->mem_peak, y->mem_peak, sizeof x->mem_peak) &&
-               x->total_cur == y->total_cur && x->total_peak == y->total_peak;
+               x->total_cur == y->total_cur && x->total_peak == y->total_peak &&
+               x->device_free == y->device_free && x->device_total == y->device_total;
     }
     default:
         /* Plain structs of fixed arrays, zeroed by pt_msg_init on both sides
@@ -221,6 +225,47 @@ static void test_round_trip_every_type(void)
     }
 }
 
+/* Every op kind travels as its name and comes back as the same kind; a
+ * name that is not one of them is refused with the field named. */
+static void test_op_kinds_on_the_wire(void)
+{
+    for (int k = 0; k < PT_OP_KIND_COUNT; k++) {
+        pt_msg m;
+        pt_msg_init(&m, PT_MSG_EVENTS, "a");
+        pt_msg_event ev = {
+            .op = (pt_op_kind)k, .mb = -1, .version = -1, .start_ns = 1, .end_ns = 2};
+        m.u.events.count = 1;
+        m.u.events.events = &ev;
+        char *text = NULL;
+        pt_error err = {0};
+        REQUIRE(pt_msg_encode(&m, &text, NULL, &err) == 0);
+        char want[64];
+        snprintf(want, sizeof want, "\"op\":\"%s\"", pt_op_name(k));
+        CHECK_STR_CONTAINS(text, want);
+        pt_msg back;
+        REQUIRE(pt_msg_decode(text, strlen(text), NULL, &back, &err) == 0);
+        CHECK(back.u.events.count == 1 && back.u.events.events[0].op == (pt_op_kind)k);
+        pt_msg_clear(&back);
+        free(text);
+    }
+    static const char *const bad[] = {"JUMP", "fwd", "FWD_", "OPT"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text,
+                 "{\"v\":1,\"type\":\"events\",\"agent\":\"a\",\"seq\":0,\"gen\":0,"
+                 "\"events\":[{\"stage\":0,\"replica\":0,\"step\":0,\"mb\":0,"
+                 "\"op\":\"%s\",\"start_ns\":1,\"end_ns\":2}]}",
+                 bad[i]);
+        pt_msg m;
+        pt_error err = {0};
+        CHECK(pt_msg_decode(text, strlen(text), "t", &m, &err) == PT_EINVAL);
+        char want[64];
+        snprintf(want, sizeof want, "events[0].op: unknown op kind \"%s\"", bad[i]);
+        CHECK_STR_CONTAINS(err.msg, want);
+        CHECK_STR_CONTAINS(err.msg, pt_op_name(PT_OP_OPT_STEP)); /* the names it knows */
+    }
+}
+
 static void test_round_trip_defaults(void)
 {
     /* Absent optional fields come back as their defaults: NaN loss (null on
@@ -234,6 +279,9 @@ static void test_round_trip_defaults(void)
     REQUIRE(pt_msg_decode(text, strlen(text), NULL, &back, NULL) == 0);
     CHECK(isnan(back.u.metrics.loss));
     CHECK(msg_equal(&m, &back));
+    /* a CPU agent's metrics carry no driver figures: none on the wire, 0 back */
+    CHECK(!strstr(text, "\"device\""));
+    CHECK(back.u.metrics.device_free == 0 && back.u.metrics.device_total == 0);
     free(text);
     pt_msg_clear(&back);
 
@@ -395,16 +443,19 @@ static void test_encode_refuses_what_decode_refuses(void)
 
     pt_msg_init(&m, PT_MSG_EVENTS, "a");
     pt_msg_event ev = {
-        .stage = 0, .replica = 0, .step = 1, .mb = 0, .op = "FWD", .start_ns = 10, .end_ns = 5};
+        .stage = 0, .replica = 0, .step = 1, .mb = 0, .op = PT_OP_FWD, .start_ns = 10, .end_ns = 5};
     m.u.events.count = 1;
     m.u.events.events = &ev;
     CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL);
     CHECK(text == NULL);
     CHECK_STR_CONTAINS(err.msg, "events[0].end_ns: 5 is before start_ns 10");
     ev.end_ns = 10;
-    snprintf(ev.op, sizeof ev.op, "a.b");
+    ev.op = PT_OP_KIND_COUNT;
     CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL);
-    CHECK_STR_CONTAINS(err.msg, "op: character 0x2e");
+    CHECK_STR_CONTAINS(err.msg, "events[0].op: 10 is not an op kind");
+    ev.op = (pt_op_kind)-1;
+    CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "events[0].op: -1 is not an op kind");
     m.u.events.count = 0;
     CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL); /* an empty batch */
 
@@ -771,6 +822,7 @@ static void test_now_ns(void)
 
 PT_TEST_MAIN({"round_trip_every_type", test_round_trip_every_type}, {"stop_forms", test_stop_forms},
              {"round_trip_defaults", test_round_trip_defaults},
+             {"op_kinds_on_the_wire", test_op_kinds_on_the_wire},
              {"documented_examples", test_documented_examples}, {"bad_messages", test_bad_messages},
              {"encode_refuses_what_decode_refuses", test_encode_refuses_what_decode_refuses},
              {"accept_direction_and_generation", test_accept_direction_and_generation},
