@@ -1,6 +1,7 @@
 /* pipetop profile: measures each top-level layer's forward and backward time
  * at one micro-batch size on the local (CPU) backend, with its output
- * activation and parameter bytes, and writes a profile (protocol/profile.h).
+ * activation and parameter bytes and the memory its backward needs (read off
+ * its net's arena), and writes a profile (protocol/profile.h).
  *
  * Each layer runs in a net of its own ([i, i+1) of the model), so its time
  * is what a pipeline stage holding it spends: the input copy into the slot,
@@ -17,6 +18,7 @@
 #include "protocol/model.h"
 #include "protocol/profile.h"
 #include "runtime/blas_core.h"
+#include "runtime/layer.h"
 #include "runtime/net.h"
 #include "runtime/rng.h"
 #include "tui/cmd_opts.h"
@@ -141,6 +143,45 @@ static int make_bufs(pt_net *net, const pt_model_spec *spec, int layer, int batc
     return 0;
 }
 
+int pt_profile_measure_memory(const pt_model_spec *spec, int layer, int batch, int64_t *saved,
+                              int64_t *scratch, pt_error *err)
+{
+    pt_net_config cfg = pt_net_config_default(spec);
+    cfg.first = layer;
+    cfg.last = layer + 1;
+    cfg.max_batch = batch;
+    cfg.seed = PROFILE_SEED;
+    pt_net *net = NULL;
+    int rc = pt_net_create(spec, &cfg, &net, err);
+    if (rc < 0)
+        return rc;
+    layer_bufs b = {0};
+    if ((rc = make_bufs(net, spec, layer, batch, &b)) < 0) {
+        rc = pt_error_set(err, rc, "layer %d: out of memory", layer);
+        goto done;
+    }
+    /* the net's own arena: ACTS holds the backward scratch from create on, and
+     * one micro-batch's slot (input | output | saved) while it is in flight */
+    pt_mem_stats before, during;
+    pt_arena_stats(pt_net_arena(net), &before);
+    if ((rc = pt_net_forward(net, 0, NULL, b.x, batch, b.labels, NULL, NULL)) < 0) {
+        rc = pt_error_set(err, rc, "layer %d (%s): %s", layer, spec->layers[layer].name,
+                          pt_strerror(rc));
+        goto done;
+    }
+    pt_arena_stats(pt_net_arena(net), &during);
+    pt_net_release(net, 0);
+    int64_t io = (pt_layer_align(batch * pt_net_in_elems(net)) +
+                  pt_layer_align(batch * pt_net_out_elems(net))) *
+                 (int64_t)sizeof(float);
+    *saved = during.current[PT_MEM_ACTS] - before.current[PT_MEM_ACTS] - io;
+    *scratch = before.current[PT_MEM_ACTS];
+done:
+    free(b.labels);
+    pt_net_destroy(&net);
+    return rc;
+}
+
 /* Times layer `layer` into pl. */
 static int profile_layer(const pt_model_spec *spec, int layer, const profile_args *a,
                          pt_profile_layer *pl, pt_error *err)
@@ -188,6 +229,8 @@ static int profile_layer(const pt_model_spec *spec, int layer, const profile_arg
     pl->recompute_ms = pl->fwd_ms;
     pl->act_bytes = pt_net_out_elems(net) * a->batch * (int64_t)sizeof(float);
     pl->param_bytes = pt_net_param_count(net) * (int64_t)sizeof(float);
+    rc =
+        pt_profile_measure_memory(spec, layer, a->batch, &pl->saved_bytes, &pl->scratch_bytes, err);
 done:
     free(fwd);
     free(bwd);
@@ -200,14 +243,15 @@ static void print_table(const pt_profile *p, const profile_args *a)
 {
     printf("profile of %s, micro-batch %d, on %s: median of %d runs after %d warm-up\n\n", p->model,
            p->microbatch, p->device, a->repeats, a->warmup);
-    printf("%4s  %-20s %10s %10s %14s %14s\n", "#", "layer", "fwd ms", "bwd ms", "act bytes",
-           "param bytes");
+    printf("%4s  %-20s %10s %10s %14s %14s %14s %14s\n", "#", "layer", "fwd ms", "bwd ms",
+           "act bytes", "param bytes", "saved bytes", "scratch bytes");
     double f = 0, b = 0;
     int64_t params = 0;
     for (int i = 0; i < p->layer_count; i++) {
         const pt_profile_layer *l = &p->layers[i];
-        printf("%4d  %-20s %10.3f %10.3f %14lld %14lld\n", i, l->name, l->fwd_ms, l->bwd_ms,
-               (long long)l->act_bytes, (long long)l->param_bytes);
+        printf("%4d  %-20s %10.3f %10.3f %14lld %14lld %14lld %14lld\n", i, l->name, l->fwd_ms,
+               l->bwd_ms, (long long)l->act_bytes, (long long)l->param_bytes,
+               (long long)l->saved_bytes, (long long)l->scratch_bytes);
         f += l->fwd_ms;
         b += l->bwd_ms;
         params += l->param_bytes;

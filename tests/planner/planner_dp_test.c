@@ -11,8 +11,8 @@ static pt_profile *hand_profile(void)
     pt_profile *p = pt_profile_new(2);
     p->microbatch = 2;
     snprintf(p->model, sizeof p->model, "hand");
-    p->layers[0] = (pt_profile_layer){"a", 1, 2, 1, 1000, 1000000};
-    p->layers[1] = (pt_profile_layer){"b", 2, 4, 2, 1000, 1000000};
+    p->layers[0] = (pt_profile_layer){"a", 1, 2, 1, 1000, 1000000, 0, 0};
+    p->layers[1] = (pt_profile_layer){"b", 2, 4, 2, 1000, 1000000, 0, 0};
     p->input_bytes = 1000;
     return p;
 }
@@ -77,8 +77,9 @@ static void test_memory_picks_microbatch(void)
     pt_planner_opts o;
     pt_planner_opts_default(&o);
     /* weights 2 MB + grads 2 MB + momentum 2 MB = 6 MB; activations per
-     * replica with r rows: (in 500 B/sample + 50 MB/sample + 500 B/sample) * r */
-    o.memory_limit_bytes = 6000000 + 60000000;
+     * replica with r rows: (in 500 B/sample + 50 MB/sample + 500 B/sample) * r, plus
+     * the backward scratch: layer 1's input gradient, 50 MB/sample * r */
+    o.memory_limit_bytes = 6000000 + 120000000;
     pt_plan *plan = NULL;
     pt_planner_report rep;
     pt_error err = {0};
@@ -86,10 +87,10 @@ static void test_memory_picks_microbatch(void)
     CHECK(plan->microbatch_size == 4); /* one row per replica */
     CHECK(plan->microbatch_count == 4);
     pt_plan_free(&plan);
-    o.memory_limit_bytes = 6000000 + 40000000;
+    o.memory_limit_bytes = 6000000 + 80000000;
     CHECK(pt_planner_run("dp", pr, t, 16, &o, &plan, &rep, &err) == PT_ENOFIT);
     CHECK_STR_CONTAINS(err.msg, "needs");
-    CHECK(rep.needed_memory_bytes == 6000000 + 50000000 + 1000);
+    CHECK(rep.needed_memory_bytes == 6000000 + 100000000 + 1000);
     pt_topology_free(&t);
     pt_profile_free(&pr);
 }
