@@ -15,6 +15,7 @@ typedef struct wstate {
     double ready, comp_free, comm_free;
     /* durations and sizes for the worker's own rows */
     double t_fwd, t_bwd, t_rec, t_opt;
+    double slow; /* >= 1: compute slowed by the cores its node's workers share */
     int64_t P, in_b, out_b, act_b, saved_b, loss_b;
     int rows;
     /* memory */
@@ -230,11 +231,20 @@ static void init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, i
     st->pc = x->op_begin;
     st->blocked = -1;
     st->rows = rows;
-    st->t_fwd = pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
-    st->t_bwd = pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
-    st->t_rec = pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
+    const pt_topology *topo = pt_cost_topology(cost);
+    st->slow = 1.0;
+    if (topo->devices[x->device].node_cores > 0) {
+        /* workers on one host's shared cores: counted only where cores are shared */
+        int node = topo->devices[x->device].node, n = 0;
+        for (int v = 0; v < p->worker_count; v++)
+            n += topo->devices[p->workers[v].device].node == node;
+        st->slow = pt_topology_oversubscription(topo, x->device, n);
+    }
+    st->t_fwd = st->slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
+    st->t_bwd = st->slow * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
+    st->t_rec = st->slow * pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
     st->P = pt_cost_param_bytes(cost, x->first, x->last);
-    st->t_opt = pt_cost_opt_step_s(cost, st->P, p->optim, x->device);
+    st->t_opt = st->slow * pt_cost_opt_step_s(cost, st->P, p->optim, x->device);
     st->in_b = pt_cost_boundary_bytes(cost, x->first, rows);
     st->out_b = pt_cost_boundary_bytes(cost, x->last, rows);
     st->act_b = pt_cost_act_bytes(cost, x->first, x->last, rows);
@@ -408,14 +418,17 @@ static double op_duration(const pt_program *p, const pt_sim *sim, const pt_cost 
     int rows = op->row_hi - op->row_lo;
     switch (op->kind) {
     case PT_OP_FWD:
-        return rows == st->rows ? st->t_fwd
-                                : pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
+        return rows == st->rows
+                   ? st->t_fwd
+                   : st->slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
     case PT_OP_BWD:
-        return rows == st->rows ? st->t_bwd
-                                : pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
+        return rows == st->rows
+                   ? st->t_bwd
+                   : st->slow * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
     case PT_OP_RECOMPUTE:
-        return rows == st->rows ? st->t_rec
-                                : pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
+        return rows == st->rows
+                   ? st->t_rec
+                   : st->slow * pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
     case PT_OP_OPT_STEP:
         return st->t_opt;
     default:
