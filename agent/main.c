@@ -21,6 +21,7 @@
 
 #include "agent/agent.h"
 #include "protocol/message.h"
+#include "protocol/opts.h"
 #include "protocol/telemetry.h"
 #include "runtime/blas_core.h"
 
@@ -64,35 +65,10 @@ static void on_signal(int sig)
     g_signal = sig;
 }
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: pipetop-agent --console tcp://HOST:PORT [options]\n"
-            "Runs one stage replica of a pipetop plan on this device: registers with the\n"
-            "console, receives its stage and peers, trains, and streams telemetry.\n\n"
-            "  --console EP        the console's control endpoint (ROUTER)\n"
-            "  --telemetry EP      where to publish telemetry (default: what the console says)\n"
-            "  --device N          this device's index in the topology (default -1: none)\n"
-            "  --name NAME         agent id, [A-Za-z0-9._:@-] (default HOST-PID)\n"
-            "  --data-bind EP      where the data socket binds (default %s)\n"
-            "  --threads N         OpenBLAS threads\n"
-            "  --comm-timeout-ms MS  bound of every data-plane wait (default %d)\n",
-            DEFAULT_DATA_BIND, PT_AGENT_COMM_TIMEOUT_MS);
-}
-
-static int parse_int(const char *opt, const char *v, long lo, long hi, int *out)
-{
-    char *end = NULL;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || errno || *end || end == v || x < lo || x > hi) {
-        fprintf(stderr, "pipetop-agent: %s: \"%s\" is not an integer in [%ld, %ld]\n", opt,
-                v ? v : "", lo, hi);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
+static const char usage_text[] =
+    "usage: pipetop-agent --console tcp://HOST:PORT [options]\n"
+    "Runs one stage replica of a pipetop plan on this device: registers with the\n"
+    "console, receives its stage and peers, trains, and streams telemetry.\n\n";
 
 static int valid_id(const char *s)
 {
@@ -109,44 +85,29 @@ static int valid_id(const char *s)
 static int parse_args(int argc, char **argv, agent_args *a)
 {
     *a = (agent_args){.device = -1, .data_bind = DEFAULT_DATA_BIND};
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        int used = 1;
-        if (!strcmp(o, "--console"))
-            a->console = v;
-        else if (!strcmp(o, "--telemetry"))
-            a->telemetry = v;
-        else if (!strcmp(o, "--name"))
-            a->name = v;
-        else if (!strcmp(o, "--data-bind"))
-            a->data_bind = v;
-        else if (!strcmp(o, "--device")) {
-            if (parse_int(o, v, -1, PT_MSG_MAX_INDEX - 1, &a->device) < 0)
-                return EXIT_USAGE;
-        } else if (!strcmp(o, "--threads")) {
-            if (parse_int(o, v, 1, THREADS_MAX, &a->threads) < 0)
-                return EXIT_USAGE;
-        } else if (!strcmp(o, "--comm-timeout-ms")) {
-            if (parse_int(o, v, 1, INT_MAX, &a->comm_timeout_ms) < 0)
-                return EXIT_USAGE;
-        } else {
-            used = 0;
-        }
-        if (!used) {
-            fprintf(stderr, "pipetop-agent: unknown argument \"%s\" (see --help)\n", o);
-            return EXIT_USAGE;
-        }
-        if (!v) {
-            fprintf(stderr, "pipetop-agent: %s needs a value\n", o);
-            return EXIT_USAGE;
-        }
-        i++;
+    pt_opt opts[] = {
+        {"console", PT_OPT_STRING, &a->console, 0, 0, 0, "EP",
+         "the console's control endpoint (ROUTER)"},
+        {"telemetry", PT_OPT_STRING, &a->telemetry, 0, 0, 0, "EP",
+         "where to publish telemetry (default: what the console says)"},
+        {"device", PT_OPT_INT, &a->device, -1, PT_MSG_MAX_INDEX - 1, 0, "N",
+         "this device's index in the topology (default -1: none)"},
+        {"name", PT_OPT_STRING, &a->name, 0, 0, 0, "NAME",
+         "agent id, [A-Za-z0-9._:@-] (default HOST-PID)"},
+        {"data-bind", PT_OPT_STRING, &a->data_bind, 0, 0, 0, "EP",
+         "where the data socket binds (default " DEFAULT_DATA_BIND ")"},
+        {"threads", PT_OPT_INT, &a->threads, 1, THREADS_MAX, 0, "N", "OpenBLAS threads"},
+        {"comm-timeout-ms", PT_OPT_INT, &a->comm_timeout_ms, 1, INT_MAX, 0, "MS",
+         "bound of every data-plane wait (default " PT_OPTS_STR(PT_AGENT_COMM_TIMEOUT_MS) ")"},
+    };
+    const int n = (int)(sizeof opts / sizeof opts[0]);
+    int rc = pt_opts_parse_program("pipetop-agent", argc, argv, opts, n, stderr);
+    if (rc == PT_OPTS_HELP) {
+        pt_opts_help(stdout, usage_text, opts, n, NULL);
+        return 0;
     }
+    if (rc != PT_OPTS_OK)
+        return EXIT_USAGE;
     if (!a->console) {
         fprintf(stderr, "pipetop-agent: --console is required (see --help)\n");
         return EXIT_USAGE;

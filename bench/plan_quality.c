@@ -20,6 +20,7 @@
 #include "planner/cost.h"
 #include "planner/planner.h"
 #include "planner/simulate.h"
+#include "protocol/datadir.h"
 #include "protocol/profile.h"
 #include "protocol/topology.h"
 
@@ -82,8 +83,15 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!root)
-        root = PT_SOURCE_DIR;
+    char data[512];
+    if (!root) {
+        pt_error derr = {0};
+        if (pt_datadir(data, sizeof data, &derr) < 0) {
+            fprintf(stderr, "plan_quality: %s\n", derr.msg);
+            return 1;
+        }
+        root = data;
+    }
     pt_sim *sim = NULL;
     pt_program prog = {0};
     if (pt_sim_new(&sim) < 0)

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "protocol/datadir.h"
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
 
@@ -70,15 +71,6 @@ static int try_load(const char *path, pt_device_desc *out, pt_error *err, int *f
     return *found ? pt_device_load(path, out, err) : 0;
 }
 
-const char *pt_device_builtin_dir(void)
-{
-#ifdef PT_SOURCE_DIR
-    return PT_SOURCE_DIR "/devices";
-#else
-    return NULL;
-#endif
-}
-
 int pt_device_find(const char *name, pt_device_desc *out, pt_error *err)
 {
     if (out)
@@ -97,22 +89,24 @@ int pt_device_find(const char *name, pt_device_desc *out, pt_error *err)
         if ((rc = try_load(path, out, err, &found)), found)
             return rc;
     }
-#ifdef PT_DATA_DIR
-    snprintf(path, sizeof path, "%s/devices/%s.json", PT_DATA_DIR, name);
-    if ((rc = try_load(path, out, err, &found)), found)
-        return rc;
-#endif
-    const char *builtin = pt_device_builtin_dir();
-    if (builtin) {
-        snprintf(path, sizeof path, "%s/%s.json", builtin, name);
+    char builtin[4096];
+    pt_error derr = {0};
+    if (pt_datadir_folder("devices", builtin, sizeof builtin, &derr) == 0) {
+        int n = snprintf(path, sizeof path, "%s/%s.json", builtin, name);
+        if (n < 0 || (size_t)n >= sizeof path)
+            return pt_error_set(err, PT_EINVAL, "%.200s/%.64s.json: path too long", builtin, name);
         if ((rc = try_load(path, out, err, &found)), found)
             return rc;
+    } else {
+        return pt_error_set(err, PT_ENOTFOUND,
+                            "device \"%.64s\": not found (looked for the file %.64s and "
+                            "$PT_DEVICES_DIR/%.64s.json%s; %.300s)",
+                            name, name, name, dir && *dir ? "" : " (unset)", derr.msg);
     }
     return pt_error_set(err, PT_ENOTFOUND,
                         "device \"%.64s\": not found (looked for the file %.64s, "
                         "$PT_DEVICES_DIR/%.64s.json%s and %.200s/%.64s.json)",
-                        name, name, name, dir && *dir ? "" : " (unset)",
-                        builtin ? builtin : "(no built-in devices folder)", name);
+                        name, name, name, dir && *dir ? "" : " (unset)", builtin, name);
 }
 
 char *pt_device_to_json(const pt_device_desc *d)

@@ -40,16 +40,12 @@ int pt_device_parse(const char *json, const char *source, pt_device_desc *out, p
 int pt_device_load(const char *path, pt_device_desc *out, pt_error *err);
 
 /* Looks `name` up as a path first, then as <dir>/<name>.json in
- * $PT_DEVICES_DIR, <data dir>/devices and the source tree's devices/.
+ * $PT_DEVICES_DIR and <data folder>/devices (protocol/datadir.h).
  * PT_ENOTFOUND (with the places looked in) when none holds it. */
 int pt_device_find(const char *name, pt_device_desc *out, pt_error *err);
 
 /* Serialises to JSON text (caller frees with free()); NULL on no memory or a
  * NULL device. pt_device_parse of the result gives back an equal record. */
 char *pt_device_to_json(const pt_device_desc *device);
-
-/* The folder pt_device_find searches last (the source tree's devices/), or
- * NULL when this build has none; for listing the shipped devices. */
-const char *pt_device_builtin_dir(void);
 
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "protocol/datadir.h"
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
 
@@ -740,21 +741,21 @@ int pt_model_spec_find(const char *name, pt_model_spec **out, pt_error *err)
         if (found)
             return rc;
     }
-#ifdef PT_DATA_DIR
-    snprintf(path, sizeof path, "%s/models/%s.json", PT_DATA_DIR, name);
-    rc = try_load(path, out, err, &found);
-    if (found)
-        return rc;
-#endif
-#ifdef PT_SOURCE_DIR
-    snprintf(path, sizeof path, "%s/models/%s.json", PT_SOURCE_DIR, name);
-    rc = try_load(path, out, err, &found);
-    if (found)
-        return rc;
-    const char *builtin = PT_SOURCE_DIR "/models";
-#else
-    const char *builtin = "(no built-in models folder)";
-#endif
+    char builtin[4096];
+    pt_error derr = {0};
+    if (pt_datadir_folder("models", builtin, sizeof builtin, &derr) == 0) {
+        int n = snprintf(path, sizeof path, "%s/%s.json", builtin, name);
+        if (n < 0 || (size_t)n >= sizeof path)
+            return pt_error_set(err, PT_EINVAL, "%.200s/%.64s.json: path too long", builtin, name);
+        rc = try_load(path, out, err, &found);
+        if (found)
+            return rc;
+    } else {
+        return pt_error_set(err, PT_ENOTFOUND,
+                            "model \"%.64s\": not found (looked for the file %.64s and "
+                            "$PT_MODELS_DIR/%.64s.json%s; %.300s)",
+                            name, name, name, dir && *dir ? "" : " (unset)", derr.msg);
+    }
     return pt_error_set(err, PT_ENOTFOUND,
                         "model \"%.64s\": not found (looked for the file %.64s, "
                         "$PT_MODELS_DIR/%.64s.json%s and %.200s/%.64s.json)",

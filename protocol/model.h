@@ -96,9 +96,9 @@ int pt_model_spec_parse(const char *json, const char *source, pt_model_spec **ou
 int pt_model_spec_load(const char *path, pt_model_spec **out, pt_error *err);
 
 /* Looks `name` up as a path first, then as <name>.json in the directory
- * $PT_MODELS_DIR, then in PT_DATA_DIR "/models" when the build defines
- * PT_DATA_DIR (an install prefix; the build does not define it yet), then
- * in the source tree's models/ (PT_SOURCE_DIR). The first file that exists
+ * $PT_MODELS_DIR, then in <data folder>/models (protocol/datadir.h: the
+ * install's share/pipetop, $PIPETOP_DATA, or the source tree for a program
+ * in its build tree). The first file that exists
  * is loaded and its parse error, if any, returned; PT_ENOTFOUND when none
  * exists, with err listing where it looked. *out as pt_model_spec_parse. */
 int pt_model_spec_find(const char *name, pt_model_spec **out, pt_error *err);

@@ -12,20 +12,6 @@
 
 #define SELF_PATH_CAP 4096
 
-int pt_exe_dir(char *out, size_t cap)
-{
-    char self[SELF_PATH_CAP];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
-        return -1;
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (!slash)
-        return -1;
-    *slash = '\0';
-    return (size_t)snprintf(out, cap, "%s", self) < cap ? 0 : -1;
-}
-
 int pt_agent_binary(char *bin, size_t cap, pt_error *err)
 {
     char dir[SELF_PATH_CAP];

@@ -6,16 +6,14 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "protocol/datadir.h" /* pt_exe_dir */
 #include "protocol/error.h"
 #include "tui/session.h"
 
 #define PT_AGENT_BIN "pipetop-agent"
 
-/* The folder of this program (from /proc/self/exe) into out; 0, or -1 when
- * it cannot be read or does not fit. */
-int pt_exe_dir(char *out, size_t cap);
-
-/* The path of pipetop-agent next to this program into bin; 0, or PT_EIO /
+/* The path of pipetop-agent next to this program into bin (the build tree
+ * and an install's bin/ both hold the two programs side by side); 0, or PT_EIO /
  * PT_ENOTFOUND with err naming the path and the reason. */
 int pt_agent_binary(char *bin, size_t cap, pt_error *err);
 

@@ -14,11 +14,12 @@
 
 #include "planner/analytic.h"
 #include "planner/planner.h"
+#include "protocol/datadir.h"
 #include "protocol/device.h"
 #include "protocol/fileio.h"
 #include "protocol/model.h"
 #include "tui/cmd_console.h"
-#include "tui/cmd_opts.h"
+#include "protocol/opts.h"
 #include "tui/commands.h"
 #include "tui/console.h"
 #include "tui/live.h"
@@ -49,22 +50,10 @@ int pt_console_parse_view(const char *name, pt_view *out)
     return -1;
 }
 
-/* A name in the source tree's folder, or the path itself when it exists. */
-static void find_file(const char *name, const char *folder, char *out, size_t cap)
-{
-    struct stat st;
-    if (strchr(name, '/') || stat(name, &st) == 0)
-        snprintf(out, cap, "%s", name);
-    else
-        snprintf(out, cap, "%s/%s/%s.json", PT_SOURCE_DIR, folder, name);
-}
-
 int pt_console_analytic_profile(const pt_model_spec *spec, int mb, pt_profile **out, pt_error *err)
 {
-    char path[PATH_CAP];
-    find_file(DEFAULT_DEVICE, "devices", path, sizeof path);
     pt_device_desc dev;
-    int rc = pt_device_load(path, &dev, err);
+    int rc = pt_device_find(DEFAULT_DEVICE, &dev, err);
     if (rc < 0)
         return rc;
     return pt_analytic_profile(spec, &dev, mb, NULL, out, err);
@@ -97,22 +86,16 @@ int pt_console_plan_with(const char *planner, const pt_profile *prof, const pt_t
     return rc;
 }
 
-static void console_usage(FILE *f)
-{
-    fputs("usage: pipetop [console] [--model M] [--topology T] [--profile P] [--plan P]\n"
-          "               [--planner NAME] [--global-batch N] [--agents N | --listen EP]\n"
-          "               [--theme NAME] [--view plan|timeline|stats|agents] [--no-mouse]\n"
-          "The console: edit a plan and watch the simulator's prediction update as you\n"
-          "edit (plan view), see its timeline, and with --agents/--listen watch agents\n"
-          "started elsewhere (pipetop-agent --console EP). Defaults: model " DEFAULT_MODEL ",\n"
-          "topology " DEFAULT_TOPOLOGY ", an analytic profile on " DEFAULT_DEVICE
-          ", planned with " DEFAULT_PLANNER "\n"
-          "at a global batch of 64. Press ? in the console for every key.\n"
-          "  --agents N       wait for N agents to register, then run the plan on them\n"
-          "  --listen EP      control endpoint to bind (default tcp://127.0.0.1:*)\n"
-          "  --data D         with --agents: data set (default fashion-mnist)\n",
-          f);
-}
+static const char console_usage[] =
+    "usage: pipetop [console] [--model M] [--topology T] [--profile P] [--plan P]\n"
+    "               [--planner NAME] [--global-batch N] [--agents N | --listen EP]\n"
+    "               [--theme NAME] [--view plan|timeline|stats|agents] [--no-mouse]\n"
+    "The console: edit a plan and watch the simulator's prediction update as you\n"
+    "edit (plan view), see its timeline, and with --agents/--listen watch agents\n"
+    "started elsewhere (pipetop-agent --console EP). Defaults: model " DEFAULT_MODEL ",\n"
+    "topology " DEFAULT_TOPOLOGY ", an analytic profile on " DEFAULT_DEVICE
+    ", planned with " DEFAULT_PLANNER "\n"
+    "at a global batch of " PT_OPTS_STR(DEFAULT_GLOBAL) ". Press ? in the console for every key.\n";
 
 int pt_cmd_console(int argc, char **argv)
 {
@@ -122,28 +105,36 @@ int pt_cmd_console(int argc, char **argv)
     int global = DEFAULT_GLOBAL, no_mouse = 0, agents = 0;
     double exit_after = 0;
     pt_opt opts[] = {
-        {"model", PT_OPT_STRING, &model, 0, 0, 0},
-        {"topology", PT_OPT_STRING, &topology, 0, 0, 0},
-        {"profile", PT_OPT_STRING, &profile, 0, 0, 0},
-        {"plan", PT_OPT_STRING, &plan_path, 0, 0, 0},
-        {"planner", PT_OPT_STRING, &planner, 0, 0, 0},
-        {"global-batch", PT_OPT_INT, &global, 1, GLOBAL_MAX, 0},
-        {"theme", PT_OPT_STRING, &theme, 0, 0, 0},
-        {"view", PT_OPT_STRING, &view, 0, 0, 0},
-        {"no-mouse", PT_OPT_FLAG, &no_mouse, 0, 0, 0},
-        {"agents", PT_OPT_INT, &agents, 1, 4096, 0},
-        {"listen", PT_OPT_STRING, &listen, 0, 0, 0},
-        {"data", PT_OPT_STRING, &data, 0, 0, 0},
-        {"exit-after", PT_OPT_DOUBLE, &exit_after, 0, 86400, 0},
+        {"model", PT_OPT_STRING, &model, 0, 0, 0, "M",
+         "model spec: a path or a name in models/ (default " DEFAULT_MODEL ")"},
+        {"topology", PT_OPT_STRING, &topology, 0, 0, 0, "T",
+         "topology JSON, or a name in topologies/ (default " DEFAULT_TOPOLOGY ")"},
+        {"profile", PT_OPT_STRING, &profile, 0, 0, 0, "P",
+         "profile JSON (default: analytic, on " DEFAULT_DEVICE ")"},
+        {"plan", PT_OPT_STRING, &plan_path, 0, 0, 0, "P",
+         "start from this plan JSON instead of planning"},
+        {"planner", PT_OPT_STRING, &planner, 0, 0, 0, "NAME",
+         "planner for the first plan (default " DEFAULT_PLANNER ")"},
+        {"global-batch", PT_OPT_INT, &global, 1, GLOBAL_MAX, 0, "N",
+         "global batch size to plan for (default " PT_OPTS_STR(DEFAULT_GLOBAL) ")"},
+        {"theme", PT_OPT_STRING, &theme, 0, 0, 0, "NAME",
+         "colour theme (a file or a name in themes/)"},
+        {"view", PT_OPT_STRING, &view, 0, 0, 0, "V",
+         "view to start in: plan (default), timeline, stats or agents"},
+        {"no-mouse", PT_OPT_FLAG, &no_mouse, 0, 0, 0, NULL, "ignore the mouse"},
+        {"agents", PT_OPT_INT, &agents, 1, 4096, 0, "N",
+         "wait for N agents to register, then run the plan on them"},
+        {"listen", PT_OPT_STRING, &listen, 0, 0, 0, "EP",
+         "control endpoint to bind (default tcp://127.0.0.1:*)"},
+        {"data", PT_OPT_STRING, &data, 0, 0, 0, "D",
+         "with --agents: data set (default fashion-mnist)"},
+        {"exit-after", PT_OPT_DOUBLE, &exit_after, 0, 86400, 0, "X",
+         "quit after X seconds (scripted runs; 0: never)"},
     };
-    int rc =
-        pt_opts_parse("console", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), stderr);
-    if (rc == PT_OPTS_HELP) {
-        console_usage(stdout);
-        return 0;
-    }
-    if (rc != PT_OPTS_OK)
-        return 2;
+    int rc = pt_opts_command("console", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+                             console_usage, NULL);
+    if (rc >= 0)
+        return rc;
     pt_view start;
     if (pt_console_parse_view(view, &start) < 0) {
         fprintf(stderr, "pipetop console: --view: unknown view \"%s\"\n", view);
@@ -166,8 +157,8 @@ int pt_cmd_console(int argc, char **argv)
             goto out;
         }
     } else {
-        find_file(topology, "topologies", path, sizeof path);
-        if ((rc = pt_topology_load(path, &topo, &err)) < 0)
+        if ((rc = pt_datadir_find("topologies", topology, ".json", path, sizeof path, &err)) < 0 ||
+            (rc = pt_topology_load(path, &topo, &err)) < 0)
             goto out;
     }
     if (plan_path && (rc = pt_plan_load(plan_path, &plan, &err)) < 0)
@@ -308,44 +299,36 @@ int pt_cmd_replay(int argc, char **argv)
         "Plays a recorded run (RUN: a run.ndjson, or a run folder holding one) in the\n"
         "console at X times real speed (default 1): the measured timeline, the loss and\n"
         "throughput graphs, the agents; next to the simulator's prediction of its plan.\n"
-        "Keys: space pause, n next step, > < faster / slower, e jump to the end.\n"
-        "  --paused  start paused (n steps)\n"
-        "  --end     show the whole record at once\n";
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        fputs(usage, stdout);
-        return 0;
-    }
-    if (argc < 2 || argv[1][0] == '-') {
-        fprintf(stderr, "pipetop replay: a run record is required\n%s", usage);
-        return 2;
-    }
+        "Keys: space pause, n next step, > < faster / slower, e jump to the end.\n";
+    const char *run = NULL;
     double speed = 1.0, exit_after = 0;
     int paused = 0, to_end = 0, no_mouse = 0;
     const char *theme = NULL, *view = "timeline";
     pt_opt opts[] = {
-        {"speed", PT_OPT_DOUBLE, &speed, SPEED_MIN, SPEED_MAX, 0},
-        {"paused", PT_OPT_FLAG, &paused, 0, 0, 0},
-        {"end", PT_OPT_FLAG, &to_end, 0, 0, 0},
-        {"theme", PT_OPT_STRING, &theme, 0, 0, 0},
-        {"view", PT_OPT_STRING, &view, 0, 0, 0},
-        {"no-mouse", PT_OPT_FLAG, &no_mouse, 0, 0, 0},
-        {"exit-after", PT_OPT_DOUBLE, &exit_after, 0, 86400, 0},
+        {"RUN", PT_OPT_ARG, &run, 1, 1, 0, NULL, "a run.ndjson, or a run folder holding one"},
+        {"speed", PT_OPT_DOUBLE, &speed, SPEED_MIN, SPEED_MAX, 0, "X",
+         "play at X times real speed (default 1)"},
+        {"paused", PT_OPT_FLAG, &paused, 0, 0, 0, NULL, "start paused (n steps)"},
+        {"end", PT_OPT_FLAG, &to_end, 0, 0, 0, NULL, "show the whole record at once"},
+        {"theme", PT_OPT_STRING, &theme, 0, 0, 0, "NAME",
+         "colour theme (a file or a name in themes/)"},
+        {"view", PT_OPT_STRING, &view, 0, 0, 0, "V",
+         "view to start in: plan, timeline (default), stats or agents"},
+        {"no-mouse", PT_OPT_FLAG, &no_mouse, 0, 0, 0, NULL, "ignore the mouse"},
+        {"exit-after", PT_OPT_DOUBLE, &exit_after, 0, 86400, 0, "X",
+         "quit after X seconds (scripted runs; 0: never)"},
     };
-    int rc = pt_opts_parse("replay", argc - 1, argv + 1, opts, (int)(sizeof opts / sizeof opts[0]),
-                           stderr);
-    if (rc == PT_OPTS_HELP) {
-        fputs(usage, stdout);
-        return 0;
-    }
-    if (rc != PT_OPTS_OK)
-        return 2;
+    int rc = pt_opts_command("replay", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), usage,
+                             NULL);
+    if (rc >= 0)
+        return rc;
     pt_view start;
     if (pt_console_parse_view(view, &start) < 0) {
         fprintf(stderr, "pipetop replay: --view: unknown view \"%s\"\n", view);
         return 2;
     }
     char record[PATH_CAP], dir[PATH_CAP];
-    run_paths(argv[1], record, dir, sizeof record);
+    run_paths(run, record, dir, sizeof record);
     pt_error err = {0};
     pt_record *rec = NULL;
     pt_plan *plan = NULL;
@@ -426,23 +409,18 @@ int pt_cmd_status(int argc, char **argv)
     static const char usage[] =
         "usage: pipetop status [--json] [RUN]\n"
         "One snapshot of a run from its record (RUN: a run.ndjson or a run folder;\n"
-        "default: the newest under runs/): plan, step, loss, throughput, agents.\n"
-        "  --json  one JSON object instead of text\n";
+        "default: the newest under runs/): plan, step, loss, throughput, agents.\n";
     int json = 0;
     const char *run = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage, stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) {
-            json = 1;
-        } else if (argv[i][0] != '-' && !run) {
-            run = argv[i];
-        } else {
-            fprintf(stderr, "pipetop status: unexpected argument '%s'\n%s", argv[i], usage);
-            return 2;
-        }
-    }
+    pt_opt opts[] = {
+        {"RUN", PT_OPT_ARG, &run, 0, 1, 0, NULL,
+         "a run.ndjson or a run folder (default: the newest)"},
+        {"json", PT_OPT_FLAG, &json, 0, 0, 0, NULL, "one JSON object instead of text"},
+    };
+    int rc = pt_opts_command("status", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), usage,
+                             NULL);
+    if (rc >= 0)
+        return rc;
     char record[PATH_CAP], dir[PATH_CAP];
     if (run) {
         run_paths(run, record, dir, sizeof record);

@@ -5,9 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "protocol/datadir.h"
 #include "protocol/model.h"
 #include "tui/cmd_console.h"
-#include "tui/cmd_opts.h"
+#include "protocol/opts.h"
 #include "tui/commands.h"
 #include "tui/console.h"
 #include "tui/live.h"
@@ -27,10 +28,7 @@ static const char usage_text[] =
     "the timeline view. In the plan view, edit the plan and press A to apply it:\n"
     "the run checkpoints, stops, and resumes under the new plan at the same step.\n"
     "q stops the agents and quits. The run is recorded in runs/<time>/ (replay it\n"
-    "with pipetop replay, export it with pipetop export).\n"
-    "  --data D      fashion-mnist (default), synthetic, or a path\n"
-    "  --steps N     stop after N steps (default: train until q)\n"
-    "  --planner P   planner for the first plan (default dapple)\n";
+    "with pipetop replay, export it with pipetop export).\n";
 
 int pt_cmd_demo(int argc, char **argv)
 {
@@ -40,22 +38,26 @@ int pt_cmd_demo(int argc, char **argv)
     double exit_after = 0;
     int no_mouse = 0;
     pt_opt opts[] = {
-        {"data", PT_OPT_STRING, &data, 0, 0, 0},
-        {"steps", PT_OPT_INT64, &steps, 0, 1e12, 0},
-        {"planner", PT_OPT_STRING, &planner, 0, 0, 0},
-        {"theme", PT_OPT_STRING, &theme, 0, 0, 0},
-        {"view", PT_OPT_STRING, &view, 0, 0, 0},
-        {"run-dir", PT_OPT_STRING, &run_dir, 0, 0, 0},
-        {"no-mouse", PT_OPT_FLAG, &no_mouse, 0, 0, 0},
-        {"exit-after", PT_OPT_DOUBLE, &exit_after, 0, 86400, 0},
+        {"data", PT_OPT_STRING, &data, 0, 0, 0, "D",
+         "fashion-mnist (default), synthetic, or a path"},
+        {"steps", PT_OPT_INT64, &steps, 0, 1e12, 0, "N",
+         "stop after N steps (default: train until q)"},
+        {"planner", PT_OPT_STRING, &planner, 0, 0, 0, "NAME",
+         "planner for the first plan (default dapple)"},
+        {"theme", PT_OPT_STRING, &theme, 0, 0, 0, "NAME",
+         "colour theme (a file or a name in themes/)"},
+        {"view", PT_OPT_STRING, &view, 0, 0, 0, "V",
+         "view to start in: plan, timeline (default), stats or agents"},
+        {"run-dir", PT_OPT_STRING, &run_dir, 0, 0, 0, "DIR",
+         "record the run there (default runs/<time>/)"},
+        {"no-mouse", PT_OPT_FLAG, &no_mouse, 0, 0, 0, NULL, "ignore the mouse"},
+        {"exit-after", PT_OPT_DOUBLE, &exit_after, 0, 86400, 0, "X",
+         "quit after X seconds (scripted runs; 0: never)"},
     };
-    int rc = pt_opts_parse("demo", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), stderr);
-    if (rc == PT_OPTS_HELP) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
-    if (rc != PT_OPTS_OK)
-        return 2;
+    int rc = pt_opts_command("demo", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+                             usage_text, NULL);
+    if (rc >= 0)
+        return rc;
     pt_view start = PT_VIEW_TIMELINE;
     if (pt_console_parse_view(view, &start) < 0) {
         fprintf(stderr, "pipetop demo: --view: unknown view \"%s\"\n", view);
@@ -68,8 +70,8 @@ int pt_cmd_demo(int argc, char **argv)
     pt_plan *plan = NULL;
     pt_source *src = NULL;
     char path[PATH_CAP];
-    snprintf(path, sizeof path, "%s/topologies/%s.json", PT_SOURCE_DIR, DEMO_TOPOLOGY);
     if ((rc = pt_model_spec_find(DEMO_MODEL, &spec, &err)) < 0 ||
+        (rc = pt_datadir_find("topologies", DEMO_TOPOLOGY, ".json", path, sizeof path, &err)) < 0 ||
         (rc = pt_topology_load(path, &topo, &err)) < 0 ||
         (rc = pt_console_analytic_profile(spec, PT_CONSOLE_MB_MIN, &prof, &err)) < 0 ||
         (rc = pt_console_plan_with(planner, prof, topo, DEMO_GLOBAL, &plan, &err)) < 0)

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "tui/cmd_opts.h"
+#include "protocol/opts.h"
 #include "tui/commands.h"
 #include "tui/export.h"
 #include "tui/theme.h"
@@ -21,36 +21,26 @@ static const char usage_text[] =
     "Writes the timeline of a recorded run (RUN: a run.ndjson, or a run folder that\n"
     "holds one) as a Chrome trace-event file that Perfetto and chrome://tracing open\n"
     "(one process per stage, one track per replica and op lane, bubbles and memory\n"
-    "counters), and/or as an SVG picture of the Gantt chart.\n"
-    "  --trace OUT.json  trace-event JSON\n"
-    "  --svg OUT.svg     SVG picture (--theme for its colours, --width in pixels)\n";
+    "counters), and/or as an SVG picture of the Gantt chart.\n";
 
 int pt_cmd_export(int argc, char **argv)
 {
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
-    if (argc < 2 || argv[1][0] == '-') {
-        fprintf(stderr, "pipetop export: a run record is required\n%s", usage_text);
-        return 2;
-    }
-    const char *run = argv[1];
+    const char *run = NULL;
     const char *trace = NULL, *svg = NULL, *theme_name = "light";
     int width = 0;
     pt_opt opts[] = {
-        {"trace", PT_OPT_STRING, &trace, 0, 0, 0},
-        {"svg", PT_OPT_STRING, &svg, 0, 0, 0},
-        {"theme", PT_OPT_STRING, &theme_name, 0, 0, 0},
-        {"width", PT_OPT_INT, &width, SVG_WIDTH_MIN, SVG_WIDTH_MAX, 0},
+        {"RUN", PT_OPT_ARG, &run, 1, 1, 0, NULL, "a run.ndjson, or a run folder holding one"},
+        {"trace", PT_OPT_STRING, &trace, 0, 0, 0, "OUT.json", "trace-event JSON"},
+        {"svg", PT_OPT_STRING, &svg, 0, 0, 0, "OUT.svg",
+         "SVG picture (--theme for its colours, --width in pixels)"},
+        {"theme", PT_OPT_STRING, &theme_name, 0, 0, 0, "NAME",
+         "SVG colours: a theme file or a name in themes/ (default light)"},
+        {"width", PT_OPT_INT, &width, SVG_WIDTH_MIN, SVG_WIDTH_MAX, 0, "PX", "SVG width in pixels"},
     };
-    int rc = pt_opts_parse("export", argc - 1, argv + 1, opts, 4, stderr);
-    if (rc == PT_OPTS_HELP) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
-    if (rc != PT_OPTS_OK)
-        return 2;
+    int rc = pt_opts_command("export", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+                             usage_text, NULL);
+    if (rc >= 0)
+        return rc;
     if (!trace && !svg) {
         fprintf(stderr, "pipetop export: give --trace and/or --svg\n");
         return 2;

@@ -7,6 +7,7 @@
 
 #include "protocol/pipedream_profile.h"
 #include "protocol/profile.h"
+#include "protocol/opts.h"
 #include "tui/commands.h"
 
 static const char usage_text[] =
@@ -19,32 +20,14 @@ static const char usage_text[] =
 int pt_cmd_export_profile(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_text, stdout);
-            return 0;
-        } else if (!strncmp(argv[i], "--out=", 6)) {
-            out = argv[i] + 6;
-        } else if (!strcmp(argv[i], "--out")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "pipetop export-profile: --out needs a value\n");
-                return 2;
-            }
-            out = argv[++i];
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "pipetop export-profile: unknown option '%s'\n%s", argv[i], usage_text);
-            return 2;
-        } else if (!in) {
-            in = argv[i];
-        } else {
-            fprintf(stderr, "pipetop export-profile: more than one input file\n%s", usage_text);
-            return 2;
-        }
-    }
-    if (!in) {
-        fputs(usage_text, stderr);
-        return 2;
-    }
+    pt_opt opts[] = {
+        {"PROFILE.json", PT_OPT_ARG, &in, 1, 1, 0, NULL, "the profile to convert"},
+        {"out", PT_OPT_STRING, &out, 0, 0, 0, "GRAPH.txt", "write the graph there"},
+    };
+    int st = pt_opts_command("export-profile", argc, argv, opts,
+                             (int)(sizeof opts / sizeof opts[0]), usage_text, NULL);
+    if (st >= 0)
+        return st;
     pt_profile *p = NULL;
     pt_error err = {0};
     if (pt_profile_load(in, &p, &err) < 0) {

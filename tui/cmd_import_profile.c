@@ -6,6 +6,7 @@
 
 #include "protocol/pipedream_profile.h"
 #include "protocol/profile.h"
+#include "protocol/opts.h"
 #include "tui/commands.h"
 
 static const char usage_text[] =
@@ -14,74 +15,28 @@ static const char usage_text[] =
     "Reads a profile in PipeDream's graph.txt format (the one PipeDream's and DAPPLE's\n"
     "planners read), orders its nodes topologically and writes a pipetop profile: one\n"
     "layer per node, Input nodes folded into input_bytes, and each layer's act_bytes the\n"
-    "bytes that cross a stage boundary after it. Without --out the JSON goes to stdout.\n"
-    "  --microbatch N  samples the times were measured for (graph.txt does not say;\n"
-    "                  default 1)\n"
-    "  --model NAME    model name (default: the file name without .graph.txt)\n"
-    "  --device NAME   device the times are from (default: unknown)\n"
-    "  --out FILE      write the profile there and print a summary\n";
-
-/* Takes "--name VALUE" or "--name=VALUE" at argv[*i]; NULL when argv[*i] is
- * not that option. */
-static const char *option(int argc, char **argv, int *i, const char *name, int *missing)
-{
-    size_t n = strlen(name);
-    if (strncmp(argv[*i], name, n))
-        return NULL;
-    if (argv[*i][n] == '=')
-        return argv[*i] + n + 1;
-    if (argv[*i][n])
-        return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
-    }
-    return argv[++*i];
-}
+    "bytes that cross a stage boundary after it. Without --out the JSON goes to stdout.\n";
 
 int pt_cmd_import_profile(int argc, char **argv)
 {
-    const char *in = NULL, *out = NULL, *v;
+    const char *in = NULL, *out = NULL;
     pt_pipedream_options opt = {0};
-    int given_mb = 0;
-    for (int i = 1; i < argc; i++) {
-        int missing = 0;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_text, stdout);
-            return 0;
-        } else if ((v = option(argc, argv, &i, "--microbatch", &missing))) {
-            char *end;
-            long mb = strtol(v, &end, 10);
-            if (*end || end == v || mb < 1 || mb > PT_PROFILE_BATCH_MAX) {
-                fprintf(stderr, "pipetop import-profile: --microbatch: '%s' is not in 1..%d\n", v,
-                        PT_PROFILE_BATCH_MAX);
-                return 2;
-            }
-            opt.microbatch = (int)mb;
-            given_mb = 1;
-        } else if ((v = option(argc, argv, &i, "--model", &missing))) {
-            opt.model = v;
-        } else if ((v = option(argc, argv, &i, "--device", &missing))) {
-            opt.device = v;
-        } else if ((v = option(argc, argv, &i, "--out", &missing))) {
-            out = v;
-        } else if (missing) {
-            fprintf(stderr, "pipetop import-profile: %s needs a value\n", argv[i]);
-            return 2;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "pipetop import-profile: unknown option '%s'\n%s", argv[i], usage_text);
-            return 2;
-        } else if (!in) {
-            in = argv[i];
-        } else {
-            fprintf(stderr, "pipetop import-profile: more than one input file\n%s", usage_text);
-            return 2;
-        }
-    }
-    if (!in) {
-        fputs(usage_text, stderr);
-        return 2;
-    }
+    pt_opt opts[] = {
+        {"GRAPH.txt", PT_OPT_ARG, &in, 1, 1, 0, NULL, "the PipeDream profile to convert"},
+        {"microbatch", PT_OPT_INT, &opt.microbatch, 1, PT_PROFILE_BATCH_MAX, 0, "N",
+         "samples the times were measured for (graph.txt does not say;\ndefault 1)"},
+        {"model", PT_OPT_STRING, &opt.model, 0, 0, 0, "NAME",
+         "model name (default: the file name without .graph.txt)"},
+        {"device", PT_OPT_STRING, &opt.device, 0, 0, 0, "NAME",
+         "device the times are from (default: unknown)"},
+        {"out", PT_OPT_STRING, &out, 0, 0, 0, "FILE",
+         "write the profile there and print a summary"},
+    };
+    const int n = (int)(sizeof opts / sizeof opts[0]);
+    int status = pt_opts_command("import-profile", argc, argv, opts, n, usage_text, NULL);
+    if (status >= 0)
+        return status;
+    int given_mb = pt_opts_find(opts, n, "microbatch")->seen;
     pt_profile *p = NULL;
     pt_pipedream_stats st = {0};
     pt_error err = {0};

@@ -10,11 +10,12 @@
 #include "planner/cost.h"
 #include "planner/planner.h"
 #include "planner/simulate.h"
+#include "protocol/datadir.h"
 #include "protocol/pipedream_profile.h"
 #include "protocol/plan.h"
 #include "protocol/profile.h"
 #include "protocol/topology.h"
-#include "tui/cmd_opts.h"
+#include "protocol/opts.h"
 #include "tui/commands.h"
 
 #define PLAN_GIB         1073741824.0
@@ -31,20 +32,7 @@ static const char usage_text[] =
     "       pipetop plan --compare --profile P --topology T --batch GBS [same options]\n"
     "Plans how to split the model over the devices and prints the plan: stages, layer\n"
     "ranges, replicas and devices, schedule, micro-batching, the planner's predicted\n"
-    "iteration time and the simulator's, memory per stage, and why.\n"
-    "  --planner NAME     dapple, pipedream, 2bw, gpipe, dp or pipesgd\n"
-    "  --profile P        profile JSON (pipetop profile / import-profile), or a PipeDream\n"
-    "                     graph.txt\n"
-    "  --topology T       topology JSON (topologies/)\n"
-    "  --batch GBS        global batch size (samples per iteration)\n"
-    "  --stages S         gpipe: number of stages (default: min(layers, devices))\n"
-    "  --memory-limit G   take every device to have G GiB\n"
-    "  --microbatch LIST  micro-batch sizes to consider (each divides GBS)\n"
-    "  --optimizer K      sgd (default) or adam: optimizer state and step cost\n"
-    "  --out FILE         write the plan there\n"
-    "  --json             machine-readable output\n"
-    "  --compare          every planner on the same input: stages, predicted time (via\n"
-    "                     the simulator), speed-up over data parallelism, memory per stage\n";
+    "iteration time and the simulator's, memory per stage, and why.\n";
 
 static int ends_with(const char *s, const char *tail)
 {
@@ -349,35 +337,39 @@ int pt_cmd_plan(int argc, char **argv)
     int batch = 0, stages = 0, json = 0, cmp = 0;
     double mem_gib = 0;
     pt_opt opts[] = {
-        {"planner", PT_OPT_STRING, &planner, 0, 0, 0},
-        {"profile", PT_OPT_STRING, &profile_path, 0, 0, 0},
-        {"topology", PT_OPT_STRING, &topo_path, 0, 0, 0},
-        {"batch", PT_OPT_INT, &batch, 1, PLAN_BATCH_MAX, 0},
-        {"stages", PT_OPT_INT, &stages, 1, 1 << 20, 0},
-        {"memory-limit", PT_OPT_DOUBLE, &mem_gib, 1e-9, PLAN_MEM_GIB_MAX, 0},
-        {"microbatch", PT_OPT_STRING, &mb, 0, 0, 0},
-        {"optimizer", PT_OPT_STRING, &optim, 0, 0, 0},
-        {"out", PT_OPT_STRING, &out, 0, 0, 0},
-        {"json", PT_OPT_FLAG, &json, 0, 0, 0},
-        {"compare", PT_OPT_FLAG, &cmp, 0, 0, 0},
+        {"planner", PT_OPT_STRING, &planner, 0, 0, 0, "NAME",
+         "dapple, pipedream, 2bw, gpipe, dp or pipesgd"},
+        {"profile", PT_OPT_STRING, &profile_path, 0, 0, 0, "P",
+         "profile JSON (pipetop profile / import-profile), a PipeDream\n"
+         "graph.txt, or a name in profiles/"},
+        {"topology", PT_OPT_STRING, &topo_path, 0, 0, 0, "T",
+         "topology JSON, or a name in topologies/"},
+        {"batch", PT_OPT_INT, &batch, 1, PLAN_BATCH_MAX, 0, "GBS",
+         "global batch size (samples per iteration)"},
+        {"stages", PT_OPT_INT, &stages, 1, 1 << 20, 0, "S",
+         "gpipe: number of stages (default: min(layers, devices))"},
+        {"memory-limit", PT_OPT_DOUBLE, &mem_gib, 1e-9, PLAN_MEM_GIB_MAX, 0, "G",
+         "take every device to have G GiB"},
+        {"microbatch", PT_OPT_STRING, &mb, 0, 0, 0, "LIST",
+         "micro-batch sizes to consider (each divides GBS)"},
+        {"optimizer", PT_OPT_STRING, &optim, 0, 0, 0, "K",
+         "sgd (default) or adam: optimizer state and step cost"},
+        {"out", PT_OPT_STRING, &out, 0, 0, 0, "FILE", "write the plan there"},
+        {"json", PT_OPT_FLAG, &json, 0, 0, 0, NULL, "machine-readable output"},
+        {"compare", PT_OPT_FLAG, &cmp, 0, 0, 0, NULL,
+         "every planner on the same input: stages, predicted time (via\n"
+         "the simulator), speed-up over data parallelism, memory per stage"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
-    int prc = pt_opts_parse("plan", argc, argv, opts, n, stderr);
-    if (prc == PT_OPTS_HELP) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
-    if (prc != PT_OPTS_OK) {
-        fputs(usage_text, stderr);
-        return 2;
-    }
+    int prc = pt_opts_command("plan", argc, argv, opts, n, usage_text, NULL);
+    if (prc >= 0)
+        return prc;
     if (!profile_path || !topo_path || !batch || (!planner && !cmp)) {
-        fprintf(stderr, "pipetop plan: %s\n%s",
+        fprintf(stderr, "pipetop plan: %s (see pipetop plan --help)\n",
                 !profile_path ? "--profile is required"
                 : !topo_path  ? "--topology is required"
                 : !batch      ? "--batch is required"
-                              : "--planner or --compare is required",
-                usage_text);
+                              : "--planner or --compare is required");
         return 2;
     }
     if (planner && cmp) {
@@ -410,6 +402,9 @@ int pt_cmd_plan(int argc, char **argv)
             return 2;
         }
     }
+    char prof_buf[PT_DATADIR_PATH_MAX], topo_buf[PT_DATADIR_PATH_MAX];
+    profile_path = pt_datadir_resolve("profiles", profile_path, ".json", prof_buf, sizeof prof_buf);
+    topo_path = pt_datadir_resolve("topologies", topo_path, ".json", topo_buf, sizeof topo_buf);
     pt_profile *pr = NULL;
     pt_topology *topo = NULL;
     pt_error err = {0};

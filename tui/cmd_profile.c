@@ -21,7 +21,7 @@
 #include "runtime/layer.h"
 #include "runtime/net.h"
 #include "runtime/rng.h"
-#include "tui/cmd_opts.h"
+#include "protocol/opts.h"
 #include "tui/commands.h"
 
 #define DEFAULT_BATCH   64
@@ -44,24 +44,10 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: pipetop profile --model M [--batch B] [options]\n"
-            "Measures each layer's forward and backward time on this machine's CPU and writes\n"
-            "a profile for the planners.\n\n"
-            "  --model M      model spec: a path or a name in models/\n"
-            "  --batch B      micro-batch size the times are for (default %d)\n"
-            "  --out FILE     write the profile JSON to FILE (atomically)\n"
-            "  --json         print the profile JSON on stdout (the default when stdout is not\n"
-            "                 a terminal; on a terminal a table is shown instead)\n"
-            "  --repeats N    timed runs per layer; the median is kept (default %d)\n"
-            "  --warmup N     untimed runs first (default %d)\n"
-            "  --threads N    OpenBLAS threads (default: OpenBLAS's own choice)\n"
-            "  --analytic     derive the profile from FLOPs and a device description instead\n"
-            "                 (see pipetop profile --analytic --help)\n",
-            DEFAULT_BATCH, DEFAULT_REPEATS, DEFAULT_WARMUP);
-}
+static const char usage_text[] =
+    "usage: pipetop profile --model M [--batch B] [options]\n"
+    "Measures each layer's forward and backward time on this machine's CPU and writes\n"
+    "a profile for the planners.\n\n";
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -263,23 +249,31 @@ static int parse_args(int argc, char **argv, profile_args *a)
 {
     *a = (profile_args){
         .batch = DEFAULT_BATCH, .repeats = DEFAULT_REPEATS, .warmup = DEFAULT_WARMUP};
+    int analytic = 0; /* pt_cmd_profile hands --analytic over before parsing */
     pt_opt opts[] = {
-        {"model", PT_OPT_STRING, &a->model, 0, 0, 0},
-        {"batch", PT_OPT_INT, &a->batch, 1, MAX_BATCH, 0},
-        {"out", PT_OPT_STRING, &a->out, 0, 0, 0},
-        {"json", PT_OPT_FLAG, &a->json, 0, 0, 0},
-        {"repeats", PT_OPT_INT, &a->repeats, 1, MAX_REPEATS, 0},
-        {"warmup", PT_OPT_INT, &a->warmup, 0, MAX_REPEATS, 0},
-        {"threads", PT_OPT_INT, &a->threads, 1, 1024, 0},
+        {"model", PT_OPT_STRING, &a->model, 0, 0, 0, "M",
+         "model spec: a path or a name in models/"},
+        {"batch", PT_OPT_INT, &a->batch, 1, MAX_BATCH, 0, "B",
+         "micro-batch size the times are for (default " PT_OPTS_STR(DEFAULT_BATCH) ")"},
+        {"out", PT_OPT_STRING, &a->out, 0, 0, 0, "FILE",
+         "write the profile JSON to FILE (atomically)"},
+        {"json", PT_OPT_FLAG, &a->json, 0, 0, 0, NULL,
+         "print the profile JSON on stdout (the default when stdout is not\n"
+         "a terminal; on a terminal a table is shown instead)"},
+        {"repeats", PT_OPT_INT, &a->repeats, 1, MAX_REPEATS, 0, "N",
+         "timed runs per layer; the median is kept (default " PT_OPTS_STR(DEFAULT_REPEATS) ")"},
+        {"warmup", PT_OPT_INT, &a->warmup, 0, MAX_REPEATS, 0, "N",
+         "untimed runs first (default " PT_OPTS_STR(DEFAULT_WARMUP) ")"},
+        {"threads", PT_OPT_INT, &a->threads, 1, 1024, 0, "N",
+         "OpenBLAS threads (default: OpenBLAS's own choice)"},
+        {"analytic", PT_OPT_FLAG, &analytic, 0, 0, 0, NULL,
+         "derive the profile from FLOPs and a device description instead\n"
+         "(see pipetop profile --analytic --help)"},
     };
-    int rc =
-        pt_opts_parse("profile", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), stderr);
-    if (rc == PT_OPTS_HELP) {
-        usage(stdout);
-        return 0;
-    }
-    if (rc != PT_OPTS_OK)
-        return 2;
+    int rc = pt_opts_command("profile", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+                             usage_text, NULL);
+    if (rc >= 0)
+        return rc;
     if (!a->model) {
         fprintf(stderr, "pipetop profile: --model is required (see pipetop profile --help)\n");
         return 2;

@@ -2,38 +2,37 @@
  * bytes and a device description, for devices that are not at hand
  * (planner/analytic.h). `pipetop profile` hands over here on --analytic. */
 #include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "planner/analytic.h"
+#include "protocol/datadir.h"
 #include "protocol/device.h"
 #include "protocol/model.h"
 #include "protocol/profile.h"
+#include "protocol/opts.h"
 #include "tui/commands.h"
 
 #define BYTES_PER_MIB    (1024.0 * 1024.0)
 #define FLOPS_PER_TFLOPS 1e12
 #define BYTES_PER_GB     1e9
 #define BYTES_PER_GIB    (1024.0 * 1024.0 * 1024.0)
+/* --efficiency is a fraction in (0, 1]: the least value taken. */
+#define EFFICIENCY_MIN 1e-6
 
 static const char usage_text[] =
     "usage: pipetop profile --analytic --model MODEL --device DEVICE --batch B\n"
     "                       [--efficiency E] [--out PROFILE.json] [--json]\n"
     "Derives each layer's forward and backward time from its FLOPs and the bytes it\n"
     "moves: time = max(FLOPs / (peak FLOP/s x E), bytes / memory bandwidth), backward\n"
-    "twice the forward work; activations and parameters in fp32.\n"
-    "  --model MODEL    a model spec file or a name in models/\n"
-    "  --device DEVICE  a device description file or a name in devices/\n"
-    "  --batch B        micro-batch size the profile is for\n"
-    "  --efficiency E   fraction of peak FLOP/s reached, in (0, 1] (default 0.5)\n"
-    "  --out FILE       write the profile there\n"
-    "  --json           print the profile as JSON instead of a table\n";
+    "twice the forward work; activations and parameters in fp32.\n";
 
 static void list_devices(FILE *f)
 {
-    const char *dir = pt_device_builtin_dir();
-    DIR *d = dir ? opendir(dir) : NULL;
+    char dir[PATH_MAX];
+    DIR *d = pt_datadir_folder("devices", dir, sizeof dir, NULL) == 0 ? opendir(dir) : NULL;
     if (!d)
         return;
     fprintf(f, "shipped devices:");
@@ -45,24 +44,6 @@ static void list_devices(FILE *f)
     }
     fprintf(f, "\n");
     closedir(d);
-}
-
-/* Takes "--name VALUE" or "--name=VALUE" at argv[*i]; NULL when argv[*i] is
- * not that option (*missing set when it is but has no value). */
-static const char *option(int argc, char **argv, int *i, const char *name, int *missing)
-{
-    size_t n = strlen(name);
-    if (strncmp(argv[*i], name, n))
-        return NULL;
-    if (argv[*i][n] == '=')
-        return argv[*i] + n + 1;
-    if (argv[*i][n])
-        return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
-    }
-    return argv[++*i];
 }
 
 static void print_table(const pt_profile *p, const pt_device_desc *dev, double eff)
@@ -89,51 +70,35 @@ static void print_table(const pt_profile *p, const pt_device_desc *dev, double e
 
 int pt_cmd_profile_analytic(int argc, char **argv)
 {
-    const char *model = NULL, *device = NULL, *out = NULL, *v;
-    int batch = 0, json = 0;
+    const char *model = NULL, *device = NULL, *out = NULL;
+    int batch = 0, json = 0, analytic = 0;
     pt_analytic_options opt = {0};
-    for (int i = 1; i < argc; i++) {
-        int missing = 0;
-        char *end;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_text, stdout);
-            list_devices(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--analytic")) {
-            continue;
-        } else if (!strcmp(argv[i], "--json")) {
-            json = 1;
-        } else if ((v = option(argc, argv, &i, "--model", &missing))) {
-            model = v;
-        } else if ((v = option(argc, argv, &i, "--device", &missing))) {
-            device = v;
-        } else if ((v = option(argc, argv, &i, "--out", &missing))) {
-            out = v;
-        } else if ((v = option(argc, argv, &i, "--batch", &missing))) {
-            long b = strtol(v, &end, 10);
-            if (*end || end == v || b < 1 || b > PT_PROFILE_BATCH_MAX) {
-                fprintf(stderr, "pipetop profile: --batch: '%s' is not in 1..%d\n", v,
-                        PT_PROFILE_BATCH_MAX);
-                return 2;
-            }
-            batch = (int)b;
-        } else if ((v = option(argc, argv, &i, "--efficiency", &missing))) {
-            opt.efficiency = strtod(v, &end);
-            if (*end || end == v || !(opt.efficiency > 0 && opt.efficiency <= 1)) {
-                fprintf(stderr, "pipetop profile: --efficiency: '%s' is not in (0, 1]\n", v);
-                return 2;
-            }
-        } else if (missing) {
-            fprintf(stderr, "pipetop profile: %s needs a value\n", argv[i]);
-            return 2;
-        } else {
-            fprintf(stderr, "pipetop profile: unexpected '%s'\n%s", argv[i], usage_text);
-            return 2;
-        }
+    pt_opt opts[] = {
+        {"analytic", PT_OPT_FLAG, &analytic, 0, 0, 0, NULL,
+         "derive the profile from FLOPs and bytes (this command)"},
+        {"model", PT_OPT_STRING, &model, 0, 0, 0, "MODEL",
+         "a model spec file or a name in models/"},
+        {"device", PT_OPT_STRING, &device, 0, 0, 0, "DEVICE",
+         "a device description file or a name in devices/"},
+        {"batch", PT_OPT_INT, &batch, 1, PT_PROFILE_BATCH_MAX, 0, "B",
+         "micro-batch size the profile is for"},
+        {"efficiency", PT_OPT_DOUBLE, &opt.efficiency, EFFICIENCY_MIN, 1, 0, "E",
+         "fraction of peak FLOP/s reached, in (0, 1] (default 0.5)"},
+        {"out", PT_OPT_STRING, &out, 0, 0, 0, "FILE", "write the profile there"},
+        {"json", PT_OPT_FLAG, &json, 0, 0, 0, NULL, "print the profile as JSON instead of a table"},
+    };
+    const int n = (int)(sizeof opts / sizeof opts[0]);
+    int prc = pt_opts_parse("profile", argc, argv, opts, n, stderr);
+    if (prc == PT_OPTS_HELP) {
+        pt_opts_help(stdout, usage_text, opts, n, NULL);
+        list_devices(stdout);
+        return 0;
     }
+    if (prc != PT_OPTS_OK)
+        return 2;
     if (!model || !device || !batch) {
-        fprintf(stderr, "pipetop profile --analytic: needs --model, --device and --batch\n%s",
-                usage_text);
+        fprintf(stderr, "pipetop profile --analytic: needs --model, --device and --batch "
+                        "(see pipetop profile --analytic --help)\n");
         return 2;
     }
     pt_error err = {0};

@@ -31,7 +31,7 @@
 #include "protocol/topology.h"
 #include "runtime/data.h"
 #include "tui/agent_spawn.h"
-#include "tui/cmd_opts.h"
+#include "protocol/opts.h"
 #include "tui/commands.h"
 #include "tui/progress.h"
 #include "tui/run_ckpt.h"
@@ -107,81 +107,70 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: pipetop run --plan P --model M --data D [--iters N | --epochs N] [options]\n"
-            "       pipetop run --stages S --schedule K --microbatches M --model M --data D ...\n"
-            "Runs a plan with one pipetop-agent process per stage replica on this machine and\n"
-            "prints measured iteration time, busy/bubble fractions and peak memory per stage\n"
-            "replica next to the simulator's prediction.\n\n"
-            "  --plan P              plan file (protocol/plan.h)\n"
-            "  --stages S --schedule K --microbatches M\n"
-            "                        instead of --plan: profile the model here and plan it\n"
-            "  --planner NAME        planner for the quick form (default %s)\n"
-            "  --microbatch-size B   quick form: samples per micro-batch (default %d)\n"
-            "  --replicas R          quick form: devices per stage offered (default 1)\n"
-            "  --policy A|B          quick form, dapple: warm-up policy\n"
-            "  --model M             model spec: a path or a name in models/\n"
-            "  --data D              synthetic, fashion-mnist, or a path\n"
-            "  --iters N | --epochs N  how long to train (default: 1 epoch)\n"
-            "  --seed S              initial weights and data order (default %d)\n"
-            "  --topology T          topology file (default: one node, one CPU device per\n"
-            "                        stage replica)\n"
-            "  --profile P           profile for the prediction (default: measured now)\n"
-            "  --checkpoint-dir DIR  save per-layer checkpoints there (on stop, and every K)\n"
-            "  --checkpoint-every K  steps between checkpoints\n"
-            "  --resume DIR          continue from a checkpoint (a run's checkpoint folder or\n"
-            "                        one of its step-N folders), under this plan\n"
-            "  --run-dir DIR         where the run record goes (default runs/<timestamp>)\n"
-            "  --external            start no agents: wait for agents started by hand\n"
-            "                        (pipetop-agent --console EP --telemetry EP [--device D]);\n"
-            "                        a worker goes to the agent of its device, else the next one\n"
-            "  --control-bind EP     where the console's ROUTER binds (default %s)\n"
-            "  --telemetry-bind EP   where the console's SUB binds (default %s)\n"
-            "  --headless            plain lines only, never a progress bar\n"
-            "  --json                JSON lines on stdout; the last is the summary\n",
-            DEFAULT_PLANNER, DEFAULT_MB_SIZE, DEFAULT_SEED, PT_SESSION_DEFAULT_BIND,
-            PT_SESSION_DEFAULT_BIND);
-}
+static const char usage_text[] =
+    "usage: pipetop run --plan P --model M --data D [--iters N | --epochs N] [options]\n"
+    "       pipetop run --stages S --schedule K --microbatches M --model M --data D ...\n"
+    "Runs a plan with one pipetop-agent process per stage replica on this machine and\n"
+    "prints measured iteration time, busy/bubble fractions and peak memory per stage\n"
+    "replica next to the simulator's prediction.\n\n";
 
 static int parse_args(int argc, char **argv, run_args *a)
 {
     *a = (run_args){.seed = DEFAULT_SEED, .mb_size = DEFAULT_MB_SIZE, .replicas = 1};
     pt_opt opts[] = {
-        {"plan", PT_OPT_STRING, &a->plan, 0, 0, 0},
-        {"model", PT_OPT_STRING, &a->model, 0, 0, 0},
-        {"data", PT_OPT_STRING, &a->data, 0, 0, 0},
-        {"iters", PT_OPT_INT64, &a->iters, 1, (double)MAX_ITERS, 0},
-        {"epochs", PT_OPT_INT64, &a->epochs, 1, 1e6, 0},
-        {"headless", PT_OPT_FLAG, &a->headless, 0, 0, 0},
-        {"json", PT_OPT_FLAG, &a->json, 0, 0, 0},
-        {"checkpoint-dir", PT_OPT_STRING, &a->ckpt_dir, 0, 0, 0},
-        {"checkpoint-every", PT_OPT_INT64, &a->ckpt_every, 1, (double)MAX_ITERS, 0},
-        {"resume", PT_OPT_STRING, &a->resume, 0, 0, 0},
-        {"topology", PT_OPT_STRING, &a->topology, 0, 0, 0},
-        {"seed", PT_OPT_INT64, &a->seed, 0, 9007199254740991.0, 0},
-        {"profile", PT_OPT_STRING, &a->profile, 0, 0, 0},
-        {"run-dir", PT_OPT_STRING, &a->run_dir, 0, 0, 0},
-        {"stages", PT_OPT_INT, &a->stages, 1, PT_MSG_MAX_INDEX, 0},
-        {"schedule", PT_OPT_STRING, &a->schedule, 0, 0, 0},
-        {"microbatches", PT_OPT_INT, &a->microbatches, 1, PT_PLAN_MB_COUNT_MAX, 0},
-        {"microbatch-size", PT_OPT_INT, &a->mb_size, 1, PT_PLAN_MB_SIZE_MAX, 0},
-        {"replicas", PT_OPT_INT, &a->replicas, 1, PT_MSG_MAX_INDEX, 0},
-        {"planner", PT_OPT_STRING, &a->planner, 0, 0, 0},
-        {"policy", PT_OPT_STRING, &a->policy, 0, 0, 0},
-        {"external", PT_OPT_FLAG, &a->external, 0, 0, 0},
-        {"control-bind", PT_OPT_STRING, &a->control_bind, 0, 0, 0},
-        {"telemetry-bind", PT_OPT_STRING, &a->telemetry_bind, 0, 0, 0},
+        {"plan", PT_OPT_STRING, &a->plan, 0, 0, 0, "P", "plan file (protocol/plan.h)"},
+        {"model", PT_OPT_STRING, &a->model, 0, 0, 0, "M",
+         "model spec: a path or a name in models/"},
+        {"data", PT_OPT_STRING, &a->data, 0, 0, 0, "D", "synthetic, fashion-mnist, or a path"},
+        {"iters", PT_OPT_INT64, &a->iters, 1, (double)MAX_ITERS, 0, "N",
+         "iterations to train (default: 1 epoch)"},
+        {"epochs", PT_OPT_INT64, &a->epochs, 1, 1e6, 0, "N", "epochs to train, instead of --iters"},
+        {"headless", PT_OPT_FLAG, &a->headless, 0, 0, 0, NULL,
+         "plain lines only, never a progress bar"},
+        {"json", PT_OPT_FLAG, &a->json, 0, 0, 0, NULL,
+         "JSON lines on stdout; the last is the summary"},
+        {"checkpoint-dir", PT_OPT_STRING, &a->ckpt_dir, 0, 0, 0, "DIR",
+         "save per-layer checkpoints there (on stop, and every K)"},
+        {"checkpoint-every", PT_OPT_INT64, &a->ckpt_every, 1, (double)MAX_ITERS, 0, "K",
+         "steps between checkpoints"},
+        {"resume", PT_OPT_STRING, &a->resume, 0, 0, 0, "DIR",
+         "continue from a checkpoint (a run's checkpoint folder or\n"
+         "one of its step-N folders), under this plan"},
+        {"topology", PT_OPT_STRING, &a->topology, 0, 0, 0, "T",
+         "topology file (default: one node, one CPU device per\n"
+         "stage replica)"},
+        {"seed", PT_OPT_INT64, &a->seed, 0, 9007199254740991.0, 0, "S",
+         "initial weights and data order (default " PT_OPTS_STR(DEFAULT_SEED) ")"},
+        {"profile", PT_OPT_STRING, &a->profile, 0, 0, 0, "P",
+         "profile for the prediction (default: measured now)"},
+        {"run-dir", PT_OPT_STRING, &a->run_dir, 0, 0, 0, "DIR",
+         "where the run record goes (default runs/<timestamp>)"},
+        {"stages", PT_OPT_INT, &a->stages, 1, PT_MSG_MAX_INDEX, 0, "S",
+         "quick form, instead of --plan (with --schedule and --microbatches):\n"
+         "profile the model here and plan it into S stages"},
+        {"schedule", PT_OPT_STRING, &a->schedule, 0, 0, 0, "K", "quick form: the schedule kind"},
+        {"microbatches", PT_OPT_INT, &a->microbatches, 1, PT_PLAN_MB_COUNT_MAX, 0, "M",
+         "quick form: micro-batches per iteration"},
+        {"microbatch-size", PT_OPT_INT, &a->mb_size, 1, PT_PLAN_MB_SIZE_MAX, 0, "B",
+         "quick form: samples per micro-batch (default " PT_OPTS_STR(DEFAULT_MB_SIZE) ")"},
+        {"replicas", PT_OPT_INT, &a->replicas, 1, PT_MSG_MAX_INDEX, 0, "R",
+         "quick form: devices per stage offered (default 1)"},
+        {"planner", PT_OPT_STRING, &a->planner, 0, 0, 0, "NAME",
+         "planner for the quick form (default " DEFAULT_PLANNER ")"},
+        {"policy", PT_OPT_STRING, &a->policy, 0, 0, 0, "A|B", "quick form, dapple: warm-up policy"},
+        {"external", PT_OPT_FLAG, &a->external, 0, 0, 0, NULL,
+         "start no agents: wait for agents started by hand\n"
+         "(pipetop-agent --console EP --telemetry EP [--device D]);\n"
+         "a worker goes to the agent of its device, else the next one"},
+        {"control-bind", PT_OPT_STRING, &a->control_bind, 0, 0, 0, "EP",
+         "where the console's ROUTER binds (default " PT_SESSION_DEFAULT_BIND ")"},
+        {"telemetry-bind", PT_OPT_STRING, &a->telemetry_bind, 0, 0, 0, "EP",
+         "where the console's SUB binds (default " PT_SESSION_DEFAULT_BIND ")"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
-    int rc = pt_opts_parse("run", argc, argv, opts, n, stderr);
-    if (rc == PT_OPTS_HELP) {
-        usage(stdout);
-        return 0;
-    }
-    if (rc != PT_OPTS_OK)
-        return 2;
+    int rc = pt_opts_command("run", argc, argv, opts, n, usage_text, NULL);
+    if (rc >= 0)
+        return rc;
     const char *why = NULL;
     int quick = a->stages || a->schedule || a->microbatches;
     if (!a->model || !a->data)

@@ -10,10 +10,11 @@
 #include "planner/cost.h"
 #include "planner/schedule.h"
 #include "planner/simulate.h"
+#include "protocol/datadir.h"
 #include "protocol/plan.h"
 #include "protocol/profile.h"
 #include "protocol/topology.h"
-#include "tui/cmd_opts.h"
+#include "protocol/opts.h"
 #include "tui/commands.h"
 #include "tui/timeline_ascii.h"
 
@@ -28,12 +29,7 @@ static const char usage_text[] =
     "time, throughput, bubble fraction, per-worker busy time, peak memory against the\n"
     "device limit and an ASCII timeline. Asynchronous schedules (pipedream, 2bw,\n"
     "pipesgd) are run for several windows of M micro-batches; their figures are the\n"
-    "steady state and the timeline shows one steady window.\n"
-    "  --json            machine-readable output instead of text\n"
-    "  --events          with --json: every op's start and end (large)\n"
-    "  --width N         timeline cells (default 100)\n"
-    "  --microbatches M  override the plan's micro-batch count\n"
-    "  --windows W       asynchronous schedules: windows to simulate\n";
+    "steady state and the timeline shows one steady window.\n";
 
 static const char *human(double bytes, char *buf, size_t cap)
 {
@@ -169,25 +165,28 @@ int pt_cmd_sim(int argc, char **argv)
     const char *plan_path = NULL, *profile_path = NULL, *topo_path = NULL;
     int json = 0, events = 0, width = PT_TIMELINE_DEFAULT_WIDTH, mbs = 0, windows = 0;
     pt_opt opts[] = {
-        {"plan", PT_OPT_STRING, &plan_path, 0, 0, 0},
-        {"profile", PT_OPT_STRING, &profile_path, 0, 0, 0},
-        {"topology", PT_OPT_STRING, &topo_path, 0, 0, 0},
-        {"json", PT_OPT_FLAG, &json, 0, 0, 0},
-        {"events", PT_OPT_FLAG, &events, 0, 0, 0},
-        {"width", PT_OPT_INT, &width, PT_TIMELINE_MIN_WIDTH, PT_TIMELINE_MAX_WIDTH, 0},
-        {"microbatches", PT_OPT_INT, &mbs, 1, 1 << 20, 0},
-        {"windows", PT_OPT_INT, &windows, 1, MAX_WINDOWS, 0},
+        {"plan", PT_OPT_STRING, &plan_path, 0, 0, 0, "PLAN.json", "the plan (pipetop plan --out)"},
+        {"profile", PT_OPT_STRING, &profile_path, 0, 0, 0, "P",
+         "profile JSON, or a name in profiles/"},
+        {"topology", PT_OPT_STRING, &topo_path, 0, 0, 0, "T",
+         "topology JSON, or a name in topologies/"},
+        {"json", PT_OPT_FLAG, &json, 0, 0, 0, NULL, "machine-readable output instead of text"},
+        {"events", PT_OPT_FLAG, &events, 0, 0, 0, NULL,
+         "with --json: every op's start and end (large)"},
+        {"width", PT_OPT_INT, &width, PT_TIMELINE_MIN_WIDTH, PT_TIMELINE_MAX_WIDTH, 0, "N",
+         "timeline cells (default 100)"},
+        {"microbatches", PT_OPT_INT, &mbs, 1, 1 << 20, 0, "M",
+         "override the plan's micro-batch count"},
+        {"windows", PT_OPT_INT, &windows, 1, MAX_WINDOWS, 0, "W",
+         "asynchronous schedules: windows to simulate"},
     };
-    int rc = pt_opts_parse("sim", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), stderr);
-    if (rc == PT_OPTS_HELP) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
-    if (rc != PT_OPTS_OK)
-        return 2;
+    int rc = pt_opts_command("sim", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+                             usage_text, NULL);
+    if (rc >= 0)
+        return rc;
     if (!plan_path || !profile_path || !topo_path) {
-        fprintf(stderr, "pipetop sim: --plan, --profile and --topology are required\n%s",
-                usage_text);
+        fprintf(stderr, "pipetop sim: --plan, --profile and --topology are required "
+                        "(see pipetop sim --help)\n");
         return 2;
     }
     pt_error err = {0};
@@ -199,6 +198,9 @@ int pt_cmd_sim(int argc, char **argv)
     pt_program prog = {0};
     pt_sim_result res;
     int status = 1;
+    char prof_buf[PT_DATADIR_PATH_MAX], topo_buf[PT_DATADIR_PATH_MAX];
+    profile_path = pt_datadir_resolve("profiles", profile_path, ".json", prof_buf, sizeof prof_buf);
+    topo_path = pt_datadir_resolve("topologies", topo_path, ".json", topo_buf, sizeof topo_buf);
     if (pt_plan_load(plan_path, &plan, &err) < 0 ||
         pt_profile_load(profile_path, &profile, &err) < 0 ||
         pt_topology_load(topo_path, &topo, &err) < 0 ||

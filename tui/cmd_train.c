@@ -17,7 +17,7 @@
 #include "runtime/data.h"
 #include "runtime/net.h"
 #include "runtime/optim.h"
-#include "tui/cmd_opts.h"
+#include "protocol/opts.h"
 #include "tui/commands.h"
 #include "tui/progress.h"
 
@@ -83,34 +83,9 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: pipetop train --model M --data D [options]\n"
-            "Trains model M on one device (the CPU) and reports loss and test accuracy.\n\n"
-            "  --model M          model spec: a path or a name in models/ (fmnist-mlp, gpt-tiny)\n"
-            "  --data D           fashion-mnist or synthetic (shapes taken from the model)\n"
-            "  --epochs N         passes over the training set (default %d)\n"
-            "  --steps N          optimizer steps instead of epochs (0: none, e.g. to re-save)\n"
-            "  --batch B          samples per step (default %d)\n"
-            "  --optimizer K      sgd (with momentum, default) or adam\n"
-            "  --lr X             learning rate (sgd 0.02, adam 0.001)\n"
-            "  --momentum X       sgd momentum (default 0.9)\n"
-            "  --weight-decay X   L2 weight decay (default 0)\n"
-            "  --seed S           initialisation and data order (default %d)\n"
-            "  --subset N         train on the first N training samples only\n"
-            "  --eval-samples N   evaluate on the first N test samples (0: no evaluation)\n"
-            "  --load DIR         start from the checkpoint in DIR (its optimizer settings\n"
-            "                     apply unless given here)\n"
-            "  --save DIR         save a checkpoint to DIR after each epoch, at the end and on\n"
-            "                     Ctrl-C\n"
-            "  --json             one JSON object per line instead of the progress bar:\n"
-            "                     \"event\" step|epoch|end, step, epoch, loss, samples_per_s,\n"
-            "                     and test_loss/test_accuracy where evaluated\n"
-            "  --log-every N      steps between JSON step lines (default %d)\n"
-            "  --threads N        OpenBLAS threads (default: OpenBLAS's own choice)\n",
-            DEFAULT_EPOCHS, DEFAULT_BATCH, DEFAULT_SEED, DEFAULT_LOG_EVERY);
-}
+static const char usage_text[] =
+    "usage: pipetop train --model M --data D [options]\n"
+    "Trains model M on one device (the CPU) and reports loss and test accuracy.\n\n";
 
 /* Returns -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, train_args *a)
@@ -122,32 +97,48 @@ static int parse_args(int argc, char **argv, train_args *a)
                       .eval_samples = -1,
                       .seed = DEFAULT_SEED};
     pt_opt opts[] = {
-        {"model", PT_OPT_STRING, &a->model, 0, 0, 0},
-        {"data", PT_OPT_STRING, &a->data, 0, 0, 0},
-        {"epochs", PT_OPT_INT, &a->epochs, 1, 1e6, 0},
-        {"steps", PT_OPT_INT64, &a->steps, 0, 1e12, 0},
-        {"batch", PT_OPT_INT, &a->batch, 1, MAX_BATCH, 0},
-        {"optimizer", PT_OPT_STRING, &a->optimizer, 0, 0, 0},
-        {"lr", PT_OPT_DOUBLE, &a->lr, 1e-12, 1e3, 0},
-        {"momentum", PT_OPT_DOUBLE, &a->momentum, 0, 0.999999, 0},
-        {"weight-decay", PT_OPT_DOUBLE, &a->weight_decay, 0, 1e3, 0},
-        {"seed", PT_OPT_INT64, &a->seed, 0, 9e15, 0},
-        {"subset", PT_OPT_INT64, &a->subset, 1, 1e12, 0},
-        {"eval-samples", PT_OPT_INT64, &a->eval_samples, 0, 1e12, 0},
-        {"load", PT_OPT_STRING, &a->load, 0, 0, 0},
-        {"save", PT_OPT_STRING, &a->save, 0, 0, 0},
-        {"json", PT_OPT_FLAG, &a->json, 0, 0, 0},
-        {"log-every", PT_OPT_INT, &a->log_every, 1, 1e9, 0},
-        {"threads", PT_OPT_INT, &a->threads, 1, MAX_THREADS, 0},
+        {"model", PT_OPT_STRING, &a->model, 0, 0, 0, "M",
+         "model spec: a path or a name in models/ (fmnist-mlp, gpt-tiny)"},
+        {"data", PT_OPT_STRING, &a->data, 0, 0, 0, "D",
+         "fashion-mnist or synthetic (shapes taken from the model)"},
+        {"epochs", PT_OPT_INT, &a->epochs, 1, 1e6, 0, "N",
+         "passes over the training set (default " PT_OPTS_STR(DEFAULT_EPOCHS) ")"},
+        {"steps", PT_OPT_INT64, &a->steps, 0, 1e12, 0, "N",
+         "optimizer steps instead of epochs (0: none, e.g. to re-save)"},
+        {"batch", PT_OPT_INT, &a->batch, 1, MAX_BATCH, 0, "B",
+         "samples per step (default " PT_OPTS_STR(DEFAULT_BATCH) ")"},
+        {"optimizer", PT_OPT_STRING, &a->optimizer, 0, 0, 0, "K",
+         "sgd (with momentum, default) or adam"},
+        {"lr", PT_OPT_DOUBLE, &a->lr, 1e-12, 1e3, 0, "X", "learning rate (sgd 0.02, adam 0.001)"},
+        {"momentum", PT_OPT_DOUBLE, &a->momentum, 0, 0.999999, 0, "X",
+         "sgd momentum (default 0.9)"},
+        {"weight-decay", PT_OPT_DOUBLE, &a->weight_decay, 0, 1e3, 0, "X",
+         "L2 weight decay (default 0)"},
+        {"seed", PT_OPT_INT64, &a->seed, 0, 9e15, 0, "S",
+         "initialisation and data order (default " PT_OPTS_STR(DEFAULT_SEED) ")"},
+        {"subset", PT_OPT_INT64, &a->subset, 1, 1e12, 0, "N",
+         "train on the first N training samples only"},
+        {"eval-samples", PT_OPT_INT64, &a->eval_samples, 0, 1e12, 0, "N",
+         "evaluate on the first N test samples (0: no evaluation)"},
+        {"load", PT_OPT_STRING, &a->load, 0, 0, 0, "DIR",
+         "start from the checkpoint in DIR (its optimizer settings\n"
+         "apply unless given here)"},
+        {"save", PT_OPT_STRING, &a->save, 0, 0, 0, "DIR",
+         "save a checkpoint to DIR after each epoch, at the end and on\n"
+         "Ctrl-C"},
+        {"json", PT_OPT_FLAG, &a->json, 0, 0, 0, NULL,
+         "one JSON object per line instead of the progress bar:\n"
+         "\"event\" step|epoch|end, step, epoch, loss, samples_per_s,\n"
+         "and test_loss/test_accuracy where evaluated"},
+        {"log-every", PT_OPT_INT, &a->log_every, 1, 1e9, 0, "N",
+         "steps between JSON step lines (default " PT_OPTS_STR(DEFAULT_LOG_EVERY) ")"},
+        {"threads", PT_OPT_INT, &a->threads, 1, MAX_THREADS, 0, "N",
+         "OpenBLAS threads (default: OpenBLAS's own choice)"},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
-    int rc = pt_opts_parse("train", argc, argv, opts, n, stderr);
-    if (rc == PT_OPTS_HELP) {
-        usage(stdout);
-        return 0;
-    }
-    if (rc != PT_OPTS_OK)
-        return 2;
+    int rc = pt_opts_command("train", argc, argv, opts, n, usage_text, NULL);
+    if (rc >= 0)
+        return rc;
     a->epochs_seen = pt_opts_find(opts, n, "epochs")->seen;
     a->steps_seen = pt_opts_find(opts, n, "steps")->seen;
     a->optimizer_seen = pt_opts_find(opts, n, "optimizer")->seen;

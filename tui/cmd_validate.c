@@ -8,22 +8,23 @@
 #include "protocol/plan.h"
 #include "protocol/profile.h"
 #include "protocol/topology.h"
+#include "protocol/opts.h"
 #include "tui/commands.h"
 
 int pt_cmd_validate(int argc, char **argv)
 {
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: pipetop validate model|profile|topology|plan FILE\n"
-               "Checks FILE against its format and prints what is wrong with it.\n");
-        return 0;
-    }
-    if (argc != 3) {
-        fprintf(stderr, "usage: pipetop validate model|profile|topology|plan FILE\n");
-        return 2;
-    }
+    const char *kind = NULL, *path = NULL;
+    pt_opt opts[] = {
+        {"KIND", PT_OPT_ARG, &kind, 1, 1, 0, NULL, "model, profile, topology or plan"},
+        {"FILE", PT_OPT_ARG, &path, 1, 1, 0, NULL, "the file to check"},
+    };
+    int rc = pt_opts_command("validate", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+                             "usage: pipetop validate model|profile|topology|plan FILE\n"
+                             "Checks FILE against its format and prints what is wrong with it.\n",
+                             NULL);
+    if (rc >= 0)
+        return rc;
     pt_error err = {0};
-    int rc;
-    const char *kind = argv[1], *path = argv[2];
     if (!strcmp(kind, "model")) {
         pt_model_spec *m = NULL;
         rc = pt_model_spec_load(path, &m, &err);

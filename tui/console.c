@@ -136,8 +136,8 @@ static void draw_status(pt_ui *ui)
         return;
     }
     static const char *const hints[PT_VIEW_COUNT] = {
-        "[ ] move boundary  +/- replicas  S schedule  b/B m/M micro-batches  P planner  A apply"
-        "  ? help  q quit",
+        ("[ ] move boundary  +/- replicas  S schedule  b/B m/M micro-batches  P planner  A apply"
+         "  ? help  q quit"),
         "h/l pan  +/- zoom  p predicted/measured  i/I iterations  x export  ? help  q quit",
         "1-4 views  x export  t theme  ? help  q quit",
         "Up/Down scroll  1-4 views  ? help  q quit",

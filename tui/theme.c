@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "protocol/datadir.h"
 #include "protocol/fileio.h"
 
 #define THEME_PATH_MAX 1024
@@ -206,7 +207,10 @@ int pt_theme_find(const char *name, pt_theme *out, pt_error *err)
         snprintf(dirs[nd++], THEME_PATH_MAX, "%s/pipetop/themes", xdg);
     else if (home && *home)
         snprintf(dirs[nd++], THEME_PATH_MAX, "%s/.config/pipetop/themes", home);
-    snprintf(dirs[nd++], THEME_PATH_MAX, "%s/themes", PT_SOURCE_DIR);
+    pt_error derr = {0};
+    if (pt_datadir_folder("themes", dirs[nd], THEME_PATH_MAX, &derr) < 0)
+        snprintf(dirs[nd], THEME_PATH_MAX, "(%.*s)", THEME_PATH_MAX - 3, derr.msg);
+    nd++;
     char path[THEME_PATH_MAX + PT_NAME_MAX + 16];
     for (int i = 0; i < nd; i++) {
         int n = snprintf(path, sizeof path, "%s/%s%s", dirs[i], name, THEME_EXT);

@@ -386,8 +386,8 @@ static void test_roundtrip_tricky(void)
                                   "tail ",
                                   "node7",
                                   "ReLU(inplace)",
-                                  "a123456789b123456789c123456789d123456789e1234567"
-                                  "89f123456789z"};
+                                  ("a123456789b123456789c123456789d123456789e1234567"
+                                   "89f123456789z")};
     const int n = (int)(sizeof names / sizeof names[0]);
     pt_profile *p = pt_profile_new(n);
     REQUIRE(p);
