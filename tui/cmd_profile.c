@@ -18,7 +18,6 @@
 #include "protocol/model.h"
 #include "protocol/profile.h"
 #include "runtime/blas_core.h"
-#include "runtime/layer.h"
 #include "runtime/net.h"
 #include "runtime/rng.h"
 #include "protocol/opts.h"
@@ -129,45 +128,6 @@ static int make_bufs(pt_net *net, const pt_model_spec *spec, int layer, int batc
     return 0;
 }
 
-int pt_profile_measure_memory(const pt_model_spec *spec, int layer, int batch, int64_t *saved,
-                              int64_t *scratch, pt_error *err)
-{
-    pt_net_config cfg = pt_net_config_default(spec);
-    cfg.first = layer;
-    cfg.last = layer + 1;
-    cfg.max_batch = batch;
-    cfg.seed = PROFILE_SEED;
-    pt_net *net = NULL;
-    int rc = pt_net_create(spec, &cfg, &net, err);
-    if (rc < 0)
-        return rc;
-    layer_bufs b = {0};
-    if ((rc = make_bufs(net, spec, layer, batch, &b)) < 0) {
-        rc = pt_error_set(err, rc, "layer %d: out of memory", layer);
-        goto done;
-    }
-    /* the net's own arena: ACTS holds the backward scratch from create on, and
-     * one micro-batch's slot (input | output | saved) while it is in flight */
-    pt_mem_stats before, during;
-    pt_arena_stats(pt_net_arena(net), &before);
-    if ((rc = pt_net_forward(net, 0, NULL, b.x, batch, b.labels, NULL, NULL)) < 0) {
-        rc = pt_error_set(err, rc, "layer %d (%s): %s", layer, spec->layers[layer].name,
-                          pt_strerror(rc));
-        goto done;
-    }
-    pt_arena_stats(pt_net_arena(net), &during);
-    pt_net_release(net, 0);
-    int64_t io = (pt_layer_align(batch * pt_net_in_elems(net)) +
-                  pt_layer_align(batch * pt_net_out_elems(net))) *
-                 (int64_t)sizeof(float);
-    *saved = during.current[PT_MEM_ACTS] - before.current[PT_MEM_ACTS] - io;
-    *scratch = before.current[PT_MEM_ACTS];
-done:
-    free(b.labels);
-    pt_net_destroy(&net);
-    return rc;
-}
-
 /* Times layer `layer` into pl. */
 static int profile_layer(const pt_model_spec *spec, int layer, const profile_args *a,
                          pt_profile_layer *pl, pt_error *err)
@@ -216,7 +176,7 @@ static int profile_layer(const pt_model_spec *spec, int layer, const profile_arg
     pl->act_bytes = pt_net_out_elems(net) * a->batch * (int64_t)sizeof(float);
     pl->param_bytes = pt_net_param_count(net) * (int64_t)sizeof(float);
     rc =
-        pt_profile_measure_memory(spec, layer, a->batch, &pl->saved_bytes, &pl->scratch_bytes, err);
+        pt_net_layer_memory(spec, layer, a->batch, NULL, &pl->saved_bytes, &pl->scratch_bytes, err);
 done:
     free(fwd);
     free(bwd);

@@ -4,11 +4,6 @@
 #ifndef PT_TUI_COMMANDS_H
 #define PT_TUI_COMMANDS_H
 
-#include <stdint.h>
-
-#include "protocol/error.h"
-#include "protocol/model.h"
-
 typedef struct pt_command {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -20,13 +15,6 @@ extern const pt_command pt_commands[];
 
 int pt_cmd_train(int argc, char **argv);
 int pt_cmd_profile(int argc, char **argv);
-/* What `pipetop profile` records of top-level layer `layer` of spec at
- * micro-batch size `batch`, read off the arena of a net of that layer alone:
- * *saved, the bytes one micro-batch's forward keeps for its backward besides
- * its input and output (the slot's growth less those two), and *scratch, the
- * net's backward scratch. Returns 0 or the net's error (err says which). */
-int pt_profile_measure_memory(const pt_model_spec *spec, int layer, int batch, int64_t *saved,
-                              int64_t *scratch, pt_error *err);
 /* `pipetop profile --analytic ...`; pt_cmd_profile hands over on --analytic. */
 int pt_cmd_profile_analytic(int argc, char **argv);
 int pt_cmd_plan(int argc, char **argv);

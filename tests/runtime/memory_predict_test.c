@@ -4,7 +4,7 @@
  * with the profile `pipetop profile` records (input and layer outputs:
  * per-sample floats from pt_net_layer_elems x 4 x rows; parameters: each
  * layer's parameter count x 4; saved and scratch bytes read off each layer's
- * arena by pt_profile_measure_memory), then run by the in-process pipeline
+ * arena by pt_net_layer_memory), then run by the in-process pipeline
  * (runtime/pipeline.h), and per worker:
  *
  *   in-flight micro-batches  predicted peak == most FWDs without their BWD in
@@ -32,7 +32,6 @@
 #include "planner/cost.h"
 #include "planner/simulate.h"
 #include "tests/runtime/exec_common.h"
-#include "tui/commands.h"
 
 #define FLOAT_BYTES  4
 #define SAMPLE_COUNT 512 /* of the synthetic sets: a global batch of 5 x 32 fits */
@@ -130,7 +129,7 @@ static pt_profile *real_profile(const pt_model_spec *spec, int mb)
         L->act_bytes = out * FLOAT_BYTES * mb;
         L->param_bytes = count * FLOAT_BYTES;
         pt_error err = {0};
-        int rc = pt_profile_measure_memory(spec, l, mb, &L->saved_bytes, &L->scratch_bytes, &err);
+        int rc = pt_net_layer_memory(spec, l, mb, NULL, &L->saved_bytes, &L->scratch_bytes, &err);
         CHECK_MSG(rc == 0, "%s layer %d: %s", spec->name, l, err.msg);
     }
     pt_net_destroy(&whole);
@@ -423,7 +422,7 @@ static void check_analytic(const pt_model_spec *spec, int batch)
     int blocks = 0;
     for (int l = 0; l < spec->layer_count; l++) {
         int64_t saved = -1, scratch = -1;
-        REQUIRE(pt_profile_measure_memory(spec, l, batch, &saved, &scratch, &err) == 0);
+        REQUIRE(pt_net_layer_memory(spec, l, batch, NULL, &saved, &scratch, &err) == 0);
         CHECK_MSG(ap->layers[l].saved_bytes == saved && ap->layers[l].scratch_bytes == scratch,
                   "%s layer %d (%s) at batch %d: analytic saved %lld scratch %lld, measured "
                   "%lld, %lld",
