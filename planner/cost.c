@@ -21,6 +21,9 @@ struct pt_cost {
      * [l, l + 2^k) (a sparse table, so a stage's figure is O(1)) */
     int levels;
     int64_t **scratch_max;
+    /* the profile records what layers keep for the backward (any saved or
+     * scratch bytes): then the runtime's input-gradient buffers count too */
+    int runtime_memory;
 };
 
 static int floor_log2(int n)
@@ -100,6 +103,7 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
         c->param[l + 1] = c->param[l] + L->param_bytes;
         c->act[l + 1] = c->act[l] + L->act_bytes;
         c->saved[l + 1] = c->saved[l] + L->saved_bytes;
+        c->runtime_memory |= L->saved_bytes > 0 || L->scratch_bytes > 0;
     }
     *out = c;
     return 0;
@@ -215,7 +219,7 @@ int64_t pt_cost_scratch_bytes(const pt_cost *c, int first, int last, int rows)
     int k = floor_log2(last - first);
     int64_t a = c->scratch_max[k][first], b = c->scratch_max[k][last - (1 << k)];
     /* the input gradients of every layer but the first are the inner outputs' size */
-    int64_t inner = c->act[last - 1] - c->act[first];
+    int64_t inner = c->runtime_memory ? c->act[last - 1] - c->act[first] : 0;
     return (inner + (a > b ? a : b)) * rows / c->profile_mb;
 }
 

@@ -21,7 +21,10 @@
  * outputs (the profile's saved_bytes), loss_b = the saved bytes of the
  * model's last layer (its labels) when the stage holds it, scratch_b = the
  * backward scratch: the input gradients of all its layers but the first
- * (act_b - out_b) plus the largest scratch_bytes of its layers, P = its
+ * (act_b - out_b) plus the largest scratch_bytes of its layers (a profile
+ * with no saved or scratch bytes at all, as PipeDream's and files from
+ * before these fields, has no scratch_b: it describes layers, not
+ * pipetop's runtime), P = its
  * parameter bytes, K = micro-batches in flight (pt_cost_inflight), V =
  * weight versions held (pt_cost_weight_versions):
  *   weights = P; stash = (V - 1) * P;
@@ -107,7 +110,8 @@ int64_t pt_cost_act_bytes(const pt_cost *cost, int first, int last, int rows);
 int64_t pt_cost_saved_bytes(const pt_cost *cost, int first, int last, int rows);
 /* The backward scratch of a stage of layers [first,last) for `rows` samples:
  * the input gradients of every layer but the first plus the largest
- * scratch_bytes among them (one layer runs at a time). */
+ * scratch_bytes among them (one layer runs at a time); 0 for a profile
+ * without any saved or scratch bytes. */
 int64_t pt_cost_scratch_bytes(const pt_cost *cost, int first, int last, int rows);
 /* The saved bytes of the model's last layer (a loss layer's labels) when
  * [first,last) holds it, else 0; they stay in flight under recompute. */

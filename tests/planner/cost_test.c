@@ -57,6 +57,16 @@ static void test_compute_times(void)
                           (b == 5 ? pf->layers[4].saved_bytes * rows / 8 : 0));
                 }
     CHECK(pt_cost_boundary_bytes(c, 0, 4) == 400);
+    {
+        /* a profile without any saved or scratch bytes (PipeDream's, older files)
+         * describes layers, not pipetop's runtime: no backward scratch */
+        pt_profile *bare = fx_profile(3, 1, 1, 1000, 0, 8);
+        pt_cost *bc = NULL;
+        REQUIRE(pt_cost_new(bare, t, &bc, NULL) == 0);
+        CHECK(pt_cost_scratch_bytes(bc, 0, 3, 8) == 0 && pt_cost_saved_bytes(bc, 0, 3, 8) == 0);
+        pt_cost_free(&bc);
+        pt_profile_free(&bare);
+    }
     CHECK(pt_cost_boundary_bytes(c, 3, 8) == 3000);
     /* optimizer step: (3 + 2k) passes over the parameters at the stated bandwidth */
     double sgd = 4096.0 * (PT_COST_OPT_BASE_PASSES + PT_COST_OPT_STATE_PASSES * 1) /

@@ -170,7 +170,7 @@ static void test_exhaustive_optimum(void)
     check(8, 53, 2, 2, EN_GIB * 3 / 4, 16, 1, 0); /* depth forced by memory */
     check(6, 54, 4, 1, EN_GIB, 32, 1, 0);
     /* from roomy to tight: recomputation switches on, then nothing fits */
-    static const double gib[] = {4.0, 3.1, 2.9, 2.6, 2.4, 1.9};
+    static const double gib[] = {4.0, 2.6, 2.3, 2.15, 1.9, 1.5};
     recomputed = not_recomputed = 0;
     for (int k = 0; k < 6; k++)
         check(8, 55, 2, 2, (int64_t)(EN_GIB * gib[k]), 32, 20, 8);

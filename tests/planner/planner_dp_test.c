@@ -77,9 +77,9 @@ static void test_memory_picks_microbatch(void)
     pt_planner_opts o;
     pt_planner_opts_default(&o);
     /* weights 2 MB + grads 2 MB + momentum 2 MB = 6 MB; activations per
-     * replica with r rows: (in 500 B/sample + 50 MB/sample + 500 B/sample) * r, plus
-     * the backward scratch: layer 1's input gradient, 50 MB/sample * r */
-    o.memory_limit_bytes = 6000000 + 120000000;
+     * replica with r rows: (in 500 B/sample + 50 MB/sample + 500 B/sample) * r (a
+     * profile without saved or scratch bytes has no backward scratch) */
+    o.memory_limit_bytes = 6000000 + 60000000;
     pt_plan *plan = NULL;
     pt_planner_report rep;
     pt_error err = {0};
@@ -87,10 +87,10 @@ static void test_memory_picks_microbatch(void)
     CHECK(plan->microbatch_size == 4); /* one row per replica */
     CHECK(plan->microbatch_count == 4);
     pt_plan_free(&plan);
-    o.memory_limit_bytes = 6000000 + 80000000;
+    o.memory_limit_bytes = 6000000 + 40000000;
     CHECK(pt_planner_run("dp", pr, t, 16, &o, &plan, &rep, &err) == PT_ENOFIT);
     CHECK_STR_CONTAINS(err.msg, "needs");
-    CHECK(rep.needed_memory_bytes == 6000000 + 100000000 + 1000);
+    CHECK(rep.needed_memory_bytes == 6000000 + 50000000 + 1000);
     pt_topology_free(&t);
     pt_profile_free(&pr);
 }
