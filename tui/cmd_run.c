@@ -306,6 +306,11 @@ static int local_topology(run_ctx *c, int devices, pt_error *err)
     if (!c->topo)
         return pt_error_set(err, PT_ENOMEM, "local topology of %d devices: out of memory", devices);
     snprintf(c->topo->name, sizeof c->topo->name, "local");
+    /* the agents share this machine's cores: the simulator slows their compute
+     * when there are more agents than cores (each runs pt_agent_threads) */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int d = 0; d < devices; d++)
+        c->topo->devices[d].node_cores = cpus > 0 ? (int)cpus : 0;
     return 0;
 }
 
