@@ -25,6 +25,7 @@ typedef struct varr {
 /* An asynchronous all-reduce, queued until the collective is free. */
 typedef struct arq {
     int gbuf;
+    int64_t off, count; /* the floats of the gradient buffer it reduces */
     int started, done, rc;
     pt_error err;
 } arq;
@@ -57,6 +58,9 @@ struct pt_exec {
     pt_comm_group group, agroup;
     arq *fifo;
     int fifo_cap, fifo_head, fifo_n;
+    /* bucket all-reduces hooked to the running BWD (schedule.h): the next one to
+     * queue, the end of the scan; ALLREDUCE ops before hooked_upto are queued */
+    int hook_next, hook_end, hooked_upto;
     /* per run */
     double *wloss;
     int64_t *wcount;
@@ -228,8 +232,8 @@ static int opt_step(pt_exec *ex, int i, const pt_op *op, float *grads, pt_error 
 static int ar_start(pt_exec *ex, arq *q)
 {
     q->started = 1;
-    int rc = pt_collective_start(ex->cfg.coll, &ex->agroup, ex->gbufs[q->gbuf], (size_t)ex->pcount,
-                                 PT_COMM_SUM, &q->err);
+    int rc = pt_collective_start(ex->cfg.coll, &ex->agroup, ex->gbufs[q->gbuf] + q->off,
+                                 (size_t)q->count, PT_COMM_SUM, &q->err);
     if (rc < 0) {
         q->done = 1;
         q->rc = rc;
@@ -275,6 +279,55 @@ static int ar_wait_oldest(pt_exec *ex, pt_error *err)
     ex->fifo_n--;
     ar_pump(ex);
     return rc;
+}
+
+/* The floats an ALLREDUCE reduces: its bucket's layers, or all parameters. */
+static void ar_span(const pt_exec *ex, const pt_op *op, int64_t *off, int64_t *count)
+{
+    int64_t o0, o1, n1;
+    if (op->layer_hi > op->layer_lo && pt_net_layer_range(ex->net, op->layer_lo, &o0, NULL) == 0 &&
+        pt_net_layer_range(ex->net, op->layer_hi - 1, &o1, &n1) == 0) {
+        *off = o0;
+        *count = o1 + n1 - o0;
+        return;
+    }
+    *off = 0;
+    *count = ex->pcount;
+}
+
+static void ar_enqueue(pt_exec *ex, int i)
+{
+    arq *q = &ex->fifo[(ex->fifo_head + ex->fifo_n) % ex->fifo_cap];
+    *q = (arq){.gbuf = ex->plan.xop[i].gbuf};
+    ar_span(ex, &ex->ops[i], &q->off, &q->count);
+    ex->fifo_n++;
+    ar_pump(ex);
+}
+
+static int hookable(const pt_exec *ex, int j)
+{
+    const pt_op *op = &ex->ops[j];
+    return op->kind == PT_OP_ALLREDUCE && (op->flags & PT_OPF_ASYNC) &&
+           op->layer_hi > op->layer_lo && !ex->plan.xop[j].trivial;
+}
+
+/* Called by the backward after each layer: queues every hooked bucket whose
+ * layers are all done (the backward has reached its first layer). */
+static void bwd_hook(void *user, int layer)
+{
+    pt_exec *ex = user;
+    while (ex->hook_next < ex->hook_end) {
+        int j = ex->hook_next;
+        if (hookable(ex, j)) {
+            if (layer > ex->ops[j].layer_lo)
+                break;
+            ar_enqueue(ex, j);
+            ex->hooked_upto = j + 1;
+        }
+        ex->hook_next++;
+    }
+    if (ex->fifo_n)
+        ar_pump(ex);
 }
 
 /* ---- ops --------------------------------------------------------------- */
@@ -338,9 +391,20 @@ static int op_bwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, pt_exec_
     if (op->kind == PT_OP_RECOMPUTE) {
         rc = pt_net_recompute(ex->net, x->slot, ex->va[k].data);
     } else {
-        rc = pt_net_backward(ex->net, x->slot, ex->va[k].data, ex->gbufs[x->gbuf],
-                             ex->last ? NULL : ex->dybufs[x->buf],
-                             ex->wk->stage > 0 ? ex->dxbufs[x->buf2] : NULL);
+        /* the asynchronous bucket all-reduces that follow with only SEND_GRAD and
+         * ALLREDUCE between start from inside the backward, as their layers finish */
+        int j = i + 1, any = 0;
+        for (; j < ex->n &&
+               (ex->ops[j].kind == PT_OP_SEND_GRAD || ex->ops[j].kind == PT_OP_ALLREDUCE);
+             j++)
+            any |= hookable(ex, j);
+        ex->hook_next = i + 1;
+        ex->hook_end = j;
+        rc = pt_net_backward_hooked(ex->net, x->slot, ex->va[k].data, ex->gbufs[x->gbuf],
+                                    ex->last ? NULL : ex->dybufs[x->buf],
+                                    ex->wk->stage > 0 ? ex->dxbufs[x->buf2] : NULL,
+                                    any ? bwd_hook : NULL, ex);
+        ex->hook_next = ex->hook_end = 0;
         ex->slot_y[x->slot] = NULL;
         if (op->flags & PT_OPF_STASH) {
             va_unref(ex, ex->stash[x->slot]);
@@ -408,17 +472,21 @@ static int exec_op(pt_exec *ex, int i, int64_t base, pt_exec_event *ev, pt_error
     case PT_OP_SEND_GRAD:
     case PT_OP_RECV_GRAD:
         return op_exchange(ex, op, x, base, ev, err);
-    case PT_OP_ALLREDUCE:
-        ev->bytes = ex->pcount * (int64_t)sizeof(float);
+    case PT_OP_ALLREDUCE: {
+        int64_t off, count;
+        ar_span(ex, op, &off, &count);
+        ev->bytes = count * (int64_t)sizeof(float);
         if (x->trivial)
             return 0;
         if (op->flags & PT_OPF_ASYNC) {
-            arq *q = &ex->fifo[(ex->fifo_head + ex->fifo_n) % ex->fifo_cap];
-            *q = (arq){.gbuf = x->gbuf};
-            ex->fifo_n++;
-            ar_pump(ex);
+            if (i >= ex->hooked_upto) /* else its BWD queued it already */
+                ar_enqueue(ex, i);
             return 0;
         }
+        if (count != ex->pcount)
+            return pt_comm_allreduce(ex->cfg.comm, &ex->group, ex->gbufs[x->gbuf] + off,
+                                     (size_t)count, PT_COMM_SUM, err);
+    }
         return pt_comm_allreduce(ex->cfg.comm, &ex->group, ex->gbufs[x->gbuf], (size_t)ex->pcount,
                                  PT_COMM_SUM, err);
     case PT_OP_AR_WAIT:
@@ -458,6 +526,7 @@ int pt_exec_run(pt_exec *ex, int64_t iteration_base, pt_exec_result *res, pt_err
                             "executor: worker %d: a failed run was not reset (pt_exec_reset)",
                             ex->w);
     ex->dirty = 1;
+    ex->hooked_upto = 0;
     if (err)
         err->code = 0;
     versions_begin(ex);
