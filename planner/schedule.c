@@ -432,12 +432,12 @@ int pt_sched_gen_sync_1f1b(pt_program *p, int w, int K)
 
 static int is_send(int k)
 {
-    return k == PT_OP_SEND_ACT || k == PT_OP_SEND_GRAD;
+    return (pt_op_facts(k) & PT_OPK_SEND) != 0;
 }
 
 static int is_recv(int k)
 {
-    return k == PT_OP_RECV_ACT || k == PT_OP_RECV_GRAD;
+    return (pt_op_facts(k) & PT_OPK_RECV) != 0;
 }
 
 int64_t pt_sched_match_scratch(const pt_program *prog)
