@@ -5,10 +5,11 @@
  * with one all-reduce after the backward by exactly what the cost model
  * predicts: (B + allreduce(P)) - pt_cost_overlapped_bwd_allreduce_s.
  *
- * agree: for every shipped profile x topology, dp's predicted iteration equals
- * the simulated iteration of the plan it returns within 2 %. dapple's
- * deviation is measured and printed (its pipeline model is still up to 17 %
- * below the simulator on some of them: docs/planners.md), not asserted. */
+ * agree: for every shipped profile x topology but cluster-128x8, dp's
+ * predicted iteration equals the simulated iteration of the plan it returns
+ * within 2 %. dapple's and gpipe's deviations are measured and printed (their
+ * pipeline models are still up to 17 % and 19 % below the simulator on some
+ * of them: docs/planners.md), not asserted. */
 #include <math.h>
 
 #include "planner/cost.h"
@@ -104,10 +105,10 @@ static void test_overlap(void)
 
 static void test_agree(void)
 {
-    static const char *const planners[] = {"dp", "dapple"};
+    static const char *const planners[] = {"dp", "dapple", "gpipe"};
     pt_sim *sim = NULL;
     REQUIRE(pt_sim_new(&sim) == 0);
-    double worst[2] = {0, 0};
+    double worst[3] = {0, 0, 0};
     for (int ti = 0; ti < NT; ti++) {
         pt_topology *t = load_topology(topologies[ti]);
         for (int pi = 0; pi < NP && t; pi++) {
@@ -119,7 +120,7 @@ static void test_agree(void)
                 pt_profile_free(&p);
                 continue;
             }
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < 3; k++) {
                 pt_planner_opts o;
                 pt_planner_opts_default(&o);
                 pt_plan *plan = NULL;
@@ -139,7 +140,7 @@ static void test_agree(void)
                     printf("  %s %s on %s: planner %.3f ms, simulator %.3f ms (%+.1f%%)\n",
                            planners[k], profiles[pi], topologies[ti], rep.iter_s * 1e3, sim_s * 1e3,
                            dev * 100);
-                CHECK_MSG(k == 1 || fabs(dev) <= 0.02,
+                CHECK_MSG(k != 0 || fabs(dev) <= 0.02,
                           "%s %s on %s: planner %.3f ms, simulator %.3f ms (%+.1f%%)", planners[k],
                           profiles[pi], topologies[ti], rep.iter_s * 1e3, sim_s * 1e3, dev * 100);
                 pt_plan_free(&plan);
@@ -149,7 +150,7 @@ static void test_agree(void)
         }
         pt_topology_free(&t);
     }
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 3; k++)
         printf("  %s: worst planner vs simulator %+.2f%% over %d profiles x %d topologies\n",
                planners[k], worst[k] * 100, NP, NT);
     pt_sim_free(&sim);
