@@ -61,6 +61,7 @@ struct pt_exec {
     /* bucket all-reduces hooked to the running BWD (schedule.h): the next one to
      * queue, the end of the scan; ALLREDUCE ops before hooked_upto are queued */
     int hook_next, hook_end, hooked_upto;
+    int64_t *hook_ns; /* per op: when the hook queued it */
     /* per run */
     double *wloss;
     int64_t *wcount;
@@ -322,6 +323,7 @@ static void bwd_hook(void *user, int layer)
             if (layer > ex->ops[j].layer_lo)
                 break;
             ar_enqueue(ex, j);
+            ex->hook_ns[j] = pt_exec_now_ns();
             ex->hooked_upto = j + 1;
         }
         ex->hook_next++;
@@ -479,8 +481,12 @@ static int exec_op(pt_exec *ex, int i, int64_t base, pt_exec_event *ev, pt_error
         if (x->trivial)
             return 0;
         if (op->flags & PT_OPF_ASYNC) {
-            if (i >= ex->hooked_upto) /* else its BWD queued it already */
+            if (i >= ex->hooked_upto) { /* else its BWD queued it already */
+                ev->queued_ns = ev->start_ns;
                 ar_enqueue(ex, i);
+            } else {
+                ev->queued_ns = ex->hook_ns[i];
+            }
             return 0;
         }
         if (count != ex->pcount)
@@ -707,10 +713,12 @@ static int alloc_buffers(pt_exec *ex, pt_error *err)
     ex->fifo = calloc((size_t)ex->fifo_cap, sizeof(arq));
     ex->wloss = calloc((size_t)ex->p->window_count, sizeof(double));
     ex->wcount = calloc((size_t)ex->p->window_count, sizeof(int64_t));
+    ex->hook_ns = calloc((size_t)ex->n + 1, sizeof(int64_t));
     ex->x_host = malloc((size_t)(ex->rows * ex->in_elems) * sizeof(float) + 1);
     ex->lab_host = malloc((size_t)(ex->rows * (ex->label_count + 1)) * sizeof(int32_t));
     if (!ex->gbufs || !ex->slot_y || !ex->stash || !ex->va || !ex->va_free || !ex->vmap ||
-        !ex->live_list || !ex->fifo || !ex->wloss || !ex->wcount || !ex->x_host || !ex->lab_host)
+        !ex->live_list || !ex->fifo || !ex->wloss || !ex->wcount || !ex->x_host || !ex->lab_host ||
+        !ex->hook_ns)
         return pt_error_set(err, PT_ENOMEM, "executor: out of memory");
     for (int s = 0; s < slots; s++)
         ex->stash[s] = -1;
@@ -825,6 +833,7 @@ void pt_exec_destroy(pt_exec **ex_p)
     free(ex->fifo);
     free(ex->wloss);
     free(ex->wcount);
+    free(ex->hook_ns);
     free(ex->x_host);
     free(ex->lab_host);
     free(ex->ranks);

@@ -182,6 +182,27 @@ static void test_overlapped_allreduce(void)
             sync_ar += plain.prog.ops[i].kind == PT_OP_ALLREDUCE &&
                        !(plain.prog.ops[i].flags & PT_OPF_ASYNC);
         CHECK(buckets > 5); /* 5 workers, more than one bucket on some */
+        /* every bucket was queued for the collective thread from inside the backward
+         * that completes it, before that BWD ended (the runtime overlaps) */
+        int hooked = 0;
+        for (int w = 0; w < over.prog.worker_count; w++) {
+            int64_t bwd_start = 0, bwd_end = 0;
+            for (int e = 0; e < over.events->n[w]; e++) {
+                const pt_exec_event *ev = &over.events->ev[w][e];
+                const pt_op *op = &over.prog.ops[ev->op_index];
+                if (ev->kind == PT_OP_BWD) {
+                    bwd_start = ev->start_ns;
+                    bwd_end = ev->end_ns;
+                } else if (ev->kind == PT_OP_ALLREDUCE && op->layer_hi > op->layer_lo) {
+                    CHECK_MSG(ev->queued_ns > bwd_start && ev->queued_ns <= bwd_end,
+                              "worker %d bucket [%d,%d): queued at %lld, BWD [%lld,%lld]", w,
+                              op->layer_lo, op->layer_hi, (long long)ev->queued_ns,
+                              (long long)bwd_start, (long long)bwd_end);
+                    hooked++;
+                }
+            }
+        }
+        CHECK(hooked == buckets);
         CHECK(sync_ar == 5);
         CHECK(over.replicas_equal && plain.replicas_equal);
         REQUIRE(over.w.count == plain.w.count);
