@@ -188,7 +188,7 @@ static int plan_one(const char *name, const pt_profile *pr, const pt_topology *t
     } else {
         printf("plan: %s for '%s' on '%s', global batch %d\n", name, pr->model, topo->name, gbs);
         printf("  schedule %s", pt_sched_kind_name(plan->schedule));
-        if (plan->schedule == PT_SCHED_DAPPLE)
+        if (pt_sched_kind_has(plan->schedule, PT_SCHED_OPT_POLICY))
             printf(" (policy %c)", plan->policy);
         printf(", %d micro-batches of %d samples, optimizer %s\n", plan->microbatch_count,
                plan->microbatch_size, plan->optimizer.kind == PT_OPTIM_ADAM ? "adam" : "sgd");

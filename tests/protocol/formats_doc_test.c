@@ -80,4 +80,35 @@ static void test_examples_parse(void)
     free(text);
 }
 
-PT_TEST_MAIN({"examples_parse", test_examples_parse})
+/* The plan's schedule.kind row names every kind of the table, and only those. */
+static void test_schedule_kinds_listed(void)
+{
+    char *text = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_file_read(pt_test_path("docs/formats.md"), &text, NULL, &err) == 0);
+    char *row = strstr(text, "| `schedule.kind` |");
+    REQUIRE(row != NULL);
+    /* the third cell of the row: | field | type | values | meaning | */
+    char *cell = row;
+    for (int bar = 0; bar < 2 && cell; bar++)
+        cell = strchr(cell + 1, '|');
+    REQUIRE(cell != NULL);
+    char *end = strchr(cell + 1, '|');
+    REQUIRE(end != NULL);
+    *end = '\0';
+    for (int k = 0; k < pt_sched_kind_count(); k++) {
+        char quoted[PT_SCHED_NAME_MAX + 2];
+        snprintf(quoted, sizeof quoted, "`%s`", pt_sched_kind_name(k));
+        CHECK_MSG(strstr(cell, quoted) != NULL, "docs/formats.md schedule.kind: %s missing",
+                  quoted);
+    }
+    int ticks = 0;
+    for (char *q = strchr(cell, '`'); q; q = strchr(q + 1, '`'))
+        ticks++;
+    CHECK_MSG(ticks == 2 * pt_sched_kind_count(), "docs/formats.md schedule.kind lists %d kinds",
+              ticks / 2);
+    free(text);
+}
+
+PT_TEST_MAIN({"examples_parse", test_examples_parse},
+             {"schedule_kinds_listed", test_schedule_kinds_listed})

@@ -189,7 +189,7 @@ static inline int ec_program(const ec_case *c, int layer_count, pt_program *prog
     pt_plan *plan = ec_plan(c, layer_count);
     pt_error err = {0};
     pt_sched_opts o = {0};
-    int sync = pt_sched_info_of(c->kind)->synchronous;
+    int sync = pt_sched_kind_has(c->kind, PT_SCHED_SYNCHRONOUS);
     o.windows = sync ? 0 : c->windows;
     int rc = plan ? pt_sched_build(plan, NULL, &o, prog, &err) : PT_ENOMEM;
     if (rc < 0)
@@ -234,7 +234,7 @@ static inline int ec_program_spec(const ec_case *c, const pt_model_spec *spec, p
     pt_plan *plan = ec_plan(c, spec->layer_count);
     pt_error err = {0};
     pt_sched_opts o = {0};
-    int sync = pt_sched_info_of(c->kind)->synchronous;
+    int sync = pt_sched_kind_has(c->kind, PT_SCHED_SYNCHRONOUS);
     o.windows = sync ? 0 : c->windows;
     o.bucket_bytes = c->bucket_bytes;
     pt_profile *pf = c->bucket_bytes ? ec_profile(spec, c->mb_size) : NULL;
@@ -518,6 +518,11 @@ typedef struct ec_run {
 /* Builds the program and pipeline of case c and runs it: `runs` runs of the
  * program with consecutive global batches (synchronous kinds: one iteration
  * per run). Returns 0 or the failing code (err printed). */
+/* Where ec_run_case's pipelines compute (pt_pipeline_config.device and
+ * .backend); NULL, NULL: the CPU backend. The references always run on the CPU. */
+static const pt_device_spec *ec_device;
+static const pt_backend *ec_backend;
+
 static inline int ec_run_case(const ec_case *c, const pt_model_spec *spec, const pt_dataset *ds,
                               int runs, ec_run *r)
 {
@@ -541,7 +546,9 @@ static inline int ec_run_case(const ec_case *c, const pt_model_spec *spec, const
                              .timeout_ms = 20000,
                              .on_op = ec_on_op,
                              .user = r->events,
-                             .digest = 1};
+                             .digest = 1,
+                             .device = ec_device,
+                             .backend = ec_backend};
     if ((rc = pt_pipeline_create(&pc, &r->pp, &err)) < 0) {
         fprintf(stderr, "%s: %s\n", c->name, err.msg);
         return rc;

@@ -208,7 +208,7 @@ static void test_overlapped_allreduce(void)
         REQUIRE(over.w.count == plain.w.count);
         double d = ec_maxrel(over.w.w, plain.w.w, over.w.count);
         CHECK_MSG(d <= 1e-6, "%s: overlapped vs unoverlapped all-reduce differ by %g",
-                  pt_sched_info_of(kinds[k])->name, d);
+                  pt_sched_info_of(kinds[k])->facts.name, d);
         ec_weights want, short_by_one;
         int64_t B = (int64_t)c.mb_size * c.mb_count;
         ec_ref_sync(&spec, ds, B, ITERS, c.optim, &want);
