@@ -5,12 +5,15 @@
  * with one all-reduce after the backward by exactly what the cost model
  * predicts: (B + allreduce(P)) - pt_cost_overlapped_bwd_allreduce_s.
  *
- * agree: for every shipped profile x topology but cluster-128x8, dp's
+ * agree: for every shipped profile x topology, dp's
  * predicted iteration equals the simulated iteration of the plan it returns
- * within 2 %. dapple's and gpipe's deviations are measured and printed (their
- * pipeline models are still up to 17 % and 19 % below the simulator on some
- * of them: docs/planners.md), not asserted. */
+ * within 2 %. With PT_AGREE_ALL=1 in the environment it also measures and
+ * prints dapple's and gpipe's deviations (their pipeline models are still up
+ * to 17 % and 19 % below the simulator on some of them: docs/planners.md);
+ * those are not asserted, and their searches are too slow for every run. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "planner/cost.h"
 #include "planner/planner.h"
@@ -26,8 +29,8 @@ static const char *const profiles[] = {"alexnet",    "densenet121",  "gnmt",
                                        "gnmt_large", "inception_v3", "resnet101",
                                        "resnet18",   "resnet50",     "vgg16"};
 static const char *const topologies[] = {
-    "dapple-config-a", "dapple-config-b", "dapple-config-c",     "dgx1-v100-x8",
-    "h100-8x8",        "local-cpu-4",     "pipedream-cluster-a", "pipedream-cluster-b"};
+    "dapple-config-a", "dapple-config-b",     "dapple-config-c",     "dgx1-v100-x8", "h100-8x8",
+    "local-cpu-4",     "pipedream-cluster-a", "pipedream-cluster-b", "cluster-128x8"};
 #define NP ((int)(sizeof profiles / sizeof *profiles))
 #define NT ((int)(sizeof topologies / sizeof *topologies))
 
@@ -109,6 +112,9 @@ static void test_agree(void)
     pt_sim *sim = NULL;
     REQUIRE(pt_sim_new(&sim) == 0);
     double worst[3] = {0, 0, 0};
+    int compared[3] = {0, 0, 0};
+    const char *all = getenv("PT_AGREE_ALL");
+    int nk = all && *all == '1' ? 3 : 1;
     for (int ti = 0; ti < NT; ti++) {
         pt_topology *t = load_topology(topologies[ti]);
         for (int pi = 0; pi < NP && t; pi++) {
@@ -120,7 +126,9 @@ static void test_agree(void)
                 pt_profile_free(&p);
                 continue;
             }
-            for (int k = 0; k < 3; k++) {
+            /* dapple and gpipe on the 1,024-device cluster take minutes */
+            int kmax = strcmp(topologies[ti], "cluster-128x8") ? nk : 1;
+            for (int k = 0; k < kmax; k++) {
                 pt_planner_opts o;
                 pt_planner_opts_default(&o);
                 pt_plan *plan = NULL;
@@ -134,6 +142,7 @@ static void test_agree(void)
                     continue;
                 double sim_s = simulate(sim, plan, cost, 0);
                 double dev = (rep.iter_s - sim_s) / sim_s;
+                compared[k]++;
                 if (fabs(dev) > fabs(worst[k]))
                     worst[k] = dev;
                 if (fabs(dev) > 0.02)
@@ -150,9 +159,11 @@ static void test_agree(void)
         }
         pt_topology_free(&t);
     }
-    for (int k = 0; k < 3; k++)
-        printf("  %s: worst planner vs simulator %+.2f%% over %d profiles x %d topologies\n",
-               planners[k], worst[k] * 100, NP, NT);
+    for (int k = 0; k < nk; k++)
+        printf("  %s: worst planner vs simulator %+.2f%% over %d plans (%d profiles x %d "
+               "topologies)\n",
+               planners[k], worst[k] * 100, compared[k], NP, NT);
+    CHECK(compared[0] == NP * NT); /* dp plans every case */
     pt_sim_free(&sim);
 }
 
