@@ -145,80 +145,123 @@ int pt_cmd_console(int argc, char **argv)
         fprintf(stderr, "pipetop console: --view: unknown view \"%s\"\n", view);
         return 2;
     }
+    pt_console_launch_opts lo = {0};
+    lo.model = model;
+    lo.topology = topology;
+    lo.local_devices =
+        agents > 0 && !pt_opts_find(opts, (int)(sizeof opts / sizeof opts[0]), "topology")->seen
+            ? agents
+            : 0;
+    lo.profile = profile;
+    lo.plan = plan_path;
+    lo.planner = planner;
+    lo.global = global;
+    lo.unit_mb = DEFAULT_MB;
+    lo.live = agents > 0 || listen;
+    lo.agents = agents;
+    lo.listen = listen;
+    lo.data = data;
+    lo.view = start;
+    lo.theme = theme;
+    lo.no_mouse = no_mouse;
+    lo.exit_after = exit_after;
     pt_error err = {0};
+    if ((rc = pt_console_launch(&lo, &err)) < 0) {
+        fprintf(stderr, "pipetop: %s\n", err.msg[0] ? err.msg : pt_strerror(rc));
+        return 1;
+    }
+    return 0;
+}
+
+/* Saves the inputs beside the live run's record, so pipetop replay predicts
+ * with what the run used. Best effort: the run goes on without them. */
+static void save_beside_record(const pt_source *src, const pt_profile *prof,
+                               const pt_topology *topo)
+{
+    char path[PATH_CAP + 32];
+    snprintf(path, sizeof path, "%.4000s/profile.json", pt_source_live_run_dir(src));
+    pt_profile_save(prof, path, NULL);
+    snprintf(path, sizeof path, "%.4000s/topology.json", pt_source_live_run_dir(src));
+    pt_topology_save(topo, path, NULL);
+}
+
+int pt_console_launch(const pt_console_launch_opts *o, pt_error *err)
+{
     pt_model_spec *spec = NULL;
     pt_topology *topo = NULL;
     pt_profile *prof = NULL;
     pt_plan *plan = NULL;
     pt_source *src = NULL;
     char path[PATH_CAP];
-    int status = 1;
-    if ((rc = pt_model_spec_find(model, &spec, &err)) < 0)
+    int rc;
+    if ((rc = pt_model_spec_find(o->model, &spec, err)) < 0)
         goto out;
-    if (agents > 0 && !pt_opts_find(opts, (int)(sizeof opts / sizeof opts[0]), "topology")->seen) {
+    if (o->local_devices > 0) {
         /* agents started elsewhere on this machine: one local device each */
-        if (!(topo = pt_console_local_topology(agents))) {
-            rc = pt_error_set(&err, PT_ENOMEM, "out of memory");
+        if (!(topo = pt_console_local_topology(o->local_devices))) {
+            rc = pt_error_set(err, PT_ENOMEM, "out of memory");
             goto out;
         }
-    } else {
-        if ((rc = pt_datadir_find("topologies", topology, ".json", path, sizeof path, &err)) < 0 ||
-            (rc = pt_topology_load(path, &topo, &err)) < 0)
-            goto out;
-    }
-    if (plan_path && (rc = pt_plan_load(plan_path, &plan, &err)) < 0)
+    } else if ((rc = pt_datadir_find("topologies", o->topology, ".json", path, sizeof path, err)) <
+                   0 ||
+               (rc = pt_topology_load(path, &topo, err)) < 0)
         goto out;
-    if (profile)
-        rc = pt_profile_load(profile, &prof, &err);
+    if (o->plan && (rc = pt_plan_load(o->plan, &plan, err)) < 0)
+        goto out;
+    if (o->profile)
+        rc = pt_profile_load(o->profile, &prof, err);
     else
-        rc = pt_console_analytic_profile(spec, plan ? plan->microbatch_size : DEFAULT_MB, &prof,
-                                         &err);
-    if (rc < 0 || (rc = pt_profile_check(prof, spec, "profile", &err)) < 0)
+        rc = pt_console_analytic_profile(spec, plan ? plan->microbatch_size : o->unit_mb, &prof,
+                                         err);
+    if (rc < 0 || (rc = pt_profile_check(prof, spec, "profile", err)) < 0)
         goto out;
-    if (!plan && (rc = pt_console_plan_with(planner, prof, topo, global, &plan, &err)) < 0)
+    if (!plan && (rc = pt_console_plan_with(o->planner, prof, topo, o->global, &plan, err)) < 0)
         goto out;
-    /* a derived profile is re-derived at the plan's micro-batch, the size that runs */
-    if (!profile && plan->microbatch_size != prof->microbatch) {
+    /* a derived profile is only a unit: re-derive it at the plan's micro-batch,
+     * so the bars shown are for the micro-batches that run */
+    if (!o->profile && plan->microbatch_size != prof->microbatch) {
         pt_profile_free(&prof);
-        if ((rc = pt_console_analytic_profile(spec, plan->microbatch_size, &prof, &err)) < 0)
+        if ((rc = pt_console_analytic_profile(spec, plan->microbatch_size, &prof, err)) < 0)
             goto out;
     }
-    if ((rc = pt_plan_check(plan, spec, topo, plan_path ? plan_path : "plan", &err)) < 0)
+    if ((rc = pt_plan_check(plan, spec, topo, o->plan ? o->plan : "plan", err)) < 0)
         goto out;
-    if (agents > 0 && pt_plan_device_count(plan) > agents) {
-        rc = pt_error_set(&err, PT_EINVAL, "the plan uses %d devices but --agents is %d",
-                          pt_plan_device_count(plan), agents);
+    if (o->agents > 0 && pt_plan_device_count(plan) > o->agents) {
+        rc = pt_error_set(err, PT_EINVAL, "the plan uses %d devices but --agents is %d",
+                          pt_plan_device_count(plan), o->agents);
         goto out;
     }
-    if (agents > 0 || listen) {
+    if (o->live) {
         pt_live_opts lo;
         memset(&lo, 0, sizeof lo);
         lo.plan = plan;
         lo.model = spec;
-        lo.data = data;
-        lo.listen = listen;
-        lo.expect_agents = agents > 0 ? agents : pt_plan_device_count(plan);
-        lo.spawn = 0;
-        if ((rc = pt_source_live_new(&lo, &src, &err)) < 0)
+        lo.data = o->data;
+        lo.listen = o->listen;
+        lo.spawn = o->spawn;
+        lo.run_dir = o->run_dir;
+        lo.steps = o->steps;
+        lo.expect_agents = o->agents > 0 ? o->agents : pt_plan_device_count(plan);
+        if (o->spawn && lo.expect_agents > topo->device_count)
+            lo.expect_agents = topo->device_count;
+        if ((rc = pt_source_live_new(&lo, &src, err)) < 0)
             goto out;
+        save_beside_record(src, prof, topo);
     } else if ((rc = pt_source_sim_new(&src)) < 0) {
-        pt_error_set(&err, rc, "out of memory");
+        pt_error_set(err, rc, "out of memory");
         goto out;
     }
-    pt_console_opts co = {plan,  prof,  topo, spec->name, src,
-                          start, theme, NULL, no_mouse,   exit_after};
+    pt_console_opts co = {plan,    prof,     topo, spec->name,  src,
+                          o->view, o->theme, NULL, o->no_mouse, o->exit_after};
     src = NULL; /* the console owns it now */
-    rc = pt_console_run(&co, &err);
-    status = rc < 0 ? 1 : 0;
+    rc = pt_console_run(&co, err);
 out:
-    if (rc < 0)
-        fprintf(stderr, "pipetop: %s\n", err.msg[0] ? err.msg : pt_strerror(rc));
     pt_source_close(&src);
     pt_plan_free(&plan);
     pt_profile_free(&prof);
     pt_topology_free(&topo);
     pt_model_spec_free(&spec);
-    return status;
+    return rc < 0 ? rc : 0;
 }
 
 /* ---- replay ------------------------------------------------------------------------------- */

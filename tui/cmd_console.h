@@ -3,6 +3,8 @@
 #ifndef PT_TUI_CMD_CONSOLE_H
 #define PT_TUI_CMD_CONSOLE_H
 
+#include <stdint.h>
+
 #include "protocol/error.h"
 #include "protocol/model.h"
 #include "protocol/plan.h"
@@ -32,5 +34,35 @@ int pt_console_plan_with(const char *planner, const pt_profile *prof, const pt_t
 /* The view named `name` ("plan", "timeline", "stats", "agents") into *out;
  * 0, or -1 for an unknown name (*out untouched). */
 int pt_console_parse_view(const char *name, pt_view *out);
+
+/* What pt_console_launch sets up: inputs by name or path, and where training
+ * comes from (none: the simulator only; live: agents, spawned or external). */
+typedef struct pt_console_launch_opts {
+    const char *model;    /* path or name in models/ */
+    const char *topology; /* path or name in topologies/ (ignored with local_devices) */
+    int local_devices;    /* > 0: a local topology of this many devices instead */
+    const char *profile;  /* NULL: analytic on cpu-local, re-derived at the plan's micro-batch */
+    const char *plan;     /* NULL: plan with `planner` at `global` samples */
+    const char *planner;
+    int global;
+    int unit_mb;         /* micro-batch of the analytic profile the planner plans with */
+    int live;            /* 1: a live source (agents); 0: the simulator only */
+    int spawn;           /* live: start `agents` local agents (else await external ones) */
+    int agents;          /* live: agents to spawn or await (0: one per plan device) */
+    const char *listen;  /* live: control endpoint to bind (NULL: loopback, ephemeral) */
+    const char *data;    /* live: data set */
+    const char *run_dir; /* live: record folder (NULL: runs/<time>/) */
+    int64_t steps;       /* live: stop after this many steps (0: until q) */
+    pt_view view;
+    const char *theme;
+    int no_mouse;
+    double exit_after;
+} pt_console_launch_opts;
+
+/* Loads or derives model, topology, profile and plan, checks the plan
+ * against them, starts the source and runs the console until it quits. A
+ * live run saves the profile and topology beside its record. 0, or a
+ * negative code with err naming the input at fault. */
+int pt_console_launch(const pt_console_launch_opts *o, pt_error *err);
 
 #endif

@@ -63,54 +63,26 @@ int pt_cmd_demo(int argc, char **argv)
         fprintf(stderr, "pipetop demo: --view: unknown view \"%s\"\n", view);
         return 2;
     }
-    pt_error err = {0};
-    pt_model_spec *spec = NULL;
-    pt_topology *topo = NULL;
-    pt_profile *prof = NULL;
-    pt_plan *plan = NULL;
-    pt_source *src = NULL;
-    char path[PATH_CAP];
-    if ((rc = pt_model_spec_find(DEMO_MODEL, &spec, &err)) < 0 ||
-        (rc = pt_datadir_find("topologies", DEMO_TOPOLOGY, ".json", path, sizeof path, &err)) < 0 ||
-        (rc = pt_topology_load(path, &topo, &err)) < 0 ||
-        (rc = pt_console_analytic_profile(spec, PT_CONSOLE_MB_MIN, &prof, &err)) < 0 ||
-        (rc = pt_console_plan_with(planner, prof, topo, DEMO_GLOBAL, &plan, &err)) < 0)
-        goto out;
-    /* the profile's micro-batch is only its unit; re-derive at the plan's size
-     * so the shown bars are for the micro-batches that run */
-    if (plan->microbatch_size != prof->microbatch) {
-        pt_profile_free(&prof);
-        if ((rc = pt_console_analytic_profile(spec, plan->microbatch_size, &prof, &err)) < 0)
-            goto out;
-    }
-    pt_live_opts lo;
-    memset(&lo, 0, sizeof lo);
-    lo.plan = plan;
-    lo.model = spec;
-    lo.data = data;
-    lo.expect_agents = DEMO_AGENTS > topo->device_count ? topo->device_count : DEMO_AGENTS;
+    pt_console_launch_opts lo = {0};
+    lo.model = DEMO_MODEL;
+    lo.topology = DEMO_TOPOLOGY;
+    lo.planner = planner;
+    lo.global = DEMO_GLOBAL;
+    lo.unit_mb = PT_CONSOLE_MB_MIN;
+    lo.live = 1;
     lo.spawn = 1;
+    lo.agents = DEMO_AGENTS;
+    lo.data = data;
     lo.run_dir = run_dir;
     lo.steps = steps;
-    if ((rc = pt_source_live_new(&lo, &src, &err)) < 0)
-        goto out;
-    char prof_path[PATH_CAP + 32];
-    snprintf(prof_path, sizeof prof_path, "%.4000s/profile.json", pt_source_live_run_dir(src));
-    pt_profile_save(prof, prof_path, NULL);
-    /* beside the record, so pipetop replay predicts with what the demo used */
-    snprintf(prof_path, sizeof prof_path, "%.4000s/topology.json", pt_source_live_run_dir(src));
-    pt_topology_save(topo, prof_path, NULL);
-    pt_console_opts co = {plan,  prof,  topo, spec->name, src,
-                          start, theme, NULL, no_mouse,   exit_after};
-    src = NULL;
-    rc = pt_console_run(&co, &err);
-out:
-    if (rc < 0)
+    lo.view = start;
+    lo.theme = theme;
+    lo.no_mouse = no_mouse;
+    lo.exit_after = exit_after;
+    pt_error err = {0};
+    if ((rc = pt_console_launch(&lo, &err)) < 0) {
         fprintf(stderr, "pipetop demo: %s\n", err.msg[0] ? err.msg : pt_strerror(rc));
-    pt_source_close(&src);
-    pt_plan_free(&plan);
-    pt_profile_free(&prof);
-    pt_topology_free(&topo);
-    pt_model_spec_free(&spec);
-    return rc < 0 ? 1 : 0;
+        return 1;
+    }
+    return 0;
 }

@@ -77,6 +77,20 @@ tm_wait() {
     return 1
 }
 
+# tm_settle SECONDS: polls until two captures 0.2 s apart are the same, i.e.
+# the console has drawn everything sent to it so far; 1 on timeout.
+tm_settle() {
+    local secs=$1 i a b
+    a=$(tm_cap)
+    for ((i = 0; i < secs * 5; i++)); do
+        sleep 0.2
+        b=$(tm_cap)
+        [ "$a" = "$b" ] && return 0
+        a=$b
+    done
+    return 1
+}
+
 # tm_wait_gone SECONDS EGREP-PATTERN: polls until the pattern is no longer shown.
 tm_wait_gone() {
     local secs=$1 pat=$2 i
