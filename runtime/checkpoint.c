@@ -2,6 +2,7 @@
 #include "runtime/checkpoint.h"
 
 #include <errno.h>
+#include <float.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "protocol/checked.h"
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
 
@@ -188,8 +190,8 @@ static int parse_tensor(pt_jr *jr, const cJSON *obj, const char *path, pt_ckpt_t
             return pt_jr_fail(jr, PT_EINVAL, path, key, "must be an integer in [1, %lld]",
                               (long long)MAX_TENSOR_FLOATS);
         t->shape[d] = (int64_t)e->valuedouble;
-        product *= t->shape[d];
-        if (product > MAX_TENSOR_FLOATS)
+        /* checked: [2^32, 2^32+1] wraps to 2^32 and would pass the count check */
+        if (pt_mul_i64(product, t->shape[d], &product) < 0 || product > MAX_TENSOR_FLOATS)
             return pt_jr_fail(jr, PT_ERANGE, path, "shape", "more than %lld elements",
                               (long long)MAX_TENSOR_FLOATS);
     }
@@ -255,8 +257,10 @@ static int parse_optimizer(pt_jr *jr, const cJSON *obj, pt_ckpt_index *ix)
         return pt_jr_fail(jr, PT_EINVAL, path, "kind", "unknown optimizer \"%s\" (sgd, adam)",
                           kind);
     pt_optim_spec *o = &ix->optimizer;
-    const pt_jr_range positive = {0, INFINITY, 1, 0}, unit = {0, 1, 0, 1},
-                      nonneg = {0, INFINITY, 0, 0};
+    /* Held as float: a positive value must stay positive and finite as a float
+     * (eps 1e-68 would become 0 and the written index would not read back). */
+    const pt_jr_range positive = {FLT_MIN, FLT_MAX, 0, 0}, unit = {0, 1, 0, 1},
+                      nonneg = {0, FLT_MAX, 0, 0};
     double lr, mom, b1, b2, eps, wd;
     if ((rc = pt_jr_int64(jr, obj, path, "step", PT_JR_OPTIONAL, 0, 0, PT_JSON_INT_MAX,
                           &ix->optim_steps)) < 0 ||
@@ -299,7 +303,8 @@ int pt_ckpt_index_parse(const char *json, const char *source, pt_ckpt_index **ou
         return pt_error_set(err, PT_ENOMEM, "%s: out of memory", source);
     }
     const cJSON *opt, *layers;
-    const pt_jr_range nonneg = {0, INFINITY, 0, 0};
+    /* epoch is turned into an integer count by its readers (pipetop train) */
+    const pt_jr_range nonneg = {0, (double)PT_JSON_INT_MAX, 0, 0};
     if ((rc = pt_jr_keys(&jr, root, "", keys)) < 0 ||
         (rc = pt_jr_str(&jr, root, "", "model", PT_JR_REQUIRED, NULL, ix->model,
                         sizeof ix->model)) < 0 ||
@@ -472,10 +477,21 @@ int pt_ckpt_read_tensor(const char *dir, const pt_ckpt_tensor *t, float *host, p
 {
     char path[PATH_BYTES];
     snprintf(path, sizeof path, "%s/%s", dir, t->file);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return pt_error_set(err, errno == ENOENT ? PT_ENOTFOUND : PT_EIO,
-                            "%s: %s (tensor %s of the checkpoint)", path, strerror(errno), t->name);
+    /* a regular file only: a FIFO or device in the checkpoint folder would hang or never end */
+    int fd;
+    int rc = pt_file_open_regular(path, MAX_TENSOR_FLOATS * (long long)sizeof(float) + 1, &fd, NULL,
+                                  err);
+    if (rc < 0) {
+        char why[PT_ERROR_MAX];
+        snprintf(why, sizeof why, "%s", err ? err->msg : "");
+        return pt_error_set(err, rc, "%s (tensor %s of the checkpoint)", why, t->name);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return pt_error_set(err, PT_EIO, "%s: %s (tensor %s of the checkpoint)", path,
+                            strerror(errno), t->name);
+    }
     size_t want = (size_t)t->count * sizeof(float);
     size_t got = fread(host, 1, want, f);
     int extra = fgetc(f) != EOF;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "protocol/checked.h"
 #include "protocol/fileio.h"
 #include "tui/replay.h"
 
@@ -371,8 +372,8 @@ int pt_export_svg(const pt_tline *tl, const pt_theme *theme, const pt_export_svg
                 "<rect class=\"op\" data-op=\"%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
                 "height=\"%d\" fill=\"%s\" stroke=\"#000\" stroke-width=\"0.4\"><title>%s mb %d "
                 "step %lld %.3f ms</title></rect>\n",
-                pt_op_name(s->op), x, y, w, h, col, pt_op_name(s->op), s->mb,
-                (long long)s->step, (s->end - s->start) * 1e3);
+                pt_op_name(s->op), x, y, w, h, col, pt_op_name(s->op), s->mb, (long long)s->step,
+                (s->end - s->start) * 1e3);
         const char *pat = op_pattern(s->op);
         if (pat)
             bprintf(&b,
@@ -434,7 +435,11 @@ int pt_export_store_mem(const pt_store *store, int64_t origin_ns, pt_export_mem 
         return PT_ENOMEM;
     for (int64_t i = 0; i < n; i++) {
         const pt_store_mem *x = pt_store_mem_at(store, i);
-        m[i].t = (double)(x->t_ns - origin_ns) * 1e-9;
+        int64_t dt;
+        /* exact when the difference fits; a record's times (+-2^62) always do */
+        m[i].t = (pt_sub_i64(x->t_ns, origin_ns, &dt) == 0 ? (double)dt
+                                                           : (double)x->t_ns - (double)origin_ns) *
+                 1e-9;
         m[i].stage = x->stage;
         m[i].replica = x->replica;
         memcpy(m[i].bytes, x->cur, sizeof m[i].bytes);

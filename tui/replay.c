@@ -7,13 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "protocol/checked.h"
 #include "protocol/fileio.h"
+#include "protocol/json_util.h"
 #include "protocol/telemetry.h"
 
 #define RECORD_KIND_MAX   24
 #define REPLAY_SPEED_MIN  0.01
 #define REPLAY_SPEED_MAX  1000.0
 #define RECORD_SOURCE_MAX 256
+/* Times and offsets in a record are ns (wall clock or relative): bounded so the
+ * difference of any two fits in int64 (2^62 ns is 146 years). */
+#define RECORD_NS_MAX (1LL << 62)
 
 typedef struct entry {
     int64_t t;
@@ -87,7 +92,14 @@ int pt_record_parse(const char *text, size_t len, const char *source, pt_record 
                               src, (long long)lineno);
             break;
         }
-        rc = push(r, (int64_t)t->valuedouble, kind->valuestring, j);
+        int64_t t_ns;
+        if (pt_double_to_i64(t->valuedouble, -RECORD_NS_MAX, RECORD_NS_MAX, &t_ns) < 0) {
+            cJSON_Delete(j);
+            rc = pt_error_set(err, PT_ERANGE, "%s: line %lld: t: %g is outside [-2^62, 2^62] ns",
+                              src, (long long)lineno, t->valuedouble);
+            break;
+        }
+        rc = push(r, t_ns, kind->valuestring, j);
         if (rc < 0) {
             cJSON_Delete(j);
             pt_error_set(err, rc, "%s: out of memory", src);
@@ -151,7 +163,23 @@ static const char *str_of(const cJSON *o, const char *name)
 static int64_t num_of(const cJSON *o, const char *name, int64_t def)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : def;
+    int64_t x;
+    return cJSON_IsNumber(v) &&
+                   pt_double_to_i64(v->valuedouble, -PT_JSON_INT_MAX, PT_JSON_INT_MAX, &x) == 0
+               ? x
+               : def;
+}
+
+/* An optional ns offset: 0 when absent, -1 when present but not a number
+ * within +-2^62 (so subtracting it from a 2^53-bounded time cannot overflow). */
+static int offset_of(const cJSON *o, const char *name, int64_t *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    *out = 0;
+    if (!v)
+        return 0;
+    return cJSON_IsNumber(v) ? pt_double_to_i64(v->valuedouble, -RECORD_NS_MAX, RECORD_NS_MAX, out)
+                             : -1;
 }
 
 /* The agent row for id, created with "unknown" fields when absent. */
@@ -191,12 +219,17 @@ static void apply_msg(pt_record *r, const entry *e, pt_store *store)
 {
     pt_msg m;
     pt_error err = {0};
+    int64_t off;
+    if (offset_of(e->json, "offset_ns", &off) < 0) {
+        r->malformed++;
+        pt_store_note(store, "%s: offset_ns: not a number within [-2^62, 2^62] ns", r->source);
+        return;
+    }
     if (decode_msg(r, e, &m, &err) < 0) {
         r->malformed++;
         pt_store_note(store, "%s", err.msg);
         return;
     }
-    int64_t off = num_of(e->json, "offset_ns", 0);
     const char *channel = str_of(e->json, "channel");
     int received = !strcmp(e->kind, "recv");
     pt_store_agent a = agent_row(store, m.agent);
@@ -339,7 +372,9 @@ void pt_record_summarize(const pt_record *rec, pt_record_summary *out)
         const char *type = str_of(msg, "type");
         if (!type)
             continue;
-        int64_t off = num_of(e->json, "offset_ns", 0);
+        int64_t off;
+        if (offset_of(e->json, "offset_ns", &off) < 0)
+            continue; /* apply_msg counts it malformed */
         if (!strcmp(type, "events")) {
             out->event_msgs++;
             const cJSON *ev;
