@@ -126,9 +126,16 @@ static void fsync_dir_of(const char *path)
 
 int pt_file_write_atomic(const char *path, const void *data, size_t len, pt_error *err)
 {
+    return pt_file_write_atomic_mode(path, data, len, 0644, err);
+}
+
+int pt_file_write_atomic_mode(const char *path, const void *data, size_t len, unsigned mode,
+                              pt_error *err)
+{
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    unlink(tmp); /* a leftover of a crashed writer may carry a wider mode */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, (mode_t)mode);
     if (fd < 0)
         return pt_error_set(err, PT_EIO, "%s: %s", tmp, strerror(errno));
     const char *p = data;

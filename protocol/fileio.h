@@ -29,6 +29,11 @@ int pt_file_read(const char *path, char **out, size_t *len, pt_error *err);
  * of the directory, so a crash leaves either the old or the new file. */
 int pt_file_write_atomic(const char *path, const void *data, size_t len, pt_error *err);
 
+/* pt_file_write_atomic with the new file's mode (e.g. 0600 for a secret key:
+ * the temporary file is created with it, so the data is never more readable). */
+int pt_file_write_atomic_mode(const char *path, const void *data, size_t len, unsigned mode,
+                              pt_error *err);
+
 /* mkdir -p; 0 or PT_EIO. */
 int pt_mkdir_p(const char *path, pt_error *err);
 
