@@ -6,7 +6,8 @@
 #                           same run headless when there is no terminal
 #   scripts/setup.sh test   install what is missing, build, run every test
 #                           (normal build, then the unit tests again under
-#                           -fsanitize=address,undefined)
+#                           -fsanitize=address,undefined and under valgrind,
+#                           then each libFuzzer harness for FUZZ_SECONDS=30)
 # As root it installs with apt-get; otherwise it prints the apt-get line to run.
 set -euo pipefail
 
@@ -16,6 +17,10 @@ jobs="$(nproc 2>/dev/null || echo 2)"
 
 packages=(cmake gcc make pkg-config libcjson-dev libzmq3-dev libopenblas-dev libncurses-dev
           zlib1g-dev dataset-fashion-mnist tmux)
+# test mode also needs clang (libFuzzer harnesses) and valgrind (memcheck)
+if [[ "$mode" == test ]]; then
+    packages+=(clang valgrind)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -58,6 +63,16 @@ test)
     build build-asan -DPT_SANITIZE=ON
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
         ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
+    # the unit tests once more under valgrind's memcheck (uninitialised reads,
+    # which ASan does not see); any error fails the run
+    ctest --test-dir build --output-on-failure -j "$jobs" -L unit -E '_replay$' \
+        --overwrite MemoryCheckCommand=/usr/bin/valgrind \
+        --overwrite "MemoryCheckCommandOptions=--error-exitcode=1 --leak-check=no --quiet" \
+        -T memcheck
+    # every libFuzzer harness, built with clang, runs FUZZ_SECONDS from its seed
+    # corpus (tests/data and tests/data/bad), two at a time; a crash fails
+    build build-fuzz -DCMAKE_C_COMPILER=clang -DPT_FUZZ=ON
+    scripts/fuzz.sh build-fuzz "${FUZZ_SECONDS:-30}" "$jobs"
     ;;
 *)
     echo "usage: scripts/setup.sh main|test" >&2
