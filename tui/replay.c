@@ -94,9 +94,9 @@ int pt_record_parse(const char *text, size_t len, const char *source, pt_record 
         }
         int64_t t_ns;
         if (pt_double_to_i64(t->valuedouble, -RECORD_NS_MAX, RECORD_NS_MAX, &t_ns) < 0) {
-            cJSON_Delete(j);
             rc = pt_error_set(err, PT_ERANGE, "%s: line %lld: t: %g is outside [-2^62, 2^62] ns",
                               src, (long long)lineno, t->valuedouble);
+            cJSON_Delete(j);
             break;
         }
         rc = push(r, t_ns, kind->valuestring, j);
