@@ -206,10 +206,8 @@ static void on_op(void *user, const pt_exec_event *ev)
     e->stage = ev->stage;
     e->replica = ev->replica;
     e->step = ev->iteration;
-    int per_mb =
-        ev->kind != PT_OP_ALLREDUCE && ev->kind != PT_OP_AR_WAIT && ev->kind != PT_OP_OPT_STEP;
-    e->mb = per_mb && ev->mb >= 0 ? ev->mb % r->prog.mb_per_window : -1;
-    snprintf(e->op, sizeof e->op, "%s", pt_op_name(ev->kind));
+    e->mb = pt_op_has_one_mb(ev->kind) && ev->mb >= 0 ? ev->mb % r->prog.mb_per_window : -1;
+    e->op = ev->kind;
     e->version = ev->used_version >= 0 ? ev->used_version : -1;
     int64_t s = ev->start_ns - r->ns_base, t = ev->end_ns - r->ns_base;
     e->start_ns = s > 0 ? s : 0;

@@ -57,7 +57,7 @@ static double thread_cpu_s(void)
 /* The events array text of one message: a stage's ops of one step. */
 static char *events_text(int agent, int batch, int64_t step)
 {
-    static const char *const ops[] = {"FWD", "SEND_ACT", "BWD", "SEND_GRAD"};
+    static const pt_op_kind ops[] = {PT_OP_FWD, PT_OP_SEND_ACT, PT_OP_BWD, PT_OP_SEND_GRAD};
     size_t cap = (size_t)batch * EVENT_TEXT_MAX + 16, n = 0;
     char *t = malloc(cap);
     if (!t)
@@ -68,7 +68,7 @@ static char *events_text(int agent, int batch, int64_t step)
         n += (size_t)snprintf(t + n, cap - n,
                               "%s{\"stage\":%d,\"replica\":0,\"step\":%lld,\"mb\":%d,\"op\":\"%s\","
                               "\"version\":%lld,\"start_ns\":%lld,\"end_ns\":%lld,\"bytes\":%d}",
-                              i ? "," : "", agent, (long long)step, i % 8, ops[i % 4],
+                              i ? "," : "", agent, (long long)step, i % 8, pt_op_name(ops[i % 4]),
                               (long long)step, (long long)start, (long long)(start + 800),
                               i % 2 ? 65536 : 0);
     }

@@ -60,7 +60,7 @@ int main(int argc, char **argv)
            "kind (budget %d ms)\n",
            layers, STAGES, REPLICAS, MICROBATCHES, edits, PT_PLAN_EDIT_BUDGET_MS);
     printf("%-11s %8s %10s %10s %10s\n", "schedule", "ops", "mean ms", "max ms", "iter ms");
-    for (int k = 0; k < PT_SCHED_KIND_COUNT; k++) {
+    for (int k = 0; k < PT_SCHED_BUILTIN_COUNT; k++) {
         pt_plan *plan = pt_plan_new(STAGES);
         snprintf(plan->model, sizeof plan->model, "bench");
         plan->layer_count = layers;

@@ -91,7 +91,7 @@ static int run(pt_sched_kind kind, int S, int M, int reps)
     double per = el / reps_run, wall = (wall_s() - w0) / reps_run;
     printf("%-10s S %3d M %4d r %d  ops %8d  build %6.2f ms  simulate %7.2f ms cpu (%7.2f wall)  "
            "%5.1f M ops/s  (iter %.3f s, bubble %.3f)\n",
-           pt_sched_info_of(kind)->name, S, M, reps, prog.op_count, build_s * 1e3, per * 1e3,
+           pt_sched_kind_name(kind), S, M, reps, prog.op_count, build_s * 1e3, per * 1e3,
            wall * 1e3, prog.op_count / per / 1e6, res.iter_s, res.bubble_frac);
     rc = 0;
 out:

@@ -250,41 +250,23 @@ double pt_cost_opt_step_s(const pt_cost *c, int64_t param_bytes, pt_optim_kind o
     return (double)param_bytes * passes / (c->opt_bw * speed_of(c, device));
 }
 
-static int imin(int a, int b)
+/* The kind's formulas from its table entry (protocol/sched_kind.h). */
+static const pt_sched_kind_info *facts_of(pt_sched_kind kind)
 {
-    return a < b ? a : b;
+    const pt_sched_kind_info *in = pt_sched_kind_info_of(kind);
+    return in ? in : pt_sched_kind_info_of(PT_SCHED_1F1B_FLUSH);
 }
 
 int pt_cost_inflight(pt_sched_kind kind, char policy, int S, int i, int M)
 {
-    switch (kind) {
-    case PT_SCHED_GPIPE:
-        return M;
-    case PT_SCHED_DAPPLE:
-        return policy == 'B' ? imin(2 * (S - i) - 1, M) : imin(S - i, M);
-    case PT_SCHED_PIPEDREAM:
-        return S - i;
-    default:
-        return imin(S - i, M);
-    }
+    pt_sched_shape q = {S, i, M, policy, 0};
+    return facts_of(kind)->inflight(&q);
 }
 
 int pt_cost_weight_versions(pt_sched_kind kind, int vertical_sync, int S, int i)
 {
-    switch (kind) {
-    case PT_SCHED_PIPEDREAM:
-        /* With vertical sync micro-batch k reads version k-S+1 on every stage. Stage 0
-         * reads its newest version, as without vertical sync: S stashes + the live
-         * weights. Stage i > 0 holds its S-i stashes, the live weights and the kept
-         * versions between the oldest one still to be read and the newest: S-i+1 +
-         * (i-1) = S arrays, because the forward that reads a kept version last takes
-         * that array over as its stash instead of copying it (as the runtime does). */
-        return vertical_sync && i > 0 ? S : S - i + 1;
-    case PT_SCHED_2BW:
-        return 2;
-    default:
-        return 1;
-    }
+    pt_sched_shape q = {S, i, 0, 'A', vertical_sync};
+    return facts_of(kind)->weight_versions(&q);
 }
 
 void pt_cost_stage_memory(const pt_cost *c, const pt_mem_query *q, pt_mem *out)
@@ -295,10 +277,12 @@ void pt_cost_stage_memory(const pt_cost *c, const pt_mem_query *q, pt_mem *out)
     int64_t out_b = pt_cost_boundary_bytes(c, q->last, q->rows);
     int64_t not_first = q->stage > 0, not_last = q->stage + 1 < q->stage_count;
     int64_t act_b = pt_cost_act_bytes(c, q->first, q->last, q->rows);
-    int K = pt_cost_inflight(q->kind, q->policy, q->stage_count, q->stage, q->microbatches);
-    int V = pt_cost_weight_versions(q->kind, q->vertical_sync, q->stage_count, q->stage);
+    const pt_sched_kind_info *kind = facts_of(q->kind);
+    pt_sched_shape shape = {q->stage_count, q->stage, q->microbatches, q->policy, q->vertical_sync};
+    int K = kind->inflight(&shape);
+    int V = kind->weight_versions(&shape);
     out->bytes[PT_MEM_WEIGHTS] = P;
-    out->bytes[PT_MEM_GRADS] = q->kind == PT_SCHED_PIPESGD ? 2 * P : P;
+    out->bytes[PT_MEM_GRADS] = (kind->flags & PT_SCHED_OVERLAP_ALLREDUCE) ? 2 * P : P;
     out->bytes[PT_MEM_OPTIM] = pt_cost_optim_state_factor(q->optim) * P;
     out->bytes[PT_MEM_ACTS] =
         q->recompute ? K * (in_b + out_b) + (act_b - out_b) : K * (in_b + act_b);

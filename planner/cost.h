@@ -20,8 +20,8 @@
  * P = its parameter bytes, K = micro-batches in flight (pt_cost_inflight),
  * V = weight versions held (pt_cost_weight_versions):
  *   weights = P; stash = (V - 1) * P;
- *   grads = P, or 2P for pipesgd (one gradient being all-reduced while the
- *           next accumulates);
+ *   grads = P, or 2P for kinds with PT_SCHED_OVERLAP_ALLREDUCE (pipesgd: one
+ *           gradient being all-reduced while the next accumulates);
  *   optimizer state = state_factor * P (sgd with momentum 1, adam 2);
  *   activations = K * (in_b + act_b), or with recomputation
  *                 K * (in_b + out_b) + (act_b - out_b): every micro-batch in
@@ -117,15 +117,13 @@ double pt_cost_opt_step_s(const pt_cost *cost, int64_t param_bytes, pt_optim_kin
 /* Optimizer state per parameter byte: sgd (momentum) 1, adam 2. */
 int pt_cost_optim_state_factor(pt_optim_kind optim);
 /* Micro-batches whose activations stage i of S keeps at once under a kind:
- * gpipe M; dapple A / 1f1b-flush / pipedream / 2bw / pipesgd min(S-i, M)
- * (pipedream: S-i, its run is unbounded); dapple B min(2(S-i)-1, M). */
+ * its table entry's in-flight formula (protocol/sched_kind.h; gpipe M,
+ * dapple A / 1f1b-flush / 2bw / pipesgd min(S-i, M), pipedream S-i as its
+ * run is unbounded, dapple B min(2(S-i)-1, M)). */
 int pt_cost_inflight(pt_sched_kind kind, char policy, int S, int i, int M);
-/* Weight versions stage i holds at once (live + stashed): pipedream S-i+1
- * (one stash per in-flight micro-batch plus the live weights); with vertical
- * sync S+1 on stage 0 and S on every later stage (stage i also keeps the
- * versions its coming micro-batches entered the pipeline with, but the
- * forward that reads a kept version last takes it over as its stash rather
- * than copying it, as the runtime does); 2bw 2, others 1. Assumes the run has
+/* Weight versions stage i holds at once (live + stashed): the table entry's
+ * formula (pipedream S-i+1, with vertical sync S+1 on stage 0 and S after;
+ * 2bw 2; others 1; see pt_sched_kind_versions_stash). Assumes the run has
  * at least S micro-batches. */
 int pt_cost_weight_versions(pt_sched_kind kind, int vertical_sync, int S, int i);
 

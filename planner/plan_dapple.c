@@ -1720,6 +1720,8 @@ int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int gl
                       const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
                       pt_error *err)
 {
+    if (opts->objective == PT_OBJECTIVE_DAPPLE)
+        return pt_planner_dapple_paper(profile, topo, global_batch, opts, out, report, err);
     *out = NULL;
     double t0 = pu_now_s();
     pu_report_begin(report, "dapple",

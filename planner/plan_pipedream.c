@@ -16,6 +16,18 @@
  * inter-node link. A level-2 stage on n nodes becomes, in the plan, each of
  * its level-1 stages replicated on n times as many devices.
  *
+ * Objective "pipedream" (--objective pipedream) is PipeDream's own optimizer
+ * (optimizer_graph_hierarchical.py), for comparing with it: no latency;
+ * sync(W, m) = 4(m-1)/m W/B; a new last stage [k,j) on m' replicas costs
+ * (T(k,j) + sync(W(k,j), m')) / m' and the split is also at least
+ * 2 act_k / (B m') (its input) and, when j < N, 2 act_j / (B m') (its
+ * output): the boundary transfer divided by the receiving replica count; the
+ * one-stage base case (T + sync / D) / m has no transfer, and at level 2 its
+ * sync is divided by D, the devices per server (D = 1 at level 1). The
+ * recurrence's sync is not divided, as in PipeDream's code. The transfers
+ * make A[i][k] not monotone in k, so this objective scans every k, stopping
+ * only when the last stage alone reaches the best found.
+ *
  * Speed: for fixed (j, m, m') the first term rises with k and the third falls,
  * so the best k is found by binary search for the crossing and a scan outward
  * that stops as soon as the monotone term alone reaches the best found (the
@@ -39,6 +51,8 @@ typedef struct pdlevel {
     const double *W;    /* prefix of parameter bytes */
     const double *C;    /* C[k]: 2 * transfer of the boundary after layer k-1 (k in 1..N-1) */
     const double *A1P;  /* level 2: A1[i][j][P] at i*(N+1)+j */
+    int paper;          /* PipeDream's optimizer's formulas (C without latency) */
+    double base_div;    /* paper: the one-stage sync is divided by this (D) */
 } pdlevel;
 
 static inline double stage_cost(const pdlevel *L, int i, int j, int m)
@@ -47,6 +61,14 @@ static inline double stage_cost(const pdlevel *L, int i, int j, int m)
     double t = L->A1P ? L->A1P[(size_t)i * (L->N + 1) + j] : L->T[j] - L->T[i];
     double sync = m > 1 ? 2.0 * (m - 1) * L->latency + 2.0 * (m - 1) / m * w / L->bw : 0;
     return (t + sync) / m;
+}
+
+/* PipeDream's stage time: (t + 4(m-1)/m W/B / div) / m. */
+static inline double paper_stage(const pdlevel *L, int i, int j, int m, double div)
+{
+    double w = L->W[j] - L->W[i];
+    double t = L->A1P ? L->A1P[(size_t)i * (L->N + 1) + j] : L->T[j] - L->T[i];
+    return (t + 4.0 * (m - 1) / m * w / L->bw / div) / m;
 }
 
 /* Whether m machines may replicate one stage: every plan stage must have at
@@ -119,6 +141,58 @@ static void solve_from(const pdlevel *L, int i, double *A, int *choice)
     }
 }
 
+/* solve_from under PipeDream's optimizer's formulas (the header comment);
+ * same tables and choice codes. */
+static void solve_from_paper(const pdlevel *L, int i, double *A, int *choice)
+{
+    int N = L->N, mm = L->maxm, stride = mm + 1;
+    for (int j = i + 1; j <= N; j++) {
+        for (int m = 1; m <= mm; m++) {
+            double best = rep_ok(L, m) ? paper_stage(L, i, j, m, L->base_div) : INFINITY;
+            int bc = -1;
+            if (m > 1 && A[(size_t)j * stride + m - 1] < best) {
+                best = A[(size_t)j * stride + m - 1];
+                bc = -2;
+            }
+            for (int mp = 1; mp < m && j - i >= 2; mp++) {
+                if (!rep_ok(L, mp))
+                    break;
+                int rest = m - mp;
+                double out = j < N ? L->C[j] / mp : 0;
+                if (out >= best)
+                    continue;
+                for (int k = j - 1; k >= i + 1; k--) {
+                    double y = paper_stage(L, k, j, mp, 1.0);
+                    if (y >= best)
+                        break;
+                    double v = A[(size_t)k * stride + rest], c = L->C[k] / mp;
+                    if (y > v)
+                        v = y;
+                    if (c > v)
+                        v = c;
+                    if (out > v)
+                        v = out;
+                    if (v < best) {
+                        best = v;
+                        bc = k * stride + mp;
+                    }
+                }
+            }
+            A[(size_t)j * stride + m] = best;
+            if (choice)
+                choice[(size_t)j * stride + m] = bc;
+        }
+    }
+}
+
+static void solve(const pdlevel *L, int i, double *A, int *choice)
+{
+    if (L->paper)
+        solve_from_paper(L, i, A, choice);
+    else
+        solve_from(L, i, A, choice);
+}
+
 /* One stage of a level's solution: layers [first,last) on m machines. */
 typedef struct pdstage {
     int first, last, m;
@@ -161,7 +235,7 @@ typedef struct pdresult {
 
 /* Solves for plan micro-batch size mbs and builds the plan. */
 static int plan_for(const pt_cost *cost, const pt_topology *topo, int global_batch, int mbs,
-                    pt_optim_kind optim, pdresult *res, char *levels_text, size_t ltcap)
+                    pt_optim_kind optim, int paper, pdresult *res, char *levels_text, size_t ltcap)
 {
     const pt_profile *pr = pt_cost_profile(cost);
     int N = pr->layer_count, G = topo->device_count;
@@ -197,10 +271,15 @@ static int plan_for(const pt_cost *cost, const pt_topology *topo, int global_bat
     }
     for (int k = 1; k < N; k++) {
         int64_t bytes = pt_cost_boundary_bytes(cost, k, mbs);
-        C1[k] = 2 * pt_cost_link_s(l1, bytes);
-        C2[k] = 2 * pt_cost_link_s(topo->inter, bytes);
+        if (paper) {
+            C1[k] = 2.0 * (double)bytes / l1.bandwidth;
+            C2[k] = 2.0 * (double)bytes / topo->inter.bandwidth;
+        } else {
+            C1[k] = 2 * pt_cost_link_s(l1, bytes);
+            C2[k] = 2 * pt_cost_link_s(topo->inter, bytes);
+        }
     }
-    pdlevel L1 = {N, m1, l1.latency, l1.bandwidth, mbs, 1, T, W, C1, NULL};
+    pdlevel L1 = {N, m1, l1.latency, l1.bandwidth, mbs, 1, T, W, C1, NULL, paper, 1.0};
     for (size_t c = 0; c < np1 * (size_t)(m1 + 1); c++)
         A[c] = INFINITY;
     int nst = 0;
@@ -211,7 +290,7 @@ static int plan_for(const pt_cost *cost, const pt_topology *topo, int global_bat
     if (!fin || !st1 || !st2 || !devs)
         goto out;
     if (!two_levels) {
-        solve_from(&L1, 0, A, choice);
+        solve(&L1, 0, A, choice);
         res->objective = A[(size_t)N * (m1 + 1) + m1];
         if (!isfinite(res->objective)) {
             rc = PT_ENOFIT;
@@ -251,18 +330,20 @@ static int plan_for(const pt_cost *cost, const pt_topology *topo, int global_bat
     if (!A1P)
         goto out;
     for (int i = 0; i < N; i++) {
-        solve_from(&L1, i, A, NULL);
+        solve(&L1, i, A, NULL);
         for (int j = i + 1; j <= N; j++)
             A1P[(size_t)i * np1 + j] = A[(size_t)j * (m1 + 1) + m1];
     }
-    pdlevel L2 = {N, nodes, topo->inter.latency, topo->inter.bandwidth, mbs, P, NULL, W, C2, A1P};
+    pdlevel L2 = {
+        N,     nodes,    topo->inter.latency, topo->inter.bandwidth, mbs, P, NULL, W, C2, A1P,
+        paper, (double)P};
     A2 = malloc(np1 * (size_t)(nodes + 1) * sizeof *A2);
     choice2 = malloc(np1 * (size_t)(nodes + 1) * sizeof *choice2);
     if (!A2 || !choice2)
         goto out;
     for (size_t c = 0; c < np1 * (size_t)(nodes + 1); c++)
         A2[c] = INFINITY;
-    solve_from(&L2, 0, A2, choice2);
+    solve(&L2, 0, A2, choice2);
     res->objective = A2[(size_t)N * (nodes + 1) + nodes];
     if (!isfinite(res->objective)) {
         rc = PT_ENOFIT;
@@ -280,7 +361,7 @@ static int plan_for(const pt_cost *cost, const pt_topology *topo, int global_bat
     for (int g = 0; g < n2; g++) {
         for (size_t c = 0; c < np1 * (size_t)(m1 + 1); c++)
             A[c] = INFINITY;
-        solve_from(&L1, st2[g].first, A, choice);
+        solve(&L1, st2[g].first, A, choice);
         int n1 = walk(&L1, st2[g].first, st2[g].last, m1, choice, st1, N + 1);
         int o = 0;
         for (int s = 0; s < n1; s++) {
@@ -344,9 +425,11 @@ int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int
 {
     *out = NULL;
     double t0 = pu_now_s();
+    int paper = opts->objective == PT_OBJECTIVE_PIPEDREAM;
     pu_report_begin(report, "pipedream",
-                    "slowest stage per micro-batch (PipeDream's model, replication and "
-                    "boundaries included)");
+                    paper ? "slowest stage per micro-batch (PipeDream's optimizer's formulas)"
+                          : "slowest stage per micro-batch (PipeDream's model, replication and "
+                            "boundaries included)");
     pt_cost *cost = NULL;
     int rc = pt_cost_new(profile, topo, &cost, err);
     if (rc < 0)
@@ -355,6 +438,9 @@ int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int
     int mbs_list[PT_PLANNER_MB_CHOICES_MAX], nmb = 0;
     if (opts->microbatch_size_count > 0) {
         nmb = pu_microbatch_candidates(opts, global_batch, PT_PLANNER_MB_CHOICES_MAX, mbs_list);
+    } else if (paper && global_batch % profile->microbatch == 0) {
+        /* PipeDream's optimizer takes the profile's times as measured */
+        mbs_list[nmb++] = profile->microbatch;
     } else {
         /* the smallest micro-batch that lets every device hold a row of it */
         int want = G < global_batch ? G : global_batch;
@@ -369,8 +455,8 @@ int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int
     char levels[128] = "";
     for (int c = 0; c < nmb; c++) {
         pdresult r = {INFINITY, NULL};
-        rc =
-            plan_for(cost, topo, global_batch, mbs_list[c], opts->optim, &r, levels, sizeof levels);
+        rc = plan_for(cost, topo, global_batch, mbs_list[c], opts->optim, paper, &r, levels,
+                      sizeof levels);
         if (rc == PT_ENOMEM) {
             pt_plan_free(&best.plan);
             pt_cost_free(&cost);

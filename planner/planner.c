@@ -10,15 +10,17 @@
 /* One line per planner; a new planner is a file and a line here. */
 static const pt_planner_info planners[] = {
     {"dapple", "DAPPLE: partition, replication and placement minimising synchronous latency",
-     pt_planner_dapple},
+     pt_planner_dapple, PT_OBJECTIVE_DAPPLE},
     {"pipedream", "PipeDream: hierarchical DP minimising the slowest stage (asynchronous)",
-     pt_planner_pipedream},
+     pt_planner_pipedream, PT_OBJECTIVE_PIPEDREAM},
     {"2bw", "PipeDream-2BW: depth x width, micro-batch and recomputation under memory",
-     pt_planner_2bw},
-    {"gpipe", "GPipe: balanced contiguous partition into --stages stages", pt_planner_gpipe},
-    {"dp", "data parallelism: one stage on every device, all-reduce after backward", pt_planner_dp},
+     pt_planner_2bw, PT_OBJECTIVE_DEFAULT},
+    {"gpipe", "GPipe: balanced contiguous partition into --stages stages", pt_planner_gpipe,
+     PT_OBJECTIVE_DEFAULT},
+    {"dp", "data parallelism: one stage on every device, all-reduce after backward", pt_planner_dp,
+     PT_OBJECTIVE_DEFAULT},
     {"pipesgd", "Pipe-SGD: data parallelism with the all-reduce overlapped (width two)",
-     pt_planner_pipesgd},
+     pt_planner_pipesgd, PT_OBJECTIVE_DEFAULT},
 };
 
 #define PLANNER_COUNT ((int)(sizeof planners / sizeof planners[0]))
@@ -41,6 +43,24 @@ const pt_planner_info *pt_planner_find(const char *name)
         if (!strcmp(planners[i].name, name))
             return &planners[i];
     return NULL;
+}
+
+static const char *const objective_names[PT_OBJECTIVE_COUNT] = {"default", "pipedream", "dapple"};
+
+const char *pt_planner_objective_name(pt_planner_objective objective)
+{
+    return (int)objective >= 0 && objective < PT_OBJECTIVE_COUNT ? objective_names[objective]
+                                                                 : NULL;
+}
+
+int pt_planner_objective_parse(const char *name, pt_planner_objective *out)
+{
+    for (int k = 0; name && k < PT_OBJECTIVE_COUNT; k++)
+        if (!strcmp(objective_names[k], name)) {
+            *out = (pt_planner_objective)k;
+            return 0;
+        }
+    return PT_ENOTFOUND;
 }
 
 void pt_planner_opts_default(pt_planner_opts *opts)
@@ -189,6 +209,16 @@ int pt_planner_run(const char *name, const pt_profile *profile, const pt_topolog
     int rc = pt_planner_check_input(profile, topo, global_batch, opts, err);
     if (rc < 0)
         return rc;
+    if (opts->objective != PT_OBJECTIVE_DEFAULT && opts->objective != info->paper) {
+        const char *on = pt_planner_objective_name(opts->objective);
+        if (info->paper != PT_OBJECTIVE_DEFAULT)
+            return pt_error_set(err, PT_EINVAL,
+                                "planner: %s: objective '%s' is not its own (default or %s)",
+                                info->name, on ? on : "?", pt_planner_objective_name(info->paper));
+        return pt_error_set(err, PT_EINVAL,
+                            "planner: %s: objective '%s' is not its own (it has only the default)",
+                            info->name, on ? on : "?");
+    }
     pt_topology *limited = NULL;
     if (opts->memory_limit_bytes > 0) {
         limited = pu_topology_with_memory(topo, opts->memory_limit_bytes);

@@ -33,6 +33,21 @@
 /* Length of a report's explanation. */
 #define PT_PLANNER_WHY_MAX 1024
 
+/* What a planner minimises. DEFAULT is the model the simulator and the
+ * runtime agree on; the others are a paper's own formulas, for comparing
+ * with the paper and its released code (docs/planners.md). */
+typedef enum pt_planner_objective {
+    PT_OBJECTIVE_DEFAULT = 0,
+    PT_OBJECTIVE_PIPEDREAM, /* PipeDream's optimizer (pipedream only) */
+    PT_OBJECTIVE_DAPPLE,    /* DAPPLE's released planner (dapple only) */
+    PT_OBJECTIVE_COUNT
+} pt_planner_objective;
+
+/* "default", "pipedream", "dapple"; NULL past the end. */
+const char *pt_planner_objective_name(pt_planner_objective objective);
+/* The objective called name: 0, or PT_ENOTFOUND. */
+int pt_planner_objective_parse(const char *name, pt_planner_objective *out);
+
 typedef struct pt_planner_opts {
     /* > 0: every device is taken to have this much memory (bytes); 0: the
      * topology's figures. */
@@ -47,6 +62,9 @@ typedef struct pt_planner_opts {
     int microbatch_size_count;
     /* Optimizer whose state (memory) and step (time) are charged. */
     pt_optim_kind optim;
+    /* DEFAULT, or the planner's paper objective (pt_planner_info.paper);
+     * pt_planner_run refuses an objective the planner does not have. */
+    pt_planner_objective objective;
 } pt_planner_opts;
 
 typedef struct pt_planner_report {
@@ -74,6 +92,7 @@ typedef struct pt_planner_info {
     const char *name;    /* "dapple", "pipedream", "2bw", "gpipe", "dp", "pipesgd" */
     const char *summary; /* one line for help texts */
     pt_planner_fn run;
+    pt_planner_objective paper; /* its paper's objective, or DEFAULT when it has none */
 } pt_planner_info;
 
 /* The registered planners, in table order; NULL past the end. */
@@ -109,6 +128,11 @@ int pt_planner_run(const char *name, const pt_profile *profile, const pt_topolog
 int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int global_batch,
                       const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
                       pt_error *err);
+/* pt_planner_dapple under --objective dapple (plan_dapple_paper.c): DAPPLE's
+ * released planner's space, constants and closed form. Same contract. */
+int pt_planner_dapple_paper(const pt_profile *profile, const pt_topology *topo, int global_batch,
+                            const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
+                            pt_error *err);
 int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int global_batch,
                          const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
                          pt_error *err);

@@ -10,9 +10,10 @@ int pt_sched_gen_dapple(pt_program *p, pt_error *err)
     (void)err;
     int S = p->stage_count, M = p->mb_per_window, rc;
     for (int w = 0; w < p->worker_count; w++) {
-        int i = p->workers[w].stage;
-        int K = p->policy == 'B' ? pt_sched_min(2 * (S - i) - 1, M) : pt_sched_min(S - i, M);
-        if ((rc = pt_sched_gen_sync_1f1b(p, w, K)) < 0)
+        /* K_i is the table's in-flight formula (protocol/sched_kind.h): the
+         * warm-up depth and the cost model's in-flight count are one formula */
+        pt_sched_shape q = {S, p->workers[w].stage, M, p->policy, 0};
+        if ((rc = pt_sched_gen_sync_1f1b(p, w, pt_sched_kind_inflight_policy(&q))) < 0)
             return rc;
     }
     return 0;

@@ -1,18 +1,17 @@
 /* Internal to planner/: what schedule generators (planner/sched_*.c) share.
  * A generator appends each worker's ops in turn: call pt_sched_gen_begin(w),
- * emit its ops, then pt_sched_gen_end(w). Not for use outside planner/. */
+ * emit its ops, then pt_sched_gen_end(w). For generators only: planner/sched_*.c
+ * and the generators of kinds registered at run time (pt_sched_register). */
 #ifndef PT_PLANNER_SCHED_GEN_H
 #define PT_PLANNER_SCHED_GEN_H
 
 #include "planner/schedule.h"
 
-/* The generators of the registry (one per file). */
-int pt_sched_gen_gpipe(pt_program *prog, pt_error *err);
-int pt_sched_gen_dapple(pt_program *prog, pt_error *err);
-int pt_sched_gen_1f1b_flush(pt_program *prog, pt_error *err);
-int pt_sched_gen_pipedream(pt_program *prog, pt_error *err);
-int pt_sched_gen_2bw(pt_program *prog, pt_error *err);
-int pt_sched_gen_pipesgd(pt_program *prog, pt_error *err);
+/* The generators of the built-in kinds (one per file, named in PT_SCHED_KIND_LIST). */
+#define PT_SCHED_GEN_DECL_(ID, name, flags, inflight, versions, generator, summary)                \
+    int generator(pt_program *prog, pt_error *err);
+PT_SCHED_KIND_LIST(PT_SCHED_GEN_DECL_)
+#undef PT_SCHED_GEN_DECL_
 
 void pt_sched_gen_begin(pt_program *prog, int w);
 void pt_sched_gen_end(pt_program *prog, int w);

@@ -86,7 +86,8 @@ static int check_op(const pt_program *p, int w, int i, pt_error *err)
         return fail(err, PT_EINVAL, p, i, "unknown op kind");
     if (op->mb < 0 || op->mb_end <= op->mb || op->mb_end > p->mb_count)
         return fail(err, PT_EINVAL, p, i, "micro-batch range outside the program");
-    if (k == PT_OP_ALLREDUCE || k == PT_OP_AR_WAIT) {
+    unsigned facts = pt_op_facts(k);
+    if (facts & PT_OPK_COLLECTIVE) {
         if (op->peer != x->stage)
             return fail(err, PT_EINVAL, p, i, "collective group is not the worker's stage");
         if (x->replica_count < 2)
@@ -99,14 +100,14 @@ static int check_op(const pt_program *p, int w, int i, pt_error *err)
         return fail(err, PT_EINVAL, p, i, "covers more than one micro-batch");
     if (op->row_lo < x->row_lo || op->row_hi > x->row_hi || op->row_lo >= op->row_hi)
         return fail(err, PT_EINVAL, p, i, "rows outside the worker's share");
-    if (k == PT_OP_FWD || k == PT_OP_BWD || k == PT_OP_RECOMPUTE) {
+    if (pt_op_is_mb_compute(k)) {
         if (op->row_lo != x->row_lo || op->row_hi != x->row_hi)
             return fail(err, PT_EINVAL, p, i, "compute does not cover the worker's rows");
         if (op->version < 0)
             return fail(err, PT_EINVAL, p, i, "negative weight version");
         return 0;
     }
-    int want = k == PT_OP_SEND_ACT || k == PT_OP_RECV_GRAD ? x->stage + 1 : x->stage - 1;
+    int want = facts & PT_OPK_NEXT ? x->stage + 1 : x->stage - 1;
     if (op->peer < 0 || op->peer >= p->worker_count || p->workers[op->peer].stage != want)
         return fail(err, PT_EINVAL, p, i, "peer is not a worker of the adjacent stage");
     const pt_worker *y = &p->workers[op->peer];
@@ -348,12 +349,13 @@ static int run_blocking(const pt_program *p, vstate *v, int n_inst, pt_error *er
         while (v->pc[w] < x->op_end) {
             int i = v->pc[w];
             const pt_op *op = &p->ops[i];
-            if (op->kind == PT_OP_SEND_ACT || op->kind == PT_OP_SEND_GRAD) {
+            unsigned facts = pt_op_facts(op->kind);
+            if (facts & PT_OPK_SEND) {
                 int j = v->match[i];
                 v->arrived[j] = 1;
                 if (v->blocked[op->peer] == j)
                     wake(v, &top, op->peer);
-            } else if (op->kind == PT_OP_RECV_ACT || op->kind == PT_OP_RECV_GRAD) {
+            } else if (facts & PT_OPK_RECV) {
                 if (!v->arrived[i]) {
                     v->blocked[w] = i;
                     break;
@@ -366,7 +368,7 @@ static int run_blocking(const pt_program *p, vstate *v, int n_inst, pt_error *er
                         for (int u = p->stage_worker[x->stage]; u < p->stage_worker[x->stage + 1];
                              u++)
                             if (v->blocked[u] >= 0 &&
-                                p->ops[v->blocked[u]].kind >= PT_OP_ALLREDUCE &&
+                                (pt_op_facts(p->ops[v->blocked[u]].kind) & PT_OPK_COLLECTIVE) &&
                                 v->match[v->blocked[u]] == inst)
                                 wake(v, &top, u);
                 }

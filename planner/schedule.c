@@ -9,33 +9,41 @@
 
 #include "planner/sched_gen.h"
 
-/* One line per kind; a new schedule is a generator file and a line here. */
-static const pt_sched_info registry[PT_SCHED_KIND_COUNT] = {
-    {PT_SCHED_GPIPE, "gpipe", "all forwards, then all backwards; flush; optional recomputation", 1,
-     pt_sched_gen_gpipe},
-    {PT_SCHED_DAPPLE, "dapple",
-     "early backward: K_i warm-up forwards then 1F1B (policy A: min(S-i,M), B: min(2(S-i)-1,M)); "
-     "flush",
-     1, pt_sched_gen_dapple},
-    {PT_SCHED_1F1B_FLUSH, "1f1b-flush",
-     "PipeDream-Flush: S-i warm-up forwards, 1F1B, flush per mini-batch", 1,
-     pt_sched_gen_1f1b_flush},
-    {PT_SCHED_PIPEDREAM, "pipedream",
-     "asynchronous 1F1B, step after every backward, weight stashing (S-i+1 versions)", 0,
-     pt_sched_gen_pipedream},
-    {PT_SCHED_2BW, "2bw",
-     "1F1B without flush, gradients coalesced over M micro-batches, two weight versions", 0,
-     pt_sched_gen_2bw},
-    {PT_SCHED_PIPESGD, "pipesgd",
-     "all-reduce of iteration t overlapped with the compute of t+1 (one step stale)", 0,
-     pt_sched_gen_pipesgd},
+/* The built-in kinds, one per line of PT_SCHED_KIND_LIST (protocol/sched_kind.h);
+ * kinds registered at run time follow them. */
+static const pt_sched_info builtin[PT_SCHED_BUILTIN_COUNT] = {
+#define PT_SCHED_ENTRY_(ID, name, flags, inflight, versions, generator, summary)                   \
+    [PT_SCHED_##ID] = {{name, flags, inflight, versions, summary}, generator},
+    PT_SCHED_KIND_LIST(PT_SCHED_ENTRY_)
+#undef PT_SCHED_ENTRY_
 };
+
+static const pt_sched_info *added[PT_SCHED_KIND_MAX - PT_SCHED_BUILTIN_COUNT];
 
 const pt_sched_info *pt_sched_info_of(pt_sched_kind kind)
 {
-    if ((int)kind < 0 || kind >= PT_SCHED_KIND_COUNT)
-        return NULL;
-    return &registry[kind];
+    int k = (int)kind;
+    if (k >= 0 && k < PT_SCHED_BUILTIN_COUNT)
+        return &builtin[k];
+    if (k >= PT_SCHED_BUILTIN_COUNT && k < pt_sched_kind_count())
+        return added[k - PT_SCHED_BUILTIN_COUNT];
+    return NULL;
+}
+
+int pt_sched_register(const pt_sched_info *info, pt_sched_kind *out, pt_error *err)
+{
+    if (!info || !out)
+        return pt_error_set(err, PT_EINVAL, "schedule kind: an entry and an id are required");
+    if (!info->generate)
+        return pt_error_set(err, PT_EINVAL, "schedule kind \"%s\": no generator",
+                            info->facts.name ? info->facts.name : "(null)");
+    pt_sched_kind k;
+    int rc = pt_sched_kind_register(&info->facts, &k, err);
+    if (rc < 0)
+        return rc;
+    added[k - PT_SCHED_BUILTIN_COUNT] = info;
+    *out = k;
+    return 0;
 }
 
 /* ---- set-up ------------------------------------------------------------ */
@@ -119,7 +127,7 @@ static int setup(pt_program *p, const pt_plan *plan, const pt_profile *pf, int M
     p->kind = plan->schedule;
     p->policy = plan->policy == 'B' ? 'B' : 'A';
     p->vertical_sync = plan->vertical_sync ? 1 : 0;
-    p->synchronous = info->synchronous;
+    p->synchronous = (info->facts.flags & PT_SCHED_SYNCHRONOUS) != 0;
     p->optim = plan->optimizer.kind;
     p->stage_count = S;
     p->worker_count = nw;
@@ -171,20 +179,24 @@ int pt_sched_build(const pt_plan *plan, const pt_profile *profile, const pt_sche
     if (!plan || !prog)
         return pt_error_set(err, PT_EINVAL, "pt_sched_build: plan and program are required");
     const pt_sched_info *info = pt_sched_info_of(plan->schedule);
-    if (!info)
-        return pt_error_set(err, PT_EINVAL, "plan: schedule: unknown kind %d", (int)plan->schedule);
+    if (!info) {
+        const char *name = pt_sched_kind_name(plan->schedule);
+        return name ? pt_error_set(err, PT_EINVAL, "plan: schedule: %s has no generator", name)
+                    : pt_error_set(err, PT_EINVAL, "plan: schedule: unknown kind %d",
+                                   (int)plan->schedule);
+    }
     pt_sched_opts o = opts ? *opts : (pt_sched_opts){0};
     int M = o.microbatches > 0 ? o.microbatches : plan->microbatch_count;
     int rc = check_plan(plan, profile, M, err);
     if (rc < 0)
         goto fail;
     int windows = 1;
-    if (info->synchronous) {
+    if (info->facts.flags & PT_SCHED_SYNCHRONOUS) {
         if (o.windows > 1) {
             rc = pt_error_set(err, PT_EINVAL,
                               "schedule %s: windows: a synchronous schedule covers one iteration, "
                               "not %d",
-                              info->name, o.windows);
+                              info->facts.name, o.windows);
             goto fail;
         }
     } else if (o.windows > 0) {
@@ -197,16 +209,16 @@ int pt_sched_build(const pt_plan *plan, const pt_profile *profile, const pt_sche
     }
     if ((int64_t)M * windows > (1 << 30)) {
         rc = pt_error_set(err, PT_ERANGE, "schedule %s: %d windows of %d micro-batches is too many",
-                          info->name, windows, M);
+                          info->facts.name, windows, M);
         goto fail;
     }
     if ((rc = setup(prog, plan, profile, M, windows, info)) < 0) {
-        pt_error_set(err, rc, "schedule %s: out of memory", info->name);
+        pt_error_set(err, rc, "schedule %s: out of memory", info->facts.name);
         goto fail;
     }
     if ((rc = info->generate(prog, err)) < 0) {
         if (rc == PT_ENOMEM)
-            pt_error_set(err, rc, "schedule %s: out of memory", info->name);
+            pt_error_set(err, rc, "schedule %s: out of memory", info->facts.name);
         goto fail;
     }
     return 0;
@@ -359,12 +371,12 @@ int pt_sched_gen_sync_1f1b(pt_program *p, int w, int K)
 
 static int is_send(int k)
 {
-    return k == PT_OP_SEND_ACT || k == PT_OP_SEND_GRAD;
+    return (pt_op_facts(k) & PT_OPK_SEND) != 0;
 }
 
 static int is_recv(int k)
 {
-    return k == PT_OP_RECV_ACT || k == PT_OP_RECV_GRAD;
+    return (pt_op_facts(k) & PT_OPK_RECV) != 0;
 }
 
 int64_t pt_sched_match_scratch(const pt_program *prog)

@@ -82,9 +82,9 @@ typedef struct pt_worker {
 
 typedef struct pt_program {
     pt_sched_kind kind;
-    char policy;          /* dapple: 'A' or 'B' */
-    int vertical_sync;    /* pipedream */
-    int synchronous;      /* 1: one iteration ending in a flush (gpipe, dapple, 1f1b-flush) */
+    char policy;          /* kinds with PT_SCHED_OPT_POLICY: 'A' or 'B' */
+    int vertical_sync;    /* kinds with PT_SCHED_OPT_VSYNC */
+    int synchronous;      /* 1: one iteration ending in a flush (PT_SCHED_SYNCHRONOUS) */
     pt_optim_kind optim;  /* optimizer, for its state and step cost */
     int stage_count;      /* S */
     int worker_count;     /* sum of replicas */
@@ -112,20 +112,29 @@ typedef struct pt_sched_opts {
 
 #define PT_SCHED_MIN_WINDOWS 4
 
-/* One registered schedule kind. A new kind is one generator file and one line
- * in the table of schedule.c. */
+/* One schedule kind as the planner sees it: its facts (protocol/sched_kind.h:
+ * name, summary, synchronous, options, in-flight and weight-version formulas)
+ * and its generator. Built-in kinds come from PT_SCHED_KIND_LIST; a new
+ * built-in kind is one generator file and one line there. */
 typedef struct pt_sched_info {
-    pt_sched_kind kind;
-    const char *name;    /* as in plan files: "gpipe", "1f1b-flush", ... */
-    const char *summary; /* one line for help texts */
-    int synchronous;     /* 1: flush per iteration, one weight version */
+    pt_sched_kind_info facts;
     /* Appends every worker's ops to prog, whose workers, sizes and versions the
-     * common code of pt_sched_build has already set up. 0 or PT_E*. */
+     * common code of pt_sched_build has already set up (planner/sched_gen.h has
+     * the emitters). 0 or PT_E*. */
     int (*generate)(pt_program *prog, pt_error *err);
 } pt_sched_info;
 
-/* The registry entry of a kind; NULL for an invalid kind. */
+/* The registry entry of a kind; NULL for an invalid kind or one registered
+ * with protocol/ alone (pt_sched_kind_register), which has no generator. */
 const pt_sched_info *pt_sched_info_of(pt_sched_kind kind);
+
+/* Adds a kind at run time: enters info->facts into the protocol registry (so
+ * plan files may name it) and keeps the generator. `info` must have static
+ * storage. Returns 0 and the new id in *out, or PT_EINVAL (no generator, or
+ * what pt_sched_kind_register refuses) / PT_ERANGE with err naming the
+ * reason; nothing is registered on error. Not thread-safe: register at start,
+ * before other threads build programs or parse plans. */
+int pt_sched_register(const pt_sched_info *info, pt_sched_kind *out, pt_error *err);
 
 /* Rows [*lo, *hi) of replica j among r replicas splitting b samples into
  * contiguous, near-equal ranges (the first b % r ranges are not larger:

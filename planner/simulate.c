@@ -131,8 +131,8 @@ static int prepare(pt_sim *sim, const pt_program *p, const pt_cost *cost, pt_err
             int n_ar = 0, n_opt = 0, maxv = p->initial_versions - 1;
             for (int i = x->op_begin; i < x->op_end; i++) {
                 const pt_op *op = &p->ops[i];
-                int reads = op->kind == PT_OP_FWD || op->kind == PT_OP_BWD ||
-                            op->kind == PT_OP_RECOMPUTE || op->kind == PT_OP_OPT_STEP;
+                /* compute ops read (OPT_STEP: produce) a version */
+                int reads = pt_op_is_compute(op->kind);
                 if (op->kind >= PT_OP_KIND_COUNT || op->mb < 0 || op->mb_end <= op->mb ||
                     op->mb_end > p->mb_count || op->version > PT_SIM_MAX_VERSION ||
                     (reads && op->version < 0))
@@ -456,6 +456,7 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
             int i = st->pc;
             const pt_op *op = &p->ops[i];
             pt_sim_event *ev = &sim->events[i];
+            ev->lane = (uint8_t)pt_op_lane(op->kind);
             switch (op->kind) {
             case PT_OP_SEND_ACT:
             case PT_OP_SEND_GRAD: {
@@ -465,7 +466,6 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                 st->comm_free = end;
                 ev->start = start;
                 ev->end = end;
-                ev->lane = PT_LANE_COMM;
                 sim->arrival[j] = end;
                 if (sim->ws[op->peer].blocked == j)
                     wake(sim, &top, op->peer);
@@ -481,7 +481,6 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                 if (sim->arrival[i] > st->ready)
                     st->ready = sim->arrival[i];
                 ev->end = st->ready;
-                ev->lane = PT_LANE_WAIT;
                 break;
             case PT_OP_ALLREDUCE: {
                 int k = sim->match[i];
@@ -500,13 +499,12 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                         in->done = 1;
                         for (int u = p->stage_worker[s]; u < p->stage_worker[s + 1]; u++) {
                             int b = sim->ws[u].blocked;
-                            if (b >= 0 && p->ops[b].kind >= PT_OP_ALLREDUCE &&
-                                p->ops[b].kind <= PT_OP_AR_WAIT && sim->match[b] == k)
+                            if (b >= 0 && (pt_op_facts(p->ops[b].kind) & PT_OPK_COLLECTIVE) &&
+                                sim->match[b] == k)
                                 wake(sim, &top, u);
                         }
                     }
                 }
-                ev->lane = PT_LANE_COMM;
                 if (!(op->flags & PT_OPF_ASYNC)) {
                     if (!in->done) {
                         st->blocked = i;
@@ -533,7 +531,6 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                 if (sim->insts[k].end > st->ready)
                     st->ready = sim->insts[k].end;
                 ev->end = st->ready;
-                ev->lane = PT_LANE_WAIT;
                 break;
             }
             default: {
@@ -541,7 +538,6 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                 double end = start + op_duration(p, sim, cost, w, op);
                 ev->start = start;
                 ev->end = end;
-                ev->lane = PT_LANE_COMPUTE;
                 st->comp_free = st->ready = end;
                 st->busy += end - start;
                 mem_op(p, sim, w, i);
@@ -649,7 +645,7 @@ static void summarise(const pt_program *p, pt_sim *sim, pt_sim_result *out)
         pt_sim_worker *ow = &sim->workers[w];
         if (lo > 0 || hi < makespan) /* a steady-state window: clip every event */
             measure(p, sim, w, lo, hi, ow);
-        ow->busy_frac = hi > lo ? ow->busy_s / (hi - lo) : 0;
+        ow->busy_frac = pt_op_busy_frac(ow->busy_s, hi - lo);
         ow->bubble_frac = 1 - ow->busy_frac;
         bubble += ow->bubble_frac;
         double ratio = ow->limit > 0 ? (double)ow->peak.total / (double)ow->limit : 1e300;

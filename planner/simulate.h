@@ -55,7 +55,7 @@ typedef struct pt_sim_event {
 typedef struct pt_sim_worker {
     double busy_s;      /* compute-lane time inside [measure_lo, measure_hi) */
     double comm_s;      /* comm-lane time inside it */
-    double busy_frac;   /* busy_s / (measure_hi - measure_lo) */
+    double busy_frac;   /* pt_op_busy_frac(busy_s, measure_hi - measure_lo): protocol/op.h */
     double bubble_frac; /* 1 - busy_frac */
     double end_s;       /* end of its last op */
     pt_mem peak;        /* peak of each category; total = peak of the running sum */

@@ -437,6 +437,20 @@ static int check_heartbeat(pt_jr *jr, const cJSON *o, pt_msg_heartbeat *h)
     return 0;
 }
 
+/* The op of an event: one of the names of protocol/op.h. */
+static int check_op(pt_jr *jr, const cJSON *x, const char *path, pt_op_kind *out)
+{
+    char name[PT_OP_NAME_MAX];
+    TRY(pt_jr_str(jr, x, path, "op", REQ, NULL, name, sizeof name));
+    TRY(check_charset(jr, path, "op", name, "_", "an op kind"));
+    if (pt_op_parse(name, out) < 0) {
+        char known[PT_OP_NAME_MAX * PT_OP_KIND_COUNT];
+        return pt_jr_fail(jr, PT_EINVAL, path, "op", "unknown op kind \"%s\" (one of %s)", name,
+                          pt_op_names_list(known, (int)sizeof known, ", "));
+    }
+    return 0;
+}
+
 static int check_events(pt_jr *jr, const cJSON *o, pt_msg_events *e)
 {
     const cJSON *arr;
@@ -460,8 +474,7 @@ static int check_events(pt_jr *jr, const cJSON *o, pt_msg_events *e)
         TRY(pt_jr_int(jr, x, path, "replica", REQ, 0, 0, IDX, &v->replica));
         TRY(pt_jr_int64(jr, x, path, "step", REQ, 0, 0, IMAX, &v->step));
         TRY(pt_jr_int(jr, x, path, "mb", REQ, 0, -1, 2147483647, &v->mb));
-        TRY(pt_jr_str(jr, x, path, "op", REQ, NULL, v->op, sizeof v->op));
-        TRY(check_charset(jr, path, "op", v->op, "_", "an op kind"));
+        TRY(check_op(jr, x, path, &v->op));
         TRY(pt_jr_int64(jr, x, path, "version", OPT, -1, -1, IMAX, &v->version));
         TRY(pt_jr_int64(jr, x, path, "start_ns", REQ, 0, 0, IMAX, &v->start_ns));
         TRY(pt_jr_int64(jr, x, path, "end_ns", REQ, 0, 0, IMAX, &v->end_ns));

@@ -24,12 +24,12 @@
 #include <stdint.h>
 
 #include "protocol/error.h"
+#include "protocol/op.h"
 
 #define PT_MSG_VERSION      1
 #define PT_MSG_MAX_BYTES    (16u << 20) /* longest message text accepted */
 #define PT_MSG_ID_MAX       64          /* agent id, NUL included: [A-Za-z0-9._:@-]+ */
 #define PT_MSG_NAME_MAX     64          /* backend, capability, state, device name */
-#define PT_MSG_OP_MAX       16          /* op kind: [A-Za-z0-9_]+, e.g. "FWD", "SEND_ACT" */
 #define PT_MSG_HOST_MAX     256
 #define PT_MSG_ENDPOINT_MAX 256
 #define PT_MSG_PATH_MAX     1024
@@ -173,7 +173,7 @@ typedef struct pt_msg_event {
     int stage, replica;
     int64_t step;             /* iteration */
     int mb;                   /* micro-batch, -1: none (OPT_STEP...) */
-    char op[PT_MSG_OP_MAX];   /* planner/schedule.h pt_op_name(): "FWD", "SEND_ACT"... */
+    pt_op_kind op;            /* travels as its name (pt_op_name); decode refuses others */
     int64_t version;          /* weight version, -1: none */
     int64_t start_ns, end_ns; /* sender clock; end_ns >= start_ns */
     int64_t bytes;            /* moved (SEND/RECV/ALLREDUCE), else 0 */

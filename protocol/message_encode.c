@@ -198,6 +198,10 @@ static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
         cJSON *arr = add_arr(b, o, "events");
         for (int i = 0; arr && i < e->count; i++) {
             const pt_msg_event *v = &e->events[i];
+            if (!pt_op_info_of(v->op))
+                return pt_error_set(err, PT_EINVAL,
+                                    "message (events): events[%d].op: %d is not an op kind", i,
+                                    (int)v->op);
             cJSON *x = push_obj(b, arr);
             if (!x)
                 break;
@@ -205,7 +209,7 @@ static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
             add_int(b, x, "replica", v->replica);
             add_int(b, x, "step", v->step);
             add_int(b, x, "mb", v->mb);
-            add_str(b, x, "op", v->op);
+            add_str(b, x, "op", pt_op_name(v->op));
             add_int(b, x, "version", v->version);
             add_int(b, x, "start_ns", v->start_ns);
             add_int(b, x, "end_ns", v->end_ns);

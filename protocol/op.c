@@ -1,6 +1,8 @@
 /* The op vocabulary table (see op.h). */
 #include "protocol/op.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "protocol/error.h"
@@ -51,6 +53,36 @@ bool pt_op_is_compute(int kind)
     return i && (i->facts & PT_OPK_COMPUTE);
 }
 
+unsigned pt_op_facts(int kind)
+{
+    const pt_op_info *i = pt_op_info_of(kind);
+    return i ? i->facts : 0;
+}
+
+bool pt_op_has_one_mb(int kind)
+{
+    return pt_op_facts(kind) & PT_OPK_MB;
+}
+
+bool pt_op_is_mb_compute(int kind)
+{
+    unsigned f = pt_op_facts(kind);
+    return (f & PT_OPK_COMPUTE) && (f & PT_OPK_MB);
+}
+
+char *pt_op_names_list(char *out, int cap, const char *sep)
+{
+    int n = 0;
+    out[0] = 0;
+    for (int k = 0; k < PT_OP_KIND_COUNT && n < cap; k++) {
+        int w = snprintf(out + n, (size_t)(cap - n), "%s%s", k ? sep : "", ops[k].name);
+        if (w < 0)
+            break;
+        n += w;
+    }
+    return out;
+}
+
 bool pt_op_has_mb(int kind)
 {
     const pt_op_info *i = pt_op_info_of(kind);
@@ -72,6 +104,30 @@ pt_op_paint pt_op_paint_of(int kind)
 const char *pt_paint_name(int paint)
 {
     return paint >= 0 && paint < PT_PAINT_COUNT ? paint_names[paint] : "?";
+}
+
+static int cmp_lo(const void *a, const void *b)
+{
+    double x = ((const pt_op_iter *)a)->lo, y = ((const pt_op_iter *)b)->lo;
+    return (x > y) - (x < y);
+}
+
+double pt_op_iters_time_s(pt_op_iter *it, int64_t n)
+{
+    if (!it || n <= 0)
+        return 0.0;
+    qsort(it, (size_t)n, sizeof *it, cmp_lo);
+    double total = 0, lo = it[0].lo, hi = it[0].hi;
+    for (int64_t i = 1; i < n; i++) {
+        if (it[i].lo > hi) {
+            total += hi > lo ? hi - lo : 0;
+            lo = it[i].lo;
+            hi = it[i].hi;
+        } else if (it[i].hi > hi) {
+            hi = it[i].hi;
+        }
+    }
+    return total + (hi > lo ? hi - lo : 0);
 }
 
 double pt_op_busy_frac(double compute_s, double span_s)

@@ -9,15 +9,6 @@
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
 
-static const char *const sched_names[PT_SCHED_KIND_COUNT] = {
-    [PT_SCHED_GPIPE] = "gpipe",
-    [PT_SCHED_DAPPLE] = "dapple",
-    [PT_SCHED_1F1B_FLUSH] = "1f1b-flush",
-    [PT_SCHED_PIPEDREAM] = "pipedream",
-    [PT_SCHED_2BW] = "2bw",
-    [PT_SCHED_PIPESGD] = "pipesgd",
-};
-
 static const char *const plan_keys[] = {"v",        "model",     "layers", "microbatch",
                                         "schedule", "optimizer", "stages", NULL};
 static const char *const mb_keys[] = {"size", "count", NULL};
@@ -29,23 +20,6 @@ static const char *const stage_keys[] = {"layers", "replicas", "recompute", NULL
 
 /* Upper bound on a learning rate or weight decay; beyond it is a typo. */
 #define OPTIM_VALUE_MAX 1e6
-
-const char *pt_sched_kind_name(pt_sched_kind kind)
-{
-    if ((int)kind < 0 || kind >= PT_SCHED_KIND_COUNT)
-        return NULL;
-    return sched_names[kind];
-}
-
-int pt_sched_kind_parse(const char *name, pt_sched_kind *out)
-{
-    for (int k = 0; name && k < PT_SCHED_KIND_COUNT; k++)
-        if (!strcmp(sched_names[k], name)) {
-            *out = (pt_sched_kind)k;
-            return 0;
-        }
-    return PT_ENOTFOUND;
-}
 
 pt_optim_spec pt_optim_default(pt_optim_kind kind)
 {
@@ -386,29 +360,34 @@ static int parse_optimizer(pt_jr *jr, const cJSON *root, pt_optim_spec *o)
     return read_float(jr, obj, p, "eps", o->eps, eps, &o->eps);
 }
 
+/* An option given to a kind that does not read it: name the kinds that do. */
+static int option_refused(pt_jr *jr, const char *key, unsigned flag, const char *what)
+{
+    char list[256];
+    int n = pt_sched_kind_list(flag, list, sizeof list);
+    return pt_jr_fail(jr, PT_EINVAL, "schedule", key, "only the %s schedule%s %s %s", list,
+                      n == 1 ? "" : "s", n == 1 ? "has" : "have", what);
+}
+
 static int parse_schedule(pt_jr *jr, const cJSON *root, pt_plan *p)
 {
     const cJSON *obj;
     int rc = pt_jr_object(jr, root, "", "schedule", PT_JR_REQUIRED, &obj);
     if (rc < 0 || (rc = pt_jr_keys(jr, obj, "schedule", sched_keys)) < 0)
         return rc;
-    char kind[32];
+    char kind[PT_SCHED_NAME_MAX];
     if ((rc = pt_jr_str(jr, obj, "schedule", "kind", PT_JR_REQUIRED, NULL, kind, sizeof kind)) < 0)
         return rc;
     if (pt_sched_kind_parse(kind, &p->schedule) < 0) {
-        char list[128] = "";
-        size_t n = 0;
-        for (int k = 0; k < PT_SCHED_KIND_COUNT && n < sizeof list; k++)
-            n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", k ? ", " : "", sched_names[k]);
+        char list[256];
+        pt_sched_kind_list(0, list, sizeof list);
         return pt_jr_fail(jr, PT_EINVAL, "schedule", "kind", "unknown schedule \"%s\" (known: %s)",
                           kind, list);
     }
     p->policy = 'A';
     if (pt_jr_item(obj, "policy")) {
-        if (p->schedule != PT_SCHED_DAPPLE)
-            return pt_jr_fail(jr, PT_EINVAL, "schedule", "policy",
-                              "only the dapple schedule has "
-                              "a policy");
+        if (!pt_sched_kind_has(p->schedule, PT_SCHED_OPT_POLICY))
+            return option_refused(jr, "policy", PT_SCHED_OPT_POLICY, "a policy");
         char pol[8];
         if ((rc = pt_jr_str(jr, obj, "schedule", "policy", PT_JR_REQUIRED, NULL, pol, sizeof pol)) <
             0)
@@ -420,9 +399,8 @@ static int parse_schedule(pt_jr *jr, const cJSON *root, pt_plan *p)
     }
     p->vertical_sync = 0;
     if (pt_jr_item(obj, "vertical_sync")) {
-        if (p->schedule != PT_SCHED_PIPEDREAM)
-            return pt_jr_fail(jr, PT_EINVAL, "schedule", "vertical_sync",
-                              "only the pipedream schedule has vertical sync");
+        if (!pt_sched_kind_has(p->schedule, PT_SCHED_OPT_VSYNC))
+            return option_refused(jr, "vertical_sync", PT_SCHED_OPT_VSYNC, "vertical sync");
         rc = pt_jr_bool(jr, obj, "schedule", "vertical_sync", PT_JR_REQUIRED, 0, &p->vertical_sync);
     }
     return rc;
@@ -588,12 +566,12 @@ char *pt_plan_to_json(const pt_plan *plan)
     const char *kind = pt_sched_kind_name(plan->schedule);
     if (!cJSON_AddStringToObject(sched, "kind", kind ? kind : "?"))
         goto fail;
-    if (plan->schedule == PT_SCHED_DAPPLE) {
+    if (pt_sched_kind_has(plan->schedule, PT_SCHED_OPT_POLICY)) {
         char pol[2] = {plan->policy, '\0'};
         if (!cJSON_AddStringToObject(sched, "policy", pol))
             goto fail;
     }
-    if (plan->schedule == PT_SCHED_PIPEDREAM &&
+    if (pt_sched_kind_has(plan->schedule, PT_SCHED_OPT_VSYNC) &&
         !cJSON_AddBoolToObject(sched, "vertical_sync", plan->vertical_sync))
         goto fail;
     if (add_optimizer(root, &plan->optimizer) < 0 ||

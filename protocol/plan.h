@@ -7,22 +7,8 @@
 
 #include "protocol/error.h"
 #include "protocol/model.h"
+#include "protocol/sched_kind.h"
 #include "protocol/topology.h"
-
-typedef enum pt_sched_kind {
-    PT_SCHED_GPIPE,      /* "gpipe" */
-    PT_SCHED_DAPPLE,     /* "dapple" */
-    PT_SCHED_1F1B_FLUSH, /* "1f1b-flush" */
-    PT_SCHED_PIPEDREAM,  /* "pipedream" */
-    PT_SCHED_2BW,        /* "2bw" */
-    PT_SCHED_PIPESGD,    /* "pipesgd" */
-    PT_SCHED_KIND_COUNT
-} pt_sched_kind;
-
-/* Name used in JSON ("gpipe", "dapple", ...), or NULL for an invalid kind. */
-const char *pt_sched_kind_name(pt_sched_kind kind);
-/* Kind for a JSON name; returns 0 or PT_ENOTFOUND (*out untouched). */
-int pt_sched_kind_parse(const char *name, pt_sched_kind *out);
 
 typedef enum pt_optim_kind { PT_OPTIM_SGD, PT_OPTIM_ADAM } pt_optim_kind;
 
@@ -49,12 +35,12 @@ typedef struct pt_plan {
     char model[PT_NAME_MAX]; /* model spec name the plan is for */
     int layer_count;         /* of the model; every layer covered once, in order */
     int stage_count;
-    pt_stage *stages;        /* owned */
-    int microbatch_size;     /* samples per micro-batch (split across a stage's replicas) */
-    int microbatch_count;    /* M: micro-batches per iteration; global batch = size * count */
-    pt_sched_kind schedule;
-    char policy;             /* dapple: 'A' (K_i = min(S-i, M)) or 'B' (K_i = min(2(S-i)-1, M)) */
-    int vertical_sync;       /* pipedream */
+    pt_stage *stages;       /* owned */
+    int microbatch_size;    /* samples per micro-batch (split across a stage's replicas) */
+    int microbatch_count;   /* M: micro-batches per iteration; global batch = size * count */
+    pt_sched_kind schedule; /* protocol/sched_kind.h */
+    char policy;            /* kinds with PT_SCHED_OPT_POLICY (dapple): 'A' or 'B' */
+    int vertical_sync;      /* kinds with PT_SCHED_OPT_VSYNC (pipedream) */
     pt_optim_spec optimizer;
 } pt_plan;
 

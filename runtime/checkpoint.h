@@ -29,64 +29,14 @@
 
 #include <stdint.h>
 
+#include "protocol/ckpt_index.h"
 #include "protocol/error.h"
 #include "protocol/model.h"
 #include "protocol/plan.h"
 #include "runtime/net.h"
 #include "runtime/optim.h"
 
-#define PT_CKPT_INDEX_FILE "index.json"
-#define PT_CKPT_LOCK_FILE  "index.lock"
-/* Longest tensor name or file name in an index, including the NUL. */
-#define PT_CKPT_NAME_MAX 128
-
-typedef struct pt_ckpt_tensor {
-    char name[PT_CKPT_NAME_MAX]; /* "weight", "body.1.wqkv", "weight.adam_m" */
-    char file[PT_CKPT_NAME_MAX]; /* plain file name inside the checkpoint folder */
-    int rank;
-    int64_t shape[PT_SHAPE_MAX];
-    int64_t count;  /* product of shape */
-    uint32_t crc32; /* zlib crc32 of the file's bytes */
-} pt_ckpt_tensor;
-
-typedef struct pt_ckpt_layer {
-    int index;              /* global layer index in the model */
-    char name[PT_NAME_MAX]; /* the model spec's layer name */
-    int64_t step;           /* the step this layer was saved at */
-    int tensor_count;
-    pt_ckpt_tensor *tensors; /* owned */
-} pt_ckpt_layer;
-
-typedef struct pt_ckpt_index {
-    char model[PT_NAME_MAX];
-    int64_t step;            /* optimizer steps taken by the run when saved */
-    double epoch;            /* epochs done (fractional within an epoch) */
-    int has_optimizer;       /* 1 when "optimizer" is present */
-    pt_optim_spec optimizer; /* kind and hyper-parameters */
-    int64_t optim_steps;     /* the optimizer's step counter t */
-    int layer_count;
-    pt_ckpt_layer *layers; /* owned, sorted by index, indices distinct */
-} pt_ckpt_index;
-
-/* Parses and validates index.json text: "v" 1, known keys, non-negative
- * step, layers with distinct indices, tensors with plain file names
- * (no '/', not "." or ".."), positive shapes whose product is count. `source`
- * names the text in errors. On success *out owns a new index (free with
- * pt_ckpt_index_free); on failure *out is NULL and err names the field. */
-int pt_ckpt_index_parse(const char *json, const char *source, pt_ckpt_index **out, pt_error *err);
-
-/* Reads <dir>/index.json. PT_ENOTFOUND when there is none. */
-int pt_ckpt_index_load(const char *dir, pt_ckpt_index **out, pt_error *err);
-
-/* JSON text of an index (caller frees); NULL on no memory. */
-char *pt_ckpt_index_to_json(const pt_ckpt_index *index);
-
-void pt_ckpt_index_free(pt_ckpt_index **index_p); /* NULL-safe; sets *index_p = NULL */
-
-/* The entry of global layer `layer`, or NULL. */
-const pt_ckpt_layer *pt_ckpt_index_find(const pt_ckpt_index *index, int layer);
-/* The tensor called `name` in a layer, or NULL. */
-const pt_ckpt_tensor *pt_ckpt_layer_tensor(const pt_ckpt_layer *layer, const char *name);
+#define PT_CKPT_LOCK_FILE "index.lock"
 
 /* The parameter tensors of top-level layer `layer` of spec, in the order of
  * its slice of the flat parameter array: names, ranks and shapes (file and
@@ -107,7 +57,6 @@ int pt_ckpt_read_tensor(const char *dir, const pt_ckpt_tensor *t, float *host, p
  * loaders until the commit. */
 int pt_ckpt_write_layers(const char *dir, const pt_model_spec *spec, pt_net *net, pt_optim *optim,
                          int64_t step, pt_ckpt_layer **layers_out, int *count_out, pt_error *err);
-void pt_ckpt_layers_free(pt_ckpt_layer **layers_p, int count); /* NULL-safe */
 
 /* Phase 2: under the folder's lock, merges `layers` into the current index
  * (their entries replace those of the same indices; other layers stay),

@@ -53,17 +53,6 @@ static int fail(dry *d, int i, const char *why)
                         pt_sched_op_str(d->p, d->wk->op_begin + i, buf, sizeof buf), why);
 }
 
-static int is_exchange(int kind)
-{
-    return kind == PT_OP_SEND_ACT || kind == PT_OP_RECV_ACT || kind == PT_OP_SEND_GRAD ||
-           kind == PT_OP_RECV_GRAD;
-}
-
-static int is_compute(int kind)
-{
-    return kind == PT_OP_FWD || kind == PT_OP_RECOMPUTE || kind == PT_OP_BWD;
-}
-
 /* Checks fields that do not depend on the order: ranges, peers, versions. */
 static int check_op(dry *d, int i, int *max_version)
 {
@@ -74,24 +63,25 @@ static int check_op(dry *d, int i, int *max_version)
         return fail(d, i, "unknown op kind");
     if (op->mb < 0 || op->mb >= d->p->mb_count)
         return fail(d, i, "micro-batch outside the program");
-    if (op->kind == PT_OP_ALLREDUCE || op->kind == PT_OP_AR_WAIT || op->kind == PT_OP_OPT_STEP) {
+    unsigned facts = pt_op_facts(op->kind);
+    if (facts & PT_OPK_MB_RANGE) {
         if (op->mb_end <= op->mb || op->mb_end > d->p->mb_count)
             return fail(d, i, "covered micro-batches outside the program");
-        if (op->kind != PT_OP_OPT_STEP && op->peer != wk->stage)
+        if ((facts & PT_OPK_COLLECTIVE) && op->peer != wk->stage)
             return fail(d, i, "the all-reduce group is not the worker's stage");
     }
-    if (is_compute(op->kind) && (op->row_lo != wk->row_lo || op->row_hi != wk->row_hi))
+    if (pt_op_is_mb_compute(op->kind) && (op->row_lo != wk->row_lo || op->row_hi != wk->row_hi))
         return fail(d, i, "rows differ from the worker's rows");
-    if (is_exchange(op->kind)) {
+    if (facts & PT_OPK_P2P) {
         if (op->row_lo < wk->row_lo || op->row_hi > wk->row_hi || op->row_lo >= op->row_hi)
             return fail(d, i, "rows outside the worker's rows");
-        int towards = op->kind == PT_OP_SEND_ACT || op->kind == PT_OP_RECV_GRAD ? 1 : -1;
+        int towards = facts & PT_OPK_NEXT ? 1 : -1;
         int s = wk->stage + towards;
         if (s < 0 || s >= S || op->peer < d->p->stage_worker[s] ||
             op->peer >= d->p->stage_worker[s + 1])
             return fail(d, i, "peer is not a worker of the adjacent stage");
     }
-    if (is_compute(op->kind) || op->kind == PT_OP_OPT_STEP) {
+    if (pt_op_is_compute(op->kind)) {
         if (op->version < 0 || op->version > (1 << 30))
             return fail(d, i, "version out of range");
         if (op->version > *max_version)
@@ -437,8 +427,8 @@ int pt_exec_plan_build(const pt_program *prog, int w, pt_exec_plan *plan, pt_err
     plan->op_count = d.n;
     for (int i = 0; i < d.n && rc == 0; i++) {
         int k = prog->ops[wk->op_begin + i].kind;
-        if (is_exchange(k) ||
-            ((k == PT_OP_ALLREDUCE || k == PT_OP_AR_WAIT) && wk->replica_count > 1))
+        if ((pt_op_facts(k) & PT_OPK_P2P) ||
+            ((pt_op_facts(k) & PT_OPK_COLLECTIVE) && wk->replica_count > 1))
             ne->needs_comm = 1;
         rc = step(&d, i);
     }

@@ -480,8 +480,7 @@ int pt_exec_run(pt_exec *ex, int64_t iteration_base, pt_exec_result *res, pt_err
         ev.end_ns = pt_exec_now_ns();
         if (rc < 0)
             return op_error(ex, i, rc, err);
-        if (op->kind == PT_OP_FWD || op->kind == PT_OP_BWD || op->kind == PT_OP_RECOMPUTE ||
-            op->kind == PT_OP_OPT_STEP)
+        if (pt_op_is_compute(op->kind))
             busy += ev.end_ns - ev.start_ns;
         if (ex->cfg.on_op) {
             ev.worker = ex->w;

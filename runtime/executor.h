@@ -109,7 +109,8 @@ int pt_exec_needs_of(const pt_program *prog, int worker, pt_exec_needs *out, pt_
 typedef struct pt_exec_event {
     int worker, stage, replica;
     int op_index;       /* index into prog->ops */
-    int kind, flags;    /* pt_op_kind, PT_OPF_* */
+    pt_op_kind kind;    /* from prog->ops[op_index] */
+    int flags;          /* PT_OPF_* */
     int mb, mb_end;     /* as in the op (program micro-batch ids) */
     int64_t iteration;  /* global batch of mb: iteration_base + mb / M */
     int version;        /* the op's version */

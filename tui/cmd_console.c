@@ -461,8 +461,8 @@ int pt_cmd_status(int argc, char **argv)
                    plan->model, plan->stage_count, pt_plan_device_count(plan),
                    pt_sched_kind_name(plan->schedule), plan->microbatch_size,
                    plan->microbatch_count);
-        printf(",\"events\":%lld,\"malformed\":%lld,\"agents\":[", (long long)sum.events,
-               (long long)sum.malformed);
+        printf(",\"events\":%lld,\"rejected\":%lld,\"agents\":[", (long long)sum.events,
+               (long long)sum.rejected);
         for (int i = 0; i < pt_store_agent_count(store); i++) {
             const pt_store_agent *a = pt_store_agent_at(store, i);
             printf("%s{\"id\":", i ? "," : "");

@@ -28,7 +28,7 @@
 static const char usage_text[] =
     "usage: pipetop plan --planner NAME --profile P --topology T --batch GBS\n"
     "                    [--stages S] [--memory-limit GiB] [--microbatch N[,N...]]\n"
-    "                    [--optimizer sgd|adam] [--out PLAN.json] [--json]\n"
+    "                    [--optimizer sgd|adam] [--objective NAME] [--out PLAN.json] [--json]\n"
     "       pipetop plan --compare --profile P --topology T --batch GBS [same options]\n"
     "Plans how to split the model over the devices and prints the plan: stages, layer\n"
     "ranges, replicas and devices, schedule, micro-batching, the planner's predicted\n"
@@ -188,7 +188,7 @@ static int plan_one(const char *name, const pt_profile *pr, const pt_topology *t
     } else {
         printf("plan: %s for '%s' on '%s', global batch %d\n", name, pr->model, topo->name, gbs);
         printf("  schedule %s", pt_sched_kind_name(plan->schedule));
-        if (plan->schedule == PT_SCHED_DAPPLE)
+        if (pt_sched_kind_has(plan->schedule, PT_SCHED_OPT_POLICY))
             printf(" (policy %c)", plan->policy);
         printf(", %d micro-batches of %d samples, optimizer %s\n", plan->microbatch_count,
                plan->microbatch_size, plan->optimizer.kind == PT_OPTIM_ADAM ? "adam" : "sgd");
@@ -333,7 +333,7 @@ static int compare(const pt_profile *pr, const pt_topology *topo, int gbs, const
 int pt_cmd_plan(int argc, char **argv)
 {
     const char *planner = NULL, *profile_path = NULL, *topo_path = NULL, *out = NULL;
-    const char *mb = NULL, *optim = NULL;
+    const char *mb = NULL, *optim = NULL, *objective = NULL;
     int batch = 0, stages = 0, json = 0, cmp = 0;
     double mem_gib = 0;
     pt_opt opts[] = {
@@ -354,6 +354,10 @@ int pt_cmd_plan(int argc, char **argv)
          "micro-batch sizes to consider (each divides GBS)"},
         {"optimizer", PT_OPT_STRING, &optim, 0, 0, 0, "K",
          "sgd (default) or adam: optimizer state and step cost"},
+        {"objective", PT_OPT_STRING, &objective, 0, 0, 0, "NAME",
+         "default (what the simulator charges), or the planner's paper's\n"
+         "own formulas: pipedream (--planner pipedream), dapple (--planner\n"
+         "dapple); see docs/planners.md"},
         {"out", PT_OPT_STRING, &out, 0, 0, 0, "FILE", "write the plan there"},
         {"json", PT_OPT_FLAG, &json, 0, 0, 0, NULL, "machine-readable output"},
         {"compare", PT_OPT_FLAG, &cmp, 0, 0, 0, NULL,
@@ -405,6 +409,18 @@ int pt_cmd_plan(int argc, char **argv)
     char prof_buf[PT_DATADIR_PATH_MAX], topo_buf[PT_DATADIR_PATH_MAX];
     profile_path = pt_datadir_resolve("profiles", profile_path, ".json", prof_buf, sizeof prof_buf);
     topo_path = pt_datadir_resolve("topologies", topo_path, ".json", topo_buf, sizeof topo_buf);
+    if (objective) {
+        if (pt_planner_objective_parse(objective, &o.objective) < 0) {
+            fprintf(stderr, "pipetop plan: --objective: '%s' is not default, pipedream or dapple\n",
+                    objective);
+            return 2;
+        }
+        if (cmp && o.objective != PT_OBJECTIVE_DEFAULT) {
+            fprintf(stderr, "pipetop plan: --objective %s needs --planner (one planner)\n",
+                    objective);
+            return 2;
+        }
+    }
     pt_profile *pr = NULL;
     pt_topology *topo = NULL;
     pt_error err = {0};

@@ -18,8 +18,9 @@
 #include "tui/commands.h"
 #include "tui/timeline_ascii.h"
 
-#define GIB         (1024.0 * 1024.0 * 1024.0)
-#define MAX_WINDOWS 1000
+#define GIB            (1024.0 * 1024.0 * 1024.0)
+#define MAX_WINDOWS    1000
+#define KINDS_HELP_MAX (PT_SCHED_KIND_MAX * 256) /* bytes of the kinds list in --help */
 
 static const char usage_text[] =
     "usage: pipetop sim --plan PLAN.json --profile PROFILE.json --topology TOPO.json\n"
@@ -27,9 +28,26 @@ static const char usage_text[] =
     "Simulates one iteration of the plan's schedule on the cost model (compute and\n"
     "communication on separate lanes per worker) and prints the predicted iteration\n"
     "time, throughput, bubble fraction, per-worker busy time, peak memory against the\n"
-    "device limit and an ASCII timeline. Asynchronous schedules (pipedream, 2bw,\n"
-    "pipesgd) are run for several windows of M micro-batches; their figures are the\n"
-    "steady state and the timeline shows one steady window.\n";
+    "device limit and an ASCII timeline. Asynchronous schedules (marked below) are\n"
+    "run for several windows of M micro-batches; their figures are the steady state\n"
+    "and the timeline shows one steady window.\n";
+
+/* The schedule table as the tail of --help: every kind, its summary, what it
+ * reads. Written into buf (cut short when cap is too small); returns buf. */
+static const char *kinds_help(char *buf, size_t cap)
+{
+    size_t n = (size_t)snprintf(buf, cap,
+                                "\nschedule kinds (the plan's \"schedule\": {\"kind\": ...}):\n");
+    for (int k = 0; k < pt_sched_kind_count() && n < cap; k++) {
+        const pt_sched_kind_info *in = pt_sched_kind_info_of(k);
+        int w = snprintf(buf + n, cap - n, "  %-11s %s%s%s%s\n", in->name, in->summary,
+                         in->flags & PT_SCHED_SYNCHRONOUS ? "" : " [asynchronous]",
+                         in->flags & PT_SCHED_OPT_POLICY ? " [\"policy\": \"A\"|\"B\"]" : "",
+                         in->flags & PT_SCHED_OPT_VSYNC ? " [\"vertical_sync\": true|false]" : "");
+        n = w < 0 ? cap : n + (size_t)w;
+    }
+    return buf;
+}
 
 static const char *human(double bytes, char *buf, size_t cap)
 {
@@ -47,9 +65,11 @@ static void print_text(const pt_plan *plan, const pt_topology *topo, const pt_pr
 {
     const pt_sched_info *info = pt_sched_info_of(prog->kind);
     printf("schedule      %s%s%s, %d stages, %d workers, %d micro-batches of %d samples%s\n",
-           info->name,
-           prog->kind == PT_SCHED_DAPPLE ? (prog->policy == 'B' ? " policy B" : " policy A") : "",
-           prog->vertical_sync && prog->kind == PT_SCHED_PIPEDREAM ? " vertical-sync" : "",
+           info->facts.name,
+           info->facts.flags & PT_SCHED_OPT_POLICY
+               ? (prog->policy == 'B' ? " policy B" : " policy A")
+               : "",
+           prog->vertical_sync && (info->facts.flags & PT_SCHED_OPT_VSYNC) ? " vertical-sync" : "",
            prog->stage_count, prog->worker_count, prog->mb_per_window, prog->mb_size,
            prog->synchronous ? "" : " per window");
     printf("iteration     %.3f ms%s\n", res->iter_s * 1e3,
@@ -95,7 +115,7 @@ static int print_json(const pt_program *prog, const pt_topology *topo, const pt_
     if (!root)
         return -1;
     cJSON_AddNumberToObject(root, "v", 1);
-    cJSON_AddStringToObject(root, "schedule", pt_sched_info_of(prog->kind)->name);
+    cJSON_AddStringToObject(root, "schedule", pt_sched_info_of(prog->kind)->facts.name);
     cJSON_AddBoolToObject(root, "synchronous", prog->synchronous);
     cJSON_AddNumberToObject(root, "stages", prog->stage_count);
     cJSON_AddNumberToObject(root, "microbatches", prog->mb_per_window);
@@ -180,8 +200,9 @@ int pt_cmd_sim(int argc, char **argv)
         {"windows", PT_OPT_INT, &windows, 1, MAX_WINDOWS, 0, "W",
          "asynchronous schedules: windows to simulate"},
     };
+    char kinds[KINDS_HELP_MAX];
     int rc = pt_opts_command("sim", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
-                             usage_text, NULL);
+                             usage_text, kinds_help(kinds, sizeof kinds));
     if (rc >= 0)
         return rc;
     if (!plan_path || !profile_path || !topo_path) {

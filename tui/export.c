@@ -90,59 +90,11 @@ static void lower(const char *in, char *out, size_t cap)
     out[i] = 0;
 }
 
-/* Step intervals: for each step present, [first start, last end] over all rows. */
-typedef struct step_iv {
-    int64_t step;
-    double lo, hi;
-} step_iv;
-
-static int cmp_iv(const void *a, const void *b)
-{
-    int64_t x = ((const step_iv *)a)->step, y = ((const step_iv *)b)->step;
-    return x < y ? -1 : x > y;
-}
-
-static step_iv *step_intervals(const pt_tline *tl, int64_t *n_out)
-{
-    step_iv *iv = NULL;
-    int64_t n = 0, cap = 0;
-    for (int64_t i = 0; i < tl->count; i++) {
-        const pt_tl_span *s = &tl->spans[i];
-        int64_t k = 0;
-        /* steps are few and arrive mostly in order: search from the end */
-        for (k = n - 1; k >= 0 && iv[k].step != s->step; k--)
-            ;
-        if (k < 0) {
-            if (n == cap) {
-                cap = cap ? cap * 2 : 64;
-                step_iv *q = realloc(iv, sizeof *q * (size_t)cap);
-                if (!q) {
-                    free(iv);
-                    return NULL;
-                }
-                iv = q;
-            }
-            iv[n].step = s->step;
-            iv[n].lo = s->start;
-            iv[n].hi = s->end;
-            n++;
-            continue;
-        }
-        if (s->start < iv[k].lo)
-            iv[k].lo = s->start;
-        if (s->end > iv[k].hi)
-            iv[k].hi = s->end;
-    }
-    if (n)
-        qsort(iv, (size_t)n, sizeof *iv, cmp_iv);
-    *n_out = n;
-    return iv ? iv : calloc(1, sizeof *iv);
-}
-
 static void trace_op(buf *b, const pt_tline *tl, const pt_tl_span *s, int *first)
 {
     const pt_tl_row *row = &tl->rows[s->row];
-    const char *name = s->op < PT_OP_KIND_COUNT ? pt_op_name(s->op) : "bubble";
+    const char *name =
+        s->op < PT_OP_KIND_COUNT ? pt_op_name(s->op) : pt_paint_name(PT_PAINT_BUBBLE);
     char cat[32];
     lower(name, cat, sizeof cat);
     char label[48];
@@ -196,8 +148,8 @@ int pt_export_trace(const pt_tline *tl, const pt_export_mem *mem, int64_t mem_co
     }
     /* bubbles: gaps of every row's compute lane inside each iteration */
     int64_t niv = 0;
-    step_iv *iv = step_intervals(tl, &niv);
-    if (!iv)
+    pt_op_iter *iv = NULL;
+    if (pt_tline_iters(tl, &iv, &niv) < 0)
         b.failed = 1;
     pt_tl_span *gaps = NULL;
     int64_t gap_cap = 0;
@@ -248,42 +200,14 @@ static void hex(pt_color c, char *out, const char *fallback)
         snprintf(out, 8, "%s", fallback);
 }
 
-static pt_theme_key op_theme_key(int op)
-{
-    switch (op) {
-    case PT_OP_FWD:
-        return PT_THEME_FWD;
-    case PT_OP_BWD:
-        return PT_THEME_BWD;
-    case PT_OP_RECOMPUTE:
-        return PT_THEME_RECOMPUTE;
-    case PT_OP_OPT_STEP:
-        return PT_THEME_OPTSTEP;
-    case PT_OP_ALLREDUCE:
-        return PT_THEME_ALLREDUCE;
-    case PT_OP_SEND_ACT:
-    case PT_OP_SEND_GRAD:
-        return PT_THEME_COMM;
-    default:
-        return PT_THEME_BUBBLE;
-    }
-}
-
-static const char *op_pattern(int op)
-{
-    switch (op) {
-    case PT_OP_BWD:
-        return "hatch";
-    case PT_OP_RECOMPUTE:
-        return "dots";
-    case PT_OP_ALLREDUCE:
-        return "cross";
-    case PT_OP_KIND_COUNT:
-        return "bubble";
-    default:
-        return NULL;
-    }
-}
+/* The SVG fill pattern over a paint class's colour, so blocks differ
+ * without colour too; NULL: plain. */
+static const char *const paint_pattern[PT_PAINT_COUNT] = {
+    [PT_PAINT_BWD] = "hatch",
+    [PT_PAINT_RECOMPUTE] = "dots",
+    [PT_PAINT_ALLREDUCE] = "cross",
+    [PT_PAINT_BUBBLE] = "bubble",
+};
 
 int pt_export_svg(const pt_tline *tl, const pt_theme *theme, const pt_export_svg_opts *opts,
                   char **out, size_t *len, pt_error *err)
@@ -367,14 +291,16 @@ int pt_export_svg(const pt_tline *tl, const pt_theme *theme, const pt_export_svg
             h = SVG_COMM_PX - 1;
         }
         char col[8];
-        hex(theme->color[op_theme_key(s->op)], col, s->op == PT_OP_FWD ? "#ffffff" : "#a0a0a0");
+        pt_op_paint paint = pt_op_paint_of(s->op);
+        hex(theme->color[pt_paint_theme_key(paint)], col,
+            paint == PT_PAINT_FWD ? "#ffffff" : "#a0a0a0");
         bprintf(&b,
                 "<rect class=\"op\" data-op=\"%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
                 "height=\"%d\" fill=\"%s\" stroke=\"#000\" stroke-width=\"0.4\"><title>%s mb %d "
                 "step %lld %.3f ms</title></rect>\n",
                 pt_op_name(s->op), x, y, w, h, col, pt_op_name(s->op), s->mb, (long long)s->step,
                 (s->end - s->start) * 1e3);
-        const char *pat = op_pattern(s->op);
+        const char *pat = paint_pattern[paint];
         if (pat)
             bprintf(&b,
                     "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"url(#%s)\"/>\n",
@@ -399,21 +325,21 @@ int pt_export_svg(const pt_tline *tl, const pt_theme *theme, const pt_export_svg
     bprintf(&b, "<text x=\"%.1f\" y=\"%d\" fill=\"%s\" text-anchor=\"end\">ms</text>\n",
             SVG_LABEL_PX + plot_w, ay + 30, fg);
     /* legend */
-    static const int legend_ops[] = {PT_OP_FWD,       PT_OP_BWD,       PT_OP_RECOMPUTE,
-                                     PT_OP_SEND_ACT,  PT_OP_ALLREDUCE, PT_OP_OPT_STEP,
-                                     PT_OP_KIND_COUNT};
+    static const pt_op_paint legend[] = {PT_PAINT_FWD,   PT_PAINT_BWD,       PT_PAINT_RECOMPUTE,
+                                         PT_PAINT_COMM,  PT_PAINT_ALLREDUCE, PT_PAINT_OPTSTEP,
+                                         PT_PAINT_BUBBLE};
     static const char *const legend_names[] = {"forward",    "backward",  "recompute", "send",
                                                "all-reduce", "optimizer", "bubble"};
     int ly = height - SVG_LEGEND_PX + 8;
-    for (size_t k = 0; k < sizeof legend_ops / sizeof legend_ops[0]; k++) {
+    for (size_t k = 0; k < sizeof legend / sizeof legend[0]; k++) {
         int x = SVG_LABEL_PX + (int)k * 110;
         char col[8];
-        hex(theme->color[op_theme_key(legend_ops[k])], col, "#a0a0a0");
-        const char *pat = op_pattern(legend_ops[k]);
+        hex(theme->color[pt_paint_theme_key(legend[k])], col, "#a0a0a0");
+        const char *pat = paint_pattern[legend[k]];
         bprintf(&b,
                 "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"12\" fill=\"%s\" stroke=\"#000\" "
                 "stroke-width=\"0.4\"/>",
-                x, ly, legend_ops[k] == PT_OP_KIND_COUNT ? bubble : col);
+                x, ly, legend[k] == PT_PAINT_BUBBLE ? bubble : col);
         if (pat)
             bprintf(&b, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"12\" fill=\"url(#%s)\"/>", x,
                     ly, pat);

@@ -7,27 +7,6 @@
 
 #define AXIS_TICK_CELLS 12
 
-static int glyph_of(int op)
-{
-    switch (op) {
-    case PT_OP_FWD:
-        return PT_GLYPH_FWD;
-    case PT_OP_BWD:
-        return PT_GLYPH_BWD;
-    case PT_OP_RECOMPUTE:
-        return PT_GLYPH_RECOMPUTE;
-    case PT_OP_OPT_STEP:
-        return PT_GLYPH_OPTSTEP;
-    case PT_OP_ALLREDUCE:
-        return PT_GLYPH_ALLREDUCE;
-    case PT_OP_SEND_ACT:
-    case PT_OP_SEND_GRAD:
-        return PT_GLYPH_COMM;
-    default:
-        return PT_GLYPH_WAIT;
-    }
-}
-
 /* Cell range [*c0, *c1) a span covers; 0 when outside the window. */
 static int cells(double s, double e, double t0, double t1, int width, int *c0, int *c1)
 {
@@ -53,7 +32,7 @@ void pt_gantt_row(const pt_tline *tl, int row, int lane, double t0, double t1, i
 {
     for (int c = 0; c < width; c++) {
         out[c].ch = ' ';
-        out[c].glyph = PT_GANTT_NONE;
+        out[c].paint = PT_GANTT_NONE;
     }
     if (width <= 0 || t1 <= t0)
         return;
@@ -61,8 +40,8 @@ void pt_gantt_row(const pt_tline *tl, int row, int lane, double t0, double t1, i
         int b0, b1;
         if (cells(busy_lo, busy_hi, t0, t1, width, &b0, &b1))
             for (int c = b0; c < b1; c++) {
-                out[c].ch = pt_glyph_fill(PT_GLYPH_BUBBLE);
-                out[c].glyph = PT_GLYPH_BUBBLE;
+                out[c].ch = pt_paint_fill(PT_PAINT_BUBBLE);
+                out[c].paint = PT_PAINT_BUBBLE;
             }
     }
     for (int64_t i = 0; i < tl->count; i++) {
@@ -72,15 +51,15 @@ void pt_gantt_row(const pt_tline *tl, int row, int lane, double t0, double t1, i
         int c0, c1;
         if (!cells(s->start, s->end, t0, t1, width, &c0, &c1))
             continue;
-        int g = glyph_of(s->op);
-        char fill = pt_glyph_fill(g);
-        if (s->op == PT_OP_SEND_GRAD)
-            fill = '<';
+        pt_op_paint g = pt_op_paint_of(s->op);
+        /* a send shows which way its data flows (the op's glyph) */
+        const pt_op_info *info = pt_op_info_of(s->op);
+        char fill = info && (info->facts & PT_OPK_SEND) ? info->glyph : pt_paint_fill(g);
         for (int c = c0; c < c1; c++) {
             out[c].ch = fill;
-            out[c].glyph = (uint8_t)g;
+            out[c].paint = (uint8_t)g;
         }
-        if (lane == PT_LANE_COMPUTE && s->mb >= 0 && s->op != PT_OP_OPT_STEP) {
+        if (lane == PT_LANE_COMPUTE && s->mb >= 0) {
             char num[16];
             int n = snprintf(num, sizeof num, "%d", s->mb);
             /* the label starts the block when it fits; a block that began

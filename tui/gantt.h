@@ -2,7 +2,7 @@
  * console's timeline view (and testable without a terminal).
  *
  * Compute lane: each FWD/BWD/RECOMPUTE block starts with its micro-batch
- * number when the block is wide enough and is filled with its glyph
+ * number when the block is wide enough and is filled with its paint's fill
  * ("3===" forward, "3###" backward, "3+++" recompute), an optimizer step is
  * "^^", and the idle cells between the first and last activity of the
  * shown iterations are bubbles ('.'). Comm lane: sends of activations '>',
@@ -15,11 +15,11 @@
 #include "tui/theme.h"
 #include "tui/tline.h"
 
-#define PT_GANTT_NONE 255 /* glyph of a blank cell */
+#define PT_GANTT_NONE 255 /* paint of a blank cell */
 
 typedef struct pt_gantt_cell {
     char ch;
-    uint8_t glyph; /* pt_glyph_kind, or PT_GANTT_NONE */
+    uint8_t paint; /* pt_op_paint, or PT_GANTT_NONE */
 } pt_gantt_cell;
 
 /* Rasterises `row` of tl, lane PT_LANE_COMPUTE or PT_LANE_COMM, over the

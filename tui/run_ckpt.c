@@ -2,7 +2,6 @@
  * tui/run_ckpt.h. */
 #include "tui/run_ckpt.h"
 
-#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -33,11 +32,7 @@ int pt_run_ckpt_commit(void *user, const char *step_dir, int64_t step, int stage
     for (int s = 0; s < stage_count && rc == 0; s++) {
         char path[PATH_CAP];
         snprintf(path, sizeof path, MANIFEST_FMT, step_dir, s);
-        char *text = NULL;
-        if ((rc = pt_file_read(path, &text, NULL, err)) < 0)
-            break;
-        rc = pt_ckpt_index_parse(text, path, &ix[s], err);
-        free(text);
+        rc = pt_ckpt_index_read(path, &ix[s], err);
         if (rc == 0 && ix[s]->step != step)
             rc = pt_error_set(err, PT_EINVAL, "%s: step %lld, but step %lld is being committed",
                               path, (long long)ix[s]->step, (long long)step);
@@ -59,27 +54,6 @@ int pt_run_ckpt_commit(void *user, const char *step_dir, int64_t step, int stage
     return rc;
 }
 
-static int read_latest(const char *root, int64_t *step, pt_error *err)
-{
-    char path[PATH_CAP];
-    snprintf(path, sizeof path, "%s/%s", root, PT_SESSION_LATEST_FILE);
-    char *text = NULL;
-    int rc = pt_file_read(path, &text, NULL, err);
-    if (rc < 0)
-        return rc;
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    const cJSON *s = j ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
-    if (!cJSON_IsNumber(s) || s->valuedouble < 0 ||
-        s->valuedouble != (double)(int64_t)s->valuedouble) {
-        cJSON_Delete(j);
-        return pt_error_set(err, PT_EPARSE, "%s: step: not a non-negative integer", path);
-    }
-    *step = (int64_t)s->valuedouble;
-    cJSON_Delete(j);
-    return 0;
-}
-
 int pt_run_ckpt_find(const char *path, char *root, int cap, int64_t *step, pt_error *err)
 {
     char probe[PATH_CAP];
@@ -87,7 +61,7 @@ int pt_run_ckpt_find(const char *path, char *root, int cap, int64_t *step, pt_er
     snprintf(probe, sizeof probe, "%s/%s", path, PT_SESSION_LATEST_FILE);
     int rc;
     if (stat(probe, &st) == 0) {
-        if ((rc = read_latest(path, step, err)) < 0)
+        if ((rc = pt_ckpt_latest_load(path, step, err)) < 0)
             return rc;
         snprintf(root, (size_t)cap, "%s", path);
     } else {
@@ -186,12 +160,7 @@ int pt_run_ckpt_import(const char *src_root, const char *dst_root, int64_t step,
             rc = copy_file(from, to, err);
     }
     closedir(d);
-    if (rc == 0) {
-        char latest[96];
-        int n = snprintf(latest, sizeof latest, "{\"v\":1,\"step\":%lld,\"dir\":\"step-%lld\"}\n",
-                         (long long)step, (long long)step);
-        snprintf(a, sizeof a, "%s/%s", dst_root, PT_SESSION_LATEST_FILE);
-        rc = pt_file_write_atomic(a, latest, (size_t)n, err);
-    }
+    if (rc == 0)
+        rc = pt_ckpt_latest_save(dst_root, step, err);
     return rc;
 }

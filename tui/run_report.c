@@ -21,7 +21,9 @@ struct pt_run_report {
     int *stage_of, *replica_of, *rows; /* per worker */
     int last_lo, last_hi;              /* workers of the last stage */
     int64_t first, steps;
-    cell *cells; /* workers x steps */
+    cell *cells;                /* workers x steps */
+    int64_t *step_lo, *step_hi; /* per step: earliest start, latest end of any worker's event
+                                   (console clock ns); lo > hi: no event yet */
     int64_t peak[PT_MSG_MEM_COUNT + 1];
     int64_t *peaks; /* workers x (categories + total) */
     pt_run_figures fig;
@@ -44,7 +46,10 @@ pt_run_report *pt_run_report_new(const pt_plan *plan, int64_t first_step, int64_
     r->cells = calloc((size_t)n * (size_t)r->steps, sizeof(cell));
     r->peaks = calloc((size_t)n * (PT_MSG_MEM_COUNT + 1), sizeof(int64_t));
     r->wf = calloc((size_t)n, sizeof *r->wf);
-    if (!r->stage_of || !r->replica_of || !r->rows || !r->cells || !r->peaks || !r->wf) {
+    r->step_lo = malloc((size_t)r->steps * sizeof(int64_t));
+    r->step_hi = malloc((size_t)r->steps * sizeof(int64_t));
+    if (!r->stage_of || !r->replica_of || !r->rows || !r->cells || !r->peaks || !r->wf ||
+        !r->step_lo || !r->step_hi) {
         pt_run_report_free(&r);
         return NULL;
     }
@@ -63,6 +68,10 @@ pt_run_report *pt_run_report_new(const pt_plan *plan, int64_t first_step, int64_
     r->last_hi = w;
     for (int64_t k = 0; k < (int64_t)n * r->steps; k++)
         r->cells[k].loss = NAN;
+    for (int64_t k = 0; k < r->steps; k++) {
+        r->step_lo[k] = INT64_MAX;
+        r->step_hi[k] = INT64_MIN;
+    }
     return r;
 }
 
@@ -77,6 +86,8 @@ void pt_run_report_free(pt_run_report **r_p)
     free(r->cells);
     free(r->peaks);
     free(r->wf);
+    free(r->step_lo);
+    free(r->step_hi);
     free(r);
     *r_p = NULL;
 }
@@ -88,19 +99,20 @@ static cell *at(pt_run_report *r, int w, int64_t step)
     return &r->cells[(int64_t)w * r->steps + (step - r->first)];
 }
 
-static int is_compute(const char *op)
-{
-    return !strcmp(op, "FWD") || !strcmp(op, "BWD") || !strcmp(op, "RECOMPUTE") ||
-           !strcmp(op, "OPT_STEP");
-}
-
 void pt_run_report_events(pt_run_report *r, int w, const pt_msg_events *ev)
 {
     for (int k = 0; r && k < ev->count; k++) {
         const pt_msg_event *e = &ev->events[k];
         cell *c = at(r, w, e->step);
-        if (c && is_compute(e->op))
+        if (!c)
+            continue;
+        if (pt_op_is_compute(e->op))
             c->busy_ns += e->end_ns - e->start_ns;
+        int64_t k = e->step - r->first;
+        if (e->start_ns < r->step_lo[k])
+            r->step_lo[k] = e->start_ns;
+        if (e->end_ns > r->step_hi[k])
+            r->step_hi[k] = e->end_ns;
     }
 }
 
@@ -148,6 +160,18 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Step index k counts in the figures: every worker reported its metrics,
+ * and it is not the left-out first step `skip` (-1: none). */
+static int measured_step(const pt_run_report *r, int64_t k, int64_t skip)
+{
+    if (k == skip)
+        return 0;
+    for (int w = 0; w < r->workers; w++)
+        if (!r->cells[(int64_t)w * r->steps + k].has_metrics)
+            return 0;
+    return 1;
+}
+
 const pt_run_figures *pt_run_report_figures(pt_run_report *r)
 {
     double *slow = calloc((size_t)r->steps, sizeof(double));
@@ -165,29 +189,51 @@ const pt_run_figures *pt_run_report_figures(pt_run_report *r)
         }
     }
     int skip_first = count >= 2;
+    /* busy and bubble as protocol/op.h defines them, over the steps measured
+     * (metrics from every worker, the first left out): compute time / the
+     * time those steps' spans occupy */
+    char *meas = calloc((size_t)r->steps, 1);
+    for (int64_t k = 0; meas && k < r->steps; k++)
+        meas[k] = (char)measured_step(r, k, skip_first ? k0 : -1);
+    pt_op_iter *iters = calloc((size_t)r->steps, sizeof *iters);
+    int64_t n_iters = 0, origin = INT64_MAX;
+    for (int64_t k = 0; k < r->steps; k++)
+        if (r->step_lo[k] < origin)
+            origin = r->step_lo[k];
+    for (int64_t k = 0; iters && meas && k < r->steps; k++) {
+        if (!meas[k] || r->step_lo[k] > r->step_hi[k])
+            continue;
+        iters[n_iters].step = r->first + k;
+        iters[n_iters].lo = (double)(r->step_lo[k] - origin) * 1e-9;
+        iters[n_iters].hi = (double)(r->step_hi[k] - origin) * 1e-9;
+        n_iters++;
+    }
+    double occupied_s = pt_op_iters_time_s(iters, n_iters);
+    free(iters);
     for (int w = 0; w < r->workers; w++) {
         pt_run_worker_figures *f = &r->wf[w];
         memset(f, 0, sizeof *f);
         f->stage = r->stage_of[w];
         f->replica = r->replica_of[w];
-        double busy_ms = 0, iter_ms = 0;
+        double iter_ms = 0;
+        int64_t busy_ns = 0;
         for (int64_t k = 0; k < r->steps; k++) {
             const cell *c = &r->cells[(int64_t)w * r->steps + k];
+            if (meas && meas[k])
+                busy_ns += c->busy_ns;
             if (!c->has_metrics || (skip_first && k == k0))
                 continue;
-            busy_ms += (double)c->busy_ns / 1e6;
             iter_ms += c->iter_ms;
             f->steps++;
         }
         f->iter_ms = f->steps ? iter_ms / f->steps : 0;
-        f->busy = iter_ms > 0 ? busy_ms / iter_ms : 0;
-        if (f->busy > 1)
-            f->busy = 1;
+        f->busy = pt_op_busy_frac((double)busy_ns * 1e-9, occupied_s);
         f->bubble = 1 - f->busy;
         const int64_t *p = &r->peaks[(int64_t)w * (PT_MSG_MEM_COUNT + 1)];
         memcpy(f->peak, p, sizeof f->peak);
         f->peak_total = p[PT_MSG_MEM_COUNT];
     }
+    free(meas);
     for (int64_t k = 0; slow && k < r->steps; k++) {
         if (skip_first && k == k0)
             continue;

@@ -2,14 +2,17 @@
  * receives, set next to the simulator's prediction for the same plan
  * (`pipetop run`'s summary).
  *
- * Per worker (stage replica) and step: busy time (FWD, BWD, RECOMPUTE and
- * OPT_STEP events), iteration time (metrics iter_ms), loss and memory peaks
- * (metrics). The summary leaves out the first step of the run when there
- * are at least two (it pays for first-touch allocation and connection set-up,
- * which the simulator does not model):
+ * Per worker (stage replica) and step: busy time (events of compute ops,
+ * pt_op_is_compute), iteration time (metrics iter_ms), loss and memory peaks
+ * (metrics); per step its span (earliest start to latest end of any
+ * worker's event). The figures cover the steps every worker reported metrics
+ * for, leaving out the first of them when there are at least two (it pays
+ * for first-touch allocation and connection set-up, which the simulator
+ * does not model):
  *   iteration time of the pipeline = median over steps of the slowest
- *   worker's iteration time; busy fraction of a worker = its busy time /
- *   its iteration time, summed over the steps; bubble = 1 - busy. */
+ *   worker's iteration time; busy and bubble of a worker as protocol/op.h
+ *   defines them (its compute time / the time the steps' spans occupy),
+ *   which is what the console's stats view shows for the same steps. */
 #ifndef PT_TUI_RUN_REPORT_H
 #define PT_TUI_RUN_REPORT_H
 

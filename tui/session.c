@@ -5,7 +5,6 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +14,7 @@
 #include <zmq.h>
 
 #include "protocol/fileio.h"
+#include "protocol/record.h"
 
 #define NS_PER_MS 1000000LL
 #define RECV_BATCH_MAX                                                                             \
@@ -47,7 +47,7 @@ typedef struct request {
 struct pt_session {
     void *ctx, *router, *sub;
     char ctl_ep[PT_MSG_ENDPOINT_MAX], tel_ep[PT_MSG_ENDPOINT_MAX];
-    FILE *rec;
+    pt_record_writer *rec; /* NULL: no run record */
     int hb_ms, missed;
     int64_t next_hb_ns;
     agent_entry *agents;
@@ -102,59 +102,21 @@ static void describe(const pt_session_agent *a, char *buf, size_t cap)
         snprintf(buf, cap, "agent %s (no stage, pid %lld)", a->id, (long long)a->pid);
 }
 
-/* JSON string literal of s into buf (quotes included). */
-static void json_str(const char *s, char *buf, size_t cap)
+/* The run record (protocol/record.h): frames as they arrived or left, and
+ * the session's own entries. Writing is best-effort: a full disk must not
+ * stop the run, so the results are not checked here. */
+static void record_frame(pt_session *s, pt_record_line_kind kind, const char *channel,
+                         int64_t offset_ns, const char *data, size_t len)
 {
-    cJSON *j = cJSON_CreateString(s ? s : "");
-    char *t = j ? cJSON_PrintUnformatted(j) : NULL;
-    snprintf(buf, cap, "%s", t ? t : "\"\"");
-    free(t);
-    cJSON_Delete(j);
-}
-
-/* Compact JSON of a JSON text (NULL when it does not parse); caller frees. */
-static char *compact(const char *text)
-{
-    cJSON *j = text ? cJSON_Parse(text) : NULL;
-    char *out = j ? cJSON_PrintUnformatted(j) : NULL;
-    cJSON_Delete(j);
-    return out;
-}
-
-static void record_line(pt_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void record_line(pt_session *s, const char *fmt, ...)
-{
-    if (!s->rec)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(s->rec, "{\"t\":%lld,", (long long)pt_msg_now_ns());
-    vfprintf(s->rec, fmt, ap);
-    fputs("}\n", s->rec);
-    va_end(ap);
-}
-
-static void record_msg(pt_session *s, const char *kind, const char *channel, const pt_msg *m,
-                       int64_t offset_ns)
-{
-    if (!s->rec)
-        return;
-    char *text = NULL;
-    if (pt_msg_encode(m, &text, NULL, NULL) < 0)
-        return;
-    record_line(s, "\"kind\":\"%s\",\"channel\":\"%s\",\"offset_ns\":%lld,\"msg\":%s", kind,
-                channel, (long long)offset_ns, text);
-    free(text);
+    if (s->rec)
+        pt_record_write_frame(s->rec, kind, channel, offset_ns, data, len);
 }
 
 static void record_rejected(pt_session *s, const char *channel, const char *agent,
                             const char *reason)
 {
-    char a[PT_MSG_ID_MAX + 8], r[PT_ERROR_MAX + 64];
-    json_str(agent, a, sizeof a);
-    json_str(reason, r, sizeof r);
-    record_line(s, "\"kind\":\"rejected\",\"channel\":\"%s\",\"agent\":%s,\"reason\":%s", channel,
-                agent ? a : "null", r);
+    if (s->rec)
+        pt_record_write_rejected(s->rec, channel, agent, reason);
 }
 
 static void set_state(pt_session *s, int i, pt_agent_state st)
@@ -165,10 +127,8 @@ static void set_state(pt_session *s, int i, pt_agent_state st)
     if (e->pub.state == PT_AGENT_DEAD || e->pub.state == PT_AGENT_GONE)
         return; /* final */
     e->pub.state = st;
-    char id[PT_MSG_ID_MAX + 8];
-    json_str(e->pub.id, id, sizeof id);
-    record_line(s, "\"kind\":\"agent\",\"agent\":%s,\"state\":\"%s\",\"step\":%lld", id,
-                pt_agent_state_name(st), (long long)e->pub.step);
+    if (s->rec)
+        pt_record_write_agent(s->rec, e->pub.id, pt_agent_state_name(st), e->pub.step);
     note(s, PT_NOTE_STATE, i, NULL, 0, NULL);
 }
 
@@ -203,27 +163,8 @@ static int bind_socket(void *sock, const char *ep, char *out, size_t cap, const 
 
 static int open_record(pt_session *s, const char *path, pt_error *err)
 {
-    char dir[PT_MSG_PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) {
-        *slash = '\0';
-        int rc = pt_mkdir_p(dir, err);
-        if (rc < 0)
-            return rc;
-    }
-    s->rec = fopen(path, "w");
-    if (!s->rec)
-        return pt_error_set(err, PT_EIO, "session: run record %s: %s", path, strerror(errno));
-    char c[PT_MSG_ENDPOINT_MAX + 8], t[PT_MSG_ENDPOINT_MAX + 8];
-    json_str(s->ctl_ep, c, sizeof c);
-    json_str(s->tel_ep, t, sizeof t);
-    record_line(s,
-                "\"kind\":\"session\",\"v\":1,\"unix_s\":%lld,\"control\":%s,\"telemetry\":%s,"
-                "\"heartbeat_ms\":%d,\"missed_heartbeats\":%d",
-                (long long)time(NULL), c, t, s->hb_ms, s->missed);
-    fflush(s->rec);
-    return 0;
+    pt_record_session info = {s->ctl_ep, s->tel_ep, s->hb_ms, s->missed};
+    return pt_record_writer_open(path, &info, &s->rec, err);
 }
 
 int pt_session_create(const pt_session_config *cfg, pt_session **out, pt_error *err)
@@ -289,8 +230,7 @@ void pt_session_destroy(pt_session **s_p)
         zmq_close(s->sub);
     if (s->ctx)
         zmq_ctx_term(s->ctx);
-    if (s->rec)
-        fclose(s->rec);
+    pt_record_writer_close(&s->rec);
     pt_telemetry_rx_destroy(&s->rx);
     free(s->agents);
     free(s->reqs);
@@ -340,7 +280,7 @@ static int send_to(pt_session *s, int i, pt_msg *m, pt_error *err)
     } else {
         e->tx_seq++;
         if (m->type != PT_MSG_HEARTBEAT && m->type != PT_MSG_ASSIGN)
-            record_msg(s, "sent", "control", m, 0);
+            record_frame(s, PT_RECORD_SENT, "control", 0, text, len);
     }
     free(text);
     return rc;
@@ -413,28 +353,13 @@ void pt_session_mark_dead(pt_session *s, int i, const char *reason)
     describe(&e->pub, d, sizeof d);
     snprintf(text, sizeof text, "%s: %s", d, e->why_dead);
     set_state(s, i, PT_AGENT_DEAD);
-    char r[sizeof text + 64];
-    json_str(text, r, sizeof r);
-    char id[PT_MSG_ID_MAX + 8];
-    json_str(e->pub.id, id, sizeof id);
-    record_line(s, "\"kind\":\"dead\",\"agent\":%s,\"reason\":%s", id, r);
     if (s->rec)
-        fflush(s->rec);
+        pt_record_write_dead(s->rec, e->pub.id, text);
     drop_requests_of(s, i);
     note(s, PT_NOTE_DEAD, i, NULL, 0, text);
 }
 
 /* ---- checkpoints -------------------------------------------------------------- */
-
-static int write_latest(pt_session *s, int64_t step, pt_error *err)
-{
-    char path[PT_MSG_PATH_MAX + 32], text[128];
-    snprintf(path, sizeof path, "%s/%s", s->ckpt_dir, PT_SESSION_LATEST_FILE);
-    int n = snprintf(text, sizeof text, "{\"v\":1,\"step\":%lld,\"dir\":\"step-%lld\"}\n",
-                     (long long)step, (long long)step);
-    int rc = pt_mkdir_p(s->ckpt_dir, err);
-    return rc < 0 ? rc : pt_file_write_atomic(path, text, (size_t)n, err);
-}
 
 /* Removes a step folder (plain files only, as agents write them). */
 static void remove_step_dir(const char *dir)
@@ -474,24 +399,19 @@ static void try_commit(pt_session *s)
     int64_t t0 = pt_msg_now_ns();
     int rc = s->commit(s->commit_user, dir, n, s->stage_count, &err);
     if (rc == 0)
-        rc = write_latest(s, n, &err);
+        rc = pt_ckpt_latest_save(s->ckpt_dir, n, &err);
     double commit_ms = (double)(pt_msg_now_ns() - t0) / 1e6;
-    char d[PT_MSG_PATH_MAX + 40];
-    json_str(dir, d, sizeof d);
     if (rc < 0) {
-        char r[PT_ERROR_MAX + 64], text[PT_ERROR_MAX + 64];
+        char text[PT_ERROR_MAX + 64];
         snprintf(text, sizeof text, "checkpoint step %lld: %s", (long long)n, err.msg);
-        json_str(text, r, sizeof r);
-        record_line(s, "\"kind\":\"checkpoint_failed\",\"step\":%lld,\"dir\":%s,\"reason\":%s",
-                    (long long)n, d, r);
+        if (s->rec)
+            pt_record_write_checkpoint_failed(s->rec, n, dir, text);
         note(s, PT_NOTE_ERROR, -1, NULL, n, text);
         return;
     }
     s->committed = n;
-    record_line(s, "\"kind\":\"checkpoint\",\"step\":%lld,\"dir\":%s,\"commit_ms\":%.3f",
-                (long long)n, d, commit_ms);
     if (s->rec)
-        fflush(s->rec);
+        pt_record_write_checkpoint(s->rec, n, dir, commit_ms);
     if (s->kept_n == PT_SESSION_CKPT_KEEP) {
         char old[PT_MSG_PATH_MAX + 32];
         snprintf(old, sizeof old, "%s/step-%lld", s->ckpt_dir, (long long)s->kept[0]);
@@ -656,7 +576,7 @@ static void handle_control(pt_session *s, const char *ident, size_t ident_len, c
             goto done;
         }
         s->counts.control_received++;
-        record_msg(s, "recv", "control", &m, 0);
+        record_frame(s, PT_RECORD_RECV, "control", 0, body, len);
         on_register(s, i, &m, now);
         goto done;
     }
@@ -678,7 +598,7 @@ static void handle_control(pt_session *s, const char *ident, size_t ident_len, c
     e->pub.last_heard_ns = now;
     s->counts.control_received++;
     if (m.type != PT_MSG_HEARTBEAT)
-        record_msg(s, "recv", "control", &m, e->pub.clock_offset_ns);
+        record_frame(s, PT_RECORD_RECV, "control", e->pub.clock_offset_ns, body, len);
     switch (m.type) {
     case PT_MSG_HEARTBEAT:
         on_heartbeat(s, i, &m, now);
@@ -763,7 +683,7 @@ static void handle_telemetry(pt_session *s, const char *body, size_t len)
     } else {
         agent_entry *e = &s->agents[i];
         int64_t off = e->pub.clock_offset_ns;
-        record_msg(s, "recv", "telemetry", &m, off);
+        record_frame(s, PT_RECORD_RECV, "telemetry", off, body, len);
         if (m.type == PT_MSG_METRICS) {
             e->pub.metrics = m.u.metrics;
             e->pub.has_metrics = 1;
@@ -875,8 +795,7 @@ int pt_session_poll(pt_session *s, int timeout_ms, pt_error *err)
             return rc;
         if (n > 0 && (items[1].revents & ZMQ_POLLIN) && (rc = drain_telemetry(s, err)) < 0)
             return rc;
-        if (s->rec)
-            fflush(s->rec);
+        pt_record_flush(s->rec);
         if (n != 0 || pt_msg_now_ns() >= deadline)
             return 0;
     }
@@ -1007,36 +926,28 @@ static int record_plan(pt_session *s, const pt_session_plan *p)
 {
     if (!s->rec)
         return 0;
-    char *pj = pt_plan_to_json(p->plan), *mj = pt_model_spec_to_json(p->model);
-    char *pc = compact(pj), *mc = compact(mj);
-    free(pj);
-    free(mj);
-    if (!pc || !mc) {
-        free(pc);
-        free(mc);
+    pt_record_worker *w = calloc((size_t)s->worker_count, sizeof *w);
+    if (!w)
         return PT_ENOMEM;
+    for (int k = 0; k < s->worker_count; k++) {
+        const pt_session_agent *a = &s->agents[s->workers[k]].pub;
+        w[k] = (pt_record_worker){
+            .worker = k, .stage = a->stage, .replica = a->replica, .pid = a->pid};
+        snprintf(w[k].agent, sizeof w[k].agent, "%s", a->id);
     }
-    char data[PT_MSG_PATH_MAX + 16], ck[PT_MSG_PATH_MAX + 16];
-    json_str(p->data, data, sizeof data);
-    json_str(p->checkpoint_dir ? p->checkpoint_dir : "", ck, sizeof ck);
-    fprintf(s->rec,
-            "{\"t\":%lld,\"kind\":\"plan\",\"gen\":%lld,\"plan\":%s,\"model\":%s,\"data\":%s,"
-            "\"seed\":%lld,\"checkpoint_dir\":%s,\"checkpoint_every\":%lld,\"resume_step\":%lld,"
-            "\"workers\":[",
-            (long long)pt_msg_now_ns(), (long long)s->gen, pc, mc, data, (long long)p->seed, ck,
-            (long long)p->checkpoint_every, (long long)p->resume_step);
-    for (int w = 0; w < s->worker_count; w++) {
-        const pt_session_agent *a = &s->agents[s->workers[w]].pub;
-        char id[PT_MSG_ID_MAX + 8];
-        json_str(a->id, id, sizeof id);
-        fprintf(s->rec, "%s{\"worker\":%d,\"agent\":%s,\"stage\":%d,\"replica\":%d,\"pid\":%lld}",
-                w ? "," : "", w, id, a->stage, a->replica, (long long)a->pid);
-    }
-    fputs("]}\n", s->rec);
-    fflush(s->rec);
-    free(pc);
-    free(mc);
-    return 0;
+    pt_record_plan rp = {s->gen,
+                         p->plan,
+                         p->model,
+                         p->data,
+                         p->seed,
+                         p->checkpoint_dir,
+                         p->checkpoint_every,
+                         p->resume_step,
+                         s->worker_count,
+                         w};
+    int rc = pt_record_write_plan(s->rec, &rp);
+    free(w);
+    return rc;
 }
 
 /* Fills the worker table from the plan: stage by stage, replica by replica. */
@@ -1255,34 +1166,13 @@ void pt_session_bye(pt_session *s, const char *reason)
         snprintf(m.u.bye.reason, sizeof m.u.bye.reason, "%s", reason ? reason : "");
         send_to(s, i, &m, NULL);
     }
-    if (s && s->rec)
-        fflush(s->rec);
+    if (s)
+        pt_record_flush(s->rec);
 }
 
 int pt_session_record(pt_session *s, const char *kind, const char *fields_json)
 {
     if (!s || !kind)
         return PT_EINVAL;
-    if (!s->rec)
-        return 0;
-    char *inner = NULL;
-    if (fields_json) {
-        cJSON *j = cJSON_Parse(fields_json);
-        if (!j || !cJSON_IsObject(j)) {
-            cJSON_Delete(j);
-            return PT_EINVAL;
-        }
-        inner = cJSON_PrintUnformatted(j);
-        cJSON_Delete(j);
-        if (!inner)
-            return PT_ENOMEM;
-    }
-    char k[128];
-    json_str(kind, k, sizeof k);
-    /* inner is "{...}": splice its members after "kind" */
-    int has_members = inner && strlen(inner) > 2;
-    fprintf(s->rec, "{\"t\":%lld,\"kind\":%s%s%s\n", (long long)pt_msg_now_ns(), k,
-            has_members ? "," : "}", has_members ? inner + 1 : "");
-    free(inner);
-    return fflush(s->rec) == 0 ? 0 : PT_EIO;
+    return s->rec ? pt_record_write_json(s->rec, kind, fields_json) : 0;
 }

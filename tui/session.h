@@ -33,6 +33,7 @@
 
 #include <stdint.h>
 
+#include "protocol/ckpt_index.h"
 #include "protocol/error.h"
 #include "protocol/message.h"
 #include "protocol/model.h"
@@ -49,7 +50,7 @@
 /* Committed checkpoint steps kept in a checkpoint folder (older ones are removed). */
 #define PT_SESSION_CKPT_KEEP 2
 /* Name of the file pointing at the newest committed step in a checkpoint folder. */
-#define PT_SESSION_LATEST_FILE "latest"
+#define PT_SESSION_LATEST_FILE PT_CKPT_LATEST_FILE
 
 typedef enum pt_agent_state {
     PT_AGENT_REGISTERED, /* registered, no plan yet */
@@ -246,10 +247,11 @@ void pt_session_counts_get(const pt_session *s, pt_session_counts *out);
 /* Telemetry counts of agent i (zeroed if none). */
 void pt_session_agent_telemetry(const pt_session *s, int i, pt_rx_counts *out);
 
-/* Appends a line {"t":..., "kind":kind, <fields>} to the run record, where
- * fields_json is the text of a JSON object whose members are added (NULL:
- * none). 0, PT_EINVAL when fields_json is not an object, PT_EIO. No record:
- * 0 and nothing written. */
+/* Appends the end of a run to the run record (pt_record_write_json): kind
+ * "summary" or "failed", with the members of fields_json (a JSON object text;
+ * NULL: none). 0, PT_EINVAL for another kind, a fields_json that is not an
+ * object or a line the record's reader would refuse, PT_EIO. No record: 0
+ * and nothing written. */
 int pt_session_record(pt_session *s, const char *kind, const char *fields_json);
 
 #endif

@@ -10,17 +10,17 @@
 /* Steps back from the newest where metrics of the same step are looked for. */
 #define STEP_MERGE_WINDOW 64
 
-/* A span in the ring: console-clock nanoseconds. */
-typedef struct ring_span {
-    int64_t start_ns, end_ns, step, bytes, gen;
-    int32_t mb;
-    int16_t stage, replica;
-    uint8_t op, lane;
-} ring_span;
+/* An event in the ring as it arrived (times on the console clock) and the
+ * plan generation it ran under: the store keeps the decoded event itself,
+ * and pt_store_timeline turns it into a timeline span. */
+typedef struct ring_event {
+    pt_msg_event ev;
+    int64_t gen;
+} ring_event;
 
 struct pt_store {
     uint64_t version;
-    ring_span *ring;
+    ring_event *ring;
     int64_t ring_cap, ring_head, ring_len; /* head: next write */
     int64_t last_step;
     pt_store_step *steps;
@@ -36,7 +36,6 @@ struct pt_store {
     char note[PT_STORE_NOTE_MAX];
     int64_t now_ns;
     pt_store_counts counts;
-    uint8_t op_lane[PT_OP_KIND_COUNT];
 };
 
 int pt_store_new(int64_t span_cap, pt_store **out)
@@ -54,8 +53,6 @@ int pt_store_new(int64_t span_cap, pt_store **out)
         pt_store_free(&s);
         return PT_ENOMEM;
     }
-    for (int k = 0; k < PT_OP_KIND_COUNT; k++)
-        s->op_lane[k] = (uint8_t)pt_tl_lane_of(k);
     s->last_step = -1;
     s->version = 1;
     *out = s;
@@ -98,57 +95,19 @@ uint64_t pt_store_version(const pt_store *s)
     return s->version;
 }
 
-/* Op kind of a name: compares the first letters before strcmp, since this
- * runs for every event. */
-static int op_kind(const char *name)
-{
-    switch (name[0]) {
-    case 'F':
-        return !strcmp(name, "FWD") ? PT_OP_FWD : -1;
-    case 'B':
-        return !strcmp(name, "BWD") ? PT_OP_BWD : -1;
-    case 'O':
-        return !strcmp(name, "OPT_STEP") ? PT_OP_OPT_STEP : -1;
-    case 'A':
-        return !strcmp(name, "ALLREDUCE") ? PT_OP_ALLREDUCE
-               : !strcmp(name, "AR_WAIT") ? PT_OP_AR_WAIT
-                                          : -1;
-    case 'S':
-        return !strcmp(name, "SEND_ACT")    ? PT_OP_SEND_ACT
-               : !strcmp(name, "SEND_GRAD") ? PT_OP_SEND_GRAD
-                                            : -1;
-    case 'R':
-        return !strcmp(name, "RECV_ACT")    ? PT_OP_RECV_ACT
-               : !strcmp(name, "RECV_GRAD") ? PT_OP_RECV_GRAD
-               : !strcmp(name, "RECOMPUTE") ? PT_OP_RECOMPUTE
-                                            : -1;
-    default:
-        return -1;
-    }
-}
-
 int pt_store_events(pt_store *s, const pt_msg_event *ev, int count, int64_t gen)
 {
     int added = 0;
     for (int i = 0; i < count; i++) {
         const pt_msg_event *e = &ev[i];
-        int k = op_kind(e->op);
         s->counts.events++;
-        if (k < 0) {
+        if (!pt_op_info_of(e->op)) { /* pt_msg_decode refuses these; other callers may not */
             s->counts.skipped++;
             continue;
         }
-        ring_span *r = &s->ring[s->ring_head];
-        r->start_ns = e->start_ns;
-        r->end_ns = e->end_ns;
-        r->step = e->step;
-        r->bytes = e->bytes;
+        ring_event *r = &s->ring[s->ring_head];
+        r->ev = *e;
         r->gen = gen;
-        r->mb = e->mb;
-        r->stage = (int16_t)e->stage;
-        r->replica = (int16_t)e->replica;
-        r->op = (uint8_t)k;
-        r->lane = s->op_lane[k];
         if (++s->ring_head == s->ring_cap)
             s->ring_head = 0;
         if (s->ring_len < s->ring_cap)
@@ -367,10 +326,11 @@ int pt_store_timeline(const pt_store *s, int64_t first_step, int64_t last_step,
     /* rows first, then the origin, then the spans */
     for (int pass = 0; pass < 2; pass++)
         for (int64_t i = 0; i < s->ring_len; i++) {
-            const ring_span *r = &s->ring[(start + i) % s->ring_cap];
+            const ring_event *q = &s->ring[(start + i) % s->ring_cap];
+            const pt_msg_event *r = &q->ev;
             if (r->step < first_step || r->step > last_step)
                 continue;
-            if (current_gen_only && r->gen != s->gen)
+            if (current_gen_only && q->gen != s->gen)
                 continue;
             if (pass == 0) {
                 if (pt_tline_row(tl, r->stage, r->replica) < 0)
@@ -386,8 +346,8 @@ int pt_store_timeline(const pt_store *s, int64_t first_step, int64_t last_step,
             sp.mb = r->mb;
             sp.step = r->step;
             sp.bytes = r->bytes;
-            sp.op = r->op;
-            sp.lane = r->lane;
+            sp.op = (uint8_t)r->op;
+            sp.lane = (uint8_t)pt_op_lane(r->op);
             if (pt_tline_add(tl, &sp) < 0)
                 return PT_ENOMEM;
         }

@@ -1,6 +1,6 @@
 /* What the console knows about a run: the ingest side of every data source
- * (live session, replay of a run record). Op events go into a fixed ring of
- * spans, iteration metrics into per-step series (loss, throughput, iteration
+ * (live session, replay of a run record). Op events go, as decoded, into a
+ * fixed ring, iteration metrics into per-step series (loss, throughput, iteration
  * time) that continue across restarts, memory into per-replica samples, and
  * agents into a table of display rows. Views read it; they never care where
  * the data came from.
@@ -70,7 +70,9 @@ void pt_store_reset(pt_store *s);
 uint64_t pt_store_version(const pt_store *s);
 
 /* Ingests a batch of op events (times on the console clock, already offset
- * by the sender's clock offset). Unknown op names are counted and skipped.
+ * by the sender's clock offset), copied as they are into the ring. An event
+ * whose op is not a pt_op_kind (pt_msg_decode refuses those) is counted and
+ * skipped.
  * Returns the number of spans added. */
 int pt_store_events(pt_store *s, const pt_msg_event *ev, int count, int64_t gen);
 /* Ingests one iteration's metrics of a replica, arrived at t_ns. */
@@ -101,7 +103,7 @@ const pt_store_mem *pt_store_mem_latest(const pt_store *s, int stage, int replic
 const char *pt_store_last_note(const pt_store *s); /* "" when none */
 int64_t pt_store_now(const pt_store *s);
 
-/* Spans ingested in all, kept in the ring now, and skipped (bad op name). */
+/* Events ingested in all, kept in the ring now, and skipped (invalid op kind). */
 typedef struct pt_store_counts {
     uint64_t events, kept, skipped, metrics;
 } pt_store_counts;

@@ -288,17 +288,28 @@ int pt_color_to_8(pt_color c)
     return best;
 }
 
-static const char glyph_fill[PT_GLYPH_COUNT] = {'=', '#', '+', '>', '*', '^', '.', ' '};
-static const pt_theme_key glyph_key[PT_GLYPH_COUNT] = {
-    PT_THEME_FWD,       PT_THEME_BWD,     PT_THEME_RECOMPUTE, PT_THEME_COMM,
-    PT_THEME_ALLREDUCE, PT_THEME_OPTSTEP, PT_THEME_BUBBLE,    PT_THEME_DIM};
+static const char paint_fill[PT_PAINT_COUNT] = {
+    [PT_PAINT_FWD] = '=',  [PT_PAINT_BWD] = '#',       [PT_PAINT_RECOMPUTE] = '+',
+    [PT_PAINT_COMM] = '>', [PT_PAINT_ALLREDUCE] = '*', [PT_PAINT_OPTSTEP] = '^',
+    [PT_PAINT_WAIT] = ' ', [PT_PAINT_BUBBLE] = '.',
+};
+static const pt_theme_key paint_key[PT_PAINT_COUNT] = {
+    [PT_PAINT_FWD] = PT_THEME_FWD,
+    [PT_PAINT_BWD] = PT_THEME_BWD,
+    [PT_PAINT_RECOMPUTE] = PT_THEME_RECOMPUTE,
+    [PT_PAINT_COMM] = PT_THEME_COMM,
+    [PT_PAINT_ALLREDUCE] = PT_THEME_ALLREDUCE,
+    [PT_PAINT_OPTSTEP] = PT_THEME_OPTSTEP,
+    [PT_PAINT_WAIT] = PT_THEME_BUBBLE,
+    [PT_PAINT_BUBBLE] = PT_THEME_BUBBLE,
+};
 
-char pt_glyph_fill(int kind)
+char pt_paint_fill(int paint)
 {
-    return kind >= 0 && kind < PT_GLYPH_COUNT ? glyph_fill[kind] : '?';
+    return paint >= 0 && paint < PT_PAINT_COUNT ? paint_fill[paint] : '?';
 }
 
-pt_theme_key pt_glyph_theme_key(int kind)
+pt_theme_key pt_paint_theme_key(int paint)
 {
-    return kind >= 0 && kind < PT_GLYPH_COUNT ? glyph_key[kind] : PT_THEME_TEXT;
+    return paint >= 0 && paint < PT_PAINT_COUNT ? paint_key[paint] : PT_THEME_TEXT;
 }

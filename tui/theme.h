@@ -7,7 +7,7 @@
  * sits on the terminal's default background, and only timeline blocks and
  * bars use a colour as background.
  *
- * State is never told by colour alone: the glyphs below tell forward,
+ * State is never told by colour alone: the fills below tell forward,
  * backward, recompute, bubble, communication, all-reduce and optimizer
  * blocks apart on a monochrome terminal too. */
 #ifndef PT_TUI_THEME_H
@@ -15,6 +15,7 @@
 
 #include "protocol/error.h"
 #include "protocol/model.h"
+#include "protocol/op.h"
 
 typedef enum pt_theme_key {
     PT_THEME_TEXT,
@@ -90,23 +91,13 @@ int pt_color_to_256(pt_color c);
 /* Nearest of the 8 ANSI colours (0 black .. 7 white). */
 int pt_color_to_8(pt_color c);
 
-/* Glyph kinds of the timeline, each with its own fill character so blocks
- * are told apart without colour. */
-typedef enum pt_glyph_kind {
-    PT_GLYPH_FWD,       /* fill '=' after the micro-batch number, e.g. "3===" */
-    PT_GLYPH_BWD,       /* fill '#': "3###" */
-    PT_GLYPH_RECOMPUTE, /* fill '+': "3+++" */
-    PT_GLYPH_COMM,      /* '>' for sends */
-    PT_GLYPH_ALLREDUCE, /* '*' */
-    PT_GLYPH_OPTSTEP,   /* '^' */
-    PT_GLYPH_BUBBLE,    /* '.' */
-    PT_GLYPH_WAIT,      /* a receive wait on the comm row: ' ' */
-    PT_GLYPH_COUNT
-} pt_glyph_kind;
-
-/* Fill character of a glyph kind ('?' when out of range). */
-char pt_glyph_fill(int kind);
-/* Theme key that colours a glyph kind. */
-pt_theme_key pt_glyph_theme_key(int kind);
+/* How a paint class of protocol/op.h (an op kind's pt_op_paint_of, or
+ * PT_PAINT_BUBBLE) is shown: the one mapping from paint to theme key, used
+ * by the console's timeline and the SVG export alike, and the fill character
+ * that tells blocks apart without colour ("3===" forward, "3###" backward,
+ * "3+++" recompute, '>' send, '*' all-reduce, '^' optimizer, '.' bubble,
+ * ' ' a receive wait). */
+pt_theme_key pt_paint_theme_key(int paint); /* PT_THEME_TEXT when out of range */
+char pt_paint_fill(int paint);              /* '?' when out of range */
 
 #endif

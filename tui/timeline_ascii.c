@@ -8,29 +8,8 @@
 
 char pt_timeline_glyph(int kind)
 {
-    switch (kind) {
-    case PT_OP_FWD:
-        return 'F';
-    case PT_OP_BWD:
-        return 'B';
-    case PT_OP_RECOMPUTE:
-        return 'R';
-    case PT_OP_OPT_STEP:
-        return 'O';
-    case PT_OP_SEND_ACT:
-        return '>';
-    case PT_OP_SEND_GRAD:
-        return '<';
-    case PT_OP_ALLREDUCE:
-        return 'A';
-    default:
-        return '.';
-    }
-}
-
-static int is_compute_kind(int k)
-{
-    return k == PT_OP_FWD || k == PT_OP_BWD || k == PT_OP_RECOMPUTE || k == PT_OP_OPT_STEP;
+    const pt_op_info *info = pt_op_info_of(kind);
+    return info && info->lane != PT_LANE_WAIT ? info->glyph : '.';
 }
 
 /* Cells whose midpoints fall in [start, end): [*lo, *hi), clipped to the row. */
@@ -63,7 +42,7 @@ void pt_timeline_row(const pt_program *prog, const pt_sim_result *res, int w, do
     for (int i = x->op_begin; i < x->op_end; i++) {
         const pt_sim_event *ev = &res->events[i];
         const pt_op *op = &prog->ops[i];
-        if (!is_compute_kind(op->kind) || ev->end <= t0 || ev->start >= t1 || ev->end <= ev->start)
+        if (!pt_op_is_compute(op->kind) || ev->end <= t0 || ev->start >= t1 || ev->end <= ev->start)
             continue;
         int lo, hi;
         cell_span(ev->start, ev->end, t0, dt, width, &lo, &hi);
@@ -77,7 +56,7 @@ void pt_timeline_row(const pt_program *prog, const pt_sim_result *res, int w, do
         row[lo] = g;
         for (int c = lo + 1; c < hi; c++)
             row[c] = (char)(g - 'A' + 'a');
-        if (op->kind != PT_OP_OPT_STEP) {
+        if (pt_op_has_one_mb(op->kind)) {
             char num[16];
             int n = snprintf(num, sizeof num, "%d", op->mb);
             if (n > 0 && hi - lo >= n + 1)

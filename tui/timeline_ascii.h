@@ -28,7 +28,7 @@ typedef struct pt_timeline_opts {
     int legend;    /* 1: a last line explaining the glyphs */
 } pt_timeline_opts;
 
-/* The glyph of an op kind ('F', 'B', ...; '.' for waits). */
+/* The glyph of an op kind (protocol/op.h: 'F', 'B', '>', ...; '.' for waits). */
 char pt_timeline_glyph(int op_kind);
 
 /* Writes the chart for prog's events in res (res->events[i] describes

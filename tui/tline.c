@@ -6,30 +6,6 @@
 
 #define TLINE_MIN_CAP 256
 
-pt_lane pt_tl_lane_of(int op_kind)
-{
-    switch (op_kind) {
-    case PT_OP_SEND_ACT:
-    case PT_OP_SEND_GRAD:
-    case PT_OP_ALLREDUCE:
-        return PT_LANE_COMM;
-    case PT_OP_RECV_ACT:
-    case PT_OP_RECV_GRAD:
-    case PT_OP_AR_WAIT:
-        return PT_LANE_WAIT;
-    default:
-        return PT_LANE_COMPUTE;
-    }
-}
-
-int pt_tl_op_parse(const char *name)
-{
-    for (int k = 0; k < PT_OP_KIND_COUNT; k++)
-        if (!strcmp(name, pt_op_name(k)))
-            return k;
-    return -1;
-}
-
 void pt_tline_clear(pt_tline *tl)
 {
     tl->row_count = 0;
@@ -123,9 +99,7 @@ int pt_tline_from_sim(pt_tline *tl, const pt_program *prog, const pt_sim_result 
             s.start = ev->start;
             s.end = ev->end;
             s.row = row;
-            s.mb = op->mb_end == op->mb + 1 ? op->mb : -1;
-            if (op->kind == PT_OP_FWD || op->kind == PT_OP_BWD || op->kind == PT_OP_RECOMPUTE)
-                s.mb = op->mb;
+            s.mb = pt_op_has_one_mb(op->kind) ? op->mb : -1;
             s.step = op->mb >= 0 ? op->mb / M : 0;
             s.bytes = op->bytes;
             s.op = op->kind;
@@ -202,4 +176,71 @@ double pt_tline_busy(const pt_tline *tl, int row, double lo, double hi)
             busy += b - a;
     }
     return busy;
+}
+
+static int cmp_step(const void *a, const void *b)
+{
+    int64_t x = ((const pt_op_iter *)a)->step, y = ((const pt_op_iter *)b)->step;
+    return x < y ? -1 : x > y;
+}
+
+int pt_tline_iters(const pt_tline *tl, pt_op_iter **out, int64_t *n_out)
+{
+    pt_op_iter *iv = NULL;
+    int64_t n = 0, cap = 0;
+    *out = NULL;
+    *n_out = 0;
+    for (int64_t i = 0; i < tl->count; i++) {
+        const pt_tl_span *s = &tl->spans[i];
+        int64_t k;
+        /* steps are few and arrive mostly in order: search from the end */
+        for (k = n - 1; k >= 0 && iv[k].step != s->step; k--)
+            ;
+        if (k >= 0) {
+            if (s->start < iv[k].lo)
+                iv[k].lo = s->start;
+            if (s->end > iv[k].hi)
+                iv[k].hi = s->end;
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            pt_op_iter *q = realloc(iv, sizeof *q * (size_t)cap);
+            if (!q) {
+                free(iv);
+                return PT_ENOMEM;
+            }
+            iv = q;
+        }
+        iv[n].step = s->step;
+        iv[n].lo = s->start;
+        iv[n].hi = s->end;
+        n++;
+    }
+    if (!iv && !(iv = malloc(sizeof *iv)))
+        return PT_ENOMEM;
+    qsort(iv, (size_t)n, sizeof *iv, cmp_step);
+    *out = iv;
+    *n_out = n;
+    return 0;
+}
+
+int pt_tline_busy_fracs(const pt_tline *tl, double *busy)
+{
+    pt_op_iter *iv;
+    int64_t n;
+    if (pt_tline_iters(tl, &iv, &n) < 0)
+        return PT_ENOMEM;
+    double occupied = pt_op_iters_time_s(iv, n);
+    free(iv);
+    for (int r = 0; r < tl->row_count; r++)
+        busy[r] = 0;
+    for (int64_t i = 0; i < tl->count; i++) {
+        const pt_tl_span *s = &tl->spans[i];
+        if (pt_op_is_compute(s->op) && s->row >= 0 && s->row < tl->row_count)
+            busy[s->row] += s->end - s->start;
+    }
+    for (int r = 0; r < tl->row_count; r++)
+        busy[r] = pt_op_busy_frac(busy[r], occupied);
+    return 0;
 }

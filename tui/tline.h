@@ -19,11 +19,11 @@
 typedef struct pt_tl_span {
     double start, end; /* seconds, end >= start */
     int32_t row;       /* index into the timeline's rows */
-    int32_t mb;        /* micro-batch, -1: none (OPT_STEP, ALLREDUCE over several) */
+    int32_t mb;        /* micro-batch, -1: none (kinds without pt_op_has_one_mb) */
     int64_t step;      /* iteration (measured) or window (predicted) */
     int64_t bytes;     /* moved by SEND/RECV/ALLREDUCE */
     uint8_t op;        /* pt_op_kind */
-    uint8_t lane;      /* pt_lane */
+    uint8_t lane;      /* pt_lane: pt_op_lane(op); bubbles: compute */
 } pt_tl_span;
 
 typedef struct pt_tl_row {
@@ -37,11 +37,6 @@ typedef struct pt_tline {
     pt_tl_span *spans; /* owned, in insertion order */
     double t0, t1;     /* earliest start and latest end (0, 0 when empty) */
 } pt_tline;
-
-/* Lane an op kind occupies (compute, comm, or wait). */
-pt_lane pt_tl_lane_of(int op_kind);
-/* Op kind for its name ("FWD", ...), or -1. */
-int pt_tl_op_parse(const char *name);
 
 /* Empties tl, keeping its buffers. */
 void pt_tline_clear(pt_tline *tl);
@@ -70,5 +65,15 @@ int64_t pt_tline_bubbles(const pt_tline *tl, int row, double lo, double hi, pt_t
 
 /* Sum of compute-lane time of `row` inside [lo, hi). */
 double pt_tline_busy(const pt_tline *tl, int row, double lo, double hi);
+
+/* The span of every step present ([earliest start, latest end) over all
+ * rows), sorted by step: *out (caller frees) holds *n entries. 0 or
+ * PT_ENOMEM (*out NULL). */
+int pt_tline_iters(const pt_tline *tl, pt_op_iter **out, int64_t *n);
+
+/* Busy fraction of every row over the steps of the timeline, as
+ * protocol/op.h defines it (compute-lane time / the time the steps occupy):
+ * busy[0..row_count). 0 or PT_ENOMEM. */
+int pt_tline_busy_fracs(const pt_tline *tl, double *busy);
 
 #endif

@@ -179,24 +179,3 @@ const char *pt_ui_bytes_short(int64_t bytes, char *buf, int cap)
         snprintf(buf, (size_t)cap, "%.0fK", b / 1024.0);
     return buf;
 }
-
-pt_theme_key pt_ui_op_key(int op)
-{
-    switch (op) {
-    case PT_OP_FWD:
-        return PT_THEME_FWD;
-    case PT_OP_BWD:
-        return PT_THEME_BWD;
-    case PT_OP_RECOMPUTE:
-        return PT_THEME_RECOMPUTE;
-    case PT_OP_OPT_STEP:
-        return PT_THEME_OPTSTEP;
-    case PT_OP_ALLREDUCE:
-        return PT_THEME_ALLREDUCE;
-    case PT_OP_SEND_ACT:
-    case PT_OP_SEND_GRAD:
-        return PT_THEME_COMM;
-    default:
-        return PT_THEME_BUBBLE;
-    }
-}

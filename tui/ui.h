@@ -86,8 +86,6 @@ void pt_ui_bar(pt_ui *ui, int y, int x, int w, double frac, attr_t attr, char c)
 const char *pt_ui_bytes(int64_t bytes, char *buf, int cap);
 /* "1.2G" / "12.0M" / "512K": for narrow columns. */
 const char *pt_ui_bytes_short(int64_t bytes, char *buf, int cap);
-/* Theme key of an op kind (compute blocks, comm, all-reduce). */
-pt_theme_key pt_ui_op_key(int op);
 
 /* ---- views (view_*.c): draw into the current layout; keys return 1 when
  * taken; mouse handlers get a click at screen cell (y, x). */

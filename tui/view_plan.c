@@ -164,9 +164,9 @@ static void draw_summary(pt_ui *ui, const pt_rect *r)
     attr_t t = ui->attr[PT_THEME_TEXT], acc = ui->attr[PT_THEME_ACCENT];
     int y = in.y, w = in.w;
     char pol[16] = "";
-    if (p->schedule == PT_SCHED_DAPPLE)
+    if (pt_sched_kind_has(p->schedule, PT_SCHED_OPT_POLICY))
         snprintf(pol, sizeof pol, " policy %c", p->policy);
-    else if (p->schedule == PT_SCHED_PIPEDREAM && p->vertical_sync)
+    else if (pt_sched_kind_has(p->schedule, PT_SCHED_OPT_VSYNC) && p->vertical_sync)
         snprintf(pol, sizeof pol, " vsync");
     if (y < in.y + in.h)
         pt_ui_text(y++, in.x, w, t, 1, "schedule   %s%s, %d stages, %d workers",
@@ -398,8 +398,8 @@ int pt_view_plan_key(pt_ui *ui, int ch)
         return 1;
     case 'S':
         done(ui,
-             pt_plan_edit_schedule(ui->edit,
-                                   (pt_sched_kind)((p->schedule + 1) % PT_SCHED_KIND_COUNT), &err),
+             pt_plan_edit_schedule(
+                 ui->edit, (pt_sched_kind)((p->schedule + 1) % pt_sched_kind_count()), &err),
              &err, "schedule changed");
         return 1;
     case 'a':

@@ -4,6 +4,7 @@
  * against the device limit. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tui/ui.h"
@@ -117,11 +118,14 @@ static void draw_busy(pt_ui *ui, const pt_rect *r)
     const pt_tline *pred = &ui->tl_pred;
     const pt_tline *rows = tl->row_count ? tl : pred;
     int y = in.y;
+    /* busy as protocol/op.h defines it, the figure `pipetop run` prints */
+    double *busy_of = tl->count ? malloc(sizeof *busy_of * (size_t)tl->row_count) : NULL;
+    int measured = busy_of && pt_tline_busy_fracs(tl, busy_of) == 0;
     for (int row = 0; row < rows->row_count && y < in.y + in.h; row++, y++) {
         const pt_tl_row *tr = &rows->rows[row];
         double busy = -1, pbusy = -1;
-        if (tl->count && tl->t1 > tl->t0)
-            busy = pt_tline_busy(tl, row, tl->t0, tl->t1) / (tl->t1 - tl->t0);
+        if (measured)
+            busy = busy_of[row];
         if (ui->edit) {
             const pt_program *prog = pt_plan_edit_program(ui->edit);
             const pt_sim_result *res = pt_plan_edit_result(ui->edit);
@@ -144,6 +148,7 @@ static void draw_busy(pt_ui *ui, const pt_rect *r)
         int tx = in.x + 7 + (bw >= 3 ? bw : 0);
         pt_ui_text(y, tx, in.x + in.w - tx, ui->attr[PT_THEME_TEXT], 0, "%s", tail);
     }
+    free(busy_of);
 }
 
 static int64_t stage_limit(pt_ui *ui, int stage, int replica)

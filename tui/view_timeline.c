@@ -17,11 +17,11 @@
 
 static attr_t cell_attr(pt_ui *ui, const pt_gantt_cell *c)
 {
-    if (c->glyph == PT_GANTT_NONE)
+    if (c->paint == PT_GANTT_NONE)
         return ui->attr[PT_THEME_DIM];
-    if (c->glyph == PT_GLYPH_BUBBLE || c->glyph == PT_GLYPH_WAIT)
+    if (c->paint == PT_PAINT_BUBBLE || c->paint == PT_PAINT_WAIT)
         return ui->attr[PT_THEME_BUBBLE];
-    return ui->block[pt_glyph_theme_key(c->glyph)];
+    return ui->block[pt_paint_theme_key(c->paint)];
 }
 
 static void window(const pt_ui *ui, const pt_tline *tl, double *t0, double *t1)

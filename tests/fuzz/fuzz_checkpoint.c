@@ -1,15 +1,17 @@
-/* Fuzz harness for the checkpoint index parser (libFuzzer, or replay_main.c
- * over the corpus). Properties, each an abort() when false: a refused input
- * leaves no index and an error that starts with the source name; an accepted
- * one has layers sorted by distinct index, plain file names and counts equal
- * to the product of their shapes, and survives to_json -> parse -> to_json
- * unchanged. */
+/* Fuzz harness for the checkpoint formats of protocol/ckpt_index.h: the
+ * index and the latest pointer (libFuzzer, or replay_main.c over the corpus).
+ * Properties, each an abort() when false: a refused input leaves no index
+ * (no step) and an error that starts with the source name; an accepted index
+ * has layers sorted by distinct index, plain file names and counts equal to
+ * the product of their shapes, and survives to_json -> parse -> to_json
+ * unchanged; an accepted latest gives a step >= 0 whose written form parses
+ * back to it. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/checkpoint.h"
+#include "protocol/ckpt_index.h"
 
 static void fail(const char *what)
 {
@@ -37,6 +39,26 @@ static void check_valid(const pt_ckpt_index *ix)
     }
 }
 
+static void check_latest(const char *text)
+{
+    pt_error err = {0};
+    int64_t step = -7;
+    if (pt_ckpt_latest_parse(text, "fuzz", &step, &err) < 0) {
+        if (step != -7)
+            fail("a refused latest set the step");
+        if (strncmp(err.msg, "fuzz", 4) != 0)
+            fail("latest: error does not name the source");
+        return;
+    }
+    if (step < 0)
+        fail("latest: a negative step was accepted");
+    char *again = pt_ckpt_latest_to_json(step);
+    int64_t back = -1;
+    if (!again || pt_ckpt_latest_parse(again, "fuzz2", &back, &err) < 0 || back != step)
+        fail("latest: the written form does not read back");
+    free(again);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *text = malloc(size + 1);
@@ -47,6 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pt_ckpt_index *ix = NULL;
     pt_error err = {0};
     int rc = pt_ckpt_index_parse(text, "fuzz", &ix, &err);
+    check_latest(text);
     free(text);
     if (rc < 0) {
         if (ix)

@@ -1,9 +1,12 @@
-/* Fuzz harness for run records (tui/replay.h), libFuzzer or replay_main.c
- * over the corpus. Properties, each an abort() when false: a refused input
- * leaves no record and an error naming the source; an accepted one applies
- * entry by entry to a store without harm, the store never holds more events
- * than the record's event messages carry, and every span it keeps ends no
- * earlier than it starts. */
+/* Fuzz harness for the run-record reader (protocol/record.h) and its
+ * replay into a store (tui/replay.h), libFuzzer or replay_main.c over the
+ * corpus. Properties, each an abort() when false: a refused input leaves no
+ * record and an error naming the source and the line; an accepted one starts
+ * with a session line of a readable version, every frame it holds decodes
+ * again (the reader validated it) and the decoded events add up to the
+ * summary's count, it applies entry by entry to a store without harm, the
+ * store never holds more events than the record's event messages carry, and
+ * every span it keeps ends no earlier than it starts. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +33,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fail("a refused record was returned");
         if (strncmp(err.msg, "fuzz", 4) != 0)
             fail("the error does not name the source");
+        if (err.code != rc)
+            fail("the error code differs from the return code");
         return 0;
+    }
+    const pt_record_entry *first = pt_record_at(rec, 0);
+    if (!first || first->kind != PT_RECORD_SESSION ||
+        pt_record_version(rec) < PT_RECORD_VERSION_MIN ||
+        pt_record_version(rec) > PT_RECORD_VERSION)
+        fail("an accepted record does not start with a readable session line");
+    int64_t events = 0;
+    for (int64_t i = 0; i < pt_record_count(rec); i++) {
+        const pt_record_entry *e = pt_record_at(rec, i);
+        if (e->kind != PT_RECORD_RECV && e->kind != PT_RECORD_SENT)
+            continue;
+        pt_msg m;
+        if (pt_record_msg(rec, i, &m, &err) < 0)
+            fail("a frame the reader accepted does not decode again");
+        if (m.type != e->msg_type)
+            fail("the frame's type differs from the one the reader noted");
+        if (e->kind == PT_RECORD_RECV && m.type == PT_MSG_EVENTS)
+            events += m.u.events.count;
+        pt_msg_clear(&m);
     }
     pt_store *store = NULL;
     if (pt_store_new(FUZZ_RING, &store) < 0) {
@@ -43,6 +67,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pt_record_summarize(rec, &sum);
     pt_store_counts c;
     pt_store_counts_get(store, &c);
+    if (events != sum.events)
+        fail("the summary's events differ from the frames'");
     if ((int64_t)c.events > sum.events)
         fail("the store counted more events than the record holds");
     pt_tline tl;

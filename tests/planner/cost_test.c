@@ -137,7 +137,7 @@ static void test_memory_model_matches_simulator(void)
     const int cuts[][4] = {{5, 0, 0, 0}, {2, 5, 0, 0}, {1, 3, 5, 0}, {1, 2, 4, 5}};
     const int reps[][4] = {{1, 1, 1, 1}, {2, 1, 3, 1}, {1, 3, 1, 2}};
     int compared = 0;
-    for (int kind = 0; kind < PT_SCHED_KIND_COUNT; kind++)
+    for (int kind = 0; kind < PT_SCHED_BUILTIN_COUNT; kind++)
         for (int S = 1; S <= 4; S++)
             for (int rp = 0; rp < 3; rp++)
                 for (int M = 1; M <= 6; M += 2)
@@ -182,7 +182,7 @@ static void test_memory_model_matches_simulator(void)
                                 CHECK_MSG(sw->peak.bytes[k] == m.bytes[k],
                                           "%s S %d reps %d M %d var %d stage %d %s: sim %lld "
                                           "model %lld",
-                                          pt_sched_info_of(kind)->name, S, rp, M, var, x->stage,
+                                          pt_sched_kind_name(kind), S, rp, M, var, x->stage,
                                           pt_mem_kind_name(k), (long long)sw->peak.bytes[k],
                                           (long long)m.bytes[k]);
                                 sum += m.bytes[k];

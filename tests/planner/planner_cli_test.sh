@@ -69,5 +69,29 @@ out=$("$PIPETOP" plan --planner dapple --profile "$tmp/none.json" --topology "$T
 [ $? -eq 1 ] || fail "missing profile: exit status"
 grep -q "none.json" <<<"$out" || fail "missing profile not named: $out"
 
+# --objective: the paper's formulas on its own planner, named in the report;
+# refused for another planner, with --compare, or when unknown
+out=$("$PIPETOP" plan --planner pipedream --objective pipedream --profile "$PROF" \
+    --topology topologies/dapple-config-c.json --batch 128 --memory-limit 64 2>&1)
+[ $? -eq 0 ] || fail "--objective pipedream: exit status: $out"
+grep -q "PipeDream's optimizer's formulas): 54.7" <<<"$out" ||
+    fail "--objective pipedream: not PipeDream's vgg16 figure: $out"
+out=$("$PIPETOP" plan --planner dapple --objective dapple --profile "$PROF" \
+    --topology topologies/dapple-config-c.json --batch 128 2>&1)
+[ $? -eq 0 ] || fail "--objective dapple: exit status: $out"
+grep -q "chose two-stage" <<<"$out" || fail "--objective dapple: no 15:1 choice: $out"
+grep -qE '^  1 +\[31,40\) +1 ' <<<"$out" || fail "--objective dapple: not 15:1: $out"
+out=$("$PIPETOP" plan --planner gpipe --objective dapple --profile "$PROF" --topology "$TOPO" \
+    --batch 512 2>&1)
+[ $? -eq 1 ] && grep -q "objective 'dapple' is not its own" <<<"$out" ||
+    fail "gpipe --objective dapple: $out"
+out=$("$PIPETOP" plan --planner dapple --objective nope --profile "$PROF" --topology "$TOPO" \
+    --batch 512 2>&1)
+[ $? -eq 2 ] && grep -q "'nope' is not default, pipedream or dapple" <<<"$out" ||
+    fail "unknown objective: $out"
+out=$("$PIPETOP" plan --compare --objective dapple --profile "$PROF" --topology "$TOPO" \
+    --batch 512 2>&1)
+[ $? -eq 2 ] || fail "--compare --objective: exit status: $out"
+
 [ "$failures" -eq 0 ] && echo "planner_cli_test: ok"
 exit $((failures > 0))

@@ -30,7 +30,7 @@ static void test_all_generated_programs_validate(void)
 {
     pt_program prog = {0};
     int checked = 0;
-    for (int kind = 0; kind < PT_SCHED_KIND_COUNT; kind++)
+    for (int kind = 0; kind < PT_SCHED_BUILTIN_COUNT; kind++)
         for (int S = 1; S <= 7; S += (S < 4 ? 1 : 3))
             for (int M = 1; M <= 9; M += 2)
                 for (int pat = 0; pat < N_PATTERNS; pat++)
@@ -44,13 +44,13 @@ static void test_all_generated_programs_validate(void)
                             CHECK_STR_CONTAINS(err.msg, "M >= S");
                             continue;
                         }
-                        CHECK_MSG(rc == 0, "%s S %d M %d pat %d: %s", pt_sched_info_of(kind)->name,
-                                  S, M, pat, err.msg);
+                        CHECK_MSG(rc == 0, "%s S %d M %d pat %d: %s", pt_sched_kind_name(kind), S,
+                                  M, pat, err.msg);
                         if (rc < 0)
                             continue;
                         rc = pt_sched_validate(&prog, &err);
                         CHECK_MSG(rc == 0, "%s S %d M %d pat %d rec %d alt %d: %s",
-                                  pt_sched_info_of(kind)->name, S, M, pat, recompute, alt, err.msg);
+                                  pt_sched_kind_name(kind), S, M, pat, recompute, alt, err.msg);
                         checked++;
                     }
     CHECK(checked > 500);
@@ -266,7 +266,7 @@ static void test_every_gradient_applied(void)
 {
     pt_program prog = {0};
     int checked = 0;
-    for (int kind = 0; kind < PT_SCHED_KIND_COUNT; kind++)
+    for (int kind = 0; kind < PT_SCHED_BUILTIN_COUNT; kind++)
         for (int S = 1; S <= 4; S++)
             for (int M = 1; M <= 6; M += (M < 3 ? 1 : 3))
                 for (int pat = 0; pat < N_PATTERNS; pat++)
@@ -274,7 +274,7 @@ static void test_every_gradient_applied(void)
                         if (kind == PT_SCHED_2BW && M < S)
                             continue;
                         pt_error err = {0};
-                        int sync = pt_sched_info_of((pt_sched_kind)kind)->synchronous;
+                        int sync = pt_sched_kind_has((pt_sched_kind)kind, PT_SCHED_SYNCHRONOUS);
                         REQUIRE(build((pt_sched_kind)kind, S, M, rep_patterns[pat], pat & 1,
                                       pat & 2, 'A', sync ? 0 : windows, &prog, &err) == 0);
                         int *cover = calloc((size_t)prog.mb_count, sizeof *cover);
@@ -307,8 +307,8 @@ static void test_every_gradient_applied(void)
                                 CHECK_MSG(cover[m] == 1,
                                           "%s S %d M %d pat %d w %d: mb %d applied %d "
                                           "times",
-                                          pt_sched_info_of((pt_sched_kind)kind)->name, S, M, pat, w,
-                                          m, cover[m]);
+                                          pt_sched_kind_name((pt_sched_kind)kind), S, M, pat, w, m,
+                                          cover[m]);
                             CHECK(async == waits);
                             CHECK(last_compute >= 0 &&
                                   prog.ops[last_compute].kind == PT_OP_OPT_STEP);
@@ -333,13 +333,14 @@ static void test_recompute_and_registry(void)
             if (prog.ops[k].kind == PT_OP_RECOMPUTE)
                 CHECK(prog.ops[k + 1].kind == PT_OP_BWD && prog.ops[k + 1].mb == prog.ops[k].mb);
     }
-    for (int k = 0; k < PT_SCHED_KIND_COUNT; k++) {
+    for (int k = 0; k < PT_SCHED_BUILTIN_COUNT; k++) {
         const pt_sched_info *in = pt_sched_info_of((pt_sched_kind)k);
         REQUIRE(in);
-        CHECK(in->kind == (pt_sched_kind)k);
-        CHECK_STR_CONTAINS(pt_sched_kind_name((pt_sched_kind)k), in->name);
+        CHECK(in->generate != NULL);
+        CHECK(in->facts.flags == pt_sched_kind_info_of(k)->flags);
+        CHECK_STR_CONTAINS(pt_sched_kind_name((pt_sched_kind)k), in->facts.name);
     }
-    CHECK(pt_sched_info_of(PT_SCHED_KIND_COUNT) == NULL);
+    CHECK(pt_sched_info_of(PT_SCHED_BUILTIN_COUNT) == NULL);
     /* a synchronous kind refuses several windows; replicas beyond the micro-batch size */
     pt_plan *plan = fx_plan(PT_SCHED_DAPPLE, 2, 1, NULL, 4, 4);
     pt_sched_opts o = {0, 3};

@@ -69,7 +69,7 @@ static void test_closed_form_sync(void)
                 REQUIRE(rig_run(&g, kinds[k], S, M, NULL, 4, 1000, 100, FX_FAST_BPS, 0, 1, 0) == 0);
                 double want = (M + S - 1) * (F_MS + B_MS) / 1000.0;
                 CHECK_MSG(fabs(g.res.iter_s - want) < TOL, "%s S %d M %d: %.9f vs %.9f",
-                          pt_sched_info_of(kinds[k])->name, S, M, g.res.iter_s, want);
+                          pt_sched_kind_name(kinds[k]), S, M, g.res.iter_s, want);
                 double bubble = (double)(S - 1) / (M + S - 1);
                 CHECK_NEAR(g.res.bubble_frac, bubble, 1e-9);
                 for (int w = 0; w < g.res.worker_count; w++)
@@ -229,7 +229,7 @@ static void test_async_steady_state(void)
             rig g = {0};
             REQUIRE(rig_run(&g, kinds[k], S, M, NULL, 4, 1000, 100, FX_FAST_BPS, 0, 1, 6) == 0);
             CHECK_MSG(fabs(g.res.iter_s - M * (F_MS + B_MS) / 1000.0) < TOL, "%s S %d: %.9f",
-                      pt_sched_info_of(kinds[k])->name, S, g.res.iter_s);
+                      pt_sched_kind_name(kinds[k]), S, g.res.iter_s);
             CHECK(g.res.bubble_frac < 1e-9);
             rig_free(&g);
         }

@@ -5,10 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "protocol/ckpt_index.h" /* index.json cases: tests/runtime/checkpoint_test.c */
 #include "protocol/fileio.h"
 #include "protocol/model.h"
 #include "protocol/plan.h"
 #include "protocol/profile.h"
+#include "protocol/record.h"
 #include "protocol/topology.h"
 #include "tests/test.h"
 
@@ -51,13 +53,39 @@ static int load_plan(const char *path, pt_error *err)
     return rc;
 }
 
+static int load_latest(const char *path, pt_error *err)
+{
+    char *text = NULL;
+    int rc = pt_file_read(path, &text, NULL, err);
+    int64_t step = -7;
+    if (rc == 0)
+        rc = pt_ckpt_latest_parse(text, path, &step, err);
+    CHECK(step == -7); /* untouched on failure */
+    free(text);
+    return rc;
+}
+
+static int load_record(const char *path, pt_error *err)
+{
+    pt_record *r = (pt_record *)1;
+    int rc = pt_record_load(path, &r, err);
+    CHECK(r == NULL);
+    pt_record_free(&r);
+    return rc;
+}
+
 static int by_name(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static void run_format(const char *format, int (*load)(const char *, pt_error *))
+/* ext: the cases' file ending; a line-numbered format (records) puts the
+ * line right after the path: "PATH:LINE: FIELD: REASON", and its .expect
+ * starts with the line. */
+static void run_format_ext(const char *format, const char *ext, int line_numbered,
+                           int (*load)(const char *, pt_error *))
 {
+    size_t ext_len = strlen(ext);
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", pt_test_path("tests/data/bad/"));
     strncat(dir, format, sizeof dir - strlen(dir) - 1);
@@ -68,7 +96,7 @@ static void run_format(const char *format, int (*load)(const char *, pt_error *)
     struct dirent *e;
     while ((e = readdir(d)) && n < 256) {
         size_t len = strlen(e->d_name);
-        if (len > 5 && !strcmp(e->d_name + len - 5, ".json"))
+        if (len > ext_len && !strcmp(e->d_name + len - ext_len, ext))
             names[n++] = strdup(e->d_name);
     }
     closedir(d);
@@ -78,7 +106,7 @@ static void run_format(const char *format, int (*load)(const char *, pt_error *)
         char path[1200], expect_path[1200];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         snprintf(expect_path, sizeof expect_path, "%s", path);
-        strcpy(expect_path + strlen(expect_path) - 5, ".expect");
+        strcpy(expect_path + strlen(expect_path) - ext_len, ".expect");
         char *expect = NULL;
         pt_error ferr = {0};
         CHECK_MSG(pt_file_read(expect_path, &expect, NULL, &ferr) == 0, "%s", ferr.msg);
@@ -96,15 +124,22 @@ static void run_format(const char *format, int (*load)(const char *, pt_error *)
         CHECK_MSG(err.code == rc, "%s: err.code %d, rc %d", path, err.code, rc);
         /* The message names the file first, then the field and reason. */
         char prefix[1210];
-        snprintf(prefix, sizeof prefix, "%s: ", path);
-        CHECK_MSG(!strncmp(err.msg, prefix, strlen(prefix)), "%s: message \"%s\" does not start "
-                                                             "with the path",
+        snprintf(prefix, sizeof prefix, "%s%s", path, line_numbered ? ":" : ": ");
+        CHECK_MSG(!strncmp(err.msg, prefix, strlen(prefix)),
+                  "%s: message \"%s\" does not start "
+                  "with the path",
                   names[i], err.msg);
-        CHECK_MSG(strstr(err.msg, expect) != NULL, "%s/%s: \"%s\" does not contain \"%s\"", format,
-                  names[i], err.msg, expect);
+        CHECK_MSG(line_numbered ? !strncmp(err.msg + strlen(prefix), expect, el)
+                                : strstr(err.msg, expect) != NULL,
+                  "%s/%s: \"%s\" does not contain \"%s\"", format, names[i], err.msg, expect);
         free(expect);
         free(names[i]);
     }
+}
+
+static void run_format(const char *format, int (*load)(const char *, pt_error *))
+{
+    run_format_ext(format, ".json", 0, load);
 }
 
 static void test_model(void)
@@ -127,6 +162,16 @@ static void test_plan(void)
     run_format("plan", load_plan);
 }
 
+static void test_latest(void)
+{
+    run_format("latest", load_latest);
+}
+
+static void test_record(void)
+{
+    run_format_ext("record", ".ndjson", 1, load_record);
+}
+
 /* A missing file is a clear error too, not a crash. */
 static void test_missing_file(void)
 {
@@ -138,4 +183,5 @@ static void test_missing_file(void)
 }
 
 PT_TEST_MAIN({"model", test_model}, {"profile", test_profile}, {"topology", test_topology},
-             {"plan", test_plan}, {"missing_file", test_missing_file})
+             {"plan", test_plan}, {"latest", test_latest}, {"record", test_record},
+             {"missing_file", test_missing_file})

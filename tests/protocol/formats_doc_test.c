@@ -1,13 +1,16 @@
 /* The complete examples in docs/formats.md parse with the reader of their
  * section, so the documentation cannot drift from the code. A ```json block
- * counts as a complete example when it holds "v"; fragments are skipped. */
+ * counts as a complete example when it holds "v"; fragments are skipped.
+ * The run record's example is its ```ndjson block. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "protocol/ckpt_index.h"
 #include "protocol/fileio.h"
 #include "protocol/model.h"
 #include "protocol/plan.h"
 #include "protocol/profile.h"
+#include "protocol/record.h"
 #include "protocol/topology.h"
 #include "tests/test.h"
 
@@ -26,6 +29,14 @@ static int parse_as(const char *section, const char *json, pt_error *err)
         pt_topology *t = NULL;
         rc = pt_topology_parse(json, "formats.md", &t, err);
         pt_topology_free(&t);
+    } else if (!strcmp(section, "Checkpoint")) {
+        pt_ckpt_index *ix = NULL;
+        rc = pt_ckpt_index_parse(json, "formats.md", &ix, err);
+        pt_ckpt_index_free(&ix);
+    } else if (!strcmp(section, "Run record")) {
+        pt_record *r = NULL;
+        rc = pt_record_parse(json, strlen(json), "formats.md", &r, err);
+        pt_record_free(&r);
     } else {
         pt_plan *p = NULL;
         rc = pt_plan_parse(json, "formats.md", &p, err);
@@ -39,20 +50,22 @@ static void test_examples_parse(void)
     char *text = NULL;
     pt_error err = {0};
     REQUIRE(pt_file_read(pt_test_path("docs/formats.md"), &text, NULL, &err) == 0);
-    const char *sections[] = {"Model spec", "Profile", "Topology", "Plan"};
-    int found[4] = {0};
+    const char *sections[] = {"Model spec", "Profile",    "Topology",
+                              "Plan",       "Checkpoint", "Run record"};
+    enum { SECTIONS = sizeof sections / sizeof sections[0] };
+    int found[SECTIONS] = {0};
     char section[64] = "";
     for (char *line = text; line && *line;) {
         char *next = strchr(line, '\n');
         size_t len = next ? (size_t)(next - line) : strlen(line);
         if (!strncmp(line, "## ", 3)) {
             snprintf(section, sizeof section, "%.*s", (int)(len - 3), line + 3);
-        } else if (!strncmp(line, "```json", 7) && next) {
+        } else if ((!strncmp(line, "```json", 7) || !strncmp(line, "```ndjson", 9)) && next) {
             char *end = strstr(next + 1, "\n```");
             REQUIRE(end != NULL);
             *end = '\0';
             const char *block = next + 1;
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < SECTIONS; i++)
                 if (!strcmp(section, sections[i]) && strstr(block, "\"v\"")) {
                     int rc = parse_as(section, block, &err);
                     CHECK_MSG(rc == 0, "%s example: %s", section, err.msg);
@@ -62,9 +75,40 @@ static void test_examples_parse(void)
         }
         line = next ? next + 1 : NULL;
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < SECTIONS; i++)
         CHECK_MSG(found[i] >= 1, "no complete example in section %s", sections[i]);
     free(text);
 }
 
-PT_TEST_MAIN({"examples_parse", test_examples_parse})
+/* The plan's schedule.kind row names every kind of the table, and only those. */
+static void test_schedule_kinds_listed(void)
+{
+    char *text = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_file_read(pt_test_path("docs/formats.md"), &text, NULL, &err) == 0);
+    char *row = strstr(text, "| `schedule.kind` |");
+    REQUIRE(row != NULL);
+    /* the third cell of the row: | field | type | values | meaning | */
+    char *cell = row;
+    for (int bar = 0; bar < 2 && cell; bar++)
+        cell = strchr(cell + 1, '|');
+    REQUIRE(cell != NULL);
+    char *end = strchr(cell + 1, '|');
+    REQUIRE(end != NULL);
+    *end = '\0';
+    for (int k = 0; k < pt_sched_kind_count(); k++) {
+        char quoted[PT_SCHED_NAME_MAX + 2];
+        snprintf(quoted, sizeof quoted, "`%s`", pt_sched_kind_name(k));
+        CHECK_MSG(strstr(cell, quoted) != NULL, "docs/formats.md schedule.kind: %s missing",
+                  quoted);
+    }
+    int ticks = 0;
+    for (char *q = strchr(cell, '`'); q; q = strchr(q + 1, '`'))
+        ticks++;
+    CHECK_MSG(ticks == 2 * pt_sched_kind_count(), "docs/formats.md schedule.kind lists %d kinds",
+              ticks / 2);
+    free(text);
+}
+
+PT_TEST_MAIN({"examples_parse", test_examples_parse},
+             {"schedule_kinds_listed", test_schedule_kinds_listed})

@@ -115,7 +115,7 @@ static void make_message(pt_msg_type t, pt_msg *m)
             v->replica = i;
             v->step = 17;
             v->mb = i - 1;
-            snprintf(v->op, sizeof v->op, "%s", i == 0 ? "OPT_STEP" : i == 1 ? "FWD" : "SEND_ACT");
+            v->op = i == 0 ? PT_OP_OPT_STEP : i == 1 ? PT_OP_FWD : PT_OP_SEND_ACT;
             v->version = i == 2 ? -1 : 5;
             v->start_ns = 1000000000000LL + i;
             v->end_ns = v->start_ns + 10 * i;
@@ -218,6 +218,47 @@ static void test_round_trip_every_type(void)
         pt_msg_clear(&back);
         pt_msg_clear(&m);
         CHECK(m.u.assign.peers == NULL && m.agent[0] == '\0');
+    }
+}
+
+/* Every op kind travels as its name and comes back as the same kind; a
+ * name that is not one of them is refused with the field named. */
+static void test_op_kinds_on_the_wire(void)
+{
+    for (int k = 0; k < PT_OP_KIND_COUNT; k++) {
+        pt_msg m;
+        pt_msg_init(&m, PT_MSG_EVENTS, "a");
+        pt_msg_event ev = {
+            .op = (pt_op_kind)k, .mb = -1, .version = -1, .start_ns = 1, .end_ns = 2};
+        m.u.events.count = 1;
+        m.u.events.events = &ev;
+        char *text = NULL;
+        pt_error err = {0};
+        REQUIRE(pt_msg_encode(&m, &text, NULL, &err) == 0);
+        char want[64];
+        snprintf(want, sizeof want, "\"op\":\"%s\"", pt_op_name(k));
+        CHECK_STR_CONTAINS(text, want);
+        pt_msg back;
+        REQUIRE(pt_msg_decode(text, strlen(text), NULL, &back, &err) == 0);
+        CHECK(back.u.events.count == 1 && back.u.events.events[0].op == (pt_op_kind)k);
+        pt_msg_clear(&back);
+        free(text);
+    }
+    static const char *const bad[] = {"JUMP", "fwd", "FWD_", "OPT"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text,
+                 "{\"v\":1,\"type\":\"events\",\"agent\":\"a\",\"seq\":0,\"gen\":0,"
+                 "\"events\":[{\"stage\":0,\"replica\":0,\"step\":0,\"mb\":0,"
+                 "\"op\":\"%s\",\"start_ns\":1,\"end_ns\":2}]}",
+                 bad[i]);
+        pt_msg m;
+        pt_error err = {0};
+        CHECK(pt_msg_decode(text, strlen(text), "t", &m, &err) == PT_EINVAL);
+        char want[64];
+        snprintf(want, sizeof want, "events[0].op: unknown op kind \"%s\"", bad[i]);
+        CHECK_STR_CONTAINS(err.msg, want);
+        CHECK_STR_CONTAINS(err.msg, pt_op_name(PT_OP_OPT_STEP)); /* the names it knows */
     }
 }
 
@@ -395,16 +436,19 @@ static void test_encode_refuses_what_decode_refuses(void)
 
     pt_msg_init(&m, PT_MSG_EVENTS, "a");
     pt_msg_event ev = {
-        .stage = 0, .replica = 0, .step = 1, .mb = 0, .op = "FWD", .start_ns = 10, .end_ns = 5};
+        .stage = 0, .replica = 0, .step = 1, .mb = 0, .op = PT_OP_FWD, .start_ns = 10, .end_ns = 5};
     m.u.events.count = 1;
     m.u.events.events = &ev;
     CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL);
     CHECK(text == NULL);
     CHECK_STR_CONTAINS(err.msg, "events[0].end_ns: 5 is before start_ns 10");
     ev.end_ns = 10;
-    snprintf(ev.op, sizeof ev.op, "a.b");
+    ev.op = PT_OP_KIND_COUNT;
     CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL);
-    CHECK_STR_CONTAINS(err.msg, "op: character 0x2e");
+    CHECK_STR_CONTAINS(err.msg, "events[0].op: 10 is not an op kind");
+    ev.op = (pt_op_kind)-1;
+    CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "events[0].op: -1 is not an op kind");
     m.u.events.count = 0;
     CHECK(pt_msg_encode(&m, &text, NULL, &err) == PT_EINVAL); /* an empty batch */
 
@@ -771,6 +815,7 @@ static void test_now_ns(void)
 
 PT_TEST_MAIN({"round_trip_every_type", test_round_trip_every_type}, {"stop_forms", test_stop_forms},
              {"round_trip_defaults", test_round_trip_defaults},
+             {"op_kinds_on_the_wire", test_op_kinds_on_the_wire},
              {"documented_examples", test_documented_examples}, {"bad_messages", test_bad_messages},
              {"encode_refuses_what_decode_refuses", test_encode_refuses_what_decode_refuses},
              {"accept_direction_and_generation", test_accept_direction_and_generation},

@@ -186,7 +186,7 @@ static inline int ec_program(const ec_case *c, int layer_count, pt_program *prog
     pt_plan *plan = ec_plan(c, layer_count);
     pt_error err = {0};
     pt_sched_opts o = {0};
-    int sync = pt_sched_info_of(c->kind)->synchronous;
+    int sync = pt_sched_kind_has(c->kind, PT_SCHED_SYNCHRONOUS);
     o.windows = sync ? 0 : c->windows;
     int rc = plan ? pt_sched_build(plan, NULL, &o, prog, &err) : PT_ENOMEM;
     if (rc < 0)

@@ -116,7 +116,7 @@ static void check_case(const ec_case *c, int exact)
     pt_sim_result res;
     pt_error err = {0};
     REQUIRE(pt_cost_new(pf, topo, &cost, &err) == 0 && pt_sim_new(&sim) == 0);
-    int sync = pt_sched_info_of(c->kind)->synchronous;
+    int sync = pt_sched_kind_has(c->kind, PT_SCHED_SYNCHRONOUS);
     pt_sched_opts o = {0, sync ? 0 : c->windows};
     int rc = pt_sim_plan(sim, plan, cost, &o, &prog, &res, &err);
     CHECK_MSG(rc == 0, "%s: %s", c->name, err.msg);

@@ -15,7 +15,7 @@ static void add(pt_tline *tl, int row, int op, int mb, double a, double b)
     s.row = row;
     s.mb = mb;
     s.op = (uint8_t)op;
-    s.lane = (uint8_t)pt_tl_lane_of(op);
+    s.lane = (uint8_t)pt_op_lane(op);
     REQUIRE(pt_tline_add(tl, &s) == 0);
 }
 
@@ -44,9 +44,9 @@ static void test_compute_row(void)
     pt_gantt_row(&tl, 0, PT_LANE_COMPUTE, 0, 20, 20, 0, 18, c);
     cells_str(c, 20, s);
     CHECK_MSG(!strcmp(s, "3===..3###.7++^^..  "), "compute row '%s'", s);
-    CHECK(c[0].glyph == PT_GLYPH_FWD && c[6].glyph == PT_GLYPH_BWD &&
-          c[4].glyph == PT_GLYPH_BUBBLE);
-    CHECK(c[19].glyph == PT_GANTT_NONE);
+    CHECK(c[0].paint == PT_PAINT_FWD && c[6].paint == PT_PAINT_BWD &&
+          c[4].paint == PT_PAINT_BUBBLE);
+    CHECK(c[19].paint == PT_GANTT_NONE);
     pt_gantt_row(&tl, 0, PT_LANE_COMM, 0, 20, 20, 0, 18, c);
     cells_str(c, 20, s);
     CHECK_MSG(!strcmp(s, "    >     <     **  "), "comm row '%s'", s);

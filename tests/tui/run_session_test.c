@@ -310,7 +310,7 @@ static void test_register_and_clock(void)
     pump(s, JOIN_WAIT_MS);
     pt_msg e;
     pt_msg_init(&e, PT_MSG_EVENTS, "agent-a");
-    pt_msg_event ev = {0, 0, 0, 0, "FWD", 0, 0, 0, 0};
+    pt_msg_event ev = {0, 0, 0, 0, PT_OP_FWD, 0, 0, 0, 0};
     int64_t t = fclock(&a);
     ev.start_ns = t;
     ev.end_ns = t + 1000;

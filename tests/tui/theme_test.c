@@ -122,10 +122,19 @@ static void test_glyphs_distinct(void)
 {
     /* fwd, bwd, recompute, comm, all-reduce, optimizer and bubble are told
      * apart by their fill character alone */
-    for (int a = 0; a < PT_GLYPH_WAIT; a++)
+    for (int a = 0; a < PT_PAINT_COUNT; a++)
         for (int b = 0; b < a; b++)
-            CHECK(pt_glyph_fill(a) != pt_glyph_fill(b));
-    CHECK(pt_glyph_fill(PT_GLYPH_COUNT) == '?');
+            if (a != PT_PAINT_WAIT && b != PT_PAINT_WAIT) /* a wait is blank */
+                CHECK(pt_paint_fill(a) != pt_paint_fill(b));
+    CHECK(pt_paint_fill(PT_PAINT_COUNT) == '?');
+    /* every op kind has a theme key of its own paint class, ops that compute
+     * and idle time never share one */
+    for (int k = 0; k < PT_OP_KIND_COUNT; k++)
+        if (pt_op_is_compute(k))
+            CHECK(pt_paint_theme_key(pt_op_paint_of(k)) != pt_paint_theme_key(PT_PAINT_BUBBLE));
+    CHECK(pt_paint_theme_key(pt_op_paint_of(PT_OP_FWD)) == PT_THEME_FWD);
+    CHECK(pt_paint_theme_key(pt_op_paint_of(PT_OP_SEND_GRAD)) == PT_THEME_COMM);
+    CHECK(pt_paint_theme_key(PT_PAINT_COUNT) == PT_THEME_TEXT);
 }
 
 static void test_config_roundtrip(void)

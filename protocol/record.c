@@ -1,0 +1,767 @@
+/* Run records read: the one reader and its line checks, also used by the
+ * writer (protocol/record_write.c) before it writes a console line. See
+ * protocol/record.h; docs/formats.md, "Run record". */
+#include "protocol/record.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "protocol/fileio.h"
+#include "protocol/json_util.h"
+#include "protocol/record_internal.h"
+#include "protocol/telemetry.h"
+
+#define SOURCE_MAX    512         /* "path:line" in messages */
+#define MSG_KEY       ",\"msg\":" /* what comes before a verbatim frame */
+#define MSG_KEY_LEN   (sizeof MSG_KEY - 1)
+#define ARENA_CHUNK   (64u << 10) /* bytes per string chunk of a record */
+#define ENTRIES_FIRST 1024
+#define NAME_MAX_B    PT_MSG_NAME_MAX /* agent state */
+#define REASON_MAX    (4 * PT_ERROR_MAX)
+#define TEXT_MAX      (PT_MSG_PATH_MAX + 1)
+
+static const char *const kind_names[PT_RECORD_KIND_COUNT] = {
+#define PT_RECORD_KIND_NAME(id, name) name,
+    PT_RECORD_KINDS(PT_RECORD_KIND_NAME)
+#undef PT_RECORD_KIND_NAME
+};
+
+const char *pt_record_kind_name(pt_record_line_kind kind)
+{
+    return (unsigned)kind < PT_RECORD_KIND_COUNT ? kind_names[kind] : "?";
+}
+
+static int kind_parse(const char *name)
+{
+    for (int k = 0; k < PT_RECORD_KIND_COUNT; k++)
+        if (!strcmp(kind_names[k], name))
+            return k;
+    return -1;
+}
+
+static int channel_ok(const char *c)
+{
+    return c && (!strcmp(c, "control") || !strcmp(c, "telemetry"));
+}
+
+/* ---- strings owned by a record: one arena, freed at once ------------------------ */
+
+typedef struct chunk {
+    struct chunk *next;
+    size_t used, cap;
+    max_align_t data[]; /* cap bytes */
+} chunk;
+
+static void *arena_alloc(chunk **a, size_t n)
+{
+    n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
+    if (!*a || (*a)->cap - (*a)->used < n) {
+        size_t cap = n > ARENA_CHUNK ? n : ARENA_CHUNK;
+        chunk *c = malloc(sizeof *c + cap);
+        if (!c)
+            return NULL;
+        c->next = *a;
+        c->used = 0;
+        c->cap = cap;
+        *a = c;
+    }
+    void *p = (char *)(*a)->data + (*a)->used;
+    (*a)->used += n;
+    return p;
+}
+
+static char *arena_strndup(chunk **a, const char *s, size_t n)
+{
+    char *p = arena_alloc(a, n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+static void arena_free(chunk **a)
+{
+    while (*a) {
+        chunk *next = (*a)->next;
+        free(*a);
+        *a = next;
+    }
+}
+
+/* ---- one line, checked ------------------------------------------------------------ */
+
+/* What checking a line needs besides the line. */
+typedef struct line_ctx {
+    const char *source;     /* the file */
+    int64_t lineno;         /* 1-based */
+    int version;            /* of the session line; 0 before it */
+    chunk **arena;          /* where the entry's strings go */
+    pt_record_summary *sum; /* NULL: not summed (the writer's check) */
+    pt_telemetry_rx *rx;    /* NULL: telemetry sequences not tracked */
+} line_ctx;
+
+enum { S_REQUIRED = 1, S_EMPTY_OK = 2, S_NULL_OK = 4 };
+
+/* A string member copied into the arena; absent (optional) or null
+ * (S_NULL_OK) leaves *out NULL. */
+static int get_str(const line_ctx *c, pt_jr *jr, const cJSON *obj, const char *path,
+                   const char *key, int flags, size_t max, const char **out)
+{
+    *out = NULL;
+    const cJSON *item = pt_jr_item(obj, key);
+    if (!item || ((flags & S_NULL_OK) && cJSON_IsNull(item)))
+        return item || !(flags & S_REQUIRED) ? 0 : pt_jr_fail(jr, PT_EINVAL, path, key, "missing");
+    if (!cJSON_IsString(item) || !item->valuestring)
+        return pt_jr_fail(jr, PT_EINVAL, path, key, "must be a string%s",
+                          flags & S_NULL_OK ? " or null" : "");
+    size_t n = strlen(item->valuestring);
+    if (n == 0 && !(flags & S_EMPTY_OK))
+        return pt_jr_fail(jr, PT_EINVAL, path, key, "must not be empty");
+    if (n >= max)
+        return pt_jr_fail(jr, PT_ERANGE, path, key, "too long (%zu bytes, at most %zu)", n,
+                          max - 1);
+    if (!(*out = arena_strndup(c->arena, item->valuestring, n)))
+        return pt_jr_fail(jr, PT_ENOMEM, path, key, "out of memory");
+    return 0;
+}
+
+static int get_i64(pt_jr *jr, const cJSON *obj, const char *key, int64_t min, int64_t *out)
+{
+    return pt_jr_int64(jr, obj, "", key, PT_JR_REQUIRED, 0, min, PT_JSON_INT_MAX - 1, out);
+}
+
+/* "channel": control or telemetry. */
+static int get_channel(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
+{
+    int rc = get_str(c, jr, o, "", "channel", S_REQUIRED, NAME_MAX_B, &e->channel);
+    if (rc == 0 && !channel_ok(e->channel))
+        rc = pt_jr_fail(jr, PT_EINVAL, "", "channel", "\"%s\" is not control or telemetry",
+                        e->channel);
+    return rc;
+}
+
+static int check_session(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
+{
+    static const char *const keys[] = {
+        "t", "kind", "v", "unix_s", "control", "telemetry", "heartbeat_ms", "missed_heartbeats",
+        NULL};
+    int64_t v;
+    int rc;
+    if ((rc = pt_jr_keys(jr, o, "", keys)) < 0 || (rc = get_i64(jr, o, "v", 0, &v)) < 0)
+        return rc;
+    if (v < PT_RECORD_VERSION_MIN || v > PT_RECORD_VERSION)
+        return pt_jr_fail(jr, PT_EINVAL, "", "v",
+                          "unsupported record version %lld (this build reads %d to %d)",
+                          (long long)v, PT_RECORD_VERSION_MIN, PT_RECORD_VERSION);
+    e->version = (int)v;
+    if ((rc = get_i64(jr, o, "unix_s", 0, &e->unix_s)) < 0 ||
+        (rc = get_str(c, jr, o, "", "control", S_REQUIRED, PT_MSG_ENDPOINT_MAX, &e->control)) < 0 ||
+        (rc = get_str(c, jr, o, "", "telemetry", S_REQUIRED, PT_MSG_ENDPOINT_MAX, &e->telemetry)) <
+            0 ||
+        (rc = pt_jr_int(jr, o, "", "heartbeat_ms", PT_JR_REQUIRED, 0, 1, 1 << 30,
+                        &e->heartbeat_ms)) < 0 ||
+        (rc = pt_jr_int(jr, o, "", "missed_heartbeats", PT_JR_REQUIRED, 0, 1, 1 << 30,
+                        &e->missed_heartbeats)) < 0)
+        return rc;
+    return 0;
+}
+
+/* Adds a received frame's events and metrics to the summary. */
+static void sum_msg(pt_record_summary *s, const pt_record_entry *e, const pt_msg *m)
+{
+    if (!s || e->kind != PT_RECORD_RECV)
+        return;
+    if (m->type == PT_MSG_EVENTS) {
+        s->event_msgs++;
+        for (int k = 0; k < m->u.events.count; k++) {
+            int64_t a = m->u.events.events[k].start_ns - e->offset_ns;
+            int64_t b = m->u.events.events[k].end_ns - e->offset_ns;
+            if (s->events == 0 || a < s->first_start_ns)
+                s->first_start_ns = a;
+            if (s->events == 0 || b > s->last_end_ns)
+                s->last_end_ns = b;
+            s->events++;
+        }
+    } else if (m->type == PT_MSG_METRICS) {
+        s->metrics++;
+        int64_t st = m->u.metrics.step;
+        if (s->first_step < 0 || st < s->first_step)
+            s->first_step = st;
+        if (st > s->last_step)
+            s->last_step = st;
+    }
+}
+
+/* recv, sent: the header, then the frame (verbatim after "msg", or as the
+ * string "frame" when it held a line break) through pt_msg_decode. */
+static int check_frame(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
+{
+    static const char *const keys[] = {"t", "kind", "channel", "offset_ns", "len", "frame", NULL};
+    int rc;
+    if (pt_jr_item(o, "msg"))
+        return pt_jr_fail(jr, PT_EINVAL, "", "msg", "must be the last member of the line");
+    if ((rc = pt_jr_keys(jr, o, "", keys)) < 0 || (rc = get_channel(c, jr, o, e)) < 0)
+        return rc;
+    if (e->kind == PT_RECORD_SENT && strcmp(e->channel, "control") != 0)
+        return pt_jr_fail(jr, PT_EINVAL, "", "channel", "the console sends on control only");
+    if ((rc = pt_jr_int64(jr, o, "", "offset_ns", PT_JR_REQUIRED, 0, -(PT_JSON_INT_MAX - 1),
+                          PT_JSON_INT_MAX - 1, &e->offset_ns)) < 0)
+        return rc;
+    int64_t len = -1;
+    if ((rc = pt_jr_int64(jr, o, "", "len", c->version >= 2 ? PT_JR_REQUIRED : PT_JR_OPTIONAL, -1,
+                          0, PT_MSG_MAX_BYTES, &len)) < 0)
+        return rc;
+    const cJSON *escaped = pt_jr_item(o, "frame");
+    if (escaped && e->frame)
+        return pt_jr_fail(jr, PT_EINVAL, "", "frame", "given with msg: a line holds one frame");
+    if (escaped) {
+        if (!cJSON_IsString(escaped) || !escaped->valuestring)
+            return pt_jr_fail(jr, PT_EINVAL, "", "frame", "must be a string");
+        e->frame_len = strlen(escaped->valuestring);
+        if (!(e->frame = arena_strndup(c->arena, escaped->valuestring, e->frame_len)))
+            return pt_jr_fail(jr, PT_ENOMEM, "", "frame", "out of memory");
+    }
+    if (!e->frame)
+        return pt_jr_fail(jr, PT_EINVAL, "", "msg", "missing (the frame)");
+    if (len >= 0 && (size_t)len != e->frame_len)
+        return pt_jr_fail(jr, PT_EINVAL, "", "len",
+                          "%lld, but the frame holds %zu bytes (a cut or edited line)",
+                          (long long)len, e->frame_len);
+    char src[SOURCE_MAX + 8];
+    snprintf(src, sizeof src, "%s: msg", jr->source);
+    pt_msg m;
+    if ((rc = pt_msg_decode(e->frame, e->frame_len, src, &m, jr->err)) < 0)
+        return rc;
+    e->msg_type = m.type;
+    if (m.type == PT_MSG_METRICS)
+        e->step = m.u.metrics.step;
+    sum_msg(c->sum, e, &m);
+    pt_rx_counts counts;
+    if (c->rx && e->kind == PT_RECORD_RECV && !strcmp(e->channel, "telemetry") &&
+        pt_telemetry_rx_observe(c->rx, &m, NULL) != PT_ERANGE &&
+        pt_telemetry_rx_agent_counts(c->rx, m.agent, &counts) == 0)
+        e->dropped = counts.dropped;
+    pt_msg_clear(&m);
+    return 0;
+}
+
+/* A member object printed and parsed by its format's own parser. */
+static char *member_text(const cJSON *o, const char *key)
+{
+    const cJSON *item = pt_jr_item(o, key);
+    return cJSON_IsObject(item) ? cJSON_PrintUnformatted(item) : NULL;
+}
+
+static int check_workers(const line_ctx *c, pt_jr *jr, const cJSON *o, const pt_plan *p,
+                         pt_record_entry *e)
+{
+    static const char *const keys[] = {"worker", "agent", "stage", "replica", "pid", NULL};
+    const cJSON *arr;
+    int n, rc;
+    if ((rc = pt_jr_array(jr, o, "", "workers", PT_JR_REQUIRED, 1, &arr, &n)) < 0)
+        return rc;
+    if (n != pt_plan_device_count(p))
+        return pt_jr_fail(jr, PT_EINVAL, "", "workers",
+                          "%d workers for a plan of %d stage replicas", n, pt_plan_device_count(p));
+    pt_record_worker *w = arena_alloc(c->arena, sizeof *w * (size_t)n);
+    if (!w)
+        return pt_jr_fail(jr, PT_ENOMEM, "", "workers", "out of memory");
+    int rank = 0;
+    for (int s = 0; s < p->stage_count; s++)
+        for (int r = 0; r < p->stages[s].replica_count; r++, rank++) {
+            char path[PT_JPATH_MAX];
+            pt_jr_join_index(path, sizeof path, "", "workers", rank);
+            const cJSON *x = cJSON_GetArrayItem(arr, rank);
+            pt_record_worker *wk = &w[rank];
+            if ((rc = pt_jr_is_object(jr, x, path)) < 0 ||
+                (rc = pt_jr_keys(jr, x, path, keys)) < 0 ||
+                (rc = pt_jr_int(jr, x, path, "worker", PT_JR_REQUIRED, 0, rank, rank,
+                                &wk->worker)) < 0 ||
+                (rc = pt_jr_str(jr, x, path, "agent", PT_JR_REQUIRED, NULL, wk->agent,
+                                sizeof wk->agent)) < 0 ||
+                (rc = pt_jr_int(jr, x, path, "stage", PT_JR_REQUIRED, 0, 0, PT_MSG_MAX_INDEX,
+                                &wk->stage)) < 0 ||
+                (rc = pt_jr_int(jr, x, path, "replica", PT_JR_REQUIRED, 0, 0, PT_MSG_MAX_INDEX,
+                                &wk->replica)) < 0 ||
+                (rc = pt_jr_int64(jr, x, path, "pid", PT_JR_REQUIRED, 0, 0, PT_JSON_INT_MAX - 1,
+                                  &wk->pid)) < 0)
+                return rc;
+            if (wk->stage != s || wk->replica != r)
+                return pt_jr_fail(jr, PT_EINVAL, path, NULL,
+                                  "is stage %d, replica %d; worker %d of the plan is stage %d, "
+                                  "replica %d (workers go stage by stage, replica by replica)",
+                                  wk->stage, wk->replica, rank, s, r);
+        }
+    e->worker_count = n;
+    e->workers = w;
+    return 0;
+}
+
+static int check_plan(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
+{
+    static const char *const keys[] = {"t",           "kind",           "gen",
+                                       "plan",        "model",          "data",
+                                       "seed",        "checkpoint_dir", "checkpoint_every",
+                                       "resume_step", "workers",        NULL};
+    int rc;
+    if ((rc = pt_jr_keys(jr, o, "", keys)) < 0 || (rc = get_i64(jr, o, "gen", 1, &e->gen)) < 0)
+        return rc;
+    char src[SOURCE_MAX + 8];
+    pt_plan *plan = NULL;
+    pt_model_spec *model = NULL;
+    char *pt = member_text(o, "plan"), *mt = NULL;
+    if (!pt) {
+        rc = pt_jr_fail(jr, PT_EINVAL, "", "plan", "missing or not an object");
+        goto done;
+    }
+    snprintf(src, sizeof src, "%s: plan", jr->source);
+    if ((rc = pt_plan_parse(pt, src, &plan, jr->err)) < 0)
+        goto done;
+    if (!(mt = member_text(o, "model"))) {
+        rc = pt_jr_fail(jr, PT_EINVAL, "", "model", "missing or not an object");
+        goto done;
+    }
+    snprintf(src, sizeof src, "%s: model", jr->source);
+    if ((rc = pt_model_spec_parse(mt, src, &model, jr->err)) < 0)
+        goto done;
+    snprintf(src, sizeof src, "%s: plan", jr->source);
+    if ((rc = pt_plan_check(plan, model, NULL, src, jr->err)) < 0)
+        goto done;
+    if (!(e->model_json = arena_strndup(c->arena, mt, strlen(mt)))) {
+        rc = pt_jr_fail(jr, PT_ENOMEM, "", "model", "out of memory");
+        goto done;
+    }
+    if ((rc = get_str(c, jr, o, "", "data", S_REQUIRED, TEXT_MAX, &e->data)) < 0 ||
+        (rc = pt_jr_int64(jr, o, "", "seed", PT_JR_REQUIRED, 0, -(PT_JSON_INT_MAX - 1),
+                          PT_JSON_INT_MAX - 1, &e->seed)) < 0 ||
+        (rc = get_str(c, jr, o, "", "checkpoint_dir", S_REQUIRED | S_EMPTY_OK, TEXT_MAX,
+                      &e->checkpoint_dir)) < 0 ||
+        (rc = get_i64(jr, o, "checkpoint_every", 0, &e->checkpoint_every)) < 0 ||
+        (rc = get_i64(jr, o, "resume_step", 0, &e->resume_step)) < 0 ||
+        (rc = check_workers(c, jr, o, plan, e)) < 0)
+        goto done;
+    e->plan = plan;
+    plan = NULL;
+done:
+    free(pt);
+    free(mt);
+    pt_plan_free(&plan);
+    pt_model_spec_free(&model);
+    return rc;
+}
+
+static int check_agent(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
+{
+    static const char *const keys[] = {"t", "kind", "agent", "state", "step", NULL};
+    int rc;
+    if ((rc = pt_jr_keys(jr, o, "", keys)) < 0 ||
+        (rc = get_str(c, jr, o, "", "agent", S_REQUIRED, PT_MSG_ID_MAX, &e->agent)) < 0 ||
+        (rc = get_str(c, jr, o, "", "state", S_REQUIRED, NAME_MAX_B, &e->state)) < 0)
+        return rc;
+    return get_i64(jr, o, "step", -1, &e->step);
+}
+
+static int check_dead(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
+{
+    static const char *const keys[] = {"t", "kind", "agent", "reason", NULL};
+    int rc;
+    if ((rc = pt_jr_keys(jr, o, "", keys)) < 0 ||
+        (rc = get_str(c, jr, o, "", "agent", S_REQUIRED, PT_MSG_ID_MAX, &e->agent)) < 0)
+        return rc;
+    return get_str(c, jr, o, "", "reason", S_REQUIRED, REASON_MAX, &e->reason);
+}
+
+static int check_rejected(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
+{
+    static const char *const keys[] = {"t", "kind", "channel", "agent", "reason", NULL};
+    int rc;
+    if ((rc = pt_jr_keys(jr, o, "", keys)) < 0 || (rc = get_channel(c, jr, o, e)) < 0)
+        return rc;
+    if ((rc = get_str(c, jr, o, "", "agent", S_REQUIRED | S_NULL_OK, PT_MSG_ID_MAX, &e->agent)) < 0)
+        return rc;
+    if (c->sum)
+        c->sum->rejected++;
+    return get_str(c, jr, o, "", "reason", S_REQUIRED, REASON_MAX, &e->reason);
+}
+
+static int check_checkpoint(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
+{
+    static const char *const ok_keys[] = {"t", "kind", "step", "dir", "commit_ms", NULL};
+    static const char *const failed_keys[] = {"t", "kind", "step", "dir", "reason", NULL};
+    int failed = e->kind == PT_RECORD_CHECKPOINT_FAILED, rc;
+    const pt_jr_range nonneg = {0, INFINITY, 0, 0};
+    if ((rc = pt_jr_keys(jr, o, "", failed ? failed_keys : ok_keys)) < 0 ||
+        (rc = get_i64(jr, o, "step", 0, &e->step)) < 0 ||
+        (rc = get_str(c, jr, o, "", "dir", S_REQUIRED, TEXT_MAX, &e->dir)) < 0)
+        return rc;
+    if (failed)
+        return get_str(c, jr, o, "", "reason", S_REQUIRED, REASON_MAX, &e->reason);
+    return pt_jr_num(jr, o, "", "commit_ms", PT_JR_REQUIRED, 0, nonneg, &e->commit_ms);
+}
+
+static int check_failed(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
+{
+    static const char *const keys[] = {"t", "kind", "reason", NULL};
+    int rc = pt_jr_keys(jr, o, "", keys);
+    return rc < 0 ? rc : get_str(c, jr, o, "", "reason", S_REQUIRED, REASON_MAX, &e->reason);
+}
+
+/* The summary of `pipetop run` belongs to that command (docs/console.md):
+ * any members, kept as text. */
+static int check_summary(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
+{
+    cJSON *copy = cJSON_Duplicate(o, 1);
+    if (copy) {
+        cJSON_DeleteItemFromObjectCaseSensitive(copy, "t");
+        cJSON_DeleteItemFromObjectCaseSensitive(copy, "kind");
+    }
+    char *text = copy ? cJSON_PrintUnformatted(copy) : NULL;
+    cJSON_Delete(copy);
+    if (!text || !(e->json = arena_strndup(c->arena, text, strlen(text)))) {
+        free(text);
+        return pt_jr_fail(jr, PT_ENOMEM, "", NULL, "out of memory");
+    }
+    free(text);
+    return 0;
+}
+
+typedef int (*check_fn)(const line_ctx *, pt_jr *, const cJSON *, pt_record_entry *);
+
+/* Each kind's reader, in the order of PT_RECORD_KINDS. */
+static const check_fn checks[PT_RECORD_KIND_COUNT] = {
+    [PT_RECORD_SESSION] = check_session,
+    [PT_RECORD_PLAN] = check_plan,
+    [PT_RECORD_RECV] = check_frame,
+    [PT_RECORD_SENT] = check_frame,
+    [PT_RECORD_AGENT] = check_agent,
+    [PT_RECORD_DEAD] = check_dead,
+    [PT_RECORD_REJECTED] = check_rejected,
+    [PT_RECORD_CHECKPOINT] = check_checkpoint,
+    [PT_RECORD_CHECKPOINT_FAILED] = check_checkpoint,
+    [PT_RECORD_SUMMARY] = check_summary,
+    [PT_RECORD_FAILED] = check_failed,
+};
+
+/* Parses text[0..n) as one JSON value; NULL when it is not one. */
+static cJSON *parse_exact(const char *text, size_t n)
+{
+    char *buf = malloc(n + 1);
+    if (!buf)
+        return NULL;
+    memcpy(buf, text, n);
+    buf[n] = '\0';
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(buf, &end, 1);
+    free(buf);
+    return j;
+}
+
+/* Where the frame of a recv/sent line is: after the first ,"msg": up to the
+ * line's closing brace. In JSON text a quote inside a string is escaped, so
+ * the bytes ,"msg": are always a member key; the header members before it are
+ * scalars. 0 when the line has no such member. */
+static size_t frame_span(const char *line, size_t n, const char **frame, size_t *flen)
+{
+    const char *m = NULL;
+    for (size_t i = 0; i + MSG_KEY_LEN <= n; i++)
+        if (line[i] == ',' && !memcmp(line + i, MSG_KEY, MSG_KEY_LEN)) {
+            m = line + i;
+            break;
+        }
+    size_t end = n;
+    while (end > 0 && (line[end - 1] == ' ' || line[end - 1] == '\t' || line[end - 1] == '\r'))
+        end--;
+    if (!m || end == 0 || line[end - 1] != '}' || line + end - 1 < m + MSG_KEY_LEN)
+        return 0;
+    *frame = m + MSG_KEY_LEN;
+    *flen = (size_t)(line + end - 1 - *frame);
+    return (size_t)(m - line);
+}
+
+static void entry_init(pt_record_entry *e, int64_t lineno)
+{
+    memset(e, 0, sizeof *e);
+    e->line = lineno;
+    e->step = -1;
+    e->msg_type = PT_MSG_TYPE_COUNT;
+}
+
+/* Checks one line into *e (strings in c->arena). */
+static int parse_line(const line_ctx *c, const char *line, size_t n, pt_record_entry *e,
+                      pt_error *err)
+{
+    char src[SOURCE_MAX];
+    snprintf(src, sizeof src, "%.480s:%lld", c->source, (long long)c->lineno);
+    pt_jr jr = {src, err};
+    entry_init(e, c->lineno);
+    const char *frame = NULL;
+    size_t flen = 0, head = frame_span(line, n, &frame, &flen);
+    cJSON *root = NULL;
+    if (head > 0) {
+        /* the header alone: the line up to ,"msg": and a closing brace */
+        char *h = malloc(head + 2);
+        if (!h)
+            return pt_jr_fail(&jr, PT_ENOMEM, "", NULL, "out of memory");
+        memcpy(h, line, head);
+        memcpy(h + head, "}", 2);
+        root = parse_exact(h, head + 1);
+        free(h);
+        const cJSON *k = root ? pt_jr_item(root, "kind") : NULL;
+        /* a header without its channel may be a line whose msg is not last:
+         * read whole, it then says so */
+        cJSON *whole = root && !pt_jr_item(root, "channel") ? parse_exact(line, n) : NULL;
+        cJSON_Delete(whole);
+        if (!cJSON_IsString(k) || whole ||
+            (strcmp(k->valuestring, "recv") != 0 && strcmp(k->valuestring, "sent") != 0)) {
+            cJSON_Delete(root);
+            root = NULL;
+            head = 0; /* not a frame line: read it whole */
+        }
+    }
+    if (head == 0) {
+        frame = NULL;
+        flen = 0;
+        root = parse_exact(line, n);
+        if (!root)
+            return pt_jr_fail(&jr, PT_EPARSE, "", NULL, "not valid JSON");
+    }
+    int rc;
+    char kind[32];
+    if (!cJSON_IsObject(root)) {
+        rc = pt_jr_fail(&jr, PT_EPARSE, "", NULL,
+                        "not a run-record line (a JSON object with \"t\" and \"kind\")");
+        goto done;
+    }
+    if ((rc = pt_jr_int64(&jr, root, "", "t", PT_JR_REQUIRED, 0, 0, PT_JSON_INT_MAX - 1, &e->t)) <
+            0 ||
+        (rc = pt_jr_str(&jr, root, "", "kind", PT_JR_REQUIRED, NULL, kind, sizeof kind)) < 0)
+        goto done;
+    int k = kind_parse(kind);
+    if (k < 0) {
+        rc = pt_jr_fail(&jr, PT_EINVAL, "", "kind",
+                        "unknown kind \"%s\" (known: session, plan, recv, sent, agent, dead, "
+                        "rejected, checkpoint, checkpoint_failed, summary, failed)",
+                        kind);
+        goto done;
+    }
+    e->kind = (pt_record_line_kind)k;
+    if (c->version == 0 && e->kind != PT_RECORD_SESSION) {
+        rc = pt_jr_fail(&jr, PT_EINVAL, "", "kind",
+                        "\"%s\" before the session line (a record starts with \"session\")", kind);
+        goto done;
+    }
+    if (c->version != 0 && e->kind == PT_RECORD_SESSION) {
+        rc = pt_jr_fail(&jr, PT_EINVAL, "", "kind", "a second session line");
+        goto done;
+    }
+    e->frame = frame;
+    e->frame_len = flen;
+    rc = checks[e->kind](c, &jr, root, e);
+done:
+    cJSON_Delete(root);
+    if (rc < 0) {
+        pt_plan *p = (pt_plan *)e->plan;
+        pt_plan_free(&p);
+        e->plan = NULL;
+    }
+    return rc;
+}
+
+/* ---- the reader -------------------------------------------------------------------- */
+
+struct pt_record {
+    char *text; /* the file; frames point into it */
+    size_t len;
+    pt_record_entry *e;
+    int64_t n, cap;
+    chunk *arena;
+    int version;
+    pt_record_summary sum;
+};
+
+static int push(pt_record *r, const pt_record_entry *e)
+{
+    if (r->n == r->cap) {
+        int64_t cap = r->cap ? r->cap * 2 : ENTRIES_FIRST;
+        pt_record_entry *x = realloc(r->e, sizeof *x * (size_t)cap);
+        if (!x)
+            return PT_ENOMEM;
+        r->e = x;
+        r->cap = cap;
+    }
+    r->e[r->n++] = *e;
+    return 0;
+}
+
+int pt_record_parse(const char *text, size_t len, const char *source, pt_record **out,
+                    pt_error *err)
+{
+    const char *src = source && *source ? source : "record";
+    if (!out)
+        return pt_error_set(err, PT_EINVAL, "%s: no output", src);
+    *out = NULL;
+    pt_record *r = calloc(1, sizeof *r);
+    if (!r || !(r->text = malloc(len + 1))) {
+        free(r);
+        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", src);
+    }
+    if (len)
+        memcpy(r->text, text, len);
+    r->text[len] = '\0';
+    r->len = len;
+    r->sum.first_step = r->sum.last_step = -1;
+    line_ctx c = {src, 0, 0, &r->arena, &r->sum, NULL};
+    if (pt_telemetry_rx_create(PT_RX_FROM_FIRST, &c.rx) < 0) {
+        pt_record_free(&r);
+        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", src);
+    }
+    size_t pos = 0;
+    int rc = 0;
+    while (pos < len && rc == 0) {
+        const char *line = r->text + pos;
+        const char *nl = memchr(line, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - line) : len - pos;
+        pos += n + (nl ? 1 : 0);
+        c.lineno++;
+        size_t k = 0;
+        while (k < n && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r'))
+            k++;
+        if (k == n)
+            continue;
+        if (!nl) {
+            cJSON *whole = parse_exact(line, n);
+            cJSON_Delete(whole);
+            if (!whole)
+                break; /* a truncated last line: the run was killed while writing */
+        }
+        pt_record_entry e;
+        if ((rc = parse_line(&c, line, n, &e, err)) < 0)
+            break;
+        if (e.kind == PT_RECORD_SESSION)
+            c.version = r->version = e.version;
+        if (e.kind == PT_RECORD_PLAN)
+            r->sum.plans++;
+        if ((rc = push(r, &e)) < 0) {
+            pt_plan *p = (pt_plan *)e.plan;
+            pt_plan_free(&p);
+            pt_error_set(err, rc, "%s: out of memory", src);
+        }
+    }
+    pt_telemetry_rx_destroy(&c.rx);
+    if (rc == 0 && r->n == 0)
+        rc = pt_error_set(err, PT_EINVAL, "%s: empty record (no session line)", src);
+    if (rc < 0) {
+        pt_record_free(&r);
+        return rc;
+    }
+    r->sum.entries = r->n;
+    *out = r;
+    return 0;
+}
+
+int pt_record_load(const char *path, pt_record **out, pt_error *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    if (out)
+        *out = NULL;
+    int rc = pt_file_read(path, &text, &len, err);
+    if (rc < 0)
+        return rc;
+    rc = pt_record_parse(text, len, path, out, err);
+    free(text);
+    return rc;
+}
+
+void pt_record_free(pt_record **rec_p)
+{
+    if (!rec_p || !*rec_p)
+        return;
+    pt_record *r = *rec_p;
+    for (int64_t i = 0; i < r->n; i++) {
+        pt_plan *p = (pt_plan *)r->e[i].plan;
+        pt_plan_free(&p);
+    }
+    free(r->e);
+    arena_free(&r->arena);
+    free(r->text);
+    free(r);
+    *rec_p = NULL;
+}
+
+int pt_record_version(const pt_record *rec)
+{
+    return rec ? rec->version : 0;
+}
+
+int64_t pt_record_count(const pt_record *rec)
+{
+    return rec ? rec->n : 0;
+}
+
+const pt_record_entry *pt_record_at(const pt_record *rec, int64_t i)
+{
+    return rec && i >= 0 && i < rec->n ? &rec->e[i] : NULL;
+}
+
+int64_t pt_record_t_ns(const pt_record *rec, int64_t i)
+{
+    const pt_record_entry *e = pt_record_at(rec, i);
+    return e ? e->t : 0;
+}
+
+const char *pt_record_kind(const pt_record *rec, int64_t i)
+{
+    const pt_record_entry *e = pt_record_at(rec, i);
+    return e ? pt_record_kind_name(e->kind) : "";
+}
+
+int pt_record_msg(const pt_record *rec, int64_t i, pt_msg *out, pt_error *err)
+{
+    const pt_record_entry *e = pt_record_at(rec, i);
+    if (!e || !e->frame) {
+        memset(out, 0, sizeof *out);
+        return pt_error_set(err, PT_EINVAL, "record: entry %lld holds no frame", (long long)i);
+    }
+    return pt_msg_decode(e->frame, e->frame_len, "record", out, err);
+}
+
+const char *pt_record_model_json(const pt_record *rec, int64_t before)
+{
+    int64_t end = before < 0 || before > rec->n ? rec->n : before;
+    for (int64_t i = end - 1; i >= 0; i--)
+        if (rec->e[i].kind == PT_RECORD_PLAN)
+            return rec->e[i].model_json;
+    return NULL;
+}
+
+void pt_record_summarize(const pt_record *rec, pt_record_summary *out)
+{
+    *out = rec->sum;
+}
+
+int pt_record_internal_check(const char *text, size_t len, int after_session)
+{
+    chunk *arena = NULL;
+    line_ctx c = {"record", 1, after_session ? PT_RECORD_VERSION : 0, &arena, NULL, NULL};
+    pt_record_entry e;
+    int rc = parse_line(&c, text, len, &e, NULL);
+    pt_plan *p = (pt_plan *)e.plan;
+    pt_plan_free(&p);
+    arena_free(&arena);
+    return rc < 0 ? PT_EINVAL : 0;
+}
+
+int pt_record_internal_kind(const char *name)
+{
+    return kind_parse(name);
+}
+
+int pt_record_internal_channel_ok(const char *channel)
+{
+    return channel_ok(channel);
+}

@@ -1,0 +1,199 @@
+/* Run records (docs/formats.md, "Run record"): what the console of a
+ * distributed run received and decided, one JSON object per line
+ * (runs/<id>/run.ndjson), written here and read back here.
+ *
+ * A record of what arrived is the bytes that arrived: every control or
+ * telemetry frame the console accepted, and every request it sent, is stored
+ * verbatim behind a small header ({"t","kind","channel","offset_ns","len"}),
+ * never re-encoded. The console's own entries (the session, plans it
+ * assigned, agent states, deaths, refusals, checkpoint commits, the end of
+ * the run) are written by typed functions. One reader validates every line:
+ * the header and console entries field by field, each frame with
+ * pt_msg_decode, each plan with pt_plan_parse and pt_model_spec_parse; an
+ * error reads "FILE:LINE: FIELD: REASON".
+ *
+ * Versions: the first line ("session") carries "v". Version 2 (written by
+ * this build) stores frames verbatim with their length; version 1 (earlier
+ * builds) stored a re-encoding without "len". Both are read; any other
+ * version is refused. */
+#ifndef PT_PROTOCOL_RECORD_H
+#define PT_PROTOCOL_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "protocol/error.h"
+#include "protocol/message.h"
+#include "protocol/model.h"
+#include "protocol/plan.h"
+
+#define PT_RECORD_VERSION     2 /* what the writer writes */
+#define PT_RECORD_VERSION_MIN 1 /* the oldest the reader reads */
+#define PT_RECORD_FILE        "run.ndjson"
+
+/* Every kind of line, with its name in the file. */
+#define PT_RECORD_KINDS(X)                                                                         \
+    X(SESSION, "session")                                                                          \
+    X(PLAN, "plan")                                                                                \
+    X(RECV, "recv")                                                                                \
+    X(SENT, "sent")                                                                                \
+    X(AGENT, "agent")                                                                              \
+    X(DEAD, "dead")                                                                                \
+    X(REJECTED, "rejected")                                                                        \
+    X(CHECKPOINT, "checkpoint")                                                                    \
+    X(CHECKPOINT_FAILED, "checkpoint_failed")                                                      \
+    X(SUMMARY, "summary")                                                                          \
+    X(FAILED, "failed")
+
+typedef enum pt_record_line_kind {
+#define PT_RECORD_KIND_ENUM(id, name) PT_RECORD_##id,
+    PT_RECORD_KINDS(PT_RECORD_KIND_ENUM)
+#undef PT_RECORD_KIND_ENUM
+        PT_RECORD_KIND_COUNT
+} pt_record_line_kind;
+
+/* "recv", "plan", ...; "?" for a value out of range. */
+const char *pt_record_kind_name(pt_record_line_kind kind);
+
+/* ---- writing ---------------------------------------------------------------- */
+
+typedef struct pt_record_writer pt_record_writer;
+
+/* What the first line says about the console. */
+typedef struct pt_record_session {
+    const char *control, *telemetry; /* bound endpoints */
+    int heartbeat_ms, missed_heartbeats;
+} pt_record_session;
+
+/* Creates path (and its folder) and writes the session line. On success *out
+ * owns the writer; on failure *out is NULL and err names the path. */
+int pt_record_writer_open(const char *path, const pt_record_session *session,
+                          pt_record_writer **out, pt_error *err);
+/* Flushes and closes. NULL-safe; sets *w_p = NULL. */
+void pt_record_writer_close(pt_record_writer **w_p);
+/* Pushes what was written to the file (a crash then loses no whole line). */
+int pt_record_flush(pt_record_writer *w);
+
+/* A frame as it was received (kind PT_RECORD_RECV) or sent (PT_RECORD_SENT)
+ * on channel "control" or "telemetry": data[0..len) is written unchanged.
+ * offset_ns is the sender's clock minus the console's. PT_EINVAL for another
+ * kind or channel, PT_EIO when the file cannot be written. */
+int pt_record_write_frame(pt_record_writer *w, pt_record_line_kind kind, const char *channel,
+                          int64_t offset_ns, const char *data, size_t len);
+
+/* One worker of a plan. */
+typedef struct pt_record_worker {
+    int worker;                /* rank, stage by stage and replica by replica */
+    char agent[PT_MSG_ID_MAX]; /* the agent's id */
+    int stage, replica;
+    int64_t pid;
+} pt_record_worker;
+
+/* A plan assigned (a new generation). */
+typedef struct pt_record_plan {
+    int64_t gen;
+    const pt_plan *plan;
+    const pt_model_spec *model;
+    const char *data;
+    int64_t seed;
+    const char *checkpoint_dir; /* NULL or "": none */
+    int64_t checkpoint_every, resume_step;
+    int worker_count;
+    const pt_record_worker *workers;
+} pt_record_plan;
+
+/* The console's own entries. Each line is checked by the reader's rules
+ * before it is written (PT_EINVAL, nothing written, when it would not read
+ * back); PT_EIO when the file cannot be written. agent may be NULL in a
+ * rejected entry (the sender is unknown). */
+int pt_record_write_plan(pt_record_writer *w, const pt_record_plan *plan);
+int pt_record_write_agent(pt_record_writer *w, const char *agent, const char *state, int64_t step);
+int pt_record_write_dead(pt_record_writer *w, const char *agent, const char *reason);
+int pt_record_write_rejected(pt_record_writer *w, const char *channel, const char *agent,
+                             const char *reason);
+int pt_record_write_checkpoint(pt_record_writer *w, int64_t step, const char *dir,
+                               double commit_ms);
+int pt_record_write_checkpoint_failed(pt_record_writer *w, int64_t step, const char *dir,
+                                      const char *reason);
+/* An entry of `kind` whose members are those of fields_json (a JSON object
+ * text, NULL for none): "summary" (any members) or "failed" ("reason"). */
+int pt_record_write_json(pt_record_writer *w, const char *kind, const char *fields_json);
+
+/* ---- reading ---------------------------------------------------------------- */
+
+typedef struct pt_record pt_record;
+
+/* One line of a record, as the reader validated it. Strings are owned by the
+ * record; a member a kind does not have is NULL / 0 / -1. */
+typedef struct pt_record_entry {
+    int64_t t;    /* nanoseconds on the console's clock */
+    int64_t line; /* 1-based line number in the source */
+    pt_record_line_kind kind;
+    /* recv, sent */
+    const char *channel; /* "control" or "telemetry" */
+    int64_t offset_ns;
+    const char *frame; /* the frame's bytes (not NUL-terminated) */
+    size_t frame_len;
+    pt_msg_type msg_type;
+    uint64_t dropped; /* recv on telemetry: the sender's sequence numbers missing so far */
+    /* agent, dead, rejected (agent NULL when the sender was unknown) */
+    const char *agent;
+    const char *state;  /* agent */
+    const char *reason; /* dead, rejected, checkpoint_failed, failed */
+    const char *dir;    /* checkpoint, checkpoint_failed */
+    int64_t step;       /* agent, checkpoint, checkpoint_failed; a metrics frame's step; else -1 */
+    double commit_ms;   /* checkpoint */
+    /* plan */
+    int64_t gen;
+    const pt_plan *plan;
+    const char *model_json; /* the model spec, JSON text */
+    const char *data, *checkpoint_dir;
+    int64_t seed, checkpoint_every, resume_step;
+    int worker_count;
+    const pt_record_worker *workers;
+    /* session */
+    int version;
+    int64_t unix_s;
+    const char *control, *telemetry;
+    int heartbeat_ms, missed_heartbeats;
+    /* summary: the members other than t and kind, as a JSON object text */
+    const char *json;
+} pt_record_entry;
+
+/* Parses record text (len bytes); source names it in errors ("SOURCE:LINE:
+ * FIELD: REASON"). The first entry must be the session line. A last line
+ * without its newline that is not whole JSON (a run killed while writing) is
+ * dropped; any other bad line is an error. On success *out owns a new record;
+ * on failure *out is NULL. */
+int pt_record_parse(const char *text, size_t len, const char *source, pt_record **out,
+                    pt_error *err);
+/* Reads and parses a file; errors start with its path. */
+int pt_record_load(const char *path, pt_record **out, pt_error *err);
+void pt_record_free(pt_record **rec_p); /* NULL-safe; sets *rec_p = NULL */
+
+int pt_record_version(const pt_record *rec);
+int64_t pt_record_count(const pt_record *rec);
+/* Entry i, or NULL when i is out of range. */
+const pt_record_entry *pt_record_at(const pt_record *rec, int64_t i);
+int64_t pt_record_t_ns(const pt_record *rec, int64_t i);     /* 0 out of range */
+const char *pt_record_kind(const pt_record *rec, int64_t i); /* "" out of range */
+
+/* Decodes the frame of a recv/sent entry into *out (caller pt_msg_clear's
+ * it). The reader validated it, so this fails only on no memory or for an
+ * entry without a frame (PT_EINVAL). */
+int pt_record_msg(const pt_record *rec, int64_t i, pt_msg *out, pt_error *err);
+
+/* The model spec text of the newest "plan" entry before entry i (i < 0: in
+ * the whole record), NULL when none. Owned by the record. */
+const char *pt_record_model_json(const pt_record *rec, int64_t before);
+
+/* What the record holds, for export and `pipetop status`. */
+typedef struct pt_record_summary {
+    int64_t entries, event_msgs, events, metrics, plans;
+    int64_t first_start_ns, last_end_ns; /* of received op events, console clock; 0 when none */
+    int64_t first_step, last_step;       /* of received metrics, -1 when none */
+    int64_t rejected;                    /* messages the console refused during the run */
+} pt_record_summary;
+void pt_record_summarize(const pt_record *rec, pt_record_summary *out);
+
+#endif

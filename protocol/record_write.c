@@ -1,0 +1,265 @@
+/* Run records written (see protocol/record.h; docs/formats.md, "Run
+ * record"): frames verbatim behind a small header, the console's own entries
+ * checked by the reader's rules before they are written. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "protocol/fileio.h"
+#include "protocol/json_util.h"
+#include "protocol/record.h"
+#include "protocol/record_internal.h"
+
+/* ---- the writer -------------------------------------------------------------------- */
+
+struct pt_record_writer {
+    FILE *f;
+    int started; /* the session line is out */
+};
+
+/* Checks a console line by the reader's rules, then appends it. */
+static int put_line(pt_record_writer *w, const char *text)
+{
+    if (pt_record_internal_check(text, strlen(text), w->started) < 0)
+        return PT_EINVAL;
+    if (fputs(text, w->f) == EOF || fputc('\n', w->f) == EOF)
+        return PT_EIO;
+    w->started = 1;
+    return 0;
+}
+
+static cJSON *line_begin(const char *kind)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o && (!pt_jr_add_number(o, "t", (double)pt_msg_now_ns()) ||
+              !cJSON_AddStringToObject(o, "kind", kind))) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Writes o (deleted here) when ok, which callers clear when an add failed. */
+static int line_end(pt_record_writer *w, cJSON *o, int ok)
+{
+    char *text = o && ok ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!text)
+        return PT_ENOMEM;
+    int rc = put_line(w, text);
+    free(text);
+    return rc;
+}
+
+static int add_str(cJSON *o, const char *key, const char *s)
+{
+    return (s ? cJSON_AddStringToObject(o, key, s) : cJSON_AddNullToObject(o, key)) != NULL;
+}
+
+int pt_record_writer_open(const char *path, const pt_record_session *session,
+                          pt_record_writer **out, pt_error *err)
+{
+    if (!out || !path || !session)
+        return pt_error_set(err, PT_EINVAL, "run record: path, session and out needed");
+    *out = NULL;
+    char dir[PT_MSG_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    int rc;
+    if (slash && slash != dir) {
+        *slash = '\0';
+        if ((rc = pt_mkdir_p(dir, err)) < 0)
+            return rc;
+    }
+    pt_record_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        return pt_error_set(err, PT_ENOMEM, "run record %s: out of memory", path);
+    if (!(w->f = fopen(path, "w"))) {
+        free(w);
+        return pt_error_set(err, PT_EIO, "run record %s: %s", path, strerror(errno));
+    }
+    cJSON *o = line_begin("session");
+    int ok = o && pt_jr_add_number(o, "v", PT_RECORD_VERSION) &&
+             pt_jr_add_number(o, "unix_s", (double)time(NULL)) &&
+             add_str(o, "control", session->control) &&
+             add_str(o, "telemetry", session->telemetry) &&
+             pt_jr_add_number(o, "heartbeat_ms", session->heartbeat_ms) &&
+             pt_jr_add_number(o, "missed_heartbeats", session->missed_heartbeats);
+    if ((rc = line_end(w, o, ok)) < 0 || (rc = pt_record_flush(w)) < 0) {
+        pt_record_writer_close(&w);
+        return pt_error_set(err, rc, "run record %s: cannot write the session line (%s)", path,
+                            pt_strerror(rc));
+    }
+    *out = w;
+    return 0;
+}
+
+void pt_record_writer_close(pt_record_writer **w_p)
+{
+    if (!w_p || !*w_p)
+        return;
+    if ((*w_p)->f)
+        fclose((*w_p)->f);
+    free(*w_p);
+    *w_p = NULL;
+}
+
+int pt_record_flush(pt_record_writer *w)
+{
+    return !w || fflush(w->f) == 0 ? 0 : PT_EIO;
+}
+
+int pt_record_write_frame(pt_record_writer *w, pt_record_line_kind kind, const char *channel,
+                          int64_t offset_ns, const char *data, size_t len)
+{
+    if (!w || !data || (kind != PT_RECORD_RECV && kind != PT_RECORD_SENT) ||
+        !pt_record_internal_channel_ok(channel))
+        return PT_EINVAL;
+    int n = fprintf(w->f,
+                    "{\"t\":%lld,\"kind\":\"%s\",\"channel\":\"%s\",\"offset_ns\":%lld,"
+                    "\"len\":%zu,",
+                    (long long)pt_msg_now_ns(), pt_record_kind_name(kind), channel,
+                    (long long)offset_ns, len);
+    if (n < 0)
+        return PT_EIO;
+    if (!memchr(data, '\n', len) && !memchr(data, '\r', len)) {
+        /* the common case: the frame, byte for byte, as the last member */
+        if (fputs("\"msg\":", w->f) == EOF || fwrite(data, 1, len, w->f) != len ||
+            fputs("}\n", w->f) == EOF)
+            return PT_EIO;
+        return 0;
+    }
+    /* a line break inside would split the line: the same bytes as a JSON string */
+    char *copy = malloc(len + 1);
+    cJSON *s = copy ? (memcpy(copy, data, len), copy[len] = '\0', cJSON_CreateString(copy)) : NULL;
+    char *text = s ? cJSON_PrintUnformatted(s) : NULL;
+    int rc = text ? 0 : PT_ENOMEM;
+    if (text && fprintf(w->f, "\"frame\":%s}\n", text) < 0)
+        rc = PT_EIO;
+    free(text);
+    cJSON_Delete(s);
+    free(copy);
+    return rc;
+}
+
+/* Adds the JSON text `text` (an object) as member key; 0 on failure. */
+static int add_json(cJSON *o, const char *key, char *text)
+{
+    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (!j)
+        return 0;
+    if (!cJSON_AddItemToObject(o, key, j)) {
+        cJSON_Delete(j);
+        return 0;
+    }
+    return 1;
+}
+
+int pt_record_write_plan(pt_record_writer *w, const pt_record_plan *p)
+{
+    if (!w || !p || !p->plan || !p->model || (p->worker_count > 0 && !p->workers))
+        return PT_EINVAL;
+    cJSON *o = line_begin("plan");
+    int ok = o && pt_jr_add_number(o, "gen", (double)p->gen) &&
+             add_json(o, "plan", pt_plan_to_json(p->plan)) &&
+             add_json(o, "model", pt_model_spec_to_json(p->model)) && add_str(o, "data", p->data) &&
+             pt_jr_add_number(o, "seed", (double)p->seed) &&
+             add_str(o, "checkpoint_dir", p->checkpoint_dir ? p->checkpoint_dir : "") &&
+             pt_jr_add_number(o, "checkpoint_every", (double)p->checkpoint_every) &&
+             pt_jr_add_number(o, "resume_step", (double)p->resume_step);
+    cJSON *arr = ok ? cJSON_AddArrayToObject(o, "workers") : NULL;
+    ok = ok && arr;
+    for (int i = 0; ok && i < p->worker_count; i++) {
+        const pt_record_worker *wk = &p->workers[i];
+        cJSON *x = cJSON_CreateObject();
+        ok = x && cJSON_AddItemToArray(arr, x) && pt_jr_add_number(x, "worker", wk->worker) &&
+             add_str(x, "agent", wk->agent) && pt_jr_add_number(x, "stage", wk->stage) &&
+             pt_jr_add_number(x, "replica", wk->replica) &&
+             pt_jr_add_number(x, "pid", (double)wk->pid);
+    }
+    int rc = line_end(w, o, ok);
+    return rc < 0 ? rc : pt_record_flush(w);
+}
+
+int pt_record_write_agent(pt_record_writer *w, const char *agent, const char *state, int64_t step)
+{
+    if (!w)
+        return PT_EINVAL;
+    cJSON *o = line_begin("agent");
+    int ok = o && add_str(o, "agent", agent) && add_str(o, "state", state) &&
+             pt_jr_add_number(o, "step", (double)step);
+    return line_end(w, o, ok);
+}
+
+int pt_record_write_dead(pt_record_writer *w, const char *agent, const char *reason)
+{
+    if (!w)
+        return PT_EINVAL;
+    cJSON *o = line_begin("dead");
+    int ok = o && add_str(o, "agent", agent) && add_str(o, "reason", reason);
+    int rc = line_end(w, o, ok);
+    return rc < 0 ? rc : pt_record_flush(w);
+}
+
+int pt_record_write_rejected(pt_record_writer *w, const char *channel, const char *agent,
+                             const char *reason)
+{
+    if (!w)
+        return PT_EINVAL;
+    cJSON *o = line_begin("rejected");
+    int ok = o && add_str(o, "channel", channel) && add_str(o, "agent", agent) &&
+             add_str(o, "reason", reason);
+    return line_end(w, o, ok);
+}
+
+int pt_record_write_checkpoint(pt_record_writer *w, int64_t step, const char *dir, double commit_ms)
+{
+    if (!w)
+        return PT_EINVAL;
+    cJSON *o = line_begin("checkpoint");
+    int ok = o && pt_jr_add_number(o, "step", (double)step) && add_str(o, "dir", dir) &&
+             pt_jr_add_number(o, "commit_ms", commit_ms);
+    int rc = line_end(w, o, ok);
+    return rc < 0 ? rc : pt_record_flush(w);
+}
+
+int pt_record_write_checkpoint_failed(pt_record_writer *w, int64_t step, const char *dir,
+                                      const char *reason)
+{
+    if (!w)
+        return PT_EINVAL;
+    cJSON *o = line_begin("checkpoint_failed");
+    int ok = o && pt_jr_add_number(o, "step", (double)step) && add_str(o, "dir", dir) &&
+             add_str(o, "reason", reason);
+    return line_end(w, o, ok);
+}
+
+int pt_record_write_json(pt_record_writer *w, const char *kind, const char *fields_json)
+{
+    if (!w || !kind)
+        return PT_EINVAL;
+    int k = pt_record_internal_kind(kind);
+    if (k != PT_RECORD_SUMMARY && k != PT_RECORD_FAILED)
+        return PT_EINVAL; /* the other kinds have their own writers */
+    cJSON *fields = fields_json ? cJSON_Parse(fields_json) : NULL;
+    if (fields_json && !cJSON_IsObject(fields)) {
+        cJSON_Delete(fields);
+        return PT_EINVAL;
+    }
+    cJSON *o = line_begin(kind);
+    int ok = o != NULL;
+    while (ok && fields && fields->child) {
+        cJSON *item = cJSON_DetachItemViaPointer(fields, fields->child);
+        if (!strcmp(item->string, "t") || !strcmp(item->string, "kind"))
+            cJSON_Delete(item); /* the line's own */
+        else
+            cJSON_AddItemToObject(o, item->string, item);
+    }
+    cJSON_Delete(fields);
+    int rc = line_end(w, o, ok);
+    return rc < 0 ? rc : pt_record_flush(w);
+}

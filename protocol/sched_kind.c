@@ -1,0 +1,159 @@
+/* The schedule-kind registry: the built-in table and kinds added at run time. */
+#include "protocol/sched_kind.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int imin(int a, int b)
+{
+    return a < b ? a : b;
+}
+
+int pt_sched_kind_inflight_all(const pt_sched_shape *q)
+{
+    return q->microbatches;
+}
+
+int pt_sched_kind_inflight_1f1b(const pt_sched_shape *q)
+{
+    return imin(q->stages - q->stage, q->microbatches);
+}
+
+int pt_sched_kind_inflight_policy(const pt_sched_shape *q)
+{
+    int ahead = q->stages - q->stage;
+    return q->policy == 'B' ? imin(2 * ahead - 1, q->microbatches) : imin(ahead, q->microbatches);
+}
+
+int pt_sched_kind_inflight_async(const pt_sched_shape *q)
+{
+    return q->stages - q->stage;
+}
+
+int pt_sched_kind_versions_one(const pt_sched_shape *q)
+{
+    (void)q;
+    return 1;
+}
+
+int pt_sched_kind_versions_two(const pt_sched_shape *q)
+{
+    (void)q;
+    return 2;
+}
+
+int pt_sched_kind_versions_stash(const pt_sched_shape *q)
+{
+    /* With vertical sync micro-batch k reads version k-S+1 on every stage. Stage 0
+     * reads its newest version, as without vertical sync: S stashes + the live
+     * weights. Stage i > 0 holds its S-i stashes, the live weights and the kept
+     * versions between the oldest one still to be read and the newest: S-i+1 +
+     * (i-1) = S arrays, because the forward that reads a kept version last takes
+     * that array over as its stash instead of copying it (as the runtime does). */
+    int S = q->stages, i = q->stage;
+    return q->vertical_sync && i > 0 ? S : S - i + 1;
+}
+
+static const pt_sched_kind_info builtin[PT_SCHED_BUILTIN_COUNT] = {
+#define PT_SCHED_INFO_(ID, name, flags, inflight, versions, generator, summary)                    \
+    [PT_SCHED_##ID] = {name, flags, inflight, versions, summary},
+    PT_SCHED_KIND_LIST(PT_SCHED_INFO_)
+#undef PT_SCHED_INFO_
+};
+
+static const pt_sched_kind_info *added[PT_SCHED_KIND_MAX - PT_SCHED_BUILTIN_COUNT];
+static int added_count;
+
+const pt_sched_kind_info *pt_sched_kind_info_of(int kind)
+{
+    if (kind >= 0 && kind < PT_SCHED_BUILTIN_COUNT)
+        return &builtin[kind];
+    if (kind >= PT_SCHED_BUILTIN_COUNT && kind < PT_SCHED_BUILTIN_COUNT + added_count)
+        return added[kind - PT_SCHED_BUILTIN_COUNT];
+    return NULL;
+}
+
+const char *pt_sched_kind_name(int kind)
+{
+    const pt_sched_kind_info *in = pt_sched_kind_info_of(kind);
+    return in ? in->name : NULL;
+}
+
+int pt_sched_kind_count(void)
+{
+    return PT_SCHED_BUILTIN_COUNT + added_count;
+}
+
+int pt_sched_kind_parse(const char *name, pt_sched_kind *out)
+{
+    for (int k = 0; name && k < pt_sched_kind_count(); k++)
+        if (!strcmp(pt_sched_kind_name(k), name)) {
+            *out = (pt_sched_kind)k;
+            return 0;
+        }
+    return PT_ENOTFOUND;
+}
+
+bool pt_sched_kind_has(int kind, unsigned flags)
+{
+    const pt_sched_kind_info *in = pt_sched_kind_info_of(kind);
+    return in && (in->flags & flags) == flags;
+}
+
+int pt_sched_kind_list(unsigned flags, char *buf, size_t cap)
+{
+    size_t n = 0;
+    int found = 0;
+    if (buf && cap)
+        buf[0] = '\0';
+    for (int k = 0; k < pt_sched_kind_count(); k++) {
+        if (!pt_sched_kind_has(k, flags))
+            continue;
+        if (buf && n < cap) {
+            int w = snprintf(buf + n, cap - n, "%s%s", found ? ", " : "", pt_sched_kind_name(k));
+            n = w < 0 ? cap : n + (size_t)w;
+        }
+        found++;
+    }
+    return found;
+}
+
+static int valid_name(const char *name)
+{
+    size_t len = name ? strlen(name) : 0;
+    if (len == 0 || len >= PT_SCHED_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') ||
+              name[i] == '-'))
+            return 0;
+    return 1;
+}
+
+int pt_sched_kind_register(const pt_sched_kind_info *info, pt_sched_kind *out, pt_error *err)
+{
+    if (!info || !out)
+        return pt_error_set(err, PT_EINVAL, "schedule kind: an entry and an id are required");
+    if (!valid_name(info->name))
+        return pt_error_set(err, PT_EINVAL,
+                            "schedule kind \"%s\": name must be 1 to %d characters of [a-z0-9-]",
+                            info->name ? info->name : "(null)", PT_SCHED_NAME_MAX - 1);
+    pt_sched_kind dup;
+    if (pt_sched_kind_parse(info->name, &dup) == 0)
+        return pt_error_set(err, PT_EINVAL, "schedule kind \"%s\": name already taken", info->name);
+    if (!info->inflight || !info->weight_versions || !info->summary)
+        return pt_error_set(err, PT_EINVAL,
+                            "schedule kind \"%s\": inflight, weight_versions and summary are "
+                            "required",
+                            info->name);
+    if (info->flags & ~PT_SCHED_FLAGS_ALL)
+        return pt_error_set(err, PT_EINVAL, "schedule kind \"%s\": unknown flags 0x%x", info->name,
+                            info->flags & ~PT_SCHED_FLAGS_ALL);
+    if (PT_SCHED_BUILTIN_COUNT + added_count >= PT_SCHED_KIND_MAX)
+        return pt_error_set(err, PT_ERANGE, "schedule kind \"%s\": registry full (%d kinds)",
+                            info->name, PT_SCHED_KIND_MAX);
+    added[added_count] = info;
+    *out = (pt_sched_kind)(PT_SCHED_BUILTIN_COUNT + added_count);
+    added_count++;
+    return 0;
+}

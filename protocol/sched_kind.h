@@ -1,0 +1,142 @@
+/* The schedule-kind vocabulary (DESIGN.md "Schedules").
+ *
+ * Every fact about a schedule kind lives in one table entry: its name in plan
+ * files, a one-line summary, whether it is synchronous, which plan options it
+ * reads, how many micro-batches a stage keeps in flight, how many weight
+ * versions it holds, and the planner/ function that writes its program. Plan
+ * parsing and writing (protocol/plan.c), the cost model, the schedule builder,
+ * the plan view and the CLIs all read the table; a schedule name as a string
+ * exists only here (and at the edges: files, screen, docs).
+ *
+ * A new built-in kind is one generator file in planner/ and one line in
+ * PT_SCHED_KIND_LIST. A program can also add a kind at run time with
+ * pt_sched_register (planner/schedule.h), which enters the facts here through
+ * pt_sched_kind_register and keeps the generator in planner/.
+ *
+ * protocol/ may not include planner/, yet plan files must be parsed and
+ * checked without it (protocol tests, fuzzers, tools), so the built-in kinds
+ * are known here statically. The generator column is a bare function name
+ * that only planner/schedule.c expands; protocol never refers to it. */
+#ifndef PT_PROTOCOL_SCHED_KIND_H
+#define PT_PROTOCOL_SCHED_KIND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "protocol/error.h"
+
+/* What a kind's in-flight and weight-version formulas see of one stage. */
+typedef struct pt_sched_shape {
+    int stages;        /* S */
+    int stage;         /* i, in [0, S) */
+    int microbatches;  /* M per iteration (window) */
+    char policy;       /* 'A' or 'B': read by kinds with PT_SCHED_OPT_POLICY */
+    int vertical_sync; /* read by kinds with PT_SCHED_OPT_VSYNC */
+} pt_sched_shape;
+
+/* Formulas the table's built-in kinds share (DESIGN.md "Reference facts");
+ * a kind registered at run time may use them too. Each is O(1) and pure. */
+/* In flight at stage i: every micro-batch of the iteration, M (gpipe). */
+int pt_sched_kind_inflight_all(const pt_sched_shape *q);
+/* 1F1B warm-up: min(S-i, M) (dapple policy A, 1f1b-flush, 2bw, pipesgd). */
+int pt_sched_kind_inflight_1f1b(const pt_sched_shape *q);
+/* DAPPLE's policies: A min(S-i, M), B min(2(S-i)-1, M). */
+int pt_sched_kind_inflight_policy(const pt_sched_shape *q);
+/* Asynchronous 1F1B over an unbounded run: S-i (pipedream). */
+int pt_sched_kind_inflight_async(const pt_sched_shape *q);
+/* One weight version (every flushing kind). */
+int pt_sched_kind_versions_one(const pt_sched_shape *q);
+/* Two versions, double buffering (2bw). */
+int pt_sched_kind_versions_two(const pt_sched_shape *q);
+/* PipeDream's weight stashing: S-i+1 (one stash per in-flight micro-batch
+ * plus the live weights); with vertical sync S+1 on stage 0 and S on every
+ * later stage (it also keeps the versions its coming micro-batches entered
+ * the pipeline with, but the forward that reads a kept version last takes it
+ * over as its stash, as the runtime does). Assumes at least S micro-batches. */
+int pt_sched_kind_versions_stash(const pt_sched_shape *q);
+
+/* X(ID, name, flags, inflight, versions, generator, summary): one line per
+ * built-in kind. ID gives PT_SCHED_<ID>; flags are PT_SCHED_* below;
+ * inflight and versions are formulas of the form above; generator is
+ * `int generator(pt_program *, pt_error *)` in planner/sched_<kind>.c. */
+#define PT_SCHED_KIND_LIST(X)                                                                      \
+    X(GPIPE, "gpipe", PT_SCHED_SYNCHRONOUS, pt_sched_kind_inflight_all,                            \
+      pt_sched_kind_versions_one, pt_sched_gen_gpipe,                                              \
+      "all forwards, then all backwards; flush; optional recomputation")                           \
+    X(DAPPLE, "dapple", PT_SCHED_SYNCHRONOUS | PT_SCHED_OPT_POLICY, pt_sched_kind_inflight_policy, \
+      pt_sched_kind_versions_one, pt_sched_gen_dapple,                                             \
+      "early backward: K_i warm-up forwards then 1F1B (policy A: min(S-i,M), B: "                  \
+      "min(2(S-i)-1,M)); flush")                                                                   \
+    X(1F1B_FLUSH, "1f1b-flush", PT_SCHED_SYNCHRONOUS, pt_sched_kind_inflight_1f1b,                 \
+      pt_sched_kind_versions_one, pt_sched_gen_1f1b_flush,                                         \
+      "PipeDream-Flush: S-i warm-up forwards, 1F1B, flush per mini-batch")                         \
+    X(PIPEDREAM, "pipedream", PT_SCHED_OPT_VSYNC, pt_sched_kind_inflight_async,                    \
+      pt_sched_kind_versions_stash, pt_sched_gen_pipedream,                                        \
+      "asynchronous 1F1B, step after every backward, weight stashing (S-i+1 versions)")            \
+    X(2BW, "2bw", 0, pt_sched_kind_inflight_1f1b, pt_sched_kind_versions_two, pt_sched_gen_2bw,    \
+      "1F1B without flush, gradients coalesced over M micro-batches, two weight versions")         \
+    X(PIPESGD, "pipesgd", PT_SCHED_OVERLAP_ALLREDUCE, pt_sched_kind_inflight_1f1b,                 \
+      pt_sched_kind_versions_one, pt_sched_gen_pipesgd,                                            \
+      "all-reduce of iteration t overlapped with the compute of t+1 (one step stale)")
+
+/* Facts of a kind (bits of pt_sched_kind_info.flags). */
+enum {
+    /* One iteration ending in a flush: a program covers one window, one weight
+     * version, the same weights as single-device training. */
+    PT_SCHED_SYNCHRONOUS = 1,
+    /* Reads the plan's "policy" (DAPPLE's warm-up policy A or B). */
+    PT_SCHED_OPT_POLICY = 2,
+    /* Reads the plan's "vertical_sync" (PipeDream). */
+    PT_SCHED_OPT_VSYNC = 4,
+    /* A window's all-reduce runs while the next window computes, so a stage
+     * holds two gradient buffers (Pipe-SGD). */
+    PT_SCHED_OVERLAP_ALLREDUCE = 8,
+};
+#define PT_SCHED_FLAGS_ALL 15u
+
+typedef enum pt_sched_kind {
+#define PT_SCHED_ENUM_(ID, name, flags, inflight, versions, generator, summary) PT_SCHED_##ID,
+    PT_SCHED_KIND_LIST(PT_SCHED_ENUM_)
+#undef PT_SCHED_ENUM_
+        PT_SCHED_BUILTIN_COUNT,
+    /* Kinds registered at run time get ids in [PT_SCHED_BUILTIN_COUNT, PT_SCHED_KIND_MAX). */
+    PT_SCHED_KIND_MAX = 32
+} pt_sched_kind;
+
+/* Longest name, terminator included: a plan's "kind" must fit. */
+#define PT_SCHED_NAME_MAX 32
+
+typedef struct pt_sched_kind_info {
+    const char *name; /* as in plan files: "gpipe", "1f1b-flush", ...; [a-z0-9-], unique */
+    unsigned flags;   /* PT_SCHED_* */
+    int (*inflight)(const pt_sched_shape *q);        /* micro-batches stage i keeps at once */
+    int (*weight_versions)(const pt_sched_shape *q); /* versions stage i holds (live+stashed) */
+    const char *summary;                             /* one line for help texts */
+} pt_sched_kind_info;
+
+/* The table entry of a kind (built-in or registered), or NULL for an invalid one. */
+const pt_sched_kind_info *pt_sched_kind_info_of(int kind);
+/* Name used in plan files, or NULL for an invalid kind. */
+const char *pt_sched_kind_name(int kind);
+/* Kind for an exact name; returns 0 or PT_ENOTFOUND (*out untouched). */
+int pt_sched_kind_parse(const char *name, pt_sched_kind *out);
+/* Kinds known now: ids are [0, pt_sched_kind_count()). */
+int pt_sched_kind_count(void);
+/* True when the kind is valid and has every bit of `flags`. */
+bool pt_sched_kind_has(int kind, unsigned flags);
+/* Writes the names of the kinds that have every bit of `flags` (0: all) into
+ * buf as "a, b, c" (always NUL-terminated, cut short when cap is too small);
+ * returns how many kinds matched. */
+int pt_sched_kind_list(unsigned flags, char *buf, size_t cap);
+
+/* Adds a kind after the built-in ones. `info` (and the strings it points to)
+ * must outlive every use of the registry: use static storage. Returns 0 and
+ * the new id in *out, or PT_EINVAL (missing formula or summary, unknown
+ * flag bits, a name that is empty, too long, not [a-z0-9-] or already
+ * taken) or PT_ERANGE (registry full), with err naming the reason; nothing
+ * is registered on error. Not thread-safe: register before other threads use
+ * the registry. Programs that also need a generator register through
+ * pt_sched_register (planner/schedule.h), which calls this. */
+int pt_sched_kind_register(const pt_sched_kind_info *info, pt_sched_kind *out, pt_error *err);
+
+#endif

@@ -1,0 +1,196 @@
+/* protocol/record.h: what the writer writes, the reader reads back, frames
+ * byte for byte; the writer refuses what the reader would refuse; records of
+ * version 1 (earlier builds) still read. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "protocol/fileio.h"
+#include "protocol/record.h"
+#include "tests/test.h"
+
+#define DIR "record_test.d"
+
+/* A metrics frame written by hand, with blanks a re-encoding would drop. */
+static const char frame_spaced[] =
+    "{ \"v\":1, \"type\":\"metrics\", \"agent\":\"w0\", \"seq\":3, \"gen\":1, \"stage\":0, "
+    "\"replica\":0, \"step\":7, \"loss\":0.5, \"samples_per_s\":10 }";
+/* The same kind of frame with a line break in it: stored as a string. */
+static const char frame_broken[] = "{\"v\":1,\"type\":\"metrics\",\"agent\":\"w1\",\"seq\":0,\n"
+                                   "\"gen\":1,\"stage\":1,\"replica\":0,\"step\":8,\"loss\":null,"
+                                   "\"samples_per_s\":0}\r\n";
+
+static pt_plan *two_stage_plan(void)
+{
+    pt_plan *p = pt_plan_new(2);
+    snprintf(p->model, sizeof p->model, "m");
+    p->layer_count = 2;
+    p->stages[0].first = 0;
+    p->stages[0].last = 1;
+    p->stages[1].first = 1;
+    p->stages[1].last = 2;
+    int d0 = 0, d1 = 1;
+    pt_plan_set_replicas(p, 0, &d0, 1);
+    pt_plan_set_replicas(p, 1, &d1, 1);
+    p->microbatch_size = 4;
+    p->microbatch_count = 2;
+    return p;
+}
+
+static pt_model_spec *tiny_model(void)
+{
+    pt_model_spec *m = NULL; /* a test then fails on the NULL it returns */
+    const char *text = "{\"v\":1,\"name\":\"m\",\"input\":{\"kind\":\"float\",\"shape\":[4]},"
+                       "\"layers\":[{\"type\":\"linear\",\"out\":2},"
+                       "{\"type\":\"softmax_xent\",\"classes\":2}]}";
+    CHECK(pt_model_spec_parse(text, "model", &m, NULL) == 0);
+    return m;
+}
+
+static void test_round_trip(void)
+{
+    const char *path = DIR "/a/run.ndjson";
+    pt_record_writer *w = NULL;
+    pt_error err = {0};
+    pt_record_session ses = {"tcp://127.0.0.1:1", "tcp://127.0.0.1:2", 250, 12};
+    REQUIRE(pt_record_writer_open(path, &ses, &w, &err) == 0);
+    pt_plan *plan = two_stage_plan();
+    pt_model_spec *model = tiny_model();
+    REQUIRE(model != NULL);
+    pt_record_worker workers[2] = {{0, "w0", 0, 0, 100}, {1, "w1", 1, 0, 101}};
+    pt_record_plan rp = {1, plan, model, "synthetic", 9, "", 0, 0, 2, workers};
+    CHECK(pt_record_write_plan(w, &rp) == 0);
+    CHECK(pt_record_write_frame(w, PT_RECORD_RECV, "telemetry", -42, frame_spaced,
+                                strlen(frame_spaced)) == 0);
+    CHECK(pt_record_write_frame(w, PT_RECORD_RECV, "telemetry", 5, frame_broken,
+                                strlen(frame_broken)) == 0);
+    CHECK(pt_record_write_agent(w, "w0", "running", 3) == 0);
+    CHECK(pt_record_write_rejected(w, "telemetry", NULL, "not JSON") == 0);
+    CHECK(pt_record_write_dead(w, "w1", "missed 12 heartbeats") == 0);
+    CHECK(pt_record_write_checkpoint(w, 4, "ck/step-4", 1.25) == 0);
+    CHECK(pt_record_write_checkpoint_failed(w, 6, "ck/step-6", "disk full") == 0);
+    CHECK(pt_record_write_json(w, "summary", "{\"measured_iteration_ms\":2.5,\"stages\":2}") == 0);
+    CHECK(pt_record_write_json(w, "failed", "{\"reason\":\"w1 died\"}") == 0);
+    pt_record_writer_close(&w);
+    CHECK(w == NULL);
+
+    pt_record *r = NULL;
+    REQUIRE(pt_record_load(path, &r, &err) == 0);
+    CHECK(pt_record_version(r) == PT_RECORD_VERSION);
+    static const pt_record_line_kind want[] = {
+        PT_RECORD_SESSION, PT_RECORD_PLAN,       PT_RECORD_RECV,
+        PT_RECORD_RECV,    PT_RECORD_AGENT,      PT_RECORD_REJECTED,
+        PT_RECORD_DEAD,    PT_RECORD_CHECKPOINT, PT_RECORD_CHECKPOINT_FAILED,
+        PT_RECORD_SUMMARY, PT_RECORD_FAILED};
+    REQUIRE(pt_record_count(r) == (int64_t)(sizeof want / sizeof want[0]));
+    for (int64_t i = 0; i < pt_record_count(r); i++) {
+        CHECK_MSG(pt_record_at(r, i)->kind == want[i], "entry %lld", (long long)i);
+        CHECK(pt_record_at(r, i)->line == i + 1);
+        CHECK(i == 0 || pt_record_t_ns(r, i) >= pt_record_t_ns(r, i - 1));
+    }
+    const pt_record_entry *e = pt_record_at(r, 0);
+    CHECK(!strcmp(e->control, "tcp://127.0.0.1:1") && e->heartbeat_ms == 250 &&
+          e->missed_heartbeats == 12);
+    e = pt_record_at(r, 1);
+    REQUIRE(e->plan != NULL);
+    CHECK(e->gen == 1 && e->plan->stage_count == 2 && e->seed == 9 && e->worker_count == 2);
+    CHECK(!strcmp(e->workers[1].agent, "w1") && e->workers[1].stage == 1 &&
+          e->workers[1].pid == 101);
+    CHECK_STR_CONTAINS(pt_record_model_json(r, -1), "\"softmax_xent\"");
+    /* the frames are the bytes given, blanks and line breaks included */
+    e = pt_record_at(r, 2);
+    CHECK(e->frame_len == strlen(frame_spaced) && !memcmp(e->frame, frame_spaced, e->frame_len));
+    CHECK(e->offset_ns == -42 && e->msg_type == PT_MSG_METRICS && e->step == 7);
+    e = pt_record_at(r, 3);
+    CHECK(e->frame_len == strlen(frame_broken) && !memcmp(e->frame, frame_broken, e->frame_len));
+    pt_msg m;
+    REQUIRE(pt_record_msg(r, 3, &m, &err) == 0);
+    CHECK(m.type == PT_MSG_METRICS && m.u.metrics.step == 8 && !strcmp(m.agent, "w1"));
+    pt_msg_clear(&m);
+    CHECK(pt_record_msg(r, 4, &m, &err) == PT_EINVAL); /* an agent line holds no frame */
+    e = pt_record_at(r, 4);
+    CHECK(!strcmp(e->agent, "w0") && !strcmp(e->state, "running") && e->step == 3);
+    e = pt_record_at(r, 5);
+    CHECK(e->agent == NULL && !strcmp(e->reason, "not JSON"));
+    e = pt_record_at(r, 7);
+    CHECK(e->step == 4 && !strcmp(e->dir, "ck/step-4") && e->commit_ms == 1.25);
+    CHECK_STR_CONTAINS(pt_record_at(r, 9)->json, "\"measured_iteration_ms\":2.5");
+    CHECK(!strcmp(pt_record_at(r, 10)->reason, "w1 died"));
+    pt_record_summary sum;
+    pt_record_summarize(r, &sum);
+    CHECK(sum.entries == 11 && sum.plans == 1 && sum.metrics == 2 && sum.rejected == 1);
+    CHECK(sum.first_step == 7 && sum.last_step == 8);
+    pt_record_free(&r);
+    CHECK(r == NULL);
+    pt_plan_free(&plan);
+    pt_model_spec_free(&model);
+}
+
+/* What the reader would refuse is not written, and the record stays whole. */
+static void test_writer_refuses(void)
+{
+    const char *path = DIR "/b/run.ndjson";
+    pt_record_writer *w = NULL;
+    pt_record_session ses = {"tcp://c", "tcp://t", 100, 6};
+    REQUIRE(pt_record_writer_open(path, &ses, &w, NULL) == 0);
+    CHECK(pt_record_write_agent(w, "w0", "", 3) == PT_EINVAL);          /* empty state */
+    CHECK(pt_record_write_rejected(w, "data", "w0", "x") == PT_EINVAL); /* no such channel */
+    CHECK(pt_record_write_json(w, "plan", "{}") == PT_EINVAL);          /* plans are typed */
+    CHECK(pt_record_write_json(w, "failed", "{\"why\":\"x\"}") == PT_EINVAL);
+    CHECK(pt_record_write_json(w, "summary", "[1]") == PT_EINVAL);
+    CHECK(pt_record_write_frame(w, PT_RECORD_AGENT, "control", 0, "{}", 2) == PT_EINVAL);
+    CHECK(pt_record_write_frame(w, PT_RECORD_SENT, "data", 0, "{}", 2) == PT_EINVAL);
+    pt_plan *plan = two_stage_plan();
+    pt_model_spec *model = tiny_model();
+    pt_record_worker one[1] = {{0, "w0", 0, 0, 1}};
+    pt_record_plan rp = {1, plan, model, "synthetic", 1, NULL, 0, 0, 1, one}; /* 2 replicas */
+    CHECK(pt_record_write_plan(w, &rp) == PT_EINVAL);
+    CHECK(pt_record_write_agent(w, "w0", "idle", 4) == 0);
+    pt_record_writer_close(&w);
+    pt_record *r = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_record_load(path, &r, &err) == 0);
+    CHECK(pt_record_count(r) == 2);
+    pt_record_free(&r);
+    pt_plan_free(&plan);
+    pt_model_spec_free(&model);
+}
+
+/* A record of an earlier build (version 1: re-encoded messages, no "len"). */
+static void test_version_one(void)
+{
+    pt_record *r = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_record_load(pt_test_path("tests/data/run-dapple4/run.ndjson"), &r, &err) == 0);
+    CHECK(pt_record_version(r) == 1);
+    int64_t n[PT_RECORD_KIND_COUNT] = {0};
+    for (int64_t i = 0; i < pt_record_count(r); i++)
+        n[pt_record_at(r, i)->kind]++;
+    CHECK(n[PT_RECORD_SESSION] == 1 && n[PT_RECORD_PLAN] == 1 && n[PT_RECORD_RECV] == 56 &&
+          n[PT_RECORD_SENT] == 12 && n[PT_RECORD_AGENT] == 16 && n[PT_RECORD_SUMMARY] == 1);
+    pt_record_summary sum;
+    pt_record_summarize(r, &sum);
+    CHECK(sum.events == 420 && sum.first_step >= 0 && sum.last_step > sum.first_step);
+    pt_record_free(&r);
+    /* the same line with "len" and the wrong count is refused under v2 only */
+    const char *v1 = "{\"t\":1,\"kind\":\"session\",\"v\":1,\"unix_s\":0,\"control\":\"c\","
+                     "\"telemetry\":\"t\",\"heartbeat_ms\":1,\"missed_heartbeats\":1}\n"
+                     "{\"t\":2,\"kind\":\"sent\",\"channel\":\"control\",\"offset_ns\":0,"
+                     "\"msg\":{\"v\":1,\"type\":\"bye\",\"agent\":\"a\",\"seq\":0,\"gen\":0}}\n";
+    REQUIRE(pt_record_parse(v1, strlen(v1), "v1", &r, &err) == 0);
+    CHECK(pt_record_at(r, 1)->msg_type == PT_MSG_BYE);
+    pt_record_free(&r);
+    char v2[1024];
+    snprintf(v2, sizeof v2, "%s", v1);
+    memcpy(strstr(v2, "\"v\":1,\"unix"), "\"v\":2", 5);
+    CHECK(pt_record_parse(v2, strlen(v2), "v2", &r, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "v2:2: len: missing");
+}
+
+static void setup(void)
+{
+    pt_mkdir_p(DIR, NULL);
+}
+
+PT_TEST_MAIN({"setup", setup}, {"round_trip", test_round_trip},
+             {"writer_refuses", test_writer_refuses}, {"version_one", test_version_one})
