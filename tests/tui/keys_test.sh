@@ -16,9 +16,9 @@ out=$("$PIPETOP" keys --out "$tmp/sub/console" 2>&1) || fail "keys: exit $?: $ou
 [ "$(stat -c %a "$tmp/sub/console.pub")" = 644 ] || fail "public file mode"
 pub=$(awk '$1 == "public" {print $2}' "$tmp/sub/console.pub")
 [ ${#pub} -eq 40 ] || fail "public key '$pub'"
-grep -qF "public $pub" "$tmp/sub/console.key" || fail "the pair's public key differs"
+grep -qF -- "public $pub" "$tmp/sub/console.key" || fail "the pair's public key differs"
 grep -q '^secret ' "$tmp/sub/console.pub" && fail "the public file holds a secret"
-grep -qF "$pub" <<<"$out" || fail "the public key is not printed"
+grep -qF -- "$pub" <<<"$out" || fail "the public key is not printed"
 before=$(cat "$tmp/sub/console.key")
 "$PIPETOP" keys --out "$tmp/sub/console" >/dev/null 2>"$tmp/err" && fail "replaced a key"
 grep -q "exists" "$tmp/err" || fail "no 'exists' message: $(cat "$tmp/err")"
