@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "protocol/checked.h"
+
 #define MS_PER_S 1000.0
 
 struct pt_cost {
@@ -100,9 +102,14 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
         c->fwd_ms[l + 1] = c->fwd_ms[l] + L->fwd_ms;
         c->bwd_ms[l + 1] = c->bwd_ms[l] + L->bwd_ms;
         c->rec_ms[l + 1] = c->rec_ms[l] + rec;
-        c->param[l + 1] = c->param[l] + L->param_bytes;
-        c->act[l + 1] = c->act[l] + L->act_bytes;
-        c->saved[l + 1] = c->saved[l] + L->saved_bytes;
+        if (pt_add_i64(c->param[l], L->param_bytes, &c->param[l + 1]) < 0 ||
+            pt_add_i64(c->act[l], L->act_bytes, &c->act[l + 1]) < 0 ||
+            pt_add_i64(c->saved[l], L->saved_bytes, &c->saved[l + 1]) < 0) {
+            pt_cost_free(&c);
+            return pt_error_set(err, PT_ERANGE,
+                                "profile: layers[%d]: the byte sums up to this layer exceed 2^63",
+                                l);
+        }
         c->runtime_memory |= L->saved_bytes > 0 || L->scratch_bytes > 0;
     }
     *out = c;
@@ -181,13 +188,21 @@ int64_t pt_cost_param_bytes(const pt_cost *c, int first, int last)
     return last > first ? c->param[last] - c->param[first] : 0;
 }
 
+/* bytes measured at the profile's micro-batch, scaled to rows; INT64_MAX when
+ * that does not fit, which the simulator's memory bound then refuses */
+static int64_t scale_bytes(int64_t bytes, int rows, int profile_mb)
+{
+    int64_t x;
+    return pt_mul_i64(bytes, rows, &x) < 0 ? INT64_MAX : x / profile_mb;
+}
+
 int64_t pt_cost_boundary_bytes(const pt_cost *c, int boundary, int rows)
 {
     if (boundary < 0 || boundary > c->n)
         return 0;
     int64_t b =
         boundary == 0 ? c->profile->input_bytes : c->profile->layers[boundary - 1].act_bytes;
-    return b * rows / c->profile_mb;
+    return scale_bytes(b, rows, c->profile_mb);
 }
 
 int64_t pt_cost_act_bytes(const pt_cost *c, int first, int last, int rows)
@@ -196,7 +211,7 @@ int64_t pt_cost_act_bytes(const pt_cost *c, int first, int last, int rows)
         first = 0;
     if (last > c->n)
         last = c->n;
-    return last > first ? (c->act[last] - c->act[first]) * rows / c->profile_mb : 0;
+    return last > first ? scale_bytes(c->act[last] - c->act[first], rows, c->profile_mb) : 0;
 }
 
 int64_t pt_cost_saved_bytes(const pt_cost *c, int first, int last, int rows)
@@ -205,7 +220,7 @@ int64_t pt_cost_saved_bytes(const pt_cost *c, int first, int last, int rows)
         first = 0;
     if (last > c->n)
         last = c->n;
-    return last > first ? (c->saved[last] - c->saved[first]) * rows / c->profile_mb : 0;
+    return last > first ? scale_bytes(c->saved[last] - c->saved[first], rows, c->profile_mb) : 0;
 }
 
 int64_t pt_cost_scratch_bytes(const pt_cost *c, int first, int last, int rows)
@@ -220,14 +235,14 @@ int64_t pt_cost_scratch_bytes(const pt_cost *c, int first, int last, int rows)
     int64_t a = c->scratch_max[k][first], b = c->scratch_max[k][last - (1 << k)];
     /* the input gradients of every layer but the first are the inner outputs' size */
     int64_t inner = c->runtime_memory ? c->act[last - 1] - c->act[first] : 0;
-    return (inner + (a > b ? a : b)) * rows / c->profile_mb;
+    return scale_bytes(pt_add_sat_i64(inner, a > b ? a : b), rows, c->profile_mb);
 }
 
 int64_t pt_cost_loss_saved_bytes(const pt_cost *c, int first, int last, int rows)
 {
     if (last != c->n || first >= last)
         return 0;
-    return c->profile->layers[c->n - 1].saved_bytes * rows / c->profile_mb;
+    return scale_bytes(c->profile->layers[c->n - 1].saved_bytes, rows, c->profile_mb);
 }
 
 double pt_cost_link_s(pt_link link, int64_t bytes)

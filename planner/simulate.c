@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "protocol/checked.h"
+
 /* Versions are array indices per worker; a program never needs more than one
  * per micro-batch plus a few. */
 #define PT_SIM_MAX_VERSION (1 << 28)
@@ -226,7 +228,27 @@ static int takes_over(const pt_program *p, const pt_sim *sim, const wstate *st, 
     return st->newest >= p->initial_versions && st->init_alive == 1;
 }
 
-static void init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, int w)
+/* Every byte figure the simulation adds up for worker w stays below this bound
+ * (weights, optimizer state, every version and stash, a gradient per
+ * micro-batch, every micro-batch's activations in flight, the comm buffers),
+ * so when it fits in int64 no running sum can overflow. Sizes come from
+ * outside: micro-batch 2^24 x count 2^20 is within the plan's limits. */
+static int mem_bound_fits(const pt_program *p, const wstate *st, int64_t scratch)
+{
+    int64_t per_mb, acts, held, bound;
+    int64_t versions = (int64_t)st->maxv + 3 + pt_cost_optim_state_factor(p->optim);
+    return pt_add_i64(st->in_b, st->act_b, &per_mb) == 0 &&
+           pt_add_i64(per_mb, st->out_b, &per_mb) == 0 &&
+           pt_add_i64(per_mb, st->saved_b, &per_mb) == 0 &&
+           pt_add_i64(per_mb, st->loss_b, &per_mb) == 0 &&
+           pt_mul_i64(per_mb, p->mb_count, &acts) == 0 &&
+           pt_mul_i64(st->P, versions + 2 * (int64_t)p->mb_count, &held) == 0 &&
+           pt_add_i64(acts, held, &bound) == 0 && pt_add_i64(bound, st->in_b, &bound) == 0 &&
+           pt_add_i64(bound, st->in_b, &bound) == 0 && pt_add_i64(bound, st->out_b, &bound) == 0 &&
+           pt_add_i64(bound, scratch, &bound) == 0;
+}
+
+static int init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, int w, pt_error *err)
 {
     const pt_worker *x = &p->workers[w];
     wstate *st = &sim->ws[w];
@@ -255,12 +277,18 @@ static void init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, i
     st->act_b = pt_cost_act_bytes(cost, x->first, x->last, rows);
     st->saved_b = pt_cost_saved_bytes(cost, x->first, x->last, rows);
     st->loss_b = pt_cost_loss_saved_bytes(cost, x->first, x->last, rows);
+    int64_t scratch = pt_cost_scratch_bytes(cost, x->first, x->last, rows);
+    if (!mem_bound_fits(p, st, scratch))
+        return pt_error_set(err, PT_ERANGE,
+                            "simulate: worker %d (stage %d): %d micro-batches of %d samples need "
+                            "more than 2^63 bytes (%lld activation bytes each)",
+                            w, x->stage, p->mb_count, rows, (long long)st->act_b);
     memset(out, 0, sizeof *out);
     out->limit = pt_cost_topology(cost)->devices[x->device].memory_bytes;
     st->cur[PT_MEM_WEIGHTS] = st->P;
     st->cur[PT_MEM_OPTIM] = pt_cost_optim_state_factor(p->optim) * st->P;
     /* the backward scratch is laid out once, for the worker's rows */
-    st->cur[PT_MEM_ACTS] = pt_cost_scratch_bytes(cost, x->first, x->last, rows);
+    st->cur[PT_MEM_ACTS] = scratch;
     /* received activations and the input gradient waiting to be sent (not the first
      * stage), the received output gradient (not the last) */
     st->cur[PT_MEM_COMM] =
@@ -318,6 +346,7 @@ static void init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, i
         }
     }
     mem_note(out, st);
+    return 0;
 }
 
 /* Applies op i's memory effects on worker w (in program order). */
@@ -693,7 +722,8 @@ int pt_sim_run(pt_sim *sim, const pt_program *prog, const pt_cost *cost, pt_sim_
     if ((rc = pt_sched_match(prog, sim->match, sim->scratch, err)) < 0)
         return rc;
     for (int w = 0; w < prog->worker_count; w++)
-        init_worker(prog, sim, cost, w);
+        if ((rc = init_worker(prog, sim, cost, w, err)) < 0)
+            return rc;
     if ((rc = run_events(prog, sim, cost, err)) < 0)
         return rc;
     summarise(prog, sim, out);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "protocol/checked.h"
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
 
@@ -84,8 +85,8 @@ static int parse_tensor(pt_jr *jr, const cJSON *obj, const char *path, pt_ckpt_t
             return pt_jr_fail(jr, PT_EINVAL, path, key, "must be an integer in [1, %lld]",
                               (long long)PT_CKPT_TENSOR_FLOATS_MAX);
         t->shape[d] = (int64_t)e->valuedouble;
-        product *= t->shape[d];
-        if (product > PT_CKPT_TENSOR_FLOATS_MAX)
+        /* checked: [2^32, 2^32+1] wraps to 2^32 and would pass the count check */
+        if (pt_mul_i64(product, t->shape[d], &product) < 0 || product > PT_CKPT_TENSOR_FLOATS_MAX)
             return pt_jr_fail(jr, PT_ERANGE, path, "shape", "more than %lld elements",
                               (long long)PT_CKPT_TENSOR_FLOATS_MAX);
     }
@@ -216,7 +217,8 @@ int pt_ckpt_index_parse(const char *json, const char *source, pt_ckpt_index **ou
         return pt_error_set(err, PT_ENOMEM, "%s: out of memory", source);
     }
     const cJSON *opt, *layers;
-    const pt_jr_range nonneg = {0, INFINITY, 0, 0};
+    /* epoch is turned into an integer count by its readers (pipetop train) */
+    const pt_jr_range nonneg = {0, (double)PT_JSON_INT_MAX, 0, 0};
     if ((rc = pt_jr_keys(&jr, root, "", keys)) < 0 ||
         (rc = pt_jr_str(&jr, root, "", "model", PT_JR_REQUIRED, NULL, ix->model,
                         sizeof ix->model)) < 0 ||

@@ -9,41 +9,101 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static const char *kind_of_mode(mode_t m)
+{
+    if (S_ISDIR(m))
+        return "a directory";
+    if (S_ISFIFO(m))
+        return "a FIFO";
+    if (S_ISCHR(m))
+        return "a character device";
+    if (S_ISBLK(m))
+        return "a block device";
+    if (S_ISSOCK(m))
+        return "a socket";
+    return "not a plain file";
+}
+
+int pt_file_open_regular(const char *path, long long cap, int *fd, long long *size, pt_error *err)
+{
+    *fd = -1;
+    /* O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever */
+    int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (f < 0)
+        return pt_error_set(err, errno == ENOENT ? PT_ENOTFOUND : PT_EIO, "%s: %s", path,
+                            strerror(errno));
+    struct stat st;
+    if (fstat(f, &st) != 0) {
+        int e = errno;
+        close(f);
+        return pt_error_set(err, PT_EIO, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(f);
+        return pt_error_set(err, PT_EIO, "%s: not a regular file (%s)", path,
+                            kind_of_mode(st.st_mode));
+    }
+    if ((long long)st.st_size > cap) {
+        close(f);
+        return pt_error_set(err, PT_ERANGE, "%s: %lld bytes is above the limit of %lld bytes", path,
+                            (long long)st.st_size, cap);
+    }
+    int flags = fcntl(f, F_GETFL);
+    if (flags >= 0)
+        fcntl(f, F_SETFL, flags & ~O_NONBLOCK);
+    *fd = f;
+    if (size)
+        *size = (long long)st.st_size;
+    return 0;
+}
+
 int pt_file_read(const char *path, char **out, size_t *len, pt_error *err)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return pt_error_set(err, errno == ENOENT ? PT_ENOTFOUND : PT_EIO, "%s: %s", path,
-                            strerror(errno));
-    size_t cap = 4096, n = 0;
+    int fd;
+    long long size;
+    int rc = pt_file_open_regular(path, PT_FILE_READ_MAX, &fd, &size, err);
+    if (rc < 0)
+        return rc;
+    /* the size is a hint: the file may grow or shrink while it is read, and
+     * the cap holds for what is actually read */
+    size_t cap = (size_t)size + 2 > 4096 ? (size_t)size + 2 : 4096, n = 0; /* +2: room to see EOF */
     char *buf = malloc(cap);
     if (!buf) {
-        fclose(f);
+        close(fd);
         return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
     }
     for (;;) {
         if (n + 1 >= cap) {
+            if ((long long)n >= PT_FILE_READ_MAX) {
+                free(buf);
+                close(fd);
+                return pt_error_set(err, PT_ERANGE, "%s: more than the limit of %lld bytes", path,
+                                    (long long)PT_FILE_READ_MAX);
+            }
             char *nb = realloc(buf, cap * 2);
             if (!nb) {
                 free(buf);
-                fclose(f);
+                close(fd);
                 return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
             }
             buf = nb;
             cap *= 2;
         }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
+        ssize_t got = read(fd, buf + n, cap - n - 1);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            int e = errno;
+            free(buf);
+            close(fd);
+            return pt_error_set(err, PT_EIO, "%s: read error: %s", path, strerror(e));
+        }
         if (got == 0)
             break;
+        n += (size_t)got;
     }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return pt_error_set(err, PT_EIO, "%s: read error", path);
-    }
+    close(fd);
     buf[n] = '\0';
     *out = buf;
     if (len)
@@ -66,9 +126,16 @@ static void fsync_dir_of(const char *path)
 
 int pt_file_write_atomic(const char *path, const void *data, size_t len, pt_error *err)
 {
+    return pt_file_write_atomic_mode(path, data, len, 0644, err);
+}
+
+int pt_file_write_atomic_mode(const char *path, const void *data, size_t len, unsigned mode,
+                              pt_error *err)
+{
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    unlink(tmp); /* a leftover of a crashed writer may carry a wider mode */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, (mode_t)mode);
     if (fd < 0)
         return pt_error_set(err, PT_EIO, "%s: %s", tmp, strerror(errno));
     const char *p = data;

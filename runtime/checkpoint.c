@@ -150,10 +150,21 @@ int pt_ckpt_read_tensor(const char *dir, const pt_ckpt_tensor *t, float *host, p
 {
     char path[PATH_BYTES];
     snprintf(path, sizeof path, "%s/%s", dir, t->file);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return pt_error_set(err, errno == ENOENT ? PT_ENOTFOUND : PT_EIO,
-                            "%s: %s (tensor %s of the checkpoint)", path, strerror(errno), t->name);
+    /* a regular file only: a FIFO or device in the checkpoint folder would hang or never end */
+    int fd;
+    int rc = pt_file_open_regular(path, PT_CKPT_TENSOR_FLOATS_MAX * (long long)sizeof(float) + 1,
+                                  &fd, NULL, err);
+    if (rc < 0) {
+        char why[PT_ERROR_MAX];
+        snprintf(why, sizeof why, "%s", err ? err->msg : "");
+        return pt_error_set(err, rc, "%s (tensor %s of the checkpoint)", why, t->name);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return pt_error_set(err, PT_EIO, "%s: %s (tensor %s of the checkpoint)", path,
+                            strerror(errno), t->name);
+    }
     size_t want = (size_t)t->count * sizeof(float);
     size_t got = fread(host, 1, want, f);
     int extra = fgetc(f) != EOF;

@@ -88,6 +88,8 @@ static int idx_read(const char *path, uint32_t magic, int ndims, idx_file *out, 
             return missing_file(path, err);
         return pt_error_set(err, PT_EIO, "%s: %s", path, strerror(errno));
     }
+    if (!S_ISREG(st.st_mode)) /* a FIFO would block gzopen; /dev/zero never ends */
+        return pt_error_set(err, PT_EIO, "%s: not a regular file", path);
     gzFile f = gzopen(path, "rb");
     if (!f)
         return pt_error_set(err, PT_EIO, "%s: cannot open: %s", path, strerror(errno));

@@ -6,7 +6,8 @@
 #                           same run headless when there is no terminal
 #   scripts/setup.sh test   install what is missing, build, run every test
 #                           (normal build, then the unit tests again under
-#                           -fsanitize=address,undefined)
+#                           -fsanitize=address,undefined and under valgrind,
+#                           then each libFuzzer harness for FUZZ_SECONDS=30)
 # As root it installs with apt-get; otherwise it prints the apt-get line to run.
 set -euo pipefail
 
@@ -17,6 +18,10 @@ jobs="$(nproc 2>/dev/null || echo 2)"
 # openmpi-bin and libopenmpi-dev only serve bench/comm_bandwidth's MPI reference figure.
 packages=(cmake gcc make pkg-config libcjson-dev libzmq3-dev libopenblas-dev libncurses-dev
           zlib1g-dev dataset-fashion-mnist tmux openmpi-bin libopenmpi-dev)
+# test mode also needs clang (libFuzzer harnesses) and valgrind (memcheck)
+if [[ "$mode" == test ]]; then
+    packages+=(clang valgrind)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -59,6 +64,18 @@ test)
     build build-asan -DPT_SANITIZE=ON
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
         ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
+    # the unit tests once more under valgrind's memcheck (uninitialised reads,
+    # which ASan does not see); any error fails the run. Left out, still run
+    # under ASan: the fuzz replays (libFuzzer covers them too) and the tests
+    # that take over a second natively (valgrind runs ~50x slower; with them
+    # memcheck alone would take ~15 minutes on 2 cores, without them ~3).
+    memcheck_skip='_replay$|^(comm|checkpoint|net_models|planner_dapple|planner_pipedream_paper'
+    memcheck_skip+='|run_session|data|memory_predict|message|plan)_test$'
+    scripts/memcheck.sh build "$jobs" "$memcheck_skip"
+    # every libFuzzer harness, built with clang, runs FUZZ_SECONDS from its seed
+    # corpus (tests/data and tests/data/bad), two at a time; a crash fails
+    build build-fuzz -DCMAKE_C_COMPILER=clang -DPT_FUZZ=ON
+    scripts/fuzz.sh build-fuzz "${FUZZ_SECONDS:-30}" "$jobs"
     ;;
 *)
     echo "usage: scripts/setup.sh main|test" >&2

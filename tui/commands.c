@@ -17,5 +17,6 @@ const pt_command pt_commands[] = {
     {"demo", pt_cmd_demo, "plan, spawn 4 local agents, train Fashion-MNIST, watch it live"},
     {"replay", pt_cmd_replay, "play a recorded run in the console (speed, pause, step)"},
     {"status", pt_cmd_status, "one snapshot of a run from its record (--json for scripts)"},
+    {"keys", pt_cmd_keys, "make a CURVE key pair (NAME.key, NAME.pub) for authenticated runs"},
     {NULL, NULL, NULL},
 };

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "protocol/checked.h"
 #include "protocol/fileio.h"
 #include "tui/replay.h"
 
@@ -360,7 +361,11 @@ int pt_export_store_mem(const pt_store *store, int64_t origin_ns, pt_export_mem 
         return PT_ENOMEM;
     for (int64_t i = 0; i < n; i++) {
         const pt_store_mem *x = pt_store_mem_at(store, i);
-        m[i].t = (double)(x->t_ns - origin_ns) * 1e-9;
+        int64_t dt;
+        /* exact when the difference fits; a record's times (+-2^62) always do */
+        m[i].t = (pt_sub_i64(x->t_ns, origin_ns, &dt) == 0 ? (double)dt
+                                                           : (double)x->t_ns - (double)origin_ns) *
+                 1e-9;
         m[i].stage = x->stage;
         m[i].replica = x->replica;
         memcpy(m[i].bytes, x->cur, sizeof m[i].bytes);

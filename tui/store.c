@@ -231,6 +231,11 @@ int pt_store_set_agent(pt_store *s, const pt_store_agent *a)
             s->agent_cap = cap;
         }
         i = s->agent_n++;
+        /* a new row is a change; comparing it would read the uninitialised
+         * slot realloc gave (valgrind memcheck) */
+        s->agents[i] = *a;
+        s->version++;
+        return 0;
     }
     if (memcmp(&s->agents[i], a, sizeof *a)) {
         s->agents[i] = *a;

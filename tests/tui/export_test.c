@@ -303,6 +303,31 @@ static void test_record_errors(void)
     CHECK(rec == NULL);
 }
 
+/* Memory samples 2^63 ns from the origin export to that distance in seconds,
+ * not a wrapped one (issue 13: t_ns - origin_ns overflowed in tui/export.c). */
+static void test_export_time_span(void)
+{
+    pt_store *store = NULL;
+    REQUIRE(pt_store_new(16, &store) == 0);
+    pt_msg_metrics m = {.stage = 0,
+                        .replica = 0,
+                        .step = 0,
+                        .loss = 1,
+                        .samples_per_s = 1,
+                        .iter_ms = 1,
+                        .total_cur = 8,
+                        .total_peak = 8};
+    pt_store_metrics(store, &m, 1, 1LL << 62);
+    pt_export_mem *mem = NULL;
+    int64_t count = 0;
+    REQUIRE(pt_export_store_mem(store, -(1LL << 62), &mem, &count) == 0);
+    CHECK_MSG(count == 1, "%lld samples", (long long)count);
+    if (count == 1)
+        CHECK_NEAR(mem[0].t, 0x1p63 * 1e-9, 1e-3);
+    free(mem);
+    pt_store_free(&store);
+}
+
 static void test_store_ring(void)
 {
     /* a ring of 8 keeps the newest 8 spans */
@@ -332,6 +357,7 @@ static void test_store_ring(void)
     pt_store_free(&s);
 }
 
-PT_TEST_MAIN({"trace_of_simulation", test_trace_of_simulation},
+PT_TEST_MAIN({"export_time_span", test_export_time_span},
+             {"trace_of_simulation", test_trace_of_simulation},
              {"trace_of_run_record", test_trace_of_run_record}, {"replay_steps", test_replay_steps},
              {"record_errors", test_record_errors}, {"store_ring", test_store_ring})

@@ -48,6 +48,13 @@ out=$("$PIPETOP" sim --plan "$D/plan.json" --profile "$tmp/five.json" \
     --topology "$D/topology.json" 2>&1)
 [ $? -eq 1 ] || fail "five-layer profile: exit status ($out)"
 grep -q "layers" <<<"$out" || fail "five-layer profile: '$out' does not name the layers"
+# plans within the documented limits whose sizes overflow 64 bits (issue 13):
+# refused with the .expect text, never undefined behaviour (see the ASan build)
+for f in tests/data/bad/sim/*.json; do
+    out=$("$PIPETOP" sim --plan "$f" --profile "$D/profile.json" --topology "$D/topology.json" 2>&1)
+    [ $? -eq 1 ] || fail "$f: exit status ($out)"
+    grep -qF "$(cat "${f%.json}.expect")" <<<"$out" || fail "$f: '$out' lacks the .expect text"
+done
 "$PIPETOP" sim >/dev/null 2>&1
 [ $? -eq 2 ] || fail "no arguments: want exit 2"
 "$PIPETOP" sim --plan "$D/plan.json" --profile "$D/profile.json" --topology "$D/topology.json" \

@@ -1,0 +1,192 @@
+/* CURVE key files (see keyfile.h and docs/formats.md). */
+#include "protocol/keyfile.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "protocol/fileio.h"
+
+#define KEYFILE_MAGIC  "pipetop-key"
+#define LINE_MAX_SHOWN 40 /* characters of a bad line quoted in an error */
+
+static const char z85_chars[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                ".-:+=^!/*?&<>()[]{}@%$#";
+
+int pt_key_z85_valid(const char *s)
+{
+    if (!s || strlen(s) != PT_KEY_Z85_LEN)
+        return 0;
+    for (int g = 0; g < PT_KEY_Z85_LEN; g += 5) {
+        uint64_t v = 0;
+        for (int i = 0; i < 5; i++) {
+            const char *at = s[g + i] ? strchr(z85_chars, s[g + i]) : NULL;
+            if (!at)
+                return 0;
+            v = v * 85 + (uint64_t)(at - z85_chars);
+        }
+        if (v > UINT32_MAX) /* five characters carry four bytes */
+            return 0;
+    }
+    return 1;
+}
+
+static int fail_line(pt_error *err, const char *source, int lineno, const char *what,
+                     const char *line, size_t n)
+{
+    return pt_error_set(err, PT_EPARSE, "%s: line %d: %s (\"%.*s%s\")", source, lineno, what,
+                        (int)(n < LINE_MAX_SHOWN ? n : LINE_MAX_SHOWN), line,
+                        n > LINE_MAX_SHOWN ? "..." : "");
+}
+
+int pt_keyfile_parse(const char *text, size_t len, const char *source, pt_keyfile *out,
+                     pt_error *err)
+{
+    const char *src = source ? source : "key file";
+    memset(out, 0, sizeof *out);
+    if (!text)
+        return pt_error_set(err, PT_EINVAL, "%s: no text", src);
+    if (len > PT_KEYFILE_MAX)
+        return pt_error_set(err, PT_ERANGE, "%s: %zu bytes is above the limit of %d bytes", src,
+                            len, PT_KEYFILE_MAX);
+    int lineno = 0, seen_magic = 0, seen_public = 0, seen_secret = 0;
+    pt_keyfile k = {0};
+    size_t pos = 0;
+    while (pos < len) {
+        const char *line = text + pos;
+        const char *nl = memchr(line, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - line) : len - pos;
+        pos += n + (nl ? 1 : 0);
+        lineno++;
+        while (n > 0 && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
+            n--;
+        size_t k0 = 0;
+        while (k0 < n && (line[k0] == ' ' || line[k0] == '\t'))
+            k0++;
+        line += k0;
+        n -= k0;
+        if (n == 0 || line[0] == '#')
+            continue;
+        if (memchr(line, '\0', n))
+            return fail_line(err, src, lineno, "a NUL byte", "", 0);
+        char word[16], value[64];
+        size_t w = 0;
+        while (w < n && line[w] != ' ' && line[w] != '\t')
+            w++;
+        size_t v0 = w;
+        while (v0 < n && (line[v0] == ' ' || line[v0] == '\t'))
+            v0++;
+        if (w >= sizeof word || n - v0 >= sizeof value || v0 == n)
+            return fail_line(err, src, lineno, "not \"WORD VALUE\"", line, n);
+        memcpy(word, line, w);
+        word[w] = '\0';
+        memcpy(value, line + v0, n - v0);
+        value[n - v0] = '\0';
+        if (!seen_magic) {
+            if (strcmp(word, KEYFILE_MAGIC))
+                return fail_line(err, src, lineno, "the first line must be \"" KEYFILE_MAGIC " 1\"",
+                                 line, n);
+            if (strcmp(value, "1"))
+                return pt_error_set(err, PT_EUNSUPP,
+                                    "%s: line %d: version \"%s\" (this pipetop reads version %d)",
+                                    src, lineno, value, PT_KEYFILE_VERSION);
+            seen_magic = 1;
+            continue;
+        }
+        int is_public = !strcmp(word, "public"), is_secret = !strcmp(word, "secret");
+        if (!is_public && !is_secret)
+            return fail_line(err, src, lineno, "unknown field (public, secret)", line, n);
+        if ((is_public && seen_public) || (is_secret && seen_secret))
+            return pt_error_set(err, PT_EPARSE, "%s: line %d: %s: given twice", src, lineno, word);
+        if (!pt_key_z85_valid(value))
+            return pt_error_set(err, PT_EPARSE,
+                                "%s: line %d: %s: not a Z85 key (%d characters of the Z85 "
+                                "alphabet, as `pipetop keys` writes)",
+                                src, lineno, word, PT_KEY_Z85_LEN);
+        memcpy(is_public ? k.public_z85 : k.secret_z85, value, PT_KEY_Z85_LEN + 1);
+        seen_public |= is_public;
+        seen_secret |= is_secret;
+    }
+    if (!seen_magic)
+        return pt_error_set(err, PT_EPARSE, "%s: empty (no \"" KEYFILE_MAGIC " 1\" line)", src);
+    if (!seen_public)
+        return pt_error_set(err, PT_EPARSE, "%s: public: missing", src);
+    k.has_secret = seen_secret;
+    *out = k;
+    return 0;
+}
+
+int pt_keyfile_load(const char *path, pt_keyfile *out, pt_error *err)
+{
+    memset(out, 0, sizeof *out);
+    int fd;
+    long long size;
+    int rc = pt_file_open_regular(path, PT_KEYFILE_MAX, &fd, &size, err);
+    if (rc < 0)
+        return rc;
+    struct stat st;
+    char text[PT_KEYFILE_MAX + 1];
+    size_t n = 0;
+    ssize_t got;
+    int ok = fstat(fd, &st) == 0;
+    while (ok && n < sizeof text - 1 && (got = read(fd, text + n, sizeof text - 1 - n)) != 0) {
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            ok = 0;
+        else
+            n += (size_t)got;
+    }
+    int e = errno;
+    close(fd);
+    if (!ok)
+        return pt_error_set(err, PT_EIO, "%s: %s", path, strerror(e));
+    pt_keyfile k;
+    if ((rc = pt_keyfile_parse(text, n, path, &k, err)) < 0)
+        return rc;
+    if (k.has_secret && (st.st_mode & 077))
+        return pt_error_set(err, PT_EINVAL,
+                            "%s: holds a secret key but its mode is %04o (readable or writable by "
+                            "others); chmod 600 %s",
+                            path, (unsigned)(st.st_mode & 07777), path);
+    *out = k;
+    return 0;
+}
+
+int pt_keyfile_format(const pt_keyfile *k, int with_secret, char *buf, size_t cap)
+{
+    int secret = with_secret && k->has_secret;
+    int n = snprintf(buf, cap, "%s\n" KEYFILE_MAGIC " %d\npublic %s\n%s%s%s",
+                     secret ? "# pipetop CURVE key pair: keep this file secret (mode 0600)"
+                            : "# pipetop CURVE public key: give it to the peers that trust you",
+                     PT_KEYFILE_VERSION, k->public_z85, secret ? "secret " : "",
+                     secret ? k->secret_z85 : "", secret ? "\n" : "");
+    if (n < 0 || (size_t)n >= cap)
+        return PT_ERANGE;
+    return n;
+}
+
+int pt_keyfile_write_pair(const char *base, const pt_keyfile *k, int overwrite, pt_error *err)
+{
+    char key_path[4096], pub_path[4096], text[512];
+    if (snprintf(key_path, sizeof key_path, "%s.key", base) >= (int)sizeof key_path ||
+        snprintf(pub_path, sizeof pub_path, "%s.pub", base) >= (int)sizeof pub_path)
+        return pt_error_set(err, PT_EINVAL, "%s: name too long", base);
+    if (!k->has_secret || !pt_key_z85_valid(k->public_z85) || !pt_key_z85_valid(k->secret_z85))
+        return pt_error_set(err, PT_EINVAL, "%s: not a complete key pair", key_path);
+    struct stat st;
+    if (!overwrite && stat(key_path, &st) == 0)
+        return pt_error_set(err, PT_EINVAL, "%s: exists; not replacing a key (remove it first)",
+                            key_path);
+    int n = pt_keyfile_format(k, 1, text, sizeof text);
+    int rc;
+    if (n < 0 || (rc = pt_file_write_atomic_mode(key_path, text, (size_t)n, 0600, err)) < 0)
+        return n < 0 ? pt_error_set(err, n, "%s: key text too long", key_path) : rc;
+    n = pt_keyfile_format(k, 0, text, sizeof text);
+    if (n < 0 || (rc = pt_file_write_atomic_mode(pub_path, text, (size_t)n, 0644, err)) < 0)
+        return n < 0 ? pt_error_set(err, n, "%s: key text too long", pub_path) : rc;
+    return 0;
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# scripts/memcheck.sh BUILD JOBS [SKIP_REGEX]: runs the unit tests of BUILD
+# (ctest label "unit") under valgrind's memcheck, JOBS at a time, each with
+# the environment ctest gives it. Any valgrind error (--error-exitcode) or
+# failing test fails the run; the log of each failure is printed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build="${1:?usage: scripts/memcheck.sh BUILD JOBS [SKIP_REGEX]}"
+jobs="${2:-2}"
+skip="${3:-^$}"
+src="$PWD"
+out="$build/memcheck"
+rm -rf "$out"
+mkdir -p "$out"
+mapfile -t tests < <(ctest --test-dir "$build" -N -L unit | awk '/Test +#/ {print $3}' | grep -Ev "$skip")
+((${#tests[@]})) || { echo "memcheck: no tests found in $build" >&2; exit 1; }
+export PT_SOURCE_DIR="$src" PT_BUILD_DIR="$src/$build" OPENBLAS_NUM_THREADS=1 build out
+run_one() {
+    local t="$1" start=$SECONDS
+    if (cd "$build" && valgrind --error-exitcode=99 --leak-check=no --track-origins=no \
+        --quiet "./$t") >"$out/$t.log" 2>&1; then
+        echo "memcheck: $t ok ($((SECONDS - start)) s)"
+    else
+        echo "memcheck: $t FAILED; $out/$t.log:" >&2
+        tail -40 "$out/$t.log" >&2
+        return 1
+    fi
+}
+export -f run_one
+start=$SECONDS
+printf '%s\n' "${tests[@]}" | xargs -P "$jobs" -I{} bash -c 'run_one {}'
+rc=$?
+echo "memcheck: ${#tests[@]} unit tests in $((SECONDS - start)) s ($jobs at a time)"
+exit $((rc != 0))
