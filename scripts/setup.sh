@@ -15,7 +15,7 @@ mode="${1:-main}"
 jobs="$(nproc 2>/dev/null || echo 2)"
 
 packages=(cmake gcc make pkg-config libcjson-dev libzmq3-dev libopenblas-dev libncurses-dev
-          zlib1g-dev dataset-fashion-mnist tmux)
+          zlib1g-dev dataset-fashion-mnist tmux librsvg2-bin)
 
 missing=()
 for p in "${packages[@]}"; do
