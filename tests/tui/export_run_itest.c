@@ -37,8 +37,14 @@ static char *export_trace(const char *run, const char *opt, const char *val, cha
 {
     char out[512];
     snprintf(out, sizeof out, "%s.json", run);
-    char *argv[] = {(char *)ru_bin("pipetop"), "export", (char *)run, "--trace", out,
-                    (char *)opt, (char *)val, NULL};
+    char *argv[] = {(char *)ru_bin("pipetop"),
+                    "export",
+                    (char *)run,
+                    "--trace",
+                    out,
+                    (char *)opt,
+                    (char *)val,
+                    NULL};
     if (!opt)
         argv[5] = NULL;
     if (ru_run(argv, TDIR "/export.out", TDIR "/export.err", EXP_MS) != 0)
