@@ -21,6 +21,7 @@
 #define SVG_WIDTH_MAX   20000
 #define SVG_LAST_DEF    4 /* iterations an SVG shows unless told (more is a smear) */
 #define EXPORT_BUF      (1 << 20)
+#define EXPORT_LAST_MAX 1000000000 /* iterations --last takes, at most */
 
 static const char usage_text[] =
     "usage: pipetop export RUN [--trace OUT.json] [--svg OUT.svg] [--steps A:B | --last N]\n"
@@ -97,7 +98,7 @@ int pt_cmd_export(int argc, char **argv)
          "SVG picture (--theme for its colours, --width in pixels)"},
         {"steps", PT_OPT_STRING, &steps, 0, 0, 0, "A:B",
          "only steps A to B (inclusive; A: or :B leave an end open)"},
-        {"last", PT_OPT_INT64, &last_n, 1, INT64_MAX / 2, 0, "N",
+        {"last", PT_OPT_INT64, &last_n, 1, EXPORT_LAST_MAX, 0, "N",
          "only the last N iterations (default for the SVG: 4)"},
         {"theme", PT_OPT_STRING, &theme_name, 0, 0, 0, "NAME",
          "SVG colours: a theme file or a name in themes/ (default: white slide colours)"},
