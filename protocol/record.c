@@ -237,8 +237,20 @@ static int check_frame(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_e
     if ((rc = pt_msg_decode(e->frame, e->frame_len, src, &m, jr->err)) < 0)
         return rc;
     e->msg_type = m.type;
+    e->gen = m.gen;
+    if (!(e->agent = arena_strndup(c->arena, m.agent, strlen(m.agent)))) {
+        pt_msg_clear(&m);
+        return pt_jr_fail(jr, PT_ENOMEM, "", "msg", "out of memory");
+    }
     if (m.type == PT_MSG_METRICS)
-        e->step = m.u.metrics.step;
+        e->step = e->step_last = m.u.metrics.step;
+    for (int k = 0; m.type == PT_MSG_EVENTS && k < m.u.events.count; k++) {
+        int64_t st = m.u.events.events[k].step;
+        if (k == 0 || st < e->step)
+            e->step = st;
+        if (k == 0 || st > e->step_last)
+            e->step_last = st;
+    }
     sum_msg(c->sum, e, &m);
     pt_rx_counts counts;
     if (c->rx && e->kind == PT_RECORD_RECV && !strcmp(e->channel, "telemetry") &&
@@ -486,7 +498,7 @@ static void entry_init(pt_record_entry *e, int64_t lineno)
 {
     memset(e, 0, sizeof *e);
     e->line = lineno;
-    e->step = -1;
+    e->step = e->step_last = -1;
     e->msg_type = PT_MSG_TYPE_COUNT;
 }
 

@@ -136,14 +136,17 @@ typedef struct pt_record_entry {
     size_t frame_len;
     pt_msg_type msg_type;
     uint64_t dropped; /* recv on telemetry: the sender's sequence numbers missing so far */
-    /* agent, dead, rejected (agent NULL when the sender was unknown) */
+    /* agent, dead, rejected (agent NULL when the sender was unknown); recv,
+     * sent: the frame's sender or addressee */
     const char *agent;
     const char *state;  /* agent */
     const char *reason; /* dead, rejected, checkpoint_failed, failed */
     const char *dir;    /* checkpoint, checkpoint_failed */
-    int64_t step;       /* agent, checkpoint, checkpoint_failed; a metrics frame's step; else -1 */
+    int64_t step;       /* agent, checkpoint, checkpoint_failed; a metrics frame's step; an
+                           events frame's lowest step; else -1 */
+    int64_t step_last;  /* a metrics frame's step, an events frame's highest; else -1 */
     double commit_ms;   /* checkpoint */
-    /* plan */
+    /* plan: the generation it starts; recv, sent: the frame's generation */
     int64_t gen;
     const pt_plan *plan;
     const char *model_json; /* the model spec, JSON text */

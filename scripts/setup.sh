@@ -15,9 +15,11 @@ cd "$(dirname "$0")/.."
 mode="${1:-main}"
 jobs="$(nproc 2>/dev/null || echo 2)"
 
-# openmpi-bin and libopenmpi-dev only serve bench/comm_bandwidth's MPI reference figure.
+# openmpi-bin and libopenmpi-dev only serve bench/comm_bandwidth's MPI reference figure;
+# librsvg2-bin (rsvg-convert) renders the exported SVG in tests/tui/export_svg_test.c.
 packages=(cmake gcc make pkg-config libcjson-dev libzmq3-dev libopenblas-dev libncurses-dev
-          zlib1g-dev dataset-fashion-mnist tmux openmpi-bin libopenmpi-dev)
+          zlib1g-dev dataset-fashion-mnist tmux openmpi-bin libopenmpi-dev
+          librsvg2-bin)
 # test mode also needs clang (libFuzzer harnesses) and valgrind (memcheck)
 if [[ "$mode" == test ]]; then
     packages+=(clang valgrind)

@@ -236,7 +236,7 @@ int pt_ui_export(pt_ui *ui)
     if (rc == 0) {
         pt_export_svg_opts o = {EXPORT_SVG_WIDTH, 0, 0,
                                 measured ? "pipetop: measured timeline" : "pipetop: predicted"};
-        rc = pt_export_svg(tl, &ui->theme, &o, &text, &len, &err);
+        rc = pt_export_svg(tl, NULL, &o, &text, &len, &err); /* slide colours */
         if (rc == 0)
             rc = pt_export_write(svg, text, len, &err);
         free(text);

@@ -1,9 +1,11 @@
 /* Exports and replay: the Chrome trace of a simulated program and of a
  * recorded run is valid JSON whose op events match the source one for one
- * (count, and time span to the microsecond rounding), whose bubbles fill
- * exactly the idle time of every compute lane, with one named track per
- * replica and lane; the SVG draws every op; the run record replays step by
- * step and to the end into the same spans the record holds. */
+ * (count, durations, and one clock offset per agent and generation), whose
+ * bubbles fill exactly the idle time of every compute lane, whose slices
+ * never overlap on a track, and whose every SEND has its flow to the RECV
+ * of the neighbouring stage; --steps and --last choose iterations; the SVG
+ * draws every op; the run record replays step by step and to the end into
+ * the same spans the record holds. */
 #include "tests/test.h"
 
 #include <cjson/cJSON.h>
@@ -15,6 +17,7 @@
 #include "tui/replay.h"
 #include "tui/store.h"
 #include "tui/tline.h"
+#include "tests/tui/trace_check.h"
 
 #define US_TOL 0.0011 /* trace times are printed with 3 decimals of a microsecond */
 
@@ -102,7 +105,7 @@ static int read_trace(const char *text, trace_stats *st)
             int tid = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(e, "tid"));
             if (!strcmp(cat, "bubble")) {
                 st->bubbles++;
-                int k = (pid - 1) * 2 + tid / 4;
+                int k = (pid - 1) * 2 + tid / 300; /* tid = (replica * 3 + lane) * 100 + track */
                 if (k >= 0 && k < 8)
                     st->bubble_us[k] += dur;
                 continue;
@@ -141,7 +144,21 @@ static void test_trace_of_simulation(void)
     trace_stats st;
     REQUIRE(read_trace(text, &st) == 0);
     CHECK(st.ops == prog.op_count && c.ops == st.ops);
-    CHECK(st.threads == 4 * 3); /* 4 replicas x compute/comm/wait */
+    /* 4 replicas x compute/comm/wait, and a further track wherever a lane's
+     * ops overlap (the simulator's sends do) */
+    pt_export_set set;
+    REQUIRE(pt_export_from_tline(&tl, NULL, 0, &set) == 0);
+    int64_t tracks = 0;
+    for (int r = 0; r < set.row_count; r++)
+        for (int lane = 0; lane < 3; lane++)
+            tracks += set.tracks[r][lane] ? set.tracks[r][lane] : 1;
+    CHECK(st.threads == tracks && tracks >= 4 * 3);
+    CHECK(c.tracks == tracks);
+    pt_export_set_release(&set);
+    tc_result tr;
+    REQUIRE(tc_check(text, &tr) == 0);
+    CHECK(tr.overlaps == 0);
+    CHECK(tr.sends > 0 && tr.sends_with_flow == tr.sends && tr.bad_flows == 0);
     CHECK(st.bad_pid == 0);
     CHECK_NEAR(st.lo, 0.0, US_TOL);
     CHECK_NEAR(st.hi, res.makespan_s * 1e6, US_TOL);
@@ -185,6 +202,63 @@ static const char *record_path(void)
     return path;
 }
 
+/* One op event of the record as the agent's clock gave it. */
+typedef struct raw_ev {
+    char agent[PT_MSG_ID_MAX];
+    int64_t gen, step;
+    int mb, op;
+    double start_us, dur_us;
+} raw_ev;
+
+static int64_t raw_events(const pt_record *rec, raw_ev **out)
+{
+    int64_t n = 0, cap = 0;
+    raw_ev *v = NULL;
+    for (int64_t i = 0; i < pt_record_count(rec); i++) {
+        const pt_record_entry *e = pt_record_at(rec, i);
+        if (e->kind != PT_RECORD_RECV || e->msg_type != PT_MSG_EVENTS)
+            continue;
+        pt_msg m;
+        if (pt_record_msg(rec, i, &m, NULL) < 0)
+            continue;
+        for (int k = 0; k < m.u.events.count; k++) {
+            if (n == cap)
+                v = realloc(v, sizeof *v * (size_t)(cap = cap ? cap * 2 : 256));
+            const pt_msg_event *ev = &m.u.events.events[k];
+            raw_ev *r = &v[n++];
+            snprintf(r->agent, sizeof r->agent, "%s", m.agent);
+            r->gen = m.gen;
+            r->step = ev->step;
+            r->mb = ev->mb;
+            r->op = ev->op;
+            r->start_us = (double)ev->start_ns / 1e3;
+            r->dur_us = (double)(ev->end_ns - ev->start_ns) / 1e3;
+        }
+        pt_msg_clear(&m);
+    }
+    *out = v;
+    return n;
+}
+
+static char *trace_of(const char *path, const pt_export_select *sel, pt_export_set *set)
+{
+    pt_error err = {0};
+    if (pt_export_load_run(path, sel, set, &err) < 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return NULL;
+    }
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    int rc = pt_export_trace_write(set, f, NULL, &err);
+    fclose(f);
+    if (rc < 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
 static void test_trace_of_run_record(void)
 {
     pt_record *rec = NULL;
@@ -193,33 +267,132 @@ static void test_trace_of_run_record(void)
     pt_record_summary sum;
     pt_record_summarize(rec, &sum);
     CHECK(sum.events > 100 && sum.plans == 1 && sum.metrics > 0);
+    raw_ev *raw = NULL;
+    int64_t nraw = raw_events(rec, &raw);
+    CHECK(nraw == sum.events);
     pt_record_free(&rec);
 
+    pt_export_set set;
+    char *text = trace_of(record_path(), NULL, &set);
+    REQUIRE(text);
+    CHECK(set.ops == sum.events);
+    CHECK(set.row_count == 4);
+    CHECK(set.mem_count == sum.metrics);
+    CHECK(set.iterations == sum.last_step - sum.first_step + 1);
+    CHECK_STR_CONTAINS(set.title, "fmnist-mlp-deep | 4 stages");
+    CHECK_STR_CONTAINS(set.title, "dapple");
+    tc_result r;
+    REQUIRE(tc_check(text, &r) == 0);
+    CHECK(r.ops == sum.events);
+    CHECK(r.bubbles > 0); /* a 4-stage pipeline always idles somewhere */
+    CHECK(r.overlaps == 0);
+    CHECK(r.no_args == 0);
+    CHECK(r.sends > 0 && r.sends == r.recvs);
+    CHECK(r.sends_with_flow == r.sends && r.bad_flows == 0);
+    /* every op is in the trace with its own duration, shifted by one offset
+     * per agent and generation (the agent's clock is one clock) */
+    cJSON *j = cJSON_Parse(text);
+    const cJSON *e;
+    int64_t matched = 0, shifted = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "traceEvents"))
+    {
+        if (strcmp(tc_str(e, "ph"), "X") || !strcmp(tc_str(e, "cat"), "bubble"))
+            continue;
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(e, "args");
+        for (int64_t i = 0; i < nraw; i++) {
+            const raw_ev *x = &raw[i];
+            char want[40];
+            if (x->mb >= 0)
+                snprintf(want, sizeof want, "%s mb%d", pt_op_name(x->op), x->mb);
+            else
+                snprintf(want, sizeof want, "%s", pt_op_name(x->op));
+            if (x->step != (int64_t)tc_num(a, "step") || x->gen != (int64_t)tc_num(a, "gen") ||
+                strcmp(x->agent, tc_str(a, "agent")) || strcmp(want, tc_str(e, "name")))
+                continue;
+            matched++;
+            CHECK_NEAR(tc_num(e, "dur"), x->dur_us, US_TOL);
+            /* the shift of this event against the first one of its agent */
+            for (int64_t f = 0; f < nraw; f++)
+                if (!strcmp(raw[f].agent, x->agent) && raw[f].gen == x->gen) {
+                    double off0 = NAN;
+                    const cJSON *g;
+                    cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(j, "traceEvents"))
+                    {
+                        const cJSON *ga = cJSON_GetObjectItemCaseSensitive(g, "args");
+                        if (!strcmp(tc_str(g, "ph"), "X") &&
+                            !strcmp(tc_str(ga, "agent"), x->agent) &&
+                            (int64_t)tc_num(ga, "step") == raw[f].step &&
+                            strcmp(tc_str(g, "cat"), "bubble") &&
+                            tc_num(g, "dur") > raw[f].dur_us - US_TOL &&
+                            tc_num(g, "dur") < raw[f].dur_us + US_TOL &&
+                            fabs(tc_num(g, "ts") - tc_num(e, "ts") -
+                                 (raw[f].start_us - x->start_us)) < 2 * US_TOL) {
+                            off0 = 0;
+                            break;
+                        }
+                    }
+                    shifted += off0 == 0;
+                    break;
+                }
+            break;
+        }
+    }
+    CHECK(matched == sum.events);
+    CHECK(shifted == sum.events);
+    cJSON_Delete(j);
+    free(text);
+    free(raw);
+    pt_export_set_release(&set);
+
+    /* --last 2: the last two steps, every op of them */
+    pt_export_select last2 = {0, -1, 2};
+    REQUIRE((text = trace_of(record_path(), &last2, &set)));
+    CHECK(set.iterations == 2 && set.first_step == sum.last_step - 1 &&
+          set.last_step == sum.last_step);
+    CHECK(set.ops * (sum.last_step - sum.first_step + 1) == sum.events * 2);
+    REQUIRE(tc_check(text, &r) == 0);
+    CHECK(r.overlaps == 0 && r.sends_with_flow == r.sends && r.bad_flows == 0);
+    free(text);
+    pt_export_set_release(&set);
+    /* --steps A:B, inclusive */
+    pt_export_select mid = {sum.first_step + 1, sum.first_step + 2, 0};
+    REQUIRE((text = trace_of(record_path(), &mid, &set)));
+    CHECK(set.iterations == 2 && set.first_step == sum.first_step + 1 &&
+          set.last_step == sum.first_step + 2);
+    free(text);
+    pt_export_set_release(&set);
+
+    /* a missing record is an error naming it */
+    CHECK(pt_export_load_run("/nonexistent/run.ndjson", NULL, &set, &err) < 0);
+    CHECK_STR_CONTAINS(err.msg, "/nonexistent/run.ndjson");
+}
+
+/* Two slices of one lane that overlap go to two tracks; neither moves. */
+static void test_overlap_tracks(void)
+{
     pt_tline tl;
     memset(&tl, 0, sizeof tl);
-    pt_export_mem *mem = NULL;
-    int64_t nmem = 0;
-    REQUIRE(pt_export_load_run(record_path(), &tl, &mem, &nmem, &err) == 0);
-    CHECK(tl.count == sum.events);
-    CHECK(tl.row_count == 4);
-    CHECK(nmem == sum.metrics);
+    REQUIRE(pt_tline_row(&tl, 0, 0) == 0);
+    pt_tl_span a = {0.0, 2e-3, 0, 0, 0, 64, PT_OP_SEND_ACT, PT_LANE_COMM};
+    pt_tl_span b = {1e-3, 3e-3, 0, 1, 0, 64, PT_OP_SEND_ACT, PT_LANE_COMM};
+    pt_tl_span c = {0.0, 3e-3, 0, 0, 0, 0, PT_OP_FWD, PT_LANE_COMPUTE};
+    REQUIRE(pt_tline_add(&tl, &a) == 0 && pt_tline_add(&tl, &b) == 0 && pt_tline_add(&tl, &c) == 0);
+    pt_export_set set;
+    REQUIRE(pt_export_from_tline(&tl, NULL, 0, &set) == 0);
+    CHECK(set.ops == 3 && set.extra_tracks == 1 && set.tracks[0][PT_LANE_COMM] == 2);
+    CHECK(set.unmatched_sends == 2); /* no receives at all */
+    for (int64_t i = 0; i < set.ops; i++)
+        if (set.spans[i].op == PT_OP_SEND_ACT)
+            CHECK(set.spans[i].track == (set.spans[i].mb == 1));
     char *text = NULL;
-    size_t len;
-    pt_export_counts c;
-    REQUIRE(pt_export_trace(&tl, mem, nmem, &text, &len, &c, &err) == 0);
-    trace_stats st;
-    REQUIRE(read_trace(text, &st) == 0);
-    CHECK(st.ops == sum.events);
-    CHECK(st.counters == sum.metrics);
-    CHECK(st.bubbles > 0); /* a 4-stage pipeline always idles somewhere */
-    CHECK_NEAR(st.lo, 0.0, US_TOL);
-    CHECK_NEAR(st.hi, (double)(sum.last_end_ns - sum.first_start_ns) / 1e3, US_TOL);
+    size_t len = 0;
+    REQUIRE(pt_export_trace(&tl, NULL, 0, &text, &len, NULL, NULL) == 0);
+    tc_result r;
+    REQUIRE(tc_check(text, &r) == 0);
+    CHECK(r.overlaps == 0 && r.tracks == 3);
     free(text);
-    free(mem);
+    pt_export_set_release(&set);
     pt_tline_release(&tl);
-    /* a missing record is an error naming it */
-    CHECK(pt_export_load_run("/nonexistent/run.ndjson", &tl, NULL, NULL, &err) < 0);
-    CHECK_STR_CONTAINS(err.msg, "/nonexistent/run.ndjson");
 }
 
 static void test_replay_steps(void)
@@ -303,31 +476,6 @@ static void test_record_errors(void)
     CHECK(rec == NULL);
 }
 
-/* Memory samples 2^63 ns from the origin export to that distance in seconds,
- * not a wrapped one (issue 13: t_ns - origin_ns overflowed in tui/export.c). */
-static void test_export_time_span(void)
-{
-    pt_store *store = NULL;
-    REQUIRE(pt_store_new(16, &store) == 0);
-    pt_msg_metrics m = {.stage = 0,
-                        .replica = 0,
-                        .step = 0,
-                        .loss = 1,
-                        .samples_per_s = 1,
-                        .iter_ms = 1,
-                        .total_cur = 8,
-                        .total_peak = 8};
-    pt_store_metrics(store, &m, 1, 1LL << 62);
-    pt_export_mem *mem = NULL;
-    int64_t count = 0;
-    REQUIRE(pt_export_store_mem(store, -(1LL << 62), &mem, &count) == 0);
-    CHECK_MSG(count == 1, "%lld samples", (long long)count);
-    if (count == 1)
-        CHECK_NEAR(mem[0].t, 0x1p63 * 1e-9, 1e-3);
-    free(mem);
-    pt_store_free(&store);
-}
-
 static void test_store_ring(void)
 {
     /* a ring of 8 keeps the newest 8 spans */
@@ -357,7 +505,7 @@ static void test_store_ring(void)
     pt_store_free(&s);
 }
 
-PT_TEST_MAIN({"export_time_span", test_export_time_span},
-             {"trace_of_simulation", test_trace_of_simulation},
-             {"trace_of_run_record", test_trace_of_run_record}, {"replay_steps", test_replay_steps},
+PT_TEST_MAIN({"trace_of_simulation", test_trace_of_simulation},
+             {"trace_of_run_record", test_trace_of_run_record},
+             {"overlap_tracks", test_overlap_tracks}, {"replay_steps", test_replay_steps},
              {"record_errors", test_record_errors}, {"store_ring", test_store_ring})
