@@ -416,6 +416,7 @@ static double op_duration(const pt_program *p, const pt_sim *sim, const pt_cost 
 static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_error *err)
 {
     int top = 0;
+    const double gap = pt_cost_op_overhead_s(cost);
     for (int i = 0; i < p->op_count; i++)
         sim->arrival[i] = -1;
     for (int k = 0; k < sim->ar_first[p->stage_count]; k++)
@@ -519,6 +520,9 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                 break;
             }
             }
+            /* the runtime's time between two ops (dispatch, messaging,
+             * telemetry): the next op of this worker starts that much later */
+            st->ready += gap;
             st->pc++;
         }
     blocked:;

@@ -24,6 +24,8 @@ int pt_cmd_export_profile(int argc, char **argv);
 int pt_cmd_validate(int argc, char **argv);
 /* `pipetop run`: a distributed run with local agents (tui/cmd_run.c). */
 int pt_cmd_run(int argc, char **argv);
+/* `pipetop calibrate`: fit a profile to a run record (tui/cmd_calibrate.c). */
+int pt_cmd_calibrate(int argc, char **argv);
 
 /* Console commands (tui/cmd_export.c, tui/cmd_console.c). */
 int pt_cmd_export(int argc, char **argv);
