@@ -16,6 +16,11 @@
 /* worker * this + step names a worker's step exactly in a double (steps and
  * workers stay far below 2^26) */
 #define PT_CAL_STEP_KEY 67108864.0
+/* A send holds its worker when the next op starts no earlier than this
+ * before the send's end (clock reads of one thread), for this share of the
+ * sends. */
+#define PT_CAL_HOLD_SLACK_NS 1000
+#define PT_CAL_HOLD_FRACTION 0.9
 
 /* One op event of the generation, on its sender's clock. */
 typedef struct cev {
@@ -217,12 +222,9 @@ static int collect(const pt_record *rec, int64_t gen, const pt_program *prog, ce
     return 0;
 }
 
-/* Samples, grouped by (a, b) and, inside, by c (a worker's step): the fit
- * uses, for each (a, b), the median over steps of the step's mean. A step's
- * mean keeps the frequent small stalls of a shared machine, which every
- * iteration pays; the median leaves out the few iterations stretched far
- * more, as the run's own figure does (measured_iteration_ms is the median
- * over steps). */
+/* Samples, grouped by (a, b) and, inside, by c (a worker's step): a
+ * figure is the mean over steps of each step's mean, over the steps kept
+ * (pick_steps). */
 typedef struct smp {
     double a, b, c, y;
 } smp;
@@ -264,7 +266,7 @@ static int dbl_cmp(const void *p, const void *q)
     return x < y ? -1 : x > y;
 }
 
-/* Calls f(ctx, a, b, median over c of the mean y, samples) once per group of
+/* Calls f(ctx, a, b, mean over c of the mean y, samples) once per group of
  * equal (a, b). Returns 0 or -1 on no memory. */
 static int svec_groups(svec *s, void (*f)(void *, double, double, double, int64_t), void *ctx)
 {
@@ -283,16 +285,17 @@ static int svec_groups(svec *s, void (*f)(void *, double, double, double, int64_
             means[m++] = sum / (double)(k - j);
             j = k;
         }
-        qsort(means, (size_t)m, sizeof *means, dbl_cmp);
-        double med = m % 2 ? means[m / 2] : 0.5 * (means[m / 2 - 1] + means[m / 2]);
-        f(ctx, s->v[i].a, s->v[i].b, med, j - i);
+        double sum = 0;
+        for (int64_t k = 0; k < m; k++)
+            sum += means[k];
+        f(ctx, s->v[i].a, s->v[i].b, sum / (double)m, j - i);
         i = j;
     }
     free(means);
     return 0;
 }
 
-/* a link fit: latency multiplier u, bytes multiplier v; each group's median
+/* a link fit: latency multiplier u, bytes multiplier v; each group's mean
  * weighs as many points as it has */
 static void add_link(void *ctx, double u, double v, double y, int64_t m)
 {
@@ -312,7 +315,7 @@ static void add_send(void *ctx, double a, double b, double y, int64_t m)
     add_link(a > 0 ? c->intra : c->inter, 1, b, y, m);
 }
 
-static void take_median(void *ctx, double a, double b, double y, int64_t m)
+static void take_mean(void *ctx, double a, double b, double y, int64_t m)
 {
     (void)a, (void)b, (void)m;
     *(double *)ctx = y;
@@ -326,10 +329,10 @@ typedef struct acc {
     double touched;             /* bytes an OPT_STEP touches / speed */
 } acc;
 
-static double median_of(svec *s)
+static double mean_of(svec *s)
 {
     double m = 0;
-    if (svec_groups(s, take_median, &m) < 0)
+    if (svec_groups(s, take_mean, &m) < 0)
         return -1;
     return m;
 }
@@ -344,11 +347,96 @@ static void acc_free(acc *a)
 
 /* Blocking ops advance the worker's cursor; the others (sends, background
  * all-reduce) are issued and the worker goes on. */
-static int blocks(pt_op_kind op, int async_ar)
+static int blocks(pt_op_kind op, int async_ar, int hold)
 {
     if (pt_op_facts(op) & PT_OPK_SEND)
-        return 0;
+        return hold;
     return !(op == PT_OP_ALLREDUCE && async_ar);
+}
+
+typedef struct stepfig {
+    int64_t step;
+    double span; /* the slowest worker's span of the step, ns */
+} stepfig;
+
+static int stepfig_cmp(const void *p, const void *q)
+{
+    const stepfig *x = p, *y = q;
+    return x->step < y->step ? -1 : x->step > y->step;
+}
+
+/* The steps to fit: those after the warm-up whose slowest worker's span
+ * (first op start to last op end) lies between the quartiles of all such
+ * steps. A loaded machine stretches some iterations several times over;
+ * the middle half is what a typical iteration costs (the run's
+ * measured_iteration_ms is the median iteration). On success *out (sorted
+ * by step) and *count are the kept steps. */
+static int pick_steps(const cev *v, int64_t n, const int64_t *first, int skip, stepfig **out,
+                      int64_t *count)
+{
+    stepfig *f = malloc((size_t)(n > 0 ? n : 1) * sizeof *f);
+    double *spans = malloc((size_t)(n > 0 ? n : 1) * sizeof *spans);
+    if (!f || !spans) {
+        free(f);
+        free(spans);
+        return -1;
+    }
+    int64_t m = 0;
+    for (int64_t i = 0; i < n;) {
+        int64_t j = i, lo = v[i].start, hi = v[i].end;
+        for (; j < n && v[j].worker == v[i].worker && v[j].step == v[i].step; j++) {
+            lo = v[j].start < lo ? v[j].start : lo;
+            hi = v[j].end > hi ? v[j].end : hi;
+        }
+        if (v[i].step >= first[v[i].worker] + skip)
+            f[m++] = (stepfig){v[i].step, (double)(hi - lo)};
+        i = j;
+    }
+    /* one figure per step: its slowest worker */
+    qsort(f, (size_t)m, sizeof *f, stepfig_cmp);
+    int64_t u = 0;
+    for (int64_t i = 0; i < m; i++) {
+        if (u > 0 && f[u - 1].step == f[i].step) {
+            if (f[i].span > f[u - 1].span)
+                f[u - 1].span = f[i].span;
+        } else {
+            f[u++] = f[i];
+        }
+    }
+    for (int64_t i = 0; i < u; i++)
+        spans[i] = f[i].span;
+    qsort(spans, (size_t)u, sizeof *spans, dbl_cmp);
+    double q1 = u ? spans[u / 4] : 0, q3 = u ? spans[(3 * u) / 4 < u ? (3 * u) / 4 : u - 1] : 0;
+    int64_t k = 0;
+    for (int64_t i = 0; i < u; i++)
+        if (f[i].span >= q1 && f[i].span <= q3)
+            f[k++] = f[i];
+    free(spans);
+    *out = f;
+    *count = k;
+    return 0;
+}
+
+static int kept(const stepfig *f, int64_t k, int64_t step)
+{
+    stepfig key = {step, 0};
+    return bsearch(&key, f, (size_t)k, sizeof *f, stepfig_cmp) != NULL;
+}
+
+/* Whether sends hold their worker: the op after a send starts only once
+ * the send has ended, for nearly every send (a runtime whose sends run
+ * beside the worker starts the next op while the send is in flight). */
+static int sends_hold(const cev *v, int64_t n)
+{
+    int64_t sends = 0, held = 0;
+    for (int64_t i = 0; i + 1 < n; i++) {
+        if (!(pt_op_facts(v[i].op) & PT_OPK_SEND) || v[i + 1].worker != v[i].worker ||
+            v[i + 1].step != v[i].step || v[i].end <= v[i].start)
+            continue;
+        sends++;
+        held += v[i + 1].start + PT_CAL_HOLD_SLACK_NS >= v[i].end;
+    }
+    return sends > 0 && (double)held >= PT_CAL_HOLD_FRACTION * (double)sends;
 }
 
 static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topology *topo,
@@ -379,6 +467,14 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
             skip = (int)(last_step - first[w]);
     if (skip < 0)
         skip = 0;
+    fit->sends_hold = sends_hold(v, n);
+    stepfig *keep = NULL;
+    int64_t nkeep = 0;
+    if (pick_steps(v, n, first, skip, &keep, &nkeep) < 0) {
+        free(first);
+        return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+    }
+    fit->steps_used = nkeep;
 
     for (int64_t i = 0; i < n;) {
         /* one worker's one step: v[i, j) */
@@ -388,7 +484,7 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
         int w = v[i].worker;
         const pt_worker *x = &prog->workers[w];
         acc *a = &st[x->stage];
-        if (v[i].step < first[w] + skip) {
+        if (v[i].step < first[w] + skip || !kept(keep, nkeep, v[i].step)) {
             i = j;
             continue;
         }
@@ -470,7 +566,7 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
                 break;
             }
             issued++;
-            if (!blocks(e->op, async_ar))
+            if (!blocks(e->op, async_ar, fit->sends_hold))
                 continue;
             /* a collective starts when its last member joins, so the time
              * before it is partly waiting: no gap is measured there */
@@ -488,6 +584,7 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
         i = j;
     }
     free(first);
+    free(keep);
     if (oom) {
         free(sends.v);
         free(ars.v);
@@ -496,12 +593,12 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
     }
     fit->events = used;
     fit->gaps = gaps.n;
-    fit->op_overhead_ms = gaps.n > 0 ? median_of(&gaps) * MS_PER_S : 0;
-    /* optimizer: least squares of the stages' median times through the origin */
+    fit->op_overhead_ms = gaps.n > 0 ? mean_of(&gaps) * MS_PER_S : 0;
+    /* optimizer: least squares of the stages' mean times through the origin */
     double opt_xy = 0, opt_xx = 0;
     for (int s = 0; s < prog->stage_count; s++)
         if (st[s].opt.n > 0) {
-            double t = median_of(&st[s].opt);
+            double t = mean_of(&st[s].opt);
             opt_xy += st[s].touched * t;
             opt_xx += st[s].touched * st[s].touched;
         }
@@ -561,6 +658,11 @@ int pt_calibrate(const pt_record *rec, const pt_profile *base, const pt_topology
     int rc = find_gen(rec, o.gen, &gen, &plan, err);
     if (rc < 0)
         return rc;
+    if (strcmp(plan->model, base->model))
+        return pt_error_set(err, PT_EINVAL,
+                            "calibrate: the run's plan is for model \"%s\", the base profile for "
+                            "\"%s\"",
+                            plan->model, base->model);
     if (plan->layer_count != base->layer_count)
         return pt_error_set(err, PT_EINVAL,
                             "calibrate: the plan has %d layers, the base profile %d (model %s)",
@@ -621,10 +723,10 @@ int pt_calibrate(const pt_record *rec, const pt_profile *base, const pt_topology
                               (long long)gen, s, a->fwd.n == 0 ? "FWD" : "BWD", skip);
             goto done;
         }
-        c->fwd_ms = median_of(&st[s].fwd) * MS_PER_S;
-        c->bwd_ms = median_of(&st[s].bwd) * MS_PER_S;
-        c->rec_ms = a->rec.n ? median_of(&st[s].rec) * MS_PER_S : 0;
-        c->opt_ms = a->opt.n ? median_of(&st[s].opt) * MS_PER_S : 0;
+        c->fwd_ms = mean_of(&st[s].fwd) * MS_PER_S;
+        c->bwd_ms = mean_of(&st[s].bwd) * MS_PER_S;
+        c->rec_ms = a->rec.n ? mean_of(&st[s].rec) * MS_PER_S : 0;
+        c->opt_ms = a->opt.n ? mean_of(&st[s].opt) * MS_PER_S : 0;
         c->fwd_base_ms = a->fwd_b / (double)a->fwd.n * MS_PER_S;
         c->bwd_base_ms = a->bwd_b / (double)a->bwd.n * MS_PER_S;
         c->rec_base_ms = a->rec.n ? a->rec_b / (double)a->rec.n * MS_PER_S : 0;
@@ -649,6 +751,7 @@ int pt_calibrate(const pt_record *rec, const pt_profile *base, const pt_topology
     snprintf(p->origin.date, sizeof p->origin.date, "%s", o.date ? o.date : "");
     p->origin.gen = gen;
     p->op_overhead_ms = fit->op_overhead_ms;
+    p->sends_hold = fit->sends_hold;
     if (fit->opt_bytes_per_s > 0)
         p->opt_bytes_per_s = fit->opt_bytes_per_s;
 done:

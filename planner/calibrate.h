@@ -15,16 +15,22 @@
  * - all-reduce latency and bandwidth from the ALLREDUCE ops (the shortest
  *   replica's duration of each collective, which excludes waiting for the
  *   others), by least squares on the ring formula of planner/cost.h;
+ * - whether sends hold their worker (the op after a send starts only once
+ *   the send has ended: the CPU runtime's sends copy and queue on the
+ *   worker's thread); the profile then says runtime.sends_hold, and the
+ *   simulator keeps the worker until its send ends;
  * - a per-op overhead: the time between consecutive ops of a worker
  *   that is not spent in an op or waiting (gaps between the end of one
- *   blocking op -- compute, receive, synchronous all-reduce, AR_WAIT -- and
+ *   blocking op -- compute, receive, synchronous all-reduce, AR_WAIT, and
+ *   sends when they hold the worker -- and
  *   the start of the next, divided by the ops issued in between: the
  *   simulator charges it before every op after the first).
- * Every figure is robust to a shared machine: per worker and step the mean
- * (of the op durations, of the gaps per op, of the sends of one size), then
- * the median of those over the steps -- what a typical iteration pays,
- * as the run's measured_iteration_ms is the median iteration. Ops are taken
- * in the order their events arrived (the order a worker issued them). The
+ * Every figure is robust to a shared machine, whose load stretches some
+ * iterations several times over: it is fitted on the steps whose slowest
+ * worker's span lies between the quartiles (the middle half, the typical
+ * iteration; the run's measured_iteration_ms is the median iteration), as
+ * the mean over those steps of each step's mean. Ops are taken in the order
+ * their events arrived (the order a worker issued them). The
  * first `skip_steps` steps of each worker are warm-up and left out.
  *
  * Pure: reads the record, the base profile and the topology, writes a new
@@ -81,7 +87,8 @@ typedef struct pt_cal_stage {
 /* What was fitted (filled by pt_calibrate; release with pt_cal_fit_clear). */
 typedef struct pt_cal_fit {
     int64_t gen;
-    int64_t first_step, last_step; /* steps used */
+    int64_t first_step, last_step; /* range of the steps used */
+    int64_t steps_used;            /* steps fitted (the middle half, after the warm-up) */
     int64_t events;                /* op events used */
     int stage_count;
     pt_cal_stage *stages; /* owned */
@@ -89,6 +96,7 @@ typedef struct pt_cal_fit {
     double op_overhead_ms;
     int64_t gaps;           /* ops whose gap before them was measured */
     double opt_bytes_per_s; /* 0: no OPT_STEP measured */
+    int sends_hold;         /* 1: the op after a send started only when it ended (>= 90 %) */
 } pt_cal_fit;
 
 /* Fits a calibrated profile to the op events of one generation of rec.

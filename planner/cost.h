@@ -17,6 +17,9 @@
  * - per-op overhead: the profile's op_overhead_ms (fitted by calibration,
  *   0 otherwise) of worker time before each op it issues: the dispatch,
  *   messaging and telemetry the runtime spends between two ops.
+ * - sends: on the worker's comm lane beside its compute, unless the profile
+ *   says runtime.sends_hold (calibrated from a runtime whose sends run on
+ *   the worker's thread): then the worker waits for its send to end.
  *
  * Memory (bytes, per stage replica, by category), for rows = the replica's
  * share of a micro-batch, in_b = activation entering the stage for rows,
@@ -88,6 +91,10 @@ void pt_cost_set_opt_bandwidth(pt_cost *cost, double bytes_per_s);
  * a negative value is 0. */
 double pt_cost_op_overhead_s(const pt_cost *cost);
 void pt_cost_set_op_overhead(pt_cost *cost, double seconds);
+/* 1 when a send holds its worker until the transfer ends (the profile's
+ * runtime.sends_hold: the CPU runtime's sends copy and queue on the
+ * worker's thread), 0 when it runs on the comm lane beside the worker. */
+int pt_cost_sends_hold(const pt_cost *cost);
 
 const pt_profile *pt_cost_profile(const pt_cost *cost);
 const pt_topology *pt_cost_topology(const pt_cost *cost);

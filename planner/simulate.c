@@ -417,6 +417,7 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
 {
     int top = 0;
     const double gap = pt_cost_op_overhead_s(cost);
+    const int hold = pt_cost_sends_hold(cost);
     for (int i = 0; i < p->op_count; i++)
         sim->arrival[i] = -1;
     for (int k = 0; k < sim->ar_first[p->stage_count]; k++)
@@ -440,6 +441,8 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                 double start = st->ready > st->comm_free ? st->ready : st->comm_free;
                 double end = start + pt_cost_p2p_s(cost, x->device, sim->devs[op->peer], op->bytes);
                 st->comm_free = end;
+                if (hold && end > st->ready)
+                    st->ready = end;
                 ev->start = start;
                 ev->end = end;
                 sim->arrival[j] = end;

@@ -13,7 +13,8 @@ static const char *const profile_keys[] = {"v",          "model",       "device"
                                            "microbatch", "input_bytes", "layers", "origin",
                                            "runtime",    NULL};
 static const char *const origin_keys[] = {"kind", "run", "base", "date", "gen", NULL};
-static const char *const runtime_keys[] = {"op_overhead_ms", "opt_gbytes_per_s", NULL};
+static const char *const runtime_keys[] = {"op_overhead_ms", "opt_gbytes_per_s", "sends_hold",
+                                           NULL};
 static const char *const layer_keys[] = {"name",      "fwd_ms",      "bwd_ms", "recompute_ms",
                                          "act_bytes", "param_bytes", NULL};
 static const char *const sources[] = {"measured", "analytic", "imported", "calibrated", NULL};
@@ -119,7 +120,8 @@ static int parse_runtime(pt_jr *jr, const cJSON *root, pt_profile *p)
         (rc = pt_jr_num(jr, o, "runtime", "op_overhead_ms", PT_JR_OPTIONAL, 0, NON_NEGATIVE,
                         &p->op_overhead_ms)) < 0 ||
         (rc = pt_jr_num(jr, o, "runtime", "opt_gbytes_per_s", PT_JR_OPTIONAL, 0, NON_NEGATIVE,
-                        &gbs)) < 0)
+                        &gbs)) < 0 ||
+        (rc = pt_jr_bool(jr, o, "runtime", "sends_hold", PT_JR_OPTIONAL, 0, &p->sends_hold)) < 0)
         return rc;
     p->opt_bytes_per_s = gbs * BYTES_PER_GB;
     return 0;
@@ -227,13 +229,14 @@ static int add_origin(cJSON *root, const pt_profile_origin *g)
 
 static int add_runtime(cJSON *root, const pt_profile *p)
 {
-    if (!(p->op_overhead_ms > 0) && !(p->opt_bytes_per_s > 0))
+    if (!(p->op_overhead_ms > 0) && !(p->opt_bytes_per_s > 0) && !p->sends_hold)
         return 0;
     cJSON *o = cJSON_AddObjectToObject(root, "runtime");
     if (!o ||
         (p->op_overhead_ms > 0 && !pt_jr_add_number(o, "op_overhead_ms", p->op_overhead_ms)) ||
         (p->opt_bytes_per_s > 0 &&
-         !pt_jr_add_number(o, "opt_gbytes_per_s", p->opt_bytes_per_s / BYTES_PER_GB)))
+         !pt_jr_add_number(o, "opt_gbytes_per_s", p->opt_bytes_per_s / BYTES_PER_GB)) ||
+        (p->sends_hold && !cJSON_AddBoolToObject(o, "sends_hold", 1)))
         return -1;
     return 0;
 }

@@ -71,7 +71,7 @@ static pt_profile *base_profile(void)
     return p;
 }
 
-static pt_profile *true_profile(const pt_profile *base)
+static pt_profile *true_profile(const pt_profile *base, int hold)
 {
     pt_profile *p = pt_profile_new(NL);
     CHECK(p != NULL);
@@ -89,6 +89,7 @@ static pt_profile *true_profile(const pt_profile *base)
         }
     p->op_overhead_ms = TRUE_OVERHEAD_MS;
     p->opt_bytes_per_s = TRUE_OPT_BPS;
+    p->sends_hold = hold;
     return p;
 }
 
@@ -208,11 +209,13 @@ static double rel(double got, double want)
     return fabs(got - want) / fabs(want);
 }
 
-static void test_recovers_known_costs(void)
+/* hold: the "machine"'s sends hold their worker (the CPU runtime's) or run
+ * beside it (the simulator's default) */
+static void recovers_known_costs(int hold)
 {
     pt_profile *base = base_profile();
     REQUIRE(base != NULL);
-    pt_profile *truth = true_profile(base);
+    pt_profile *truth = true_profile(base, hold);
     REQUIRE(truth != NULL);
     pt_link link = {TRUE_BW, TRUE_LAT};
     pt_topology *topo = pt_topology_uniform(1, 8, 1LL << 34, link, link);
@@ -233,6 +236,8 @@ static void test_recovers_known_costs(void)
     REQUIRE(rc == 0 && cal != NULL);
     CHECK(fit.gen == 1 && fit.first_step == 1 && fit.last_step == STEPS - 1);
     CHECK(!strcmp(cal->origin.kind, "calibrated") && !strcmp(cal->origin.run, DIR));
+    CHECK_MSG(fit.sends_hold == hold && cal->sends_hold == hold, "sends_hold %d, truth %d",
+              fit.sends_hold, hold);
 
     /* each stage's compute, per replica op, within 1 % of the truth */
     pt_cost *tc = NULL, *cc = NULL;
@@ -275,8 +280,8 @@ static void test_recovers_known_costs(void)
     double t_true = sim_iter(plan_b, truth, topo);
     double t_cal = sim_iter(plan_b, cal, ctopo);
     double t_base = sim_iter(plan_b, base, topo);
-    printf("plan B: true %.4f ms, calibrated %.4f ms, base %.4f ms\n", t_true * 1e3, t_cal * 1e3,
-           t_base * 1e3);
+    printf("sends %s: plan B: true %.4f ms, calibrated %.4f ms, base %.4f ms\n",
+           hold ? "hold" : "beside", t_true * 1e3, t_cal * 1e3, t_base * 1e3);
     CHECK_MSG(rel(t_cal, t_true) < 0.01, "calibrated %g vs true %g", t_cal, t_true);
     /* the base profile alone is far off: the check above has something to find */
     CHECK(rel(t_base, t_true) > 0.3);
@@ -290,6 +295,7 @@ static void test_recovers_known_costs(void)
         CHECK(!strcmp(back->origin.date, "2026-12-01T00:00:00Z"));
         CHECK(rel(back->op_overhead_ms, cal->op_overhead_ms) < 1e-12);
         CHECK(rel(back->opt_bytes_per_s, cal->opt_bytes_per_s) < 1e-12);
+        CHECK(back->sends_hold == hold);
     }
     free(text);
     pt_profile_free(&back);
@@ -304,6 +310,16 @@ static void test_recovers_known_costs(void)
     pt_topology_free(&topo);
     pt_profile_free(&truth);
     pt_profile_free(&base);
+}
+
+static void test_recovers_known_costs(void)
+{
+    recovers_known_costs(0);
+}
+
+static void test_recovers_known_costs_sends_hold(void)
+{
+    recovers_known_costs(1);
 }
 
 static void test_no_events(void)
@@ -328,4 +344,6 @@ static void test_no_events(void)
     pt_record_free(&rec);
 }
 
-PT_TEST_MAIN({"recovers_known_costs", test_recovers_known_costs}, {"no_events", test_no_events})
+PT_TEST_MAIN({"recovers_known_costs", test_recovers_known_costs},
+             {"recovers_known_costs_sends_hold", test_recovers_known_costs_sends_hold},
+             {"no_events", test_no_events})
