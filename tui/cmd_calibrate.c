@@ -94,8 +94,10 @@ static void print_link(const char *name, const pt_cal_link *l)
 
 static void print_fit(const pt_cal_fit *f)
 {
-    printf("generation %lld, steps %lld..%lld, %lld op events\n", (long long)f->gen,
-           (long long)f->first_step, (long long)f->last_step, (long long)f->events);
+    printf("generation %lld, %lld steps in %lld..%lld (the middle half after the warm-up), %lld "
+           "op events\n",
+           (long long)f->gen, (long long)f->steps_used, (long long)f->first_step,
+           (long long)f->last_step, (long long)f->events);
     printf("  stage layers   reps  fwd ms (base, x)          bwd ms (base, x)          opt ms\n");
     for (int s = 0; s < f->stage_count; s++) {
         const pt_cal_stage *c = &f->stages[s];
