@@ -1018,8 +1018,9 @@ static int keep_best_states(dapple *D, int k, int n)
 /* One dynamic program for micro-batch count M. */
 /* Whether memory cannot bind in this run: an upper bound on any stage
  * replica's memory (every parameter with its gradient, optimizer state and
- * weights, M micro-batches of every activation at b rows, plus the largest
- * boundary in and out) within the smallest device memory. */
+ * weights, M micro-batches of every activation and saved byte at b rows,
+ * the whole model's backward scratch, plus the largest boundary in and out)
+ * within the smallest device memory. */
 static int memory_loose(const dapple *D, int M)
 {
     int64_t P = pt_cost_param_bytes(D->cost, 0, D->N), big = 0;
@@ -1029,8 +1030,9 @@ static int memory_loose(const dapple *D, int M)
             big = x;
     }
     double bound = (double)P * (3 + pt_cost_optim_state_factor(D->optim)) +
-                   (double)M * ((double)big + (double)pt_cost_act_bytes(D->cost, 0, D->N, D->b)) +
-                   2.0 * (double)big;
+                   (double)M * ((double)big + (double)pt_cost_act_bytes(D->cost, 0, D->N, D->b) +
+                                (double)pt_cost_saved_bytes(D->cost, 0, D->N, D->b)) +
+                   (double)pt_cost_scratch_bytes(D->cost, 0, D->N, D->b) + 2.0 * (double)big;
     int64_t lim = INT64_MAX;
     for (int c = 0; c < D->ncls; c++)
         if (D->cls[c].mem < lim)

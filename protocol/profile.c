@@ -15,8 +15,9 @@ static const char *const profile_keys[] = {"v",          "model",       "device"
 static const char *const origin_keys[] = {"kind", "run", "base", "date", "gen", NULL};
 static const char *const runtime_keys[] = {"op_overhead_ms", "opt_gbytes_per_s", "sends_hold",
                                            NULL};
-static const char *const layer_keys[] = {"name",      "fwd_ms",      "bwd_ms", "recompute_ms",
-                                         "act_bytes", "param_bytes", NULL};
+static const char *const layer_keys[] = {"name",         "fwd_ms",        "bwd_ms",
+                                         "recompute_ms", "act_bytes",     "param_bytes",
+                                         "saved_bytes",  "scratch_bytes", NULL};
 static const char *const sources[] = {"measured", "analytic", "imported", "calibrated", NULL};
 #define BYTES_PER_GB 1e9 /* runtime.opt_gbytes_per_s */
 
@@ -68,7 +69,11 @@ static int parse_layer(pt_jr *jr, const cJSON *obj, const char *path, int index,
         (rc = pt_jr_int64(jr, obj, path, "act_bytes", PT_JR_REQUIRED, 0, 0, PT_JSON_INT_MAX,
                           &l->act_bytes)) < 0 ||
         (rc = pt_jr_int64(jr, obj, path, "param_bytes", PT_JR_REQUIRED, 0, 0, PT_JSON_INT_MAX,
-                          &l->param_bytes)) < 0)
+                          &l->param_bytes)) < 0 ||
+        (rc = pt_jr_int64(jr, obj, path, "saved_bytes", PT_JR_OPTIONAL, 0, 0, PT_JSON_INT_MAX,
+                          &l->saved_bytes)) < 0 ||
+        (rc = pt_jr_int64(jr, obj, path, "scratch_bytes", PT_JR_OPTIONAL, 0, 0, PT_JSON_INT_MAX,
+                          &l->scratch_bytes)) < 0)
         return rc;
     return 0;
 }
@@ -278,7 +283,9 @@ char *pt_profile_to_json(const pt_profile *profile)
             !pt_jr_add_number(o, "bwd_ms", l->bwd_ms) ||
             !pt_jr_add_number(o, "recompute_ms", l->recompute_ms) ||
             !pt_jr_add_number(o, "act_bytes", (double)l->act_bytes) ||
-            !pt_jr_add_number(o, "param_bytes", (double)l->param_bytes)) {
+            !pt_jr_add_number(o, "param_bytes", (double)l->param_bytes) ||
+            !pt_jr_add_number(o, "saved_bytes", (double)l->saved_bytes) ||
+            !pt_jr_add_number(o, "scratch_bytes", (double)l->scratch_bytes)) {
             cJSON_Delete(root);
             return NULL;
         }
