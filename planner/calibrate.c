@@ -423,6 +423,21 @@ static int kept(const stepfig *f, int64_t k, int64_t step)
     return bsearch(&key, f, (size_t)k, sizeof *f, stepfig_cmp) != NULL;
 }
 
+/* The simulator's slowdown of worker w's compute where its node's devices
+ * share cores (planner/simulate.h): the measured times include it, so the
+ * fitted layer times leave it out and the simulator puts it back, for the
+ * worker count of whatever plan it runs. */
+static double oversubscription(const pt_program *prog, const pt_topology *topo, int w)
+{
+    int dev = prog->workers[w].device;
+    if (topo->devices[dev].node_cores <= 0)
+        return 1.0;
+    int node = topo->devices[dev].node, n = 0;
+    for (int v = 0; v < prog->worker_count; v++)
+        n += topo->devices[prog->workers[v].device].node == node;
+    return pt_topology_oversubscription(topo, dev, n);
+}
+
 /* Whether sends hold their worker: the op after a send starts only once
  * the send has ended, for nearly every send (a runtime whose sends run
  * beside the worker starts the next op while the send is in flight). */
@@ -493,6 +508,7 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
         if (v[i].step > fit->last_step)
             fit->last_step = v[i].step;
         int rows = x->row_hi - x->row_lo;
+        double slow = oversubscription(prog, topo, w);
         int64_t cursor = -1, issued = 0; /* end of the last blocking op; ops since */
         double c = (double)w * PT_CAL_STEP_KEY + (double)v[i].step; /* this worker-step */
         int ar_ord = 0;
@@ -503,25 +519,25 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
             switch (e->op) {
             case PT_OP_FWD:
                 oom |= svec_add(&a->fwd, 0, 0, c, d);
-                a->fwd_b += pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
+                a->fwd_b += slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
                 break;
             case PT_OP_BWD:
                 oom |= svec_add(&a->bwd, 0, 0, c, d);
-                a->bwd_b += pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
+                a->bwd_b += slow * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
                 break;
             case PT_OP_RECOMPUTE:
                 oom |= svec_add(&a->rec, 0, 0, c, d);
-                a->rec_b += pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
+                a->rec_b += slow * pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
                 break;
             case PT_OP_OPT_STEP: {
                 oom |= svec_add(&a->opt, 0, 0, c, d);
-                /* time = touched / (bw * speed) */
+                /* time = slow * touched / (bw * speed) */
                 int64_t P = pt_cost_param_bytes(cost, x->first, x->last);
                 double speed = topo->devices[x->device].speed;
                 a->touched = (double)P *
                              (PT_COST_OPT_BASE_PASSES +
                               PT_COST_OPT_STATE_PASSES * pt_cost_optim_state_factor(prog->optim)) /
-                             speed;
+                             speed * slow;
                 break;
             }
             case PT_OP_SEND_ACT:

@@ -4,7 +4,9 @@
  * fits (docs/formats.md, "Calibrated profiles"):
  * - per stage, a factor for forward, backward and recompute time: the
  *   measured FWD (BWD, RECOMPUTE) of the stage's replicas over the base
- *   profile's prediction for the same rows on the same device. Every layer
+ *   profile's prediction for the same rows on the same device (with the
+ *   simulator's shared-core slowdown where the topology's node shares
+ *   cores, so the fitted times are per op on cores of its own). Every layer
  *   of the stage is scaled by it, so the base profile gives the relative
  *   weights of the layers inside a stage and the stage's measured compute is
  *   reproduced exactly;

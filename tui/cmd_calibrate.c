@@ -17,7 +17,8 @@
 
 #define CAL_PATH_MAX 4096
 /* The topology `pipetop run` assumes for local agents when given none
- * (tui/cmd_run.c): one node, links through ZeroMQ over loopback. */
+ * (tui/cmd_run.c): one node whose devices share this machine's cores,
+ * links through ZeroMQ over loopback. */
 #define CAL_LOCAL_LINK_BPS     2e9
 #define CAL_LOCAL_LINK_LATENCY 50e-6
 #define CAL_FALLBACK_MEMORY    (1LL << 30)
@@ -76,8 +77,13 @@ static pt_topology *local_topology(int devices)
     int64_t mem = pages > 0 && page > 0 ? (int64_t)pages * page / devices : CAL_FALLBACK_MEMORY;
     pt_link link = {CAL_LOCAL_LINK_BPS, CAL_LOCAL_LINK_LATENCY};
     pt_topology *t = pt_topology_uniform(1, devices, mem, link, link);
-    if (t)
-        snprintf(t->name, sizeof t->name, "local");
+    if (!t)
+        return NULL;
+    snprintf(t->name, sizeof t->name, "local");
+    /* as pipetop run's: the agents share this machine's cores */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int d = 0; d < devices; d++)
+        t->devices[d].node_cores = cpus > 0 ? (int)cpus : 0;
     return t;
 }
 
