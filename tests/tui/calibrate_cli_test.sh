@@ -41,6 +41,16 @@ cal=$("$PIPETOP" sim --plan "$RUN/plan.json" --profile "$tmp/cal.json" \
 awk -v d="$def" -v c="$cal" 'BEGIN { exit !(c > d && d > 0) }' ||
     fail "calibrated prediction $cal ms is not above the default $def ms"
 
+# pipetop run predicts with the calibrated profile and says so in its summary
+sum=$(timeout 300 "$PIPETOP" run --plan "$RUN/plan.json" --profile "$tmp/cal.json" \
+    --topology "$tmp/topo.json" --model fmnist-mlp-deep --data synthetic --iters 2 --json \
+    --run-dir "$tmp/run" 2>"$tmp/run.err" | tail -n 1)
+grep -q "\"profile_origin\":\"calibrated from $RUN\"" <<<"$sum" ||
+    fail "run summary lacks the profile's origin: $sum $(tail -3 "$tmp/run.err")"
+pred=$(grep -o '"predicted_iteration_ms":[0-9.e+-]*' <<<"$sum" | cut -d: -f2)
+awk -v p="$pred" -v c="$cal" 'BEGIN { d = p - c; exit !(d < 0.001 && d > -0.001) }' ||
+    fail "run predicted $pred ms, sim $cal ms with the same files"
+
 # bad inputs
 "$PIPETOP" calibrate "$RUN" >/dev/null 2>&1
 [ $? -eq 2 ] || fail "no --out: want exit 2"
