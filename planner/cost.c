@@ -298,6 +298,48 @@ double pt_cost_allreduce_s(const pt_cost *c, const int *devices, int p, int64_t 
     return pt_cost_ring_allreduce_s(p, bytes, lat, bw);
 }
 
+double pt_cost_overlapped_bwd_ring_s(const pt_cost *c, int p, double lat, double bw, int first,
+                                     int last, int rows, int dev, int64_t cap)
+{
+    double bwd = pt_cost_bwd_s(c, first, last, rows, dev);
+    if (p <= 1 || bw <= 0)
+        return bwd;
+    if (cap < 0)
+        return bwd + pt_cost_ring_allreduce_s(p, pt_cost_param_bytes(c, first, last), lat, bw);
+    if (cap == 0)
+        cap = PT_SCHED_BUCKET_BYTES;
+    /* pt_sched_bucket_lo's rule over the prefix sums */
+    double end = 0;
+    for (int hi = last; hi > first;) {
+        int lo = hi - 1;
+        while (lo > first && pt_cost_param_bytes(c, lo, hi) < cap)
+            lo--;
+        if (pt_cost_param_bytes(c, first, lo) == 0)
+            lo = first;
+        double ready = pt_cost_bwd_s(c, lo, last, rows, dev);
+        end = (ready > end ? ready : end) +
+              pt_cost_ring_allreduce_s(p, pt_cost_param_bytes(c, lo, hi), lat, bw);
+        hi = lo;
+    }
+    return end > bwd ? end : bwd;
+}
+
+double pt_cost_overlapped_bwd_allreduce_s(const pt_cost *c, const int *devices, int p, int first,
+                                          int last, int rows, int dev, int64_t cap)
+{
+    double lat = 0, bw = 0;
+    for (int k = 0; k < p; k++) {
+        if (devices[k] == devices[(k + 1) % p])
+            continue;
+        pt_link l = link_of(c, devices[k], devices[(k + 1) % p]);
+        if (l.latency > lat)
+            lat = l.latency;
+        if (bw == 0 || l.bandwidth < bw)
+            bw = l.bandwidth;
+    }
+    return pt_cost_overlapped_bwd_ring_s(c, p, lat, bw, first, last, rows, dev, cap);
+}
+
 double pt_cost_boundary_s(const pt_cost *c, const int *src, int src_r, const int *dst, int dst_r,
                           int mb_rows, int64_t mb_bytes)
 {

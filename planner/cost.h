@@ -142,6 +142,24 @@ double pt_cost_p2p_s(const pt_cost *cost, int dev_a, int dev_b, int64_t bytes);
 double pt_cost_ring_allreduce_s(int p, int64_t bytes, double latency, double bandwidth);
 /* Ring all-reduce among devices[0..p) over their slowest neighbouring link. */
 double pt_cost_allreduce_s(const pt_cost *cost, const int *devices, int p, int64_t bytes);
+/* Gradient all-reduce overlapping the backward (the schedule programs' default,
+ * schedule.h "gradient buckets"): the stage of layers [first,last) replicated
+ * on devices[0..p) runs the backward that completes its gradients, `rows`
+ * samples on device `dev` (the slowest replica's); bucket k (pt_sched_bucket_lo
+ * with cap, last layer first) is ready once the backward has run its layers
+ * and all-reduces after bucket k-1:
+ *   ready_k = bwd_s(lo_k, last), end_k = max(ready_k, end_{k-1}) + allreduce(bytes_k).
+ * Returns the time from the start of that backward until both it and the last
+ * bucket's all-reduce have ended: max(bwd_s(first,last), end_last). cap < 0:
+ * one all-reduce after the backward, bwd_s + allreduce(all bytes); cap 0:
+ * PT_SCHED_BUCKET_BYTES. p <= 1: bwd_s. This is what the simulator charges. */
+double pt_cost_overlapped_bwd_allreduce_s(const pt_cost *cost, const int *devices, int p, int first,
+                                          int last, int rows, int dev, int64_t cap);
+/* The same with the ring's latency and bandwidth given (as
+ * pt_cost_ring_allreduce_s). */
+double pt_cost_overlapped_bwd_ring_s(const pt_cost *cost, int p, double latency, double bandwidth,
+                                     int first, int last, int rows, int dev, int64_t cap);
+
 /* Split-concat transfer of one micro-batch of mb_rows samples across a stage
  * boundary whose activation is mb_bytes per profile micro-batch: each source
  * replica sends its overlap with each destination replica in turn; the result

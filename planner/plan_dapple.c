@@ -8,7 +8,10 @@
  *   L = max over pivots p, stages e <= p of
  *       sum_{v<p} F_v + core_p + sum_{e<=v<p} B_v + AR_e
  * i.e. warm-up up to the pivot p, the pivot's steady phase core_p, the
- * ending phase back to stage e and e's all-reduce and optimizer step. DAPPLE's
+ * ending phase back to stage e and e's all-reduce and optimizer step (AR_e:
+ * the part of e's bucketed gradient all-reduce that outlasts its last
+ * backward, which it overlaps, pt_cost_overlapped_bwd_allreduce_s, plus the
+ * step). DAPPLE's
  * steady phase is core_p = M (F_p + B_p) (its (M-1)(F+B) plus the pivot's own
  * F and B); for a stage we also take the round trip the early-backward
  * schedule imposes: stage p runs the forward of micro-batch j + K_p only after
@@ -861,7 +864,11 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
                 } else {
                     B = span_s(D->pb, kp, k, rows, D->pmb, a.speed);
                     int64_t P = pt_cost_param_bytes(D->cost, kp, k);
-                    AR = pt_cost_ring_allreduce_s(r, P, arl.latency, arl.bandwidth) +
+                    /* the all-reduce overlaps the stage's last backward; AR is
+                     * the part that outlasts it, then the step */
+                    AR = pt_cost_overlapped_bwd_ring_s(D->cost, r, arl.latency, arl.bandwidth, kp,
+                                                       k, rows, a.rep_dev, 0) -
+                         pt_cost_bwd_s(D->cost, kp, k, rows, a.rep_dev) +
                          pt_cost_opt_step_s(D->cost, P, D->optim, a.rep_dev);
                     if (sc) {
                         sc->F = F;
@@ -1429,7 +1436,9 @@ int pt_planner_dapple_latency(const pt_cost *cost, const pt_plan *plan, double *
         if (st->recompute)
             B[2 * s] += pt_cost_recompute_s(cost, st->first, st->last, rows, dev);
         int64_t P = pt_cost_param_bytes(cost, st->first, st->last);
-        AR[2 * s] = pt_cost_allreduce_s(cost, st->replicas, r, P) +
+        AR[2 * s] = pt_cost_overlapped_bwd_allreduce_s(cost, st->replicas, r, st->first, st->last,
+                                                       rows, dev, 0) -
+                    pt_cost_bwd_s(cost, st->first, st->last, rows, dev) +
                     pt_cost_opt_step_s(cost, P, plan->optimizer.kind, dev);
         if (s + 1 < S) {
             const pt_stage *nx = &plan->stages[s + 1];

@@ -23,6 +23,10 @@ typedef struct wstate {
     int inflight, stash, store_n, init_alive, newest, grads_open;
     int ver_off, cov_off, n_opt, opt_seen, maxv;
     double busy; /* compute time, summed as ops run */
+    /* the BWD asynchronous bucket all-reduces hook to (schedule.h): its start and
+     * rows, hook_rows 0 when the last compute op was not a BWD */
+    double hook_start;
+    int hook_rows;
 } wstate;
 
 typedef struct inst {
@@ -229,6 +233,7 @@ static void init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, i
     pt_sim_worker *out = &sim->workers[w];
     int rows = x->row_hi - x->row_lo, M = p->mb_per_window;
     st->pc = x->op_begin;
+    st->hook_rows = 0;
     st->blocked = -1;
     st->rows = rows;
     const pt_topology *topo = pt_cost_topology(cost);
@@ -460,6 +465,8 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
             switch (op->kind) {
             case PT_OP_SEND_ACT:
             case PT_OP_SEND_GRAD: {
+                if (op->kind == PT_OP_SEND_ACT)
+                    st->hook_rows = 0;
                 int j = sim->match[i];
                 double start = st->ready > st->comm_free ? st->ready : st->comm_free;
                 double end = start + pt_cost_p2p_s(cost, x->device, sim->devs[op->peer], op->bytes);
@@ -475,6 +482,7 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
             }
             case PT_OP_RECV_ACT:
             case PT_OP_RECV_GRAD:
+                st->hook_rows = 0;
                 if (sim->arrival[i] < 0) {
                     st->blocked = i;
                     goto blocked;
@@ -489,8 +497,15 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                 inst *in = &sim->insts[k];
                 if (!st->joined) {
                     st->joined = 1;
-                    if (in->count == 0 || st->ready > in->start)
-                        in->start = st->ready;
+                    /* a hooked bucket is ready once the BWD has run its layers, which
+                     * come last in the backward's order: layers [layer_lo, last) */
+                    double ready = st->ready;
+                    if ((op->flags & PT_OPF_ASYNC) && st->hook_rows > 0 &&
+                        op->layer_hi > op->layer_lo)
+                        ready = st->hook_start + pt_cost_bwd_s(cost, op->layer_lo, x->last,
+                                                               st->hook_rows, x->device);
+                    if (in->count == 0 || ready > in->start)
+                        in->start = ready;
                     if (++in->count == r) {
                         int s = x->stage;
                         if (k > sim->ar_first[s] && sim->insts[k - 1].end > in->start)
@@ -519,6 +534,7 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                 break;
             }
             case PT_OP_AR_WAIT: {
+                st->hook_rows = 0;
                 int k = sim->match[i];
                 if (k < 0)
                     return pt_error_set(err, PT_EINVAL,
@@ -538,6 +554,8 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
             default: {
                 double start = st->ready > st->comp_free ? st->ready : st->comp_free;
                 double end = start + op_duration(p, sim, cost, w, op);
+                st->hook_start = start;
+                st->hook_rows = op->kind == PT_OP_BWD ? op->row_hi - op->row_lo : 0;
                 ev->start = start;
                 ev->end = end;
                 st->comp_free = st->ready = end;

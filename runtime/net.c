@@ -434,8 +434,37 @@ int pt_net_forward(pt_net *net, int slot_id, const float *params, const float *x
     return 0;
 }
 
+typedef struct net_hook {
+    void (*fn)(void *user, int layer);
+    void *user;
+    int first;
+} net_hook;
+
+static void net_hook_fn(void *u, int i)
+{
+    net_hook *h = u;
+    h->fn(h->user, h->first + i);
+}
+
+static int backward(pt_net *net, int slot_id, const float *params, float *grads, const float *dy,
+                    float *dx, net_hook *hook);
+
 int pt_net_backward(pt_net *net, int slot_id, const float *params, float *grads, const float *dy,
                     float *dx)
+{
+    return backward(net, slot_id, params, grads, dy, dx, NULL);
+}
+
+int pt_net_backward_hooked(pt_net *net, int slot_id, const float *params, float *grads,
+                           const float *dy, float *dx, void (*hook)(void *user, int layer),
+                           void *user)
+{
+    net_hook h = {hook, user, net->first};
+    return backward(net, slot_id, params, grads, dy, dx, hook ? &h : NULL);
+}
+
+static int backward(pt_net *net, int slot_id, const float *params, float *grads, const float *dy,
+                    float *dx, net_hook *hook)
 {
     if (slot_id < 0 || slot_id >= net->max_slots)
         return PT_EINVAL;
@@ -455,9 +484,9 @@ int pt_net_backward(pt_net *net, int slot_id, const float *params, float *grads,
             return rc;
         }
     }
-    pt_chain_backward(&net->chain, net->be, s->n, s->params, grads ? grads : net->grads, slot_x(s),
-                      slot_y(net, s), slot_act(net, s), net->ws, dy, dx, slot_labels(net, s),
-                      s->loss_scale);
+    pt_chain_backward_hooked(&net->chain, net->be, s->n, s->params, grads ? grads : net->grads,
+                             slot_x(s), slot_y(net, s), slot_act(net, s), net->ws, dy, dx,
+                             slot_labels(net, s), s->loss_scale, hook ? net_hook_fn : NULL, hook);
     if (net->recomputed_slot == slot_id)
         net->recomputed_slot = -1;
     release(net, s);

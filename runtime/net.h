@@ -172,6 +172,12 @@ int pt_net_forward(pt_net *net, int slot, const float *params, const float *x, i
  * Recomputes the forward first in recompute mode. Releases the slot.
  * Returns 0, PT_EINVAL (bad slot, dy given/missing wrongly) or PT_ESTATE
  * (slot not in flight). */
+/* pt_net_backward calling hook(user, layer) with each top-level layer's GLOBAL
+ * index once its backward is done (last layer first): its gradients in grads
+ * are final for this micro-batch, so an all-reduce of them may start. */
+int pt_net_backward_hooked(pt_net *net, int slot, const float *params, float *grads,
+                           const float *dy, float *dx, void (*hook)(void *user, int layer),
+                           void *user);
 int pt_net_backward(pt_net *net, int slot, const float *params, float *grads, const float *dy,
                     float *dx);
 

@@ -234,7 +234,7 @@ int pt_cmd_sim(int argc, char **argv)
     }
     if (pt_cost_new(profile, topo, &cost, &err) < 0 || pt_sim_new(&sim) < 0)
         goto out;
-    pt_sched_opts so = {mbs, windows};
+    pt_sched_opts so = {.microbatches = mbs, .windows = windows};
     if (pt_sim_plan(sim, plan, cost, &so, &prog, &res, &err) < 0)
         goto out;
     if (json) {

@@ -41,7 +41,7 @@ static int rig_run(rig *g, pt_sched_kind kind, int S, int M, const int *reps, in
             return -1;
     }
     g->plan->schedule = kind;
-    pt_sched_opts o = {M, windows};
+    pt_sched_opts o = {.microbatches = M, .windows = windows};
     int rc = pt_sim_plan(g->sim, g->plan, g->cost, &o, &g->prog, &g->res, &g->err);
     if (rc < 0)
         fprintf(stderr, "rig: %s\n", g->err.msg);

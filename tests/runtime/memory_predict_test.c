@@ -265,7 +265,7 @@ static void check_case(const ec_case *c, const model *md, const pt_profile *pf, 
     pt_error err = {0};
     REQUIRE(pt_cost_new(pf, topo, &cost, &err) == 0 && pt_sim_new(&sim) == 0);
     int sync = pt_sched_kind_has(c->kind, PT_SCHED_SYNCHRONOUS);
-    pt_sched_opts o = {0, sync ? 0 : c->windows};
+    pt_sched_opts o = {.windows = sync ? 0 : c->windows};
     int rc = pt_sim_plan(sim, plan, cost, &o, &prog, &res, &err);
     CHECK_MSG(rc == 0, "%s: %s", c->name, err.msg);
     ec_events *events = ec_events_new();
