@@ -13,9 +13,11 @@
 struct pt_cost {
     const pt_profile *profile;
     const pt_topology *topo;
-    int n;          /* layers */
-    int profile_mb; /* samples the profile's times and bytes are for */
-    double opt_bw;  /* bytes/s of an optimizer step on a speed-1 device; <= 0: free */
+    int n;                /* layers */
+    int profile_mb;       /* samples the profile's times and bytes are for */
+    double opt_bw;        /* bytes/s of an optimizer step on a speed-1 device; <= 0: free */
+    double op_overhead_s; /* worker time before each op (profile's runtime.op_overhead_ms) */
+    int sends_hold;       /* the profile's runtime.sends_hold */
     /* prefix sums over layers, n+1 entries each: x[j] = sum over layers < j */
     double *fwd_ms, *bwd_ms, *rec_ms;
     int64_t *param, *act, *saved;
@@ -83,7 +85,9 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
     c->topo = topo;
     c->n = n;
     c->profile_mb = profile->microbatch;
-    c->opt_bw = PT_COST_OPT_MEM_BW_BPS;
+    c->opt_bw = profile->opt_bytes_per_s > 0 ? profile->opt_bytes_per_s : PT_COST_OPT_MEM_BW_BPS;
+    c->op_overhead_s = profile->op_overhead_ms > 0 ? profile->op_overhead_ms / 1000.0 : 0;
+    c->sends_hold = profile->sends_hold != 0;
     c->fwd_ms = malloc((size_t)(n + 1) * 3 * sizeof(double));
     c->param = malloc((size_t)(n + 1) * 3 * sizeof(int64_t));
     if (!c->fwd_ms || !c->param || build_scratch_max(c) < 0) {
@@ -134,6 +138,22 @@ void pt_cost_set_opt_bandwidth(pt_cost *cost, double bytes_per_s)
 {
     if (cost)
         cost->opt_bw = bytes_per_s;
+}
+
+double pt_cost_op_overhead_s(const pt_cost *cost)
+{
+    return cost ? cost->op_overhead_s : 0;
+}
+
+int pt_cost_sends_hold(const pt_cost *cost)
+{
+    return cost ? cost->sends_hold : 0;
+}
+
+void pt_cost_set_op_overhead(pt_cost *cost, double seconds)
+{
+    if (cost)
+        cost->op_overhead_s = seconds > 0 ? seconds : 0;
 }
 
 const pt_profile *pt_cost_profile(const pt_cost *cost)

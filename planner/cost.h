@@ -12,7 +12,14 @@
  *   neighbouring pairs (ring in the order given); 0 for p = 1.
  * - OPT_STEP: streams weights, gradients and optimizer state through device
  *   memory: bytes touched = param_bytes * (PT_COST_OPT_BASE_PASSES +
- *   PT_COST_OPT_STATE_PASSES * state_factor), at PT_COST_OPT_MEM_BW_BPS * speed.
+ *   PT_COST_OPT_STATE_PASSES * state_factor), at PT_COST_OPT_MEM_BW_BPS * speed
+ *   (or the profile's opt_bytes_per_s, which calibration fits).
+ * - per-op overhead: the profile's op_overhead_ms (fitted by calibration,
+ *   0 otherwise) of worker time before each op it issues: the dispatch,
+ *   messaging and telemetry the runtime spends between two ops.
+ * - sends: on the worker's comm lane beside its compute, unless the profile
+ *   says runtime.sends_hold (calibrated from a runtime whose sends run on
+ *   the worker's thread): then the worker waits for its send to end.
  *
  * Memory (bytes, per stage replica, by category), for rows = the replica's
  * share of a micro-batch, in_b = activation entering the stage for rows,
@@ -87,6 +94,16 @@ void pt_cost_free(pt_cost **cost_p);
 /* Replaces PT_COST_OPT_MEM_BW_BPS for this model; bytes_per_s <= 0 makes
  * optimizer steps free (useful for closed-form tests). */
 void pt_cost_set_opt_bandwidth(pt_cost *cost, double bytes_per_s);
+
+/* Seconds of worker time the simulator charges before every op (from the
+ * profile's op_overhead_ms; 0 when it has none). The setter replaces it;
+ * a negative value is 0. */
+double pt_cost_op_overhead_s(const pt_cost *cost);
+void pt_cost_set_op_overhead(pt_cost *cost, double seconds);
+/* 1 when a send holds its worker until the transfer ends (the profile's
+ * runtime.sends_hold: the CPU runtime's sends copy and queue on the
+ * worker's thread), 0 when it runs on the comm lane beside the worker. */
+int pt_cost_sends_hold(const pt_cost *cost);
 
 const pt_profile *pt_cost_profile(const pt_cost *cost);
 const pt_topology *pt_cost_topology(const pt_cost *cost);

@@ -473,6 +473,8 @@ static double op_duration(const pt_program *p, const pt_sim *sim, const pt_cost 
 static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_error *err)
 {
     int top = 0;
+    const double gap = pt_cost_op_overhead_s(cost);
+    const int hold = pt_cost_sends_hold(cost);
     for (int i = 0; i < p->op_count; i++)
         sim->arrival[i] = -1;
     for (int k = 0; k < sim->ar_first[p->stage_count]; k++)
@@ -498,6 +500,8 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                 double start = st->ready > st->comm_free ? st->ready : st->comm_free;
                 double end = start + pt_cost_p2p_s(cost, x->device, sim->devs[op->peer], op->bytes);
                 st->comm_free = end;
+                if (hold && end > st->ready)
+                    st->ready = end;
                 ev->start = start;
                 ev->end = end;
                 sim->arrival[j] = end;
@@ -589,6 +593,9 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                 break;
             }
             }
+            /* the runtime's time between two ops (dispatch, messaging,
+             * telemetry): the next op of this worker starts that much later */
+            st->ready += gap;
             st->pc++;
         }
     blocked:;

@@ -97,7 +97,10 @@ int pt_sim_new(pt_sim **out);
 /* NULL-safe; sets *sim_p = NULL. Invalidates results it returned. */
 void pt_sim_free(pt_sim **sim_p);
 
-/* Simulates prog on cost. On success fills *out (arrays owned by sim).
+/* Simulates prog on cost. Each op of a worker after its first starts no
+ * earlier than pt_cost_op_overhead_s after the one before it was issued (the
+ * runtime's time between ops; 0 unless the profile was calibrated). On
+ * success fills *out (arrays owned by sim).
  * Returns PT_EINVAL (err names the op) when a SEND/RECV is unmatched or a
  * worker's device is outside the topology, PT_EDEADLOCK (err names the
  * blocked workers and ops) when the program cannot complete, PT_ENOMEM. */

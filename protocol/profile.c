@@ -10,11 +10,16 @@
 #include "protocol/json_util.h"
 
 static const char *const profile_keys[] = {"v",          "model",       "device", "source",
-                                           "microbatch", "input_bytes", "layers", NULL};
+                                           "microbatch", "input_bytes", "layers", "origin",
+                                           "runtime",    NULL};
+static const char *const origin_keys[] = {"kind", "run", "base", "date", "gen", NULL};
+static const char *const runtime_keys[] = {"op_overhead_ms", "opt_gbytes_per_s", "sends_hold",
+                                           NULL};
 static const char *const layer_keys[] = {"name",         "fwd_ms",        "bwd_ms",
                                          "recompute_ms", "act_bytes",     "param_bytes",
                                          "saved_bytes",  "scratch_bytes", NULL};
-static const char *const sources[] = {"measured", "analytic", "imported", NULL};
+static const char *const sources[] = {"measured", "analytic", "imported", "calibrated", NULL};
+#define BYTES_PER_GB 1e9 /* runtime.opt_gbytes_per_s */
 
 static const pt_jr_range NON_NEGATIVE = {0.0, INFINITY, 0, 0};
 
@@ -33,6 +38,7 @@ pt_profile *pt_profile_new(int layer_count)
         }
     }
     p->layer_count = layer_count;
+    p->origin.gen = -1;
     return p;
 }
 
@@ -72,6 +78,60 @@ static int parse_layer(pt_jr *jr, const cJSON *obj, const char *path, int index,
     return 0;
 }
 
+static int is_source(const char *s)
+{
+    for (int k = 0; sources[k]; k++)
+        if (!strcmp(sources[k], s))
+            return 1;
+    return 0;
+}
+
+static int parse_origin(pt_jr *jr, const cJSON *root, pt_profile *p)
+{
+    const cJSON *o = NULL;
+    int rc = pt_jr_object(jr, root, "", "origin", PT_JR_OPTIONAL, &o);
+    if (rc < 0 || !o)
+        return rc;
+    pt_profile_origin *g = &p->origin;
+    if ((rc = pt_jr_keys(jr, o, "origin", origin_keys)) < 0 ||
+        (rc = pt_jr_str(jr, o, "origin", "kind", PT_JR_REQUIRED, NULL, g->kind, sizeof g->kind)) <
+            0 ||
+        (rc = pt_jr_str(jr, o, "origin", "run", PT_JR_OPTIONAL, NULL, g->run, sizeof g->run)) < 0 ||
+        (rc = pt_jr_str(jr, o, "origin", "base", PT_JR_OPTIONAL, NULL, g->base, sizeof g->base)) <
+            0 ||
+        (rc = pt_jr_str(jr, o, "origin", "date", PT_JR_OPTIONAL, NULL, g->date, sizeof g->date)) <
+            0 ||
+        (rc = pt_jr_int64(jr, o, "origin", "gen", PT_JR_OPTIONAL, -1, 0, PT_JSON_INT_MAX,
+                          &g->gen)) < 0)
+        return rc;
+    if (!is_source(g->kind))
+        return pt_jr_fail(jr, PT_EINVAL, "origin", "kind",
+                          "unknown kind \"%s\" (measured, analytic, imported or calibrated)",
+                          g->kind);
+    if (!strcmp(g->kind, "calibrated") && !g->run[0])
+        return pt_jr_fail(jr, PT_EINVAL, "origin", "run",
+                          "a calibrated profile must name the run it was fitted to");
+    return 0;
+}
+
+static int parse_runtime(pt_jr *jr, const cJSON *root, pt_profile *p)
+{
+    const cJSON *o = NULL;
+    int rc = pt_jr_object(jr, root, "", "runtime", PT_JR_OPTIONAL, &o);
+    if (rc < 0 || !o)
+        return rc;
+    double gbs = 0;
+    if ((rc = pt_jr_keys(jr, o, "runtime", runtime_keys)) < 0 ||
+        (rc = pt_jr_num(jr, o, "runtime", "op_overhead_ms", PT_JR_OPTIONAL, 0, NON_NEGATIVE,
+                        &p->op_overhead_ms)) < 0 ||
+        (rc = pt_jr_num(jr, o, "runtime", "opt_gbytes_per_s", PT_JR_OPTIONAL, 0, NON_NEGATIVE,
+                        &gbs)) < 0 ||
+        (rc = pt_jr_bool(jr, o, "runtime", "sends_hold", PT_JR_OPTIONAL, 0, &p->sends_hold)) < 0)
+        return rc;
+    p->opt_bytes_per_s = gbs * BYTES_PER_GB;
+    return 0;
+}
+
 int pt_profile_parse(const char *json, const char *source, pt_profile **out, pt_error *err)
 {
     *out = NULL;
@@ -106,14 +166,14 @@ int pt_profile_parse(const char *json, const char *source, pt_profile **out, pt_
         (rc = pt_jr_int64(&jr, root, "", "input_bytes", PT_JR_REQUIRED, 0, 0, PT_JSON_INT_MAX,
                           &p->input_bytes)) < 0)
         goto done;
-    int known = 0;
-    for (int k = 0; sources[k]; k++)
-        known |= !strcmp(sources[k], p->source);
-    if (!known) {
+    if (!is_source(p->source)) {
         rc = pt_jr_fail(&jr, PT_EINVAL, "", "source",
-                        "unknown source \"%s\" (measured, analytic or imported)", p->source);
+                        "unknown source \"%s\" (measured, analytic, imported or calibrated)",
+                        p->source);
         goto done;
     }
+    if ((rc = parse_origin(&jr, root, p)) < 0 || (rc = parse_runtime(&jr, root, p)) < 0)
+        goto done;
     int i = 0;
     for (const cJSON *e = arr->child; e && i < n; e = e->next, i++) {
         char path[PT_JPATH_MAX];
@@ -156,6 +216,36 @@ int pt_profile_check(const pt_profile *profile, const pt_model_spec *model, cons
     return 0;
 }
 
+/* Optional members are written only when set, so older profiles round-trip
+ * to the same text. -1 on no memory. */
+static int add_origin(cJSON *root, const pt_profile_origin *g)
+{
+    if (!g->kind[0])
+        return 0;
+    cJSON *o = cJSON_AddObjectToObject(root, "origin");
+    if (!o || !cJSON_AddStringToObject(o, "kind", g->kind) ||
+        (g->run[0] && !cJSON_AddStringToObject(o, "run", g->run)) ||
+        (g->base[0] && !cJSON_AddStringToObject(o, "base", g->base)) ||
+        (g->date[0] && !cJSON_AddStringToObject(o, "date", g->date)) ||
+        (g->gen >= 0 && !pt_jr_add_number(o, "gen", (double)g->gen)))
+        return -1;
+    return 0;
+}
+
+static int add_runtime(cJSON *root, const pt_profile *p)
+{
+    if (!(p->op_overhead_ms > 0) && !(p->opt_bytes_per_s > 0) && !p->sends_hold)
+        return 0;
+    cJSON *o = cJSON_AddObjectToObject(root, "runtime");
+    if (!o ||
+        (p->op_overhead_ms > 0 && !pt_jr_add_number(o, "op_overhead_ms", p->op_overhead_ms)) ||
+        (p->opt_bytes_per_s > 0 &&
+         !pt_jr_add_number(o, "opt_gbytes_per_s", p->opt_bytes_per_s / BYTES_PER_GB)) ||
+        (p->sends_hold && !cJSON_AddBoolToObject(o, "sends_hold", 1)))
+        return -1;
+    return 0;
+}
+
 char *pt_profile_to_json(const pt_profile *profile)
 {
     if (!profile)
@@ -173,6 +263,11 @@ char *pt_profile_to_json(const pt_profile *profile)
     cJSON_AddStringToObject(root, "source", profile->source[0] ? profile->source : "measured");
     pt_jr_add_number(root, "microbatch", profile->microbatch);
     pt_jr_add_number(root, "input_bytes", (double)profile->input_bytes);
+    if (add_origin(root, &profile->origin) < 0 || add_runtime(root, profile) < 0) {
+        cJSON_Delete(root);
+        cJSON_Delete(layers);
+        return NULL;
+    }
     cJSON_AddItemToObject(root, "layers", layers);
     for (int i = 0; i < profile->layer_count; i++) {
         const pt_profile_layer *l = &profile->layers[i];

@@ -25,12 +25,31 @@ typedef struct pt_profile_layer {
     int64_t scratch_bytes;
 } pt_profile_layer;
 
+#define PT_PROFILE_TEXT_MAX 256 /* origin.run, origin.base, NUL included */
+
+/* What a profile was made from (the optional "origin" object; kind "" when
+ * the file has none). A calibrated profile names the run it was fitted to. */
+typedef struct pt_profile_origin {
+    char kind[16];                  /* "measured", "analytic", "imported", "calibrated" */
+    char run[PT_PROFILE_TEXT_MAX];  /* calibrated: the run folder; "" none */
+    char base[PT_PROFILE_TEXT_MAX]; /* calibrated: the profile giving the layers' weights */
+    char date[32];                  /* UTC, ISO 8601 ("2026-12-01T08:30:00Z"); "" none */
+    int64_t gen;                    /* calibrated: the plan generation fitted; -1 none */
+} pt_profile_origin;
+
 typedef struct pt_profile {
     char model[PT_NAME_MAX];
     char device[PT_NAME_MAX]; /* what it was measured on or derived for */
-    char source[16];          /* "measured", "analytic" or "imported" */
-    int microbatch;           /* micro-batch size the times are for, > 0 */
-    int64_t input_bytes;      /* activation entering layer 0 for one micro-batch */
+    char source[16];          /* "measured", "analytic", "imported" or "calibrated" */
+    pt_profile_origin origin;
+    /* Fitted by calibration from a run's ops (0: not known; the cost model
+     * then charges no overhead and its default optimizer bandwidth). */
+    double op_overhead_ms;  /* worker time spent between two consecutive ops, >= 0 */
+    double opt_bytes_per_s; /* bytes an optimizer step streams per second, >= 0 */
+    int sends_hold;         /* 1: a send holds its worker until it ends (the CPU runtime copies and
+                               queues on the worker's thread); 0: sends run beside the worker */
+    int microbatch;         /* micro-batch size the times are for, > 0 */
+    int64_t input_bytes;    /* activation entering layer 0 for one micro-batch */
     int layer_count;
     pt_profile_layer *layers; /* owned */
 } pt_profile;
@@ -53,7 +72,8 @@ int pt_profile_check(const pt_profile *profile, const pt_model_spec *model, cons
                      pt_error *err);
 /* Writes JSON atomically (temporary name, fsync, rename). */
 int pt_profile_save(const pt_profile *profile, const char *path, pt_error *err);
-/* Allocates a zeroed profile with layer_count layers; NULL on no memory. */
+/* Allocates a zeroed profile with layer_count layers (origin.gen -1); NULL
+ * on no memory. */
 pt_profile *pt_profile_new(int layer_count);
 void pt_profile_free(pt_profile **profile_p);
 

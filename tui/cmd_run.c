@@ -566,6 +566,15 @@ static char *summary_extra(run_ctx *c)
         return NULL;
     cJSON_AddStringToObject(o, "run_dir", c->run_dir);
     cJSON_AddStringToObject(o, "schedule", pt_sched_kind_name(c->plan->schedule));
+    /* what the prediction stands on: "measured", "analytic", "imported" or
+     * "calibrated from RUN" (docs/formats.md, "Calibrated profiles") */
+    char origin[PT_PROFILE_TEXT_MAX + 32];
+    const pt_profile_origin *g = &c->profile->origin;
+    if (!strcmp(g->kind, "calibrated"))
+        snprintf(origin, sizeof origin, "calibrated from %s", g->run);
+    else
+        snprintf(origin, sizeof origin, "%s", g->kind[0] ? g->kind : c->profile->source);
+    cJSON_AddStringToObject(o, "profile_origin", origin);
     cJSON_AddNumberToObject(o, "first_step", (double)c->resume_step);
     cJSON_AddNumberToObject(o, "steps", (double)c->steps);
     cJSON_AddNumberToObject(o, "last_step", (double)pt_session_min_step(c->s));

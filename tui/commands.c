@@ -12,6 +12,7 @@ const pt_command pt_commands[] = {
     {"sim", pt_cmd_sim, "predict a plan's iteration time, bubbles and memory; ASCII timeline"},
     {"validate", pt_cmd_validate, "check a model spec, profile, topology or plan file"},
     {"run", pt_cmd_run, "train a plan with one agent process per stage replica (distributed)"},
+    {"calibrate", pt_cmd_calibrate, "fit a profile (and links) to what a recorded run measured"},
     {"export", pt_cmd_export, "write a run's timeline as a Chrome trace (Perfetto) or an SVG"},
     {"console", pt_cmd_console, "the console: edit a plan, watch its timeline (the default)"},
     {"demo", pt_cmd_demo, "plan, spawn 4 local agents, train Fashion-MNIST, watch it live"},

@@ -26,6 +26,8 @@ int pt_cmd_validate(int argc, char **argv);
 int pt_cmd_run(int argc, char **argv);
 /* `pipetop keys`: a CURVE key pair (tui/cmd_keys.c). */
 int pt_cmd_keys(int argc, char **argv);
+/* `pipetop calibrate`: fit a profile to a run record (tui/cmd_calibrate.c). */
+int pt_cmd_calibrate(int argc, char **argv);
 
 /* Console commands (tui/cmd_export.c, tui/cmd_console.c). */
 int pt_cmd_export(int argc, char **argv);

@@ -1,0 +1,809 @@
+/* Calibration: fit a profile (and links) to a run record's op events. */
+#include "planner/calibrate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/cost.h"
+#include "planner/schedule.h"
+#include "protocol/sched_kind.h"
+
+#define NS_PER_S  1e9
+#define NS_PER_MS 1e6
+#define MS_PER_S  1e3
+/* worker * this + step names a worker's step exactly in a double (steps and
+ * workers stay far below 2^26) */
+#define PT_CAL_STEP_KEY 67108864.0
+/* A send holds its worker when the next op starts no earlier than this
+ * before the send's end (clock reads of one thread), for this share of the
+ * sends. */
+#define PT_CAL_HOLD_SLACK_NS 1000
+#define PT_CAL_HOLD_FRACTION 0.9
+
+/* One op event of the generation, on its sender's clock. */
+typedef struct cev {
+    int64_t seq; /* arrival order: the order the worker issued its ops */
+    int worker;
+    int64_t step;
+    pt_op_kind op;
+    int64_t start, end, bytes;
+} cev;
+
+static int cev_cmp(const void *a, const void *b)
+{
+    const cev *x = a, *y = b;
+    if (x->worker != y->worker)
+        return x->worker < y->worker ? -1 : 1;
+    if (x->step != y->step)
+        return x->step < y->step ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Least squares of y = a*u + b*v over n points (sums given). Returns 0 and
+ * a, b; -1 when the normal equations are singular. */
+typedef struct ls2 {
+    double uu, uv, vv, uy, vy, yy;
+    int n;
+} ls2;
+
+static void ls2_add(ls2 *s, double u, double v, double y)
+{
+    s->uu += u * u;
+    s->uv += u * v;
+    s->vv += v * v;
+    s->uy += u * y;
+    s->vy += v * y;
+    s->yy += y * y;
+    s->n++;
+}
+
+static int ls2_solve(const ls2 *s, double *a, double *b)
+{
+    double det = s->uu * s->vv - s->uv * s->uv;
+    if (!(fabs(det) > 1e-12 * (s->uu * s->vv)) || s->n < 2)
+        return -1;
+    *a = (s->uy * s->vv - s->vy * s->uv) / det;
+    *b = (s->vy * s->uu - s->uy * s->uv) / det;
+    return 0;
+}
+
+static double ls2_rms(const ls2 *s, double a, double b)
+{
+    /* sum (y - a u - b v)^2 expanded over the kept sums */
+    double r =
+        s->yy - 2 * a * s->uy - 2 * b * s->vy + a * a * s->uu + 2 * a * b * s->uv + b * b * s->vv;
+    return s->n > 0 && r > 0 ? sqrt(r / s->n) : 0;
+}
+
+/* Fits y = alpha*u + v/beta (u: latency multiplier, v: bytes multiplier);
+ * the fallbacks keep `keep`'s latency or bandwidth. mean_y / mean_u / mean_v
+ * describe the points for the one-size and flat cases. */
+static void fit_link(const ls2 *s, pt_link keep, pt_cal_link *out)
+{
+    memset(out, 0, sizeof *out);
+    out->ops = s->n;
+    out->link = keep;
+    if (s->n == 0)
+        return;
+    double alpha, inv_beta;
+    if (ls2_solve(s, &alpha, &inv_beta) == 0 && alpha >= 0 && inv_beta > 0) {
+        out->how = PT_CAL_LINK_FIT;
+        out->link.latency = alpha;
+        out->link.bandwidth = 1.0 / inv_beta;
+    } else if (s->vv > 0 && s->uv > 0) {
+        /* one size (or a negative intercept): keep the latency, fit 1/beta
+         * through the remaining time */
+        double rest = (s->vy - keep.latency * s->uv) / s->vv;
+        if (rest > 0) {
+            out->how = PT_CAL_LINK_BW_ONLY;
+            out->link.bandwidth = 1.0 / rest;
+        } else {
+            out->how = PT_CAL_LINK_FLAT;
+            out->link.latency = s->uu > 0 ? s->uy / s->uu : 0;
+        }
+    } else {
+        out->how = PT_CAL_LINK_FLAT;
+        out->link.latency = s->uu > 0 ? s->uy / s->uu : 0;
+    }
+    if (out->link.latency < 0)
+        out->link.latency = 0;
+    out->rms_s = ls2_rms(s, out->link.latency, 1.0 / out->link.bandwidth);
+}
+
+const char *pt_cal_link_how_name(pt_cal_link_how how)
+{
+    switch (how) {
+    case PT_CAL_LINK_NONE:
+        return "none";
+    case PT_CAL_LINK_FIT:
+        return "fit";
+    case PT_CAL_LINK_BW_ONLY:
+        return "bandwidth-only";
+    case PT_CAL_LINK_FLAT:
+        return "flat";
+    }
+    return "?";
+}
+
+void pt_cal_fit_clear(pt_cal_fit *fit)
+{
+    if (!fit)
+        return;
+    free(fit->stages);
+    memset(fit, 0, sizeof *fit);
+}
+
+/* Finds the generation to fit (the newest with events unless asked) and its
+ * plan entry. */
+static int find_gen(const pt_record *rec, int64_t want, int64_t *gen, const pt_plan **plan,
+                    pt_error *err)
+{
+    int64_t newest = -1, n = pt_record_count(rec);
+    for (int64_t i = 0; i < n && want < 0; i++) {
+        const pt_record_entry *e = pt_record_at(rec, i);
+        if (e->kind != PT_RECORD_RECV || e->msg_type != PT_MSG_EVENTS)
+            continue;
+        pt_msg m;
+        int rc = pt_record_msg(rec, i, &m, err);
+        if (rc < 0)
+            return rc;
+        if (m.gen > newest)
+            newest = m.gen;
+        pt_msg_clear(&m);
+    }
+    *gen = want >= 0 ? want : newest;
+    if (*gen < 0)
+        return pt_error_set(err, PT_ENOTFOUND, "calibrate: the record has no op events");
+    *plan = NULL;
+    for (int64_t i = 0; i < n; i++) {
+        const pt_record_entry *e = pt_record_at(rec, i);
+        if (e->kind == PT_RECORD_PLAN && e->gen == *gen)
+            *plan = e->plan;
+    }
+    if (!*plan)
+        return pt_error_set(err, PT_ENOTFOUND, "calibrate: no plan for generation %lld",
+                            (long long)*gen);
+    return 0;
+}
+
+/* Every op event of gen, with worker indices from prog. */
+static int collect(const pt_record *rec, int64_t gen, const pt_program *prog, cev **out,
+                   int64_t *count, pt_error *err)
+{
+    int64_t n = pt_record_count(rec), cap = 0, len = 0;
+    cev *v = NULL;
+    int rc = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const pt_record_entry *e = pt_record_at(rec, i);
+        if (e->kind != PT_RECORD_RECV || e->msg_type != PT_MSG_EVENTS)
+            continue;
+        pt_msg m;
+        if ((rc = pt_record_msg(rec, i, &m, err)) < 0)
+            break;
+        for (int k = 0; m.gen == gen && k < m.u.events.count; k++) {
+            const pt_msg_event *x = &m.u.events.events[k];
+            if (x->stage < 0 || x->stage >= prog->stage_count || x->replica < 0 ||
+                x->replica >= prog->stage_worker[x->stage + 1] - prog->stage_worker[x->stage]) {
+                rc = pt_error_set(err, PT_EINVAL,
+                                  "calibrate: line %lld: event of stage %d replica %d, "
+                                  "which the plan of generation %lld does not have",
+                                  (long long)e->line, x->stage, x->replica, (long long)gen);
+                break;
+            }
+            if (len == cap) {
+                int64_t nc = cap ? 2 * cap : 1024;
+                cev *nv = realloc(v, (size_t)nc * sizeof *nv);
+                if (!nv) {
+                    rc = pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+                    break;
+                }
+                v = nv;
+                cap = nc;
+            }
+            v[len] = (cev){len,         prog->stage_worker[x->stage] + x->replica,
+                           x->step,     x->op,
+                           x->start_ns, x->end_ns,
+                           x->bytes};
+            len++;
+        }
+        pt_msg_clear(&m);
+        if (rc < 0)
+            break;
+    }
+    if (rc < 0) {
+        free(v);
+        return rc;
+    }
+    qsort(v, (size_t)len, sizeof *v, cev_cmp);
+    *out = v;
+    *count = len;
+    return 0;
+}
+
+/* Samples, grouped by (a, b) and, inside, by c (a worker's step): a
+ * figure is the mean over steps of each step's mean, over the steps kept
+ * (pick_steps). */
+typedef struct smp {
+    double a, b, c, y;
+} smp;
+
+typedef struct svec {
+    smp *v;
+    int64_t n, cap;
+} svec;
+
+static int svec_add(svec *s, double a, double b, double c, double y)
+{
+    if (s->n == s->cap) {
+        int64_t nc = s->cap ? 2 * s->cap : 256;
+        smp *nv = realloc(s->v, (size_t)nc * sizeof *nv);
+        if (!nv)
+            return -1;
+        s->v = nv;
+        s->cap = nc;
+    }
+    s->v[s->n++] = (smp){a, b, c, y};
+    return 0;
+}
+
+static int smp_cmp(const void *p, const void *q)
+{
+    const smp *x = p, *y = q;
+    if (x->a != y->a)
+        return x->a < y->a ? -1 : 1;
+    if (x->b != y->b)
+        return x->b < y->b ? -1 : 1;
+    if (x->c != y->c)
+        return x->c < y->c ? -1 : 1;
+    return x->y < y->y ? -1 : x->y > y->y;
+}
+
+static int dbl_cmp(const void *p, const void *q)
+{
+    double x = *(const double *)p, y = *(const double *)q;
+    return x < y ? -1 : x > y;
+}
+
+/* Calls f(ctx, a, b, mean over c of the mean y, samples) once per group of
+ * equal (a, b). Returns 0 or -1 on no memory. */
+static int svec_groups(svec *s, void (*f)(void *, double, double, double, int64_t), void *ctx)
+{
+    qsort(s->v, (size_t)s->n, sizeof *s->v, smp_cmp);
+    double *means = malloc((size_t)(s->n > 0 ? s->n : 1) * sizeof *means);
+    if (!means)
+        return -1;
+    for (int64_t i = 0; i < s->n;) {
+        int64_t j = i, m = 0;
+        while (j < s->n && s->v[j].a == s->v[i].a && s->v[j].b == s->v[i].b) {
+            int64_t k = j;
+            double sum = 0;
+            while (k < s->n && s->v[k].a == s->v[j].a && s->v[k].b == s->v[j].b &&
+                   s->v[k].c == s->v[j].c)
+                sum += s->v[k++].y;
+            means[m++] = sum / (double)(k - j);
+            j = k;
+        }
+        double sum = 0;
+        for (int64_t k = 0; k < m; k++)
+            sum += means[k];
+        f(ctx, s->v[i].a, s->v[i].b, sum / (double)m, j - i);
+        i = j;
+    }
+    free(means);
+    return 0;
+}
+
+/* a link fit: latency multiplier u, bytes multiplier v; each group's mean
+ * weighs as many points as it has */
+static void add_link(void *ctx, double u, double v, double y, int64_t m)
+{
+    ls2 *l = ctx;
+    for (int64_t k = 0; k < m; k++)
+        ls2_add(l, u, v, y);
+}
+
+typedef struct sends_ctx {
+    ls2 *intra, *inter;
+} sends_ctx;
+
+/* a = 1 intra-node, 0 inter-node; b = bytes */
+static void add_send(void *ctx, double a, double b, double y, int64_t m)
+{
+    sends_ctx *c = ctx;
+    add_link(a > 0 ? c->intra : c->inter, 1, b, y, m);
+}
+
+static void take_mean(void *ctx, double a, double b, double y, int64_t m)
+{
+    (void)a, (void)b, (void)m;
+    *(double *)ctx = y;
+}
+
+/* Measured over one stage: samples of each compute kind, the base
+ * profile's summed prediction for the same ops. */
+typedef struct acc {
+    svec fwd, bwd, rec, opt;    /* seconds per op */
+    double fwd_b, bwd_b, rec_b; /* summed base predictions */
+    double touched;             /* bytes an OPT_STEP touches / speed */
+} acc;
+
+static double mean_of(svec *s)
+{
+    double m = 0;
+    if (svec_groups(s, take_mean, &m) < 0)
+        return -1;
+    return m;
+}
+
+static void acc_free(acc *a)
+{
+    free(a->fwd.v);
+    free(a->bwd.v);
+    free(a->rec.v);
+    free(a->opt.v);
+}
+
+/* Blocking ops advance the worker's cursor; the others (sends, background
+ * all-reduce) are issued and the worker goes on. */
+static int blocks(pt_op_kind op, int async_ar, int hold)
+{
+    if (pt_op_facts(op) & PT_OPK_SEND)
+        return hold;
+    return !(op == PT_OP_ALLREDUCE && async_ar);
+}
+
+typedef struct stepfig {
+    int64_t step;
+    double span; /* the slowest worker's span of the step, ns */
+} stepfig;
+
+static int stepfig_cmp(const void *p, const void *q)
+{
+    const stepfig *x = p, *y = q;
+    return x->step < y->step ? -1 : x->step > y->step;
+}
+
+/* The steps to fit: those after the warm-up whose slowest worker's span
+ * (first op start to last op end) lies between the quartiles of all such
+ * steps. A loaded machine stretches some iterations several times over;
+ * the middle half is what a typical iteration costs (the run's
+ * measured_iteration_ms is the median iteration). On success *out (sorted
+ * by step) and *count are the kept steps. */
+static int pick_steps(const cev *v, int64_t n, const int64_t *first, int skip, stepfig **out,
+                      int64_t *count)
+{
+    stepfig *f = malloc((size_t)(n > 0 ? n : 1) * sizeof *f);
+    double *spans = malloc((size_t)(n > 0 ? n : 1) * sizeof *spans);
+    if (!f || !spans) {
+        free(f);
+        free(spans);
+        return -1;
+    }
+    int64_t m = 0;
+    for (int64_t i = 0; i < n;) {
+        int64_t j = i, lo = v[i].start, hi = v[i].end;
+        for (; j < n && v[j].worker == v[i].worker && v[j].step == v[i].step; j++) {
+            lo = v[j].start < lo ? v[j].start : lo;
+            hi = v[j].end > hi ? v[j].end : hi;
+        }
+        if (v[i].step >= first[v[i].worker] + skip)
+            f[m++] = (stepfig){v[i].step, (double)(hi - lo)};
+        i = j;
+    }
+    /* one figure per step: its slowest worker */
+    qsort(f, (size_t)m, sizeof *f, stepfig_cmp);
+    int64_t u = 0;
+    for (int64_t i = 0; i < m; i++) {
+        if (u > 0 && f[u - 1].step == f[i].step) {
+            if (f[i].span > f[u - 1].span)
+                f[u - 1].span = f[i].span;
+        } else {
+            f[u++] = f[i];
+        }
+    }
+    for (int64_t i = 0; i < u; i++)
+        spans[i] = f[i].span;
+    qsort(spans, (size_t)u, sizeof *spans, dbl_cmp);
+    double q1 = u ? spans[u / 4] : 0, q3 = u ? spans[(3 * u) / 4 < u ? (3 * u) / 4 : u - 1] : 0;
+    int64_t k = 0;
+    for (int64_t i = 0; i < u; i++)
+        if (f[i].span >= q1 && f[i].span <= q3)
+            f[k++] = f[i];
+    free(spans);
+    *out = f;
+    *count = k;
+    return 0;
+}
+
+static int kept(const stepfig *f, int64_t k, int64_t step)
+{
+    stepfig key = {step, 0};
+    return bsearch(&key, f, (size_t)k, sizeof *f, stepfig_cmp) != NULL;
+}
+
+/* The simulator's slowdown of worker w's compute where its node's devices
+ * share cores (planner/simulate.h): the measured times include it, so the
+ * fitted layer times leave it out and the simulator puts it back, for the
+ * worker count of whatever plan it runs. */
+static double oversubscription(const pt_program *prog, const pt_topology *topo, int w)
+{
+    int dev = prog->workers[w].device;
+    if (topo->devices[dev].node_cores <= 0)
+        return 1.0;
+    int node = topo->devices[dev].node, n = 0;
+    for (int v = 0; v < prog->worker_count; v++)
+        n += topo->devices[prog->workers[v].device].node == node;
+    return pt_topology_oversubscription(topo, dev, n);
+}
+
+/* Whether sends hold their worker: the op after a send starts only once
+ * the send has ended, for nearly every send (a runtime whose sends run
+ * beside the worker starts the next op while the send is in flight). */
+static int sends_hold(const cev *v, int64_t n)
+{
+    int64_t sends = 0, held = 0;
+    for (int64_t i = 0; i + 1 < n; i++) {
+        if (!(pt_op_facts(v[i].op) & PT_OPK_SEND) || v[i + 1].worker != v[i].worker ||
+            v[i + 1].step != v[i].step || v[i].end <= v[i].start)
+            continue;
+        sends++;
+        held += v[i + 1].start + PT_CAL_HOLD_SLACK_NS >= v[i].end;
+    }
+    return sends > 0 && (double)held >= PT_CAL_HOLD_FRACTION * (double)sends;
+}
+
+static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topology *topo,
+                      const cev *v, int64_t n, int skip, acc *st, pt_cal_fit *fit, pt_error *err)
+{
+    int async_ar = pt_sched_kind_has(prog->kind, PT_SCHED_OVERLAP_ALLREDUCE);
+    svec sends = {0}, ars = {0}, gaps = {0};
+    int64_t used = 0;
+    int oom = 0;
+    fit->first_step = INT64_MAX;
+    fit->last_step = -1;
+    /* first step of every worker, for the warm-up skip */
+    int64_t *first = malloc((size_t)prog->worker_count * sizeof *first);
+    if (!first)
+        return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+    for (int w = 0; w < prog->worker_count; w++)
+        first[w] = INT64_MAX;
+    int64_t last_step = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (v[i].step < first[v[i].worker])
+            first[v[i].worker] = v[i].step;
+        if (v[i].step > last_step)
+            last_step = v[i].step;
+    }
+    /* the skip never leaves a worker without steps */
+    for (int w = 0; w < prog->worker_count; w++)
+        if (first[w] != INT64_MAX && first[w] + skip > last_step)
+            skip = (int)(last_step - first[w]);
+    if (skip < 0)
+        skip = 0;
+    fit->sends_hold = sends_hold(v, n);
+    stepfig *keep = NULL;
+    int64_t nkeep = 0;
+    if (pick_steps(v, n, first, skip, &keep, &nkeep) < 0) {
+        free(first);
+        return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+    }
+    fit->steps_used = nkeep;
+
+    for (int64_t i = 0; i < n;) {
+        /* one worker's one step: v[i, j) */
+        int64_t j = i;
+        while (j < n && v[j].worker == v[i].worker && v[j].step == v[i].step)
+            j++;
+        int w = v[i].worker;
+        const pt_worker *x = &prog->workers[w];
+        acc *a = &st[x->stage];
+        if (v[i].step < first[w] + skip || !kept(keep, nkeep, v[i].step)) {
+            i = j;
+            continue;
+        }
+        if (v[i].step < fit->first_step)
+            fit->first_step = v[i].step;
+        if (v[i].step > fit->last_step)
+            fit->last_step = v[i].step;
+        int rows = x->row_hi - x->row_lo;
+        double slow = oversubscription(prog, topo, w);
+        int64_t cursor = -1, issued = 0; /* end of the last blocking op; ops since */
+        double c = (double)w * PT_CAL_STEP_KEY + (double)v[i].step; /* this worker-step */
+        int ar_ord = 0;
+        for (int64_t k = i; k < j; k++) {
+            const cev *e = &v[k];
+            double d = (double)(e->end - e->start) / NS_PER_S;
+            used++;
+            switch (e->op) {
+            case PT_OP_FWD:
+                oom |= svec_add(&a->fwd, 0, 0, c, d);
+                a->fwd_b += slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
+                break;
+            case PT_OP_BWD:
+                oom |= svec_add(&a->bwd, 0, 0, c, d);
+                a->bwd_b += slow * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
+                break;
+            case PT_OP_RECOMPUTE:
+                oom |= svec_add(&a->rec, 0, 0, c, d);
+                a->rec_b += slow * pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
+                break;
+            case PT_OP_OPT_STEP: {
+                oom |= svec_add(&a->opt, 0, 0, c, d);
+                /* time = slow * touched / (bw * speed) */
+                int64_t P = pt_cost_param_bytes(cost, x->first, x->last);
+                double speed = topo->devices[x->device].speed;
+                a->touched = (double)P *
+                             (PT_COST_OPT_BASE_PASSES +
+                              PT_COST_OPT_STATE_PASSES * pt_cost_optim_state_factor(prog->optim)) /
+                             speed * slow;
+                break;
+            }
+            case PT_OP_SEND_ACT:
+            case PT_OP_SEND_GRAD:
+                if (e->bytes > 0) {
+                    int peer_stage = x->stage + ((pt_op_facts(e->op) & PT_OPK_NEXT) ? 1 : -1);
+                    int peer = peer_stage >= 0 && peer_stage < prog->stage_count
+                                   ? prog->workers[prog->stage_worker[peer_stage]].device
+                                   : x->device;
+                    int same_node = topo->devices[x->device].node == topo->devices[peer].node;
+                    oom |= svec_add(&sends, same_node, (double)e->bytes, c, d);
+                }
+                break;
+            case PT_OP_ALLREDUCE: {
+                /* the k-th collective of this step on this stage: the
+                 * shortest replica's time, which waited least for the others */
+                int r = x->replica_count;
+                if (r > 1 && x->replica == 0) {
+                    double best = d;
+                    for (int q = 1; q < r; q++) {
+                        int wq = prog->stage_worker[x->stage] + q;
+                        int ord = 0;
+                        for (int64_t m = 0; m < n; m++) {
+                            if (v[m].worker != wq || v[m].step != e->step ||
+                                v[m].op != PT_OP_ALLREDUCE)
+                                continue;
+                            if (ord++ == ar_ord) {
+                                double dq = (double)(v[m].end - v[m].start) / NS_PER_S;
+                                if (dq < best)
+                                    best = dq;
+                                break;
+                            }
+                        }
+                    }
+                    oom |= svec_add(&ars, 2.0 * (r - 1), 2.0 * (r - 1) / r * (double)e->bytes, c,
+                                    best);
+                }
+                ar_ord++;
+                break;
+            }
+            default:
+                break;
+            }
+            issued++;
+            if (!blocks(e->op, async_ar, fit->sends_hold))
+                continue;
+            /* a collective starts when its last member joins, so the time
+             * before it is partly waiting: no gap is measured there */
+            if (cursor >= 0 && e->op != PT_OP_ALLREDUCE) {
+                /* one sample per op issued: a step's mean is then its
+                 * gap time over its ops */
+                int64_t g = e->start - cursor;
+                double per = (g > 0 ? (double)g / NS_PER_S : 0) / (double)issued;
+                for (int64_t q = 0; q < issued; q++)
+                    oom |= svec_add(&gaps, 0, 0, c, per);
+            }
+            cursor = e->end;
+            issued = 0;
+        }
+        i = j;
+    }
+    free(first);
+    free(keep);
+    if (oom) {
+        free(sends.v);
+        free(ars.v);
+        free(gaps.v);
+        return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+    }
+    fit->events = used;
+    fit->gaps = gaps.n;
+    fit->op_overhead_ms = gaps.n > 0 ? mean_of(&gaps) * MS_PER_S : 0;
+    /* optimizer: least squares of the stages' mean times through the origin */
+    double opt_xy = 0, opt_xx = 0;
+    for (int s = 0; s < prog->stage_count; s++)
+        if (st[s].opt.n > 0) {
+            double t = mean_of(&st[s].opt);
+            opt_xy += st[s].touched * t;
+            opt_xx += st[s].touched * st[s].touched;
+        }
+    fit->opt_bytes_per_s = opt_xy > 0 ? opt_xx / opt_xy : 0;
+    ls2 intra = {0}, inter = {0}, ar = {0};
+    sends_ctx sc = {&intra, &inter};
+    oom = svec_groups(&sends, add_send, &sc) < 0 || svec_groups(&ars, add_link, &ar) < 0;
+    free(sends.v);
+    free(ars.v);
+    free(gaps.v);
+    if (oom)
+        return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+    fit_link(&intra, topo->intra, &fit->intra);
+    fit_link(&inter, topo->inter, &fit->inter);
+    pt_link ar_keep = fit->intra.how == PT_CAL_LINK_FIT ? fit->intra.link : topo->intra;
+    fit_link(&ar, ar_keep, &fit->allreduce);
+    return 0;
+}
+
+/* Scales the layers of one stage so its prediction equals the measurement. */
+static double stage_scale(double meas, double base)
+{
+    return base > 0 ? meas / base : 0;
+}
+
+static void scale_layers(pt_profile *p, const pt_profile *base, const pt_cal_stage *s,
+                         double fwd_mean_ms, double bwd_mean_ms, double rec_mean_ms,
+                         double rows_share)
+{
+    int n = s->last - s->first;
+    for (int l = s->first; l < s->last; l++) {
+        const pt_profile_layer *b = &base->layers[l];
+        pt_profile_layer *o = &p->layers[l];
+        double rec = b->recompute_ms > 0 ? b->recompute_ms : b->fwd_ms;
+        /* a stage whose base layers cost nothing gets the measured time
+         * spread evenly (per profile micro-batch) */
+        o->fwd_ms = s->fwd_base_ms > 0 ? b->fwd_ms * s->fwd_scale : fwd_mean_ms * rows_share / n;
+        o->bwd_ms = s->bwd_base_ms > 0 ? b->bwd_ms * s->bwd_scale : bwd_mean_ms * rows_share / n;
+        if (s->rec_ops > 0)
+            o->recompute_ms =
+                s->rec_base_ms > 0 ? rec * s->rec_scale : rec_mean_ms * rows_share / n;
+        else
+            o->recompute_ms = rec * s->fwd_scale;
+    }
+}
+
+int pt_calibrate(const pt_record *rec, const pt_profile *base, const pt_topology *topo,
+                 const pt_cal_opts *opts, pt_profile **out, pt_cal_fit *fit_out, pt_error *err)
+{
+    *out = NULL;
+    pt_cal_fit local, *fit = fit_out ? fit_out : &local;
+    memset(fit, 0, sizeof *fit);
+    pt_cal_opts o = opts ? *opts : (pt_cal_opts){-1, -1, NULL, NULL, NULL};
+    int skip = o.skip_steps < 0 ? PT_CAL_SKIP_STEPS_DEFAULT : o.skip_steps;
+    const pt_plan *plan;
+    int64_t gen;
+    int rc = find_gen(rec, o.gen, &gen, &plan, err);
+    if (rc < 0)
+        return rc;
+    if (strcmp(plan->model, base->model))
+        return pt_error_set(err, PT_EINVAL,
+                            "calibrate: the run's plan is for model \"%s\", the base profile for "
+                            "\"%s\"",
+                            plan->model, base->model);
+    if (plan->layer_count != base->layer_count)
+        return pt_error_set(err, PT_EINVAL,
+                            "calibrate: the plan has %d layers, the base profile %d (model %s)",
+                            plan->layer_count, base->layer_count, base->model);
+    pt_program prog = {0};
+    pt_cost *cost = NULL;
+    cev *v = NULL;
+    int64_t nv = 0;
+    acc *st = NULL;
+    pt_profile *p = NULL;
+    if ((rc = pt_sched_build(plan, base, NULL, &prog, err)) < 0)
+        goto done;
+    for (int w = 0; w < prog.worker_count; w++)
+        if (prog.workers[w].device < 0 || prog.workers[w].device >= topo->device_count) {
+            rc = pt_error_set(err, PT_EINVAL,
+                              "calibrate: stage %d uses device %d; the topology has %d",
+                              prog.workers[w].stage, prog.workers[w].device, topo->device_count);
+            goto done;
+        }
+    if ((rc = pt_cost_new(base, topo, &cost, err)) < 0 ||
+        (rc = collect(rec, gen, &prog, &v, &nv, err)) < 0)
+        goto done;
+    fit->gen = gen;
+    fit->stage_count = prog.stage_count;
+    st = calloc((size_t)prog.stage_count, sizeof *st);
+    fit->stages = calloc((size_t)prog.stage_count, sizeof *fit->stages);
+    if (!st || !fit->stages) {
+        rc = pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+        goto done;
+    }
+    if ((rc = fit_events(&prog, cost, topo, v, nv, skip, st, fit, err)) < 0)
+        goto done;
+    if (!(p = pt_profile_new(base->layer_count))) {
+        rc = pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+        goto done;
+    }
+    {
+        pt_profile_layer *layers = p->layers;
+        *p = *base;
+        p->layers = layers;
+        memcpy(p->layers, base->layers, (size_t)base->layer_count * sizeof *p->layers);
+    }
+    for (int s = 0; s < prog.stage_count; s++) {
+        acc *a = &st[s];
+        const pt_worker *x = &prog.workers[prog.stage_worker[s]];
+        pt_cal_stage *c = &fit->stages[s];
+        c->first = x->first;
+        c->last = x->last;
+        c->replicas = x->replica_count;
+        c->fwd_ops = (int)a->fwd.n;
+        c->bwd_ops = (int)a->bwd.n;
+        c->rec_ops = (int)a->rec.n;
+        c->opt_ops = (int)a->opt.n;
+        if (a->fwd.n == 0 || a->bwd.n == 0) {
+            rc = pt_error_set(err, PT_EINVAL,
+                              "calibrate: generation %lld: stage %d has no %s measured (after "
+                              "%d warm-up steps)",
+                              (long long)gen, s, a->fwd.n == 0 ? "FWD" : "BWD", skip);
+            goto done;
+        }
+        c->fwd_ms = mean_of(&st[s].fwd) * MS_PER_S;
+        c->bwd_ms = mean_of(&st[s].bwd) * MS_PER_S;
+        c->rec_ms = a->rec.n ? mean_of(&st[s].rec) * MS_PER_S : 0;
+        c->opt_ms = a->opt.n ? mean_of(&st[s].opt) * MS_PER_S : 0;
+        c->fwd_base_ms = a->fwd_b / (double)a->fwd.n * MS_PER_S;
+        c->bwd_base_ms = a->bwd_b / (double)a->bwd.n * MS_PER_S;
+        c->rec_base_ms = a->rec.n ? a->rec_b / (double)a->rec.n * MS_PER_S : 0;
+        if (c->fwd_ms < 0 || c->bwd_ms < 0 || c->rec_ms < 0 || c->opt_ms < 0) {
+            rc = pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+            goto done;
+        }
+        c->fwd_scale = stage_scale(c->fwd_ms, c->fwd_base_ms);
+        c->bwd_scale = stage_scale(c->bwd_ms, c->bwd_base_ms);
+        c->rec_scale = a->rec.n ? stage_scale(c->rec_ms, c->rec_base_ms) : 1;
+        /* a measured op covers rows samples; the profile's unit is its micro-batch */
+        int rows = x->row_hi - x->row_lo;
+        double speed = topo->devices[x->device].speed;
+        double share = rows > 0 ? (double)base->microbatch / rows * speed : 1;
+        scale_layers(p, base, c, c->fwd_ms, c->bwd_ms, c->rec_ms, share);
+    }
+    snprintf(p->source, sizeof p->source, "calibrated");
+    memset(&p->origin, 0, sizeof p->origin);
+    snprintf(p->origin.kind, sizeof p->origin.kind, "calibrated");
+    snprintf(p->origin.run, sizeof p->origin.run, "%s", o.run ? o.run : "");
+    snprintf(p->origin.base, sizeof p->origin.base, "%s", o.base ? o.base : "");
+    snprintf(p->origin.date, sizeof p->origin.date, "%s", o.date ? o.date : "");
+    p->origin.gen = gen;
+    p->op_overhead_ms = fit->op_overhead_ms;
+    p->sends_hold = fit->sends_hold;
+    if (fit->opt_bytes_per_s > 0)
+        p->opt_bytes_per_s = fit->opt_bytes_per_s;
+done:
+    for (int s = 0; st && s < prog.stage_count; s++)
+        acc_free(&st[s]);
+    free(st);
+    free(v);
+    pt_cost_free(&cost);
+    pt_program_release(&prog);
+    if (rc < 0) {
+        pt_profile_free(&p);
+        pt_cal_fit_clear(fit);
+    }
+    if (fit == &local)
+        pt_cal_fit_clear(&local);
+    *out = p;
+    return rc;
+}
+
+int pt_cal_topology(const pt_cal_fit *fit, const pt_topology *topo, pt_topology **out,
+                    pt_error *err)
+{
+    *out = NULL;
+    char *text = pt_topology_to_json(topo);
+    if (!text)
+        return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+    int rc = pt_topology_parse(text, "calibrated topology", out, err);
+    free(text);
+    if (rc < 0)
+        return rc;
+    pt_topology *t = *out;
+    if (fit->intra.how != PT_CAL_LINK_NONE)
+        t->intra = fit->intra.link;
+    else if (fit->allreduce.how != PT_CAL_LINK_NONE && fit->inter.how == PT_CAL_LINK_NONE)
+        t->intra = fit->allreduce.link;
+    if (fit->inter.how != PT_CAL_LINK_NONE)
+        t->inter = fit->inter.link;
+    return 0;
+}
