@@ -11,8 +11,9 @@
 
 static const char *const profile_keys[] = {"v",          "model",       "device", "source",
                                            "microbatch", "input_bytes", "layers", NULL};
-static const char *const layer_keys[] = {"name",      "fwd_ms",      "bwd_ms", "recompute_ms",
-                                         "act_bytes", "param_bytes", NULL};
+static const char *const layer_keys[] = {"name",         "fwd_ms",        "bwd_ms",
+                                         "recompute_ms", "act_bytes",     "param_bytes",
+                                         "bwd_input_ms", "bwd_weight_ms", NULL};
 static const char *const sources[] = {"measured", "analytic", "imported", NULL};
 
 static const pt_jr_range NON_NEGATIVE = {0.0, INFINITY, 0, 0};
@@ -64,6 +65,18 @@ static int parse_layer(pt_jr *jr, const cJSON *obj, const char *path, int index,
         (rc = pt_jr_int64(jr, obj, path, "param_bytes", PT_JR_REQUIRED, 0, 0, PT_JSON_INT_MAX,
                           &l->param_bytes)) < 0)
         return rc;
+    int has_b = cJSON_HasObjectItem(obj, "bwd_input_ms"),
+        has_w = cJSON_HasObjectItem(obj, "bwd_weight_ms");
+    if (has_b != has_w)
+        return pt_jr_fail(jr, PT_EINVAL, path, has_b ? "bwd_input_ms" : "bwd_weight_ms",
+                          "given without %s: a split backward needs both halves",
+                          has_b ? "bwd_weight_ms" : "bwd_input_ms");
+    if (has_b && ((rc = pt_jr_num(jr, obj, path, "bwd_input_ms", PT_JR_REQUIRED, 0, NON_NEGATIVE,
+                                  &l->bwd_input_ms)) < 0 ||
+                  (rc = pt_jr_num(jr, obj, path, "bwd_weight_ms", PT_JR_REQUIRED, 0, NON_NEGATIVE,
+                                  &l->bwd_weight_ms)) < 0))
+        return rc;
+    l->split = has_b;
     return 0;
 }
 
@@ -183,7 +196,9 @@ char *pt_profile_to_json(const pt_profile *profile)
             !pt_jr_add_number(o, "bwd_ms", l->bwd_ms) ||
             !pt_jr_add_number(o, "recompute_ms", l->recompute_ms) ||
             !pt_jr_add_number(o, "act_bytes", (double)l->act_bytes) ||
-            !pt_jr_add_number(o, "param_bytes", (double)l->param_bytes)) {
+            !pt_jr_add_number(o, "param_bytes", (double)l->param_bytes) ||
+            (l->split && (!pt_jr_add_number(o, "bwd_input_ms", l->bwd_input_ms) ||
+                          !pt_jr_add_number(o, "bwd_weight_ms", l->bwd_weight_ms)))) {
             cJSON_Delete(root);
             return NULL;
         }

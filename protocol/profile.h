@@ -9,11 +9,17 @@
 
 typedef struct pt_profile_layer {
     char name[PT_NAME_MAX];
-    double fwd_ms;        /* forward time of one micro-batch, >= 0 */
-    double bwd_ms;        /* backward time of one micro-batch, >= 0 */
-    double recompute_ms;  /* cost of recomputing the forward for backward; defaults to fwd_ms */
-    int64_t act_bytes;    /* output activation of one micro-batch, bytes */
-    int64_t param_bytes;  /* parameters, bytes */
+    double fwd_ms;       /* forward time of one micro-batch, >= 0 */
+    double bwd_ms;       /* backward time of one micro-batch, >= 0 */
+    double recompute_ms; /* cost of recomputing the forward for backward; defaults to fwd_ms */
+    int64_t act_bytes;   /* output activation of one micro-batch, bytes */
+    int64_t param_bytes; /* parameters, bytes */
+    /* The backward split in two (zero-bubble schedules): input gradient (B)
+     * and weight gradient (W) of one micro-batch, measured; both or neither
+     * are in a file. split 0: not measured, the cost model splits bwd_ms
+     * (planner/cost.h). */
+    int split;
+    double bwd_input_ms, bwd_weight_ms; /* >= 0 when split */
 } pt_profile_layer;
 
 typedef struct pt_profile {
