@@ -50,6 +50,10 @@ int pt_sched_kind_inflight_async(const pt_sched_shape *q);
  * stage runs W right after B (W reads the recomputed activations, which
  * recomputation keeps for one micro-batch at a time): min(S-i, M). */
 int pt_sched_kind_inflight_zb_h1(const pt_sched_shape *q);
+/* ZB-H2: min(2S-1-i, M) at stage i (policy B's 2(S-i)-1 warm-up forwards,
+ * W delayed by i; planner/sched_zb_h2.c); a recomputing stage runs W right
+ * after B: policy B's min(2(S-i)-1, M). */
+int pt_sched_kind_inflight_zb_h2(const pt_sched_shape *q);
 /* One weight version (every flushing kind). */
 int pt_sched_kind_versions_one(const pt_sched_shape *q);
 /* Two versions, double buffering (2bw). */
@@ -87,7 +91,11 @@ int pt_sched_kind_versions_stash(const pt_sched_shape *q);
     X(ZB_H1, "zb-h1", PT_SCHED_SYNCHRONOUS, pt_sched_kind_inflight_zb_h1,                          \
       pt_sched_kind_versions_one, pt_sched_gen_zb_h1,                                              \
       "zero bubble H1: backward split into B and W, W delayed to fill the cool-down; 1F1B's "      \
-      "peak memory, about a third of its bubble")
+      "peak memory, about a third of its bubble")                                                  \
+    X(ZB_H2, "zb-h2", PT_SCHED_SYNCHRONOUS, pt_sched_kind_inflight_zb_h2,                          \
+      pt_sched_kind_versions_one, pt_sched_gen_zb_h2,                                              \
+      "zero bubble H2: ZB-H1's order after 2(S-i)-1 warm-up forwards; about twice 1F1B's "         \
+      "peak memory for a smaller bubble when B > F")
 
 /* Facts of a kind (bits of pt_sched_kind_info.flags). */
 enum {

@@ -15,7 +15,7 @@ fail() {
     failures=$((failures + 1))
 }
 
-for kind in gpipe dapple 1f1b-flush pipedream 2bw pipesgd zb-h1; do
+for kind in gpipe dapple 1f1b-flush pipedream 2bw pipesgd zb-h1 zb-h2; do
     sed "s/\"kind\": \"dapple\", \"policy\": \"A\"/\"kind\": \"$kind\"/" "$D/plan.json" >"$tmp/plan.json"
     out=$("$PIPETOP" sim --plan "$tmp/plan.json" --profile "$D/profile.json" \
         --topology "$D/topology.json" --width 60 2>&1)
