@@ -22,6 +22,7 @@
 
 #include "protocol/error.h"
 #include "protocol/message.h"
+#include "runtime/backend.h"
 
 /* Heartbeat period and the periods of silence after which the console is
  * taken for gone: the same figures as the console's (tui/session.h). */
@@ -70,6 +71,7 @@ typedef struct pt_agent_worker_config {
     const char *data_endpoint; /* where this agent's data socket binds (resolved) */
     const char *telemetry;     /* --telemetry, or NULL: take the assign's */
     int comm_timeout_ms;       /* 0: PT_AGENT_COMM_TIMEOUT_MS */
+    const pt_backend *backend; /* --device: borrowed, outlives the worker; NULL: the CPU */
 } pt_agent_worker_config;
 
 /* Starts the worker thread. On success *out owns it. PT_ENOMEM / PT_EIO. */

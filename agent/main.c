@@ -1,7 +1,8 @@
 /* pipetop-agent: registers with a console, obeys its plan, streams telemetry.
  *
  *   pipetop-agent --console tcp://HOST:PORT [--telemetry tcp://HOST:PORT]
- *                 [--device N] [--name NAME] [--data-bind ENDPOINT]
+ *                 [--device N|cpu|cuda:N[:PREC]] [--index N] [--name NAME]
+ *                 [--data-bind ENDPOINT]
  *                 [--threads N] [--comm-timeout-ms MS]
  *
  * This file is the control thread (see agent/agent.h): the DEALER to the
@@ -23,7 +24,10 @@
 #include "protocol/message.h"
 #include "protocol/opts.h"
 #include "protocol/telemetry.h"
+#include "runtime/backend_cuda.h"
+#include "runtime/backend_select.h"
 #include "runtime/blas_core.h"
+#include "runtime/comm_nccl.h"
 
 #define NS_PER_MS         1000000LL
 #define EXIT_USAGE        2
@@ -35,6 +39,7 @@
 typedef struct agent_args {
     const char *console, *telemetry, *name, *data_bind;
     int device, threads, comm_timeout_ms;
+    pt_device_spec compute; /* --device cpu|cuda:N: where the worker computes */
 } agent_args;
 
 typedef struct agent {
@@ -43,9 +48,10 @@ typedef struct agent {
     char data_ep[PT_MSG_ENDPOINT_MAX];
     void *ctx, *dealer, *notify;
     pt_agent_worker *worker;
-    int64_t gen;     /* generation accepted (assign) */
-    int64_t tx_seq;  /* next control seq sent */
-    int64_t rx_next; /* next control seq expected from the console */
+    const pt_backend *be; /* from a.compute, opened before the worker starts */
+    int64_t gen;          /* generation accepted (assign) */
+    int64_t tx_seq;       /* next control seq sent */
+    int64_t rx_next;      /* next control seq expected from the console */
     int64_t hb_out;
     int has_hb_in; /* the console's newest heartbeat, to echo */
     int64_t hb_in, hb_in_tsend, hb_in_trecv;
@@ -82,16 +88,48 @@ static int valid_id(const char *s)
     return 1;
 }
 
+/* --device: a topology index (a number, as pipetop run passes it) or a
+ * compute device (runtime/backend_select.h). */
+static int parse_device(const char *v, agent_args *a)
+{
+    if ((v[0] >= '0' && v[0] <= '9') || v[0] == '-') {
+        char *end = NULL;
+        errno = 0;
+        long x = strtol(v, &end, 10);
+        if (errno || *end || x < -1 || x > PT_MSG_MAX_INDEX - 1) {
+            fprintf(stderr, "pipetop-agent: --device: \"%s\" is not an index in [-1, %d]\n", v,
+                    PT_MSG_MAX_INDEX - 1);
+            return -1;
+        }
+        a->device = (int)x;
+        return 0;
+    }
+    pt_error e = {0};
+    if (pt_device_spec_parse(v, &a->compute, &e) < 0) {
+        fprintf(stderr, "pipetop-agent: --device: %s\n", e.msg);
+        return -1;
+    }
+    if (a->compute.cuda)
+        a->device = a->compute.index;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, agent_args *a)
 {
     *a = (agent_args){.device = -1, .data_bind = DEFAULT_DATA_BIND};
+    const char *device = NULL;
+    int index = -1;
     pt_opt opts[] = {
         {"console", PT_OPT_STRING, &a->console, 0, 0, 0, "EP",
          "the console's control endpoint (ROUTER)"},
         {"telemetry", PT_OPT_STRING, &a->telemetry, 0, 0, 0, "EP",
          "where to publish telemetry (default: what the console says)"},
-        {"device", PT_OPT_INT, &a->device, -1, PT_MSG_MAX_INDEX - 1, 0, "N",
-         "this device's index in the topology (default -1: none)"},
+        {"device", PT_OPT_STRING, &device, 0, 0, 0, "D",
+         "N: this device's index in the topology (default -1: none);\n"
+         "cpu or cuda:N[:fp32|tf32|bf16]: where to compute (default cpu),\n"
+         "with N also the index unless --index says otherwise"},
+        {"index", PT_OPT_INT, &index, -1, PT_MSG_MAX_INDEX - 1, 0, "N",
+         "this device's index in the topology, beside --device cuda:N"},
         {"name", PT_OPT_STRING, &a->name, 0, 0, 0, "NAME",
          "agent id, [A-Za-z0-9._:@-] (default HOST-PID)"},
         {"data-bind", PT_OPT_STRING, &a->data_bind, 0, 0, 0, "EP",
@@ -108,6 +146,10 @@ static int parse_args(int argc, char **argv, agent_args *a)
     }
     if (rc != PT_OPTS_OK)
         return EXIT_USAGE;
+    if (device && parse_device(device, a) < 0)
+        return EXIT_USAGE;
+    if (pt_opts_find(opts, n, "index")->seen)
+        a->device = index;
     if (!a->console) {
         fprintf(stderr, "pipetop-agent: --console is required (see --help)\n");
         return EXIT_USAGE;
@@ -201,13 +243,20 @@ static void send_register(agent *ag)
     r->host[sizeof r->host - 1] = '\0';
     r->pid = getpid();
     r->device = ag->a.device;
-    snprintf(r->device_name, sizeof r->device_name, "cpu");
-    snprintf(r->backend, sizeof r->backend, "cpu");
+    pt_device_describe(ag->be, r->device_name, sizeof r->device_name);
+    snprintf(r->backend, sizeof r->backend, "%s", ag->be->name);
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     r->memory_bytes = pages > 0 && page > 0 ? (int64_t)pages * page : 0;
+    int64_t gpu_free = 0;
+    if (pt_backend_is_cuda(ag->be) &&
+        pt_backend_cuda_mem_info(ag->be, &gpu_free, &r->memory_bytes) < 0)
+        r->memory_bytes = 0;
+    pt_cuda_device_bus_id(pt_backend_cuda_device(ag->be), r->gpu_bus_id, sizeof r->gpu_bus_id);
     r->cap_count = 2;
     snprintf(r->caps[0], sizeof r->caps[0], "zmq");
     snprintf(r->caps[1], sizeof r->caps[1], "recompute");
+    if (pt_backend_is_cuda(ag->be) && pt_nccl_built())
+        snprintf(r->caps[r->cap_count++], sizeof r->caps[0], "nccl");
     snprintf(r->data_endpoint, sizeof r->data_endpoint, "%s", ag->data_ep);
     send_msg(ag, &m);
 }
@@ -398,8 +447,8 @@ static int open_sockets(agent *ag)
     snprintf(ep, sizeof ep, NOTIFY_EP_FMT, (void *)ag);
     if (zmq_bind(ag->notify, ep) != 0)
         return -1;
-    pt_agent_worker_config wc = {ag->id,      ag->ctx,         ep,
-                                 ag->data_ep, ag->a.telemetry, ag->a.comm_timeout_ms};
+    pt_agent_worker_config wc = {
+        ag->id, ag->ctx, ep, ag->data_ep, ag->a.telemetry, ag->a.comm_timeout_ms, ag->be};
     pt_error err = {0};
     if (pt_agent_worker_start(&wc, &ag->worker, &err) < 0) {
         fprintf(stderr, "pipetop-agent: %s\n", err.msg);
@@ -516,6 +565,13 @@ int main(int argc, char **argv)
         snprintf(ag.id, sizeof ag.id, "%.40s-%ld", host, (long)getpid());
     }
     pt_clock_filter_init(&ag.clk);
+    {
+        pt_error err = {0};
+        if (pt_device_open(&ag.a.compute, &ag.be, &err) < 0) {
+            fprintf(stderr, "pipetop-agent: --device: %s\n", err.msg);
+            return 1;
+        }
+    }
     install_signals();
     if (reserve_data_endpoint(&ag) < 0 || open_sockets(&ag) < 0) {
         fprintf(stderr, "pipetop-agent %s: cannot start\n", ag.id);
@@ -538,7 +594,9 @@ int main(int argc, char **argv)
             ag.id, ag.why, (unsigned long long)ag.accepted, (unsigned long long)ag.rejected);
     zmq_close(ag.dealer);
     zmq_close(ag.notify);
-    if (joined == 0)
+    if (joined == 0) {
         zmq_ctx_term(ag.ctx); /* a worker that did not end may still hold sockets */
+        pt_device_close(&ag.be);
+    }
     return ag.leaving == 2 ? EXIT_NO_CONSOLE : 0;
 }

@@ -21,8 +21,10 @@
 #include "protocol/fileio.h"
 #include "protocol/model.h"
 #include "protocol/plan.h"
+#include "runtime/backend_cuda.h"
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
+#include "runtime/comm_nccl.h"
 #include "runtime/data.h"
 #include "runtime/executor.h"
 #include "runtime/feed.h"
@@ -51,6 +53,7 @@ typedef struct run_state {
     void *data_ctx;
     pt_comm *comm;
     pt_collective *coll;
+    pt_nccl *nccl, *nccl_replicas; /* an assign with an nccl_id on a CUDA backend */
     pt_exec *exec;
     char ckpt_dir[PT_MSG_PATH_MAX];
     int64_t ckpt_every;
@@ -72,6 +75,7 @@ struct pt_agent_worker {
     void *ctx;
     char notify_ep[PT_MSG_ENDPOINT_MAX];
     int comm_timeout_ms;
+    const pt_backend *be; /* NULL: the CPU backend */
     pthread_t th;
     int started;
 
@@ -255,6 +259,8 @@ static void publish_metrics(pt_agent_worker *w, const pt_exec_result *res, int64
         }
         mt->total_cur = ms.total_current;
         mt->total_peak = ms.total_peak > ms.total_current ? ms.total_peak : ms.total_current;
+        if (pt_backend_cuda_mem_info(w->be, &mt->device_free, &mt->device_total) < 0)
+            mt->device_free = mt->device_total = 0;
         publish(w, &m);
     }
 }
@@ -267,6 +273,8 @@ static void teardown(pt_agent_worker *w)
     pt_exec_destroy(&r->exec);
     pt_collective_destroy(&r->coll);
     pt_comm_destroy(&r->comm);
+    pt_nccl_destroy(&r->nccl_replicas);
+    pt_nccl_destroy(&r->nccl);
     pthread_mutex_lock(&w->mu);
     void *ctx = r->data_ctx;
     int quitting = w->quit;
@@ -419,6 +427,22 @@ static int load_resume(pt_agent_worker *w, int64_t step, pt_error *err)
     return 0;
 }
 
+/* The NCCL communicators of an assign that carries an id (the console hands
+ * one out only when every worker has its own GPU, runtime/comm_nccl.h): one
+ * over all workers with the data-plane ranks, split into this stage's
+ * replicas. Collective: every agent of the run calls it. Without an id, or on
+ * the CPU, messages stay on the ZeroMQ data plane. */
+static int build_nccl(pt_agent_worker *w, const pt_msg_assign *as, pt_error *err)
+{
+    run_state *r = &w->r;
+    if (!as->nccl_id[0] || !pt_backend_is_cuda(w->be))
+        return 0;
+    int rc = pt_nccl_create(as->nccl_id, as->peer_count, as->rank, w->be, &r->nccl, err);
+    if (rc == 0)
+        rc = pt_nccl_split(r->nccl, r->stage, r->replica, &r->nccl_replicas, err);
+    return rc;
+}
+
 /* Builds the run of an assign; the error says what did not fit. */
 static int build_run(pt_agent_worker *w, const pt_msg *m, pt_error *err)
 {
@@ -464,6 +488,7 @@ static int build_run(pt_agent_worker *w, const pt_msg *m, pt_error *err)
     nc.max_slots = needs.max_slots > 0 ? needs.max_slots : 1;
     nc.recompute = needs.recompute;
     nc.seed = (uint64_t)as->seed;
+    nc.backend = w->be;
     if ((rc = pt_net_create(r->spec, &nc, &r->net, err)) < 0 ||
         (rc = pt_optim_create(&r->plan->optimizer, pt_net_arena(r->net), pt_net_param_count(r->net),
                               &r->optim, err)) < 0)
@@ -472,9 +497,11 @@ static int build_run(pt_agent_worker *w, const pt_msg *m, pt_error *err)
     r->ckpt_every = as->checkpoint_every;
     if (as->resume_step > 0 && (rc = load_resume(w, as->resume_step, err)) < 0)
         return rc;
-    if ((rc = build_comms(w, as, &needs, err)) < 0)
+    if ((rc = build_comms(w, as, &needs, err)) < 0 || (rc = build_nccl(w, as, err)) < 0)
         return rc;
     pt_exec_config ec = {0};
+    ec.nccl = r->nccl;
+    ec.nccl_replicas = r->nccl_replicas;
     ec.prog = &r->prog;
     ec.worker = r->worker;
     ec.net = r->net;
@@ -646,6 +673,7 @@ static void *thread_main(void *arg)
     if (w->notify)
         zmq_connect(w->notify, w->notify_ep);
     w->r.last_saved = -1;
+    pt_backend_cuda_bind(w->be); /* a failure shows at the first allocation */
     connect_telemetry(w, w->tel_fixed);
     pthread_mutex_lock(&w->mu);
     for (;;) {
@@ -749,6 +777,7 @@ int pt_agent_worker_start(const pt_agent_worker_config *cfg, pt_agent_worker **o
     snprintf(w->state, sizeof w->state, "waiting");
     w->ctx = cfg->zmq_ctx;
     w->comm_timeout_ms = cfg->comm_timeout_ms > 0 ? cfg->comm_timeout_ms : PT_AGENT_COMM_TIMEOUT_MS;
+    w->be = cfg->backend;
     atomic_init(&w->stop_flag, 0);
     pthread_mutex_init(&w->mu, NULL);
     pthread_condattr_t ca;

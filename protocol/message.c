@@ -202,9 +202,9 @@ static const char *const env_keys[] = {"v", "type", "agent", "seq", "gen", "req"
 
 static const char *const *keys_of(pt_msg_type t)
 {
-    static const char *const reg[] = {"host",         "pid",           "device",
-                                      "device_name",  "backend",       "memory_bytes",
-                                      "capabilities", "data_endpoint", NULL};
+    static const char *const reg[] = {
+        "host",         "pid",          "device",        "device_name", "backend",
+        "memory_bytes", "capabilities", "data_endpoint", "gpu_bus_id",  NULL};
     static const char *const assign[] = {
         "plan",    "model", "stage",          "replica",          "rank",        "peers",
         "data",    "seed",  "checkpoint_dir", "checkpoint_every", "resume_step", "telemetry",
@@ -218,8 +218,8 @@ static const char *const *keys_of(pt_msg_type t)
     static const char *const hb[] = {"hb", "t_send", "echo", "state", "step", NULL};
     static const char *const error[] = {"stage", "replica", "code", "reason", NULL};
     static const char *const events[] = {"events", NULL};
-    static const char *const metrics[] = {"stage",         "replica", "step",   "loss",
-                                          "samples_per_s", "iter_ms", "memory", NULL};
+    static const char *const metrics[] = {"stage",   "replica", "step",   "loss", "samples_per_s",
+                                          "iter_ms", "memory",  "device", NULL};
     switch (t) {
     case PT_MSG_REGISTER:
         return reg;
@@ -256,6 +256,7 @@ static int check_register(pt_jr *jr, const cJSON *o, pt_msg_register *r)
     TRY(pt_jr_int64(jr, o, "", "pid", REQ, 0, 1, 2147483647, &r->pid));
     TRY(pt_jr_int(jr, o, "", "device", REQ, -1, -1, IDX, &r->device));
     TRY(opt_str(jr, o, "", "device_name", r->device_name, sizeof r->device_name));
+    TRY(opt_str(jr, o, "", "gpu_bus_id", r->gpu_bus_id, sizeof r->gpu_bus_id));
     TRY(pt_jr_str(jr, o, "", "backend", REQ, NULL, r->backend, sizeof r->backend));
     TRY(check_charset(jr, "", "backend", r->backend, "_-", "a backend name"));
     TRY(pt_jr_int64(jr, o, "", "memory_bytes", OPT, 0, 0, IMAX, &r->memory_bytes));
@@ -519,6 +520,14 @@ static int check_metrics(pt_jr *jr, const cJSON *o, pt_msg_metrics *m)
                       &m->loss));
     TRY(pt_jr_num(jr, o, "", "samples_per_s", REQ, 0, nonneg, &m->samples_per_s));
     TRY(pt_jr_num(jr, o, "", "iter_ms", OPT, 0, nonneg, &m->iter_ms));
+    const cJSON *dev;
+    TRY(pt_jr_object(jr, o, "", "device", OPT, &dev));
+    if (dev) {
+        static const char *const dev_keys[] = {"free", "total", NULL};
+        TRY(pt_jr_keys(jr, dev, "device", dev_keys));
+        TRY(pt_jr_int64(jr, dev, "device", "total", REQ, 0, 0, IMAX, &m->device_total));
+        TRY(pt_jr_int64(jr, dev, "device", "free", REQ, 0, 0, m->device_total, &m->device_free));
+    }
     const cJSON *mem;
     TRY(pt_jr_object(jr, o, "", "memory", OPT, &mem));
     if (!mem)

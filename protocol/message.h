@@ -92,6 +92,7 @@ typedef struct pt_msg_register {
     int cap_count;                               /* 0..PT_MSG_MAX_CAPS */
     char caps[PT_MSG_MAX_CAPS][PT_MSG_NAME_MAX]; /* "zmq", "nccl", "recompute"... */
     char data_endpoint[PT_MSG_ENDPOINT_MAX];     /* optional: where its data comm is bound */
+    char gpu_bus_id[PT_MSG_NAME_MAX]; /* optional: PCI bus id of its GPU ("" absent, CPU) */
 } pt_msg_register;
 
 typedef struct pt_msg_peer {
@@ -192,6 +193,9 @@ typedef struct pt_msg_metrics {
     double iter_ms;       /* >= 0 */
     int64_t mem_cur[PT_MSG_MEM_COUNT], mem_peak[PT_MSG_MEM_COUNT]; /* bytes, peak >= cur */
     int64_t total_cur, total_peak; /* bytes; total_peak >= total_cur */
+    /* the driver's own figures for a GPU (cudaMemGetInfo), bytes; 0, 0 when
+     * absent (CPU agents); device_free <= device_total */
+    int64_t device_free, device_total;
 } pt_msg_metrics;
 
 typedef struct pt_msg {

@@ -86,6 +86,7 @@ static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
         add_int(b, o, "pid", r->pid);
         add_int(b, o, "device", r->device);
         add_opt_str(b, o, "device_name", r->device_name);
+        add_opt_str(b, o, "gpu_bus_id", r->gpu_bus_id);
         add_str(b, o, "backend", r->backend);
         add_int(b, o, "memory_bytes", r->memory_bytes);
         if (r->cap_count < 0 || r->cap_count > PT_MSG_MAX_CAPS)
@@ -232,6 +233,13 @@ static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
                 break;
             add_int(b, c, "cur", k < PT_MSG_MEM_COUNT ? x->mem_cur[k] : x->total_cur);
             add_int(b, c, "peak", k < PT_MSG_MEM_COUNT ? x->mem_peak[k] : x->total_peak);
+        }
+        if (x->device_total > 0) {
+            cJSON *d = add_obj(b, o, "device");
+            if (d) {
+                add_int(b, d, "free", x->device_free);
+                add_int(b, d, "total", x->device_total);
+            }
         }
         return 0;
     }

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/backend_cuda.h"
+#include "runtime/comm_nccl.h"
 #include "runtime/exec_internal.h"
 
 #define FNV_OFFSET 1469598103934665603ull
@@ -43,6 +45,12 @@ struct pt_exec {
     int64_t pcount, in_elems, out_elems, label_count;
     float **gbufs, **inbufs, **dybufs, **dxbufs; /* one array of pointers */
     float *x_host;
+    /* a backend whose memory the host cannot address (CUDA): data feed,
+     * ZeroMQ messages, host all-reduces and digests go through host copies */
+    int staged;
+    float *x_dev;    /* device copy of x_host (stage 0) */
+    float *msg_host; /* one message or the all-reduced gradients, host */
+    float **g_host;  /* per gradient buffer: host copy for an asynchronous all-reduce */
     int32_t *lab_host;
     const float **slot_y;
     /* weight versions */
@@ -80,6 +88,15 @@ uint64_t pt_exec_digest(const float *x, int64_t count)
         h *= FNV_PRIME;
     }
     return h;
+}
+
+/* Digest of count floats of device array x of the executor's backend. */
+static uint64_t device_digest(pt_exec *ex, const float *x)
+{
+    if (!ex->staged)
+        return pt_exec_digest(x, ex->pcount);
+    ex->be->download(ex->be, ex->msg_host, x, (size_t)ex->pcount * sizeof(float));
+    return pt_exec_digest(ex->msg_host, ex->pcount);
 }
 
 /* ---- weight versions --------------------------------------------------- */
@@ -228,13 +245,27 @@ static int opt_step(pt_exec *ex, int i, const pt_op *op, float *grads, pt_error 
 static int ar_start(pt_exec *ex, arq *q)
 {
     q->started = 1;
-    int rc = pt_collective_start(ex->cfg.coll, &ex->agroup, ex->gbufs[q->gbuf], (size_t)ex->pcount,
-                                 PT_COMM_SUM, &q->err);
+    float *buf = ex->gbufs[q->gbuf];
+    if (ex->staged) {
+        buf = ex->g_host[q->gbuf];
+        ex->be->download(ex->be, buf, ex->gbufs[q->gbuf], (size_t)ex->pcount * sizeof(float));
+    }
+    int rc = pt_collective_start(ex->cfg.coll, &ex->agroup, buf, (size_t)ex->pcount, PT_COMM_SUM,
+                                 &q->err);
     if (rc < 0) {
         q->done = 1;
         q->rc = rc;
     }
     return rc;
+}
+
+/* A finished all-reduce's sum back into its device buffer (staged backends). */
+static void ar_finish(pt_exec *ex, arq *q)
+{
+    q->done = 1;
+    if (ex->staged && q->rc == 0)
+        ex->be->upload(ex->be, ex->gbufs[q->gbuf], ex->g_host[q->gbuf],
+                       (size_t)ex->pcount * sizeof(float));
 }
 
 /* Collects a finished all-reduce and starts the next queued one. */
@@ -248,7 +279,7 @@ static void ar_pump(pt_exec *ex)
             if (!pt_collective_test(ex->cfg.coll))
                 return;
             q->rc = pt_collective_wait(ex->cfg.coll, 0, &q->err);
-            q->done = 1;
+            ar_finish(ex, q);
             continue;
         }
         ar_start(ex, q);
@@ -266,7 +297,7 @@ static int ar_wait_oldest(pt_exec *ex, pt_error *err)
         ar_start(ex, q);
     if (!q->done) {
         q->rc = pt_collective_wait(ex->cfg.coll, pt_comm_timeout_ms(ex->cfg.comm), &q->err);
-        q->done = 1;
+        ar_finish(ex, q);
     }
     int rc = q->rc;
     if (rc < 0 && err)
@@ -288,7 +319,7 @@ static uint64_t tag_of(pt_exec *ex, pt_comm_kind kind, const pt_op *op, int64_t 
 static int op_fwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, int64_t base,
                   pt_exec_event *ev, pt_error *err)
 {
-    const float *in = ex->wk->stage > 0 ? ex->inbufs[x->buf] : ex->x_host;
+    const float *in = ex->wk->stage > 0 ? ex->inbufs[x->buf] : ex->x_dev;
     int32_t *labels = ex->last ? ex->lab_host : NULL;
     int rc;
     if (ex->wk->stage == 0 || labels) {
@@ -297,6 +328,10 @@ static int op_fwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, int64_t 
                                op->row_hi, ex->wk->stage == 0 ? ex->x_host : NULL, labels, err);
         if (rc < 0)
             return rc;
+        if (ex->staged && ex->wk->stage == 0)
+            ex->be->upload(ex->be, ex->x_dev, ex->x_host,
+                           (size_t)((int64_t)(op->row_hi - op->row_lo) * ex->in_elems) *
+                               sizeof(float));
     }
     int k = weights_for(ex, i, op, x->slot, err);
     if (k < 0)
@@ -314,7 +349,7 @@ static int op_fwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, int64_t 
     version_read(ex, i, op->version);
     ev->used_version = ex->va[k].tag;
     if (ex->cfg.digest)
-        ev->weights_digest = pt_exec_digest(ex->va[k].data, ex->pcount);
+        ev->weights_digest = device_digest(ex, ex->va[k].data);
     if (ex->last) {
         ev->loss_sum = scale > 0 ? loss / scale : 0;
         ev->loss_count = (int64_t)ex->rows * ex->label_count;
@@ -333,7 +368,7 @@ static int op_bwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, pt_exec_
         return k;
     ev->used_version = ex->va[k].tag;
     if (ex->cfg.digest)
-        ev->weights_digest = pt_exec_digest(ex->va[k].data, ex->pcount);
+        ev->weights_digest = device_digest(ex, ex->va[k].data);
     int rc;
     if (op->kind == PT_OP_RECOMPUTE) {
         rc = pt_net_recompute(ex->net, x->slot, ex->va[k].data);
@@ -354,6 +389,29 @@ static int op_bwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, pt_exec_
     return 0;
 }
 
+/* A message between stages: straight from/into the device buffer when the
+ * host can address it, else through msg_host (download before a send, upload
+ * after a receive). */
+static int exchange(pt_exec *ex, int send, int dst, uint64_t tag, float *buf, size_t count,
+                    pt_error *err)
+{
+    if (ex->cfg.nccl)
+        return send ? pt_nccl_send(ex->cfg.nccl, dst, buf, count, err)
+                    : pt_nccl_recv(ex->cfg.nccl, dst, buf, count, err);
+    if (!ex->staged)
+        return send ? pt_comm_send(ex->cfg.comm, dst, tag, buf, count, err)
+                    : pt_comm_recv(ex->cfg.comm, dst, tag, buf, count, err);
+    size_t bytes = count * sizeof(float);
+    if (send) {
+        ex->be->download(ex->be, ex->msg_host, buf, bytes);
+        return pt_comm_send(ex->cfg.comm, dst, tag, ex->msg_host, count, err);
+    }
+    int rc = pt_comm_recv(ex->cfg.comm, dst, tag, ex->msg_host, count, err);
+    if (rc == 0)
+        ex->be->upload(ex->be, buf, ex->msg_host, bytes);
+    return rc;
+}
+
 static int op_exchange(pt_exec *ex, const pt_op *op, const pt_xop *x, int64_t base,
                        pt_exec_event *ev, pt_error *err)
 {
@@ -361,34 +419,46 @@ static int op_exchange(pt_exec *ex, const pt_op *op, const pt_xop *x, int64_t ba
     int dst = ex->ranks[op->peer];
     float *buf;
     int64_t elems;
-    int rc;
+    int send = op->kind == PT_OP_SEND_ACT || op->kind == PT_OP_SEND_GRAD;
+    pt_comm_kind kind =
+        op->kind == PT_OP_SEND_ACT || op->kind == PT_OP_RECV_ACT ? PT_COMM_ACT : PT_COMM_GRAD;
     switch (op->kind) {
     case PT_OP_SEND_ACT:
         elems = ex->out_elems;
         buf = (float *)ex->slot_y[x->slot] + (int64_t)lo * elems;
-        rc = pt_comm_send(ex->cfg.comm, dst, tag_of(ex, PT_COMM_ACT, op, base), buf,
-                          (size_t)(n * elems), err);
         break;
     case PT_OP_RECV_ACT:
         elems = ex->in_elems;
         buf = ex->inbufs[x->buf] + (int64_t)lo * elems;
-        rc = pt_comm_recv(ex->cfg.comm, dst, tag_of(ex, PT_COMM_ACT, op, base), buf,
-                          (size_t)(n * elems), err);
         break;
     case PT_OP_SEND_GRAD:
         elems = ex->in_elems;
         buf = ex->dxbufs[x->buf] + (int64_t)lo * elems;
-        rc = pt_comm_send(ex->cfg.comm, dst, tag_of(ex, PT_COMM_GRAD, op, base), buf,
-                          (size_t)(n * elems), err);
         break;
     default: /* PT_OP_RECV_GRAD */
         elems = ex->out_elems;
         buf = ex->dybufs[x->buf] + (int64_t)lo * elems;
-        rc = pt_comm_recv(ex->cfg.comm, dst, tag_of(ex, PT_COMM_GRAD, op, base), buf,
-                          (size_t)(n * elems), err);
         break;
     }
     ev->bytes = (int64_t)n * elems * (int64_t)sizeof(float);
+    return exchange(ex, send, dst, tag_of(ex, kind, op, base), buf, (size_t)(n * elems), err);
+}
+
+/* The synchronous all-reduce of a gradient buffer, through msg_host when the
+ * host cannot address it. */
+static int allreduce(pt_exec *ex, float *grads, pt_error *err)
+{
+    if (ex->cfg.nccl_replicas)
+        return pt_nccl_allreduce(ex->cfg.nccl_replicas, grads, (size_t)ex->pcount, err);
+    if (!ex->staged)
+        return pt_comm_allreduce(ex->cfg.comm, &ex->group, grads, (size_t)ex->pcount, PT_COMM_SUM,
+                                 err);
+    size_t bytes = (size_t)ex->pcount * sizeof(float);
+    ex->be->download(ex->be, ex->msg_host, grads, bytes);
+    int rc = pt_comm_allreduce(ex->cfg.comm, &ex->group, ex->msg_host, (size_t)ex->pcount,
+                               PT_COMM_SUM, err);
+    if (rc == 0)
+        ex->be->upload(ex->be, grads, ex->msg_host, bytes);
     return rc;
 }
 
@@ -419,8 +489,7 @@ static int exec_op(pt_exec *ex, int i, int64_t base, pt_exec_event *ev, pt_error
             ar_pump(ex);
             return 0;
         }
-        return pt_comm_allreduce(ex->cfg.comm, &ex->group, ex->gbufs[x->gbuf], (size_t)ex->pcount,
-                                 PT_COMM_SUM, err);
+        return allreduce(ex, ex->gbufs[x->gbuf], err);
     case PT_OP_AR_WAIT:
         return x->trivial ? 0 : ar_wait_oldest(ex, err);
     case PT_OP_OPT_STEP:
@@ -429,7 +498,7 @@ static int exec_op(pt_exec *ex, int i, int64_t base, pt_exec_event *ev, pt_error
             return rc;
         ev->used_version = op->version;
         if (ex->cfg.digest)
-            ev->weights_digest = pt_exec_digest(ex->va[0].data, ex->pcount);
+            ev->weights_digest = device_digest(ex, ex->va[0].data);
         return 0;
     }
     return pt_error_set(err, PT_EINVAL, "unknown op kind %d", op->kind);
@@ -574,11 +643,6 @@ static int check_config(pt_exec *ex, const pt_exec_config *cfg, pt_error *err)
     const pt_exec_needs *ne = &ex->plan.needs;
     pt_net *net = cfg->net;
     int w = cfg->worker;
-    if (pt_net_backend(net) != pt_backend_cpu())
-        return pt_error_set(err, PT_EUNSUPP,
-                            "executor: worker %d: the net's backend (%s) is not host-addressable; "
-                            "the executor runs on the CPU backend",
-                            w, pt_net_backend(net)->name);
     if (pt_net_first(net) != ne->first || pt_net_last(net) != ne->last)
         return pt_error_set(err, PT_EINVAL,
                             "executor: worker %d: the net has layers [%d,%d), the stage [%d,%d)", w,
@@ -594,6 +658,13 @@ static int check_config(pt_exec *ex, const pt_exec_config *cfg, pt_error *err)
                             "executor: worker %d: an optimizer over the net's %lld parameters is "
                             "required",
                             w, (long long)pt_net_param_count(net));
+    if ((cfg->nccl || cfg->nccl_replicas) && !pt_backend_is_cuda(pt_net_backend(net)))
+        return pt_error_set(err, PT_EINVAL,
+                            "executor: worker %d: NCCL communicators need the CUDA backend, not %s",
+                            w, pt_net_backend(net)->name);
+    if (cfg->nccl && pt_nccl_rank(cfg->nccl) != ex->ranks[w])
+        return pt_error_set(err, PT_EINVAL, "executor: worker %d: the NCCL rank is %d, not %d", w,
+                            pt_nccl_rank(cfg->nccl), ex->ranks[w]);
     if (ne->needs_comm && !cfg->comm)
         return pt_error_set(err, PT_EINVAL, "executor: worker %d: a communicator is required", w);
     if (cfg->comm && pt_comm_rank(cfg->comm) != ex->ranks[w])
@@ -620,8 +691,35 @@ static int check_config(pt_exec *ex, const pt_exec_config *cfg, pt_error *err)
     return 0;
 }
 
+/* Host copies for a backend the host cannot address (see struct pt_exec). */
+static int alloc_staging(pt_exec *ex, pt_error *err)
+{
+    const pt_exec_needs *ne = &ex->plan.needs;
+    ex->x_dev = ex->staged ? NULL : ex->x_host;
+    if (!ex->staged)
+        return 0;
+    int64_t msg = ex->pcount, io = (int64_t)ex->rows * ex->in_elems;
+    if ((int64_t)ex->rows * ex->out_elems > msg)
+        msg = (int64_t)ex->rows * ex->out_elems;
+    if (io > msg)
+        msg = io;
+    ex->msg_host = malloc((size_t)msg * sizeof(float) + 1);
+    ex->g_host = calloc((size_t)ne->grad_buffers + 1, sizeof(float *));
+    if (!ex->msg_host || !ex->g_host)
+        return pt_error_set(err, PT_ENOMEM, "executor: out of memory");
+    if (ne->needs_collective)
+        for (int g = 0; g < ne->grad_buffers; g++)
+            if (!(ex->g_host[g] = malloc((size_t)ex->pcount * sizeof(float) + 1)))
+                return pt_error_set(err, PT_ENOMEM, "executor: out of memory");
+    if (ne->needs_input &&
+        !(ex->x_dev = pt_arena_alloc_floats(ex->arena, PT_MEM_COMM, io > 0 ? io : 1)))
+        return pt_error_set(err, PT_ENOMEM, "executor: no memory for the input buffer");
+    return 0;
+}
+
 static int alloc_buffers(pt_exec *ex, pt_error *err)
 {
+    int rc;
     const pt_exec_needs *ne = &ex->plan.needs;
     int total = ne->grad_buffers + ne->in_buffers + ne->dy_buffers + ne->dx_buffers;
     int slots = ne->max_slots > 0 ? ne->max_slots : 1;
@@ -643,6 +741,8 @@ static int alloc_buffers(pt_exec *ex, pt_error *err)
     if (!ex->gbufs || !ex->slot_y || !ex->stash || !ex->va || !ex->va_free || !ex->vmap ||
         !ex->live_list || !ex->fifo || !ex->wloss || !ex->wcount || !ex->x_host || !ex->lab_host)
         return pt_error_set(err, PT_ENOMEM, "executor: out of memory");
+    if ((rc = alloc_staging(ex, err)) < 0)
+        return rc;
     for (int s = 0; s < slots; s++)
         ex->stash[s] = -1;
     for (int v = 0; v < nv; v++)
@@ -698,6 +798,7 @@ int pt_exec_create(const pt_exec_config *cfg, pt_exec **out, pt_error *err)
     ex->rows = ex->plan.needs.rows;
     ex->net = cfg->net;
     ex->be = pt_net_backend(cfg->net);
+    ex->staged = ex->be != pt_backend_cpu();
     ex->arena = pt_net_arena(cfg->net);
     ex->pcount = pt_net_param_count(cfg->net);
     ex->in_elems = pt_net_in_elems(cfg->net);
@@ -756,6 +857,13 @@ void pt_exec_destroy(pt_exec **ex_p)
     free(ex->fifo);
     free(ex->wloss);
     free(ex->wcount);
+    if (ex->staged && ex->x_dev)
+        pt_arena_free(ex->arena, ex->x_dev);
+    if (ex->g_host)
+        for (int g = 0; g < ex->plan.needs.grad_buffers; g++)
+            free(ex->g_host[g]);
+    free(ex->g_host);
+    free(ex->msg_host);
     free(ex->x_host);
     free(ex->lab_host);
     free(ex->ranks);

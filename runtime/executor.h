@@ -59,9 +59,13 @@
  * allocation of the same size, so from the second run on the arena makes no
  * backend allocation (pt_mem_stats.backend_allocs stays constant).
  *
- * Backend: the communicator and data feed read and write the net's buffers
- * directly, so the executor needs host-addressable device memory: the CPU
- * backend (a CUDA backend would come with NCCL and its own executor path).
+ * Backend: any. On the CPU backend the communicator and data feed read and
+ * write the net's buffers directly. On a backend whose memory the host
+ * cannot address (CUDA) the executor stages through host copies: the feed
+ * loads into host memory that is uploaded, a message is downloaded before
+ * its send and uploaded after its receive, and the ZeroMQ all-reduces run on
+ * a host copy of the gradients. That is how stages sharing one GPU exchange
+ * tensors; the extra input buffer is counted under PT_MEM_COMM.
  *
  * Threads: an executor, its net, optimizer and communicator are used by one
  * thread at a time (a pipeline runs one thread per worker). */
@@ -164,6 +168,12 @@ typedef struct pt_exec_config {
     const atomic_int *stop; /* NULL, or a flag: when it becomes nonzero, pt_exec_run stops
                                before the next op with PT_ESTATE ("stopped") */
     int digest;             /* 1: compute weights_digest (costs a pass over the weights) */
+    /* GPU runs whose workers are on distinct GPUs (runtime/comm_nccl.h): NULL, or
+     * borrowed NCCL communicators on the net's CUDA backend. nccl spans every worker
+     * with the comm's rank numbering and carries the messages between stages;
+     * nccl_replicas spans this stage's replicas and carries the synchronous
+     * all-reduce. Asynchronous all-reduces stay on coll. */
+    struct pt_nccl *nccl, *nccl_replicas;
 } pt_exec_config;
 
 typedef struct pt_exec pt_exec;
@@ -172,8 +182,7 @@ typedef struct pt_exec pt_exec;
  * checks the net, optimizer, communicator, collective and feed against the
  * needs, and allocates every buffer a run uses. On success *out owns a new
  * executor (the borrowed objects stay the caller's); on failure *out is NULL
- * and the result is PT_EINVAL (err names what does not fit), PT_EUNSUPP (not
- * the CPU backend) or PT_ENOMEM. */
+ * and the result is PT_EINVAL (err names what does not fit) or PT_ENOMEM. */
 int pt_exec_create(const pt_exec_config *cfg, pt_exec **out, pt_error *err);
 
 /* Frees what the executor allocated (back to the net's arena). Waits (bounded

@@ -16,6 +16,8 @@ typedef struct worker {
     pt_pipeline *pp;
     int w;
     pt_exec_needs needs;
+    const pt_backend *be; /* NULL: the default backend */
+    int owns_be;
     pt_net *net;
     pt_optim *optim;
     pt_feed *feed;
@@ -111,6 +113,14 @@ static int make_worker(pt_pipeline *pp, const pt_pipeline_config *cfg, worker *k
     nc.max_slots = k->needs.max_slots > 0 ? k->needs.max_slots : 1;
     nc.recompute = k->needs.recompute;
     nc.seed = cfg->init_seed;
+    if (cfg->backend) {
+        k->be = cfg->backend;
+    } else if (cfg->device) {
+        if ((rc = pt_device_open(cfg->device, &k->be, err)) < 0)
+            return rc;
+        k->owns_be = 1;
+    }
+    nc.backend = k->be;
     if ((rc = pt_net_create(cfg->spec, &nc, &k->net, err)) < 0)
         return rc;
     rc = pt_optim_create(&cfg->optim, pt_net_arena(k->net), pt_net_param_count(k->net), &k->optim,
@@ -218,6 +228,8 @@ void pt_pipeline_destroy(pt_pipeline **pp_p)
         pt_feed_destroy(&k->feed);
         pt_optim_destroy(&k->optim);
         pt_net_destroy(&k->net);
+        if (k->owns_be)
+            pt_device_close(&k->be);
     }
     if (pp->zctx)
         zmq_ctx_term(pp->zctx);
@@ -236,7 +248,11 @@ static void *run_worker(void *arg)
     worker *k = arg;
     pt_pipeline *pp = k->pp;
     k->err.code = 0;
-    k->rc = pt_exec_run(k->ex, k->base, &k->res, &k->err);
+    k->rc = pt_backend_cuda_bind(k->be);
+    if (k->rc < 0)
+        pt_error_set(&k->err, k->rc, "pipeline: worker %d: cannot select its GPU", k->w);
+    else
+        k->rc = pt_exec_run(k->ex, k->base, &k->res, &k->err);
     if (k->rc < 0) {
         /* the first failure is the cause; others stop or time out because of it */
         pthread_mutex_lock(&pp->mu);

@@ -17,6 +17,7 @@
 #include "protocol/error.h"
 #include "protocol/model.h"
 #include "protocol/plan.h"
+#include "runtime/backend_select.h"
 #include "runtime/data.h"
 #include "runtime/executor.h"
 
@@ -41,6 +42,14 @@ typedef struct pt_pipeline_config {
                             concurrently: must be thread-safe */
     void *user;
     int digest; /* pt_exec_config.digest */
+    /* Where the workers compute: NULL, the CPU backend; else every worker opens
+     * its own backend on that device (on a GPU: its own stream and cuBLAS
+     * handle, so several stages share the one GPU and exchange tensors through
+     * host copies over ZeroMQ). */
+    const pt_device_spec *device;
+    /* For tests: NULL, or one backend every worker shares (it must be safe to
+     * call from several threads at once, as the CPU backend is); overrides device. */
+    const pt_backend *backend;
 } pt_pipeline_config;
 
 typedef struct pt_pipeline pt_pipeline;

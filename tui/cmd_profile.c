@@ -1,5 +1,6 @@
 /* pipetop profile: measures each top-level layer's forward and backward time
- * at one micro-batch size on the local (CPU) backend, with its output
+ * at one micro-batch size on a local backend (the CPU, or a GPU with
+ * --device cuda:N), with its output
  * activation and parameter bytes, and writes a profile (protocol/profile.h).
  *
  * Each layer runs in a net of its own ([i, i+1) of the model), so its time
@@ -16,6 +17,7 @@
 
 #include "protocol/model.h"
 #include "protocol/profile.h"
+#include "runtime/backend_select.h"
 #include "runtime/blas_core.h"
 #include "runtime/net.h"
 #include "runtime/rng.h"
@@ -31,8 +33,9 @@
 #define CPUINFO_LINE    512
 
 typedef struct profile_args {
-    const char *model, *out;
+    const char *model, *out, *device;
     int batch, json, repeats, warmup, threads;
+    const pt_backend *be; /* opened from device */
 } profile_args;
 
 static double now_ms(void)
@@ -44,8 +47,8 @@ static double now_ms(void)
 
 static const char usage_text[] =
     "usage: pipetop profile --model M [--batch B] [options]\n"
-    "Measures each layer's forward and backward time on this machine's CPU and writes\n"
-    "a profile for the planners.\n\n";
+    "Measures each layer's forward and backward time on this machine's CPU (or GPU)\n"
+    "and writes a profile for the planners.\n\n";
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -136,6 +139,7 @@ static int profile_layer(const pt_model_spec *spec, int layer, const profile_arg
     cfg.last = layer + 1;
     cfg.max_batch = a->batch;
     cfg.seed = PROFILE_SEED;
+    cfg.backend = a->be;
     pt_net *net = NULL;
     int rc = pt_net_create(spec, &cfg, &net, err);
     if (rc < 0)
@@ -222,6 +226,9 @@ static int parse_args(int argc, char **argv, profile_args *a)
          "untimed runs first (default " PT_OPTS_STR(DEFAULT_WARMUP) ")"},
         {"threads", PT_OPT_INT, &a->threads, 1, 1024, 0, "N",
          "OpenBLAS threads (default: OpenBLAS's own choice)"},
+        {"device", PT_OPT_STRING, &a->device, 0, 0, 0, "D",
+         "cpu (default) or cuda:N[:fp32|tf32|bf16]; the profile records\n"
+         "the GPU's name"},
         {"analytic", PT_OPT_FLAG, &analytic, 0, 0, 0, NULL,
          "derive the profile from FLOPs and a device description instead\n"
          "(see pipetop profile --analytic --help)"},
@@ -254,12 +261,25 @@ int pt_cmd_profile(int argc, char **argv)
     pt_error err = {0};
     pt_model_spec *spec = NULL;
     pt_profile *p = NULL;
-    int rc = pt_model_spec_find(a.model, &spec, &err);
+    pt_device_spec dev = {0};
+    int rc = 0;
+    if (a.device && ((rc = pt_device_spec_parse(a.device, &dev, &err)) < 0)) {
+        fprintf(stderr, "pipetop profile: --device: %s\n", err.msg);
+        return 2;
+    }
+    if ((rc = pt_device_open(&dev, &a.be, &err)) < 0) {
+        fprintf(stderr, "pipetop profile: --device %s: %s\n", a.device, err.msg);
+        return 1;
+    }
+    rc = pt_model_spec_find(a.model, &spec, &err);
     if (rc == 0 && !(p = pt_profile_new(spec->layer_count)))
         rc = pt_error_set(&err, PT_ENOMEM, "out of memory");
     if (rc == 0) {
         snprintf(p->model, sizeof p->model, "%s", spec->name);
-        device_name(p->device, sizeof p->device);
+        if (dev.cuda)
+            pt_device_describe(a.be, p->device, sizeof p->device);
+        else
+            device_name(p->device, sizeof p->device);
         snprintf(p->source, sizeof p->source, "measured");
         p->microbatch = a.batch;
         p->input_bytes = pt_model_spec_input_elems(spec) * a.batch * (int64_t)sizeof(float);
@@ -281,6 +301,7 @@ int pt_cmd_profile(int argc, char **argv)
     }
     pt_profile_free(&p);
     pt_model_spec_free(&spec);
+    pt_device_close(&a.be);
     if (rc < 0) {
         fprintf(stderr, "pipetop profile: %s\n", err.msg[0] ? err.msg : pt_strerror(rc));
         return 1;

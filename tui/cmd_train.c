@@ -12,6 +12,7 @@
 
 #include "protocol/model.h"
 #include "protocol/plan.h"
+#include "runtime/backend_select.h"
 #include "runtime/blas_core.h"
 #include "runtime/checkpoint.h"
 #include "runtime/data.h"
@@ -33,7 +34,7 @@
 #define MAX_THREADS    1024
 
 typedef struct train_args {
-    const char *model, *data, *load, *save, *optimizer;
+    const char *model, *data, *load, *save, *optimizer, *device;
     int epochs, batch, json, threads, log_every;
     int64_t steps, subset, eval_samples, seed;
     double lr, momentum, weight_decay;
@@ -47,6 +48,7 @@ typedef struct trainer {
     pt_net *net;
     pt_optim *optim;
     const pt_backend *be;
+    const pt_backend *opened; /* from --device; closed by teardown */
     float *x_host, *x_dev;
     int32_t *labels;
     int64_t *order, *eval_idx;
@@ -85,7 +87,8 @@ static double now_s(void)
 
 static const char usage_text[] =
     "usage: pipetop train --model M --data D [options]\n"
-    "Trains model M on one device (the CPU) and reports loss and test accuracy.\n\n";
+    "Trains model M on one device (the CPU, or a GPU with --device cuda:N) and reports\n"
+    "loss and test accuracy.\n\n";
 
 /* Returns -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, train_args *a)
@@ -134,6 +137,8 @@ static int parse_args(int argc, char **argv, train_args *a)
          "steps between JSON step lines (default " PT_OPTS_STR(DEFAULT_LOG_EVERY) ")"},
         {"threads", PT_OPT_INT, &a->threads, 1, MAX_THREADS, 0, "N",
          "OpenBLAS threads (default: OpenBLAS's own choice)"},
+        {"device", PT_OPT_STRING, &a->device, 0, 0, 0, "D",
+         "cpu (default) or cuda:N[:fp32|tf32|bf16]"},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = pt_opts_command("train", argc, argv, opts, n, usage_text, NULL);
@@ -208,9 +213,15 @@ static int setup(trainer *t, pt_error *err)
     pt_dataset_limit(t->train, a->subset);
     if (a->eval_samples >= 0)
         pt_dataset_limit(t->test, a->eval_samples > 0 ? a->eval_samples : 1);
+    pt_device_spec dev = {0};
+    if (a->device && (rc = pt_device_spec_parse(a->device, &dev, err)) < 0)
+        return rc;
+    if ((rc = pt_device_open(&dev, &t->opened, err)) < 0)
+        return rc;
     pt_net_config cfg = pt_net_config_default(t->spec);
     cfg.max_batch = a->batch;
     cfg.seed = (uint64_t)a->seed;
+    cfg.backend = t->opened;
     if ((rc = pt_net_create(t->spec, &cfg, &t->net, err)) < 0)
         return rc;
     if ((rc = make_optimizer(t, err)) < 0)
@@ -254,6 +265,7 @@ static void teardown(trainer *t)
         pt_arena_free(pt_net_arena(t->net), t->x_dev);
     pt_optim_destroy(&t->optim);
     pt_net_destroy(&t->net);
+    pt_device_close(&t->opened);
     pt_dataset_free(&t->train);
     pt_dataset_free(&t->test);
     pt_model_spec_free(&t->spec);

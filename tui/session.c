@@ -15,6 +15,7 @@
 
 #include "protocol/fileio.h"
 #include "protocol/record.h"
+#include "runtime/comm_nccl.h"
 
 #define NS_PER_MS 1000000LL
 #define RECV_BATCH_MAX                                                                             \
@@ -478,6 +479,10 @@ static void on_register(pt_session *s, int i, const pt_msg *m, int64_t now)
     snprintf(e->pub.device_name, sizeof e->pub.device_name, "%s", r->device_name);
     snprintf(e->pub.backend, sizeof e->pub.backend, "%s", r->backend);
     snprintf(e->pub.data_endpoint, sizeof e->pub.data_endpoint, "%s", r->data_endpoint);
+    snprintf(e->pub.gpu_bus_id, sizeof e->pub.gpu_bus_id, "%s", r->gpu_bus_id);
+    e->pub.has_nccl = 0;
+    for (int c = 0; c < r->cap_count; c++)
+        e->pub.has_nccl |= !strcmp(r->caps[c], "nccl");
     e->pub.last_heard_ns = now;
     e->ctl_next_seq = m->seq + 1;
     send_heartbeat(s, i, now); /* its answer gives the first clock sample at once */
@@ -997,6 +1002,25 @@ static int map_workers(pt_session *s, const pt_session_plan *p, pt_error *err)
     return 0;
 }
 
+/* A fresh NCCL unique id for the next generation when its workers may use
+ * NCCL (runtime/comm_nccl.h: every one on its own GPU), else "": they then
+ * exchange tensors over the ZeroMQ data plane. One id per generation, the
+ * same for every worker; made here, so the same path works across nodes. */
+static void pick_nccl_id(pt_session *s, char *id, size_t cap)
+{
+    id[0] = '\0';
+    pt_nccl_member *m = calloc((size_t)s->worker_count + 1, sizeof *m);
+    if (!m)
+        return;
+    for (int w = 0; w < s->worker_count; w++) {
+        const pt_session_agent *a = &s->agents[s->workers[w]].pub;
+        m[w] = (pt_nccl_member){a->host, a->gpu_bus_id, a->has_nccl};
+    }
+    if (pt_nccl_members_ok(m, s->worker_count) && pt_nccl_id_new(id, cap, NULL) < 0)
+        id[0] = '\0';
+    free(m);
+}
+
 int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err)
 {
     if (!s || !p || !p->plan || !p->model || !p->agents || !p->data)
@@ -1026,6 +1050,8 @@ int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err)
         peers[w].replica = a->replica;
         snprintf(peers[w].endpoint, sizeof peers[w].endpoint, "%s", a->data_endpoint);
     }
+    char nccl_id[PT_MSG_NCCL_ID_MAX];
+    pick_nccl_id(s, nccl_id, sizeof nccl_id);
     s->gen++;
     pt_telemetry_rx_set_generation(s->rx, s->gen);
     snprintf(s->ckpt_dir, sizeof s->ckpt_dir, "%s", p->checkpoint_dir ? p->checkpoint_dir : "");
@@ -1054,6 +1080,7 @@ int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err)
         as->checkpoint_every = p->checkpoint_every;
         as->resume_step = p->resume_step;
         snprintf(as->telemetry, sizeof as->telemetry, "%s", s->tel_ep);
+        snprintf(as->nccl_id, sizeof as->nccl_id, "%s", nccl_id);
         rc = send_to(s, i, &m, err);
         if (rc == 0 && (rc = add_request(s, i, PT_MSG_ASSIGN, m.req)) < 0)
             pt_error_set(err, rc, "session: out of memory");

@@ -76,6 +76,8 @@ typedef struct pt_session_agent {
     char device_name[PT_MSG_NAME_MAX];
     char backend[PT_MSG_NAME_MAX];
     char data_endpoint[PT_MSG_ENDPOINT_MAX];
+    char gpu_bus_id[PT_MSG_NAME_MAX]; /* its GPU ("" on the CPU) */
+    int has_nccl;                     /* it offered the "nccl" capability */
     pt_agent_state state;
     char reported[PT_MSG_NAME_MAX]; /* the state its last heartbeat named ("running"...) */
     int worker;                     /* its worker (data-plane rank) in the plan; -1 none */

@@ -39,6 +39,7 @@ static void make_message(pt_msg_type t, pt_msg *m)
         snprintf(r->caps[0], sizeof r->caps[0], "nccl");
         snprintf(r->caps[1], sizeof r->caps[1], "zmq");
         snprintf(r->data_endpoint, sizeof r->data_endpoint, "ipc:///tmp/x/r3");
+        snprintf(r->gpu_bus_id, sizeof r->gpu_bus_id, "00000000:19:00.0");
         break;
     }
     case PT_MSG_ASSIGN: {
@@ -137,6 +138,8 @@ static void make_message(pt_msg_type t, pt_msg *m)
         }
         x->total_cur = 21000;
         x->total_peak = 50000;
+        x->device_free = 120000000000LL;
+        x->device_total = 150323855360LL;
         break;
     }
     default:
@@ -181,7 +184,8 @@ static int msg_equal(const pt_msg *a, const pt_msg *b)
                same_double(x->iter_ms, y->iter_ms) &&
                !memcmp(x->mem_cur, y->mem_cur, sizeof x->mem_cur) &&
                !memcmp(x->mem_peak, y->mem_peak, sizeof x->mem_peak) &&
-               x->total_cur == y->total_cur && x->total_peak == y->total_peak;
+               x->total_cur == y->total_cur && x->total_peak == y->total_peak &&
+               x->device_free == y->device_free && x->device_total == y->device_total;
     }
     default:
         /* Plain structs of fixed arrays, zeroed by pt_msg_init on both sides
@@ -275,6 +279,9 @@ static void test_round_trip_defaults(void)
     REQUIRE(pt_msg_decode(text, strlen(text), NULL, &back, NULL) == 0);
     CHECK(isnan(back.u.metrics.loss));
     CHECK(msg_equal(&m, &back));
+    /* a CPU agent's metrics carry no driver figures: none on the wire, 0 back */
+    CHECK(!strstr(text, "\"device\""));
+    CHECK(back.u.metrics.device_free == 0 && back.u.metrics.device_total == 0);
     free(text);
     pt_msg_clear(&back);
 

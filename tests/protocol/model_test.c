@@ -160,10 +160,40 @@ static void test_gpt_tiny_shapes(void)
     pt_model_spec_free(&m);
 }
 
+/* The GPU-sized model: 24 blocks of width 2048, 16 heads, sequence 1024,
+ * vocabulary 50304, parameters by the same per-layer formulas as gpt-tiny. */
+static void test_gpt_1_3b_shapes(void)
+{
+    pt_model_spec *m = find("gpt-1.3b");
+    REQUIRE(m != NULL);
+    CHECK(m->input_kind == PT_INPUT_TOKENS && m->input_rank == 1 && m->input[0] == 1024);
+    REQUIRE(m->layer_count == 52);
+    pt_layer_shape *s = calloc(52, sizeof *s);
+    REQUIRE(s);
+    pt_error err = {0};
+    REQUIRE(pt_model_spec_shapes(m, s, &err) == 0);
+    const int64_t D = 2048, V = 50304, T = 1024, H = 4 * 2048;
+    CHECK(s[0].params == V * D + T * D);
+    int64_t attn = 2 * D + (D * 3 * D + 3 * D) + (D * D + D);
+    int64_t mlp = 2 * D + (D * H + H) + (H * D + D);
+    int64_t total = 0;
+    for (int i = 0; i < 52; i++)
+        total += s[i].params;
+    for (int b = 0; b < 24; b++) {
+        CHECK(m->layers[1 + 2 * b].body[1].heads == 16);
+        CHECK(s[1 + 2 * b].params == attn && s[2 + 2 * b].params == mlp);
+    }
+    CHECK(s[50].params == D * V + V && s[51].out_elems == T * V);
+    CHECK(total == s[0].params + 24 * (attn + mlp) + 2 * D + D * V + V);
+    CHECK(total == 1416795264); /* 1.21e9 of it in the blocks: GPT-3 XL's "1.3B" */
+    free(s);
+    pt_model_spec_free(&m);
+}
+
 static void test_round_trip_shipped(void)
 {
-    const char *names[] = {"fmnist-mlp", "fmnist-mlp-deep", "gpt-tiny"};
-    for (size_t i = 0; i < 3; i++) {
+    const char *names[] = {"fmnist-mlp", "fmnist-mlp-deep", "gpt-tiny", "gpt-1.3b"};
+    for (size_t i = 0; i < 4; i++) {
         pt_model_spec *m = find(names[i]);
         if (m)
             check_round_trip(m);
@@ -331,6 +361,7 @@ static void test_free_null(void)
 
 PT_TEST_MAIN({"fmnist_mlp_shapes", test_fmnist_mlp_shapes},
              {"fmnist_mlp_deep", test_fmnist_mlp_deep}, {"gpt_tiny_shapes", test_gpt_tiny_shapes},
+             {"gpt_1_3b_shapes", test_gpt_1_3b_shapes},
              {"round_trip_shipped", test_round_trip_shipped},
              {"round_trip_options", test_round_trip_options},
              {"input_short_form", test_input_short_form},

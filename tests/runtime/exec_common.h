@@ -466,6 +466,11 @@ typedef struct ec_run {
 /* Builds the program and pipeline of case c and runs it: `runs` runs of the
  * program with consecutive global batches (synchronous kinds: one iteration
  * per run). Returns 0 or the failing code (err printed). */
+/* Where ec_run_case's pipelines compute (pt_pipeline_config.device and
+ * .backend); NULL, NULL: the CPU backend. The references always run on the CPU. */
+static const pt_device_spec *ec_device;
+static const pt_backend *ec_backend;
+
 static inline int ec_run_case(const ec_case *c, const pt_model_spec *spec, const pt_dataset *ds,
                               int runs, ec_run *r)
 {
@@ -489,7 +494,9 @@ static inline int ec_run_case(const ec_case *c, const pt_model_spec *spec, const
                              .timeout_ms = 20000,
                              .on_op = ec_on_op,
                              .user = r->events,
-                             .digest = 1};
+                             .digest = 1,
+                             .device = ec_device,
+                             .backend = ec_backend};
     if ((rc = pt_pipeline_create(&pc, &r->pp, &err)) < 0) {
         fprintf(stderr, "%s: %s\n", c->name, err.msg);
         return rc;

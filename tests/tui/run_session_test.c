@@ -16,6 +16,7 @@
 #include "protocol/fileio.h"
 #include "protocol/message.h"
 #include "protocol/plan.h"
+#include "runtime/comm_nccl.h"
 #include "tests/test.h"
 #include "tui/session.h"
 
@@ -123,16 +124,28 @@ static void fake_send(fake *f, pt_msg *m, int pub)
     free(text);
 }
 
-static void fake_register(fake *f, const char *endpoint)
+/* gpu: NULL registers a CPU agent; else a CUDA agent with the "nccl"
+ * capability on the GPU of that PCI bus id. */
+static void fake_register_on(fake *f, const char *endpoint, const char *gpu)
 {
     pt_msg m;
     pt_msg_init(&m, PT_MSG_REGISTER, f->id);
     snprintf(m.u.reg.host, sizeof m.u.reg.host, "testhost");
     m.u.reg.pid = 1000 + f->id[strlen(f->id) - 1];
     m.u.reg.device = 0;
-    snprintf(m.u.reg.backend, sizeof m.u.reg.backend, "cpu");
+    snprintf(m.u.reg.backend, sizeof m.u.reg.backend, "%s", gpu ? "cuda" : "cpu");
     snprintf(m.u.reg.data_endpoint, sizeof m.u.reg.data_endpoint, "%s", endpoint);
+    if (gpu) {
+        snprintf(m.u.reg.gpu_bus_id, sizeof m.u.reg.gpu_bus_id, "%s", gpu);
+        m.u.reg.cap_count = 1;
+        snprintf(m.u.reg.caps[0], sizeof m.u.reg.caps[0], "nccl");
+    }
     fake_send(f, &m, 0);
+}
+
+static void fake_register(fake *f, const char *endpoint)
+{
+    fake_register_on(f, endpoint, NULL);
 }
 
 /* Receives console messages for up to ms; returns 1 with *out when one of
@@ -539,6 +552,7 @@ static void test_plan_flow(void)
     CHECK(!strcmp(asg_a.u.assign.telemetry, pt_session_telemetry_endpoint(s)));
     CHECK(asg_a.u.assign.seed == 7 && asg_a.u.assign.checkpoint_every == 2);
     CHECK(asg_a.gen == 1 && asg_a.req != asg_b.req);
+    CHECK(!asg_a.u.assign.nccl_id[0] && !asg_b.u.assign.nccl_id[0]); /* CPU agents: ZeroMQ */
     a.gen = b.gen = 1;
     ack(&a, &asg_a, PT_MSG_ASSIGN);
     /* the wait times out naming the agent still awaited */
@@ -658,6 +672,71 @@ static void setup(void)
     pt_mkdir_p("run_session_test.d", NULL);
 }
 
+/* The assigns of a generation over agents on GPUs of the given bus ids;
+ * the ids the two agents were handed into ida/idb. */
+static void assign_on_gpus(const char *gpu_a, const char *gpu_b, char *ida, char *idb)
+{
+    seen x = {0};
+    pt_session *s = open_session(NULL, &x, 1);
+    REQUIRE(s);
+    fake a, b;
+    fake_open(&a, "agent-a", s, 0);
+    fake_open(&b, "agent-b", s, 0);
+    fake_register_on(&a, "tcp://127.0.0.1:41001", gpu_a);
+    fake_register_on(&b, "tcp://127.0.0.1:41002", gpu_b);
+    beat(&a, 1);
+    beat(&b, 1);
+    pump(s, 50);
+    REQUIRE(pt_session_agent_count(s) == 2);
+    pt_plan *plan = two_stage_plan();
+    pt_model_spec *model = tiny_model();
+    REQUIRE(plan && model);
+    int agents[2] = {pt_session_find_agent(s, "agent-a"), pt_session_find_agent(s, "agent-b")};
+    pt_error err = {0};
+    pt_session_plan sp = {plan, model, agents, "synthetic", 7, NULL, 0, 0};
+    REQUIRE(pt_session_assign(s, &sp, &err) == 0);
+    pt_msg asg_a, asg_b;
+    REQUIRE(fake_expect(&a, s, PT_MSG_ASSIGN, WAIT_MS, &asg_a));
+    REQUIRE(fake_expect(&b, s, PT_MSG_ASSIGN, WAIT_MS, &asg_b));
+    snprintf(ida, PT_MSG_NCCL_ID_MAX, "%s", asg_a.u.assign.nccl_id);
+    snprintf(idb, PT_MSG_NCCL_ID_MAX, "%s", asg_b.u.assign.nccl_id);
+    pt_msg_clear(&asg_a);
+    pt_msg_clear(&asg_b);
+    beat(&a, 0);
+    beat(&b, 0);
+    fake_close(&a);
+    fake_close(&b);
+    pt_plan_free(&plan);
+    pt_model_spec_free(&model);
+    pt_session_destroy(&s);
+}
+
+/* The console makes the NCCL unique id and hands the same one to every
+ * worker of a generation when each has its own GPU, and none when two share
+ * one (NCCL takes one GPU per rank: they exchange over ZeroMQ instead). */
+static void test_nccl_id(void)
+{
+    char ida[PT_MSG_NCCL_ID_MAX], idb[PT_MSG_NCCL_ID_MAX];
+    assign_on_gpus("00000000:19:00.0", "00000000:3B:00.0", ida, idb);
+    if (pt_nccl_built()) {
+        unsigned char bytes[PT_NCCL_ID_BYTES];
+        CHECK_MSG(strlen(ida) == 2 * PT_NCCL_ID_BYTES, "id of %zu digits", strlen(ida));
+        CHECK(pt_nccl_id_decode(ida, bytes, NULL) == 0);
+        CHECK(!strcmp(ida, idb));
+    } else {
+        CHECK(!ida[0] && !idb[0]);
+    }
+    char first[PT_MSG_NCCL_ID_MAX];
+    snprintf(first, sizeof first, "%s", ida);
+    assign_on_gpus("00000000:19:00.0", "00000000:3B:00.0", ida, idb);
+    if (pt_nccl_built())
+        CHECK_MSG(strcmp(first, ida) != 0, "two runs were handed the same NCCL id");
+    assign_on_gpus("00000000:19:00.0", "00000000:19:00.0", ida, idb);
+    CHECK(!ida[0] && !idb[0]);
+    assign_on_gpus("00000000:19:00.0", NULL, ida, idb);
+    CHECK(!ida[0] && !idb[0]);
+}
+
 static void teardown(void)
 {
     for (int i = 0; i < OPEN_MAX; i++)
@@ -687,4 +766,12 @@ static void t_flow(void)
     teardown();
 }
 
-PT_TEST_MAIN({"register_and_clock", t_register}, {"rejects", t_rejects}, {"plan_flow", t_flow})
+static void t_nccl(void)
+{
+    setup();
+    test_nccl_id();
+    teardown();
+}
+
+PT_TEST_MAIN({"register_and_clock", t_register}, {"rejects", t_rejects}, {"plan_flow", t_flow},
+             {"nccl_id", t_nccl})
