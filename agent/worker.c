@@ -378,7 +378,7 @@ static int build_comms(pt_agent_worker *w, const pt_msg_assign *as, const pt_exe
     free(eps);
     if (rc < 0 || !needs->needs_collective)
         return rc;
-    /* Pipe-SGD's background all-reduce: a second communicator among the
+    /* Background all-reduces (gradient buckets, Pipe-SGD): a second communicator among the
      * stage's replicas, whose endpoints the replicas swap over the first. */
     int lo = r->prog.stage_worker[r->stage], hi = r->prog.stage_worker[r->stage + 1];
     pt_comm *c2 = NULL;

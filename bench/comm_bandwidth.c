@@ -6,6 +6,10 @@
  *     T = 2(p-1)a + 2(p-1)/p n/b + (p-1)/p n g, with a the latency, b the
  *     bandwidth at the ring's message size and g the measured time per byte
  *     of the reduction, all measured above on the same transport.
+ *  4. beside each all-reduce figure, OpenMPI's MPI_Allreduce of the same
+ *     size among p processes over shared memory (bench/mpi/mpi_allreduce.c,
+ *     run with mpirun from here, so both figures come from one run), when the
+ *     build found MPI.
  * Usage: comm_bandwidth [--quick]. Never a test: it only prints. */
 #include <pthread.h>
 #include <stdint.h>
@@ -249,6 +253,44 @@ static double allreduce_time(world *w, size_t count, int reps)
     return rc ? -1.0 : j.rep_seconds[reps / 2];
 }
 
+/* OpenMPI's all-reduce of each size, in ms, over shared memory (btl
+ * self,vader), from one mpirun of the reference program; -1 where it could
+ * not run (no MPI in the build, mpirun failed). */
+static void mpi_allreduce_ms(int p, const size_t *sizes, int n, int reps, double *ms)
+{
+    for (int i = 0; i < n; i++)
+        ms[i] = -1;
+#if defined(PT_MPIEXEC) && defined(PT_MPI_ALLREDUCE)
+    char cmd[1024];
+    int len = snprintf(
+        cmd, sizeof cmd, "%s%s -np %d --oversubscribe --bind-to none --mca btl self,vader %s %d",
+        geteuid() == 0 ? "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " : "",
+        PT_MPIEXEC, p, PT_MPI_ALLREDUCE, reps);
+    for (int i = 0; i < n && len > 0 && (size_t)len < sizeof cmd; i++)
+        len += snprintf(cmd + len, sizeof cmd - (size_t)len, " %zu", sizes[i]);
+    if (len <= 0 || (size_t)len + 16 >= sizeof cmd)
+        return;
+    snprintf(cmd + len, sizeof cmd - (size_t)len, " 2>/dev/null");
+    FILE *f = popen(cmd, "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        int got_p;
+        size_t floats;
+        double t;
+        if (sscanf(line, "mpi_allreduce p=%d floats=%zu median_ms=%lf", &got_p, &floats, &t) == 3)
+            for (int i = 0; i < n; i++)
+                if (got_p == p && floats == sizes[i])
+                    ms[i] = t;
+    }
+    if (f)
+        pclose(f);
+#else
+    (void)p;
+    (void)sizes;
+    (void)reps;
+#endif
+}
+
 /* Seconds per byte of dst[i] += src[i] over n floats (the reduction). */
 static double reduce_cost(size_t n)
 {
@@ -328,8 +370,15 @@ int main(int argc, char **argv)
            "(p-1)/p n g\n(a = latency above, b = bandwidth at %d KiB messages, the ring's "
            "segment)\n",
            quick ? AR_REPS / 2 : AR_REPS, (int)(PT_COMM_SEGMENT_FLOATS * sizeof(float) / 1024));
-    printf("%-8s %2s %8s %12s %12s %7s\n", "transport", "p", "size", "measured ms", "model ms",
-           "ratio");
+    int ar_reps = quick ? AR_REPS / 2 + 1 : AR_REPS;
+    double mpi_ms[MAX_P + 1][2];
+    for (int p = 2; p <= MAX_P; p += 2)
+        mpi_allreduce_ms(p, sizes, 2, ar_reps, mpi_ms[p]);
+    printf(
+        "MPI = OpenMPI's MPI_Allreduce, p processes over shared memory (btl self,vader), same "
+        "statistic;\nours/MPI = measured / MPI (n/a: the build found no MPI or mpirun failed)\n");
+    printf("%-8s %2s %8s %12s %12s %7s %9s %9s\n", "transport", "p", "size", "measured ms",
+           "model ms", "ratio", "MPI ms", "ours/MPI");
     for (int t = 0; t < T_COUNT; t++)
         for (int p = 2; p <= 4; p += 2)
             for (int si = 0; si < 2; si++) {
@@ -338,12 +387,17 @@ int main(int argc, char **argv)
                     return 1;
                 size_t count = sizes[si];
                 double n = (double)count * sizeof(float);
-                double meas = allreduce_time(&aw, count, quick ? AR_REPS / 2 + 1 : AR_REPS);
+                double meas = allreduce_time(&aw, count, ar_reps);
                 world_close(&aw);
                 double model = 2.0 * (p - 1) * lat[t] + 2.0 * (p - 1) / p * n / bw_seg[t] +
                                (double)(p - 1) / p * n * gamma;
-                printf("%-9s %2d %5zu MiB %12.2f %12.2f %7.2f\n", tname[t], p,
+                printf("%-9s %2d %5zu MiB %12.2f %12.2f %7.2f", tname[t], p,
                        (size_t)(n / (1 << 20)), meas * 1e3, model * 1e3, meas / model);
+                double mpi = mpi_ms[p][si];
+                if (mpi > 0)
+                    printf(" %9.2f %9.2f\n", mpi, meas * 1e3 / mpi);
+                else
+                    printf(" %9s %9s\n", "n/a", "n/a");
                 fflush(stdout);
             }
     free(sbuf);

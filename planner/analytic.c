@@ -16,6 +16,64 @@ static int bytes_of(double floats, int64_t *out)
     return 0;
 }
 
+/* Floats per sample that a layer with input shape (rank, dims) keeps for its
+ * backward besides its input and output (*saved) and uses as backward
+ * scratch (*scratch); writes its output shape. The formulas are analytic.h's. */
+static void layer_memory(const pt_layer_spec *l, int *rank, int *dims, double *saved,
+                         double *scratch)
+{
+    double in = 1;
+    for (int i = 0; i < *rank; i++)
+        in *= dims[i];
+    int last = dims[*rank - 1];
+    *saved = *scratch = 0;
+    switch (l->kind) {
+    case PT_LAYER_LINEAR:
+        dims[*rank - 1] = l->out;
+        break;
+    case PT_LAYER_EMBEDDING:
+        dims[1] = l->dim;
+        *rank = 2;
+        break;
+    case PT_LAYER_LAYERNORM:
+        *saved = PT_ANALYTIC_LAYERNORM_STATS * (in / last);
+        break;
+    case PT_LAYER_ATTENTION: {
+        double T = dims[0], D = dims[1], H = l->heads;
+        *saved = *scratch = PT_ANALYTIC_QKV * T * D + H * T * T + T * D;
+        break;
+    }
+    case PT_LAYER_SOFTMAX_XENT:
+        *saved = in / last; /* one int32 label per row, a float's room */
+        break;
+    case PT_LAYER_RESIDUAL: {
+        double inner = 0, kept = 0, grads = 0, widest = 0;
+        for (int j = 0; j < l->body_count; j++) {
+            double s, w, body_in = 1;
+            for (int i = 0; i < *rank; i++)
+                body_in *= dims[i];
+            if (j > 0)
+                grads += body_in;
+            layer_memory(&l->body[j], rank, dims, &s, &w);
+            if (j + 1 < l->body_count) {
+                double out = 1;
+                for (int i = 0; i < *rank; i++)
+                    out *= dims[i];
+                inner += out;
+            }
+            kept += s;
+            if (w > widest)
+                widest = w;
+        }
+        *saved = in + inner + kept; /* the body's output, inner outputs, saved bytes */
+        *scratch = grads + widest;
+        break;
+    }
+    default: /* relu, gelu: the chain keeps their input and output */
+        break;
+    }
+}
+
 static double cost_ms(double flops, double bytes, double flop_rate, double bandwidth)
 {
     double compute_s = flops / flop_rate, memory_s = bytes / bandwidth;
@@ -68,9 +126,13 @@ int pt_analytic_profile(const pt_model_spec *spec, const pt_device_desc *device,
                           spec->name, in_elems, microbatch);
         goto fail;
     }
+    int rank = spec->input_rank, dims[PT_SHAPE_MAX];
+    memcpy(dims, spec->input, sizeof dims);
     for (int i = 0; i < n; i++) {
         const pt_layer_shape *s = &shapes[i];
         pt_profile_layer *l = &p->layers[i];
+        double saved, scratch;
+        layer_memory(&spec->layers[i], &rank, dims, &saved, &scratch);
         double out_elems = (double)s->out_elems, params = (double)s->params;
         double weights_read = params;
         if (spec->layers[i].kind == PT_LAYER_EMBEDDING && out_elems * b < params)
@@ -82,10 +144,12 @@ int pt_analytic_profile(const pt_model_spec *spec, const pt_device_desc *device,
         l->bwd_ms = cost_ms(PT_ANALYTIC_BWD_FACTOR * flops, PT_ANALYTIC_BWD_FACTOR * bytes,
                             flop_rate, device->mem_bandwidth);
         l->recompute_ms = l->fwd_ms;
-        if (bytes_of(out_elems * b, &l->act_bytes) < 0 || bytes_of(params, &l->param_bytes) < 0) {
+        if (bytes_of(out_elems * b, &l->act_bytes) < 0 || bytes_of(params, &l->param_bytes) < 0 ||
+            bytes_of(saved * b, &l->saved_bytes) < 0 ||
+            bytes_of(scratch * b, &l->scratch_bytes) < 0) {
             rc = pt_error_set(err, PT_ERANGE,
-                              "%s: layers[%d] (%s): activation or parameters pass 2^53 bytes at "
-                              "batch %d",
+                              "%s: layers[%d] (%s): activation, parameters or saved bytes pass "
+                              "2^53 bytes at batch %d",
                               spec->name, i, spec->layers[i].name, microbatch);
             goto fail;
         }

@@ -13,7 +13,21 @@
  *   act_bytes   = out_i * 4 * B,   param_bytes = P_i * 4,   input_bytes = in_0 * 4 * B
  *
  * where "weights read" is P_i, except for an embedding, which reads only the
- * rows it gathers: min(P_i, out_i * B). */
+ * rows it gathers: min(P_i, out_i * B).
+ *
+ *   saved_bytes   = saved_i * 4 * B,   scratch_bytes = scratch_i * 4 * B
+ *
+ * restate the runtime's layouts (runtime/layer_*.c), floats per sample for
+ * an input of shape [.., d] with r = in_i / d rows:
+ *   layernorm  saved r * 2 (mean and 1/std per row)
+ *   attention  [T, D], H heads: saved = scratch = 3TD (Q, K, V) + H T^2
+ *              (probabilities) + TD (context)
+ *   softmax_xent  saved r (its labels, one int32 per row)
+ *   residual   saved = its body's output (in_i) + the body's inner layers'
+ *              outputs + the body layers' saved; scratch = the input
+ *              gradients of its body layers but the first + their largest
+ *              scratch
+ *   linear, relu, gelu, embedding: 0 (the chain keeps inputs and outputs). */
 #ifndef PT_PLANNER_ANALYTIC_H
 #define PT_PLANNER_ANALYTIC_H
 
@@ -29,6 +43,9 @@
 #define PT_ANALYTIC_COMPUTE_EFFICIENCY 0.5
 /* Backward work relative to forward: an input gradient and a weight gradient. */
 #define PT_ANALYTIC_BWD_FACTOR 2.0
+/* Layernorm keeps a mean and a 1/std per row; attention keeps Q, K and V. */
+#define PT_ANALYTIC_LAYERNORM_STATS 2
+#define PT_ANALYTIC_QKV             3
 /* Every tensor is fp32. */
 #define PT_ANALYTIC_BYTES_PER_FLOAT 4
 #define PT_ANALYTIC_MS_PER_S        1000.0

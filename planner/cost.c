@@ -16,8 +16,48 @@ struct pt_cost {
     double opt_bw;  /* bytes/s of an optimizer step on a speed-1 device; <= 0: free */
     /* prefix sums over layers, n+1 entries each: x[j] = sum over layers < j */
     double *fwd_ms, *bwd_ms, *rec_ms, *bin_ms, *bw_ms;
-    int64_t *param, *act;
+    int64_t *param, *act, *saved;
+    /* range maximum of scratch_bytes: scratch_max[k][l] = max over layers
+     * [l, l + 2^k) (a sparse table, so a stage's figure is O(1)) */
+    int levels;
+    int64_t **scratch_max;
+    /* the profile records what layers keep for the backward (any saved or
+     * scratch bytes): then the runtime's input-gradient buffers count too */
+    int runtime_memory;
 };
+
+static int floor_log2(int n)
+{
+    int k = 0;
+    while ((2 << k) <= n)
+        k++;
+    return k;
+}
+
+/* Fills the sparse table of scratch_bytes; PT_ENOMEM. */
+static int build_scratch_max(pt_cost *c)
+{
+    c->levels = floor_log2(c->n) + 1;
+    c->scratch_max = calloc((size_t)c->levels, sizeof *c->scratch_max);
+    if (!c->scratch_max)
+        return PT_ENOMEM;
+    for (int k = 0; k < c->levels; k++) {
+        int width = 1 << k, count = c->n - width + 1;
+        int64_t *row = malloc((size_t)count * sizeof *row);
+        if (!row)
+            return PT_ENOMEM;
+        c->scratch_max[k] = row;
+        for (int l = 0; l < count; l++) {
+            if (k == 0) {
+                row[l] = c->profile->layers[l].scratch_bytes;
+                continue;
+            }
+            int64_t a = c->scratch_max[k - 1][l], b = c->scratch_max[k - 1][l + width / 2];
+            row[l] = a > b ? a : b;
+        }
+    }
+    return 0;
+}
 
 int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **out, pt_error *err)
 {
@@ -43,8 +83,8 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
     c->profile_mb = profile->microbatch;
     c->opt_bw = PT_COST_OPT_MEM_BW_BPS;
     c->fwd_ms = malloc((size_t)(n + 1) * 5 * sizeof(double));
-    c->param = malloc((size_t)(n + 1) * 2 * sizeof(int64_t));
-    if (!c->fwd_ms || !c->param) {
+    c->param = malloc((size_t)(n + 1) * 3 * sizeof(int64_t));
+    if (!c->fwd_ms || !c->param || build_scratch_max(c) < 0) {
         pt_cost_free(&c);
         return pt_error_set(err, PT_ENOMEM, "cost: out of memory");
     }
@@ -53,8 +93,9 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
     c->bin_ms = c->rec_ms + (n + 1);
     c->bw_ms = c->bin_ms + (n + 1);
     c->act = c->param + (n + 1);
+    c->saved = c->act + (n + 1);
     c->fwd_ms[0] = c->bwd_ms[0] = c->rec_ms[0] = c->bin_ms[0] = c->bw_ms[0] = 0;
-    c->param[0] = c->act[0] = 0;
+    c->param[0] = c->act[0] = c->saved[0] = 0;
     for (int l = 0; l < n; l++) {
         const pt_profile_layer *L = &profile->layers[l];
         double rec = L->recompute_ms > 0 ? L->recompute_ms : L->fwd_ms;
@@ -67,6 +108,8 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
         c->bw_ms[l + 1] = c->bw_ms[l] + bw;
         c->param[l + 1] = c->param[l] + L->param_bytes;
         c->act[l + 1] = c->act[l] + L->act_bytes;
+        c->saved[l + 1] = c->saved[l] + L->saved_bytes;
+        c->runtime_memory |= L->saved_bytes > 0 || L->scratch_bytes > 0;
     }
     *out = c;
     return 0;
@@ -78,6 +121,10 @@ void pt_cost_free(pt_cost **cost_p)
         return;
     free((*cost_p)->fwd_ms);
     free((*cost_p)->param);
+    if ((*cost_p)->scratch_max)
+        for (int k = 0; k < (*cost_p)->levels; k++)
+            free((*cost_p)->scratch_max[k]);
+    free((*cost_p)->scratch_max);
     free(*cost_p);
     *cost_p = NULL;
 }
@@ -181,6 +228,37 @@ int64_t pt_cost_act_bytes(const pt_cost *c, int first, int last, int rows)
     return last > first ? (c->act[last] - c->act[first]) * rows / c->profile_mb : 0;
 }
 
+int64_t pt_cost_saved_bytes(const pt_cost *c, int first, int last, int rows)
+{
+    if (first < 0)
+        first = 0;
+    if (last > c->n)
+        last = c->n;
+    return last > first ? (c->saved[last] - c->saved[first]) * rows / c->profile_mb : 0;
+}
+
+int64_t pt_cost_scratch_bytes(const pt_cost *c, int first, int last, int rows)
+{
+    if (first < 0)
+        first = 0;
+    if (last > c->n)
+        last = c->n;
+    if (last <= first)
+        return 0;
+    int k = floor_log2(last - first);
+    int64_t a = c->scratch_max[k][first], b = c->scratch_max[k][last - (1 << k)];
+    /* the input gradients of every layer but the first are the inner outputs' size */
+    int64_t inner = c->runtime_memory ? c->act[last - 1] - c->act[first] : 0;
+    return (inner + (a > b ? a : b)) * rows / c->profile_mb;
+}
+
+int64_t pt_cost_loss_saved_bytes(const pt_cost *c, int first, int last, int rows)
+{
+    if (last != c->n || first >= last)
+        return 0;
+    return c->profile->layers[c->n - 1].saved_bytes * rows / c->profile_mb;
+}
+
 double pt_cost_link_s(pt_link link, int64_t bytes)
 {
     if (bytes <= 0)
@@ -227,6 +305,48 @@ double pt_cost_allreduce_s(const pt_cost *c, const int *devices, int p, int64_t 
     if (bw == 0)
         return 0;
     return pt_cost_ring_allreduce_s(p, bytes, lat, bw);
+}
+
+double pt_cost_overlapped_bwd_ring_s(const pt_cost *c, int p, double lat, double bw, int first,
+                                     int last, int rows, int dev, int64_t cap)
+{
+    double bwd = pt_cost_bwd_s(c, first, last, rows, dev);
+    if (p <= 1 || bw <= 0)
+        return bwd;
+    if (cap < 0)
+        return bwd + pt_cost_ring_allreduce_s(p, pt_cost_param_bytes(c, first, last), lat, bw);
+    if (cap == 0)
+        cap = PT_SCHED_BUCKET_BYTES;
+    /* pt_sched_bucket_lo's rule over the prefix sums */
+    double end = 0;
+    for (int hi = last; hi > first;) {
+        int lo = hi - 1;
+        while (lo > first && pt_cost_param_bytes(c, lo, hi) < cap)
+            lo--;
+        if (pt_cost_param_bytes(c, first, lo) == 0)
+            lo = first;
+        double ready = pt_cost_bwd_s(c, lo, last, rows, dev);
+        end = (ready > end ? ready : end) +
+              pt_cost_ring_allreduce_s(p, pt_cost_param_bytes(c, lo, hi), lat, bw);
+        hi = lo;
+    }
+    return end > bwd ? end : bwd;
+}
+
+double pt_cost_overlapped_bwd_allreduce_s(const pt_cost *c, const int *devices, int p, int first,
+                                          int last, int rows, int dev, int64_t cap)
+{
+    double lat = 0, bw = 0;
+    for (int k = 0; k < p; k++) {
+        if (devices[k] == devices[(k + 1) % p])
+            continue;
+        pt_link l = link_of(c, devices[k], devices[(k + 1) % p]);
+        if (l.latency > lat)
+            lat = l.latency;
+        if (bw == 0 || l.bandwidth < bw)
+            bw = l.bandwidth;
+    }
+    return pt_cost_overlapped_bwd_ring_s(c, p, lat, bw, first, last, rows, dev, cap);
 }
 
 double pt_cost_boundary_s(const pt_cost *c, const int *src, int src_r, const int *dst, int dst_r,
@@ -298,6 +418,9 @@ void pt_cost_stage_memory(const pt_cost *c, const pt_mem_query *q, pt_mem *out)
     int64_t out_b = pt_cost_boundary_bytes(c, q->last, q->rows);
     int64_t not_first = q->stage > 0, not_last = q->stage + 1 < q->stage_count;
     int64_t act_b = pt_cost_act_bytes(c, q->first, q->last, q->rows);
+    int64_t saved_b = pt_cost_saved_bytes(c, q->first, q->last, q->rows);
+    int64_t loss_b = pt_cost_loss_saved_bytes(c, q->first, q->last, q->rows);
+    int64_t scratch_b = pt_cost_scratch_bytes(c, q->first, q->last, q->rows);
     const pt_sched_kind_info *kind = facts_of(q->kind);
     pt_sched_shape shape = {q->stage_count, q->stage,         q->microbatches,
                             q->policy,      q->vertical_sync, q->recompute};
@@ -307,7 +430,8 @@ void pt_cost_stage_memory(const pt_cost *c, const pt_mem_query *q, pt_mem *out)
     out->bytes[PT_MEM_GRADS] = (kind->flags & PT_SCHED_OVERLAP_ALLREDUCE) ? 2 * P : P;
     out->bytes[PT_MEM_OPTIM] = pt_cost_optim_state_factor(q->optim) * P;
     out->bytes[PT_MEM_ACTS] =
-        q->recompute ? K * (in_b + out_b) + (act_b - out_b) : K * (in_b + act_b);
+        scratch_b + (q->recompute ? K * (in_b + out_b + loss_b) + (act_b - out_b + saved_b - loss_b)
+                                  : K * (in_b + act_b + saved_b));
     out->bytes[PT_MEM_STASH] = (int64_t)(V - 1) * P;
     out->bytes[PT_MEM_COMM] = not_first * 2 * in_b + not_last * out_b;
     for (int k = 0; k < PT_MEM_KIND_COUNT; k++)

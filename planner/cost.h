@@ -18,28 +18,37 @@
  * Memory (bytes, per stage replica, by category), for rows = the replica's
  * share of a micro-batch, in_b = activation entering the stage for rows,
  * out_b = activation leaving it, act_b = outputs of all its layers for rows,
- * P = its parameter bytes, K = micro-batches in flight (pt_cost_inflight:
- * forward done, backward not complete; a split backward completes with its
- * BWD_WEIGHT, which still reads the saved activations),
- * V = weight versions held (pt_cost_weight_versions):
+ * saved_b = what its layers keep for their backward besides inputs and
+ * outputs (the profile's saved_bytes), loss_b = the saved bytes of the
+ * model's last layer (its labels) when the stage holds it, scratch_b = the
+ * backward scratch: the input gradients of all its layers but the first
+ * (act_b - out_b) plus the largest scratch_bytes of its layers (a profile
+ * with no saved or scratch bytes at all, as PipeDream's and files from
+ * before these fields, has no scratch_b: it describes layers, not
+ * pipetop's runtime), P = its
+ * parameter bytes, K = micro-batches in flight (pt_cost_inflight: forward
+ * done, backward not complete; a split backward completes with its
+ * BWD_WEIGHT, which still reads the saved activations), V = weight
+ * versions held (pt_cost_weight_versions):
  *   weights = P; stash = (V - 1) * P;
  *   grads = P, or 2P for kinds with PT_SCHED_OVERLAP_ALLREDUCE (pipesgd: one
  *           gradient being all-reduced while the next accumulates);
  *   optimizer state = state_factor * P (sgd with momentum 1, adam 2);
- *   activations = K * (in_b + act_b), or with recomputation
- *                 K * (in_b + out_b) + (act_b - out_b): every micro-batch in
- *                 flight keeps the stage's input and output (the runtime's
- *                 slot holds the output until the backward), the inner
- *                 layers' outputs exist for one micro-batch at a time;
+ *   activations = scratch_b + K * (in_b + act_b + saved_b), or with
+ *                 recomputation scratch_b + K * (in_b + out_b + loss_b) +
+ *                 (act_b - out_b + saved_b - loss_b): every micro-batch in
+ *                 flight keeps the stage's input, its output (the runtime's
+ *                 slot holds it until the backward) and its labels, which
+ *                 cannot be recomputed; the inner layers' outputs and saved
+ *                 bytes exist for one micro-batch at a time;
  *   buffers = in_b for received activations and in_b for the input gradient
  *             waiting to be sent (if not the first stage) + out_b for the
  *             received output gradient (if not the last).
  * The simulator tracks the same quantities event by event; its peaks equal
- * this model's figures (tests/planner/cost_test.c). With a profile that
- * gives a model's real byte sizes, the runtime's arenas measure exactly these
- * figures, except that the activations also hold the backward scratch (fixed
- * at create) and, on the last stage, each in-flight micro-batch's labels
- * (tests/runtime/memory_predict_test.c). */
+ * this model's figures (tests/planner/cost_test.c). With a profile measured
+ * by `pipetop profile` (which reads saved_bytes and scratch_bytes off the
+ * arena), the runtime's arenas measure these figures, up to the 64-byte
+ * alignment of each region (tests/runtime/memory_predict_test.c). */
 #ifndef PT_PLANNER_COST_H
 #define PT_PLANNER_COST_H
 
@@ -109,6 +118,18 @@ int64_t pt_cost_boundary_bytes(const pt_cost *cost, int boundary, int rows);
 /* Bytes of the outputs of layers [first,last) for `rows` samples. */
 int64_t pt_cost_act_bytes(const pt_cost *cost, int first, int last, int rows);
 
+/* Bytes layers [first,last) keep for their backward besides their inputs and
+ * outputs (the profile's saved_bytes), for `rows` samples. */
+int64_t pt_cost_saved_bytes(const pt_cost *cost, int first, int last, int rows);
+/* The backward scratch of a stage of layers [first,last) for `rows` samples:
+ * the input gradients of every layer but the first plus the largest
+ * scratch_bytes among them (one layer runs at a time); 0 for a profile
+ * without any saved or scratch bytes. */
+int64_t pt_cost_scratch_bytes(const pt_cost *cost, int first, int last, int rows);
+/* The saved bytes of the model's last layer (a loss layer's labels) when
+ * [first,last) holds it, else 0; they stay in flight under recompute. */
+int64_t pt_cost_loss_saved_bytes(const pt_cost *cost, int first, int last, int rows);
+
 /* latency + bytes / bandwidth (0 when bytes is 0). */
 double pt_cost_link_s(pt_link link, int64_t bytes);
 /* Transfer time between two devices; 0 on the same device. */
@@ -117,6 +138,24 @@ double pt_cost_p2p_s(const pt_cost *cost, int dev_a, int dev_b, int64_t bytes);
 double pt_cost_ring_allreduce_s(int p, int64_t bytes, double latency, double bandwidth);
 /* Ring all-reduce among devices[0..p) over their slowest neighbouring link. */
 double pt_cost_allreduce_s(const pt_cost *cost, const int *devices, int p, int64_t bytes);
+/* Gradient all-reduce overlapping the backward (the schedule programs' default,
+ * schedule.h "gradient buckets"): the stage of layers [first,last) replicated
+ * on devices[0..p) runs the backward that completes its gradients, `rows`
+ * samples on device `dev` (the slowest replica's); bucket k (pt_sched_bucket_lo
+ * with cap, last layer first) is ready once the backward has run its layers
+ * and all-reduces after bucket k-1:
+ *   ready_k = bwd_s(lo_k, last), end_k = max(ready_k, end_{k-1}) + allreduce(bytes_k).
+ * Returns the time from the start of that backward until both it and the last
+ * bucket's all-reduce have ended: max(bwd_s(first,last), end_last). cap < 0:
+ * one all-reduce after the backward, bwd_s + allreduce(all bytes); cap 0:
+ * PT_SCHED_BUCKET_BYTES. p <= 1: bwd_s. This is what the simulator charges. */
+double pt_cost_overlapped_bwd_allreduce_s(const pt_cost *cost, const int *devices, int p, int first,
+                                          int last, int rows, int dev, int64_t cap);
+/* The same with the ring's latency and bandwidth given (as
+ * pt_cost_ring_allreduce_s). */
+double pt_cost_overlapped_bwd_ring_s(const pt_cost *cost, int p, double latency, double bandwidth,
+                                     int first, int last, int rows, int dev, int64_t cap);
+
 /* Split-concat transfer of one micro-batch of mb_rows samples across a stage
  * boundary whose activation is mb_bytes per profile micro-batch: each source
  * replica sends its overlap with each destination replica in turn; the result

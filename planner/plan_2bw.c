@@ -16,7 +16,9 @@
  *   T = M * max_s max(F_s + B_s (+ R_s), sends_s) + max_s (AR_s + OPT_s)
  * where sends_s is stage s's communication lane per micro-batch (activation
  * to s+1 and gradient to s-1, split-concat, pt_cost_boundary_s) and AR_s the
- * ring all-reduce of its weights over its w replicas; throughput = global
+ * part of the bucketed ring all-reduce of its weights over its w replicas
+ * that outlasts the window's last backward, which it overlaps
+ * (pt_cost_overlapped_bwd_allreduce_s); throughput = global
  * batch / T is maximised (T minimised), recomputation off on a tie. */
 #include <math.h>
 #include <stdio.h>
@@ -63,7 +65,10 @@ static double iter_time(const pt_cost *cost, const pt_topology *topo, const pt_p
         if (lane > step)
             step = lane;
         int64_t P = pt_cost_param_bytes(cost, st->first, st->last);
-        double ar = pt_cost_allreduce_s(cost, st->replicas, st->replica_count, P) +
+        /* bucketed, overlapping the window's last backward: the part that outlasts it */
+        double ar = pt_cost_overlapped_bwd_allreduce_s(cost, st->replicas, st->replica_count,
+                                                       st->first, st->last, rows, slow, 0) -
+                    pt_cost_bwd_s(cost, st->first, st->last, rows, slow) +
                     pt_cost_opt_step_s(cost, P, p->optimizer.kind, slow);
         if (ar > tail)
             tail = ar;

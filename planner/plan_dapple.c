@@ -8,7 +8,10 @@
  *   L = max over pivots p, stages e <= p of
  *       sum_{v<p} F_v + core_p + sum_{e<=v<p} B_v + AR_e
  * i.e. warm-up up to the pivot p, the pivot's steady phase core_p, the
- * ending phase back to stage e and e's all-reduce and optimizer step. DAPPLE's
+ * ending phase back to stage e and e's all-reduce and optimizer step (AR_e:
+ * the part of e's bucketed gradient all-reduce that outlasts its last
+ * backward, which it overlaps, pt_cost_overlapped_bwd_allreduce_s, plus the
+ * step). DAPPLE's
  * steady phase is core_p = M (F_p + B_p) (its (M-1)(F+B) plus the pivot's own
  * F and B); for a stage we also take the round trip the early-backward
  * schedule imposes: stage p runs the forward of micro-batch j + K_p only after
@@ -861,7 +864,11 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
                 } else {
                     B = span_s(D->pb, kp, k, rows, D->pmb, a.speed);
                     int64_t P = pt_cost_param_bytes(D->cost, kp, k);
-                    AR = pt_cost_ring_allreduce_s(r, P, arl.latency, arl.bandwidth) +
+                    /* the all-reduce overlaps the stage's last backward; AR is
+                     * the part that outlasts it, then the step */
+                    AR = pt_cost_overlapped_bwd_ring_s(D->cost, r, arl.latency, arl.bandwidth, kp,
+                                                       k, rows, a.rep_dev, 0) -
+                         pt_cost_bwd_s(D->cost, kp, k, rows, a.rep_dev) +
                          pt_cost_opt_step_s(D->cost, P, D->optim, a.rep_dev);
                     if (sc) {
                         sc->F = F;
@@ -1018,8 +1025,9 @@ static int keep_best_states(dapple *D, int k, int n)
 /* One dynamic program for micro-batch count M. */
 /* Whether memory cannot bind in this run: an upper bound on any stage
  * replica's memory (every parameter with its gradient, optimizer state and
- * weights, M micro-batches of every activation at b rows, plus the largest
- * boundary in and out) within the smallest device memory. */
+ * weights, M micro-batches of every activation and saved byte at b rows,
+ * the whole model's backward scratch, plus the largest boundary in and out)
+ * within the smallest device memory. */
 static int memory_loose(const dapple *D, int M)
 {
     int64_t P = pt_cost_param_bytes(D->cost, 0, D->N), big = 0;
@@ -1029,8 +1037,9 @@ static int memory_loose(const dapple *D, int M)
             big = x;
     }
     double bound = (double)P * (3 + pt_cost_optim_state_factor(D->optim)) +
-                   (double)M * ((double)big + (double)pt_cost_act_bytes(D->cost, 0, D->N, D->b)) +
-                   2.0 * (double)big;
+                   (double)M * ((double)big + (double)pt_cost_act_bytes(D->cost, 0, D->N, D->b) +
+                                (double)pt_cost_saved_bytes(D->cost, 0, D->N, D->b)) +
+                   (double)pt_cost_scratch_bytes(D->cost, 0, D->N, D->b) + 2.0 * (double)big;
     int64_t lim = INT64_MAX;
     for (int c = 0; c < D->ncls; c++)
         if (D->cls[c].mem < lim)
@@ -1427,7 +1436,9 @@ int pt_planner_dapple_latency(const pt_cost *cost, const pt_plan *plan, double *
         if (st->recompute)
             B[2 * s] += pt_cost_recompute_s(cost, st->first, st->last, rows, dev);
         int64_t P = pt_cost_param_bytes(cost, st->first, st->last);
-        AR[2 * s] = pt_cost_allreduce_s(cost, st->replicas, r, P) +
+        AR[2 * s] = pt_cost_overlapped_bwd_allreduce_s(cost, st->replicas, r, st->first, st->last,
+                                                       rows, dev, 0) -
+                    pt_cost_bwd_s(cost, st->first, st->last, rows, dev) +
                     pt_cost_opt_step_s(cost, P, plan->optimizer.kind, dev);
         if (s + 1 < S) {
             const pt_stage *nx = &plan->stages[s + 1];

@@ -4,11 +4,14 @@
  * devices (0..r-1); a micro-batch of b samples is split over them and M =
  * global batch / b micro-batches accumulate gradients. With the slowest
  * replica's rows ceil(b/r):
- *   t_compute = M (F + B),  t_comm = ring all-reduce of all parameters over
- *   the replicas,  t_update = one optimizer step.
- * dp (synchronous, schedule "dapple" with one stage):
+ *   t_compute = M (F + B),  t_update = one optimizer step.
+ * dp (synchronous, schedule "dapple" with one stage): the gradients are
+ * all-reduced in buckets while the last micro-batch's backward runs (DDP's
+ * overlap, pt_cost_overlapped_bwd_allreduce_s); t_comm is the part of it that
+ * outlasts that backward:
  *   T = t_update + t_compute + t_comm
  * pipesgd (Pipe-SGD, the all-reduce of step t overlapped with step t+1):
+ *   t_comm = ring all-reduce of all parameters over the replicas,
  *   T = max(t_update + t_compute, t_comm)
  * The micro-batch size is the one with the smallest T whose activations fit
  * (fewer micro-batches on a tie). */
@@ -25,7 +28,7 @@ typedef struct dp_terms {
 } dp_terms;
 
 static dp_terms terms(const pt_cost *cost, const pt_topology *topo, int r, int b, int M,
-                      const int *devs, pt_optim_kind optim)
+                      const int *devs, pt_optim_kind optim, int pipesgd)
 {
     int N = pt_cost_profile(cost)->layer_count, slow = devs[0];
     for (int i = 1; i < r; i++)
@@ -35,7 +38,11 @@ static dp_terms terms(const pt_cost *cost, const pt_topology *topo, int r, int b
     int64_t P = pt_cost_param_bytes(cost, 0, N);
     dp_terms t;
     t.compute = M * (pt_cost_fwd_s(cost, 0, N, rows, slow) + pt_cost_bwd_s(cost, 0, N, rows, slow));
-    t.comm = pt_cost_allreduce_s(cost, devs, r, P);
+    if (pipesgd)
+        t.comm = pt_cost_allreduce_s(cost, devs, r, P);
+    else
+        t.comm = pt_cost_overlapped_bwd_allreduce_s(cost, devs, r, 0, N, rows, slow, 0) -
+                 pt_cost_bwd_s(cost, 0, N, rows, slow);
     t.update = pt_cost_opt_step_s(cost, P, optim, slow);
     return t;
 }
@@ -49,7 +56,8 @@ static int plan_dp_kind(const pt_profile *profile, const pt_topology *topo, int 
     double t0 = pu_now_s();
     pu_report_begin(report, name,
                     pipesgd ? "iteration time max(t_update + t_compute, t_comm) (Pipe-SGD)"
-                            : "iteration time t_update + t_compute + t_comm");
+                            : "iteration time t_update + t_compute + t_comm (all-reduce overlapped "
+                              "with the last backward)");
     int G = topo->device_count, N = profile->layer_count;
     int r = G < global_batch ? G : global_batch;
     pt_cost *cost = NULL;
@@ -84,7 +92,7 @@ static int plan_dp_kind(const pt_profile *profile, const pt_topology *topo, int 
             need = mem;
         if (mem > limit)
             continue;
-        dp_terms t = terms(cost, topo, r, b, M, devs, opts->optim);
+        dp_terms t = terms(cost, topo, r, b, M, devs, opts->optim, pipesgd);
         double T = pipesgd ? fmax(t.update + t.compute, t.comm) : t.update + t.compute + t.comm;
         if (T < best_T) {
             best_T = T;

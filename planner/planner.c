@@ -17,8 +17,8 @@ static const pt_planner_info planners[] = {
      pt_planner_2bw, PT_OBJECTIVE_DEFAULT},
     {"gpipe", "GPipe: balanced contiguous partition into --stages stages", pt_planner_gpipe,
      PT_OBJECTIVE_DEFAULT},
-    {"dp", "data parallelism: one stage on every device, all-reduce after backward", pt_planner_dp,
-     PT_OBJECTIVE_DEFAULT},
+    {"dp", "data parallelism: one stage on every device, all-reduce overlapping the backward",
+     pt_planner_dp, PT_OBJECTIVE_DEFAULT},
     {"pipesgd", "Pipe-SGD: data parallelism with the all-reduce overlapped (width two)",
      pt_planner_pipesgd, PT_OBJECTIVE_DEFAULT},
 };

@@ -28,8 +28,7 @@ int pt_sched_gen_2bw(pt_program *p, pt_error *err)
                 return rc;
             if ((j + 1) % M == 0) {
                 int t = j / M;
-                if ((rc = pt_sched_gen_allreduce(p, w, t * M, (t + 1) * M, t, 0)) < 0 ||
-                    (rc = pt_sched_gen_opt(p, w, t * M, (t + 1) * M, t + 2)) < 0)
+                if ((rc = pt_sched_gen_grad_sync(p, w, t * M, (t + 1) * M, t, t + 2)) < 0)
                     return rc;
             }
             if (K + j < N && (rc = pt_sched_gen_fwd(p, w, K + j, (K + j) / M, 0)) < 0)

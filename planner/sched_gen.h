@@ -38,6 +38,13 @@ int pt_sched_gen_zb(pt_program *prog, int w, int K, int lag);
  * stage with one replica. */
 int pt_sched_gen_allreduce(pt_program *prog, int w, int mb, int mb_end, int version, int flags);
 int pt_sched_gen_ar_wait(pt_program *prog, int w, int mb, int mb_end, int version);
+/* The gradient synchronisation and step of [mb, mb_end), emitted right after
+ * the BWD that completes those gradients: on a replicated stage one
+ * asynchronous ALLREDUCE per gradient bucket (last layer first, hooked to that
+ * BWD, so it overlaps the rest of the backward), one AR_WAIT per bucket, then
+ * the OPT_STEP producing `produce`; with prog->bucket_bytes <= 0 one
+ * synchronous ALLREDUCE instead. version: the one the covered BWDs read. */
+int pt_sched_gen_grad_sync(pt_program *prog, int w, int mb, int mb_end, int version, int produce);
 /* OPT_STEP applying [mb, mb_end) and producing `version`. */
 int pt_sched_gen_opt(pt_program *prog, int w, int mb, int mb_end, int version);
 

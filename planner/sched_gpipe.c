@@ -16,8 +16,7 @@ int pt_sched_gen_gpipe(pt_program *p, pt_error *err)
         for (int k = M - 1; k >= 0; k--)
             if ((rc = pt_sched_gen_bwd(p, w, k, 0, 0)) < 0)
                 return rc;
-        if ((rc = pt_sched_gen_allreduce(p, w, 0, M, 0, 0)) < 0 ||
-            (rc = pt_sched_gen_opt(p, w, 0, M, 1)) < 0)
+        if ((rc = pt_sched_gen_grad_sync(p, w, 0, M, 0, 1)) < 0)
             return rc;
         pt_sched_gen_end(p, w);
     }

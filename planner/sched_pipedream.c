@@ -40,8 +40,7 @@ int pt_sched_gen_pipedream(pt_program *p, pt_error *err)
                 return rc;
         for (int j = 0; j < N; j++) {
             if ((rc = pt_sched_gen_bwd(p, w, j, VERSION(j), PT_OPF_STASH)) < 0 ||
-                (rc = pt_sched_gen_allreduce(p, w, j, j + 1, VERSION(j), 0)) < 0 ||
-                (rc = pt_sched_gen_opt(p, w, j, j + 1, j + 1)) < 0)
+                (rc = pt_sched_gen_grad_sync(p, w, j, j + 1, VERSION(j), j + 1)) < 0)
                 return rc;
             if (K + j < N && (rc = pt_sched_gen_fwd(p, w, K + j, VERSION(K + j), PT_OPF_STASH)) < 0)
                 return rc;

@@ -33,6 +33,7 @@ typedef struct vstate {
     int32_t *pc;            /* per worker: next op */
     unsigned char *joined;  /* per worker: arrival at the collective at pc counted */
     unsigned char *arrived; /* per RECV op: its send has run */
+    int32_t *fifo;          /* per worker in turn: its unwaited asynchronous all-reduces */
 } vstate;
 
 static int fail(pt_error *err, int code, const pt_program *p, int i, const char *why)
@@ -140,8 +141,12 @@ static int check_worker(const pt_program *p, int w, vstate *v, pt_error *err)
     for (int u = 0; u < p->initial_versions && u <= v->max_version; u++)
         v->made[u] = 1;
     int newest = p->initial_versions - 1;
-    int reduced_lo = -1, reduced_hi = -1; /* last completed all-reduce, consumed by a step */
-    int async_lo[2] = {-1, -1}, async_hi[2] = {-1, -1}, async_n = 0;
+    /* completed reductions of [reduced_lo, reduced_hi), reduced_layers of the worker's
+     * layers, consumed by a step; the reduction being issued: its range and the layer
+     * its next bucket must end at (-1: none in progress); unwaited asynchronous ones */
+    int reduced_lo = -1, reduced_hi = -1, reduced_layers = 0;
+    int iss_lo = -1, iss_hi = -1, iss_next = -1, fifo_h = 0, fifo_t = 0;
+    int32_t *fifo = v->fifo;
     for (int i = x->op_begin; i < x->op_end; i++) {
         const pt_op *op = &p->ops[i];
         if ((rc = check_op(p, w, i, err)) < 0)
@@ -222,43 +227,77 @@ static int check_worker(const pt_program *p, int w, vstate *v, pt_error *err)
                 return fail(err, PT_EINVAL, p, i, "gradient sent before its BWD");
             m->rows_gout += n;
             break;
-        case PT_OP_ALLREDUCE:
+        case PT_OP_ALLREDUCE: {
             if (!all_bwd_done(v, op))
                 return fail(err, PT_EINVAL, p, i, "all-reduce before every BWD it covers");
-            if (op->flags & PT_OPF_ASYNC) {
-                if (async_n == 2)
-                    return fail(err, PT_EINVAL, p, i, "more than two unwaited all-reduces");
-                async_lo[async_n] = op->mb;
-                async_hi[async_n++] = op->mb_end;
-            } else {
-                reduced_lo = op->mb;
-                reduced_hi = op->mb_end;
+            int a = op->layer_lo, b = op->layer_hi;
+            if (b <= a) {
+                a = x->first;
+                b = x->last;
             }
+            if (a < x->first || b > x->last)
+                return fail(err, PT_EINVAL, p, i, "bucket outside the worker's layers");
+            if (iss_next < 0) {
+                if (b != x->last)
+                    return fail(err, PT_EINVAL, p, i,
+                                "first bucket of a reduction does not end at the worker's last "
+                                "layer (buckets go last layer first)");
+                iss_lo = op->mb;
+                iss_hi = op->mb_end;
+            } else if (op->mb != iss_lo || op->mb_end != iss_hi || b != iss_next) {
+                return fail(err, PT_EINVAL, p, i,
+                            "bucket does not continue the reduction in progress (same "
+                            "micro-batches, ending where the previous bucket began)");
+            }
+            iss_next = a == x->first ? -1 : a;
+            if (op->flags & PT_OPF_ASYNC) {
+                /* distinct micro-batch ranges among the unwaited ones and this one */
+                int ranges = 0;
+                for (int q = fifo_h; q < fifo_t; q++)
+                    ranges += q == fifo_h || p->ops[fifo[q]].mb != p->ops[fifo[q - 1]].mb;
+                ranges += fifo_t == fifo_h || p->ops[fifo[fifo_t - 1]].mb != op->mb;
+                if (ranges > 2)
+                    return fail(err, PT_EINVAL, p, i,
+                                "all-reduces of more than two gradient ranges unwaited");
+                fifo[fifo_t++] = i;
+                break;
+            }
+            if (reduced_lo != op->mb || reduced_hi != op->mb_end)
+                reduced_layers = 0;
+            reduced_lo = op->mb;
+            reduced_hi = op->mb_end;
+            reduced_layers += b - a;
             break;
-        case PT_OP_AR_WAIT:
-            if (async_n == 0)
+        }
+        case PT_OP_AR_WAIT: {
+            if (fifo_h == fifo_t)
                 return fail(err, PT_EINVAL, p, i, "waits for no asynchronous all-reduce");
-            if (async_lo[0] != op->mb || async_hi[0] != op->mb_end)
+            const pt_op *a = &p->ops[fifo[fifo_h++]];
+            if (a->mb != op->mb || a->mb_end != op->mb_end)
                 return fail(err, PT_EINVAL, p, i,
                             "waits for another range than the oldest "
                             "asynchronous all-reduce");
-            reduced_lo = async_lo[0];
-            reduced_hi = async_hi[0];
-            async_lo[0] = async_lo[1];
-            async_hi[0] = async_hi[1];
-            async_n--;
+            if (reduced_lo != a->mb || reduced_hi != a->mb_end)
+                reduced_layers = 0;
+            reduced_lo = a->mb;
+            reduced_hi = a->mb_end;
+            reduced_layers +=
+                a->layer_hi > a->layer_lo ? a->layer_hi - a->layer_lo : x->last - x->first;
             break;
+        }
         case PT_OP_OPT_STEP:
             if (!all_bwd_done(v, op))
                 return fail(err, PT_EINVAL, p, i, "OPT_STEP before every BWD it covers");
             for (int u = op->mb; u < op->mb_end; u++)
                 if (v->mb[u].covered++)
                     return fail(err, PT_EINVAL, p, i, "applies a micro-batch's gradient twice");
-            if (x->replica_count > 1 && (reduced_lo != op->mb || reduced_hi != op->mb_end))
+            if (x->replica_count > 1 && (reduced_lo != op->mb || reduced_hi != op->mb_end ||
+                                         reduced_layers != x->last - x->first))
                 return fail(err, PT_EINVAL, p, i,
-                            "replicated stage steps without an all-reduce of the same "
-                            "micro-batches");
+                            "replicated stage steps without a completed all-reduce of all its "
+                            "layers' gradients of the same micro-batches");
             reduced_lo = reduced_hi = -1;
+            reduced_layers = 0;
             if (op->version <= newest || op->version > v->max_version)
                 return fail(err, PT_EINVAL, p, i, "produced version is not newer than the last");
             newest = op->version;
@@ -311,6 +350,8 @@ static int check_collectives(const pt_program *p, vstate *v, int *total, pt_erro
                     break;
                 if (ea || eb || p->ops[a].mb != p->ops[b].mb ||
                     p->ops[a].mb_end != p->ops[b].mb_end ||
+                    p->ops[a].layer_lo != p->ops[b].layer_lo ||
+                    p->ops[a].layer_hi != p->ops[b].layer_hi ||
                     (p->ops[a].flags & PT_OPF_ASYNC) != (p->ops[b].flags & PT_OPF_ASYNC))
                     return fail(err, PT_EINVAL, p, eb ? a : b,
                                 "replicas of the stage issue different all-reduces");
@@ -439,6 +480,7 @@ static void free_state(vstate *v)
     free(v->pc);
     free(v->joined);
     free(v->arrived);
+    free(v->fifo);
 }
 
 int pt_sched_validate(const pt_program *p, pt_error *err)
@@ -463,8 +505,9 @@ int pt_sched_validate(const pt_program *p, pt_error *err)
     v.pc = malloc((size_t)nw * sizeof *v.pc);
     v.joined = malloc((size_t)nw * sizeof *v.joined);
     v.arrived = malloc((size_t)no);
+    v.fifo = malloc((size_t)no * sizeof *v.fifo);
     if (!v.mb || !v.made || !v.match || !v.ar_first || !v.blocked || !v.stack || !v.pc ||
-        !v.joined || !v.arrived) {
+        !v.joined || !v.arrived || !v.fifo) {
         rc = pt_error_set(err, PT_ENOMEM, "schedule: out of memory validating");
         goto out;
     }

@@ -165,6 +165,51 @@ static int setup(pt_program *p, const pt_plan *plan, const pt_profile *pf, int M
     return 0;
 }
 
+int pt_sched_bucket_lo(const pt_profile *pf, int first, int hi, int64_t cap)
+{
+    if (!pf || cap <= 0)
+        return first;
+    int64_t acc = 0;
+    int l = hi - 1;
+    for (; l > first; l--) {
+        acc += pf->layers[l].param_bytes;
+        if (acc >= cap)
+            break;
+    }
+    for (int k = first; k < l; k++)
+        if (pf->layers[k].param_bytes > 0)
+            return l;
+    return first;
+}
+
+/* Cuts every stage's layers into gradient buckets (see pt_program). */
+static int setup_buckets(pt_program *p, const pt_plan *plan, const pt_profile *pf, int64_t cap)
+{
+    int S = plan->stage_count, n = 0;
+    int *sb = realloc(p->stage_bucket, (size_t)(S + 1) * sizeof *sb);
+    if (!sb)
+        return PT_ENOMEM;
+    p->stage_bucket = sb;
+    p->bucket_bytes = cap;
+    for (int s = 0; s < S; s++) {
+        const pt_stage *st = &plan->stages[s];
+        sb[s] = n;
+        for (int hi = st->last; hi > st->first;) {
+            if (grow((void **)&p->buckets, &p->bucket_cap, n + 1, sizeof(pt_bucket)) < 0)
+                return PT_ENOMEM;
+            pt_bucket *b = &p->buckets[n++];
+            b->hi = hi;
+            b->lo = pt_sched_bucket_lo(pf, st->first, hi, cap);
+            b->bytes = 0;
+            for (int l = b->lo; pf && l < hi; l++)
+                b->bytes += pf->layers[l].param_bytes;
+            hi = b->lo;
+        }
+    }
+    sb[S] = n;
+    return 0;
+}
+
 static void make_empty(pt_program *p)
 {
     p->op_count = 0;
@@ -212,7 +257,9 @@ int pt_sched_build(const pt_plan *plan, const pt_profile *profile, const pt_sche
                           info->facts.name, windows, M);
         goto fail;
     }
-    if ((rc = setup(prog, plan, profile, M, windows, info)) < 0) {
+    int64_t cap = o.bucket_bytes == 0 ? PT_SCHED_BUCKET_BYTES : o.bucket_bytes;
+    if ((rc = setup(prog, plan, profile, M, windows, info)) < 0 ||
+        (rc = setup_buckets(prog, plan, profile, cap)) < 0) {
         pt_error_set(err, rc, "schedule %s: out of memory", info->facts.name);
         goto fail;
     }
@@ -234,6 +281,8 @@ void pt_program_release(pt_program *prog)
     free(prog->workers);
     free(prog->stage_worker);
     free(prog->ops);
+    free(prog->buckets);
+    free(prog->stage_bucket);
     memset(prog, 0, sizeof *prog);
 }
 
@@ -266,6 +315,7 @@ int pt_sched_gen_op(pt_program *prog, int kind, int flags, int mb, int mb_end, i
     op->row_lo = row_lo;
     op->row_hi = row_hi;
     op->bytes = bytes;
+    op->layer_lo = op->layer_hi = 0;
     return 0;
 }
 
@@ -348,6 +398,30 @@ int pt_sched_gen_allreduce(pt_program *p, int w, int mb, int mb_end, int version
                            x->row_hi, x->param_bytes);
 }
 
+int pt_sched_gen_grad_sync(pt_program *p, int w, int mb, int mb_end, int version, int produce)
+{
+    const pt_worker *x = &p->workers[w];
+    int rc;
+    if (x->replica_count > 1 && p->bucket_bytes <= 0) {
+        if ((rc = pt_sched_gen_allreduce(p, w, mb, mb_end, version, 0)) < 0)
+            return rc;
+    } else if (x->replica_count > 1) {
+        int b0 = p->stage_bucket[x->stage], b1 = p->stage_bucket[x->stage + 1];
+        for (int b = b0; b < b1; b++) {
+            const pt_bucket *k = &p->buckets[b];
+            if ((rc = pt_sched_gen_op(p, PT_OP_ALLREDUCE, PT_OPF_ASYNC, mb, mb_end, version,
+                                      x->stage, x->row_lo, x->row_hi, k->bytes)) < 0)
+                return rc;
+            p->ops[p->op_count - 1].layer_lo = k->lo;
+            p->ops[p->op_count - 1].layer_hi = k->hi;
+        }
+        for (int b = b0; b < b1; b++)
+            if ((rc = pt_sched_gen_ar_wait(p, w, mb, mb_end, version)) < 0)
+                return rc;
+    }
+    return pt_sched_gen_opt(p, w, mb, mb_end, produce);
+}
+
 int pt_sched_gen_ar_wait(pt_program *p, int w, int mb, int mb_end, int version)
 {
     const pt_worker *x = &p->workers[w];
@@ -381,8 +455,7 @@ int pt_sched_gen_sync_1f1b(pt_program *p, int w, int K)
         if (K + j < M && (rc = pt_sched_gen_fwd(p, w, K + j, 0, 0)) < 0)
             return rc;
     }
-    if ((rc = pt_sched_gen_allreduce(p, w, 0, M, 0, 0)) < 0 ||
-        (rc = pt_sched_gen_opt(p, w, 0, M, 1)) < 0)
+    if ((rc = pt_sched_gen_grad_sync(p, w, 0, M, 0, 1)) < 0)
         return rc;
     pt_sched_gen_end(p, w);
     return 0;

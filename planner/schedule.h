@@ -15,7 +15,17 @@
  *   the k-th ALLREDUCE of every replica of a stage is the same collective.
  *   Synchronous ALLREDUCE blocks the worker until it completes; one flagged
  *   PT_OPF_ASYNC runs in the background and the next AR_WAIT on that worker
- *   (FIFO) blocks until it completes.
+ *   (FIFO) blocks until it completes. Collectives of one stage run one at a
+ *   time, in program order.
+ * - Gradient buckets (PyTorch DDP's overlap): an ALLREDUCE reduces the
+ *   gradients of layers [layer_lo, layer_hi) (layer_hi <= layer_lo: all of
+ *   the worker's layers). The reductions of one OPT_STEP are issued last
+ *   layer first, in contiguous buckets covering the worker's layers. An
+ *   asynchronous bucket ALLREDUCE that follows a BWD with only SEND_GRAD and
+ *   ALLREDUCE ops between is "hooked" to that BWD: it may start as soon as
+ *   the BWD has finished the backward of the bucket's layers (the backward
+ *   runs last layer first), i.e. while the BWD still computes the earlier
+ *   layers; any other ALLREDUCE starts when the worker reaches it.
  * - Loading the input is part of FWD on stage 0; the loss is part of FWD on
  *   the last stage (and its gradient the start of BWD there).
  *
@@ -66,6 +76,8 @@ typedef struct pt_op {
     int32_t row_lo, row_hi; /* samples of micro-batch mb covered; for SEND/RECV the rows moved */
     int64_t bytes; /* SEND/RECV: bytes moved; ALLREDUCE: gradient bytes per replica; OPT_STEP:
                       parameter bytes; else 0 */
+    int32_t layer_lo, layer_hi; /* ALLREDUCE: the bucket's layers; 0, 0 (= all the
+                                   worker's layers) on every other op */
 } pt_op;
 
 typedef struct pt_worker {
@@ -79,6 +91,12 @@ typedef struct pt_worker {
     int64_t in_bytes, out_bytes; /* activation entering / leaving the stage per profile
                                     micro-batch (pt_sched_scale_bytes gives any rows) */
 } pt_worker;
+
+/* One gradient bucket of a stage: layers [lo, hi), their parameter bytes. */
+typedef struct pt_bucket {
+    int lo, hi;
+    int64_t bytes;
+} pt_bucket;
 
 typedef struct pt_program {
     pt_sched_kind kind;
@@ -100,17 +118,37 @@ typedef struct pt_program {
                              (0: built without a profile, every bytes field 0) */
     int op_count, op_cap; /* ops used / allocated */
     pt_op *ops;           /* owned; worker by worker */
+    int64_t bucket_bytes; /* gradient bucket size the program was built with (<= 0: one
+                             synchronous all-reduce of the whole stage per step) */
+    pt_bucket *buckets;   /* owned, bucket_cap allocated: stage s's buckets, last layer
+                             first, are buckets[stage_bucket[s] .. stage_bucket[s+1]) */
+    int *stage_bucket;    /* owned, stage_count+1 entries */
+    int bucket_cap;
 } pt_program;
 
 /* Generator options. Zeroed = defaults. */
 typedef struct pt_sched_opts {
-    int microbatches; /* M per window; 0: plan->microbatch_count */
-    int windows;      /* asynchronous kinds: windows (of M micro-batches) covered; 0: enough to
-                         reach the steady state, max(PT_SCHED_MIN_WINDOWS, ceil(2S/M) + 2).
-                         Synchronous kinds accept only 0 or 1. */
+    int microbatches;     /* M per window; 0: plan->microbatch_count */
+    int windows;          /* asynchronous kinds: windows (of M micro-batches) covered; 0: enough to
+                             reach the steady state, max(PT_SCHED_MIN_WINDOWS, ceil(2S/M) + 2).
+                             Synchronous kinds accept only 0 or 1. */
+    int64_t bucket_bytes; /* gradient all-reduce buckets: 0: PT_SCHED_BUCKET_BYTES; > 0:
+                             this many parameter bytes at least per bucket (pt_sched_bucket_lo);
+                             < 0: no overlap, one synchronous all-reduce of the whole stage
+                             after its last backward */
 } pt_sched_opts;
 
 #define PT_SCHED_MIN_WINDOWS 4
+/* Default gradient bucket: PyTorch DDP's bucket_cap_mb = 25. */
+#define PT_SCHED_BUCKET_BYTES (25LL << 20)
+
+/* The bucket rule (as DDP's, without its smaller first bucket): walking a
+ * stage's layers from the last one down, a bucket closes at the first layer
+ * where its parameter bytes reach cap, or at the stage's first layer. Returns
+ * the first layer of the bucket that ends at layer hi (first < hi); when the
+ * layers left below it hold no parameters they join it (no empty bucket).
+ * cap <= 0 or a NULL profile: one bucket, `first`. */
+int pt_sched_bucket_lo(const pt_profile *profile, int first, int hi, int64_t cap);
 
 /* One schedule kind as the planner sees it: its facts (protocol/sched_kind.h:
  * name, summary, synchronous, options, in-flight and weight-version formulas)

@@ -15,13 +15,18 @@ typedef struct wstate {
     double ready, comp_free, comm_free;
     /* durations and sizes for the worker's own rows */
     double t_fwd, t_bwd, t_rec, t_opt, t_bin, t_bw;
-    int64_t P, in_b, out_b, act_b;
+    double slow; /* >= 1: compute slowed by the cores its node's workers share */
+    int64_t P, in_b, out_b, act_b, saved_b, loss_b;
     int rows;
     /* memory */
     int64_t cur[PT_MEM_KIND_COUNT], cur_total;
     int inflight, stash, store_n, init_alive, newest, grads_open;
     int ver_off, cov_off, n_opt, opt_seen, maxv;
     double busy; /* compute time, summed as ops run */
+    /* the BWD asynchronous bucket all-reduces hook to (schedule.h): its start and
+     * rows, hook_rows 0 when the last compute op was not a BWD */
+    double hook_start;
+    int hook_rows;
 } wstate;
 
 typedef struct inst {
@@ -228,22 +233,36 @@ static void init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, i
     pt_sim_worker *out = &sim->workers[w];
     int rows = x->row_hi - x->row_lo, M = p->mb_per_window;
     st->pc = x->op_begin;
+    st->hook_rows = 0;
     st->blocked = -1;
     st->rows = rows;
-    st->t_fwd = pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
-    st->t_bwd = pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
-    st->t_rec = pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
-    st->t_bin = pt_cost_bwd_input_s(cost, x->first, x->last, rows, x->device);
-    st->t_bw = pt_cost_bwd_weight_s(cost, x->first, x->last, rows, x->device);
+    const pt_topology *topo = pt_cost_topology(cost);
+    st->slow = 1.0;
+    if (topo->devices[x->device].node_cores > 0) {
+        /* workers on one host's shared cores: counted only where cores are shared */
+        int node = topo->devices[x->device].node, n = 0;
+        for (int v = 0; v < p->worker_count; v++)
+            n += topo->devices[p->workers[v].device].node == node;
+        st->slow = pt_topology_oversubscription(topo, x->device, n);
+    }
+    st->t_fwd = st->slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
+    st->t_bwd = st->slow * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
+    st->t_rec = st->slow * pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
+    st->t_bin = st->slow * pt_cost_bwd_input_s(cost, x->first, x->last, rows, x->device);
+    st->t_bw = st->slow * pt_cost_bwd_weight_s(cost, x->first, x->last, rows, x->device);
     st->P = pt_cost_param_bytes(cost, x->first, x->last);
-    st->t_opt = pt_cost_opt_step_s(cost, st->P, p->optim, x->device);
+    st->t_opt = st->slow * pt_cost_opt_step_s(cost, st->P, p->optim, x->device);
     st->in_b = pt_cost_boundary_bytes(cost, x->first, rows);
     st->out_b = pt_cost_boundary_bytes(cost, x->last, rows);
     st->act_b = pt_cost_act_bytes(cost, x->first, x->last, rows);
+    st->saved_b = pt_cost_saved_bytes(cost, x->first, x->last, rows);
+    st->loss_b = pt_cost_loss_saved_bytes(cost, x->first, x->last, rows);
     memset(out, 0, sizeof *out);
     out->limit = pt_cost_topology(cost)->devices[x->device].memory_bytes;
     st->cur[PT_MEM_WEIGHTS] = st->P;
     st->cur[PT_MEM_OPTIM] = pt_cost_optim_state_factor(p->optim) * st->P;
+    /* the backward scratch is laid out once, for the worker's rows */
+    st->cur[PT_MEM_ACTS] = pt_cost_scratch_bytes(cost, x->first, x->last, rows);
     /* received activations and the input gradient waiting to be sent (not the first
      * stage), the received output gradient (not the last) */
     st->cur[PT_MEM_COMM] =
@@ -316,10 +335,16 @@ static void mem_op(const pt_program *p, pt_sim *sim, int w, int i)
     /* activations scale with the op's rows (the worker's own, in generated programs) */
     int64_t div = st->rows ? st->rows : 1;
     int64_t in_b = rows == st->rows ? st->in_b : st->in_b * rows / div;
-    int64_t act_b = rows == st->rows ? st->act_b : st->act_b * rows / div;
-    /* with recomputation a micro-batch keeps its input and its output (the stage's
-     * last layer's, which the runtime's slot holds until the backward) */
-    int64_t kept = x->recompute ? (rows == st->rows ? st->out_b : st->out_b * rows / div) : act_b;
+    /* everything one micro-batch holds from its forward to its backward */
+    int64_t held = st->act_b + st->saved_b;
+    /* with recomputation a micro-batch keeps its input, its output (the stage's
+     * last layer's, which the runtime's slot holds until the backward) and its
+     * labels; the rest is rebuilt by RECOMPUTE */
+    int64_t kept = x->recompute ? st->out_b + st->loss_b : held;
+    if (rows != st->rows) {
+        held = held * rows / div;
+        kept = kept * rows / div;
+    }
     switch (op->kind) {
     case PT_OP_FWD:
         st->cur[PT_MEM_ACTS] += in_b + kept;
@@ -337,7 +362,7 @@ static void mem_op(const pt_program *p, pt_sim *sim, int w, int i)
         after_read(p, sim, st, i, op->version);
         break;
     case PT_OP_RECOMPUTE:
-        st->cur[PT_MEM_ACTS] += act_b - kept;
+        st->cur[PT_MEM_ACTS] += held - kept;
         mem_note(out, st);
         if (!(op->flags & PT_OPF_STASH))
             after_read(p, sim, st, i, op->version);
@@ -357,7 +382,7 @@ static void mem_op(const pt_program *p, pt_sim *sim, int w, int i)
             st->grads_open++;
         }
         mem_note(out, st);
-        st->cur[PT_MEM_ACTS] -= in_b + act_b;
+        st->cur[PT_MEM_ACTS] -= in_b + held;
         st->inflight--;
         if (op->flags & PT_OPF_STASH)
             st->stash--;
@@ -409,20 +434,25 @@ static double op_duration(const pt_program *p, const pt_sim *sim, const pt_cost 
     int rows = op->row_hi - op->row_lo;
     switch (op->kind) {
     case PT_OP_FWD:
-        return rows == st->rows ? st->t_fwd
-                                : pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
+        return rows == st->rows
+                   ? st->t_fwd
+                   : st->slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
     case PT_OP_BWD:
-        return rows == st->rows ? st->t_bwd
-                                : pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
+        return rows == st->rows
+                   ? st->t_bwd
+                   : st->slow * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
     case PT_OP_BWD_INPUT:
-        return rows == st->rows ? st->t_bin
-                                : pt_cost_bwd_input_s(cost, x->first, x->last, rows, x->device);
+        return rows == st->rows
+                   ? st->t_bin
+                   : st->slow * pt_cost_bwd_input_s(cost, x->first, x->last, rows, x->device);
     case PT_OP_BWD_WEIGHT:
-        return rows == st->rows ? st->t_bw
-                                : pt_cost_bwd_weight_s(cost, x->first, x->last, rows, x->device);
+        return rows == st->rows
+                   ? st->t_bw
+                   : st->slow * pt_cost_bwd_weight_s(cost, x->first, x->last, rows, x->device);
     case PT_OP_RECOMPUTE:
-        return rows == st->rows ? st->t_rec
-                                : pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
+        return rows == st->rows
+                   ? st->t_rec
+                   : st->slow * pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
     case PT_OP_OPT_STEP:
         return st->t_opt;
     default:
@@ -452,6 +482,8 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
             switch (op->kind) {
             case PT_OP_SEND_ACT:
             case PT_OP_SEND_GRAD: {
+                if (op->kind == PT_OP_SEND_ACT)
+                    st->hook_rows = 0;
                 int j = sim->match[i];
                 double start = st->ready > st->comm_free ? st->ready : st->comm_free;
                 double end = start + pt_cost_p2p_s(cost, x->device, sim->devs[op->peer], op->bytes);
@@ -465,6 +497,7 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
             }
             case PT_OP_RECV_ACT:
             case PT_OP_RECV_GRAD:
+                st->hook_rows = 0;
                 if (sim->arrival[i] < 0) {
                     st->blocked = i;
                     goto blocked;
@@ -479,8 +512,15 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                 inst *in = &sim->insts[k];
                 if (!st->joined) {
                     st->joined = 1;
-                    if (in->count == 0 || st->ready > in->start)
-                        in->start = st->ready;
+                    /* a hooked bucket is ready once the BWD has run its layers, which
+                     * come last in the backward's order: layers [layer_lo, last) */
+                    double ready = st->ready;
+                    if ((op->flags & PT_OPF_ASYNC) && st->hook_rows > 0 &&
+                        op->layer_hi > op->layer_lo)
+                        ready = st->hook_start + pt_cost_bwd_s(cost, op->layer_lo, x->last,
+                                                               st->hook_rows, x->device);
+                    if (in->count == 0 || ready > in->start)
+                        in->start = ready;
                     if (++in->count == r) {
                         int s = x->stage;
                         if (k > sim->ar_first[s] && sim->insts[k - 1].end > in->start)
@@ -509,6 +549,7 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                 break;
             }
             case PT_OP_AR_WAIT: {
+                st->hook_rows = 0;
                 int k = sim->match[i];
                 if (k < 0)
                     return pt_error_set(err, PT_EINVAL,
@@ -528,6 +569,8 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
             default: {
                 double start = st->ready > st->comp_free ? st->ready : st->comp_free;
                 double end = start + op_duration(p, sim, cost, w, op);
+                st->hook_start = start;
+                st->hook_rows = op->kind == PT_OP_BWD ? op->row_hi - op->row_lo : 0;
                 ev->start = start;
                 ev->end = end;
                 st->comp_free = st->ready = end;

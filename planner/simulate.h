@@ -22,8 +22,16 @@
  * the pt_sim has grown to the program's size. Link contention between
  * different pairs of workers is not modelled.
  *
+ * Shared cores: when the topology says a node's devices share C cores
+ * (pt_device.node_cores, "cores" in the file) and the program puts W workers
+ * on that node, every compute op of those workers lasts
+ * pt_topology_oversubscription = max(1, W / C) times its cost-model time: a
+ * static share, as if all W were busy at once (a bubble does not give its
+ * cores to the others). Counting W is O(workers) per worker on such nodes.
+ *
  * Memory is tracked per worker by the events, in program order: weights,
- * optimizer state and message buffers are fixed; activations are allocated
+ * optimizer state, message buffers and the backward scratch are fixed;
+ * activations (outputs and saved bytes) are allocated
  * by FWD (only the stage input and output with recomputation; RECOMPUTE adds
  * the rest) and freed by BWD; a gradient buffer is held from the first BWD
  * accumulating into it until the OPT_STEP that applies it (two at once in

@@ -11,9 +11,9 @@
 
 static const char *const profile_keys[] = {"v",          "model",       "device", "source",
                                            "microbatch", "input_bytes", "layers", NULL};
-static const char *const layer_keys[] = {"name",         "fwd_ms",        "bwd_ms",
-                                         "recompute_ms", "act_bytes",     "param_bytes",
-                                         "bwd_input_ms", "bwd_weight_ms", NULL};
+static const char *const layer_keys[] = {
+    "name",        "fwd_ms",        "bwd_ms",       "recompute_ms",  "act_bytes", "param_bytes",
+    "saved_bytes", "scratch_bytes", "bwd_input_ms", "bwd_weight_ms", NULL};
 static const char *const sources[] = {"measured", "analytic", "imported", NULL};
 
 static const pt_jr_range NON_NEGATIVE = {0.0, INFINITY, 0, 0};
@@ -63,7 +63,11 @@ static int parse_layer(pt_jr *jr, const cJSON *obj, const char *path, int index,
         (rc = pt_jr_int64(jr, obj, path, "act_bytes", PT_JR_REQUIRED, 0, 0, PT_JSON_INT_MAX,
                           &l->act_bytes)) < 0 ||
         (rc = pt_jr_int64(jr, obj, path, "param_bytes", PT_JR_REQUIRED, 0, 0, PT_JSON_INT_MAX,
-                          &l->param_bytes)) < 0)
+                          &l->param_bytes)) < 0 ||
+        (rc = pt_jr_int64(jr, obj, path, "saved_bytes", PT_JR_OPTIONAL, 0, 0, PT_JSON_INT_MAX,
+                          &l->saved_bytes)) < 0 ||
+        (rc = pt_jr_int64(jr, obj, path, "scratch_bytes", PT_JR_OPTIONAL, 0, 0, PT_JSON_INT_MAX,
+                          &l->scratch_bytes)) < 0)
         return rc;
     int has_b = cJSON_HasObjectItem(obj, "bwd_input_ms"),
         has_w = cJSON_HasObjectItem(obj, "bwd_weight_ms");
@@ -197,6 +201,8 @@ char *pt_profile_to_json(const pt_profile *profile)
             !pt_jr_add_number(o, "recompute_ms", l->recompute_ms) ||
             !pt_jr_add_number(o, "act_bytes", (double)l->act_bytes) ||
             !pt_jr_add_number(o, "param_bytes", (double)l->param_bytes) ||
+            !pt_jr_add_number(o, "saved_bytes", (double)l->saved_bytes) ||
+            !pt_jr_add_number(o, "scratch_bytes", (double)l->scratch_bytes) ||
             (l->split && (!pt_jr_add_number(o, "bwd_input_ms", l->bwd_input_ms) ||
                           !pt_jr_add_number(o, "bwd_weight_ms", l->bwd_weight_ms)))) {
             cJSON_Delete(root);

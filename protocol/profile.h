@@ -14,6 +14,15 @@ typedef struct pt_profile_layer {
     double recompute_ms; /* cost of recomputing the forward for backward; defaults to fwd_ms */
     int64_t act_bytes;   /* output activation of one micro-batch, bytes */
     int64_t param_bytes; /* parameters, bytes */
+    /* What one micro-batch's forward keeps for its backward besides the
+     * layer's input and output (attention probabilities, layernorm
+     * statistics, a residual body's inner activations, the loss layer's
+     * labels), bytes; 0 when the file does not say. */
+    int64_t saved_bytes;
+    /* Working memory the layer's forward or backward uses for one
+     * micro-batch at a time and frees after (gradient temporaries), bytes,
+     * besides the gradients of its input and output; 0 when not given. */
+    int64_t scratch_bytes;
     /* The backward split in two (zero-bubble schedules): input gradient (B)
      * and weight gradient (W) of one micro-batch, measured; both or neither
      * are in a file. split 0: not measured, the cost model splits bwd_ms

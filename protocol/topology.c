@@ -16,7 +16,8 @@
 #define DEFAULT_DEVICE_BASE "dev"
 
 static const char *const topo_keys[] = {"v", "name", "nodes", "links", NULL};
-static const char *const node_keys[] = {"name", "devices", "count", "device", "repeat", NULL};
+static const char *const node_keys[] = {"name",   "devices", "count", "device",
+                                        "repeat", "cores",   NULL};
 static const char *const device_keys[] = {"name", "memory_gib", "speed", NULL};
 static const char *const links_keys[] = {"intra", "inter", NULL};
 static const char *const link_keys[] = {"bandwidth_gbps", "latency_us", NULL};
@@ -257,11 +258,16 @@ int pt_topology_parse(const char *json, const char *source, pt_topology **out, p
     for (i = 0; i < n; i++) {
         const node_entry *e = &entries[i];
         char path[PT_JPATH_MAX], base[PT_NAME_MAX];
+        int cores;
         pt_jr_join_index(path, sizeof path, "", "nodes", i);
         if ((rc = parse_node_devices(&jr, e, path, &t->devices[dev])) < 0 ||
             (rc = pt_jr_str(&jr, e->obj, path, "name", PT_JR_OPTIONAL, NULL, base, sizeof base)) <
-                0)
+                0 ||
+            (rc = pt_jr_int(&jr, e->obj, path, "cores", PT_JR_OPTIONAL, 0, 1, PT_TOPOLOGY_CORES_MAX,
+                            &cores)) < 0)
             goto done;
+        for (int j = 0; j < e->count; j++)
+            t->devices[dev + j].node_cores = cores;
         for (int r = 0; r < e->repeat; r++, node++) {
             int len;
             /* A repeated node named "rack" yields "rack0", "rack1", ... */
@@ -376,9 +382,10 @@ static cJSON *node_json(const pt_topology *topo, int node, int first, int k)
         snprintf(name, sizeof name, "%s", topo->node_names[node]);
     else
         snprintf(name, sizeof name, "n%d", node);
-    if (!cJSON_AddStringToObject(o, "name", name))
-        goto fail;
     const pt_device *d = &topo->devices[first];
+    if (!cJSON_AddStringToObject(o, "name", name) ||
+        (k > 0 && d[0].node_cores > 0 && !pt_jr_add_number(o, "cores", d[0].node_cores)))
+        goto fail;
     char base[PT_NAME_MAX];
     if (k > 1 && uniform_devices(d, k, base, sizeof base)) {
         cJSON *dev = device_json(&d[0], base);
@@ -479,6 +486,14 @@ pt_topology *pt_topology_uniform(int nodes, int per_node, int64_t memory_bytes, 
     t->intra = intra;
     t->inter = inter;
     return t;
+}
+
+double pt_topology_oversubscription(const pt_topology *topo, int dev, int workers)
+{
+    if (!topo || dev < 0 || dev >= topo->device_count || topo->devices[dev].node_cores < 1)
+        return 1.0;
+    double share = (double)workers / topo->devices[dev].node_cores;
+    return share > 1.0 ? share : 1.0;
 }
 
 pt_link pt_topology_link(const pt_topology *topo, int dev_a, int dev_b)

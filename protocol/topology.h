@@ -12,6 +12,10 @@ typedef struct pt_device {
     int node;             /* index into the topology's nodes */
     int64_t memory_bytes; /* > 0 */
     double speed;         /* relative compute speed; the profile's device is 1.0; > 0 */
+    /* CPU cores its node's devices share (N agents on C cores of one host):
+     * the node's "cores"; 0 when its devices do not share compute. Every
+     * device of a node holds the same value. */
+    int node_cores;
 } pt_device;
 
 typedef struct pt_link {
@@ -37,6 +41,7 @@ typedef struct pt_topology {
 #define PT_TOPOLOGY_SPEED_MAX      1e6     /* relative speed */
 #define PT_TOPOLOGY_GBPS_MAX       1e9     /* link bandwidth, Gbit/s */
 #define PT_TOPOLOGY_LATENCY_US_MAX 1e9     /* link latency, us */
+#define PT_TOPOLOGY_CORES_MAX      1048576 /* cores of one node */
 #define PT_BYTES_PER_GIB           1073741824.0
 #define PT_BITS_PER_BYTE           8.0
 
@@ -59,6 +64,10 @@ int pt_topology_save(const pt_topology *topo, const char *path, pt_error *err);
  * or on counts outside [1, PT_TOPOLOGY_*_MAX]. */
 pt_topology *pt_topology_uniform(int nodes, int per_node, int64_t memory_bytes, pt_link intra,
                                  pt_link inter);
+/* How much slower compute runs on device `dev` when `workers` workers of a
+ * plan sit on its node: max(1, workers / node_cores) when the node's devices
+ * share cores, else 1 (also for a device out of range). */
+double pt_topology_oversubscription(const pt_topology *topo, int dev, int workers);
 /* The link between two devices: intra when both sit on one node, else inter
  * (also inter for an index out of range). */
 pt_link pt_topology_link(const pt_topology *topo, int dev_a, int dev_b);

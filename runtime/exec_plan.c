@@ -252,7 +252,7 @@ static int step(dry *d, int i)
             d->fifo[d->fifo_tail++] = i;
             if (d->fifo_tail - d->fifo_head > d->plan->fifo_peak)
                 d->plan->fifo_peak = d->fifo_tail - d->fifo_head;
-            d->ar_pending[g] = 1;
+            d->ar_pending[g]++;
             if (!x->trivial)
                 d->plan->needs.needs_collective = 1;
         } else {
@@ -268,8 +268,8 @@ static int step(dry *d, int i)
             return fail(d, i, "waits for other micro-batches than the oldest all-reduce");
         int g = d->group[a->mb];
         d->fifo_head++;
-        d->ar_pending[g] = 0;
-        d->ar_done[g] = 1;
+        d->ar_pending[g]--;
+        d->ar_done[g] = !d->ar_pending[g];
         x->gbuf = d->group_buf[g];
         x->trivial = wk->replica_count < 2;
         return 0;

@@ -27,6 +27,7 @@ typedef struct varr {
 /* An asynchronous all-reduce, queued until the collective is free. */
 typedef struct arq {
     int gbuf;
+    int64_t off, count; /* the floats of the gradient buffer it reduces */
     int started, done, rc;
     pt_error err;
 } arq;
@@ -65,6 +66,10 @@ struct pt_exec {
     pt_comm_group group, agroup;
     arq *fifo;
     int fifo_cap, fifo_head, fifo_n;
+    /* bucket all-reduces hooked to the running BWD (schedule.h): the next one to
+     * queue, the end of the scan; ALLREDUCE ops before hooked_upto are queued */
+    int hook_next, hook_end, hooked_upto;
+    int64_t *hook_ns; /* per op: when the hook queued it */
     /* per run */
     double *wloss;
     int64_t *wcount;
@@ -245,13 +250,14 @@ static int opt_step(pt_exec *ex, int i, const pt_op *op, float *grads, pt_error 
 static int ar_start(pt_exec *ex, arq *q)
 {
     q->started = 1;
-    float *buf = ex->gbufs[q->gbuf];
+    float *buf = ex->gbufs[q->gbuf] + q->off;
     if (ex->staged) {
-        buf = ex->g_host[q->gbuf];
-        ex->be->download(ex->be, buf, ex->gbufs[q->gbuf], (size_t)ex->pcount * sizeof(float));
+        buf = ex->g_host[q->gbuf] + q->off;
+        ex->be->download(ex->be, buf, ex->gbufs[q->gbuf] + q->off,
+                         (size_t)q->count * sizeof(float));
     }
-    int rc = pt_collective_start(ex->cfg.coll, &ex->agroup, buf, (size_t)ex->pcount, PT_COMM_SUM,
-                                 &q->err);
+    int rc =
+        pt_collective_start(ex->cfg.coll, &ex->agroup, buf, (size_t)q->count, PT_COMM_SUM, &q->err);
     if (rc < 0) {
         q->done = 1;
         q->rc = rc;
@@ -264,8 +270,8 @@ static void ar_finish(pt_exec *ex, arq *q)
 {
     q->done = 1;
     if (ex->staged && q->rc == 0)
-        ex->be->upload(ex->be, ex->gbufs[q->gbuf], ex->g_host[q->gbuf],
-                       (size_t)ex->pcount * sizeof(float));
+        ex->be->upload(ex->be, ex->gbufs[q->gbuf] + q->off, ex->g_host[q->gbuf] + q->off,
+                       (size_t)q->count * sizeof(float));
 }
 
 /* Collects a finished all-reduce and starts the next queued one. */
@@ -306,6 +312,56 @@ static int ar_wait_oldest(pt_exec *ex, pt_error *err)
     ex->fifo_n--;
     ar_pump(ex);
     return rc;
+}
+
+/* The floats an ALLREDUCE reduces: its bucket's layers, or all parameters. */
+static void ar_span(const pt_exec *ex, const pt_op *op, int64_t *off, int64_t *count)
+{
+    int64_t o0, o1, n1;
+    if (op->layer_hi > op->layer_lo && pt_net_layer_range(ex->net, op->layer_lo, &o0, NULL) == 0 &&
+        pt_net_layer_range(ex->net, op->layer_hi - 1, &o1, &n1) == 0) {
+        *off = o0;
+        *count = o1 + n1 - o0;
+        return;
+    }
+    *off = 0;
+    *count = ex->pcount;
+}
+
+static void ar_enqueue(pt_exec *ex, int i)
+{
+    arq *q = &ex->fifo[(ex->fifo_head + ex->fifo_n) % ex->fifo_cap];
+    *q = (arq){.gbuf = ex->plan.xop[i].gbuf};
+    ar_span(ex, &ex->ops[i], &q->off, &q->count);
+    ex->fifo_n++;
+    ar_pump(ex);
+}
+
+static int hookable(const pt_exec *ex, int j)
+{
+    const pt_op *op = &ex->ops[j];
+    return op->kind == PT_OP_ALLREDUCE && (op->flags & PT_OPF_ASYNC) &&
+           op->layer_hi > op->layer_lo && !ex->plan.xop[j].trivial;
+}
+
+/* Called by the backward after each layer: queues every hooked bucket whose
+ * layers are all done (the backward has reached its first layer). */
+static void bwd_hook(void *user, int layer)
+{
+    pt_exec *ex = user;
+    while (ex->hook_next < ex->hook_end) {
+        int j = ex->hook_next;
+        if (hookable(ex, j)) {
+            if (layer > ex->ops[j].layer_lo)
+                break;
+            ar_enqueue(ex, j);
+            ex->hook_ns[j] = pt_exec_now_ns();
+            ex->hooked_upto = j + 1;
+        }
+        ex->hook_next++;
+    }
+    if (ex->fifo_n)
+        ar_pump(ex);
 }
 
 /* ---- ops --------------------------------------------------------------- */
@@ -373,9 +429,20 @@ static int op_bwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, pt_exec_
     if (op->kind == PT_OP_RECOMPUTE) {
         rc = pt_net_recompute(ex->net, x->slot, ex->va[k].data);
     } else {
-        rc = pt_net_backward(ex->net, x->slot, ex->va[k].data, ex->gbufs[x->gbuf],
-                             ex->last ? NULL : ex->dybufs[x->buf],
-                             ex->wk->stage > 0 ? ex->dxbufs[x->buf2] : NULL);
+        /* the asynchronous bucket all-reduces that follow with only SEND_GRAD and
+         * ALLREDUCE between start from inside the backward, as their layers finish */
+        int j = i + 1, any = 0;
+        for (; j < ex->n &&
+               (ex->ops[j].kind == PT_OP_SEND_GRAD || ex->ops[j].kind == PT_OP_ALLREDUCE);
+             j++)
+            any |= hookable(ex, j);
+        ex->hook_next = i + 1;
+        ex->hook_end = j;
+        rc = pt_net_backward_hooked(ex->net, x->slot, ex->va[k].data, ex->gbufs[x->gbuf],
+                                    ex->last ? NULL : ex->dybufs[x->buf],
+                                    ex->wk->stage > 0 ? ex->dxbufs[x->buf2] : NULL,
+                                    any ? bwd_hook : NULL, ex);
+        ex->hook_next = ex->hook_end = 0;
         ex->slot_y[x->slot] = NULL;
         if (op->flags & PT_OPF_STASH) {
             va_unref(ex, ex->stash[x->slot]);
@@ -446,17 +513,16 @@ static int op_exchange(pt_exec *ex, const pt_op *op, const pt_xop *x, int64_t ba
 
 /* The synchronous all-reduce of a gradient buffer, through msg_host when the
  * host cannot address it. */
-static int allreduce(pt_exec *ex, float *grads, pt_error *err)
+static int allreduce(pt_exec *ex, float *grads, int64_t count, pt_error *err)
 {
     if (ex->cfg.nccl_replicas)
-        return pt_nccl_allreduce(ex->cfg.nccl_replicas, grads, (size_t)ex->pcount, err);
+        return pt_nccl_allreduce(ex->cfg.nccl_replicas, grads, (size_t)count, err);
     if (!ex->staged)
-        return pt_comm_allreduce(ex->cfg.comm, &ex->group, grads, (size_t)ex->pcount, PT_COMM_SUM,
-                                 err);
-    size_t bytes = (size_t)ex->pcount * sizeof(float);
+        return pt_comm_allreduce(ex->cfg.comm, &ex->group, grads, (size_t)count, PT_COMM_SUM, err);
+    size_t bytes = (size_t)count * sizeof(float);
     ex->be->download(ex->be, ex->msg_host, grads, bytes);
-    int rc = pt_comm_allreduce(ex->cfg.comm, &ex->group, ex->msg_host, (size_t)ex->pcount,
-                               PT_COMM_SUM, err);
+    int rc =
+        pt_comm_allreduce(ex->cfg.comm, &ex->group, ex->msg_host, (size_t)count, PT_COMM_SUM, err);
     if (rc == 0)
         ex->be->upload(ex->be, grads, ex->msg_host, bytes);
     return rc;
@@ -478,18 +544,23 @@ static int exec_op(pt_exec *ex, int i, int64_t base, pt_exec_event *ev, pt_error
     case PT_OP_SEND_GRAD:
     case PT_OP_RECV_GRAD:
         return op_exchange(ex, op, x, base, ev, err);
-    case PT_OP_ALLREDUCE:
-        ev->bytes = ex->pcount * (int64_t)sizeof(float);
+    case PT_OP_ALLREDUCE: {
+        int64_t off, count;
+        ar_span(ex, op, &off, &count);
+        ev->bytes = count * (int64_t)sizeof(float);
         if (x->trivial)
             return 0;
         if (op->flags & PT_OPF_ASYNC) {
-            arq *q = &ex->fifo[(ex->fifo_head + ex->fifo_n) % ex->fifo_cap];
-            *q = (arq){.gbuf = x->gbuf};
-            ex->fifo_n++;
-            ar_pump(ex);
+            if (i >= ex->hooked_upto) { /* else its BWD queued it already */
+                ev->queued_ns = ev->start_ns;
+                ar_enqueue(ex, i);
+            } else {
+                ev->queued_ns = ex->hook_ns[i];
+            }
             return 0;
         }
-        return allreduce(ex, ex->gbufs[x->gbuf], err);
+        return allreduce(ex, ex->gbufs[x->gbuf] + off, count, err);
+    }
     case PT_OP_AR_WAIT:
         return x->trivial ? 0 : ar_wait_oldest(ex, err);
     case PT_OP_OPT_STEP:
@@ -527,6 +598,7 @@ int pt_exec_run(pt_exec *ex, int64_t iteration_base, pt_exec_result *res, pt_err
                             "executor: worker %d: a failed run was not reset (pt_exec_reset)",
                             ex->w);
     ex->dirty = 1;
+    ex->hooked_upto = 0;
     if (err)
         err->code = 0;
     versions_begin(ex);
@@ -736,10 +808,12 @@ static int alloc_buffers(pt_exec *ex, pt_error *err)
     ex->fifo = calloc((size_t)ex->fifo_cap, sizeof(arq));
     ex->wloss = calloc((size_t)ex->p->window_count, sizeof(double));
     ex->wcount = calloc((size_t)ex->p->window_count, sizeof(int64_t));
+    ex->hook_ns = calloc((size_t)ex->n + 1, sizeof(int64_t));
     ex->x_host = malloc((size_t)(ex->rows * ex->in_elems) * sizeof(float) + 1);
     ex->lab_host = malloc((size_t)(ex->rows * (ex->label_count + 1)) * sizeof(int32_t));
     if (!ex->gbufs || !ex->slot_y || !ex->stash || !ex->va || !ex->va_free || !ex->vmap ||
-        !ex->live_list || !ex->fifo || !ex->wloss || !ex->wcount || !ex->x_host || !ex->lab_host)
+        !ex->live_list || !ex->fifo || !ex->wloss || !ex->wcount || !ex->x_host || !ex->lab_host ||
+        !ex->hook_ns)
         return pt_error_set(err, PT_ENOMEM, "executor: out of memory");
     if ((rc = alloc_staging(ex, err)) < 0)
         return rc;
@@ -857,6 +931,7 @@ void pt_exec_destroy(pt_exec **ex_p)
     free(ex->fifo);
     free(ex->wloss);
     free(ex->wcount);
+    free(ex->hook_ns);
     if (ex->staged && ex->x_dev)
         pt_arena_free(ex->arena, ex->x_dev);
     if (ex->g_host)

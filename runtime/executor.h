@@ -127,6 +127,9 @@ typedef struct pt_exec_event {
                            array), OPT_STEP: parameter bytes; else 0 */
     int64_t start_ns;   /* CLOCK_MONOTONIC */
     int64_t end_ns;
+    int64_t queued_ns;       /* asynchronous ALLREDUCE: when it was queued for the collective
+                                thread, inside the preceding BWD for a hooked bucket (before
+                                start_ns); else 0 */
     double loss_sum;         /* FWD on a stage with the loss: sum over its label rows of
                                 -log p (unscaled); else 0 */
     int64_t loss_count;      /* label rows in loss_sum */

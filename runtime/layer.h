@@ -142,6 +142,13 @@ int pt_chain_forward(const pt_chain *c, const pt_backend *be, int n, const float
 void pt_chain_backward(const pt_chain *c, const pt_backend *be, int n, const float *w, float *dw,
                        const float *x, const float *y, float *act, float *ws, const float *dy,
                        float *dx, const int32_t *labels, float loss_scale);
+/* pt_chain_backward calling hook(user, i) after layer i's backward (the
+ * layers run from the last down), when hook is not NULL: layer i's parameter
+ * gradients are final then (DDP's gradient-ready hook). */
+void pt_chain_backward_hooked(const pt_chain *c, const pt_backend *be, int n, const float *w,
+                              float *dw, const float *x, const float *y, float *act, float *ws,
+                              const float *dy, float *dx, const int32_t *labels, float loss_scale,
+                              void (*hook)(void *user, int layer), void *user);
 
 /* Alignment of every region in a block, floats (64 bytes). */
 #define PT_LAYER_ALIGN_FLOATS 16

@@ -183,6 +183,15 @@ void pt_chain_backward(const pt_chain *c, const pt_backend *be, int n, const flo
                        const float *x, const float *y, float *act, float *ws, const float *dy,
                        float *dx, const int32_t *labels, float loss_scale)
 {
+    pt_chain_backward_hooked(c, be, n, w, dw, x, y, act, ws, dy, dx, labels, loss_scale, NULL,
+                             NULL);
+}
+
+void pt_chain_backward_hooked(const pt_chain *c, const pt_backend *be, int n, const float *w,
+                              float *dw, const float *x, const float *y, float *act, float *ws,
+                              const float *dy, float *dx, const int32_t *labels, float loss_scale,
+                              void (*hook)(void *user, int layer), void *user)
+{
     for (int i = c->count - 1; i >= 0; i--) {
         const pt_layer *l = &c->layers[i];
         const pt_layer *next = i + 1 < c->count ? &c->layers[i + 1] : NULL;
@@ -201,5 +210,7 @@ void pt_chain_backward(const pt_chain *c, const pt_backend *be, int n, const flo
             .loss_scale = loss_scale,
         };
         l->ops->backward(l, &r);
+        if (hook)
+            hook(user, i);
     }
 }

@@ -434,8 +434,37 @@ int pt_net_forward(pt_net *net, int slot_id, const float *params, const float *x
     return 0;
 }
 
+typedef struct net_hook {
+    void (*fn)(void *user, int layer);
+    void *user;
+    int first;
+} net_hook;
+
+static void net_hook_fn(void *u, int i)
+{
+    net_hook *h = u;
+    h->fn(h->user, h->first + i);
+}
+
+static int backward(pt_net *net, int slot_id, const float *params, float *grads, const float *dy,
+                    float *dx, net_hook *hook);
+
 int pt_net_backward(pt_net *net, int slot_id, const float *params, float *grads, const float *dy,
                     float *dx)
+{
+    return backward(net, slot_id, params, grads, dy, dx, NULL);
+}
+
+int pt_net_backward_hooked(pt_net *net, int slot_id, const float *params, float *grads,
+                           const float *dy, float *dx, void (*hook)(void *user, int layer),
+                           void *user)
+{
+    net_hook h = {hook, user, net->first};
+    return backward(net, slot_id, params, grads, dy, dx, hook ? &h : NULL);
+}
+
+static int backward(pt_net *net, int slot_id, const float *params, float *grads, const float *dy,
+                    float *dx, net_hook *hook)
 {
     if (slot_id < 0 || slot_id >= net->max_slots)
         return PT_EINVAL;
@@ -455,9 +484,9 @@ int pt_net_backward(pt_net *net, int slot_id, const float *params, float *grads,
             return rc;
         }
     }
-    pt_chain_backward(&net->chain, net->be, s->n, s->params, grads ? grads : net->grads, slot_x(s),
-                      slot_y(net, s), slot_act(net, s), net->ws, dy, dx, slot_labels(net, s),
-                      s->loss_scale);
+    pt_chain_backward_hooked(&net->chain, net->be, s->n, s->params, grads ? grads : net->grads,
+                             slot_x(s), slot_y(net, s), slot_act(net, s), net->ws, dy, dx,
+                             slot_labels(net, s), s->loss_scale, hook ? net_hook_fn : NULL, hook);
     if (net->recomputed_slot == slot_id)
         net->recomputed_slot = -1;
     release(net, s);
@@ -529,4 +558,51 @@ int pt_net_count_correct(pt_net *net, int slot_id, int64_t *correct, int64_t *ro
     if (rows)
         *rows = nrows;
     return 0;
+}
+
+int pt_net_layer_memory(const pt_model_spec *spec, int layer, int batch, const pt_backend *backend,
+                        int64_t *saved, int64_t *scratch, pt_error *err)
+{
+    if (!spec || !saved || !scratch || layer < 0 || layer >= spec->layer_count || batch < 1)
+        return pt_error_set(err, PT_EINVAL, "layer memory: bad model, layer %d or batch %d", layer,
+                            batch);
+    pt_net_config cfg = pt_net_config_default(spec);
+    cfg.first = layer;
+    cfg.last = layer + 1;
+    cfg.max_batch = batch;
+    cfg.backend = backend;
+    pt_net *net = NULL;
+    int rc = pt_net_create(spec, &cfg, &net, err);
+    if (rc < 0)
+        return rc;
+    pt_mem_stats before, during;
+    /* the input and labels live outside ACTS (COMM, host), so the arena's ACTS
+     * holds the backward scratch, then also the slot; zeros are valid token
+     * ids and labels */
+    int64_t in = pt_net_in_elems(net) * batch, lab = pt_net_label_count(net) * batch;
+    float *x = pt_arena_alloc_floats(net->arena, PT_MEM_COMM, in);
+    float *host = calloc((size_t)in, sizeof *host);
+    int32_t *labels = lab > 0 ? calloc((size_t)lab, sizeof *labels) : NULL;
+    if (!x || !host || (lab > 0 && !labels)) {
+        rc = pt_error_set(err, PT_ENOMEM, "layer memory: out of memory");
+        goto done;
+    }
+    net->be->upload(net->be, x, host, (size_t)in * sizeof(float));
+    pt_arena_stats(net->arena, &before);
+    if ((rc = pt_net_forward(net, 0, NULL, x, batch, labels, NULL, NULL)) < 0) {
+        rc = pt_error_set(err, rc, "layers[%d] (%s): forward: %s", layer, spec->layers[layer].name,
+                          pt_strerror(rc));
+        goto done;
+    }
+    pt_arena_stats(net->arena, &during);
+    pt_net_release(net, 0);
+    int64_t io = net->act_off * (int64_t)sizeof(float); /* the slot's x and y regions */
+    *saved = during.current[PT_MEM_ACTS] - before.current[PT_MEM_ACTS] - io;
+    *scratch = before.current[PT_MEM_ACTS];
+done:
+    free(host);
+    free(labels);
+    pt_arena_free(net->arena, x);
+    pt_net_destroy(&net);
+    return rc;
 }

@@ -100,6 +100,15 @@ int pt_net_layer_elems(const pt_net *net, int layer, int64_t *in_elems, int64_t 
 /* Activation bytes one in-flight micro-batch holds (the slot block). */
 int64_t pt_net_slot_bytes(const pt_net *net);
 const pt_backend *pt_net_backend(const pt_net *net);
+/* What top-level layer `layer` of spec needs for its backward at micro-batch
+ * size `batch`, read off the arena of a net of that layer alone (backend
+ * NULL: the default): *saved, the bytes one micro-batch's forward keeps
+ * besides its input and output (the slot's growth less those two, 64-byte
+ * aligned), and *scratch, the backward scratch the net lays out at create.
+ * These are a profile's saved_bytes and scratch_bytes (`pipetop profile`).
+ * Returns 0, PT_EINVAL (bad argument), or the net's error (err says which). */
+int pt_net_layer_memory(const pt_model_spec *spec, int layer, int batch, const pt_backend *backend,
+                        int64_t *saved, int64_t *scratch, pt_error *err);
 pt_arena *pt_net_arena(const pt_net *net);
 
 /* ---- parameter and gradient arrays (device) ---- */
@@ -163,6 +172,12 @@ int pt_net_forward(pt_net *net, int slot, const float *params, const float *x, i
  * Recomputes the forward first in recompute mode. Releases the slot.
  * Returns 0, PT_EINVAL (bad slot, dy given/missing wrongly) or PT_ESTATE
  * (slot not in flight). */
+/* pt_net_backward calling hook(user, layer) with each top-level layer's GLOBAL
+ * index once its backward is done (last layer first): its gradients in grads
+ * are final for this micro-batch, so an all-reduce of them may start. */
+int pt_net_backward_hooked(pt_net *net, int slot, const float *params, float *grads,
+                           const float *dy, float *dx, void (*hook)(void *user, int layer),
+                           void *user);
 int pt_net_backward(pt_net *net, int slot, const float *params, float *grads, const float *dy,
                     float *dx);
 

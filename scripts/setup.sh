@@ -14,8 +14,9 @@ cd "$(dirname "$0")/.."
 mode="${1:-main}"
 jobs="$(nproc 2>/dev/null || echo 2)"
 
+# openmpi-bin and libopenmpi-dev only serve bench/comm_bandwidth's MPI reference figure.
 packages=(cmake gcc make pkg-config libcjson-dev libzmq3-dev libopenblas-dev libncurses-dev
-          zlib1g-dev dataset-fashion-mnist tmux)
+          zlib1g-dev dataset-fashion-mnist tmux openmpi-bin libopenmpi-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -65,8 +65,13 @@ pt_topology *pt_console_local_topology(int devices)
     int64_t mem = pages > 0 && page > 0 ? (int64_t)pages * page / devices : (1LL << 30);
     pt_link link = {LOCAL_LINK_BPS, LOCAL_LINK_LATENCY};
     pt_topology *t = pt_topology_uniform(1, devices, mem, link, link);
-    if (t)
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (t) {
         snprintf(t->name, sizeof t->name, "local");
+        /* the agents share this machine's cores (see pt_topology_oversubscription) */
+        for (int d = 0; d < devices; d++)
+            t->devices[d].node_cores = cpus > 0 ? (int)cpus : 0;
+    }
     return t;
 }
 

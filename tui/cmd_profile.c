@@ -1,7 +1,8 @@
 /* pipetop profile: measures each top-level layer's forward and backward time
  * at one micro-batch size on a local backend (the CPU, or a GPU with
- * --device cuda:N), with its output
- * activation and parameter bytes, and writes a profile (protocol/profile.h).
+ * --device cuda:N), with its output activation and parameter bytes and the
+ * memory its backward needs (read off its net's arena), and writes a profile
+ * (protocol/profile.h).
  *
  * Each layer runs in a net of its own ([i, i+1) of the model), so its time
  * is what a pipeline stage holding it spends: the input copy into the slot,
@@ -178,6 +179,8 @@ static int profile_layer(const pt_model_spec *spec, int layer, const profile_arg
     pl->recompute_ms = pl->fwd_ms;
     pl->act_bytes = pt_net_out_elems(net) * a->batch * (int64_t)sizeof(float);
     pl->param_bytes = pt_net_param_count(net) * (int64_t)sizeof(float);
+    rc = pt_net_layer_memory(spec, layer, a->batch, a->be, &pl->saved_bytes, &pl->scratch_bytes,
+                             err);
 done:
     free(fwd);
     free(bwd);
@@ -190,14 +193,15 @@ static void print_table(const pt_profile *p, const profile_args *a)
 {
     printf("profile of %s, micro-batch %d, on %s: median of %d runs after %d warm-up\n\n", p->model,
            p->microbatch, p->device, a->repeats, a->warmup);
-    printf("%4s  %-20s %10s %10s %14s %14s\n", "#", "layer", "fwd ms", "bwd ms", "act bytes",
-           "param bytes");
+    printf("%4s  %-20s %10s %10s %14s %14s %14s %14s\n", "#", "layer", "fwd ms", "bwd ms",
+           "act bytes", "param bytes", "saved bytes", "scratch bytes");
     double f = 0, b = 0;
     int64_t params = 0;
     for (int i = 0; i < p->layer_count; i++) {
         const pt_profile_layer *l = &p->layers[i];
-        printf("%4d  %-20s %10.3f %10.3f %14lld %14lld\n", i, l->name, l->fwd_ms, l->bwd_ms,
-               (long long)l->act_bytes, (long long)l->param_bytes);
+        printf("%4d  %-20s %10.3f %10.3f %14lld %14lld %14lld %14lld\n", i, l->name, l->fwd_ms,
+               l->bwd_ms, (long long)l->act_bytes, (long long)l->param_bytes,
+               (long long)l->saved_bytes, (long long)l->scratch_bytes);
         f += l->fwd_ms;
         b += l->bwd_ms;
         params += l->param_bytes;

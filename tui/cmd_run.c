@@ -1,9 +1,9 @@
 /* pipetop run: a distributed training run on this machine. Validates the
  * plan against the model, the topology and memory, spawns one
- * pipetop-agent per stage replica, drives them through a session
- * (tui/session.h) and prints measured figures next to the simulator's
- * prediction for the same plan. Checkpoints and --resume under another plan
- * go through tui/run_ckpt.h. */
+ * pipetop-agent per stage replica, drives them through the run controller
+ * (tui/run.h) and prints measured figures next to the simulator's
+ * prediction for the same plan. --resume under another plan finds and
+ * imports its checkpoint through tui/run_ckpt.h. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +35,7 @@
 #include "tui/commands.h"
 #include "tui/progress.h"
 #include "tui/run_ckpt.h"
+#include "tui/run.h"
 #include "tui/run_report.h"
 #include "tui/session.h"
 
@@ -47,7 +48,6 @@
 #define EXTERNAL_WAIT_MS    300000 /* --external: how long agents started by hand may take */
 #define ASSIGN_TIMEOUT_MS   120000
 #define STOP_TIMEOUT_MS     120000
-#define EXIT_TIMEOUT_MS     5000
 #define PROFILE_TIMEOUT_MS  600000
 #define POLL_MS             100
 #define PLAIN_LINE_MS       1000
@@ -79,17 +79,15 @@ typedef struct run_ctx {
     int64_t data_count;
     char run_dir[PATH_CAP], ckpt_dir[PATH_CAP];
     int64_t resume_step, steps, target;
-    pt_session *s;
+    pt_run *run;
+    pt_session *s; /* the controller's */
     pt_run_report *report;
-    pid_t *pids;
-    int *exited; /* per worker: reaped */
     int workers;
     int tty;
     double iter_ms; /* running mean of the iteration times reported */
     pt_progress *bar;
     int64_t next_step_out;
     double last_line_s;
-    char failure[PT_ERROR_MAX + 256];
 } run_ctx;
 
 static volatile sig_atomic_t g_interrupt;
@@ -161,7 +159,8 @@ static int parse_args(int argc, char **argv, run_args *a)
         {"external", PT_OPT_FLAG, &a->external, 0, 0, 0, NULL,
          "start no agents: wait for agents started by hand\n"
          "(pipetop-agent --console EP --telemetry EP [--device D]);\n"
-         "a worker goes to the agent of its device, else the next one"},
+         "a worker goes to the agent of its device, else to one started\n"
+         "without --device"},
         {"control-bind", PT_OPT_STRING, &a->control_bind, 0, 0, 0, "EP",
          "where the console's ROUTER binds (default " PT_SESSION_DEFAULT_BIND ")"},
         {"telemetry-bind", PT_OPT_STRING, &a->telemetry_bind, 0, 0, 0, "EP",
@@ -307,6 +306,11 @@ static int local_topology(run_ctx *c, int devices, pt_error *err)
     if (!c->topo)
         return pt_error_set(err, PT_ENOMEM, "local topology of %d devices: out of memory", devices);
     snprintf(c->topo->name, sizeof c->topo->name, "local");
+    /* the agents share this machine's cores: the simulator slows their compute
+     * when there are more agents than cores (each runs pt_agent_threads) */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int d = 0; d < devices; d++)
+        c->topo->devices[d].node_cores = cpus > 0 ? (int)cpus : 0;
     return 0;
 }
 
@@ -339,27 +343,13 @@ static int quick_plan(run_ctx *c, pt_error *err)
     return pt_plan_save(c->plan, path, err);
 }
 
-static int make_run_dir(run_ctx *c, pt_error *err)
-{
-    if (c->a.run_dir) {
-        snprintf(c->run_dir, sizeof c->run_dir, "%s", c->a.run_dir);
-    } else {
-        time_t t = time(NULL);
-        struct tm tm;
-        localtime_r(&t, &tm);
-        char stamp[32];
-        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-        snprintf(c->run_dir, sizeof c->run_dir, "runs/%s-%ld", stamp, (long)getpid());
-    }
-    return pt_mkdir_p(c->run_dir, err);
-}
-
 /* Everything that can be refused before an agent starts. */
 static int prepare(run_ctx *c, pt_error *err)
 {
     int rc;
     const run_args *a = &c->a;
-    if ((rc = pt_model_spec_find(a->model, &c->spec, err)) < 0 || (rc = make_run_dir(c, err)) < 0)
+    if ((rc = pt_model_spec_find(a->model, &c->spec, err)) < 0 ||
+        (rc = pt_run_dir_make(a->run_dir, NULL, c->run_dir, sizeof c->run_dir, err)) < 0)
         return rc;
     pt_dataset *ds = NULL;
     if ((rc = pt_dataset_open(a->data, c->spec, PT_DATA_TRAIN, 1, &ds, err)) < 0)
@@ -438,13 +428,11 @@ static int prepare(run_ctx *c, pt_error *err)
 
 /* ---- agents ------------------------------------------------------------------------------- */
 
-static int spawn_agents(run_ctx *c, pt_error *err)
+/* Agents here: one per worker, on the worker's device, so the controller's
+ * mapping gives worker w to agent w. --external: the instructions. */
+static int start_agents(run_ctx *c, pt_error *err)
 {
     if (c->a.external) {
-        c->pids = calloc((size_t)c->workers, sizeof *c->pids);
-        c->exited = calloc((size_t)c->workers, sizeof *c->exited);
-        if (!c->pids || !c->exited)
-            return pt_error_set(err, PT_ENOMEM, "out of memory");
         fprintf(c->a.json ? stderr : stdout,
                 "waiting for %d agents: start each with\n  pipetop-agent --console %s "
                 "--telemetry %s --device D\n",
@@ -452,88 +440,25 @@ static int spawn_agents(run_ctx *c, pt_error *err)
         fflush(stdout);
         return 0;
     }
-    char bin[PATH_CAP + 32];
-    int rc = pt_agent_binary(bin, sizeof bin, err);
-    if (rc < 0)
-        return rc;
-    c->pids = calloc((size_t)c->workers, sizeof *c->pids);
-    c->exited = calloc((size_t)c->workers, sizeof *c->exited);
-    if (!c->pids || !c->exited)
+    int *devices = calloc((size_t)c->workers, sizeof *devices);
+    if (!devices)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
-    int threads = pt_agent_threads(c->workers);
-    fflush(stdout);
-    fflush(stderr);
-    for (int w = 0; w < c->workers; w++) {
-        char name[32], log[PATH_CAP + 32];
-        snprintf(name, sizeof name, "w%d", w);
-        snprintf(log, sizeof log, "%.4000s/agent-%s.log", c->run_dir, name);
-        if ((rc = pt_agent_spawn(bin, c->s, name, c->prog.workers[w].device, threads, log,
-                                 &c->pids[w], err)) < 0)
-            return rc;
+    for (int w = 0; w < c->workers; w++)
+        devices[w] = c->prog.workers[w].device;
+    int rc = pt_run_spawn(c->run, devices, err);
+    free(devices);
+    return rc;
+}
+
+/* The controller's cancel hook: a second ^C abandons whatever it waits for. */
+static int interrupted_twice(void *user, pt_error *err)
+{
+    (void)user;
+    if (g_interrupt > 1) {
+        pt_error_set(err, PT_ESTATE, "interrupted twice: abandoning the run");
+        return 1;
     }
     return 0;
-}
-
-static void describe_status(int st, char *buf, size_t cap)
-{
-    if (WIFSIGNALED(st))
-        snprintf(buf, cap, "its process was killed by signal %d (%s)", WTERMSIG(st),
-                 strsignal(WTERMSIG(st)));
-    else if (WIFEXITED(st))
-        snprintf(buf, cap, "its process exited with status %d", WEXITSTATUS(st));
-    else
-        snprintf(buf, cap, "its process ended");
-}
-
-/* Reaps agents that ended; an end the console did not ask for marks it dead. */
-static void reap(run_ctx *c, int expected)
-{
-    for (int w = 0; w < c->workers; w++) {
-        if (!c->pids || c->exited[w] || c->pids[w] <= 0)
-            continue;
-        int st = 0;
-        if (waitpid(c->pids[w], &st, WNOHANG) != c->pids[w])
-            continue;
-        c->exited[w] = 1;
-        if (expected)
-            continue;
-        char name[32], why[128];
-        snprintf(name, sizeof name, "w%d", w);
-        describe_status(st, why, sizeof why);
-        int i = pt_session_find_agent(c->s, name);
-        if (i >= 0)
-            pt_session_mark_dead(c->s, i, why);
-        else if (!c->failure[0])
-            snprintf(c->failure, sizeof c->failure,
-                     "agent %s (stage %d, replica %d, pid %ld) ended before registering: %s "
-                     "(see %.200s/agent-%s.log)",
-                     name, c->prog.workers[w].stage, c->prog.workers[w].replica, (long)c->pids[w],
-                     why, c->run_dir, name);
-    }
-}
-
-/* Lets the agents go: bye, a bounded wait, then SIGKILL for any left. */
-static void end_agents(run_ctx *c, const char *reason)
-{
-    if (c->s)
-        pt_session_bye(c->s, reason);
-    double end = now_s() + EXIT_TIMEOUT_MS / 1e3;
-    for (;;) {
-        if (c->s)
-            pt_session_poll(c->s, REAP_SLEEP_MS, NULL);
-        reap(c, 1);
-        int left = 0;
-        for (int w = 0; c->pids && w < c->workers; w++)
-            left += c->pids[w] > 0 && !c->exited[w];
-        if (!left || now_s() > end)
-            break;
-    }
-    for (int w = 0; c->pids && w < c->workers; w++)
-        if (c->pids[w] > 0 && !c->exited[w]) {
-            kill(c->pids[w], SIGKILL);
-            waitpid(c->pids[w], NULL, 0);
-            c->exited[w] = 1;
-        }
 }
 
 /* ---- the session's listener ----------------------------------------------------------------- */
@@ -594,154 +519,40 @@ static void show_steps(run_ctx *c)
 
 /* ---- the run ---------------------------------------------------------------------------- */
 
-static int failed(run_ctx *c, pt_error *err)
-{
-    if (c->failure[0]) {
-        pt_error_set(err, PT_ESTATE, "%.500s", c->failure);
-        return 1;
-    }
-    return pt_session_failure(c->s, err);
-}
-
-static int wait_registered(run_ctx *c, pt_error *err)
-{
-    int bound_ms = c->a.external ? EXTERNAL_WAIT_MS : REGISTER_TIMEOUT_MS;
-    double end = now_s() + bound_ms / 1e3;
-    for (;;) {
-        int have = 0;
-        for (int i = 0; c->a.external && i < pt_session_agent_count(c->s); i++)
-            have += pt_session_agent_at(c->s, i)->state == PT_AGENT_REGISTERED;
-        for (int w = 0; !c->a.external && w < c->workers; w++) {
-            char name[32];
-            snprintf(name, sizeof name, "w%d", w);
-            int i = pt_session_find_agent(c->s, name);
-            have += i >= 0 && pt_session_agent_at(c->s, i)->state == PT_AGENT_REGISTERED;
-        }
-        if (have == c->workers)
-            return 0;
-        reap(c, 0);
-        if (failed(c, err))
-            return PT_ESTATE;
-        if (now_s() > end)
-            return pt_error_set(err, PT_ETIMEOUT,
-                                "%d of %d agents registered within %d ms (see "
-                                "%s/agent-*.log)",
-                                have, c->workers, bound_ms, c->run_dir);
-        int rc = pt_session_poll(c->s, POLL_MS, err);
-        if (rc < 0)
-            return rc;
-    }
-}
-
-/* pt_session_wait, watching the agents' processes too. */
-static int wait_answers(run_ctx *c, int timeout_ms, pt_error *err)
-{
-    double end = now_s() + timeout_ms / 1e3;
-    for (;;) {
-        reap(c, 0);
-        if (failed(c, err))
-            return PT_ESTATE;
-        int left = (int)((end - now_s()) * 1e3);
-        int rc = pt_session_wait(c->s, left < POLL_MS ? (left > 0 ? left : 0) : POLL_MS, err);
-        if (rc != PT_ETIMEOUT || now_s() > end)
-            return rc;
-    }
-}
-
-/* Every worker idle after `done` steps: the run sits at one step everywhere. */
-static int all_idle_at(run_ctx *c, int64_t done)
-{
-    if (pt_session_pending(c->s) > 0 || pt_session_min_step(c->s) < done - 1)
-        return 0;
-    for (int i = 0; i < pt_session_agent_count(c->s); i++) {
-        const pt_session_agent *ag = pt_session_agent_at(c->s, i);
-        if (ag->worker >= 0 && ag->state != PT_AGENT_IDLE)
-            return 0;
-    }
-    return 1;
-}
-
-/* Agents started by hand: worker w goes to a registered agent of its
- * device, or else to the first one not yet given a worker. */
-static void map_external(run_ctx *c, int *agents)
-{
-    int n = pt_session_agent_count(c->s);
-    char *used = calloc((size_t)n + 1, 1);
-    for (int w = 0; w < c->workers; w++)
-        agents[w] = -1;
-    for (int pass = 0; used && pass < 2; pass++)
-        for (int w = 0; w < c->workers; w++)
-            for (int i = 0; i < n && agents[w] < 0; i++) {
-                const pt_session_agent *ag = pt_session_agent_at(c->s, i);
-                if (used[i] || ag->state != PT_AGENT_REGISTERED)
-                    continue;
-                if (pass == 1 || ag->device == c->prog.workers[w].device) {
-                    agents[w] = i;
-                    used[i] = 1;
-                }
-            }
-    free(used);
-}
-
 static int train(run_ctx *c, pt_error *err)
 {
-    int *agents = calloc((size_t)c->workers, sizeof *agents);
-    if (!agents)
-        return pt_error_set(err, PT_ENOMEM, "out of memory");
-    if (c->a.external)
-        map_external(c, agents);
-    for (int w = 0; !c->a.external && w < c->workers; w++) {
-        char name[32];
-        snprintf(name, sizeof name, "w%d", w);
-        agents[w] = pt_session_find_agent(c->s, name);
-    }
-    pt_session_plan sp = {c->plan,         c->spec,       agents,
-                          c->a.data,       c->a.seed,     c->ckpt_dir[0] ? c->ckpt_dir : NULL,
-                          c->a.ckpt_every, c->resume_step};
-    int rc = pt_session_assign(c->s, &sp, err);
-    free(agents);
-    if (rc < 0 || (rc = wait_answers(c, ASSIGN_TIMEOUT_MS, err)) < 0)
+    pt_run_job job = {c->spec, c->a.data, c->a.seed, c->ckpt_dir[0] ? c->ckpt_dir : NULL,
+                      c->a.ckpt_every};
+    int rc = pt_run_assign(c->run, c->plan, &job, c->resume_step, ASSIGN_TIMEOUT_MS, err);
+    if (rc < 0)
         return rc;
     if (c->tty && !c->a.headless && !c->a.json)
         c->bar = pt_progress_new(stdout, "run", c->steps, 1);
-    /* One start for all the steps. A stop (^C, or the end) is the session's
-     * two-round stop: every agent holds, then all stop at the highest step
-     * any had begun, so none is left waiting for a neighbour's data. */
+    /* One start for all the steps. A stop (^C, or the end) is the
+     * controller's stop at one step: every agent holds, then all stop at the
+     * highest step any had begun, so none is left waiting for a neighbour's
+     * data. */
     int stopping = 0;
-    int64_t done = c->resume_step;
-    if (done < c->target) {
-        if ((rc = pt_session_start(c->s, c->target - done, err)) < 0)
+    if (c->resume_step < c->target) {
+        if ((rc = pt_run_start(c->run, c->target - c->resume_step, err)) < 0)
             return rc;
-        while (!all_idle_at(c, c->target)) {
-            if ((rc = pt_session_poll(c->s, POLL_MS, err)) < 0)
+        while (pt_run_get_state(c->run) == PT_RUN_TRAINING) {
+            if ((rc = pt_run_poll(c->run, POLL_MS, err)) < 0)
                 return rc;
-            reap(c, 0);
             show_steps(c);
-            if (failed(c, err))
-                return PT_ESTATE;
             if (g_interrupt) {
                 stopping = 1;
                 say(c, "\nstopping (^C again to abandon) ...\n");
                 break;
             }
         }
+        if (pt_run_failure(c->run, err))
+            return PT_ESTATE;
     }
     show_steps(c);
     pt_progress_finish(&c->bar, NULL);
-    if ((rc = pt_session_stop(c->s, stopping ? "interrupted" : "done", err)) < 0)
+    if ((rc = pt_run_stop(c->run, stopping ? "interrupted" : "done", STOP_TIMEOUT_MS, err)) < 0)
         return rc;
-    double end = now_s() + STOP_TIMEOUT_MS / 1e3;
-    while (pt_session_pending(c->s) > 0) {
-        if (g_interrupt > 1)
-            return pt_error_set(err, PT_ESTATE, "interrupted twice: abandoning the run");
-        reap(c, 0);
-        if (failed(c, err))
-            return PT_ESTATE;
-        if (now_s() > end)
-            return pt_session_wait(c->s, 0, err); /* names what is still awaited */
-        if ((rc = pt_session_poll(c->s, POLL_MS, err)) < 0)
-            return rc;
-    }
     if (stopping)
         say(c, "stopped at step %lld\n", (long long)pt_session_stop_step(c->s));
     show_steps(c);
@@ -806,7 +617,8 @@ static void finish_report(run_ctx *c)
 static void cleanup(run_ctx *c)
 {
     pt_progress_finish(&c->bar, NULL);
-    pt_session_destroy(&c->s);
+    pt_run_destroy(&c->run);
+    c->s = NULL;
     pt_run_report_free(&c->report);
     pt_sim_free(&c->sim);
     pt_cost_free(&c->cost);
@@ -815,8 +627,6 @@ static void cleanup(run_ctx *c)
     pt_topology_free(&c->topo);
     pt_plan_free(&c->plan);
     pt_model_spec_free(&c->spec);
-    free(c->pids);
-    free(c->exited);
 }
 
 int pt_cmd_run(int argc, char **argv)
@@ -836,18 +646,17 @@ int pt_cmd_run(int argc, char **argv)
         cleanup(&c);
         return 1;
     }
-    char record[PATH_CAP + 16];
-    snprintf(record, sizeof record, "%s/run.ndjson", c.run_dir);
-    pt_session_config sc = {c.a.control_bind, c.a.telemetry_bind, record, 0, 0};
+    pt_run_config rc_cfg = {
+        c.run_dir, c.a.control_bind, c.a.telemetry_bind, c.workers, on_note, &c, interrupted_twice,
+        NULL};
     c.report = pt_run_report_new(c.plan, c.resume_step, c.steps);
-    if (!c.report || (rc = pt_session_create(&sc, &c.s, &err)) < 0) {
+    if (!c.report || (rc = pt_run_create(&rc_cfg, &c.run, &err)) < 0) {
         fprintf(stderr, "pipetop run: %s\n", err.msg[0] ? err.msg : "out of memory");
         fail_json(&c, err.msg);
         cleanup(&c);
         return 1;
     }
-    pt_session_set_listener(c.s, on_note, &c);
-    pt_session_set_commit(c.s, pt_run_ckpt_commit, NULL);
+    c.s = pt_run_session(c.run);
     c.next_step_out = c.resume_step;
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
@@ -867,14 +676,15 @@ int pt_cmd_run(int argc, char **argv)
                "\"steps\":%lld,\"predicted_iteration_ms\":%.6g}",
                c.run_dir, c.workers, (long long)c.resume_step, (long long)c.steps,
                c.pred.iter_s * 1e3);
-    if ((rc = spawn_agents(&c, &err)) == 0 && (rc = wait_registered(&c, &err)) == 0)
+    int bound_ms = c.a.external ? EXTERNAL_WAIT_MS : REGISTER_TIMEOUT_MS;
+    if ((rc = start_agents(&c, &err)) == 0 && (rc = pt_run_wait_agents(c.run, bound_ms, &err)) == 0)
         rc = train(&c, &err);
     if (rc < 0) {
         pt_progress_finish(&c.bar, NULL);
         char msg[PT_ERROR_MAX + 64];
         snprintf(msg, sizeof msg, "%s", err.msg[0] ? err.msg : pt_strerror(rc));
         fprintf(stderr, "pipetop run: stopped: %s\n", msg);
-        end_agents(&c, "the run stopped");
+        pt_run_end(c.run, "the run stopped");
         if (c.ckpt_dir[0] && pt_session_committed_step(c.s) >= 0)
             fprintf(stderr,
                     "pipetop run: last checkpoint: step %lld in %s (resume with --resume %s)\n",
@@ -892,7 +702,7 @@ int pt_cmd_run(int argc, char **argv)
         cleanup(&c);
         return 1;
     }
-    end_agents(&c, "the run is over");
+    pt_run_end(c.run, "the run is over");
     finish_report(&c);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);

@@ -288,7 +288,7 @@ int pt_cmd_sim(int argc, char **argv)
     }
     if (pt_cost_new(profile, topo, &cost, &err) < 0 || pt_sim_new(&sim) < 0)
         goto out;
-    pt_sched_opts so = {mbs, windows};
+    pt_sched_opts so = {.microbatches = mbs, .windows = windows};
     if (compare) {
         if (json || events || windows) {
             pt_error_set(&err, PT_EINVAL,

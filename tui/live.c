@@ -1,26 +1,18 @@
-/* The live data source: a session with local or remote agents (see live.h). */
+/* The live data source: an adapter from the run controller (tui/run.h) to
+ * the console's store (see live.h). */
 #include "tui/live.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "protocol/fileio.h"
-#include "tui/agent_spawn.h"
-#include "tui/run_ckpt.h"
+#include "tui/run.h"
 #include "tui/session.h"
 
 #define PATH_CAP      4096
-#define RUNS_DIR      "runs"
-#define POLL_SLICE_MS 20
+#define LIVE_DIR_TAG  "console" /* default run folders: runs/<stamp>-console-<pid> */
+#define LIVE_CKPT_DIR "ckpt"
 #define NS_PER_MS     1000000LL
 
 typedef enum live_state {
@@ -32,15 +24,14 @@ typedef enum live_state {
 
 typedef struct live {
     pt_source base;
-    pt_session *s;
+    pt_run *run;
+    pt_session *s;   /* the controller's */
     pt_store *store; /* bound at the first poll */
     pt_plan *plan;
     pt_model_spec *model;
     char data[PT_MSG_PATH_MAX];
     char run_dir[PATH_CAP], ckpt_dir[PATH_CAP + 16];
-    pid_t *pids;
-    int *exited;
-    int nspawn, expect;
+    int expect;
     live_state state;
     int64_t steps, seed, ckpt_every, resume;
     int64_t last_refresh_ns;
@@ -48,13 +39,6 @@ typedef struct live {
 } live;
 
 static const char *const live_keys[][2] = {{NULL, NULL}};
-
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* ---- the agent table into the store */
 
@@ -110,120 +94,12 @@ static void on_note(void *user, const pt_session_note *n)
     }
 }
 
-/* ---- agents' processes */
-
-static int spawn(live *l, int count, pt_error *err)
-{
-    char bin[PATH_CAP + 32];
-    int rc = pt_agent_binary(bin, sizeof bin, err);
-    if (rc < 0)
-        return rc;
-    l->pids = calloc((size_t)count, sizeof *l->pids);
-    l->exited = calloc((size_t)count, sizeof *l->exited);
-    if (!l->pids || !l->exited)
-        return pt_error_set(err, PT_ENOMEM, "out of memory");
-    int threads = pt_agent_threads(count);
-    fflush(stdout);
-    fflush(stderr);
-    for (int w = 0; w < count; w++) {
-        char name[32], log[PATH_CAP + 32];
-        snprintf(name, sizeof name, "w%d", w);
-        snprintf(log, sizeof log, "%.4000s/agent-%s.log", l->run_dir, name);
-        if ((rc = pt_agent_spawn(bin, l->s, name, w, threads, log, &l->pids[w], err)) < 0)
-            return rc;
-        l->nspawn = w + 1;
-    }
-    return 0;
-}
-
-/* Reaps agents that ended; an end nobody asked for marks the agent dead. */
-static void reap(live *l, int expected)
-{
-    for (int w = 0; w < l->nspawn; w++) {
-        if (l->exited[w] || l->pids[w] <= 0)
-            continue;
-        int st = 0;
-        if (waitpid(l->pids[w], &st, WNOHANG) != l->pids[w])
-            continue;
-        l->exited[w] = 1;
-        if (expected)
-            continue;
-        char name[32], why[160];
-        snprintf(name, sizeof name, "w%d", w);
-        if (WIFSIGNALED(st))
-            snprintf(why, sizeof why,
-                     "its process was killed by signal %d (see %.60s/agent-%s.log)", WTERMSIG(st),
-                     l->run_dir, name);
-        else
-            snprintf(why, sizeof why, "its process exited with status %d (see %.60s/agent-%s.log)",
-                     WIFEXITED(st) ? WEXITSTATUS(st) : -1, l->run_dir, name);
-        int i = pt_session_find_agent(l->s, name);
-        if (i >= 0)
-            pt_session_mark_dead(l->s, i, why);
-        else if (l->store)
-            pt_store_note(l->store, "agent %s ended before registering: %s", name, why);
-    }
-}
-
 /* ---- plan to agents */
 
-static int alive(const pt_session_agent *a)
+static int assign(live *l, const pt_plan *plan, int64_t resume, pt_error *err)
 {
-    return a->state != PT_AGENT_DEAD && a->state != PT_AGENT_GONE && a->state != PT_AGENT_FAILED &&
-           a->data_endpoint[0];
-}
-
-/* agents[w] for every worker of plan: the live agent on the worker's device,
- * else the next unused live agent. PT_ENOTFOUND naming the device when the
- * agents run out. */
-static int map_agents(live *l, const pt_plan *plan, int *agents, pt_error *err)
-{
-    int n = pt_session_agent_count(l->s);
-    unsigned char *used = calloc((size_t)(n ? n : 1), 1);
-    if (!used)
-        return pt_error_set(err, PT_ENOMEM, "out of memory");
-    int w = 0, rc = 0;
-    for (int s = 0; s < plan->stage_count && rc == 0; s++)
-        for (int r = 0; r < plan->stages[s].replica_count && rc == 0; r++, w++) {
-            int dev = plan->stages[s].replicas[r], pick = -1;
-            for (int i = 0; i < n && pick < 0; i++) {
-                const pt_session_agent *a = pt_session_agent_at(l->s, i);
-                if (!used[i] && alive(a) && a->device == dev)
-                    pick = i;
-            }
-            for (int i = 0; i < n && pick < 0; i++) {
-                const pt_session_agent *a = pt_session_agent_at(l->s, i);
-                if (!used[i] && alive(a) && a->device < 0)
-                    pick = i;
-            }
-            if (pick < 0) {
-                rc = pt_error_set(err, PT_ENOTFOUND,
-                                  "stage %d replica %d needs device %d, and no live agent is "
-                                  "free for it (%d agents)",
-                                  s, r, dev, n);
-                break;
-            }
-            used[pick] = 1;
-            agents[w] = pick;
-        }
-    free(used);
-    return rc;
-}
-
-static int assign_and_start(live *l, const pt_plan *plan, int64_t resume, pt_error *err)
-{
-    int workers = pt_plan_device_count(plan);
-    int *agents = calloc((size_t)workers, sizeof *agents);
-    if (!agents)
-        return pt_error_set(err, PT_ENOMEM, "out of memory");
-    int rc = map_agents(l, plan, agents, err);
-    pt_session_plan sp = {plan,    l->model,    agents,        l->data,
-                          l->seed, l->ckpt_dir, l->ckpt_every, resume};
-    if (rc == 0)
-        rc = pt_session_assign(l->s, &sp, err);
-    free(agents);
-    if (rc == 0)
-        rc = pt_session_wait(l->s, PT_LIVE_WAIT_MS, err);
+    pt_run_job job = {l->model, l->data, l->seed, l->ckpt_dir, l->ckpt_every};
+    int rc = pt_run_assign(l->run, plan, &job, resume, PT_LIVE_WAIT_MS, err);
     if (rc == 0 && l->store)
         pt_store_set_plan(l->store, plan, pt_session_generation(l->s));
     return rc;
@@ -239,24 +115,6 @@ static int64_t steps_left(const live *l, int64_t done)
     return l->steps > done ? l->steps - done : -1;
 }
 
-/* 1 when every worker of the current plan finished the steps it was started
- * for and nothing is pending: the run sits at one step on every stage. */
-static int all_idle(live *l)
-{
-    if (pt_session_pending(l->s) > 0)
-        return 0;
-    int workers = 0;
-    for (int i = 0; i < pt_session_agent_count(l->s); i++) {
-        const pt_session_agent *a = pt_session_agent_at(l->s, i);
-        if (a->worker < 0 || a->gen != pt_session_generation(l->s))
-            continue;
-        if (a->state != PT_AGENT_IDLE && a->state != PT_AGENT_ASSIGNED)
-            return 0;
-        workers++;
-    }
-    return workers > 0;
-}
-
 /* Stops the run at one step on every stage (the stop saves and commits a
  * checkpoint there, within about an iteration), re-assigns under l->pending
  * resuming at the committed step. */
@@ -264,18 +122,13 @@ static int restart(live *l, pt_error *err)
 {
     pt_plan *next = l->pending;
     l->pending = NULL;
-    int rc = pt_session_stop(l->s, "apply & restart", err);
-    if (rc == 0)
-        rc = pt_session_wait(l->s, PT_LIVE_WAIT_MS, err);
-    int64_t step = pt_session_committed_step(l->s);
-    if (rc == 0 && step < 0)
-        rc = pt_error_set(err, PT_ESTATE, "the stop committed no checkpoint");
-    if (rc == 0)
-        rc = assign_and_start(l, next, step, err);
+    int64_t step = -1;
+    int rc = pt_run_restart(l->run, next, PT_LIVE_WAIT_MS, &step, err);
     if (rc < 0) {
         pt_plan_free(&next);
         return rc;
     }
+    pt_store_set_plan(l->store, next, pt_session_generation(l->s));
     pt_plan_free(&l->plan);
     l->plan = next;
     l->resume = step;
@@ -283,14 +136,6 @@ static int restart(live *l, pt_error *err)
         l->store, "apply & restart: generation %lld resumes at step %lld from %s/step-%lld",
         (long long)pt_session_generation(l->s), (long long)step, l->ckpt_dir, (long long)step);
     return 0;
-}
-
-static int registered(live *l)
-{
-    int have = 0;
-    for (int i = 0; i < pt_session_agent_count(l->s); i++)
-        have += alive(pt_session_agent_at(l->s, i));
-    return have;
 }
 
 /* ---- vtable */
@@ -306,20 +151,18 @@ static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeou
                       l->run_dir);
     }
     pt_error err = {0};
-    if (pt_session_poll(l->s, timeout_ms, &err) < 0) {
+    if (pt_run_poll(l->run, timeout_ms, &err) < 0) {
         pt_store_note(store, "session: %s", err.msg);
         return PT_EIO;
     }
-    if (l->nspawn)
-        reap(l, 0);
     if (now_ns - l->last_refresh_ns >= PT_LIVE_REFRESH_MS * NS_PER_MS) {
         refresh_agents(l);
         l->last_refresh_ns = now_ns;
     }
-    if (l->state == L_WAIT && registered(l) >= l->expect) {
+    pt_run_state rs = pt_run_get_state(l->run);
+    if (l->state == L_WAIT && rs == PT_RUN_READY) {
         pt_store_note(store, "%d agents registered: assigning the plan and starting", l->expect);
-        if (assign_and_start(l, l->plan, 0, &err) < 0 ||
-            pt_session_start(l->s, steps_left(l, 0), &err) < 0) {
+        if (assign(l, l->plan, 0, &err) < 0 || pt_run_start(l->run, steps_left(l, 0), &err) < 0) {
             l->state = L_FAILED;
             pt_store_note(store, "could not start the run: %s", err.msg);
         } else {
@@ -329,27 +172,27 @@ static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeou
         }
         refresh_agents(l);
     }
-    if (l->state == L_RUN && pt_session_failure(l->s, &err)) {
+    if ((l->state == L_WAIT || l->state == L_RUN) && rs == PT_RUN_FAILED) {
+        pt_run_failure(l->run, &err);
         l->state = L_FAILED;
         pt_store_note(store, "the run failed: %s", err.msg);
     }
-    if (l->state == L_RUN && (l->pending || all_idle(l))) {
-        int64_t n = -1;
-        int rc = 0;
-        if (l->pending) {
-            rc = restart(l, &err);
-            n = steps_left(l, l->resume);
-        }
-        if (rc == 0 && n < 0) {
-            l->state = L_DONE;
-            pt_store_note(store, "the run finished its %lld steps", (long long)l->steps);
-        } else if (rc == 0) {
-            rc = pt_session_start(l->s, n, &err);
-        }
+    if (l->state == L_RUN && l->pending) {
+        int rc = restart(l, &err);
+        int64_t n = steps_left(l, l->resume);
+        if (rc == 0 && n >= 0)
+            rc = pt_run_start(l->run, n, &err);
+        else if (rc == 0)
+            rs = PT_RUN_FINISHED;
         if (rc < 0) {
             l->state = L_FAILED;
             pt_store_note(store, "the run stopped: %s", err.msg);
         }
+        refresh_agents(l);
+    }
+    if (l->state == L_RUN && rs == PT_RUN_FINISHED) {
+        l->state = L_DONE;
+        pt_store_note(store, "the run finished its %lld steps", (long long)l->steps);
         refresh_agents(l);
     }
     return 0;
@@ -363,7 +206,7 @@ static int live_apply(pt_source *src, const pt_plan *plan, pt_error *err)
                             l->state == L_WAIT     ? "still waiting for agents"
                             : l->state == L_FAILED ? "it failed"
                                                    : "it finished");
-    if (pt_session_failure(l->s, err))
+    if (pt_run_failure(l->run, err))
         return PT_ESTATE;
     if (plan->layer_count != l->plan->layer_count)
         return pt_error_set(err, PT_EINVAL, "the plan has %d layers, the model %d",
@@ -372,7 +215,7 @@ static int live_apply(pt_source *src, const pt_plan *plan, pt_error *err)
     int *agents = calloc((size_t)workers, sizeof *agents);
     if (!agents)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
-    int rc = map_agents(l, plan, agents, err); /* refuse before touching the run */
+    int rc = pt_run_map(l->run, plan, agents, err); /* refuse before touching the run */
     free(agents);
     if (rc < 0)
         return rc;
@@ -395,38 +238,15 @@ static void live_describe(pt_source *src, char *buf, size_t cap)
              (long long)pt_session_generation(l->s), pt_session_agent_count(l->s));
 }
 
-static void end_agents(live *l)
-{
-    int64_t end = mono_ns() + PT_LIVE_EXIT_MS * NS_PER_MS;
-    for (;;) {
-        pt_session_poll(l->s, POLL_SLICE_MS, NULL);
-        reap(l, 1);
-        int left = 0;
-        for (int w = 0; w < l->nspawn; w++)
-            left += l->pids[w] > 0 && !l->exited[w];
-        if (!left || mono_ns() > end)
-            break;
-    }
-    for (int w = 0; w < l->nspawn; w++)
-        if (l->pids[w] > 0 && !l->exited[w]) {
-            kill(l->pids[w], SIGKILL);
-            waitpid(l->pids[w], NULL, 0);
-            l->exited[w] = 1;
-        }
-}
-
 static void live_close(pt_source *src)
 {
     live *l = src->impl;
-    if (l->s) {
-        if (l->state == L_RUN && pt_session_stop(l->s, "console quit", NULL) == 0)
-            pt_session_wait(l->s, PT_LIVE_EXIT_MS, NULL);
-        pt_session_bye(l->s, "console quit");
-        end_agents(l);
-        pt_session_destroy(&l->s);
+    if (l->run) {
+        if (l->state == L_RUN)
+            pt_run_stop(l->run, "console quit", PT_LIVE_EXIT_MS, NULL);
+        pt_run_end(l->run, "console quit");
+        pt_run_destroy(&l->run);
     }
-    free(l->pids);
-    free(l->exited);
     pt_plan_free(&l->plan);
     pt_plan_free(&l->pending);
     pt_model_spec_free(&l->model);
@@ -435,23 +255,6 @@ static void live_close(pt_source *src)
 
 static const pt_source_vt live_vt = {"live",        live_poll, live_apply, NULL,
                                      live_describe, live_keys, live_close};
-
-static int make_run_dir(live *l, const char *dir, pt_error *err)
-{
-    if (dir)
-        snprintf(l->run_dir, sizeof l->run_dir, "%s", dir);
-    else {
-        time_t t = time(NULL);
-        struct tm tm;
-        localtime_r(&t, &tm);
-        char name[64];
-        strftime(name, sizeof name, "%Y%m%d-%H%M%S", &tm);
-        snprintf(l->run_dir, sizeof l->run_dir, "%s/%s-console-%ld", RUNS_DIR, name,
-                 (long)getpid());
-    }
-    snprintf(l->ckpt_dir, sizeof l->ckpt_dir, "%s/ckpt", l->run_dir);
-    return pt_mkdir_p(l->ckpt_dir, err);
-}
 
 int pt_source_live_new(const pt_live_opts *o, pt_source **out, pt_error *err)
 {
@@ -477,21 +280,19 @@ int pt_source_live_new(const pt_live_opts *o, pt_source **out, pt_error *err)
         rc = pt_model_spec_parse(mj, "model", &l->model, err);
     free(mj);
     if (rc == 0)
-        rc = make_run_dir(l, o->run_dir, err);
-    char record[PATH_CAP + 32], plan_path[PATH_CAP + 32];
-    snprintf(record, sizeof record, "%.4000s/run.ndjson", l->run_dir);
+        rc = pt_run_dir_make(o->run_dir, LIVE_DIR_TAG, l->run_dir, sizeof l->run_dir, err);
+    snprintf(l->ckpt_dir, sizeof l->ckpt_dir, "%.4000s/%s", l->run_dir, LIVE_CKPT_DIR);
+    char plan_path[PATH_CAP + 32];
     snprintf(plan_path, sizeof plan_path, "%.4000s/plan.json", l->run_dir);
     if (rc == 0)
-        rc = pt_plan_save(l->plan, plan_path, err);
-    pt_session_config cfg = {o->listen, NULL, record, 0, 0};
+        rc = pt_mkdir_p(l->ckpt_dir, err);
     if (rc == 0)
-        rc = pt_session_create(&cfg, &l->s, err);
-    if (rc == 0) {
-        pt_session_set_listener(l->s, on_note, l);
-        pt_session_set_commit(l->s, pt_run_ckpt_commit, NULL);
-    }
+        rc = pt_plan_save(l->plan, plan_path, err);
+    pt_run_config cfg = {l->run_dir, o->listen, NULL, l->expect, on_note, l, NULL, NULL};
+    if (rc == 0 && (rc = pt_run_create(&cfg, &l->run, err)) == 0)
+        l->s = pt_run_session(l->run);
     if (rc == 0 && o->spawn)
-        rc = spawn(l, l->expect, err);
+        rc = pt_run_spawn(l->run, NULL, err);
     if (rc < 0) {
         live_close(&l->base);
         return rc;

@@ -1,7 +1,9 @@
-/* The live data source: a session (tui/session.h) with agents that this
- * console spawns (pipetop demo) or that connect from elsewhere
- * (pipetop --agents N). It waits for the agents, assigns the plan, starts
- * training, and feeds the session's telemetry into the console's store.
+/* The live data source: an adapter over the run controller (tui/run.h)
+ * with agents that this console spawns (pipetop demo) or that connect from
+ * elsewhere (pipetop --agents N). It waits for the agents, assigns the plan,
+ * starts training, and feeds the session's telemetry into the console's
+ * store; agents are mapped to workers by the controller's one policy
+ * (pt_run_map).
  *
  * Agents train from one start until stopped; a stop brings every stage to
  * one common step (the session's two-round stop, docs/protocol.md "Stopping
@@ -23,7 +25,7 @@
 #include "tui/source.h"
 
 #define PT_LIVE_WAIT_MS    60000 /* bound on a stop / assign round trip */
-#define PT_LIVE_EXIT_MS    5000  /* agents' time to exit after bye before SIGKILL */
+#define PT_LIVE_EXIT_MS    5000  /* bound on the stop when the console quits */
 #define PT_LIVE_REFRESH_MS 100   /* agent table refresh */
 
 typedef struct pt_live_opts {
@@ -39,8 +41,9 @@ typedef struct pt_live_opts {
     int64_t checkpoint_every; /* 0: only on stop (apply & restart) */
 } pt_live_opts;
 
-/* Creates the session (binds, opens the run record) and, with spawn, the
- * agents. On failure *out is NULL and err says why. */
+/* Creates the controller (run folder with ckpt/ and plan.json, the session
+ * with its run record) and, with spawn, the agents. On failure *out is NULL
+ * and err says why. */
 int pt_source_live_new(const pt_live_opts *opts, pt_source **out, pt_error *err);
 
 /* The run folder of a live source (NULL for other sources). */

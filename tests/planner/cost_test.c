@@ -13,6 +13,8 @@ static pt_profile *ragged_profile(void)
         p->layers[l].recompute_ms = l == 2 ? 0 : 0.5 + l; /* 0: falls back to fwd_ms */
         p->layers[l].act_bytes = 1000 * (l + 1);
         p->layers[l].param_bytes = 4096 << l;
+        p->layers[l].saved_bytes = l == 3 ? 0 : 800 * (5 - l);
+        p->layers[l].scratch_bytes = (int64_t[]){1600, 0, 4000, 800, 2400}[l];
     }
     p->input_bytes = 800;
     return p;
@@ -30,8 +32,11 @@ static void test_compute_times(void)
             for (int rows = 1; rows <= 8; rows += 3)
                 for (int d = 0; d < 2; d++) {
                     double f = 0, bw = 0, rc = 0;
-                    int64_t par = 0, act = 0;
+                    int64_t par = 0, act = 0, saved = 0, widest = 0;
                     for (int l = a; l < b; l++) {
+                        saved += pf->layers[l].saved_bytes;
+                        if (pf->layers[l].scratch_bytes > widest)
+                            widest = pf->layers[l].scratch_bytes;
                         f += pf->layers[l].fwd_ms;
                         bw += pf->layers[l].bwd_ms;
                         rc += l == 2 ? pf->layers[l].fwd_ms : pf->layers[l].recompute_ms;
@@ -44,8 +49,24 @@ static void test_compute_times(void)
                     CHECK_NEAR(pt_cost_recompute_s(c, a, b, rows, d), rc * k, 1e-15);
                     CHECK(pt_cost_param_bytes(c, a, b) == par);
                     CHECK(pt_cost_act_bytes(c, a, b, rows) == act * rows / 8);
+                    CHECK(pt_cost_saved_bytes(c, a, b, rows) == saved * rows / 8);
+                    /* input gradients of layers a+1..b-1 plus the widest layer scratch */
+                    int64_t inner = act - pf->layers[b - 1].act_bytes;
+                    CHECK(pt_cost_scratch_bytes(c, a, b, rows) == (inner + widest) * rows / 8);
+                    CHECK(pt_cost_loss_saved_bytes(c, a, b, rows) ==
+                          (b == 5 ? pf->layers[4].saved_bytes * rows / 8 : 0));
                 }
     CHECK(pt_cost_boundary_bytes(c, 0, 4) == 400);
+    {
+        /* a profile without any saved or scratch bytes (PipeDream's, older files)
+         * describes layers, not pipetop's runtime: no backward scratch */
+        pt_profile *bare = fx_profile(3, 1, 1, 1000, 0, 8);
+        pt_cost *bc = NULL;
+        REQUIRE(pt_cost_new(bare, t, &bc, NULL) == 0);
+        CHECK(pt_cost_scratch_bytes(bc, 0, 3, 8) == 0 && pt_cost_saved_bytes(bc, 0, 3, 8) == 0);
+        pt_cost_free(&bc);
+        pt_profile_free(&bare);
+    }
     CHECK(pt_cost_boundary_bytes(c, 3, 8) == 3000);
     /* optimizer step: (3 + 2k) passes over the parameters at the stated bandwidth */
     double sgd = 4096.0 * (PT_COST_OPT_BASE_PASSES + PT_COST_OPT_STATE_PASSES * 1) /

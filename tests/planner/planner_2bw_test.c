@@ -2,7 +2,7 @@
  * placement, micro-batch size and recomputation, each with the balanced
  * partition found here by trying every partition. The objective is
  * re-implemented: M * max over stages of max(compute, sends) + max over stages
- * of (all-reduce + optimizer step). */
+ * of (the exposed part of the bucketed all-reduce + optimizer step). */
 #include "planner/planner.h"
 #include "tests/planner/planner_enum.h"
 #include "tests/test.h"
@@ -67,7 +67,8 @@ static double objective(const pt_cost *cost, const pt_topology *t, const int *cu
         if (lane > step)
             step = lane;
         int64_t P = pt_cost_param_bytes(cost, cuts[s], cuts[s + 1]);
-        double ar = pt_cost_allreduce_s(cost, devs, w, P) +
+        pt_stage st = {.first = cuts[s], .last = cuts[s + 1], .replicas = devs, .replica_count = w};
+        double ar = (w > 1 ? en_exposed_allreduce(cost, &st, rows, devs[0]) : 0) +
                     pt_cost_opt_step_s(cost, P, PT_OPTIM_SGD, devs[0]);
         if (ar > tail)
             tail = ar;

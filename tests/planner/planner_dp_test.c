@@ -11,8 +11,8 @@ static pt_profile *hand_profile(void)
     pt_profile *p = pt_profile_new(2);
     p->microbatch = 2;
     snprintf(p->model, sizeof p->model, "hand");
-    p->layers[0] = (pt_profile_layer){"a", 1, 2, 1, 1000, 1000000, 0, 0, 0};
-    p->layers[1] = (pt_profile_layer){"b", 2, 4, 2, 1000, 1000000, 0, 0, 0};
+    p->layers[0] = (pt_profile_layer){"a", 1, 2, 1, 1000, 1000000, 0, 0, 0, 0, 0};
+    p->layers[1] = (pt_profile_layer){"b", 2, 4, 2, 1000, 1000000, 0, 0, 0, 0, 0};
     p->input_bytes = 1000;
     return p;
 }
@@ -77,7 +77,8 @@ static void test_memory_picks_microbatch(void)
     pt_planner_opts o;
     pt_planner_opts_default(&o);
     /* weights 2 MB + grads 2 MB + momentum 2 MB = 6 MB; activations per
-     * replica with r rows: (in 500 B/sample + 50 MB/sample + 500 B/sample) * r */
+     * replica with r rows: (in 500 B/sample + 50 MB/sample + 500 B/sample) * r (a
+     * profile without saved or scratch bytes has no backward scratch) */
     o.memory_limit_bytes = 6000000 + 60000000;
     pt_plan *plan = NULL;
     pt_planner_report rep;

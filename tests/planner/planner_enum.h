@@ -199,8 +199,41 @@ static inline int en_place(const pt_topology *t, int *freec, int *used, int bnod
  * K_p = min(S - p, M) (policy A) or min(2(S - p) - 1, M) (policy B),
  * w_p = F_p + B_p (F_p when q = 0); a boundary on
  * one node when both its stages sit on one node, else at the inter-node link
- * for every pair; split-concat transfers; AR_e the ring all-reduce over stage
- * e's replicas plus its optimizer step. */
+ * for every pair; split-concat transfers; AR_e the part of stage e's bucketed
+ * ring all-reduce that outlasts its last backward plus its optimizer step. */
+/* The part of a replicated stage's gradient all-reduce that outlasts its last
+ * backward, written from the rule in planner/schedule.h (buckets of
+ * PT_SCHED_BUCKET_BYTES walked from the last layer, each all-reduced once the
+ * backward has run its layers, one after another), independently of
+ * planner/cost.c's implementation. */
+static inline double en_exposed_allreduce(const pt_cost *cost, const pt_stage *st, int rows,
+                                          int dev)
+{
+    const pt_profile *pr = pt_cost_profile(cost);
+    double end = 0, bwd = pt_cost_bwd_s(cost, st->first, st->last, rows, dev);
+    int hi = st->last;
+    while (hi > st->first) {
+        int lo = hi;
+        int64_t bytes = 0;
+        while (lo > st->first && (lo == hi || bytes < PT_SCHED_BUCKET_BYTES)) {
+            lo--;
+            bytes += pr->layers[lo].param_bytes;
+        }
+        int64_t below = 0;
+        for (int l = st->first; l < lo; l++)
+            below += pr->layers[l].param_bytes;
+        if (below == 0) {
+            bytes += below;
+            lo = st->first;
+        }
+        double ready = pt_cost_bwd_s(cost, lo, st->last, rows, dev);
+        end = (end > ready ? end : ready) +
+              pt_cost_allreduce_s(cost, st->replicas, st->replica_count, bytes);
+        hi = lo;
+    }
+    return end > bwd ? end - bwd : 0;
+}
+
 static inline double en_dapple_latency_pol(const pt_cost *cost, const pt_plan *p, char policy)
 {
     const pt_topology *t = pt_cost_topology(cost);
@@ -213,7 +246,7 @@ static inline double en_dapple_latency_pol(const pt_cost *cost, const pt_plan *p
         F[2 * s] = pt_cost_fwd_s(cost, st->first, st->last, rows, dev);
         B[2 * s] = pt_cost_bwd_s(cost, st->first, st->last, rows, dev);
         int64_t P = pt_cost_param_bytes(cost, st->first, st->last);
-        AR[2 * s] = pt_cost_allreduce_s(cost, st->replicas, r, P) +
+        AR[2 * s] = (r > 1 ? en_exposed_allreduce(cost, st, rows, dev) : 0) +
                     pt_cost_opt_step_s(cost, P, p->optimizer.kind, dev);
         if (s + 1 < S) {
             const pt_stage *nx = &p->stages[s + 1];

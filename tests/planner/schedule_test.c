@@ -19,7 +19,7 @@ static int build(pt_sched_kind kind, int S, int M, const int *reps, int recomput
         plan->stages[s].recompute = recompute && (s % 2 == 0);
     plan->vertical_sync = vsync;
     plan->policy = policy;
-    pt_sched_opts o = {0, windows};
+    pt_sched_opts o = {.microbatches = 0, .windows = windows};
     int rc = pt_sched_build(plan, pf, &o, prog, err);
     pt_plan_free(&plan);
     pt_profile_free(&pf);
@@ -342,7 +342,7 @@ static void test_recompute_and_registry(void)
     CHECK(pt_sched_info_of(PT_SCHED_BUILTIN_COUNT) == NULL);
     /* a synchronous kind refuses several windows; replicas beyond the micro-batch size */
     pt_plan *plan = fx_plan(PT_SCHED_DAPPLE, 2, 1, NULL, 4, 4);
-    pt_sched_opts o = {0, 3};
+    pt_sched_opts o = {.windows = 3};
     CHECK(pt_sched_build(plan, NULL, &o, &prog, &err) == PT_EINVAL);
     CHECK_STR_CONTAINS(err.msg, "windows");
     int many[5] = {0, 1, 2, 3, 4};
@@ -450,19 +450,39 @@ static void test_validator_catches(void)
     expect_broken(&p, PT_EINVAL, "exactly one OPT_STEP");
 
     fresh(&p, PT_SCHED_DAPPLE, reps, 0); /* a replica skips its all-reduce */
+    fx_delete_op(&p, fx_find(&p, 1, PT_OP_AR_WAIT, 0));
     fx_delete_op(&p, fx_find(&p, 1, PT_OP_ALLREDUCE, 0));
-    expect_broken(&p, PT_EINVAL, "without an all-reduce");
+    expect_broken(&p, PT_EINVAL, "without a completed all-reduce");
 
     fresh(&p, PT_SCHED_DAPPLE, reps, 0); /* replicas issue different collectives */
     {
         int ar = fx_find(&p, 3, PT_OP_ALLREDUCE, 0);
-        p.ops[ar].flags |= PT_OPF_ASYNC;
-        pt_op wait = p.ops[ar];
-        wait.kind = PT_OP_AR_WAIT;
-        wait.flags = 0;
-        fx_insert_op(&p, ar + 1, wait);
+        CHECK(p.ops[ar].flags & PT_OPF_ASYNC);
+        p.ops[ar].flags &= (uint8_t)~PT_OPF_ASYNC;
+        fx_delete_op(&p, fx_find(&p, 3, PT_OP_AR_WAIT, 0));
     }
     expect_broken(&p, PT_EINVAL, "different all-reduces");
+
+    fresh(&p, PT_SCHED_DAPPLE, reps, 0); /* a bucket leaves a layer's gradient unreduced */
+    {
+        int ar = fx_find(&p, 1, PT_OP_ALLREDUCE, 0);
+        CHECK(p.ops[ar].layer_hi - p.ops[ar].layer_lo >= 2);
+        p.ops[ar].layer_lo++;
+    }
+    expect_broken(&p, PT_EINVAL, "without a completed all-reduce of all its layers");
+
+    fresh(&p, PT_SCHED_DAPPLE, reps, 0); /* buckets first-layer first */
+    {
+        int ar = fx_find(&p, 1, PT_OP_ALLREDUCE, 0);
+        pt_op second = p.ops[ar];
+        int mid = (second.layer_lo + second.layer_hi) / 2;
+        p.ops[ar].layer_hi = mid;
+        second.layer_lo = mid;
+        fx_insert_op(&p, ar + 1, second);
+        pt_op wait = p.ops[fx_find(&p, 1, PT_OP_AR_WAIT, 0)];
+        fx_insert_op(&p, fx_find(&p, 1, PT_OP_AR_WAIT, 0), wait);
+    }
+    expect_broken(&p, PT_EINVAL, "last layer first");
 
     fresh(&p, PT_SCHED_DAPPLE, reps, 0); /* two sends for one receive */
     {

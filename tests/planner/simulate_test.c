@@ -41,7 +41,7 @@ static int rig_run(rig *g, pt_sched_kind kind, int S, int M, const int *reps, in
             return -1;
     }
     g->plan->schedule = kind;
-    pt_sched_opts o = {M, windows};
+    pt_sched_opts o = {.microbatches = M, .windows = windows};
     int rc = pt_sim_plan(g->sim, g->plan, g->cost, &o, &g->prog, &g->res, &g->err);
     if (rc < 0)
         fprintf(stderr, "rig: %s\n", g->err.msg);
@@ -464,6 +464,51 @@ static void test_mutants(void)
     CHECK(accepted > 0);   /* some damage is harmless (a swap of independent ops) */
 }
 
+/* Devices sharing cores: 4 stages on one node of 4 devices; with "cores" 2
+ * every compute op lasts twice as long, with 4 or more (or none said) as
+ * long as its cost; a node of its own keeps its speed. */
+static void test_shared_cores(void)
+{
+    const int S = 4, M = 4;
+    pt_profile *pf = fx_profile(S, F_MS, B_MS, 1000, 100, 4);
+    pt_topology *topo = fx_topo(2, S, FX_FAST_BPS, 0);
+    pt_plan *plan = fx_plan(PT_SCHED_GPIPE, S, 1, NULL, 4, M);
+    REQUIRE(pf && topo && plan);
+    pt_sim *sim = NULL;
+    REQUIRE(pt_sim_new(&sim) == 0);
+    const int cores[] = {0, 4, 8, 2, 1};
+    const double slow[] = {1, 1, 1, 2, 4};
+    double makespan[5];
+    for (int k = 0; k < 5; k++) {
+        for (int d = 0; d < S; d++)
+            topo->devices[d].node_cores = cores[k];
+        topo->devices[S].node_cores = 1; /* the other node: unused by the plan */
+        pt_cost *cost = NULL;
+        pt_program prog = {0};
+        pt_sim_result res;
+        REQUIRE(pt_cost_new(pf, topo, &cost, NULL) == 0);
+        pt_cost_set_opt_bandwidth(cost, 0);
+        REQUIRE(pt_sim_plan(sim, plan, cost, NULL, &prog, &res, NULL) == 0);
+        for (int i = 0; i < prog.op_count; i++) {
+            const pt_op *op = &prog.ops[i];
+            const pt_sim_event *ev = &res.events[i];
+            if (op->kind == PT_OP_FWD || op->kind == PT_OP_BWD)
+                CHECK_NEAR(ev->end - ev->start,
+                           slow[k] * (op->kind == PT_OP_FWD ? F_MS : B_MS) / 1000.0, 1e-12);
+        }
+        makespan[k] = res.makespan_s;
+        pt_program_release(&prog);
+        pt_cost_free(&cost);
+    }
+    /* no communication cost to speak of: the makespan scales with the compute */
+    for (int k = 1; k < 5; k++)
+        CHECK_NEAR(makespan[k], slow[k] * makespan[0], 1e-6 * makespan[0]);
+    pt_sim_free(&sim);
+    pt_plan_free(&plan);
+    pt_topology_free(&topo);
+    pt_profile_free(&pf);
+}
+
 PT_TEST_MAIN({"closed_form_sync", test_closed_form_sync}, {"costs_add_time", test_costs_add_time},
              {"inflight_activations", test_inflight_activations},
              {"weight_versions", test_weight_versions},
@@ -473,4 +518,4 @@ PT_TEST_MAIN({"closed_form_sync", test_closed_form_sync}, {"costs_add_time", tes
              {"pipesgd_overlap", test_pipesgd_overlap},
              {"deadlock_and_errors", test_deadlock_and_errors},
              {"deterministic_and_reusable", test_deterministic_and_reusable},
-             {"mutants", test_mutants})
+             {"mutants", test_mutants}, {"shared_cores", test_shared_cores})

@@ -12,7 +12,8 @@ static const char *example =
     "{\"v\":1,\"model\":\"fmnist-mlp\",\"device\":\"cpu-x86\",\"source\":\"measured\","
     "\"microbatch\":64,\"input_bytes\":200704,\"layers\":["
     "{\"name\":\"linear0\",\"fwd_ms\":0.5,\"bwd_ms\":1.0,\"recompute_ms\":0.25,"
-    "\"act_bytes\":262144,\"param_bytes\":3215360},"
+    "\"act_bytes\":262144,\"param_bytes\":3215360,\"saved_bytes\":1024,"
+    "\"scratch_bytes\":2048},"
     "{\"name\":\"relu1\",\"fwd_ms\":0.05,\"bwd_ms\":0.07,\"act_bytes\":262144,\"param_bytes\":0}]}";
 
 static int profile_equal(const pt_profile *a, const pt_profile *b)
@@ -25,7 +26,8 @@ static int profile_equal(const pt_profile *a, const pt_profile *b)
         const pt_profile_layer *x = &a->layers[i], *y = &b->layers[i];
         if (strcmp(x->name, y->name) || x->fwd_ms != y->fwd_ms || x->bwd_ms != y->bwd_ms ||
             x->recompute_ms != y->recompute_ms || x->act_bytes != y->act_bytes ||
-            x->param_bytes != y->param_bytes)
+            x->param_bytes != y->param_bytes || x->saved_bytes != y->saved_bytes ||
+            x->scratch_bytes != y->scratch_bytes)
             return 0;
     }
     return 1;
@@ -44,6 +46,9 @@ static void test_example(void)
     /* recompute_ms defaults to fwd_ms */
     CHECK(p->layers[1].recompute_ms == p->layers[1].fwd_ms);
     CHECK(p->layers[0].param_bytes == 3215360 && p->layers[1].act_bytes == 262144);
+    CHECK(p->layers[0].saved_bytes == 1024 && p->layers[0].scratch_bytes == 2048);
+    /* files that predate the memory fields read as keeping nothing beyond the output */
+    CHECK(p->layers[1].saved_bytes == 0 && p->layers[1].scratch_bytes == 0);
     pt_profile_free(&p);
     CHECK(p == NULL);
 }
@@ -98,6 +103,8 @@ static void test_round_trip_random(void)
             l->recompute_ms = random_ms(&seed);
             l->act_bytes = ((int64_t)rand_r(&seed) << 21) | rand_r(&seed);
             l->param_bytes = i == 0 ? (int64_t)1 << 53 : rand_r(&seed);
+            l->saved_bytes = i == 1 ? (int64_t)1 << 53 : ((int64_t)rand_r(&seed) << 20);
+            l->scratch_bytes = rand_r(&seed) % 3 ? rand_r(&seed) : 0;
         }
         char *json = pt_profile_to_json(p);
         REQUIRE(json != NULL);

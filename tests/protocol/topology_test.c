@@ -27,7 +27,7 @@ static int topo_equal(const pt_topology *a, const pt_topology *b)
     for (int i = 0; i < a->device_count; i++) {
         const pt_device *x = &a->devices[i], *y = &b->devices[i];
         if (strcmp(x->name, y->name) || x->node != y->node || x->memory_bytes != y->memory_bytes ||
-            x->speed != y->speed)
+            x->speed != y->speed || x->node_cores != y->node_cores)
             return 0;
     }
     for (int i = 0; i < a->node_count; i++)
@@ -247,6 +247,12 @@ static void test_round_trip_random(void)
             if (rand_r(&seed) % 3 == 0)
                 snprintf(t->devices[i].name, PT_NAME_MAX, "custom-%d", i);
         }
+        /* some nodes share cores among their devices (every device of a node alike) */
+        for (int n = 0; n < nodes; n++) {
+            int cores = rand_r(&seed) % 2 ? 1 + rand_r(&seed) % 64 : 0;
+            for (int j = 0; j < per; j++)
+                t->devices[n * per + j].node_cores = cores;
+        }
         pt_topology *back = round_trip(t);
         REQUIRE(back != NULL);
         CHECK(!strcmp(back->node_names[0], "n0"));
@@ -265,6 +271,42 @@ static void test_round_trip_random(void)
         pt_topology_free(&back);
         pt_topology_free(&t);
     }
+}
+
+/* "cores": a node's devices share that many cores; the simulator's slowdown. */
+static void test_shared_cores(void)
+{
+    const char *json = "{\"v\":1,\"name\":\"host\",\"nodes\":["
+                       "{\"name\":\"box\",\"cores\":2,\"count\":4,"
+                       "\"device\":{\"name\":\"cpu\",\"memory_gib\":1}},"
+                       "{\"repeat\":2,\"cores\":3,\"count\":1,\"device\":{\"memory_gib\":1}},"
+                       "{\"count\":2,\"device\":{\"memory_gib\":1}}],"
+                       "\"links\":{\"intra\":{\"bandwidth_gbps\":40,\"latency_us\":20},"
+                       "\"inter\":{\"bandwidth_gbps\":10,\"latency_us\":50}}}";
+    pt_topology *t = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_topology_parse(json, "t.json", &t, &err) == 0);
+    REQUIRE(t->device_count == 8);
+    for (int d = 0; d < 4; d++)
+        CHECK(t->devices[d].node_cores == 2);
+    CHECK(t->devices[4].node_cores == 3 && t->devices[5].node_cores == 3); /* repeated */
+    CHECK(t->devices[6].node_cores == 0 && t->devices[7].node_cores == 0); /* not said */
+    /* 4 workers on 2 cores run at half speed; 1 or 2 do not slow down */
+    CHECK(pt_topology_oversubscription(t, 0, 4) == 2.0);
+    CHECK(pt_topology_oversubscription(t, 3, 2) == 1.0);
+    CHECK(pt_topology_oversubscription(t, 1, 1) == 1.0);
+    CHECK(pt_topology_oversubscription(t, 4, 6) == 2.0);
+    CHECK(pt_topology_oversubscription(t, 6, 100) == 1.0); /* own compute */
+    CHECK(pt_topology_oversubscription(t, 99, 100) == 1.0);
+    char *text = pt_topology_to_json(t);
+    REQUIRE(text != NULL);
+    CHECK(strstr(text, "\"cores\"") != NULL);
+    pt_topology *back = NULL;
+    CHECK_MSG(pt_topology_parse(text, "back", &back, &err) == 0, "%s", err.msg);
+    CHECK(back && topo_equal(t, back));
+    free(text);
+    pt_topology_free(&back);
+    pt_topology_free(&t);
 }
 
 /* A record built by hand without node names still writes. */
@@ -304,4 +346,5 @@ PT_TEST_MAIN({"example", test_example},
              {"single_node_inter", test_single_node_inter_defaults_to_intra},
              {"shipped", test_shipped}, {"shipped_figures", test_shipped_figures},
              {"uniform", test_uniform}, {"round_trip_random", test_round_trip_random},
-             {"no_node_names", test_no_node_names}, {"save_load", test_save_load})
+             {"no_node_names", test_no_node_names}, {"shared_cores", test_shared_cores},
+             {"save_load", test_save_load})

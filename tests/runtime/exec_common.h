@@ -143,6 +143,9 @@ typedef struct ec_case {
     int windows; /* asynchronous kinds; iterations for synchronous ones */
     pt_optim_kind optim;
     int gpt;
+    /* gradient buckets (pt_sched_opts.bucket_bytes): 0 builds without a profile (one
+     * bucket per stage); otherwise with ec_profile's real parameter bytes */
+    int64_t bucket_bytes;
 } ec_case;
 
 static inline pt_optim_spec ec_optim(pt_optim_kind kind)
@@ -191,6 +194,55 @@ static inline int ec_program(const ec_case *c, int layer_count, pt_program *prog
     int rc = plan ? pt_sched_build(plan, NULL, &o, prog, &err) : PT_ENOMEM;
     if (rc < 0)
         fprintf(stderr, "%s: %s\n", c->name, err.msg);
+    pt_plan_free(&plan);
+    return rc;
+}
+
+static inline pt_net *ec_whole_net(const pt_model_spec *spec, int batch);
+
+/* A profile of spec with its real parameter bytes (times are made up). */
+static inline pt_profile *ec_profile(const pt_model_spec *spec, int mb)
+{
+    pt_net *whole = ec_whole_net(spec, 1);
+    pt_profile *p = pt_profile_new(spec->layer_count);
+    if (!whole || !p) {
+        pt_net_destroy(&whole);
+        pt_profile_free(&p);
+        return NULL;
+    }
+    p->microbatch = mb;
+    for (int l = 0; l < spec->layer_count; l++) {
+        int64_t in, out, off, count;
+        pt_net_layer_elems(whole, l, &in, &out);
+        pt_net_layer_range(whole, l, &off, &count);
+        if (l == 0)
+            p->input_bytes = in * (int64_t)sizeof(float) * mb;
+        pt_profile_layer *L = &p->layers[l];
+        snprintf(L->name, sizeof L->name, "l%d", l);
+        L->fwd_ms = 1.0;
+        L->bwd_ms = 2.0;
+        L->recompute_ms = L->fwd_ms;
+        L->act_bytes = out * (int64_t)sizeof(float) * mb;
+        L->param_bytes = count * (int64_t)sizeof(float);
+    }
+    pt_net_destroy(&whole);
+    return p;
+}
+
+static inline int ec_program_spec(const ec_case *c, const pt_model_spec *spec, pt_program *prog)
+{
+    pt_plan *plan = ec_plan(c, spec->layer_count);
+    pt_error err = {0};
+    pt_sched_opts o = {0};
+    int sync = pt_sched_kind_has(c->kind, PT_SCHED_SYNCHRONOUS);
+    o.windows = sync ? 0 : c->windows;
+    o.bucket_bytes = c->bucket_bytes;
+    pt_profile *pf = c->bucket_bytes ? ec_profile(spec, c->mb_size) : NULL;
+    int rc =
+        plan && (pf || !c->bucket_bytes) ? pt_sched_build(plan, pf, &o, prog, &err) : PT_ENOMEM;
+    if (rc < 0)
+        fprintf(stderr, "%s: %s\n", c->name, err.msg);
+    pt_profile_free(&pf);
     pt_plan_free(&plan);
     return rc;
 }
@@ -475,7 +527,7 @@ static inline int ec_run_case(const ec_case *c, const pt_model_spec *spec, const
                               int runs, ec_run *r)
 {
     memset(r, 0, sizeof *r);
-    int rc = ec_program(c, spec->layer_count, &r->prog);
+    int rc = ec_program_spec(c, spec, &r->prog);
     if (rc < 0)
         return rc;
     pt_error err = {0};

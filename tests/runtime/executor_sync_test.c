@@ -146,6 +146,82 @@ static void test_data_parallel(void)
     run_sync(&c);
 }
 
+/* Bucketed all-reduce overlapping the backward (DDP-style, the default) gives
+ * the weights of one all-reduce of the whole stage after its last backward
+ * (and of single-device training): the buckets reduce disjoint parameter
+ * ranges whose gradients are final when they start. */
+static void test_overlapped_allreduce(void)
+{
+    static const int reps[] = {2, 3};
+    static const int cuts2[] = {0, 5, 8};
+    static const pt_sched_kind kinds[] = {PT_SCHED_GPIPE, PT_SCHED_DAPPLE, PT_SCHED_1F1B_FLUSH};
+    for (int k = 0; k < 3; k++) {
+        ec_case c = {.name = "overlapped",
+                     .kind = kinds[k],
+                     .stages = 2,
+                     .cuts = cuts2,
+                     .replicas = reps,
+                     .mb_size = 6,
+                     .mb_count = 3,
+                     .optim = PT_OPTIM_SGD,
+                     .bucket_bytes = 1}; /* a bucket per layer with parameters */
+        pt_model_spec spec = ec_mlp();
+        pt_dataset *ds = ec_data(&spec);
+        ec_run over, plain;
+        REQUIRE(ec_run_case(&c, &spec, ds, ITERS, &over) == 0);
+        c.bucket_bytes = -1;
+        REQUIRE(ec_run_case(&c, &spec, ds, ITERS, &plain) == 0);
+        /* the programs differ as intended: several asynchronous buckets vs one
+         * synchronous all-reduce per replicated stage */
+        int buckets = 0, sync_ar = 0;
+        for (int i = 0; i < over.prog.op_count; i++)
+            buckets += over.prog.ops[i].kind == PT_OP_ALLREDUCE &&
+                       (over.prog.ops[i].flags & PT_OPF_ASYNC) &&
+                       over.prog.ops[i].layer_hi > over.prog.ops[i].layer_lo;
+        for (int i = 0; i < plain.prog.op_count; i++)
+            sync_ar += plain.prog.ops[i].kind == PT_OP_ALLREDUCE &&
+                       !(plain.prog.ops[i].flags & PT_OPF_ASYNC);
+        CHECK(buckets > 5); /* 5 workers, more than one bucket on some */
+        /* every bucket was queued for the collective thread from inside the backward
+         * that completes it, before that BWD ended (the runtime overlaps) */
+        int hooked = 0;
+        for (int w = 0; w < over.prog.worker_count; w++) {
+            int64_t bwd_start = 0, bwd_end = 0;
+            for (int e = 0; e < over.events->n[w]; e++) {
+                const pt_exec_event *ev = &over.events->ev[w][e];
+                const pt_op *op = &over.prog.ops[ev->op_index];
+                if (ev->kind == PT_OP_BWD) {
+                    bwd_start = ev->start_ns;
+                    bwd_end = ev->end_ns;
+                } else if (ev->kind == PT_OP_ALLREDUCE && op->layer_hi > op->layer_lo) {
+                    CHECK_MSG(ev->queued_ns > bwd_start && ev->queued_ns <= bwd_end,
+                              "worker %d bucket [%d,%d): queued at %lld, BWD [%lld,%lld]", w,
+                              op->layer_lo, op->layer_hi, (long long)ev->queued_ns,
+                              (long long)bwd_start, (long long)bwd_end);
+                    hooked++;
+                }
+            }
+        }
+        CHECK(hooked == buckets);
+        CHECK(sync_ar == 5);
+        CHECK(over.replicas_equal && plain.replicas_equal);
+        REQUIRE(over.w.count == plain.w.count);
+        double d = ec_maxrel(over.w.w, plain.w.w, over.w.count);
+        CHECK_MSG(d <= 1e-6, "%s: overlapped vs unoverlapped all-reduce differ by %g",
+                  pt_sched_info_of(kinds[k])->facts.name, d);
+        ec_weights want, short_by_one;
+        int64_t B = (int64_t)c.mb_size * c.mb_count;
+        ec_ref_sync(&spec, ds, B, ITERS, c.optim, &want);
+        ec_ref_sync(&spec, ds, B, ITERS - 1, c.optim, &short_by_one);
+        ec_check_equal("overlapped", &over.w, &want, &short_by_one);
+        free(want.w);
+        free(short_by_one.w);
+        ec_run_free(&over);
+        ec_run_free(&plain);
+        pt_dataset_free(&ds);
+    }
+}
+
 static void test_stage_without_parameters(void)
 {
     /* stage 1 is a lone relu: no parameters, an all-reduce of nothing */
@@ -155,4 +231,5 @@ static void test_stage_without_parameters(void)
 
 PT_TEST_MAIN({"stage_without_parameters", test_stage_without_parameters}, {"plain", test_plain},
              {"replicated", test_replicated}, {"recompute", test_recompute}, {"adam", test_adam},
-             {"gpt", test_gpt}, {"data_parallel", test_data_parallel})
+             {"gpt", test_gpt}, {"data_parallel", test_data_parallel},
+             {"overlapped_allreduce", test_overlapped_allreduce})

@@ -242,6 +242,61 @@ static void check_accumulation(pt_model_spec spec, int recompute)
     free_batch(&b);
 }
 
+/* pt_net_backward_hooked calls the hook once per top-level layer, last layer
+ * first, with global indices, when that layer's gradient is final and the
+ * layers below have not run yet (what a bucket all-reduce relies on). */
+typedef struct hook_rec {
+    pt_net *net;
+    int n, order[64];
+    float *snap;    /* each layer's gradient slice at its hook */
+    int below_zero; /* every earlier layer's gradient still zero at each hook */
+} hook_rec;
+
+static void record_hook(void *user, int layer)
+{
+    hook_rec *h = user;
+    h->order[h->n++] = layer;
+    int64_t off, count;
+    REQUIRE(pt_net_layer_range(h->net, layer, &off, &count) == 0);
+    const float *g = pt_net_grads(h->net);
+    memcpy(h->snap + off, g + off, (size_t)count * sizeof(float));
+    for (int64_t i = 0; i < off; i++)
+        if (g[i] != 0.0f)
+            h->below_zero = 0;
+}
+
+static void test_backward_hook(void)
+{
+    pt_model_spec spec = mlp_spec();
+    int nl = spec.layer_count, first = 2;
+    batch b = make_batch(&spec, 4, 7);
+    pt_net *net = make_net(&spec, first, nl, 8, 1, 0);
+    REQUIRE(net);
+    int64_t np = pt_net_param_count(net);
+    hook_rec h = {.net = net, .snap = calloc((size_t)np, sizeof(float)), .below_zero = 1};
+    int64_t in = b.n * pt_net_in_elems(net);
+    float *x = malloc((size_t)in * sizeof *x);
+    for (int64_t i = 0; i < in; i++)
+        x[i] = (float)((i % 7) - 3) * 0.25f;
+    pt_net_zero_grads(net);
+    REQUIRE(pt_net_forward(net, 0, NULL, x, b.n, b.labels, NULL, NULL) == 0);
+    REQUIRE(pt_net_backward_hooked(net, 0, NULL, NULL, NULL, NULL, record_hook, &h) == 0);
+    CHECK(h.n == nl - first);
+    for (int k = 0; k < h.n; k++)
+        CHECK_MSG(h.order[k] == nl - 1 - k, "hook %d: layer %d, want %d", k, h.order[k],
+                  nl - 1 - k);
+    CHECK(memcmp(h.snap, pt_net_grads(net), (size_t)np * sizeof(float)) == 0);
+    CHECK(h.below_zero);
+    double mag = 0;
+    for (int64_t i = 0; i < np; i++)
+        mag += fabs(pt_net_grads(net)[i]);
+    CHECK(mag > 0); /* there were gradients to see */
+    free(h.snap);
+    free(x);
+    pt_net_destroy(&net);
+    free_batch(&b);
+}
+
 static void test_accumulation(void)
 {
     check_accumulation(mlp_spec(), 0);
@@ -516,4 +571,4 @@ PT_TEST_MAIN({"split_mlp", test_split_mlp}, {"split_gpt", test_split_gpt},
              {"accumulation", test_accumulation}, {"slots", test_slots},
              {"recompute", test_recompute}, {"memory", test_memory},
              {"contract_errors", test_contract_errors}, {"layer_io", test_layer_io},
-             {"seed", test_seed})
+             {"seed", test_seed}, {"backward_hook", test_backward_hook})

@@ -31,6 +31,46 @@ static int endpoints(const char *record, char *ctl, char *tel, size_t cap)
     return ok;
 }
 
+/* 1 when the run record contains what. */
+static int record_has(const char *record, const char *what)
+{
+    char *text = NULL;
+    if (pt_file_read(record, &text, NULL, NULL) < 0)
+        return 0;
+    int has = strstr(text, what) != NULL;
+    free(text);
+    return has;
+}
+
+/* Lines of the run record that reject something on `channel`. */
+static int rejected_lines(const char *record, const char *channel)
+{
+    char *text = NULL, want[64];
+    if (pt_file_read(record, &text, NULL, NULL) < 0)
+        return 0;
+    snprintf(want, sizeof want, "\"kind\":\"rejected\",\"channel\":\"%s\"", channel);
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, want)); p += strlen(want))
+        n++;
+    free(text);
+    return n;
+}
+
+/* 1 once the console's SUB has subscribed at xpub (from then on what xpub
+ * publishes reaches it), 0 after ms. */
+static int subscribed(void *xpub, int ms)
+{
+    zmq_pollitem_t it = {xpub, 0, ZMQ_POLLIN, 0};
+    int64_t t0 = ru_now_ms();
+    while (ru_now_ms() - t0 < ms) {
+        char buf[64];
+        if (zmq_poll(&it, 1, 100) > 0 && zmq_recv(xpub, buf, sizeof buf, ZMQ_DONTWAIT) >= 1 &&
+            buf[0] == 1)
+            return 1;
+    }
+    return 0;
+}
+
 static int steps_seen(const char *out)
 {
     double loss[1];
@@ -95,12 +135,18 @@ static void test_external_agents(void)
                        "hand-a",
                        NULL};
     pid_t pb = ru_start(agent_b, TDIR "/b.out", TDIR "/b.err");
-    usleep(200000);
+    /* hand-b registers first (its register is in the record) */
+    t0 = ru_now_ms();
+    while (!record_has(TDIR "/run/run.ndjson", "\"agent\":\"hand-b\"") && ru_now_ms() - t0 < RUN_MS)
+        usleep(20000);
+    REQUIRE(record_has(TDIR "/run/run.ndjson", "\"agent\":\"hand-b\""));
     pid_t pa = ru_start(agent_a, TDIR "/a.out", TDIR "/a.err");
 
     /* garbage from an intruder on both channels */
     void *ctx = zmq_ctx_new();
-    void *dealer = zmq_socket(ctx, ZMQ_DEALER), *pub = zmq_socket(ctx, ZMQ_PUB);
+    /* XPUB: a PUB that hands over the console's subscription, so the test
+     * knows when what it publishes gets through */
+    void *dealer = zmq_socket(ctx, ZMQ_DEALER), *pub = zmq_socket(ctx, ZMQ_XPUB);
     int linger = 0;
     zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(pub, ZMQ_LINGER, &linger, sizeof linger);
@@ -111,14 +157,21 @@ static void test_external_agents(void)
     while (steps_seen(TDIR "/run.out") < 3 && ru_now_ms() - t0 < RUN_MS)
         usleep(20000);
     REQUIRE(steps_seen(TDIR "/run.out") >= 3);
-    int ev = 0;
-    size_t evlen = sizeof ev;
-    zmq_getsockopt(pub, ZMQ_EVENTS, &ev, &evlen); /* takes in the console's subscription */
+    REQUIRE(subscribed(pub, RUN_MS));
     const char *junk[] = {"\x01garbage", "{\"v\":1}", "{\"v\":1,\"type\":\"heartbeat\"}"};
     for (int k = 0; k < 3; k++) {
         zmq_send(dealer, junk[k], strlen(junk[k]), 0);
         zmq_send(pub, junk[k], strlen(junk[k]), 0);
     }
+    /* the console has seen all six (its record says so) before the run
+     * must show that it went on */
+    t0 = ru_now_ms();
+    while ((rejected_lines(TDIR "/run/run.ndjson", "control") < 3 ||
+            rejected_lines(TDIR "/run/run.ndjson", "telemetry") < 3) &&
+           ru_now_ms() - t0 < RUN_MS)
+        usleep(20000);
+    CHECK(rejected_lines(TDIR "/run/run.ndjson", "control") == 3);
+    CHECK(rejected_lines(TDIR "/run/run.ndjson", "telemetry") == 3);
     int before = steps_seen(TDIR "/run.out");
     t0 = ru_now_ms();
     while (steps_seen(TDIR "/run.out") < before + 3 && ru_now_ms() - t0 < RUN_MS)

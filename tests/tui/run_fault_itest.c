@@ -233,8 +233,15 @@ static void test_silent_agent(void)
         nanosleep(&ts, NULL);
     }
     REQUIRE(n == 2);
-    struct timespec ts = {1, 0}; /* let it train a while */
-    nanosleep(&ts, NULL);
+    /* let it train a while: some steps done */
+    double loss[1];
+    int ordered;
+    while (ru_now_ms() - t0 < RUN_MS &&
+           ru_step_losses(DIR "/silent.out", 0, loss, 0, &ordered) < 3) {
+        struct timespec ts = {0, 50 * RU_NS_PER_MS};
+        nanosleep(&ts, NULL);
+    }
+    REQUIRE(ru_step_losses(DIR "/silent.out", 0, loss, 0, &ordered) >= 3);
     REQUIRE(kill(pids[1], SIGSTOP) == 0);
     int64_t took = 0;
     int status = ru_wait(console, NOTICE_BOUND_MS + 5000, &took);

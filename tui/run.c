@@ -1,0 +1,480 @@
+/* The run controller: session, agent processes, mapping, generations. See
+ * tui/run.h. */
+#include "tui/run.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "protocol/fileio.h"
+#include "tui/agent_spawn.h"
+#include "tui/run_ckpt.h"
+
+#define PATH_CAP     4096
+#define NAME_CAP     32
+#define POLL_MS      100 /* slice of a blocking wait between process checks */
+#define REAP_POLL_MS 20  /* slice while agents leave */
+#define NS_PER_MS    1000000LL
+#define STAMP_FMT    "%Y%m%d-%H%M%S"
+
+struct pt_run {
+    pt_session *s;
+    pt_run_state state;
+    char dir[PATH_CAP];
+    int expect;
+    /* spawned agents: w<k> is pids[k] */
+    pid_t *pids;
+    int *exited;
+    int nspawn;
+    char failure[PT_ERROR_MAX]; /* an agent that ended before registering */
+    pt_run_cancel_fn cancel;
+    void *cancel_user;
+    /* the last job, for a restart */
+    const pt_model_spec *model;
+    char data[PT_MSG_PATH_MAX];
+    char ckpt_dir[PATH_CAP];
+    int64_t seed, ckpt_every;
+    int64_t first_step, target; /* of the current generation; target -1: until stopped */
+};
+
+static const char *const state_names[PT_RUN_STATE_COUNT] = {
+    "waiting", "ready", "assigned", "training", "finished", "stopped", "failed", "ended"};
+
+const char *pt_run_state_name(pt_run_state state)
+{
+    return state >= 0 && state < PT_RUN_STATE_COUNT ? state_names[state] : "?";
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int pt_run_dir_make(const char *dir, const char *tag, char *out, size_t cap, pt_error *err)
+{
+    int n;
+    if (dir) {
+        n = snprintf(out, cap, "%s", dir);
+    } else {
+        time_t t = time(NULL);
+        struct tm tm;
+        localtime_r(&t, &tm);
+        char stamp[32];
+        strftime(stamp, sizeof stamp, STAMP_FMT, &tm);
+        n = snprintf(out, cap, "%s/%s%s%s-%ld", PT_RUN_DIR_ROOT, stamp, tag && tag[0] ? "-" : "",
+                     tag ? tag : "", (long)getpid());
+    }
+    if (n < 0 || (size_t)n >= cap)
+        return pt_error_set(err, PT_EINVAL, "run folder %s: name too long", dir ? dir : "");
+    return pt_mkdir_p(out, err);
+}
+
+/* ---- agent processes */
+
+static void agent_name(int k, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "w%d", k);
+}
+
+int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
+{
+    if (r->nspawn || r->pids)
+        return pt_error_set(err, PT_ESTATE, "run: agents were started already");
+    char bin[PATH_CAP + 32];
+    int rc = pt_agent_binary(bin, sizeof bin, err);
+    if (rc < 0)
+        return rc;
+    r->pids = calloc((size_t)r->expect, sizeof *r->pids);
+    r->exited = calloc((size_t)r->expect, sizeof *r->exited);
+    if (!r->pids || !r->exited)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    int threads = pt_agent_threads(r->expect);
+    fflush(stdout);
+    fflush(stderr);
+    for (int k = 0; k < r->expect; k++) {
+        char name[NAME_CAP], log[PATH_CAP + 64];
+        agent_name(k, name, sizeof name);
+        snprintf(log, sizeof log, "%.4000s/agent-%s.log", r->dir, name);
+        if ((rc = pt_agent_spawn(bin, r->s, name, devices ? devices[k] : k, threads, log,
+                                 &r->pids[k], err)) < 0)
+            return rc;
+        r->nspawn = k + 1;
+    }
+    return 0;
+}
+
+static void describe_status(int st, char *buf, size_t cap)
+{
+    if (WIFSIGNALED(st))
+        snprintf(buf, cap, "its process was killed by signal %d (%s)", WTERMSIG(st),
+                 strsignal(WTERMSIG(st)));
+    else if (WIFEXITED(st))
+        snprintf(buf, cap, "its process exited with status %d", WEXITSTATUS(st));
+    else
+        snprintf(buf, cap, "its process ended");
+}
+
+/* Reaps spawned agents that ended; an end nobody asked for (expected 0)
+ * marks the agent dead, or fails the run when it never registered. */
+static void reap(pt_run *r, int expected)
+{
+    for (int k = 0; k < r->nspawn; k++) {
+        if (r->exited[k] || r->pids[k] <= 0)
+            continue;
+        int st = 0;
+        if (waitpid(r->pids[k], &st, WNOHANG) != r->pids[k])
+            continue;
+        r->exited[k] = 1;
+        if (expected)
+            continue;
+        char name[NAME_CAP], why[128];
+        agent_name(k, name, sizeof name);
+        describe_status(st, why, sizeof why);
+        int i = pt_session_find_agent(r->s, name);
+        if (i >= 0)
+            pt_session_mark_dead(r->s, i, why);
+        else if (!r->failure[0])
+            snprintf(r->failure, sizeof r->failure,
+                     "agent %s (pid %ld) ended before registering: %s (see %.200s/agent-%s.log)",
+                     name, (long)r->pids[k], why, r->dir, name);
+    }
+}
+
+static int spawned_left(const pt_run *r)
+{
+    int left = 0;
+    for (int k = 0; k < r->nspawn; k++)
+        left += r->pids[k] > 0 && !r->exited[k];
+    return left;
+}
+
+void pt_run_end(pt_run *r, const char *reason)
+{
+    if (!r || r->state == PT_RUN_ENDED)
+        return;
+    pt_session_bye(r->s, reason);
+    int64_t end = mono_ns() + PT_RUN_EXIT_MS * NS_PER_MS;
+    for (;;) {
+        pt_session_poll(r->s, REAP_POLL_MS, NULL);
+        reap(r, 1);
+        if (!spawned_left(r) || mono_ns() > end)
+            break;
+    }
+    for (int k = 0; k < r->nspawn; k++)
+        if (r->pids[k] > 0 && !r->exited[k]) {
+            kill(r->pids[k], SIGKILL);
+            waitpid(r->pids[k], NULL, 0);
+            r->exited[k] = 1;
+        }
+    r->state = PT_RUN_ENDED;
+}
+
+/* ---- life */
+
+int pt_run_create(const pt_run_config *cfg, pt_run **out, pt_error *err)
+{
+    *out = NULL;
+    if (!cfg || !cfg->run_dir || cfg->agents < 1)
+        return pt_error_set(err, PT_EINVAL, "run: a run folder and at least one agent needed");
+    pt_run *r = calloc(1, sizeof *r);
+    if (!r)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    r->expect = cfg->agents;
+    r->cancel = cfg->cancel;
+    r->cancel_user = cfg->cancel_user;
+    r->first_step = 0;
+    r->target = -1;
+    char record[PATH_CAP + 32];
+    int rc = pt_run_dir_make(cfg->run_dir, NULL, r->dir, sizeof r->dir, err);
+    snprintf(record, sizeof record, "%.4000s/%s", r->dir, PT_RUN_RECORD_FILE);
+    pt_session_config sc = {cfg->control_bind, cfg->telemetry_bind, record, 0, 0};
+    if (rc == 0)
+        rc = pt_session_create(&sc, &r->s, err);
+    if (rc == 0) {
+        pt_session_set_listener(r->s, cfg->listener, cfg->listener_user);
+        pt_session_set_commit(r->s, pt_run_ckpt_commit, NULL);
+    }
+    if (rc < 0) {
+        pt_run_destroy(&r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+void pt_run_destroy(pt_run **run_p)
+{
+    pt_run *r = run_p ? *run_p : NULL;
+    if (!r)
+        return;
+    if (r->s)
+        pt_run_end(r, "the run is over");
+    pt_session_destroy(&r->s);
+    free(r->pids);
+    free(r->exited);
+    free(r);
+    *run_p = NULL;
+}
+
+pt_session *pt_run_session(const pt_run *r)
+{
+    return r ? r->s : NULL;
+}
+
+const char *pt_run_dir(const pt_run *r)
+{
+    return r ? r->dir : NULL;
+}
+
+pt_run_state pt_run_get_state(const pt_run *r)
+{
+    return r ? r->state : PT_RUN_FAILED;
+}
+
+int64_t pt_run_first_step(const pt_run *r)
+{
+    return r ? r->first_step : 0;
+}
+
+int64_t pt_run_target_step(const pt_run *r)
+{
+    return r ? r->target : -1;
+}
+
+/* ---- state */
+
+int pt_run_failure(const pt_run *r, pt_error *err)
+{
+    if (r->failure[0]) {
+        pt_error_set(err, PT_ESTATE, "%s", r->failure);
+        return 1;
+    }
+    return pt_session_failure(r->s, err);
+}
+
+static int usable(const pt_session_agent *a)
+{
+    return a->state != PT_AGENT_DEAD && a->state != PT_AGENT_GONE && a->state != PT_AGENT_FAILED &&
+           a->data_endpoint[0];
+}
+
+int pt_run_usable_agents(const pt_run *r)
+{
+    int n = 0;
+    for (int i = 0; i < pt_session_agent_count(r->s); i++)
+        n += usable(pt_session_agent_at(r->s, i));
+    return n;
+}
+
+/* Every worker of the current generation idle at the target step, nothing
+ * pending: the run sits at one step everywhere. */
+static int finished(const pt_run *r)
+{
+    if (r->target < 0 || pt_session_pending(r->s) > 0 || pt_session_min_step(r->s) < r->target - 1)
+        return 0;
+    int workers = 0;
+    for (int i = 0; i < pt_session_agent_count(r->s); i++) {
+        const pt_session_agent *a = pt_session_agent_at(r->s, i);
+        if (a->worker < 0 || a->gen != pt_session_generation(r->s))
+            continue;
+        if (a->state != PT_AGENT_IDLE)
+            return 0;
+        workers++;
+    }
+    return workers > 0;
+}
+
+static void update(pt_run *r)
+{
+    if (r->state == PT_RUN_ENDED || r->state == PT_RUN_FAILED)
+        return;
+    reap(r, 0);
+    if (pt_run_failure(r, NULL))
+        r->state = PT_RUN_FAILED;
+    else if (r->state == PT_RUN_WAITING && pt_run_usable_agents(r) >= r->expect)
+        r->state = PT_RUN_READY;
+    else if (r->state == PT_RUN_TRAINING && finished(r))
+        r->state = PT_RUN_FINISHED;
+}
+
+int pt_run_poll(pt_run *r, int timeout_ms, pt_error *err)
+{
+    int rc = pt_session_poll(r->s, timeout_ms, err);
+    update(r);
+    return rc;
+}
+
+/* Polls until done(r) (0), a failure (PT_ESTATE), the cancel hook or the
+ * deadline (PT_ETIMEOUT, err left to the caller). */
+static int wait_for(pt_run *r, int (*done)(const pt_run *), int timeout_ms, pt_error *err)
+{
+    int64_t end = mono_ns() + (int64_t)timeout_ms * NS_PER_MS;
+    for (;;) {
+        update(r);
+        if (pt_run_failure(r, err))
+            return PT_ESTATE;
+        if (done(r))
+            return 0;
+        if (r->cancel && r->cancel(r->cancel_user, err))
+            return PT_ESTATE;
+        int64_t left = (end - mono_ns()) / NS_PER_MS;
+        if (left <= 0)
+            return PT_ETIMEOUT;
+        int rc = pt_session_poll(r->s, left < POLL_MS ? (int)left : POLL_MS, err);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+static int is_ready(const pt_run *r)
+{
+    return r->state != PT_RUN_WAITING;
+}
+
+int pt_run_wait_agents(pt_run *r, int timeout_ms, pt_error *err)
+{
+    int rc = wait_for(r, is_ready, timeout_ms, err);
+    if (rc == PT_ETIMEOUT)
+        rc = pt_error_set(err, PT_ETIMEOUT,
+                          "%d of %d agents registered within %d ms (see %.3000s/agent-*.log)",
+                          pt_run_usable_agents(r), r->expect, timeout_ms, r->dir);
+    return rc;
+}
+
+static int answered(const pt_run *r)
+{
+    return pt_session_pending(r->s) == 0;
+}
+
+/* Waits for every request; a timeout names what is still awaited. */
+static int wait_answers(pt_run *r, int timeout_ms, pt_error *err)
+{
+    int rc = wait_for(r, answered, timeout_ms, err);
+    if (rc == PT_ETIMEOUT)
+        rc = pt_session_wait(r->s, 0, err);
+    return rc;
+}
+
+/* ---- plans */
+
+int pt_run_map(const pt_run *r, const pt_plan *plan, int *agents, pt_error *err)
+{
+    int n = pt_session_agent_count(r->s), wc = pt_plan_device_count(plan);
+    unsigned char *used = calloc((size_t)n + 1, 1);
+    if (!used)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    for (int w = 0; w < wc; w++)
+        agents[w] = -1;
+    /* pass 0: the agent of the worker's device; pass 1: an agent of no device */
+    for (int pass = 0; pass < 2; pass++) {
+        int w = 0;
+        for (int s = 0; s < plan->stage_count; s++)
+            for (int k = 0; k < plan->stages[s].replica_count; k++, w++) {
+                int dev = plan->stages[s].replicas[k];
+                for (int i = 0; i < n && agents[w] < 0; i++) {
+                    const pt_session_agent *a = pt_session_agent_at(r->s, i);
+                    if (!used[i] && usable(a) && a->device == (pass ? -1 : dev)) {
+                        agents[w] = i;
+                        used[i] = 1;
+                    }
+                }
+            }
+    }
+    free(used);
+    int w = 0;
+    for (int s = 0; s < plan->stage_count; s++)
+        for (int k = 0; k < plan->stages[s].replica_count; k++, w++)
+            if (agents[w] < 0)
+                return pt_error_set(err, PT_ENOTFOUND,
+                                    "stage %d replica %d needs device %d, and no live agent is "
+                                    "free for it (%d agents)",
+                                    s, k, plan->stages[s].replicas[k], n);
+    return 0;
+}
+
+int pt_run_assign(pt_run *r, const pt_plan *plan, const pt_run_job *job, int64_t resume_step,
+                  int timeout_ms, pt_error *err)
+{
+    if (r->state == PT_RUN_ENDED || r->state == PT_RUN_FAILED)
+        return pt_error_set(err, PT_ESTATE, "run: cannot assign: the run has %s",
+                            r->state == PT_RUN_ENDED ? "ended" : "failed");
+    int wc = pt_plan_device_count(plan);
+    int *agents = calloc((size_t)(wc > 0 ? wc : 1), sizeof *agents);
+    if (!agents)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    int rc = pt_run_map(r, plan, agents, err);
+    if (rc == 0) {
+        r->model = job->model;
+        snprintf(r->data, sizeof r->data, "%s", job->data ? job->data : "");
+        snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s",
+                 job->checkpoint_dir ? job->checkpoint_dir : "");
+        r->seed = job->seed;
+        r->ckpt_every = job->checkpoint_every;
+        pt_session_plan sp = {plan,          job->model, agents,
+                              r->data,       r->seed,    job->checkpoint_dir ? r->ckpt_dir : NULL,
+                              r->ckpt_every, resume_step};
+        rc = pt_session_assign(r->s, &sp, err);
+    }
+    free(agents);
+    if (rc == 0 && (rc = wait_answers(r, timeout_ms, err)) == 0) {
+        r->state = PT_RUN_ASSIGNED;
+        r->first_step = resume_step;
+        r->target = -1;
+    }
+    return rc;
+}
+
+int pt_run_start(pt_run *r, int64_t steps, pt_error *err)
+{
+    if (r->state != PT_RUN_ASSIGNED && r->state != PT_RUN_STOPPED && r->state != PT_RUN_FINISHED)
+        return pt_error_set(err, PT_ESTATE, "run: cannot start: the run is %s",
+                            pt_run_state_name(r->state));
+    if (r->state == PT_RUN_FINISHED)
+        r->first_step = r->target; /* going on from where the last start ended */
+    int rc = pt_session_start(r->s, steps, err);
+    if (rc == 0) {
+        r->target = steps > 0 ? r->first_step + steps : -1;
+        r->state = PT_RUN_TRAINING;
+    }
+    return rc;
+}
+
+int pt_run_stop(pt_run *r, const char *reason, int timeout_ms, pt_error *err)
+{
+    int rc = pt_session_stop(r->s, reason, err);
+    if (rc == 0 && (rc = wait_answers(r, timeout_ms, err)) == 0) {
+        r->state = PT_RUN_STOPPED;
+        int64_t at = pt_session_stop_step(r->s);
+        if (at >= 0)
+            r->first_step = at;
+    }
+    return rc;
+}
+
+int pt_run_restart(pt_run *r, const pt_plan *plan, int timeout_ms, int64_t *resume_step,
+                   pt_error *err)
+{
+    if (!r->ckpt_dir[0] || !r->model)
+        return pt_error_set(err, PT_ESTATE, "run: a restart needs a checkpoint folder");
+    int rc = pt_run_stop(r, "apply & restart", timeout_ms, err);
+    int64_t step = pt_session_committed_step(r->s);
+    if (rc == 0 && step < 0)
+        rc = pt_error_set(err, PT_ESTATE, "the stop committed no checkpoint");
+    pt_run_job job = {r->model, r->data, r->seed, r->ckpt_dir, r->ckpt_every};
+    char data[PT_MSG_PATH_MAX], ck[PATH_CAP];
+    snprintf(data, sizeof data, "%s", r->data);
+    snprintf(ck, sizeof ck, "%s", r->ckpt_dir);
+    job.data = data;
+    job.checkpoint_dir = ck;
+    if (rc == 0)
+        rc = pt_run_assign(r, plan, &job, step, timeout_ms, err);
+    if (rc == 0 && resume_step)
+        *resume_step = step;
+    return rc;
+}
