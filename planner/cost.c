@@ -19,7 +19,7 @@ struct pt_cost {
     double op_overhead_s; /* worker time before each op (profile's runtime.op_overhead_ms) */
     int sends_hold;       /* the profile's runtime.sends_hold */
     /* prefix sums over layers, n+1 entries each: x[j] = sum over layers < j */
-    double *fwd_ms, *bwd_ms, *rec_ms;
+    double *fwd_ms, *bwd_ms, *rec_ms, *bin_ms, *bw_ms;
     int64_t *param, *act, *saved;
     /* range maximum of scratch_bytes: scratch_max[k][l] = max over layers
      * [l, l + 2^k) (a sparse table, so a stage's figure is O(1)) */
@@ -88,7 +88,7 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
     c->opt_bw = profile->opt_bytes_per_s > 0 ? profile->opt_bytes_per_s : PT_COST_OPT_MEM_BW_BPS;
     c->op_overhead_s = profile->op_overhead_ms > 0 ? profile->op_overhead_ms / 1000.0 : 0;
     c->sends_hold = profile->sends_hold != 0;
-    c->fwd_ms = malloc((size_t)(n + 1) * 3 * sizeof(double));
+    c->fwd_ms = malloc((size_t)(n + 1) * 5 * sizeof(double));
     c->param = malloc((size_t)(n + 1) * 3 * sizeof(int64_t));
     if (!c->fwd_ms || !c->param || build_scratch_max(c) < 0) {
         pt_cost_free(&c);
@@ -96,9 +96,11 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
     }
     c->bwd_ms = c->fwd_ms + (n + 1);
     c->rec_ms = c->bwd_ms + (n + 1);
+    c->bin_ms = c->rec_ms + (n + 1);
+    c->bw_ms = c->bin_ms + (n + 1);
     c->act = c->param + (n + 1);
     c->saved = c->act + (n + 1);
-    c->fwd_ms[0] = c->bwd_ms[0] = c->rec_ms[0] = 0;
+    c->fwd_ms[0] = c->bwd_ms[0] = c->rec_ms[0] = c->bin_ms[0] = c->bw_ms[0] = 0;
     c->param[0] = c->act[0] = c->saved[0] = 0;
     for (int l = 0; l < n; l++) {
         const pt_profile_layer *L = &profile->layers[l];
@@ -106,6 +108,10 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
         c->fwd_ms[l + 1] = c->fwd_ms[l] + L->fwd_ms;
         c->bwd_ms[l + 1] = c->bwd_ms[l] + L->bwd_ms;
         c->rec_ms[l + 1] = c->rec_ms[l] + rec;
+        double bin, bw;
+        pt_cost_split_bwd(L, &bin, &bw);
+        c->bin_ms[l + 1] = c->bin_ms[l] + bin;
+        c->bw_ms[l + 1] = c->bw_ms[l] + bw;
         if (pt_add_i64(c->param[l], L->param_bytes, &c->param[l + 1]) < 0 ||
             pt_add_i64(c->act[l], L->act_bytes, &c->act[l + 1]) < 0 ||
             pt_add_i64(c->saved[l], L->saved_bytes, &c->saved[l + 1]) < 0) {
@@ -192,6 +198,29 @@ double pt_cost_fwd_s(const pt_cost *c, int first, int last, int rows, int device
 double pt_cost_bwd_s(const pt_cost *c, int first, int last, int rows, int device)
 {
     return scaled(c, c->bwd_ms, first, last, rows, device);
+}
+
+void pt_cost_split_bwd(const pt_profile_layer *L, double *input_ms, double *weight_ms)
+{
+    if (L->split) {
+        *input_ms = L->bwd_input_ms;
+        *weight_ms = L->bwd_weight_ms;
+    } else if (L->param_bytes > 0) {
+        *input_ms = *weight_ms = L->bwd_ms / 2;
+    } else {
+        *input_ms = L->bwd_ms;
+        *weight_ms = 0;
+    }
+}
+
+double pt_cost_bwd_input_s(const pt_cost *c, int first, int last, int rows, int device)
+{
+    return scaled(c, c->bin_ms, first, last, rows, device);
+}
+
+double pt_cost_bwd_weight_s(const pt_cost *c, int first, int last, int rows, int device)
+{
+    return scaled(c, c->bw_ms, first, last, rows, device);
 }
 
 double pt_cost_recompute_s(const pt_cost *c, int first, int last, int rows, int device)
@@ -399,13 +428,20 @@ static const pt_sched_kind_info *facts_of(pt_sched_kind kind)
 
 int pt_cost_inflight(pt_sched_kind kind, char policy, int S, int i, int M)
 {
-    pt_sched_shape q = {S, i, M, policy, 0};
+    pt_sched_shape q = {S, i, M, policy, 0, 0};
     return facts_of(kind)->inflight(&q);
+}
+
+int pt_cost_stage_inflight(const pt_mem_query *m)
+{
+    pt_sched_shape q = {m->stage_count, m->stage,         m->microbatches,
+                        m->policy,      m->vertical_sync, m->recompute};
+    return facts_of(m->kind)->inflight(&q);
 }
 
 int pt_cost_weight_versions(pt_sched_kind kind, int vertical_sync, int S, int i)
 {
-    pt_sched_shape q = {S, i, 0, 'A', vertical_sync};
+    pt_sched_shape q = {S, i, 0, 'A', vertical_sync, 0};
     return facts_of(kind)->weight_versions(&q);
 }
 
@@ -421,7 +457,8 @@ void pt_cost_stage_memory(const pt_cost *c, const pt_mem_query *q, pt_mem *out)
     int64_t loss_b = pt_cost_loss_saved_bytes(c, q->first, q->last, q->rows);
     int64_t scratch_b = pt_cost_scratch_bytes(c, q->first, q->last, q->rows);
     const pt_sched_kind_info *kind = facts_of(q->kind);
-    pt_sched_shape shape = {q->stage_count, q->stage, q->microbatches, q->policy, q->vertical_sync};
+    pt_sched_shape shape = {q->stage_count, q->stage,         q->microbatches,
+                            q->policy,      q->vertical_sync, q->recompute};
     int K = kind->inflight(&shape);
     int V = kind->weight_versions(&shape);
     out->bytes[PT_MEM_WEIGHTS] = P;

@@ -2,7 +2,8 @@
  * stage replica holds, from a profile and a topology.
  *
  * Time (seconds):
- * - FWD/BWD/RECOMPUTE of layers [first,last) on `rows` samples on device d:
+ * - FWD/BWD/RECOMPUTE/BWD_INPUT/BWD_WEIGHT of layers [first,last) on `rows`
+ *   samples on device d (the backward's halves: pt_cost_split_bwd):
  *   sum of the profile's per-layer ms / 1000 * rows / profile->microbatch /
  *   speed(d). Linear in rows, so a stage of r replicas is r times faster.
  * - point-to-point: latency + bytes / bandwidth of the link between the two
@@ -32,8 +33,10 @@
  * with no saved or scratch bytes at all, as PipeDream's and files from
  * before these fields, has no scratch_b: it describes layers, not
  * pipetop's runtime), P = its
- * parameter bytes, K = micro-batches in flight (pt_cost_inflight), V =
- * weight versions held (pt_cost_weight_versions):
+ * parameter bytes, K = micro-batches in flight (pt_cost_inflight: forward
+ * done, backward not complete; a split backward completes with its
+ * BWD_WEIGHT, which still reads the saved activations), V = weight
+ * versions held (pt_cost_weight_versions):
  *   weights = P; stash = (V - 1) * P;
  *   grads = P, or 2P for kinds with PT_SCHED_OVERLAP_ALLREDUCE (pipesgd: one
  *           gradient being all-reduced while the next accumulates);
@@ -113,6 +116,16 @@ const pt_topology *pt_cost_topology(const pt_cost *cost);
 double pt_cost_fwd_s(const pt_cost *cost, int first, int last, int rows, int device);
 double pt_cost_bwd_s(const pt_cost *cost, int first, int last, int rows, int device);
 double pt_cost_recompute_s(const pt_cost *cost, int first, int last, int rows, int device);
+/* The two halves of a split backward (BWD_INPUT, BWD_WEIGHT), same units. */
+double pt_cost_bwd_input_s(const pt_cost *cost, int first, int last, int rows, int device);
+double pt_cost_bwd_weight_s(const pt_cost *cost, int first, int last, int rows, int device);
+/* A layer's backward split into input gradient and weight gradient (ms): the
+ * profiled halves when the profile has them (pt_profile_layer.split); else
+ * the analytic rule: a layer with parameters spends half its backward on
+ * each (a linear layer's dX = dY·Wᵀ and dW = Xᵀ·dY are GEMMs of the same
+ * size), a layer without parameters spends it all on the input gradient.
+ * The two halves of the analytic split add up to bwd_ms. */
+void pt_cost_split_bwd(const pt_profile_layer *layer, double *input_ms, double *weight_ms);
 
 /* Parameter bytes of layers [first,last). */
 int64_t pt_cost_param_bytes(const pt_cost *cost, int first, int last);
@@ -196,6 +209,10 @@ typedef struct pt_mem_query {
     int microbatches; /* M per window */
     int recompute;
 } pt_mem_query;
+
+/* pt_cost_inflight for a stage that may recompute (zb-h1 keeps fewer in
+ * flight there). */
+int pt_cost_stage_inflight(const pt_mem_query *q);
 
 /* Fills out with the replica's peak memory by category (and total = their
  * sum). O(1): meant for planners' inner loops. */

@@ -26,6 +26,14 @@ int pt_sched_gen_fwd(pt_program *prog, int w, int mb, int version, int flags);
 /* RECV_GRAD from the next stage's overlapping replicas, RECOMPUTE when the
  * worker recomputes, BWD, SEND_GRAD to the previous stage's replicas. */
 int pt_sched_gen_bwd(pt_program *prog, int w, int mb, int version, int flags);
+/* The same with the backward split (zero-bubble kinds): BWD_INPUT in the
+ * BWD's place, and the BWD_WEIGHT of mb on its own, for a later slot. */
+int pt_sched_gen_bwd_input(pt_program *prog, int w, int mb, int version, int flags);
+int pt_sched_gen_bwd_weight(pt_program *prog, int w, int mb, int version, int flags);
+/* The zero-bubble order of one worker (planner/sched_zb.c): K warm-up
+ * forwards, then for j = 0.., B_j, W_{j-lag} once j >= lag, F_{K+j} while
+ * any is left; then the W still owed; then the all-reduce and the step. */
+int pt_sched_gen_zb(pt_program *prog, int w, int K, int lag);
 /* ALLREDUCE / AR_WAIT of [mb, mb_end) on a replicated stage; nothing on a
  * stage with one replica. */
 int pt_sched_gen_allreduce(pt_program *prog, int w, int mb, int mb_end, int version, int flags);

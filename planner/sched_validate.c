@@ -11,7 +11,10 @@
 #define OPSTR_MAX 160
 
 typedef struct mbstate {
-    int fwd, rec, bwd;       /* op index, -1 when not seen */
+    int fwd, rec, bwd;       /* op index, -1 when not seen; bwd: the BWD or the BWD_WEIGHT,
+                                the op that completes the backward */
+    int bin;                 /* the BWD or the BWD_INPUT: the op that makes the input
+                                gradient; -1 when not seen */
     int version, flags;      /* of the FWD */
     int rows_in, rows_gin;   /* rows received: activations, gradients */
     int rows_out, rows_gout; /* rows sent */
@@ -133,7 +136,7 @@ static int check_worker(const pt_program *p, int w, vstate *v, pt_error *err)
     const pt_worker *x = &p->workers[w];
     int rows = x->row_hi - x->row_lo, S = p->stage_count, rc;
     for (int m = 0; m < p->mb_count; m++)
-        v->mb[m] = (mbstate){-1, -1, -1, -1, 0, 0, 0, 0, 0, 0};
+        v->mb[m] = (mbstate){-1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0};
     memset(v->made, 0, (size_t)v->max_version + 1);
     for (int u = 0; u < p->initial_versions && u <= v->max_version; u++)
         v->made[u] = 1;
@@ -173,23 +176,24 @@ static int check_worker(const pt_program *p, int w, vstate *v, pt_error *err)
             m->rows_out += n;
             break;
         case PT_OP_RECV_GRAD:
-            if (m->bwd >= 0)
+            if (m->bin >= 0)
                 return fail(err, PT_EINVAL, p, i, "gradient received after its BWD");
             m->rows_gin += n;
             break;
         case PT_OP_RECOMPUTE:
             if (!x->recompute)
                 return fail(err, PT_EINVAL, p, i, "RECOMPUTE on a worker that keeps activations");
-            if (m->fwd < 0 || m->bwd >= 0 || m->rec >= 0)
+            if (m->fwd < 0 || m->bin >= 0 || m->rec >= 0)
                 return fail(err, PT_EINVAL, p, i, "RECOMPUTE not once between FWD and BWD");
             if (op->version != m->version || (op->flags & PT_OPF_STASH) != m->flags)
                 return fail(err, PT_EINVAL, p, i, "RECOMPUTE reads another version than its FWD");
             m->rec = i;
             break;
         case PT_OP_BWD:
+        case PT_OP_BWD_INPUT:
             if (m->fwd < 0)
                 return fail(err, PT_EINVAL, p, i, "BWD before its FWD");
-            if (m->bwd >= 0)
+            if (m->bin >= 0)
                 return fail(err, PT_EINVAL, p, i, "second BWD of the micro-batch");
             if (x->recompute && m->rec < 0)
                 return fail(err, PT_EINVAL, p, i, "BWD without RECOMPUTE on a recomputing worker");
@@ -200,10 +204,26 @@ static int check_worker(const pt_program *p, int w, vstate *v, pt_error *err)
             if (!(op->flags & PT_OPF_STASH) &&
                 (op->version > v->max_version || !v->made[op->version]))
                 return fail(err, PT_EINVAL, p, i, "reads a weight version not produced yet");
+            m->bin = i;
+            if (op->kind == PT_OP_BWD)
+                m->bwd = i;
+            break;
+        case PT_OP_BWD_WEIGHT:
+            /* the weight half of a split backward: after its BWD_INPUT, any later slot */
+            if (m->bin < 0 || p->ops[m->bin].kind != PT_OP_BWD_INPUT)
+                return fail(err, PT_EINVAL, p, i, "BWD_WEIGHT without an earlier BWD_INPUT");
+            if (m->bwd >= 0)
+                return fail(err, PT_EINVAL, p, i, "second BWD_WEIGHT of the micro-batch");
+            if (op->version != m->version || (op->flags & PT_OPF_STASH) != m->flags)
+                return fail(err, PT_EINVAL, p, i,
+                            "BWD_WEIGHT reads another weight version than its FWD");
+            if (!(op->flags & PT_OPF_STASH) &&
+                (op->version > v->max_version || !v->made[op->version]))
+                return fail(err, PT_EINVAL, p, i, "reads a weight version not produced yet");
             m->bwd = i;
             break;
         case PT_OP_SEND_GRAD:
-            if (m->bwd < 0)
+            if (m->bin < 0)
                 return fail(err, PT_EINVAL, p, i, "gradient sent before its BWD");
             m->rows_gout += n;
             break;
@@ -289,7 +309,9 @@ static int check_worker(const pt_program *p, int w, vstate *v, pt_error *err)
         const mbstate *m = &v->mb[u];
         char what[96];
         const char *why = NULL;
-        if (m->fwd < 0 || m->bwd < 0)
+        if (m->fwd >= 0 && m->bin >= 0 && m->bwd < 0)
+            why = "has a BWD_INPUT but no BWD_WEIGHT";
+        else if (m->fwd < 0 || m->bwd < 0)
             why = "has no FWD or no BWD";
         else if (x->stage + 1 < S && m->rows_out != rows)
             why = "does not send all its output rows";

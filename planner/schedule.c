@@ -350,7 +350,28 @@ int pt_sched_gen_fwd(pt_program *p, int w, int mb, int version, int flags)
     return 0;
 }
 
+static int gen_bwd_as(pt_program *p, int w, int mb, int version, int flags, int kind);
+
 int pt_sched_gen_bwd(pt_program *p, int w, int mb, int version, int flags)
+{
+    return gen_bwd_as(p, w, mb, version, flags, PT_OP_BWD);
+}
+
+int pt_sched_gen_bwd_input(pt_program *p, int w, int mb, int version, int flags)
+{
+    return gen_bwd_as(p, w, mb, version, flags, PT_OP_BWD_INPUT);
+}
+
+int pt_sched_gen_bwd_weight(pt_program *p, int w, int mb, int version, int flags)
+{
+    const pt_worker *x = &p->workers[w];
+    return pt_sched_gen_op(p, PT_OP_BWD_WEIGHT, flags, mb, mb + 1, version, -1, x->row_lo,
+                           x->row_hi, 0);
+}
+
+/* The backward of mb with its messages; kind BWD or BWD_INPUT (the half the
+ * previous stage waits for). */
+static int gen_bwd_as(pt_program *p, int w, int mb, int version, int flags, int kind)
 {
     const pt_worker *x = &p->workers[w];
     int rc;
@@ -360,8 +381,8 @@ int pt_sched_gen_bwd(pt_program *p, int w, int mb, int version, int flags)
     if (x->recompute && (rc = pt_sched_gen_op(p, PT_OP_RECOMPUTE, flags, mb, mb + 1, version, -1,
                                               x->row_lo, x->row_hi, 0)) < 0)
         return rc;
-    if ((rc = pt_sched_gen_op(p, PT_OP_BWD, flags, mb, mb + 1, version, -1, x->row_lo, x->row_hi,
-                              0)) < 0)
+    if ((rc = pt_sched_gen_op(p, kind, flags, mb, mb + 1, version, -1, x->row_lo, x->row_hi, 0)) <
+        0)
         return rc;
     if (x->stage > 0)
         return exchange(p, PT_OP_SEND_GRAD, x->stage - 1, mb, x->row_lo, x->row_hi, x->in_bytes);

@@ -211,6 +211,9 @@ void pt_program_release(pt_program *prog);
  * - per worker and micro-batch: one FWD and one BWD, FWD first, RECOMPUTE
  *   between them exactly when the worker recomputes, RECV_ACT before the FWD
  *   and SEND_ACT after it, RECV_GRAD before the BWD and SEND_GRAD after it;
+ *   the BWD may instead be split into BWD_INPUT (which takes the BWD's place
+ *   for RECOMPUTE, RECV_GRAD and SEND_GRAD) and a later BWD_WEIGHT (which
+ *   completes the backward: OPT_STEP and ALLREDUCE must follow it);
  *   FWD, RECOMPUTE and BWD read the same version (weight stashing), which must
  *   exist (initial or produced by an earlier OPT_STEP on that worker);
  * - OPT_STEP after every BWD it covers, each BWD covered at most once (exactly

@@ -16,7 +16,7 @@ typedef struct wstate {
     int pc, blocked, joined;
     double ready, comp_free, comm_free;
     /* durations and sizes for the worker's own rows */
-    double t_fwd, t_bwd, t_rec, t_opt;
+    double t_fwd, t_bwd, t_rec, t_opt, t_bin, t_bw;
     double slow; /* >= 1: compute slowed by the cores its node's workers share */
     int64_t P, in_b, out_b, act_b, saved_b, loss_b;
     int rows;
@@ -270,6 +270,8 @@ static int init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, in
     st->t_fwd = st->slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
     st->t_bwd = st->slow * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
     st->t_rec = st->slow * pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
+    st->t_bin = st->slow * pt_cost_bwd_input_s(cost, x->first, x->last, rows, x->device);
+    st->t_bw = st->slow * pt_cost_bwd_weight_s(cost, x->first, x->last, rows, x->device);
     st->P = pt_cost_param_bytes(cost, x->first, x->last);
     st->t_opt = st->slow * pt_cost_opt_step_s(cost, st->P, p->optim, x->device);
     st->in_b = pt_cost_boundary_bytes(cost, x->first, rows);
@@ -313,6 +315,8 @@ static int init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, in
             last[op->version] = i;
             break;
         case PT_OP_BWD:
+        case PT_OP_BWD_INPUT:
+        case PT_OP_BWD_WEIGHT:
         case PT_OP_RECOMPUTE:
             if (!(op->flags & PT_OPF_STASH))
                 last[op->version] = i;
@@ -392,7 +396,14 @@ static void mem_op(const pt_program *p, pt_sim *sim, int w, int i)
         if (!(op->flags & PT_OPF_STASH))
             after_read(p, sim, st, i, op->version);
         break;
-    case PT_OP_BWD: {
+    case PT_OP_BWD_INPUT:
+        /* the activations stay until the BWD_WEIGHT, which reads them */
+        mem_note(out, st);
+        if (!(op->flags & PT_OPF_STASH))
+            after_read(p, sim, st, i, op->version);
+        break;
+    case PT_OP_BWD:
+    case PT_OP_BWD_WEIGHT: {
         int c = sim->cover[(int64_t)w * p->mb_count + op->mb];
         unsigned char *g = sim->gopen + st->cov_off;
         if (!g[c]) {
@@ -459,6 +470,14 @@ static double op_duration(const pt_program *p, const pt_sim *sim, const pt_cost 
         return rows == st->rows
                    ? st->t_bwd
                    : st->slow * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
+    case PT_OP_BWD_INPUT:
+        return rows == st->rows
+                   ? st->t_bin
+                   : st->slow * pt_cost_bwd_input_s(cost, x->first, x->last, rows, x->device);
+    case PT_OP_BWD_WEIGHT:
+        return rows == st->rows
+                   ? st->t_bw
+                   : st->slow * pt_cost_bwd_weight_s(cost, x->first, x->last, rows, x->device);
     case PT_OP_RECOMPUTE:
         return rows == st->rows
                    ? st->t_rec

@@ -15,7 +15,8 @@ static const pt_op_info ops[PT_OP_KIND_COUNT] = {
 };
 
 static const char *const paint_names[PT_PAINT_COUNT] = {
-    "fwd", "bwd", "recompute", "comm", "allreduce", "optstep", "wait", "bubble",
+    "fwd",  "bwd",       "bwd-input", "bwd-weight", "recompute",
+    "comm", "allreduce", "optstep",   "wait",       "bubble",
 };
 
 const pt_op_info *pt_op_info_of(int kind)

@@ -12,7 +12,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* X(kind, name, lane, paint, glyph, flags) — one line per op kind. The glyph
+/* X(kind, name, lane, paint, glyph, flags) — one line per op kind. A
+ * backward may run whole (BWD) or split in two (zero-bubble schedules, Qi et
+ * al. ICLR'24): BWD_INPUT, the input gradient the previous stage waits for,
+ * then BWD_WEIGHT, the weight gradient, which any later slot may take; the
+ * micro-batch's activations are held until its BWD_WEIGHT. The glyph
  * of a transfer shows the way its data flows: '>' activations (downstream),
  * '<' gradients (upstream). */
 #define PT_OP_LIST(X)                                                                              \
@@ -28,9 +32,13 @@
       PT_OPK_MB_RANGE | PT_OPK_VERSION | PT_OPK_COLLECTIVE)                                        \
     X(AR_WAIT, "AR_WAIT", WAIT, WAIT, 'w', PT_OPK_MB_RANGE | PT_OPK_VERSION | PT_OPK_COLLECTIVE)   \
     X(OPT_STEP, "OPT_STEP", COMPUTE, OPTSTEP, 'O',                                                 \
-      PT_OPK_COMPUTE | PT_OPK_MB_RANGE | PT_OPK_VERSION)
+      PT_OPK_COMPUTE | PT_OPK_MB_RANGE | PT_OPK_VERSION)                                           \
+    X(BWD_INPUT, "BWD_INPUT", COMPUTE, BWD_INPUT, 'I',                                             \
+      PT_OPK_COMPUTE | PT_OPK_MB | PT_OPK_VERSION)                                                 \
+    X(BWD_WEIGHT, "BWD_WEIGHT", COMPUTE, BWD_WEIGHT, 'W',                                          \
+      PT_OPK_COMPUTE | PT_OPK_MB | PT_OPK_VERSION)
 
-/* Room for any op name and its NUL (names are [A-Z_]+, at most 9 letters). */
+/* Room for any op name and its NUL (names are [A-Z_]+, at most 10 letters). */
 #define PT_OP_NAME_MAX 16
 
 typedef enum pt_op_kind {
@@ -42,7 +50,8 @@ typedef enum pt_op_kind {
 
 /* Where an op sits on a worker's timeline. */
 typedef enum pt_lane {
-    PT_LANE_COMPUTE, /* FWD, BWD, RECOMPUTE, OPT_STEP: the worker's compute resource */
+    PT_LANE_COMPUTE, /* FWD, BWD, BWD_INPUT, BWD_WEIGHT, RECOMPUTE, OPT_STEP: the worker's
+                        compute resource */
     PT_LANE_COMM,    /* SEND_ACT, SEND_GRAD, ALLREDUCE: the worker's communication resource */
     PT_LANE_WAIT     /* RECV_*, AR_WAIT: time the worker waited, no resource used */
 } pt_lane;
@@ -51,6 +60,8 @@ typedef enum pt_lane {
 typedef enum pt_op_paint {
     PT_PAINT_FWD,
     PT_PAINT_BWD,
+    PT_PAINT_BWD_INPUT,  /* B of a split backward: the input gradient */
+    PT_PAINT_BWD_WEIGHT, /* W of a split backward: the weight gradient */
     PT_PAINT_RECOMPUTE,
     PT_PAINT_COMM,
     PT_PAINT_ALLREDUCE,
@@ -108,8 +119,8 @@ bool pt_op_has_version(int kind);
 char *pt_op_names_list(char *out, int cap, const char *sep);
 /* Paint class; PT_PAINT_BUBBLE for an invalid kind (PT_OP_KIND_COUNT marks idle time). */
 pt_op_paint pt_op_paint_of(int kind);
-/* Name of a paint class ("fwd", "bwd", "recompute", "comm", "allreduce", "optstep",
- * "wait", "bubble"), "?" for an invalid one. */
+/* Name of a paint class ("fwd", "bwd", "bwd-input", "bwd-weight", "recompute", "comm", "allreduce",
+ * "optstep", "wait", "bubble"), "?" for an invalid one. */
 const char *pt_paint_name(int paint);
 
 /* Busy and bubble, defined once for every consumer (`pipetop run`'s summary

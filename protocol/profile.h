@@ -23,6 +23,12 @@ typedef struct pt_profile_layer {
      * micro-batch at a time and frees after (gradient temporaries), bytes,
      * besides the gradients of its input and output; 0 when not given. */
     int64_t scratch_bytes;
+    /* The backward split in two (zero-bubble schedules): input gradient (B)
+     * and weight gradient (W) of one micro-batch, measured; both or neither
+     * are in a file. split 0: not measured, the cost model splits bwd_ms
+     * (planner/cost.h). */
+    int split;
+    double bwd_input_ms, bwd_weight_ms; /* >= 0 when split */
 } pt_profile_layer;
 
 #define PT_PROFILE_TEXT_MAX 256 /* origin.run, origin.base, NUL included */

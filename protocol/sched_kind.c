@@ -54,6 +54,24 @@ int pt_sched_kind_versions_stash(const pt_sched_shape *q)
     return q->vertical_sync && i > 0 ? S : S - i + 1;
 }
 
+int pt_sched_kind_inflight_zb_h1(const pt_sched_shape *q)
+{
+    if (q->recompute)
+        return pt_sched_kind_inflight_1f1b(q);
+    return q->stages < q->microbatches ? q->stages : q->microbatches;
+}
+
+int pt_sched_kind_inflight_zb_h2(const pt_sched_shape *q)
+{
+    if (q->recompute) {
+        pt_sched_shape b = *q;
+        b.policy = 'B';
+        return pt_sched_kind_inflight_policy(&b);
+    }
+    int n = 2 * q->stages - 1 - q->stage;
+    return n < q->microbatches ? n : q->microbatches;
+}
+
 static const pt_sched_kind_info builtin[PT_SCHED_BUILTIN_COUNT] = {
 #define PT_SCHED_INFO_(ID, name, flags, inflight, versions, generator, summary)                    \
     [PT_SCHED_##ID] = {name, flags, inflight, versions, summary},

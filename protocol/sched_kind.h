@@ -32,6 +32,7 @@ typedef struct pt_sched_shape {
     int microbatches;  /* M per iteration (window) */
     char policy;       /* 'A' or 'B': read by kinds with PT_SCHED_OPT_POLICY */
     int vertical_sync; /* read by kinds with PT_SCHED_OPT_VSYNC */
+    int recompute;     /* 1: the stage recomputes its activations before the backward */
 } pt_sched_shape;
 
 /* Formulas the table's built-in kinds share (DESIGN.md "Reference facts");
@@ -44,6 +45,15 @@ int pt_sched_kind_inflight_1f1b(const pt_sched_shape *q);
 int pt_sched_kind_inflight_policy(const pt_sched_shape *q);
 /* Asynchronous 1F1B over an unbounded run: S-i (pipedream). */
 int pt_sched_kind_inflight_async(const pt_sched_shape *q);
+/* ZB-H1: min(S, M) at every stage (stage i delays its W by i micro-batches
+ * past 1F1B's S-i warm-up), the peak 1F1B reaches on stage 0; a recomputing
+ * stage runs W right after B (W reads the recomputed activations, which
+ * recomputation keeps for one micro-batch at a time): min(S-i, M). */
+int pt_sched_kind_inflight_zb_h1(const pt_sched_shape *q);
+/* ZB-H2: min(2S-1-i, M) at stage i (policy B's 2(S-i)-1 warm-up forwards,
+ * W delayed by i; planner/sched_zb_h2.c); a recomputing stage runs W right
+ * after B: policy B's min(2(S-i)-1, M). */
+int pt_sched_kind_inflight_zb_h2(const pt_sched_shape *q);
 /* One weight version (every flushing kind). */
 int pt_sched_kind_versions_one(const pt_sched_shape *q);
 /* Two versions, double buffering (2bw). */
@@ -77,7 +87,15 @@ int pt_sched_kind_versions_stash(const pt_sched_shape *q);
       "1F1B without flush, gradients coalesced over M micro-batches, two weight versions")         \
     X(PIPESGD, "pipesgd", PT_SCHED_OVERLAP_ALLREDUCE, pt_sched_kind_inflight_1f1b,                 \
       pt_sched_kind_versions_one, pt_sched_gen_pipesgd,                                            \
-      "all-reduce of iteration t overlapped with the compute of t+1 (one step stale)")
+      "all-reduce of iteration t overlapped with the compute of t+1 (one step stale)")             \
+    X(ZB_H1, "zb-h1", PT_SCHED_SYNCHRONOUS, pt_sched_kind_inflight_zb_h1,                          \
+      pt_sched_kind_versions_one, pt_sched_gen_zb_h1,                                              \
+      "zero bubble H1: backward split into B and W, W delayed to fill the cool-down; 1F1B's "      \
+      "peak memory, about a third of its bubble")                                                  \
+    X(ZB_H2, "zb-h2", PT_SCHED_SYNCHRONOUS, pt_sched_kind_inflight_zb_h2,                          \
+      pt_sched_kind_versions_one, pt_sched_gen_zb_h2,                                              \
+      "zero bubble H2: ZB-H1's order after 2(S-i)-1 warm-up forwards; about twice 1F1B's "         \
+      "peak memory for a smaller bubble when B > F")
 
 /* Facts of a kind (bits of pt_sched_kind_info.flags). */
 enum {

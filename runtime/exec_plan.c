@@ -293,6 +293,11 @@ static int step(dry *d, int i)
         d->group_buf[i] = -1;
         return 0;
     }
+    case PT_OP_BWD_INPUT:
+    case PT_OP_BWD_WEIGHT:
+        return fail(d, i,
+                    "a split backward (BWD_INPUT/BWD_WEIGHT, zero-bubble kinds) is planned and "
+                    "simulated but not run by this runtime yet");
     }
     return fail(d, i, "unknown op kind");
 }

@@ -1,7 +1,9 @@
 /* pipetop sim --plan P --profile P --topology T: compiles the plan's
  * schedule program, simulates it on the cost model and prints the predicted
  * iteration time, throughput, bubbles, per-worker busy time and peak memory
- * against each device's limit, and an ASCII timeline of one iteration. */
+ * against each device's limit, and an ASCII timeline of one iteration. With
+ * --compare-schedules it prints one row per synchronous kind for the plan's
+ * partition instead. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,12 +27,15 @@
 static const char usage_text[] =
     "usage: pipetop sim --plan PLAN.json --profile PROFILE.json --topology TOPO.json\n"
     "                   [--json] [--events] [--width N] [--microbatches M] [--windows W]\n"
+    "                   [--compare-schedules]\n"
     "Simulates one iteration of the plan's schedule on the cost model (compute and\n"
     "communication on separate lanes per worker) and prints the predicted iteration\n"
     "time, throughput, bubble fraction, per-worker busy time, peak memory against the\n"
     "device limit and an ASCII timeline. Asynchronous schedules (marked below) are\n"
     "run for several windows of M micro-batches; their figures are the steady state\n"
-    "and the timeline shows one steady window.\n";
+    "and the timeline shows one steady window. --compare-schedules keeps the plan's\n"
+    "stages, replicas and micro-batches and prints one row per synchronous kind:\n"
+    "iteration time, bubble and peak memory of every stage (its largest replica).\n";
 
 /* The schedule table as the tail of --help: every kind, its summary, what it
  * reads. Written into buf (cut short when cap is too small); returns buf. */
@@ -180,10 +185,57 @@ static int print_json(const pt_program *prog, const pt_topology *topo, const pt_
     return 0;
 }
 
+/* One row per synchronous kind for the plan's partition. A kind that refuses
+ * the plan (its generator's reason) gets a row saying so; the plan's own kind
+ * is marked. Returns 0, or PT_E* when a simulation fails for another reason. */
+static int compare_schedules(pt_plan *plan, pt_sim *sim, const pt_cost *cost,
+                             const pt_sched_opts *so, pt_program *prog, pt_error *err)
+{
+    pt_sched_kind own = plan->schedule;
+    printf("%-12s %12s %8s  %s\n", "schedule", "iteration", "bubble",
+           "peak memory per stage (largest replica)");
+    int rc = 0;
+    for (int k = 0; k < pt_sched_kind_count() && rc == 0; k++) {
+        if (!pt_sched_kind_has(k, PT_SCHED_SYNCHRONOUS) || !pt_sched_info_of((pt_sched_kind)k))
+            continue;
+        plan->schedule = (pt_sched_kind)k;
+        pt_sim_result res;
+        pt_error e = {0};
+        char name[PT_SCHED_NAME_MAX + 2];
+        snprintf(name, sizeof name, "%s%s", pt_sched_kind_name(k), k == (int)own ? "*" : "");
+        int r = pt_sim_plan(sim, plan, cost, so, prog, &res, &e);
+        if (r == PT_EINVAL) {
+            printf("%-12s refused: %s\n", name, e.msg);
+            continue;
+        }
+        if (r < 0) {
+            *err = e;
+            rc = r;
+            break;
+        }
+        printf("%-12s %9.3f ms %7.1f%% ", name, res.iter_s * 1e3, res.bubble_frac * 100);
+        for (int st = 0; st < prog->stage_count; st++) {
+            int64_t peak = 0;
+            for (int w = prog->stage_worker[st]; w < prog->stage_worker[st + 1]; w++)
+                if (res.workers[w].peak.total > peak)
+                    peak = res.workers[w].peak.total;
+            char hb[32];
+            printf(" %s", human((double)peak, hb, sizeof hb));
+            if (st + 1 < prog->stage_count)
+                printf(",");
+        }
+        printf("%s\n", res.fits ? "" : "  DOES NOT FIT");
+    }
+    plan->schedule = own;
+    if (rc == 0)
+        printf("(* the plan's own kind)\n");
+    return rc;
+}
+
 int pt_cmd_sim(int argc, char **argv)
 {
     const char *plan_path = NULL, *profile_path = NULL, *topo_path = NULL;
-    int json = 0, events = 0, width = PT_TIMELINE_DEFAULT_WIDTH, mbs = 0, windows = 0;
+    int json = 0, events = 0, width = PT_TIMELINE_DEFAULT_WIDTH, mbs = 0, windows = 0, compare = 0;
     pt_opt opts[] = {
         {"plan", PT_OPT_STRING, &plan_path, 0, 0, 0, "PLAN.json", "the plan (pipetop plan --out)"},
         {"profile", PT_OPT_STRING, &profile_path, 0, 0, 0, "P",
@@ -199,6 +251,8 @@ int pt_cmd_sim(int argc, char **argv)
          "override the plan's micro-batch count"},
         {"windows", PT_OPT_INT, &windows, 1, MAX_WINDOWS, 0, "W",
          "asynchronous schedules: windows to simulate"},
+        {"compare-schedules", PT_OPT_FLAG, &compare, 0, 0, 0, NULL,
+         "one row per synchronous kind for the plan's partition"},
     };
     char kinds[KINDS_HELP_MAX];
     int rc = pt_opts_command("sim", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
@@ -235,6 +289,18 @@ int pt_cmd_sim(int argc, char **argv)
     if (pt_cost_new(profile, topo, &cost, &err) < 0 || pt_sim_new(&sim) < 0)
         goto out;
     pt_sched_opts so = {.microbatches = mbs, .windows = windows};
+    if (compare) {
+        if (json || events || windows) {
+            pt_error_set(&err, PT_EINVAL,
+                         "--compare-schedules prints a table; it takes no --json, --events or "
+                         "--windows");
+            goto out;
+        }
+        if (compare_schedules(plan, sim, cost, &so, &prog, &err) < 0)
+            goto out;
+        status = 0;
+        goto out;
+    }
     if (pt_sim_plan(sim, plan, cost, &so, &prog, &res, &err) < 0)
         goto out;
     if (json) {

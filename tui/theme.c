@@ -13,11 +13,11 @@
 #define THEME_EXT      ".theme"
 
 static const char *const key_names[PT_THEME_KEY_COUNT] = {
-    "text",      "dim",         "accent",      "header",     "tab",       "status",
-    "error",     "warn",        "ok",          "border",     "select",    "boundary",
-    "fwd",       "bwd",         "recompute",   "bubble",     "comm",      "allreduce",
-    "optstep",   "predicted",   "mem.weights", "mem.grads",  "mem.optim", "mem.acts",
-    "mem.stash", "mem.buffers", "loss",        "throughput", "limit"};
+    "text",      "dim",       "accent",    "header",    "tab",         "status",    "error",
+    "warn",      "ok",        "border",    "select",    "boundary",    "fwd",       "bwd",
+    "recompute", "bubble",    "comm",      "allreduce", "optstep",     "predicted", "mem.weights",
+    "mem.grads", "mem.optim", "mem.acts",  "mem.stash", "mem.buffers", "loss",      "throughput",
+    "limit",     "bwd.input", "bwd.weight"};
 
 /* Built-in dark theme: Okabe-Ito hues for the op kinds (they stay apart for
  * the common colour-vision deficiencies), greys for chrome. */
@@ -51,6 +51,8 @@ static const unsigned dark_rgb[PT_THEME_KEY_COUNT] = {
     0xe69f00, /* loss */
     0x56b4e9, /* throughput */
     0xff5f5f, /* limit */
+    0xe69f00, /* bwd.input: orange like bwd, told apart by its fill */
+    0x0072b2, /* bwd.weight: blue */
 };
 
 const char *pt_theme_key_name(int key)
@@ -289,13 +291,16 @@ int pt_color_to_8(pt_color c)
 }
 
 static const char paint_fill[PT_PAINT_COUNT] = {
-    [PT_PAINT_FWD] = '=',  [PT_PAINT_BWD] = '#',       [PT_PAINT_RECOMPUTE] = '+',
-    [PT_PAINT_COMM] = '>', [PT_PAINT_ALLREDUCE] = '*', [PT_PAINT_OPTSTEP] = '^',
-    [PT_PAINT_WAIT] = ' ', [PT_PAINT_BUBBLE] = '.',
+    [PT_PAINT_FWD] = '=',       [PT_PAINT_BWD] = '#',        [PT_PAINT_RECOMPUTE] = '+',
+    [PT_PAINT_BWD_INPUT] = '%', [PT_PAINT_BWD_WEIGHT] = '~', [PT_PAINT_COMM] = '>',
+    [PT_PAINT_ALLREDUCE] = '*', [PT_PAINT_OPTSTEP] = '^',    [PT_PAINT_WAIT] = ' ',
+    [PT_PAINT_BUBBLE] = '.',
 };
 static const pt_theme_key paint_key[PT_PAINT_COUNT] = {
     [PT_PAINT_FWD] = PT_THEME_FWD,
     [PT_PAINT_BWD] = PT_THEME_BWD,
+    [PT_PAINT_BWD_INPUT] = PT_THEME_BWD_INPUT,
+    [PT_PAINT_BWD_WEIGHT] = PT_THEME_BWD_WEIGHT,
     [PT_PAINT_RECOMPUTE] = PT_THEME_RECOMPUTE,
     [PT_PAINT_COMM] = PT_THEME_COMM,
     [PT_PAINT_ALLREDUCE] = PT_THEME_ALLREDUCE,

@@ -47,6 +47,8 @@ typedef enum pt_theme_key {
     PT_THEME_LOSS,
     PT_THEME_THROUGHPUT,
     PT_THEME_LIMIT,
+    PT_THEME_BWD_INPUT,  /* B of a split backward (zero-bubble schedules) */
+    PT_THEME_BWD_WEIGHT, /* W of a split backward */
     PT_THEME_KEY_COUNT
 } pt_theme_key;
 

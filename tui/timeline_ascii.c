@@ -55,7 +55,7 @@ void pt_timeline_row(const pt_program *prog, const pt_sim_result *res, int w, do
         char g = pt_timeline_glyph(op->kind);
         row[lo] = g;
         for (int c = lo + 1; c < hi; c++)
-            row[c] = (char)(g - 'A' + 'a');
+            row[c] = g >= 'A' && g <= 'Z' ? (char)(g - 'A' + 'a') : g;
         if (pt_op_has_one_mb(op->kind)) {
             char num[16];
             int n = snprintf(num, sizeof num, "%d", op->mb);
@@ -121,10 +121,17 @@ size_t pt_timeline_ascii(const pt_program *prog, const pt_sim_result *res,
         pt_timeline_row(prog, res, k, o.t0, o.t1, width, row);
         put(&w, "%-*s |%s|\n", label_w, label, row);
     }
-    if (o.legend)
+    if (o.legend) {
         put(&w,
             "%*s  F forward  B backward  R recompute  O optimizer step  > activation sent  "
             "< gradient sent  A all-reduce  . idle\n",
             label_w, "");
+        int split = 0;
+        for (int i = 0; i < prog->op_count && !split; i++)
+            split = prog->ops[i].kind == PT_OP_BWD_INPUT;
+        if (split)
+            put(&w, "%*s  backward split: %c input gradient  %c weight gradient\n", label_w, "",
+                pt_timeline_glyph(PT_OP_BWD_INPUT), pt_timeline_glyph(PT_OP_BWD_WEIGHT));
+    }
     return w.len;
 }

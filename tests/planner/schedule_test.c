@@ -288,13 +288,12 @@ static void test_every_gradient_applied(void)
                             }
                             for (int k = x->op_begin; k < x->op_end; k++) {
                                 const pt_op *op = &prog.ops[k];
-                                if (op->kind == PT_OP_BWD)
-                                    bwd_at[op->mb] = k;
+                                if (op->kind == PT_OP_BWD || op->kind == PT_OP_BWD_WEIGHT)
+                                    bwd_at[op->mb] = k; /* the op completing the backward */
                                 if (op->kind == PT_OP_ALLREDUCE && (op->flags & PT_OPF_ASYNC))
                                     async++;
                                 waits += op->kind == PT_OP_AR_WAIT;
-                                if (op->kind == PT_OP_FWD || op->kind == PT_OP_BWD ||
-                                    op->kind == PT_OP_RECOMPUTE || op->kind == PT_OP_OPT_STEP)
+                                if (pt_op_is_compute(op->kind))
                                     last_compute = k;
                                 if (op->kind != PT_OP_OPT_STEP)
                                     continue;

@@ -15,7 +15,7 @@ fail() {
     failures=$((failures + 1))
 }
 
-for kind in gpipe dapple 1f1b-flush pipedream 2bw pipesgd; do
+for kind in gpipe dapple 1f1b-flush pipedream 2bw pipesgd zb-h1 zb-h2; do
     sed "s/\"kind\": \"dapple\", \"policy\": \"A\"/\"kind\": \"$kind\"/" "$D/plan.json" >"$tmp/plan.json"
     out=$("$PIPETOP" sim --plan "$tmp/plan.json" --profile "$D/profile.json" \
         --topology "$D/topology.json" --width 60 2>&1)
@@ -61,6 +61,34 @@ done
     --width 3 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "--width 3: want exit 2"
 "$PIPETOP" sim --help | grep -q "usage: pipetop sim" || fail "--help"
+
+# --compare-schedules: one row per synchronous kind (the table's, read from
+# --help), each with its iteration time, bubble and one peak per stage; the
+# plan's own kind marked; zb-h1 never slower than 1f1b-flush on its partition
+out=$("$PIPETOP" sim --plan "$D/plan.json" --profile "$D/profile.json" \
+    --topology "$D/topology.json" --compare-schedules 2>&1)
+rc=$?
+[ "$rc" -eq 0 ] || fail "compare-schedules: exit $rc: $out"
+sync_kinds=$("$PIPETOP" sim --help | awk '/^schedule kinds/ {on = 1; next}
+    on && NF && $0 !~ /\[asynchronous\]/ {print $1}')
+[ -n "$sync_kinds" ] || fail "compare-schedules: no kinds in --help"
+for kind in $sync_kinds; do
+    row=$(grep -E "^$kind\*? " <<<"$out")
+    [ -n "$row" ] || { fail "compare-schedules: no row for $kind"; continue; }
+    grep -qE "^$kind\*? +[0-9.]+ ms +[0-9.]+% +[0-9.]+ [KMG]i?B, [0-9.]+ [KMG]i?B, [0-9.]+ [KMG]i?B$" <<<"$row" ||
+        fail "compare-schedules: $kind row malformed: $row"
+done
+for kind in pipedream 2bw pipesgd; do
+    grep -qE "^$kind\*? " <<<"$out" && fail "compare-schedules: asynchronous $kind listed"
+done
+grep -qE '^dapple\* ' <<<"$out" || fail "compare-schedules: the plan's kind is not marked"
+ms() { awk -v k="$1" '$1 == k || $1 == k "*" {print $2}' <<<"$out"; }
+awk -v a="$(ms zb-h1)" -v b="$(ms 1f1b-flush)" 'BEGIN {exit !(a > 0 && a <= b)}' ||
+    fail "compare-schedules: zb-h1 $(ms zb-h1) ms slower than 1f1b-flush $(ms 1f1b-flush) ms"
+"$PIPETOP" sim --plan "$D/plan.json" --profile "$D/profile.json" \
+    --topology "$D/topology.json" --compare-schedules --json >"$tmp/o" 2>&1 &&
+    fail "compare-schedules with --json accepted"
+grep -q "compare-schedules" "$tmp/o" || fail "compare-schedules --json: no reason given"
 
 if [ "$failures" -ne 0 ]; then
     echo "$failures failures" >&2
