@@ -736,7 +736,8 @@ int pt_calibrate(const pt_record *rec, const pt_profile *base, const pt_topology
             rc = pt_error_set(err, PT_EINVAL,
                               "calibrate: generation %lld: stage %d has no %s measured (after "
                               "%d warm-up steps)",
-                              (long long)gen, s, a->fwd.n == 0 ? "FWD" : "BWD", skip);
+                              (long long)gen, s, pt_op_name(a->fwd.n == 0 ? PT_OP_FWD : PT_OP_BWD),
+                              skip);
             goto done;
         }
         c->fwd_ms = mean_of(&st[s].fwd) * MS_PER_S;

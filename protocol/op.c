@@ -8,8 +8,8 @@
 #include "protocol/error.h"
 
 static const pt_op_info ops[PT_OP_KIND_COUNT] = {
-#define PT_OP_ROW_(kind, name, lane, paint, glyph, facts)                                          \
-    [PT_OP_##kind] = {name, PT_LANE_##lane, PT_PAINT_##paint, glyph, facts},
+#define PT_OP_ROW_(kind, lane, paint, glyph, facts)                                                \
+    [PT_OP_##kind] = {#kind, PT_LANE_##lane, PT_PAINT_##paint, glyph, facts},
     PT_OP_LIST(PT_OP_ROW_)
 #undef PT_OP_ROW_
 };

@@ -12,7 +12,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* X(kind, name, lane, paint, glyph, flags) — one line per op kind. A
+/* X(kind, lane, paint, glyph, flags) — one line per op kind; the name on the
+ * wire and in files is the kind's identifier as written (op.c stringifies it,
+ * so no op name is spelled twice). A
  * backward may run whole (BWD) or split in two (zero-bubble schedules, Qi et
  * al. ICLR'24): BWD_INPUT, the input gradient the previous stage waits for,
  * then BWD_WEIGHT, the weight gradient, which any later slot may take; the
@@ -20,29 +22,24 @@
  * of a transfer shows the way its data flows: '>' activations (downstream),
  * '<' gradients (upstream). */
 #define PT_OP_LIST(X)                                                                              \
-    X(FWD, "FWD", COMPUTE, FWD, 'F', PT_OPK_COMPUTE | PT_OPK_MB | PT_OPK_VERSION)                  \
-    X(BWD, "BWD", COMPUTE, BWD, 'B', PT_OPK_COMPUTE | PT_OPK_MB | PT_OPK_VERSION)                  \
-    X(RECOMPUTE, "RECOMPUTE", COMPUTE, RECOMPUTE, 'R',                                             \
-      PT_OPK_COMPUTE | PT_OPK_MB | PT_OPK_VERSION)                                                 \
-    X(SEND_ACT, "SEND_ACT", COMM, COMM, '>', PT_OPK_MB | PT_OPK_P2P | PT_OPK_SEND | PT_OPK_NEXT)   \
-    X(RECV_ACT, "RECV_ACT", WAIT, WAIT, '>', PT_OPK_MB | PT_OPK_P2P | PT_OPK_RECV)                 \
-    X(SEND_GRAD, "SEND_GRAD", COMM, COMM, '<', PT_OPK_MB | PT_OPK_P2P | PT_OPK_SEND)               \
-    X(RECV_GRAD, "RECV_GRAD", WAIT, WAIT, '<', PT_OPK_MB | PT_OPK_P2P | PT_OPK_RECV | PT_OPK_NEXT) \
-    X(ALLREDUCE, "ALLREDUCE", COMM, ALLREDUCE, 'A',                                                \
-      PT_OPK_MB_RANGE | PT_OPK_VERSION | PT_OPK_COLLECTIVE)                                        \
-    X(AR_WAIT, "AR_WAIT", WAIT, WAIT, 'w', PT_OPK_MB_RANGE | PT_OPK_VERSION | PT_OPK_COLLECTIVE)   \
-    X(OPT_STEP, "OPT_STEP", COMPUTE, OPTSTEP, 'O',                                                 \
-      PT_OPK_COMPUTE | PT_OPK_MB_RANGE | PT_OPK_VERSION)                                           \
-    X(BWD_INPUT, "BWD_INPUT", COMPUTE, BWD_INPUT, 'I',                                             \
-      PT_OPK_COMPUTE | PT_OPK_MB | PT_OPK_VERSION)                                                 \
-    X(BWD_WEIGHT, "BWD_WEIGHT", COMPUTE, BWD_WEIGHT, 'W',                                          \
-      PT_OPK_COMPUTE | PT_OPK_MB | PT_OPK_VERSION)
+    X(FWD, COMPUTE, FWD, 'F', PT_OPK_COMPUTE | PT_OPK_MB | PT_OPK_VERSION)                         \
+    X(BWD, COMPUTE, BWD, 'B', PT_OPK_COMPUTE | PT_OPK_MB | PT_OPK_VERSION)                         \
+    X(RECOMPUTE, COMPUTE, RECOMPUTE, 'R', PT_OPK_COMPUTE | PT_OPK_MB | PT_OPK_VERSION)             \
+    X(SEND_ACT, COMM, COMM, '>', PT_OPK_MB | PT_OPK_P2P | PT_OPK_SEND | PT_OPK_NEXT)               \
+    X(RECV_ACT, WAIT, WAIT, '>', PT_OPK_MB | PT_OPK_P2P | PT_OPK_RECV)                             \
+    X(SEND_GRAD, COMM, COMM, '<', PT_OPK_MB | PT_OPK_P2P | PT_OPK_SEND)                            \
+    X(RECV_GRAD, WAIT, WAIT, '<', PT_OPK_MB | PT_OPK_P2P | PT_OPK_RECV | PT_OPK_NEXT)              \
+    X(ALLREDUCE, COMM, ALLREDUCE, 'A', PT_OPK_MB_RANGE | PT_OPK_VERSION | PT_OPK_COLLECTIVE)       \
+    X(AR_WAIT, WAIT, WAIT, 'w', PT_OPK_MB_RANGE | PT_OPK_VERSION | PT_OPK_COLLECTIVE)              \
+    X(OPT_STEP, COMPUTE, OPTSTEP, 'O', PT_OPK_COMPUTE | PT_OPK_MB_RANGE | PT_OPK_VERSION)          \
+    X(BWD_INPUT, COMPUTE, BWD_INPUT, 'I', PT_OPK_COMPUTE | PT_OPK_MB | PT_OPK_VERSION)             \
+    X(BWD_WEIGHT, COMPUTE, BWD_WEIGHT, 'W', PT_OPK_COMPUTE | PT_OPK_MB | PT_OPK_VERSION)
 
 /* Room for any op name and its NUL (names are [A-Z_]+, at most 10 letters). */
 #define PT_OP_NAME_MAX 16
 
 typedef enum pt_op_kind {
-#define PT_OP_ENUM_(kind, name, lane, paint, glyph, flags) PT_OP_##kind,
+#define PT_OP_ENUM_(kind, lane, paint, glyph, flags) PT_OP_##kind,
     PT_OP_LIST(PT_OP_ENUM_)
 #undef PT_OP_ENUM_
         PT_OP_KIND_COUNT
