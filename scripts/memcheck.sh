@@ -14,11 +14,12 @@ rm -rf "$out"
 mkdir -p "$out"
 mapfile -t tests < <(ctest --test-dir "$build" -N -L unit | awk '/Test +#/ {print $3}' | grep -Ev "$skip")
 ((${#tests[@]})) || { echo "memcheck: no tests found in $build" >&2; exit 1; }
-export PT_SOURCE_DIR="$src" PT_BUILD_DIR="$src/$build" OPENBLAS_NUM_THREADS=1 build out
+supp="$src/scripts/valgrind.supp" # glibc false positives, each explained there
+export PT_SOURCE_DIR="$src" PT_BUILD_DIR="$src/$build" OPENBLAS_NUM_THREADS=1 build out supp
 run_one() {
     local t="$1" start=$SECONDS
     if (cd "$build" && valgrind --error-exitcode=99 --leak-check=no --track-origins=no \
-        --quiet "./$t") >"$out/$t.log" 2>&1; then
+        --quiet --suppressions="$supp" "./$t") >"$out/$t.log" 2>&1; then
         echo "memcheck: $t ok ($((SECONDS - start)) s)"
     else
         echo "memcheck: $t FAILED; $out/$t.log:" >&2
