@@ -140,11 +140,6 @@ int pt_cmd_console(int argc, char **argv)
                              console_usage, NULL);
     if (rc >= 0)
         return rc;
-    pt_view start;
-    if (pt_console_parse_view(view, &start) < 0) {
-        fprintf(stderr, "pipetop console: --view: unknown view \"%s\"\n", view);
-        return 2;
-    }
     pt_console_launch_opts lo = {0};
     lo.model = model;
     lo.topology = topology;
@@ -161,13 +156,22 @@ int pt_cmd_console(int argc, char **argv)
     lo.agents = agents;
     lo.listen = listen;
     lo.data = data;
-    lo.view = start;
     lo.theme = theme;
     lo.no_mouse = no_mouse;
     lo.exit_after = exit_after;
+    return pt_console_launch_cmd("console", view, &lo);
+}
+
+int pt_console_launch_cmd(const char *cmd, const char *view, pt_console_launch_opts *lo)
+{
+    if (pt_console_parse_view(view, &lo->view) < 0) {
+        fprintf(stderr, "pipetop %s: --view: unknown view \"%s\"\n", cmd, view);
+        return 2;
+    }
     pt_error err = {0};
-    if ((rc = pt_console_launch(&lo, &err)) < 0) {
-        fprintf(stderr, "pipetop: %s\n", err.msg[0] ? err.msg : pt_strerror(rc));
+    int rc = pt_console_launch(lo, &err);
+    if (rc < 0) {
+        fprintf(stderr, "pipetop %s: %s\n", cmd, err.msg[0] ? err.msg : pt_strerror(rc));
         return 1;
     }
     return 0;

@@ -65,4 +65,9 @@ typedef struct pt_console_launch_opts {
  * negative code with err naming the input at fault. */
 int pt_console_launch(const pt_console_launch_opts *o, pt_error *err);
 
+/* A command's whole tail: parses `view` into lo->view, launches, and prints
+ * a failure as "pipetop CMD: ...". Returns the exit status (0, 1, or 2 for
+ * an unknown view). */
+int pt_console_launch_cmd(const char *cmd, const char *view, pt_console_launch_opts *lo);
+
 #endif

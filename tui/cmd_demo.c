@@ -58,11 +58,6 @@ int pt_cmd_demo(int argc, char **argv)
                              usage_text, NULL);
     if (rc >= 0)
         return rc;
-    pt_view start = PT_VIEW_TIMELINE;
-    if (pt_console_parse_view(view, &start) < 0) {
-        fprintf(stderr, "pipetop demo: --view: unknown view \"%s\"\n", view);
-        return 2;
-    }
     pt_console_launch_opts lo = {0};
     lo.model = DEMO_MODEL;
     lo.topology = DEMO_TOPOLOGY;
@@ -75,14 +70,8 @@ int pt_cmd_demo(int argc, char **argv)
     lo.data = data;
     lo.run_dir = run_dir;
     lo.steps = steps;
-    lo.view = start;
     lo.theme = theme;
     lo.no_mouse = no_mouse;
     lo.exit_after = exit_after;
-    pt_error err = {0};
-    if ((rc = pt_console_launch(&lo, &err)) < 0) {
-        fprintf(stderr, "pipetop demo: %s\n", err.msg[0] ? err.msg : pt_strerror(rc));
-        return 1;
-    }
-    return 0;
+    return pt_console_launch_cmd("demo", view, &lo);
 }
