@@ -213,7 +213,8 @@ static int cmp_p2p(const void *a, const void *b)
     if (x->f != y->f)                                                                              \
         return x->f < y->f ? -1 : 1;
     CMP_(gen)
-    CMP_(step) CMP_(mb) CMP_(to_stage) CMP_(down) CMP_(start)
+    CMP_(step)
+    CMP_(mb) CMP_(to_stage) CMP_(down) CMP_(start)
 #undef CMP_
         return 0;
 }
@@ -740,5 +741,28 @@ int pt_export_last_window(const pt_export_set *set, int64_t n, double *t0, doubl
                 *t1 = u[i].hi;
     }
     free(u);
+    return 0;
+}
+
+int pt_export_set_to_text(pt_export_set *set, pt_export_writer write, void *arg, char **out,
+                          size_t *len, pt_error *err)
+{
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (!f) {
+        pt_export_set_release(set);
+        return pt_error_set(err, PT_ENOMEM, "export: out of memory");
+    }
+    int rc = write(set, f, arg, err);
+    fclose(f);
+    pt_export_set_release(set);
+    if (rc < 0) {
+        free(text);
+        return rc;
+    }
+    *out = text;
+    if (len)
+        *len = n;
     return 0;
 }

@@ -140,6 +140,11 @@ int pt_export_svg(const pt_tline *tl, const pt_theme *theme, const pt_export_svg
                   char **out, size_t *len, pt_error *err);
 
 /* Writes text to path atomically. */
+/* Runs write(set, f, arg, err) into memory: on success *out owns the text (free())
+ * and *len (if not NULL) its length. Releases *set in every case. */
+typedef int (*pt_export_writer)(const pt_export_set *set, FILE *f, void *arg, pt_error *err);
+int pt_export_set_to_text(pt_export_set *set, pt_export_writer write, void *arg, char **out,
+                          size_t *len, pt_error *err);
 int pt_export_write(const char *path, const char *text, size_t len, pt_error *err);
 
 #endif

@@ -266,6 +266,17 @@ int pt_export_svg_write(const pt_export_set *set, const pt_theme *theme,
     return 0;
 }
 
+typedef struct svg_args {
+    const pt_theme *theme;
+    const pt_export_svg_opts *opts;
+} svg_args;
+
+static int svg_writer(const pt_export_set *set, FILE *f, void *arg, pt_error *err)
+{
+    const svg_args *a = arg;
+    return pt_export_svg_write(set, a->theme, a->opts, f, err);
+}
+
 int pt_export_svg(const pt_tline *tl, const pt_theme *theme, const pt_export_svg_opts *opts,
                   char **out, size_t *len, pt_error *err)
 {
@@ -277,22 +288,6 @@ int pt_export_svg(const pt_tline *tl, const pt_theme *theme, const pt_export_svg
         o.t0 -= tl->t0;
         o.t1 -= tl->t0;
     }
-    char *text = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&text, &n);
-    if (!f) {
-        pt_export_set_release(&set);
-        return pt_error_set(err, PT_ENOMEM, "export: out of memory");
-    }
-    int rc = pt_export_svg_write(&set, theme, &o, f, err);
-    fclose(f);
-    pt_export_set_release(&set);
-    if (rc < 0) {
-        free(text);
-        return rc;
-    }
-    *out = text;
-    if (len)
-        *len = n;
-    return 0;
+    svg_args args = {theme, &o};
+    return pt_export_set_to_text(&set, svg_writer, &args, out, len, err);
 }

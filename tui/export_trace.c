@@ -177,28 +177,16 @@ int pt_export_trace_write(const pt_export_set *set, FILE *f, pt_export_counts *c
     return 0;
 }
 
+static int trace_writer(const pt_export_set *set, FILE *f, void *counts, pt_error *err)
+{
+    return pt_export_trace_write(set, f, counts, err);
+}
+
 int pt_export_trace(const pt_tline *tl, const pt_export_mem *mem, int64_t mem_count, char **out,
                     size_t *len, pt_export_counts *counts, pt_error *err)
 {
     pt_export_set set;
     if (pt_export_from_tline(tl, mem, mem_count, &set) < 0)
         return pt_error_set(err, PT_ENOMEM, "export: out of memory");
-    char *text = NULL;
-    size_t n = 0;
-    FILE *f = open_memstream(&text, &n);
-    if (!f) {
-        pt_export_set_release(&set);
-        return pt_error_set(err, PT_ENOMEM, "export: out of memory");
-    }
-    int rc = pt_export_trace_write(&set, f, counts, err);
-    fclose(f);
-    pt_export_set_release(&set);
-    if (rc < 0) {
-        free(text);
-        return rc;
-    }
-    *out = text;
-    if (len)
-        *len = n;
-    return 0;
+    return pt_export_set_to_text(&set, trace_writer, counts, out, len, err);
 }
