@@ -12,36 +12,23 @@
 
 #define ITERS 3
 
+/* prints the table row gpu-check.sh collects: errors and the slowest worker's time */
+static void report(const ec_case *c, const ec_run *r, const ec_weights *want, int before)
+{
+    double wall = 0;
+    for (int w = 0; w < r->prog.worker_count; w++) {
+        pt_exec_result res = pt_pipeline_result(r->pp, w);
+        if (res.wall_ns / 1e6 > wall)
+            wall = res.wall_ns / 1e6;
+    }
+    printf(GPU_TAG " pipeline %-36s rel %.2e maxrel %.2e tol %.0e iter %.3f ms %s\n", c->name,
+           ec_rel(r->w.w, want->w, want->count), ec_maxrel(r->w.w, want->w, want->count), EQ_TOL,
+           wall, pt_test_failures_ == before ? "PASS" : "FAIL");
+}
+
 static void run_case(const ec_case *c)
 {
-    pt_model_spec spec = c->gpt ? ec_gpt() : ec_mlp();
-    pt_dataset *ds = ec_data(&spec);
-    REQUIRE(ds);
-    ec_run r;
-    int rc = ec_run_case(c, &spec, ds, ITERS, &r);
-    CHECK_MSG(rc == 0, "%s: run failed (%d)", c->name, rc);
-    if (rc == 0) {
-        int64_t B = (int64_t)c->mb_size * c->mb_count;
-        ec_weights want, short_by_one;
-        ec_ref_sync(&spec, ds, B, ITERS, c->optim, &want);
-        ec_ref_sync(&spec, ds, B, ITERS - 1, c->optim, &short_by_one);
-        int before = pt_test_failures_;
-        ec_check_equal(c->name, &r.w, &want, &short_by_one);
-        CHECK_MSG(r.replicas_equal, "%s: replicas of a stage differ", c->name);
-        double wall = 0;
-        for (int w = 0; w < r.prog.worker_count; w++) {
-            pt_exec_result res = pt_pipeline_result(r.pp, w);
-            if (res.wall_ns / 1e6 > wall)
-                wall = res.wall_ns / 1e6;
-        }
-        printf(GPU_TAG " pipeline %-36s rel %.2e maxrel %.2e tol %.0e iter %.3f ms %s\n", c->name,
-               ec_rel(r.w.w, want.w, want.count), ec_maxrel(r.w.w, want.w, want.count), EQ_TOL,
-               wall, pt_test_failures_ == before ? "PASS" : "FAIL");
-        free(want.w);
-        free(short_by_one.w);
-    }
-    ec_run_free(&r);
-    pt_dataset_free(&ds);
+    ec_check_sync(c, ITERS, report);
 }
 
 static void test_stages(void)

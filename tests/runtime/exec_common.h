@@ -618,4 +618,36 @@ static inline void ec_check_equal(const char *name, const ec_weights *got, const
         printf("  %-40s rel %.2e  maxrel %.2e  control %.2e\n", name, rel, mrel, dist);
 }
 
+/* Runs c for `iters` iterations and checks it against single-device training
+ * on the same global batch (ec_check_equal, with the reference one step
+ * short as control) and that the replicas of each stage agree. `more`, when
+ * given, adds a test's own checks on the finished run before it is freed;
+ * `failures_before` is pt_test_failures_ when the run started. */
+typedef void (*ec_sync_more)(const ec_case *c, const ec_run *r, const ec_weights *want,
+                             int failures_before);
+static inline void ec_check_sync(const ec_case *c, int iters, ec_sync_more more)
+{
+    pt_model_spec spec = c->gpt ? ec_gpt() : ec_mlp();
+    pt_dataset *ds = ec_data(&spec);
+    REQUIRE(ds);
+    int before = pt_test_failures_;
+    ec_run r;
+    int rc = ec_run_case(c, &spec, ds, iters, &r);
+    CHECK_MSG(rc == 0, "%s: run failed (%d)", c->name, rc);
+    if (rc == 0) {
+        int64_t B = (int64_t)c->mb_size * c->mb_count;
+        ec_weights want, short_by_one;
+        ec_ref_sync(&spec, ds, B, iters, c->optim, &want);
+        ec_ref_sync(&spec, ds, B, iters - 1, c->optim, &short_by_one);
+        ec_check_equal(c->name, &r.w, &want, &short_by_one);
+        CHECK_MSG(r.replicas_equal, "%s: replicas of a stage differ", c->name);
+        if (more)
+            more(c, &r, &want, before);
+        free(want.w);
+        free(short_by_one.w);
+    }
+    ec_run_free(&r);
+    pt_dataset_free(&ds);
+}
+
 #endif
