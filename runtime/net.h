@@ -181,6 +181,28 @@ int pt_net_backward_hooked(pt_net *net, int slot, const float *params, float *gr
 int pt_net_backward(pt_net *net, int slot, const float *params, float *grads, const float *dy,
                     float *dx);
 
+/* The backward split in two (zero-bubble schedules: the ops BWD_INPUT and
+ * BWD_WEIGHT). pt_net_backward_input is B: writes dx as pt_net_backward
+ * does (same params, dy, dx rules) but accumulates no parameter gradient;
+ * the slot stays in flight, holding besides its activation block a keep
+ * block (PT_MEM_ACTS, allocated here, cached by the arena) with the
+ * gradients W reads, a copy of dy among them, so the caller may reuse dy at
+ * once. pt_net_backward_weight is W, later: accumulates into grads (NULL:
+ * the net's) exactly what pt_net_backward would have, then releases the
+ * slot; params is not read (W uses the array its B used, and no layer's W
+ * reads weights), so a step that moved the weights in between is harmless. The _hooked form calls
+ * hook as pt_net_backward_hooked does. In recompute mode W must come before any other forward or
+ * recompute of this net (B's state is in the shared block): else PT_ESTATE and the slot stays.
+ * Return 0; PT_EINVAL (bad slot, dy given/missing wrongly); PT_ESTATE (B: slot not in flight or
+ * already split; W: B not run); PT_ENOMEM/PT_ENOFIT (B: no memory for the keep block).
+ * pt_net_backward and pt_net_recompute refuse a split slot (PT_ESTATE). */
+int pt_net_backward_input(pt_net *net, int slot, const float *params, const float *dy, float *dx);
+int pt_net_backward_weight(pt_net *net, int slot, const float *params, float *grads);
+int pt_net_backward_weight_hooked(pt_net *net, int slot, const float *params, float *grads,
+                                  void (*hook)(void *user, int layer), void *user);
+/* 1 when the slot's B ran and its W has not. */
+int pt_net_slot_split(const pt_net *net, int slot);
+
 /* Recompute mode: re-runs the forward of in-flight `slot` from its kept
  * input into the shared activation block (params: NULL: the array its
  * forward used; else the array to use from now on), so that the next
