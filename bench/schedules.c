@@ -9,7 +9,7 @@
  * The profile is measured here, on this machine, before the runs: every
  * layer alone at the micro-batch size, median of PROFILE_REPS, forward,
  * whole backward and its two halves (pt_net_backward_input / _weight), plus
- * the saved and scratch bytes (pt_net_layer_memory). The topology is one
+ * the saved, scratch and keep bytes (pt_net_layer_memory, _keep). The topology is one
  * node of S devices sharing this machine's cores (the simulator slows
  * compute by workers / cores, as for `pipetop run` on one host). Measured:
  * wall time of one pt_pipeline_run per iteration and bubble = 1 - busy by
@@ -141,6 +141,8 @@ static int time_layer(const pt_model_spec *spec, int l, int mb, pt_profile_layer
     free(dx);
     free(labels);
     int rc = pt_net_layer_memory(spec, l, mb, NULL, &L->saved_bytes, &L->scratch_bytes, &err);
+    if (rc == 0)
+        rc = pt_net_layer_keep(spec, l, mb, NULL, &L->keep_bytes, &err);
     if (rc < 0)
         fprintf(stderr, "schedules: %s\n", err.msg);
     return rc;

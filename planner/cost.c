@@ -63,6 +63,16 @@ static int build_scratch_max(pt_cost *c)
     return 0;
 }
 
+/* A layer's split-backward hold: the profile's keep_bytes, else the
+ * gradient of its output when it has parameters (exact for a layer that is
+ * not a block of several). */
+static int64_t keep_of(const pt_profile_layer *L)
+{
+    if (L->keep_bytes > 0)
+        return L->keep_bytes;
+    return L->param_bytes > 0 ? L->act_bytes : 0;
+}
+
 int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **out, pt_error *err)
 {
     if (out)
@@ -116,7 +126,7 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
         if (pt_add_i64(c->param[l], L->param_bytes, &c->param[l + 1]) < 0 ||
             pt_add_i64(c->act[l], L->act_bytes, &c->act[l + 1]) < 0 ||
             pt_add_i64(c->saved[l], L->saved_bytes, &c->saved[l + 1]) < 0 ||
-            pt_add_i64(c->keep[l], L->param_bytes > 0 ? L->act_bytes : 0, &c->keep[l + 1]) < 0) {
+            pt_add_i64(c->keep[l], keep_of(L), &c->keep[l + 1]) < 0) {
             pt_cost_free(&c);
             return pt_error_set(err, PT_ERANGE,
                                 "profile: layers[%d]: the byte sums up to this layer exceed 2^63",

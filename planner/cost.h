@@ -142,9 +142,9 @@ int64_t pt_cost_act_bytes(const pt_cost *cost, int first, int last, int rows);
 int64_t pt_cost_saved_bytes(const pt_cost *cost, int first, int last, int rows);
 /* What a split backward (BWD_INPUT to BWD_WEIGHT) holds besides the
  * micro-batch's activations, for layers [first,last) on `rows` samples: the
- * gradient of the output of every layer with parameters, which its W reads
- * (the profile's act_bytes of those layers; a residual block's inner layers'
- * gradients are not in a profile, so it is counted as one output). */
+ * gradient of the output of every part with parameters, which its W reads
+ * (the profile's keep_bytes; where a layer has none, its act_bytes when it
+ * has parameters, which misses a block's inner gradients). */
 int64_t pt_cost_keep_bytes(const pt_cost *cost, int first, int last, int rows);
 /* The backward scratch of a stage of layers [first,last) for `rows` samples:
  * the input gradients of every layer but the first plus the largest

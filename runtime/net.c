@@ -699,3 +699,57 @@ done:
     pt_net_destroy(&net);
     return rc;
 }
+
+int pt_net_layer_keep(const pt_model_spec *spec, int layer, int batch, const pt_backend *backend,
+                      int64_t *keep, pt_error *err)
+{
+    if (!spec || !keep || layer < 0 || layer >= spec->layer_count || batch < 1)
+        return pt_error_set(err, PT_EINVAL, "layer keep: bad model, layer %d or batch %d", layer,
+                            batch);
+    pt_net_config cfg = pt_net_config_default(spec);
+    cfg.first = layer;
+    cfg.last = layer + 1;
+    cfg.max_batch = batch;
+    cfg.backend = backend;
+    pt_net *net = NULL;
+    int rc = pt_net_create(spec, &cfg, &net, err);
+    if (rc < 0)
+        return rc;
+    /* zeros are valid token ids, labels and gradients; the buffers are COMM
+     * (and host), so ACTS grows only by what B allocates */
+    int64_t in = pt_net_in_elems(net) * batch, out = pt_net_out_elems(net) * batch;
+    int64_t lab = pt_net_label_count(net) * batch;
+    float *x = pt_arena_alloc_floats(net->arena, PT_MEM_COMM, in);
+    float *dy = pt_arena_alloc_floats(net->arena, PT_MEM_COMM, out);
+    float *host = calloc((size_t)(in > out ? in : out), sizeof *host);
+    int32_t *labels = lab > 0 ? calloc((size_t)lab, sizeof *labels) : NULL;
+    pt_mem_stats before, during;
+    if (!x || !dy || !host || (lab > 0 && !labels)) {
+        rc = pt_error_set(err, PT_ENOMEM, "layer keep: out of memory");
+        goto done;
+    }
+    net->be->upload(net->be, x, host, (size_t)in * sizeof(float));
+    net->be->upload(net->be, dy, host, (size_t)out * sizeof(float));
+    if ((rc = pt_net_forward(net, 0, NULL, x, batch, labels, NULL, NULL)) < 0) {
+        rc = pt_error_set(err, rc, "layers[%d] (%s): forward: %s", layer, spec->layers[layer].name,
+                          pt_strerror(rc));
+        goto done;
+    }
+    pt_arena_stats(net->arena, &before);
+    rc = pt_net_backward_input(net, 0, NULL, net->has_loss ? NULL : dy, NULL);
+    pt_arena_stats(net->arena, &during);
+    pt_net_release(net, 0);
+    if (rc < 0) {
+        rc = pt_error_set(err, rc, "layers[%d] (%s): backward: %s", layer, spec->layers[layer].name,
+                          pt_strerror(rc));
+        goto done;
+    }
+    *keep = during.current[PT_MEM_ACTS] - before.current[PT_MEM_ACTS];
+done:
+    free(host);
+    free(labels);
+    pt_arena_free(net->arena, x);
+    pt_arena_free(net->arena, dy);
+    pt_net_destroy(&net);
+    return rc;
+}

@@ -109,6 +109,13 @@ const pt_backend *pt_net_backend(const pt_net *net);
  * Returns 0, PT_EINVAL (bad argument), or the net's error (err says which). */
 int pt_net_layer_memory(const pt_model_spec *spec, int layer, int batch, const pt_backend *backend,
                         int64_t *saved, int64_t *scratch, pt_error *err);
+/* What top-level layer `layer` of spec keeps from the input half of a split
+ * backward to its weight half at micro-batch size `batch` (*keep, bytes, a
+ * profile's keep_bytes): read off the arena of a net of that layer alone as
+ * the ACTS growth of pt_net_backward_input. Returns 0, PT_EINVAL, or the
+ * net's error. */
+int pt_net_layer_keep(const pt_model_spec *spec, int layer, int batch, const pt_backend *backend,
+                      int64_t *keep, pt_error *err);
 pt_arena *pt_net_arena(const pt_net *net);
 
 /* ---- parameter and gradient arrays (device) ---- */

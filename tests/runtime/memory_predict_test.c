@@ -1,11 +1,11 @@
-/* Predicted vs measured memory, cross-checked: for every schedule kind (the
- * zero-bubble ones on the MLPs only, see run_shape) and a
+/* Predicted vs measured memory, cross-checked: for every schedule kind and a
  * few (S, M, replication, recompute) cases, on a small MLP and on the shipped
  * fmnist-mlp-deep and gpt-tiny, the program is simulated (planner/simulate.h)
  * with the profile `pipetop profile` records (input and layer outputs:
  * per-sample floats from pt_net_layer_elems x 4 x rows; parameters: each
  * layer's parameter count x 4; saved and scratch bytes read off each layer's
- * arena by pt_net_layer_memory), then run by the in-process pipeline
+ * arena by pt_net_layer_memory, a split backward's keep bytes by
+ * pt_net_layer_keep), then run by the in-process pipeline
  * (runtime/pipeline.h), and per worker:
  *
  *   in-flight micro-batches  predicted peak == most FWDs without their BWD in
@@ -133,6 +133,8 @@ static pt_profile *real_profile(const pt_model_spec *spec, int mb)
         L->param_bytes = count * FLOAT_BYTES;
         pt_error err = {0};
         int rc = pt_net_layer_memory(spec, l, mb, NULL, &L->saved_bytes, &L->scratch_bytes, &err);
+        CHECK_MSG(rc == 0, "%s layer %d: %s", spec->name, l, err.msg);
+        rc = pt_net_layer_keep(spec, l, mb, NULL, &L->keep_bytes, &err);
         CHECK_MSG(rc == 0, "%s layer %d: %s", spec->name, l, err.msg);
     }
     pt_net_destroy(&whole);
@@ -345,19 +347,9 @@ static void run_shape(const shape *sh, int index, const model *md, int exact)
     REQUIRE(md->spec && md->cuts[sh->stages]);
     pt_profile *pf = real_profile(md->spec, sh->mb_size); /* the same for every variant */
     REQUIRE(pf);
-    int residual = 0;
-    for (int l = 0; l < md->spec->layer_count; l++)
-        residual |= md->spec->layers[l].kind == PT_LAYER_RESIDUAL;
     for (int v = 0; v < VARIANTS; v++) {
         if ((variants[v].kind == PT_SCHED_2BW && sh->mb_count < sh->stages) ||
             (md->owned && (v + index) % 2))
-            continue;
-        /* a split backward keeps the output gradient of every layer with
-         * parameters until its W; a profile lists a residual block as one
-         * layer, so the gradients of its inner layers are not in it and the
-         * zero-bubble kinds' ACTS is predicted low on gpt-tiny (by 10-18 %):
-         * checked on the MLPs, where it is exact */
-        if (residual && (variants[v].kind == PT_SCHED_ZB_H1 || variants[v].kind == PT_SCHED_ZB_H2))
             continue;
         char name[128];
         snprintf(name, sizeof name, "%s: %s, %s", md->spec->name, variants[v].name, sh->name);
@@ -452,8 +444,13 @@ static void check_analytic(const pt_model_spec *spec, int batch)
     REQUIRE(arc == 0);
     int blocks = 0;
     for (int l = 0; l < spec->layer_count; l++) {
-        int64_t saved = -1, scratch = -1;
+        int64_t saved = -1, scratch = -1, keep = -1;
         REQUIRE(pt_net_layer_memory(spec, l, batch, NULL, &saved, &scratch, &err) == 0);
+        REQUIRE(pt_net_layer_keep(spec, l, batch, NULL, &keep, &err) == 0);
+        CHECK_MSG(ap->layers[l].keep_bytes == keep,
+                  "%s layer %d (%s) at batch %d: analytic keep %lld, measured %lld", spec->name, l,
+                  spec->layers[l].name, batch, (long long)ap->layers[l].keep_bytes,
+                  (long long)keep);
         CHECK_MSG(ap->layers[l].saved_bytes == saved && ap->layers[l].scratch_bytes == scratch,
                   "%s layer %d (%s) at batch %d: analytic saved %lld scratch %lld, measured "
                   "%lld, %lld",
