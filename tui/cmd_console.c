@@ -388,7 +388,7 @@ int pt_cmd_replay(int argc, char **argv)
     pt_profile *prof = NULL;
     pt_topology *topo = NULL;
     pt_source *src = NULL;
-    if ((rc = pt_record_load(record, &rec, &err)) < 0 ||
+    if ((rc = pt_replay_load(record, &rec, &err)) < 0 ||
         (rc = replay_inputs(rec, dir, &plan, &spec, &prof, &topo, &err)) < 0) {
         fprintf(stderr, "pipetop replay: %s\n", err.msg);
         pt_record_free(&rec);
@@ -483,7 +483,7 @@ int pt_cmd_status(int argc, char **argv)
     pt_error err = {0};
     pt_record *rec = NULL;
     pt_store *store = NULL;
-    if (pt_record_load(record, &rec, &err) < 0) {
+    if (pt_replay_load(record, &rec, &err) < 0) {
         fprintf(stderr, "pipetop status: %s\n", err.msg);
         return 1;
     }
@@ -491,8 +491,13 @@ int pt_cmd_status(int argc, char **argv)
         pt_record_free(&rec);
         return 1;
     }
-    for (int64_t i = 0; i < pt_record_count(rec); i++)
-        pt_record_apply(rec, i, store);
+    /* op events are counted by the summary; the snapshot needs only the
+     * plans, agents and metrics, so the events are not decoded */
+    for (int64_t i = 0; i < pt_record_count(rec); i++) {
+        const pt_record_entry *e = pt_record_at(rec, i);
+        if (!(e->kind == PT_RECORD_RECV && e->msg_type == PT_MSG_EVENTS))
+            pt_record_apply(rec, i, store);
+    }
     pt_record_summary sum;
     pt_record_summarize(rec, &sum);
     int64_t n = pt_store_step_count(store);
