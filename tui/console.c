@@ -235,8 +235,9 @@ int pt_ui_export(pt_ui *ui)
     free(text);
     text = NULL;
     if (rc == 0) {
-        pt_export_svg_opts o = {EXPORT_SVG_WIDTH, 0, 0,
-                                measured ? "pipetop: measured timeline" : "pipetop: predicted"};
+        pt_export_svg_opts o = {.width_px = EXPORT_SVG_WIDTH,
+                                .title =
+                                    measured ? "pipetop: measured timeline" : "pipetop: predicted"};
         rc = pt_export_svg(tl, NULL, &o, &text, &len, &err); /* slide colours */
         if (rc == 0)
             rc = pt_export_write(svg, text, len, &err);
