@@ -1,16 +1,16 @@
 /* The zero-bubble schedules (zb-h1, zb-h2: the backward split into
  * BWD_INPUT and BWD_WEIGHT) run by the stage executor on a threaded pipeline
  * equal single-device training on the same global batches: after K
- * iterations every weight is within 1e-5 (relative) of the reference, on
- * the MLP and on the GPT-style model, with replicated stages (2x in the
- * middle; 2 -> 3 -> 1, a many-to-many split-concat; the GPT's last stage x2),
- * with recomputation and with Adam. Every replica of a stage ends
- * bit-identical; the reference after K-1 steps is far outside the
- * tolerance. Each run also checks from the executor's events that the
- * backward really ran split (every micro-batch's BWD_INPUT before its
- * BWD_WEIGHT, no whole BWD) and that every worker that delays W (a stage
- * past the first that does not recompute) ran some BWD_WEIGHT after a later
- * micro-batch's BWD_INPUT. */
+ * iterations every weight is within 1e-5 (relative) of the reference, on the
+ * MLP, the small GPT-style model and the shipped gpt-tiny, with replicated
+ * stages (2x in the middle; 2 -> 3 -> 1, a many-to-many split-concat; the
+ * small GPT's last stage x2; gpt-tiny's first x2), with recomputation and
+ * with Adam. Every replica of a stage ends bit-identical; the reference
+ * after K-1 steps is far outside the tolerance. Each run also checks from
+ * the executor's events that the backward really ran split (every
+ * micro-batch's BWD_INPUT before its BWD_WEIGHT, no whole BWD) and that
+ * every worker that delays W (a stage past the first that does not
+ * recompute) ran some BWD_WEIGHT after a later micro-batch's BWD_INPUT. */
 #include "tests/runtime/exec_common.h"
 
 #define ITERS 3
@@ -60,6 +60,8 @@ static void split_ran(const ec_case *c, const ec_run *r, const ec_weights *want,
               can_delay);
 }
 
+static const pt_model_spec *model_of(int gpt);
+
 static void kinds_for(const char *base, const int *cuts, int S, const int *reps, const int *rc,
                       int b, int M, pt_optim_kind ok, int gpt)
 {
@@ -80,7 +82,8 @@ static void kinds_for(const char *base, const int *cuts, int S, const int *reps,
                      .mb_size = b,
                      .mb_count = M,
                      .optim = ok,
-                     .gpt = gpt};
+                     .gpt = gpt == 1,
+                     .model = model_of(gpt)};
         ec_check_sync(&c, ITERS, split_ran);
     }
 }
@@ -112,5 +115,29 @@ static void test_gpt(void)
     kinds_for("gpt S=3 recompute middle", cuts_gpt, 3, NULL, rc_mid, 4, 5, PT_OPTIM_SGD, 1);
 }
 
-PT_TEST_MAIN({"mlp", test_mlp}, {"replicated", test_replicated}, {"recompute", test_recompute},
-             {"gpt", test_gpt})
+/* gpt 2: the shipped gpt-tiny (models/gpt-tiny.json); else NULL (the MLP or
+ * the small GPT of exec_common.h). */
+static pt_model_spec *gpt_tiny;
+static const pt_model_spec *model_of(int gpt)
+{
+    if (gpt != 2)
+        return NULL;
+    if (!gpt_tiny) {
+        pt_error err = {0};
+        CHECK_MSG(pt_model_spec_find("gpt-tiny", &gpt_tiny, &err) == 0, "%s", err.msg);
+    }
+    return gpt_tiny;
+}
+
+/* The shipped gpt-tiny: embedding + block0.attn | block0.mlp, block1.attn |
+ * block1.mlp | ln_f, head, loss, the first stage replicated twice. */
+static void test_gpt_tiny(void)
+{
+    static const int cuts[] = {0, 2, 4, 5, 8};
+    static const int reps[] = {2, 1, 1, 1};
+    kinds_for("gpt-tiny S=4 first x2", cuts, 4, reps, NULL, 2, 4, PT_OPTIM_SGD, 2);
+    pt_model_spec_free(&gpt_tiny);
+}
+
+PT_TEST_MAIN({"gpt_tiny", test_gpt_tiny}, {"mlp", test_mlp}, {"replicated", test_replicated},
+             {"recompute", test_recompute}, {"gpt", test_gpt})
