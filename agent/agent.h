@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "protocol/error.h"
+#include "protocol/keyfile.h"
 #include "protocol/message.h"
 #include "runtime/backend.h"
 
@@ -72,6 +73,10 @@ typedef struct pt_agent_worker_config {
     const char *telemetry;     /* --telemetry, or NULL: take the assign's */
     int comm_timeout_ms;       /* 0: PT_AGENT_COMM_TIMEOUT_MS */
     const pt_backend *backend; /* --device: borrowed, outlives the worker; NULL: the CPU */
+    /* CURVE (--key, --server-key): the agent's pair and the console's public
+     * key, for the telemetry PUB; NULL: plain. Copied. */
+    const pt_keyfile *key;
+    const char *server_key;
 } pt_agent_worker_config;
 
 /* Starts the worker thread. On success *out owns it. PT_ENOMEM / PT_EIO. */

@@ -61,7 +61,7 @@
 
 typedef struct run_args {
     const char *plan, *model, *data, *topology, *profile, *ckpt_dir, *resume, *run_dir, *schedule,
-        *planner, *policy, *control_bind, *telemetry_bind;
+        *planner, *policy, *control_bind, *telemetry_bind, *key, *allow;
     int64_t iters, epochs, ckpt_every, seed;
     int headless, json, stages, microbatches, mb_size, replicas, external;
 } run_args;
@@ -165,6 +165,11 @@ static int parse_args(int argc, char **argv, run_args *a)
          "where the console's ROUTER binds (default " PT_SESSION_DEFAULT_BIND ")"},
         {"telemetry-bind", PT_OPT_STRING, &a->telemetry_bind, 0, 0, 0, "EP",
          "where the console's SUB binds (default " PT_SESSION_DEFAULT_BIND ")"},
+        {"key", PT_OPT_STRING, &a->key, 0, 0, 0, "FILE",
+         "the console's CURVE key pair (pipetop keys --out DIR/NAME: NAME.key);\n"
+         "agents give its NAME.pub as --server-key"},
+        {"allow", PT_OPT_STRING, &a->allow, 0, 0, 0, "FILE",
+         "agents' public keys allowed to join, one per line (Z85 or a .pub file)"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = pt_opts_command("run", argc, argv, opts, n, usage_text, NULL);
@@ -433,10 +438,12 @@ static int prepare(run_ctx *c, pt_error *err)
 static int start_agents(run_ctx *c, pt_error *err)
 {
     if (c->a.external) {
+        const char *pub = pt_session_public_key(c->s);
         fprintf(c->a.json ? stderr : stdout,
                 "waiting for %d agents: start each with\n  pipetop-agent --console %s "
-                "--telemetry %s --device D\n",
-                c->workers, pt_session_control_endpoint(c->s), pt_session_telemetry_endpoint(c->s));
+                "--telemetry %s --device D%s%s%s\n",
+                c->workers, pt_session_control_endpoint(c->s), pt_session_telemetry_endpoint(c->s),
+                pub[0] ? " --server-key " : "", pub, pub[0] ? " --key MYKEY.key" : "");
         fflush(stdout);
         return 0;
     }
@@ -597,6 +604,8 @@ static char *summary_extra(run_ctx *c)
         cJSON_AddNumberToObject(t, "stale", (double)k.telemetry.stale);
     }
     cJSON_AddNumberToObject(o, "control_rejected", (double)k.control_rejected);
+    cJSON_AddNumberToObject(o, "control_flooded", (double)k.control_flooded);
+    cJSON_AddNumberToObject(o, "handshakes_refused", (double)pt_session_refused_handshakes(c->s));
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return text;
@@ -655,9 +664,17 @@ int pt_cmd_run(int argc, char **argv)
         cleanup(&c);
         return 1;
     }
-    pt_run_config rc_cfg = {
-        c.run_dir, c.a.control_bind, c.a.telemetry_bind, c.workers, on_note, &c, interrupted_twice,
-        NULL};
+    pt_run_config rc_cfg = {c.run_dir,
+                            c.a.control_bind,
+                            c.a.telemetry_bind,
+                            c.workers,
+                            on_note,
+                            &c,
+                            interrupted_twice,
+                            NULL,
+                            c.a.key,
+                            c.a.allow,
+                            !c.a.external};
     c.report = pt_run_report_new(c.plan, c.resume_step, c.steps);
     if (!c.report || (rc = pt_run_create(&rc_cfg, &c.run, &err)) < 0) {
         fprintf(stderr, "pipetop run: %s\n", err.msg[0] ? err.msg : "out of memory");

@@ -76,7 +76,20 @@ typedef struct pt_run_config {
     void *listener_user;
     pt_run_cancel_fn cancel; /* NULL: waits are never abandoned */
     void *cancel_user;
+    /* Authentication (docs/architecture.md, "Trust"). key_path: the console's
+     * key pair file (`pipetop keys`); allow_path: the allow-list of agent
+     * keys (docs/formats.md, "Key files"). local_keys: without key_path, a
+     * per-run key pair made in memory, so that spawned agents (each given a
+     * per-run pair of its own in <run folder>/keys, mode 0700) talk CURVE
+     * with no set-up. No key at all: no CURVE, loopback and ipc only. */
+    const char *key_path;
+    const char *allow_path;
+    int local_keys;
 } pt_run_config;
+
+/* Folder of a run folder holding the spawned agents' per-run key pairs
+ * (mode 0700; removed when the controller ends). */
+#define PT_RUN_KEYS_DIR "keys"
 
 typedef struct pt_run pt_run;
 
