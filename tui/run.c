@@ -3,6 +3,7 @@
 #include "tui/run.h"
 
 #include <errno.h>
+#include <cjson/cJSON.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -513,6 +514,103 @@ int pt_run_assign(pt_run *r, const pt_plan *plan, const pt_run_job *job, int64_t
         r->first_step = resume_step;
         r->target = -1;
     }
+    return rc;
+}
+
+int pt_run_adopt(pt_run *r, const pt_plan *plan, const pt_run_job *job, int64_t gen,
+                 const char *const *names, int64_t first_step, int64_t target, pt_error *err)
+{
+    if (r->state != PT_RUN_READY)
+        return pt_error_set(err, PT_ESTATE, "run: cannot pick a run up: the controller is %s",
+                            pt_run_state_name(r->state));
+    int wc = pt_plan_device_count(plan);
+    int *agents = calloc((size_t)(wc > 0 ? wc : 1), sizeof *agents);
+    if (!agents)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    int rc = 0;
+    for (int w = 0; w < wc && rc == 0; w++) {
+        agents[w] = pt_session_find_agent(r->s, names[w]);
+        if (agents[w] < 0 || !usable(pt_session_agent_at(r->s, agents[w])))
+            rc = pt_error_set(err, PT_ENOTFOUND,
+                              "worker %d: agent %s (of the run to pick up) has not registered", w,
+                              names[w]);
+    }
+    if (rc == 0) {
+        r->model = job->model;
+        snprintf(r->data, sizeof r->data, "%s", job->data ? job->data : "");
+        snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s",
+                 job->checkpoint_dir ? job->checkpoint_dir : "");
+        r->seed = job->seed;
+        r->ckpt_every = job->checkpoint_every;
+        pt_session_plan sp = {plan,          job->model, agents,
+                              r->data,       r->seed,    job->checkpoint_dir ? r->ckpt_dir : NULL,
+                              r->ckpt_every, first_step};
+        rc = pt_session_adopt(r->s, &sp, gen, err);
+    }
+    free(agents);
+    if (rc == 0) {
+        r->state = PT_RUN_TRAINING;
+        r->first_step = first_step;
+        r->target = target;
+    }
+    return rc;
+}
+
+int pt_run_read_last_plan(const char *dir, int64_t *gen, char (*names)[PT_MSG_ID_MAX], int cap,
+                          int *n, pt_error *err)
+{
+    *gen = 0;
+    *n = 0;
+    char path[PATH_CAP + 32];
+    struct stat st;
+    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(path, sizeof path, "%.4000s/%s", dir, PT_RUN_RECORD_FILE);
+    else
+        snprintf(path, sizeof path, "%.4000s", dir);
+    char *text = NULL;
+    int rc = pt_file_read(path, &text, NULL, err);
+    if (rc < 0)
+        return rc;
+    const char *last = NULL;
+    for (const char *p = text; (p = strstr(p, "\"kind\":\"plan\"")); p++)
+        last = p;
+    if (!last) {
+        free(text);
+        return pt_error_set(err, PT_ENOTFOUND, "%s: no plan in this run record", path);
+    }
+    const char *start = last;
+    while (start > text && start[-1] != '\n')
+        start--;
+    const char *end = strchr(last, '\n');
+    cJSON *j = cJSON_ParseWithLength(start, end ? (size_t)(end - start) : strlen(start));
+    const cJSON *g = j ? cJSON_GetObjectItem(j, "gen") : NULL;
+    const cJSON *ws = j ? cJSON_GetObjectItem(j, "workers") : NULL;
+    if (!cJSON_IsNumber(g) || g->valuedouble < 1 || g->valuedouble > PT_MSG_INT_MAX ||
+        !cJSON_IsArray(ws)) {
+        rc = pt_error_set(err, PT_EPARSE, "%s: the last plan line has no gen or workers", path);
+    } else {
+        *gen = (int64_t)g->valuedouble;
+        const cJSON *w;
+        cJSON_ArrayForEach(w, ws)
+        {
+            const cJSON *a = cJSON_GetObjectItem(w, "agent");
+            const cJSON *k = cJSON_GetObjectItem(w, "worker");
+            if (!cJSON_IsString(a) || !cJSON_IsNumber(k) || k->valuedouble != *n ||
+                strlen(a->valuestring) >= PT_MSG_ID_MAX) {
+                rc = pt_error_set(err, PT_EPARSE, "%s: plan workers[%d]: no agent name", path, *n);
+                break;
+            }
+            if (*n >= cap) {
+                rc = pt_error_set(err, PT_ERANGE, "%s: more than %d workers", path, cap);
+                break;
+            }
+            snprintf(names[(*n)++], PT_MSG_ID_MAX, "%s", a->valuestring);
+        }
+    }
+    cJSON_Delete(j);
+    free(text);
+    if (rc < 0)
+        *n = 0;
     return rc;
 }
 

@@ -154,6 +154,23 @@ typedef struct pt_run_job {
 int pt_run_assign(pt_run *run, const pt_plan *plan, const pt_run_job *job, int64_t resume_step,
                   int timeout_ms, pt_error *err);
 
+/* Picks up a run another console with the same key started (a console
+ * restart; docs/deploy.md): generation gen of plan, worker w on the agent
+ * named names[w] (the old console's record says which), started at
+ * first_step for the steps up to target (-1: until stopped). Nothing is
+ * sent: the agents, which re-registered with this controller, keep
+ * training: TRAINING. 0, PT_ENOTFOUND (an agent of names is not registered
+ * or not usable), or the session's error. */
+int pt_run_adopt(pt_run *run, const pt_plan *plan, const pt_run_job *job, int64_t gen,
+                 const char *const *names, int64_t first_step, int64_t target, pt_error *err);
+
+/* The newest plan of a run record (<dir>/run.ndjson, or dir itself when it
+ * is a file): its generation and, for each of its workers, the agent that
+ * ran it (names[w], at most cap). 0, or PT_ENOTFOUND (no plan in it) /
+ * PT_EPARSE / PT_ERANGE / the file's error, naming the file. */
+int pt_run_read_last_plan(const char *dir, int64_t *gen, char (*names)[PT_MSG_ID_MAX], int cap,
+                          int *n, pt_error *err);
+
 /* Starts every worker for `steps` steps (0: until stopped): TRAINING. The
  * run is FINISHED once every worker is idle at resume_step + steps. 0 or
  * PT_ESTATE (not assigned). */

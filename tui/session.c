@@ -1254,6 +1254,36 @@ done:
     return rc;
 }
 
+int pt_session_adopt(pt_session *s, const pt_session_plan *p, int64_t gen, pt_error *err)
+{
+    if (!s || !p || !p->plan || !p->model || !p->agents || !p->data)
+        return pt_error_set(err, PT_EINVAL, "session: adopt: plan, model, agents and data needed");
+    if (gen <= s->gen || gen > PT_MSG_INT_MAX)
+        return pt_error_set(err, PT_EINVAL,
+                            "session: adopt: generation %lld is not newer than %lld",
+                            (long long)gen, (long long)s->gen);
+    int rc = map_workers(s, p, err);
+    if (rc < 0)
+        return rc;
+    s->gen = gen;
+    pt_telemetry_rx_set_generation(s->rx, gen);
+    snprintf(s->ckpt_dir, sizeof s->ckpt_dir, "%s", p->checkpoint_dir ? p->checkpoint_dir : "");
+    int64_t latest = -1;
+    if (s->ckpt_dir[0] && pt_ckpt_latest_load(s->ckpt_dir, &latest, NULL) < 0)
+        latest = -1;
+    s->committed = latest;
+    s->kept_n = 0;
+    s->nreq = 0;
+    s->hold_lo = s->hold_hi = 0;
+    record_plan(s, p);
+    for (int w = 0; w < s->worker_count; w++) {
+        agent_entry *e = &s->agents[s->workers[w]];
+        e->pub.gen = gen;
+        set_state(s, s->workers[w], PT_AGENT_RUNNING);
+    }
+    return 0;
+}
+
 static int send_all(pt_session *s, pt_msg_type type, const pt_msg *tmpl, pt_error *err);
 
 /* A hold was acknowledged at `step`: once every hold is, every worker is

@@ -231,6 +231,15 @@ typedef struct pt_session_plan {
  * pt_session_wait) or PT_EINVAL/PT_ESTATE with err naming the agent. */
 int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err);
 
+/* Picks up a run another console (holding the same key) assigned, as
+ * generation gen, without sending anything: the agents keep running it.
+ * p->agents are the registered agents that run each worker (the old
+ * console's record names them); they become RUNNING workers of gen, the
+ * checkpoint folder's newest committed step (its `latest`) counts as
+ * committed. 0, or PT_EINVAL/PT_ESTATE as pt_session_assign, or PT_EINVAL
+ * when gen is not newer than the session's. */
+int pt_session_adopt(pt_session *s, const pt_session_plan *p, int64_t gen, pt_error *err);
+
 /* Requests to every worker of the current plan: start `steps` steps (0:
  * until stopped), stop, save a checkpoint after `step` (-1: the current
  * one). 0, or PT_ESTATE before an assign.

@@ -94,7 +94,7 @@ static void wait_steps(const char *out, int n)
 }
 
 static pid_t start_agent(const char *ctl, const char *tel, const char *dev, const char *name,
-                         const char *key, const char *log)
+                         const char *key, const char *grace_ms, const char *log)
 {
     char *argv[] = {(char *)ru_bin("pipetop-agent"),
                     "--console",
@@ -109,6 +109,8 @@ static pid_t start_agent(const char *ctl, const char *tel, const char *dev, cons
                     (char *)key,
                     "--server-key",
                     TDIR "/keys/console.pub",
+                    "--grace-ms",
+                    (char *)grace_ms,
                     NULL};
     return ru_start(argv, "/dev/null", log);
 }
@@ -222,8 +224,8 @@ static void test_attacks_change_nothing(void)
     while (!endpoints(TDIR "/run/run.ndjson", ctl, tel, sizeof ctl) && ru_now_ms() - t0 < RUN_MS)
         usleep(20000);
     REQUIRE(ctl[0]);
-    pid_t pa = start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", TDIR "/a.err");
-    pid_t pb = start_agent(ctl, tel, "1", "hand-b", TDIR "/keys/b.key", TDIR "/b.err");
+    pid_t pa = start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", "0", TDIR "/a.err");
+    pid_t pb = start_agent(ctl, tel, "1", "hand-b", TDIR "/keys/b.key", "0", TDIR "/b.err");
     wait_steps(TDIR "/run.out", 3);
 
     pt_keyfile mk, ck;
@@ -365,8 +367,9 @@ static void test_second_console_refused(void)
     while (!endpoints(TDIR "/run2/run.ndjson", ctl, tel, sizeof ctl) && ru_now_ms() - t0 < RUN_MS)
         usleep(20000);
     REQUIRE(ctl[0]);
-    pid_t pa = start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", TDIR "/a2.err");
-    pid_t pb = start_agent(ctl, tel, "1", "hand-b", TDIR "/keys/b.key", TDIR "/b2.err");
+    /* a short grace: they wait for a console with the right key, then leave */
+    pid_t pa = start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", "1000", TDIR "/a2.err");
+    pid_t pb = start_agent(ctl, tel, "1", "hand-b", TDIR "/keys/b.key", "1000", TDIR "/b2.err");
     wait_steps(TDIR "/run2.out", 3);
     kill(console, SIGKILL);
     ru_wait(console, RUN_MS, NULL);
@@ -401,6 +404,7 @@ static void test_second_console_refused(void)
             sb = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     }
     CHECK_MSG(sa == 3 && sb == 3, "agents exited %d and %d (3: the console went silent)", sa, sb);
+    CHECK(pt_session_refused_handshakes(s) == 0); /* they refused it, not the other way */
     CHECK_MSG(pt_session_agent_count(s) == 0, "%d agents registered with the second console",
               pt_session_agent_count(s));
     pt_session_counts k;
@@ -409,9 +413,160 @@ static void test_second_console_refused(void)
     pt_session_destroy(&s);
     char *log = NULL;
     pt_file_read(TDIR "/a2.err", &log, NULL, NULL);
-    CHECK_STR_CONTAINS(log, "was silent");
+    CHECK_STR_CONTAINS(log, "training on for up to 1.0 s");
+    CHECK_STR_CONTAINS(log, "(a grace of 1.0 s included)");
     free(log);
 }
 
+/* The first step a `pipetop run --json` output shows (-1 none). */
+static int64_t first_step(const char *out)
+{
+    char *text = NULL;
+    if (pt_file_read(out, &text, NULL, NULL) < 0)
+        return -1;
+    const char *p = strstr(text, "\"event\":\"step\",\"step\":");
+    int64_t k = p ? strtoll(p + strlen("\"event\":\"step\",\"step\":"), NULL, 10) : -1;
+    free(text);
+    return k;
+}
+
+/* The last step shown (-1 none). */
+static int64_t last_step(const char *out)
+{
+    char *text = NULL;
+    if (pt_file_read(out, &text, NULL, NULL) < 0)
+        return -1;
+    const char *key = "\"event\":\"step\",\"step\":", *p = text, *last = NULL;
+    while ((p = strstr(p, key)))
+        last = p++;
+    int64_t k = last ? strtoll(last + strlen(key), NULL, 10) : -1;
+    free(text);
+    return k;
+}
+
+/* A console SIGKILLed mid-run and started again with the same key (and
+ * --reattach): the agents started by hand train on through the grace
+ * period, register again, and the new console picks the run up where it
+ * is — no assign, the step numbers go on — and stops it at one step whose
+ * weights equal an undisturbed run to that step. ipc endpoints in a 0700
+ * folder, so the new console binds exactly the old one's. */
+static void test_console_restart_reattaches(void)
+{
+    mkdir(TDIR "/sock", 0700);
+    char *run1[] = {(char *)ru_bin("pipetop"),
+                    "run",
+                    "--external",
+                    "--key",
+                    TDIR "/keys/console.key",
+                    "--allow",
+                    TDIR "/keys/allow.txt",
+                    "--control-bind",
+                    "ipc://" TDIR "/sock/ctl",
+                    "--telemetry-bind",
+                    "ipc://" TDIR "/sock/tel",
+                    "--plan",
+                    plan,
+                    "--model",
+                    model,
+                    "--data",
+                    "synthetic",
+                    "--seed",
+                    "7",
+                    "--iters",
+                    "1000000",
+                    "--profile",
+                    TDIR "/profile.json",
+                    "--checkpoint-dir",
+                    TDIR "/ck3",
+                    "--run-dir",
+                    TDIR "/run3",
+                    "--json",
+                    NULL,
+                    NULL,
+                    NULL};
+    pid_t console = ru_start(run1, TDIR "/run3.out", TDIR "/run3.err");
+    const char *ctl = "ipc://" TDIR "/sock/ctl", *tel = "ipc://" TDIR "/sock/tel";
+    pid_t pa = start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", "60000", TDIR "/a3.err");
+    pid_t pb = start_agent(ctl, tel, "1", "hand-b", TDIR "/keys/b.key", "60000", TDIR "/b3.err");
+    wait_steps(TDIR "/run3.out", 3);
+    kill(console, SIGKILL);
+    ru_wait(console, RUN_MS, NULL);
+    int64_t before = last_step(TDIR "/run3.out");
+    /* both agents are in their grace period, training on */
+    int64_t t0 = ru_now_ms();
+    while ((count_in(TDIR "/a3.err", "training on for up to 60.0 s") < 1 ||
+            count_in(TDIR "/b3.err", "training on for up to 60.0 s") < 1) &&
+           ru_now_ms() - t0 < RUN_MS)
+        usleep(20000);
+    CHECK(count_in(TDIR "/a3.err", "training on for up to 60.0 s") == 1);
+    CHECK(count_in(TDIR "/b3.err", "training on for up to 60.0 s") == 1);
+
+    REQUIRE(!strcmp(run1[25], "--run-dir") && !run1[28]);
+    run1[26] = TDIR "/run4";
+    run1[28] = "--reattach";
+    run1[29] = TDIR "/run3";
+    pid_t again = ru_start(run1, TDIR "/run4.out", TDIR "/run4.err");
+    wait_steps(TDIR "/run4.out", 3);
+    int64_t first = first_step(TDIR "/run4.out");
+    CHECK_MSG(first > before + 10, "the new console's first step %lld, the old one's last %lld",
+              (long long)first, (long long)before);
+    CHECK(count_in(TDIR "/a3.err", "reconnected within the grace period") == 1);
+    CHECK(count_in(TDIR "/b3.err", "reconnected within the grace period") == 1);
+    /* the new console's numbering was taken up: nothing it sent was refused */
+    CHECK(count_in(TDIR "/a3.err", "hand-a: rejected:") == 0);
+    CHECK(count_in(TDIR "/b3.err", "hand-b: rejected:") == 0);
+    /* the same processes registered with the new console */
+    char want[64];
+    snprintf(want, sizeof want, "\"agent\":\"hand-a\",\"seq\":");
+    CHECK(count_in(TDIR "/run4/run.ndjson", want) >= 1);
+    snprintf(want, sizeof want, "\"pid\":%ld,", (long)pa);
+    CHECK(count_in(TDIR "/run4/run.ndjson", want) >= 1);
+    snprintf(want, sizeof want, "\"pid\":%ld,", (long)pb);
+    CHECK(count_in(TDIR "/run4/run.ndjson", want) >= 1);
+
+    kill(again, SIGINT);
+    int st = ru_wait(again, RUN_MS, NULL);
+    CHECK_MSG(st == 0, "the second console exited %d", st);
+    cJSON *s = ru_last_json(TDIR "/run4.out");
+    const cJSON *cs = s ? cJSON_GetObjectItem(s, "checkpoint_step") : NULL;
+    REQUIRE(cJSON_IsNumber(cs) && cs->valuedouble > (double)first);
+    int64_t step = (int64_t)cs->valuedouble;
+    cJSON_Delete(s);
+    CHECK(ru_wait(pa, 10000, NULL) == 0);
+    CHECK(ru_wait(pb, 10000, NULL) == 0);
+
+    char iters[32];
+    snprintf(iters, sizeof iters, "%lld", (long long)step);
+    char *ref[] = {(char *)ru_bin("pipetop"),
+                   "run",
+                   "--plan",
+                   plan,
+                   "--model",
+                   model,
+                   "--data",
+                   "synthetic",
+                   "--seed",
+                   "7",
+                   "--iters",
+                   iters,
+                   "--profile",
+                   TDIR "/profile.json",
+                   "--checkpoint-dir",
+                   TDIR "/ref3-ck",
+                   "--run-dir",
+                   TDIR "/ref3",
+                   "--json",
+                   NULL};
+    REQUIRE(ru_run(ref, TDIR "/ref3.out", TDIR "/ref3.err", RUN_MS) == 0);
+    char a[256], b[256];
+    snprintf(a, sizeof a, TDIR "/ck3/step-%lld", (long long)step);
+    snprintf(b, sizeof b, TDIR "/ref3-ck/step-%lld", (long long)step);
+    int tensors = 0;
+    double diff = ru_ckpt_diff(a, b, &tensors);
+    CHECK_MSG(diff == 0 && tensors > 0, "step %lld: relative difference %g over %d tensors",
+              (long long)step, diff, tensors);
+}
+
 PT_TEST_MAIN({"attacks_change_nothing", test_attacks_change_nothing},
-             {"second_console_refused", test_second_console_refused})
+             {"second_console_refused", test_second_console_refused},
+             {"console_restart_reattaches", test_console_restart_reattaches})
