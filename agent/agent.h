@@ -72,6 +72,10 @@ typedef struct pt_agent_worker_config {
     const char *telemetry;     /* --telemetry, or NULL: take the assign's */
     int comm_timeout_ms;       /* 0: PT_AGENT_COMM_TIMEOUT_MS */
     const pt_backend *backend; /* --device: borrowed, outlives the worker; NULL: the CPU */
+    /* --checkpoint-root: the only folder checkpoints are written under (and
+     * resumed from); an assign's checkpoint_dir is a folder inside it, never
+     * absolute, never through "..". Copied; must not be NULL. */
+    const char *checkpoint_root;
 } pt_agent_worker_config;
 
 /* Starts the worker thread. On success *out owns it. PT_ENOMEM / PT_EIO. */

@@ -32,4 +32,15 @@ int pt_agent_threads(int agents);
 int pt_agent_spawn(const char *bin, const pt_session *s, const char *name, int device, int threads,
                    const char *log_path, pid_t *pid, pt_error *err);
 
+/* What else a spawned agent is given (pt_agent_spawn_with). */
+typedef struct pt_agent_spawn_extra {
+    const char *checkpoint_root; /* --checkpoint-root; NULL: not passed */
+    int comm_timeout_ms;         /* --comm-timeout-ms; 0: not passed */
+} pt_agent_spawn_extra;
+
+/* pt_agent_spawn with the options of x (NULL: none). */
+int pt_agent_spawn_with(const char *bin, const pt_session *s, const char *name, int device,
+                        int threads, const char *log_path, const pt_agent_spawn_extra *x,
+                        pid_t *pid, pt_error *err);
+
 #endif
