@@ -113,9 +113,10 @@ int pt_record_writer_open(const char *path, const pt_record_session *session,
              pt_jr_add_number(o, "heartbeat_ms", session->heartbeat_ms) &&
              pt_jr_add_number(o, "missed_heartbeats", session->missed_heartbeats);
     if ((rc = line_end(w, o, ok)) < 0 || (rc = pt_record_flush(w)) < 0) {
+        int e = w->failed_errno;
         pt_record_writer_close(&w);
         return pt_error_set(err, rc, "run record %s: cannot write the session line (%s)", path,
-                            pt_strerror(rc));
+                            e ? strerror(e) : pt_strerror(rc));
     }
     *out = w;
     return 0;
