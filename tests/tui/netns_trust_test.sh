@@ -111,12 +111,12 @@ pids+=($!)
 # the real agents: one per host
 $inA "$B/pipetop-agent" --console "$ctl" --telemetry "$tel" --device 0 --name hand-a \
     --data-bind "tcp://$net.1:*" --key "$tmp/keys/a.key" --server-key "$pub" \
-    >/dev/null 2>"$tmp/a.err" &
+    --checkpoint-root "$tmp/ns-ck" >/dev/null 2>"$tmp/a.err" &
 pa=$!
 pids+=("$pa")
 $inB "$B/pipetop-agent" --console "$ctl" --telemetry "$tel" --device 1 --name hand-b \
     --data-bind "tcp://$net.2:*" --key "$tmp/keys/b.key" --server-key "$(awk '$1 == "public" {print $2}' "$pub")" \
-    >/dev/null 2>"$tmp/b.err" &
+    --checkpoint-root "$tmp/ns-ck" >/dev/null 2>"$tmp/b.err" &
 pb=$!
 pids+=("$pb")
 

@@ -93,8 +93,10 @@ static void wait_steps(const char *out, int n)
     REQUIRE(steps_seen(out) >= n);
 }
 
+/* root: the run's checkpoint folder (agents started by hand are told it,
+ * as `pipetop run --external` says). */
 static pid_t start_agent(const char *ctl, const char *tel, const char *dev, const char *name,
-                         const char *key, const char *grace_ms, const char *log)
+                         const char *key, const char *grace_ms, const char *root, const char *log)
 {
     char *argv[] = {(char *)ru_bin("pipetop-agent"),
                     "--console",
@@ -111,6 +113,8 @@ static pid_t start_agent(const char *ctl, const char *tel, const char *dev, cons
                     TDIR "/keys/console.pub",
                     "--grace-ms",
                     (char *)grace_ms,
+                    "--checkpoint-root",
+                    (char *)root,
                     NULL};
     return ru_start(argv, "/dev/null", log);
 }
@@ -224,8 +228,10 @@ static void test_attacks_change_nothing(void)
     while (!endpoints(TDIR "/run/run.ndjson", ctl, tel, sizeof ctl) && ru_now_ms() - t0 < RUN_MS)
         usleep(20000);
     REQUIRE(ctl[0]);
-    pid_t pa = start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", "0", TDIR "/a.err");
-    pid_t pb = start_agent(ctl, tel, "1", "hand-b", TDIR "/keys/b.key", "0", TDIR "/b.err");
+    pid_t pa =
+        start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", "0", TDIR "/ck", TDIR "/a.err");
+    pid_t pb =
+        start_agent(ctl, tel, "1", "hand-b", TDIR "/keys/b.key", "0", TDIR "/ck", TDIR "/b.err");
     wait_steps(TDIR "/run.out", 3);
 
     pt_keyfile mk, ck;
@@ -282,7 +288,8 @@ static void test_attacks_change_nothing(void)
 
     kill(console, SIGINT);
     int st = ru_wait(console, RUN_MS, NULL);
-    CHECK_MSG(st == 0, "pipetop run exit status %d", st);
+    /* stopped by ^C at one step, with its checkpoint: 128 + SIGINT */
+    CHECK_MSG(st == 128 + SIGINT, "pipetop run exit status %d", st);
     cJSON *s = ru_last_json(TDIR "/run.out");
     CHECK(!strcmp(ru_str(s, "event"), "summary"));
     const cJSON *fl = s ? cJSON_GetObjectItem(s, "control_flooded") : NULL;
@@ -368,8 +375,10 @@ static void test_second_console_refused(void)
         usleep(20000);
     REQUIRE(ctl[0]);
     /* a short grace: they wait for a console with the right key, then leave */
-    pid_t pa = start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", "1000", TDIR "/a2.err");
-    pid_t pb = start_agent(ctl, tel, "1", "hand-b", TDIR "/keys/b.key", "1000", TDIR "/b2.err");
+    pid_t pa =
+        start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", "1000", TDIR, TDIR "/a2.err");
+    pid_t pb =
+        start_agent(ctl, tel, "1", "hand-b", TDIR "/keys/b.key", "1000", TDIR, TDIR "/b2.err");
     wait_steps(TDIR "/run2.out", 3);
     kill(console, SIGKILL);
     ru_wait(console, RUN_MS, NULL);
@@ -486,8 +495,10 @@ static void test_console_restart_reattaches(void)
                     NULL};
     pid_t console = ru_start(run1, TDIR "/run3.out", TDIR "/run3.err");
     const char *ctl = "ipc://" TDIR "/sock/ctl", *tel = "ipc://" TDIR "/sock/tel";
-    pid_t pa = start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", "60000", TDIR "/a3.err");
-    pid_t pb = start_agent(ctl, tel, "1", "hand-b", TDIR "/keys/b.key", "60000", TDIR "/b3.err");
+    pid_t pa = start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", "60000", TDIR "/ck3",
+                           TDIR "/a3.err");
+    pid_t pb = start_agent(ctl, tel, "1", "hand-b", TDIR "/keys/b.key", "60000", TDIR "/ck3",
+                           TDIR "/b3.err");
     wait_steps(TDIR "/run3.out", 3);
     kill(console, SIGKILL);
     ru_wait(console, RUN_MS, NULL);
@@ -526,7 +537,7 @@ static void test_console_restart_reattaches(void)
 
     kill(again, SIGINT);
     int st = ru_wait(again, RUN_MS, NULL);
-    CHECK_MSG(st == 0, "the second console exited %d", st);
+    CHECK_MSG(st == 128 + SIGINT, "the second console exited %d", st);
     cJSON *s = ru_last_json(TDIR "/run4.out");
     const cJSON *cs = s ? cJSON_GetObjectItem(s, "checkpoint_step") : NULL;
     REQUIRE(cJSON_IsNumber(cs) && cs->valuedouble > (double)first);
