@@ -101,7 +101,10 @@ int pu_choose_kind(pu_scorer *sc, pt_plan *plan, uint32_t mask, pt_sched_kind ow
                 plan->policy = policy0;
                 return rc;
             }
-            if (r->allowed && r->fits && r->iter_s < best_t) {
+            /* on a tie the planner's own kind, else the earlier row */
+            int better = r->iter_s < best_t || (best >= 0 && r->iter_s == best_t && k == (int)own &&
+                                                rows[best].kind != (int)own);
+            if (r->allowed && r->fits && better) {
                 best_t = r->iter_s;
                 best_peak = r->peak_memory_bytes;
                 best = n - 1;

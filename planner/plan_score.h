@@ -46,8 +46,8 @@ int pu_kind_allowed(uint32_t mask, int kind, int own);
  * has a generator (each policy of a kind with PT_SCHED_OPT_POLICY; with mask
  * 0 only own's rows), filling
  * report->kinds (may be NULL), and sets plan's kind and policy to the fastest
- * allowed one that fits memory in the simulation (the earlier row on a tie:
- * table order, policy A first), leaving it unchanged when none does. *iter_s
+ * allowed one that fits memory in the simulation (on a tie own's row, else
+ * the earlier one: table order, policy A first), leaving it unchanged when none does. *iter_s
  * and *peak (may be NULL) receive that row's figures. Returns 0, 1 when no
  * allowed row fits, or a negative PT_E* code. */
 int pu_choose_kind(pu_scorer *sc, pt_plan *plan, uint32_t mask, pt_sched_kind own,
