@@ -112,8 +112,9 @@ int pu_choose_kind(pu_scorer *sc, pt_plan *plan, uint32_t mask, pt_sched_kind ow
         }
     }
     if (best >= 0) {
+        /* a kind without a policy gets 'A', as a parsed plan has */
         plan->schedule = (pt_sched_kind)rows[best].kind;
-        plan->policy = rows[best].policy ? rows[best].policy : policy0;
+        plan->policy = rows[best].policy ? rows[best].policy : 'A';
     } else {
         plan->schedule = kind0;
         plan->policy = policy0;
