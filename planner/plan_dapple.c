@@ -63,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "planner/plan_score.h"
 #include "planner/plan_util.h"
 #include "planner/planner.h"
 #include "planner/schedule.h"
@@ -90,6 +91,9 @@
 #define DAPPLE_STAGE_COST_MAX (1 << 21)
 /* Micro-batch counts tried by default. */
 #define DAPPLE_MB_CHOICES 12
+/* Final candidates kept for the simulator: the plans that improved the
+ * incumbent last (over all runs), best bound first. */
+#define DAPPLE_POOL 8
 
 enum { POL_FF, POL_AF, POL_SF, POL_COUNT };
 static const char *const pol_name[POL_COUNT] = {"fresh-first", "append-first", "scatter-first"};
@@ -164,10 +168,15 @@ typedef struct dapple {
     int live_cap;
     /* per run */
     int M, b;
-    char policy;     /* 'A' or 'B': in-flight micro-batches and memory */
-    int mem_loose;   /* no stage of this run can exceed the smallest device memory */
-    double inc;      /* best complete L so far (all runs) */
-    int inc_entry;   /* its final entry in this run, -1 */
+    char policy;              /* 'A' or 'B': in-flight micro-batches and memory */
+    int mem_loose;            /* no stage of this run can exceed the smallest device memory */
+    double inc;               /* best complete L so far (all runs) */
+    int inc_entry;            /* its final entry in this run, -1 */
+    int run_fin[DAPPLE_POOL]; /* this run's last complete entries that improved inc */
+    int nrun_fin;
+    pt_plan *pool[DAPPLE_POOL]; /* earlier incumbents, owned (see pool_push) */
+    double pool_L[DAPPLE_POOL];
+    int npool;
     int feasibility; /* stop at the first complete plan */
     int greedy;      /* keep one entry per state (a quick first incumbent) */
     int beam;        /* > 0: expand at most this many states per layer (large clusters) */
@@ -907,6 +916,12 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
                             return PT_ENOMEM;
                         D->inc = L;
                         D->inc_entry = ne;
+                        if (D->nrun_fin == DAPPLE_POOL) {
+                            memmove(D->run_fin, D->run_fin + 1,
+                                    (DAPPLE_POOL - 1) * sizeof *D->run_fin);
+                            D->nrun_fin--;
+                        }
+                        D->run_fin[D->nrun_fin++] = ne;
                         D->found = 1;
                         if (L < D->run_best)
                             D->run_best = L;
@@ -1056,6 +1071,7 @@ static int run_m(dapple *D, int M)
     D->ns = 0;
     D->ne = 0;
     D->inc_entry = -1;
+    D->nrun_fin = 0;
     D->run_best = INFINITY;
     for (int k = 0; k <= D->N; k++)
         D->klist[k] = -1;
@@ -1112,8 +1128,11 @@ out:
     return rc;
 }
 
+static void pool_clear(dapple *D);
+
 static void dapple_free(dapple *D)
 {
+    pool_clear(D);
     free(D->node_class);
     free(D->node_size);
     free(D->node_dev_off);
@@ -1602,7 +1621,44 @@ static int plan_fits(const dapple *D, const pt_plan *p, char policy)
     return 1;
 }
 
-/* Runs the DP over every micro-batch count; on success *best_plan is set. */
+/* Keeps plan (owned; NULL is ignored) among the final candidates, dropping
+ * the one with the largest bound when full; freed at once in a feasibility
+ * search. 0 or PT_ENOMEM (plan freed). */
+static int pool_push(dapple *D, pt_plan *plan)
+{
+    if (!plan)
+        return 0;
+    double L = INFINITY;
+    int rc = D->feasibility ? 0 : pt_planner_dapple_latency(D->cost, plan, &L, NULL, NULL, NULL);
+    if (D->feasibility || rc < 0) {
+        pt_plan_free(&plan);
+        return rc == PT_ENOMEM ? rc : 0;
+    }
+    if (D->npool == DAPPLE_POOL) {
+        int worst = 0;
+        for (int i = 1; i < D->npool; i++)
+            if (D->pool_L[i] > D->pool_L[worst])
+                worst = i;
+        if (D->pool_L[worst] <= L) {
+            pt_plan_free(&plan);
+            return 0;
+        }
+        pt_plan_free(&D->pool[worst]);
+        D->pool[worst] = D->pool[--D->npool];
+        D->pool_L[worst] = D->pool_L[D->npool];
+    }
+    D->pool[D->npool] = plan;
+    D->pool_L[D->npool++] = L;
+    return 0;
+}
+
+static void pool_clear(dapple *D)
+{
+    for (int i = 0; i < D->npool; i++)
+        pt_plan_free(&D->pool[i]);
+    D->npool = 0;
+}
+
 /* One run for micro-batch size mbs[i/2] and policy A (i even) or B; keeps
  * the plan when it beats the incumbent. */
 static int run_one(dapple *D, const int *mbs, int i, int global_batch, pt_plan **best_plan)
@@ -1617,8 +1673,17 @@ static int run_one(dapple *D, const int *mbs, int i, int global_batch, pt_plan *
         pt_plan *p = build_plan(D, D->inc_entry);
         if (!p)
             return PT_ENOMEM;
-        pt_plan_free(best_plan);
+        if (pool_push(D, *best_plan) < 0) {
+            pt_plan_free(&p);
+            return PT_ENOMEM;
+        }
         *best_plan = p;
+        /* the run's earlier improvements are candidates for the simulator too */
+        for (int i = 0; i + 1 < D->nrun_fin && !D->feasibility; i++) {
+            pt_plan *q = build_plan(D, D->run_fin[i]);
+            if (!q || pool_push(D, q) < 0)
+                return PT_ENOMEM;
+        }
     }
     return 0;
 }
@@ -1659,7 +1724,10 @@ static int seed(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan **
                     quick[i] = L;
                 if (L < D->inc) {
                     D->inc = L;
-                    pt_plan_free(best_plan);
+                    if (pool_push(D, *best_plan) < 0) {
+                        rc = PT_ENOMEM;
+                        break;
+                    }
                     *best_plan = p;
                     p = NULL;
                 }
@@ -1736,7 +1804,7 @@ int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int gl
     *out = NULL;
     double t0 = pu_now_s();
     pu_report_begin(report, "dapple",
-                    "iteration latency: warm-up + pivot steady phase + ending with all-reduce");
+                    "simulated iteration time (search bound: DAPPLE's critical path)");
     pt_cost *cost = NULL;
     int rc = pt_cost_new(profile, topo, &cost, err);
     if (rc < 0)
@@ -1790,25 +1858,52 @@ int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int gl
                             "sizes tried exceeds it");
         goto out;
     }
-    /* the policy is the one whose latency is lower (A on a tie, as it keeps
-     * fewer micro-batches in flight); report the other for comparison */
+    /* the final candidates, by their closed form: the DP's best and the
+     * incumbents before it, simulated in that order (pu_pick) */
+    double bound = D.inc;
+    if (pool_push(&D, plan) < 0) {
+        rc = pt_error_set(err, PT_ENOMEM, "dapple: out of memory");
+        goto out;
+    }
+    plan = NULL;
+    for (int i = 1; i < D.npool; i++)
+        for (int j = i; j > 0 && D.pool_L[j] < D.pool_L[j - 1]; j--) {
+            pt_plan *tp = D.pool[j];
+            double tl = D.pool_L[j];
+            D.pool[j] = D.pool[j - 1];
+            D.pool_L[j] = D.pool_L[j - 1];
+            D.pool[j - 1] = tp;
+            D.pool_L[j - 1] = tl;
+        }
+    pu_scorer sc;
+    if (pu_scorer_init(&sc, cost) < 0) {
+        rc = pt_error_set(err, PT_ENOMEM, "dapple: out of memory");
+        goto out;
+    }
+    double T = INFINITY;
+    int simulated = 0;
+    int bi = pu_pick(&sc, D.pool, D.pool_L, D.npool, opts->kinds, PT_SCHED_DAPPLE, report, &T,
+                     &simulated);
+    if (bi < 0) {
+        rc = bi;
+    } else {
+        plan = D.pool[bi];
+        D.pool[bi] = NULL;
+    }
+    pu_scorer_release(&sc);
+    if (rc < 0) {
+        pt_plan_free(&plan);
+        rc = pt_error_set(err, rc, "dapple: simulating the candidates failed");
+        goto out;
+    }
     double acr = plan_acr(cost, plan);
-    double L = 0, L_other = INFINITY;
+    double L = 0;
     int pivot = 0, ending = 0;
     pt_planner_dapple_latency(cost, plan, &L, &pivot, &ending, NULL);
-    char other = plan->policy == 'A' ? 'B' : 'A';
-    int other_fits = plan_fits(&D, plan, other);
-    if (other_fits) {
-        pt_plan *q = pt_plan_clone(plan);
-        if (q) {
-            q->policy = other;
-            pt_planner_dapple_latency(cost, q, &L_other, NULL, NULL, NULL);
-            pt_plan_free(&q);
-        }
-    }
     if (report) {
-        report->objective_s = D.inc;
-        report->iter_s = L;
+        report->objective_s = T;
+        report->bound_s = bound;
+        report->iter_s = T;
         report->peak_memory_bytes = pu_plan_peak_memory(cost, plan, NULL);
         report->evaluated = D.evaluated;
         pu_why(report, "M=%d micro-batches of %d (tried %d sizes); %d stage%s, replicas",
@@ -1816,17 +1911,18 @@ int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int gl
                plan->stage_count > 1 ? "s" : "");
         for (int s = 0; s < plan->stage_count; s++)
             pu_why(report, "%s%d", s ? ":" : " ", plan->stages[s].replica_count);
+        pu_why(report,
+               "; simulated best of %d final candidates (search bound %.3f ms, this plan's "
+               "critical path %.3f ms",
+               simulated, bound * 1e3, L * 1e3);
         if (pivot % 2 == 0)
-            pu_why(report, "; pivot stage %d", pivot / 2);
+            pu_why(report, ", pivot stage %d", pivot / 2);
         else
-            pu_why(report, "; pivot: the transfer between stages %d and %d", pivot / 2,
+            pu_why(report, ", pivot the transfer between stages %d and %d", pivot / 2,
                    pivot / 2 + 1);
-        pu_why(report, ", ending at stage %d's all-reduce and step", ending);
-        pu_why(report, "; communication/computation %.2f: policy %c", acr, plan->policy);
-        if (other_fits)
-            pu_why(report, " (%c: %.3f ms)", other, L_other * 1e3);
-        else
-            pu_why(report, " (%c does not fit memory)", other);
+        pu_why(report, ", ending at stage %d's all-reduce and step)", ending);
+        pu_why(report, "; communication/computation %.2f", acr);
+        pu_why_kinds(report);
         if (D.G > DAPPLE_ALL_R_DEVICES)
             pu_why(report, "; large cluster: replica counts 1,2,3,4,6,8,12,..., fresh/append-first "
                            "placement");

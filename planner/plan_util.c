@@ -342,6 +342,7 @@ void pu_report_begin(pt_planner_report *report, const char *planner, const char 
     if (!report)
         return;
     memset(report, 0, sizeof *report);
+    report->chosen_kind = -1;
     snprintf(report->planner, sizeof report->planner, "%s", planner);
     snprintf(report->objective, sizeof report->objective, "%s", objective);
 }

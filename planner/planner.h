@@ -65,12 +65,37 @@ typedef struct pt_planner_opts {
     /* DEFAULT, or the planner's paper objective (pt_planner_info.paper);
      * pt_planner_run refuses an objective the planner does not have. */
     pt_planner_objective objective;
+    /* dapple and gpipe: the schedule kinds they may choose among, as a mask of
+     * (1u << kind) over the synchronous kinds of the kind table; 0: their own
+     * kind only; PT_PLANNER_KINDS_SYNC: every synchronous kind (a kind added
+     * to the table joins). Other planners ignore it. */
+    uint32_t kinds;
 } pt_planner_opts;
+
+/* Every synchronous kind of the table (built-in or registered). */
+#define PT_PLANNER_KINDS_SYNC 0xFFFFFFFFu
+/* Most rows of a report's kind comparison (a kind with a policy has one per policy). */
+#define PT_PLANNER_KIND_ROWS 24
+
+/* One synchronous kind on the chosen partition, as the simulator predicts it. */
+typedef struct pt_planner_kind_row {
+    int kind;                  /* pt_sched_kind */
+    char policy;               /* 'A' or 'B' for kinds with a policy, else 0 */
+    int allowed;               /* the planner was allowed to choose it (opts->kinds) */
+    int refused;               /* the kind's generator refused the plan (note says why) */
+    int fits;                  /* every replica fits its device in the simulation */
+    double iter_s;             /* simulated iteration time (NAN: not simulated, it does not fit) */
+    int64_t peak_memory_bytes; /* largest replica's simulated peak */
+    char note[96];
+} pt_planner_kind_row;
 
 typedef struct pt_planner_report {
     char planner[16];
     char objective[96];          /* what objective_s measures, in words */
     double objective_s;          /* the planner's own objective for the plan it chose */
+    double bound_s;              /* dapple, gpipe: the optimum of the closed form their search
+                                    minimises, a lower bound on the simulated time of the
+                                    candidates it scores (0: not used) */
     double iter_s;               /* its predicted time of one iteration (global batch), seconds */
     int64_t peak_memory_bytes;   /* largest stage replica memory of the plan (shared model) */
     int64_t needed_memory_bytes; /* on PT_ENOFIT: the smallest memory per device under which
@@ -78,6 +103,11 @@ typedef struct pt_planner_report {
     long long evaluated;         /* candidate stages / plans the search evaluated */
     double search_s;             /* wall-clock time of the search */
     char why[PT_PLANNER_WHY_MAX];
+    /* dapple and gpipe: every synchronous kind on the plan's partition (the
+     * simulator's time and peak memory), chosen_kind the row of the plan's
+     * kind (-1: none compared) */
+    int kind_count, chosen_kind;
+    pt_planner_kind_row kinds[PT_PLANNER_KIND_ROWS];
 } pt_planner_report;
 
 /* A planner. Called by pt_planner_run with validated input (and the memory

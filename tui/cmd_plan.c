@@ -28,7 +28,8 @@
 static const char usage_text[] =
     "usage: pipetop plan --planner NAME --profile P --topology T --batch GBS\n"
     "                    [--stages S] [--memory-limit GiB] [--microbatch N[,N...]]\n"
-    "                    [--optimizer sgd|adam] [--objective NAME] [--out PLAN.json] [--json]\n"
+    "                    [--optimizer sgd|adam] [--objective NAME] [--kinds LIST]\n"
+    "                    [--out PLAN.json] [--json]\n"
     "       pipetop plan --compare --profile P --topology T --batch GBS [same options]\n"
     "Plans how to split the model over the devices and prints the plan: stages, layer\n"
     "ranges, replicas and devices, schedule, micro-batching, the planner's predicted\n"
@@ -72,6 +73,95 @@ static int parse_mb_list(const char *s, pt_planner_opts *o)
         }
     }
     return 0;
+}
+
+/* "own", "sync" or "dapple,zb-h1" into o->kinds; 0 or -1 (message printed). */
+static int parse_kinds(const char *s, pt_planner_opts *o)
+{
+    if (!strcmp(s, "own")) {
+        o->kinds = 0;
+        return 0;
+    }
+    if (!strcmp(s, "sync")) {
+        o->kinds = PT_PLANNER_KINDS_SYNC;
+        return 0;
+    }
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    o->kinds = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        pt_sched_kind k;
+        if (pt_sched_kind_parse(t, &k) < 0 || !pt_sched_kind_has(k, PT_SCHED_SYNCHRONOUS) ||
+            k >= 32) {
+            char names[256];
+            pt_sched_kind_list(PT_SCHED_SYNCHRONOUS, names, sizeof names);
+            fprintf(stderr,
+                    "pipetop plan: --kinds: '%s' is not a synchronous schedule kind (own, sync, "
+                    "or of: %s)\n",
+                    t, names);
+            return -1;
+        }
+        o->kinds |= 1u << k;
+    }
+    return 0;
+}
+
+static void kind_name(const pt_planner_kind_row *r, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s%s%.1s", pt_sched_kind_name(r->kind), r->policy ? "/" : "",
+             r->policy ? &r->policy : "");
+}
+
+static cJSON *kinds_json(const pt_planner_report *rep)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; i < rep->kind_count; i++) {
+        const pt_planner_kind_row *r = &rep->kinds[i];
+        cJSON *k = cJSON_CreateObject();
+        cJSON_AddStringToObject(k, "kind", pt_sched_kind_name(r->kind));
+        if (r->policy) {
+            char pol[2] = {r->policy, 0};
+            cJSON_AddStringToObject(k, "policy", pol);
+        }
+        cJSON_AddBoolToObject(k, "allowed", r->allowed);
+        cJSON_AddBoolToObject(k, "chosen", i == rep->chosen_kind);
+        if (r->refused) {
+            cJSON_AddStringToObject(k, "refused", r->note);
+        } else {
+            if (isfinite(r->iter_s))
+                cJSON_AddNumberToObject(k, "iter_s", r->iter_s);
+            cJSON_AddNumberToObject(k, "peak_memory_bytes", (double)r->peak_memory_bytes);
+            cJSON_AddBoolToObject(k, "fits", r->fits);
+        }
+        cJSON_AddItemToArray(arr, k);
+    }
+    return arr;
+}
+
+static void print_kinds(const pt_planner_report *rep)
+{
+    if (rep->kind_count < 1)
+        return;
+    printf("  schedule kinds on this partition (simulated):\n");
+    for (int i = 0; i < rep->kind_count; i++) {
+        const pt_planner_kind_row *r = &rep->kinds[i];
+        char name[PT_SCHED_NAME_MAX + 4];
+        kind_name(r, name, sizeof name);
+        if (r->refused) {
+            printf("    %-14s refused: %s\n", name, r->note);
+            continue;
+        }
+        if (!isfinite(r->iter_s)) {
+            printf("    %-14s %15s  peak %8.2f GiB  does not fit (not simulated)%s\n", name, "-",
+                   (double)r->peak_memory_bytes / PLAN_GIB,
+                   r->allowed ? "" : "  (not allowed: --kinds)");
+            continue;
+        }
+        printf("    %-14s %12.3f ms  peak %8.2f GiB%s%s%s\n", name, r->iter_s * PLAN_MS_PER_S,
+               (double)r->peak_memory_bytes / PLAN_GIB, r->fits ? "" : "  does not fit",
+               r->allowed ? "" : "  (not allowed: --kinds)",
+               i == rep->chosen_kind ? "  <- chosen" : "");
+    }
 }
 
 /* Simulates plan under its own schedule; fills per-stage peaks (max over
@@ -129,6 +219,10 @@ static cJSON *report_json(const pt_planner_report *rep, double sim_s)
     cJSON_AddNumberToObject(o, "search_s", rep->search_s);
     cJSON_AddNumberToObject(o, "evaluated", (double)rep->evaluated);
     cJSON_AddStringToObject(o, "why", rep->why);
+    if (rep->bound_s > 0)
+        cJSON_AddNumberToObject(o, "search_bound_s", rep->bound_s);
+    if (rep->kind_count > 0)
+        cJSON_AddItemToObject(o, "kinds", kinds_json(rep));
     return o;
 }
 
@@ -210,6 +304,7 @@ static int plan_one(const char *name, const pt_profile *pr, const pt_topology *t
         else
             printf("  simulated: not available (%s)\n", simmsg);
         printf("  why: %s\n", rep.why);
+        print_kinds(&rep);
         printf("  search: %.3f s, %lld candidates\n", rep.search_s, rep.evaluated);
         if (out_path && !status)
             printf("  wrote %s\n", out_path);
@@ -333,7 +428,7 @@ static int compare(const pt_profile *pr, const pt_topology *topo, int gbs, const
 int pt_cmd_plan(int argc, char **argv)
 {
     const char *planner = NULL, *profile_path = NULL, *topo_path = NULL, *out = NULL;
-    const char *mb = NULL, *optim = NULL, *objective = NULL;
+    const char *mb = NULL, *optim = NULL, *objective = NULL, *kinds = NULL;
     int batch = 0, stages = 0, json = 0, cmp = 0;
     double mem_gib = 0;
     pt_opt opts[] = {
@@ -358,6 +453,10 @@ int pt_cmd_plan(int argc, char **argv)
          "default (what the simulator charges), or the planner's paper's\n"
          "own formulas: pipedream (--planner pipedream), dapple (--planner\n"
          "dapple); see docs/planners.md"},
+        {"kinds", PT_OPT_STRING, &kinds, 0, 0, 0, "LIST",
+         "dapple, gpipe: the schedule kinds they may choose among by\n"
+         "simulated time and memory: own (default: the planner's own),\n"
+         "sync (every synchronous kind) or names, e.g. dapple,zb-h1"},
         {"out", PT_OPT_STRING, &out, 0, 0, 0, "FILE", "write the plan there"},
         {"json", PT_OPT_FLAG, &json, 0, 0, 0, NULL, "machine-readable output"},
         {"compare", PT_OPT_FLAG, &cmp, 0, 0, 0, NULL,
@@ -406,6 +505,8 @@ int pt_cmd_plan(int argc, char **argv)
             return 2;
         }
     }
+    if (kinds && parse_kinds(kinds, &o) < 0)
+        return 2;
     char prof_buf[PT_DATADIR_PATH_MAX], topo_buf[PT_DATADIR_PATH_MAX];
     profile_path = pt_datadir_resolve("profiles", profile_path, ".json", prof_buf, sizeof prof_buf);
     topo_path = pt_datadir_resolve("topologies", topo_path, ".json", topo_buf, sizeof topo_buf);

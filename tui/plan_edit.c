@@ -564,6 +564,9 @@ int pt_plan_edit_run_planner(pt_plan_edit *e, const char *name, pt_plan_edit_gai
     pt_planner_opts opts;
     pt_planner_opts_default(&opts);
     opts.optim = cur->optimizer.kind;
+    /* dapple and gpipe pick the fastest synchronous kind that fits (the report
+     * lists each kind's simulated time and memory) */
+    opts.kinds = PT_PLANNER_KINDS_SYNC;
     pt_plan_edit_gain g;
     memset(&g, 0, sizeof g);
     g.old_iter_s = e->cur.res.iter_s;

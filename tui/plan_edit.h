@@ -115,7 +115,9 @@ typedef struct pt_plan_edit_gain {
 } pt_plan_edit_gain;
 
 /* Runs planner `name` on the editor's profile and topology at the current
- * global batch (micro-batch size x count) and fills the plan with its result.
+ * global batch (micro-batch size x count) and fills the plan with its result;
+ * dapple and gpipe may choose any synchronous kind (gain->report.kinds lists
+ * each kind's simulated time and peak memory).
  * PT_ENOTFOUND for an unknown planner; the planner's own errors otherwise. */
 int pt_plan_edit_run_planner(pt_plan_edit *e, const char *name, pt_plan_edit_gain *gain,
                              pt_error *err);

@@ -93,5 +93,25 @@ out=$("$PIPETOP" plan --compare --objective dapple --profile "$PROF" --topology 
     --batch 512 2>&1)
 [ $? -eq 2 ] || fail "--compare --objective: exit status: $out"
 
+# --kinds: one row per synchronous kind with its simulated time, the chosen
+# one marked and the plan's schedule; --json lists them; a bad name is refused
+out=$("$PIPETOP" plan --planner gpipe --profile profiles/gnmt.json \
+    --topology topologies/pipedream-cluster-b.json --batch 128 --kinds sync 2>&1)
+[ $? -eq 0 ] || fail "--kinds sync: exit status: $out"
+grep -q "^  schedule kinds on this partition (simulated):" <<<"$out" || fail "--kinds: no table: $out"
+chosen=$(awk '/<- chosen/ {print $1}' <<<"$out")
+[ -n "$chosen" ] || fail "--kinds: no chosen row: $out"
+grep -q "^  schedule ${chosen%%/*}" <<<"$out" || fail "--kinds: plan's schedule is not '$chosen': $out"
+rows=$(grep -cE '^    (gpipe|dapple/A|dapple/B|1f1b-flush|zb-h1|zb-h2) ' <<<"$out")
+[ "$rows" -eq 6 ] || fail "--kinds: $rows rows of the 6 built-in synchronous kind rows: $out"
+json=$("$PIPETOP" plan --planner dapple --profile "$PROF" --topology "$TOPO" --batch 512 \
+    --kinds dapple,zb-h1 --json 2>&1)
+grep -q '"kinds"' <<<"$json" && grep -q '"chosen":[[:space:]]*true' <<<"$json" ||
+    fail "--kinds --json: no kinds: $json"
+out=$("$PIPETOP" plan --planner dapple --profile "$PROF" --topology "$TOPO" --batch 512 \
+    --kinds dapple,2bw 2>&1)
+[ $? -eq 2 ] && grep -q "'2bw' is not a synchronous schedule kind" <<<"$out" ||
+    fail "--kinds 2bw: $out"
+
 [ "$failures" -eq 0 ] && echo "planner_cli_test: ok"
 exit $((failures > 0))

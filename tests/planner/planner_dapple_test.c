@@ -4,9 +4,12 @@
  * 4x1 topologies, with roomy and tight memory, every plan (micro-batch size x
  * contiguous partition x replica counts x placement policy per stage) is
  * evaluated with this file's own implementation of DAPPLE's latency; the
- * planner must return a plan whose latency equals the minimum over the plans
- * that fit memory. Then every such plan is simulated with the synchronous
- * dapple schedule: the planner's plan must simulate within 5% of the best. */
+ * planner's search bound (the optimum of its dynamic program) must equal the
+ * minimum over the plans that fit memory. The planner returns the simulator's
+ * best of its final candidates: every plan is simulated with the synchronous
+ * dapple schedule (both policies), and the planner's plan must simulate
+ * within 1% of the best (it is the best on every instance) and to the time
+ * it reports. */
 #include "planner/planner.h"
 #include "planner/simulate.h"
 #include "tests/planner/planner_enum.h"
@@ -96,18 +99,18 @@ static void run_instance(const instance *in, int simulate)
         CHECK_MSG(rc == 0, "planner failed: %s", err.msg);
     }
     if (rc == 0 && plan) {
+        /* the search's closed form is exact over its space; the plan returned is
+         * the simulator's best of the final candidates */
         double L = en_dapple_latency_pol(cost, plan, plan->policy);
-        char want_pol = 0;
-        double Lbest = en_dapple_objective(cost, plan, &want_pol);
-        CHECK_MSG(en_rel(L, Lbest) < 1e-9 && want_pol == plan->policy,
-                  "plan uses policy %c (%.9g) but %c gives %.9g", plan->policy, L, want_pol, Lbest);
-        CHECK_MSG(en_rel(L, c.best_L) < 1e-9,
-                  "seed %llu %dx%d: planner latency %.9g, exhaustive best %.9g over %ld plans "
+        CHECK_MSG(en_rel(rep.bound_s, c.best_L) < 1e-9,
+                  "seed %llu %dx%d: search bound %.9g, exhaustive best %.9g over %ld plans "
                   "(%ld fit)",
-                  (unsigned long long)in->seed, in->nodes, in->per_node, L, c.best_L, all,
+                  (unsigned long long)in->seed, in->nodes, in->per_node, rep.bound_s, c.best_L, all,
                   c.fitting);
-        CHECK_MSG(en_rel(rep.objective_s, L) < 1e-9, "report %.9g vs its plan %.9g",
-                  rep.objective_s, L);
+        CHECK_MSG(L >= c.best_L * (1 - 1e-9), "plan's latency %.9g below the best %.9g", L,
+                  c.best_L);
+        CHECK_MSG(rep.objective_s == rep.iter_s, "objective %.9g is the simulated %.9g",
+                  rep.objective_s, rep.iter_s);
         CHECK(en_dapple_fits(cost, plan, plan->policy));
         CHECK(plan->schedule == PT_SCHED_DAPPLE);
         CHECK(plan->microbatch_size * plan->microbatch_count == in->gbs);
@@ -120,7 +123,9 @@ static void run_instance(const instance *in, int simulate)
         if (simulate) {
             pt_sim_result res;
             REQUIRE(pt_sim_plan(c.sim, plan, cost, NULL, &c.prog, &res, &e2) == 0);
-            CHECK_MSG(res.iter_s <= 1.05 * c.best_sim,
+            CHECK_MSG(res.iter_s == rep.iter_s, "simulated %.9g, reported %.9g", res.iter_s,
+                      rep.iter_s);
+            CHECK_MSG(res.iter_s <= 1.01 * c.best_sim,
                       "seed %llu %dx%d: DAPPLE plan simulates to %.6g s, best plan %.6g s "
                       "(+%.1f%%)",
                       (unsigned long long)in->seed, in->nodes, in->per_node, res.iter_s, c.best_sim,
@@ -146,7 +151,7 @@ static void test_exhaustive_optimum(void)
         run_instance(&instances[i], 0);
 }
 
-static void test_simulated_within_5_percent(void)
+static void test_simulated_within_1_percent(void)
 {
     for (int i = 0; i < INSTANCE_COUNT; i++)
         run_instance(&instances[i], 1);
@@ -233,6 +238,6 @@ static void test_memory_need(void)
 }
 
 PT_TEST_MAIN({"exhaustive_optimum", test_exhaustive_optimum},
-             {"simulated_within_5_percent", test_simulated_within_5_percent},
+             {"simulated_within_1_percent", test_simulated_within_1_percent},
              {"closed_form_equal_stages", test_closed_form_equal_stages},
              {"memory_need", test_memory_need})

@@ -1,6 +1,7 @@
 /* GPipe planner: its partition against every contiguous partition, its
  * micro-batching against every candidate, and its input checks. */
 #include "planner/planner.h"
+#include "planner/simulate.h"
 #include "tests/planner/planner_enum.h"
 #include "tests/test.h"
 
@@ -65,8 +66,10 @@ static void check_instance(int layers, uint64_t seed, int nodes, int per, const 
         visit_partition(cuts, S, &mine);
         CHECK_MSG(en_rel(mine.best, c.best) < 1e-9, "its partition %.9g vs best %.9g", mine.best,
                   c.best);
-        /* micro-batching: the lowest latency among the candidates that fit */
+        /* micro-batching: the lowest simulated time among the candidates that fit */
         double best_L = INFINITY;
+        pt_sim *sim = NULL;
+        REQUIRE(pt_sim_new(&sim) == 0);
         int mbs[16], nmb = en_divisors(16, mbs);
         for (int k = 0; k < nmb; k++)
             for (int rec = 0; rec <= 1; rec++) {
@@ -75,14 +78,17 @@ static void check_instance(int layers, uint64_t seed, int nodes, int per, const 
                 q->microbatch_count = 16 / mbs[k];
                 for (int s = 0; s < S; s++)
                     q->stages[s].recompute = rec;
-                double L;
+                pt_program prog = {0};
+                pt_sim_result res;
                 if (pt_cost_plan_memory(cost, q, NULL) == 0 &&
-                    pt_planner_dapple_latency(cost, q, &L, NULL, NULL, NULL) == 0 && L < best_L)
-                    best_L = L;
+                    pt_sim_plan(sim, q, cost, NULL, &prog, &res, NULL) == 0 && res.iter_s < best_L)
+                    best_L = res.iter_s;
+                pt_program_release(&prog);
                 pt_plan_free(&q);
             }
-        CHECK_MSG(en_rel(rep.iter_s, best_L) < 1e-9, "S=%d: latency %.9g, best %.9g", S, rep.iter_s,
-                  best_L);
+        pt_sim_free(&sim);
+        CHECK_MSG(en_rel(rep.iter_s, best_L) < 1e-9, "S=%d: simulated %.9g, best %.9g", S,
+                  rep.iter_s, best_L);
         CHECK(pt_cost_plan_memory(cost, plan, NULL) == 0);
         pt_plan_free(&plan);
     }
