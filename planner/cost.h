@@ -208,6 +208,8 @@ typedef struct pt_mem_query {
     int rows;         /* samples of each micro-batch this replica handles */
     int microbatches; /* M per window */
     int recompute;
+    int chunks; /* interleaved: model chunks per device (stage_count counts the S·v chunk
+                   stages); 0 or 1 otherwise */
 } pt_mem_query;
 
 /* pt_cost_inflight for a stage that may recompute (zb-h1 keeps fewer in

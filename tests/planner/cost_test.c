@@ -194,7 +194,8 @@ static void test_memory_model_matches_simulator(void)
                                               x->last,
                                               x->row_hi - x->row_lo,
                                               M,
-                                              x->recompute};
+                                              x->recompute,
+                                              1};
                             pt_mem m;
                             pt_cost_stage_memory(cost, &q, &m);
                             const pt_sim_worker *sw = &res.workers[w];
@@ -247,7 +248,7 @@ static void test_check_memory(void)
     /* the need of stage 1 replica 0, from the model, is the limit that just fits */
     pt_cost *c = NULL;
     REQUIRE(pt_cost_new(pf, t, &c, NULL) == 0);
-    pt_mem_query q = {PT_SCHED_GPIPE, 'A', 0, PT_OPTIM_SGD, 3, 1, 2, 4, 4, 4, 0};
+    pt_mem_query q = {PT_SCHED_GPIPE, 'A', 0, PT_OPTIM_SGD, 3, 1, 2, 4, 4, 4, 0, 1};
     pt_mem m;
     pt_cost_stage_memory(c, &q, &m);
     t->devices[1].memory_bytes = m.total;

@@ -196,7 +196,8 @@ static void check_worker(const ec_case *c, const model *md, const pt_plan *plan,
                       x->last,
                       rows,
                       prog->mb_per_window,
-                      x->recompute};
+                      x->recompute,
+                      prog->chunks};
     pt_mem m;
     pt_cost_stage_memory(cost, &q, &m);
 
