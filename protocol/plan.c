@@ -116,7 +116,7 @@ int pt_plan_rank_count(const pt_plan *plan)
 int pt_plan_device_count(const pt_plan *plan)
 {
     int n = 0;
-    for (int s = 0; plan && s < pt_plan_rank_count(plan); s++)
+    for (int s = 0; plan && s < plan->stage_count; s++)
         n += plan->stages[s].replica_count;
     return n;
 }
@@ -151,6 +151,7 @@ static int check_devices(pt_jr *jr, const pt_plan *p)
     for (int s = 0; s < pt_plan_rank_count(p); s++)
         for (int r = 0; r < p->stages[s].replica_count; r++)
             u[k++] = (use){p->stages[s].replicas[r], s, r};
+    n = k; /* an interleaved plan's later chunks repeat its first ranks' devices */
     qsort(u, (size_t)n, sizeof *u, cmp_use);
     const use *dup = NULL, *prev = NULL;
     for (int i = 1; i < n; i++)

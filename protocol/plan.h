@@ -84,8 +84,8 @@ pt_plan *pt_plan_new(int stage_count);
 int pt_plan_set_replicas(pt_plan *plan, int s, const int *devices, int count);
 /* Deep copy; NULL on no memory. */
 pt_plan *pt_plan_clone(const pt_plan *plan);
-/* Total devices used by the plan (stage replicas; an interleaved plan's chunks
- * of one device count once). */
+/* Stage replicas of the plan, the workers of its program (an interleaved plan's
+ * chunks each count: its devices are pt_plan_rank_count's stages' replicas). */
 int pt_plan_device_count(const pt_plan *plan);
 /* Pipeline ranks S: stage_count / chunks (stage_count when chunks <= 1). */
 int pt_plan_rank_count(const pt_plan *plan);

@@ -63,8 +63,9 @@ int pt_exec_host_take(pt_exec_host *h, int op_index, const atomic_int *stop, pt_
     pthread_mutex_lock(&h->mu);
     for (;;) {
         if (h->aborted || (stop && atomic_load(stop))) {
-            rc = pt_error_set(err, PT_ESTATE, "host %d: stopped (another chunk of the device "
-                                              "failed or the run was stopped)",
+            rc = pt_error_set(err, PT_ESTATE,
+                              "host %d: stopped (another chunk of the device "
+                              "failed or the run was stopped)",
                               h->host);
             break;
         }

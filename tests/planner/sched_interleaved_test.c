@@ -85,11 +85,11 @@ static void test_bubble(void)
                 double want_iter = (v * M + P - 1) * unit;
                 double want_bubble = (double)(P - 1) / (v * M + P - 1);
                 CHECK_MSG(fabs(g.res.iter_s - want_iter) < 1e-9,
-                       "v %d S %d M %d: iteration %.6f s, want %.6f", v, P, M, g.res.iter_s,
-                       want_iter);
+                          "v %d S %d M %d: iteration %.6f s, want %.6f", v, P, M, g.res.iter_s,
+                          want_iter);
                 CHECK_MSG(fabs(g.res.bubble_frac - want_bubble) < 1e-9,
-                       "v %d S %d M %d: bubble %.6f, want %.6f", v, P, M, g.res.bubble_frac,
-                       want_bubble);
+                          "v %d S %d M %d: bubble %.6f, want %.6f", v, P, M, g.res.bubble_frac,
+                          want_bubble);
                 CHECK(g.res.host_count == P);
                 for (int h = 0; h < g.res.host_count; h++)
                     CHECK(g.res.hosts[h].worker_count == v);
@@ -111,18 +111,28 @@ static void test_inflight(void)
                     pt_sched_shape q = {P * v, g.prog.workers[w].stage, M, 'A', 0, 0, v};
                     int want = pt_sched_kind_inflight_interleaved(&q);
                     CHECK_MSG(g.res.workers[w].peak_inflight == want,
-                           "v %d S %d M %d worker %d: %d in flight, formula %d", v, P, M, w,
-                           g.res.workers[w].peak_inflight, want);
-                    pt_mem_query mq = {PT_SCHED_INTERLEAVED, 'A', 0, PT_OPTIM_SGD, P * v,
-                                       g.prog.workers[w].stage, 0, 1, 4, M, 0, v};
+                              "v %d S %d M %d worker %d: %d in flight, formula %d", v, P, M, w,
+                              g.res.workers[w].peak_inflight, want);
+                    pt_mem_query mq = {PT_SCHED_INTERLEAVED,
+                                       'A',
+                                       0,
+                                       PT_OPTIM_SGD,
+                                       P * v,
+                                       g.prog.workers[w].stage,
+                                       0,
+                                       1,
+                                       4,
+                                       M,
+                                       0,
+                                       v};
                     CHECK(pt_cost_stage_inflight(&mq) == want);
                 }
                 for (int d = 0; d < P; d++) {
                     int W = pt_sched_interleaved_warmup(P, v, M, d);
                     int want = W < v * M ? W + 1 : v * M;
                     CHECK_MSG(g.res.hosts[d].peak_inflight == want,
-                           "v %d S %d M %d rank %d: %d in flight on the device, want %d", v, P, M,
-                           d, g.res.hosts[d].peak_inflight, want);
+                              "v %d S %d M %d rank %d: %d in flight on the device, want %d", v, P,
+                              M, d, g.res.hosts[d].peak_inflight, want);
                 }
                 rig_free(&g);
             }
@@ -150,9 +160,9 @@ static void test_order_and_messages(void)
         int w = g.sim ? g.res.events[pt_sched_host_op(p, 0, k)].worker : -1;
         REQUIRE(n < 16);
         CHECK_MSG(op->kind == want[n].kind && p->workers[w].stage == want[n].stage &&
-                   op->mb == want[n].mb,
-               "unit %d: %s stage %d mb %d, want %s stage %d mb %d", n, pt_op_name(op->kind),
-               p->workers[w].stage, op->mb, pt_op_name(want[n].kind), want[n].stage, want[n].mb);
+                      op->mb == want[n].mb,
+                  "unit %d: %s stage %d mb %d, want %s stage %d mb %d", n, pt_op_name(op->kind),
+                  p->workers[w].stage, op->mb, pt_op_name(want[n].kind), want[n].stage, want[n].mb);
         n++;
     }
     CHECK(n == 16);
@@ -232,7 +242,7 @@ static void test_plan_format(void)
     pt_error err = {0};
     REQUIRE(pt_plan_parse(ok, "t.json", &p, &err) == 0);
     CHECK(p->chunks == 2 && p->schedule == PT_SCHED_INTERLEAVED);
-    CHECK(pt_plan_device_count(p) == 2 && pt_plan_rank_count(p) == 2);
+    CHECK(pt_plan_device_count(p) == 4 && pt_plan_rank_count(p) == 2);
     char *text = pt_plan_to_json(p);
     REQUIRE(text);
     pt_plan *q = NULL;
@@ -261,7 +271,7 @@ static void test_plan_format(void)
         memset(&err, 0, sizeof err);
         CHECK_MSG(pt_plan_parse(buf, "t.json", &p, &err) < 0, "case %zu accepted", k);
         CHECK_MSG(strstr(err.msg, "t.json") && strstr(err.msg, bad[k].says),
-               "case %zu: \"%s\" does not name %s", k, err.msg, bad[k].says);
+                  "case %zu: \"%s\" does not name %s", k, err.msg, bad[k].says);
         pt_plan_free(&p);
     }
 }

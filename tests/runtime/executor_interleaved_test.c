@@ -12,8 +12,7 @@
 
 /* The ops of each host's workers, sorted by start time, are its host order:
  * the device ran its chunks one op at a time, as scheduled. */
-static void ran_in_host_order(const ec_case *c, const ec_run *r, const ec_weights *want,
-                              int before)
+static void ran_in_host_order(const ec_case *c, const ec_run *r, const ec_weights *want, int before)
 {
     (void)want, (void)before;
     const pt_program *p = &r->prog;
@@ -34,8 +33,9 @@ static void ran_in_host_order(const ec_case *c, const ec_run *r, const ec_weight
             REQUIRE(best >= 0);
             const pt_exec_event *ev = &r->events->ev[best][pos[best]++];
             ok = ev->op_index == pt_sched_host_op(p, h, k) && ev->start_ns >= last_end;
-            CHECK_MSG(ok, "%s: host %d op %d of its order: ran op %d (want %d), start %lld after "
-                          "the previous end %lld",
+            CHECK_MSG(ok,
+                      "%s: host %d op %d of its order: ran op %d (want %d), start %lld after "
+                      "the previous end %lld",
                       c->name, h, k, ev->op_index, pt_sched_host_op(p, h, k),
                       (long long)ev->start_ns, (long long)last_end);
             last_end = ev->end_ns;
@@ -43,8 +43,8 @@ static void ran_in_host_order(const ec_case *c, const ec_run *r, const ec_weight
     }
 }
 
-static void run(const char *name, const int *cuts, int ranks, int v, const int *reps, int b,
-                int M, int gpt)
+static void run(const char *name, const int *cuts, int ranks, int v, const int *reps, int b, int M,
+                int gpt)
 {
     ec_case c = {.name = name,
                  .kind = PT_SCHED_INTERLEAVED,
