@@ -434,7 +434,7 @@ int pt_cost_inflight(pt_sched_kind kind, char policy, int S, int i, int M)
 
 int pt_cost_stage_inflight(const pt_mem_query *m)
 {
-    pt_sched_shape q = {m->stage_count, m->stage,         m->microbatches, m->policy,
+    pt_sched_shape q = {m->stage_count,   m->stage,     m->microbatches, m->policy,
                         m->vertical_sync, m->recompute, m->chunks};
     return facts_of(m->kind)->inflight(&q);
 }

@@ -419,9 +419,8 @@ static int check_hosts(const pt_program *p, vstate *v, pt_error *err)
             return pt_error_set(err, PT_EINVAL, "schedule: worker %d: host %d out of range", w, h);
         v->pc[w] = p->workers[w].op_begin; /* next op expected in its host's order */
         for (int u = 0; u < w; u++)
-            if (p->worker_host[u] == h &&
-                (p->workers[u].device != p->workers[w].device ||
-                 p->workers[u].stage == p->workers[w].stage))
+            if (p->worker_host[u] == h && (p->workers[u].device != p->workers[w].device ||
+                                           p->workers[u].stage == p->workers[w].stage))
                 return pt_error_set(err, PT_EINVAL,
                                     "schedule: workers %d and %d share host %d but not a device, "
                                     "or share a stage",

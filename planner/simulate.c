@@ -198,12 +198,12 @@ static int prepare(pt_sim *sim, const pt_program *p, const pt_cost *cost, pt_err
         int h = pt_sched_host_of(p, w), d = p->workers[w].device;
         if (h < 0 || h >= nh || (sim->hosts[h].device >= 0 && sim->hosts[h].device != d))
             return pt_error_set(err, PT_EINVAL,
-                                "simulate: worker %d: host %d out of range or not on one device",
-                                w, h);
+                                "simulate: worker %d: host %d out of range or not on one device", w,
+                                h);
         sim->hosts[h].device = d;
     }
-    if (p->host_count > 0 && (!p->host_begin || !p->host_ops ||
-                              p->host_begin[p->host_count] != p->op_count))
+    if (p->host_count > 0 &&
+        (!p->host_begin || !p->host_ops || p->host_begin[p->host_count] != p->op_count))
         return pt_error_set(err, PT_EINVAL, "simulate: hosts do not span the ops");
     return 0;
 }
@@ -713,9 +713,9 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
         if (sim->hpc[h] >= pt_sched_host_len(p, h))
             continue;
         if (stuck++ < 3 && len < sizeof msg) {
-            int n = snprintf(msg + len, sizeof msg - len, "%s%s", stuck > 1 ? "; " : "",
-                             pt_sched_op_str(p, pt_sched_host_op(p, h, sim->hpc[h]), buf,
-                                             sizeof buf));
+            int n =
+                snprintf(msg + len, sizeof msg - len, "%s%s", stuck > 1 ? "; " : "",
+                         pt_sched_op_str(p, pt_sched_host_op(p, h, sim->hpc[h]), buf, sizeof buf));
             if (n > 0)
                 len += (size_t)n;
         }
@@ -835,9 +835,14 @@ static void summarise(const pt_program *p, pt_sim *sim, pt_sim_result *out)
     } else {
         for (int w = 0; w < p->worker_count; w++) {
             const pt_sim_worker *ow = &sim->workers[w];
-            sim->hosts[w] = (pt_sim_host){p->workers[w].device, 1, ow->busy_s, ow->busy_frac,
-                                          ow->bubble_frac, ow->peak.total, ow->limit,
-                                          ow->peak_inflight, 0, 0};
+            sim->hosts[w] = (pt_sim_host){.device = p->workers[w].device,
+                                          .worker_count = 1,
+                                          .busy_s = ow->busy_s,
+                                          .busy_frac = ow->busy_frac,
+                                          .bubble_frac = ow->bubble_frac,
+                                          .peak_total = ow->peak.total,
+                                          .limit = ow->limit,
+                                          .peak_inflight = ow->peak_inflight};
         }
     }
     out->host_count = pt_sched_host_count(p);

@@ -82,14 +82,14 @@ typedef struct pt_sim_worker {
  * is its own host with the worker's figures. */
 typedef struct pt_sim_host {
     int device;
-    int worker_count;    /* workers (model chunks) on it */
-    double busy_s;       /* compute time of its workers inside [measure_lo, measure_hi) */
-    double busy_frac;    /* over that interval; its compute lane is shared, so <= 1 */
-    double bubble_frac;  /* 1 - busy_frac */
-    int64_t peak_total;  /* peak of the sum of its workers' memory */
-    int64_t limit;       /* its device's memory */
-    int peak_inflight;   /* chunk micro-batches with activations held at once, all chunks */
-    int64_t cur_total;   /* running sums while simulating */
+    int worker_count;   /* workers (model chunks) on it */
+    double busy_s;      /* compute time of its workers inside [measure_lo, measure_hi) */
+    double busy_frac;   /* over that interval; its compute lane is shared, so <= 1 */
+    double bubble_frac; /* 1 - busy_frac */
+    int64_t peak_total; /* peak of the sum of its workers' memory */
+    int64_t limit;      /* its device's memory */
+    int peak_inflight;  /* chunk micro-batches with activations held at once, all chunks */
+    int64_t cur_total;  /* running sums while simulating */
     int cur_inflight;
 } pt_sim_host;
 

@@ -470,8 +470,8 @@ static int parse_schedule(pt_jr *jr, const cJSON *root, pt_plan *p)
     if (pt_jr_item(obj, "chunks")) {
         if (!pt_sched_kind_has(p->schedule, PT_SCHED_OPT_CHUNKS))
             return option_refused(jr, "chunks", PT_SCHED_OPT_CHUNKS, "model chunks");
-        if ((rc = pt_jr_int(jr, obj, "schedule", "chunks", PT_JR_REQUIRED,
-                            PT_PLAN_CHUNKS_DEFAULT, 2, PT_PLAN_CHUNKS_MAX, &p->chunks)) < 0)
+        if ((rc = pt_jr_int(jr, obj, "schedule", "chunks", PT_JR_REQUIRED, PT_PLAN_CHUNKS_DEFAULT,
+                            2, PT_PLAN_CHUNKS_MAX, &p->chunks)) < 0)
             return rc;
     }
     p->vertical_sync = 0;

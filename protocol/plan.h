@@ -41,10 +41,10 @@ typedef struct pt_plan {
     pt_sched_kind schedule; /* protocol/sched_kind.h */
     char policy;            /* kinds with PT_SCHED_OPT_POLICY (dapple): 'A' or 'B' */
     int vertical_sync;      /* kinds with PT_SCHED_OPT_VSYNC (pipedream) */
-    int chunks; /* kinds with PT_SCHED_OPT_CHUNKS (interleaved): v >= 2 model chunks per
-                   device; stages then holds the S·v chunks in model order, chunk c of
-                   pipeline rank d being stages[d + c·S], whose replicas are stages[d]'s
-                   devices; 1 for every other kind */
+    int chunks;             /* kinds with PT_SCHED_OPT_CHUNKS (interleaved): v >= 2 model chunks per
+                               device; stages then holds the S·v chunks in model order, chunk c of
+                               pipeline rank d being stages[d + c·S], whose replicas are stages[d]'s
+                               devices; 1 for every other kind */
     pt_optim_spec optimizer;
 } pt_plan;
 

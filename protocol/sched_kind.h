@@ -113,10 +113,10 @@ int pt_sched_kind_versions_stash(const pt_sched_shape *q);
     X(ZB_H2, "zb-h2", PT_SCHED_SYNCHRONOUS, pt_sched_kind_inflight_zb_h2,                          \
       pt_sched_kind_versions_one, pt_sched_gen_zb_h2,                                              \
       "zero bubble H2: ZB-H1's order after 2(S-i)-1 warm-up forwards; about twice 1F1B's "         \
-      "peak memory for a smaller bubble when B > F")                                             \
-    X(INTERLEAVED, "interleaved", PT_SCHED_SYNCHRONOUS | PT_SCHED_OPT_CHUNKS,                     \
-      pt_sched_kind_inflight_interleaved, pt_sched_kind_versions_one, pt_sched_gen_interleaved,   \
-      "Megatron-LM interleaved 1F1B: v model chunks per device (device d holds chunks d, d+S, "   \
+      "peak memory for a smaller bubble when B > F")                                               \
+    X(INTERLEAVED, "interleaved", PT_SCHED_SYNCHRONOUS | PT_SCHED_OPT_CHUNKS,                      \
+      pt_sched_kind_inflight_interleaved, pt_sched_kind_versions_one, pt_sched_gen_interleaved,    \
+      "Megatron-LM interleaved 1F1B: v model chunks per device (device d holds chunks d, d+S, "    \
       "...); bubble / v for v x more point-to-point messages")
 
 /* Facts of a kind (bits of pt_sched_kind_info.flags). */
