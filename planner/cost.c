@@ -505,8 +505,19 @@ int pt_cost_plan_memory(const pt_cost *c, const pt_plan *plan, pt_error *err)
                                     "plan: stages[%d].replicas[%d]: device %d not in topology "
                                     "'%s' (%d devices)",
                                     s, r, d, t->name, t->device_count);
+            int P = pt_plan_rank_count(plan);
+            if (plan->chunks > 1 && s >= P)
+                continue; /* counted with the device's first chunk */
             pt_mem m;
             pt_cost_replica_memory(c, plan, s, r, &m);
+            for (int k = s + P; plan->chunks > 1 && k < plan->stage_count; k += P) {
+                /* the device's other chunks (their peaks added: an upper bound) */
+                pt_mem more;
+                pt_cost_replica_memory(c, plan, k, r, &more);
+                for (int b = 0; b < PT_MEM_KIND_COUNT; b++)
+                    m.bytes[b] += more.bytes[b];
+                m.total += more.total;
+            }
             if (m.total <= t->devices[d].memory_bytes)
                 continue;
             /* name the two largest categories so the user sees what to change */

@@ -739,11 +739,6 @@ static int check_config(pt_exec *ex, const pt_exec_config *cfg, pt_error *err)
     const pt_exec_needs *ne = &ex->plan.needs;
     pt_net *net = cfg->net;
     int w = cfg->worker;
-    if (cfg->prog->host_count > 0 && !cfg->host)
-        return pt_error_set(err, PT_EINVAL,
-                            "executor: worker %d shares device %d with other model chunks: its "
-                            "host's turn (pt_exec_config.host) is required",
-                            w, cfg->prog->workers[w].device);
     if (pt_net_first(net) != ne->first || pt_net_last(net) != ne->last)
         return pt_error_set(err, PT_EINVAL,
                             "executor: worker %d: the net has layers [%d,%d), the stage [%d,%d)", w,

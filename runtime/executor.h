@@ -180,7 +180,10 @@ typedef struct pt_exec_config {
     /* Programs with hosts (interleaved: several model chunks per device): NULL, or
      * the borrowed turn of the worker's host (runtime/exec_host.h), shared with the
      * other chunks' executors; every op then waits for its turn in the host's
-     * order and hands it on after. Required when prog->host_count > 0. */
+     * order and hands it on after. NULL on such a program: the chunk runs its
+     * own ops in order but not in turn with the device's other chunks (as when
+     * each chunk is its own agent process); the results are the same, the
+     * timing is not the schedule's. */
     struct pt_exec_host *host;
 } pt_exec_config;
 
