@@ -187,7 +187,8 @@ static int parse_args(int argc, char **argv, run_args *a)
     else if (a->policy && strcmp(a->policy, "A") && strcmp(a->policy, "B"))
         why = "--policy must be A or B";
     else if (a->chunks && (!a->schedule || strcmp(a->schedule, "interleaved")))
-        why = "--chunks goes with the quick form's --schedule interleaved (a plan file has its own)";
+        why =
+            "--chunks goes with the quick form's --schedule interleaved (a plan file has its own)";
     if (why) {
         fprintf(stderr, "pipetop run: %s (see pipetop run --help)\n", why);
         return 2;
