@@ -6,6 +6,54 @@
 
 #include "planner/plan_util.h"
 
+/* Largest and sum of squares of the ranks' loads (each rank the sum of its
+ * chunks' forward + backward time) for cuts[0..P·v]. */
+static void loads(const double *pre, const int *cuts, int P, int v, double *worst, double *sq)
+{
+    *worst = *sq = 0;
+    for (int d = 0; d < P; d++) {
+        double t = 0;
+        for (int c = 0; c < v; c++)
+            t += pre[cuts[d + c * P + 1]] - pre[cuts[d + c * P]];
+        *worst = t > *worst ? t : *worst;
+        *sq += t * t;
+    }
+}
+
+/* A device's load is the sum of its v chunks, which balancing the chunks
+ * alone does not even out (VGG-16's few heavy layers land two heavy chunks on
+ * one device). Hill-climbs from the balanced chunks: move one cut by one
+ * layer while that lowers the largest rank load (then the sum of squares),
+ * keeping every chunk non-empty. pre[l] is the time of layers [0, l) at
+ * speed 1 (devices of different speeds are not weighed here). Terminates:
+ * every accepted move lowers (largest, sum of squares) lexicographically. */
+static void even_out_ranks(const double *pre, int *cuts, int P, int v)
+{
+    int S = P * v;
+    double worst, sq;
+    loads(pre, cuts, P, v, &worst, &sq);
+    for (int improved = 1; improved;) {
+        improved = 0;
+        for (int i = 1; i < S; i++)
+            for (int step = -1; step <= 1; step += 2) {
+                int at = cuts[i] + step;
+                if (at <= cuts[i - 1] || at >= cuts[i + 1])
+                    continue;
+                int was = cuts[i];
+                cuts[i] = at;
+                double w, q;
+                loads(pre, cuts, P, v, &w, &q);
+                if (w < worst - 1e-15 || (w <= worst + 1e-15 && q < sq - 1e-18)) {
+                    worst = w;
+                    sq = q;
+                    improved = 1;
+                } else {
+                    cuts[i] = was;
+                }
+            }
+    }
+}
+
 int pt_plan_rechunk(const pt_plan *plan, const pt_cost *cost, pt_sched_kind kind, int v,
                     pt_plan **out, pt_error *err)
 {
@@ -40,6 +88,19 @@ int pt_plan_rechunk(const pt_plan *plan, const pt_cost *cost, pt_sched_kind kind
     if (rc < 0) {
         rc = pt_error_set(err, rc, "rechunk: partition of %d layers into %d chunks failed", n, S);
         goto out;
+    }
+    if (v > 1) {
+        double *pre = malloc((size_t)(n + 1) * sizeof *pre);
+        if (!pre) {
+            rc = pt_error_set(err, PT_ENOMEM, "rechunk: out of memory");
+            goto out;
+        }
+        pre[0] = 0;
+        for (int l = 0; l < n; l++)
+            pre[l + 1] = pre[l] + pt_cost_fwd_s(cost, l, l + 1, plan->microbatch_size, -1) +
+                         pt_cost_bwd_s(cost, l, l + 1, plan->microbatch_size, -1);
+        even_out_ranks(pre, cuts, P, v);
+        free(pre);
     }
     snprintf(p->model, sizeof p->model, "%s", plan->model);
     p->layer_count = n;

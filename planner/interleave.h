@@ -13,7 +13,9 @@
 
 /* Writes to *out a new plan with pt_plan_rank_count(plan)·v stages: the
  * layers cut into that many contiguous chunks minimising the slowest chunk's
- * forward + backward time on the cost model (each rank's device speed),
+ * forward + backward time on the cost model (each rank's device speed), then
+ * (v > 1) cuts moved one layer at a time while that lowers the largest sum
+ * of a device's chunks (a local optimum, not an exhaustive search),
  * stage s on the replicas (and with the recompute flag) of the plan's stage
  * s % S, schedule `kind` with chunks = v (1 for a kind without
  * PT_SCHED_OPT_CHUNKS), the micro-batching and optimizer copied. Returns 0,

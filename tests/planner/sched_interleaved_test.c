@@ -3,6 +3,8 @@
  * the simulator's bubble, (S-1)/(v·M + S-1) of the iteration with equal
  * stages and free communication, and its in-flight activations per chunk
  * and per device against the schedule's formulas. */
+#include "planner/interleave.h"
+#include "planner/plan_util.h"
 #include "tests/planner/sched_fixture.h"
 #include "tests/test.h"
 
@@ -276,6 +278,70 @@ static void test_plan_format(void)
     }
 }
 
+/* The largest device load (sum of its chunks' F+B) of a chunk plan. */
+static double worst_device(const pt_cost *c, const int *cuts, int P, int v, int rows)
+{
+    double worst = 0;
+    for (int d = 0; d < P; d++) {
+        double t = 0;
+        for (int k = d; k < P * v; k += P)
+            t += pt_cost_fwd_s(c, cuts[k], cuts[k + 1], rows, -1) +
+                 pt_cost_bwd_s(c, cuts[k], cuts[k + 1], rows, -1);
+        worst = t > worst ? t : worst;
+    }
+    return worst;
+}
+
+/* pt_plan_rechunk: the plan's devices kept (chunk stage s on stage s % S's
+ * replicas), a valid interleaved plan, and on these VGG-like uneven layers a
+ * largest device load strictly below what balancing the chunks alone gives
+ * (there two heavy chunks share a device); back to one stage per device. */
+static void test_rechunk(void)
+{
+    static const double ms[] = {3, 1, 10, 1, 1, 8, 9, 1, 3, 10, 1, 1};
+    const int n = 12, P = 3, v = 2;
+    pt_profile *pf = fx_profile(n, 1, 2, 1000, 100, 4);
+    REQUIRE(pf);
+    for (int l = 0; l < n; l++) {
+        pf->layers[l].fwd_ms = ms[l];
+        pf->layers[l].bwd_ms = 2 * ms[l];
+    }
+    int reps[] = {2, 1, 1};
+    pt_plan *plan = fx_plan(PT_SCHED_1F1B_FLUSH, P, 4, reps, 4, 6);
+    pt_topology *t = fx_topo(1, 4, FX_FAST_BPS, 0);
+    pt_cost *c = NULL;
+    pt_error err = {0};
+    REQUIRE(plan && t && pt_cost_new(pf, t, &c, &err) == 0);
+    pt_plan *q = NULL, *back = NULL;
+    REQUIRE(pt_plan_rechunk(plan, c, PT_SCHED_INTERLEAVED, v, &q, &err) == 0);
+    CHECK(q->stage_count == P * v && q->chunks == v && q->schedule == PT_SCHED_INTERLEAVED);
+    CHECK_MSG(pt_plan_check(q, NULL, t, "q", &err) == 0, "%s", err.msg);
+    int cuts[7], plain[7], rc = 0;
+    for (int s = 0; s < q->stage_count; s++) {
+        cuts[s] = q->stages[s].first;
+        CHECK(q->stages[s].replica_count == reps[s % P]);
+        CHECK(q->stages[s].replicas[0] == plan->stages[s % P].replicas[0]);
+    }
+    cuts[P * v] = n;
+    pu_balanced_partition(c, n, P * v, NULL, 0, plain, &rc);
+    REQUIRE(rc == 0);
+    double got = worst_device(c, cuts, P, v, 4), base = worst_device(c, plain, P, v, 4);
+    CHECK_MSG(got < base - 1e-12, "device load %.4f, balanced chunks alone %.4f", got, base);
+    REQUIRE(pt_plan_rechunk(q, c, PT_SCHED_1F1B_FLUSH, 1, &back, &err) == 0);
+    CHECK(back->stage_count == P && back->chunks == 1);
+    CHECK(pt_plan_check(back, NULL, t, "back", &err) == 0);
+    CHECK(pt_plan_rechunk(plan, c, PT_SCHED_INTERLEAVED, 1, &back, &err) == PT_EINVAL && !back);
+    CHECK(pt_plan_rechunk(plan, c, PT_SCHED_INTERLEAVED, 5, &back, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "more than the model's 12 layers");
+    pt_plan_free(&q);
+    pt_plan_free(&back);
+    pt_plan_free(&plan);
+    pt_cost_free(&c);
+    pt_topology_free(&t);
+    pt_profile_free(&pf);
+}
+
 PT_TEST_MAIN({"bubble", test_bubble}, {"inflight", test_inflight},
              {"order_and_messages", test_order_and_messages}, {"replicated", test_replicated},
-             {"validator_hosts", test_validator_hosts}, {"plan_format", test_plan_format})
+             {"validator_hosts", test_validator_hosts}, {"plan_format", test_plan_format},
+             {"rechunk", test_rechunk})
