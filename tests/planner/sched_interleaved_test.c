@@ -330,6 +330,7 @@ static void test_rechunk(void)
     REQUIRE(pt_plan_rechunk(q, c, PT_SCHED_1F1B_FLUSH, 1, &back, &err) == 0);
     CHECK(back->stage_count == P && back->chunks == 1);
     CHECK(pt_plan_check(back, NULL, t, "back", &err) == 0);
+    pt_plan_free(&back);
     CHECK(pt_plan_rechunk(plan, c, PT_SCHED_INTERLEAVED, 1, &back, &err) == PT_EINVAL && !back);
     CHECK(pt_plan_rechunk(plan, c, PT_SCHED_INTERLEAVED, 5, &back, &err) == PT_EINVAL);
     CHECK_STR_CONTAINS(err.msg, "more than the model's 12 layers");
