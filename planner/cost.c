@@ -449,20 +449,20 @@ static const pt_sched_kind_info *facts_of(pt_sched_kind kind)
 
 int pt_cost_inflight(pt_sched_kind kind, char policy, int S, int i, int M)
 {
-    pt_sched_shape q = {S, i, M, policy, 0, 0};
+    pt_sched_shape q = {S, i, M, policy, 0, 0, 1};
     return facts_of(kind)->inflight(&q);
 }
 
 int pt_cost_stage_inflight(const pt_mem_query *m)
 {
-    pt_sched_shape q = {m->stage_count, m->stage,         m->microbatches,
-                        m->policy,      m->vertical_sync, m->recompute};
+    pt_sched_shape q = {m->stage_count,   m->stage,     m->microbatches, m->policy,
+                        m->vertical_sync, m->recompute, m->chunks};
     return facts_of(m->kind)->inflight(&q);
 }
 
 int pt_cost_weight_versions(pt_sched_kind kind, int vertical_sync, int S, int i)
 {
-    pt_sched_shape q = {S, i, 0, 'A', vertical_sync, 0};
+    pt_sched_shape q = {S, i, 0, 'A', vertical_sync, 0, 1};
     return facts_of(kind)->weight_versions(&q);
 }
 
@@ -491,8 +491,8 @@ void pt_cost_stage_memory(const pt_cost *c, const pt_mem_query *q, pt_mem *out)
     int64_t loss_b = pt_cost_loss_saved_bytes(c, q->first, q->last, q->rows);
     int64_t scratch_b = pt_cost_scratch_bytes(c, q->first, q->last, q->rows);
     const pt_sched_kind_info *kind = facts_of(q->kind);
-    pt_sched_shape shape = {q->stage_count, q->stage,         q->microbatches,
-                            q->policy,      q->vertical_sync, q->recompute};
+    pt_sched_shape shape = {q->stage_count,   q->stage,     q->microbatches, q->policy,
+                            q->vertical_sync, q->recompute, q->chunks};
     int K = kind->inflight(&shape);
     int V = kind->weight_versions(&shape);
     out->bytes[PT_MEM_WEIGHTS] = P;
@@ -541,8 +541,19 @@ int pt_cost_plan_memory(const pt_cost *c, const pt_plan *plan, pt_error *err)
                                     "plan: stages[%d].replicas[%d]: device %d not in topology "
                                     "'%s' (%d devices)",
                                     s, r, d, t->name, t->device_count);
+            int P = pt_plan_rank_count(plan);
+            if (plan->chunks > 1 && s >= P)
+                continue; /* counted with the device's first chunk */
             pt_mem m;
             pt_cost_replica_memory(c, plan, s, r, &m);
+            for (int k = s + P; plan->chunks > 1 && k < plan->stage_count; k += P) {
+                /* the device's other chunks (their peaks added: an upper bound) */
+                pt_mem more;
+                pt_cost_replica_memory(c, plan, k, r, &more);
+                for (int b = 0; b < PT_MEM_KIND_COUNT; b++)
+                    m.bytes[b] += more.bytes[b];
+                m.total += more.total;
+            }
             if (m.total <= t->devices[d].memory_bytes)
                 continue;
             /* name the two largest categories so the user sees what to change */
@@ -593,6 +604,7 @@ void pt_cost_replica_memory(const pt_cost *cost, const pt_plan *plan, int s, int
                       st->last,
                       hi - lo,
                       plan->microbatch_count,
-                      st->recompute};
+                      st->recompute,
+                      plan->chunks};
     pt_cost_stage_memory(cost, &q, out);
 }

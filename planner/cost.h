@@ -216,6 +216,8 @@ typedef struct pt_mem_query {
     int rows;         /* samples of each micro-batch this replica handles */
     int microbatches; /* M per window */
     int recompute;
+    int chunks; /* interleaved: model chunks per device (stage_count counts the S·v chunk
+                   stages); 0 or 1 otherwise */
 } pt_mem_query;
 
 /* pt_cost_inflight for a stage that may recompute (zb-h1 keeps fewer in
@@ -230,7 +232,8 @@ void pt_cost_stage_memory(const pt_cost *cost, const pt_mem_query *q, pt_mem *ou
  * micro-batch from pt_sched_rows). The plan must be valid (s, r in range). */
 void pt_cost_replica_memory(const pt_cost *cost, const pt_plan *plan, int s, int r, pt_mem *out);
 
-/* Checks every replica of every stage of plan against its device's memory.
+/* Checks every replica of every stage of plan against its device's memory
+ * (an interleaved plan: the sum of the chunks a device holds).
  * Returns 0, PT_ENOFIT with err naming the first stage, replica, device,
  * the need (with its largest categories) and the limit, or PT_EINVAL when the
  * plan does not match the cost model (layer or device out of range). */

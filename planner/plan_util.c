@@ -211,7 +211,7 @@ pt_plan *pu_plan_alloc(const pt_profile *profile, int S, const int *cuts, pt_sch
 int64_t pu_stage_memory(const pt_cost *cost, pt_sched_kind kind, char policy, int S, int i,
                         int first, int last, int rows, int M, int recompute, pt_optim_kind optim)
 {
-    pt_mem_query q = {kind, policy, 0, optim, S, i, first, last, rows, M, recompute};
+    pt_mem_query q = {kind, policy, 0, optim, S, i, first, last, rows, M, recompute, 1};
     pt_mem m;
     pt_cost_stage_memory(cost, &q, &m);
     return m.total;

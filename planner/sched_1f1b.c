@@ -11,7 +11,7 @@ int pt_sched_gen_1f1b_flush(pt_program *p, pt_error *err)
     (void)err;
     int S = p->stage_count, M = p->mb_per_window, rc;
     for (int w = 0; w < p->worker_count; w++) {
-        pt_sched_shape q = {S, p->workers[w].stage, M, 'A', 0, 0};
+        pt_sched_shape q = {S, p->workers[w].stage, M, 'A', 0, 0, 1};
         if ((rc = pt_sched_gen_sync_1f1b(p, w, pt_sched_kind_inflight_1f1b(&q))) < 0)
             return rc;
     }

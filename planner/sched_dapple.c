@@ -12,7 +12,7 @@ int pt_sched_gen_dapple(pt_program *p, pt_error *err)
     for (int w = 0; w < p->worker_count; w++) {
         /* K_i is the table's in-flight formula (protocol/sched_kind.h): the
          * warm-up depth and the cost model's in-flight count are one formula */
-        pt_sched_shape q = {S, p->workers[w].stage, M, p->policy, 0, 0};
+        pt_sched_shape q = {S, p->workers[w].stage, M, p->policy, 0, 0, 1};
         if ((rc = pt_sched_gen_sync_1f1b(p, w, pt_sched_kind_inflight_policy(&q))) < 0)
             return rc;
     }

@@ -53,6 +53,10 @@ int pt_sched_gen_opt(pt_program *prog, int w, int mb, int mb_end, int version);
  * all-reduce of [0, M) and the step producing version 1. */
 int pt_sched_gen_sync_1f1b(pt_program *prog, int w, int K);
 
+/* Sizes prog->host_ops for prog->op_count ops (hosted kinds fill it after
+ * their last op); 0 or PT_ENOMEM. */
+int pt_sched_gen_host_ops(pt_program *prog);
+
 static inline int pt_sched_min(int a, int b)
 {
     return a < b ? a : b;

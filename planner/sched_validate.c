@@ -387,84 +387,147 @@ static void number_collectives(const pt_program *p, vstate *v)
     }
 }
 
+/* The worker owning op i of a hosted program (op ranges are in worker order). */
+static int owner_of(const pt_program *p, int i)
+{
+    int lo = 0, hi = p->worker_count - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (p->workers[mid].op_begin <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    while (lo > 0 && p->workers[lo].op_begin == p->workers[lo].op_end)
+        lo--;
+    return lo;
+}
+
+/* Hosts (schedule.h): every op in exactly one host's order, each worker's ops
+ * in program order there, the workers of a host on one device and of distinct
+ * stages. */
+static int check_hosts(const pt_program *p, vstate *v, pt_error *err)
+{
+    if (p->host_count <= 0)
+        return 0;
+    if (!p->worker_host || !p->host_begin || !p->host_ops || p->host_begin[0] != 0 ||
+        p->host_begin[p->host_count] != p->op_count)
+        return pt_error_set(err, PT_EINVAL, "schedule: hosts do not span the ops");
+    for (int w = 0; w < p->worker_count; w++) {
+        int h = p->worker_host[w];
+        if (h < 0 || h >= p->host_count)
+            return pt_error_set(err, PT_EINVAL, "schedule: worker %d: host %d out of range", w, h);
+        v->pc[w] = p->workers[w].op_begin; /* next op expected in its host's order */
+        for (int u = 0; u < w; u++)
+            if (p->worker_host[u] == h && (p->workers[u].device != p->workers[w].device ||
+                                           p->workers[u].stage == p->workers[w].stage))
+                return pt_error_set(err, PT_EINVAL,
+                                    "schedule: workers %d and %d share host %d but not a device, "
+                                    "or share a stage",
+                                    u, w, h);
+    }
+    for (int h = 0; h < p->host_count; h++) {
+        if (p->host_begin[h + 1] < p->host_begin[h])
+            return pt_error_set(err, PT_EINVAL, "schedule: host %d: negative op count", h);
+        for (int k = p->host_begin[h]; k < p->host_begin[h + 1]; k++) {
+            int i = p->host_ops[k];
+            if (i < 0 || i >= p->op_count)
+                return pt_error_set(err, PT_EINVAL, "schedule: host %d: op %d out of range", h, i);
+            int w = owner_of(p, i);
+            if (p->worker_host[w] != h)
+                return fail(err, PT_EINVAL, p, i, "in the order of a host its worker is not on");
+            if (v->pc[w] != i)
+                return fail(err, PT_EINVAL, p, i,
+                            "out of its worker's program order (or twice) in its host's order");
+            v->pc[w]++;
+        }
+    }
+    return 0;
+}
+
 static void wake(vstate *v, int *top, int u)
 {
     v->blocked[u] = -1;
     v->stack[(*top)++] = u;
 }
 
-/* Zero-duration execution with blocking receives and collectives. */
+/* Zero-duration execution with blocking receives and collectives, one runner
+ * per host (per worker when the program has no hosts): a blocked op blocks
+ * its whole host. pc, blocked and joined are per runner. */
 static int run_blocking(const pt_program *p, vstate *v, int n_inst, pt_error *err)
 {
-    int top = 0;
+    int top = 0, nh = pt_sched_host_count(p);
     memset(v->arrived, 0, (size_t)p->op_count);
     memset(v->ar_count, 0, (size_t)(n_inst ? n_inst : 1) * sizeof *v->ar_count);
-    for (int w = 0; w < p->worker_count; w++) {
-        v->pc[w] = p->workers[w].op_begin;
-        v->blocked[w] = -1;
-        v->joined[w] = 0;
-        v->stack[top++] = w;
+    for (int h = 0; h < nh; h++) {
+        v->pc[h] = 0;
+        v->blocked[h] = -1;
+        v->joined[h] = 0;
+        v->stack[top++] = h;
     }
     while (top > 0) {
-        int w = v->stack[--top];
-        const pt_worker *x = &p->workers[w];
-        int r = x->replica_count;
-        while (v->pc[w] < x->op_end) {
-            int i = v->pc[w];
+        int h = v->stack[--top], len = pt_sched_host_len(p, h);
+        while (v->pc[h] < len) {
+            int i = pt_sched_host_op(p, h, v->pc[h]);
+            int w = p->host_count > 0 ? owner_of(p, i) : h;
+            const pt_worker *x = &p->workers[w];
+            int r = x->replica_count;
             const pt_op *op = &p->ops[i];
             unsigned facts = pt_op_facts(op->kind);
             if (facts & PT_OPK_SEND) {
-                int j = v->match[i];
+                int j = v->match[i], g = pt_sched_host_of(p, op->peer);
                 v->arrived[j] = 1;
-                if (v->blocked[op->peer] == j)
-                    wake(v, &top, op->peer);
+                if (v->blocked[g] == j)
+                    wake(v, &top, g);
             } else if (facts & PT_OPK_RECV) {
                 if (!v->arrived[i]) {
-                    v->blocked[w] = i;
+                    v->blocked[h] = i;
                     break;
                 }
             } else if (op->kind == PT_OP_ALLREDUCE) {
                 int inst = v->match[i];
-                if (!v->joined[w]) {
-                    v->joined[w] = 1;
+                if (!v->joined[h]) {
+                    v->joined[h] = 1;
                     if (++v->ar_count[inst] == r)
                         for (int u = p->stage_worker[x->stage]; u < p->stage_worker[x->stage + 1];
-                             u++)
-                            if (v->blocked[u] >= 0 &&
-                                (pt_op_facts(p->ops[v->blocked[u]].kind) & PT_OPK_COLLECTIVE) &&
-                                v->match[v->blocked[u]] == inst)
-                                wake(v, &top, u);
+                             u++) {
+                            int g = pt_sched_host_of(p, u);
+                            if (v->blocked[g] >= 0 &&
+                                (pt_op_facts(p->ops[v->blocked[g]].kind) & PT_OPK_COLLECTIVE) &&
+                                v->match[v->blocked[g]] == inst)
+                                wake(v, &top, g);
+                        }
                 }
                 if (!(op->flags & PT_OPF_ASYNC) && v->ar_count[inst] < r) {
-                    v->blocked[w] = i;
+                    v->blocked[h] = i;
                     break;
                 }
-                v->joined[w] = 0;
+                v->joined[h] = 0;
             } else if (op->kind == PT_OP_AR_WAIT) {
                 if (v->ar_count[v->match[i]] < r) {
-                    v->blocked[w] = i;
+                    v->blocked[h] = i;
                     break;
                 }
             }
-            v->pc[w]++;
+            v->pc[h]++;
         }
     }
     int stuck = 0;
     char msg[PT_ERROR_MAX] = "", buf[OPSTR_MAX];
     size_t len = 0;
-    for (int w = 0; w < p->worker_count; w++) {
-        if (v->pc[w] >= p->workers[w].op_end)
+    for (int h = 0; h < nh; h++) {
+        if (v->pc[h] >= pt_sched_host_len(p, h))
             continue;
         if (stuck++ < 3 && len < sizeof msg) {
             int n = snprintf(msg + len, sizeof msg - len, "%s%s", stuck > 1 ? "; " : "",
-                             pt_sched_op_str(p, v->pc[w], buf, sizeof buf));
+                             pt_sched_op_str(p, pt_sched_host_op(p, h, v->pc[h]), buf, sizeof buf));
             if (n > 0)
                 len += (size_t)n;
         }
     }
     if (stuck)
-        return pt_error_set(err, PT_EDEADLOCK, "schedule: deadlock: %d workers blocked: %.400s",
-                            stuck, msg);
+        return pt_error_set(err, PT_EDEADLOCK, "schedule: deadlock: %d %s blocked: %.400s", stuck,
+                            p->host_count > 0 ? "hosts" : "workers", msg);
     return 0;
 }
 
@@ -522,7 +585,7 @@ int pt_sched_validate(const pt_program *p, pt_error *err)
     }
     for (int w = 0; w < nw && rc == 0; w++)
         rc = check_worker(p, w, &v, err);
-    if (rc < 0)
+    if (rc < 0 || (rc = check_hosts(p, &v, err)) < 0)
         goto out;
     int n_inst = 0;
     if ((rc = check_collectives(p, &v, &n_inst, err)) < 0)

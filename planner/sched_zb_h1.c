@@ -13,7 +13,7 @@ int pt_sched_gen_zb_h1(pt_program *p, pt_error *err)
     (void)err;
     int S = p->stage_count, M = p->mb_per_window, rc;
     for (int w = 0; w < p->worker_count; w++) {
-        pt_sched_shape q = {S, p->workers[w].stage, M, 'A', 0, 0};
+        pt_sched_shape q = {S, p->workers[w].stage, M, 'A', 0, 0, 1};
         /* A recomputing stage cannot delay W: W reads the recomputed
          * activations, which recomputation keeps for one micro-batch at a
          * time. It runs W right after B in 1F1B's order. */

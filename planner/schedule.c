@@ -108,6 +108,32 @@ static int grow(void **buf, int *cap, int need, size_t elem)
     return 0;
 }
 
+/* Interleaved placement: host (rank d, replica r) runs the workers of stages
+ * d, d+S, ... replica r; their host order is filled in by the generator. */
+static int setup_hosts(pt_program *p, const pt_plan *plan)
+{
+    p->chunks = 1;
+    p->rank_count = p->stage_count;
+    p->host_count = 0;
+    if (!pt_sched_kind_has(plan->schedule, PT_SCHED_OPT_CHUNKS) || plan->chunks < 2 ||
+        p->stage_count % plan->chunks)
+        return 0;
+    int v = plan->chunks, P = p->stage_count / v, nh = p->stage_worker[P];
+    if (grow((void **)&p->worker_host, &p->worker_host_cap, p->worker_count, sizeof(int)) < 0 ||
+        grow((void **)&p->host_begin, &p->host_cap, nh + 1, sizeof(int)) < 0)
+        return PT_ENOMEM;
+    p->chunks = v;
+    p->rank_count = P;
+    p->host_count = nh;
+    for (int w = 0; w < p->worker_count; w++) {
+        const pt_worker *x = &p->workers[w];
+        p->worker_host[w] = p->stage_worker[x->stage % P] + x->replica;
+    }
+    for (int h = 0; h <= nh; h++)
+        p->host_begin[h] = 0;
+    return 0;
+}
+
 /* Sizes the program and fills in its workers; ops are left empty. */
 static int setup(pt_program *p, const pt_plan *plan, const pt_profile *pf, int M, int windows,
                  const pt_sched_info *info)
@@ -162,7 +188,7 @@ static int setup(pt_program *p, const pt_plan *plan, const pt_profile *pf, int M
         }
     }
     sw[S] = w;
-    return 0;
+    return setup_hosts(p, plan);
 }
 
 int pt_sched_bucket_lo(const pt_profile *pf, int first, int hi, int64_t cap)
@@ -210,8 +236,14 @@ static int setup_buckets(pt_program *p, const pt_plan *plan, const pt_profile *p
     return 0;
 }
 
+int pt_sched_gen_host_ops(pt_program *prog)
+{
+    return grow((void **)&prog->host_ops, &prog->host_ops_cap, prog->op_count, sizeof(int32_t));
+}
+
 static void make_empty(pt_program *p)
 {
+    p->host_count = 0;
     p->op_count = 0;
     p->worker_count = 0;
     p->stage_count = 0;
@@ -283,6 +315,9 @@ void pt_program_release(pt_program *prog)
     free(prog->ops);
     free(prog->buckets);
     free(prog->stage_bucket);
+    free(prog->worker_host);
+    free(prog->host_begin);
+    free(prog->host_ops);
     memset(prog, 0, sizeof *prog);
 }
 

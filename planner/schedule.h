@@ -29,6 +29,14 @@
  * - Loading the input is part of FWD on stage 0; the loss is part of FWD on
  *   the last stage (and its gradient the start of BWD there).
  *
+ * - Hosts (interleaved placement, docs/architecture.md): when host_count > 0
+ *   several workers share one device and run as one sequence: host h issues
+ *   the ops host_ops[host_begin[h] .. host_begin[h+1]) in that order, one at
+ *   a time, each op being executed by the worker that owns it (a blocking
+ *   RECV or collective blocks the whole host). Per worker the host order is
+ *   its program order. When host_count is 0 every worker is alone on its
+ *   device.
+ *
  * Replicated stages use DAPPLE's split-concat in every kind: a micro-batch of
  * b samples entering a stage of r replicas is split into r contiguous row
  * ranges (pt_sched_rows); replica j of stage s sends to replica k of stage s+1
@@ -124,6 +132,16 @@ typedef struct pt_program {
                              first, are buckets[stage_bucket[s] .. stage_bucket[s+1]) */
     int *stage_bucket;    /* owned, stage_count+1 entries */
     int bucket_cap;
+    /* Several model chunks per device (kinds with PT_SCHED_OPT_CHUNKS): the
+     * program's stages are the plan's S·v chunk stages, chunk c of pipeline rank
+     * d being stage d + c·S, and the workers of one device form a host. */
+    int chunks;        /* v: model chunks per device; 1 for every other kind */
+    int rank_count;    /* pipeline ranks: stage_count / chunks */
+    int host_count;    /* hosts: one per (rank, replica); 0: every worker is its own */
+    int *worker_host;  /* owned, worker_count entries: the host of each worker (host_count > 0) */
+    int *host_begin;   /* owned, host_count+1 entries */
+    int32_t *host_ops; /* owned, op_count entries: every host's ops in issue order */
+    int host_cap, host_ops_cap, worker_host_cap;
 } pt_program;
 
 /* Generator options. Zeroed = defaults. */
@@ -200,6 +218,27 @@ static inline int64_t pt_sched_scale_bytes(int64_t mb_bytes, int rows, int profi
  * micro-batch size, 2bw with M < S, a profile whose layer count differs. */
 int pt_sched_build(const pt_plan *plan, const pt_profile *profile, const pt_sched_opts *opts,
                    pt_program *prog, pt_error *err);
+
+/* Hosts of a program: the number of independently running sequences (the
+ * hosts, or the workers when host_count is 0), host h's op count and its k-th
+ * op in issue order, and the host of worker w. O(1). */
+static inline int pt_sched_host_count(const pt_program *p)
+{
+    return p->host_count > 0 ? p->host_count : p->worker_count;
+}
+static inline int pt_sched_host_of(const pt_program *p, int w)
+{
+    return p->host_count > 0 ? p->worker_host[w] : w;
+}
+static inline int pt_sched_host_len(const pt_program *p, int h)
+{
+    return p->host_count > 0 ? p->host_begin[h + 1] - p->host_begin[h]
+                             : p->workers[h].op_end - p->workers[h].op_begin;
+}
+static inline int pt_sched_host_op(const pt_program *p, int h, int k)
+{
+    return p->host_count > 0 ? p->host_ops[p->host_begin[h] + k] : p->workers[h].op_begin + k;
+}
 
 /* Frees what prog owns and zeroes it (NULL-safe). */
 void pt_program_release(pt_program *prog);

@@ -29,7 +29,15 @@ typedef struct wstate {
      * rows, hook_rows 0 when the last compute op was not a BWD */
     double hook_start;
     int hook_rows;
+    struct pt_sim_host *host; /* hosted programs: the device's figures this worker adds to */
+    int64_t noted_total;      /* total last added to host */
+    int noted_inflight;       /* inflight last added to host */
 } wstate;
+
+/* A host's lanes, shared by its workers (hosted programs). */
+typedef struct lanes {
+    double ready, comp_free, comm_free;
+} lanes;
 
 typedef struct inst {
     int count;
@@ -45,6 +53,10 @@ struct pt_sim {
     unsigned char *alive, *gopen;
     double *arrival, *finish;
     inst *insts;
+    pt_sim_host *hosts;
+    int32_t *hpc; /* per runner (host, or worker): next op in its order */
+    lanes *lanes; /* per host: its shared lanes */
+    int64_t cap_hosts, cap_hpc, cap_lanes;
     int64_t cap_events, cap_match, cap_arrival, cap_scratch, cap_workers, cap_stack, cap_devs,
         cap_wout, cap_stages, cap_cover, cap_ver, cap_alive, cap_cov, cap_inst, cap_win;
 };
@@ -77,6 +89,9 @@ void pt_sim_free(pt_sim **sim_p)
     free(s->arrival);
     free(s->finish);
     free(s->insts);
+    free(s->hosts);
+    free(s->hpc);
+    free(s->lanes);
     free(s);
     *sim_p = NULL;
 }
@@ -173,10 +188,55 @@ static int prepare(pt_sim *sim, const pt_program *p, const pt_cost *cost, pt_err
         RESERVE(insts, cap_inst, inst_total) < 0 || RESERVE(finish, cap_win, windows) < 0 ||
         RESERVE(gopen, cap_cov, cov_total) < 0)
         return PT_ENOMEM;
+    int nh = pt_sched_host_count(p);
+    if (RESERVE(hpc, cap_hpc, nh) < 0 || RESERVE(hosts, cap_hosts, nh) < 0 ||
+        RESERVE(lanes, cap_lanes, nh) < 0)
+        return PT_ENOMEM;
+    for (int h = 0; h < nh; h++)
+        sim->hosts[h].device = -1;
+    for (int w = 0; w < nw; w++) {
+        int h = pt_sched_host_of(p, w), d = p->workers[w].device;
+        if (h < 0 || h >= nh || (sim->hosts[h].device >= 0 && sim->hosts[h].device != d))
+            return pt_error_set(err, PT_EINVAL,
+                                "simulate: worker %d: host %d out of range or not on one device", w,
+                                h);
+        sim->hosts[h].device = d;
+    }
+    if (p->host_count > 0 &&
+        (!p->host_begin || !p->host_ops || p->host_begin[p->host_count] != p->op_count))
+        return pt_error_set(err, PT_EINVAL, "simulate: hosts do not span the ops");
     return 0;
 }
 
 /* Memory bookkeeping ---------------------------------------------------- */
+
+/* Adds worker st's change since its last note to its host's running sums (and
+ * peaks); no-op for a worker alone on its device. */
+static void host_note(wstate *st, int64_t total)
+{
+    pt_sim_host *h = st->host;
+    if (!h)
+        return;
+    h->cur_total += total - st->noted_total;
+    h->cur_inflight += st->inflight - st->noted_inflight;
+    st->noted_total = total;
+    st->noted_inflight = st->inflight;
+    if (h->cur_total > h->peak_total)
+        h->peak_total = h->cur_total;
+    if (h->cur_inflight > h->peak_inflight)
+        h->peak_inflight = h->cur_inflight;
+}
+
+/* host_note after a release that mem_note did not see. */
+static void host_resync(wstate *st)
+{
+    if (!st->host)
+        return;
+    int64_t total = 0;
+    for (int k = 0; k < PT_MEM_KIND_COUNT; k++)
+        total += st->cur[k];
+    host_note(st, total);
+}
 
 static void mem_note(pt_sim_worker *out, wstate *st)
 {
@@ -193,6 +253,7 @@ static void mem_note(pt_sim_worker *out, wstate *st)
         out->peak.total = total;
     if (st->inflight > out->peak_inflight)
         out->peak_inflight = st->inflight;
+    host_note(st, total);
     if (held > out->peak_versions)
         out->peak_versions = (int)held;
 }
@@ -264,8 +325,13 @@ static int init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, in
     if (topo->devices[x->device].node_cores > 0) {
         /* workers on one host's shared cores: counted only where cores are shared */
         int node = topo->devices[x->device].node, n = 0;
-        for (int v = 0; v < p->worker_count; v++)
-            n += topo->devices[p->workers[v].device].node == node;
+        for (int v = 0; v < p->worker_count; v++) {
+            /* a host's workers run one at a time: count the host once */
+            int first = 1;
+            for (int u = 0; p->host_count > 0 && u < v && first; u++)
+                first = p->worker_host[u] != p->worker_host[v];
+            n += first && topo->devices[p->workers[v].device].node == node;
+        }
         st->slow = pt_topology_oversubscription(topo, x->device, n);
     }
     st->t_fwd = st->slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
@@ -289,6 +355,11 @@ static int init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, in
                             w, x->stage, p->mb_count, rows, (long long)st->act_b);
     memset(out, 0, sizeof *out);
     out->limit = pt_cost_topology(cost)->devices[x->device].memory_bytes;
+    st->host = p->host_count > 0 ? &sim->hosts[p->worker_host[w]] : NULL;
+    st->noted_total = 0;
+    st->noted_inflight = 0;
+    if (st->host)
+        st->host->worker_count++;
     st->cur[PT_MEM_WEIGHTS] = st->P;
     st->cur[PT_MEM_OPTIM] = pt_cost_optim_state_factor(p->optim) * st->P;
     /* the backward scratch is laid out once, for the worker's rows */
@@ -423,6 +494,7 @@ static void mem_op(const pt_program *p, pt_sim *sim, int w, int i)
             st->stash--;
         else
             after_read(p, sim, st, i, op->version);
+        host_resync(st);
         break;
     }
     case PT_OP_OPT_STEP: {
@@ -455,10 +527,11 @@ static void mem_op(const pt_program *p, pt_sim *sim, int w, int i)
 
 /* The event loop ------------------------------------------------------- */
 
-static void wake(pt_sim *sim, int *top, int u)
+/* Worker u may go on: its runner (its host, or u itself) goes back on the stack. */
+static void wake(const pt_program *p, pt_sim *sim, int *top, int u)
 {
     sim->ws[u].blocked = -1;
-    sim->stack[(*top)++] = u;
+    sim->stack[(*top)++] = pt_sched_host_of(p, u);
 }
 
 static double op_duration(const pt_program *p, const pt_sim *sim, const pt_cost *cost, int w,
@@ -504,15 +577,26 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
         sim->arrival[i] = -1;
     for (int k = 0; k < sim->ar_first[p->stage_count]; k++)
         sim->insts[k] = (inst){0, 0, 0, 0};
-    for (int w = p->worker_count - 1; w >= 0; w--)
-        sim->stack[top++] = w;
+    const int hosted = p->host_count > 0, nh = pt_sched_host_count(p);
+    for (int h = nh - 1; h >= 0; h--) {
+        sim->hpc[h] = 0;
+        sim->stack[top++] = h;
+        if (hosted)
+            sim->lanes[h] = (lanes){0, 0, 0};
+    }
     while (top > 0) {
-        int w = sim->stack[--top];
-        const pt_worker *x = &p->workers[w];
-        wstate *st = &sim->ws[w];
-        int r = x->replica_count;
-        while (st->pc < x->op_end) {
-            int i = st->pc;
+        int h = sim->stack[--top], len = pt_sched_host_len(p, h);
+        while (sim->hpc[h] < len) {
+            int i = pt_sched_host_op(p, h, sim->hpc[h]);
+            int w = sim->events[i].worker;
+            const pt_worker *x = &p->workers[w];
+            wstate *st = &sim->ws[w];
+            int r = x->replica_count;
+            if (hosted) { /* the device's lanes, as the host's previous op left them */
+                st->ready = sim->lanes[h].ready;
+                st->comp_free = sim->lanes[h].comp_free;
+                st->comm_free = sim->lanes[h].comm_free;
+            }
             const pt_op *op = &p->ops[i];
             pt_sim_event *ev = &sim->events[i];
             ev->lane = (uint8_t)pt_op_lane(op->kind);
@@ -531,7 +615,7 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                 ev->end = end;
                 sim->arrival[j] = end;
                 if (sim->ws[op->peer].blocked == j)
-                    wake(sim, &top, op->peer);
+                    wake(p, sim, &top, op->peer);
                 break;
             }
             case PT_OP_RECV_ACT:
@@ -572,7 +656,7 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                             int b = sim->ws[u].blocked;
                             if (b >= 0 && (pt_op_facts(p->ops[b].kind) & PT_OPK_COLLECTIVE) &&
                                 sim->match[b] == k)
-                                wake(sim, &top, u);
+                                wake(p, sim, &top, u);
                         }
                     }
                 }
@@ -622,18 +706,22 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
              * telemetry): the next op of this worker starts that much later */
             st->ready += gap;
             st->pc++;
+            sim->hpc[h]++;
+            if (hosted)
+                sim->lanes[h] = (lanes){st->ready, st->comp_free, st->comm_free};
         }
     blocked:;
     }
     int stuck = 0;
     char msg[PT_ERROR_MAX] = "", buf[160];
     size_t len = 0;
-    for (int w = 0; w < p->worker_count; w++) {
-        if (sim->ws[w].pc >= p->workers[w].op_end)
+    for (int h = 0; h < nh; h++) {
+        if (sim->hpc[h] >= pt_sched_host_len(p, h))
             continue;
         if (stuck++ < 3 && len < sizeof msg) {
-            int n = snprintf(msg + len, sizeof msg - len, "%s%s", stuck > 1 ? "; " : "",
-                             pt_sched_op_str(p, sim->ws[w].pc, buf, sizeof buf));
+            int n =
+                snprintf(msg + len, sizeof msg - len, "%s%s", stuck > 1 ? "; " : "",
+                         pt_sched_op_str(p, pt_sched_host_op(p, h, sim->hpc[h]), buf, sizeof buf));
             if (n > 0)
                 len += (size_t)n;
         }
@@ -734,6 +822,37 @@ static void summarise(const pt_program *p, pt_sim *sim, pt_sim_result *out)
             out->fits = 0;
     }
     out->bubble_frac = bubble / p->worker_count;
+    if (p->host_count > 0) {
+        bubble = 0;
+        out->fits = 1;
+        for (int h = 0; h < p->host_count; h++)
+            sim->hosts[h].busy_s = 0;
+        for (int w = 0; w < p->worker_count; w++)
+            sim->hosts[p->worker_host[w]].busy_s += sim->workers[w].busy_s;
+        for (int h = 0; h < p->host_count; h++) {
+            pt_sim_host *ho = &sim->hosts[h];
+            ho->busy_frac = pt_op_busy_frac(ho->busy_s, hi - lo);
+            ho->bubble_frac = 1 - ho->busy_frac;
+            bubble += ho->bubble_frac;
+            if (ho->peak_total > ho->limit)
+                out->fits = 0;
+        }
+        out->bubble_frac = bubble / p->host_count;
+    } else {
+        for (int w = 0; w < p->worker_count; w++) {
+            const pt_sim_worker *ow = &sim->workers[w];
+            sim->hosts[w] = (pt_sim_host){.device = p->workers[w].device,
+                                          .worker_count = 1,
+                                          .busy_s = ow->busy_s,
+                                          .busy_frac = ow->busy_frac,
+                                          .bubble_frac = ow->bubble_frac,
+                                          .peak_total = ow->peak.total,
+                                          .limit = ow->limit,
+                                          .peak_inflight = ow->peak_inflight};
+        }
+    }
+    out->host_count = pt_sched_host_count(p);
+    out->hosts = sim->hosts;
     out->worker_count = p->worker_count;
     out->workers = sim->workers;
     out->event_count = p->op_count;
@@ -753,6 +872,13 @@ int pt_sim_run(pt_sim *sim, const pt_program *prog, const pt_cost *cost, pt_sim_
         return rc;
     if ((rc = pt_sched_match(prog, sim->match, sim->scratch, err)) < 0)
         return rc;
+    for (int h = 0; h < pt_sched_host_count(prog); h++) {
+        pt_sim_host *ho = &sim->hosts[h];
+        int d = ho->device;
+        memset(ho, 0, sizeof *ho);
+        ho->device = d;
+        ho->limit = pt_cost_topology(cost)->devices[d].memory_bytes;
+    }
     for (int w = 0; w < prog->worker_count; w++)
         if ((rc = init_worker(prog, sim, cost, w, err)) < 0)
             return rc;

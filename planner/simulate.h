@@ -29,6 +29,11 @@
  * static share, as if all W were busy at once (a bubble does not give its
  * cores to the others). Counting W is O(workers) per worker on such nodes.
  *
+ * Hosts (interleaved placement): the workers of one host share its compute
+ * and comm lanes and issue their ops in the host's order (prog->host_ops),
+ * a blocked op holding the host back; memory, busy time and bubble are also
+ * summed per host (pt_sim_host), the device's view.
+ *
  * Memory is tracked per worker by the events, in program order: weights,
  * optimizer state, message buffers and the backward scratch are fixed;
  * activations (outputs and saved bytes) are allocated
@@ -72,21 +77,40 @@ typedef struct pt_sim_worker {
     int peak_versions;  /* weight versions held at once (live + stashed) */
 } pt_sim_worker;
 
+/* One device running several workers as one sequence (a host of an
+ * interleaved program, planner/schedule.h); for other programs every worker
+ * is its own host with the worker's figures. */
+typedef struct pt_sim_host {
+    int device;
+    int worker_count;   /* workers (model chunks) on it */
+    double busy_s;      /* compute time of its workers inside [measure_lo, measure_hi) */
+    double busy_frac;   /* over that interval; its compute lane is shared, so <= 1 */
+    double bubble_frac; /* 1 - busy_frac */
+    int64_t peak_total; /* peak of the sum of its workers' memory */
+    int64_t limit;      /* its device's memory */
+    int peak_inflight;  /* chunk micro-batches with activations held at once, all chunks */
+    int64_t cur_total;  /* running sums while simulating */
+    int cur_inflight;
+} pt_sim_host;
+
 typedef struct pt_sim_result {
     double makespan_s;  /* end of the last op */
     double iter_s;      /* synchronous: makespan; asynchronous: steady-state time per window,
                            (finish[W-2] - finish[0]) / (W-2) for W >= 3 windows, where
                            finish[w] is the end of the last op of window w */
     double throughput;  /* samples per second: mb_per_window * mb_size / iter_s */
-    double bubble_frac; /* mean of the workers' bubble fractions */
+    double bubble_frac; /* mean of the hosts' bubble fractions (the workers' when every
+                           worker is alone on its device) */
     double measure_lo, measure_hi; /* interval busy/bubble are measured over: [0, makespan) or
                                       the steady windows [finish[0], finish[W-2]) */
-    int fits;         /* 1 when every worker's peak total is within its device's memory */
+    int fits;         /* 1 when every host's peak total is within its device's memory */
     int worst_worker; /* worker with the largest peak total / limit */
     int worker_count;
     pt_sim_worker *workers; /* owned by the pt_sim; valid until its next run or free */
     int event_count;
     pt_sim_event *events; /* owned by the pt_sim; one per op, in op order */
+    int host_count;       /* pt_sched_host_count(prog) */
+    pt_sim_host *hosts;   /* owned by the pt_sim */
 } pt_sim_result;
 
 /* Opaque simulator state: buffers grown to the largest program seen. */

@@ -12,7 +12,7 @@
 static const char *const plan_keys[] = {"v",        "model",     "layers", "microbatch",
                                         "schedule", "optimizer", "stages", NULL};
 static const char *const mb_keys[] = {"size", "count", NULL};
-static const char *const sched_keys[] = {"kind", "policy", "vertical_sync", NULL};
+static const char *const sched_keys[] = {"kind", "policy", "vertical_sync", "chunks", NULL};
 static const char *const sgd_keys[] = {"kind", "lr", "momentum", "weight_decay", NULL};
 static const char *const adam_keys[] = {"kind", "lr",           "beta1", "beta2",
                                         "eps",  "weight_decay", NULL};
@@ -50,6 +50,7 @@ pt_plan *pt_plan_new(int stage_count)
     p->stage_count = stage_count;
     p->schedule = PT_SCHED_GPIPE;
     p->policy = 'A';
+    p->chunks = 1;
     p->optimizer = pt_optim_default(PT_OPTIM_SGD);
     return p;
 }
@@ -105,6 +106,13 @@ pt_plan *pt_plan_clone(const pt_plan *plan)
     return c;
 }
 
+int pt_plan_rank_count(const pt_plan *plan)
+{
+    if (!plan)
+        return 0;
+    return plan->chunks > 1 ? plan->stage_count / plan->chunks : plan->stage_count;
+}
+
 int pt_plan_device_count(const pt_plan *plan)
 {
     int n = 0;
@@ -140,9 +148,10 @@ static int check_devices(pt_jr *jr, const pt_plan *p)
     if (!u)
         return pt_jr_fail(jr, PT_ENOMEM, "", NULL, "out of memory");
     int k = 0;
-    for (int s = 0; s < p->stage_count; s++)
+    for (int s = 0; s < pt_plan_rank_count(p); s++)
         for (int r = 0; r < p->stages[s].replica_count; r++)
             u[k++] = (use){p->stages[s].replicas[r], s, r};
+    n = k; /* an interleaved plan's later chunks repeat its first ranks' devices */
     qsort(u, (size_t)n, sizeof *u, cmp_use);
     const use *dup = NULL, *prev = NULL;
     for (int i = 1; i < n; i++)
@@ -248,6 +257,65 @@ static int check_stages(pt_jr *jr, const pt_plan *p)
     return 0;
 }
 
+/* Interleaved placement: stage_count = S·v chunks, S >= 2 ranks, chunk c of
+ * rank d (stages[d + c·S]) on stages[d]'s devices, M a multiple of S (each
+ * micro-batch group of S goes through the chunks together, as in Megatron). */
+static int check_chunks(pt_jr *jr, const pt_plan *p)
+{
+    if (!pt_sched_kind_has(p->schedule, PT_SCHED_OPT_CHUNKS)) {
+        if (p->chunks > 1)
+            return pt_jr_fail(jr, PT_EINVAL, "schedule", "chunks",
+                              "%d chunks per device, but only the interleaved schedule places "
+                              "several (must be 1)",
+                              p->chunks);
+        return 0;
+    }
+    int v = p->chunks;
+    if (v < 2 || v > PT_PLAN_CHUNKS_MAX)
+        return pt_jr_fail(jr, PT_ERANGE, "schedule", "chunks", "must be in [2, %d] (got %d)",
+                          PT_PLAN_CHUNKS_MAX, v);
+    if (p->stage_count % v)
+        return pt_jr_fail(jr, PT_EINVAL, "", "stages",
+                          "%d stages cannot be %d chunks per device: an interleaved plan lists "
+                          "S·v chunk stages in model order",
+                          p->stage_count, v);
+    int S = p->stage_count / v;
+    if (S < 2)
+        return pt_jr_fail(jr, PT_EINVAL, "", "stages",
+                          "%d stages of %d chunks is one device: interleaving needs at least 2 "
+                          "pipeline ranks",
+                          p->stage_count, v);
+    if (p->microbatch_count % S)
+        return pt_jr_fail(jr, PT_EINVAL, "microbatch", "count",
+                          "%d is not a multiple of the %d pipeline ranks (the interleaved "
+                          "schedule sends micro-batches through the chunks in groups of S, as "
+                          "Megatron-LM requires)",
+                          p->microbatch_count, S);
+    for (int s = S; s < p->stage_count; s++) {
+        const pt_stage *a = &p->stages[s % S], *b = &p->stages[s];
+        int same = a->replica_count == b->replica_count;
+        for (int r = 0; same && r < a->replica_count; r++)
+            same = a->replicas[r] == b->replicas[r];
+        if (!same) {
+            char path[PT_JPATH_MAX];
+            snprintf(path, sizeof path, "stages[%d]", s);
+            return pt_jr_fail(jr, PT_EINVAL, path, "replicas",
+                              "chunk %d of pipeline rank %d must be on the devices of "
+                              "stages[%d] (device d holds chunks d, d+S, ...)",
+                              s / S, s % S, s % S);
+        }
+        if (b->recompute != a->recompute) {
+            char path[PT_JPATH_MAX];
+            snprintf(path, sizeof path, "stages[%d]", s);
+            return pt_jr_fail(jr, PT_EINVAL, path, "recompute",
+                              "must equal stages[%d]'s: the chunks of a device recompute "
+                              "alike",
+                              s % S);
+        }
+    }
+    return 0;
+}
+
 static int validate(pt_jr *jr, const pt_plan *p)
 {
     if (p->layer_count < 1 || p->layer_count > PT_PLAN_LAYERS_MAX)
@@ -271,7 +339,8 @@ static int validate(pt_jr *jr, const pt_plan *p)
                           "%d stages for %d layers: more stages than layers", p->stage_count,
                           p->layer_count);
     int rc;
-    if ((rc = check_optimizer(jr, &p->optimizer)) < 0 || (rc = check_stages(jr, p)) < 0)
+    if ((rc = check_optimizer(jr, &p->optimizer)) < 0 || (rc = check_stages(jr, p)) < 0 ||
+        (rc = check_chunks(jr, p)) < 0)
         return rc;
     return check_devices(jr, p);
 }
@@ -396,6 +465,14 @@ static int parse_schedule(pt_jr *jr, const cJSON *root, pt_plan *p)
             return pt_jr_fail(jr, PT_EINVAL, "schedule", "policy",
                               "must be \"A\" or \"B\" (got \"%s\")", pol);
         p->policy = pol[0];
+    }
+    p->chunks = pt_sched_kind_has(p->schedule, PT_SCHED_OPT_CHUNKS) ? PT_PLAN_CHUNKS_DEFAULT : 1;
+    if (pt_jr_item(obj, "chunks")) {
+        if (!pt_sched_kind_has(p->schedule, PT_SCHED_OPT_CHUNKS))
+            return option_refused(jr, "chunks", PT_SCHED_OPT_CHUNKS, "model chunks");
+        if ((rc = pt_jr_int(jr, obj, "schedule", "chunks", PT_JR_REQUIRED, PT_PLAN_CHUNKS_DEFAULT,
+                            2, PT_PLAN_CHUNKS_MAX, &p->chunks)) < 0)
+            return rc;
     }
     p->vertical_sync = 0;
     if (pt_jr_item(obj, "vertical_sync")) {
@@ -573,6 +650,9 @@ char *pt_plan_to_json(const pt_plan *plan)
     }
     if (pt_sched_kind_has(plan->schedule, PT_SCHED_OPT_VSYNC) &&
         !cJSON_AddBoolToObject(sched, "vertical_sync", plan->vertical_sync))
+        goto fail;
+    if (pt_sched_kind_has(plan->schedule, PT_SCHED_OPT_CHUNKS) &&
+        !pt_jr_add_number(sched, "chunks", plan->chunks))
         goto fail;
     if (add_optimizer(root, &plan->optimizer) < 0 ||
         !(stages = cJSON_AddArrayToObject(root, "stages")))

@@ -41,6 +41,10 @@ typedef struct pt_plan {
     pt_sched_kind schedule; /* protocol/sched_kind.h */
     char policy;            /* kinds with PT_SCHED_OPT_POLICY (dapple): 'A' or 'B' */
     int vertical_sync;      /* kinds with PT_SCHED_OPT_VSYNC (pipedream) */
+    int chunks;             /* kinds with PT_SCHED_OPT_CHUNKS (interleaved): v >= 2 model chunks per
+                               device; stages then holds the S·v chunks in model order, chunk c of
+                               pipeline rank d being stages[d + c·S], whose replicas are stages[d]'s
+                               devices; 1 for every other kind */
     pt_optim_spec optimizer;
 } pt_plan;
 
@@ -48,6 +52,8 @@ typedef struct pt_plan {
 #define PT_PLAN_DEVICE_MAX     (1 << 20) /* device indices are below this */
 #define PT_PLAN_MB_SIZE_MAX    (1 << 24) /* samples per micro-batch */
 #define PT_PLAN_MB_COUNT_MAX   (1 << 20) /* micro-batches per iteration */
+#define PT_PLAN_CHUNKS_MAX     64        /* model chunks per device (interleaved) */
+#define PT_PLAN_CHUNKS_DEFAULT 2         /* when an interleaved plan names none */
 
 /* Parses and validates the plan on its own: stages contiguous from layer 0
  * to layer_count, each non-empty, replicas >= 1 and no device used twice,
@@ -78,8 +84,11 @@ pt_plan *pt_plan_new(int stage_count);
 int pt_plan_set_replicas(pt_plan *plan, int s, const int *devices, int count);
 /* Deep copy; NULL on no memory. */
 pt_plan *pt_plan_clone(const pt_plan *plan);
-/* Total devices used by the plan. */
+/* Stage replicas of the plan, the workers of its program (an interleaved plan's
+ * chunks each count: its devices are pt_plan_rank_count's stages' replicas). */
 int pt_plan_device_count(const pt_plan *plan);
+/* Pipeline ranks S: stage_count / chunks (stage_count when chunks <= 1). */
+int pt_plan_rank_count(const pt_plan *plan);
 /* NULL-safe; frees the plan and its stages and sets *plan_p = NULL. */
 void pt_plan_free(pt_plan **plan_p);
 

@@ -72,6 +72,41 @@ int pt_sched_kind_inflight_zb_h2(const pt_sched_shape *q)
     return n < q->microbatches ? n : q->microbatches;
 }
 
+int pt_sched_interleaved_warmup(int P, int v, int M, int r)
+{
+    int total = v * M;
+    /* Megatron runs every unit forward first when M == P (its 1F1B phase would be empty) */
+    if (M == P)
+        return total;
+    return imin(2 * (P - r - 1) + (v - 1) * P, total);
+}
+
+void pt_sched_interleaved_unit(int P, int v, int k, int backward, int *chunk, int *mb)
+{
+    int group = k % (P * v) / P;
+    *chunk = backward ? v - 1 - group : group;
+    *mb = k / (P * v) * P + k % P;
+}
+
+int pt_sched_kind_inflight_interleaved(const pt_sched_shape *q)
+{
+    int v = q->chunks > 1 ? q->chunks : 1, P = q->stages / v, M = q->microbatches;
+    if (P < 1 || M < 1)
+        return imin(1, M);
+    int r = q->stage % P, c = q->stage / P, total = v * M;
+    int W = pt_sched_interleaved_warmup(P, v, M, r), n = 0, peak = 0, ch, mb;
+    for (int k = 0; k < total; k++) {
+        pt_sched_interleaved_unit(P, v, k, 0, &ch, &mb);
+        n += ch == c;
+        peak = n > peak ? n : peak;
+        if (k >= W) { /* steady state: forward unit k, then backward unit k - W */
+            pt_sched_interleaved_unit(P, v, k - W, 1, &ch, &mb);
+            n -= ch == c;
+        }
+    }
+    return peak;
+}
+
 static const pt_sched_kind_info builtin[PT_SCHED_BUILTIN_COUNT] = {
 #define PT_SCHED_INFO_(ID, name, flags, inflight, versions, generator, summary)                    \
     [PT_SCHED_##ID] = {name, flags, inflight, versions, summary},

@@ -33,6 +33,8 @@ typedef struct pt_sched_shape {
     char policy;       /* 'A' or 'B': read by kinds with PT_SCHED_OPT_POLICY */
     int vertical_sync; /* read by kinds with PT_SCHED_OPT_VSYNC */
     int recompute;     /* 1: the stage recomputes its activations before the backward */
+    int chunks;        /* kinds with PT_SCHED_OPT_CHUNKS: model chunks per device, v (stages
+                          counts the S·v chunk stages, stage is a chunk stage); 0 or 1: one */
 } pt_sched_shape;
 
 /* Formulas the table's built-in kinds share (DESIGN.md "Reference facts");
@@ -54,6 +56,22 @@ int pt_sched_kind_inflight_zb_h1(const pt_sched_shape *q);
  * W delayed by i; planner/sched_zb_h2.c); a recomputing stage runs W right
  * after B: policy B's min(2(S-i)-1, M). */
 int pt_sched_kind_inflight_zb_h2(const pt_sched_shape *q);
+/* Interleaved 1F1B (Megatron-LM): micro-batches chunk stage i = r + c·P keeps
+ * at once, P = stages / chunks pipeline ranks, r the rank, c the chunk: the
+ * count of chunk c's units in flight at the peak of rank r's order (warm-up
+ * of min(2(P-r-1) + (v-1)P, v·M) forwards, or all v·M when M == P, then
+ * 1F1B over the chunk units; planner/sched_interleaved.c). O(v·M). */
+int pt_sched_kind_inflight_interleaved(const pt_sched_shape *q);
+/* The interleaved 1F1B order (Megatron-LM's
+ * forward_backward_pipelining_with_interleaving), shared by the formula above
+ * and planner/sched_interleaved.c. Pipeline rank r of P runs v·M "units"
+ * forward and v·M backward, unit k being micro-batch (k / (P·v))·P + k % P of
+ * chunk (k % (P·v)) / P forward, of chunk v-1 - (k % (P·v)) / P backward:
+ * micro-batches go through the chunks in groups of P. The rank runs
+ * pt_sched_interleaved_warmup forward units, then forward W+k, backward k for
+ * k = 0.., then the backward units left. M must be a multiple of P. */
+int pt_sched_interleaved_warmup(int P, int v, int M, int r);
+void pt_sched_interleaved_unit(int P, int v, int k, int backward, int *chunk, int *mb);
 /* One weight version (every flushing kind). */
 int pt_sched_kind_versions_one(const pt_sched_shape *q);
 /* Two versions, double buffering (2bw). */
@@ -95,7 +113,11 @@ int pt_sched_kind_versions_stash(const pt_sched_shape *q);
     X(ZB_H2, "zb-h2", PT_SCHED_SYNCHRONOUS, pt_sched_kind_inflight_zb_h2,                          \
       pt_sched_kind_versions_one, pt_sched_gen_zb_h2,                                              \
       "zero bubble H2: ZB-H1's order after 2(S-i)-1 warm-up forwards; about twice 1F1B's "         \
-      "peak memory for a smaller bubble when B > F")
+      "peak memory for a smaller bubble when B > F")                                               \
+    X(INTERLEAVED, "interleaved", PT_SCHED_SYNCHRONOUS | PT_SCHED_OPT_CHUNKS,                      \
+      pt_sched_kind_inflight_interleaved, pt_sched_kind_versions_one, pt_sched_gen_interleaved,    \
+      "Megatron-LM interleaved 1F1B: v model chunks per device (device d holds chunks d, d+S, "    \
+      "...); bubble / v for v x more point-to-point messages")
 
 /* Facts of a kind (bits of pt_sched_kind_info.flags). */
 enum {
@@ -109,8 +131,11 @@ enum {
     /* A window's all-reduce runs while the next window computes, so a stage
      * holds two gradient buffers (Pipe-SGD). */
     PT_SCHED_OVERLAP_ALLREDUCE = 8,
+    /* Reads the plan's "chunks" (interleaved): v model chunks per device, the
+     * plan's stages being the S·v chunks in model order (docs/architecture.md). */
+    PT_SCHED_OPT_CHUNKS = 16,
 };
-#define PT_SCHED_FLAGS_ALL 15u
+#define PT_SCHED_FLAGS_ALL 31u
 
 typedef enum pt_sched_kind {
 #define PT_SCHED_ENUM_(ID, name, flags, inflight, versions, generator, summary) PT_SCHED_##ID,

@@ -2,6 +2,7 @@
  * one worker's ops; weight versions and asynchronous all-reduces are the only
  * state it tracks as it goes. See runtime/executor.h. */
 #include "runtime/executor.h"
+#include "runtime/exec_host.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -598,6 +599,25 @@ static int op_error(pt_exec *ex, int i, int rc, pt_error *err)
                         ex->wk->stage, ex->wk->replica, ex->wk->op_begin + i, opbuf, msg);
 }
 
+/* Several chunks per device (runtime/exec_host.h): wait for op i's turn. */
+static int host_turn(pt_exec *ex, int i, pt_error *err)
+{
+    if (!ex->cfg.host)
+        return 0;
+    return pt_exec_host_take(ex->cfg.host, ex->wk->op_begin + i, ex->cfg.stop, err);
+}
+
+/* Hands the host's turn on, or stops its other chunks when the op failed. */
+static void host_done(pt_exec *ex, int rc)
+{
+    if (!ex->cfg.host)
+        return;
+    if (rc < 0)
+        pt_exec_host_abort(ex->cfg.host);
+    else
+        pt_exec_host_give(ex->cfg.host);
+}
+
 int pt_exec_run(pt_exec *ex, int64_t iteration_base, pt_exec_result *res, pt_error *err)
 {
     if (res)
@@ -627,9 +647,13 @@ int pt_exec_run(pt_exec *ex, int64_t iteration_base, pt_exec_result *res, pt_err
             ar_pump(ex);
         memset(&ev, 0, sizeof ev);
         ev.used_version = -1;
+        int rc = host_turn(ex, i, err);
+        if (rc < 0)
+            return op_error(ex, i, rc, err);
         ev.start_ns = pt_exec_now_ns();
-        int rc = exec_op(ex, i, iteration_base, &ev, err);
+        rc = exec_op(ex, i, iteration_base, &ev, err);
         ev.end_ns = pt_exec_now_ns();
+        host_done(ex, rc);
         if (rc < 0)
             return op_error(ex, i, rc, err);
         if (pt_op_is_compute(op->kind))

@@ -177,6 +177,14 @@ typedef struct pt_exec_config {
      * nccl_replicas spans this stage's replicas and carries the synchronous
      * all-reduce. Asynchronous all-reduces stay on coll. */
     struct pt_nccl *nccl, *nccl_replicas;
+    /* Programs with hosts (interleaved: several model chunks per device): NULL, or
+     * the borrowed turn of the worker's host (runtime/exec_host.h), shared with the
+     * other chunks' executors; every op then waits for its turn in the host's
+     * order and hands it on after. NULL on such a program: the chunk runs its
+     * own ops in order but not in turn with the device's other chunks (as when
+     * each chunk is its own agent process); the results are the same, the
+     * timing is not the schedule's. */
+    struct pt_exec_host *host;
 } pt_exec_config;
 
 typedef struct pt_exec pt_exec;

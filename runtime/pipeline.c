@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "runtime/exec_host.h"
 #include "runtime/feed.h"
 
 typedef struct worker {
@@ -40,6 +41,9 @@ struct pt_pipeline {
     pthread_mutex_t mu;
     int first_rc; /* first failure that is not a consequence of another */
     pt_error first_err;
+    int host_rc; /* a chunk stopped by its host's abort: reported only without a cause */
+    pt_error host_err;
+    pt_exec_host **hosts; /* [prog->host_count]: the turns of interleaved devices */
     char (*ipc_paths)[PT_COMM_ENDPOINT_MAX]; /* ipc socket files to remove, [2 * nw] */
     int ipc_count;
 };
@@ -148,7 +152,8 @@ static int make_exec(pt_pipeline *pp, const pt_pipeline_config *cfg, worker *k, 
                          .on_op = cfg->on_op,
                          .user = cfg->user,
                          .stop = &pp->stop,
-                         .digest = cfg->digest};
+                         .digest = cfg->digest,
+                         .host = pp->hosts ? pp->hosts[pp->prog->worker_host[k->w]] : NULL};
     if (k->feed)
         ec.feed = pt_feed_as_exec(k->feed);
     return pt_exec_create(&ec, &k->ex, err);
@@ -202,6 +207,13 @@ int pt_pipeline_create(const pt_pipeline_config *cfg, pt_pipeline **out, pt_erro
             pt_comm_destroy(&comms[pp->nw + w]);
         }
     }
+    if (rc == 0 && pp->prog->host_count > 0) {
+        pp->hosts = calloc((size_t)pp->prog->host_count, sizeof *pp->hosts);
+        if (!pp->hosts)
+            rc = pt_error_set(err, PT_ENOMEM, "pipeline: out of memory");
+        for (int h = 0; h < pp->prog->host_count && rc == 0; h++)
+            rc = pt_exec_host_new(pp->prog, h, &pp->hosts[h], err);
+    }
     for (int w = 0; w < pp->nw && rc == 0; w++)
         rc = make_exec(pp, cfg, &pp->wk[w], err);
 done:
@@ -231,6 +243,9 @@ void pt_pipeline_destroy(pt_pipeline **pp_p)
         if (k->owns_be)
             pt_device_close(&k->be);
     }
+    for (int h = 0; pp->hosts && h < pp->prog->host_count; h++)
+        pt_exec_host_free(&pp->hosts[h]);
+    free(pp->hosts);
     if (pp->zctx)
         zmq_ctx_term(pp->zctx);
     /* ZeroMQ leaves the files of ipc sockets behind */
@@ -256,11 +271,20 @@ static void *run_worker(void *arg)
     if (k->rc < 0) {
         /* the first failure is the cause; others stop or time out because of it */
         pthread_mutex_lock(&pp->mu);
-        if (pp->first_rc == 0 && !atomic_load(&pp->stop)) {
-            pp->first_rc = k->rc;
-            pp->first_err = k->err;
+        if (k->rc == PT_ESTATE && pp->hosts && !atomic_load(&pp->stop)) {
+            /* most likely another chunk of its device failed and aborted the host:
+             * that chunk reports the cause */
+            if (pp->host_rc == 0) {
+                pp->host_rc = k->rc;
+                pp->host_err = k->err;
+            }
+        } else {
+            if (pp->first_rc == 0 && !atomic_load(&pp->stop)) {
+                pp->first_rc = k->rc;
+                pp->first_err = k->err;
+            }
+            atomic_store(&pp->stop, 1);
         }
-        atomic_store(&pp->stop, 1);
         pthread_mutex_unlock(&pp->mu);
     }
     return NULL;
@@ -272,6 +296,9 @@ int pt_pipeline_run(pt_pipeline *pp, int64_t iteration_base, pt_error *err)
         return pt_error_set(err, PT_EINVAL, "pipeline: NULL argument");
     atomic_store(&pp->stop, 0);
     pp->first_rc = 0;
+    pp->host_rc = 0;
+    for (int h = 0; pp->hosts && h < pp->prog->host_count; h++)
+        pt_exec_host_rewind(pp->hosts[h]);
     int started = 0, rc = 0;
     for (int w = 0; w < pp->nw; w++) {
         pp->wk[w].base = iteration_base;
@@ -285,6 +312,10 @@ int pt_pipeline_run(pt_pipeline *pp, int64_t iteration_base, pt_error *err)
     }
     for (int w = 0; w < started; w++)
         pthread_join(pp->wk[w].thread, NULL);
+    if (pp->first_rc == 0 && pp->host_rc < 0) {
+        pp->first_rc = pp->host_rc;
+        pp->first_err = pp->host_err;
+    }
     if (rc == 0 && pp->first_rc < 0) {
         rc = pp->first_rc;
         if (err)

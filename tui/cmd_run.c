@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "planner/cost.h"
+#include "planner/interleave.h"
 #include "planner/planner.h"
 #include "planner/schedule.h"
 #include "planner/simulate.h"
@@ -64,7 +65,7 @@ typedef struct run_args {
     const char *plan, *model, *data, *topology, *profile, *ckpt_dir, *resume, *run_dir, *schedule,
         *planner, *policy, *control_bind, *telemetry_bind, *key, *allow, *reattach;
     int64_t iters, epochs, ckpt_every, seed;
-    int headless, json, stages, microbatches, mb_size, replicas, external;
+    int headless, json, stages, microbatches, mb_size, replicas, external, chunks;
     int stall_ms;
 } run_args;
 
@@ -160,6 +161,9 @@ static int parse_args(int argc, char **argv, run_args *a)
         {"planner", PT_OPT_STRING, &a->planner, 0, 0, 0, "NAME",
          "planner for the quick form (default " DEFAULT_PLANNER ")"},
         {"policy", PT_OPT_STRING, &a->policy, 0, 0, 0, "A|B", "quick form, dapple: warm-up policy"},
+        {"chunks", PT_OPT_INT, &a->chunks, 2, PT_PLAN_CHUNKS_MAX, 0, "V",
+         "quick form, interleaved: model chunks per device (default 2);\n"
+         "the S planned devices get S x V balanced chunks"},
         {"external", PT_OPT_FLAG, &a->external, 0, 0, 0, NULL,
          "start no agents: wait for agents started by hand\n"
          "(pipetop-agent --console EP --telemetry EP [--device D]);\n"
@@ -199,6 +203,9 @@ static int parse_args(int argc, char **argv, run_args *a)
         why = "--iters and --epochs exclude each other";
     else if (a->policy && strcmp(a->policy, "A") && strcmp(a->policy, "B"))
         why = "--policy must be A or B";
+    else if (a->chunks && (!a->schedule || strcmp(a->schedule, "interleaved")))
+        why =
+            "--chunks goes with the quick form's --schedule interleaved (a plan file has its own)";
     if (why) {
         fprintf(stderr, "pipetop run: %s (see pipetop run --help)\n", why);
         return 2;
@@ -331,6 +338,24 @@ static int local_topology(run_ctx *c, int devices, pt_error *err)
     return 0;
 }
 
+/* The planned stages' devices with the layers cut into --chunks chunks each
+ * (planner/interleave.h). */
+static int interleave(run_ctx *c, pt_error *err)
+{
+    pt_cost *cost = NULL;
+    pt_plan *p = NULL;
+    int rc = pt_cost_new(c->profile, c->topo, &cost, err);
+    if (rc == 0)
+        rc = pt_plan_rechunk(c->plan, cost, c->plan->schedule,
+                             c->a.chunks ? c->a.chunks : PT_PLAN_CHUNKS_DEFAULT, &p, err);
+    pt_cost_free(&cost);
+    if (rc < 0)
+        return pt_error_prefix(err, "--chunks");
+    pt_plan_free(&c->plan);
+    c->plan = p;
+    return 0;
+}
+
 static int quick_plan(run_ctx *c, pt_error *err)
 {
     pt_sched_kind kind;
@@ -352,6 +377,8 @@ static int quick_plan(run_ctx *c, pt_error *err)
         c->plan->policy = c->a.policy[0];
     c->plan->microbatch_size = c->a.mb_size;
     c->plan->microbatch_count = c->a.microbatches;
+    if (pt_sched_kind_has(kind, PT_SCHED_OPT_CHUNKS) && (rc = interleave(c, err)) < 0)
+        return rc;
     char path[PATH_CAP + 16];
     snprintf(path, sizeof path, "%s/plan.json", c->run_dir);
     say(c, "planned with %s: %d stages, schedule %s, %d x %d samples (%s)\n", planner,

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "planner/cost.h"
+#include "planner/interleave.h"
 #include "planner/schedule.h"
 #include "planner/simulate.h"
 #include "protocol/datadir.h"
@@ -22,6 +23,7 @@
 
 #define GIB            (1024.0 * 1024.0 * 1024.0)
 #define MAX_WINDOWS    1000
+#define COMPARE_CHUNKS 2 /* v of the interleaved rows of --compare-schedules */
 #define KINDS_HELP_MAX (PT_SCHED_KIND_MAX * 256) /* bytes of the kinds list in --help */
 
 static const char usage_text[] =
@@ -185,50 +187,80 @@ static int print_json(const pt_program *prog, const pt_topology *topo, const pt_
     return 0;
 }
 
-/* One row per synchronous kind for the plan's partition. A kind that refuses
- * the plan (its generator's reason) gets a row saying so; the plan's own kind
- * is marked. Returns 0, or PT_E* when a simulation fails for another reason. */
+/* The plan compare_schedules simulates for kind k: the plan itself when it
+ * suits k, else its devices with the layers cut afresh (planner/interleave.h):
+ * into v = 2 chunks per device for a kind with chunks, into one stage per
+ * device for the others when the plan is interleaved. *tmp owns a new plan. */
+static int plan_for_kind(pt_plan *plan, const pt_cost *cost, int k, pt_plan **tmp, pt_error *e)
+{
+    int chunked = pt_sched_kind_has(k, PT_SCHED_OPT_CHUNKS);
+    *tmp = NULL;
+    if (chunked == (plan->chunks > 1))
+        return 0;
+    return pt_plan_rechunk(plan, cost, (pt_sched_kind)k, chunked ? COMPARE_CHUNKS : 1, tmp, e);
+}
+
+/* Peak memory per pipeline rank (the largest replica): per stage for a plain
+ * program, per device (all its chunks, hosts) for an interleaved one. */
+static void print_peaks(const pt_program *prog, const pt_sim_result *res)
+{
+    for (int d = 0; d < prog->rank_count; d++) {
+        int64_t peak = 0;
+        for (int w = prog->stage_worker[d]; w < prog->stage_worker[d + 1]; w++) {
+            int64_t t = prog->host_count > 0 ? res->hosts[prog->worker_host[w]].peak_total
+                                             : res->workers[w].peak.total;
+            peak = t > peak ? t : peak;
+        }
+        char hb[32];
+        printf(" %s%s", human((double)peak, hb, sizeof hb), d + 1 < prog->rank_count ? "," : "");
+    }
+}
+
+/* One row per synchronous kind for the plan's partition (interleaved: its
+ * devices, v = 2 chunks each). A kind that refuses the plan (its generator's
+ * reason) gets a row saying so; the plan's own kind is marked. Returns 0, or
+ * PT_E* when a simulation fails for another reason. */
 static int compare_schedules(pt_plan *plan, pt_sim *sim, const pt_cost *cost,
                              const pt_sched_opts *so, pt_program *prog, pt_error *err)
 {
     pt_sched_kind own = plan->schedule;
-    printf("%-12s %12s %8s  %s\n", "schedule", "iteration", "bubble",
-           "peak memory per stage (largest replica)");
+    printf("%-16s %12s %8s  %s\n", "schedule", "iteration", "bubble",
+           "peak memory per device rank (largest replica; all its chunks)");
     int rc = 0;
     for (int k = 0; k < pt_sched_kind_count() && rc == 0; k++) {
         if (!pt_sched_kind_has(k, PT_SCHED_SYNCHRONOUS) || !pt_sched_info_of((pt_sched_kind)k))
             continue;
-        plan->schedule = (pt_sched_kind)k;
+        pt_plan *tmp = NULL;
         pt_sim_result res;
         pt_error e = {0};
-        char name[PT_SCHED_NAME_MAX + 2];
-        snprintf(name, sizeof name, "%s%s", pt_sched_kind_name(k), k == (int)own ? "*" : "");
-        int r = pt_sim_plan(sim, plan, cost, so, prog, &res, &e);
+        char name[PT_SCHED_NAME_MAX + 16];
+        int r = plan_for_kind(plan, cost, k, &tmp, &e);
+        pt_plan *use = tmp ? tmp : plan;
+        use->schedule = (pt_sched_kind)k;
+        if (pt_sched_kind_has(k, PT_SCHED_OPT_CHUNKS))
+            snprintf(name, sizeof name, "%s v=%d%s", pt_sched_kind_name(k), use->chunks,
+                     k == (int)own ? "*" : "");
+        else
+            snprintf(name, sizeof name, "%s%s", pt_sched_kind_name(k), k == (int)own ? "*" : "");
+        if (r == 0)
+            r = pt_sim_plan(sim, use, cost, so, prog, &res, &e);
         if (r == PT_EINVAL) {
-            printf("%-12s refused: %s\n", name, e.msg);
-            continue;
-        }
-        if (r < 0) {
+            printf("%-16s refused: %s\n", name, e.msg);
+        } else if (r < 0) {
             *err = e;
             rc = r;
-            break;
+        } else {
+            printf("%-16s %9.3f ms %7.1f%% ", name, res.iter_s * 1e3, res.bubble_frac * 100);
+            print_peaks(prog, &res);
+            printf("%s\n", res.fits ? "" : "  DOES NOT FIT");
         }
-        printf("%-12s %9.3f ms %7.1f%% ", name, res.iter_s * 1e3, res.bubble_frac * 100);
-        for (int st = 0; st < prog->stage_count; st++) {
-            int64_t peak = 0;
-            for (int w = prog->stage_worker[st]; w < prog->stage_worker[st + 1]; w++)
-                if (res.workers[w].peak.total > peak)
-                    peak = res.workers[w].peak.total;
-            char hb[32];
-            printf(" %s", human((double)peak, hb, sizeof hb));
-            if (st + 1 < prog->stage_count)
-                printf(",");
-        }
-        printf("%s\n", res.fits ? "" : "  DOES NOT FIT");
+        pt_plan_free(&tmp);
     }
     plan->schedule = own;
     if (rc == 0)
-        printf("(* the plan's own kind)\n");
+        printf("(* the plan's own kind; interleaved rows re-cut the layers into %d chunks per "
+               "device of the same devices)\n",
+               COMPARE_CHUNKS);
     return rc;
 }
 

@@ -80,8 +80,9 @@ static int fits(const pt_cost *cost, const pt_topology *t, const int *cuts, int 
                 int M, int rec)
 {
     for (int s = 0; s < d; s++) {
-        pt_mem_query q = {PT_SCHED_2BW,    'A', 0,  PT_OPTIM_SGD, d, s, cuts[s], cuts[s + 1],
-                          (b + w - 1) / w, M,   rec};
+        pt_mem_query q = {
+            PT_SCHED_2BW, 'A', 0, PT_OPTIM_SGD, d, s, cuts[s], cuts[s + 1], (b + w - 1) / w, M,
+            rec,          1};
         pt_mem m;
         pt_cost_stage_memory(cost, &q, &m);
         if (m.total > t->devices[0].memory_bytes)

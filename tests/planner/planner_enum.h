@@ -382,7 +382,8 @@ static inline int en_dapple_fits(const pt_cost *cost, const pt_plan *p, char pol
                           st->last,
                           (p->microbatch_size + st->replica_count - 1) / st->replica_count,
                           p->microbatch_count,
-                          0};
+                          0,
+                          1};
         pt_mem m;
         pt_cost_stage_memory(cost, &q, &m);
         for (int r = 0; r < st->replica_count; r++)

@@ -94,7 +94,7 @@ static void test_zb_h1_bubble_and_memory(void)
                     if (h.res.workers[w].peak_inflight > peak_1f1b)
                         peak_1f1b = h.res.workers[w].peak_inflight;
                 for (int w = 0; w < g.res.worker_count; w++) {
-                    pt_sched_shape q = {S, g.prog.workers[w].stage, M, 'A', 0, 0};
+                    pt_sched_shape q = {S, g.prog.workers[w].stage, M, 'A', 0, 0, 1};
                     int want = pt_sched_kind_info_of(PT_SCHED_ZB_H1)->inflight(&q);
                     CHECK_MSG(g.res.workers[w].peak_inflight == want, "S %d M %d w %d: %d vs %d", S,
                               M, w, g.res.workers[w].peak_inflight, want);
@@ -151,7 +151,7 @@ static void test_zb_h2(void)
                 below_h1 += g.res.iter_s < h.res.iter_s - TOL;
                 int peak = 0;
                 for (int w = 0; w < g.res.worker_count; w++) {
-                    pt_sched_shape q = {S, g.prog.workers[w].stage, M, 'A', 0, 0};
+                    pt_sched_shape q = {S, g.prog.workers[w].stage, M, 'A', 0, 0, 1};
                     int want = pt_sched_kind_info_of(PT_SCHED_ZB_H2)->inflight(&q);
                     CHECK_MSG(g.res.workers[w].peak_inflight == want, "S %d M %d w %d: %d vs %d", S,
                               M, w, g.res.workers[w].peak_inflight, want);

@@ -35,6 +35,10 @@ static void test_all_generated_programs_validate(void)
             for (int M = 1; M <= 9; M += 2)
                 for (int pat = 0; pat < N_PATTERNS; pat++)
                     for (int extra = 0; extra < 4; extra++) {
+                        /* chunk placements (interleaved) need their own plans:
+                         * tests/planner/sched_interleaved_test.c validates them */
+                        if (pt_sched_kind_has(kind, PT_SCHED_OPT_CHUNKS))
+                            continue;
                         int recompute = extra & 1, alt = extra >> 1; /* alt: vsync / policy B */
                         pt_error err = {0};
                         int rc = build(kind, S, M, rep_patterns[pat], recompute, alt,
@@ -271,7 +275,8 @@ static void test_every_gradient_applied(void)
             for (int M = 1; M <= 6; M += (M < 3 ? 1 : 3))
                 for (int pat = 0; pat < N_PATTERNS; pat++)
                     for (int windows = 0; windows <= 3; windows += 3) {
-                        if (kind == PT_SCHED_2BW && M < S)
+                        if ((kind == PT_SCHED_2BW && M < S) ||
+                            pt_sched_kind_has(kind, PT_SCHED_OPT_CHUNKS)) /* own plans */
                             continue;
                         pt_error err = {0};
                         int sync = pt_sched_kind_has((pt_sched_kind)kind, PT_SCHED_SYNCHRONOUS);

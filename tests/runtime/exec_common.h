@@ -152,6 +152,9 @@ typedef struct ec_case {
     /* gradient buckets (pt_sched_opts.bucket_bytes): 0 builds without a profile (one
      * bucket per stage); otherwise with ec_profile's real parameter bytes */
     int64_t bucket_bytes;
+    /* interleaved: model chunks per device (stages = ranks x chunks, the replicas of
+     * stage s those of stage s % ranks); 0: one */
+    int chunks;
 } ec_case;
 
 static inline pt_optim_spec ec_optim(pt_optim_kind kind)
@@ -171,13 +174,17 @@ static inline pt_plan *ec_plan(const ec_case *c, int layer_count)
     if (!plan)
         return NULL;
     plan->layer_count = layer_count;
-    int dev = 0;
+    int dev = 0, ranks = c->chunks > 1 ? c->stages / c->chunks : c->stages;
     for (int s = 0; s < c->stages; s++) {
         plan->stages[s].first = c->cuts[s];
         plan->stages[s].last = c->cuts[s + 1];
-        int r = c->replicas ? c->replicas[s] : 1, devs[16];
-        for (int j = 0; j < r; j++)
-            devs[j] = dev++;
+        int r = c->replicas ? c->replicas[s % ranks] : 1, devs[16];
+        if (s >= ranks) /* a later chunk of rank s % ranks: its devices */
+            for (int j = 0; j < r; j++)
+                devs[j] = plan->stages[s % ranks].replicas[j];
+        else
+            for (int j = 0; j < r; j++)
+                devs[j] = dev++;
         pt_plan_set_replicas(plan, s, devs, r);
         plan->stages[s].recompute = c->recompute ? c->recompute[s] : 0;
     }
@@ -186,6 +193,7 @@ static inline pt_plan *ec_plan(const ec_case *c, int layer_count)
     plan->schedule = c->kind;
     plan->policy = c->policy ? c->policy : 'A';
     plan->vertical_sync = c->vsync;
+    plan->chunks = c->chunks > 1 ? c->chunks : 1;
     plan->optimizer = ec_optim(c->optim);
     return plan;
 }

@@ -200,7 +200,8 @@ static void check_worker(const ec_case *c, const model *md, const pt_plan *plan,
                       x->last,
                       rows,
                       prog->mb_per_window,
-                      x->recompute};
+                      x->recompute,
+                      prog->chunks};
     pt_mem m;
     pt_cost_stage_memory(cost, &q, &m);
 
@@ -478,6 +479,33 @@ static void test_analytic_matches_measured(void)
     check_analytic(&small, 16);
 }
 
+/* Interleaved: 2 devices of 2 chunks each (4 chunk stages), and with a
+ * replicated rank; every chunk worker's peaks as predicted. */
+static void test_interleaved(void)
+{
+    model md = model_small_mlp();
+    model_cuts(&md);
+    REQUIRE(md.spec && md.cuts[4]);
+    pt_profile *pf = real_profile(md.spec, 32);
+    REQUIRE(pf);
+    static const int first2[] = {2, 1};
+    for (int k = 0; k < 2; k++) {
+        ec_case c = {.name = k ? "mlp: interleaved v=2, S=2 M=4 rank 0 x2"
+                               : "mlp: interleaved v=2, S=2 M=4",
+                     .kind = PT_SCHED_INTERLEAVED,
+                     .stages = 4,
+                     .cuts = md.cuts[4],
+                     .replicas = k ? first2 : NULL,
+                     .mb_size = 32,
+                     .mb_count = 4,
+                     .optim = PT_OPTIM_SGD,
+                     .chunks = 2};
+        check_case(&c, &md, pf, 1);
+    }
+    pt_profile_free(&pf);
+    model_free(&md);
+}
+
 PT_TEST_MAIN({"small_mlp", test_small_mlp}, {"fmnist_mlp_deep", test_fmnist_mlp_deep},
-             {"gpt_tiny", test_gpt_tiny},
+             {"gpt_tiny", test_gpt_tiny}, {"interleaved", test_interleaved},
              {"analytic_matches_measured", test_analytic_matches_measured})

@@ -167,4 +167,66 @@ static void test_other_schedules(void)
     cJSON_Delete(s);
 }
 
-PT_TEST_MAIN({"quick_summary", test_quick_summary}, {"other_schedules", test_other_schedules})
+/* interleaved: 2 planned devices re-cut into 2 chunks each, one agent per
+ * chunk; the plan written has 4 chunk stages on devices 0, 1, 0, 1 */
+static void test_interleaved(void)
+{
+    pt_mkdir_p(TDIR, NULL);
+    char model[1024];
+    snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
+    char *il[] = {(char *)ru_bin("pipetop"),
+                  "run",
+                  "--stages",
+                  "2",
+                  "--schedule",
+                  "interleaved",
+                  "--chunks",
+                  "2",
+                  "--microbatches",
+                  "4",
+                  "--model",
+                  model,
+                  "--data",
+                  "synthetic",
+                  "--iters",
+                  "3",
+                  "--run-dir",
+                  TDIR "/il",
+                  "--json",
+                  NULL};
+    CHECK(ru_run(il, TDIR "/il.out", TDIR "/il.err", RUN_MS) == 0);
+    double loss[8];
+    int ordered = 0;
+    CHECK(ru_step_losses(TDIR "/il.out", 0, loss, 8, &ordered) == 3 && ordered);
+    cJSON *s = ru_last_json(TDIR "/il.out");
+    CHECK(s && cJSON_GetArraySize(cJSON_GetObjectItem(s, "stages")) == 4);
+    cJSON_Delete(s);
+    pt_plan *plan = NULL;
+    pt_error err = {0};
+    CHECK(pt_plan_load(TDIR "/il/plan.json", &plan, &err) == 0);
+    if (plan) {
+        CHECK(plan->chunks == 2 && plan->stage_count == 4);
+        for (int k = 0; k < plan->stage_count; k++)
+            CHECK(plan->stages[k].replicas[0] == plan->stages[k % 2].replicas[0]);
+    }
+    pt_plan_free(&plan);
+    char *bad[] = {(char *)ru_bin("pipetop"),
+                   "run",
+                   "--stages",
+                   "2",
+                   "--schedule",
+                   "1f1b-flush",
+                   "--chunks",
+                   "2",
+                   "--microbatches",
+                   "4",
+                   "--model",
+                   model,
+                   "--data",
+                   "synthetic",
+                   NULL};
+    CHECK(ru_run(bad, TDIR "/bad.out", TDIR "/bad.err", RUN_MS) == 2);
+}
+
+PT_TEST_MAIN({"quick_summary", test_quick_summary}, {"other_schedules", test_other_schedules},
+             {"interleaved", test_interleaved})

@@ -73,9 +73,10 @@ sync_kinds=$("$PIPETOP" sim --help | awk '/^schedule kinds/ {on = 1; next}
     on && NF && $0 !~ /\[asynchronous\]/ {print $1}')
 [ -n "$sync_kinds" ] || fail "compare-schedules: no kinds in --help"
 for kind in $sync_kinds; do
-    row=$(grep -E "^$kind\*? " <<<"$out")
+    # a kind with chunks (interleaved) names its v: "interleaved v=2"
+    row=$(grep -E "^$kind( v=[0-9]+)?\*? " <<<"$out")
     [ -n "$row" ] || { fail "compare-schedules: no row for $kind"; continue; }
-    grep -qE "^$kind\*? +[0-9.]+ ms +[0-9.]+% +[0-9.]+ [KMG]i?B, [0-9.]+ [KMG]i?B, [0-9.]+ [KMG]i?B$" <<<"$row" ||
+    grep -qE "^$kind( v=[0-9]+)?\*? +[0-9.]+ ms +[0-9.]+% +[0-9.]+ [KMG]i?B, [0-9.]+ [KMG]i?B, [0-9.]+ [KMG]i?B$" <<<"$row" ||
         fail "compare-schedules: $kind row malformed: $row"
 done
 for kind in pipedream 2bw pipesgd; do
@@ -85,6 +86,32 @@ grep -qE '^dapple\* ' <<<"$out" || fail "compare-schedules: the plan's kind is n
 ms() { awk -v k="$1" '$1 == k || $1 == k "*" {print $2}' <<<"$out"; }
 awk -v a="$(ms zb-h1)" -v b="$(ms 1f1b-flush)" 'BEGIN {exit !(a > 0 && a <= b)}' ||
     fail "compare-schedules: zb-h1 $(ms zb-h1) ms slower than 1f1b-flush $(ms 1f1b-flush) ms"
+grep -qE '^interleaved v=2 ' <<<"$out" || fail "compare-schedules: no interleaved v=2 row"
+# an interleaved plan (2 devices, 2 chunks each): one timeline row per chunk,
+# and in the comparison its row marked, the other kinds on one stage per device
+cat >"$tmp/il.json" <<'EOF2'
+{"v": 1, "model": "sim-fixture", "layers": 6, "microbatch": {"size": 8, "count": 6},
+ "schedule": {"kind": "interleaved", "chunks": 2}, "optimizer": {"kind": "adam", "lr": 0.001},
+ "stages": [{"layers": [0, 1], "replicas": [0]}, {"layers": [1, 3], "replicas": [1]},
+            {"layers": [3, 4], "replicas": [0]}, {"layers": [4, 6], "replicas": [1]}]}
+EOF2
+out=$("$PIPETOP" sim --plan "$tmp/il.json" --profile "$D/profile.json" \
+    --topology "$D/topology.json" --width 60 2>&1)
+[ $? -eq 0 ] || fail "interleaved plan: $out"
+rows=$(grep -cE '^s[0-9]+r[0-9]+ +\|.{60}\|$' <<<"$out")
+[ "$rows" -eq 4 ] || fail "interleaved plan: $rows timeline rows, want 4 (one per chunk)"
+out=$("$PIPETOP" sim --plan "$tmp/il.json" --profile "$D/profile.json" \
+    --topology "$D/topology.json" --compare-schedules 2>&1)
+[ $? -eq 0 ] || fail "interleaved compare: $out"
+grep -qE '^interleaved v=2\* +[0-9.]+ ms +[0-9.]+% +[0-9.]+ [KMG]i?B, [0-9.]+ [KMG]i?B$' <<<"$out" ||
+    fail "interleaved compare: own row missing or not one peak per device: $out"
+grep -qE '^1f1b-flush +[0-9.]+ ms' <<<"$out" || fail "interleaved compare: no 1f1b-flush row"
+sed 's/"count": 6/"count": 5/' "$tmp/il.json" >"$tmp/il5.json"
+out=$("$PIPETOP" sim --plan "$tmp/il5.json" --profile "$D/profile.json" \
+    --topology "$D/topology.json" 2>&1)
+[ $? -eq 1 ] || fail "interleaved M=5 on 2 ranks: accepted"
+grep -q "microbatch.count" <<<"$out" || fail "interleaved M=5: '$out' does not name the field"
+
 "$PIPETOP" sim --plan "$D/plan.json" --profile "$D/profile.json" \
     --topology "$D/topology.json" --compare-schedules --json >"$tmp/o" 2>&1 &&
     fail "compare-schedules with --json accepted"
