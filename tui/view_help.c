@@ -20,8 +20,8 @@ void pt_view_help_draw(pt_ui *ui)
     /* lines: a section title, its keys, a blank line; replayed into the panel
      * from help_scroll */
     int line = 0, y = in.y;
-    static const int order[] = {PT_VIEW_COUNT, PT_VIEW_PLAN, PT_VIEW_TIMELINE, PT_VIEW_AGENTS,
-                                PT_VIEW_HELP};
+    static const int order[] = {PT_VIEW_COUNT, PT_VIEW_PLAN,   PT_VIEW_TIMELINE,
+                                PT_VIEW_STATS, PT_VIEW_AGENTS, PT_VIEW_HELP};
 #define EMIT(attr, ...)                                                                            \
     do {                                                                                           \
         if (line >= ui->help_scroll && y < in.y + in.h)                                            \
@@ -35,7 +35,7 @@ void pt_view_help_draw(pt_ui *ui)
                 EMIT(ui->attr[PT_THEME_TEXT], "  %-*s %s", KEY_COLS, k->key, k->what);
         EMIT(0, "%s", "");
     }
-    if (ui->src && ui->src->vt->keys) {
+    if (ui->src && ui->src->vt->keys && ui->src->vt->keys[0][0]) { /* no heading without keys */
         EMIT(ui->attr[PT_THEME_ACCENT], "%s (this console's data source)", ui->src->vt->kind);
         for (const char *const(*k)[2] = ui->src->vt->keys; (*k)[0]; k++)
             EMIT(ui->attr[PT_THEME_TEXT], "  %-*s %s", KEY_COLS, (*k)[0], (*k)[1]);
