@@ -214,8 +214,7 @@ static int cmp_p2p(const void *a, const void *b)
         return x->f < y->f ? -1 : 1;
     CMP_(gen)
     CMP_(step)
-    CMP_(mb)
-    CMP_(to_stage) CMP_(down) CMP_(start)
+    CMP_(mb) CMP_(to_stage) CMP_(down) CMP_(start)
 #undef CMP_
         return 0;
 }
