@@ -181,8 +181,9 @@ static void draw_status(pt_ui *ui)
     /* a message goes when it expires or when the source reports a state
      * change after it (the run restarted, an agent died): the newer wins */
     int fresh_note = note[0] && ui->now_ns - ui->note_ns < PT_UI_NOTE_NS;
-    if (ui->status[0] && ui->now_ns - ui->status_ns < PT_UI_STATUS_NS &&
-        !(fresh_note && ui->note_seq > ui->status_note_seq)) {
+    int64_t age = ui->now_ns - ui->status_ns;
+    if (ui->status[0] && age < PT_UI_STATUS_NS &&
+        (age < PT_UI_STATUS_MIN_NS || !(fresh_note && ui->note_seq > ui->status_note_seq))) {
         pt_ui_text(r->y, 0, r->w, ui->attr[ui->status_error ? PT_THEME_ERROR : PT_THEME_STATUS], 1,
                    "%s", ui->status);
         return;
@@ -349,6 +350,9 @@ static void apply_restart(pt_ui *ui)
         pt_ui_status(ui, 1, "apply & restart refused: %s", err.msg);
     else
         pt_ui_status(ui, 0, "apply & restart: %s", err.msg[0] ? err.msg : "restarted");
+    /* the restart runs inside the next poll and holds the loop while it
+     * checkpoints: show the outcome now, not when it is already over */
+    draw(ui);
 }
 
 static void toggle_pause(pt_ui *ui)
@@ -605,8 +609,10 @@ int pt_console_run(const pt_console_opts *o, pt_error *err)
             ui.dirty = 1;
         }
         /* redraw once when a message or a note expires */
-        if ((ui.status[0] && ui.now_ns - ui.status_ns >= PT_UI_STATUS_NS &&
-             ui.now_ns - ui.status_ns < PT_UI_STATUS_NS + frame_ns * 2) ||
+        int64_t age = ui.now_ns - ui.status_ns;
+        if ((ui.status[0] &&
+             ((age >= PT_UI_STATUS_NS && age < PT_UI_STATUS_NS + frame_ns * 2) ||
+              (age >= PT_UI_STATUS_MIN_NS && age < PT_UI_STATUS_MIN_NS + frame_ns * 2))) ||
             (ui.note_seq && ui.now_ns - ui.note_ns >= PT_UI_NOTE_NS &&
              ui.now_ns - ui.note_ns < PT_UI_NOTE_NS + frame_ns * 2))
             ui.dirty = 1;

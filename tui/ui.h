@@ -18,9 +18,10 @@
 #include "tui/theme.h"
 #include "tui/tline.h"
 
-#define PT_UI_STATUS_MAX 320
-#define PT_UI_STATUS_NS  5000000000LL  /* a message stays this long (ns) */
-#define PT_UI_NOTE_NS    10000000000LL /* a data source's note (state change) stays this long */
+#define PT_UI_STATUS_MAX    320
+#define PT_UI_STATUS_NS     5000000000LL  /* a message stays this long (ns) */
+#define PT_UI_STATUS_MIN_NS 1500000000LL  /* ... and at least this long, to be read */
+#define PT_UI_NOTE_NS       10000000000LL /* a data source's note (state change) stays this long */
 
 typedef enum pt_tl_mode {
     PT_TL_MEASURED,  /* the measured timeline (predicted when nothing is measured) */
