@@ -15,7 +15,7 @@ p = j["plan"]
 reps = ":".join(str(len(s["replicas"])) for s in p["stages"])
 if len(p["stages"]) == 1:
     reps = "DP %s" % reps
-print("%s b%d | %.1f" % (reps, p["microbatch"]["size"], j["simulated_iter_s"] * 1e3))'
+print("%s b%d | %.1f" % (reps, p["microbatch"]["size"], j["simulated_iteration_ms"]))'
 }
 run() {
     out=$("$PIPETOP" plan "$@" --json 2>/dev/null) && printf '%s' "$out" | shape || echo "no plan | -"

@@ -5,6 +5,7 @@
  * prediction for the same plan. --resume under another plan finds and
  * imports its checkpoint through tui/run_ckpt.h. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -32,6 +33,7 @@
 #include "runtime/data.h"
 #include "tui/agent_spawn.h"
 #include "protocol/opts.h"
+#include "tui/cli_error.h"
 #include "tui/commands.h"
 #include "tui/progress.h"
 #include "tui/run_ckpt.h"
@@ -183,11 +185,13 @@ static int parse_args(int argc, char **argv, run_args *a)
     else if (a->policy && strcmp(a->policy, "A") && strcmp(a->policy, "B"))
         why = "--policy must be A or B";
     if (why) {
-        fprintf(stderr, "pipetop run: %s (see pipetop run --help)\n", why);
+        pt_cli_error("run", a->json, PT_CLI_USAGE, "%s (see pipetop run --help)", why);
         return 2;
     }
     return -1;
 }
+
+#define RM_DEPTH_MAX 8 /* a refused run folder holds a profile and ckpt/ at most */
 
 /* ---- output ------------------------------------------------------------------------ */
 
@@ -638,6 +642,38 @@ static void cleanup(run_ctx *c)
     pt_model_spec_free(&c->spec);
 }
 
+/* Removes path and, for a folder, what it holds (not following links). */
+static void remove_tree(const char *path, int depth)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return;
+    if (S_ISDIR(st.st_mode) && depth < RM_DEPTH_MAX) {
+        DIR *d = opendir(path);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            char sub[PATH_CAP];
+            snprintf(sub, sizeof sub, "%.3800s/%.255s", path, e->d_name);
+            remove_tree(sub, depth + 1);
+        }
+        if (d)
+            closedir(d);
+    }
+    remove(path);
+}
+
+/* A run refused before any agent started leaves no run folder behind: the
+ * folder this command made (and what prepare wrote into it, a measured
+ * profile) goes. A folder that existed before is left alone. */
+static void discard_run_dir(const run_ctx *c, int existed)
+{
+    if (existed || !c->run_dir[0])
+        return;
+    remove_tree(c->run_dir, 0);
+}
+
 int pt_cmd_run(int argc, char **argv)
 {
     run_ctx c;
@@ -647,10 +683,15 @@ int pt_cmd_run(int argc, char **argv)
         return st;
     c.tty = isatty(STDOUT_FILENO);
     pt_error err = {0};
+    struct stat before;
+    int existed = c.a.run_dir && stat(c.a.run_dir, &before) == 0;
     int rc = prepare(&c, &err);
     if (rc < 0) {
-        fprintf(stderr, "pipetop run: refused before starting any agent: %s\n",
-                err.msg[0] ? err.msg : pt_strerror(rc));
+        discard_run_dir(&c, existed);
+        if (!existed)
+            c.run_dir[0] = 0;
+        pt_cli_error("run", c.a.json, rc, "refused before starting any agent: %s",
+                     err.msg[0] ? err.msg : pt_strerror(rc));
         fail_json(&c, err.msg);
         cleanup(&c);
         return 1;
@@ -660,7 +701,8 @@ int pt_cmd_run(int argc, char **argv)
         NULL};
     c.report = pt_run_report_new(c.plan, c.resume_step, c.steps);
     if (!c.report || (rc = pt_run_create(&rc_cfg, &c.run, &err)) < 0) {
-        fprintf(stderr, "pipetop run: %s\n", err.msg[0] ? err.msg : "out of memory");
+        pt_cli_error("run", c.a.json, rc < 0 ? rc : PT_ENOMEM, "%s",
+                     err.msg[0] ? err.msg : "out of memory");
         fail_json(&c, err.msg);
         cleanup(&c);
         return 1;
@@ -692,9 +734,9 @@ int pt_cmd_run(int argc, char **argv)
         pt_progress_finish(&c.bar, NULL);
         char msg[PT_ERROR_MAX + 64];
         snprintf(msg, sizeof msg, "%s", err.msg[0] ? err.msg : pt_strerror(rc));
-        fprintf(stderr, "pipetop run: stopped: %s\n", msg);
+        pt_cli_error("run", c.a.json, rc, "stopped: %s", msg);
         pt_run_end(c.run, "the run stopped");
-        if (c.ckpt_dir[0] && pt_session_committed_step(c.s) >= 0)
+        if (c.ckpt_dir[0] && pt_session_committed_step(c.s) >= 0 && !c.a.json)
             fprintf(stderr,
                     "pipetop run: last checkpoint: step %lld in %s (resume with --resume %s)\n",
                     (long long)pt_session_committed_step(c.s), c.ckpt_dir, c.ckpt_dir);
