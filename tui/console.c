@@ -42,7 +42,7 @@ const pt_ui_key pt_ui_keys[] = {
     {PT_VIEW_COUNT, "x", "export the shown timeline: trace JSON (Perfetto) and SVG"},
     {PT_VIEW_COUNT, "t", "next theme (dark, light, mono, okabe-ito); saved in the config"},
     {PT_VIEW_COUNT, "Ctrl-L", "redraw the screen"},
-    {PT_VIEW_COUNT, "z Z", "pause the display (training goes on; space too, outside replay)"},
+    {PT_VIEW_COUNT, "Z", "pause the display, as htop (training goes on; space too, outside replay)"},
     {PT_VIEW_COUNT, "q F10", "quit (stops the agents this console started)"},
     {PT_VIEW_PLAN, "Up Down j k", "move the cursor over the layers (PgUp PgDn Home End)"},
     {PT_VIEW_PLAN, "[ ]", "move the boundary at the start of the cursor's stage up / down"},
@@ -67,11 +67,11 @@ const pt_ui_key pt_ui_keys[] = {
     {PT_VIEW_TIMELINE, "p", "measured / predicted / both side by side"},
     {PT_VIEW_TIMELINE, "i I", "one iteration fewer / more shown"},
     {PT_VIEW_TIMELINE, "Up Down", "scroll the stage replica rows"},
+    {PT_VIEW_STATS, "z", "graphs: the whole run (downsampled: mean, min-max) / the recent steps"},
     {PT_VIEW_AGENTS, "Up Down", "scroll the agent table"},
     {PT_VIEW_AGENTS, "/ F4",
      "filter: type text (id, host, device, state); Enter keeps, Esc clears"},
     {PT_VIEW_AGENTS, "s F6", "next sort key: agent, stage, cpu, rss, state"},
-    {PT_VIEW_STATS, "(none)", "graphs of throughput and loss, busy and memory per stage replica"},
     {PT_VIEW_HELP, "Up Down", "scroll this help"},
     {-1, NULL, NULL},
 };
@@ -291,8 +291,9 @@ int pt_ui_export(pt_ui *ui)
     free(text);
     text = NULL;
     if (rc == 0) {
-        pt_export_svg_opts o = {EXPORT_SVG_WIDTH, 0, 0,
-                                measured ? "pipetop: measured timeline" : "pipetop: predicted"};
+        pt_export_svg_opts o = {.width_px = EXPORT_SVG_WIDTH,
+                                .title =
+                                    measured ? "pipetop: measured timeline" : "pipetop: predicted"};
         rc = pt_export_svg(tl, NULL, &o, &text, &len, &err); /* slide colours */
         if (rc == 0)
             rc = pt_export_write(svg, text, len, &err);
@@ -360,7 +361,7 @@ static void toggle_pause(pt_ui *ui)
     ui->paused = !ui->paused;
     ui->frozen_steps = pt_store_step_count(ui->store);
     if (ui->paused)
-        pt_ui_status(ui, 0, "display paused: training goes on; z resumes");
+        pt_ui_status(ui, 0, "display paused: training goes on; Z resumes");
     else
         pt_ui_status(ui, 0, "display resumed");
 }
@@ -380,6 +381,21 @@ static const char *key_words(int ch, char *buf, size_t cap)
     return buf;
 }
 
+/* A source the user cannot apply plans to (a replay) shows the plan of the
+ * generation being played: the plan view, its prediction and the predicted
+ * rows follow each plan entry, forwards and after a seek back. */
+static void follow_generation(pt_ui *ui)
+{
+    const pt_plan *plan = pt_store_plan(ui->store);
+    int64_t gen = pt_store_generation(ui->store);
+    if (!ui->edit || !plan || gen == ui->shown_gen || (ui->src && ui->src->vt->apply))
+        return;
+    ui->shown_gen = gen;
+    pt_error err = {0};
+    if (pt_plan_edit_replace(ui->edit, plan, &err) < 0)
+        pt_ui_status(ui, 1, "generation %lld's plan cannot be shown: %s", (long long)gen, err.msg);
+}
+
 static int global_key(pt_ui *ui, int ch, const char *config_path)
 {
     switch (ch) {
@@ -390,7 +406,6 @@ static int global_key(pt_ui *ui, int ch, const char *config_path)
     case KEY_F(1):
         set_view(ui, PT_VIEW_HELP);
         return 1;
-    case 'z':
     case 'Z':
         toggle_pause(ui);
         return 1;
@@ -473,6 +488,9 @@ static void handle_key(pt_ui *ui, int ch, const char *config_path)
     case PT_VIEW_TIMELINE:
         taken = pt_view_timeline_key(ui, ch);
         break;
+    case PT_VIEW_STATS:
+        taken = pt_view_stats_key(ui, ch);
+        break;
     case PT_VIEW_AGENTS:
         taken = pt_view_agents_key(ui, ch);
         break;
@@ -526,6 +544,7 @@ static int setup(pt_ui *ui, const pt_console_opts *o, char *config_path, size_t 
     ui->tl_mode = ui->cfg.timeline_split ? PT_TL_BOTH : PT_TL_MEASURED;
     ui->tl_zoom = 1.0;
     ui->tl_iters = ui->cfg.timeline_iters;
+    ui->shown_gen = -1;
     ui->dirty = 1;
     return 0;
 }
@@ -596,6 +615,7 @@ int pt_console_run(const pt_console_opts *o, pt_error *err)
                 pt_ui_status(&ui, 1, "the data source failed (%s); q quits", pt_strerror(src_rc));
                 src_rc = 0;
             }
+            follow_generation(&ui);
         }
         if ((pt_store_version(ui.store) != seen_store && !ui.paused) ||
             (ui.edit && pt_plan_edit_version(ui.edit) != seen_edit)) {
@@ -631,6 +651,7 @@ int pt_console_run(const pt_console_opts *o, pt_error *err)
         int ch = getch();
         while (ch != ERR && !ui.quit) {
             handle_key(&ui, ch, config_path[0] ? config_path : NULL);
+            follow_generation(&ui); /* a replay key may have moved to another generation */
             timeout(0);
             ch = getch();
         }

@@ -35,6 +35,27 @@ tm_resize 80 24
 tm_check "80x24: header keeps step, loss and throughput" \
     tm_wait 10 '^pipetop .*(step [0-9]+ loss [0-9.]+|s[0-9]+ L [0-9.]+) [0-9]+/s'
 tm_resize 100 30
+# Z freezes the display while training goes on: the record grows past the
+# step on screen, the screen keeps it; Z again shows the newer steps
+poll_until() { # SECONDS FUNCTION: polls until FUNCTION succeeds
+    local i
+    for ((i = 0; i < $1 * 5; i++)); do
+        "$2" && return 0
+        sleep 0.2
+    done
+    return 1
+}
+header_step() { tm_cap | head -n1 | grep -oE 'step [0-9]+' | grep -oE '[0-9]+'; }
+record_step() { grep '"type":"metrics"' "$RUN/run.ndjson" | grep -oE '"step":[0-9]+' | grep -oE '[0-9]+' | sort -n | tail -n1; }
+tm_keys Z
+tm_check "Z: the header says PAUSED" tm_wait 5 '^pipetop .*PAUSED'
+frozen=$(header_step)
+past() { [ "$(record_step)" -ge $((frozen + 5)) ] 2>/dev/null; }
+tm_check "training goes on while paused (record past step $frozen + 5)" poll_until 60 past
+tm_check "the paused screen still shows step $frozen" test "$(header_step)" = "$frozen"
+tm_keys Z
+newer() { [ "$(header_step)" -ge $((frozen + 5)) ] 2>/dev/null; }
+tm_check "Z again: the newer steps show" poll_until 10 newer
 # an edit in the plan view, then apply & restart
 tm_keys 1 '}' '}'
 tm_check "edit accepted" tm_wait 10 'boundary moved'

@@ -131,10 +131,10 @@ tm_keys g
 tm_check "g halves the global batch" tm_wait 5 'batch +32 samples = 4 micro-batches x 8'
 tm_keys v
 tm_check "v under dapple is refused" tm_wait 5 'refused: vertical sync does not apply to dapple'
-tm_keys z
-tm_check "z pauses: the header says so" tm_wait 5 '^pipetop .*PAUSED'
-tm_keys z
-tm_check "z resumes" tm_wait_gone 5 '^pipetop .*PAUSED'
+tm_keys Z
+tm_check "Z pauses: the header says so" tm_wait 5 '^pipetop .*PAUSED'
+tm_keys Z
+tm_check "Z resumes" tm_wait_gone 5 '^pipetop .*PAUSED'
 tm_keys 4
 tm_check "agents view without agents" tm_wait 5 'no agents \(simulation\)'
 # themes: dark leaves the terminal's background; light paints white under dark text
