@@ -445,8 +445,8 @@ static int newest_run(char *out, size_t cap)
     return 0;
 }
 
-/* The prediction of a run's current plan (its newest generation) with the
- * profile and topology of its folder, as replay finds them: 0 and *iter_ms,
+/* The prediction of a run's current plan (its newest generation's, as
+ * replay finds it with the profile and topology of its folder): 0 and *iter_ms,
  * *bubble set, or a negative code (no plan in the record, or it does not
  * simulate). */
 static int predict_current(pt_record *rec, const char *dir, const pt_plan *current,
@@ -460,13 +460,13 @@ static int predict_current(pt_record *rec, const char *dir, const pt_plan *curre
     pt_sim *sim = NULL;
     pt_program prog = {0};
     pt_sim_result res;
-    int rc = replay_inputs(rec, dir, &first, &spec, &prof, &topo, NULL);
-    if (rc == 0 && (!current || !prof || !topo))
+    int rc = pt_console_record_inputs(rec, dir, INT64_MAX, &first, &spec, &prof, &topo, NULL);
+    if (rc == 0 && (!current || !first || !prof || !topo))
         rc = PT_ENOTFOUND;
-    if (rc == 0 && prof->layer_count != current->layer_count)
+    if (rc == 0 && prof->layer_count != first->layer_count)
         rc = PT_EINVAL;
     if (rc == 0 && (rc = pt_cost_new(prof, topo, &cost, NULL)) == 0 && (rc = pt_sim_new(&sim)) == 0)
-        rc = pt_sim_plan(sim, current, cost, NULL, &prog, &res, NULL);
+        rc = pt_sim_plan(sim, first, cost, NULL, &prog, &res, NULL);
     if (rc == 0) {
         *iter_ms = res.iter_s * 1e3;
         *bubble = res.bubble_frac;
