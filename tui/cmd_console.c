@@ -39,7 +39,7 @@
 #define DEFAULT_MB         16
 #define GLOBAL_MAX         (1 << 20)
 #define RUNS_DIR           "runs"
-#define STATUS_LIVE_S      10 /* a record written to this recently belongs to a running run */
+#define STATUS_LIVE_S      10    /* a record written to this recently belongs to a running run */
 #define LOCAL_LINK_BPS     2e9   /* as pipetop run charges loopback ZeroMQ */
 #define LOCAL_LINK_LATENCY 50e-6 /* seconds */
 #define SPEED_MIN          0.01
@@ -449,8 +449,8 @@ static int newest_run(char *out, size_t cap)
  * replay finds it with the profile and topology of its folder): 0 and *iter_ms,
  * *bubble set, or a negative code (no plan in the record, or it does not
  * simulate). */
-static int predict_current(pt_record *rec, const char *dir, const pt_plan *current,
-                           double *iter_ms, double *bubble)
+static int predict_current(pt_record *rec, const char *dir, const pt_plan *current, double *iter_ms,
+                           double *bubble)
 {
     pt_plan *first = NULL;
     pt_model_spec *spec = NULL;
@@ -590,7 +590,8 @@ int pt_cmd_status(int argc, char **argv)
             cJSON_AddStringToObject(p, "schedule", pt_sched_kind_name(plan->schedule));
             cJSON_AddNumberToObject(p, "microbatch_size", plan->microbatch_size);
             cJSON_AddNumberToObject(p, "microbatch_count", plan->microbatch_count);
-            cJSON_AddNumberToObject(p, "global_batch", plan->microbatch_size * plan->microbatch_count);
+            cJSON_AddNumberToObject(p, "global_batch",
+                                    plan->microbatch_size * plan->microbatch_count);
         }
         cJSON_AddNumberToObject(o, "events", (double)sum.events);
         cJSON_AddNumberToObject(o, "rejected", (double)sum.rejected);

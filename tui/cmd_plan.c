@@ -226,7 +226,8 @@ static int compare(const pt_profile *pr, const pt_topology *topo, int gbs, const
     pt_cost *cost = NULL;
     pt_error err = {0};
     if (!rows || pt_cost_new(pr, topo, &cost, &err) < 0) {
-        pt_cli_error("plan", json, rows ? err.code : PT_ENOMEM, "%s", rows ? err.msg : "out of memory");
+        pt_cli_error("plan", json, rows ? err.code : PT_ENOMEM, "%s",
+                     rows ? err.msg : "out of memory");
         free(rows);
         return 1;
     }
@@ -359,10 +360,10 @@ int pt_cmd_plan(int argc, char **argv)
         return prc;
     if (!profile_path || !topo_path || !batch || (!planner && !cmp)) {
         pt_cli_error("plan", json, PT_CLI_USAGE, "%s (see pipetop plan --help)",
-                !profile_path ? "--profile is required"
-                : !topo_path  ? "--topology is required"
-                : !batch      ? "--batch is required"
-                              : "--planner or --compare is required");
+                     !profile_path ? "--profile is required"
+                     : !topo_path  ? "--topology is required"
+                     : !batch      ? "--batch is required"
+                                   : "--planner or --compare is required");
         return 2;
     }
     if (planner && cmp) {
@@ -379,8 +380,7 @@ int pt_cmd_plan(int argc, char **argv)
             size_t k = strlen(names);
             snprintf(names + k, sizeof names - k, " %s", pt_planner_get(i)->name);
         }
-        pt_cli_error("plan", json, PT_CLI_USAGE, "--planner: '%s' is not one of%s", planner,
-                     names);
+        pt_cli_error("plan", json, PT_CLI_USAGE, "--planner: '%s' is not one of%s", planner, names);
         return 2;
     }
     pt_planner_opts o;

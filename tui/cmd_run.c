@@ -25,6 +25,7 @@
 #include "planner/planner.h"
 #include "planner/schedule.h"
 #include "planner/simulate.h"
+#include "protocol/datadir.h"
 #include "protocol/fileio.h"
 #include "protocol/model.h"
 #include "protocol/plan.h"
@@ -334,6 +335,22 @@ static int quick_plan(run_ctx *c, pt_error *err)
                             &c->plan, &rep, err);
     if (rc < 0)
         return rc;
+    char chose[96] = "";
+    if (c->plan->stage_count != c->a.stages) {
+        /* the planner picks its own depth (only gpipe takes a stage count):
+         * --stages is what the user asked for, so split into that many */
+        snprintf(chose, sizeof chose,
+                 "; %s chose %d stages, split into the %d of --stages by gpipe", planner,
+                 c->plan->stage_count, c->a.stages);
+        pt_plan_free(&c->plan);
+        if ((rc = pt_planner_run("gpipe", c->profile, c->topo, c->a.mb_size * c->a.microbatches, &o,
+                                 &c->plan, &rep, err)) < 0)
+            return rc;
+        if (c->plan->stage_count != c->a.stages)
+            return pt_error_set(err, PT_EINVAL,
+                                "--stages %d: the model cannot be split into %d stages here",
+                                c->a.stages, c->a.stages);
+    }
     c->plan->schedule = kind;
     if (c->a.policy)
         c->plan->policy = c->a.policy[0];
@@ -341,9 +358,9 @@ static int quick_plan(run_ctx *c, pt_error *err)
     c->plan->microbatch_count = c->a.microbatches;
     char path[PATH_CAP + 16];
     snprintf(path, sizeof path, "%s/plan.json", c->run_dir);
-    say(c, "planned with %s: %d stages, schedule %s, %d x %d samples (%s)\n", planner,
+    say(c, "planned with %s: %d stages, schedule %s, %d x %d samples (%s)%s\n", planner,
         c->plan->stage_count, pt_sched_kind_name(kind), c->plan->microbatch_count,
-        c->plan->microbatch_size, path);
+        c->plan->microbatch_size, path, chose);
     return pt_plan_save(c->plan, path, err);
 }
 
@@ -374,9 +391,12 @@ static int prepare(run_ctx *c, pt_error *err)
     if (rc < 0)
         return rc;
     int mb = c->plan ? c->plan->microbatch_size : a->mb_size;
-    if (a->profile)
-        rc = pt_profile_load(a->profile, &c->profile, err);
-    else
+    if (a->profile) {
+        /* a path, or a name in profiles/ as --model takes names */
+        char buf[PT_DATADIR_PATH_MAX];
+        rc = pt_profile_load(pt_datadir_resolve("profiles", a->profile, ".json", buf, sizeof buf),
+                             &c->profile, err);
+    } else
         rc = measure_profile(c, mb, c->plan ? pt_plan_device_count(c->plan) : devices, err);
     if (rc < 0 || (rc = pt_profile_check(c->profile, c->spec, "profile", err)) < 0)
         return rc;

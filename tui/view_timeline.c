@@ -55,14 +55,12 @@ static void row_lines(int avail, int rows, int *compute, int *comm)
     }
 }
 
-/* The fill of the block whose number sits at cell c: the first non-digit
- * cell of the same paint to its right. */
+/* The fill of the block whose number sits at cell c: its paint's fill (a
+ * number cell is always a compute block). */
 static char block_fill(const pt_gantt_cell *cells, int width, int c)
 {
-    for (int k = c + 1; k < width && cells[k].paint == cells[c].paint; k++)
-        if (cells[k].ch < '0' || cells[k].ch > '9')
-            return cells[k].ch;
-    return ' ';
+    (void)width;
+    return cells[c].paint == PT_GANTT_NONE ? ' ' : pt_paint_fill(cells[c].paint);
 }
 
 static void draw_chart(pt_ui *ui, const pt_rect *r, const pt_tline *tl, const char *title,
