@@ -509,10 +509,10 @@ static void on_note(void *user, const pt_session_note *n)
         break;
     case PT_NOTE_DEAD:
     case PT_NOTE_ERROR:
-        fprintf(stderr, "pipetop run: %s\n", n->text ? n->text : "?");
+        pt_cli_error("run", c->a.json, PT_ESTATE, "%s", n->text ? n->text : "?");
         break;
     case PT_NOTE_REJECTED:
-        fprintf(stderr, "pipetop run: rejected: %s\n", n->text ? n->text : "?");
+        pt_cli_error("run", c->a.json, PT_EINVAL, "rejected: %s", n->text ? n->text : "?");
         break;
     default:
         break;
@@ -754,12 +754,19 @@ int pt_cmd_run(int argc, char **argv)
         pt_progress_finish(&c.bar, NULL);
         char msg[PT_ERROR_MAX + 64];
         snprintf(msg, sizeof msg, "%s", err.msg[0] ? err.msg : pt_strerror(rc));
-        pt_cli_error("run", c.a.json, rc, "stopped: %s", msg);
         pt_run_end(c.run, "the run stopped");
-        if (c.ckpt_dir[0] && pt_session_committed_step(c.s) >= 0 && !c.a.json)
-            fprintf(stderr,
-                    "pipetop run: last checkpoint: step %lld in %s (resume with --resume %s)\n",
-                    (long long)pt_session_committed_step(c.s), c.ckpt_dir, c.ckpt_dir);
+        char hint[2 * PATH_CAP + 96] = "";
+        if (c.ckpt_dir[0] && pt_session_committed_step(c.s) >= 0)
+            snprintf(hint, sizeof hint,
+                     "last checkpoint: step %lld in %s (resume with --resume %s)",
+                     (long long)pt_session_committed_step(c.s), c.ckpt_dir, c.ckpt_dir);
+        if (c.a.json) /* one object: the failure and where to resume */
+            pt_cli_error("run", 1, rc, "stopped: %s%s%s", msg, hint[0] ? "; " : "", hint);
+        else {
+            pt_cli_error("run", 0, rc, "stopped: %s", msg);
+            if (hint[0])
+                pt_cli_error("run", 0, rc, "%s", hint);
+        }
         char fields[PT_ERROR_MAX + 128];
         cJSON *j = cJSON_CreateString(msg);
         char *q = j ? cJSON_PrintUnformatted(j) : NULL;
