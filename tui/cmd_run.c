@@ -61,12 +61,14 @@
 #define LOCAL_LINK_BPS     2e9   /* bytes/s through ZeroMQ over loopback */
 #define LOCAL_LINK_LATENCY 50e-6 /* seconds */
 #define MAX_ITERS          (1LL << 40)
+#define EXIT_SIGNAL_BASE   128 /* exit status after a stop on a signal: 128 + its number */
 
 typedef struct run_args {
     const char *plan, *model, *data, *topology, *profile, *ckpt_dir, *resume, *run_dir, *schedule,
-        *planner, *policy, *control_bind, *telemetry_bind;
+        *planner, *policy, *control_bind, *telemetry_bind, *key, *allow, *reattach;
     int64_t iters, epochs, ckpt_every, seed;
     int headless, json, stages, microbatches, mb_size, replicas, external;
+    int stall_ms;
 } run_args;
 
 typedef struct run_ctx {
@@ -94,10 +96,12 @@ typedef struct run_ctx {
 } run_ctx;
 
 static volatile sig_atomic_t g_interrupt;
+static volatile sig_atomic_t g_signal_no; /* the first SIGINT/SIGTERM received */
 
 static void on_sigint(int sig)
 {
-    (void)sig;
+    if (!g_signal_no)
+        g_signal_no = sig;
     g_interrupt++;
 }
 
@@ -164,10 +168,23 @@ static int parse_args(int argc, char **argv, run_args *a)
          "(pipetop-agent --console EP --telemetry EP [--device D]);\n"
          "a worker goes to the agent of its device, else to one started\n"
          "without --device"},
+        {"stall-ms", PT_OPT_INT, &a->stall_ms, 1, INT_MAX / 2, 0, "MS",
+         "how long one agent may be silent (stopped, swapping) while the\n"
+         "pipeline waits for it; longer, and the run stops naming it\n"
+         "(default " PT_OPTS_STR(PT_RUN_STALL_MS) ")"},
         {"control-bind", PT_OPT_STRING, &a->control_bind, 0, 0, 0, "EP",
          "where the console's ROUTER binds (default " PT_SESSION_DEFAULT_BIND ")"},
         {"telemetry-bind", PT_OPT_STRING, &a->telemetry_bind, 0, 0, 0, "EP",
          "where the console's SUB binds (default " PT_SESSION_DEFAULT_BIND ")"},
+        {"key", PT_OPT_STRING, &a->key, 0, 0, 0, "FILE",
+         "the console's CURVE key pair (pipetop keys --out DIR/NAME: NAME.key);\n"
+         "agents give its NAME.pub as --server-key"},
+        {"allow", PT_OPT_STRING, &a->allow, 0, 0, 0, "FILE",
+         "agents' public keys allowed to join, one per line (Z85 or a .pub file)"},
+        {"reattach", PT_OPT_STRING, &a->reattach, 0, 0, 0, "RUNDIR",
+         "pick up the run of a console that died (its run folder), with the\n"
+         "same --key, endpoints and options: its agents (--external, within\n"
+         "their --grace-ms) register again and train on, nothing restarts"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = pt_opts_command("run", argc, argv, opts, n, usage_text, NULL);
@@ -369,6 +386,10 @@ static int prepare(run_ctx *c, pt_error *err)
 {
     int rc;
     const run_args *a = &c->a;
+    if (a->reattach && (!a->external || !a->key))
+        return pt_error_set(err, PT_EINVAL,
+                            "--reattach needs --external and --key: only agents started by hand "
+                            "outlive their console, and they trust only a console with its key");
     if ((rc = pt_model_spec_find(a->model, &c->spec, err)) < 0 ||
         (rc = pt_run_dir_make(a->run_dir, NULL, c->run_dir, sizeof c->run_dir, err)) < 0)
         return rc;
@@ -436,7 +457,8 @@ static int prepare(run_ctx *c, pt_error *err)
         if ((rc = pt_run_ckpt_find(a->resume, root, sizeof root, &c->resume_step, err)) < 0)
             return rc;
         snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", a->ckpt_dir ? a->ckpt_dir : root);
-        if ((rc = pt_run_ckpt_import(root, c->ckpt_dir, c->resume_step, err)) < 0)
+        if ((rc = pt_run_ckpt_check_target(c->ckpt_dir, c->resume_step, err)) < 0 ||
+            (rc = pt_run_ckpt_import(root, c->ckpt_dir, c->resume_step, err)) < 0)
             return rc;
     } else if (a->ckpt_dir || a->ckpt_every) {
         if (a->ckpt_dir)
@@ -457,10 +479,13 @@ static int prepare(run_ctx *c, pt_error *err)
 static int start_agents(run_ctx *c, pt_error *err)
 {
     if (c->a.external) {
+        const char *pub = pt_session_public_key(c->s);
         fprintf(c->a.json ? stderr : stdout,
                 "waiting for %d agents: start each with\n  pipetop-agent --console %s "
-                "--telemetry %s --device D\n",
-                c->workers, pt_session_control_endpoint(c->s), pt_session_telemetry_endpoint(c->s));
+                "--telemetry %s --device D%s%s%s%s%s\n",
+                c->workers, pt_session_control_endpoint(c->s), pt_session_telemetry_endpoint(c->s),
+                pub[0] ? " --server-key " : "", pub, pub[0] ? " --key MYKEY.key" : "",
+                c->ckpt_dir[0] ? " --checkpoint-root " : "", c->ckpt_dir);
         fflush(stdout);
         return 0;
     }
@@ -486,6 +511,17 @@ static int interrupted_twice(void *user, pt_error *err)
 }
 
 /* ---- the session's listener ----------------------------------------------------------------- */
+
+/* A stalled agent pauses the pipeline; say so, and when it goes on. */
+static void note_stall(run_ctx *c, const pt_session_note *n)
+{
+    const pt_session_agent *ag = pt_session_agent_at(c->s, n->agent);
+    const char *id = ag ? ag->id : "?";
+    int stalled = n->kind == PT_NOTE_STALLED;
+    fprintf(stderr, "pipetop run: agent %s %s\n", id,
+            stalled ? (n->text ? n->text : "stalled") : "resumed: the pipeline goes on");
+    json_event(c, "{\"event\":\"%s\",\"agent\":\"%s\"}", stalled ? "stalled" : "resumed", id);
+}
 
 static void on_note(void *user, const pt_session_note *n)
 {
@@ -513,6 +549,13 @@ static void on_note(void *user, const pt_session_note *n)
         break;
     case PT_NOTE_REJECTED:
         pt_cli_error("run", c->a.json, PT_EINVAL, "rejected: %s", n->text ? n->text : "?");
+        break;
+    case PT_NOTE_STALLED:
+    case PT_NOTE_RESUMED:
+        note_stall(c, n);
+        break;
+    case PT_NOTE_FATAL:
+        fprintf(stderr, "pipetop run: %s\n", n->text ? n->text : "?");
         break;
     default:
         break;
@@ -543,11 +586,49 @@ static void show_steps(run_ctx *c)
 
 /* ---- the run ---------------------------------------------------------------------------- */
 
+/* --reattach: the generation the dead console's record names, on its agents. */
+static int adopt(run_ctx *c, const pt_run_job *job, pt_error *err)
+{
+    char(*names)[PT_MSG_ID_MAX] = calloc((size_t)c->workers, sizeof *names);
+    const char **list = calloc((size_t)c->workers, sizeof *list);
+    int64_t gen = 0;
+    int n = 0, rc = 0;
+    if (!names || !list)
+        rc = pt_error_set(err, PT_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = pt_run_read_last_plan(c->a.reattach, &gen, names, c->workers, &n, err);
+    if (rc == 0 && n != c->workers)
+        rc = pt_error_set(err, PT_EINVAL, "--reattach %s: its plan has %d workers, this one %d",
+                          c->a.reattach, n, c->workers);
+    for (int w = 0; rc == 0 && w < n; w++)
+        list[w] = names[w];
+    if (rc == 0)
+        rc = pt_run_adopt(c->run, c->plan, job, gen, list, c->resume_step, c->target, err);
+    if (rc == 0)
+        say(c, "picked up generation %lld of %s\n", (long long)gen, c->a.reattach);
+    free(names);
+    free(list);
+    return rc;
+}
+
+/* After a pick-up, the steps trained while no console listened have no
+ * metrics here: the report goes on from the first step it has. */
+static void skip_unheard(run_ctx *c)
+{
+    double loss, rate;
+    int64_t done = pt_session_min_step(c->s);
+    while (c->a.reattach && c->next_step_out < done &&
+           !pt_run_report_step(c->report, c->next_step_out, &loss, &rate))
+        c->next_step_out++;
+}
+
 static int train(run_ctx *c, pt_error *err)
 {
     pt_run_job job = {c->spec, c->a.data, c->a.seed, c->ckpt_dir[0] ? c->ckpt_dir : NULL,
                       c->a.ckpt_every};
-    int rc = pt_run_assign(c->run, c->plan, &job, c->resume_step, ASSIGN_TIMEOUT_MS, err);
+    int rc = c->a.reattach
+                 ? adopt(c, &job, err)
+                 : pt_run_assign(c->run, c->plan, &job, c->resume_step, ASSIGN_TIMEOUT_MS, err);
     if (rc < 0)
         return rc;
     if (c->tty && !c->a.headless && !c->a.json)
@@ -558,11 +639,12 @@ static int train(run_ctx *c, pt_error *err)
      * data. */
     int stopping = 0;
     if (c->resume_step < c->target) {
-        if ((rc = pt_run_start(c->run, c->target - c->resume_step, err)) < 0)
+        if (!c->a.reattach && (rc = pt_run_start(c->run, c->target - c->resume_step, err)) < 0)
             return rc;
         while (pt_run_get_state(c->run) == PT_RUN_TRAINING) {
             if ((rc = pt_run_poll(c->run, POLL_MS, err)) < 0)
                 return rc;
+            skip_unheard(c);
             show_steps(c);
             if (g_interrupt) {
                 stopping = 1;
@@ -621,6 +703,10 @@ static char *summary_extra(run_ctx *c)
         cJSON_AddNumberToObject(t, "stale", (double)k.telemetry.stale);
     }
     cJSON_AddNumberToObject(o, "control_rejected", (double)k.control_rejected);
+    cJSON_AddNumberToObject(o, "control_flooded", (double)k.control_flooded);
+    cJSON_AddNumberToObject(o, "handshakes_refused", (double)pt_session_refused_handshakes(c->s));
+    if (g_signal_no)
+        cJSON_AddStringToObject(o, "interrupted", g_signal_no == SIGTERM ? "SIGTERM" : "SIGINT");
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return text;
@@ -716,9 +802,17 @@ int pt_cmd_run(int argc, char **argv)
         cleanup(&c);
         return 1;
     }
-    pt_run_config rc_cfg = {
-        c.run_dir, c.a.control_bind, c.a.telemetry_bind, c.workers, on_note, &c, interrupted_twice,
-        NULL};
+    pt_run_config rc_cfg = {c.run_dir,
+                            c.a.control_bind,
+                            c.a.telemetry_bind,
+                            c.workers,
+                            on_note,
+                            &c,
+                            interrupted_twice,
+                            NULL,
+                            c.a.key,
+                            c.a.allow,
+                            !c.a.external};
     c.report = pt_run_report_new(c.plan, c.resume_step, c.steps);
     if (!c.report || (rc = pt_run_create(&rc_cfg, &c.run, &err)) < 0) {
         pt_cli_error("run", c.a.json, rc < 0 ? rc : PT_ENOMEM, "%s",
@@ -729,6 +823,13 @@ int pt_cmd_run(int argc, char **argv)
     }
     c.s = pt_run_session(c.run);
     c.next_step_out = c.resume_step;
+    if ((rc = pt_run_set_agents(c.run, c.a.stall_ms, c.ckpt_dir[0] ? c.ckpt_dir : NULL, &err)) <
+        0) {
+        fprintf(stderr, "pipetop run: %s\n", err.msg);
+        fail_json(&c, err.msg);
+        cleanup(&c);
+        return 1;
+    }
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
@@ -736,6 +837,7 @@ int pt_cmd_run(int argc, char **argv)
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     g_interrupt = 0;
+    g_signal_no = 0;
     say(&c,
         "run %s: %s, %d stages, %d stage replicas, schedule %s, %d x %d samples, steps "
         "%lld..%lld; predicted %.3f ms per iteration\n",
@@ -784,6 +886,19 @@ int pt_cmd_run(int argc, char **argv)
     finish_report(&c);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
+    int status = 0;
+    if (g_signal_no) {
+        /* stopped cleanly at one step with its checkpoint, but not done: a
+         * script or scheduler must not take it for a finished run */
+        fprintf(stderr, "pipetop run: interrupted by %s: stopped at step %lld",
+                g_signal_no == SIGTERM ? "SIGTERM" : "SIGINT",
+                (long long)pt_session_stop_step(c.s));
+        if (c.ckpt_dir[0] && pt_session_committed_step(c.s) >= 0)
+            fprintf(stderr, ", checkpoint step %lld in %s (resume with --resume %s)",
+                    (long long)pt_session_committed_step(c.s), c.ckpt_dir, c.ckpt_dir);
+        fprintf(stderr, "\n");
+        status = EXIT_SIGNAL_BASE + g_signal_no;
+    }
     cleanup(&c);
-    return 0;
+    return status;
 }

@@ -43,6 +43,13 @@
 #define PT_RUN_DIR_ROOT "runs"
 /* Name of the run record inside a run folder. */
 #define PT_RUN_RECORD_FILE "run.ndjson"
+/* Default stall bound: how long one agent may be silent (a stopped process,
+ * a host under swap) while the pipeline waits for it, before the run stops
+ * naming it (pt_session_set_stall_ms). */
+#define PT_RUN_STALL_MS 30000
+/* The checkpoint folder as assigns name it to agents started with the run's
+ * checkpoint folder as their --checkpoint-root: that root itself. */
+#define PT_RUN_AGENT_CKPT_DIR "."
 
 typedef enum pt_run_state {
     PT_RUN_WAITING,  /* fewer agents registered than the controller waits for */
@@ -76,7 +83,20 @@ typedef struct pt_run_config {
     void *listener_user;
     pt_run_cancel_fn cancel; /* NULL: waits are never abandoned */
     void *cancel_user;
+    /* Authentication (docs/architecture.md, "Trust"). key_path: the console's
+     * key pair file (`pipetop keys`); allow_path: the allow-list of agent
+     * keys (docs/formats.md, "Key files"). local_keys: without key_path, a
+     * per-run key pair made in memory, so that spawned agents (each given a
+     * per-run pair of its own in <run folder>/keys, mode 0700) talk CURVE
+     * with no set-up. No key at all: no CURVE, loopback and ipc only. */
+    const char *key_path;
+    const char *allow_path;
+    int local_keys;
 } pt_run_config;
+
+/* Folder of a run folder holding the spawned agents' per-run key pairs
+ * (mode 0700; removed when the controller ends). */
+#define PT_RUN_KEYS_DIR "keys"
 
 typedef struct pt_run pt_run;
 
@@ -84,6 +104,18 @@ typedef struct pt_run pt_run;
  * checkpoint commit hook set). On success *out owns a new controller; on
  * failure *out is NULL and err says what failed. */
 int pt_run_create(const pt_run_config *cfg, pt_run **out, pt_error *err);
+
+/* Settings for the agents pt_run_spawn starts, called before it. The stall
+ * bound (ms; 0: PT_RUN_STALL_MS) goes to the session, and spawned agents
+ * wait for a neighbour's data that long and more (--comm-timeout-ms), so a
+ * stall shorter than the bound pauses the pipeline rather than failing a
+ * neighbour. checkpoint_root (NULL: none) is the folder spawned agents may
+ * write checkpoints under (--checkpoint-root; made absolute here); assigns
+ * then name it as PT_RUN_AGENT_CKPT_DIR, and agents started elsewhere must
+ * be given the same folder as their --checkpoint-root. pt_run_create sets
+ * the default stall bound and no root. 0, or PT_EINVAL/PT_EIO with
+ * err naming the folder. */
+int pt_run_set_agents(pt_run *run, int stall_ms, const char *checkpoint_root, pt_error *err);
 
 /* Starts the agents the controller waits for on this machine: w0, w1, ...,
  * agent w<k> as device devices[k] (devices NULL: device k), its output in
@@ -140,6 +172,23 @@ typedef struct pt_run_job {
  * the session, a failure (PT_ESTATE), the cancel hook or the timeout. */
 int pt_run_assign(pt_run *run, const pt_plan *plan, const pt_run_job *job, int64_t resume_step,
                   int timeout_ms, pt_error *err);
+
+/* Picks up a run another console with the same key started (a console
+ * restart; docs/deploy.md): generation gen of plan, worker w on the agent
+ * named names[w] (the old console's record says which), started at
+ * first_step for the steps up to target (-1: until stopped). Nothing is
+ * sent: the agents, which re-registered with this controller, keep
+ * training: TRAINING. 0, PT_ENOTFOUND (an agent of names is not registered
+ * or not usable), or the session's error. */
+int pt_run_adopt(pt_run *run, const pt_plan *plan, const pt_run_job *job, int64_t gen,
+                 const char *const *names, int64_t first_step, int64_t target, pt_error *err);
+
+/* The newest plan of a run record (<dir>/run.ndjson, or dir itself when it
+ * is a file): its generation and, for each of its workers, the agent that
+ * ran it (names[w], at most cap). 0, or PT_ENOTFOUND (no plan in it) /
+ * PT_EPARSE / PT_ERANGE / the file's error, naming the file. */
+int pt_run_read_last_plan(const char *dir, int64_t *gen, char (*names)[PT_MSG_ID_MAX], int cap,
+                          int *n, pt_error *err);
 
 /* Starts every worker for `steps` steps (0: until stopped): TRAINING. The
  * run is FINISHED once every worker is idle at resume_step + steps. 0 or

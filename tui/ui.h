@@ -57,6 +57,7 @@ typedef struct pt_ui {
     int tab_x[PT_VIEW_COUNT], tab_end[PT_VIEW_COUNT]; /* header columns of the tabs, as drawn */
     int paused;           /* display frozen (the source still polls, training goes on) */
     int64_t frozen_steps; /* steps the header shows while paused */
+    int readonly; /* --readonly: keys that edit the plan or act on the run are refused */
     /* data */
     pt_store *store;
     pt_source *src;
