@@ -36,6 +36,38 @@ const char *pt_strerror(int code)
     }
 }
 
+const char *pt_error_code_name(int code)
+{
+    switch (code) {
+    case PT_OK:
+        return "ok";
+    case PT_EINVAL:
+        return "invalid";
+    case PT_ENOMEM:
+        return "no_memory";
+    case PT_EIO:
+        return "io";
+    case PT_EPARSE:
+        return "parse";
+    case PT_ERANGE:
+        return "range";
+    case PT_ENOTFOUND:
+        return "not_found";
+    case PT_EUNSUPP:
+        return "unsupported";
+    case PT_ENOFIT:
+        return "no_fit";
+    case PT_ETIMEOUT:
+        return "timeout";
+    case PT_ESTATE:
+        return "state";
+    case PT_EDEADLOCK:
+        return "deadlock";
+    default:
+        return "failed";
+    }
+}
+
 int pt_error_set(pt_error *err, int code, const char *fmt, ...)
 {
     if (err) {

@@ -33,6 +33,10 @@ typedef struct pt_error {
 
 /* Words for a PT_E* code; never NULL. */
 const char *pt_strerror(int code);
+/* A stable machine name of a code ("invalid", "not_found", "no_fit"...), as
+ * the `error` field of the command line's --json errors (docs/formats.md);
+ * "failed" for a code it does not know. */
+const char *pt_error_code_name(int code);
 
 /* Records code and a printf-style message in err (NULL-safe) and returns
  * code, so callers can write `return pt_error_set(err, PT_EINVAL, ...)`. */

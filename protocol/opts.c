@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 /* The widest "--name ARG" that still aligns the help column. */
 #define HELP_COLUMN_MAX 24
 #define PROG_MAX        128
@@ -225,9 +227,57 @@ void pt_opts_help(FILE *out, const char *usage, const pt_opt *opts, int n, const
         fputs(tail, out);
 }
 
+/* A usage error of a command run with --json: {"error":"usage",...} on one
+ * line, the reason without the "pipetop CMD: " prefix text output has. */
+static void usage_error_json(const char *cmd, const char *text)
+{
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "pipetop %s: ", cmd);
+    if (!strncmp(text, prefix, strlen(prefix)))
+        text += strlen(prefix);
+    cJSON *o = cJSON_CreateObject();
+    char *msg = strdup(text);
+    if (msg) {
+        size_t len = strlen(msg);
+        while (len && (msg[len - 1] == '\n' || msg[len - 1] == ' '))
+            msg[--len] = 0;
+        for (char *c = msg; *c; c++)
+            if (*c == '\n')
+                *c = ' ';
+    }
+    cJSON_AddStringToObject(o, "error", "usage");
+    cJSON_AddStringToObject(o, "command", cmd);
+    cJSON_AddStringToObject(o, "message", msg ? msg : "usage error");
+    char *t = cJSON_PrintUnformatted(o);
+    if (t)
+        fprintf(stderr, "%s\n", t);
+    free(t);
+    free(msg);
+    cJSON_Delete(o);
+}
+
 int pt_opts_command(const char *cmd, int argc, char **argv, pt_opt *opts, int n, const char *usage,
                     const char *tail)
 {
+    int json = 0;
+    for (int i = 1; i < argc; i++)
+        json |= !strcmp(argv[i], "--json");
+    if (json) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&buf, &len);
+        int rc = mem ? pt_opts_parse(cmd, argc, argv, opts, n, mem) : PT_OPTS_USAGE;
+        if (mem)
+            fclose(mem);
+        if (rc == PT_OPTS_USAGE)
+            usage_error_json(cmd, buf ? buf : "");
+        free(buf);
+        if (rc == PT_OPTS_HELP) {
+            pt_opts_help(stdout, usage, opts, n, tail);
+            return 0;
+        }
+        return rc == PT_OPTS_OK ? -1 : 2;
+    }
     int rc = pt_opts_parse(cmd, argc, argv, opts, n, stderr);
     if (rc == PT_OPTS_HELP) {
         pt_opts_help(stdout, usage, opts, n, tail);

@@ -18,7 +18,7 @@ if len(p["stages"]) == 1:
     reps = "DP %s" % reps
 kind = p["schedule"]["kind"]
 kind = "" if kind == "dapple" else " " + kind
-print("%s b%d%s | %.1f" % (reps, p["microbatch"]["size"], kind, j["simulated_iter_s"] * 1e3))'
+print("%s b%d%s | %.1f" % (reps, p["microbatch"]["size"], kind, j["simulated_iteration_ms"]))'
 }
 run() {
     out=$("$PIPETOP" plan "$@" --json 2>/dev/null) && printf '%s' "$out" | shape || echo "no plan | -"

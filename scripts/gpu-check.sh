@@ -132,8 +132,8 @@ if "$pipetop" profile --model "$model" --device "$device" --batch "$batch" --rep
         --out "$work/plan.json" >"$work/plan.log" 2>&1 &&
     "$pipetop" sim --plan "$work/plan.json" --profile "$work/profile.json" \
         --topology "$work/one-device.json" --json >"$work/sim.json" 2>"$work/sim.log"; then
-    sim_ms=$(grep -o '"iteration_s":[0-9.e+-]*' "$work/sim.json" | head -1 | cut -d: -f2 |
-        awk '{printf "%.3f", $1 * 1000}')
+    sim_ms=$(grep -o '"iteration_ms":[0-9.e+-]*' "$work/sim.json" | head -1 | cut -d: -f2 |
+        awk '{printf "%.3f", $1}')
 else
     fail=1
     note "profile/plan/sim of $model failed:"

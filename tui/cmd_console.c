@@ -4,22 +4,26 @@
  *   pipetop replay RUN            the console on a recorded run
  *   pipetop demo                  plans, spawns 4 local agents, trains, shows it
  *   pipetop status [--json] [RUN] one snapshot of a run, for scripts */
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "planner/analytic.h"
 #include "planner/planner.h"
+#include "planner/simulate.h"
 #include "protocol/datadir.h"
 #include "protocol/device.h"
 #include "protocol/fileio.h"
 #include "protocol/model.h"
 #include "tui/cmd_console.h"
 #include "protocol/opts.h"
+#include "tui/cli_error.h"
 #include "tui/commands.h"
 #include "tui/console.h"
 #include "tui/live.h"
@@ -35,6 +39,7 @@
 #define DEFAULT_MB         16
 #define GLOBAL_MAX         (1 << 20)
 #define RUNS_DIR           "runs"
+#define STATUS_LIVE_S      10    /* a record written to this recently belongs to a running run */
 #define LOCAL_LINK_BPS     2e9   /* as pipetop run charges loopback ZeroMQ */
 #define LOCAL_LINK_LATENCY 50e-6 /* seconds */
 #define SPEED_MIN          0.01
@@ -444,19 +449,69 @@ static int newest_run(char *out, size_t cap)
     return 0;
 }
 
-static void json_string(FILE *f, const char *s)
+/* The prediction of a run's current plan (its newest generation's, as
+ * replay finds it with the profile and topology of its folder): 0 and *iter_ms,
+ * *bubble set, or a negative code (no plan in the record, or it does not
+ * simulate). */
+static int predict_current(pt_record *rec, const char *dir, const pt_plan *current, double *iter_ms,
+                           double *bubble)
 {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
+    pt_plan *first = NULL;
+    pt_model_spec *spec = NULL;
+    pt_profile *prof = NULL;
+    pt_topology *topo = NULL;
+    pt_cost *cost = NULL;
+    pt_sim *sim = NULL;
+    pt_program prog = {0};
+    pt_sim_result res;
+    int rc = pt_console_record_inputs(rec, dir, INT64_MAX, &first, &spec, &prof, &topo, NULL);
+    if (rc == 0 && (!current || !first || !prof || !topo))
+        rc = PT_ENOTFOUND;
+    if (rc == 0 && prof->layer_count != first->layer_count)
+        rc = PT_EINVAL;
+    if (rc == 0 && (rc = pt_cost_new(prof, topo, &cost, NULL)) == 0 && (rc = pt_sim_new(&sim)) == 0)
+        rc = pt_sim_plan(sim, first, cost, NULL, &prog, &res, NULL);
+    if (rc == 0) {
+        *iter_ms = res.iter_s * 1e3;
+        *bubble = res.bubble_frac;
     }
-    fputc('"', f);
+    pt_program_release(&prog);
+    pt_sim_free(&sim);
+    pt_cost_free(&cost);
+    pt_topology_free(&topo);
+    pt_profile_free(&prof);
+    pt_model_spec_free(&spec);
+    pt_plan_free(&first);
+    return rc;
+}
+
+/* Where a recorded run stands: "failed" (a failed entry), "finished" (a
+ * summary), "running" (the record grew in the last STATUS_LIVE_S seconds),
+ * else "stopped" (it ended without a summary: a console quit, a crash). */
+static const char *run_state(const pt_record *rec, const char *record)
+{
+    int failed = 0, summary = 0;
+    for (int64_t i = 0; i < pt_record_count(rec); i++) {
+        const char *k = pt_record_kind(rec, i);
+        failed |= !strcmp(k, "failed");
+        summary |= !strcmp(k, "summary");
+    }
+    if (failed)
+        return "failed";
+    if (summary)
+        return "finished";
+    struct stat st;
+    if (stat(record, &st) == 0 && time(NULL) - st.st_mtime <= STATUS_LIVE_S)
+        return "running";
+    return "stopped";
+}
+
+static void add_number_or_null(cJSON *o, const char *k, double v)
+{
+    if (isfinite(v))
+        cJSON_AddNumberToObject(o, k, v);
+    else
+        cJSON_AddNullToObject(o, k);
 }
 
 int pt_cmd_status(int argc, char **argv)
@@ -480,18 +535,19 @@ int pt_cmd_status(int argc, char **argv)
     if (run) {
         run_paths(run, record, dir, sizeof record);
     } else if (newest_run(record, sizeof record) < 0) {
-        fprintf(stderr, "pipetop status: no run under %s/ (give RUN)\n", RUNS_DIR);
+        pt_cli_error("status", json, PT_ENOTFOUND, "no run under %s/ (give RUN)", RUNS_DIR);
         return 1;
     }
     pt_error err = {0};
     pt_record *rec = NULL;
     pt_store *store = NULL;
     if (pt_replay_load(record, &rec, &err) < 0) {
-        fprintf(stderr, "pipetop status: %s\n", err.msg);
+        pt_cli_error("status", json, err.code ? err.code : PT_EIO, "%s", err.msg);
         return 1;
     }
     if (pt_store_new(0, &store) < 0) {
         pt_record_free(&rec);
+        pt_cli_error("status", json, PT_ENOMEM, "out of memory");
         return 1;
     }
     /* op events are counted by the summary; the snapshot needs only the
@@ -506,40 +562,67 @@ int pt_cmd_status(int argc, char **argv)
     int64_t n = pt_store_step_count(store);
     const pt_store_step *last = n ? pt_store_step_at(store, n - 1) : NULL;
     const pt_plan *plan = pt_store_plan(store);
+    double pred_ms = NAN, pred_bubble = NAN;
+    int have_pred = predict_current(rec, dir, plan, &pred_ms, &pred_bubble) == 0;
+    const char *state = run_state(rec, record);
+    int running = 0;
+    for (int i = 0; i < pt_store_agent_count(store); i++)
+        running += !strcmp(pt_store_agent_at(store, i)->state, "running");
     if (json) {
-        printf("{\"run\":");
-        json_string(stdout, record);
-        printf(",\"generation\":%lld,\"steps\":%lld", (long long)pt_store_generation(store),
-               (long long)n);
-        if (last)
-            printf(",\"last_step\":%lld,\"loss\":%s%.6g,\"samples_per_s\":%.3f,\"iter_ms\":%.3f",
-                   (long long)last->step, isnan(last->loss) ? "null" : "",
-                   isnan(last->loss) ? 0.0 : last->loss, last->samples_per_s, last->iter_ms);
-        if (plan)
-            printf(",\"plan\":{\"model\":\"%s\",\"stages\":%d,\"devices\":%d,\"schedule\":\"%s\","
-                   "\"microbatch_size\":%d,\"microbatch_count\":%d}",
-                   plan->model, plan->stage_count, pt_plan_device_count(plan),
-                   pt_sched_kind_name(plan->schedule), plan->microbatch_size,
-                   plan->microbatch_count);
-        printf(",\"events\":%lld,\"rejected\":%lld,\"agents\":[", (long long)sum.events,
-               (long long)sum.rejected);
-        for (int i = 0; i < pt_store_agent_count(store); i++) {
-            const pt_store_agent *a = pt_store_agent_at(store, i);
-            printf("%s{\"id\":", i ? "," : "");
-            json_string(stdout, a->id);
-            printf(",\"host\":");
-            json_string(stdout, a->host);
-            printf(",\"pid\":%lld,\"stage\":%d,\"replica\":%d,\"state\":", (long long)a->pid,
-                   a->stage, a->replica);
-            json_string(stdout, a->state);
-            printf(",\"step\":%lld,\"dropped\":%llu,\"last_error\":", (long long)a->step,
-                   (unsigned long long)a->dropped);
-            json_string(stdout, a->last_error);
-            printf("}");
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "run", record);
+        cJSON_AddStringToObject(o, "state", state);
+        cJSON_AddNumberToObject(o, "generation", (double)pt_store_generation(store));
+        cJSON_AddNumberToObject(o, "steps", (double)n);
+        if (last) {
+            cJSON_AddNumberToObject(o, "last_step", (double)last->step);
+            add_number_or_null(o, "loss", last->loss);
+            cJSON_AddNumberToObject(o, "samples_per_s", last->samples_per_s);
+            cJSON_AddNumberToObject(o, "measured_iteration_ms", last->iter_ms);
         }
-        printf("]}\n");
+        if (have_pred) {
+            cJSON_AddNumberToObject(o, "predicted_iteration_ms", pred_ms);
+            cJSON_AddNumberToObject(o, "predicted_bubble_frac", pred_bubble);
+            if (last && pred_ms > 0)
+                cJSON_AddNumberToObject(o, "relative_error", last->iter_ms / pred_ms - 1);
+        }
+        if (plan) {
+            cJSON *p = cJSON_AddObjectToObject(o, "plan");
+            cJSON_AddStringToObject(p, "model", plan->model);
+            cJSON_AddNumberToObject(p, "stages", plan->stage_count);
+            cJSON_AddNumberToObject(p, "devices", pt_plan_device_count(plan));
+            cJSON_AddStringToObject(p, "schedule", pt_sched_kind_name(plan->schedule));
+            cJSON_AddNumberToObject(p, "microbatch_size", plan->microbatch_size);
+            cJSON_AddNumberToObject(p, "microbatch_count", plan->microbatch_count);
+            cJSON_AddNumberToObject(p, "global_batch",
+                                    plan->microbatch_size * plan->microbatch_count);
+        }
+        cJSON_AddNumberToObject(o, "events", (double)sum.events);
+        cJSON_AddNumberToObject(o, "rejected", (double)sum.rejected);
+        cJSON_AddNumberToObject(o, "agents_running", running);
+        cJSON *arr = cJSON_AddArrayToObject(o, "agents");
+        for (int i = 0; i < pt_store_agent_count(store); i++) {
+            const pt_store_agent *ag = pt_store_agent_at(store, i);
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddItemToArray(arr, x);
+            cJSON_AddStringToObject(x, "id", ag->id);
+            cJSON_AddStringToObject(x, "host", ag->host);
+            cJSON_AddNumberToObject(x, "pid", (double)ag->pid);
+            cJSON_AddStringToObject(x, "device", ag->device);
+            cJSON_AddNumberToObject(x, "stage", ag->stage);
+            cJSON_AddNumberToObject(x, "replica", ag->replica);
+            cJSON_AddStringToObject(x, "state", ag->state);
+            cJSON_AddNumberToObject(x, "step", (double)ag->step);
+            cJSON_AddNumberToObject(x, "dropped", (double)ag->dropped);
+            cJSON_AddStringToObject(x, "last_error", ag->last_error);
+        }
+        char *t = cJSON_PrintUnformatted(o);
+        if (t)
+            printf("%s\n", t);
+        free(t);
+        cJSON_Delete(o);
     } else {
-        printf("run %s\n", record);
+        printf("run %s (%s)\n", record, state);
         if (plan)
             printf("plan %s: %d stages on %d devices, %s, %d x %d samples (generation %lld)\n",
                    plan->model, plan->stage_count, pt_plan_device_count(plan),
@@ -548,6 +631,8 @@ int pt_cmd_status(int argc, char **argv)
         if (last)
             printf("step %lld  loss %.4f  %.1f samples/s  %.3f ms/iteration\n",
                    (long long)last->step, last->loss, last->samples_per_s, last->iter_ms);
+        if (have_pred)
+            printf("predicted %.3f ms/iteration, bubble %.1f %%\n", pred_ms, pred_bubble * 100);
         for (int i = 0; i < pt_store_agent_count(store); i++) {
             const pt_store_agent *a = pt_store_agent_at(store, i);
             printf("agent %-8s %-10s pid %-7lld s%dr%d %-9s step %lld dropped %llu %s\n", a->id,

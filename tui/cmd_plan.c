@@ -16,6 +16,7 @@
 #include "protocol/profile.h"
 #include "protocol/topology.h"
 #include "protocol/opts.h"
+#include "tui/cli_error.h"
 #include "tui/commands.h"
 
 #define PLAN_GIB         1073741824.0
@@ -49,7 +50,7 @@ static int load_profile(const char *path, pt_profile **out, pt_error *err)
 }
 
 /* "2,4,8" into opts; 0 or -1 (message printed). */
-static int parse_mb_list(const char *s, pt_planner_opts *o)
+static int parse_mb_list(const char *s, pt_planner_opts *o, int json)
 {
     o->microbatch_size_count = 0;
     while (*s) {
@@ -57,10 +58,9 @@ static int parse_mb_list(const char *s, pt_planner_opts *o)
         long v = strtol(s, &end, 10);
         if (end == s || v < 1 || v > PLAN_BATCH_MAX ||
             o->microbatch_size_count == PT_PLANNER_MB_CHOICES_MAX) {
-            fprintf(stderr,
-                    "pipetop plan: --microbatch: '%s' is not a list of at most %d sizes in "
-                    "1..%d\n",
-                    s, PT_PLANNER_MB_CHOICES_MAX, PLAN_BATCH_MAX);
+            pt_cli_error("plan", json, PT_CLI_USAGE,
+                         "--microbatch: '%s' is not a list of at most %d sizes in 1..%d", s,
+                         PT_PLANNER_MB_CHOICES_MAX, PLAN_BATCH_MAX);
             return -1;
         }
         o->microbatch_sizes[o->microbatch_size_count++] = (int)v;
@@ -68,7 +68,7 @@ static int parse_mb_list(const char *s, pt_planner_opts *o)
         if (*s == ',')
             s++;
         else if (*s) {
-            fprintf(stderr, "pipetop plan: --microbatch: unexpected '%s'\n", s);
+            pt_cli_error("plan", json, PT_CLI_USAGE, "--microbatch: unexpected '%s'", s);
             return -1;
         }
     }
@@ -211,12 +211,12 @@ static cJSON *report_json(const pt_planner_report *rep, double sim_s)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "planner", rep->planner);
     cJSON_AddStringToObject(o, "objective", rep->objective);
-    cJSON_AddNumberToObject(o, "objective_s", rep->objective_s);
-    cJSON_AddNumberToObject(o, "predicted_iter_s", rep->iter_s);
+    cJSON_AddNumberToObject(o, "objective_ms", rep->objective_s * PLAN_MS_PER_S);
+    cJSON_AddNumberToObject(o, "predicted_iteration_ms", rep->iter_s * PLAN_MS_PER_S);
     if (isfinite(sim_s))
-        cJSON_AddNumberToObject(o, "simulated_iter_s", sim_s);
+        cJSON_AddNumberToObject(o, "simulated_iteration_ms", sim_s * PLAN_MS_PER_S);
     cJSON_AddNumberToObject(o, "peak_memory_bytes", (double)rep->peak_memory_bytes);
-    cJSON_AddNumberToObject(o, "search_s", rep->search_s);
+    cJSON_AddNumberToObject(o, "search_ms", rep->search_s * PLAN_MS_PER_S);
     cJSON_AddNumberToObject(o, "evaluated", (double)rep->evaluated);
     cJSON_AddStringToObject(o, "why", rep->why);
     if (rep->bound_s > 0)
@@ -234,25 +234,13 @@ static int plan_one(const char *name, const pt_profile *pr, const pt_topology *t
     pt_error err = {0};
     int rc = pt_planner_run(name, pr, topo, gbs, o, &plan, &rep, &err);
     if (rc < 0) {
-        if (json) {
-            cJSON *j = cJSON_CreateObject();
-            cJSON_AddStringToObject(j, "planner", name);
-            cJSON_AddStringToObject(j, "error", err.msg);
-            if (rc == PT_ENOFIT && rep.needed_memory_bytes > 0)
-                cJSON_AddNumberToObject(j, "needed_memory_bytes", (double)rep.needed_memory_bytes);
-            char *txt = cJSON_Print(j);
-            if (txt)
-                puts(txt);
-            free(txt);
-            cJSON_Delete(j);
-        }
-        fprintf(stderr, "pipetop plan: %s\n", err.msg);
+        pt_cli_error("plan", json, rc, "%s", err.msg);
         return 1;
     }
     pt_cost *cost = NULL;
     const pt_topology *t = topo;
     if (pt_cost_new(pr, t, &cost, &err) < 0) {
-        fprintf(stderr, "pipetop plan: %s\n", err.msg);
+        pt_cli_error("plan", json, err.code ? err.code : PT_EINVAL, "%s", err.msg);
         pt_plan_free(&plan);
         return 1;
     }
@@ -261,7 +249,7 @@ static int plan_one(const char *name, const pt_profile *pr, const pt_topology *t
     double sim_s = simulate(plan, cost, peaks, simmsg, sizeof simmsg);
     int status = 0;
     if (out_path && pt_plan_save(plan, out_path, &err) < 0) {
-        fprintf(stderr, "pipetop plan: %s\n", err.msg);
+        pt_cli_error("plan", json, err.code ? err.code : PT_EINVAL, "%s", err.msg);
         status = 1;
     }
     if (json) {
@@ -333,7 +321,8 @@ static int compare(const pt_profile *pr, const pt_topology *topo, int gbs, const
     pt_cost *cost = NULL;
     pt_error err = {0};
     if (!rows || pt_cost_new(pr, topo, &cost, &err) < 0) {
-        fprintf(stderr, "pipetop plan: %s\n", rows ? err.msg : "out of memory");
+        pt_cli_error("plan", json, rows ? err.code : PT_ENOMEM, "%s",
+                     rows ? err.msg : "out of memory");
         free(rows);
         return 1;
     }
@@ -375,9 +364,10 @@ static int compare(const pt_profile *pr, const pt_topology *topo, int gbs, const
                 cJSON_AddStringToObject(j, "error", r->error);
             } else {
                 cJSON_AddStringToObject(j, "shape", r->shape);
-                cJSON_AddNumberToObject(j, "predicted_iter_s", r->predicted);
+                cJSON_AddNumberToObject(j, "predicted_iteration_ms", r->predicted * PLAN_MS_PER_S);
                 if (isfinite(r->simulated))
-                    cJSON_AddNumberToObject(j, "simulated_iter_s", r->simulated);
+                    cJSON_AddNumberToObject(j, "simulated_iteration_ms",
+                                            r->simulated * PLAN_MS_PER_S);
                 if (isfinite(r->simulated) && isfinite(dp_time))
                     cJSON_AddNumberToObject(j, "speedup_over_dp", dp_time / r->simulated);
                 cJSON *m = cJSON_AddArrayToObject(j, "stage_peak_memory_bytes");
@@ -468,26 +458,28 @@ int pt_cmd_plan(int argc, char **argv)
     if (prc >= 0)
         return prc;
     if (!profile_path || !topo_path || !batch || (!planner && !cmp)) {
-        fprintf(stderr, "pipetop plan: %s (see pipetop plan --help)\n",
-                !profile_path ? "--profile is required"
-                : !topo_path  ? "--topology is required"
-                : !batch      ? "--batch is required"
-                              : "--planner or --compare is required");
+        pt_cli_error("plan", json, PT_CLI_USAGE, "%s (see pipetop plan --help)",
+                     !profile_path ? "--profile is required"
+                     : !topo_path  ? "--topology is required"
+                     : !batch      ? "--batch is required"
+                                   : "--planner or --compare is required");
         return 2;
     }
     if (planner && cmp) {
-        fprintf(stderr, "pipetop plan: give --planner or --compare, not both\n");
+        pt_cli_error("plan", json, PT_CLI_USAGE, "give --planner or --compare, not both");
         return 2;
     }
     if (cmp && out) {
-        fprintf(stderr, "pipetop plan: --out needs --planner (one plan)\n");
+        pt_cli_error("plan", json, PT_CLI_USAGE, "--out needs --planner (one plan)");
         return 2;
     }
     if (planner && !pt_planner_find(planner)) {
-        fprintf(stderr, "pipetop plan: --planner: '%s' is not one of", planner);
-        for (int i = 0; i < pt_planner_count(); i++)
-            fprintf(stderr, " %s", pt_planner_get(i)->name);
-        fprintf(stderr, "\n");
+        char names[256] = "";
+        for (int i = 0; i < pt_planner_count(); i++) {
+            size_t k = strlen(names);
+            snprintf(names + k, sizeof names - k, " %s", pt_planner_get(i)->name);
+        }
+        pt_cli_error("plan", json, PT_CLI_USAGE, "--planner: '%s' is not one of%s", planner, names);
         return 2;
     }
     pt_planner_opts o;
@@ -495,13 +487,13 @@ int pt_cmd_plan(int argc, char **argv)
     o.stages = stages;
     if (mem_gib > 0)
         o.memory_limit_bytes = (int64_t)(mem_gib * PLAN_GIB);
-    if (mb && parse_mb_list(mb, &o) < 0)
+    if (mb && parse_mb_list(mb, &o, json) < 0)
         return 2;
     if (optim) {
         if (!strcmp(optim, "adam"))
             o.optim = PT_OPTIM_ADAM;
         else if (strcmp(optim, "sgd")) {
-            fprintf(stderr, "pipetop plan: --optimizer: '%s' is not sgd or adam\n", optim);
+            pt_cli_error("plan", json, PT_CLI_USAGE, "--optimizer: '%s' is not sgd or adam", optim);
             return 2;
         }
     }
@@ -512,13 +504,13 @@ int pt_cmd_plan(int argc, char **argv)
     topo_path = pt_datadir_resolve("topologies", topo_path, ".json", topo_buf, sizeof topo_buf);
     if (objective) {
         if (pt_planner_objective_parse(objective, &o.objective) < 0) {
-            fprintf(stderr, "pipetop plan: --objective: '%s' is not default, pipedream or dapple\n",
-                    objective);
+            pt_cli_error("plan", json, PT_CLI_USAGE,
+                         "--objective: '%s' is not default, pipedream or dapple", objective);
             return 2;
         }
         if (cmp && o.objective != PT_OBJECTIVE_DEFAULT) {
-            fprintf(stderr, "pipetop plan: --objective %s needs --planner (one planner)\n",
-                    objective);
+            pt_cli_error("plan", json, PT_CLI_USAGE, "--objective %s needs --planner (one planner)",
+                         objective);
             return 2;
         }
     }
@@ -526,7 +518,7 @@ int pt_cmd_plan(int argc, char **argv)
     pt_topology *topo = NULL;
     pt_error err = {0};
     if (load_profile(profile_path, &pr, &err) < 0 || pt_topology_load(topo_path, &topo, &err) < 0) {
-        fprintf(stderr, "pipetop plan: %s\n", err.msg);
+        pt_cli_error("plan", json, err.code ? err.code : PT_EINVAL, "%s", err.msg);
         pt_profile_free(&pr);
         return 1;
     }

@@ -5,6 +5,7 @@
  * prediction for the same plan. --resume under another plan finds and
  * imports its checkpoint through tui/run_ckpt.h. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -25,6 +26,7 @@
 #include "planner/planner.h"
 #include "planner/schedule.h"
 #include "planner/simulate.h"
+#include "protocol/datadir.h"
 #include "protocol/fileio.h"
 #include "protocol/model.h"
 #include "protocol/plan.h"
@@ -33,6 +35,7 @@
 #include "runtime/data.h"
 #include "tui/agent_spawn.h"
 #include "protocol/opts.h"
+#include "tui/cli_error.h"
 #include "tui/commands.h"
 #include "tui/progress.h"
 #include "tui/run_ckpt.h"
@@ -207,11 +210,13 @@ static int parse_args(int argc, char **argv, run_args *a)
         why =
             "--chunks goes with the quick form's --schedule interleaved (a plan file has its own)";
     if (why) {
-        fprintf(stderr, "pipetop run: %s (see pipetop run --help)\n", why);
+        pt_cli_error("run", a->json, PT_CLI_USAGE, "%s (see pipetop run --help)", why);
         return 2;
     }
     return -1;
 }
+
+#define RM_DEPTH_MAX 8 /* a refused run folder holds a profile and ckpt/ at most */
 
 /* ---- output ------------------------------------------------------------------------ */
 
@@ -372,6 +377,22 @@ static int quick_plan(run_ctx *c, pt_error *err)
                             &c->plan, &rep, err);
     if (rc < 0)
         return rc;
+    char chose[96] = "";
+    if (c->plan->stage_count != c->a.stages) {
+        /* the planner picks its own depth (only gpipe takes a stage count):
+         * --stages is what the user asked for, so split into that many */
+        snprintf(chose, sizeof chose,
+                 "; %s chose %d stages, split into the %d of --stages by gpipe", planner,
+                 c->plan->stage_count, c->a.stages);
+        pt_plan_free(&c->plan);
+        if ((rc = pt_planner_run("gpipe", c->profile, c->topo, c->a.mb_size * c->a.microbatches, &o,
+                                 &c->plan, &rep, err)) < 0)
+            return rc;
+        if (c->plan->stage_count != c->a.stages)
+            return pt_error_set(err, PT_EINVAL,
+                                "--stages %d: the model cannot be split into %d stages here",
+                                c->a.stages, c->a.stages);
+    }
     c->plan->schedule = kind;
     if (c->a.policy)
         c->plan->policy = c->a.policy[0];
@@ -381,9 +402,9 @@ static int quick_plan(run_ctx *c, pt_error *err)
         return rc;
     char path[PATH_CAP + 16];
     snprintf(path, sizeof path, "%s/plan.json", c->run_dir);
-    say(c, "planned with %s: %d stages, schedule %s, %d x %d samples (%s)\n", planner,
+    say(c, "planned with %s: %d stages, schedule %s, %d x %d samples (%s)%s\n", planner,
         c->plan->stage_count, pt_sched_kind_name(kind), c->plan->microbatch_count,
-        c->plan->microbatch_size, path);
+        c->plan->microbatch_size, path, chose);
     return pt_plan_save(c->plan, path, err);
 }
 
@@ -418,9 +439,12 @@ static int prepare(run_ctx *c, pt_error *err)
     if (rc < 0)
         return rc;
     int mb = c->plan ? c->plan->microbatch_size : a->mb_size;
-    if (a->profile)
-        rc = pt_profile_load(a->profile, &c->profile, err);
-    else
+    if (a->profile) {
+        /* a path, or a name in profiles/ as --model takes names */
+        char buf[PT_DATADIR_PATH_MAX];
+        rc = pt_profile_load(pt_datadir_resolve("profiles", a->profile, ".json", buf, sizeof buf),
+                             &c->profile, err);
+    } else
         rc = measure_profile(c, mb, c->plan ? pt_plan_device_count(c->plan) : devices, err);
     if (rc < 0 || (rc = pt_profile_check(c->profile, c->spec, "profile", err)) < 0)
         return rc;
@@ -548,10 +572,10 @@ static void on_note(void *user, const pt_session_note *n)
         break;
     case PT_NOTE_DEAD:
     case PT_NOTE_ERROR:
-        fprintf(stderr, "pipetop run: %s\n", n->text ? n->text : "?");
+        pt_cli_error("run", c->a.json, PT_ESTATE, "%s", n->text ? n->text : "?");
         break;
     case PT_NOTE_REJECTED:
-        fprintf(stderr, "pipetop run: rejected: %s\n", n->text ? n->text : "?");
+        pt_cli_error("run", c->a.json, PT_EINVAL, "rejected: %s", n->text ? n->text : "?");
         break;
     case PT_NOTE_STALLED:
     case PT_NOTE_RESUMED:
@@ -751,6 +775,38 @@ static void cleanup(run_ctx *c)
     pt_model_spec_free(&c->spec);
 }
 
+/* Removes path and, for a folder, what it holds (not following links). */
+static void remove_tree(const char *path, int depth)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return;
+    if (S_ISDIR(st.st_mode) && depth < RM_DEPTH_MAX) {
+        DIR *d = opendir(path);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            char sub[PATH_CAP];
+            snprintf(sub, sizeof sub, "%.3800s/%.255s", path, e->d_name);
+            remove_tree(sub, depth + 1);
+        }
+        if (d)
+            closedir(d);
+    }
+    remove(path);
+}
+
+/* A run refused before any agent started leaves no run folder behind: the
+ * folder this command made (and what prepare wrote into it, a measured
+ * profile) goes. A folder that existed before is left alone. */
+static void discard_run_dir(const run_ctx *c, int existed)
+{
+    if (existed || !c->run_dir[0])
+        return;
+    remove_tree(c->run_dir, 0);
+}
+
 int pt_cmd_run(int argc, char **argv)
 {
     run_ctx c;
@@ -760,10 +816,15 @@ int pt_cmd_run(int argc, char **argv)
         return st;
     c.tty = isatty(STDOUT_FILENO);
     pt_error err = {0};
+    struct stat before;
+    int existed = c.a.run_dir && stat(c.a.run_dir, &before) == 0;
     int rc = prepare(&c, &err);
     if (rc < 0) {
-        fprintf(stderr, "pipetop run: refused before starting any agent: %s\n",
-                err.msg[0] ? err.msg : pt_strerror(rc));
+        discard_run_dir(&c, existed);
+        if (!existed)
+            c.run_dir[0] = 0;
+        pt_cli_error("run", c.a.json, rc, "refused before starting any agent: %s",
+                     err.msg[0] ? err.msg : pt_strerror(rc));
         fail_json(&c, err.msg);
         cleanup(&c);
         return 1;
@@ -781,7 +842,8 @@ int pt_cmd_run(int argc, char **argv)
                             !c.a.external};
     c.report = pt_run_report_new(c.plan, c.resume_step, c.steps);
     if (!c.report || (rc = pt_run_create(&rc_cfg, &c.run, &err)) < 0) {
-        fprintf(stderr, "pipetop run: %s\n", err.msg[0] ? err.msg : "out of memory");
+        pt_cli_error("run", c.a.json, rc < 0 ? rc : PT_ENOMEM, "%s",
+                     err.msg[0] ? err.msg : "out of memory");
         fail_json(&c, err.msg);
         cleanup(&c);
         return 1;
@@ -821,12 +883,19 @@ int pt_cmd_run(int argc, char **argv)
         pt_progress_finish(&c.bar, NULL);
         char msg[PT_ERROR_MAX + 64];
         snprintf(msg, sizeof msg, "%s", err.msg[0] ? err.msg : pt_strerror(rc));
-        fprintf(stderr, "pipetop run: stopped: %s\n", msg);
         pt_run_end(c.run, "the run stopped");
+        char hint[2 * PATH_CAP + 96] = "";
         if (c.ckpt_dir[0] && pt_session_committed_step(c.s) >= 0)
-            fprintf(stderr,
-                    "pipetop run: last checkpoint: step %lld in %s (resume with --resume %s)\n",
-                    (long long)pt_session_committed_step(c.s), c.ckpt_dir, c.ckpt_dir);
+            snprintf(hint, sizeof hint,
+                     "last checkpoint: step %lld in %s (resume with --resume %s)",
+                     (long long)pt_session_committed_step(c.s), c.ckpt_dir, c.ckpt_dir);
+        if (c.a.json) /* one object: the failure and where to resume */
+            pt_cli_error("run", 1, rc, "stopped: %s%s%s", msg, hint[0] ? "; " : "", hint);
+        else {
+            pt_cli_error("run", 0, rc, "stopped: %s", msg);
+            if (hint[0])
+                pt_cli_error("run", 0, rc, "%s", hint);
+        }
         char fields[PT_ERROR_MAX + 128];
         cJSON *j = cJSON_CreateString(msg);
         char *q = j ? cJSON_PrintUnformatted(j) : NULL;

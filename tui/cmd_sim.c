@@ -18,8 +18,11 @@
 #include "protocol/profile.h"
 #include "protocol/topology.h"
 #include "protocol/opts.h"
+#include "tui/cli_error.h"
 #include "tui/commands.h"
 #include "tui/timeline_ascii.h"
+
+#define MS_PER_S 1000.0
 
 #define GIB            (1024.0 * 1024.0 * 1024.0)
 #define MAX_WINDOWS    1000
@@ -128,10 +131,10 @@ static int print_json(const pt_program *prog, const pt_topology *topo, const pt_
     cJSON_AddNumberToObject(root, "microbatches", prog->mb_per_window);
     cJSON_AddNumberToObject(root, "microbatch_size", prog->mb_size);
     cJSON_AddNumberToObject(root, "windows", prog->window_count);
-    cJSON_AddNumberToObject(root, "iteration_s", res->iter_s);
-    cJSON_AddNumberToObject(root, "makespan_s", res->makespan_s);
-    cJSON_AddNumberToObject(root, "throughput", res->throughput);
-    cJSON_AddNumberToObject(root, "bubble", res->bubble_frac);
+    cJSON_AddNumberToObject(root, "iteration_ms", res->iter_s * MS_PER_S);
+    cJSON_AddNumberToObject(root, "makespan_ms", res->makespan_s * MS_PER_S);
+    cJSON_AddNumberToObject(root, "samples_per_s", res->throughput);
+    cJSON_AddNumberToObject(root, "bubble_frac", res->bubble_frac);
     cJSON_AddBoolToObject(root, "fits", res->fits);
     cJSON *ws = cJSON_AddArrayToObject(root, "workers");
     for (int w = 0; ws && w < prog->worker_count; w++) {
@@ -150,13 +153,13 @@ static int print_json(const pt_program *prog, const pt_topology *topo, const pt_
             cJSON_AddItemToArray(l, cJSON_CreateNumber(x->first));
             cJSON_AddItemToArray(l, cJSON_CreateNumber(x->last));
         }
-        cJSON_AddNumberToObject(o, "busy", sw->busy_frac);
-        cJSON_AddNumberToObject(o, "bubble", sw->bubble_frac);
-        cJSON_AddNumberToObject(o, "comm_s", sw->comm_s);
+        cJSON_AddNumberToObject(o, "busy_frac", sw->busy_frac);
+        cJSON_AddNumberToObject(o, "bubble_frac", sw->bubble_frac);
+        cJSON_AddNumberToObject(o, "comm_ms", sw->comm_s * MS_PER_S);
         cJSON_AddNumberToObject(o, "peak_inflight", sw->peak_inflight);
         cJSON_AddNumberToObject(o, "peak_versions", sw->peak_versions);
-        cJSON_AddNumberToObject(o, "memory_limit", (double)sw->limit);
-        cJSON *m = cJSON_AddObjectToObject(o, "peak_memory");
+        cJSON_AddNumberToObject(o, "memory_limit_bytes", (double)sw->limit);
+        cJSON *m = cJSON_AddObjectToObject(o, "peak_memory_bytes");
         for (int k = 0; m && k < PT_MEM_KIND_COUNT; k++)
             cJSON_AddNumberToObject(m, pt_mem_kind_name(k), (double)sw->peak.bytes[k]);
         if (m)
@@ -174,8 +177,8 @@ static int print_json(const pt_program *prog, const pt_topology *topo, const pt_
             cJSON_AddStringToObject(o, "op", pt_op_name(op->kind));
             cJSON_AddNumberToObject(o, "mb", op->mb);
             cJSON_AddNumberToObject(o, "version", op->version);
-            cJSON_AddNumberToObject(o, "start", res->events[i].start);
-            cJSON_AddNumberToObject(o, "end", res->events[i].end);
+            cJSON_AddNumberToObject(o, "start_ms", res->events[i].start * MS_PER_S);
+            cJSON_AddNumberToObject(o, "end_ms", res->events[i].end * MS_PER_S);
         }
     }
     char *text = cJSON_PrintUnformatted(root);
@@ -292,8 +295,8 @@ int pt_cmd_sim(int argc, char **argv)
     if (rc >= 0)
         return rc;
     if (!plan_path || !profile_path || !topo_path) {
-        fprintf(stderr, "pipetop sim: --plan, --profile and --topology are required "
-                        "(see pipetop sim --help)\n");
+        pt_cli_error("sim", json, PT_CLI_USAGE,
+                     "--plan, --profile and --topology are required (see pipetop sim --help)");
         return 2;
     }
     pt_error err = {0};
@@ -346,7 +349,8 @@ int pt_cmd_sim(int argc, char **argv)
     status = 0;
 out:
     if (status)
-        fprintf(stderr, "pipetop sim: %s\n", err.msg[0] ? err.msg : pt_strerror(err.code));
+        pt_cli_error("sim", json, err.code ? err.code : PT_EINVAL, "%s",
+                     err.msg[0] ? err.msg : pt_strerror(err.code));
     pt_program_release(&prog);
     pt_sim_free(&sim);
     pt_cost_free(&cost);

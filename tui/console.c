@@ -36,13 +36,14 @@ static int64_t now_ns(void)
 
 const pt_ui_key pt_ui_keys[] = {
     {PT_VIEW_COUNT, "1 2 3 4", "plan, timeline, stats, agents view"},
-    {PT_VIEW_COUNT, "? 5", "this help"},
+    {PT_VIEW_COUNT, "? 5 F1", "this help"},
     {PT_VIEW_COUNT, "Tab", "next view"},
     {PT_VIEW_COUNT, "Esc", "back to the previous view (closes help)"},
     {PT_VIEW_COUNT, "x", "export the shown timeline: trace JSON (Perfetto) and SVG"},
     {PT_VIEW_COUNT, "t", "next theme (dark, light, mono, okabe-ito); saved in the config"},
     {PT_VIEW_COUNT, "Ctrl-L", "redraw the screen"},
-    {PT_VIEW_COUNT, "q", "quit (stops the agents this console started)"},
+    {PT_VIEW_COUNT, "Z", "pause the display, as htop (training goes on; space too, outside replay)"},
+    {PT_VIEW_COUNT, "q F10", "quit (stops the agents this console started)"},
     {PT_VIEW_PLAN, "Up Down j k", "move the cursor over the layers (PgUp PgDn Home End)"},
     {PT_VIEW_PLAN, "[ ]", "move the boundary at the start of the cursor's stage up / down"},
     {PT_VIEW_PLAN, "{ }", "move the boundary at the end of the cursor's stage up / down"},
@@ -52,9 +53,10 @@ const pt_ui_key pt_ui_keys[] = {
     {PT_VIEW_PLAN, "r d", "select the stage's next replica / move it to the next device"},
     {PT_VIEW_PLAN, "c", "recomputation on / off for the cursor's stage"},
     {PT_VIEW_PLAN, "S", "next schedule kind (every kind in turn; pipetop sim --help lists them)"},
-    {PT_VIEW_PLAN, "a v", "warm-up policy A / B; vertical sync on / off (kinds that read them)"},
-    {PT_VIEW_PLAN, "b B", "micro-batch size halved / doubled"},
-    {PT_VIEW_PLAN, "m M", "one micro-batch less / more per iteration"},
+    {PT_VIEW_PLAN, "a v", "dapple's warm-up policy A / B; pipedream's vertical sync on / off"},
+    {PT_VIEW_PLAN, "b B", "micro-batch size halved / doubled (the count follows: batch kept)"},
+    {PT_VIEW_PLAN, "m M", "fewer / more micro-batches (the size follows: batch kept)"},
+    {PT_VIEW_PLAN, "g G", "global batch halved / doubled"},
     {PT_VIEW_PLAN, "u", "undo the last edit"},
     {PT_VIEW_PLAN, "P o", "run the planner and fill the plan (shows the gain) / next planner"},
     {PT_VIEW_PLAN, "A", "apply & restart: checkpoint, stop, re-assign, resume (live runs)"},
@@ -67,6 +69,9 @@ const pt_ui_key pt_ui_keys[] = {
     {PT_VIEW_TIMELINE, "Up Down", "scroll the stage replica rows"},
     {PT_VIEW_STATS, "z", "graphs: the whole run (downsampled: mean, min-max) / the recent steps"},
     {PT_VIEW_AGENTS, "Up Down", "scroll the agent table"},
+    {PT_VIEW_AGENTS, "/ F4",
+     "filter: type text (id, host, device, state); Enter keeps, Esc clears"},
+    {PT_VIEW_AGENTS, "s F6", "next sort key: agent, stage, cpu, rss, state"},
     {PT_VIEW_HELP, "Up Down", "scroll this help"},
     {-1, NULL, NULL},
 };
@@ -80,6 +85,47 @@ static void layout(pt_ui *ui)
     pt_layout_compute(ui->view, ui->rows, ui->cols, &lo, &ui->layout);
 }
 
+/* The run summary of the header at a level of detail: 0 full, higher levels
+ * shorten labels and drop the model and the source's words, never the
+ * figures (step, loss, throughput). */
+static void header_summary(const pt_ui *ui, int level, char *buf, size_t cap)
+{
+    char src[PT_SOURCE_DESC_MAX] = "";
+    if (ui->src && ui->src->vt->describe)
+        ui->src->vt->describe(ui->src, src, sizeof src);
+    int64_t n = pt_store_step_count(ui->store);
+    if (ui->paused && ui->frozen_steps < n)
+        n = ui->frozen_steps;
+    const pt_store_step *st = n ? pt_store_step_at(ui->store, n - 1) : NULL;
+    char fig[96] = "";
+    if (st) {
+        char loss[32] = "";
+        if (!isnan(st->loss))
+            snprintf(loss, sizeof loss, level < 2 ? " loss %.4f" : " L %.3f", st->loss);
+        snprintf(fig, sizeof fig, level < 2 ? "step %lld%s %.0f/s" : "s%lld%s %.0f/s",
+                 (long long)st->step, loss, st->samples_per_s);
+    }
+    const char *paused = ui->paused ? (level < 2 ? "PAUSED | " : "PAUSED ") : "";
+    const char *model = ui->model_name ? ui->model_name : "";
+    if (ui->src && ui->src->vt->describe && level >= 2) {
+        /* only the generation survives of the source's words */
+        int64_t gen = pt_store_generation(ui->store);
+        if (gen > 0)
+            snprintf(src, sizeof src, "g%lld", (long long)gen);
+        else
+            src[0] = 0;
+    }
+    const char *sep = src[0] && fig[0] ? " | " : "";
+    if (level == 0)
+        snprintf(buf, cap, "%s%s%s%s%s%s", paused, model, model[0] ? " | " : "", src, sep, fig);
+    else if (level <= 2)
+        snprintf(buf, cap, "%s%s%s%s", paused, src, sep, fig);
+    else
+        snprintf(buf, cap, "%s%s", paused, fig);
+}
+
+#define HEADER_LEVELS 4
+
 static void draw_header(pt_ui *ui)
 {
     const pt_rect *r = pt_layout_find(&ui->layout, PT_PANEL_HEADER);
@@ -89,31 +135,36 @@ static void draw_header(pt_ui *ui)
     attron(ui->attr[PT_THEME_HEADER]);
     hline(' ', r->w);
     attroff(ui->attr[PT_THEME_HEADER]);
+    static const char *const tabs[] = {"1 plan", "2 timeline", "3 stats", "4 agents", "? help"};
+    static const char *const tabs_short[] = {"1", "2", "3", "4", "?"};
+    /* the widest tabs and summary that fit together: full tabs first, then
+     * only the shown view's tab named, then shorter summaries */
+    char right[PT_SOURCE_DESC_MAX + 160];
+    int compact = 0, level = 0, tabs_w = 0, len = 0;
+    for (int attempt = 0; attempt < 2 * HEADER_LEVELS; attempt++) {
+        compact = attempt > 0;
+        level = attempt > 0 ? attempt - 1 : 0;
+        if (level >= HEADER_LEVELS)
+            level = HEADER_LEVELS - 1;
+        tabs_w = 8;
+        for (int v = 0; v < PT_VIEW_COUNT; v++)
+            tabs_w += (int)strlen(compact && v != (int)ui->view ? tabs_short[v] : tabs[v]) + 1;
+        header_summary(ui, level, right, sizeof right);
+        len = (int)strlen(right);
+        if (tabs_w + len + 1 <= r->w)
+            break;
+    }
     int x = 0;
     pt_ui_text(r->y, x, r->w, ui->attr[PT_THEME_HEADER], 0, "pipetop ");
     x += 8;
-    static const char *const tabs[] = {"1 plan", "2 timeline", "3 stats", "4 agents", "? help"};
     for (int v = 0; v < PT_VIEW_COUNT && x < r->w; v++) {
+        const char *tab = compact && v != (int)ui->view ? tabs_short[v] : tabs[v];
         attr_t a = v == (int)ui->view ? ui->attr[PT_THEME_TAB] | A_REVERSE : ui->attr[PT_THEME_DIM];
-        pt_ui_text(r->y, x, r->w - x, a, 0, "%s", tabs[v]);
-        x += (int)strlen(tabs[v]) + 1;
+        pt_ui_text(r->y, x, r->w - x, a, 0, "%s", tab);
+        ui->tab_x[v] = x;
+        x += (int)strlen(tab) + 1;
+        ui->tab_end[v] = x - 1;
     }
-    char src[PT_SOURCE_DESC_MAX] = "";
-    if (ui->src && ui->src->vt->describe)
-        ui->src->vt->describe(ui->src, src, sizeof src);
-    char right[PT_SOURCE_DESC_MAX + 160];
-    int64_t n = pt_store_step_count(ui->store);
-    const pt_store_step *st = n ? pt_store_step_at(ui->store, n - 1) : NULL;
-    if (st && !isnan(st->loss))
-        snprintf(right, sizeof right, "%s | %s | step %lld loss %.4f %.0f/s",
-                 ui->model_name ? ui->model_name : "", src, (long long)st->step, st->loss,
-                 st->samples_per_s);
-    else if (st)
-        snprintf(right, sizeof right, "%s | %s | step %lld %.0f/s",
-                 ui->model_name ? ui->model_name : "", src, (long long)st->step, st->samples_per_s);
-    else
-        snprintf(right, sizeof right, "%s | %s", ui->model_name ? ui->model_name : "", src);
-    int len = (int)strlen(right);
     if (x + 2 < r->w) {
         int w = r->w - x - 1;
         int at = len < w ? r->w - len - 1 : x + 1;
@@ -127,12 +178,17 @@ static void draw_status(pt_ui *ui)
     if (!r)
         return;
     const char *note = pt_store_last_note(ui->store);
-    if (ui->status[0] && ui->now_ns - ui->status_ns < PT_UI_STATUS_NS) {
+    /* a message goes when it expires or when the source reports a state
+     * change after it (the run restarted, an agent died): the newer wins */
+    int fresh_note = note[0] && ui->now_ns - ui->note_ns < PT_UI_NOTE_NS;
+    int64_t age = ui->now_ns - ui->status_ns;
+    if (ui->status[0] && age < PT_UI_STATUS_NS &&
+        (age < PT_UI_STATUS_MIN_NS || !(fresh_note && ui->note_seq > ui->status_note_seq))) {
         pt_ui_text(r->y, 0, r->w, ui->attr[ui->status_error ? PT_THEME_ERROR : PT_THEME_STATUS], 1,
                    "%s", ui->status);
         return;
     }
-    if (note[0]) {
+    if (fresh_note) {
         pt_ui_text(r->y, 0, r->w, ui->attr[PT_THEME_STATUS], 1, "%s", note);
         return;
     }
@@ -259,7 +315,7 @@ void pt_ui_refresh_timelines(pt_ui *ui)
         ui->tl_pred_version = pt_plan_edit_version(ui->edit);
     }
     uint64_t v = pt_store_version(ui->store) * 131 + (uint64_t)ui->tl_iters;
-    if (v != ui->tl_meas_version) {
+    if (v != ui->tl_meas_version && !(ui->paused && ui->tl_meas.count > 0)) {
         int64_t last = pt_store_last_step(ui->store);
         pt_tline_clear(&ui->tl_meas);
         if (last >= 0) {
@@ -295,6 +351,34 @@ static void apply_restart(pt_ui *ui)
         pt_ui_status(ui, 1, "apply & restart refused: %s", err.msg);
     else
         pt_ui_status(ui, 0, "apply & restart: %s", err.msg[0] ? err.msg : "restarted");
+    /* the restart runs inside the next poll and holds the loop while it
+     * checkpoints: show the outcome now, not when it is already over */
+    draw(ui);
+}
+
+static void toggle_pause(pt_ui *ui)
+{
+    ui->paused = !ui->paused;
+    ui->frozen_steps = pt_store_step_count(ui->store);
+    if (ui->paused)
+        pt_ui_status(ui, 0, "display paused: training goes on; Z resumes");
+    else
+        pt_ui_status(ui, 0, "display resumed");
+}
+
+/* "x", "F5", "Left": a key as the user pressed it, for messages. */
+static const char *key_words(int ch, char *buf, size_t cap)
+{
+    const char *name = keyname(ch);
+    if (ch == ' ')
+        snprintf(buf, cap, "space");
+    else if (ch > ' ' && ch < 127)
+        snprintf(buf, cap, "%c", ch);
+    else if (name && !strncmp(name, "KEY_", 4))
+        snprintf(buf, cap, "%s", name + 4);
+    else
+        snprintf(buf, cap, "%s", name ? name : "?");
+    return buf;
 }
 
 /* A source the user cannot apply plans to (a replay) shows the plan of the
@@ -316,7 +400,14 @@ static int global_key(pt_ui *ui, int ch, const char *config_path)
 {
     switch (ch) {
     case 'q':
+    case KEY_F(10):
         ui->quit = 1;
+        return 1;
+    case KEY_F(1):
+        set_view(ui, PT_VIEW_HELP);
+        return 1;
+    case 'Z':
+        toggle_pause(ui);
         return 1;
     case '1':
     case '2':
@@ -360,10 +451,9 @@ static void handle_mouse(pt_ui *ui)
         return;
     const pt_rect *hdr = pt_layout_find(&ui->layout, PT_PANEL_HEADER);
     if (hdr && ev.y == hdr->y && (ev.bstate & (BUTTON1_PRESSED | BUTTON1_CLICKED))) {
-        /* tabs: "pipetop " then "1 plan" "2 timeline" "3 stats" "4 agents" "? help" */
-        static const int tab_end[] = {14, 25, 33, 42, 49};
+        /* the tabs where draw_header put them (they shorten on narrow screens) */
         for (int v = 0; v < PT_VIEW_COUNT; v++)
-            if (ev.x >= 8 && ev.x < tab_end[v]) {
+            if (ev.x >= ui->tab_x[v] && ev.x < ui->tab_end[v]) {
                 set_view(ui, (pt_view)v);
                 break;
             }
@@ -383,7 +473,7 @@ static void handle_mouse(pt_ui *ui)
 
 /* Keys of the plan view that change the plan or act on the run; the rest
  * of it (cursor, replica selection, planner choice) only looks. */
-#define PLAN_EDIT_KEYS "[]{}sJ+=-dcSavbBmMuPwA"
+#define PLAN_EDIT_KEYS "[]{}sJ+=-dcSavbBmMgGuPwA"
 
 /* --readonly: 1 (and the status says so) when ch would edit or act. */
 static int refused_readonly(pt_ui *ui, int ch)
@@ -437,6 +527,13 @@ static void handle_key(pt_ui *ui, int ch, const char *config_path)
             pt_ui_status(ui, 0, "%s", msg);
         return;
     }
+    if (ch == ' ') {
+        toggle_pause(ui);
+        return;
+    }
+    char kw[32];
+    pt_ui_status(ui, 1, "key %s does nothing in the %s view (? lists the keys)",
+                 key_words(ch, kw, sizeof kw), pt_view_name(ui->view));
 }
 
 static int setup(pt_ui *ui, const pt_console_opts *o, char *config_path, size_t cap, pt_error *err)
@@ -540,14 +637,24 @@ int pt_console_run(const pt_console_opts *o, pt_error *err)
             }
             follow_generation(&ui);
         }
-        if (pt_store_version(ui.store) != seen_store ||
+        if ((pt_store_version(ui.store) != seen_store && !ui.paused) ||
             (ui.edit && pt_plan_edit_version(ui.edit) != seen_edit)) {
             seen_store = pt_store_version(ui.store);
             seen_edit = ui.edit ? pt_plan_edit_version(ui.edit) : 0;
             ui.dirty = 1;
         }
-        if (ui.status[0] && ui.now_ns - ui.status_ns >= PT_UI_STATUS_NS &&
-            ui.now_ns - ui.status_ns < PT_UI_STATUS_NS + frame_ns * 2)
+        if (pt_store_note_seq(ui.store) != ui.note_seq) {
+            ui.note_seq = pt_store_note_seq(ui.store);
+            ui.note_ns = ui.now_ns;
+            ui.dirty = 1;
+        }
+        /* redraw once when a message or a note expires */
+        int64_t age = ui.now_ns - ui.status_ns;
+        if ((ui.status[0] &&
+             ((age >= PT_UI_STATUS_NS && age < PT_UI_STATUS_NS + frame_ns * 2) ||
+              (age >= PT_UI_STATUS_MIN_NS && age < PT_UI_STATUS_MIN_NS + frame_ns * 2))) ||
+            (ui.note_seq && ui.now_ns - ui.note_ns >= PT_UI_NOTE_NS &&
+             ui.now_ns - ui.note_ns < PT_UI_NOTE_NS + frame_ns * 2))
             ui.dirty = 1;
         int64_t wait_ms = IDLE_WAIT_MS;
         if (ui.dirty) {

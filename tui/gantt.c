@@ -6,6 +6,7 @@
 #include <string.h>
 
 #define AXIS_TICK_CELLS 12
+#define AXIS_UNIT_CELLS 3 /* " ms" */
 
 /* Cell range [*c0, *c1) a span covers; 0 when outside the window. */
 static int cells(double s, double e, double t0, double t1, int width, int *c0, int *c1)
@@ -77,16 +78,20 @@ void pt_gantt_axis(double t0, double t1, int width, char *out)
     out[width > 0 ? width : 0] = 0;
     if (width <= 0 || t1 <= t0)
         return;
+    /* the unit takes the last cells (" ms"); a tick whose label would run
+     * into it is left out whole rather than cut or overwritten */
+    int room = width >= AXIS_UNIT_CELLS + 2 ? width - AXIS_UNIT_CELLS : width;
     for (int c = 0; c < width; c += AXIS_TICK_CELLS) {
         double t = t0 + (t1 - t0) * c / width;
         char lab[24];
         int n = snprintf(lab, sizeof lab, "|%.*f", t1 - t0 < 0.01 ? 2 : 1, t * 1e3);
+        if (c > 0 && c + n > room)
+            break;
         for (int k = 0; k < n && c + k < width; k++)
             out[c + k] = lab[k];
     }
-    const char *unit = "ms";
-    if (width >= 3) {
-        out[width - 2] = unit[0];
-        out[width - 1] = unit[1];
+    if (room < width) {
+        out[width - 2] = 'm';
+        out[width - 1] = 's';
     }
 }

@@ -77,7 +77,12 @@ static void layout_timeline(pt_layout *l, pt_rect body, int split)
     int info =
         body.w >= PT_LAYOUT_WIDE_COLS && body.h >= 40 ? TL_INFO_ROWS_WIDE : TL_INFO_ROWS_NARROW;
     int main_h = body.h - info;
-    if (split) {
+    if (split && body.w >= PT_LAYOUT_WIDE_COLS) {
+        /* measured | predicted, each as tall as the body: every row shows */
+        int left = body.w / 2;
+        add(l, PT_PANEL_TL_MAIN, rect(body.y, body.x, main_h, left));
+        add(l, PT_PANEL_TL_PRED, rect(body.y, body.x + left, main_h, body.w - left));
+    } else if (split) {
         int top = main_h / 2;
         add(l, PT_PANEL_TL_MAIN, rect(body.y, body.x, top, body.w));
         add(l, PT_PANEL_TL_PRED, rect(body.y + top, body.x, main_h - top, body.w));

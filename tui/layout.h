@@ -14,7 +14,8 @@
 /* Smallest terminal the console draws on; below it shows "terminal too small". */
 #define PT_LAYOUT_MIN_COLS 40
 #define PT_LAYOUT_MIN_ROWS 12
-/* From this width on, views put panels side by side. */
+/* From this width on, views put panels side by side (the timeline's measured
+ * and predicted charts too). */
 #define PT_LAYOUT_WIDE_COLS 120
 /* Most panels of one view (header and status included). */
 #define PT_LAYOUT_PANELS_MAX 8

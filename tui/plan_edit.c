@@ -455,6 +455,11 @@ int pt_plan_edit_policy(pt_plan_edit *e, char policy, pt_error *err)
 {
     if (policy != 'A' && policy != 'B')
         return pt_error_set(err, PT_EINVAL, "policy must be A or B, not '%c'", policy);
+    if (!pt_sched_kind_has(e->cur.plan->schedule, PT_SCHED_OPT_POLICY))
+        return pt_error_set(err, PT_EUNSUPP,
+                            "the warm-up policy does not apply to %s (dapple reads it; S "
+                            "changes the schedule)",
+                            pt_sched_kind_name(e->cur.plan->schedule));
     pt_plan *p = clone_or_fail(e, err);
     if (!p)
         return PT_ENOMEM;
@@ -464,6 +469,11 @@ int pt_plan_edit_policy(pt_plan_edit *e, char policy, pt_error *err)
 
 int pt_plan_edit_toggle_vsync(pt_plan_edit *e, pt_error *err)
 {
+    if (!pt_sched_kind_has(e->cur.plan->schedule, PT_SCHED_OPT_VSYNC))
+        return pt_error_set(err, PT_EUNSUPP,
+                            "vertical sync does not apply to %s (pipedream reads it; S "
+                            "changes the schedule)",
+                            pt_sched_kind_name(e->cur.plan->schedule));
     pt_plan *p = clone_or_fail(e, err);
     if (!p)
         return PT_ENOMEM;
@@ -585,4 +595,40 @@ int pt_plan_edit_run_planner(pt_plan_edit *e, const char *name, pt_plan_edit_gai
     if (gain)
         *gain = g;
     return 0;
+}
+
+int pt_plan_edit_resplit(pt_plan_edit *e, int size_dir, int count_dir, pt_error *err)
+{
+    const pt_plan *cur = e->cur.plan;
+    int size = cur->microbatch_size, count = cur->microbatch_count;
+    int global = size * count;
+    if (size_dir > 0) {
+        if (global % (size * 2))
+            return pt_error_set(err, PT_EINVAL,
+                                "micro-batches of %d samples do not divide the global batch of "
+                                "%d (g G change the global batch)",
+                                size * 2, global);
+        size *= 2;
+        count = global / size;
+    } else if (size_dir < 0) {
+        if (size % 2)
+            return pt_error_set(err, PT_EINVAL,
+                                "micro-batches of %d samples cannot be halved (g G change the "
+                                "global batch of %d)",
+                                size, global);
+        size /= 2;
+        count = global / size;
+    } else if (count_dir != 0) {
+        int c = count + count_dir;
+        while (c >= 1 && c <= global && global % c)
+            c += count_dir;
+        if (c < 1 || c > global)
+            return pt_error_set(err, PT_EINVAL,
+                                "no %s micro-batches split the global batch of %d evenly (g G "
+                                "change it)",
+                                count_dir > 0 ? "more" : "fewer", global);
+        count = c;
+        size = global / c;
+    }
+    return pt_plan_edit_microbatch(e, size, count, err);
 }

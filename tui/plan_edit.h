@@ -88,14 +88,21 @@ int pt_plan_edit_replicas(pt_plan_edit *e, int stage, int delta, pt_error *err);
 int pt_plan_edit_place(pt_plan_edit *e, int stage, int replica, int device, pt_error *err);
 /* Sets the schedule kind (policy and vertical sync kept). */
 int pt_plan_edit_schedule(pt_plan_edit *e, pt_sched_kind kind, pt_error *err);
-/* Sets the dapple policy ('A' or 'B'). */
+/* Sets the dapple policy ('A' or 'B'); PT_EUNSUPP when the schedule kind
+ * reads no policy. */
 int pt_plan_edit_policy(pt_plan_edit *e, char policy, pt_error *err);
-/* Toggles pipedream's vertical sync. */
+/* Toggles pipedream's vertical sync; PT_EUNSUPP when the kind reads none. */
 int pt_plan_edit_toggle_vsync(pt_plan_edit *e, pt_error *err);
 /* Toggles recomputation of a stage. */
 int pt_plan_edit_toggle_recompute(pt_plan_edit *e, int stage, pt_error *err);
 /* Sets micro-batch size and count (each >= 1). */
 int pt_plan_edit_microbatch(pt_plan_edit *e, int size, int count, pt_error *err);
+/* Changes the split of the global batch and keeps the global batch:
+ * size_dir > 0 doubles the micro-batch size, < 0 halves it (the count
+ * follows); else count_dir > 0 / < 0 moves to the next larger / smaller
+ * count that divides the global batch (the size follows). PT_EINVAL with
+ * the reason when no such split exists; the plan is then unchanged. */
+int pt_plan_edit_resplit(pt_plan_edit *e, int size_dir, int count_dir, pt_error *err);
 /* Replaces the whole plan (a planner's result); same checks as an edit. */
 int pt_plan_edit_replace(pt_plan_edit *e, const pt_plan *plan, pt_error *err);
 /* Goes back to the plan before the last edit; PT_ESTATE when there is none. */

@@ -329,7 +329,7 @@ char *pt_run_report_json(pt_run_report *r, const pt_sim_result *pred, const char
     add_num(o, "relative_error", rel_err(f->iteration_ms, p_ms));
     cJSON_AddNumberToObject(o, "steps_measured", f->steps_measured);
     if (pred)
-        add_num(o, "predicted_bubble", pred->bubble_frac);
+        add_num(o, "predicted_bubble_frac", pred->bubble_frac);
     cJSON *arr = cJSON_AddArrayToObject(o, "stages");
     for (int w = 0; arr && w < f->worker_count; w++) {
         const pt_run_worker_figures *x = &f->workers[w];
@@ -341,16 +341,16 @@ char *pt_run_report_json(pt_run_report *r, const pt_sim_result *pred, const char
         cJSON_AddNumberToObject(s, "stage", x->stage);
         cJSON_AddNumberToObject(s, "replica", x->replica);
         add_num(s, "iteration_ms", x->iter_ms);
-        add_num(s, "busy", x->busy);
-        add_num(s, "bubble", x->bubble);
-        cJSON_AddItemToObject(s, "peak_memory", mem_object(x->peak, x->peak_total));
+        add_num(s, "busy_frac", x->busy);
+        add_num(s, "bubble_frac", x->bubble);
+        cJSON_AddItemToObject(s, "peak_memory_bytes", mem_object(x->peak, x->peak_total));
         if (sw) {
-            add_num(s, "predicted_busy", sw->busy_frac);
-            add_num(s, "predicted_bubble", sw->bubble_frac);
+            add_num(s, "predicted_busy_frac", sw->busy_frac);
+            add_num(s, "predicted_bubble_frac", sw->bubble_frac);
             int64_t pb[PT_MSG_MEM_COUNT] = {0};
             for (int k = 0; k < PT_MSG_MEM_COUNT && k < PT_MEM_KIND_COUNT; k++)
                 pb[k] = sw->peak.bytes[k];
-            cJSON_AddItemToObject(s, "predicted_peak_memory", mem_object(pb, sw->peak.total));
+            cJSON_AddItemToObject(s, "predicted_peak_memory_bytes", mem_object(pb, sw->peak.total));
             add_num(s, "busy_relative_error", rel_err(x->busy, sw->busy_frac));
         }
     }

@@ -38,6 +38,7 @@ struct pt_store {
     pt_plan *plan;
     int64_t gen;
     char note[PT_STORE_NOTE_MAX];
+    uint64_t note_seq;
     int64_t now_ns;
     pt_store_counts counts;
 };
@@ -295,7 +296,13 @@ void pt_store_note(pt_store *s, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(s->note, sizeof s->note, fmt, ap);
     va_end(ap);
+    s->note_seq++;
     s->version++;
+}
+
+uint64_t pt_store_note_seq(const pt_store *s)
+{
+    return s->note_seq;
 }
 
 void pt_store_set_now(pt_store *s, int64_t now_ns)

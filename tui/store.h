@@ -101,6 +101,9 @@ const pt_store_mem *pt_store_mem_at(const pt_store *s, int64_t i); /* oldest kep
 /* The newest memory sample of (stage, replica), or NULL. */
 const pt_store_mem *pt_store_mem_latest(const pt_store *s, int stage, int replica);
 const char *pt_store_last_note(const pt_store *s); /* "" when none */
+/* How many notes were recorded so far (a new note, even with the same text,
+ * counts): the console tells a state change from an old line by it. */
+uint64_t pt_store_note_seq(const pt_store *s);
 int64_t pt_store_now(const pt_store *s);
 
 /* Events ingested in all, kept in the ring now, and skipped (invalid op kind). */

@@ -13,11 +13,11 @@
 #define THEME_EXT      ".theme"
 
 static const char *const key_names[PT_THEME_KEY_COUNT] = {
-    "text",      "dim",       "accent",    "header",    "tab",         "status",    "error",
-    "warn",      "ok",        "border",    "select",    "boundary",    "fwd",       "bwd",
-    "recompute", "bubble",    "comm",      "allreduce", "optstep",     "predicted", "mem.weights",
-    "mem.grads", "mem.optim", "mem.acts",  "mem.stash", "mem.buffers", "loss",      "throughput",
-    "limit",     "bwd.input", "bwd.weight"};
+    "text",      "dim",       "accent",     "header",     "tab",         "status",    "error",
+    "warn",      "ok",        "border",     "select",     "boundary",    "fwd",       "bwd",
+    "recompute", "bubble",    "comm",       "allreduce",  "optstep",     "predicted", "mem.weights",
+    "mem.grads", "mem.optim", "mem.acts",   "mem.stash",  "mem.buffers", "loss",      "throughput",
+    "limit",     "bwd.input", "bwd.weight", "background", "foreground"};
 
 /* Built-in dark theme: Okabe-Ito hues for the op kinds (they stay apart for
  * the common colour-vision deficiencies), greys for chrome. */
@@ -53,6 +53,8 @@ static const unsigned dark_rgb[PT_THEME_KEY_COUNT] = {
     0xff5f5f, /* limit */
     0xe69f00, /* bwd.input: orange like bwd, told apart by its fill */
     0x0072b2, /* bwd.weight: blue */
+    0x000000, /* background: unset (the terminal's) */
+    0x000000, /* foreground: unset (the terminal's) */
 };
 
 const char *pt_theme_key_name(int key)
@@ -65,6 +67,8 @@ void pt_theme_default(pt_theme *out)
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "dark");
     for (int k = 0; k < PT_THEME_KEY_COUNT; k++) {
+        if (k == PT_THEME_BACKGROUND || k == PT_THEME_FOREGROUND)
+            continue; /* the terminal's own */
         out->color[k].set = 1;
         out->color[k].r = (unsigned char)(dark_rgb[k] >> 16);
         out->color[k].g = (unsigned char)(dark_rgb[k] >> 8);
@@ -227,6 +231,11 @@ int pt_theme_find(const char *name, pt_theme *out, pt_error *err)
     return pt_error_set(err, PT_ENOTFOUND, "theme '%s' not found (looked in %s%s%s%s%s)", name,
                         dirs[0], nd > 1 ? ", " : "", nd > 1 ? dirs[1] : "", nd > 2 ? ", " : "",
                         nd > 2 ? dirs[2] : "");
+}
+
+int pt_theme_paints_background(const pt_theme *theme)
+{
+    return theme->color[PT_THEME_BACKGROUND].set && theme->color[PT_THEME_FOREGROUND].set;
 }
 
 int pt_theme_is_mono(const pt_theme *theme)

@@ -3,9 +3,11 @@
  *   key = none         (no colour: the terminal's default; attributes only)
  * per line, '#' or ';' starting a comment line, unknown keys ignored (so old
  * binaries read new themes). Keys a file leaves out keep the built-in dark
- * theme's value. The console never paints a background of its own: text
- * sits on the terminal's default background, and only timeline blocks and
- * bars use a colour as background.
+ * theme's value. Text sits on the terminal's own background in the
+ * terminal's own foreground (so it reads on dark and light terminals alike)
+ * unless a theme sets both `background` and `foreground`: then the console
+ * paints that background everywhere and writes plain text in that
+ * foreground. Timeline blocks and bars use a colour as background either way.
  *
  * State is never told by colour alone: the fills below tell forward,
  * backward, recompute, bubble, communication, all-reduce and optimizer
@@ -49,6 +51,8 @@ typedef enum pt_theme_key {
     PT_THEME_LIMIT,
     PT_THEME_BWD_INPUT,  /* B of a split backward (zero-bubble schedules) */
     PT_THEME_BWD_WEIGHT, /* W of a split backward */
+    PT_THEME_BACKGROUND, /* the screen's background: used only with foreground */
+    PT_THEME_FOREGROUND, /* plain text on that background */
     PT_THEME_KEY_COUNT
 } pt_theme_key;
 
@@ -66,7 +70,8 @@ typedef struct pt_theme {
  * out of range. */
 const char *pt_theme_key_name(int key);
 
-/* The built-in dark theme (what a file's missing keys fall back to). */
+/* The built-in dark theme (what a file's missing keys fall back to); it
+ * sets no background or foreground. */
 void pt_theme_default(pt_theme *out);
 
 /* Parses theme text. Starts from pt_theme_default, applies every known key,
@@ -86,6 +91,9 @@ int pt_theme_load(const char *path, pt_theme *out, pt_error *err);
 int pt_theme_find(const char *name, pt_theme *out, pt_error *err);
 
 /* 1 when no key has a colour (a monochrome theme). */
+/* 1 when the theme sets both background and foreground (it paints its own
+ * screen), 0 when text uses the terminal's defaults. */
+int pt_theme_paints_background(const pt_theme *theme);
 int pt_theme_is_mono(const pt_theme *theme);
 
 /* Nearest xterm-256 palette index (16..255: colour cube and grey ramp). */

@@ -25,6 +25,22 @@ void pt_ui_colors_init(pt_ui *ui)
         use_default_colors();
         ui->colors = COLORS >= 256 ? 256 : COLORS >= 8 ? 8 : 0;
     }
+    /* text on the terminal's own background and foreground unless the theme
+     * sets both (then it paints the whole screen in them) */
+    int paint = ui->colors && pt_theme_paints_background(&ui->theme) &&
+                COLOR_PAIRS >= 2 * PT_THEME_KEY_COUNT + 2;
+    short bg = -1, fg = -1;
+    if (paint) {
+        pt_color b = ui->theme.color[PT_THEME_BACKGROUND], f = ui->theme.color[PT_THEME_FOREGROUND];
+        bg = (short)(ui->colors == 256 ? pt_color_to_256(b) : pt_color_to_8(b));
+        fg = (short)(ui->colors == 256 ? pt_color_to_256(f) : pt_color_to_8(f));
+        init_pair((short)(2 * PT_THEME_KEY_COUNT + 1), fg, bg);
+        bkgdset(COLOR_PAIR(2 * PT_THEME_KEY_COUNT + 1) | ' ');
+        bkgd(COLOR_PAIR(2 * PT_THEME_KEY_COUNT + 1) | ' ');
+    } else {
+        bkgdset(' ');
+        bkgd(' ');
+    }
     for (int k = 0; k < PT_THEME_KEY_COUNT; k++) {
         attr_t bold = 0;
         for (size_t i = 0; i < sizeof bold_keys / sizeof bold_keys[0]; i++)
@@ -44,7 +60,9 @@ void pt_ui_colors_init(pt_ui *ui)
         }
         short col = (short)(ui->colors == 256 ? pt_color_to_256(c) : pt_color_to_8(c));
         short text_on = luminance(c) > 140 ? COLOR_BLACK : COLOR_WHITE;
-        init_pair((short)(1 + k), col, -1);
+        /* plain text in the foreground in use: the terminal's (-1) or the theme's */
+        int plain = k == PT_THEME_TEXT || k == PT_THEME_HEADER || k == PT_THEME_STATUS;
+        init_pair((short)(1 + k), plain ? fg : col, bg);
         init_pair((short)(1 + PT_THEME_KEY_COUNT + k), text_on, col);
         ui->attr[k] = COLOR_PAIR(1 + k) | bold;
         ui->block[k] = COLOR_PAIR(1 + PT_THEME_KEY_COUNT + k);
@@ -61,6 +79,7 @@ void pt_ui_status(pt_ui *ui, int error, const char *fmt, ...)
     va_end(ap);
     ui->status_error = error;
     ui->status_ns = ui->now_ns;
+    ui->status_note_seq = ui->store ? pt_store_note_seq(ui->store) : 0;
     ui->dirty = 1;
 }
 
@@ -138,9 +157,7 @@ void pt_ui_bar(pt_ui *ui, int y, int x, int w, double frac, attr_t attr, char c)
     int over = frac > 1.0;
     if (frac > 1)
         frac = 1;
-    int n = (int)(frac * w + 0.5);
-    if (frac > 0 && n == 0)
-        n = 1;
+    int n = (int)(frac * w + 0.5); /* to scale: under half a cell shows none */
     attron(attr);
     for (int i = 0; i < n; i++)
         mvaddch(y, x + i, (chtype)(unsigned char)c);

@@ -18,8 +18,10 @@
 #include "tui/theme.h"
 #include "tui/tline.h"
 
-#define PT_UI_STATUS_MAX 320
-#define PT_UI_STATUS_NS  8000000000LL /* a message stays this long (ns) */
+#define PT_UI_STATUS_MAX    320
+#define PT_UI_STATUS_NS     5000000000LL  /* a message stays this long (ns) */
+#define PT_UI_STATUS_MIN_NS 1500000000LL  /* ... and at least this long, to be read */
+#define PT_UI_NOTE_NS       10000000000LL /* a data source's note (state change) stays this long */
 
 typedef enum pt_tl_mode {
     PT_TL_MEASURED,  /* the measured timeline (predicted when nothing is measured) */
@@ -27,6 +29,19 @@ typedef enum pt_tl_mode {
     PT_TL_BOTH,      /* both, in two panels */
     PT_TL_MODE_COUNT
 } pt_tl_mode;
+
+#define PT_UI_AGENTS_MAX 256 /* agents whose process figures the agents view keeps */
+
+/* The agents view's sample of one agent's process (local agents only). */
+typedef struct pt_ui_proc {
+    int64_t pid;
+    long long ticks; /* CPU time at the last sample, clock ticks */
+    long long rss;   /* bytes, -1 unknown */
+    double cpu_pct;  /* over the last interval, -1 unknown */
+    int64_t sampled_ns;
+} pt_ui_proc;
+
+enum { AG_SORT_ID, AG_SORT_STAGE, AG_SORT_CPU, AG_SORT_RSS, AG_SORT_STATE, AG_SORT_COUNT };
 
 typedef struct pt_ui {
     /* environment */
@@ -39,6 +54,9 @@ typedef struct pt_ui {
     int rows, cols;
     pt_layout layout;
     pt_view view, prev_view;
+    int tab_x[PT_VIEW_COUNT], tab_end[PT_VIEW_COUNT]; /* header columns of the tabs, as drawn */
+    int paused;           /* display frozen (the source still polls, training goes on) */
+    int64_t frozen_steps; /* steps the header shows while paused */
     int readonly; /* --readonly: keys that edit the plan or act on the run are refused */
     /* data */
     pt_store *store;
@@ -61,12 +79,19 @@ typedef struct pt_ui {
     uint64_t tl_meas_version, tl_pred_version;
     /* agents view */
     int ag_scroll;
+    int ag_sort;        /* AG_SORT_* */
+    char ag_filter[48]; /* substring of id, host, device or state; "" all */
+    int ag_filter_edit; /* typing the filter */
+    pt_ui_proc ag_proc[PT_UI_AGENTS_MAX];
     /* help view */
     int help_scroll;
     /* status line */
     char status[PT_UI_STATUS_MAX];
     int status_error;
     int64_t status_ns;
+    uint64_t status_note_seq; /* the source's note count when the message was set */
+    uint64_t note_seq;        /* the newest note seen, and when */
+    int64_t note_ns;
     int quit;
     int st_whole;      /* stats graphs: the whole run (1) or one step per column (0) */
     int64_t shown_gen; /* plan generation the editor follows (sources without apply) */

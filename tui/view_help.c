@@ -35,7 +35,7 @@ void pt_view_help_draw(pt_ui *ui)
                 EMIT(ui->attr[PT_THEME_TEXT], "  %-*s %s", KEY_COLS, k->key, k->what);
         EMIT(0, "%s", "");
     }
-    if (ui->src && ui->src->vt->keys) {
+    if (ui->src && ui->src->vt->keys && ui->src->vt->keys[0][0]) { /* no heading without keys */
         EMIT(ui->attr[PT_THEME_ACCENT], "%s (this console's data source)", ui->src->vt->kind);
         for (const char *const(*k)[2] = ui->src->vt->keys; (*k)[0]; k++)
             EMIT(ui->attr[PT_THEME_TEXT], "  %-*s %s", KEY_COLS, (*k)[0], (*k)[1]);

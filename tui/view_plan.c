@@ -12,7 +12,6 @@
 #define NAME_MAX_COLS 22
 #define VALUE_COLS    9 /* " 12.34ms " */
 #define PAGE_LINES    10
-#define MB_SIZE_MAX   (1 << 16)
 #define SAVE_PATH     "plan-edited.json"
 
 /* A list line is a stage header (layer < 0) or a layer row. */
@@ -168,18 +167,31 @@ static void draw_summary(pt_ui *ui, const pt_rect *r)
         snprintf(pol, sizeof pol, " policy %c", p->policy);
     else if (pt_sched_kind_has(p->schedule, PT_SCHED_OPT_VSYNC) && p->vertical_sync)
         snprintf(pol, sizeof pol, " vsync");
+    char line0[128];
+    if (snprintf(line0, sizeof line0, "schedule   %s%s, %d stages, %d workers",
+                 pt_sched_kind_name(p->schedule), pol, p->stage_count, prog->worker_count) > w)
+        snprintf(line0, sizeof line0, "schedule   %s%s, %dst %dw", pt_sched_kind_name(p->schedule),
+                 pol, p->stage_count, prog->worker_count);
     if (y < in.y + in.h)
-        pt_ui_text(y++, in.x, w, t, 1, "schedule   %s%s, %d stages, %d workers",
-                   pt_sched_kind_name(p->schedule), pol, p->stage_count, prog->worker_count);
+        pt_ui_text(y++, in.x, w, t, 1, "%s", line0);
+    /* the global batch first: edits keep it unless the user changes it */
+    if (snprintf(line0, sizeof line0, "batch      %d samples = %d micro-batches x %d",
+                 p->microbatch_count * p->microbatch_size, p->microbatch_count,
+                 p->microbatch_size) > w)
+        snprintf(line0, sizeof line0, "batch      %d = %d mb x %d",
+                 p->microbatch_count * p->microbatch_size, p->microbatch_count, p->microbatch_size);
     if (y < in.y + in.h)
-        pt_ui_text(y++, in.x, w, t, 1, "batch      %d micro-batches x %d = %d samples",
-                   p->microbatch_count, p->microbatch_size,
-                   p->microbatch_count * p->microbatch_size);
+        pt_ui_text(y++, in.x, w, t, 1, "%s", line0);
     double meas = measured_iter_ms(ui);
     if (y < in.y + in.h) {
+        char line[96];
+        int n = snprintf(line, sizeof line, "iteration  %.3f ms predicted (measured %.3f ms)",
+                         res->iter_s * 1e3, meas);
+        if (n > w) /* narrow: both figures stay, the labels shorten */
+            snprintf(line, sizeof line, "iteration  %.3f ms pred, %.3f meas", res->iter_s * 1e3,
+                     meas);
         if (meas > 0)
-            pt_ui_text(y++, in.x, w, acc, 1, "iteration  %.3f ms predicted (measured %.3f ms)",
-                       res->iter_s * 1e3, meas);
+            pt_ui_text(y++, in.x, w, acc, 1, "%s", line);
         else
             pt_ui_text(y++, in.x, w, acc, 1, "iteration  %.3f ms predicted", res->iter_s * 1e3);
     }
@@ -205,7 +217,8 @@ static void draw_summary(pt_ui *ui, const pt_rect *r)
 
 static void draw_stages(pt_ui *ui, const pt_rect *r)
 {
-    pt_rect in = pt_ui_box(ui, r, "stages: memory vs device limit, busy");
+    pt_rect in = pt_ui_box(
+        ui, r, r->w >= 42 ? "stages: memory vs device limit, busy" : "stages: memory/limit, busy");
     const pt_plan *p = pt_plan_edit_plan(ui->edit);
     int cur_stage = pt_plan_edit_stage_of_layer(ui->edit, ui->pl_cursor);
     for (int s = 0; s < p->stage_count && s < in.h; s++) {
@@ -272,8 +285,10 @@ static void done(pt_ui *ui, int rc, const pt_error *err, const char *what)
         return;
     }
     const pt_sim_result *res = pt_plan_edit_result(ui->edit);
-    pt_ui_status(ui, 0, "%s: predicted iteration %.3f ms, bubble %.1f %%", what, res->iter_s * 1e3,
-                 res->bubble_frac * 100);
+    const pt_plan *p = pt_plan_edit_plan(ui->edit);
+    pt_ui_status(ui, 0, "%s: predicted iteration %.3f ms, bubble %.1f %%, batch %d = %d x %d", what,
+                 res->iter_s * 1e3, res->bubble_frac * 100,
+                 p->microbatch_count * p->microbatch_size, p->microbatch_count, p->microbatch_size);
 }
 
 static void run_planner(pt_ui *ui)
@@ -410,21 +425,34 @@ int pt_view_plan_key(pt_ui *ui, int ch)
         done(ui, pt_plan_edit_toggle_vsync(ui->edit, &err), &err, "vertical sync toggled");
         return 1;
     case 'b':
-    case 'B': {
-        int size = ch == 'b' ? p->microbatch_size / 2 : p->microbatch_size * 2;
-        if (size > MB_SIZE_MAX)
-            size = MB_SIZE_MAX;
-        done(ui, pt_plan_edit_microbatch(ui->edit, size, p->microbatch_count, &err), &err,
-             "micro-batch size changed");
+    case 'B':
+        done(ui, pt_plan_edit_resplit(ui->edit, ch == 'B' ? 1 : -1, 0, &err), &err,
+             "micro-batch size changed, global batch kept");
         return 1;
-    }
     case 'm':
     case 'M':
-        done(ui,
-             pt_plan_edit_microbatch(ui->edit, p->microbatch_size,
-                                     p->microbatch_count + (ch == 'M' ? 1 : -1), &err),
-             &err, "micro-batch count changed");
+        done(ui, pt_plan_edit_resplit(ui->edit, 0, ch == 'M' ? 1 : -1, &err), &err,
+             "micro-batch count changed, global batch kept");
         return 1;
+    case 'g':
+    case 'G': {
+        /* the global batch changes only here: the count follows, or the
+         * size when halving an odd count */
+        int size = p->microbatch_size, count = p->microbatch_count;
+        if (ch == 'G')
+            count *= 2;
+        else if (count % 2 == 0)
+            count /= 2;
+        else
+            size /= 2;
+        if (size < 1) {
+            pt_ui_status(ui, 1, "refused: the global batch is 1 sample already");
+            return 1;
+        }
+        done(ui, pt_plan_edit_microbatch(ui->edit, size, count, &err), &err,
+             "global batch changed");
+        return 1;
+    }
     case 'u':
         done(ui, pt_plan_edit_undo(ui->edit, &err), &err, "undone");
         return 1;

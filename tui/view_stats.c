@@ -256,7 +256,7 @@ static int64_t stage_limit(pt_ui *ui, int stage, int replica)
 
 static void draw_memory(pt_ui *ui, const pt_rect *r)
 {
-    pt_rect in = pt_ui_box(ui, r, "memory vs limit: w g o a s c");
+    pt_rect in = pt_ui_box(ui, r, "memory, bar = device limit: w g o a s c");
     int y = in.y;
     pt_ui_refresh_timelines(ui);
     const pt_tline *rows = ui->tl_meas.row_count ? &ui->tl_meas : &ui->tl_pred;
@@ -282,19 +282,26 @@ static void draw_memory(pt_ui *ui, const pt_rect *r)
         int64_t limit = stage_limit(ui, s, rep);
         pt_ui_text(y, in.x, 7, ui->attr[PT_THEME_TEXT], 1, "s%dr%d", s, rep);
         char a[24], b[24], c[24], tail[80];
-        int tn =
-            snprintf(tail, sizeof tail, " %s/%s %s%s", pt_ui_bytes_short(total, a, sizeof a),
-                     limit ? pt_ui_bytes_short(limit, b, sizeof b) : "?", m ? "pred " : "(pred)",
-                     m && pred_total ? pt_ui_bytes_short(pred_total, c, sizeof c) : "");
+        char pct[16] = "";
+        if (limit > 0)
+            snprintf(pct, sizeof pct, " %.1f%%", 100.0 * (double)total / (double)limit);
+        int tn = snprintf(tail, sizeof tail, " %s/%s%s %s%s", pt_ui_bytes_short(total, a, sizeof a),
+                          limit ? pt_ui_bytes_short(limit, b, sizeof b) : "?", pct,
+                          m ? "pred " : "(pred)",
+                          m && pred_total ? pt_ui_bytes_short(pred_total, c, sizeof c) : "");
         int bw = in.w - 7 - tn;
         int64_t scale = limit > total ? limit : total;
         int x = in.x + 7;
         if (bw >= 6 && scale > 0) {
+            /* to scale: category k ends at the cell its running total rounds
+             * to, so a category under half a cell takes none (the percentage
+             * beside the bar still tells) */
             int used = 0;
+            int64_t sum = 0;
             for (int k = 0; k < PT_MSG_MEM_COUNT; k++) {
-                int cells = (int)((double)bytes[k] / (double)scale * bw + 0.5);
-                if (bytes[k] > 0 && cells == 0)
-                    cells = 1;
+                sum += bytes[k];
+                int end = (int)((double)sum / (double)scale * bw + 0.5);
+                int cells = end - used;
                 attr_t at = ui->block[PT_THEME_MEM_WEIGHTS + k];
                 attron(at);
                 for (int q = 0; q < cells && used < bw; q++, used++)

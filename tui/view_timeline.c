@@ -8,12 +8,15 @@
 #include "tui/gantt.h"
 #include "tui/ui.h"
 
-#define LABEL_COLS   6 /* "s12r3 " */
-#define ZOOM_STEP    1.5
-#define ZOOM_MAX     512.0
-#define PAN_FRACTION 0.1 /* of the shown width per key */
-#define ITERS_MAX    64
-#define CELLS_MAX    1024
+#define LABEL_COLS            6 /* "s12r3 " */
+#define ZOOM_STEP             1.5
+#define ZOOM_MAX              512.0
+#define PAN_FRACTION          0.1 /* of the shown width per key */
+#define ITERS_MAX             64
+#define CELLS_MAX             1024
+#define INFO_LEVELS           3
+#define INFO_LEGEND_LONG_COLS 100
+#define ROW_LINES_MAX         8 /* compute-lane lines of one row on a tall screen */
 
 static attr_t cell_attr(pt_ui *ui, const pt_gantt_cell *c)
 {
@@ -24,9 +27,12 @@ static attr_t cell_attr(pt_ui *ui, const pt_gantt_cell *c)
     return ui->block[pt_paint_theme_key(c->paint)];
 }
 
-static void window(const pt_ui *ui, const pt_tline *tl, double *t0, double *t1)
+/* The shown window [*t0, *t1) of tl. With a common span (> 0: measured and
+ * predicted compared), both charts show the same duration from their own
+ * start, so one axis, starting at 0, reads for both. */
+static void window(const pt_ui *ui, const pt_tline *tl, double common, double *t0, double *t1)
 {
-    double span = tl->t1 - tl->t0;
+    double span = common > 0 ? common : tl->t1 - tl->t0;
     if (span <= 0)
         span = 1e-6;
     double shown = span / ui->tl_zoom;
@@ -34,7 +40,31 @@ static void window(const pt_ui *ui, const pt_tline *tl, double *t0, double *t1)
     *t1 = *t0 + shown;
 }
 
-static void draw_chart(pt_ui *ui, const pt_rect *r, const pt_tline *tl, const char *title)
+/* Lines of one stage replica row: the compute lane grows with the room (up
+ * to ROW_LINES_MAX), a comm lane under it when there is room for one. */
+static void row_lines(int avail, int rows, int *compute, int *comm)
+{
+    *compute = 1;
+    *comm = 0;
+    if (rows <= 0)
+        return;
+    int per = avail / rows;
+    if (per >= 2) {
+        *comm = 1;
+        *compute = per - 1 > ROW_LINES_MAX ? ROW_LINES_MAX : per - 1;
+    }
+}
+
+/* The fill of the block whose number sits at cell c: its paint's fill (a
+ * number cell is always a compute block). */
+static char block_fill(const pt_gantt_cell *cells, int width, int c)
+{
+    (void)width;
+    return cells[c].paint == PT_GANTT_NONE ? ' ' : pt_paint_fill(cells[c].paint);
+}
+
+static void draw_chart(pt_ui *ui, const pt_rect *r, const pt_tline *tl, const char *title,
+                       double common)
 {
     pt_rect in = pt_ui_box(ui, r, title);
     if (in.h < 1 || in.w <= LABEL_COLS + 2)
@@ -47,69 +77,103 @@ static void draw_chart(pt_ui *ui, const pt_rect *r, const pt_tline *tl, const ch
     if (width > CELLS_MAX)
         width = CELLS_MAX;
     double t0, t1;
-    window(ui, tl, &t0, &t1);
+    window(ui, tl, common, &t0, &t1);
     char axis[CELLS_MAX + 1];
-    pt_gantt_axis(t0, t1, width, axis);
+    if (common > 0) /* times from the chart's own start: one axis for both */
+        pt_gantt_axis(t0 - tl->t0, t1 - tl->t0, width, axis);
+    else
+        pt_gantt_axis(t0, t1, width, axis);
     pt_ui_text(in.y, in.x, in.w, ui->attr[PT_THEME_DIM], 1, "%*s%s", LABEL_COLS, "", axis);
     int avail = in.h - 1;
-    int comm = avail >= 2 * tl->row_count; /* room for a comm line under each row */
-    int per = comm ? 2 : 1;
+    int compute, comm;
+    row_lines(avail, tl->row_count, &compute, &comm);
+    int per = compute + comm;
     int visible = avail / per;
     if (ui->tl_scroll > tl->row_count - visible)
         ui->tl_scroll = tl->row_count - visible > 0 ? tl->row_count - visible : 0;
+    int scroll = tl->row_count > visible ? ui->tl_scroll : 0;
     pt_gantt_cell cells[CELLS_MAX];
     int y = in.y + 1;
-    for (int k = 0; k < visible && ui->tl_scroll + k < tl->row_count; k++) {
-        int row = ui->tl_scroll + k;
+    for (int k = 0; k < visible && scroll + k < tl->row_count; k++) {
+        int row = scroll + k;
         const pt_tl_row *tr = &tl->rows[row];
-        for (int lane = 0; lane < per; lane++, y++) {
-            if (lane == 0)
+        for (int line = 0; line < per; line++, y++) {
+            int lane_comm = line >= compute;
+            if (line == 0)
                 pt_ui_text(y, in.x, LABEL_COLS, ui->attr[PT_THEME_TEXT], 1, "s%dr%d", tr->stage,
                            tr->replica);
-            else
+            else if (lane_comm)
                 pt_ui_text(y, in.x, LABEL_COLS, ui->attr[PT_THEME_DIM], 1, "  comm");
-            pt_gantt_row(tl, row, lane == 0 ? PT_LANE_COMPUTE : PT_LANE_COMM, t0, t1, width, tl->t0,
-                         tl->t1, cells);
+            else
+                pt_ui_text(y, in.x, LABEL_COLS, 0, 1, "%s", "");
+            if (line <= 1 || lane_comm)
+                pt_gantt_row(tl, row, lane_comm ? PT_LANE_COMM : PT_LANE_COMPUTE, t0, t1, width,
+                             tl->t0, tl->t1, cells);
             for (int c = 0; c < width; c++) {
                 attr_t a = cell_attr(ui, &cells[c]);
+                /* a taller row repeats its blocks; the numbers only once */
+                char ch = cells[c].ch;
+                if (line > 0 && !lane_comm && ch >= '0' && ch <= '9')
+                    ch = block_fill(cells, width, c);
                 attron(a);
-                mvaddch(y, in.x + LABEL_COLS + c, (chtype)(unsigned char)cells[c].ch);
+                mvaddch(y, in.x + LABEL_COLS + c, (chtype)(unsigned char)ch);
                 attroff(a);
             }
         }
     }
-    if (ui->tl_scroll + visible < tl->row_count)
+    if (scroll + visible < tl->row_count)
         pt_ui_text(in.y + in.h - 1, in.x + in.w - 12, 12, ui->attr[PT_THEME_DIM], 0, "v %d more",
-                   tl->row_count - ui->tl_scroll - visible);
+                   tl->row_count - scroll - visible);
+}
+
+/* The footer's figures line at a level of detail: labels shorten as the
+ * level rises, the figures (times, step, zoom) stay. */
+static void info_line(const pt_ui *ui, int measured, int level, char *buf, size_t cap)
+{
+    char pred[64] = "", meas[64] = "";
+    const char *unit = level == 0 ? " ms/iter" : " ms";
+    if (ui->edit)
+        snprintf(pred, sizeof pred, "%s %.3f%s", level == 0 ? "predicted" : "pred",
+                 pt_plan_edit_result(ui->edit)->iter_s * 1e3, unit);
+    int64_t n = pt_store_step_count(ui->store);
+    if (n)
+        snprintf(meas, sizeof meas, "%s %.3f%s", level == 0 ? "measured" : "meas",
+                 pt_store_step_at(ui->store, n - 1)->iter_ms, unit);
+    int64_t last = pt_store_last_step(ui->store);
+    const char *mode = ui->tl_mode == PT_TL_BOTH        ? "both"
+                       : ui->tl_mode == PT_TL_PREDICTED ? "predicted"
+                                                        : "measured";
+    if (!measured)
+        snprintf(buf, cap, level < 2 ? " %s | zoom %.1fx | %s  %s" : " %s %.1fx %s %s",
+                 level < 2 ? mode : "", ui->tl_zoom, pred, meas);
+    else if (level == 0)
+        snprintf(buf, cap, " %s | last %d iterations up to step %lld | zoom %.1fx | %s  %s", mode,
+                 ui->tl_iters, (long long)last, ui->tl_zoom, meas, pred);
+    else if (level == 1)
+        snprintf(buf, cap, " %s | %d it to step %lld | %.1fx | %s  %s", mode, ui->tl_iters,
+                 (long long)last, ui->tl_zoom, meas, pred);
+    else
+        snprintf(buf, cap, " %dit..%lld %.1fx %s %s", ui->tl_iters, (long long)last, ui->tl_zoom,
+                 meas, pred);
 }
 
 static void draw_info(pt_ui *ui, const pt_rect *r, int measured)
 {
     int y = r->y;
-    pt_ui_text(y++, r->x, r->w, ui->attr[PT_THEME_DIM], 1,
-               " 3=== fwd  3### bwd  3+++ recompute  > send act  < send grad  * all-reduce  "
-               "^ optimizer  . bubble");
+    pt_ui_text(y++, r->x, r->w, ui->attr[PT_THEME_DIM], 1, "%s",
+               r->w >= INFO_LEGEND_LONG_COLS
+                   ? " 3=== fwd  3### bwd  3+++ recompute  > send act  < send grad  * all-reduce  "
+                     "^ optimizer  . bubble"
+                   : " 3=== fwd 3### bwd 3+++ recomp > act < grad * allreduce ^ opt . bubble");
     if (y >= r->y + r->h)
         return;
-    char pred[64] = "", meas[64] = "";
-    if (ui->edit)
-        snprintf(pred, sizeof pred, "predicted %.3f ms/iter",
-                 pt_plan_edit_result(ui->edit)->iter_s * 1e3);
-    int64_t n = pt_store_step_count(ui->store);
-    if (n)
-        snprintf(meas, sizeof meas, "measured %.3f ms/iter",
-                 pt_store_step_at(ui->store, n - 1)->iter_ms);
-    int64_t last = pt_store_last_step(ui->store);
-    const char *mode = ui->tl_mode == PT_TL_BOTH        ? "both"
-                       : ui->tl_mode == PT_TL_PREDICTED ? "predicted"
-                                                        : "measured";
-    if (measured)
-        pt_ui_text(y, r->x, r->w, ui->attr[PT_THEME_TEXT], 1,
-                   " %s | last %d iterations up to step %lld | zoom %.1fx | %s  %s", mode,
-                   ui->tl_iters, (long long)last, ui->tl_zoom, meas, pred);
-    else
-        pt_ui_text(y, r->x, r->w, ui->attr[PT_THEME_TEXT], 1, " %s | zoom %.1fx | %s  %s", mode,
-                   ui->tl_zoom, pred, meas);
+    char line[256];
+    for (int level = 0; level < INFO_LEVELS; level++) {
+        info_line(ui, measured, level, line, sizeof line);
+        if ((int)strlen(line) <= r->w)
+            break;
+    }
+    pt_ui_text(y, r->x, r->w, ui->attr[PT_THEME_TEXT], 1, "%s", line);
 }
 
 void pt_view_timeline_draw(pt_ui *ui)
@@ -120,20 +184,28 @@ void pt_view_timeline_draw(pt_ui *ui)
     const pt_rect *info = pt_layout_find(&ui->layout, PT_PANEL_TL_INFO);
     int have_meas = ui->tl_meas.count > 0;
     int show_meas = have_meas && ui->tl_mode != PT_TL_PREDICTED;
+    /* compared: both charts on one axis as long as the longer of the two */
+    double common = 0;
+    if (pred_r) {
+        double a = ui->tl_meas.t1 - ui->tl_meas.t0, b = ui->tl_pred.t1 - ui->tl_pred.t0;
+        common = a > b ? a : b;
+    }
     char title[128];
     if (main_r) {
         if (show_meas) {
             snprintf(title, sizeof title, "measured timeline: last %d iterations", ui->tl_iters);
-            draw_chart(ui, main_r, &ui->tl_meas, title);
+            draw_chart(ui, main_r, &ui->tl_meas, title, common);
         } else {
             snprintf(title, sizeof title, "predicted timeline (simulator)%s",
                      have_meas || ui->tl_mode != PT_TL_MEASURED ? "" : ": nothing measured yet");
-            draw_chart(ui, main_r, &ui->tl_pred, title);
+            draw_chart(ui, main_r, &ui->tl_pred, title, common);
         }
     }
     if (pred_r)
         draw_chart(ui, pred_r, show_meas ? &ui->tl_pred : &ui->tl_meas,
-                   show_meas ? "predicted timeline (simulator)" : "measured timeline");
+                   show_meas ? "predicted timeline (simulator), same axis"
+                             : "measured timeline, same axis",
+                   common);
     if (info)
         draw_info(ui, info, show_meas);
 }

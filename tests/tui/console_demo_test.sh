@@ -19,6 +19,43 @@ tm_check "micro-batch labels in the rows" tm_wait 10 '^│s0r0 .*[0-9].*[0-9]'
 tm_check "layout intact while live" tm_layout_ok 100 30
 tm_keys 4
 tm_check "agents view: 4 running agents" tm_wait 10 'agents: 4'
+# htop's columns: the agent's pid, CPU % and RSS (read from /proc: the demo's
+# agents run here) and the device it really runs on
+tm_check "agents view: pid, cpu%, rss columns" tm_wait 5 '^│agent +pid +cpu% +rss '
+tm_check "agents view: a row with pid, CPU % and RSS figures" \
+    tm_wait 10 '^│[^ ]+ +[0-9]+ +[0-9]+ +[0-9.]+[KMG] .*cpu:[0-9]+ '
+tm_keys / w 2 Enter
+tm_check "agents filter: one agent left" tm_wait 5 'agents: 4, filter "w2"'
+only_w2() { ! tm_cap | grep -qE '^│w[013] '; }
+tm_check "agents filter: only w2 shown" only_w2
+tm_keys / Escape s
+tm_check "agents sort key changes" tm_wait 5 'sorted by stage'
+# 80x24: the header keeps step, loss and throughput of the live run
+tm_resize 80 24
+tm_check "80x24: header keeps step, loss and throughput" \
+    tm_wait 10 '^pipetop .*(step [0-9]+ loss [0-9.]+|s[0-9]+ L [0-9.]+) [0-9]+/s'
+tm_resize 100 30
+# Z freezes the display while training goes on: the record grows past the
+# step on screen, the screen keeps it; Z again shows the newer steps
+poll_until() { # SECONDS FUNCTION: polls until FUNCTION succeeds
+    local i
+    for ((i = 0; i < $1 * 5; i++)); do
+        "$2" && return 0
+        sleep 0.2
+    done
+    return 1
+}
+header_step() { tm_cap | head -n1 | grep -oE 'step [0-9]+' | grep -oE '[0-9]+'; }
+record_step() { grep '"type":"metrics"' "$RUN/run.ndjson" | grep -oE '"step":[0-9]+' | grep -oE '[0-9]+' | sort -n | tail -n1; }
+tm_keys Z
+tm_check "Z: the header says PAUSED" tm_wait 5 '^pipetop .*PAUSED'
+frozen=$(header_step)
+past() { [ "$(record_step)" -ge $((frozen + 5)) ] 2>/dev/null; }
+tm_check "training goes on while paused (record past step $frozen + 5)" poll_until 60 past
+tm_check "the paused screen still shows step $frozen" test "$(header_step)" = "$frozen"
+tm_keys Z
+newer() { [ "$(header_step)" -ge $((frozen + 5)) ] 2>/dev/null; }
+tm_check "Z again: the newer steps show" poll_until 10 newer
 # an edit in the plan view, then apply & restart
 tm_keys 1 '}' '}'
 tm_check "edit accepted" tm_wait 10 'boundary moved'
@@ -27,6 +64,9 @@ tm_check "apply queued" tm_wait 10 'apply & restart: queued'
 tm_check "restarted as generation 2" tm_wait 120 'generation 2 resumes at step [0-9]+'
 resume=$(tm_cap | grep -oE 'generation 2 resumes at step [0-9]+' | grep -oE '[0-9]+$')
 tm_check "the new generation trains" tm_wait 60 'live gen 2, 4 agents'
+# the queued message went when the state changed (the restart's note replaced it)
+tm_check "the 'queued' message is gone once generation 2 trains" \
+    tm_wait_gone 3 'queued: the run stops'
 tm_keys 2
 sleep 3
 tm_check "q exits with 0" tm_quit_ok

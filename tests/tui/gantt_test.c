@@ -82,6 +82,11 @@ static void test_axis(void)
     CHECK(!strncmp(ax, "|0.0", 4));
     CHECK(!strncmp(ax + 12, "|10.0", 5)); /* 12 cells of 30 ms / 36 = 10 ms */
     CHECK(!strcmp(ax + 34, "ms"));
+    /* a tick at cell 24 of 28 would need 5 cells ("|20.0") and run into the
+     * unit: it is left out instead of showing "|2ms" */
+    pt_gantt_axis(0, 0.028, 28, ax);
+    CHECK_MSG(!strcmp(ax + 24, "  ms"), "axis '%s'", ax);
+    CHECK(!strncmp(ax + 12, "|12.0", 5));
 }
 
 PT_TEST_MAIN({"compute_row", test_compute_row},

@@ -124,7 +124,45 @@ static void test_wide_uses_room(void)
     REQUIRE(a && b);
     CHECK(a->h - b->h <= 1 && b->h - a->h <= 1);
     CHECK(pt_rect_contains(a, 1, 0) && !pt_rect_contains(a, 0, 0));
+    CHECK(a->h == b->h && a->y == b->y); /* wide: side by side */
 }
 
-PT_TEST_MAIN({"all_sizes", test_all_sizes}, {"small_sizes", test_small_sizes_still_disjoint},
-             {"too_small", test_too_small}, {"wide_uses_room", test_wide_uses_room})
+/* The sizes a user meets (80x24, 120x40, 200x60): the compared timeline is
+ * side by side from PT_LAYOUT_WIDE_COLS on (each chart as tall as the
+ * body, so every stage row fits) and stacked below; the single chart takes
+ * the body but the info band. */
+static void test_common_sizes(void)
+{
+    static const int sizes[][2] = {{80, 24}, {120, 40}, {200, 60}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        int cols = sizes[i][0], rows = sizes[i][1];
+        pt_layout l;
+        pt_layout_opts split = {1};
+        REQUIRE(pt_layout_compute(PT_VIEW_TIMELINE, rows, cols, &split, &l) == 0);
+        const pt_rect *a = pt_layout_find(&l, PT_PANEL_TL_MAIN),
+                      *b = pt_layout_find(&l, PT_PANEL_TL_PRED),
+                      *info = pt_layout_find(&l, PT_PANEL_TL_INFO);
+        REQUIRE(a && b && info);
+        if (cols >= PT_LAYOUT_WIDE_COLS) {
+            CHECK_MSG(a->y == b->y && a->h == b->h && a->x + a->w == b->x,
+                      "%dx%d: compared charts not side by side", cols, rows);
+            CHECK(a->h == rows - 2 - info->h);
+            CHECK(a->w - b->w <= 1 && b->w - a->w <= 1);
+        } else {
+            CHECK_MSG(a->x == b->x && a->w == cols && a->y + a->h == b->y,
+                      "%dx%d: compared charts not stacked", cols, rows);
+        }
+        REQUIRE(pt_layout_compute(PT_VIEW_TIMELINE, rows, cols, NULL, &l) == 0);
+        a = pt_layout_find(&l, PT_PANEL_TL_MAIN);
+        info = pt_layout_find(&l, PT_PANEL_TL_INFO);
+        REQUIRE(a && info);
+        CHECK(a->h == rows - 2 - info->h && a->w == cols);
+        for (int v = 0; v < PT_VIEW_COUNT; v++)
+            for (int sp = 0; sp <= 1; sp++)
+                CHECK(check_one((pt_view)v, sp, rows, cols) == 0);
+    }
+}
+
+PT_TEST_MAIN({"all_sizes", test_all_sizes}, {"common_sizes", test_common_sizes},
+             {"small_sizes", test_small_sizes_still_disjoint}, {"too_small", test_too_small},
+             {"wide_uses_room", test_wide_uses_room})

@@ -303,7 +303,62 @@ static void test_planner_gain(void)
     pt_profile_free(&prof);
 }
 
+/* b B m M keep the global batch (size x count) and change the other factor;
+ * a split that does not divide it is refused; options the schedule kind does
+ * not read (policy outside dapple, vertical sync outside pipedream) are
+ * refused rather than silently stored. */
+static void test_global_batch_kept(void)
+{
+    pt_profile *prof = make_profile(6);
+    pt_topology *topo = make_topo(3, 16 * GIB);
+    int cuts[] = {0, 2, 4, 6};
+    pt_plan *plan = make_plan(6, 3, cuts); /* 4 x 8 = 32 samples */
+    pt_plan_edit *e = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_plan_edit_new(plan, prof, topo, &e, &err) == 0);
+    const pt_plan *p = pt_plan_edit_plan(e);
+    REQUIRE(pt_plan_edit_resplit(e, 1, 0, &err) == 0); /* B */
+    p = pt_plan_edit_plan(e);
+    CHECK(p->microbatch_size == 16 && p->microbatch_count == 2);
+    REQUIRE(pt_plan_edit_resplit(e, -1, 0, &err) == 0); /* b */
+    REQUIRE(pt_plan_edit_resplit(e, -1, 0, &err) == 0); /* b */
+    p = pt_plan_edit_plan(e);
+    CHECK(p->microbatch_size == 4 && p->microbatch_count == 8);
+    REQUIRE(pt_plan_edit_resplit(e, 0, -1, &err) == 0); /* m: 8 -> 4 (7, 6, 5 do not divide 32) */
+    p = pt_plan_edit_plan(e);
+    CHECK(p->microbatch_size == 8 && p->microbatch_count == 4);
+    REQUIRE(pt_plan_edit_resplit(e, 0, 1, &err) == 0); /* M: 4 -> 8 */
+    p = pt_plan_edit_plan(e);
+    CHECK(p->microbatch_size == 4 && p->microbatch_count == 8);
+    /* 32 x 1 is the end of the road for M */
+    REQUIRE(pt_plan_edit_microbatch(e, 1, 32, &err) == 0);
+    uint64_t v = pt_plan_edit_version(e);
+    CHECK(pt_plan_edit_resplit(e, 0, 1, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "global batch of 32");
+    CHECK(pt_plan_edit_resplit(e, -1, 0, &err) == PT_EINVAL);
+    CHECK(pt_plan_edit_version(e) == v);
+    /* 3 x 4 = 12: doubling the size to 8 does not divide 12 */
+    REQUIRE(pt_plan_edit_microbatch(e, 4, 3, &err) == 0);
+    CHECK(pt_plan_edit_resplit(e, 1, 0, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "do not divide the global batch of 12");
+    p = pt_plan_edit_plan(e);
+    CHECK(p->microbatch_size * p->microbatch_count == 12);
+    /* dapple reads a policy, not vertical sync */
+    CHECK(pt_plan_edit_policy(e, 'A', &err) == 0);
+    CHECK(pt_plan_edit_toggle_vsync(e, &err) == PT_EUNSUPP);
+    CHECK_STR_CONTAINS(err.msg, "does not apply to dapple");
+    REQUIRE(pt_plan_edit_schedule(e, PT_SCHED_PIPEDREAM, &err) == 0);
+    CHECK(pt_plan_edit_policy(e, 'B', &err) == PT_EUNSUPP);
+    CHECK_STR_CONTAINS(err.msg, "does not apply to pipedream");
+    CHECK(pt_plan_edit_toggle_vsync(e, &err) == 0);
+    pt_plan_edit_free(&e);
+    pt_plan_free(&plan);
+    pt_topology_free(&topo);
+    pt_profile_free(&prof);
+}
+
 PT_TEST_MAIN({"boundary_moves", test_boundary_moves_match_simulator},
+             {"global_batch_kept", test_global_batch_kept},
              {"invalid_edits", test_invalid_edits_refused},
              {"all_partitions", test_all_partitions_reachable},
              {"replicas_split_merge_place", test_replicas_split_merge_place},

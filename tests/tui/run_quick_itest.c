@@ -57,12 +57,12 @@ static void test_quick_summary(void)
     for (int i = 0; i < 2; i++) {
         const cJSON *st = cJSON_GetArrayItem(stages, i);
         CHECK(num(st, "stage") == i && num(st, "replica") == 0);
-        double busy = num(st, "busy"), bubble = num(st, "bubble");
+        double busy = num(st, "busy_frac"), bubble = num(st, "bubble_frac");
         CHECK(busy > 0 && busy <= 1);
         CHECK_NEAR(busy + bubble, 1, 1e-9);
-        CHECK(num(st, "predicted_busy") > 0 && num(st, "predicted_busy") <= 1);
-        const cJSON *m = cJSON_GetObjectItem(st, "peak_memory");
-        const cJSON *p = cJSON_GetObjectItem(st, "predicted_peak_memory");
+        CHECK(num(st, "predicted_busy_frac") > 0 && num(st, "predicted_busy_frac") <= 1);
+        const cJSON *m = cJSON_GetObjectItem(st, "peak_memory_bytes");
+        const cJSON *p = cJSON_GetObjectItem(st, "predicted_peak_memory_bytes");
         REQUIRE(m && p);
         CHECK(num(m, "weights") > 0);
         CHECK(num(m, "weights") == num(p, "weights"));

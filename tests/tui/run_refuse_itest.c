@@ -56,12 +56,22 @@ static void refused(const char *name, const char *plan, const char *topology, co
     argv[k] = NULL;
     int st = ru_run(argv, out, err, RUN_MS);
     CHECK_MSG(st == 1, "%s: exit status %d", name, st);
+    /* under --json the error is one JSON object on stderr with a stable code */
     char *text = NULL;
     pt_file_read(err, &text, NULL, NULL);
-    CHECK_STR_CONTAINS(text, "refused before starting any agent");
-    CHECK_STR_CONTAINS(text, reason);
+    cJSON *e = text ? cJSON_Parse(text) : NULL;
+    CHECK_MSG(e && cJSON_IsObject(e), "%s: stderr is not a JSON object: %s", name, text);
+    if (e) {
+        CHECK_STR_CONTAINS(ru_str(e, "message"), "refused before starting any agent");
+        CHECK_STR_CONTAINS(ru_str(e, "message"), reason);
+        CHECK(!strcmp(ru_str(e, "command"), "run"));
+        CHECK(ru_str(e, "error")[0] != 0 && strcmp(ru_str(e, "error"), "failed"));
+    }
+    cJSON_Delete(e);
     free(text);
     CHECK_MSG(agent_logs(rd) == 0, "%s: agents were started", name);
+    /* a refused run leaves no run folder behind */
+    CHECK_MSG(access(rd, F_OK) != 0, "%s: the refused run left %s", name, rd);
     cJSON *last = ru_last_json(out);
     CHECK(last && !strcmp(ru_str(last, "event"), "failed"));
     CHECK_STR_CONTAINS(ru_str(last, "reason"), reason);

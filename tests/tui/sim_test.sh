@@ -31,11 +31,11 @@ for kind in gpipe dapple 1f1b-flush pipedream 2bw pipesgd zb-h1 zb-h2; do
     text_ms=$(awk '/^iteration/ {print $2}' <<<"$out")
     json=$("$PIPETOP" sim --plan "$tmp/plan.json" --profile "$D/profile.json" \
         --topology "$D/topology.json" --json)
-    json_ms=$(grep -o '"iteration_s":[0-9.e+-]*' <<<"$json" | cut -d: -f2 |
-        awk '{printf "%.3f", $1 * 1000}')
+    json_ms=$(grep -o '"iteration_ms":[0-9.e+-]*' <<<"$json" | cut -d: -f2 |
+        awk '{printf "%.3f", $1}')
     [ "$text_ms" = "$json_ms" ] || fail "$kind: text says $text_ms ms, json $json_ms ms"
     grep -q "\"schedule\":\"$kind\"" <<<"$json" || fail "$kind: json lacks the schedule"
-    [ "$(grep -o '"peak_memory"' <<<"$json" | wc -l)" -eq 4 ] || fail "$kind: json workers"
+    [ "$(grep -o '"peak_memory_bytes"' <<<"$json" | wc -l)" -eq 4 ] || fail "$kind: json workers"
 done
 
 # bad input: a missing file is named, a profile of another model is refused
