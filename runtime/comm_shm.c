@@ -19,8 +19,10 @@
  * message is a MSG record (the 48-byte wire header, then its first piece)
  * followed by CONT records for the rest, each piece at most a quarter of the
  * ring, so messages larger than the ring stream through it. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,9 +94,45 @@ static void drain_fd(int fd)
     }
 }
 
+/* Removes the folders (and rings) that processes of this user left behind
+ * when they were killed: "pipetop-comm-PID-XXXXXX" whose PID is gone. */
+static void sweep_stale(void)
+{
+    DIR *d = opendir(SHM_ROOT);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long pid;
+        char rest[16];
+        if (sscanf(e->d_name, "pipetop-comm-%ld-%15s", &pid, rest) != 2 || pid <= 0 ||
+            pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char sub[PT_SHM_PATH_MAX];
+        snprintf(sub, sizeof sub, "%s/%.100s", SHM_ROOT, e->d_name);
+        struct stat st;
+        DIR *inner;
+        if (lstat(sub, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+            !(inner = opendir(sub)))
+            continue;
+        struct dirent *f;
+        while ((f = readdir(inner))) {
+            char file[PT_SHM_PATH_MAX + 128];
+            if (f->d_name[0] == '.')
+                continue;
+            snprintf(file, sizeof file, "%s/%.100s", sub, f->d_name);
+            unlink(file);
+        }
+        closedir(inner);
+        rmdir(sub);
+    }
+    closedir(d);
+}
+
 int pt_shm_make_dir(char *dir, size_t cap, pt_error *err)
 {
-    if ((size_t)snprintf(dir, cap, "%s/pipetop-comm-XXXXXX", SHM_ROOT) >= cap)
+    sweep_stale();
+    if ((size_t)snprintf(dir, cap, "%s/pipetop-comm-%ld-XXXXXX", SHM_ROOT, (long)getpid()) >= cap)
         return pt_error_set(err, PT_EINVAL, "comm: shm folder name too long");
     if (!mkdtemp(dir)) /* mode 0700: no other user can open what is inside */
         return pt_error_set(err, PT_EIO, "comm: mkdtemp %s: %s", dir, strerror(errno));
@@ -112,6 +150,16 @@ static int open_fifo(const char *path, int create, pt_error *err)
     return fd;
 }
 
+static void ring_free_names(const pt_shm_ring *r)
+{
+    char f[PT_SHM_PATH_MAX + 8];
+    unlink(r->path);
+    snprintf(f, sizeof f, "%s.d", r->path);
+    unlink(f);
+    snprintf(f, sizeof f, "%s.s", r->path);
+    unlink(f);
+}
+
 static void ring_free(pt_shm_ring *r, int unlink_files)
 {
     if (r->ctl)
@@ -120,14 +168,8 @@ static void ring_free(pt_shm_ring *r, int unlink_files)
         close(r->data_fd);
     if (r->space_fd >= 0)
         close(r->space_fd);
-    if (unlink_files && r->path[0]) {
-        char f[PT_SHM_PATH_MAX + 8];
-        unlink(r->path);
-        snprintf(f, sizeof f, "%s.d", r->path);
-        unlink(f);
-        snprintf(f, sizeof f, "%s.s", r->path);
-        unlink(f);
-    }
+    if (unlink_files && r->path[0])
+        ring_free_names(r);
     free(r);
 }
 
@@ -265,6 +307,11 @@ int pt_shm_ring_attach(const char *path, int src, int dst, uint64_t token, uint6
         goto fail;
     }
     r->pending_tail = atomic_load(&r->ctl->tail);
+    /* Both sides hold it now: remove the names, so a crash leaves nothing
+     * in /dev/shm but the sender's empty folder (removed at its destroy). */
+    snprintf(r->path, sizeof r->path, "%s", path);
+    ring_free_names(r);
+    r->path[0] = '\0';
     *out = r;
     return 0;
 fail:

@@ -4,6 +4,7 @@
  * with 2-5 worker threads. */
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -710,6 +711,33 @@ static void test_shm_large_both_ways(void)
     world_ring_bytes = 0;
 }
 
+/* A process killed with its rings leaves its folder behind; the next one
+ * to make a folder removes the folders of processes that are gone (and only
+ * those: a live pid's folder stays). */
+static void test_shm_sweeps_stale(void)
+{
+    char dead[128], live[128], file[160];
+    /* pid_max is at most 2^22: this pid cannot exist */
+    snprintf(dead, sizeof dead, "/dev/shm/pipetop-comm-%d-zzzzzz", (1 << 22) + 1);
+    snprintf(live, sizeof live, "/dev/shm/pipetop-comm-%d-zzzzzz", (int)getppid());
+    REQUIRE(mkdir(dead, 0700) == 0);
+    REQUIRE(mkdir(live, 0700) == 0);
+    snprintf(file, sizeof file, "%s/g1-r0-to-r1", dead);
+    FILE *f = fopen(file, "w");
+    REQUIRE(f != NULL);
+    fclose(f);
+    world w;
+    REQUIRE(world_open(&w, 2, T_IPC, TIMEOUT_MS) == 0);
+    float v = 1;
+    CHECK(pt_comm_send(w.comm[0], 1, 0, &v, 1, NULL) == 0); /* makes the first ring */
+    CHECK(pt_comm_recv(w.comm[1], 0, 0, &v, 1, NULL) == 0);
+    struct stat st;
+    CHECK_MSG(stat(dead, &st) != 0, "%s is still there", dead);
+    CHECK_MSG(stat(live, &st) == 0, "%s was removed", live);
+    world_close(&w);
+    rmdir(live);
+}
+
 static void test_bad_config(void)
 {
     pt_comm *c = (pt_comm *)0x1;
@@ -1060,7 +1088,8 @@ PT_TEST_MAIN({"p2p_out_of_order", test_p2p_out_of_order},
              {"open_known_endpoints", test_open_known_endpoints},
              {"interrupt_blocked_recv", test_interrupt_blocked_recv},
              {"bad_frames_dropped", test_bad_frames_dropped}, {"stash_bound", test_stash_bound},
-             {"shm_large_both_ways", test_shm_large_both_ways}, {"bad_config", test_bad_config},
+             {"shm_large_both_ways", test_shm_large_both_ways},
+             {"shm_sweeps_stale", test_shm_sweeps_stale}, {"bad_config", test_bad_config},
              {"allreduce_sizes", test_allreduce_sizes},
              {"allreduce_segments_average_rounds", test_allreduce_segments_average_rounds},
              {"allreduce_count_mismatch", test_allreduce_count_mismatch},
