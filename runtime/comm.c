@@ -67,6 +67,8 @@ struct pt_comm {
     ring_partial *partial;     /* [size] the message each ring is in the middle of */
     pt_shm_ring *held;         /* ring whose record a frame holds now */
     char shm_dir[PT_SHM_PATH_MAX];
+    pt_comm_socket_hook hook; /* pt_comm_create_hooked; NULL none */
+    void *hook_user;
 };
 
 int64_t pt_comm_internal_now_ms(void)
@@ -157,6 +159,12 @@ static int is_local(const char *ep)
 
 int pt_comm_create(const pt_comm_config *cfg, pt_comm **out, pt_error *err)
 {
+    return pt_comm_create_hooked(cfg, NULL, NULL, out, err);
+}
+
+int pt_comm_create_hooked(const pt_comm_config *cfg, pt_comm_socket_hook hook, void *hook_user,
+                          pt_comm **out, pt_error *err)
+{
     if (out)
         *out = NULL;
     if (!cfg || !out)
@@ -225,6 +233,10 @@ int pt_comm_create(const pt_comm_config *cfg, pt_comm **out, pt_error *err)
     set_int_opt(c->pull, ZMQ_RCVHWM, RCV_HWM_MSGS);
     set_int_opt(c->pull, ZMQ_LINGER, 0);
     set_max_msg(c->pull, c->max_msg);
+    c->hook = hook;
+    c->hook_user = hook_user;
+    if (hook && (rc = hook(hook_user, c->pull, -1, err)) < 0)
+        goto fail_bind;
     if (zmq_bind(c->pull, cfg->bind_endpoint) != 0) {
         rc = pt_error_set(err, PT_EIO, "comm: rank %d: bind %s: %s", cfg->rank, cfg->bind_endpoint,
                           zmq_strerror(errno));
@@ -280,6 +292,11 @@ int pt_comm_connect(pt_comm *self, const char *const *endpoints, pt_error *err)
         set_int_opt(s, ZMQ_SNDTIMEO, self->timeout_ms);
         set_int_opt(s, ZMQ_LINGER, self->timeout_ms);
         set_max_msg(s, self->max_msg);
+        int hrc = self->hook ? self->hook(self->hook_user, s, r, err) : 0;
+        if (hrc < 0) {
+            zmq_close(s);
+            return hrc;
+        }
         if (zmq_connect(s, endpoints[r]) != 0) {
             int e = errno;
             zmq_close(s);

@@ -148,7 +148,10 @@ static int profile_layer(const pt_model_spec *spec, int layer, const profile_arg
     layer_bufs b = {0};
     double *fwd = malloc((size_t)a->repeats * sizeof(double));
     double *bwd = malloc((size_t)a->repeats * sizeof(double));
-    if (!fwd || !bwd || (rc = make_bufs(net, spec, layer, a->batch, &b)) < 0) {
+    /* the two halves of the split backward (zero-bubble schedules), each timed on its own */
+    double *bin = malloc((size_t)a->repeats * sizeof(double));
+    double *bw = malloc((size_t)a->repeats * sizeof(double));
+    if (!fwd || !bwd || !bin || !bw || (rc = make_bufs(net, spec, layer, a->batch, &b)) < 0) {
         rc = pt_error_set(err, PT_ENOMEM, "layer %d: out of memory", layer);
         goto done;
     }
@@ -163,6 +166,18 @@ static int profile_layer(const pt_model_spec *spec, int layer, const profile_arg
             rc = pt_net_backward(net, 0, NULL, NULL, b.dy, b.dx);
         be->synchronize(be);
         double t2 = now_ms();
+        if (rc == 0)
+            rc = pt_net_forward(net, 0, NULL, b.x, a->batch, b.labels, NULL, NULL);
+        be->synchronize(be);
+        double t3 = now_ms();
+        if (rc == 0)
+            rc = pt_net_backward_input(net, 0, NULL, b.dy, b.dx);
+        be->synchronize(be);
+        double t4 = now_ms();
+        if (rc == 0)
+            rc = pt_net_backward_weight(net, 0, NULL, NULL);
+        be->synchronize(be);
+        double t5 = now_ms();
         if (rc < 0) {
             rc = pt_error_set(err, rc, "layer %d (%s): %s", layer, spec->layers[layer].name,
                               pt_strerror(rc));
@@ -171,19 +186,28 @@ static int profile_layer(const pt_model_spec *spec, int layer, const profile_arg
         if (r >= 0) {
             fwd[r] = t1 - t0;
             bwd[r] = t2 - t1;
+            bin[r] = t4 - t3;
+            bw[r] = t5 - t4;
         }
     }
     snprintf(pl->name, sizeof pl->name, "%s", spec->layers[layer].name);
     pl->fwd_ms = median(fwd, a->repeats);
     pl->bwd_ms = median(bwd, a->repeats);
     pl->recompute_ms = pl->fwd_ms;
+    pl->split = 1;
+    pl->bwd_input_ms = median(bin, a->repeats);
+    pl->bwd_weight_ms = median(bw, a->repeats);
     pl->act_bytes = pt_net_out_elems(net) * a->batch * (int64_t)sizeof(float);
     pl->param_bytes = pt_net_param_count(net) * (int64_t)sizeof(float);
     rc = pt_net_layer_memory(spec, layer, a->batch, a->be, &pl->saved_bytes, &pl->scratch_bytes,
                              err);
+    if (rc == 0)
+        rc = pt_net_layer_keep(spec, layer, a->batch, a->be, &pl->keep_bytes, err);
 done:
     free(fwd);
     free(bwd);
+    free(bin);
+    free(bw);
     free(b.labels);
     pt_net_destroy(&net); /* its arena holds x, dy and dx */
     return rc;
