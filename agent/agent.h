@@ -120,6 +120,10 @@ void pt_agent_worker_abort(pt_agent_worker *w);
  * "running", "holding", "stopping", "idle", "stopped", "failed") and the last finished step (-1).
  */
 void pt_agent_worker_status(pt_agent_worker *w, char *state, int cap, int64_t *step);
+/* Data-plane frames the current plan's communicators dropped (forged,
+ * replayed, stale, over the early-arrival bound), as of the last finished
+ * run of steps; for the heartbeat's data_dropped. */
+int64_t pt_agent_worker_data_dropped(pt_agent_worker *w);
 
 /* Aborts, waits up to timeout_ms for the thread and frees it. Returns 0, or
  * PT_ETIMEOUT when the thread did not end (it is then left running: the

@@ -296,6 +296,7 @@ static void send_heartbeat(agent *ag)
     int64_t step = -1;
     pt_agent_worker_status(ag->worker, m.u.heartbeat.state, sizeof m.u.heartbeat.state, &step);
     m.u.heartbeat.step = step >= 0 ? step : -1;
+    m.u.heartbeat.data_dropped = pt_agent_worker_data_dropped(ag->worker);
     send_msg(ag, &m);
 }
 

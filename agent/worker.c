@@ -64,7 +64,10 @@ typedef struct run_state {
     int64_t last_saved; /* step of the newest checkpoint written by this run, -1 none */
     pt_msg_event *events;
     int nev, evcap;
-    int64_t ns_base; /* pt_exec_now_ns() - pt_msg_now_ns() */
+    int64_t ns_base;             /* pt_exec_now_ns() - pt_msg_now_ns() */
+    uint64_t run_token;          /* the assign's: every data frame carries it */
+    size_t stash_bound, max_msg; /* bytes: early-arrival buffer, largest message */
+    size_t coll_stash_bound;
 } run_state;
 
 typedef struct ckpt_req {
@@ -107,8 +110,9 @@ struct pt_agent_worker {
     void *abort_ctx; /* the data context while a run exists: shut down to abort */
     /* status (mu) */
     char state[STATE_NAME_MAX];
-    int64_t done; /* iterations completed */
-    int64_t gen;  /* generation built */
+    int64_t done;     /* iterations completed */
+    uint64_t dropped; /* data-plane frames dropped, as of the last run of steps */
+    int64_t gen;      /* generation built */
     int built;
     int exited;
 
@@ -353,6 +357,67 @@ static int exchange_coll_endpoints(run_state *r, const char *mine, char (*eps)[P
     return 0;
 }
 
+/* Frames the data plane dropped (forged, replayed, stale, over the bound),
+ * over both communicators; the worker thread's own reading. */
+static uint64_t data_dropped(run_state *r)
+{
+    pt_comm_stats a = {0}, b = {0};
+    pt_comm_stats_get(r->comm, &a);
+    pt_collective_stats(r->coll, &b);
+    return a.bad_msgs + b.bad_msgs;
+}
+
+/* The data plane's bounds, from the program: the largest message this
+ * worker receives, and what may wait early in its buffer — every message
+ * the program sends it in one pass (all its RECVs), twice, as the next
+ * iteration's may come before this one's are taken, plus a stage's
+ * gradients for an all-reduce neighbour that runs a chunk ahead, plus room
+ * for the set-up messages. A buffer that would grow past it drops instead. */
+#define STASH_SLACK_BYTES ((size_t)1 << 20)
+static void data_bounds(run_state *r)
+{
+    const pt_worker *pw = &r->prog.workers[r->worker];
+    int64_t in_row = pt_net_in_elems(r->net) * (int64_t)sizeof(float);
+    int64_t out_row = pt_net_out_elems(r->net) * (int64_t)sizeof(float);
+    size_t recv_bytes = 0, largest = (size_t)PT_COMM_SEGMENT_FLOATS * sizeof(float);
+    for (int i = pw->op_begin; i < pw->op_end; i++) {
+        const pt_op *op = &r->prog.ops[i];
+        int64_t rows = op->row_hi - op->row_lo;
+        size_t b = op->kind == PT_OP_RECV_ACT    ? (size_t)(rows * in_row)
+                   : op->kind == PT_OP_RECV_GRAD ? (size_t)(rows * out_row)
+                                                 : 0;
+        recv_bytes += b;
+        if (b > largest)
+            largest = b;
+    }
+    size_t grads = (size_t)pt_net_param_count(r->net) * sizeof(float);
+    r->max_msg = largest;
+    r->stash_bound = 2 * recv_bytes + grads + STASH_SLACK_BYTES;
+    r->coll_stash_bound = 2 * grads + STASH_SLACK_BYTES;
+}
+
+/* Says on stderr (the agent's log) what the data plane dropped, when that
+ * grew: forged or stale frames are an attack or a bug worth a line. */
+static void log_dropped(pt_agent_worker *w, uint64_t dropped)
+{
+    if (dropped == w->dropped)
+        return;
+    pt_comm_stats a = {0}, b = {0};
+    pt_comm_stats_get(w->r.comm, &a);
+    pt_collective_stats(w->r.coll, &b);
+    fprintf(stderr,
+            "pipetop-agent %s: data plane dropped %llu frames (malformed %llu, token or "
+            "generation %llu, sender %llu, sequence %llu, over the %zu-byte early-arrival bound "
+            "%llu); early-arrival peak %zu bytes\n",
+            w->id, (unsigned long long)dropped,
+            (unsigned long long)(a.dropped_malformed + b.dropped_malformed),
+            (unsigned long long)(a.dropped_token + b.dropped_token),
+            (unsigned long long)(a.dropped_sender + b.dropped_sender),
+            (unsigned long long)(a.dropped_seq + b.dropped_seq), w->r.stash_bound,
+            (unsigned long long)(a.dropped_overflow + b.dropped_overflow),
+            a.stash_peak_bytes > b.stash_peak_bytes ? a.stash_peak_bytes : b.stash_peak_bytes);
+}
+
 /* The data plane's CURVE (docs/architecture.md, "Trust"): every receiving
  * socket is a server that lets in only the assign's peers (their keys came
  * over the authenticated control channel), every sending socket a client
@@ -407,10 +472,19 @@ static int setup_data_trust(pt_agent_worker *w, const pt_msg_assign *as, pt_erro
     return rc;
 }
 
-static int make_comm(pt_agent_worker *w, const char *bind, pt_comm **out, pt_error *err)
+static int make_comm(pt_agent_worker *w, const char *bind, size_t stash_bound, pt_comm **out,
+                     pt_error *err)
 {
     run_state *r = &w->r;
-    pt_comm_config cc = {r->worker, r->prog.worker_count, bind, r->data_ctx, w->comm_timeout_ms};
+    pt_comm_config cc = {.rank = r->worker,
+                         .size = r->prog.worker_count,
+                         .bind_endpoint = bind,
+                         .zmq_context = r->data_ctx,
+                         .timeout_ms = w->comm_timeout_ms,
+                         .run_token = r->run_token,
+                         .generation = (uint64_t)r->gen,
+                         .stash_limit_bytes = stash_bound,
+                         .max_msg_bytes = r->max_msg};
     int rc = 0;
     for (int k = 0; k < BIND_RETRIES; k++) {
         rc = pt_comm_create_hooked(&cc, data_socket_hook, r, out, err);
@@ -432,9 +506,14 @@ static int build_comms(pt_agent_worker *w, const pt_msg_assign *as, const pt_exe
     pthread_mutex_lock(&w->mu);
     w->abort_ctx = r->data_ctx;
     pthread_mutex_unlock(&w->mu);
+    data_bounds(r);
+    fprintf(stderr,
+            "pipetop-agent %s: data plane: early-arrival buffer bound %zu bytes, messages up to "
+            "%zu bytes\n",
+            w->id, r->stash_bound, r->max_msg);
     int rc = setup_data_trust(w, as, err);
     if (rc == 0)
-        rc = make_comm(w, w->data_ep, &r->comm, err);
+        rc = make_comm(w, w->data_ep, r->stash_bound, &r->comm, err);
     if (rc < 0)
         return rc;
     const char **eps = calloc((size_t)n, sizeof *eps);
@@ -464,7 +543,7 @@ static int build_comms(pt_agent_worker *w, const pt_msg_assign *as, const pt_exe
     } else {
         snprintf(host_bind, sizeof host_bind, "%.240s.coll", w->data_ep);
     }
-    if ((rc = make_comm(w, host_bind, &c2, err)) < 0)
+    if ((rc = make_comm(w, host_bind, r->coll_stash_bound, &c2, err)) < 0)
         return rc;
     char(*peer_eps)[PT_MSG_ENDPOINT_MAX] = calloc((size_t)(hi - lo), sizeof *peer_eps);
     const char **all = calloc((size_t)n, sizeof *all);
@@ -522,6 +601,7 @@ static int build_run(pt_agent_worker *w, const pt_msg *m, pt_error *err)
     run_state *r = &w->r;
     const pt_msg_assign *as = &m->u.assign;
     r->gen = m->gen;
+    r->run_token = m->u.assign.run_token;
     r->last_saved = -1;
     r->ns_base = pt_exec_now_ns() - pt_msg_now_ns();
     int rc;
@@ -695,8 +775,11 @@ static int run_once(pt_agent_worker *w, pt_error *err)
     /* in_run and run_end were set under the lock that decided to run */
     int rc = pt_exec_run(r->exec, done, &res, err);
     publish_events(w);
+    uint64_t dropped = data_dropped(r);
+    log_dropped(w, dropped);
     if (rc < 0) {
         pthread_mutex_lock(&w->mu);
+        w->dropped = dropped;
         w->in_run = 0;
         pthread_mutex_unlock(&w->mu);
         return rc;
@@ -704,6 +787,7 @@ static int run_once(pt_agent_worker *w, pt_error *err)
     publish_metrics(w, &res, done);
     int64_t after = done + (res.windows > 0 ? res.windows : 1);
     pthread_mutex_lock(&w->mu);
+    w->dropped = dropped;
     w->done = after;
     w->in_run = 0;
     pthread_mutex_unlock(&w->mu);
@@ -984,6 +1068,14 @@ void pt_agent_worker_status(pt_agent_worker *w, char *state, int cap, int64_t *s
     snprintf(state, (size_t)cap, "%s", w->state);
     *step = w->done - 1;
     pthread_mutex_unlock(&w->mu);
+}
+
+int64_t pt_agent_worker_data_dropped(pt_agent_worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int64_t n = (int64_t)w->dropped;
+    pthread_mutex_unlock(&w->mu);
+    return n;
 }
 
 int pt_agent_worker_destroy(pt_agent_worker **w_p, int timeout_ms)

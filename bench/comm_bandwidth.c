@@ -1,6 +1,8 @@
 /* Prints the data plane's figures (runtime/comm.h), every worker a thread:
- *  1. point-to-point bandwidth, 4 KiB .. 16 MiB messages, over inproc, ipc
- *     and tcp on 127.0.0.1, with the copying and the zero-copy send;
+ *  1. point-to-point bandwidth, 4 KiB .. 16 MiB messages, over the
+ *     shared-memory rings local agents use (shm), and with shared memory off
+ *     over inproc, ipc and tcp on 127.0.0.1 (what remote peers use), with the
+ *     copying and the zero-copy send;
  *  2. latency (half a 4-byte round trip) per transport;
  *  3. ring all-reduce time for p = 2 and 4 against the ring model
  *     T = 2(p-1)a + 2(p-1)/p n/b + (p-1)/p n g, with a the latency, b the
@@ -34,8 +36,10 @@
 #define P2P_TRIES    3
 #define REDUCE_REPS  20
 
-typedef enum { T_INPROC, T_IPC, T_TCP, T_COUNT } transport;
-static const char *const tname[] = {"inproc", "ipc", "tcp"};
+/* shm: local peers over the shared-memory rings (what agents on one host
+ * use); the others are ZeroMQ alone (shared memory off), as remote peers. */
+typedef enum { T_SHM, T_INPROC, T_IPC, T_TCP, T_COUNT } transport;
+static const char *const tname[] = {"shm", "inproc", "ipc", "tcp"};
 
 static double now_s(void)
 {
@@ -58,7 +62,7 @@ static int world_open(world *w, int p, transport t)
     memset(w, 0, sizeof *w);
     w->p = p;
     w->ctx = zmq_ctx_new();
-    if (t == T_IPC) {
+    if (t == T_IPC || t == T_SHM) {
         snprintf(w->dir, sizeof w->dir, "/tmp/pt-comm-bench-XXXXXX");
         if (!mkdtemp(w->dir))
             return -1;
@@ -73,7 +77,12 @@ static int world_open(world *w, int p, transport t)
             snprintf(bind, sizeof bind, "tcp://127.0.0.1:*");
         else
             snprintf(bind, sizeof bind, "ipc://%s/r%d", w->dir, r);
-        pt_comm_config cfg = {r, p, bind, w->ctx, TIMEOUT_MS};
+        pt_comm_config cfg = {.rank = r,
+                              .size = p,
+                              .bind_endpoint = bind,
+                              .zmq_context = w->ctx,
+                              .timeout_ms = TIMEOUT_MS,
+                              .shm = t == T_SHM ? 1 : -1};
         pt_error err = {0};
         if (pt_comm_create(&cfg, &w->comm[r], &err) < 0) {
             fprintf(stderr, "comm_bandwidth: %s\n", err.msg);

@@ -113,6 +113,7 @@ void pt_msg_init(pt_msg *m, pt_msg_type type, const char *agent)
         break;
     case PT_MSG_HEARTBEAT:
         m->u.heartbeat.step = -1;
+        m->u.heartbeat.data_dropped = -1;
         break;
     case PT_MSG_ERROR:
         m->u.error.stage = -1;
@@ -208,16 +209,16 @@ static const char *const *keys_of(pt_msg_type t)
         "host",         "pid",          "device",        "device_name", "backend",
         "memory_bytes", "capabilities", "data_endpoint", "gpu_bus_id",  NULL};
     static const char *const assign[] = {
-        "plan",    "model", "stage",          "replica",          "rank",        "peers",
-        "data",    "seed",  "checkpoint_dir", "checkpoint_every", "resume_step", "telemetry",
-        "nccl_id", NULL};
+        "plan",        "model",     "stage",   "replica",        "rank",
+        "peers",       "data",      "seed",    "checkpoint_dir", "checkpoint_every",
+        "resume_step", "telemetry", "nccl_id", "run_token",      NULL};
     static const char *const ack[] = {"of", "step", NULL};
     static const char *const stop[] = {"reason", "hold", "at_step", NULL};
     static const char *const start[] = {"steps", NULL};
     static const char *const reason[] = {"reason", NULL};
     static const char *const ckpt[] = {"step", NULL};
     static const char *const ckpt_ack[] = {"step", "dir", NULL};
-    static const char *const hb[] = {"hb", "t_send", "echo", "state", "step", NULL};
+    static const char *const hb[] = {"hb", "t_send", "echo", "state", "step", "data_dropped", NULL};
     static const char *const error[] = {"stage", "replica", "code", "reason", NULL};
     static const char *const events[] = {"events", NULL};
     static const char *const metrics[] = {"stage",   "replica", "step",   "loss", "samples_per_s",
@@ -416,6 +417,14 @@ static int check_assign(pt_jr *jr, const cJSON *o, pt_msg_assign *a)
     for (const char *p = a->nccl_id; *p; p++)
         if (!strchr("0123456789abcdefABCDEF", *p))
             return pt_jr_fail(jr, PT_EINVAL, "", "nccl_id", "must be hexadecimal digits");
+    char tok[24] = "";
+    TRY(opt_str(jr, o, "", "run_token", tok, sizeof tok));
+    if (tok[0]) {
+        if (strlen(tok) != 16 || strspn(tok, "0123456789abcdef") != 16)
+            return pt_jr_fail(jr, PT_EINVAL, "", "run_token",
+                              "must be 16 lower-case hexadecimal digits");
+        a->run_token = strtoull(tok, NULL, 16);
+    }
     a->plan_json = print_object(plan);
     a->model_json = print_object(model);
     if (!a->plan_json || !a->model_json)
@@ -445,6 +454,7 @@ static int check_heartbeat(pt_jr *jr, const cJSON *o, pt_msg_heartbeat *h)
     TRY(opt_str(jr, o, "", "state", h->state, sizeof h->state));
     TRY(check_charset(jr, "", "state", h->state, "_-", "a state name"));
     TRY(pt_jr_int64(jr, o, "", "step", OPT, -1, -1, IMAX, &h->step));
+    TRY(pt_jr_int64(jr, o, "", "data_dropped", OPT, -1, 0, IMAX, &h->data_dropped));
     return 0;
 }
 

@@ -117,6 +117,8 @@ typedef struct pt_msg_assign {
     int64_t resume_step;                  /* first step to run (0: fresh start) */
     char telemetry[PT_MSG_ENDPOINT_MAX];  /* optional: where to connect the telemetry PUB */
     char nccl_id[PT_MSG_NCCL_ID_MAX];     /* optional: NCCL unique id, hex */
+    uint64_t run_token; /* optional ("run_token": 16 hex digits; 0 absent): the data plane's run
+                           token, carried by every data frame (runtime/comm.h) */
 } pt_msg_assign;
 
 typedef struct pt_msg_ack {
@@ -160,6 +162,8 @@ typedef struct pt_msg_heartbeat {
     int64_t echo_t_recv;         /* when it arrived here (sender clock) */
     char state[PT_MSG_NAME_MAX]; /* optional: "idle", "running", "stopping"... */
     int64_t step;                /* last finished step, -1: none */
+    int64_t data_dropped;        /* optional, -1 absent: data-plane frames this agent dropped
+                                    (forged, replayed, stale, over the early-arrival bound) */
 } pt_msg_heartbeat;
 
 typedef struct pt_msg_error_body {
@@ -224,6 +228,7 @@ typedef struct pt_msg {
 
 /* Zeroes *m and sets type, agent (truncated to fit; NULL: "") and the
  * defaults that are not zero: checkpoint.step -1, heartbeat.step -1,
+ * heartbeat.data_dropped -1,
  * error stage/replica -1, metrics loss NaN, ack.of PT_MSG_ASSIGN, ack.step -1,
  * stop.at_step -1. */
 void pt_msg_init(pt_msg *m, pt_msg_type type, const char *agent);

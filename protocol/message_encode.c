@@ -3,6 +3,7 @@
  * whatever encodes also decodes. */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,6 +135,11 @@ static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
         add_int(b, o, "resume_step", a->resume_step);
         add_opt_str(b, o, "telemetry", a->telemetry);
         add_opt_str(b, o, "nccl_id", a->nccl_id);
+        if (a->run_token) {
+            char tok[17];
+            snprintf(tok, sizeof tok, "%016llx", (unsigned long long)a->run_token);
+            add_str(b, o, "run_token", tok);
+        }
         return 0;
     }
     case PT_MSG_ACK: {
@@ -179,6 +185,8 @@ static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
         add_opt_str(b, o, "state", h->state);
         if (h->step != -1)
             add_int(b, o, "step", h->step);
+        if (h->data_dropped != -1)
+            add_int(b, o, "data_dropped", h->data_dropped);
         return 0;
     }
     case PT_MSG_ERROR:

@@ -9,10 +9,12 @@
  * all-gather circulates those sums. Each chunk travels in segments so a rank
  * forwards segment k while segment k+1 is on the wire.
  *
- * Copies: reduce-scatter forwards straight from buf (zero-copy; the sums are
- * never written again before the all-gather, which waits for those sends to
- * be released before it overwrites); the all-gather forwards the received
- * frame itself (reference-counted, no copy). */
+ * Copies: reduce-scatter forwards straight from buf (zero-copy over ZeroMQ;
+ * the sums are never written again before the all-gather, which waits for
+ * those sends to be released before it overwrites); the all-gather forwards
+ * the received frame itself (reference-counted, no copy). Over shared memory
+ * a send is one copy into the ring, and a receive is read (summed, copied)
+ * straight out of the ring. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -87,21 +89,23 @@ static int send_segment(const ring *r, int step, int c, uint32_t k, int zero_cop
 }
 
 /* Step s, segment k of chunk c: receive it from the left, add it into buf
- * (reduce-scatter) or copy it (all-gather), and pass it on as step s+1. */
+ * (reduce-scatter) or copy it (all-gather), and pass it on as step s+1. The
+ * received frame is read where it arrived (a ZeroMQ frame or the ring from
+ * the left) and released before the next receive. */
 static int ring_segment(const ring *r, int s, int c, uint32_t k, pt_error *err)
 {
     size_t n = seg_len(chunk_len(r->count, r->p, c), k);
     float *dst = r->buf + chunk_off(r->count, r->p, c) + (size_t)k * PT_COMM_SEGMENT_FLOATS;
-    zmq_msg_t m;
-    int rc = pt_comm_internal_recv_msg(r->comm, r->left, ring_tag(r->id, s, k), &m, err);
+    pt_comm_frame f;
+    int rc = pt_comm_internal_recv_frame(r->comm, r->left, ring_tag(r->id, s, k), &f, err);
     if (rc < 0) {
         if (rc == PT_ETIMEOUT)
             pt_error_prefix(err, "allreduce");
         return rc;
     }
-    if (zmq_msg_size(&m) != n * sizeof(float)) {
-        size_t got = zmq_msg_size(&m) / sizeof(float);
-        zmq_msg_close(&m);
+    if (f.bytes != n * sizeof(float)) {
+        size_t got = f.bytes / sizeof(float);
+        pt_comm_internal_frame_release(r->comm, &f);
         return pt_error_set(err, PT_EINVAL,
                             "allreduce: rank %d: step %d from rank %d has %zu floats, expected %zu "
                             "(do all members pass the same count?)",
@@ -109,7 +113,7 @@ static int ring_segment(const ring *r, int s, int c, uint32_t k, pt_error *err)
     }
     /* A frame received over tcp may start at any byte (ZeroMQ slices them
      * out of its read buffer): load each float by memcpy. */
-    const unsigned char *in = zmq_msg_data(&m);
+    const unsigned char *in = f.data;
     if (s < r->p - 1) {
         for (size_t j = 0; j < n; j++) {
             float x;
@@ -127,13 +131,9 @@ static int ring_segment(const ring *r, int s, int c, uint32_t k, pt_error *err)
          * the all-reduce returns. */
         rc = send_segment(r, s + 1, c, k, 0, err);
     } else if (s + 1 < r->steps) {
-        zmq_msg_t fwd;
-        zmq_msg_init(&fwd);
-        zmq_msg_copy(&fwd, &m); /* shares the frame's data */
-        rc = pt_comm_internal_send_msg(r->comm, r->right, ring_tag(r->id, s + 1, k), &fwd, err);
-        zmq_msg_close(&fwd);
+        rc = pt_comm_internal_forward(r->comm, r->right, ring_tag(r->id, s + 1, k), &f, err);
     }
-    zmq_msg_close(&m);
+    pt_comm_internal_frame_release(r->comm, &f);
     return rc;
 }
 
@@ -169,10 +169,14 @@ int pt_comm_allreduce(pt_comm *self, pt_comm_group *group, float *buf, size_t co
     if (p == 1)
         return 0;
     int rc;
-    /* Step 0: this rank's own chunk, unreduced. */
-    for (uint32_t k = 0; k < seg_count(chunk_len(count, p, me)); k++)
-        if ((rc = send_segment(&r, 0, me, k, 1, err)) < 0)
-            return rc;
+    /* Step 0: this rank's own chunk, unreduced, one segment ahead of the
+     * step-0 receives, so a rank never has much more than a segment in
+     * flight per neighbour (a bounded shared-memory ring never fills up
+     * with a whole chunk while both neighbours wait to send). */
+    uint32_t own = seg_count(chunk_len(count, p, me));
+    if ((rc = send_segment(&r, 0, me, 0, 1, err)) < 0)
+        return rc;
+    uint32_t sent = 1;
     for (int s = 0; s < r.steps; s++) {
         int c = ((me - s - 1) % p + p) % p;
         /* Before the all-gather overwrites chunks the reduce-scatter sent
@@ -181,8 +185,14 @@ int pt_comm_allreduce(pt_comm *self, pt_comm_group *group, float *buf, size_t co
             return pt_error_set(err, PT_ETIMEOUT,
                                 "allreduce: rank %d: sends to rank %d not released within %d ms",
                                 pt_comm_rank(self), r.right, pt_comm_timeout_ms(self));
-        for (uint32_t k = 0; k < seg_count(chunk_len(count, p, c)); k++)
+        for (uint32_t k = 0; k < seg_count(chunk_len(count, p, c)); k++) {
+            if (s == 0 && sent < own && (rc = send_segment(&r, 0, me, sent++, 1, err)) < 0)
+                return rc;
             if ((rc = ring_segment(&r, s, c, k, err)) < 0)
+                return rc;
+        }
+        for (; s == 0 && sent < own; sent++)
+            if ((rc = send_segment(&r, 0, me, sent, 1, err)) < 0)
                 return rc;
     }
     if (op == PT_COMM_AVERAGE) {

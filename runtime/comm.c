@@ -1,6 +1,8 @@
-/* Point-to-point transport over ZeroMQ: one PULL socket bound per rank, one
- * PUSH socket per connected peer, a two-frame message (header, payload) and a
- * stash of early arrivals keyed by (source, tag). See runtime/comm.h. */
+/* Point-to-point transport: one PULL socket bound per rank, one PUSH socket
+ * per connected peer, a two-frame message (header, payload), shared-memory
+ * rings (comm_shm.c) to peers on this host, the checks every arriving frame
+ * passes, and a bounded stash of early arrivals keyed by (source, tag). See
+ * runtime/comm.h. */
 #include "runtime/comm.h"
 
 #include <errno.h>
@@ -16,8 +18,20 @@
  * one ring step may send before it receives, so an all-reduce never waits
  * on its own queue; a dead peer still stops a sender within the timeout. */
 #define HWM_MSGS         65536
+#define RCV_HWM_MSGS     256 /* per connection: what a flood can park inside ZeroMQ */
 #define ZC_POLL_NS       20000L
 #define STASH_GROW_SLOTS 16
+
+/* A message of several ring records, taken piece by piece. */
+typedef struct ring_partial {
+    int active, keep; /* keep 0: dropped, its pieces are skipped */
+    struct wire_hdr_s {
+        uint32_t magic, src;
+        uint64_t tag, count, seq, token, gen;
+    } h;
+    size_t total, done;
+    zmq_msg_t m;
+} ring_partial;
 
 typedef struct stash_slot {
     int src;
@@ -39,8 +53,20 @@ struct pt_comm {
     int slots_used, slots_cap;
     uint64_t arrivals;
     pt_comm_stats stats;
-    pt_comm_shared *shared;   /* zero-copy counter and send-buffer pool */
-    atomic_int interrupted;   /* pt_comm_interrupt was called: close without lingering */
+    pt_comm_shared *shared; /* zero-copy counter and send-buffer pool */
+    atomic_int interrupted; /* pt_comm_interrupt was called: close without lingering */
+    uint64_t token, gen;
+    size_t stash_limit, max_msg, ring_bytes;
+    int shm_on;
+    uint64_t *recv_seq;        /* [size] next sequence number expected from each source */
+    unsigned char *local;      /* [size] 1: the peer's endpoint is on this host */
+    unsigned char *shm_failed; /* [size] 1: making its ring failed, ZeroMQ it is */
+    pt_shm_ring **out_ring;    /* [size] ring to each peer, NULL: none (yet) */
+    pt_shm_ring **in_ring;     /* [size] ring from each peer */
+    int *in_list, in_count;    /* sources with a ring, for polling */
+    ring_partial *partial;     /* [size] the message each ring is in the middle of */
+    pt_shm_ring *held;         /* ring whose record a frame holds now */
+    char shm_dir[PT_SHM_PATH_MAX];
     pt_comm_socket_hook hook; /* pt_comm_create_hooked; NULL none */
     void *hook_user;
 };
@@ -102,6 +128,35 @@ static int set_int_opt(void *sock, int opt, int value)
     return zmq_setsockopt(sock, opt, &value, sizeof value);
 }
 
+/* Frames longer than a header and the largest payload make ZeroMQ drop
+ * the connection that sent them before they take any memory here. */
+static void set_max_msg(void *sock, size_t max_payload)
+{
+    int64_t v = (int64_t)(max_payload + PT_COMM_HEADER_BYTES);
+    zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &v, sizeof v);
+}
+
+static void free_arrays(pt_comm *c)
+{
+    free(c->push);
+    free(c->send_seq);
+    free(c->recv_seq);
+    free(c->local);
+    free(c->shm_failed);
+    free(c->out_ring);
+    free(c->in_ring);
+    free(c->in_list);
+    free(c->partial);
+}
+
+/* An endpoint on this host: what shared memory may replace. */
+static int is_local(const char *ep)
+{
+    return !strncmp(ep, "ipc://", 6) || !strncmp(ep, "inproc://", 9) ||
+           !strncmp(ep, "tcp://127.", 10) || !strncmp(ep, "tcp://localhost:", 16) ||
+           !strncmp(ep, "tcp://[::1]:", 12);
+}
+
 int pt_comm_create(const pt_comm_config *cfg, pt_comm **out, pt_error *err)
 {
     return pt_comm_create_hooked(cfg, NULL, NULL, out, err);
@@ -139,10 +194,26 @@ int pt_comm_create_hooked(const pt_comm_config *cfg, pt_comm_socket_hook hook, v
     c->rank = cfg->rank;
     c->size = cfg->size;
     c->timeout_ms = cfg->timeout_ms;
-    c->push = calloc((size_t)cfg->size, sizeof *c->push);
-    c->send_seq = calloc((size_t)cfg->size, sizeof *c->send_seq);
+    c->token = cfg->run_token;
+    c->gen = cfg->generation;
+    c->stash_limit = cfg->stash_limit_bytes ? cfg->stash_limit_bytes : PT_COMM_DEFAULT_STASH_BYTES;
+    c->max_msg = cfg->max_msg_bytes ? cfg->max_msg_bytes : PT_COMM_DEFAULT_MAX_MSG;
+    c->ring_bytes = cfg->shm_ring_bytes ? cfg->shm_ring_bytes : PT_COMM_DEFAULT_RING_BYTES;
+    const char *env = getenv("PT_COMM_SHM");
+    c->shm_on = cfg->shm >= 0 && !(env && !strcmp(env, "0"));
+    size_t n = (size_t)cfg->size;
+    c->push = calloc(n, sizeof *c->push);
+    c->send_seq = calloc(n, sizeof *c->send_seq);
+    c->recv_seq = calloc(n, sizeof *c->recv_seq);
+    c->local = calloc(n, 1);
+    c->shm_failed = calloc(n, 1);
+    c->out_ring = calloc(n, sizeof *c->out_ring);
+    c->in_ring = calloc(n, sizeof *c->in_ring);
+    c->in_list = calloc(n, sizeof *c->in_list);
+    c->partial = calloc(n, sizeof *c->partial);
     c->shared = pt_comm_shared_new();
-    if (!c->push || !c->send_seq || !c->shared)
+    if (!c->push || !c->send_seq || !c->recv_seq || !c->local || !c->shm_failed || !c->out_ring ||
+        !c->in_ring || !c->in_list || !c->partial || !c->shared)
         goto fail_arrays;
 
     c->ctx = cfg->zmq_context;
@@ -159,8 +230,9 @@ int pt_comm_create_hooked(const pt_comm_config *cfg, pt_comm_socket_hook hook, v
         rc = pt_error_set(err, PT_EIO, "comm: zmq_socket: %s", zmq_strerror(errno));
         goto fail_socket;
     }
-    set_int_opt(c->pull, ZMQ_RCVHWM, HWM_MSGS);
+    set_int_opt(c->pull, ZMQ_RCVHWM, RCV_HWM_MSGS);
     set_int_opt(c->pull, ZMQ_LINGER, 0);
+    set_max_msg(c->pull, c->max_msg);
     c->hook = hook;
     c->hook_user = hook_user;
     if (hook && (rc = hook(hook_user, c->pull, -1, err)) < 0)
@@ -186,8 +258,7 @@ fail_socket:
         zmq_ctx_term(c->ctx);
 fail_arrays:
     pt_comm_shared_close(c->shared);
-    free(c->push);
-    free(c->send_seq);
+    free_arrays(c);
     free(c);
 fail_alloc:
     if (rc == PT_ENOMEM)
@@ -220,6 +291,7 @@ int pt_comm_connect(pt_comm *self, const char *const *endpoints, pt_error *err)
         set_int_opt(s, ZMQ_SNDHWM, HWM_MSGS);
         set_int_opt(s, ZMQ_SNDTIMEO, self->timeout_ms);
         set_int_opt(s, ZMQ_LINGER, self->timeout_ms);
+        set_max_msg(s, self->max_msg);
         int hrc = self->hook ? self->hook(self->hook_user, s, r, err) : 0;
         if (hrc < 0) {
             zmq_close(s);
@@ -232,6 +304,7 @@ int pt_comm_connect(pt_comm *self, const char *const *endpoints, pt_error *err)
                                 self->rank, r, endpoints[r], zmq_strerror(e));
         }
         self->push[r] = s;
+        self->local[r] = (unsigned char)is_local(endpoints[r]);
     }
     self->connected = 1;
     return 0;
@@ -280,6 +353,14 @@ void pt_comm_destroy(pt_comm **self_p)
         free(c->slots[i]);
     }
     free(c->slots);
+    for (int r = 0; r < c->size; r++) {
+        if (c->partial[r].active && c->partial[r].keep)
+            zmq_msg_close(&c->partial[r].m);
+        pt_shm_ring_destroy(&c->out_ring[r]);
+        pt_shm_ring_destroy(&c->in_ring[r]);
+    }
+    if (c->shm_dir[0])
+        rmdir(c->shm_dir);
     int linger0 = 0;
     for (int r = 0; r < c->size; r++)
         if (c->push[r]) {
@@ -295,8 +376,7 @@ void pt_comm_destroy(pt_comm **self_p)
     if (c->own_ctx)
         zmq_ctx_term(c->ctx); /* releases every message this comm sent */
     pt_comm_shared_close(c->shared);
-    free(c->push);
-    free(c->send_seq);
+    free_arrays(c);
     free(c);
     *self_p = NULL;
 }
@@ -367,6 +447,12 @@ static int stash_put(pt_comm *c, int src, uint64_t tag, zmq_msg_t *payload)
     return 0;
 }
 
+/* Whether bytes more would still fit under the stash's bound. */
+static int stash_fits(const pt_comm *c, size_t bytes)
+{
+    return bytes <= c->stash_limit && c->stats.stash_bytes <= c->stash_limit - bytes;
+}
+
 /* Takes the oldest stashed (src, tag) message into *payload: 1 found, 0 not. */
 static int stash_take(pt_comm *c, int src, uint64_t tag, zmq_msg_t *payload)
 {
@@ -390,7 +476,63 @@ static int stash_take(pt_comm *c, int src, uint64_t tag, zmq_msg_t *payload)
     return 1;
 }
 
-/* ---- receiving ------------------------------------------------------------ */
+/* ---- the checks every arriving frame passes --------------------------------- */
+
+typedef struct wire_hdr_s wire_hdr;
+
+static void hdr_write(unsigned char *h, const wire_hdr *w)
+{
+    put_u32(h, w->magic);
+    put_u32(h + 4, w->src);
+    put_u64(h + 8, w->tag);
+    put_u64(h + 16, w->count);
+    put_u64(h + 24, w->seq);
+    put_u64(h + 32, w->token);
+    put_u64(h + 40, w->gen);
+}
+
+static void hdr_read(const unsigned char *h, wire_hdr *w)
+{
+    w->magic = get_u32(h);
+    w->src = get_u32(h + 4);
+    w->tag = get_u64(h + 8);
+    w->count = get_u64(h + 16);
+    w->seq = get_u64(h + 24);
+    w->token = get_u64(h + 32);
+    w->gen = get_u64(h + 40);
+}
+
+enum { ACCEPT = 0, DROP = 1 };
+
+static void drop(uint64_t *counter, pt_comm *c)
+{
+    (*counter)++;
+    c->stats.bad_msgs++;
+}
+
+/* Whether a well-formed header may be delivered: run token and generation,
+ * a source that reaches us this way (via_ring: through its ring), and the
+ * next sequence number of that source. Counts what it refuses. */
+static int check_hdr(pt_comm *c, const wire_hdr *h, int via_ring)
+{
+    if (h->token != c->token || h->gen != c->gen) {
+        drop(&c->stats.dropped_token, c);
+        return DROP;
+    }
+    if (h->src >= (uint32_t)c->size || (int)h->src == c->rank ||
+        (!via_ring && c->in_ring[h->src])) {
+        drop(&c->stats.dropped_sender, c);
+        return DROP;
+    }
+    if (h->seq != c->recv_seq[h->src]) {
+        drop(&c->stats.dropped_seq, c);
+        return DROP;
+    }
+    c->recv_seq[h->src]++;
+    return ACCEPT;
+}
+
+/* ---- receiving over ZeroMQ -------------------------------------------------- */
 
 static void drain_parts(void *sock)
 {
@@ -407,9 +549,12 @@ static void drain_parts(void *sock)
     }
 }
 
+static int attach_ring(pt_comm *c, int src, zmq_msg_t *payload);
+
 /* Reads one message from the PULL socket without blocking.
  * 1: a valid message (src, tag, *payload initialised; caller owns it);
- * 0: nothing queued; 2: a malformed message was dropped; <0: socket error. */
+ * 0: nothing queued; 2: a frame was dropped or handled inside (a ring hello);
+ * <0: socket error. */
 static int pull_one(pt_comm *c, int *src, uint64_t *tag, zmq_msg_t *payload)
 {
     zmq_msg_t hdr;
@@ -424,37 +569,220 @@ static int pull_one(pt_comm *c, int *src, uint64_t *tag, zmq_msg_t *payload)
         return e == ETERM ? PT_ESTATE : PT_EIO;
     }
     int ok = n == PT_COMM_HEADER_BYTES && zmq_msg_more(&hdr);
-    const unsigned char *h = zmq_msg_data(&hdr);
-    uint32_t from = 0;
-    uint64_t count = 0;
+    wire_hdr h = {0};
     if (ok) {
-        from = get_u32(h + 4);
-        *tag = get_u64(h + 8);
-        count = get_u64(h + 16);
-        ok = get_u32(h) == PT_COMM_MAGIC && from < (uint32_t)c->size &&
-             count <= SIZE_MAX / sizeof(float);
+        hdr_read(zmq_msg_data(&hdr), &h);
+        ok = h.magic == PT_COMM_MAGIC && h.count <= c->max_msg / sizeof(float);
     }
     int more = zmq_msg_more(&hdr);
     zmq_msg_close(&hdr);
     if (!ok) {
         if (more)
             drain_parts(c->pull);
-        c->stats.bad_msgs++;
+        drop(&c->stats.dropped_malformed, c);
         return 2;
     }
     zmq_msg_init(payload);
     n = zmq_msg_recv(payload, c->pull, ZMQ_DONTWAIT);
-    if (n < 0 || zmq_msg_more(payload) || zmq_msg_size(payload) != count * sizeof(float)) {
+    if (n < 0 || zmq_msg_more(payload) || zmq_msg_size(payload) != h.count * sizeof(float)) {
         if (n >= 0 && zmq_msg_more(payload))
             drain_parts(c->pull);
         zmq_msg_close(payload);
-        c->stats.bad_msgs++;
+        drop(&c->stats.dropped_malformed, c);
         return 2;
     }
-    *src = (int)from;
+    if (check_hdr(c, &h, 0) == DROP) {
+        zmq_msg_close(payload);
+        return 2;
+    }
+    if (pt_comm_tag_kind(h.tag) == PT_COMM_SHM_HELLO) { /* transport control, not counted */
+        attach_ring(c, (int)h.src, payload);
+        zmq_msg_close(payload);
+        return 2;
+    }
     c->stats.msgs_recv++;
     c->stats.bytes_recv += PT_COMM_HEADER_BYTES + zmq_msg_size(payload);
+    *src = (int)h.src;
+    *tag = h.tag;
     return 1;
+}
+
+/* A peer announces its ring: map it. A hello that cannot be mapped leaves
+ * the peer on ZeroMQ, and the next receive from it says why. */
+static int attach_ring(pt_comm *c, int src, zmq_msg_t *payload)
+{
+    /* The path travels as one float per byte (exact small integers), NUL-ended. */
+    char path[PT_SHM_PATH_MAX];
+    size_t n = zmq_msg_size(payload) / sizeof(float), k = 0;
+    const unsigned char *p = zmq_msg_data(payload);
+    for (; k < n && k + 1 < sizeof path; k++) {
+        float f;
+        memcpy(&f, p + k * sizeof f, sizeof f);
+        if (!(f >= 0 && f <= 255) || f != (float)(int)f)
+            break;
+        path[k] = (char)(int)f;
+        if (!path[k])
+            break;
+    }
+    path[k < sizeof path ? k : sizeof path - 1] = '\0';
+    if (c->in_ring[src]) {
+        drop(&c->stats.dropped_sender, c); /* a second hello: not from the peer we know */
+        return PT_ESTATE;
+    }
+    pt_error e = {0};
+    pt_shm_ring *r;
+    int rc = pt_shm_ring_attach(path, src, c->rank, c->token, c->gen, &r, &e);
+    if (rc < 0) {
+        fprintf(stderr, "comm: rank %d: ring from rank %d: %s\n", c->rank, src, e.msg);
+        drop(&c->stats.dropped_sender, c);
+        return rc;
+    }
+    c->in_ring[src] = r;
+    c->in_list[c->in_count++] = src;
+    c->stats.shm_peers_in++;
+    return 0;
+}
+
+/* ---- receiving from a ring ---------------------------------------------------- */
+
+/* Takes what is in ring src without waiting. A message of several records
+ * is assembled across calls (its sender may be waiting for the room the
+ * first pieces free), so no caller ever blocks inside another's message.
+ * 1: the message (src, want) is complete and *f holds it (f not NULL): a
+ * view into the ring when it is one record and view is set, a copy
+ * otherwise; 2: another message was stashed or dropped, or a piece taken;
+ * 0: nothing more now; <0 an error (err set). */
+static int ring_next(pt_comm *c, int src, uint64_t want, int view, pt_comm_frame *f, pt_error *err)
+{
+    pt_shm_ring *r = c->in_ring[src];
+    ring_partial *p = &c->partial[src];
+    pt_shm_rec rec;
+    int rc = pt_shm_ring_peek(r, &rec);
+    if (rc == 0)
+        return 0;
+    if (rc < 0 || (rec.type == PT_SHM_MSG && rec.len < PT_COMM_HEADER_BYTES) ||
+        (rec.type == PT_SHM_CONT && (!p->active || rec.len > p->total - p->done)) ||
+        (rec.type == PT_SHM_MSG && p->active))
+        return pt_error_set(err, PT_EPARSE, "comm: rank %d: the ring from rank %d is corrupt",
+                            c->rank, src);
+    if (rec.type == PT_SHM_MSG) {
+        wire_hdr h;
+        hdr_read(rec.data, &h);
+        size_t first = rec.len - PT_COMM_HEADER_BYTES, total = (size_t)h.count * sizeof(float);
+        int ok = h.magic == PT_COMM_MAGIC && h.count <= c->max_msg / sizeof(float) &&
+                 first <= total && (int)h.src == src;
+        if (!ok)
+            return pt_error_set(err, PT_EPARSE, "comm: rank %d: the ring from rank %d is corrupt",
+                                c->rank, src);
+        int keep = check_hdr(c, &h, 1) == ACCEPT;
+        int match = keep && f && h.tag == want;
+        if (keep && !match && !stash_fits(c, total)) {
+            drop(&c->stats.dropped_overflow, c);
+            keep = 0;
+        }
+        if (keep) {
+            c->stats.msgs_recv++;
+            c->stats.bytes_recv += PT_COMM_HEADER_BYTES + total;
+        }
+        if (match && view && first == total) {
+            f->data = rec.data + PT_COMM_HEADER_BYTES;
+            f->bytes = total;
+            f->in_msg = 0;
+            f->ring = r;
+            c->held = r;
+            return 1;
+        }
+        p->h = h;
+        p->total = total;
+        p->done = first;
+        p->keep = keep;
+        if (keep) {
+            if (zmq_msg_init_size(&p->m, total) != 0)
+                return pt_error_set(err, PT_ENOMEM, "comm: rank %d: no memory for %zu bytes",
+                                    c->rank, total);
+            memcpy(zmq_msg_data(&p->m), rec.data + PT_COMM_HEADER_BYTES, first);
+        }
+        p->active = 1;
+    } else {
+        if (p->keep)
+            memcpy((unsigned char *)zmq_msg_data(&p->m) + p->done, rec.data, rec.len);
+        p->done += rec.len;
+    }
+    pt_shm_ring_consume(r);
+    if (p->done < p->total)
+        return 2;
+    p->active = 0;
+    if (!p->keep)
+        return 2;
+    if (f && p->h.tag == want) {
+        f->in_msg = 1;
+        f->ring = NULL;
+        zmq_msg_init(&f->msg);
+        zmq_msg_move(&f->msg, &p->m);
+        zmq_msg_close(&p->m);
+        f->data = zmq_msg_data(&f->msg);
+        f->bytes = p->total;
+        return 1;
+    }
+    c->stats.early_arrivals++;
+    rc = stash_put(c, src, p->h.tag, &p->m);
+    zmq_msg_close(&p->m);
+    if (rc < 0)
+        return pt_error_set(err, PT_ENOMEM, "comm: rank %d: stash: out of memory", c->rank);
+    return 2;
+}
+
+/* Drains into the stash the rings whose sender waits for room (except the
+ * one a frame holds), so two ranks that both send never wait on each other.
+ * 0 or <0 (err set). */
+static int drain_blocked_rings(pt_comm *c, pt_error *err)
+{
+    for (int i = 0; i < c->in_count; i++) {
+        int src = c->in_list[i];
+        pt_shm_ring *r = c->in_ring[src];
+        if (r == c->held || !pt_shm_ring_producer_waiting(r))
+            continue;
+        int rc;
+        while ((rc = ring_next(c, src, UINT64_MAX, 0, NULL, err)) == 2) {
+        }
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Sleeps until the PULL socket, a ring's FIFO or extra_fd (-1: none) wakes
+ * us, or deadline. want_ring (NULL: none) is armed to wake us on its next
+ * record; the rings of blocked senders wake us anyway. 0, or PT_ESTATE. */
+static int sleep_any(pt_comm *c, pt_shm_ring *want_ring, int extra_fd, int64_t deadline)
+{
+    if (want_ring && pt_shm_ring_prepare_sleep(want_ring)) {
+        pt_shm_ring_woke(want_ring);
+        return 0;
+    }
+    int64_t left = deadline - pt_comm_internal_now_ms();
+    if (left > 0) {
+        zmq_pollitem_t stack[16], *it = stack;
+        int n = c->in_count + 2;
+        if (n > 16 && !(it = malloc((size_t)n * sizeof *it)))
+            it = stack, n = 2 + (c->in_count > 14 ? 14 : c->in_count);
+        int k = 0;
+        it[k++] = (zmq_pollitem_t){.socket = c->pull, .events = ZMQ_POLLIN};
+        for (int i = 0; i < c->in_count && k < n; i++)
+            it[k++] = (zmq_pollitem_t){.fd = pt_shm_ring_wait_fd(c->in_ring[c->in_list[i]]),
+                                       .events = ZMQ_POLLIN};
+        if (extra_fd >= 0 && k < n)
+            it[k++] = (zmq_pollitem_t){.fd = extra_fd, .events = ZMQ_POLLIN};
+        int rc = zmq_poll(it, k, (long)left);
+        int e = errno;
+        if (it != stack)
+            free(it);
+        if (rc < 0 && e == ETERM)
+            return PT_ESTATE;
+    }
+    for (int i = 0; i < c->in_count; i++)
+        pt_shm_ring_woke(c->in_ring[c->in_list[i]]);
+    return atomic_load(&c->interrupted) ? PT_ESTATE : 0;
 }
 
 static int interrupted(const pt_comm *c, const char *what, pt_error *err)
@@ -463,54 +791,143 @@ static int interrupted(const pt_comm *c, const char *what, pt_error *err)
                         c->rank, what);
 }
 
-int pt_comm_internal_recv_msg(pt_comm *self, int src, uint64_t tag, zmq_msg_t *payload,
-                              pt_error *err)
+/* Reads everything queued on the PULL socket without blocking: messages for
+ * (src, want) stop it (1, *m set, want >= 0), others are stashed (or dropped
+ * over the bound). 0 when the socket is empty, <0 on error (err set). */
+static int pull_all(pt_comm *c, int src, uint64_t want, zmq_msg_t *out, pt_error *err)
+{
+    for (;;) {
+        int from;
+        uint64_t got;
+        zmq_msg_t m;
+        int rc = pull_one(c, &from, &got, &m);
+        if (rc == PT_ESTATE)
+            return interrupted(c, "recv", err);
+        if (rc < 0)
+            return pt_error_set(err, PT_EIO, "comm: rank %d: recv: %s", c->rank,
+                                zmq_strerror(errno));
+        if (rc == 0)
+            return 0;
+        if (rc == 2)
+            continue;
+        if (out && from == src && got == want) {
+            zmq_msg_init(out);
+            zmq_msg_move(out, &m);
+            zmq_msg_close(&m);
+            return 1;
+        }
+        if (!stash_fits(c, zmq_msg_size(&m))) {
+            drop(&c->stats.dropped_overflow, c);
+            zmq_msg_close(&m);
+            continue;
+        }
+        c->stats.early_arrivals++;
+        rc = stash_put(c, from, got, &m);
+        zmq_msg_close(&m);
+        if (rc < 0)
+            return pt_error_set(err, PT_ENOMEM, "comm: rank %d: stash: out of memory", c->rank);
+    }
+}
+
+int pt_comm_internal_recv_frame(pt_comm *self, int src, uint64_t tag, pt_comm_frame *f,
+                                pt_error *err)
 {
     char tb[64];
     if (src < 0 || src >= self->size)
         return pt_error_set(err, PT_EINVAL, "comm: recv: source rank %d is out of range [0, %d)",
                             src, self->size);
-    if (stash_take(self, src, tag, payload))
+    f->ring = NULL;
+    f->in_msg = 1;
+    if (stash_take(self, src, tag, &f->msg)) {
+        f->data = zmq_msg_data(&f->msg);
+        f->bytes = zmq_msg_size(&f->msg);
         return 0;
+    }
     int64_t deadline = pt_comm_internal_now_ms() + self->timeout_ms;
     for (;;) {
-        int from;
-        uint64_t got;
-        zmq_msg_t m;
-        int rc = pull_one(self, &from, &got, &m);
-        if (rc == PT_ESTATE)
-            return interrupted(self, "recv", err);
+        /* ZeroMQ first, also when the ring has the message: what is queued
+         * there (a remote peer's, or forged) is checked and counted at once
+         * instead of piling up inside ZeroMQ. */
+        int rc = pull_all(self, src, tag, &f->msg, err);
         if (rc < 0)
-            return pt_error_set(err, PT_EIO, "comm: rank %d: recv: %s", self->rank,
-                                zmq_strerror(errno));
+            return rc;
         if (rc == 1) {
-            if (from == src && got == tag) {
-                zmq_msg_init(payload);
-                zmq_msg_move(payload, &m);
-                zmq_msg_close(&m);
-                return 0;
-            }
-            self->stats.early_arrivals++;
-            if (stash_put(self, from, got, &m) < 0) {
-                zmq_msg_close(&m);
-                return pt_error_set(err, PT_ENOMEM, "comm: rank %d: stash: out of memory",
-                                    self->rank);
-            }
-            zmq_msg_close(&m);
+            f->in_msg = 1;
+            f->data = zmq_msg_data(&f->msg);
+            f->bytes = zmq_msg_size(&f->msg);
+            return 0;
         }
-        int64_t left = deadline - pt_comm_internal_now_ms();
-        if (rc != 0 && left > 0)
-            continue; /* more may be queued */
-        if (left <= 0)
+        if (self->in_ring[src]) {
+            while ((rc = ring_next(self, src, tag, 1, f, err)) == 2) {
+            }
+            if (rc < 0)
+                return rc;
+            if (rc == 1)
+                return 0;
+        }
+        /* A hello from src may have just attached its ring: look there first. */
+        if (self->in_ring[src] && pt_shm_ring_prepare_sleep(self->in_ring[src])) {
+            pt_shm_ring_woke(self->in_ring[src]);
+            continue;
+        }
+        if ((rc = drain_blocked_rings(self, err)) < 0)
+            return rc;
+        if (stash_take(self, src, tag, &f->msg)) {
+            f->in_msg = 1;
+            f->data = zmq_msg_data(&f->msg);
+            f->bytes = zmq_msg_size(&f->msg);
+            return 0;
+        }
+        if (pt_comm_internal_now_ms() >= deadline) {
+            if (self->stats.dropped_overflow)
+                return pt_error_set(
+                    err, PT_ETIMEOUT,
+                    "comm: rank %d: no message %s from rank %d within %d ms "
+                    "(%llu frames dropped over the %zu-byte early-arrival bound)",
+                    self->rank, pt_comm_tag_str(tag, tb, sizeof tb), src, self->timeout_ms,
+                    (unsigned long long)self->stats.dropped_overflow, self->stash_limit);
             return pt_error_set(
                 err, PT_ETIMEOUT, "comm: rank %d: no message %s from rank %d within %d ms",
                 self->rank, pt_comm_tag_str(tag, tb, sizeof tb), src, self->timeout_ms);
-        zmq_pollitem_t item = {.socket = self->pull, .events = ZMQ_POLLIN};
-        if (zmq_poll(&item, 1, (long)left) < 0 && errno != EINTR)
-            return errno == ETERM ? interrupted(self, "recv", err)
-                                  : pt_error_set(err, PT_EIO, "comm: rank %d: poll: %s", self->rank,
-                                                 zmq_strerror(errno));
+        }
+        if (sleep_any(self, self->in_ring[src], -1, deadline) < 0)
+            return interrupted(self, "recv", err);
     }
+}
+
+void pt_comm_internal_frame_release(pt_comm *self, pt_comm_frame *f)
+{
+    if (f->ring) {
+        pt_shm_ring_consume(f->ring);
+        if (self->held == f->ring)
+            self->held = NULL;
+        f->ring = NULL;
+    } else if (f->in_msg) {
+        zmq_msg_close(&f->msg);
+        f->in_msg = 0;
+    }
+    f->data = NULL;
+    f->bytes = 0;
+}
+
+int pt_comm_internal_recv_msg(pt_comm *self, int src, uint64_t tag, zmq_msg_t *payload,
+                              pt_error *err)
+{
+    pt_comm_frame f;
+    int rc = pt_comm_internal_recv_frame(self, src, tag, &f, err);
+    if (rc < 0)
+        return rc;
+    if (f.in_msg) {
+        zmq_msg_init(payload);
+        zmq_msg_move(payload, &f.msg);
+        zmq_msg_close(&f.msg);
+        return 0;
+    }
+    rc = zmq_msg_init_size(payload, f.bytes);
+    if (rc == 0)
+        memcpy(zmq_msg_data(payload), f.data, f.bytes);
+    pt_comm_internal_frame_release(self, &f);
+    return rc == 0 ? 0 : pt_error_set(err, PT_ENOMEM, "comm: out of memory");
 }
 
 int pt_comm_recv(pt_comm *self, int src, uint64_t tag, float *buf, size_t count, pt_error *err)
@@ -518,21 +935,21 @@ int pt_comm_recv(pt_comm *self, int src, uint64_t tag, float *buf, size_t count,
     char tb[64];
     if (!self || (!buf && count))
         return pt_error_set(err, PT_EINVAL, "comm: recv: NULL argument");
-    zmq_msg_t m;
-    int rc = pt_comm_internal_recv_msg(self, src, tag, &m, err);
+    pt_comm_frame f;
+    int rc = pt_comm_internal_recv_frame(self, src, tag, &f, err);
     if (rc < 0)
         return rc;
-    size_t got = zmq_msg_size(&m) / sizeof(float);
+    size_t got = f.bytes / sizeof(float);
     if (got != count) {
-        zmq_msg_close(&m);
+        pt_comm_internal_frame_release(self, &f);
         return pt_error_set(err, PT_EINVAL,
                             "comm: rank %d: message %s from rank %d has %zu floats, the "
                             "receiver expects %zu",
                             self->rank, pt_comm_tag_str(tag, tb, sizeof tb), src, got, count);
     }
     if (count)
-        memcpy(buf, zmq_msg_data(&m), count * sizeof(float));
-    zmq_msg_close(&m);
+        memcpy(buf, f.data, count * sizeof(float));
+    pt_comm_internal_frame_release(self, &f);
     return 0;
 }
 
@@ -548,6 +965,131 @@ static int check_dst(pt_comm *c, int dst, pt_error *err)
     if (dst != c->rank && !c->push[dst])
         return pt_error_set(err, PT_EINVAL, "comm: rank %d is not connected to rank %d", c->rank,
                             dst);
+    return 0;
+}
+
+static void make_hdr(pt_comm *c, int dst, uint64_t tag, size_t bytes, unsigned char *h)
+{
+    wire_hdr w = {PT_COMM_MAGIC,    (uint32_t)c->rank, tag,   (uint64_t)(bytes / sizeof(float)),
+                  c->send_seq[dst], c->token,          c->gen};
+    hdr_write(h, &w);
+}
+
+/* Header and payload over the PUSH socket to dst. Takes *payload on success. */
+static int zmq_send_msg(pt_comm *c, int dst, uint64_t tag, zmq_msg_t *payload, pt_error *err)
+{
+    size_t bytes = zmq_msg_size(payload);
+    unsigned char h[PT_COMM_HEADER_BYTES];
+    make_hdr(c, dst, tag, bytes, h);
+    char tb[64];
+    if (zmq_send(c->push[dst], h, sizeof h, ZMQ_SNDMORE) < 0) {
+        int e = errno;
+        if (e == ETERM)
+            return interrupted(c, "send", err);
+        return pt_error_set(
+            err, e == EAGAIN ? PT_ETIMEOUT : PT_EIO, "comm: rank %d: send %s to rank %d: %s",
+            c->rank, pt_comm_tag_str(tag, tb, sizeof tb), dst,
+            e == EAGAIN ? "peer queue full for the whole timeout" : zmq_strerror(e));
+    }
+    /* The first part was accepted, so ZeroMQ accepts the rest of the message. */
+    if (zmq_msg_send(payload, c->push[dst], 0) < 0)
+        return pt_error_set(err, PT_EIO, "comm: rank %d: send %s to rank %d: %s", c->rank,
+                            pt_comm_tag_str(tag, tb, sizeof tb), dst, zmq_strerror(errno));
+    c->send_seq[dst]++;
+    c->stats.msgs_sent++;
+    c->stats.bytes_sent += PT_COMM_HEADER_BYTES + bytes;
+    return 0;
+}
+
+typedef struct send_wait {
+    pt_comm *c;
+    int64_t deadline;
+    pt_error *err;
+    int rc;
+} send_wait;
+
+/* A full ring: receive what is queued for us meanwhile (into the stash) and
+ * sleep until the receiver frees room, bounded by the send's deadline. */
+static int ring_full_wait(void *arg, pt_shm_ring *r)
+{
+    send_wait *w = arg;
+    int rc = pull_all(w->c, -1, 0, NULL, w->err);
+    if (rc == 0)
+        rc = drain_blocked_rings(w->c, w->err);
+    if (rc == 0 && pt_comm_internal_now_ms() >= w->deadline)
+        rc = PT_ETIMEOUT;
+    if (rc == 0 && sleep_any(w->c, NULL, pt_shm_ring_wait_fd(r), w->deadline) < 0)
+        rc = PT_ESTATE;
+    w->rc = rc;
+    return rc;
+}
+
+/* The ring to dst, made (and announced over ZeroMQ) at the first message.
+ * NULL when dst is not local, shared memory is off or making it failed
+ * (then ZeroMQ carries everything to dst). */
+static pt_shm_ring *ring_to(pt_comm *c, int dst)
+{
+    if (c->out_ring[dst] || !c->shm_on || !c->local[dst] || c->shm_failed[dst])
+        return c->out_ring[dst];
+    pt_error e = {0};
+    int rc = 0;
+    if (!c->shm_dir[0])
+        rc = pt_shm_make_dir(c->shm_dir, sizeof c->shm_dir, &e);
+    pt_shm_ring *r = NULL;
+    if (rc == 0)
+        rc = pt_shm_ring_create(c->shm_dir, c->rank, dst, c->token, c->gen, c->ring_bytes, &r, &e);
+    if (rc == 0) {
+        const char *path = pt_shm_ring_path(r);
+        size_t n = strlen(path) + 1;
+        zmq_msg_t m;
+        rc = zmq_msg_init_size(&m, n * sizeof(float)) == 0 ? 0 : PT_ENOMEM;
+        if (rc == 0) {
+            float *f = zmq_msg_data(&m);
+            for (size_t i = 0; i < n; i++)
+                f[i] = (float)(unsigned char)path[i];
+            rc = zmq_send_msg(c, dst, pt_comm_tag(PT_COMM_SHM_HELLO, 0, 0), &m, &e);
+            zmq_msg_close(&m);
+            if (rc == 0) { /* transport control, not counted as a message */
+                c->stats.msgs_sent--;
+                c->stats.bytes_sent -= PT_COMM_HEADER_BYTES + n * sizeof(float);
+            }
+        }
+    }
+    if (rc < 0) {
+        pt_shm_ring_destroy(&r);
+        c->shm_failed[dst] = 1;
+        if (rc != PT_ETIMEOUT && rc != PT_ESTATE)
+            fprintf(stderr, "comm: rank %d: shared memory to rank %d: %s; using ZeroMQ\n", c->rank,
+                    dst, e.msg);
+        return NULL;
+    }
+    c->out_ring[dst] = r;
+    c->stats.shm_peers_out++;
+    return r;
+}
+
+/* bytes from data to dst (not this rank) over its ring. */
+static int ring_send(pt_comm *c, pt_shm_ring *r, int dst, uint64_t tag, const void *data,
+                     size_t bytes, pt_error *err)
+{
+    unsigned char h[PT_COMM_HEADER_BYTES];
+    make_hdr(c, dst, tag, bytes, h);
+    send_wait w = {c, pt_comm_internal_now_ms() + c->timeout_ms, err, 0};
+    int rc = pt_shm_ring_send(r, h, data, bytes, ring_full_wait, &w);
+    if (rc < 0) {
+        char tb[64];
+        if (rc == PT_ESTATE)
+            return interrupted(c, "send", err);
+        if (rc == PT_ETIMEOUT)
+            return pt_error_set(err, PT_ETIMEOUT,
+                                "comm: rank %d: send %s to rank %d: peer queue full for the whole "
+                                "timeout",
+                                c->rank, pt_comm_tag_str(tag, tb, sizeof tb), dst);
+        return rc; /* err set by the progress it made */
+    }
+    c->send_seq[dst]++;
+    c->stats.msgs_sent++;
+    c->stats.bytes_sent += PT_COMM_HEADER_BYTES + bytes;
     return 0;
 }
 
@@ -568,33 +1110,52 @@ int pt_comm_internal_send_msg(pt_comm *self, int dst, uint64_t tag, zmq_msg_t *p
         /* stash_put left *payload empty; the caller's close is harmless. */
         self->send_seq[dst]++;
         return 0;
-    } else {
-        unsigned char h[PT_COMM_HEADER_BYTES];
-        put_u32(h, PT_COMM_MAGIC);
-        put_u32(h + 4, (uint32_t)self->rank);
-        put_u64(h + 8, tag);
-        put_u64(h + 16, (uint64_t)(bytes / sizeof(float)));
-        put_u64(h + 24, self->send_seq[dst]);
-        char tb[64];
-        if (zmq_send(self->push[dst], h, sizeof h, ZMQ_SNDMORE) < 0) {
-            int e = errno;
-            if (e == ETERM)
-                return interrupted(self, "send", err);
-            return pt_error_set(
-                err, e == EAGAIN ? PT_ETIMEOUT : PT_EIO, "comm: rank %d: send %s to rank %d: %s",
-                self->rank, pt_comm_tag_str(tag, tb, sizeof tb), dst,
-                e == EAGAIN ? "peer queue full for the whole timeout" : zmq_strerror(e));
-        }
-        /* The first part was accepted, so ZeroMQ accepts the rest of the message. */
-        if (zmq_msg_send(payload, self->push[dst], 0) < 0)
-            return pt_error_set(err, PT_EIO, "comm: rank %d: send %s to rank %d: %s", self->rank,
-                                pt_comm_tag_str(tag, tb, sizeof tb), dst, zmq_strerror(errno));
-        /* zmq_msg_send leaves *payload empty; closing it is harmless. */
     }
-    self->send_seq[dst]++;
-    self->stats.msgs_sent++;
-    self->stats.bytes_sent += PT_COMM_HEADER_BYTES + bytes;
-    return 0;
+    pt_shm_ring *r = ring_to(self, dst);
+    if (r) {
+        rc = ring_send(self, r, dst, tag, zmq_msg_data(payload), bytes, err);
+        if (rc == 0) { /* taken: the caller's close releases the frame */
+        }
+        return rc;
+    }
+    /* zmq_msg_send leaves *payload empty; closing it is harmless. */
+    return zmq_send_msg(self, dst, tag, payload, err);
+}
+
+int pt_comm_internal_forward(pt_comm *self, int dst, uint64_t tag, pt_comm_frame *f, pt_error *err)
+{
+    int rc = check_dst(self, dst, err);
+    if (rc < 0)
+        return rc;
+    if (dst != self->rank) {
+        pt_shm_ring *r = ring_to(self, dst);
+        if (r)
+            return ring_send(self, r, dst, tag, f->data, f->bytes, err);
+    }
+    zmq_msg_t m;
+    if (f->in_msg) {
+        zmq_msg_init(&m);
+        zmq_msg_copy(&m, &f->msg); /* shares the frame's data */
+    } else if (pt_comm_shared_copy_msg(self->shared, &m, f->data, f->bytes) != 0) {
+        return pt_error_set(err, PT_ENOMEM, "comm: send: no memory for %zu bytes", f->bytes);
+    }
+    rc = pt_comm_internal_send_msg(self, dst, tag, &m, err);
+    zmq_msg_close(&m);
+    return rc;
+}
+
+/* count floats from buf to dst over its ring, when it has one: 1 sent, 0 no
+ * ring (send otherwise), <0 error. */
+static int try_ring_send(pt_comm *c, int dst, uint64_t tag, const float *buf, size_t count,
+                         pt_error *err)
+{
+    if (dst == c->rank)
+        return 0;
+    pt_shm_ring *r = ring_to(c, dst);
+    if (!r)
+        return 0;
+    int rc = ring_send(c, r, dst, tag, buf, count * sizeof(float), err);
+    return rc < 0 ? rc : 1;
 }
 
 int pt_comm_send(pt_comm *self, int dst, uint64_t tag, const float *buf, size_t count,
@@ -607,6 +1168,8 @@ int pt_comm_send(pt_comm *self, int dst, uint64_t tag, const float *buf, size_t 
         return rc;
     if (count > SIZE_MAX / sizeof(float))
         return pt_error_set(err, PT_EINVAL, "comm: send: count %zu is too large", count);
+    if ((rc = try_ring_send(self, dst, tag, buf, count, err)) != 0)
+        return rc < 0 ? rc : 0;
     zmq_msg_t m;
     if (pt_comm_shared_copy_msg(self->shared, &m, buf, count * sizeof(float)) != 0)
         return pt_error_set(err, PT_ENOMEM, "comm: send: no memory for %zu floats", count);
@@ -656,6 +1219,9 @@ int pt_comm_send_zc(pt_comm *self, int dst, uint64_t tag, const float *buf, size
         return rc;
     if (count > SIZE_MAX / sizeof(float))
         return pt_error_set(err, PT_EINVAL, "comm: send: count %zu is too large", count);
+    /* Over a ring the copy into it is the send: buf is free at once. */
+    if ((rc = try_ring_send(self, dst, tag, buf, count, err)) != 0)
+        return rc < 0 ? rc : 0;
     atomic_fetch_add(&zc->pending, 1);
     return send_zc_with(self, dst, tag, buf, count, zc_release, zc, err);
 }
@@ -668,6 +1234,8 @@ int pt_comm_internal_send_ar_zc(pt_comm *self, int dst, uint64_t tag, const floa
     int rc = check_dst(self, dst, err);
     if (rc < 0)
         return rc;
+    if ((rc = try_ring_send(self, dst, tag, buf, count, err)) != 0)
+        return rc < 0 ? rc : 0;
     pt_comm_shared_hold(self->shared);
     atomic_fetch_add(&pt_comm_shared_zc(self->shared)->pending, 1);
     return send_zc_with(self, dst, tag, buf, count, pt_comm_shared_zc_release, self->shared, err);

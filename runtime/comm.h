@@ -1,22 +1,40 @@
-/* Point-to-point and collective transport over ZeroMQ for one pipeline worker.
+/* Point-to-point and collective transport for one pipeline worker: over
+ * shared memory between ranks on one host, over ZeroMQ otherwise.
  *
  * A communicator belongs to one worker (a process, or a thread in tests) with
  * a rank in [0, size). It binds one PULL socket for everything addressed to it
  * and connects one PUSH socket per peer it talks to. Every data message is two
  * frames:
  *
- *   frame 1, header, 32 bytes, little-endian:
- *     u32 magic "PTC1" (0x31435450), u32 source rank, u64 tag, u64 float count,
- *     u64 per-(source, destination) sequence number
+ *   frame 1, header, 48 bytes, little-endian:
+ *     u32 magic "PTC2" (0x32435450), u32 source rank, u64 tag, u64 float count,
+ *     u64 per-(source, destination) sequence number (from 0, +1 per message),
+ *     u64 run token, u64 plan generation
  *   frame 2, payload: count IEEE-754 binary32 floats, little-endian (raw host
  *     floats; pt_comm_create refuses a big-endian host with PT_EUNSUPP)
  *
  * so a receiver learns the sender from the header, not from the socket.
+ * A frame is accepted only when its token and generation are the
+ * communicator's, its source is a peer that reaches this rank over that
+ * path, and its sequence number is the next one expected from that source;
+ * anything else is dropped and counted (pt_comm_stats.dropped_*), so forged,
+ * replayed and stale frames never reach a receive. See docs/protocol.md.
+ *
+ * Shared memory: when a peer's endpoint is local (ipc://, inproc://, tcp on
+ * a loopback address) the sender makes a ring in its own 0700 folder under
+ * /dev/shm at its first message and announces it with a "ring" frame over
+ * ZeroMQ (tag kind PT_COMM_SHM_HELLO, the path as payload; checked like any
+ * frame); every later message to that peer goes through the ring, and a
+ * ZeroMQ frame claiming to come from that peer is dropped. Wake-ups are FIFO
+ * bytes written only to a side that said it sleeps. Off with
+ * pt_comm_config.shm = -1 or PT_COMM_SHM=0 in the environment.
+ *
  * Messages from one peer may arrive in any order relative to what the receiver
  * asks for: recv() takes the first queued message with the wanted (source,
- * tag) and keeps the others, still in their ZeroMQ frames (no copy), in a
- * stash whose slots are reused across iterations. A matching message is copied
- * once, straight from the frame into the caller's buffer.
+ * tag) and keeps the others in a stash (the early-arrival buffer) whose bytes
+ * are bounded by pt_comm_config.stash_limit_bytes: a frame that would exceed
+ * it is dropped and counted instead of growing the buffer. A matching message
+ * is copied once, straight from the frame or ring into the caller's buffer.
  *
  * Threads: a pt_comm and its sockets are used by one thread at a time (ZeroMQ
  * sockets are not thread-safe). To overlap an all-reduce with compute, give a
@@ -36,16 +54,21 @@
 
 #define PT_COMM_MAX_RANKS    4096 /* ranks of one communicator */
 #define PT_COMM_MAX_GROUP    256  /* ranks of one all-reduce ring */
-#define PT_COMM_HEADER_BYTES 32
-#define PT_COMM_MAGIC        0x31435450u /* "PTC1" read as little-endian u32 */
-#define PT_COMM_ENDPOINT_MAX 256         /* bytes, with the NUL */
+#define PT_COMM_HEADER_BYTES 48
+#define PT_COMM_MAGIC        0x32435450u /* "PTC2" read as little-endian u32 */
+/* Defaults of pt_comm_config's bounds (0 there means these). */
+#define PT_COMM_DEFAULT_STASH_BYTES ((size_t)256 << 20) /* early-arrival buffer */
+#define PT_COMM_DEFAULT_MAX_MSG     ((size_t)512 << 20) /* ZMQ_MAXMSGSIZE of every socket */
+#define PT_COMM_DEFAULT_RING_BYTES  ((size_t)8 << 20)   /* one shared-memory ring */
+#define PT_COMM_ENDPOINT_MAX        256                 /* bytes, with the NUL */
 
 /* What a message carries; the top 8 bits of a tag. */
 typedef enum pt_comm_kind {
-    PT_COMM_ACT = 1,       /* forward activations */
-    PT_COMM_GRAD = 2,      /* backward gradients w.r.t. activations */
-    PT_COMM_ALLREDUCE = 3, /* all-reduce traffic (used internally) */
-    PT_COMM_USER = 4       /* anything else (tests, benchmarks, barriers) */
+    PT_COMM_ACT = 1,         /* forward activations */
+    PT_COMM_GRAD = 2,        /* backward gradients w.r.t. activations */
+    PT_COMM_ALLREDUCE = 3,   /* all-reduce traffic (used internally) */
+    PT_COMM_USER = 4,        /* anything else (tests, benchmarks, barriers) */
+    PT_COMM_SHM_HELLO = 0xFE /* internal: "my messages to you now come through this ring" */
 } pt_comm_kind;
 
 #define PT_COMM_TAG_PART_MAX 0xFFFFFFu /* 24 bits */
@@ -82,20 +105,34 @@ typedef struct pt_comm_config {
                                   "ipc:///tmp/dir/r0", "inproc://name" */
     void *zmq_context;         /* NULL: the communicator makes and owns a context */
     int timeout_ms;            /* bound of every blocking call, > 0 */
+    /* From here on, zero means the default. */
+    uint64_t run_token;       /* every frame carries it; others are dropped (0 allowed: tests) */
+    uint64_t generation;      /* the plan generation frames must carry */
+    size_t stash_limit_bytes; /* early-arrival buffer bound (default PT_COMM_DEFAULT_STASH_BYTES);
+                                 callers derive it from the schedule's in-flight messages */
+    size_t max_msg_bytes;     /* largest payload accepted: ZMQ_MAXMSGSIZE on every socket */
+    int shm;                  /* 0: shared memory to local peers unless PT_COMM_SHM=0; -1: off */
+    size_t shm_ring_bytes;    /* capacity of each ring (default PT_COMM_DEFAULT_RING_BYTES) */
 } pt_comm_config;
 
 /* Counters for telemetry and memory accounting. Bytes count headers and
- * payload as they go on the wire; messages to oneself never touch a socket
- * and are not counted (their payload does count in stash_bytes). */
+ * payload as they go on the wire or ring; messages to oneself never touch a
+ * socket and are not counted (their payload does count in stash_bytes). */
 typedef struct pt_comm_stats {
     uint64_t bytes_sent, bytes_recv;
     uint64_t msgs_sent, msgs_recv;
-    uint64_t early_arrivals; /* messages stashed because another one was wanted */
-    uint64_t bad_msgs;       /* frames dropped: bad header, size or source */
-    size_t stash_bytes;      /* payload bytes waiting in the stash now */
-    size_t stash_peak_bytes; /* high-water mark of stash_bytes */
-    size_t pool_bytes;       /* send buffers kept for reuse, in flight or idle */
-    size_t pool_peak_bytes;  /* high-water mark of pool_bytes */
+    uint64_t early_arrivals;    /* messages stashed because another one was wanted */
+    uint64_t bad_msgs;          /* frames dropped, all reasons: the sum of the five below */
+    uint64_t dropped_malformed; /* bad magic, header or payload size, parts */
+    uint64_t dropped_token;     /* wrong run token or generation */
+    uint64_t dropped_sender;    /* source out of range, this rank, or not the path it uses */
+    uint64_t dropped_seq;       /* not the next sequence number of its source (replay, gap) */
+    uint64_t dropped_overflow;  /* would have grown the stash past its bound */
+    uint64_t shm_peers_out, shm_peers_in; /* peers reached / heard over shared memory */
+    size_t stash_bytes;                   /* payload bytes waiting in the stash now */
+    size_t stash_peak_bytes;              /* high-water mark of stash_bytes */
+    size_t pool_bytes;                    /* send buffers kept for reuse, in flight or idle */
+    size_t pool_peak_bytes;               /* high-water mark of pool_bytes */
 } pt_comm_stats;
 
 /* Creates a communicator and binds its receiving socket (nothing is sent).

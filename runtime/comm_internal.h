@@ -54,4 +54,75 @@ void pt_comm_shared_pool_bytes(pt_comm_shared *s, size_t *current, size_t *peak)
 /* Milliseconds on CLOCK_MONOTONIC. */
 int64_t pt_comm_internal_now_ms(void);
 
+/* ---- frames: what a receive hands the all-reduce without copying ---- */
+
+/* A received message's payload: in a ZeroMQ frame (stash or socket) or still
+ * in a shared-memory ring, which it holds until released. */
+typedef struct pt_comm_frame {
+    const unsigned char *data; /* bytes floats, possibly unaligned (tcp) */
+    size_t bytes;
+    int in_msg; /* 1: data lives in msg */
+    zmq_msg_t msg;
+    struct pt_shm_ring *ring; /* not NULL: data lives in this ring until released */
+} pt_comm_frame;
+
+/* Receives (src, tag) as a frame; same matching, stash and timeout rules as
+ * pt_comm_recv. At most one frame may be held at a time; release it with
+ * pt_comm_internal_frame_release before the next receive or send. */
+int pt_comm_internal_recv_frame(pt_comm *self, int src, uint64_t tag, pt_comm_frame *f,
+                                pt_error *err);
+void pt_comm_internal_frame_release(pt_comm *self, pt_comm_frame *f);
+/* Sends a held frame's payload on to dst under tag: shares a ZeroMQ frame
+ * where the path allows, copies otherwise. The frame stays held. */
+int pt_comm_internal_forward(pt_comm *self, int dst, uint64_t tag, pt_comm_frame *f, pt_error *err);
+
+/* ---- comm_shm.c: shared-memory rings between ranks on one host ---- */
+
+#define PT_SHM_PATH_MAX 200
+
+typedef struct pt_shm_ring pt_shm_ring;
+
+/* A private 0700 folder under /dev/shm for this communicator's rings. */
+int pt_shm_make_dir(char *dir, size_t cap, pt_error *err);
+/* The sender makes the ring src -> dst of capacity bytes (rounded up to a
+ * power of two) in dir; the receiver attaches it by path, checking that it
+ * is a regular 0600 file of this user whose control block names the same
+ * token, generation, src and dst. 0 or a negative code with err set. */
+int pt_shm_ring_create(const char *dir, int src, int dst, uint64_t token, uint64_t generation,
+                       size_t capacity, pt_shm_ring **out, pt_error *err);
+int pt_shm_ring_attach(const char *path, int src, int dst, uint64_t token, uint64_t generation,
+                       pt_shm_ring **out, pt_error *err);
+/* Unmaps, closes and removes the ring's names. NULL-safe. */
+void pt_shm_ring_destroy(pt_shm_ring **r_p);
+const char *pt_shm_ring_path(const pt_shm_ring *r);
+/* The fd that becomes readable when the other side wakes this one. */
+int pt_shm_ring_wait_fd(const pt_shm_ring *r);
+size_t pt_shm_ring_piece_max(const pt_shm_ring *r);
+
+/* Called by a sender whose ring is full: waits (bounded) for the fd of
+ * pt_shm_ring_wait_fd(r) or other progress; 0 to look again, < 0 to give up. */
+typedef int pt_shm_wait_fn(void *arg, pt_shm_ring *r);
+/* Writes one message: the 48-byte header and bytes of payload, in pieces. */
+int pt_shm_ring_send(pt_shm_ring *r, const unsigned char *hdr, const void *payload, size_t bytes,
+                     pt_shm_wait_fn *wait, void *arg);
+
+enum { PT_SHM_MSG = 1, PT_SHM_CONT = 2 };
+typedef struct pt_shm_rec {
+    int type;                  /* PT_SHM_MSG: header then first piece; PT_SHM_CONT: next piece */
+    const unsigned char *data; /* in the ring, 48-byte aligned header / 64-byte aligned piece */
+    size_t len;
+} pt_shm_rec;
+/* The next record: 1 (in *rec, valid until consumed), 0 none yet, PT_EPARSE
+ * a corrupt ring. */
+int pt_shm_ring_peek(pt_shm_ring *r, pt_shm_rec *rec);
+/* Frees the record last peeked (waking a sender that waits for room). */
+void pt_shm_ring_consume(pt_shm_ring *r);
+void pt_shm_ring_consume_to(pt_shm_ring *r, uint64_t tail);
+/* Before a receiver sleeps: sets its flag; 1 when data came meanwhile. */
+int pt_shm_ring_prepare_sleep(pt_shm_ring *r);
+/* After it woke: clears the flag and the FIFO. */
+void pt_shm_ring_woke(pt_shm_ring *r);
+/* 1 when the sender waits for room (the receiver should drain). */
+int pt_shm_ring_producer_waiting(const pt_shm_ring *r);
+
 #endif

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -55,6 +56,7 @@ typedef struct request {
 } request;
 
 struct pt_session {
+    uint64_t run_token; /* the data plane's (runtime/comm.h), random per session; 0: not yet */
     void *ctx, *router, *sub;
     pt_zap *zap; /* NULL: no CURVE */
     char public_key[PT_KEY_Z85_LEN + 1];
@@ -671,6 +673,8 @@ static void on_heartbeat(pt_session *s, int i, const pt_msg *m, int64_t now)
     e->hb_in = h->hb;
     e->hb_in_tsend = h->t_send;
     e->hb_in_trecv = now;
+    if (h->data_dropped >= 0)
+        e->pub.data_dropped = h->data_dropped;
     if (h->has_echo &&
         pt_clock_filter_add(&e->clk, h->echo_t_orig, h->echo_t_recv, h->t_send, now) == 0) {
         e->pub.clock_known =
@@ -1169,6 +1173,22 @@ int pt_session_wait(pt_session *s, int timeout_ms, pt_error *err)
 
 /* ---- requests ------------------------------------------------------------------- */
 
+/* The data-plane run token every assign hands out: random once per
+ * session, or PT_RUN_TOKEN (16 hex digits) from the environment, so a test
+ * can reproduce an attack by someone who knows it. */
+static uint64_t data_run_token(pt_session *s)
+{
+    const char *env = getenv("PT_RUN_TOKEN");
+    while (!s->run_token) {
+        if (env && strlen(env) == 16 && strspn(env, "0123456789abcdef") == 16)
+            s->run_token = strtoull(env, NULL, 16);
+        else if (getrandom(&s->run_token, sizeof s->run_token, 0) != sizeof s->run_token)
+            s->run_token = (uint64_t)pt_msg_now_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+        env = NULL;
+    }
+    return s->run_token;
+}
+
 static int record_plan(pt_session *s, const pt_session_plan *p)
 {
     if (!s->rec)
@@ -1326,6 +1346,7 @@ int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err)
         as->resume_step = p->resume_step;
         snprintf(as->telemetry, sizeof as->telemetry, "%s", s->tel_ep);
         snprintf(as->nccl_id, sizeof as->nccl_id, "%s", nccl_id);
+        as->run_token = data_run_token(s);
         rc = send_to(s, i, &m, err);
         if (rc == 0 && (rc = add_request(s, i, PT_MSG_ASSIGN, m.req)) < 0)
             pt_error_set(err, rc, "session: out of memory");

@@ -92,6 +92,7 @@ typedef struct pt_session_agent {
     int64_t clock_delay_ns;         /* round trip of the sample used; |error| <= delay / 2 */
     uint64_t control_rejected;      /* control messages from it that were refused */
     uint64_t control_dropped;       /* gaps in its control sequence numbers */
+    int64_t data_dropped;           /* data-plane frames it dropped (its heartbeat's); 0 none */
     char last_error[PT_MSG_TEXT_MAX];
     int has_metrics;
     pt_msg_metrics metrics; /* the newest iteration metrics */

@@ -4,6 +4,7 @@
  * with 2-5 worker threads. */
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -15,8 +16,10 @@
 #define TIMEOUT_MS 10000 /* generous: 2 shared cores, maybe under ASan */
 #define SHORT_MS   200
 
-typedef enum { T_INPROC, T_TCP, T_IPC, T_COUNT } transport;
-static const char *const tname[] = {"inproc", "tcp", "ipc"};
+/* inproc, tcp and ipc peers are local, so they talk over shared-memory
+ * rings; tcp-zmq is tcp with shared memory off (what remote peers use). */
+typedef enum { T_INPROC, T_TCP, T_IPC, T_ZMQ, T_COUNT } transport;
+static const char *const tname[] = {"inproc", "tcp", "ipc", "tcp-zmq"};
 
 typedef struct world {
     int p;
@@ -27,6 +30,9 @@ typedef struct world {
 } world;
 
 static int world_seq;
+/* What the next world_open gives every communicator besides its defaults. */
+static uint64_t world_token, world_gen;
+static size_t world_stash_limit, world_ring_bytes;
 
 static int world_open(world *w, int p, transport t, int timeout_ms)
 {
@@ -47,7 +53,7 @@ static int world_open(world *w, int p, transport t, int timeout_ms)
         char bind[128];
         if (t == T_INPROC)
             snprintf(bind, sizeof bind, "inproc://pt-comm-test-%d-%d", id, r);
-        else if (t == T_TCP)
+        else if (t == T_TCP || t == T_ZMQ)
             snprintf(bind, sizeof bind, "tcp://127.0.0.1:*");
         else
             snprintf(bind, sizeof bind, "ipc://%s/r%d", w->dir, r);
@@ -55,7 +61,12 @@ static int world_open(world *w, int p, transport t, int timeout_ms)
                               .size = p,
                               .bind_endpoint = bind,
                               .zmq_context = w->ctx,
-                              .timeout_ms = timeout_ms};
+                              .timeout_ms = timeout_ms,
+                              .shm = t == T_ZMQ ? -1 : 0,
+                              .run_token = world_token,
+                              .generation = world_gen,
+                              .stash_limit_bytes = world_stash_limit,
+                              .shm_ring_bytes = world_ring_bytes};
         pt_error err = {0};
         if (pt_comm_create(&cfg, &w->comm[r], &err) < 0) {
             fprintf(stderr, "world_open: %s\n", err.msg);
@@ -395,7 +406,8 @@ static void pool_rank(world *w, int rank, void *arg)
 
 static void test_send_buffers_reused(void)
 {
-    for (int t = 0; t < T_COUNT; t++) {
+    /* The pool serves ZeroMQ sends; over a ring the copy goes into the ring. */
+    for (int t = T_ZMQ; t < T_COUNT; t++) {
         world w;
         REQUIRE(world_open(&w, 2, (transport)t, TIMEOUT_MS) == 0);
         int ok[2] = {1, 1};
@@ -512,37 +524,218 @@ static void test_interrupt_blocked_recv(void)
     CHECK_MSG(now_ms() - t0 < 5000, "closing took %.0f ms", now_ms() - t0);
 }
 
-/* Frames that are not our messages are dropped and counted, never crash the
- * receiver, and do not hide the valid message behind them. */
+/* A 48-byte header as an injector would forge it. */
+static void forge(unsigned char *h, uint32_t magic, uint32_t src, uint64_t tag, uint64_t count,
+                  uint64_t seq, uint64_t token, uint64_t gen)
+{
+    uint64_t f[5] = {tag, count, seq, token, gen};
+    memcpy(h, &magic, 4);
+    memcpy(h + 4, &src, 4);
+    for (int i = 0; i < 5; i++)
+        memcpy(h + 8 + 8 * i, &f[i], 8);
+}
+
+static void send_forged(void *raw, uint32_t magic, uint32_t src, uint64_t tag, uint64_t seq,
+                        uint64_t token, uint64_t gen, const float *v, size_t n)
+{
+    unsigned char h[PT_COMM_HEADER_BYTES];
+    forge(h, magic, src, tag, n, seq, token, gen);
+    zmq_send(raw, h, sizeof h, ZMQ_SNDMORE);
+    zmq_send(raw, v, n * sizeof *v, 0);
+}
+
+#define TOKEN 0x5eedc0ffee123457ull
+#define GEN   3
+
+/* Frames that are not our messages — malformed, another run's token or
+ * generation, a sender that is not a peer, a replayed or skipped sequence
+ * number — are dropped and counted, never crash the receiver, and do not
+ * hide the valid message behind them; over shared memory, frames that claim
+ * a sender whose messages come through its ring are dropped even when all
+ * the rest is right. Rank 2 never sends: the injector speaks for it. */
 static void test_bad_frames_dropped(void)
 {
+    world_token = TOKEN;
+    world_gen = GEN;
+    for (int t = T_TCP; t < T_COUNT; t += T_ZMQ - T_TCP) {
+        int shm = t != T_ZMQ;
+        world w;
+        REQUIRE(world_open(&w, 3, (transport)t, TIMEOUT_MS) == 0);
+        void *raw = zmq_socket(w.ctx, ZMQ_PUSH);
+        REQUIRE(raw != NULL);
+        REQUIRE(zmq_connect(raw, pt_comm_endpoint(w.comm[0])) == 0);
+        const uint32_t M = PT_COMM_MAGIC;
+        unsigned char zero[PT_COMM_HEADER_BYTES] = {0};
+        float one = 1.0f, two[2] = {3.0f, 4.0f}, bad[2] = {-1.0f, -1.0f}, out[2] = {0};
+        zmq_send(raw, "hello", 5, 0);                  /* one short frame */
+        zmq_send(raw, zero, sizeof zero, ZMQ_SNDMORE); /* bad magic */
+        zmq_send(raw, "abcd", 4, 0);
+        unsigned char h[PT_COMM_HEADER_BYTES];
+        forge(h, M, 2, 0, 2, 0, TOKEN, GEN); /* count says 2, payload has 1 */
+        zmq_send(raw, h, sizeof h, ZMQ_SNDMORE);
+        zmq_send(raw, &one, sizeof one, 0);
+        send_forged(raw, M, 2, 0, 0, TOKEN ^ 1, GEN, bad, 2); /* another run */
+        send_forged(raw, M, 2, 0, 0, TOKEN, GEN - 1, bad, 2); /* an older generation */
+        send_forged(raw, M, 7, 0, 0, TOKEN, GEN, bad, 2);     /* no such rank */
+        send_forged(raw, M, 0, 0, 0, TOKEN, GEN, bad, 2);     /* the receiver itself */
+        send_forged(raw, M, 2, 0, 5, TOKEN, GEN, bad, 2);     /* skips ahead */
+        send_forged(raw, M, 2, 0, 0, TOKEN, GEN, two, 2);     /* valid: seq 0 */
+        send_forged(raw, M, 2, 0, 0, TOKEN, GEN, bad, 2);     /* replay of seq 0 */
+        CHECK_MSG(pt_comm_recv(w.comm[0], 2, 0, out, 2, NULL) == 0, "%s", tname[t]);
+        CHECK(out[0] == 3.0f && out[1] == 4.0f);
+        /* the real rank 1 (over its ring when local) */
+        float real = 5.0f;
+        uint64_t tag = pt_comm_tag(PT_COMM_ACT, 1, 0);
+        CHECK(pt_comm_send(w.comm[1], 0, tag, &real, 1, NULL) == 0);
+        pt_error err = {0};
+        CHECK_MSG(pt_comm_recv(w.comm[0], 1, tag, out, 1, &err) == 0, "%s: %s", tname[t], err.msg);
+        CHECK(out[0] == 5.0f);
+        /* a replay of rank 1's frame; with shared memory also its next one,
+         * which only the ring may carry */
+        send_forged(raw, M, 1, tag, 0, TOKEN, GEN, bad, 1);
+        if (shm)
+            send_forged(raw, M, 1, pt_comm_tag(PT_COMM_ACT, 2, 0), 1, TOKEN, GEN, bad, 1);
+        CHECK(pt_comm_send(w.comm[1], 0, pt_comm_tag(PT_COMM_ACT, 2, 0), &real, 1, NULL) == 0);
+        CHECK(pt_comm_recv(w.comm[0], 1, pt_comm_tag(PT_COMM_ACT, 2, 0), out, 1, &err) == 0);
+        CHECK_MSG(out[0] == 5.0f, "%s: the forged frame won", tname[t]);
+        /* the forged frames may still be queued: receive until they are counted */
+        uint64_t want = 10u + (unsigned)shm;
+        pt_comm_stats st;
+        pt_comm_stats_get(w.comm[0], &st);
+        pt_comm_set_timeout(w.comm[0], 20);
+        double t0 = now_ms();
+        while (st.bad_msgs < want && now_ms() - t0 < TIMEOUT_MS) {
+            pt_comm_recv(w.comm[0], 1, pt_comm_tag(PT_COMM_USER, 0, 0), out, 1, NULL);
+            pt_comm_stats_get(w.comm[0], &st);
+        }
+        CHECK_MSG(st.dropped_malformed == 3, "%s: %llu", tname[t],
+                  (unsigned long long)st.dropped_malformed);
+        CHECK(st.dropped_token == 2);
+        CHECK_MSG(st.dropped_sender == (shm ? 4u : 2u), "%s: %llu", tname[t],
+                  (unsigned long long)st.dropped_sender);
+        CHECK_MSG(st.dropped_seq == (shm ? 2u : 3u), "%s: %llu", tname[t],
+                  (unsigned long long)st.dropped_seq);
+        CHECK(st.dropped_overflow == 0);
+        CHECK(st.bad_msgs == want);
+        CHECK(st.shm_peers_in == (shm ? 1u : 0u));
+        int linger = 0;
+        zmq_setsockopt(raw, ZMQ_LINGER, &linger, sizeof linger);
+        zmq_close(raw);
+        world_close(&w);
+    }
+    world_token = world_gen = 0;
+}
+
+/* The early-arrival buffer holds at most its bound: frames beyond it are
+ * dropped and counted, the wanted one still arrives, and a receive of a
+ * dropped one fails naming the bound. */
+static void test_stash_bound(void)
+{
+    enum { N = 10, FLOATS = 256 };
+    world_stash_limit = 4 * FLOATS * sizeof(float);
+    for (int t = T_TCP; t < T_COUNT; t += T_ZMQ - T_TCP) {
+        world w;
+        REQUIRE(world_open(&w, 2, (transport)t, TIMEOUT_MS) == 0);
+        float buf[FLOATS];
+        for (int mb = 0; mb < N; mb++) {
+            buf[0] = (float)mb;
+            CHECK(pt_comm_send(w.comm[1], 0, pt_comm_tag(PT_COMM_ACT, (uint32_t)mb, 0), buf, FLOATS,
+                               NULL) == 0);
+        }
+        CHECK(pt_comm_recv(w.comm[0], 1, pt_comm_tag(PT_COMM_ACT, N - 1, 0), buf, FLOATS, NULL) ==
+              0);
+        CHECK(buf[0] == (float)(N - 1));
+        pt_comm_stats st;
+        pt_comm_stats_get(w.comm[0], &st);
+        CHECK_MSG(st.stash_peak_bytes <= world_stash_limit, "%s: peak %zu", tname[t],
+                  st.stash_peak_bytes);
+        CHECK_MSG(st.dropped_overflow == N - 1 - 4, "%s: %llu dropped", tname[t],
+                  (unsigned long long)st.dropped_overflow);
+        CHECK(pt_comm_recv(w.comm[0], 1, pt_comm_tag(PT_COMM_ACT, 3, 0), buf, FLOATS, NULL) == 0);
+        CHECK(buf[0] == 3.0f);
+        pt_comm_set_timeout(w.comm[0], SHORT_MS);
+        pt_error err = {0};
+        CHECK(pt_comm_recv(w.comm[0], 1, pt_comm_tag(PT_COMM_ACT, 5, 0), buf, FLOATS, &err) ==
+              PT_ETIMEOUT);
+        CHECK_STR_CONTAINS(err.msg, "early-arrival bound");
+        world_close(&w);
+    }
+    world_stash_limit = 0;
+}
+
+/* Messages much larger than a (small) ring stream through it, and two
+ * ranks that both send several of them before receiving do not wait on each
+ * other: a sender whose ring is full takes in what is sent to it. */
+static void both_ways_rank(world *w, int rank, void *arg)
+{
+    enum { N = 1 << 16, MSGS = 4 };
+    int *ok = arg;
+    int peer = 1 - rank;
+    float *buf = malloc(N * sizeof(float));
+    for (int m = 0; m < MSGS; m++) {
+        for (int i = 0; i < N; i++)
+            buf[i] = (float)(rank * 1000000 + m * N + i);
+        pt_error err = {0};
+        int rc = pt_comm_send(w->comm[rank], peer, pt_comm_tag(PT_COMM_ACT, (uint32_t)m, 0), buf, N,
+                              &err);
+        if (rc < 0)
+            fprintf(stderr, "both ways: rank %d: %s\n", rank, err.msg);
+        ok[rank] &= rc == 0;
+    }
+    for (int m = 0; m < MSGS; m++) {
+        pt_error err = {0};
+        int rc = pt_comm_recv(w->comm[rank], peer, pt_comm_tag(PT_COMM_ACT, (uint32_t)m, 0), buf, N,
+                              &err);
+        if (rc < 0)
+            fprintf(stderr, "both ways: rank %d: %s\n", rank, err.msg);
+        ok[rank] &= rc == 0;
+        for (int i = 0; i < N; i += 997)
+            ok[rank] &= buf[i] == (float)(peer * 1000000 + m * N + i);
+    }
+    free(buf);
+}
+
+static void test_shm_large_both_ways(void)
+{
+    world_ring_bytes = 64 << 10; /* 4 messages of 256 KiB each way: 16 x the ring */
     world w;
-    REQUIRE(world_open(&w, 2, T_TCP, TIMEOUT_MS) == 0);
-    void *raw = zmq_socket(w.ctx, ZMQ_PUSH);
-    REQUIRE(raw != NULL);
-    REQUIRE(zmq_connect(raw, pt_comm_endpoint(w.comm[0])) == 0);
-    unsigned char hdr[32] = {0};
-    zmq_send(raw, "hello", 5, 0);                /* one short frame */
-    zmq_send(raw, hdr, sizeof hdr, ZMQ_SNDMORE); /* bad magic */
-    zmq_send(raw, "abcd", 4, 0);
-    unsigned char good[32] = {'P', 'T', 'C', '1', 1, 0, 0, 0}; /* rank 1, tag 0, 2 floats */
-    good[16] = 2;
-    zmq_send(raw, good, sizeof good, ZMQ_SNDMORE); /* count says 2, payload has 1 */
-    float one = 1.0f;
-    zmq_send(raw, &one, sizeof one, 0);
-    float two[2] = {3.0f, 4.0f};
-    zmq_send(raw, good, sizeof good, ZMQ_SNDMORE); /* valid */
-    zmq_send(raw, two, sizeof two, 0);
-    float out[2] = {0};
-    CHECK(pt_comm_recv(w.comm[0], 1, 0, out, 2, NULL) == 0);
-    CHECK(out[0] == 3.0f && out[1] == 4.0f);
+    REQUIRE(world_open(&w, 2, T_IPC, TIMEOUT_MS) == 0);
+    int ok[2] = {1, 1};
+    world_run(&w, both_ways_rank, ok);
+    CHECK(ok[0] && ok[1]);
     pt_comm_stats st;
     pt_comm_stats_get(w.comm[0], &st);
-    CHECK(st.bad_msgs == 3);
-    int linger = 0;
-    zmq_setsockopt(raw, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_close(raw);
+    CHECK(st.shm_peers_out == 1 && st.shm_peers_in == 1);
+    CHECK(st.bad_msgs == 0);
     world_close(&w);
+    world_ring_bytes = 0;
+}
+
+/* A process killed with its rings leaves its folder behind; the next one
+ * to make a folder removes the folders of processes that are gone (and only
+ * those: a live pid's folder stays). */
+static void test_shm_sweeps_stale(void)
+{
+    char dead[128], live[128], file[160];
+    /* pid_max is at most 2^22: this pid cannot exist */
+    snprintf(dead, sizeof dead, "/dev/shm/pipetop-comm-%d-zzzzzz", (1 << 22) + 1);
+    snprintf(live, sizeof live, "/dev/shm/pipetop-comm-%d-zzzzzz", (int)getppid());
+    REQUIRE(mkdir(dead, 0700) == 0);
+    REQUIRE(mkdir(live, 0700) == 0);
+    snprintf(file, sizeof file, "%s/g1-r0-to-r1", dead);
+    FILE *f = fopen(file, "w");
+    REQUIRE(f != NULL);
+    fclose(f);
+    world w;
+    REQUIRE(world_open(&w, 2, T_IPC, TIMEOUT_MS) == 0);
+    float v = 1;
+    CHECK(pt_comm_send(w.comm[0], 1, 0, &v, 1, NULL) == 0); /* makes the first ring */
+    CHECK(pt_comm_recv(w.comm[1], 0, 0, &v, 1, NULL) == 0);
+    struct stat st;
+    CHECK_MSG(stat(dead, &st) != 0, "%s is still there", dead);
+    CHECK_MSG(stat(live, &st) == 0, "%s was removed", live);
+    world_close(&w);
+    rmdir(live);
 }
 
 static void test_bad_config(void)
@@ -894,7 +1087,9 @@ PT_TEST_MAIN({"p2p_out_of_order", test_p2p_out_of_order},
              {"send_buffers_reused", test_send_buffers_reused},
              {"open_known_endpoints", test_open_known_endpoints},
              {"interrupt_blocked_recv", test_interrupt_blocked_recv},
-             {"bad_frames_dropped", test_bad_frames_dropped}, {"bad_config", test_bad_config},
+             {"bad_frames_dropped", test_bad_frames_dropped}, {"stash_bound", test_stash_bound},
+             {"shm_large_both_ways", test_shm_large_both_ways},
+             {"shm_sweeps_stale", test_shm_sweeps_stale}, {"bad_config", test_bad_config},
              {"allreduce_sizes", test_allreduce_sizes},
              {"allreduce_segments_average_rounds", test_allreduce_segments_average_rounds},
              {"allreduce_count_mismatch", test_allreduce_count_mismatch},
