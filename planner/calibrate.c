@@ -808,3 +808,50 @@ int pt_cal_topology(const pt_cal_fit *fit, const pt_topology *topo, pt_topology 
         t->inter = fit->inter.link;
     return 0;
 }
+
+static double layer_factor(double cal_ms, double base_ms)
+{
+    return base_ms > 0 ? cal_ms / base_ms : 1.0;
+}
+
+int pt_cal_rebase(const pt_profile *cal, const pt_profile *cal_base, const pt_profile *onto,
+                  pt_profile **out, pt_error *err)
+{
+    *out = NULL;
+    if (strcmp(cal->model, cal_base->model) || strcmp(cal->model, onto->model) ||
+        cal->layer_count != cal_base->layer_count || cal->layer_count != onto->layer_count)
+        return pt_error_set(err, PT_EINVAL,
+                            "calibrate: rebase: the profiles are of models \"%s\", \"%s\" and "
+                            "\"%s\" with %d, %d and %d layers; they must be one model's",
+                            cal->model, cal_base->model, onto->model, cal->layer_count,
+                            cal_base->layer_count, onto->layer_count);
+    if (cal->microbatch != cal_base->microbatch || cal->microbatch != onto->microbatch)
+        return pt_error_set(err, PT_EINVAL, "calibrate: rebase: micro-batches %d, %d and %d differ",
+                            cal->microbatch, cal_base->microbatch, onto->microbatch);
+    pt_profile *p = pt_profile_new(onto->layer_count);
+    if (!p)
+        return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+    pt_profile_layer *layers = p->layers;
+    *p = *cal;
+    p->layers = layers;
+    snprintf(p->device, sizeof p->device, "%s", onto->device);
+    p->input_bytes = onto->input_bytes;
+    for (int l = 0; l < onto->layer_count; l++) {
+        const pt_profile_layer *c = &cal->layers[l], *b = &cal_base->layers[l],
+                               *n = &onto->layers[l];
+        pt_profile_layer *o = &p->layers[l];
+        *o = *n;
+        double brec = b->recompute_ms > 0 ? b->recompute_ms : b->fwd_ms;
+        double nrec = n->recompute_ms > 0 ? n->recompute_ms : n->fwd_ms;
+        o->fwd_ms = n->fwd_ms * layer_factor(c->fwd_ms, b->fwd_ms);
+        o->bwd_ms = n->bwd_ms * layer_factor(c->bwd_ms, b->bwd_ms);
+        o->recompute_ms = nrec * layer_factor(c->recompute_ms, brec);
+        if (o->split) {
+            double f = layer_factor(c->bwd_ms, b->bwd_ms);
+            o->bwd_input_ms = n->bwd_input_ms * f;
+            o->bwd_weight_ms = n->bwd_weight_ms * f;
+        }
+    }
+    *out = p;
+    return 0;
+}
