@@ -128,7 +128,7 @@ static int make_bufs(pt_net *net, const pt_model_spec *spec, int first, int batc
     be->upload(be, b->x, host, (size_t)(in * batch) * sizeof(float));
     if (b->dy) {
         for (int64_t i = 0; i < out * batch; i++)
-            host[i] = (float)pt_rng_uniform_range(&rng, -1, 1);
+            host[i] = (float)pt_rng_uniform_range(&rng, -1e-2, 1e-2);
         be->upload(be, b->dy, host, (size_t)(out * batch) * sizeof(float));
     }
     for (int64_t i = 0; i < lab; i++)
