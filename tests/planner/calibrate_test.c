@@ -275,6 +275,9 @@ static void recovers_known_costs(int hold, int cores)
     CHECK(fit.allreduce.how != PT_CAL_LINK_NONE);
     CHECK_MSG(rel(fit.allreduce.link.bandwidth, TRUE_BW) < 0.05, "all-reduce bandwidth %g",
               fit.allreduce.link.bandwidth);
+    /* and the profile carries it, for the simulator's all-reduces on one node */
+    CHECK_MSG(rel(cal->ar_bytes_per_s, TRUE_BW) < 0.05, "profile's all-reduce bandwidth %g",
+              cal->ar_bytes_per_s);
     CHECK_MSG(rel(fit.op_overhead_ms, TRUE_OVERHEAD_MS) < 0.05, "overhead %g ms",
               fit.op_overhead_ms);
     CHECK_MSG(rel(fit.opt_bytes_per_s, TRUE_OPT_BPS) < 0.05, "opt %g", fit.opt_bytes_per_s);
