@@ -132,3 +132,40 @@ const char *pt_datadir_resolve(const char *folder, const char *name, const char 
 {
     return pt_datadir_find(folder, name, ext, buf, cap, NULL) == 0 ? buf : name;
 }
+
+int pt_datadir_lookup(const char *what, const char *folder, const char *env, const char *name,
+                      char *out, size_t cap, pt_error *err)
+{
+    if (!name || !*name || !out || !cap)
+        return pt_error_set(err, PT_EINVAL, "%s: no name given", what);
+    struct stat st;
+    if (stat(name, &st) == 0) {
+        if ((size_t)snprintf(out, cap, "%s", name) >= cap)
+            return pt_error_set(err, PT_EINVAL, "%.200s: path too long", name);
+        return 0;
+    }
+    if (strchr(name, '/'))
+        return pt_error_set(err, PT_ENOTFOUND, "%.200s: no such %s file", name, what);
+    const char *dir = env ? getenv(env) : NULL;
+    if (dir && *dir) {
+        if ((size_t)snprintf(out, cap, "%s/%s.json", dir, name) >= cap)
+            return pt_error_set(err, PT_EINVAL, "%.200s/%.64s.json: path too long", dir, name);
+        if (stat(out, &st) == 0)
+            return 0;
+    }
+    char builtin[DATADIR_PATH_CAP];
+    pt_error derr = {0};
+    if (pt_datadir_folder(folder, builtin, sizeof builtin, &derr) < 0)
+        return pt_error_set(err, PT_ENOTFOUND,
+                            "%s \"%.64s\": not found (looked for the file %.64s and "
+                            "$%s/%.64s.json%s; %.300s)",
+                            what, name, name, env, name, dir && *dir ? "" : " (unset)", derr.msg);
+    if ((size_t)snprintf(out, cap, "%s/%s.json", builtin, name) >= cap)
+        return pt_error_set(err, PT_EINVAL, "%.200s/%.64s.json: path too long", builtin, name);
+    if (stat(out, &st) == 0)
+        return 0;
+    return pt_error_set(err, PT_ENOTFOUND,
+                        "%s \"%.64s\": not found (looked for the file %.64s, "
+                        "$%s/%.64s.json%s and %.200s/%.64s.json)",
+                        what, name, name, env, name, dir && *dir ? "" : " (unset)", builtin, name);
+}

@@ -45,4 +45,12 @@ int pt_datadir_find(const char *folder, const char *name, const char *ext, char 
 const char *pt_datadir_resolve(const char *folder, const char *name, const char *ext, char *buf,
                                size_t cap);
 
+/* A named input of `what` ("model", "device"): `name` itself when that file
+ * exists; else, when name has no '/', $env/<name>.json (env set and not
+ * empty), then <data folder>/<folder>/<name>.json. 0 with the path in out;
+ * PT_ENOTFOUND with err naming every place looked in; PT_EINVAL for an empty
+ * name or a path that does not fit cap. */
+int pt_datadir_lookup(const char *what, const char *folder, const char *env, const char *name,
+                      char *out, size_t cap, pt_error *err);
+
 #endif

@@ -65,48 +65,15 @@ int pt_device_load(const char *path, pt_device_desc *out, pt_error *err)
     return rc;
 }
 
-static int try_load(const char *path, pt_device_desc *out, pt_error *err, int *found)
-{
-    *found = access(path, F_OK) == 0;
-    return *found ? pt_device_load(path, out, err) : 0;
-}
-
 int pt_device_find(const char *name, pt_device_desc *out, pt_error *err)
 {
     if (out)
         memset(out, 0, sizeof *out);
-    if (!name || !*name || !out)
-        return pt_error_set(err, PT_EINVAL, "device: no name given");
-    int found, rc = try_load(name, out, err, &found);
-    if (found)
-        return rc;
-    if (strchr(name, '/'))
-        return pt_error_set(err, PT_ENOTFOUND, "%.200s: no such device file", name);
-    char path[4096];
-    const char *dir = getenv("PT_DEVICES_DIR");
-    if (dir && *dir) {
-        snprintf(path, sizeof path, "%s/%s.json", dir, name);
-        if ((rc = try_load(path, out, err, &found)), found)
-            return rc;
-    }
-    char builtin[4096];
-    pt_error derr = {0};
-    if (pt_datadir_folder("devices", builtin, sizeof builtin, &derr) == 0) {
-        int n = snprintf(path, sizeof path, "%s/%s.json", builtin, name);
-        if (n < 0 || (size_t)n >= sizeof path)
-            return pt_error_set(err, PT_EINVAL, "%.200s/%.64s.json: path too long", builtin, name);
-        if ((rc = try_load(path, out, err, &found)), found)
-            return rc;
-    } else {
-        return pt_error_set(err, PT_ENOTFOUND,
-                            "device \"%.64s\": not found (looked for the file %.64s and "
-                            "$PT_DEVICES_DIR/%.64s.json%s; %.300s)",
-                            name, name, name, dir && *dir ? "" : " (unset)", derr.msg);
-    }
-    return pt_error_set(err, PT_ENOTFOUND,
-                        "device \"%.64s\": not found (looked for the file %.64s, "
-                        "$PT_DEVICES_DIR/%.64s.json%s and %.200s/%.64s.json)",
-                        name, name, name, dir && *dir ? "" : " (unset)", builtin, name);
+    if (!out)
+        return pt_error_set(err, PT_EINVAL, "device: no output");
+    char path[PT_DATADIR_PATH_MAX];
+    int rc = pt_datadir_lookup("device", "devices", "PT_DEVICES_DIR", name, path, sizeof path, err);
+    return rc < 0 ? rc : pt_device_load(path, out, err);
 }
 
 char *pt_device_to_json(const pt_device_desc *d)

@@ -716,50 +716,12 @@ int pt_model_spec_load(const char *path, pt_model_spec **out, pt_error *err)
     return rc;
 }
 
-static int try_load(const char *path, pt_model_spec **out, pt_error *err, int *found)
-{
-    *found = access(path, F_OK) == 0;
-    return *found ? pt_model_spec_load(path, out, err) : 0;
-}
-
 int pt_model_spec_find(const char *name, pt_model_spec **out, pt_error *err)
 {
     *out = NULL;
-    if (!name || !*name)
-        return pt_error_set(err, PT_EINVAL, "model: no name given");
-    int found, rc;
-    rc = try_load(name, out, err, &found);
-    if (found)
-        return rc;
-    if (strchr(name, '/'))
-        return pt_error_set(err, PT_ENOTFOUND, "%.200s: no such model file", name);
-    char path[4096];
-    const char *dir = getenv("PT_MODELS_DIR");
-    if (dir && *dir) {
-        snprintf(path, sizeof path, "%s/%s.json", dir, name);
-        rc = try_load(path, out, err, &found);
-        if (found)
-            return rc;
-    }
-    char builtin[4096];
-    pt_error derr = {0};
-    if (pt_datadir_folder("models", builtin, sizeof builtin, &derr) == 0) {
-        int n = snprintf(path, sizeof path, "%s/%s.json", builtin, name);
-        if (n < 0 || (size_t)n >= sizeof path)
-            return pt_error_set(err, PT_EINVAL, "%.200s/%.64s.json: path too long", builtin, name);
-        rc = try_load(path, out, err, &found);
-        if (found)
-            return rc;
-    } else {
-        return pt_error_set(err, PT_ENOTFOUND,
-                            "model \"%.64s\": not found (looked for the file %.64s and "
-                            "$PT_MODELS_DIR/%.64s.json%s; %.300s)",
-                            name, name, name, dir && *dir ? "" : " (unset)", derr.msg);
-    }
-    return pt_error_set(err, PT_ENOTFOUND,
-                        "model \"%.64s\": not found (looked for the file %.64s, "
-                        "$PT_MODELS_DIR/%.64s.json%s and %.200s/%.64s.json)",
-                        name, name, name, dir && *dir ? "" : " (unset)", builtin, name);
+    char path[PT_DATADIR_PATH_MAX];
+    int rc = pt_datadir_lookup("model", "models", "PT_MODELS_DIR", name, path, sizeof path, err);
+    return rc < 0 ? rc : pt_model_spec_load(path, out, err);
 }
 
 /* ---- writing ----------------------------------------------------------- */

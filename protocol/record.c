@@ -609,8 +609,11 @@ static int push(pt_record *r, const pt_record_entry *e)
     return 0;
 }
 
-int pt_record_parse(const char *text, size_t len, const char *source, pt_record **out,
-                    pt_error *err)
+/* Bytes between two progress reports while parsing. */
+#define RECORD_PROGRESS_BYTES (4 << 20)
+
+static int parse_text(const char *text, size_t len, const char *source, pt_record_progress progress,
+                      void *arg, pt_record **out, pt_error *err)
 {
     const char *src = source && *source ? source : "record";
     if (!out)
@@ -631,9 +634,13 @@ int pt_record_parse(const char *text, size_t len, const char *source, pt_record 
         pt_record_free(&r);
         return pt_error_set(err, PT_ENOMEM, "%s: out of memory", src);
     }
-    size_t pos = 0;
+    size_t pos = 0, reported = 0;
     int rc = 0;
     while (pos < len && rc == 0) {
+        if (progress && pos - reported >= RECORD_PROGRESS_BYTES) {
+            progress((int64_t)pos, (int64_t)len, arg);
+            reported = pos;
+        }
         const char *line = r->text + pos;
         const char *nl = memchr(line, '\n', len - pos);
         size_t n = nl ? (size_t)(nl - line) : len - pos;
@@ -671,11 +678,25 @@ int pt_record_parse(const char *text, size_t len, const char *source, pt_record 
         return rc;
     }
     r->sum.entries = r->n;
+    if (progress)
+        progress((int64_t)len, (int64_t)len, arg);
     *out = r;
     return 0;
 }
 
+int pt_record_parse(const char *text, size_t len, const char *source, pt_record **out,
+                    pt_error *err)
+{
+    return parse_text(text, len, source, NULL, NULL, out, err);
+}
+
 int pt_record_load(const char *path, pt_record **out, pt_error *err)
+{
+    return pt_record_load_progress(path, NULL, NULL, out, err);
+}
+
+int pt_record_load_progress(const char *path, pt_record_progress progress, void *arg,
+                            pt_record **out, pt_error *err)
 {
     char *text = NULL;
     size_t len = 0;
@@ -684,7 +705,7 @@ int pt_record_load(const char *path, pt_record **out, pt_error *err)
     int rc = pt_file_read(path, &text, &len, err);
     if (rc < 0)
         return rc;
-    rc = pt_record_parse(text, len, path, out, err);
+    rc = parse_text(text, len, path, progress, arg, out, err);
     free(text);
     return rc;
 }

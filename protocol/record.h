@@ -172,6 +172,11 @@ int pt_record_parse(const char *text, size_t len, const char *source, pt_record 
                     pt_error *err);
 /* Reads and parses a file; errors start with its path. */
 int pt_record_load(const char *path, pt_record **out, pt_error *err);
+/* The same, calling progress(bytes parsed, bytes in all, arg) every few MiB
+ * and once at the end, for large records (a 100 MB record takes seconds). */
+typedef void (*pt_record_progress)(int64_t done, int64_t total, void *arg);
+int pt_record_load_progress(const char *path, pt_record_progress progress, void *arg,
+                            pt_record **out, pt_error *err);
 void pt_record_free(pt_record **rec_p); /* NULL-safe; sets *rec_p = NULL */
 
 int pt_record_version(const pt_record *rec);

@@ -290,18 +290,17 @@ static void run_paths(const char *run, char *record, char *dir, size_t cap)
         snprintf(dir, cap, ".");
 }
 
-/* Finds the plan, model, profile and topology a record was run with: the
- * record's first plan and model; the run folder's profile.json, else an
- * analytic one; its topology.json, else a local topology with one device
- * per plan device. */
-static int replay_inputs(pt_record *rec, const char *dir, pt_plan **plan, pt_model_spec **spec,
-                         pt_profile **prof, pt_topology **topo, pt_error *err)
+int pt_console_record_inputs(pt_record *rec, const char *dir, int64_t gen, pt_plan **plan,
+                             pt_model_spec **spec, pt_profile **prof, pt_topology **topo,
+                             pt_error *err)
 {
     pt_store *tmp = NULL;
     if (pt_store_new(16, &tmp) < 0)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
     int64_t i = 0;
-    for (; i < pt_record_count(rec) && !pt_store_plan(tmp); i++)
+    for (; i < pt_record_count(rec) &&
+           !(pt_store_plan(tmp) && (gen < 0 || pt_store_generation(tmp) >= gen));
+         i++)
         if (!strcmp(pt_record_kind(rec, i), "plan"))
             pt_record_apply(rec, i, tmp);
     int rc = 0;
@@ -390,8 +389,8 @@ int pt_cmd_replay(int argc, char **argv)
     pt_profile *prof = NULL;
     pt_topology *topo = NULL;
     pt_source *src = NULL;
-    if ((rc = pt_record_load(record, &rec, &err)) < 0 ||
-        (rc = replay_inputs(rec, dir, &plan, &spec, &prof, &topo, &err)) < 0) {
+    if ((rc = pt_replay_load(record, &rec, &err)) < 0 ||
+        (rc = pt_console_record_inputs(rec, dir, -1, &plan, &spec, &prof, &topo, &err)) < 0) {
         fprintf(stderr, "pipetop replay: %s\n", err.msg);
         pt_record_free(&rec);
         pt_plan_free(&plan);
@@ -485,7 +484,7 @@ int pt_cmd_status(int argc, char **argv)
     pt_error err = {0};
     pt_record *rec = NULL;
     pt_store *store = NULL;
-    if (pt_record_load(record, &rec, &err) < 0) {
+    if (pt_replay_load(record, &rec, &err) < 0) {
         fprintf(stderr, "pipetop status: %s\n", err.msg);
         return 1;
     }
@@ -493,8 +492,13 @@ int pt_cmd_status(int argc, char **argv)
         pt_record_free(&rec);
         return 1;
     }
-    for (int64_t i = 0; i < pt_record_count(rec); i++)
-        pt_record_apply(rec, i, store);
+    /* op events are counted by the summary; the snapshot needs only the
+     * plans, agents and metrics, so the events are not decoded */
+    for (int64_t i = 0; i < pt_record_count(rec); i++) {
+        const pt_record_entry *e = pt_record_at(rec, i);
+        if (!(e->kind == PT_RECORD_RECV && e->msg_type == PT_MSG_EVENTS))
+            pt_record_apply(rec, i, store);
+    }
     pt_record_summary sum;
     pt_record_summarize(rec, &sum);
     int64_t n = pt_store_step_count(store);

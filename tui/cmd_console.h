@@ -9,6 +9,7 @@
 #include "protocol/model.h"
 #include "protocol/plan.h"
 #include "protocol/profile.h"
+#include "protocol/record.h"
 #include "protocol/topology.h"
 #include "tui/layout.h"
 
@@ -30,6 +31,15 @@ pt_topology *pt_console_local_topology(int devices);
  * least PT_CONSOLE_MB_MIN samples when the global batch allows. */
 int pt_console_plan_with(const char *planner, const pt_profile *prof, const pt_topology *topo,
                          int global, pt_plan **out, pt_error *err);
+
+/* Finds the plan, model, profile and topology a record was run with: the
+ * plan of generation gen (gen < 0: the first; past the last: the last) and
+ * the model recorded with it; the run folder dir's profile.json, else an
+ * analytic one; its topology.json, else a local topology with one device
+ * per plan device. A record without a plan leaves *plan NULL and returns 0. */
+int pt_console_record_inputs(pt_record *rec, const char *dir, int64_t gen, pt_plan **plan,
+                             pt_model_spec **spec, pt_profile **prof, pt_topology **topo,
+                             pt_error *err);
 
 /* The view named `name` ("plan", "timeline", "stats", "agents") into *out;
  * 0, or -1 for an unknown name (*out untouched). */

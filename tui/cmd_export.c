@@ -11,7 +11,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "planner/cost.h"
+#include "planner/schedule.h"
+#include "planner/simulate.h"
 #include "protocol/opts.h"
+#include "tui/cmd_console.h"
 #include "tui/commands.h"
 #include "tui/export.h"
 #include "tui/theme.h"
@@ -25,13 +29,16 @@
 
 static const char usage_text[] =
     "usage: pipetop export RUN [--trace OUT.json] [--svg OUT.svg] [--steps A:B | --last N]\n"
-    "                          [--theme NAME] [--width PX]\n"
+    "                          [--theme NAME] [--width PX] [--compare]\n"
     "Writes the timeline of a recorded run (RUN: a run.ndjson, or a run folder that\n"
     "holds one) as a Chrome trace-event file that Perfetto and chrome://tracing open\n"
     "(one process per stage, one track per replica and op lane, bubbles, flows from\n"
     "each send to its receive, memory counters), and/or as an SVG picture of the\n"
     "Gantt chart for slides. The trace holds the whole run unless --steps or --last\n"
-    "choose; the SVG shows the last 4 iterations of that unless --steps or --last do.\n";
+    "choose; the SVG shows the last 4 iterations of that unless --steps or --last do.\n"
+    "With --compare the SVG draws the simulator's prediction of the shown generation's\n"
+    "plan (the run folder's profile.json and topology.json) above the measurement, on\n"
+    "one time axis.\n";
 
 /* "A:B", "A:", ":B" or "A" (steps A to B, inclusive). 0 or -1. */
 static int parse_steps(const char *s, int64_t *first, int64_t *last)
@@ -85,11 +92,93 @@ static int write_out(const char *path, const pt_export_set *set, const pt_theme 
     return rc;
 }
 
+/* The generation of the newest op in [t0, t1] (the whole set when t1 <= t0). */
+static int64_t shown_generation(const pt_export_set *set, double t0, double t1)
+{
+    int64_t gen = -1;
+    double newest = -1;
+    for (int64_t i = 0; i < set->ops; i++) {
+        const pt_export_span *s = &set->spans[i];
+        if (t1 > t0 && (s->end < t0 || s->start > t1))
+            continue;
+        if (s->start > newest) {
+            newest = s->start;
+            gen = s->gen;
+        }
+    }
+    return gen;
+}
+
+/* The simulator's timeline of generation gen's plan, repeated for `iters`
+ * iterations (each program is one iteration, or one window of an
+ * asynchronous kind, after the one before), as an export set. */
+static int predicted_set(const char *record, int64_t gen, int64_t iters, pt_export_set *out,
+                         double *iter_s, pt_error *err)
+{
+    char dir[EXPORT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", record);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
+    pt_record *rec = NULL;
+    pt_plan *plan = NULL;
+    pt_model_spec *spec = NULL;
+    pt_profile *prof = NULL;
+    pt_topology *topo = NULL;
+    pt_program prog;
+    memset(&prog, 0, sizeof prog);
+    pt_cost *cost = NULL;
+    pt_sim *sim = NULL;
+    pt_sim_result res;
+    memset(&res, 0, sizeof res);
+    pt_tline tl;
+    memset(&tl, 0, sizeof tl);
+    int rc = pt_record_load(record, &rec, err);
+    if (rc == 0)
+        rc = pt_console_record_inputs(rec, dir, gen, &plan, &spec, &prof, &topo, err);
+    if (rc == 0 && !plan)
+        rc = pt_error_set(err, PT_EINVAL, "%s: --compare: the record holds no plan", record);
+    if (rc == 0 && ((rc = pt_sched_build(plan, prof, NULL, &prog, err)) < 0 ||
+                    (rc = pt_cost_new(prof, topo, &cost, err)) < 0 || (rc = pt_sim_new(&sim)) < 0 ||
+                    (rc = pt_sim_run(sim, &prog, cost, &res, err)) < 0))
+        pt_error_prefix(err, "--compare");
+    if (rc == 0 && (rc = pt_tline_from_sim(&tl, &prog, &res)) < 0)
+        pt_error_set(err, rc, "out of memory");
+    if (rc == 0) {
+        double period = res.iter_s > 0 ? res.iter_s : res.makespan_s;
+        int64_t one = tl.count, wc = prog.window_count > 0 ? prog.window_count : 1;
+        int64_t copies = (iters + wc - 1) / wc;
+        for (int64_t k = 1; k < copies && rc == 0; k++)
+            for (int64_t i = 0; i < one && rc == 0; i++) {
+                pt_tl_span sp = tl.spans[i];
+                sp.start += (double)k * period;
+                sp.end += (double)k * period;
+                sp.step += k;
+                rc = pt_tline_add(&tl, &sp);
+            }
+        if (rc == 0 && (rc = pt_export_from_tline(&tl, NULL, 0, out)) < 0)
+            pt_error_set(err, rc, "out of memory");
+        *iter_s = res.iter_s / (double)wc;
+    }
+    pt_tline_release(&tl);
+    pt_sim_free(&sim);
+    pt_cost_free(&cost);
+    pt_program_release(&prog);
+    pt_plan_free(&plan);
+    pt_model_spec_free(&spec);
+    pt_profile_free(&prof);
+    pt_topology_free(&topo);
+    pt_record_free(&rec);
+    return rc;
+}
+
 int pt_cmd_export(int argc, char **argv)
 {
     const char *run = NULL, *steps = NULL;
     const char *trace = NULL, *svg = NULL, *theme_name = NULL;
-    int width = 0;
+    int width = 0, compare = 0;
     int64_t last_n = 0;
     pt_opt opts[] = {
         {"RUN", PT_OPT_ARG, &run, 1, 1, 0, NULL, "a run.ndjson, or a run folder holding one"},
@@ -103,6 +192,8 @@ int pt_cmd_export(int argc, char **argv)
         {"theme", PT_OPT_STRING, &theme_name, 0, 0, 0, "NAME",
          "SVG colours: a theme file or a name in themes/ (default: white slide colours)"},
         {"width", PT_OPT_INT, &width, SVG_WIDTH_MIN, SVG_WIDTH_MAX, 0, "PX", "SVG width in pixels"},
+        {"compare", PT_OPT_FLAG, &compare, 0, 0, 0, NULL,
+         "SVG: the prediction above the measurement, one time axis"},
     };
     int rc = pt_opts_command("export", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
                              usage_text, NULL);
@@ -110,6 +201,10 @@ int pt_cmd_export(int argc, char **argv)
         return rc;
     if (!trace && !svg) {
         fprintf(stderr, "pipetop export: give --trace and/or --svg\n");
+        return 2;
+    }
+    if (compare && !svg) {
+        fprintf(stderr, "pipetop export: --compare draws into the SVG: give --svg\n");
         return 2;
     }
     pt_export_select sel = {0, -1, last_n};
@@ -164,17 +259,43 @@ int pt_cmd_export(int argc, char **argv)
         }
     }
     if (svg && status == 0) {
-        pt_export_svg_opts o = {width, 0, 0, NULL};
+        pt_export_svg_opts o = {.width_px = width};
+        pt_export_set pred;
+        memset(&pred, 0, sizeof pred);
+        char plabel[128], mlabel[128];
         if (!chosen && trace && pt_export_last_window(&set, SVG_LAST_DEF, &o.t0, &o.t1) < 0) {
             fprintf(stderr, "pipetop export: out of memory\n");
             status = 1;
+        } else if (compare) {
+            int64_t shown = !chosen && trace
+                                ? (set.iterations < SVG_LAST_DEF ? set.iterations : SVG_LAST_DEF)
+                                : set.iterations;
+            double t0 = o.t1 > o.t0 ? o.t0 : set.t0, t1 = o.t1 > o.t0 ? o.t1 : set.t1, iter_s = 0;
+            if (predicted_set(path, shown_generation(&set, o.t0, o.t1), shown > 0 ? shown : 1,
+                              &pred, &iter_s, &err) < 0) {
+                fprintf(stderr, "pipetop export: %s\n", err.msg);
+                status = 1;
+            } else {
+                snprintf(plabel, sizeof plabel, "predicted (simulator): %.3f ms per iteration",
+                         iter_s * 1e3);
+                snprintf(mlabel, sizeof mlabel, "measured: %lld iterations in %.3f ms",
+                         (long long)shown, (t1 - t0) * 1e3);
+                o.compare = &pred;
+                o.compare_label = plabel;
+                o.label = mlabel;
+            }
+        }
+        if (status != 0) {
+            /* said above */
         } else if (write_out(svg, &set, theme_name ? &theme : NULL, &o, NULL, &err) < 0) {
             fprintf(stderr, "pipetop export: %s\n", err.msg);
             status = 1;
         } else {
-            printf("%s: %d stage replicas, %.3f ms shown\n", svg, set.row_count,
-                   ((o.t1 > o.t0 ? o.t1 - o.t0 : set.t1 - set.t0)) * 1e3);
+            printf("%s: %d stage replicas, %.3f ms shown%s\n", svg, set.row_count,
+                   ((o.t1 > o.t0 ? o.t1 - o.t0 : set.t1 - set.t0)) * 1e3,
+                   compare ? ", the prediction above" : "");
         }
+        pt_export_set_release(&pred);
     }
     pt_export_set_release(&set);
     return status;

@@ -65,6 +65,7 @@ const pt_ui_key pt_ui_keys[] = {
     {PT_VIEW_TIMELINE, "p", "measured / predicted / both side by side"},
     {PT_VIEW_TIMELINE, "i I", "one iteration fewer / more shown"},
     {PT_VIEW_TIMELINE, "Up Down", "scroll the stage replica rows"},
+    {PT_VIEW_STATS, "z", "graphs: the whole run (downsampled: mean, min-max) / the recent steps"},
     {PT_VIEW_AGENTS, "Up Down", "scroll the agent table"},
     {PT_VIEW_HELP, "Up Down", "scroll this help"},
     {-1, NULL, NULL},
@@ -265,8 +266,9 @@ int pt_ui_export(pt_ui *ui)
     free(text);
     text = NULL;
     if (rc == 0) {
-        pt_export_svg_opts o = {EXPORT_SVG_WIDTH, 0, 0,
-                                measured ? "pipetop: measured timeline" : "pipetop: predicted"};
+        pt_export_svg_opts o = {.width_px = EXPORT_SVG_WIDTH,
+                                .title =
+                                    measured ? "pipetop: measured timeline" : "pipetop: predicted"};
         rc = pt_export_svg(tl, NULL, &o, &text, &len, &err); /* slide colours */
         if (rc == 0)
             rc = pt_export_write(svg, text, len, &err);
@@ -324,6 +326,21 @@ static void apply_restart(pt_ui *ui)
         pt_ui_status(ui, 1, "apply & restart refused: %s", err.msg);
     else
         pt_ui_status(ui, 0, "apply & restart: %s", err.msg[0] ? err.msg : "restarted");
+}
+
+/* A source the user cannot apply plans to (a replay) shows the plan of the
+ * generation being played: the plan view, its prediction and the predicted
+ * rows follow each plan entry, forwards and after a seek back. */
+static void follow_generation(pt_ui *ui)
+{
+    const pt_plan *plan = pt_store_plan(ui->store);
+    int64_t gen = pt_store_generation(ui->store);
+    if (!ui->edit || !plan || gen == ui->shown_gen || (ui->src && ui->src->vt->apply))
+        return;
+    ui->shown_gen = gen;
+    pt_error err = {0};
+    if (pt_plan_edit_replace(ui->edit, plan, &err) < 0)
+        pt_ui_status(ui, 1, "generation %lld's plan cannot be shown: %s", (long long)gen, err.msg);
 }
 
 static int global_key(pt_ui *ui, int ch, const char *config_path)
@@ -412,6 +429,9 @@ static void handle_key(pt_ui *ui, int ch, const char *config_path)
     case PT_VIEW_TIMELINE:
         taken = pt_view_timeline_key(ui, ch);
         break;
+    case PT_VIEW_STATS:
+        taken = pt_view_stats_key(ui, ch);
+        break;
     case PT_VIEW_AGENTS:
         taken = pt_view_agents_key(ui, ch);
         break;
@@ -458,6 +478,7 @@ static int setup(pt_ui *ui, const pt_console_opts *o, char *config_path, size_t 
     ui->tl_mode = ui->cfg.timeline_split ? PT_TL_BOTH : PT_TL_MEASURED;
     ui->tl_zoom = 1.0;
     ui->tl_iters = ui->cfg.timeline_iters;
+    ui->shown_gen = -1;
     ui->dirty = 1;
     return 0;
 }
@@ -528,6 +549,7 @@ int pt_console_run(const pt_console_opts *o, pt_error *err)
                 pt_ui_status(&ui, 1, "the data source failed (%s); q quits", pt_strerror(src_rc));
                 src_rc = 0;
             }
+            follow_generation(&ui);
             seen_cal = take_calibration(&ui, seen_cal, &said_cal);
         }
         if (pt_store_version(ui.store) != seen_store ||
@@ -554,6 +576,7 @@ int pt_console_run(const pt_console_opts *o, pt_error *err)
         int ch = getch();
         while (ch != ERR && !ui.quit) {
             handle_key(&ui, ch, config_path[0] ? config_path : NULL);
+            follow_generation(&ui); /* a replay key may have moved to another generation */
             timeout(0);
             ch = getch();
         }

@@ -1,5 +1,6 @@
 /* The export set: op spans normalised for trace and picture (see export.h). */
 #include "tui/export.h"
+#include "tui/replay.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -214,7 +215,8 @@ static int cmp_p2p(const void *a, const void *b)
         return x->f < y->f ? -1 : 1;
     CMP_(gen)
     CMP_(step)
-    CMP_(mb) CMP_(to_stage) CMP_(down) CMP_(start)
+    CMP_(mb)
+    CMP_(to_stage) CMP_(down) CMP_(start)
 #undef CMP_
         return 0;
 }
@@ -670,7 +672,7 @@ int pt_export_load_run(const char *record_path, const pt_export_select *sel, pt_
     memset(set, 0, sizeof *set);
     set->first_step = set->last_step = -1;
     pt_record *rec = NULL;
-    int rc = pt_record_load(record_path, &rec, err);
+    int rc = pt_replay_load(record_path, &rec, err);
     if (rc < 0)
         return rc;
     order_key *keys = NULL;

@@ -125,6 +125,11 @@ typedef struct pt_export_svg_opts {
     int width_px;      /* 0: 1200 */
     double t0, t1;     /* seconds shown; t1 <= t0: the whole set */
     const char *title; /* NULL: the set's title */
+    /* --compare: this set (the prediction) drawn above the measured one, both
+     * from 0 on one time axis as long as the longer; labels name the two
+     * sections (NULL: "predicted", "measured"). NULL: the set alone. */
+    const pt_export_set *compare;
+    const char *compare_label, *label;
 } pt_export_svg_opts;
 
 /* Streams an SVG picture of set to f; theme NULL: the built-in light

@@ -19,6 +19,7 @@
 #define SVG_ROW_GAP_PX   6
 #define SVG_LABEL_PX     48 /* the row names' column */
 #define SVG_TOP_PX       34
+#define SVG_SECTION_PX   18 /* a comparison's section label above its rows */
 #define SVG_AXIS_PX      42
 #define SVG_LEGEND_ROW   20
 #define SVG_SWATCH_PX    14
@@ -101,6 +102,59 @@ static int legend_rows(double plot_w)
     return rows;
 }
 
+/* One band per stage replica of set, from y0, for the times [t0, t1] drawn
+ * from plot_x at px_per_s. */
+static void draw_rows(FILE *f, const pt_export_set *set, double t0, double t1, double px_per_s,
+                      double plot_x, double plot_w, int y0, const pt_theme *theme, const char *fg,
+                      const char *bubble)
+{
+    int band = SVG_ROW_PX + SVG_COMM_PX + SVG_ROW_GAP_PX;
+    for (int r = 0; r < set->row_count; r++) {
+        int y = y0 + r * band;
+        fprintf(f,
+                "<text class=\"row-label\" x=\"%d\" y=\"%d\" fill=\"%s\">s%dr%d</text>\n"
+                "<rect class=\"row\" x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\" "
+                "fill-opacity=\"0.35\"/>\n",
+                SVG_MARGIN_PX / 2, y + SVG_ROW_PX - 7, fg, set->rows[r].stage, set->rows[r].replica,
+                plot_x, y, plot_w, SVG_ROW_PX, bubble);
+    }
+    for (int64_t i = 0; i < set->ops; i++) {
+        const pt_export_span *s = &set->spans[i];
+        if (s->lane == PT_LANE_WAIT || s->end < t0 || s->start > t1)
+            continue;
+        double a = s->start < t0 ? t0 : s->start, e = s->end > t1 ? t1 : s->end;
+        double x = plot_x + (a - t0) * px_per_s, w = (e - a) * px_per_s;
+        if (w < 0.5)
+            w = 0.5;
+        int y = y0 + s->row * band, h = SVG_ROW_PX;
+        if (s->lane == PT_LANE_COMM) {
+            y += SVG_ROW_PX + 1;
+            h = SVG_COMM_PX - 1;
+        }
+        char col[8];
+        pt_op_paint paint = pt_op_paint_of(s->op);
+        hex(theme->color[pt_paint_theme_key(paint)], col, "#a0a0a0");
+        fprintf(f,
+                "<rect class=\"op\" data-op=\"%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
+                "height=\"%d\" fill=\"%s\" stroke=\"#000\" stroke-width=\"0.4\"><title>%s mb %d "
+                "step %lld gen %lld %.3f ms</title></rect>\n",
+                pt_op_name(s->op), x, y, w, h, col, pt_op_name(s->op), s->mb, (long long)s->step,
+                (long long)s->gen, (s->end - s->start) * 1e3);
+        const char *pat = paint_pattern[paint];
+        if (pat)
+            fprintf(f,
+                    "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"url(#%s)\"/>\n",
+                    x, y, w, h, pat);
+        char mb[16];
+        int n = snprintf(mb, sizeof mb, "%d", s->mb);
+        if (s->lane == PT_LANE_COMPUTE && s->mb >= 0 && w >= text_w((size_t)n, SVG_FONT_PX) + 2)
+            fprintf(f,
+                    "<text class=\"mb\" x=\"%.2f\" y=\"%d\" fill=\"#000\" "
+                    "text-anchor=\"middle\">%s</text>\n",
+                    x + w / 2, y + SVG_ROW_PX - 7, mb);
+    }
+}
+
 int pt_export_svg_write(const pt_export_set *set, const pt_theme *theme,
                         const pt_export_svg_opts *opts, FILE *f, pt_error *err)
 {
@@ -117,15 +171,26 @@ int pt_export_svg_write(const pt_export_set *set, const pt_theme *theme,
     }
     if (t1 <= t0)
         t1 = t0 + 1e-3;
+    const pt_export_set *cmp = opts ? opts->compare : NULL;
+    /* with a comparison both sections start at 0 on one axis as long as the
+     * longer of them; alone the axis keeps the set's own times */
+    double a0 = t0, a1 = t1;
+    if (cmp) {
+        double cspan = cmp->t1 - cmp->t0;
+        a0 = 0;
+        a1 = fmax(t1 - t0, cspan > 0 ? cspan : 0);
+    }
     const char *title = opts && opts->title ? opts->title : set->title;
     double plot_x = SVG_LABEL_PX, plot_w = width - SVG_LABEL_PX - 2 * SVG_MARGIN_PX;
     if (plot_w < 40)
         plot_w = 40;
     int band = SVG_ROW_PX + SVG_COMM_PX + SVG_ROW_GAP_PX;
     int lrows = legend_rows(plot_w);
-    int ay = SVG_TOP_PX + set->row_count * band + 4;
+    int cmp_h = cmp ? SVG_SECTION_PX + cmp->row_count * band + SVG_SECTION_PX : 0;
+    int rows_y = SVG_TOP_PX + cmp_h;
+    int ay = rows_y + set->row_count * band + 4;
     int height = ay + SVG_AXIS_PX + lrows * SVG_LEGEND_ROW + SVG_MARGIN_PX;
-    double px_per_s = plot_w / (t1 - t0);
+    double px_per_s = plot_w / (a1 - a0);
 
     char fg[8], dim[8], bubble[8], bg[8];
     pt_color tc = theme->color[PT_THEME_TEXT];
@@ -165,59 +230,32 @@ int pt_export_svg_write(const pt_export_set *set, const pt_theme *theme,
         put_escaped(f, title, n <= fit ? n : (fit > 3 ? fit - 3 : 0));
         fputs(n <= fit ? "</text>\n" : "...</text>\n", f);
     }
-    for (int r = 0; r < set->row_count; r++) {
-        int y = SVG_TOP_PX + r * band;
-        fprintf(f,
-                "<text class=\"row-label\" x=\"%d\" y=\"%d\" fill=\"%s\">s%dr%d</text>\n"
-                "<rect class=\"row\" x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\" "
-                "fill-opacity=\"0.35\"/>\n",
-                SVG_MARGIN_PX / 2, y + SVG_ROW_PX - 7, fg, set->rows[r].stage, set->rows[r].replica,
-                plot_x, y, plot_w, SVG_ROW_PX, bubble);
-    }
-    for (int64_t i = 0; i < set->ops; i++) {
-        const pt_export_span *s = &set->spans[i];
-        if (s->lane == PT_LANE_WAIT || s->end < t0 || s->start > t1)
-            continue;
-        double a = s->start < t0 ? t0 : s->start, e = s->end > t1 ? t1 : s->end;
-        double x = plot_x + (a - t0) * px_per_s, w = (e - a) * px_per_s;
-        if (w < 0.5)
-            w = 0.5;
-        int y = SVG_TOP_PX + s->row * band, h = SVG_ROW_PX;
-        if (s->lane == PT_LANE_COMM) {
-            y += SVG_ROW_PX + 1;
-            h = SVG_COMM_PX - 1;
+    if (cmp) {
+        const char *labels[2] = {opts->compare_label ? opts->compare_label : "predicted",
+                                 opts->label ? opts->label : "measured"};
+        int ys[2] = {SVG_TOP_PX + SVG_SECTION_PX - 6, rows_y - 6};
+        for (int k = 0; k < 2; k++) {
+            size_t n = strlen(labels[k]), fit = (size_t)(plot_w / (SVG_FONT_PX * SVG_CHAR_EM));
+            fprintf(f, "<text class=\"section\" x=\"%.1f\" y=\"%d\" fill=\"%s\">", plot_x, ys[k],
+                    fg);
+            put_escaped(f, labels[k], n <= fit ? n : (fit > 3 ? fit - 3 : 0));
+            fputs(n <= fit ? "</text>\n" : "...</text>\n", f);
         }
-        char col[8];
-        pt_op_paint paint = pt_op_paint_of(s->op);
-        hex(theme->color[pt_paint_theme_key(paint)], col, "#a0a0a0");
-        fprintf(f,
-                "<rect class=\"op\" data-op=\"%s\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" "
-                "height=\"%d\" fill=\"%s\" stroke=\"#000\" stroke-width=\"0.4\"><title>%s mb %d "
-                "step %lld gen %lld %.3f ms</title></rect>\n",
-                pt_op_name(s->op), x, y, w, h, col, pt_op_name(s->op), s->mb, (long long)s->step,
-                (long long)s->gen, (s->end - s->start) * 1e3);
-        const char *pat = paint_pattern[paint];
-        if (pat)
-            fprintf(f,
-                    "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"url(#%s)\"/>\n",
-                    x, y, w, h, pat);
-        char mb[16];
-        int n = snprintf(mb, sizeof mb, "%d", s->mb);
-        if (s->lane == PT_LANE_COMPUTE && s->mb >= 0 && w >= text_w((size_t)n, SVG_FONT_PX) + 2)
-            fprintf(f,
-                    "<text class=\"mb\" x=\"%.2f\" y=\"%d\" fill=\"#000\" "
-                    "text-anchor=\"middle\">%s</text>\n",
-                    x + w / 2, y + SVG_ROW_PX - 7, mb);
+        draw_rows(f, cmp, cmp->t0, cmp->t0 + (a1 - a0), px_per_s, plot_x, plot_w,
+                  SVG_TOP_PX + SVG_SECTION_PX, theme, fg, bubble);
     }
+    draw_rows(f, set, t0, t1, px_per_s, plot_x, plot_w, rows_y, theme, fg, bubble);
     /* axis: ticks at round times in ms; a label that would leave the plot
      * is anchored at its end (or start) instead of its middle */
-    double span_ms = (t1 - t0) * 1e3, step = tick_step(span_ms, SVG_TICKS_MAX);
+    double span_ms = (a1 - a0) * 1e3, step = tick_step(span_ms, SVG_TICKS_MAX);
     int decimals = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
     fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\"/>\n", plot_x, ay,
             plot_x + plot_w, ay, dim);
-    double first = ceil(t0 * 1e3 / step - 1e-9) * step;
-    for (double t = first; t <= t1 * 1e3 + step * 1e-6; t += step) {
-        double x = plot_x + (t / 1e3 - t0) * px_per_s;
+    double first = ceil(a0 * 1e3 / step - 1e-9) * step;
+    for (double t = first; t <= a1 * 1e3 + step * 1e-6; t += step) {
+        if (fabs(t) < step * 1e-6)
+            t = 0; /* no "-0" from the rounding of the first tick */
+        double x = plot_x + (t / 1e3 - a0) * px_per_s;
         char label[32];
         int n = snprintf(label, sizeof label, "%.*f", decimals, t);
         double half = text_w((size_t)n, SVG_FONT_PX) / 2;

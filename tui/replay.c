@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include "tui/progress.h"
 
 #define REPLAY_SPEED_MIN 0.01
 #define REPLAY_SPEED_MAX 1000.0
@@ -136,6 +139,29 @@ void pt_record_apply(pt_record *rec, int64_t i, pt_store *store)
     default:
         break; /* session, rejected, summary, failed: nothing on screen */
     }
+}
+
+/* ---- loading with progress */
+
+#define MIB (1024.0 * 1024.0)
+
+static void on_load_progress(int64_t done, int64_t total, void *arg)
+{
+    (void)total;
+    pt_progress_update(arg, (int64_t)(done / MIB), NULL);
+}
+
+int pt_replay_load(const char *path, pt_record **out, pt_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || st.st_size < PT_REPLAY_PROGRESS_BYTES)
+        return pt_record_load(path, out, err);
+    char label[128];
+    snprintf(label, sizeof label, "reading %s (MiB)", path);
+    pt_progress *p = pt_progress_new(stderr, label, (int64_t)(st.st_size / MIB), -1);
+    int rc = pt_record_load_progress(path, p ? on_load_progress : NULL, p, out, err);
+    pt_progress_finish(&p, rc < 0 ? "failed" : "done");
+    return rc;
 }
 
 /* ---- player ------------------------------------------------------------------ */
@@ -273,13 +299,146 @@ int64_t pt_replay_step(pt_replay *r, int64_t now_ns)
 
 int64_t pt_replay_to_end(pt_replay *r)
 {
+    return pt_replay_seek(r, pt_record_count(r->rec), 0);
+}
+
+static int is_events(const pt_record_entry *e)
+{
+    return e->kind == PT_RECORD_RECV && e->msg_type == PT_MSG_EVENTS;
+}
+
+/* The step the entries before pos reach: the newest metrics step among them
+ * (-1 when none). */
+static int64_t step_before(const pt_record *rec, int64_t pos)
+{
+    for (int64_t j = pos - 1; j >= 0; j--) {
+        const pt_record_entry *e = pt_record_at(rec, j);
+        if (is_metrics(e))
+            return e->step;
+    }
+    return -1;
+}
+
+int64_t pt_replay_seek(pt_replay *r, int64_t target, int64_t now_ns)
+{
+    int64_t count = pt_record_count(r->rec);
+    if (target < 0)
+        target = 0;
+    if (target > count)
+        target = count;
+    pt_replay_pause(r, 1, now_ns);
+    if (target < r->pos) {
+        pt_store_reset(r->store);
+        r->pos = 0;
+    }
+    /* Only the op events the timeline can still show are decoded: those of
+     * the last PT_REPLAY_EVENT_STEPS steps before the target. Everything
+     * else (plans, agents, metrics, notes) is applied, so the graphs and the
+     * agents table are those of a replay played to the target. The reader's
+     * index (each entry's kind and steps) makes the skip a scan, not a
+     * decode. */
+    int64_t reach = step_before(r->rec, target);
+    int64_t keep_from = reach - PT_REPLAY_EVENT_STEPS;
     int64_t n = 0;
-    while (r->pos < pt_record_count(r->rec)) {
-        pt_record_apply(r->rec, r->pos++, r->store);
+    for (; r->pos < target; r->pos++) {
+        const pt_record_entry *e = pt_record_at(r->rec, r->pos);
+        if (is_events(e) && e->step_last >= 0 && e->step_last < keep_from) {
+            if (e->t > pt_store_now(r->store))
+                pt_store_set_now(r->store, e->t);
+            continue;
+        }
+        pt_record_apply(r->rec, r->pos, r->store);
         n++;
     }
-    if (pt_record_count(r->rec))
-        r->paused_rec = pt_record_t_ns(r->rec, pt_record_count(r->rec) - 1);
+    if (r->pos > 0)
+        r->paused_rec = pt_record_t_ns(r->rec, r->pos - 1);
+    else
+        r->paused_rec = r->rec0;
+    return n;
+}
+
+/* Position just past the last metrics entry of step `step` (replicas report
+ * one step interleaved with other messages, up to the first metrics of a
+ * later step); -1 when no metrics reach it. */
+static int64_t end_of_step(const pt_record *rec, int64_t from, int64_t step)
+{
+    int64_t last = -1;
+    for (int64_t j = from; j < pt_record_count(rec); j++) {
+        const pt_record_entry *e = pt_record_at(rec, j);
+        if (!is_metrics(e))
+            continue;
+        if (e->step == step)
+            last = j;
+        else if (last >= 0 && e->step > step)
+            break;
+    }
+    return last < 0 ? -1 : last + 1;
+}
+
+int64_t pt_replay_seek_step(pt_replay *r, int64_t step, int64_t now_ns)
+{
+    if (step < 0)
+        return pt_replay_seek(r, 0, now_ns);
+    int64_t end = end_of_step(r->rec, 0, step);
+    return end < 0 ? -1 : pt_replay_seek(r, end, now_ns);
+}
+
+int64_t pt_replay_step_back(pt_replay *r, int64_t now_ns)
+{
+    int64_t cur = step_before(r->rec, r->pos);
+    if (cur < 0)
+        return pt_replay_seek(r, 0, now_ns);
+    /* the last metrics before pos ends step cur: go to the end of the step
+     * before it (the entries of generation g+1 may run step cur again) */
+    int64_t j = r->pos - 1;
+    while (j >= 0 && !(is_metrics(pt_record_at(r->rec, j)) && pt_record_at(r->rec, j)->step != cur))
+        j--;
+    return pt_replay_seek(r, j < 0 ? 0 : j + 1, now_ns);
+}
+
+int64_t pt_replay_seek_generation(pt_replay *r, int delta, int64_t now_ns)
+{
+    /* generations start at their plan entries; the target is the start of
+     * the next one (delta > 0) or of the current / previous one (delta < 0) */
+    int64_t count = pt_record_count(r->rec);
+    if (delta > 0) {
+        for (int64_t j = r->pos; j < count; j++)
+            if (pt_record_at(r->rec, j)->kind == PT_RECORD_PLAN)
+                return pt_replay_seek(r, j + 1, now_ns);
+        return -1;
+    }
+    int64_t cur = -1, prev = -1;
+    for (int64_t j = 0; j < r->pos && j < count; j++)
+        if (pt_record_at(r->rec, j)->kind == PT_RECORD_PLAN) {
+            prev = cur;
+            cur = j;
+        }
+    if (cur < 0)
+        return -1;
+    /* just after the current generation's plan: go to the one before */
+    int64_t to = r->pos <= cur + 1 ? prev : cur;
+    return to < 0 ? -1 : pt_replay_seek(r, to + 1, now_ns);
+}
+
+int64_t pt_replay_rewind(pt_replay *r, int64_t now_ns)
+{
+    for (int64_t j = 0; j < pt_record_count(r->rec); j++)
+        if (pt_record_at(r->rec, j)->kind == PT_RECORD_PLAN)
+            return pt_replay_seek(r, j + 1, now_ns);
+    return pt_replay_seek(r, 0, now_ns);
+}
+
+int64_t pt_replay_generation_count(const pt_replay *r, int64_t *current)
+{
+    int64_t n = 0, cur = 0;
+    for (int64_t j = 0; j < pt_record_count(r->rec); j++)
+        if (pt_record_at(r->rec, j)->kind == PT_RECORD_PLAN) {
+            n++;
+            if (j < r->pos)
+                cur = n;
+        }
+    if (current)
+        *current = cur;
     return n;
 }
 

@@ -62,6 +62,9 @@ static const char *const replay_keys[][2] = {
     {"space", "pause / resume the replay"},
     {"n", "next step (pauses)"},
     {"> <", "replay faster / slower (x2)"},
+    {"N", "one step back (pauses)"},
+    {". ,", "next / previous plan generation (pauses at its start)"},
+    {"R", "rewind to the start of the record (paused)"},
     {"e", "jump to the end of the record"},
     {NULL, NULL},
 };
@@ -111,6 +114,27 @@ static int replay_key(pt_source *src, int ch, int64_t now_ns, char *msg, size_t 
         pt_replay_pause(r->player, 1, now_ns);
         snprintf(msg, cap, "replay: at the end of the record");
         return 1;
+    case 'N':
+        pt_replay_step_back(r->player, now_ns);
+        snprintf(msg, cap, "replay: one step back (paused)");
+        return 1;
+    case 'R':
+        pt_replay_rewind(r->player, now_ns);
+        snprintf(msg, cap, "replay: rewound to the start (paused; space plays)");
+        return 1;
+    case '.':
+    case ',': {
+        int64_t gen = 0, n = pt_replay_generation_count(r->player, NULL);
+        if (pt_replay_seek_generation(r->player, ch == '.' ? 1 : -1, now_ns) < 0) {
+            snprintf(msg, cap, "replay: no %s plan generation (%lld in the record)",
+                     ch == '.' ? "later" : "earlier", (long long)n);
+            return 1;
+        }
+        pt_replay_generation_count(r->player, &gen);
+        snprintf(msg, cap, "replay: generation %lld of %lld (paused)", (long long)gen,
+                 (long long)n);
+        return 1;
+    }
     default:
         return 0;
     }
@@ -120,11 +144,15 @@ static void replay_describe(pt_source *src, char *buf, size_t cap)
 {
     replay_src *r = src->impl;
     int64_t n = pt_record_count(r->rec), pos = r->player ? pt_replay_position(r->player) : 0;
-    snprintf(buf, cap, "replay %gx %s %lld%%", r->player ? pt_replay_speed(r->player) : r->speed,
+    int64_t gen = 0, gens = r->player ? pt_replay_generation_count(r->player, &gen) : 0;
+    char gtext[48] = "";
+    if (gens > 1) /* which plan generation is shown, once there are several */
+        snprintf(gtext, sizeof gtext, " gen %lld/%lld", (long long)gen, (long long)gens);
+    snprintf(buf, cap, "replay %gx %s %lld%%%s", r->player ? pt_replay_speed(r->player) : r->speed,
              r->player && pt_replay_done(r->player)     ? "end"
              : r->player && pt_replay_paused(r->player) ? "paused"
                                                         : "playing",
-             (long long)(n ? pos * 100 / n : 100));
+             (long long)(n ? pos * 100 / n : 100), gtext);
 }
 
 static void replay_close(pt_source *src)

@@ -67,6 +67,8 @@ typedef struct pt_ui {
     int status_error;
     int64_t status_ns;
     int quit;
+    int st_whole;      /* stats graphs: the whole run (1) or one step per column (0) */
+    int64_t shown_gen; /* plan generation the editor follows (sources without apply) */
     int dirty;
     int64_t now_ns;
 } pt_ui;
@@ -98,6 +100,7 @@ int pt_view_timeline_mouse(pt_ui *ui, int y, int x, int wheel);
 void pt_view_stats_draw(pt_ui *ui);
 void pt_view_agents_draw(pt_ui *ui);
 int pt_view_agents_key(pt_ui *ui, int ch);
+int pt_view_stats_key(pt_ui *ui, int ch);
 void pt_view_help_draw(pt_ui *ui);
 int pt_view_help_key(pt_ui *ui, int ch);
 

@@ -20,8 +20,8 @@ void pt_view_help_draw(pt_ui *ui)
     /* lines: a section title, its keys, a blank line; replayed into the panel
      * from help_scroll */
     int line = 0, y = in.y;
-    static const int order[] = {PT_VIEW_COUNT, PT_VIEW_PLAN, PT_VIEW_TIMELINE, PT_VIEW_AGENTS,
-                                PT_VIEW_HELP};
+    static const int order[] = {PT_VIEW_COUNT, PT_VIEW_PLAN,   PT_VIEW_TIMELINE,
+                                PT_VIEW_STATS, PT_VIEW_AGENTS, PT_VIEW_HELP};
 #define EMIT(attr, ...)                                                                            \
     do {                                                                                           \
         if (line >= ui->help_scroll && y < in.y + in.h)                                            \

@@ -1,5 +1,6 @@
 /* The stats view: throughput and loss over the steps (column and line
- * graphs, restarts marked, the predicted throughput drawn across), per
+ * graphs over the whole run or its recent steps, restarts marked, the loss
+ * smoothed beside the raw values, the predicted throughput drawn across), per
  * stage replica busy/bubble measured vs predicted, and memory by category
  * against the device limit. */
 #include <math.h>
@@ -29,8 +30,75 @@ static double v_loss(const pt_store_step *st)
     return st->loss;
 }
 
-/* Draws the last in.w - AXIS_COLS steps of a series: columns when bars is
- * set, else a line of '*'. ref > 0 draws a reference level ('-'). */
+/* Smoothing of the loss line: an exponential moving average over steps
+ * with this weight on the newest (about 1 / SMOOTH_ALPHA steps of memory). */
+#define SMOOTH_ALPHA 0.1
+
+/* One column of a graph: the steps [lo, hi) of the store it covers. */
+typedef struct col_stat {
+    double min, mean, max, smooth; /* NaN when no step of the column has a value */
+    int restart;                   /* a new plan generation starts in the column */
+} col_stat;
+
+/* Folds steps [first, n) into w columns: one step per column (the newest w
+ * steps) unless whole, else the whole run downsampled (min / mean / max
+ * per column, as btop's and nvtop's history graphs). smooth: the moving
+ * average at the column's last step. Returns the first step index shown. */
+static int64_t fold(pt_ui *ui, step_value f, int whole, int w, col_stat *cols, int *used)
+{
+    int64_t n = pt_store_step_count(ui->store);
+    int64_t first = whole || n <= w ? 0 : n - w;
+    int64_t span = n - first;
+    int ncols = span < w ? (int)span : w;
+    for (int c = 0; c < ncols; c++)
+        cols[c] = (col_stat){NAN, NAN, NAN, NAN, 0};
+    double ema = NAN, sum = 0;
+    int cnt = 0, cur = -1;
+    int64_t prev_gen = -1;
+    for (int64_t i = 0; i < n; i++) {
+        const pt_store_step *st = pt_store_step_at(ui->store, i);
+        double v = f(st);
+        if (!isnan(v))
+            ema = isnan(ema) ? v : ema + SMOOTH_ALPHA * (v - ema);
+        int restart = prev_gen >= 0 && st->gen != prev_gen;
+        prev_gen = st->gen;
+        if (i < first)
+            continue;
+        int c = (int)((i - first) * ncols / span);
+        if (c != cur) {
+            if (cur >= 0 && cnt)
+                cols[cur].mean = sum / cnt;
+            cur = c;
+            sum = 0;
+            cnt = 0;
+        }
+        col_stat *cs = &cols[c];
+        cs->restart |= restart;
+        cs->smooth = ema;
+        if (isnan(v))
+            continue;
+        cs->min = isnan(cs->min) ? v : fmin(cs->min, v);
+        cs->max = isnan(cs->max) ? v : fmax(cs->max, v);
+        sum += v;
+        cnt++;
+    }
+    if (cur >= 0 && cnt)
+        cols[cur].mean = sum / cnt;
+    *used = ncols;
+    return first;
+}
+
+static int row_of(double v, double lo, double hi, int h)
+{
+    int k = (int)lround((v - lo) / (hi - lo) * (h - 1));
+    return k < 0 ? 0 : (k > h - 1 ? h - 1 : k);
+}
+
+/* Draws a series over the steps: columns when bars is set (the mean, with
+ * ':' up to the column's max when several steps share it), else the raw
+ * values as '*' (with '.' over a column's min..max) and the moving average
+ * as 'o'. Restarts (a new plan generation) are '|' in the column where
+ * they happen, in either zoom. ref > 0 draws a reference level ('-'). */
 static void graph(pt_ui *ui, const pt_rect *r, const char *title, step_value f, int bars,
                   pt_theme_key key, double ref)
 {
@@ -43,14 +111,17 @@ static void graph(pt_ui *ui, const pt_rect *r, const char *title, step_value f, 
         pt_ui_text(in.y, in.x, in.w, ui->attr[PT_THEME_DIM], 0, "no steps measured yet");
         return;
     }
-    int64_t first = n > w ? n - w : 0;
+    col_stat *cols = malloc(sizeof *cols * (size_t)w);
+    if (!cols)
+        return;
+    int ncols = 0;
+    int64_t first = fold(ui, f, ui->st_whole, w, cols, &ncols);
     double lo = INFINITY, hi = -INFINITY;
-    for (int64_t i = first; i < n; i++) {
-        double v = f(pt_store_step_at(ui->store, i));
-        if (isnan(v))
-            continue;
-        lo = fmin(lo, v);
-        hi = fmax(hi, v);
+    for (int c = 0; c < ncols; c++) {
+        if (!isnan(cols[c].min)) {
+            lo = fmin(lo, cols[c].min);
+            hi = fmax(hi, cols[c].max);
+        }
     }
     /* a prediction far above what was measured would flatten the measured
      * columns: then it is named in the footer instead of drawn */
@@ -61,6 +132,7 @@ static void graph(pt_ui *ui, const pt_rect *r, const char *title, step_value f, 
     }
     if (!isfinite(lo)) {
         pt_ui_text(in.y, in.x, in.w, ui->attr[PT_THEME_DIM], 0, "not reported by any stage");
+        free(cols);
         return;
     }
     if (bars)
@@ -70,44 +142,63 @@ static void graph(pt_ui *ui, const pt_rect *r, const char *title, step_value f, 
     pt_ui_text(in.y, in.x, AXIS_COLS, ui->attr[PT_THEME_DIM], 1, "%8.4g", hi);
     pt_ui_text(in.y + h - 1, in.x, AXIS_COLS, ui->attr[PT_THEME_DIM], 1, "%8.4g", lo);
     if (ref > 0 && !ref_off) {
-        int ry = in.y + h - 1 - (int)lround((ref - lo) / (hi - lo) * (h - 1));
+        int ry = in.y + h - 1 - row_of(ref, lo, hi, h);
         attron(ui->attr[PT_THEME_PREDICTED]);
         for (int c = 0; c < w; c++)
             mvaddch(ry, in.x + AXIS_COLS + c, '-');
         attroff(ui->attr[PT_THEME_PREDICTED]);
     }
-    int64_t prev_gen = first > 0 ? pt_store_step_at(ui->store, first - 1)->gen : -1;
-    for (int64_t i = first; i < n; i++) {
-        const pt_store_step *st = pt_store_step_at(ui->store, i);
-        int x = in.x + AXIS_COLS + (int)(i - first);
-        if (prev_gen >= 0 && st->gen != prev_gen) {
+    int base = in.y + h - 1;
+    for (int c = 0; c < ncols; c++) {
+        const col_stat *cs = &cols[c];
+        int x = in.x + AXIS_COLS + c;
+        if (cs->restart) {
             attron(ui->attr[PT_THEME_WARN]);
             for (int y = in.y; y < in.y + h; y++)
                 mvaddch(y, x, '|');
             attroff(ui->attr[PT_THEME_WARN]);
         }
-        prev_gen = st->gen;
-        double v = f(st);
-        if (isnan(v))
+        if (isnan(cs->mean))
             continue;
-        int top = (int)lround((v - lo) / (hi - lo) * (h - 1));
+        int mean = row_of(cs->mean, lo, hi, h), mx = row_of(cs->max, lo, hi, h),
+            mn = row_of(cs->min, lo, hi, h);
         attron(ui->attr[key]);
-        if (bars)
-            for (int k = 0; k <= top; k++)
-                mvaddch(in.y + h - 1 - k, x, '#');
-        else
-            mvaddch(in.y + h - 1 - top, x, '*');
+        if (bars) {
+            for (int k = 0; k <= mean; k++)
+                mvaddch(base - k, x, '#');
+            for (int k = mean + 1; k <= mx; k++)
+                mvaddch(base - k, x, ':');
+        } else {
+            for (int k = mn; k <= mx; k++)
+                mvaddch(base - k, x, '.');
+            mvaddch(base - mean, x, '*');
+        }
         attroff(ui->attr[key]);
+        if (!bars && !isnan(cs->smooth)) {
+            attron(ui->attr[PT_THEME_ACCENT]);
+            mvaddch(base - row_of(cs->smooth, lo, hi, h), x, 'o');
+            attroff(ui->attr[PT_THEME_ACCENT]);
+        }
     }
     const pt_store_step *a = pt_store_step_at(ui->store, first),
                         *b = pt_store_step_at(ui->store, n - 1);
-    char refs[64] = "";
+    char refs[64] = "", zoom[64];
     if (ref_off)
         snprintf(refs, sizeof refs, "  pred %.4g off scale", ref);
     else if (ref > 0)
         snprintf(refs, sizeof refs, "  - pred %.4g", ref);
-    pt_ui_text(in.y + h, in.x, in.w, ui->attr[PT_THEME_DIM], 1, "%*s step %lld .. %lld%s",
-               AXIS_COLS - 1, "", (long long)a->step, (long long)b->step, refs);
+    int64_t per_col = ncols ? (n - first + ncols - 1) / ncols : 1;
+    /* the footer is cut at the panel's width: step range and zoom first */
+    if (ui->st_whole && per_col > 1)
+        snprintf(zoom, sizeof zoom, "  whole run %lld/col, z recent", (long long)per_col);
+    else if (ui->st_whole)
+        snprintf(zoom, sizeof zoom, "  whole run, z recent");
+    else
+        snprintf(zoom, sizeof zoom, "%s", first > 0 ? "  z whole run" : "");
+    pt_ui_text(in.y + h, in.x, in.w, ui->attr[PT_THEME_DIM], 1, "%*s step %lld..%lld%s%s%s",
+               AXIS_COLS - 1, "", (long long)a->step, (long long)b->step, zoom,
+               bars ? "" : "  * raw o smooth", refs);
+    free(cols);
 }
 
 static void draw_busy(pt_ui *ui, const pt_rect *r)
@@ -220,6 +311,16 @@ static void draw_memory(pt_ui *ui, const pt_rect *r)
                    total > limit && limit ? ui->attr[PT_THEME_ERROR] : ui->attr[PT_THEME_TEXT], 0,
                    "%s", tail);
     }
+}
+
+int pt_view_stats_key(pt_ui *ui, int ch)
+{
+    if (ch == 'z') {
+        ui->st_whole = !ui->st_whole;
+        pt_ui_status(ui, 0, "stats: %s", ui->st_whole ? "the whole run" : "the recent steps");
+        return 1;
+    }
+    return 0;
 }
 
 void pt_view_stats_draw(pt_ui *ui)

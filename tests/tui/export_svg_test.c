@@ -257,5 +257,50 @@ static void test_dark_theme(void)
     export_and_render("dark", "--theme dark --steps 1:3", 0x1c);
 }
 
+static int count_of(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)); p++)
+        n++;
+    return n;
+}
+
+/* --compare: the simulator's prediction of the shown plan above the
+ * measurement, labelled, on one axis that starts at 0; each stage replica
+ * has a band in both; still a slide (the checks of export_and_render). */
+static void test_compare(void)
+{
+    export_and_render("compare", "--compare", 255);
+    char *text = slurp(TDIR "/compare.svg", NULL);
+    REQUIRE(text);
+    CHECK_STR_CONTAINS(text, ">predicted (simulator): ");
+    CHECK_STR_CONTAINS(text, " ms per iteration</text>");
+    CHECK_STR_CONTAINS(text, ">measured: 4 iterations in ");
+    for (int s = 0; s < 4; s++) {
+        char row[32];
+        snprintf(row, sizeof row, ">s%dr0</text>", s);
+        CHECK(count_of(text, row) == 2);
+    }
+    /* the axis starts at 0 at the plot's left edge (the row labels' column) */
+    const char *first = strstr(text, "<text class=\"tick\"");
+    REQUIRE(first);
+    static const char at_left[] = "<text class=\"tick\" x=\"48.0\"";
+    CHECK(!strncmp(first, at_left, sizeof at_left - 1));
+    const char *end = strstr(first, "</text>");
+    REQUIRE(end && end - first > 2);
+    CHECK(!strncmp(end - 2, ">0</text>", 9));
+    /* the prediction's ops are drawn: more op blocks than without it */
+    char *plain = slurp(TDIR "/default.svg", NULL);
+    REQUIRE(plain);
+    CHECK(count_of(text, "class=\"op\"") > count_of(plain, "class=\"op\""));
+    free(plain);
+    free(text);
+    /* and --compare without --svg is refused */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s/pipetop' export '%s' --compare --trace /dev/null 2>/dev/null",
+             getenv("PT_BUILD_DIR"), pt_test_path("tests/data/run-dapple4"));
+    CHECK(system(cmd) != 0);
+}
+
 PT_TEST_MAIN({"slide_default", test_slide_default}, {"narrow", test_narrow},
-             {"dark_theme", test_dark_theme})
+             {"dark_theme", test_dark_theme}, {"compare", test_compare})

@@ -175,7 +175,7 @@ static void test_trace_of_simulation(void)
     free(text);
     /* SVG: one op rectangle per non-wait span, valid document shape */
     char *svg = NULL;
-    pt_export_svg_opts o = {800, 0, 0, "a <title> & more"};
+    pt_export_svg_opts o = {.width_px = 800, .title = "a <title> & more"};
     REQUIRE(pt_export_svg(&tl, NULL, &o, &svg, &len, NULL) == 0);
     int64_t want = 0, got = 0;
     for (int64_t i = 0; i < tl.count; i++)
