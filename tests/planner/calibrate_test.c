@@ -306,6 +306,8 @@ static void recovers_known_costs(int hold, int cores)
         CHECK(!strcmp(back->origin.date, "2026-12-01T00:00:00Z"));
         CHECK(rel(back->op_overhead_ms, cal->op_overhead_ms) < 1e-12);
         CHECK(rel(back->opt_bytes_per_s, cal->opt_bytes_per_s) < 1e-12);
+        CHECK(rel(back->ar_bytes_per_s, cal->ar_bytes_per_s) < 1e-12);
+        CHECK(fabs(back->ar_latency_s - cal->ar_latency_s) < 1e-12);
         CHECK(back->sends_hold == hold);
     }
     free(text);
