@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "protocol/error.h"
+#include "protocol/keyfile.h"
 #include "protocol/message.h"
 #include "runtime/backend.h"
 
@@ -28,6 +29,11 @@
  * taken for gone: the same figures as the console's (tui/session.h). */
 #define PT_AGENT_HEARTBEAT_MS      250
 #define PT_AGENT_MISSED_HEARTBEATS 12
+/* With CURVE (--key), how long an agent with a run keeps training after its
+ * console went silent, waiting for a console that proves the same key to
+ * pick the run up (--grace-ms; docs/deploy.md, "Console restarts"). Without
+ * CURVE a new console cannot prove it is the same, so there is no grace. */
+#define PT_AGENT_CONSOLE_GRACE_MS 60000
 /* How long a freshly started agent waits for the console's first word. */
 #define PT_AGENT_FIRST_CONTACT_MS 30000
 /* Bound of every data-plane receive and all-reduce (runtime/comm.h). */
@@ -72,6 +78,10 @@ typedef struct pt_agent_worker_config {
     const char *telemetry;     /* --telemetry, or NULL: take the assign's */
     int comm_timeout_ms;       /* 0: PT_AGENT_COMM_TIMEOUT_MS */
     const pt_backend *backend; /* --device: borrowed, outlives the worker; NULL: the CPU */
+    /* CURVE (--key, --server-key): the agent's pair and the console's public
+     * key, for the telemetry PUB; NULL: plain. Copied. */
+    const pt_keyfile *key;
+    const char *server_key;
 } pt_agent_worker_config;
 
 /* Starts the worker thread. On success *out owns it. PT_ENOMEM / PT_EIO. */

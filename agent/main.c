@@ -4,6 +4,7 @@
  *                 [--device N|cpu|cuda:N[:PREC]] [--index N] [--name NAME]
  *                 [--data-bind ENDPOINT]
  *                 [--threads N] [--comm-timeout-ms MS]
+ *                 [--key MYKEY.key --server-key CONSOLE.pub|Z85] [--grace-ms MS]
  *
  * This file is the control thread (see agent/agent.h): the DEALER to the
  * console, heartbeats, checks on every control message, and the hand-over
@@ -28,18 +29,22 @@
 #include "runtime/backend_select.h"
 #include "runtime/blas_core.h"
 #include "runtime/comm_nccl.h"
+#include "runtime/trust.h"
 
 #define NS_PER_MS         1000000LL
 #define EXIT_USAGE        2
 #define EXIT_NO_CONSOLE   3
 #define THREADS_MAX       1024
 #define NOTIFY_EP_FMT     "inproc://pt-agent-notify-%p"
+#define MONITOR_EP_FMT    "inproc://pt-agent-monitor-%p"
 #define DEFAULT_DATA_BIND "tcp://127.0.0.1:*"
+#define MSG_FRAME_SLACK   4096 /* bytes beyond PT_MSG_MAX_BYTES a control frame may have */
 
 typedef struct agent_args {
-    const char *console, *telemetry, *name, *data_bind;
-    int device, threads, comm_timeout_ms;
+    const char *console, *telemetry, *name, *data_bind, *key_path, *server_key_arg;
+    int device, threads, comm_timeout_ms, grace_ms;
     pt_device_spec compute; /* --device cpu|cuda:N: where the worker computes */
+    int device_given;       /* --device or --index was given */
 } agent_args;
 
 typedef struct agent {
@@ -59,6 +64,16 @@ typedef struct agent {
     int64_t next_hb_ns; /* when the next heartbeat is due */
     int heard;          /* the console said something at all */
     pt_clock_filter clk;
+    int curve; /* --key and --server-key given */
+    pt_keyfile key;
+    char server_key[PT_KEY_Z85_LEN + 1];
+    /* Console restarts (CURVE and a grace only): the DEALER's monitor tells
+     * when the link broke and when a console proved the key again. */
+    void *monitor;
+    int link_down;       /* disconnected since the last handshake */
+    int orphaned;        /* the console went silent during a run: in the grace period */
+    int64_t orphaned_ns; /* when */
+    uint64_t reattached; /* times a console picked this agent up again */
     uint64_t rejected, accepted;
     int leaving; /* 1 bye, 2 console lost, 3 signal */
     char why[PT_MSG_TEXT_MAX];
@@ -116,7 +131,7 @@ static int parse_device(const char *v, agent_args *a)
 
 static int parse_args(int argc, char **argv, agent_args *a)
 {
-    *a = (agent_args){.device = -1, .data_bind = DEFAULT_DATA_BIND};
+    *a = (agent_args){.device = -1, .data_bind = DEFAULT_DATA_BIND, .grace_ms = -1};
     const char *device = NULL;
     int index = -1;
     pt_opt opts[] = {
@@ -137,6 +152,16 @@ static int parse_args(int argc, char **argv, agent_args *a)
         {"threads", PT_OPT_INT, &a->threads, 1, THREADS_MAX, 0, "N", "OpenBLAS threads"},
         {"comm-timeout-ms", PT_OPT_INT, &a->comm_timeout_ms, 1, INT_MAX, 0, "MS",
          "bound of every data-plane wait (default " PT_OPTS_STR(PT_AGENT_COMM_TIMEOUT_MS) ")"},
+        {"key", PT_OPT_STRING, &a->key_path, 0, 0, 0, "FILE",
+         "this agent's CURVE key pair (pipetop keys --out DIR/NAME: NAME.key);\n"
+         "its NAME.pub goes on the console's allow-list"},
+        {"server-key", PT_OPT_STRING, &a->server_key_arg, 0, 0, 0, "K",
+         "the console's public key: its NAME.pub file or the 40 Z85 characters;\n"
+         "the agent talks to no console that cannot prove it holds this key"},
+        {"grace-ms", PT_OPT_INT, &a->grace_ms, 0, INT_MAX, 0, "MS",
+         "with --key: keep training this long after the console went silent,\n"
+         "for a console with the same key to pick the run up (default " PT_OPTS_STR(
+             PT_AGENT_CONSOLE_GRACE_MS) ")"},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = pt_opts_parse_program("pipetop-agent", argc, argv, opts, n, stderr);
@@ -148,6 +173,19 @@ static int parse_args(int argc, char **argv, agent_args *a)
         return EXIT_USAGE;
     if (device && parse_device(device, a) < 0)
         return EXIT_USAGE;
+    a->device_given = device != NULL || pt_opts_find(opts, n, "index")->seen;
+    if (a->grace_ms > 0 && !a->key_path) {
+        fprintf(stderr, "pipetop-agent: --grace-ms needs --key and --server-key: without CURVE a "
+                        "new console cannot prove it is the one that started the run\n");
+        return EXIT_USAGE;
+    }
+    if (a->grace_ms < 0)
+        a->grace_ms = a->key_path ? PT_AGENT_CONSOLE_GRACE_MS : 0;
+    if (!a->key_path != !a->server_key_arg) {
+        fprintf(stderr, "pipetop-agent: --key and --server-key go together (make keys with "
+                        "pipetop keys --out DIR/NAME)\n");
+        return EXIT_USAGE;
+    }
     if (pt_opts_find(opts, n, "index")->seen)
         a->device = index;
     if (!a->console) {
@@ -408,6 +446,11 @@ static void handle_note(agent *ag, const pt_wnote *n)
  * given in register stays valid for the agent's life. */
 static int reserve_data_endpoint(agent *ag)
 {
+    pt_error err = {0};
+    if (pt_trust_check_bind(ag->a.data_bind, ag->curve, &err) < 0) {
+        fprintf(stderr, "pipetop-agent: --data-bind: %s\n", err.msg);
+        return -1;
+    }
     void *ctx = zmq_ctx_new();
     void *s = ctx ? zmq_socket(ctx, ZMQ_PULL) : NULL;
     int rc = -1;
@@ -439,6 +482,25 @@ static int open_sockets(agent *ag)
     zmq_setsockopt(ag->dealer, ZMQ_ROUTING_ID, ag->id, strlen(ag->id));
     zmq_setsockopt(ag->dealer, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(ag->dealer, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
+    int64_t max_msg = (int64_t)PT_MSG_MAX_BYTES + MSG_FRAME_SLACK;
+    zmq_setsockopt(ag->dealer, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
+    pt_error terr = {0};
+    if (ag->curve && pt_trust_client(ag->dealer, &ag->key, ag->server_key, &terr) < 0) {
+        fprintf(stderr, "pipetop-agent: --key: %s\n", terr.msg);
+        return -1;
+    }
+    if (ag->curve && ag->a.grace_ms > 0) {
+        char mep[64];
+        snprintf(mep, sizeof mep, MONITOR_EP_FMT, (void *)ag);
+        ag->monitor = zmq_socket(ag->ctx, ZMQ_PAIR);
+        if (!ag->monitor ||
+            zmq_socket_monitor(ag->dealer, mep,
+                               ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0 ||
+            zmq_connect(ag->monitor, mep) != 0) {
+            fprintf(stderr, "pipetop-agent: control monitor: %s\n", zmq_strerror(errno));
+            return -1;
+        }
+    }
     if (zmq_connect(ag->dealer, ag->a.console) != 0) {
         fprintf(stderr, "pipetop-agent: --console %s: %s\n", ag->a.console, zmq_strerror(errno));
         return -1;
@@ -447,14 +509,133 @@ static int open_sockets(agent *ag)
     snprintf(ep, sizeof ep, NOTIFY_EP_FMT, (void *)ag);
     if (zmq_bind(ag->notify, ep) != 0)
         return -1;
-    pt_agent_worker_config wc = {
-        ag->id, ag->ctx, ep, ag->data_ep, ag->a.telemetry, ag->a.comm_timeout_ms, ag->be};
+    pt_agent_worker_config wc = {ag->id,
+                                 ag->ctx,
+                                 ep,
+                                 ag->data_ep,
+                                 ag->a.telemetry,
+                                 ag->a.comm_timeout_ms,
+                                 ag->be,
+                                 ag->curve ? &ag->key : NULL,
+                                 ag->curve ? ag->server_key : NULL};
     pt_error err = {0};
     if (pt_agent_worker_start(&wc, &ag->worker, &err) < 0) {
         fprintf(stderr, "pipetop-agent: %s\n", err.msg);
         return -1;
     }
     return 0;
+}
+
+/* --key (a pair, mode 0600) and --server-key (a file or Z85). */
+static int load_keys(agent *ag)
+{
+    pt_error err = {0};
+    if (pt_keyfile_load(ag->a.key_path, &ag->key, &err) < 0) {
+        fprintf(stderr, "pipetop-agent: --key: %s\n", err.msg);
+        return -1;
+    }
+    if (!ag->key.has_secret) {
+        fprintf(stderr,
+                "pipetop-agent: --key: %s holds no secret key (give the NAME.key of "
+                "pipetop keys --out DIR/NAME)\n",
+                ag->a.key_path);
+        return -1;
+    }
+    if (pt_key_arg_public(ag->a.server_key_arg, ag->server_key, &err) < 0) {
+        fprintf(stderr, "pipetop-agent: --server-key: %s\n", err.msg);
+        return -1;
+    }
+    ag->curve = 1;
+    return 0;
+}
+
+/* Without --device: the GPU a launcher gave this task. Slurm starts one
+ * task per GPU with SLURM_LOCALID = the task's index on its node; when the
+ * task sees one GPU (CUDA_VISIBLE_DEVICES bound per task, --gpus-per-task=1)
+ * that is cuda:0, else the SLURM_LOCALID-th visible one. Without Slurm, a
+ * CUDA_VISIBLE_DEVICES naming exactly one GPU means cuda:0. A GPU that then
+ * cannot be opened falls back to the CPU (pt_device_open's caller). */
+static void device_from_env(agent_args *a)
+{
+    const char *local = getenv("SLURM_LOCALID"), *visible = getenv("CUDA_VISIBLE_DEVICES");
+    int nvis = 0;
+    if (visible && visible[0]) {
+        nvis = 1;
+        for (const char *p = visible; *p; p++)
+            nvis += *p == ',';
+    }
+    long idx = -1;
+    char *end = NULL;
+    if (local && local[0]) {
+        errno = 0;
+        long l = strtol(local, &end, 10);
+        if (errno || *end || l < 0 || l >= PT_MSG_MAX_INDEX) {
+            fprintf(stderr,
+                    "pipetop-agent: SLURM_LOCALID=\"%s\" is not a task index; using the CPU\n",
+                    local);
+            return;
+        }
+        idx = nvis == 1 ? 0 : l;
+        if (nvis > 1 && l >= nvis) {
+            fprintf(stderr,
+                    "pipetop-agent: SLURM_LOCALID=%ld but CUDA_VISIBLE_DEVICES=%s names %d GPUs; "
+                    "using the CPU\n",
+                    l, visible, nvis);
+            return;
+        }
+    } else if (nvis == 1 && strcmp(visible, "-1") != 0) {
+        idx = 0;
+    }
+    if (idx < 0)
+        return;
+    char spec[32];
+    snprintf(spec, sizeof spec, "cuda:%ld", idx);
+    pt_device_spec d;
+    if (pt_device_spec_parse(spec, &d, NULL) < 0)
+        return;
+    fprintf(stderr,
+            "pipetop-agent: no --device: %s from SLURM_LOCALID=%s CUDA_VISIBLE_DEVICES=%s\n", spec,
+            local ? local : "(unset)", visible ? visible : "(unset)");
+    a->compute = d;
+}
+
+/* The DEALER's monitor (a console restart, docs/deploy.md): a broken link
+ * stops the heartbeats; a handshake after it (a console that proved the
+ * key of --server-key, so the one this agent trusts) starts a new session:
+ * its numbering starts again and the agent registers anew, telling it the
+ * generation and step it is at through the heartbeat that follows. */
+static void monitor_events(agent *ag)
+{
+    for (;;) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, ag->monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        zmq_msg_init(&addr);
+        zmq_msg_recv(&addr, ag->monitor, 0);
+        uint16_t id = 0;
+        if (zmq_msg_size(&ev) >= sizeof id)
+            memcpy(&id, zmq_msg_data(&ev), sizeof id);
+        zmq_msg_close(&ev);
+        zmq_msg_close(&addr);
+        if (id == ZMQ_EVENT_DISCONNECTED) {
+            ag->link_down = 1;
+        } else if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && ag->link_down) {
+            ag->link_down = 0;
+            ag->rx_next = 0;
+            ag->has_hb_in = 0;
+            pt_clock_filter_init(&ag->clk);
+            ag->reattached++;
+            fprintf(stderr,
+                    "pipetop-agent %s: a console holding the key reconnected%s; registering "
+                    "again (generation %lld)\n",
+                    ag->id, ag->orphaned ? " within the grace period" : "", (long long)ag->gen);
+            send_register(ag);
+            send_heartbeat(ag);
+        }
+    }
 }
 
 static void install_signals(void)
@@ -483,12 +664,15 @@ static void loop(agent *ag)
             break;
         }
         if (now >= ag->next_hb_ns) {
-            send_heartbeat(ag);
+            if (!ag->link_down) /* nothing piles up for the next console to refuse */
+                send_heartbeat(ag);
             ag->next_hb_ns = now + (int64_t)PT_AGENT_HEARTBEAT_MS * NS_PER_MS;
         }
         long wait_ms = (long)((ag->next_hb_ns - now + NS_PER_MS - 1) / NS_PER_MS);
-        zmq_pollitem_t items[2] = {{ag->dealer, 0, ZMQ_POLLIN, 0}, {ag->notify, 0, ZMQ_POLLIN, 0}};
-        int n = zmq_poll(items, 2, wait_ms);
+        zmq_pollitem_t items[3] = {{ag->dealer, 0, ZMQ_POLLIN, 0},
+                                   {ag->notify, 0, ZMQ_POLLIN, 0},
+                                   {ag->monitor, 0, ZMQ_POLLIN, 0}};
+        int n = zmq_poll(items, ag->monitor ? 3 : 2, wait_ms);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -523,6 +707,8 @@ static void loop(agent *ag)
             if (ag->leaving)
                 break;
         }
+        if (ag->monitor && (items[2].revents & ZMQ_POLLIN))
+            monitor_events(ag);
         while (items[1].revents & ZMQ_POLLIN) {
             pt_wnote note;
             int got = zmq_recv(ag->notify, &note, sizeof note, ZMQ_DONTWAIT);
@@ -534,8 +720,26 @@ static void loop(agent *ag)
          * taken for the console's silence */
         now = pt_msg_now_ns();
         int64_t quiet = now - (ag->heard ? ag->last_heard_ns : started);
-        if (!ag->leaving &&
-            quiet > (ag->heard ? silence : (int64_t)PT_AGENT_FIRST_CONTACT_MS * NS_PER_MS)) {
+        const int64_t grace = (int64_t)ag->a.grace_ms * NS_PER_MS;
+        if (!ag->leaving && ag->orphaned && quiet <= silence) {
+            ag->orphaned = 0; /* a console picked the run up */
+        } else if (!ag->leaving && ag->heard && quiet > silence && grace > 0 && ag->gen > 0 &&
+                   quiet <= silence + grace) {
+            if (!ag->orphaned) {
+                ag->orphaned = 1;
+                ag->orphaned_ns = now;
+                fprintf(stderr,
+                        "pipetop-agent %s: the console at %s was silent for %.1f s; training on "
+                        "for up to %.1f s for a console holding its key to pick the run up\n",
+                        ag->id, ag->a.console, (double)quiet / 1e9, (double)grace / 1e9);
+            }
+        } else if (!ag->leaving && ag->heard && quiet > silence && grace > 0 && ag->gen > 0) {
+            ag->leaving = 2;
+            snprintf(ag->why, sizeof ag->why,
+                     "the console at %s was silent for %.1f s (a grace of %.1f s included)",
+                     ag->a.console, (double)quiet / 1e9, (double)grace / 1e9);
+        } else if (!ag->leaving &&
+                   quiet > (ag->heard ? silence : (int64_t)PT_AGENT_FIRST_CONTACT_MS * NS_PER_MS)) {
             ag->leaving = 2;
             snprintf(ag->why, sizeof ag->why, "the console at %s was silent for %.1f s",
                      ag->a.console, (double)quiet / 1e9);
@@ -565,9 +769,21 @@ int main(int argc, char **argv)
         snprintf(ag.id, sizeof ag.id, "%.40s-%ld", host, (long)getpid());
     }
     pt_clock_filter_init(&ag.clk);
+    if (ag.a.key_path && load_keys(&ag) < 0)
+        return 1;
+    if (!ag.a.device_given)
+        device_from_env(&ag.a);
     {
         pt_error err = {0};
-        if (pt_device_open(&ag.a.compute, &ag.be, &err) < 0) {
+        if (pt_device_open(&ag.a.compute, &ag.be, &err) < 0 && !ag.a.device_given &&
+            ag.a.compute.cuda) {
+            fprintf(stderr, "pipetop-agent: %s; computing on the CPU\n", err.msg);
+            ag.a.compute = (pt_device_spec){0};
+            err = (pt_error){0};
+            if (pt_device_open(&ag.a.compute, &ag.be, &err) == 0)
+                err.msg[0] = '\0';
+        }
+        if (!ag.be) {
             fprintf(stderr, "pipetop-agent: --device: %s\n", err.msg);
             return 1;
         }
@@ -592,6 +808,10 @@ int main(int argc, char **argv)
     fprintf(stderr,
             "pipetop-agent %s: leaving: %s; control messages: %llu accepted, %llu rejected\n",
             ag.id, ag.why, (unsigned long long)ag.accepted, (unsigned long long)ag.rejected);
+    if (ag.monitor) {
+        zmq_socket_monitor(ag.dealer, NULL, 0);
+        zmq_close(ag.monitor);
+    }
     zmq_close(ag.dealer);
     zmq_close(ag.notify);
     if (joined == 0) {

@@ -25,6 +25,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
 #include "runtime/comm_nccl.h"
+#include "runtime/trust.h"
 #include "runtime/data.h"
 #include "runtime/executor.h"
 #include "runtime/feed.h"
@@ -51,6 +52,9 @@ typedef struct run_state {
     pt_net *net;
     pt_optim *optim;
     void *data_ctx;
+    pt_zap *data_zap;                      /* CURVE: allows exactly the assign's peers */
+    char (*peer_keys)[PT_KEY_Z85_LEN + 1]; /* [worker_count] by rank; NULL: plain */
+    const pt_keyfile *own_key;
     pt_comm *comm;
     pt_collective *coll;
     pt_nccl *nccl, *nccl_replicas; /* an assign with an nccl_id on a CUDA backend */
@@ -76,6 +80,9 @@ struct pt_agent_worker {
     char notify_ep[PT_MSG_ENDPOINT_MAX];
     int comm_timeout_ms;
     const pt_backend *be; /* NULL: the CPU backend */
+    int curve;            /* key and server_key set: every socket talks CURVE */
+    pt_keyfile key;
+    char server_key[PT_KEY_Z85_LEN + 1];
     pthread_t th;
     int started;
 
@@ -188,6 +195,12 @@ static void connect_telemetry(pt_agent_worker *w, const char *ep)
         if (w->pub) {
             zmq_setsockopt(w->pub, ZMQ_LINGER, &linger, sizeof linger);
             zmq_setsockopt(w->pub, ZMQ_SNDHWM, &hwm, sizeof hwm);
+            pt_error err = {0};
+            if (w->curve && pt_trust_client(w->pub, &w->key, w->server_key, &err) < 0) {
+                fprintf(stderr, "pipetop-agent %s: telemetry: %s\n", w->id, err.msg);
+                zmq_close(w->pub);
+                w->pub = NULL;
+            }
         }
     }
     if (w->pub && zmq_connect(w->pub, ep) == 0)
@@ -275,6 +288,9 @@ static void teardown(pt_agent_worker *w)
     pt_comm_destroy(&r->comm);
     pt_nccl_destroy(&r->nccl_replicas);
     pt_nccl_destroy(&r->nccl);
+    pt_zap_stop(&r->data_zap);
+    free(r->peer_keys);
+    r->peer_keys = NULL;
     pthread_mutex_lock(&w->mu);
     void *ctx = r->data_ctx;
     int quitting = w->quit;
@@ -336,13 +352,67 @@ static int exchange_coll_endpoints(run_state *r, const char *mine, char (*eps)[P
     return 0;
 }
 
+/* The data plane's CURVE (docs/architecture.md, "Trust"): every receiving
+ * socket is a server that lets in only the assign's peers (their keys came
+ * over the authenticated control channel), every sending socket a client
+ * that talks only to the peer holding the key the console named. */
+static int data_socket_hook(void *user, void *sock, int peer, pt_error *err)
+{
+    run_state *r = user;
+    if (!r->peer_keys)
+        return 0;
+    if (peer < 0)
+        return pt_trust_server(sock, r->own_key, err);
+    return pt_trust_client(sock, r->own_key, r->peer_keys[peer], err);
+}
+
+/* With CURVE, the assign's peer keys by rank and the ZAP handler of the
+ * generation's data context. Every peer must have a key. */
+static int setup_data_trust(pt_agent_worker *w, const pt_msg_assign *as, pt_error *err)
+{
+    run_state *r = &w->r;
+    if (!w->curve)
+        return 0;
+    int n = r->prog.worker_count;
+    r->peer_keys = calloc((size_t)n, sizeof *r->peer_keys);
+    const char **list = calloc((size_t)n + 1, sizeof *list);
+    int rc = 0;
+    if (!r->peer_keys || !list)
+        rc = pt_error_set(err, PT_ENOMEM, "out of memory");
+    for (int k = 0; rc == 0 && k < as->peer_count; k++) {
+        const pt_msg_peer *p = &as->peers[k];
+        if (p->rank >= n)
+            continue;
+        if (!p->key[0])
+            rc = pt_error_set(err, PT_EINVAL,
+                              "assign: peer rank %d has no key, and this agent talks CURVE only",
+                              p->rank);
+        else
+            snprintf(r->peer_keys[p->rank], sizeof r->peer_keys[0], "%s", p->key);
+    }
+    for (int k = 0; rc == 0 && k < n; k++) {
+        if (!r->peer_keys[k][0])
+            rc = pt_error_set(err, PT_EINVAL, "assign: no key for rank %d of %d", k, n);
+        list[k] = r->peer_keys[k];
+    }
+    r->own_key = &w->key;
+    if (rc == 0)
+        rc = pt_zap_start(r->data_ctx, list, n, &r->data_zap, err);
+    free(list);
+    if (rc < 0) {
+        free(r->peer_keys);
+        r->peer_keys = NULL;
+    }
+    return rc;
+}
+
 static int make_comm(pt_agent_worker *w, const char *bind, pt_comm **out, pt_error *err)
 {
     run_state *r = &w->r;
     pt_comm_config cc = {r->worker, r->prog.worker_count, bind, r->data_ctx, w->comm_timeout_ms};
     int rc = 0;
     for (int k = 0; k < BIND_RETRIES; k++) {
-        rc = pt_comm_create(&cc, out, err);
+        rc = pt_comm_create_hooked(&cc, data_socket_hook, r, out, err);
         if (rc != PT_EIO)
             break;
         sleep_ms(BIND_RETRY_MS);
@@ -361,7 +431,9 @@ static int build_comms(pt_agent_worker *w, const pt_msg_assign *as, const pt_exe
     pthread_mutex_lock(&w->mu);
     w->abort_ctx = r->data_ctx;
     pthread_mutex_unlock(&w->mu);
-    int rc = make_comm(w, w->data_ep, &r->comm, err);
+    int rc = setup_data_trust(w, as, err);
+    if (rc == 0)
+        rc = make_comm(w, w->data_ep, &r->comm, err);
     if (rc < 0)
         return rc;
     const char **eps = calloc((size_t)n, sizeof *eps);
@@ -778,6 +850,11 @@ int pt_agent_worker_start(const pt_agent_worker_config *cfg, pt_agent_worker **o
     w->ctx = cfg->zmq_ctx;
     w->comm_timeout_ms = cfg->comm_timeout_ms > 0 ? cfg->comm_timeout_ms : PT_AGENT_COMM_TIMEOUT_MS;
     w->be = cfg->backend;
+    if (cfg->key && cfg->server_key) {
+        w->curve = 1;
+        w->key = *cfg->key;
+        snprintf(w->server_key, sizeof w->server_key, "%s", cfg->server_key);
+    }
     atomic_init(&w->stop_flag, 0);
     pthread_mutex_init(&w->mu, NULL);
     pthread_condattr_t ca;

@@ -232,7 +232,7 @@ static void on_note(void *user, const pt_session_note *n)
 
 static void bench_session(const char *label, double seconds, int batch, double rate)
 {
-    pt_session_config cfg = {NULL, NULL, NULL, 0, 1000000};
+    pt_session_config cfg = {.missed_heartbeats = 1000000};
     pt_session *s = NULL;
     pt_error err = {0};
     if (pt_session_create(&cfg, &s, &err) < 0) {

@@ -16,17 +16,38 @@ static int bytes_of(double floats, int64_t *out)
     return 0;
 }
 
+/* 1 when a layer of this spec has parameters. */
+static int has_params(const pt_layer_spec *l)
+{
+    switch (l->kind) {
+    case PT_LAYER_LINEAR:
+    case PT_LAYER_LAYERNORM:
+    case PT_LAYER_EMBEDDING:
+    case PT_LAYER_ATTENTION:
+        return 1;
+    case PT_LAYER_RESIDUAL:
+        for (int j = 0; j < l->body_count; j++)
+            if (has_params(&l->body[j]))
+                return 1;
+        return 0;
+    default:
+        return 0;
+    }
+}
+
 /* Floats per sample that a layer with input shape (rank, dims) keeps for its
- * backward besides its input and output (*saved) and uses as backward
- * scratch (*scratch); writes its output shape. The formulas are analytic.h's. */
+ * backward besides its input and output (*saved), uses as backward scratch
+ * (*scratch) and, in a split backward, keeps from B to W besides the
+ * gradient of its own output (*keep); writes its output shape. The formulas
+ * are analytic.h's. */
 static void layer_memory(const pt_layer_spec *l, int *rank, int *dims, double *saved,
-                         double *scratch)
+                         double *scratch, double *keep)
 {
     double in = 1;
     for (int i = 0; i < *rank; i++)
         in *= dims[i];
     int last = dims[*rank - 1];
-    *saved = *scratch = 0;
+    *saved = *scratch = *keep = 0;
     switch (l->kind) {
     case PT_LAYER_LINEAR:
         dims[*rank - 1] = l->out;
@@ -49,18 +70,22 @@ static void layer_memory(const pt_layer_spec *l, int *rank, int *dims, double *s
     case PT_LAYER_RESIDUAL: {
         double inner = 0, kept = 0, grads = 0, widest = 0;
         for (int j = 0; j < l->body_count; j++) {
-            double s, w, body_in = 1;
+            double s, w, k, body_in = 1;
             for (int i = 0; i < *rank; i++)
                 body_in *= dims[i];
             if (j > 0)
                 grads += body_in;
-            layer_memory(&l->body[j], rank, dims, &s, &w);
+            layer_memory(&l->body[j], rank, dims, &s, &w, &k);
             if (j + 1 < l->body_count) {
                 double out = 1;
                 for (int i = 0; i < *rank; i++)
                     out *= dims[i];
                 inner += out;
+                /* the output gradient of an inner body layer with parameters */
+                if (has_params(&l->body[j]))
+                    *keep += out;
             }
+            *keep += k;
             kept += s;
             if (w > widest)
                 widest = w;
@@ -131,8 +156,8 @@ int pt_analytic_profile(const pt_model_spec *spec, const pt_device_desc *device,
     for (int i = 0; i < n; i++) {
         const pt_layer_shape *s = &shapes[i];
         pt_profile_layer *l = &p->layers[i];
-        double saved, scratch;
-        layer_memory(&spec->layers[i], &rank, dims, &saved, &scratch);
+        double saved, scratch, keep;
+        layer_memory(&spec->layers[i], &rank, dims, &saved, &scratch, &keep);
         double out_elems = (double)s->out_elems, params = (double)s->params;
         double weights_read = params;
         if (spec->layers[i].kind == PT_LAYER_EMBEDDING && out_elems * b < params)
@@ -146,7 +171,9 @@ int pt_analytic_profile(const pt_model_spec *spec, const pt_device_desc *device,
         l->recompute_ms = l->fwd_ms;
         if (bytes_of(out_elems * b, &l->act_bytes) < 0 || bytes_of(params, &l->param_bytes) < 0 ||
             bytes_of(saved * b, &l->saved_bytes) < 0 ||
-            bytes_of(scratch * b, &l->scratch_bytes) < 0) {
+            bytes_of(scratch * b, &l->scratch_bytes) < 0 ||
+            bytes_of(((has_params(&spec->layers[i]) ? out_elems : 0) + keep) * b, &l->keep_bytes) <
+                0) {
             rc = pt_error_set(err, PT_ERANGE,
                               "%s: layers[%d] (%s): activation, parameters or saved bytes pass "
                               "2^53 bytes at batch %d",

@@ -27,7 +27,11 @@
  *              outputs + the body layers' saved; scratch = the input
  *              gradients of its body layers but the first + their largest
  *              scratch
- *   linear, relu, gelu, embedding: 0 (the chain keeps inputs and outputs). */
+ *   linear, relu, gelu, embedding: 0 (the chain keeps inputs and outputs).
+ *
+ *   keep_bytes = keep_i * 4 * B: a split backward's output gradients, kept
+ *   from B to W: out_i for a layer with parameters, and for a residual
+ *   also the outputs of its body's layers with parameters but the last. */
 #ifndef PT_PLANNER_ANALYTIC_H
 #define PT_PLANNER_ANALYTIC_H
 

@@ -20,7 +20,7 @@ struct pt_cost {
     int sends_hold;       /* the profile's runtime.sends_hold */
     /* prefix sums over layers, n+1 entries each: x[j] = sum over layers < j */
     double *fwd_ms, *bwd_ms, *rec_ms, *bin_ms, *bw_ms;
-    int64_t *param, *act, *saved;
+    int64_t *param, *act, *saved, *keep; /* keep: a split backward's hold, B to W */
     /* range maximum of scratch_bytes: scratch_max[k][l] = max over layers
      * [l, l + 2^k) (a sparse table, so a stage's figure is O(1)) */
     int levels;
@@ -63,6 +63,16 @@ static int build_scratch_max(pt_cost *c)
     return 0;
 }
 
+/* A layer's split-backward hold: the profile's keep_bytes, else the
+ * gradient of its output when it has parameters (exact for a layer that is
+ * not a block of several). */
+static int64_t keep_of(const pt_profile_layer *L)
+{
+    if (L->keep_bytes > 0)
+        return L->keep_bytes;
+    return L->param_bytes > 0 ? L->act_bytes : 0;
+}
+
 int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **out, pt_error *err)
 {
     if (out)
@@ -89,7 +99,7 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
     c->op_overhead_s = profile->op_overhead_ms > 0 ? profile->op_overhead_ms / 1000.0 : 0;
     c->sends_hold = profile->sends_hold != 0;
     c->fwd_ms = malloc((size_t)(n + 1) * 5 * sizeof(double));
-    c->param = malloc((size_t)(n + 1) * 3 * sizeof(int64_t));
+    c->param = malloc((size_t)(n + 1) * 4 * sizeof(int64_t));
     if (!c->fwd_ms || !c->param || build_scratch_max(c) < 0) {
         pt_cost_free(&c);
         return pt_error_set(err, PT_ENOMEM, "cost: out of memory");
@@ -100,8 +110,9 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
     c->bw_ms = c->bin_ms + (n + 1);
     c->act = c->param + (n + 1);
     c->saved = c->act + (n + 1);
+    c->keep = c->saved + (n + 1);
     c->fwd_ms[0] = c->bwd_ms[0] = c->rec_ms[0] = c->bin_ms[0] = c->bw_ms[0] = 0;
-    c->param[0] = c->act[0] = c->saved[0] = 0;
+    c->param[0] = c->act[0] = c->saved[0] = c->keep[0] = 0;
     for (int l = 0; l < n; l++) {
         const pt_profile_layer *L = &profile->layers[l];
         double rec = L->recompute_ms > 0 ? L->recompute_ms : L->fwd_ms;
@@ -114,7 +125,8 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
         c->bw_ms[l + 1] = c->bw_ms[l] + bw;
         if (pt_add_i64(c->param[l], L->param_bytes, &c->param[l + 1]) < 0 ||
             pt_add_i64(c->act[l], L->act_bytes, &c->act[l + 1]) < 0 ||
-            pt_add_i64(c->saved[l], L->saved_bytes, &c->saved[l + 1]) < 0) {
+            pt_add_i64(c->saved[l], L->saved_bytes, &c->saved[l + 1]) < 0 ||
+            pt_add_i64(c->keep[l], keep_of(L), &c->keep[l + 1]) < 0) {
             pt_cost_free(&c);
             return pt_error_set(err, PT_ERANGE,
                                 "profile: layers[%d]: the byte sums up to this layer exceed 2^63",
@@ -270,6 +282,15 @@ int64_t pt_cost_saved_bytes(const pt_cost *c, int first, int last, int rows)
     if (last > c->n)
         last = c->n;
     return last > first ? scale_bytes(c->saved[last] - c->saved[first], rows, c->profile_mb) : 0;
+}
+
+int64_t pt_cost_keep_bytes(const pt_cost *c, int first, int last, int rows)
+{
+    if (first < 0)
+        first = 0;
+    if (last > c->n)
+        last = c->n;
+    return last > first ? scale_bytes(c->keep[last] - c->keep[first], rows, c->profile_mb) : 0;
 }
 
 int64_t pt_cost_scratch_bytes(const pt_cost *c, int first, int last, int rows)
@@ -455,6 +476,19 @@ int pt_cost_weight_versions(pt_sched_kind kind, int vertical_sync, int S, int i)
     return facts_of(kind)->weight_versions(&q);
 }
 
+/* Micro-batches a stage holds between their BWD_INPUT and BWD_WEIGHT at its
+ * peak: the zero-bubble kinds delay stage i's W by i micro-batches (none
+ * when it recomputes), so right after the B that starts the steady state
+ * i + 1 are pending (planner/sched_zb.c), the moment it also holds the most
+ * in flight. 0 for the kinds that do not split the backward. */
+static int split_pending(const pt_mem_query *q)
+{
+    if (q->kind != PT_SCHED_ZB_H1 && q->kind != PT_SCHED_ZB_H2)
+        return 0;
+    int lag = q->recompute ? 0 : q->stage;
+    return lag + 1 < q->microbatches ? lag + 1 : q->microbatches;
+}
+
 void pt_cost_stage_memory(const pt_cost *c, const pt_mem_query *q, pt_mem *out)
 {
     memset(out, 0, sizeof *out);
@@ -475,8 +509,10 @@ void pt_cost_stage_memory(const pt_cost *c, const pt_mem_query *q, pt_mem *out)
     out->bytes[PT_MEM_GRADS] = (kind->flags & PT_SCHED_OVERLAP_ALLREDUCE) ? 2 * P : P;
     out->bytes[PT_MEM_OPTIM] = pt_cost_optim_state_factor(q->optim) * P;
     out->bytes[PT_MEM_ACTS] =
-        scratch_b + (q->recompute ? K * (in_b + out_b + loss_b) + (act_b - out_b + saved_b - loss_b)
-                                  : K * (in_b + act_b + saved_b));
+        scratch_b +
+        (q->recompute ? K * (in_b + out_b + loss_b) + (act_b - out_b + saved_b - loss_b)
+                      : K * (in_b + act_b + saved_b)) +
+        split_pending(q) * pt_cost_keep_bytes(c, q->first, q->last, q->rows);
     out->bytes[PT_MEM_STASH] = (int64_t)(V - 1) * P;
     out->bytes[PT_MEM_COMM] = not_first * 2 * in_b + not_last * out_b;
     for (int k = 0; k < PT_MEM_KIND_COUNT; k++)

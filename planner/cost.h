@@ -41,7 +41,9 @@
  *   grads = P, or 2P for kinds with PT_SCHED_OVERLAP_ALLREDUCE (pipesgd: one
  *           gradient being all-reduced while the next accumulates);
  *   optimizer state = state_factor * P (sgd with momentum 1, adam 2);
- *   activations = scratch_b + K * (in_b + act_b + saved_b), or with
+ *   activations = scratch_b + K * (in_b + act_b + saved_b) + J * keep_b
+ *                 (J: micro-batches between BWD_INPUT and BWD_WEIGHT at the
+ *                 peak, keep_b: pt_cost_keep_bytes; J = 0 unsplit), or with
  *                 recomputation scratch_b + K * (in_b + out_b + loss_b) +
  *                 (act_b - out_b + saved_b - loss_b): every micro-batch in
  *                 flight keeps the stage's input, its output (the runtime's
@@ -138,6 +140,12 @@ int64_t pt_cost_act_bytes(const pt_cost *cost, int first, int last, int rows);
 /* Bytes layers [first,last) keep for their backward besides their inputs and
  * outputs (the profile's saved_bytes), for `rows` samples. */
 int64_t pt_cost_saved_bytes(const pt_cost *cost, int first, int last, int rows);
+/* What a split backward (BWD_INPUT to BWD_WEIGHT) holds besides the
+ * micro-batch's activations, for layers [first,last) on `rows` samples: the
+ * gradient of the output of every part with parameters, which its W reads
+ * (the profile's keep_bytes; where a layer has none, its act_bytes when it
+ * has parameters, which misses a block's inner gradients). */
+int64_t pt_cost_keep_bytes(const pt_cost *cost, int first, int last, int rows);
 /* The backward scratch of a stage of layers [first,last) for `rows` samples:
  * the input gradients of every layer but the first plus the largest
  * scratch_bytes among them (one layer runs at a time); 0 for a profile

@@ -18,7 +18,7 @@ typedef struct wstate {
     /* durations and sizes for the worker's own rows */
     double t_fwd, t_bwd, t_rec, t_opt, t_bin, t_bw;
     double slow; /* >= 1: compute slowed by the cores its node's workers share */
-    int64_t P, in_b, out_b, act_b, saved_b, loss_b;
+    int64_t P, in_b, out_b, act_b, saved_b, loss_b, keep_b;
     int rows;
     /* memory */
     int64_t cur[PT_MEM_KIND_COUNT], cur_total;
@@ -241,6 +241,7 @@ static int mem_bound_fits(const pt_program *p, const wstate *st, int64_t scratch
            pt_add_i64(per_mb, st->out_b, &per_mb) == 0 &&
            pt_add_i64(per_mb, st->saved_b, &per_mb) == 0 &&
            pt_add_i64(per_mb, st->loss_b, &per_mb) == 0 &&
+           pt_add_i64(per_mb, st->keep_b, &per_mb) == 0 &&
            pt_mul_i64(per_mb, p->mb_count, &acts) == 0 &&
            pt_mul_i64(st->P, versions + 2 * (int64_t)p->mb_count, &held) == 0 &&
            pt_add_i64(acts, held, &bound) == 0 && pt_add_i64(bound, st->in_b, &bound) == 0 &&
@@ -279,6 +280,7 @@ static int init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, in
     st->act_b = pt_cost_act_bytes(cost, x->first, x->last, rows);
     st->saved_b = pt_cost_saved_bytes(cost, x->first, x->last, rows);
     st->loss_b = pt_cost_loss_saved_bytes(cost, x->first, x->last, rows);
+    st->keep_b = pt_cost_keep_bytes(cost, x->first, x->last, rows);
     int64_t scratch = pt_cost_scratch_bytes(cost, x->first, x->last, rows);
     if (!mem_bound_fits(p, st, scratch))
         return pt_error_set(err, PT_ERANGE,
@@ -370,9 +372,12 @@ static void mem_op(const pt_program *p, pt_sim *sim, int w, int i)
      * last layer's, which the runtime's slot holds until the backward) and its
      * labels; the rest is rebuilt by RECOMPUTE */
     int64_t kept = x->recompute ? st->out_b + st->loss_b : held;
+    /* a split backward's output gradients, from its BWD_INPUT to its BWD_WEIGHT */
+    int64_t keep = st->keep_b;
     if (rows != st->rows) {
         held = held * rows / div;
         kept = kept * rows / div;
+        keep = keep * rows / div;
     }
     switch (op->kind) {
     case PT_OP_FWD:
@@ -398,6 +403,7 @@ static void mem_op(const pt_program *p, pt_sim *sim, int w, int i)
         break;
     case PT_OP_BWD_INPUT:
         /* the activations stay until the BWD_WEIGHT, which reads them */
+        st->cur[PT_MEM_ACTS] += keep;
         mem_note(out, st);
         if (!(op->flags & PT_OPF_STASH))
             after_read(p, sim, st, i, op->version);
@@ -411,7 +417,7 @@ static void mem_op(const pt_program *p, pt_sim *sim, int w, int i)
             st->grads_open++;
         }
         mem_note(out, st);
-        st->cur[PT_MEM_ACTS] -= in_b + held;
+        st->cur[PT_MEM_ACTS] -= in_b + held + (op->kind == PT_OP_BWD_WEIGHT ? keep : 0);
         st->inflight--;
         if (op->flags & PT_OPF_STASH)
             st->stash--;

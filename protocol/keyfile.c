@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,7 +12,10 @@
 #include "protocol/fileio.h"
 
 #define KEYFILE_MAGIC  "pipetop-key"
-#define LINE_MAX_SHOWN 40 /* characters of a bad line quoted in an error */
+#define LINE_MAX_SHOWN 40
+#define PT_ALLOWLIST_PATH_MAX                                                                      \
+    4096 /* bytes of an allow-list path or an entry of it */ /* characters of a bad line quoted in \
+                                                                an error */
 
 static const char z85_chars[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                 ".-:+=^!/*?&<>()[]{}@%$#";
@@ -189,4 +193,74 @@ int pt_keyfile_write_pair(const char *base, const pt_keyfile *k, int overwrite, 
     if (n < 0 || (rc = pt_file_write_atomic_mode(pub_path, text, (size_t)n, 0644, err)) < 0)
         return n < 0 ? pt_error_set(err, n, "%s: key text too long", pub_path) : rc;
     return 0;
+}
+
+int pt_key_arg_public(const char *arg, char out[PT_KEY_Z85_LEN + 1], pt_error *err)
+{
+    out[0] = '\0';
+    if (!arg || !arg[0])
+        return pt_error_set(err, PT_EINVAL, "no key given");
+    if (pt_key_z85_valid(arg)) {
+        memcpy(out, arg, PT_KEY_Z85_LEN + 1);
+        return 0;
+    }
+    pt_keyfile k;
+    int rc = pt_keyfile_load(arg, &k, err);
+    if (rc < 0)
+        return rc;
+    memcpy(out, k.public_z85, PT_KEY_Z85_LEN + 1);
+    return 0;
+}
+
+int pt_allowlist_load(const char *path, char (*keys)[PT_KEY_Z85_LEN + 1], int cap, int *n,
+                      pt_error *err)
+{
+    *n = 0;
+    char *text = NULL;
+    size_t len = 0;
+    int rc = pt_file_read(path, &text, &len, err);
+    if (rc < 0)
+        return rc;
+    char dir[PT_ALLOWLIST_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[1] = '\0';
+    else
+        dir[0] = '\0';
+    int lineno = 0;
+    for (char *line = text, *next; line && *line; line = next) {
+        lineno++;
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        while (*line == ' ' || *line == '\t')
+            line++;
+        size_t w = strcspn(line, " \t\r");
+        if (w == 0 || line[0] == '#')
+            continue;
+        line[w] = '\0';
+        if (*n >= cap) {
+            rc = pt_error_set(err, PT_ERANGE, "%s: line %d: more than %d keys", path, lineno, cap);
+            break;
+        }
+        char file[2 * PT_ALLOWLIST_PATH_MAX];
+        const char *arg = line;
+        if (!pt_key_z85_valid(line) && line[0] != '/') {
+            snprintf(file, sizeof file, "%s%s", dir, line);
+            arg = file;
+        }
+        pt_error sub = {0};
+        if ((rc = pt_key_arg_public(arg, keys[*n], &sub)) < 0) {
+            rc = pt_error_set(err, PT_EPARSE,
+                              "%s: line %d: not a Z85 public key nor a readable key file (%s)",
+                              path, lineno, sub.msg);
+            break;
+        }
+        (*n)++;
+    }
+    free(text);
+    if (rc < 0)
+        *n = 0;
+    return rc;
 }

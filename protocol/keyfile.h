@@ -49,4 +49,17 @@ int pt_keyfile_format(const pt_keyfile *k, int with_secret, char *buf, size_t ca
  * existing base.key unless overwrite. */
 int pt_keyfile_write_pair(const char *base, const pt_keyfile *k, int overwrite, pt_error *err);
 
+/* An allow-list file (docs/formats.md, "Key files"): one public key per
+ * line, either 40 characters of Z85 or the path of a key file (NAME.pub or
+ * NAME.key; a relative path is taken from the allow-list's folder), each
+ * optionally followed by blanks and a comment; blank lines and lines
+ * starting with '#' are skipped. At most cap keys go to keys[]; *n gets the
+ * count. 0, or PT_EPARSE/PT_ERANGE/PT_EIO with "FILE: line N: reason". */
+int pt_allowlist_load(const char *path, char (*keys)[PT_KEY_Z85_LEN + 1], int cap, int *n,
+                      pt_error *err);
+
+/* A public key given on a command line: 40 characters of Z85, or the path
+ * of a key file whose public key is taken. 0 or the key file's error. */
+int pt_key_arg_public(const char *arg, char out[PT_KEY_Z85_LEN + 1], pt_error *err);
+
 #endif

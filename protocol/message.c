@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "protocol/json_util.h"
+#include "protocol/keyfile.h"
 #include "protocol/message_internal.h"
 
 static const char *const type_names[PT_MSG_TYPE_COUNT] = {
@@ -351,7 +352,7 @@ static int check_peers(pt_jr *jr, const cJSON *o, pt_msg_assign *a)
     a->peers = calloc((size_t)a->peer_count, sizeof *a->peers);
     if (!a->peers)
         return pt_jr_fail(jr, PT_ENOMEM, "", "peers", "out of memory");
-    static const char *const keys[] = {"rank", "stage", "replica", "endpoint", NULL};
+    static const char *const keys[] = {"rank", "stage", "replica", "endpoint", "key", NULL};
     int i = 0, self_found = 0;
     for (const cJSON *p = peers->child; p; p = p->next, i++) {
         char path[PT_JPATH_MAX];
@@ -364,6 +365,9 @@ static int check_peers(pt_jr *jr, const cJSON *o, pt_msg_assign *a)
         TRY(pt_jr_int(jr, p, path, "replica", REQ, 0, 0, IDX, &q->replica));
         TRY(pt_jr_str(jr, p, path, "endpoint", REQ, NULL, q->endpoint, sizeof q->endpoint));
         TRY(check_endpoint(jr, path, "endpoint", q->endpoint));
+        TRY(opt_str(jr, p, path, "key", q->key, sizeof q->key));
+        if (q->key[0] && !pt_key_z85_valid(q->key))
+            return pt_jr_fail(jr, PT_EINVAL, path, "key", "not 40 characters of Z85");
         for (int j = 0; j < i; j++)
             if (a->peers[j].rank == q->rank)
                 return pt_jr_fail(jr, PT_EINVAL, path, "rank", "%d is also the rank of peers[%d]",

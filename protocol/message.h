@@ -35,6 +35,7 @@
 #define PT_MSG_PATH_MAX     1024
 #define PT_MSG_TEXT_MAX     512 /* reasons */
 #define PT_MSG_NCCL_ID_MAX  257 /* 128 bytes as hex, NUL included */
+#define PT_MSG_KEY_MAX      41  /* a CURVE public key, 40 Z85 characters, NUL included */
 #define PT_MSG_MAX_CAPS     32
 #define PT_MSG_MAX_PEERS    4096
 #define PT_MSG_MAX_EVENTS   65536              /* per events batch */
@@ -99,6 +100,7 @@ typedef struct pt_msg_peer {
     int rank;                           /* data-plane rank, unique in the assign */
     int stage, replica;                 /* the stage replica it runs */
     char endpoint[PT_MSG_ENDPOINT_MAX]; /* its bound data endpoint */
+    char key[PT_MSG_KEY_MAX];           /* optional: its CURVE public key (Z85), "" none */
 } pt_msg_peer;
 
 typedef struct pt_msg_assign {

@@ -125,6 +125,7 @@ static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
             add_int(b, p, "stage", a->peers[i].stage);
             add_int(b, p, "replica", a->peers[i].replica);
             add_str(b, p, "endpoint", a->peers[i].endpoint);
+            add_opt_str(b, p, "key", a->peers[i].key);
         }
         add_str(b, o, "data", a->data);
         add_int(b, o, "seed", a->seed);

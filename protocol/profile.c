@@ -17,8 +17,8 @@ static const char *const runtime_keys[] = {"op_overhead_ms",       "opt_gbytes_p
                                            "sends_hold",           "allreduce_gbytes_per_s",
                                            "allreduce_latency_us", NULL};
 static const char *const layer_keys[] = {
-    "name",        "fwd_ms",        "bwd_ms",       "recompute_ms",  "act_bytes", "param_bytes",
-    "saved_bytes", "scratch_bytes", "bwd_input_ms", "bwd_weight_ms", NULL};
+    "name",        "fwd_ms",        "bwd_ms",       "recompute_ms",  "act_bytes",  "param_bytes",
+    "saved_bytes", "scratch_bytes", "bwd_input_ms", "bwd_weight_ms", "keep_bytes", NULL};
 static const char *const sources[] = {"measured", "analytic", "imported", "calibrated", NULL};
 #define BYTES_PER_GB 1e9 /* runtime.opt_gbytes_per_s */
 #define US_PER_S     1e6 /* runtime.allreduce_latency_us */
@@ -75,7 +75,9 @@ static int parse_layer(pt_jr *jr, const cJSON *obj, const char *path, int index,
         (rc = pt_jr_int64(jr, obj, path, "saved_bytes", PT_JR_OPTIONAL, 0, 0, PT_JSON_INT_MAX,
                           &l->saved_bytes)) < 0 ||
         (rc = pt_jr_int64(jr, obj, path, "scratch_bytes", PT_JR_OPTIONAL, 0, 0, PT_JSON_INT_MAX,
-                          &l->scratch_bytes)) < 0)
+                          &l->scratch_bytes)) < 0 ||
+        (rc = pt_jr_int64(jr, obj, path, "keep_bytes", PT_JR_OPTIONAL, 0, 0, PT_JSON_INT_MAX,
+                          &l->keep_bytes)) < 0)
         return rc;
     int has_b = cJSON_HasObjectItem(obj, "bwd_input_ms"),
         has_w = cJSON_HasObjectItem(obj, "bwd_weight_ms");
@@ -310,6 +312,7 @@ char *pt_profile_to_json(const pt_profile *profile)
             !pt_jr_add_number(o, "param_bytes", (double)l->param_bytes) ||
             !pt_jr_add_number(o, "saved_bytes", (double)l->saved_bytes) ||
             !pt_jr_add_number(o, "scratch_bytes", (double)l->scratch_bytes) ||
+            (l->keep_bytes > 0 && !pt_jr_add_number(o, "keep_bytes", (double)l->keep_bytes)) ||
             (l->split && (!pt_jr_add_number(o, "bwd_input_ms", l->bwd_input_ms) ||
                           !pt_jr_add_number(o, "bwd_weight_ms", l->bwd_weight_ms)))) {
             cJSON_Delete(root);

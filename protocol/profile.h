@@ -29,6 +29,12 @@ typedef struct pt_profile_layer {
      * (planner/cost.h). */
     int split;
     double bwd_input_ms, bwd_weight_ms; /* >= 0 when split */
+    /* What a split backward (zero-bubble schedules) keeps for one
+     * micro-batch from its input half (B) to its weight half (W) besides the
+     * saved activations: the gradients of the outputs of the layer's parts
+     * with parameters, which W reads, bytes; 0 when not given (the cost
+     * model then takes act_bytes for a layer with parameters). */
+    int64_t keep_bytes;
 } pt_profile_layer;
 
 #define PT_PROFILE_TEXT_MAX 256 /* origin.run, origin.base, NUL included */

@@ -94,7 +94,8 @@ struct pt_backend {
     void (*layernorm_fwd)(const pt_backend *be, int rows, int cols, float eps, const float *x,
                           const float *gain, const float *bias, float *y, float *mean, float *rstd);
     /* dx (overwritten; may be NULL when not needed) and, accumulated,
-     * dgain[c] += sum_r dy*xhat, dbias[c] += sum_r dy. */
+     * dgain[c] += sum_r dy*xhat, dbias[c] += sum_r dy (dgain and dbias both
+     * NULL: skipped, the input half of a split backward). */
     void (*layernorm_bwd)(const pt_backend *be, int rows, int cols, const float *x, const float *dy,
                           const float *gain, const float *mean, const float *rstd, float *dx,
                           float *dgain, float *dbias);

@@ -264,8 +264,10 @@ static void cpu_layernorm_bwd(const pt_backend *be, int rows, int cols, const fl
             float g = dyr[c] * gain[c];
             sum_g += g;
             sum_gx += (double)g * xhat;
-            dgain[c] += dyr[c] * xhat;
-            dbias[c] += dyr[c];
+            if (dgain) {
+                dgain[c] += dyr[c] * xhat;
+                dbias[c] += dyr[c];
+            }
         }
         if (!dx)
             continue;

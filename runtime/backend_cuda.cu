@@ -494,8 +494,9 @@ static void cu_layernorm_bwd(const pt_backend *be, int rows, int cols, const flo
     cudaStream_t s = ctx_of(be)->stream;
     if (rows <= 0 || cols <= 0)
         return;
-    k_layernorm_dparams<<<col_grid(rows, cols), THREADS, 0, s>>>(rows, cols, x, dy, mean, rstd,
-                                                                 dgain, dbias);
+    if (dgain)
+        k_layernorm_dparams<<<col_grid(rows, cols), THREADS, 0, s>>>(rows, cols, x, dy, mean,
+                                                                     rstd, dgain, dbias);
     if (dx)
         k_layernorm_dx<<<rows, THREADS, 0, s>>>(cols, x, dy, gain, mean, rstd, dx);
 }

@@ -39,8 +39,10 @@ struct pt_comm {
     int slots_used, slots_cap;
     uint64_t arrivals;
     pt_comm_stats stats;
-    pt_comm_shared *shared; /* zero-copy counter and send-buffer pool */
-    atomic_int interrupted; /* pt_comm_interrupt was called: close without lingering */
+    pt_comm_shared *shared;   /* zero-copy counter and send-buffer pool */
+    atomic_int interrupted;   /* pt_comm_interrupt was called: close without lingering */
+    pt_comm_socket_hook hook; /* pt_comm_create_hooked; NULL none */
+    void *hook_user;
 };
 
 int64_t pt_comm_internal_now_ms(void)
@@ -102,6 +104,12 @@ static int set_int_opt(void *sock, int opt, int value)
 
 int pt_comm_create(const pt_comm_config *cfg, pt_comm **out, pt_error *err)
 {
+    return pt_comm_create_hooked(cfg, NULL, NULL, out, err);
+}
+
+int pt_comm_create_hooked(const pt_comm_config *cfg, pt_comm_socket_hook hook, void *hook_user,
+                          pt_comm **out, pt_error *err)
+{
     if (out)
         *out = NULL;
     if (!cfg || !out)
@@ -153,6 +161,10 @@ int pt_comm_create(const pt_comm_config *cfg, pt_comm **out, pt_error *err)
     }
     set_int_opt(c->pull, ZMQ_RCVHWM, HWM_MSGS);
     set_int_opt(c->pull, ZMQ_LINGER, 0);
+    c->hook = hook;
+    c->hook_user = hook_user;
+    if (hook && (rc = hook(hook_user, c->pull, -1, err)) < 0)
+        goto fail_bind;
     if (zmq_bind(c->pull, cfg->bind_endpoint) != 0) {
         rc = pt_error_set(err, PT_EIO, "comm: rank %d: bind %s: %s", cfg->rank, cfg->bind_endpoint,
                           zmq_strerror(errno));
@@ -208,6 +220,11 @@ int pt_comm_connect(pt_comm *self, const char *const *endpoints, pt_error *err)
         set_int_opt(s, ZMQ_SNDHWM, HWM_MSGS);
         set_int_opt(s, ZMQ_SNDTIMEO, self->timeout_ms);
         set_int_opt(s, ZMQ_LINGER, self->timeout_ms);
+        int hrc = self->hook ? self->hook(self->hook_user, s, r, err) : 0;
+        if (hrc < 0) {
+            zmq_close(s);
+            return hrc;
+        }
         if (zmq_connect(s, endpoints[r]) != 0) {
             int e = errno;
             zmq_close(s);

@@ -103,6 +103,17 @@ typedef struct pt_comm_stats {
  * (PT_EINVAL bad config, PT_EIO bind failed, PT_EUNSUPP big-endian host). */
 int pt_comm_create(const pt_comm_config *cfg, pt_comm **out, pt_error *err);
 
+/* Called on each socket before it binds (peer -1: the receiving PULL) or
+ * connects (peer r: the PUSH to rank r), to set options of the caller's,
+ * such as CURVE keys (runtime/trust.h). A negative return (err set) fails
+ * the create or connect. */
+typedef int (*pt_comm_socket_hook)(void *user, void *socket, int peer, pt_error *err);
+
+/* pt_comm_create with a socket hook (NULL: none), kept by the communicator
+ * for pt_comm_connect; user must outlive it. */
+int pt_comm_create_hooked(const pt_comm_config *cfg, pt_comm_socket_hook hook, void *user,
+                          pt_comm **out, pt_error *err);
+
 /* The endpoint actually bound (the ephemeral port resolved, from
  * ZMQ_LAST_ENDPOINT), to give to the peers. Owned by the communicator. */
 const char *pt_comm_endpoint(const pt_comm *self);

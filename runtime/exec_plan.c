@@ -24,7 +24,8 @@ static void pool_put(pool *p, int i)
     p->stack[p->top++] = i;
 }
 
-enum { MB_NONE, MB_FWD, MB_BWD }; /* micro-batch state on this worker */
+/* micro-batch state on this worker; MB_BIN: a split backward's B ran, its W not */
+enum { MB_NONE, MB_FWD, MB_BIN, MB_BWD };
 
 typedef struct dry {
     const pt_program *p;
@@ -40,6 +41,7 @@ typedef struct dry {
     int8_t *ar_pending, *ar_done;
     int8_t *produced; /* per version */
     int newest;
+    int split_mb;  /* recompute: micro-batch whose BWD_INPUT was the last compute op, or -1 */
     int32_t *fifo; /* local indices of outstanding asynchronous all-reduces */
     int fifo_head, fifo_tail;
     pool slots, ins, dys, dxs, grads;
@@ -129,6 +131,21 @@ static int read_version(dry *d, int i, int v)
     return 0;
 }
 
+/* The backward of mb is complete (BWD, or BWD_WEIGHT): its slot is free and
+ * its gradients go to its group's buffer. */
+static int bwd_done(dry *d, int i, int mb)
+{
+    pt_xop *x = &d->plan->xop[i];
+    pool_put(&d->slots, d->slot[mb]);
+    d->slot[mb] = -1;
+    d->state[mb] = MB_BWD;
+    int g = d->group[mb];
+    if (d->group_buf[g] < 0)
+        d->group_buf[g] = pool_get(&d->grads);
+    x->gbuf = d->group_buf[g];
+    return 0;
+}
+
 /* One op of the dry run. */
 static int step(dry *d, int i)
 {
@@ -137,6 +154,8 @@ static int step(dry *d, int i)
     const pt_worker *wk = d->wk;
     int last = wk->stage == d->p->stage_count - 1, mb = op->mb, stash = op->flags & PT_OPF_STASH;
     int rc;
+    if (op->kind == PT_OP_FWD || op->kind == PT_OP_RECOMPUTE || op->kind == PT_OP_BWD)
+        d->split_mb = -1; /* overwrites a recomputing stage's shared activations */
     switch (op->kind) {
     case PT_OP_RECV_ACT:
         if ((rc = want_state(d, i, mb, MB_NONE, "activations arrive after the forward")) < 0)
@@ -196,6 +215,7 @@ static int step(dry *d, int i)
         x->slot = d->slot[mb];
         return 0;
     case PT_OP_BWD:
+    case PT_OP_BWD_INPUT:
         if ((rc = want_state(d, i, mb, MB_FWD, "backward of a micro-batch not in flight")) < 0)
             return rc;
         if (!stash != !d->stashed[mb])
@@ -214,19 +234,29 @@ static int step(dry *d, int i)
             d->dx_rows[mb] = 0;
         }
         x->slot = d->slot[mb];
-        pool_put(&d->slots, d->slot[mb]);
-        d->slot[mb] = -1;
-        d->state[mb] = MB_BWD;
-        {
-            int g = d->group[mb];
-            if (d->group_buf[g] < 0)
-                d->group_buf[g] = pool_get(&d->grads);
-            x->gbuf = d->group_buf[g];
+        if (op->kind == PT_OP_BWD_INPUT) {
+            /* the slot (activations, stash) stays until the BWD_WEIGHT */
+            d->state[mb] = MB_BIN;
+            d->split_mb = mb;
+            return 0;
         }
-        return 0;
-    case PT_OP_SEND_GRAD:
-        if ((rc = want_state(d, i, mb, MB_BWD, "sends a gradient before its backward")) < 0)
+        return bwd_done(d, i, mb);
+    case PT_OP_BWD_WEIGHT:
+        if ((rc = want_state(d, i, mb, MB_BIN, "weight gradient before its BWD_INPUT")) < 0)
             return rc;
+        if (!stash != !d->stashed[mb])
+            return fail(d, i, "stashing differs from the micro-batch's forward");
+        if (wk->recompute && d->split_mb != mb)
+            return fail(d, i,
+                        "a recomputing stage runs the BWD_WEIGHT right after its BWD_INPUT (the "
+                        "recomputed activations are kept for one micro-batch)");
+        if (!stash && (rc = read_version(d, i, op->version)) < 0)
+            return rc;
+        x->slot = d->slot[mb];
+        return bwd_done(d, i, mb);
+    case PT_OP_SEND_GRAD:
+        if (d->state[mb] != MB_BIN && d->state[mb] != MB_BWD)
+            return fail(d, i, "sends a gradient before its backward");
         if (d->dx[mb] < 0)
             return fail(d, i, "sends more gradient rows than the backward produced");
         x->buf = d->dx[mb];
@@ -293,11 +323,6 @@ static int step(dry *d, int i)
         d->group_buf[i] = -1;
         return 0;
     }
-    case PT_OP_BWD_INPUT:
-    case PT_OP_BWD_WEIGHT:
-        return fail(d, i,
-                    "a split backward (BWD_INPUT/BWD_WEIGHT, zero-bubble kinds) is planned and "
-                    "simulated but not run by this runtime yet");
     }
     return fail(d, i, "unknown op kind");
 }
@@ -309,6 +334,11 @@ static int finish(dry *d)
             return pt_error_set(d->err, PT_EINVAL,
                                 "schedule program: worker %d: micro-batch %d is forwarded but "
                                 "never backwarded",
+                                d->w, m);
+        if (d->state[m] == MB_BIN)
+            return pt_error_set(d->err, PT_EINVAL,
+                                "schedule program: worker %d: micro-batch %d has a BWD_INPUT but "
+                                "no BWD_WEIGHT",
                                 d->w, m);
         if (d->in[m] >= 0 || d->dy[m] >= 0 || d->dx[m] >= 0)
             return pt_error_set(d->err, PT_EINVAL,
@@ -405,6 +435,7 @@ int pt_exec_plan_build(const pt_program *prog, int w, pt_exec_plan *plan, pt_err
     const pt_worker *wk = d.wk;
     d.n = wk->op_end - wk->op_begin;
     d.rows = wk->row_hi - wk->row_lo;
+    d.split_mb = -1;
     if (d.n < 0 || wk->op_begin < 0 || wk->op_end > prog->op_count || d.rows < 1 ||
         prog->mb_count < 1 || prog->mb_per_window < 1 || prog->mb_size < 1)
         return pt_error_set(err, PT_EINVAL, "schedule program: worker %d: malformed worker", w);

@@ -428,6 +428,11 @@ static int op_bwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, pt_exec_
     int rc;
     if (op->kind == PT_OP_RECOMPUTE) {
         rc = pt_net_recompute(ex->net, x->slot, ex->va[k].data);
+    } else if (op->kind == PT_OP_BWD_INPUT) {
+        /* the slot and its stash stay for the BWD_WEIGHT */
+        rc = pt_net_backward_input(ex->net, x->slot, ex->va[k].data,
+                                   ex->last ? NULL : ex->dybufs[x->buf],
+                                   ex->wk->stage > 0 ? ex->dxbufs[x->buf2] : NULL);
     } else {
         /* the asynchronous bucket all-reduces that follow with only SEND_GRAD and
          * ALLREDUCE between start from inside the backward, as their layers finish */
@@ -438,10 +443,14 @@ static int op_bwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, pt_exec_
             any |= hookable(ex, j);
         ex->hook_next = i + 1;
         ex->hook_end = j;
-        rc = pt_net_backward_hooked(ex->net, x->slot, ex->va[k].data, ex->gbufs[x->gbuf],
-                                    ex->last ? NULL : ex->dybufs[x->buf],
-                                    ex->wk->stage > 0 ? ex->dxbufs[x->buf2] : NULL,
-                                    any ? bwd_hook : NULL, ex);
+        if (op->kind == PT_OP_BWD_WEIGHT)
+            rc = pt_net_backward_weight_hooked(ex->net, x->slot, ex->va[k].data, ex->gbufs[x->gbuf],
+                                               any ? bwd_hook : NULL, ex);
+        else
+            rc = pt_net_backward_hooked(ex->net, x->slot, ex->va[k].data, ex->gbufs[x->gbuf],
+                                        ex->last ? NULL : ex->dybufs[x->buf],
+                                        ex->wk->stage > 0 ? ex->dxbufs[x->buf2] : NULL,
+                                        any ? bwd_hook : NULL, ex);
         ex->hook_next = ex->hook_end = 0;
         ex->slot_y[x->slot] = NULL;
         if (op->flags & PT_OPF_STASH) {
@@ -538,6 +547,8 @@ static int exec_op(pt_exec *ex, int i, int64_t base, pt_exec_event *ev, pt_error
         return op_fwd(ex, i, op, x, base, ev, err);
     case PT_OP_RECOMPUTE:
     case PT_OP_BWD:
+    case PT_OP_BWD_INPUT:
+    case PT_OP_BWD_WEIGHT:
         return op_bwd(ex, i, op, x, ev, err);
     case PT_OP_SEND_ACT:
     case PT_OP_RECV_ACT:

@@ -27,7 +27,19 @@
  * by all micro-batches. Offsets are relative to the block bases the caller
  * passes, so a residual nests its body's blocks inside its own regions and
  * the net can run a micro-batch on any activation block (one per slot, or
- * one shared block when recomputing). Layers never allocate. */
+ * one shared block when recomputing). Layers never allocate.
+ *
+ * Split backward (zero-bubble schedules, Qi et al. ICLR'24). A backward may
+ * run as two calls on the same micro-batch: B (pt_chain_backward_input), the
+ * input gradient the previous stage waits for, then later W
+ * (pt_chain_backward_weight), the parameter gradients. What W reads stays
+ * put in between: the activation block (inputs, outputs, saved tensors; B
+ * may overwrite saved tensors only W no longer reads with what W does read)
+ * and the chain's *keep block*, which holds the gradient of the output of
+ * every layer with parameters but the chain's last (whose output gradient
+ * the caller passes to W again). Both halves together compute what the
+ * backward computes, with the same operations, so the gradients are the
+ * same. */
 #ifndef PT_RUNTIME_LAYER_H
 #define PT_RUNTIME_LAYER_H
 
@@ -52,6 +64,8 @@ typedef struct pt_layer_run {
     float *act;            /* saved-for-backward region, act_floats; kept between F and B */
     float *ws;             /* scratch region, ws_floats; not kept across calls */
     const float *dy;       /* backward: gradient of y (the loss layer ignores it) */
+    float *keep;           /* split backward: the layer's keep region, keep_floats, kept from
+                              B to W */
     float *dx;             /* backward: gradient of x, OVERWRITTEN; NULL: not needed */
     const int32_t *labels; /* softmax_xent: device int32, n * rows per sample */
     float loss_scale;      /* softmax_xent: loss = loss_scale * sum of -log p[label] */
@@ -75,6 +89,14 @@ typedef struct pt_layer_ops {
      * token id or label: PT_ERANGE). */
     int (*forward)(const pt_layer *l, pt_layer_run *r);
     void (*backward)(const pt_layer *l, pt_layer_run *r);
+    /* The split backward (see the header comment): backward_input writes
+     * r->dx (NULL: not needed) and leaves in r->act / r->keep what
+     * backward_weight needs; backward_weight, after it on the same data,
+     * accumulates r->dw. Both NULL for a layer without parameters (its
+     * backward is all input gradient and B runs it); a layer with
+     * parameters defines both. */
+    void (*backward_input)(const pt_layer *l, pt_layer_run *r);
+    void (*backward_weight)(const pt_layer *l, pt_layer_run *r);
 } pt_layer_ops;
 
 struct pt_layer {
@@ -90,12 +112,17 @@ struct pt_layer {
     int64_t param_offset;        /* into the chain's parameter slice */
     int64_t act_floats;          /* saved-for-backward floats at max batch (incl. nested) */
     int64_t ws_floats;           /* scratch floats at max batch (incl. nested) */
+    int64_t keep_floats;         /* split backward: keep floats at max batch (residual: its
+                                    body's keep block); 0 for the others */
     /* Filled by the chain layout (floats, relative to the block bases): */
-    int64_t out_off; /* in the activation block; -1 for the chain's last layer */
-    int64_t act_off; /* in the activation block */
-    int64_t dx_off;  /* in the scratch block: this layer's input gradient; -1 for the first */
-    int64_t ws_off;  /* in the scratch block */
-    pt_chain *body;  /* residual: owned nested chain; NULL otherwise */
+    int64_t out_off;     /* in the activation block; -1 for the chain's last layer */
+    int64_t act_off;     /* in the activation block */
+    int64_t dx_off;      /* in the scratch block: this layer's input gradient; -1 for the first */
+    int64_t ws_off;      /* in the scratch block */
+    int64_t keep_off;    /* in the keep block: the layer's keep region */
+    int64_t dy_keep_off; /* in the keep block: the gradient of its output, kept from B to W;
+                            -1 when not kept (no parameters, or the chain's last layer) */
+    pt_chain *body;      /* residual: owned nested chain; NULL otherwise */
 };
 
 struct pt_chain {
@@ -106,8 +133,9 @@ struct pt_chain {
     int64_t in_elems, out_elems; /* floats per sample */
     int out_rank, out_dims[PT_SHAPE_MAX];
     int64_t param_count;
-    int64_t act_floats; /* activation block size, floats */
-    int64_t ws_floats;  /* scratch block size, floats */
+    int64_t act_floats;  /* activation block size, floats */
+    int64_t ws_floats;   /* scratch block size, floats */
+    int64_t keep_floats; /* keep block size, floats (split backward) */
 };
 
 /* The ops of a layer kind, or NULL for an invalid kind. */
@@ -148,6 +176,22 @@ void pt_chain_backward(const pt_chain *c, const pt_backend *be, int n, const flo
 void pt_chain_backward_hooked(const pt_chain *c, const pt_backend *be, int n, const float *w,
                               float *dw, const float *x, const float *y, float *act, float *ws,
                               const float *dy, float *dx, const int32_t *labels, float loss_scale,
+                              void (*hook)(void *user, int layer), void *user);
+
+/* The split backward (see the header comment). backward_input: the input
+ * gradient dx (NULL: skip) after a forward with the same n, w, x, y, act and
+ * labels; it leaves in act and `keep` (the chain's keep block,
+ * keep_floats) what backward_weight reads. backward_weight, later, with the
+ * same n, w, x, y, act, keep and the same dy (the chain's output gradient;
+ * ignored when the last layer is softmax_xent): accumulates the parameter
+ * gradients into dw, calling hook(user, i) after layer i's (last layer
+ * first; hook may be NULL). B then W computes what pt_chain_backward does. */
+void pt_chain_backward_input(const pt_chain *c, const pt_backend *be, int n, const float *w,
+                             const float *x, const float *y, float *act, float *ws, float *keep,
+                             const float *dy, float *dx, const int32_t *labels, float loss_scale);
+void pt_chain_backward_weight(const pt_chain *c, const pt_backend *be, int n, const float *w,
+                              float *dw, const float *x, const float *y, float *act,
+                              const float *keep, const float *dy,
                               void (*hook)(void *user, int layer), void *user);
 
 /* Alignment of every region in a block, floats (64 bytes). */

@@ -3,7 +3,9 @@
  *   P_h = causal_softmax(Q_h K_h^T / sqrt(dh)) (per head, batched over samples)
  *   ctx_h = P_h V_h;  y = ctx Wo + bo
  * Saved per sample: qkv [T, 3D], P [H, T, T], ctx [T, D].
- * Scratch per sample: dqkv [T, 3D], dP [H, T, T], dctx [T, D]. */
+ * Scratch per sample: dqkv [T, 3D], dP [H, T, T], dctx [T, D].
+ * Split backward: B leaves dqkv over the saved qkv (W reads dqkv, ctx and x,
+ * never qkv or P), so nothing more is kept than the unsplit backward saves. */
 #include <math.h>
 
 #include "runtime/layer.h"
@@ -105,23 +107,23 @@ static int attention_forward(const pt_layer *l, pt_layer_run *r)
     return 0;
 }
 
-static void attention_backward(const pt_layer *l, pt_layer_run *r)
+/* The input gradient: dctx, dP, dV, the softmax's backward, dQ, dK into the
+ * scratch's dqkv, then dx = dqkv Wqkv^T. With `keep_dqkv` (B of a split
+ * backward) dqkv is then copied over the saved qkv, which only this half
+ * reads: W finds it there. */
+static void attention_input_grad(const pt_layer *l, pt_layer_run *r, int keep_dqkv)
 {
     const pt_backend *be = r->be;
     dims d = dims_of(l);
     int n = r->n, rows = n * d.T, D3 = 3 * d.D;
     const float *wqkv = r->w, *bqkv = wqkv + (int64_t)d.D * D3;
     const float *wo = bqkv + D3;
-    float *dwqkv = r->dw, *dbqkv = dwqkv + (int64_t)d.D * D3;
-    float *dwo = dbqkv + D3, *dbo = dwo + (int64_t)d.D * d.D;
     float *qkv, *p, *ctx, *dqkv, *dp, *dctx;
     split(&d, n, r->act, &qkv, &p, &ctx);
     split(&d, n, r->ws, &dqkv, &dp, &dctx);
     float scale = 1.0f / sqrtf((float)d.dh);
 
     be->gemm(be, PT_NO_TRANS, PT_TRANS, rows, d.D, d.D, 1.0f, r->dy, d.D, wo, d.D, 0.0f, dctx, d.D);
-    be->gemm(be, PT_TRANS, PT_NO_TRANS, d.D, d.D, rows, 1.0f, ctx, d.D, r->dy, d.D, 1.0f, dwo, d.D);
-    be->col_sum(be, rows, d.D, r->dy, 1.0f, dbo);
     for (int h = 0; h < d.H; h++) {
         const float *v = qkv + 2 * d.D + h * d.dh;
         const float *dctx_h = dctx + h * d.dh;
@@ -140,11 +142,48 @@ static void attention_backward(const pt_layer *l, pt_layer_run *r)
         be->gemm_batched(be, PT_TRANS, PT_NO_TRANS, d.T, d.dh, d.T, scale, ds_h, d.T, d.p, q, D3,
                          d.qkv, 0.0f, dqkv + d.D + h * d.dh, D3, d.qkv, n);
     }
-    be->gemm(be, PT_TRANS, PT_NO_TRANS, d.D, D3, rows, 1.0f, r->x, d.D, dqkv, D3, 1.0f, dwqkv, D3);
-    be->col_sum(be, rows, D3, dqkv, 1.0f, dbqkv);
     if (r->dx)
         be->gemm(be, PT_NO_TRANS, PT_TRANS, rows, d.D, D3, 1.0f, dqkv, D3, wqkv, D3, 0.0f, r->dx,
                  d.D);
+    if (keep_dqkv)
+        be->copy(be, qkv, dqkv, (size_t)rows * D3 * sizeof(float));
+}
+
+/* The weight gradient from dy, the saved ctx and x, and dqkv (in the
+ * scratch after the unsplit backward's input half, over the saved qkv after
+ * a split B). */
+static void attention_weight_grad(const pt_layer *l, pt_layer_run *r, const float *dqkv)
+{
+    const pt_backend *be = r->be;
+    dims d = dims_of(l);
+    int n = r->n, rows = n * d.T, D3 = 3 * d.D;
+    float *dwqkv = r->dw, *dbqkv = dwqkv + (int64_t)d.D * D3;
+    float *dwo = dbqkv + D3, *dbo = dwo + (int64_t)d.D * d.D;
+    float *qkv, *p, *ctx;
+    split(&d, n, r->act, &qkv, &p, &ctx);
+    be->gemm(be, PT_TRANS, PT_NO_TRANS, d.D, d.D, rows, 1.0f, ctx, d.D, r->dy, d.D, 1.0f, dwo, d.D);
+    be->col_sum(be, rows, d.D, r->dy, 1.0f, dbo);
+    be->gemm(be, PT_TRANS, PT_NO_TRANS, d.D, D3, rows, 1.0f, r->x, d.D, dqkv, D3, 1.0f, dwqkv, D3);
+    be->col_sum(be, rows, D3, dqkv, 1.0f, dbqkv);
+}
+
+static void attention_backward(const pt_layer *l, pt_layer_run *r)
+{
+    dims d = dims_of(l);
+    float *dqkv, *dp, *dctx;
+    split(&d, r->n, r->ws, &dqkv, &dp, &dctx);
+    attention_input_grad(l, r, 0);
+    attention_weight_grad(l, r, dqkv);
+}
+
+static void attention_backward_input(const pt_layer *l, pt_layer_run *r)
+{
+    attention_input_grad(l, r, 1);
+}
+
+static void attention_backward_weight(const pt_layer *l, pt_layer_run *r)
+{
+    attention_weight_grad(l, r, r->act); /* dqkv over the saved qkv, at its start */
 }
 
 const pt_layer_ops pt_layer_attention_ops = {
@@ -153,4 +192,6 @@ const pt_layer_ops pt_layer_attention_ops = {
     .init_params = attention_init,
     .forward = attention_forward,
     .backward = attention_backward,
+    .backward_input = attention_backward_input,
+    .backward_weight = attention_backward_weight,
 };

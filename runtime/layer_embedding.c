@@ -49,10 +49,26 @@ static void embedding_backward(const pt_layer *l, pt_layer_run *r)
         r->be->fill(r->be, r->n * l->in_elems, 0.0f, r->dx);
 }
 
+/* Token ids have no gradient (0); the table's is all of the backward. */
+static void embedding_backward_input(const pt_layer *l, pt_layer_run *r)
+{
+    if (r->dx)
+        r->be->fill(r->be, r->n * l->in_elems, 0.0f, r->dx);
+}
+
+static void embedding_backward_weight(const pt_layer *l, pt_layer_run *r)
+{
+    int seq = l->in_dims[0], dim = l->spec.dim;
+    float *dpos = l->spec.positional ? r->dw + (int64_t)l->spec.vocab * dim : NULL;
+    r->be->embedding_bwd(r->be, r->n, seq, dim, r->x, r->dy, r->dw, dpos);
+}
+
 const pt_layer_ops pt_layer_embedding_ops = {
     .name = "embedding",
     .create = embedding_create,
     .init_params = embedding_init,
     .forward = embedding_forward,
     .backward = embedding_backward,
+    .backward_input = embedding_backward_input,
+    .backward_weight = embedding_backward_weight,
 };

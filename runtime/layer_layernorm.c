@@ -52,10 +52,29 @@ static void layernorm_backward(const pt_layer *l, pt_layer_run *r)
     r->be->layernorm_bwd(r->be, rows, d, r->x, r->dy, r->w, mean, rstd, r->dx, r->dw, r->dw + d);
 }
 
+static void layernorm_backward_input(const pt_layer *l, pt_layer_run *r)
+{
+    int d = l->in_dims[l->in_rank - 1];
+    int rows = r->n * rows_per_sample(l);
+    const float *mean = r->act, *rstd = r->act + pt_layer_align(rows);
+    if (r->dx)
+        r->be->layernorm_bwd(r->be, rows, d, r->x, r->dy, r->w, mean, rstd, r->dx, NULL, NULL);
+}
+
+static void layernorm_backward_weight(const pt_layer *l, pt_layer_run *r)
+{
+    int d = l->in_dims[l->in_rank - 1];
+    int rows = r->n * rows_per_sample(l);
+    const float *mean = r->act, *rstd = r->act + pt_layer_align(rows);
+    r->be->layernorm_bwd(r->be, rows, d, r->x, r->dy, r->w, mean, rstd, NULL, r->dw, r->dw + d);
+}
+
 const pt_layer_ops pt_layer_layernorm_ops = {
     .name = "layernorm",
     .create = layernorm_create,
     .init_params = layernorm_init,
     .forward = layernorm_forward,
     .backward = layernorm_backward,
+    .backward_input = layernorm_backward_input,
+    .backward_weight = layernorm_backward_weight,
 };

@@ -45,19 +45,32 @@ static int linear_forward(const pt_layer *l, pt_layer_run *r)
     return 0;
 }
 
-static void linear_backward(const pt_layer *l, pt_layer_run *r)
+/* dx = dy W^T: the input gradient (B of a split backward). */
+static void linear_backward_input(const pt_layer *l, pt_layer_run *r)
 {
     int in = l->in_dims[l->in_rank - 1], out = l->spec.out;
     int rows = (int)(r->n * (l->in_elems / in));
-    const float *W = r->w;
+    if (r->dx)
+        r->be->gemm(r->be, PT_NO_TRANS, PT_TRANS, rows, in, out, 1.0f, r->dy, out, r->w, out, 0.0f,
+                    r->dx, in);
+}
+
+/* dW += x^T dy, db += column sums of dy: the weight gradient (W). */
+static void linear_backward_weight(const pt_layer *l, pt_layer_run *r)
+{
+    int in = l->in_dims[l->in_rank - 1], out = l->spec.out;
+    int rows = (int)(r->n * (l->in_elems / in));
     float *dW = r->dw, *db = r->dw + (int64_t)in * out;
     r->be->gemm(r->be, PT_TRANS, PT_NO_TRANS, in, out, rows, 1.0f, r->x, in, r->dy, out, 1.0f, dW,
                 out);
     if (l->spec.bias)
         r->be->col_sum(r->be, rows, out, r->dy, 1.0f, db);
-    if (r->dx)
-        r->be->gemm(r->be, PT_NO_TRANS, PT_TRANS, rows, in, out, 1.0f, r->dy, out, W, out, 0.0f,
-                    r->dx, in);
+}
+
+static void linear_backward(const pt_layer *l, pt_layer_run *r)
+{
+    linear_backward_weight(l, r);
+    linear_backward_input(l, r);
 }
 
 const pt_layer_ops pt_layer_linear_ops = {
@@ -66,4 +79,6 @@ const pt_layer_ops pt_layer_linear_ops = {
     .init_params = linear_init,
     .forward = linear_forward,
     .backward = linear_backward,
+    .backward_input = linear_backward_input,
+    .backward_weight = linear_backward_weight,
 };

@@ -30,6 +30,22 @@ static void residual_backward(const pt_layer *l, pt_layer_run *r)
         r->be->axpy(r->be, r->n * l->in_elems, 1.0f, r->dy, r->dx);
 }
 
+static void residual_backward_input(const pt_layer *l, pt_layer_run *r)
+{
+    float *body_y = r->act;
+    pt_chain_backward_input(l->body, r->be, r->n, r->w, r->x, body_y, r->act + body_out_floats(l),
+                            r->ws, r->keep, r->dy, r->dx, NULL, 0.0f);
+    if (r->dx)
+        r->be->axpy(r->be, r->n * l->in_elems, 1.0f, r->dy, r->dx);
+}
+
+static void residual_backward_weight(const pt_layer *l, pt_layer_run *r)
+{
+    float *body_y = r->act;
+    pt_chain_backward_weight(l->body, r->be, r->n, r->w, r->dw, r->x, body_y,
+                             r->act + body_out_floats(l), r->keep, r->dy, NULL, NULL);
+}
+
 static void residual_init(const pt_layer *l, float *w)
 {
     pt_chain_init_params(l->body, w);
@@ -74,6 +90,7 @@ static int residual_create(pt_layer *l, const pt_layer_spec *spec, int max_batch
     l->param_count = l->body->param_count;
     l->act_floats = body_out_floats(l) + l->body->act_floats;
     l->ws_floats = l->body->ws_floats;
+    l->keep_floats = l->body->keep_floats;
     return 0;
 }
 
@@ -84,4 +101,6 @@ const pt_layer_ops pt_layer_residual_ops = {
     .init_params = residual_init,
     .forward = residual_forward,
     .backward = residual_backward,
+    .backward_input = residual_backward_input,
+    .backward_weight = residual_backward_weight,
 };

@@ -91,7 +91,7 @@ int pt_chain_create(pt_chain *c, const pt_layer_spec *specs, int count, int in_r
     int rank = in_rank;
     int dims[PT_SHAPE_MAX];
     memcpy(dims, in_dims, (size_t)in_rank * sizeof *in_dims);
-    int64_t params = 0, act = 0, dxbuf = 0, scratch = 0;
+    int64_t params = 0, act = 0, dxbuf = 0, scratch = 0, keep = 0;
     for (int i = 0; i < count; i++) {
         pt_layer *l = &c->layers[i];
         int rc = create_layer(l, &specs[i], first_index + i, rank, dims, max_batch, seed_key, err);
@@ -122,6 +122,14 @@ int pt_chain_create(pt_chain *c, const pt_layer_spec *specs, int count, int in_r
         } else {
             l->dx_off = -1;
         }
+        if (l->param_count > 0 && i < count - 1) {
+            l->dy_keep_off = keep;
+            keep += pt_layer_align(max_batch * l->out_elems);
+        } else {
+            l->dy_keep_off = -1;
+        }
+        l->keep_off = keep;
+        keep += pt_layer_align(l->keep_floats);
         if (l->ws_floats > scratch)
             scratch = pt_layer_align(l->ws_floats);
         rank = l->out_rank;
@@ -137,6 +145,7 @@ int pt_chain_create(pt_chain *c, const pt_layer_spec *specs, int count, int in_r
     c->param_count = params;
     c->act_floats = act;
     c->ws_floats = dxbuf + scratch;
+    c->keep_floats = keep;
     return 0;
 }
 
@@ -210,6 +219,71 @@ void pt_chain_backward_hooked(const pt_chain *c, const pt_backend *be, int n, co
             .loss_scale = loss_scale,
         };
         l->ops->backward(l, &r);
+        if (hook)
+            hook(user, i);
+    }
+}
+
+/* Where layer i's output gradient lives during a split backward's B: the
+ * chain's dy for the last layer, its keep region when W reads it, else the
+ * scratch (as in the unsplit backward). */
+static const float *split_dy(const pt_chain *c, int i, float *ws, float *keep, const float *dy)
+{
+    const pt_layer *l = &c->layers[i];
+    if (i == c->count - 1)
+        return dy;
+    return l->dy_keep_off >= 0 ? keep + l->dy_keep_off : ws + c->layers[i + 1].dx_off;
+}
+
+void pt_chain_backward_input(const pt_chain *c, const pt_backend *be, int n, const float *w,
+                             const float *x, const float *y, float *act, float *ws, float *keep,
+                             const float *dy, float *dx, const int32_t *labels, float loss_scale)
+{
+    for (int i = c->count - 1; i >= 0; i--) {
+        const pt_layer *l = &c->layers[i];
+        pt_layer_run r = {
+            .be = be,
+            .n = n,
+            .w = l->param_count ? w + l->param_offset : NULL,
+            .x = i == 0 ? x : act + c->layers[i - 1].out_off,
+            .y = l->out_off < 0 ? (float *)y : act + l->out_off,
+            .act = act + l->act_off,
+            .ws = ws + l->ws_off,
+            .keep = keep ? keep + l->keep_off : NULL, /* NULL: an empty keep block */
+            .dy = split_dy(c, i, ws, keep, dy),
+            .dx = i == 0 ? dx : (float *)split_dy(c, i - 1, ws, keep, dy),
+            .labels = labels,
+            .loss_scale = loss_scale,
+        };
+        if (l->ops->backward_input)
+            l->ops->backward_input(l, &r);
+        else
+            l->ops->backward(l, &r); /* no parameters: all input gradient */
+    }
+}
+
+void pt_chain_backward_weight(const pt_chain *c, const pt_backend *be, int n, const float *w,
+                              float *dw, const float *x, const float *y, float *act,
+                              const float *keep, const float *dy,
+                              void (*hook)(void *user, int layer), void *user)
+{
+    float *kp = (float *)keep; /* layers only read it in W */
+    for (int i = c->count - 1; i >= 0; i--) {
+        const pt_layer *l = &c->layers[i];
+        if (l->ops->backward_weight && l->param_count > 0) {
+            pt_layer_run r = {
+                .be = be,
+                .n = n,
+                .w = w + l->param_offset,
+                .dw = dw + l->param_offset,
+                .x = i == 0 ? x : act + c->layers[i - 1].out_off,
+                .y = l->out_off < 0 ? (float *)y : act + l->out_off,
+                .act = act + l->act_off,
+                .keep = kp ? kp + l->keep_off : NULL,
+                .dy = i == c->count - 1 ? dy : kp + l->dy_keep_off,
+            };
+            l->ops->backward_weight(l, &r);
+        }
         if (hook)
             hook(user, i);
     }

@@ -13,8 +13,10 @@
 
 typedef struct slot {
     int busy;
+    int split; /* a split backward's B ran; its W has not */
     int n;
     void *block;         /* arena block: x | y | act (unless recompute) | labels */
+    float *keep;         /* split backward, B to W: the chain's keep block | the output gradient */
     const float *params; /* version its forward used */
     float loss_scale;    /* scale its forward used */
 } slot;
@@ -38,6 +40,9 @@ struct pt_net {
     float *host_out;      /* count_correct: max_batch * out_elems */
     int32_t *host_labels; /* count_correct: max_batch * label_count */
     int recomputed_slot;  /* recompute: slot whose forward shared_act holds now, or -1 */
+    int split_slot;       /* recompute: slot whose B's state shared_act holds now, or -1 */
+    int64_t keep_dy_off;  /* in a keep block: the net's output gradient (-1: not kept) */
+    int64_t keep_floats;  /* of a slot's keep block */
 };
 
 pt_net_config pt_net_config_default(const pt_model_spec *spec)
@@ -133,6 +138,7 @@ int pt_net_create(const pt_model_spec *spec, const pt_net_config *cfg, pt_net **
     net->recompute = cfg->recompute != 0;
     net->seed = cfg->seed;
     net->recomputed_slot = -1;
+    net->split_slot = -1;
     if (cfg->arena) {
         net->arena = cfg->arena;
     } else {
@@ -163,6 +169,12 @@ int pt_net_create(const pt_model_spec *spec, const pt_net_config *cfg, pt_net **
     net->labels_off = net->act_off + (net->recompute ? 0 : c->act_floats);
     /* int32 labels take one float's room each */
     net->slot_floats = net->labels_off + pt_layer_align(b * net->label_count);
+    /* W of the last layer reads the output gradient, which the caller may
+     * reuse after B: the keep block holds a copy when that layer has
+     * parameters */
+    net->keep_dy_off = tail->param_count > 0 ? c->keep_floats : -1;
+    net->keep_floats =
+        c->keep_floats + (net->keep_dy_off >= 0 ? pt_layer_align(b * c->out_elems) : 0);
 
     if ((rc = alloc_buffers(net, err)) < 0)
         goto fail;
@@ -184,8 +196,10 @@ void pt_net_destroy(pt_net **net_p)
         return;
     pt_net *net = *net_p;
     if (net->slots)
-        for (int s = 0; s < net->max_slots; s++)
+        for (int s = 0; s < net->max_slots; s++) {
             pt_arena_free(net->arena, net->slots[s].block);
+            pt_arena_free(net->arena, net->slots[s].keep);
+        }
     pt_arena_free(net->arena, net->params);
     pt_arena_free(net->arena, net->grads);
     pt_arena_free(net->arena, net->ws);
@@ -378,8 +392,11 @@ static int32_t *slot_labels(const pt_net *net, const slot *s)
 static void release(pt_net *net, slot *s)
 {
     pt_arena_free(net->arena, s->block);
+    pt_arena_free(net->arena, s->keep);
     s->block = NULL;
+    s->keep = NULL;
     s->busy = 0;
+    s->split = 0;
 }
 
 static int run_forward(pt_net *net, slot *s, const float **y, double *loss)
@@ -423,7 +440,7 @@ int pt_net_forward(pt_net *net, int slot_id, const float *params, const float *x
         net->be->upload(net->be, slot_labels(net, s), labels,
                         (size_t)(n * net->label_count) * sizeof(int32_t));
     if (net->recompute)
-        net->recomputed_slot = -1; /* this forward overwrites the shared block */
+        net->recomputed_slot = net->split_slot = -1; /* this forward overwrites the shared block */
     int rc = run_forward(net, s, y, loss);
     if (rc < 0) {
         release(net, s);
@@ -473,6 +490,8 @@ static int backward(pt_net *net, int slot_id, const float *params, float *grads,
         return PT_ESTATE;
     if ((dy == NULL) != (net->has_loss != 0))
         return PT_EINVAL;
+    if (s->split)
+        return PT_ESTATE; /* its B ran: only its W is left */
     if (params && params != s->params) {
         s->params = params;
         net->recomputed_slot = -1;
@@ -493,6 +512,78 @@ static int backward(pt_net *net, int slot_id, const float *params, float *grads,
     return 0;
 }
 
+int pt_net_backward_input(pt_net *net, int slot_id, const float *params, const float *dy, float *dx)
+{
+    if (slot_id < 0 || slot_id >= net->max_slots)
+        return PT_EINVAL;
+    slot *s = &net->slots[slot_id];
+    if (!s->busy || s->split)
+        return PT_ESTATE;
+    if ((dy == NULL) != (net->has_loss != 0))
+        return PT_EINVAL;
+    if (params && params != s->params) {
+        s->params = params;
+        net->recomputed_slot = -1;
+    }
+    if (net->keep_floats > 0 && !s->keep &&
+        !(s->keep = pt_arena_alloc_floats(net->arena, PT_MEM_ACTS, net->keep_floats)))
+        return PT_ENOMEM;
+    if (net->recompute && net->recomputed_slot != slot_id) {
+        int rc = run_forward(net, s, NULL, NULL);
+        if (rc < 0) { /* cannot happen: the same data passed its forward */
+            release(net, s);
+            return rc;
+        }
+    }
+    pt_chain_backward_input(&net->chain, net->be, s->n, s->params, slot_x(s), slot_y(net, s),
+                            slot_act(net, s), net->ws, s->keep, dy, dx, slot_labels(net, s),
+                            s->loss_scale);
+    if (net->keep_dy_off >= 0)
+        net->be->copy(net->be, s->keep + net->keep_dy_off, dy,
+                      (size_t)(s->n * net->chain.out_elems) * sizeof(float));
+    s->split = 1;
+    if (net->recompute) {
+        /* B may leave in the shared block what W reads instead of the forward */
+        net->recomputed_slot = -1;
+        net->split_slot = slot_id;
+    }
+    return 0;
+}
+
+int pt_net_backward_weight_hooked(pt_net *net, int slot_id, const float *params, float *grads,
+                                  void (*hook)(void *user, int layer), void *user)
+{
+    if (slot_id < 0 || slot_id >= net->max_slots)
+        return PT_EINVAL;
+    slot *s = &net->slots[slot_id];
+    if (!s->busy || !s->split)
+        return PT_ESTATE;
+    if (net->recompute && net->split_slot != slot_id)
+        return PT_ESTATE; /* another forward overwrote the shared block since this B */
+    (void)params;         /* W's layers read the array B used (none reads weights) */
+    net_hook h = {hook, user, net->first};
+    pt_chain_backward_weight(&net->chain, net->be, s->n, s->params, grads ? grads : net->grads,
+                             slot_x(s), slot_y(net, s), slot_act(net, s), s->keep,
+                             net->keep_dy_off >= 0 ? s->keep + net->keep_dy_off : NULL,
+                             hook ? net_hook_fn : NULL, hook ? &h : NULL);
+    if (net->split_slot == slot_id)
+        net->split_slot = -1;
+    release(net, s);
+    return 0;
+}
+
+int pt_net_backward_weight(pt_net *net, int slot_id, const float *params, float *grads)
+{
+    return pt_net_backward_weight_hooked(net, slot_id, params, grads, NULL, NULL);
+}
+
+int pt_net_slot_split(const pt_net *net, int slot_id)
+{
+    if (slot_id < 0 || slot_id >= net->max_slots)
+        return 0;
+    return net->slots[slot_id].busy && net->slots[slot_id].split;
+}
+
 int pt_net_recompute(pt_net *net, int slot_id, const float *params)
 {
     if (slot_id < 0 || slot_id >= net->max_slots)
@@ -502,9 +593,11 @@ int pt_net_recompute(pt_net *net, int slot_id, const float *params)
         return PT_ESTATE;
     if (!net->recompute)
         return 0;
+    if (s->split)
+        return PT_ESTATE;
     if (params)
         s->params = params;
-    net->recomputed_slot = -1;
+    net->recomputed_slot = net->split_slot = -1;
     int rc = run_forward(net, s, NULL, NULL);
     if (rc < 0) { /* cannot happen: the same data passed its forward */
         release(net, s);
@@ -603,6 +696,60 @@ done:
     free(host);
     free(labels);
     pt_arena_free(net->arena, x);
+    pt_net_destroy(&net);
+    return rc;
+}
+
+int pt_net_layer_keep(const pt_model_spec *spec, int layer, int batch, const pt_backend *backend,
+                      int64_t *keep, pt_error *err)
+{
+    if (!spec || !keep || layer < 0 || layer >= spec->layer_count || batch < 1)
+        return pt_error_set(err, PT_EINVAL, "layer keep: bad model, layer %d or batch %d", layer,
+                            batch);
+    pt_net_config cfg = pt_net_config_default(spec);
+    cfg.first = layer;
+    cfg.last = layer + 1;
+    cfg.max_batch = batch;
+    cfg.backend = backend;
+    pt_net *net = NULL;
+    int rc = pt_net_create(spec, &cfg, &net, err);
+    if (rc < 0)
+        return rc;
+    /* zeros are valid token ids, labels and gradients; the buffers are COMM
+     * (and host), so ACTS grows only by what B allocates */
+    int64_t in = pt_net_in_elems(net) * batch, out = pt_net_out_elems(net) * batch;
+    int64_t lab = pt_net_label_count(net) * batch;
+    float *x = pt_arena_alloc_floats(net->arena, PT_MEM_COMM, in);
+    float *dy = pt_arena_alloc_floats(net->arena, PT_MEM_COMM, out);
+    float *host = calloc((size_t)(in > out ? in : out), sizeof *host);
+    int32_t *labels = lab > 0 ? calloc((size_t)lab, sizeof *labels) : NULL;
+    pt_mem_stats before, during;
+    if (!x || !dy || !host || (lab > 0 && !labels)) {
+        rc = pt_error_set(err, PT_ENOMEM, "layer keep: out of memory");
+        goto done;
+    }
+    net->be->upload(net->be, x, host, (size_t)in * sizeof(float));
+    net->be->upload(net->be, dy, host, (size_t)out * sizeof(float));
+    if ((rc = pt_net_forward(net, 0, NULL, x, batch, labels, NULL, NULL)) < 0) {
+        rc = pt_error_set(err, rc, "layers[%d] (%s): forward: %s", layer, spec->layers[layer].name,
+                          pt_strerror(rc));
+        goto done;
+    }
+    pt_arena_stats(net->arena, &before);
+    rc = pt_net_backward_input(net, 0, NULL, net->has_loss ? NULL : dy, NULL);
+    pt_arena_stats(net->arena, &during);
+    pt_net_release(net, 0);
+    if (rc < 0) {
+        rc = pt_error_set(err, rc, "layers[%d] (%s): backward: %s", layer, spec->layers[layer].name,
+                          pt_strerror(rc));
+        goto done;
+    }
+    *keep = during.current[PT_MEM_ACTS] - before.current[PT_MEM_ACTS];
+done:
+    free(host);
+    free(labels);
+    pt_arena_free(net->arena, x);
+    pt_arena_free(net->arena, dy);
     pt_net_destroy(&net);
     return rc;
 }

@@ -109,6 +109,13 @@ const pt_backend *pt_net_backend(const pt_net *net);
  * Returns 0, PT_EINVAL (bad argument), or the net's error (err says which). */
 int pt_net_layer_memory(const pt_model_spec *spec, int layer, int batch, const pt_backend *backend,
                         int64_t *saved, int64_t *scratch, pt_error *err);
+/* What top-level layer `layer` of spec keeps from the input half of a split
+ * backward to its weight half at micro-batch size `batch` (*keep, bytes, a
+ * profile's keep_bytes): read off the arena of a net of that layer alone as
+ * the ACTS growth of pt_net_backward_input. Returns 0, PT_EINVAL, or the
+ * net's error. */
+int pt_net_layer_keep(const pt_model_spec *spec, int layer, int batch, const pt_backend *backend,
+                      int64_t *keep, pt_error *err);
 pt_arena *pt_net_arena(const pt_net *net);
 
 /* ---- parameter and gradient arrays (device) ---- */
@@ -180,6 +187,28 @@ int pt_net_backward_hooked(pt_net *net, int slot, const float *params, float *gr
                            void *user);
 int pt_net_backward(pt_net *net, int slot, const float *params, float *grads, const float *dy,
                     float *dx);
+
+/* The backward split in two (zero-bubble schedules: the ops BWD_INPUT and
+ * BWD_WEIGHT). pt_net_backward_input is B: writes dx as pt_net_backward
+ * does (same params, dy, dx rules) but accumulates no parameter gradient;
+ * the slot stays in flight, holding besides its activation block a keep
+ * block (PT_MEM_ACTS, allocated here, cached by the arena) with the
+ * gradients W reads, a copy of dy among them, so the caller may reuse dy at
+ * once. pt_net_backward_weight is W, later: accumulates into grads (NULL:
+ * the net's) exactly what pt_net_backward would have, then releases the
+ * slot; params is not read (W uses the array its B used, and no layer's W
+ * reads weights), so a step that moved the weights in between is harmless. The _hooked form calls
+ * hook as pt_net_backward_hooked does. In recompute mode W must come before any other forward or
+ * recompute of this net (B's state is in the shared block): else PT_ESTATE and the slot stays.
+ * Return 0; PT_EINVAL (bad slot, dy given/missing wrongly); PT_ESTATE (B: slot not in flight or
+ * already split; W: B not run); PT_ENOMEM/PT_ENOFIT (B: no memory for the keep block).
+ * pt_net_backward and pt_net_recompute refuse a split slot (PT_ESTATE). */
+int pt_net_backward_input(pt_net *net, int slot, const float *params, const float *dy, float *dx);
+int pt_net_backward_weight(pt_net *net, int slot, const float *params, float *grads);
+int pt_net_backward_weight_hooked(pt_net *net, int slot, const float *params, float *grads,
+                                  void (*hook)(void *user, int layer), void *user);
+/* 1 when the slot's B ran and its W has not. */
+int pt_net_slot_split(const pt_net *net, int slot);
 
 /* Recompute mode: re-runs the forward of in-flight `slot` from its kept
  * input into the shared activation block (params: NULL: the array its

@@ -202,13 +202,19 @@ static void answer(pt_zap *z)
         }
     }
     const char *code = ok ? "200" : "400";
+    /* The user id of an allowed client is its public key (Z85): the server
+     * reads it from every message (zmq_msg_gets "User-Id") and so knows who
+     * sent it, whatever name the message claims. */
+    char user[PT_KEY_Z85_LEN + 1] = "";
+    if (ok)
+        zmq_z85_encode(user, (const uint8_t *)frames[6], CURVE_KEY_BYTES);
     size_t id_len = n > 1 && !truncated ? len[1] : 0;
     zmq_send(z->rep, ZAP_VERSION, 3, ZMQ_SNDMORE);
     zmq_send(z->rep, n > 1 ? frames[1] : "", id_len, ZMQ_SNDMORE);
     zmq_send(z->rep, code, 3, ZMQ_SNDMORE);
     zmq_send(z->rep, why, strlen(why), ZMQ_SNDMORE);
-    zmq_send(z->rep, "", 0, ZMQ_SNDMORE); /* user id */
-    zmq_send(z->rep, "", 0, 0);           /* metadata */
+    zmq_send(z->rep, user, strlen(user), ZMQ_SNDMORE);
+    zmq_send(z->rep, "", 0, 0); /* metadata */
     count(z, ok);
 }
 

@@ -33,7 +33,7 @@ int pt_agent_threads(int agents)
 
 /* In the child: never returns. */
 static void exec_agent(const char *bin, const pt_session *s, const char *name, const char *dev,
-                       const char *th, const char *log_path)
+                       const char *th, const char *log_path, const char *key_path)
 {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -48,7 +48,7 @@ static void exec_agent(const char *bin, const pt_session *s, const char *name, c
         dup2(nul, STDIN_FILENO);
         close(nul);
     }
-    char *argv[16];
+    char *argv[24];
     int k = 0;
     argv[k++] = (char *)bin;
     argv[k++] = "--console";
@@ -59,6 +59,12 @@ static void exec_agent(const char *bin, const pt_session *s, const char *name, c
     argv[k++] = (char *)dev;
     argv[k++] = "--name";
     argv[k++] = (char *)name;
+    if (key_path) {
+        argv[k++] = "--key";
+        argv[k++] = (char *)key_path;
+        argv[k++] = "--server-key";
+        argv[k++] = (char *)pt_session_public_key(s);
+    }
     if (!getenv("OPENBLAS_NUM_THREADS")) {
         argv[k++] = "--threads";
         argv[k++] = (char *)th;
@@ -69,7 +75,7 @@ static void exec_agent(const char *bin, const pt_session *s, const char *name, c
 }
 
 int pt_agent_spawn(const char *bin, const pt_session *s, const char *name, int device, int threads,
-                   const char *log_path, pid_t *pid, pt_error *err)
+                   const char *log_path, const char *key_path, pid_t *pid, pt_error *err)
 {
     char dev[16], th[16];
     snprintf(dev, sizeof dev, "%d", device);
@@ -78,7 +84,7 @@ int pt_agent_spawn(const char *bin, const pt_session *s, const char *name, int d
     if (p < 0)
         return pt_error_set(err, PT_EIO, "fork: %s", strerror(errno));
     if (p == 0)
-        exec_agent(bin, s, name, dev, th, log_path);
+        exec_agent(bin, s, name, dev, th, log_path, key_path);
     *pid = p;
     return 0;
 }

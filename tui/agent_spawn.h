@@ -27,9 +27,10 @@ int pt_agent_threads(int agents);
  * to log_path and stdin from /dev/null. The agent gets its own process group
  * (the terminal's ^C reaches only the console, which stops agents in order)
  * and SIGTERM when the console dies. `threads` is passed as --threads unless
- * OPENBLAS_NUM_THREADS is set. Flush stdio before calling. On success *pid is
- * the child; on failure returns PT_EIO (fork failed) with err set. */
+ * OPENBLAS_NUM_THREADS is set. key_path (NULL: none): the agent's key pair,
+ * passed as --key with the session's public key as --server-key. Flush stdio before calling. On
+ * success *pid is the child; on failure returns PT_EIO (fork failed) with err set. */
 int pt_agent_spawn(const char *bin, const pt_session *s, const char *name, int device, int threads,
-                   const char *log_path, pid_t *pid, pt_error *err);
+                   const char *log_path, const char *key_path, pid_t *pid, pt_error *err);
 
 #endif

@@ -107,7 +107,7 @@ int pt_cmd_console(int argc, char **argv)
     const char *model = DEFAULT_MODEL, *topology = DEFAULT_TOPOLOGY, *profile = NULL,
                *plan_path = NULL, *planner = DEFAULT_PLANNER, *theme = NULL, *view = "plan",
                *listen = NULL, *data = "fashion-mnist";
-    int global = DEFAULT_GLOBAL, no_mouse = 0, agents = 0;
+    int global = DEFAULT_GLOBAL, no_mouse = 0, agents = 0, readonly = 0;
     double exit_after = 0;
     pt_opt opts[] = {
         {"model", PT_OPT_STRING, &model, 0, 0, 0, "M",
@@ -135,6 +135,8 @@ int pt_cmd_console(int argc, char **argv)
          "with --agents: data set (default fashion-mnist)"},
         {"exit-after", PT_OPT_DOUBLE, &exit_after, 0, 86400, 0, "X",
          "quit after X seconds (scripted runs; 0: never)"},
+        {"readonly", PT_OPT_FLAG, &readonly, 0, 0, 0, NULL,
+         "monitoring only: no plan edits, no apply & restart (q still quits)"},
     };
     int rc = pt_opts_command("console", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
                              console_usage, NULL);
@@ -159,6 +161,7 @@ int pt_cmd_console(int argc, char **argv)
     lo.theme = theme;
     lo.no_mouse = no_mouse;
     lo.exit_after = exit_after;
+    lo.readonly = readonly;
     return pt_console_launch_cmd("console", view, &lo);
 }
 
@@ -257,8 +260,8 @@ int pt_console_launch(const pt_console_launch_opts *o, pt_error *err)
         pt_error_set(err, rc, "out of memory");
         goto out;
     }
-    pt_console_opts co = {plan,    prof,     topo, spec->name,  src,
-                          o->view, o->theme, NULL, o->no_mouse, o->exit_after};
+    pt_console_opts co = {plan,     prof, topo,        spec->name,    src,        o->view,
+                          o->theme, NULL, o->no_mouse, o->exit_after, o->readonly};
     src = NULL; /* the console owns it now */
     rc = pt_console_run(&co, err);
 out:
@@ -404,8 +407,9 @@ int pt_cmd_replay(int argc, char **argv)
         pt_record_free(&rec);
         return 1;
     }
-    pt_console_opts co = {plan, prof,     topo,      spec ? spec->name : NULL, src, start, theme,
-                          NULL, no_mouse, exit_after};
+    pt_console_opts co = {plan,     prof,       topo,  spec ? spec->name : NULL,
+                          src,      start,      theme, NULL,
+                          no_mouse, exit_after, 0};
     rc = pt_console_run(&co, &err);
     if (rc < 0)
         fprintf(stderr, "pipetop replay: %s\n", err.msg);

@@ -67,6 +67,7 @@ typedef struct pt_console_launch_opts {
     const char *theme;
     int no_mouse;
     double exit_after;
+    int readonly; /* --readonly: monitoring only (pt_console_opts.readonly) */
 } pt_console_launch_opts;
 
 /* Loads or derives model, topology, profile and plan, checks the plan

@@ -209,7 +209,9 @@ static int layer_facts(const pt_model_spec *spec, int layer, const timed_net *t,
                                err);
 }
 
-/* Times layer `layer` into pl. */
+/* Times layer `layer` into pl: forward and backward, then the two halves of
+ * the split backward (zero-bubble schedules), each timed on its own after a
+ * forward of their own. */
 static int profile_layer(const pt_model_spec *spec, int layer, const profile_args *a,
                          pt_profile_layer *pl, pt_error *err)
 {
@@ -217,9 +219,12 @@ static int profile_layer(const pt_model_spec *spec, int layer, const profile_arg
     int rc = tnet_open(spec, layer, layer + 1, a, &t, err);
     if (rc < 0)
         return rc;
+    const pt_backend *be = pt_net_backend(t.net);
     double *fwd = malloc((size_t)a->repeats * sizeof(double));
     double *bwd = malloc((size_t)a->repeats * sizeof(double));
-    if (!fwd || !bwd) {
+    double *bin = malloc((size_t)a->repeats * sizeof(double));
+    double *bw = malloc((size_t)a->repeats * sizeof(double));
+    if (!fwd || !bwd || !bin || !bw) {
         rc = pt_error_set(err, PT_ENOMEM, "layer %d: out of memory", layer);
         goto done;
     }
@@ -227,18 +232,43 @@ static int profile_layer(const pt_model_spec *spec, int layer, const profile_arg
         double f = 0, b = 0;
         if ((rc = tnet_run(&t, spec, a->batch, &f, &b, err)) < 0)
             goto done;
+        rc = pt_net_forward(t.net, 0, NULL, t.b.x, a->batch, t.b.labels, NULL, NULL);
+        be->synchronize(be);
+        double t3 = now_ms();
+        if (rc == 0)
+            rc = pt_net_backward_input(t.net, 0, NULL, t.b.dy, t.b.dx);
+        be->synchronize(be);
+        double t4 = now_ms();
+        if (rc == 0)
+            rc = pt_net_backward_weight(t.net, 0, NULL, NULL);
+        be->synchronize(be);
+        double t5 = now_ms();
+        if (rc < 0) {
+            rc = pt_error_set(err, rc, "layer %d (%s): %s", layer, spec->layers[layer].name,
+                              pt_strerror(rc));
+            goto done;
+        }
         if (r >= 0) {
             fwd[r] = f;
             bwd[r] = b;
+            bin[r] = t4 - t3;
+            bw[r] = t5 - t4;
         }
     }
     pl->fwd_ms = median(fwd, a->repeats);
     pl->bwd_ms = median(bwd, a->repeats);
     pl->recompute_ms = pl->fwd_ms;
+    pl->split = 1;
+    pl->bwd_input_ms = median(bin, a->repeats);
+    pl->bwd_weight_ms = median(bw, a->repeats);
     rc = layer_facts(spec, layer, &t, a, pl, err);
+    if (rc == 0)
+        rc = pt_net_layer_keep(spec, layer, a->batch, a->be, &pl->keep_bytes, err);
 done:
     free(fwd);
     free(bwd);
+    free(bin);
+    free(bw);
     tnet_close(&t);
     return rc;
 }

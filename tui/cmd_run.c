@@ -62,7 +62,7 @@
 
 typedef struct run_args {
     const char *plan, *model, *data, *topology, *profile, *ckpt_dir, *resume, *run_dir, *schedule,
-        *planner, *policy, *control_bind, *telemetry_bind;
+        *planner, *policy, *control_bind, *telemetry_bind, *key, *allow, *reattach;
     int64_t iters, epochs, ckpt_every, seed;
     int headless, json, stages, microbatches, mb_size, replicas, external;
 } run_args;
@@ -166,6 +166,15 @@ static int parse_args(int argc, char **argv, run_args *a)
          "where the console's ROUTER binds (default " PT_SESSION_DEFAULT_BIND ")"},
         {"telemetry-bind", PT_OPT_STRING, &a->telemetry_bind, 0, 0, 0, "EP",
          "where the console's SUB binds (default " PT_SESSION_DEFAULT_BIND ")"},
+        {"key", PT_OPT_STRING, &a->key, 0, 0, 0, "FILE",
+         "the console's CURVE key pair (pipetop keys --out DIR/NAME: NAME.key);\n"
+         "agents give its NAME.pub as --server-key"},
+        {"allow", PT_OPT_STRING, &a->allow, 0, 0, 0, "FILE",
+         "agents' public keys allowed to join, one per line (Z85 or a .pub file)"},
+        {"reattach", PT_OPT_STRING, &a->reattach, 0, 0, 0, "RUNDIR",
+         "pick up the run of a console that died (its run folder), with the\n"
+         "same --key, endpoints and options: its agents (--external, within\n"
+         "their --grace-ms) register again and train on, nothing restarts"},
     };
     int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = pt_opts_command("run", argc, argv, opts, n, usage_text, NULL);
@@ -364,6 +373,10 @@ static int prepare(run_ctx *c, pt_error *err)
 {
     int rc;
     const run_args *a = &c->a;
+    if (a->reattach && (!a->external || !a->key))
+        return pt_error_set(err, PT_EINVAL,
+                            "--reattach needs --external and --key: only agents started by hand "
+                            "outlive their console, and they trust only a console with its key");
     if ((rc = pt_model_spec_find(a->model, &c->spec, err)) < 0 ||
         (rc = pt_run_dir_make(a->run_dir, NULL, c->run_dir, sizeof c->run_dir, err)) < 0)
         return rc;
@@ -465,10 +478,12 @@ static int prepare(run_ctx *c, pt_error *err)
 static int start_agents(run_ctx *c, pt_error *err)
 {
     if (c->a.external) {
+        const char *pub = pt_session_public_key(c->s);
         fprintf(c->a.json ? stderr : stdout,
                 "waiting for %d agents: start each with\n  pipetop-agent --console %s "
-                "--telemetry %s --device D\n",
-                c->workers, pt_session_control_endpoint(c->s), pt_session_telemetry_endpoint(c->s));
+                "--telemetry %s --device D%s%s%s\n",
+                c->workers, pt_session_control_endpoint(c->s), pt_session_telemetry_endpoint(c->s),
+                pub[0] ? " --server-key " : "", pub, pub[0] ? " --key MYKEY.key" : "");
         fflush(stdout);
         return 0;
     }
@@ -551,11 +566,49 @@ static void show_steps(run_ctx *c)
 
 /* ---- the run ---------------------------------------------------------------------------- */
 
+/* --reattach: the generation the dead console's record names, on its agents. */
+static int adopt(run_ctx *c, const pt_run_job *job, pt_error *err)
+{
+    char(*names)[PT_MSG_ID_MAX] = calloc((size_t)c->workers, sizeof *names);
+    const char **list = calloc((size_t)c->workers, sizeof *list);
+    int64_t gen = 0;
+    int n = 0, rc = 0;
+    if (!names || !list)
+        rc = pt_error_set(err, PT_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = pt_run_read_last_plan(c->a.reattach, &gen, names, c->workers, &n, err);
+    if (rc == 0 && n != c->workers)
+        rc = pt_error_set(err, PT_EINVAL, "--reattach %s: its plan has %d workers, this one %d",
+                          c->a.reattach, n, c->workers);
+    for (int w = 0; rc == 0 && w < n; w++)
+        list[w] = names[w];
+    if (rc == 0)
+        rc = pt_run_adopt(c->run, c->plan, job, gen, list, c->resume_step, c->target, err);
+    if (rc == 0)
+        say(c, "picked up generation %lld of %s\n", (long long)gen, c->a.reattach);
+    free(names);
+    free(list);
+    return rc;
+}
+
+/* After a pick-up, the steps trained while no console listened have no
+ * metrics here: the report goes on from the first step it has. */
+static void skip_unheard(run_ctx *c)
+{
+    double loss, rate;
+    int64_t done = pt_session_min_step(c->s);
+    while (c->a.reattach && c->next_step_out < done &&
+           !pt_run_report_step(c->report, c->next_step_out, &loss, &rate))
+        c->next_step_out++;
+}
+
 static int train(run_ctx *c, pt_error *err)
 {
     pt_run_job job = {c->spec, c->a.data, c->a.seed, c->ckpt_dir[0] ? c->ckpt_dir : NULL,
                       c->a.ckpt_every};
-    int rc = pt_run_assign(c->run, c->plan, &job, c->resume_step, ASSIGN_TIMEOUT_MS, err);
+    int rc = c->a.reattach
+                 ? adopt(c, &job, err)
+                 : pt_run_assign(c->run, c->plan, &job, c->resume_step, ASSIGN_TIMEOUT_MS, err);
     if (rc < 0)
         return rc;
     if (c->tty && !c->a.headless && !c->a.json)
@@ -566,11 +619,12 @@ static int train(run_ctx *c, pt_error *err)
      * data. */
     int stopping = 0;
     if (c->resume_step < c->target) {
-        if ((rc = pt_run_start(c->run, c->target - c->resume_step, err)) < 0)
+        if (!c->a.reattach && (rc = pt_run_start(c->run, c->target - c->resume_step, err)) < 0)
             return rc;
         while (pt_run_get_state(c->run) == PT_RUN_TRAINING) {
             if ((rc = pt_run_poll(c->run, POLL_MS, err)) < 0)
                 return rc;
+            skip_unheard(c);
             show_steps(c);
             if (g_interrupt) {
                 stopping = 1;
@@ -629,6 +683,8 @@ static char *summary_extra(run_ctx *c)
         cJSON_AddNumberToObject(t, "stale", (double)k.telemetry.stale);
     }
     cJSON_AddNumberToObject(o, "control_rejected", (double)k.control_rejected);
+    cJSON_AddNumberToObject(o, "control_flooded", (double)k.control_flooded);
+    cJSON_AddNumberToObject(o, "handshakes_refused", (double)pt_session_refused_handshakes(c->s));
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return text;
@@ -687,9 +743,17 @@ int pt_cmd_run(int argc, char **argv)
         cleanup(&c);
         return 1;
     }
-    pt_run_config rc_cfg = {
-        c.run_dir, c.a.control_bind, c.a.telemetry_bind, c.workers, on_note, &c, interrupted_twice,
-        NULL};
+    pt_run_config rc_cfg = {c.run_dir,
+                            c.a.control_bind,
+                            c.a.telemetry_bind,
+                            c.workers,
+                            on_note,
+                            &c,
+                            interrupted_twice,
+                            NULL,
+                            c.a.key,
+                            c.a.allow,
+                            !c.a.external};
     c.report = pt_run_report_new(c.plan, c.resume_step, c.steps);
     if (!c.report || (rc = pt_run_create(&rc_cfg, &c.run, &err)) < 0) {
         fprintf(stderr, "pipetop run: %s\n", err.msg[0] ? err.msg : "out of memory");

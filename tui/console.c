@@ -403,11 +403,28 @@ static void handle_mouse(pt_ui *ui)
     int wheel = ev.bstate & BUTTON4_PRESSED ? 1 : (ev.bstate & BUTTON5_PRESSED ? -1 : 0);
     int pressed = (ev.bstate & (BUTTON1_PRESSED | BUTTON1_CLICKED)) != 0;
     int released = (ev.bstate & (BUTTON1_RELEASED | BUTTON1_CLICKED)) != 0;
-    if (ui->view == PT_VIEW_PLAN)
+    if (ui->view == PT_VIEW_PLAN && ui->readonly && (pressed || released))
+        pt_ui_status(ui, 1, "read-only console (--readonly): the plan cannot be edited");
+    else if (ui->view == PT_VIEW_PLAN)
         pt_view_plan_mouse(ui, ev.y, ev.x, pressed, released);
     else if (ui->view == PT_VIEW_TIMELINE)
         pt_view_timeline_mouse(ui, ev.y, ev.x, wheel);
     ui->dirty = 1;
+}
+
+/* Keys of the plan view that change the plan or act on the run; the rest
+ * of it (cursor, replica selection, planner choice) only looks. */
+#define PLAN_EDIT_KEYS "[]{}sJ+=-dcSavbBmMuPwA"
+
+/* --readonly: 1 (and the status says so) when ch would edit or act. */
+static int refused_readonly(pt_ui *ui, int ch)
+{
+    if (!ui->readonly || ui->view != PT_VIEW_PLAN || ch <= 0 || ch > 127 ||
+        !strchr(PLAN_EDIT_KEYS, ch))
+        return 0;
+    pt_ui_status(ui, 1, "read-only console (--readonly): '%c' would %s; refused", ch,
+                 ch == 'A' ? "restart the run" : "edit the plan");
+    return 1;
 }
 
 static void handle_key(pt_ui *ui, int ch, const char *config_path)
@@ -417,6 +434,8 @@ static void handle_key(pt_ui *ui, int ch, const char *config_path)
         handle_mouse(ui);
         return;
     }
+    if (refused_readonly(ui, ch))
+        return;
     if (ch == 'A' && ui->view == PT_VIEW_PLAN) {
         apply_restart(ui);
         return;
@@ -474,6 +493,7 @@ static int setup(pt_ui *ui, const pt_console_opts *o, char *config_path, size_t 
     ui->src = o->source;
     ui->model_name = o->model_name;
     ui->view = ui->prev_view = o->start_view;
+    ui->readonly = o->readonly;
     snprintf(ui->planner, sizeof ui->planner, "%s", ui->cfg.planner);
     ui->tl_mode = ui->cfg.timeline_split ? PT_TL_BOTH : PT_TL_MEASURED;
     ui->tl_zoom = 1.0;

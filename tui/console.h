@@ -30,6 +30,7 @@ typedef struct pt_console_opts {
     const char *config_path; /* NULL: pt_config_path() */
     int no_mouse;
     double exit_after_s; /* > 0: quit by itself after this long (tests, demos) */
+    int readonly;        /* monitoring only: plan edits and apply & restart are refused */
 } pt_console_opts;
 
 /* Runs the console until the user quits. Returns 0, or a negative PT_E*

@@ -29,7 +29,8 @@
 /* The built-in slide colours (themes/light.theme's palette). */
 static const char slide_colors[] = "text = #202020\ndim = #6c6c6c\nfwd = #3a8fd0\nbwd = #e08000\n"
                                    "recompute = #b05090\nbubble = #c6c6c6\ncomm = #008060\n"
-                                   "allreduce = #c04000\noptstep = #a08000\n";
+                                   "allreduce = #c04000\noptstep = #a08000\n"
+                                   "bwd.input = #e08000\nbwd.weight = #0060a0\n";
 
 static double text_w(size_t chars, double font_px)
 {
@@ -61,18 +62,33 @@ static void put_escaped(FILE *f, const char *s, size_t max)
 /* The SVG fill pattern over a paint class's colour, so blocks differ
  * without colour too; NULL: plain. */
 static const char *const paint_pattern[PT_PAINT_COUNT] = {
-    [PT_PAINT_BWD] = "hatch",
-    [PT_PAINT_RECOMPUTE] = "dots",
-    [PT_PAINT_ALLREDUCE] = "cross",
-    [PT_PAINT_BUBBLE] = "bubble",
+    [PT_PAINT_BWD] = "hatch",      [PT_PAINT_BWD_INPUT] = "hatch", [PT_PAINT_BWD_WEIGHT] = "rhatch",
+    [PT_PAINT_RECOMPUTE] = "dots", [PT_PAINT_ALLREDUCE] = "cross", [PT_PAINT_BUBBLE] = "bubble",
 };
 
-static const pt_op_paint legend_paint[] = {PT_PAINT_FWD,   PT_PAINT_BWD,       PT_PAINT_RECOMPUTE,
-                                           PT_PAINT_COMM,  PT_PAINT_ALLREDUCE, PT_PAINT_OPTSTEP,
-                                           PT_PAINT_BUBBLE};
-static const char *const legend_names[] = {"forward",    "backward",  "recompute", "send",
-                                           "all-reduce", "optimizer", "bubble"};
+/* The legend; the halves of a split backward only when the set has them. */
+static const pt_op_paint legend_paint[] = {
+    PT_PAINT_FWD,  PT_PAINT_BWD,       PT_PAINT_BWD_INPUT, PT_PAINT_BWD_WEIGHT, PT_PAINT_RECOMPUTE,
+    PT_PAINT_COMM, PT_PAINT_ALLREDUCE, PT_PAINT_OPTSTEP,   PT_PAINT_BUBBLE};
+static const char *const legend_names[] = {"forward",         "backward",  "input gradient",
+                                           "weight gradient", "recompute", "send",
+                                           "all-reduce",      "optimizer", "bubble"};
 #define LEGEND_N ((int)(sizeof legend_paint / sizeof legend_paint[0]))
+
+/* 1 when legend entry k is shown for set and the set it is compared with
+ * (NULL: none). */
+static int legend_shown(const pt_export_set *set, const pt_export_set *cmp, int k)
+{
+    pt_op_paint p = legend_paint[k];
+    if (p != PT_PAINT_BWD_INPUT && p != PT_PAINT_BWD_WEIGHT)
+        return 1;
+    const pt_export_set *sets[2] = {set, cmp};
+    for (int j = 0; j < 2; j++)
+        for (int64_t i = 0; sets[j] && i < sets[j]->ops; i++)
+            if (pt_op_paint_of(sets[j]->spans[i].op) == p)
+                return 1;
+    return 0;
+}
 
 /* A tick step of 1, 2 or 5 times a power of ten giving at most max ticks. */
 static double tick_step(double span_ms, int max)
@@ -87,11 +103,13 @@ static double tick_step(double span_ms, int max)
 }
 
 /* Legend rows needed for a plot width (entries wrap). */
-static int legend_rows(double plot_w)
+static int legend_rows(const pt_export_set *set, const pt_export_set *cmp, double plot_w)
 {
     int rows = 1;
     double x = 0;
     for (int k = 0; k < LEGEND_N; k++) {
+        if (!legend_shown(set, cmp, k))
+            continue;
         double w = SVG_SWATCH_PX + 4 + text_w(strlen(legend_names[k]), SVG_FONT_PX) + 14;
         if (x > 0 && x + w > plot_w) {
             rows++;
@@ -185,7 +203,7 @@ int pt_export_svg_write(const pt_export_set *set, const pt_theme *theme,
     if (plot_w < 40)
         plot_w = 40;
     int band = SVG_ROW_PX + SVG_COMM_PX + SVG_ROW_GAP_PX;
-    int lrows = legend_rows(plot_w);
+    int lrows = legend_rows(set, cmp, plot_w);
     int cmp_h = cmp ? SVG_SECTION_PX + cmp->row_count * band + SVG_SECTION_PX : 0;
     int rows_y = SVG_TOP_PX + cmp_h;
     int ay = rows_y + set->row_count * band + 4;
@@ -208,6 +226,9 @@ int pt_export_svg_write(const pt_export_set *set, const pt_theme *theme,
             "<defs>\n"
             "<pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
             "patternTransform=\"rotate(45)\"><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" "
+            "stroke=\"#000\" stroke-opacity=\"0.35\" stroke-width=\"2\"/></pattern>\n"
+            "<pattern id=\"rhatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" "
+            "patternTransform=\"rotate(-45)\"><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" "
             "stroke=\"#000\" stroke-opacity=\"0.35\" stroke-width=\"2\"/></pattern>\n"
             "<pattern id=\"dots\" width=\"5\" height=\"5\" patternUnits=\"userSpaceOnUse\">"
             "<circle cx=\"2.5\" cy=\"2.5\" r=\"1\" fill=\"#000\" fill-opacity=\"0.4\"/></pattern>\n"
@@ -278,6 +299,8 @@ int pt_export_svg_write(const pt_export_set *set, const pt_theme *theme,
     double lx = 0;
     int ly = ay + SVG_AXIS_PX;
     for (int k = 0; k < LEGEND_N; k++) {
+        if (!legend_shown(set, cmp, k))
+            continue;
         double w = SVG_SWATCH_PX + 4 + text_w(strlen(legend_names[k]), SVG_FONT_PX) + 14;
         if (lx > 0 && lx + w > plot_w) {
             lx = 0;

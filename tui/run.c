@@ -2,7 +2,10 @@
  * tui/run.h. */
 #include "tui/run.h"
 
+#include <errno.h>
+#include <cjson/cJSON.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +14,8 @@
 #include <unistd.h>
 
 #include "protocol/fileio.h"
+#include "protocol/keyfile.h"
+#include "runtime/trust.h"
 #include "tui/agent_spawn.h"
 #include "tui/run_ckpt.h"
 
@@ -39,6 +44,7 @@ struct pt_run {
     char ckpt_dir[PATH_CAP];
     int64_t seed, ckpt_every;
     int64_t first_step, target; /* of the current generation; target -1: until stopped */
+    char keys_dir[PATH_CAP];    /* spawned agents' key pairs, "" none made */
 };
 
 static const char *const state_names[PT_RUN_STATE_COUNT] = {
@@ -95,14 +101,34 @@ int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
     if (!r->pids || !r->exited)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
     int threads = pt_agent_threads(r->expect);
+    int curve = pt_session_public_key(r->s)[0] != '\0';
+    if (curve) {
+        snprintf(r->keys_dir, sizeof r->keys_dir, "%.4000s/%s", r->dir, PT_RUN_KEYS_DIR);
+        if (mkdir(r->keys_dir, 0700) != 0 && errno != EEXIST)
+            return pt_error_set(err, PT_EIO, "%s: %s", r->keys_dir, strerror(errno));
+        if (chmod(r->keys_dir, 0700) != 0)
+            return pt_error_set(err, PT_EIO, "chmod %s: %s", r->keys_dir, strerror(errno));
+    }
     fflush(stdout);
     fflush(stderr);
     for (int k = 0; k < r->expect; k++) {
         char name[NAME_CAP], log[PATH_CAP + 64];
         agent_name(k, name, sizeof name);
         snprintf(log, sizeof log, "%.4000s/agent-%s.log", r->dir, name);
+        char base[PATH_CAP + 64], key_file[PATH_CAP + 80];
+        if (curve) {
+            /* a pair of its own per agent and run: the console allows exactly
+             * these keys and binds each name to its key */
+            pt_keyfile kp;
+            snprintf(base, sizeof base, "%.4000s/%s", r->keys_dir, name);
+            snprintf(key_file, sizeof key_file, "%s.key", base);
+            if ((rc = pt_trust_keypair(&kp, err)) < 0 ||
+                (rc = pt_keyfile_write_pair(base, &kp, 1, err)) < 0 ||
+                (rc = pt_session_allow(r->s, kp.public_z85, name, err)) < 0)
+                return rc;
+        }
         if ((rc = pt_agent_spawn(bin, r->s, name, devices ? devices[k] : k, threads, log,
-                                 &r->pids[k], err)) < 0)
+                                 curve ? key_file : NULL, &r->pids[k], err)) < 0)
             return rc;
         r->nspawn = k + 1;
     }
@@ -177,6 +203,52 @@ void pt_run_end(pt_run *r, const char *reason)
 
 /* ---- life */
 
+/* The console's key pair (loaded, or made for this run) and the allow-list.
+ * *allowed is malloc'd (NULL when none). */
+static int load_trust(const pt_run_config *cfg, pt_keyfile *key, int *have_key,
+                      char (**allowed)[PT_KEY_Z85_LEN + 1], int *allowed_n, pt_error *err)
+{
+    int rc = 0;
+    *have_key = 0;
+    if (cfg->key_path) {
+        if ((rc = pt_keyfile_load(cfg->key_path, key, err)) < 0)
+            return rc;
+        if (!key->has_secret)
+            return pt_error_set(err, PT_EINVAL,
+                                "%s: holds no secret key (give the console its NAME.key, not "
+                                "NAME.pub)",
+                                cfg->key_path);
+        *have_key = 1;
+    } else if (cfg->local_keys || cfg->allow_path) {
+        if ((rc = pt_trust_keypair(key, err)) < 0)
+            return rc;
+        *have_key = 1;
+    }
+    if (!cfg->allow_path)
+        return 0;
+    *allowed = calloc(PT_ZAP_ALLOW_MAX, sizeof **allowed);
+    if (!*allowed)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    return pt_allowlist_load(cfg->allow_path, *allowed, PT_ZAP_ALLOW_MAX, allowed_n, err);
+}
+
+/* Removes the spawned agents' key files and their folder. */
+static void remove_keys(pt_run *r)
+{
+    if (!r->keys_dir[0])
+        return;
+    for (int k = 0; k < r->nspawn; k++) {
+        char name[NAME_CAP], path[PATH_CAP + 80];
+        agent_name(k, name, sizeof name);
+        snprintf(path, sizeof path, "%.4000s/%s.key", r->keys_dir, name);
+        unlink(path);
+        snprintf(path, sizeof path, "%.4000s/%s.pub", r->keys_dir, name);
+        unlink(path);
+    }
+    rmdir(r->keys_dir);
+    r->keys_dir[0] = '\0';
+}
+
 int pt_run_create(const pt_run_config *cfg, pt_run **out, pt_error *err)
 {
     *out = NULL;
@@ -193,9 +265,23 @@ int pt_run_create(const pt_run_config *cfg, pt_run **out, pt_error *err)
     char record[PATH_CAP + 32];
     int rc = pt_run_dir_make(cfg->run_dir, NULL, r->dir, sizeof r->dir, err);
     snprintf(record, sizeof record, "%.4000s/%s", r->dir, PT_RUN_RECORD_FILE);
-    pt_session_config sc = {cfg->control_bind, cfg->telemetry_bind, record, 0, 0};
+    pt_keyfile key;
+    int have_key = 0, allowed_n = 0;
+    char(*allowed)[PT_KEY_Z85_LEN + 1] = NULL;
+    if (rc == 0)
+        rc = load_trust(cfg, &key, &have_key, &allowed, &allowed_n, err);
+    pt_session_config sc = {cfg->control_bind,
+                            cfg->telemetry_bind,
+                            record,
+                            0,
+                            0,
+                            have_key ? &key : NULL,
+                            (const char(*)[PT_KEY_Z85_LEN + 1]) allowed,
+                            allowed_n};
     if (rc == 0)
         rc = pt_session_create(&sc, &r->s, err);
+    free(allowed);
+    memset(&key, 0, sizeof key); /* the secret lives on only inside the session's sockets */
     if (rc == 0) {
         pt_session_set_listener(r->s, cfg->listener, cfg->listener_user);
         pt_session_set_commit(r->s, pt_run_ckpt_commit, NULL);
@@ -216,6 +302,7 @@ void pt_run_destroy(pt_run **run_p)
     if (r->s)
         pt_run_end(r, "the run is over");
     pt_session_destroy(&r->s);
+    remove_keys(r);
     free(r->pids);
     free(r->exited);
     free(r);
@@ -427,6 +514,103 @@ int pt_run_assign(pt_run *r, const pt_plan *plan, const pt_run_job *job, int64_t
         r->first_step = resume_step;
         r->target = -1;
     }
+    return rc;
+}
+
+int pt_run_adopt(pt_run *r, const pt_plan *plan, const pt_run_job *job, int64_t gen,
+                 const char *const *names, int64_t first_step, int64_t target, pt_error *err)
+{
+    if (r->state != PT_RUN_READY)
+        return pt_error_set(err, PT_ESTATE, "run: cannot pick a run up: the controller is %s",
+                            pt_run_state_name(r->state));
+    int wc = pt_plan_device_count(plan);
+    int *agents = calloc((size_t)(wc > 0 ? wc : 1), sizeof *agents);
+    if (!agents)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    int rc = 0;
+    for (int w = 0; w < wc && rc == 0; w++) {
+        agents[w] = pt_session_find_agent(r->s, names[w]);
+        if (agents[w] < 0 || !usable(pt_session_agent_at(r->s, agents[w])))
+            rc = pt_error_set(err, PT_ENOTFOUND,
+                              "worker %d: agent %s (of the run to pick up) has not registered", w,
+                              names[w]);
+    }
+    if (rc == 0) {
+        r->model = job->model;
+        snprintf(r->data, sizeof r->data, "%s", job->data ? job->data : "");
+        snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s",
+                 job->checkpoint_dir ? job->checkpoint_dir : "");
+        r->seed = job->seed;
+        r->ckpt_every = job->checkpoint_every;
+        pt_session_plan sp = {plan,          job->model, agents,
+                              r->data,       r->seed,    job->checkpoint_dir ? r->ckpt_dir : NULL,
+                              r->ckpt_every, first_step};
+        rc = pt_session_adopt(r->s, &sp, gen, err);
+    }
+    free(agents);
+    if (rc == 0) {
+        r->state = PT_RUN_TRAINING;
+        r->first_step = first_step;
+        r->target = target;
+    }
+    return rc;
+}
+
+int pt_run_read_last_plan(const char *dir, int64_t *gen, char (*names)[PT_MSG_ID_MAX], int cap,
+                          int *n, pt_error *err)
+{
+    *gen = 0;
+    *n = 0;
+    char path[PATH_CAP + 32];
+    struct stat st;
+    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(path, sizeof path, "%.4000s/%s", dir, PT_RUN_RECORD_FILE);
+    else
+        snprintf(path, sizeof path, "%.4000s", dir);
+    char *text = NULL;
+    int rc = pt_file_read(path, &text, NULL, err);
+    if (rc < 0)
+        return rc;
+    const char *last = NULL;
+    for (const char *p = text; (p = strstr(p, "\"kind\":\"plan\"")); p++)
+        last = p;
+    if (!last) {
+        free(text);
+        return pt_error_set(err, PT_ENOTFOUND, "%s: no plan in this run record", path);
+    }
+    const char *start = last;
+    while (start > text && start[-1] != '\n')
+        start--;
+    const char *end = strchr(last, '\n');
+    cJSON *j = cJSON_ParseWithLength(start, end ? (size_t)(end - start) : strlen(start));
+    const cJSON *g = j ? cJSON_GetObjectItem(j, "gen") : NULL;
+    const cJSON *ws = j ? cJSON_GetObjectItem(j, "workers") : NULL;
+    if (!cJSON_IsNumber(g) || g->valuedouble < 1 || g->valuedouble > PT_MSG_INT_MAX ||
+        !cJSON_IsArray(ws)) {
+        rc = pt_error_set(err, PT_EPARSE, "%s: the last plan line has no gen or workers", path);
+    } else {
+        *gen = (int64_t)g->valuedouble;
+        const cJSON *w;
+        cJSON_ArrayForEach(w, ws)
+        {
+            const cJSON *a = cJSON_GetObjectItem(w, "agent");
+            const cJSON *k = cJSON_GetObjectItem(w, "worker");
+            if (!cJSON_IsString(a) || !cJSON_IsNumber(k) || k->valuedouble != *n ||
+                strlen(a->valuestring) >= PT_MSG_ID_MAX) {
+                rc = pt_error_set(err, PT_EPARSE, "%s: plan workers[%d]: no agent name", path, *n);
+                break;
+            }
+            if (*n >= cap) {
+                rc = pt_error_set(err, PT_ERANGE, "%s: more than %d workers", path, cap);
+                break;
+            }
+            snprintf(names[(*n)++], PT_MSG_ID_MAX, "%s", a->valuestring);
+        }
+    }
+    cJSON_Delete(j);
+    free(text);
+    if (rc < 0)
+        *n = 0;
     return rc;
 }
 

@@ -76,7 +76,20 @@ typedef struct pt_run_config {
     void *listener_user;
     pt_run_cancel_fn cancel; /* NULL: waits are never abandoned */
     void *cancel_user;
+    /* Authentication (docs/architecture.md, "Trust"). key_path: the console's
+     * key pair file (`pipetop keys`); allow_path: the allow-list of agent
+     * keys (docs/formats.md, "Key files"). local_keys: without key_path, a
+     * per-run key pair made in memory, so that spawned agents (each given a
+     * per-run pair of its own in <run folder>/keys, mode 0700) talk CURVE
+     * with no set-up. No key at all: no CURVE, loopback and ipc only. */
+    const char *key_path;
+    const char *allow_path;
+    int local_keys;
 } pt_run_config;
+
+/* Folder of a run folder holding the spawned agents' per-run key pairs
+ * (mode 0700; removed when the controller ends). */
+#define PT_RUN_KEYS_DIR "keys"
 
 typedef struct pt_run pt_run;
 
@@ -140,6 +153,23 @@ typedef struct pt_run_job {
  * the session, a failure (PT_ESTATE), the cancel hook or the timeout. */
 int pt_run_assign(pt_run *run, const pt_plan *plan, const pt_run_job *job, int64_t resume_step,
                   int timeout_ms, pt_error *err);
+
+/* Picks up a run another console with the same key started (a console
+ * restart; docs/deploy.md): generation gen of plan, worker w on the agent
+ * named names[w] (the old console's record says which), started at
+ * first_step for the steps up to target (-1: until stopped). Nothing is
+ * sent: the agents, which re-registered with this controller, keep
+ * training: TRAINING. 0, PT_ENOTFOUND (an agent of names is not registered
+ * or not usable), or the session's error. */
+int pt_run_adopt(pt_run *run, const pt_plan *plan, const pt_run_job *job, int64_t gen,
+                 const char *const *names, int64_t first_step, int64_t target, pt_error *err);
+
+/* The newest plan of a run record (<dir>/run.ndjson, or dir itself when it
+ * is a file): its generation and, for each of its workers, the agent that
+ * ran it (names[w], at most cap). 0, or PT_ENOTFOUND (no plan in it) /
+ * PT_EPARSE / PT_ERANGE / the file's error, naming the file. */
+int pt_run_read_last_plan(const char *dir, int64_t *gen, char (*names)[PT_MSG_ID_MAX], int cap,
+                          int *n, pt_error *err);
 
 /* Starts every worker for `steps` steps (0: until stopped): TRAINING. The
  * run is FINISHED once every worker is idle at resume_step + steps. 0 or

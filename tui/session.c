@@ -16,6 +16,7 @@
 #include "protocol/fileio.h"
 #include "protocol/record.h"
 #include "runtime/comm_nccl.h"
+#include "runtime/trust.h"
 
 #define NS_PER_MS 1000000LL
 #define RECV_BATCH_MAX                                                                             \
@@ -37,7 +38,15 @@ typedef struct agent_entry {
     int restarted; /* registered again while it was a worker of the current plan */
     char why_dead[PT_MSG_TEXT_MAX];
     char bye_reason[PT_MSG_TEXT_MAX];
+    int64_t budget, budget_ns; /* control bytes it may still send, and when that was refilled */
+    int64_t flood_noted_ns;    /* when its last "over budget" line went to the record */
 } agent_entry;
+
+/* A name bound to a key before its agent registered (pt_session_allow). */
+typedef struct bound_name {
+    char name[PT_MSG_ID_MAX];
+    char key[PT_KEY_Z85_LEN + 1];
+} bound_name;
 
 typedef struct request {
     int64_t req;
@@ -47,6 +56,12 @@ typedef struct request {
 
 struct pt_session {
     void *ctx, *router, *sub;
+    pt_zap *zap; /* NULL: no CURVE */
+    char public_key[PT_KEY_Z85_LEN + 1];
+    bound_name *bound;
+    int nbound, boundcap;
+    /* the byte budget shared by senders not in the agent table */
+    int64_t stranger_budget, stranger_budget_ns, stranger_noted_ns;
     char ctl_ep[PT_MSG_ENDPOINT_MAX], tel_ep[PT_MSG_ENDPOINT_MAX];
     pt_record_writer *rec; /* NULL: no run record */
     int hb_ms, missed;
@@ -162,6 +177,68 @@ static int bind_socket(void *sock, const char *ep, char *out, size_t cap, const 
     return 0;
 }
 
+/* CURVE on both sockets when the config has a key (the ZAP handler first,
+ * then the server options), the size caps, and the refusal to bind beyond
+ * loopback without CURVE. */
+static int setup_trust(pt_session *s, const pt_session_config *cfg, pt_error *err)
+{
+    int64_t ctl_max = PT_SESSION_CONTROL_MAX_BYTES, tel_max = PT_SESSION_TELEMETRY_MAX_BYTES;
+    zmq_setsockopt(s->router, ZMQ_MAXMSGSIZE, &ctl_max, sizeof ctl_max);
+    zmq_setsockopt(s->sub, ZMQ_MAXMSGSIZE, &tel_max, sizeof tel_max);
+    int curve = cfg->key != NULL;
+    const char *ctl = cfg->control_bind ? cfg->control_bind : PT_SESSION_DEFAULT_BIND;
+    const char *tel = cfg->telemetry_bind ? cfg->telemetry_bind : PT_SESSION_DEFAULT_BIND;
+    int rc;
+    if ((rc = pt_trust_check_bind(ctl, curve, err)) < 0 ||
+        (rc = pt_trust_check_bind(tel, curve, err)) < 0)
+        return rc;
+    if (!curve)
+        return 0;
+    const char *list[PT_ZAP_ALLOW_MAX];
+    int n = cfg->allowed_n > 0 ? cfg->allowed_n : 0;
+    if (n > PT_ZAP_ALLOW_MAX)
+        return pt_error_set(err, PT_ERANGE, "session: more than %d allowed keys", PT_ZAP_ALLOW_MAX);
+    for (int k = 0; k < n; k++)
+        list[k] = cfg->allowed[k];
+    if ((rc = pt_zap_start(s->ctx, list, n, &s->zap, err)) < 0 ||
+        (rc = pt_trust_server(s->router, cfg->key, err)) < 0 ||
+        (rc = pt_trust_server(s->sub, cfg->key, err)) < 0)
+        return rc;
+    snprintf(s->public_key, sizeof s->public_key, "%s", cfg->key->public_z85);
+    return 0;
+}
+
+int pt_session_allow(pt_session *s, const char *public_z85, const char *name, pt_error *err)
+{
+    if (!s || !s->zap)
+        return pt_error_set(err, PT_ESTATE, "session: no CURVE: there is no allow-list");
+    int rc = pt_zap_allow(s->zap, public_z85, err);
+    if (rc < 0 || !name)
+        return rc;
+    if (s->nbound == s->boundcap) {
+        int cap = s->boundcap ? s->boundcap * 2 : 8;
+        bound_name *b = realloc(s->bound, (size_t)cap * sizeof *b);
+        if (!b)
+            return pt_error_set(err, PT_ENOMEM, "session: out of memory");
+        s->bound = b;
+        s->boundcap = cap;
+    }
+    bound_name *b = &s->bound[s->nbound++];
+    snprintf(b->name, sizeof b->name, "%s", name);
+    snprintf(b->key, sizeof b->key, "%s", public_z85);
+    return 0;
+}
+
+const char *pt_session_public_key(const pt_session *s)
+{
+    return s ? s->public_key : "";
+}
+
+int64_t pt_session_refused_handshakes(const pt_session *s)
+{
+    return s && s->zap ? pt_zap_refused_count(s->zap) : 0;
+}
+
 static int open_record(pt_session *s, const char *path, pt_error *err)
 {
     pt_record_session info = {s->ctl_ep, s->tel_ep, s->hb_ms, s->missed};
@@ -203,6 +280,8 @@ int pt_session_create(const pt_session_config *cfg, pt_session **out, pt_error *
         goto fail;
     }
     zmq_setsockopt(s->sub, ZMQ_SUBSCRIBE, "", 0);
+    if ((rc = setup_trust(s, cfg, err)) < 0)
+        goto fail;
     if ((rc =
              bind_socket(s->router, cfg->control_bind ? cfg->control_bind : PT_SESSION_DEFAULT_BIND,
                          s->ctl_ep, sizeof s->ctl_ep, "control", err)) < 0 ||
@@ -229,6 +308,7 @@ void pt_session_destroy(pt_session **s_p)
         zmq_close(s->router);
     if (s->sub)
         zmq_close(s->sub);
+    pt_zap_stop(&s->zap);
     if (s->ctx)
         zmq_ctx_term(s->ctx);
     pt_record_writer_close(&s->rec);
@@ -236,6 +316,7 @@ void pt_session_destroy(pt_session **s_p)
     free(s->agents);
     free(s->reqs);
     free(s->workers);
+    free(s->bound);
     free(s);
     *s_p = NULL;
 }
@@ -536,8 +617,35 @@ static void reject(pt_session *s, int i, const char *channel, const char *agent,
     note(s, PT_NOTE_REJECTED, i, NULL, 0, reason);
 }
 
+/* The key a name is bound to before it registered ("" none). */
+static const char *bound_key(const pt_session *s, const char *name)
+{
+    for (int k = 0; k < s->nbound; k++)
+        if (!strcmp(s->bound[k].name, name))
+            return s->bound[k].key;
+    return "";
+}
+
+/* Refuses a message whose CURVE key is not the one its name is bound to:
+ * the key of the agent's first register, or the one the controller bound
+ * the name to. Names are claims; keys are proven by the handshake. */
+static int key_mismatch(pt_session *s, int i, const pt_msg *m, const char *key)
+{
+    if (!s->zap)
+        return 0;
+    const char *want = i >= 0 ? s->agents[i].pub.public_key : bound_key(s, m->agent);
+    if (!want[0] || !strcmp(want, key))
+        return 0;
+    char why[PT_ERROR_MAX];
+    snprintf(why, sizeof why,
+             "control (%s) from %s: sent with key %.8s..., but the name belongs to key %.8s...",
+             pt_msg_type_name(m->type), m->agent, key, want);
+    reject(s, -1, "control", m->agent, why); /* not the named agent's doing */
+    return 1;
+}
+
 static void handle_control(pt_session *s, const char *ident, size_t ident_len, const char *body,
-                           size_t len)
+                           size_t len, const char *key)
 {
     int64_t now = pt_msg_now_ns();
     pt_msg m;
@@ -563,6 +671,8 @@ static void handle_control(pt_session *s, const char *ident, size_t ident_len, c
         reject(s, -1, "control", NULL, why);
         goto done;
     }
+    if (key_mismatch(s, i, &m, key))
+        goto done;
     if (pt_msg_accept(&m, PT_MSG_AT_CONSOLE, s->gen, &err) < 0) {
         reject(s, i, "control", m.agent, err.msg);
         goto done;
@@ -583,6 +693,8 @@ static void handle_control(pt_session *s, const char *ident, size_t ident_len, c
         s->counts.control_received++;
         record_frame(s, PT_RECORD_RECV, "control", 0, body, len);
         on_register(s, i, &m, now);
+        if (s->zap && (i = pt_session_find_agent(s, m.agent)) >= 0)
+            snprintf(s->agents[i].pub.public_key, sizeof s->agents[i].pub.public_key, "%s", key);
         goto done;
     }
     agent_entry *e = &s->agents[i];
@@ -708,6 +820,47 @@ static void handle_telemetry(pt_session *s, const char *body, size_t len)
 
 /* ---- poll ---------------------------------------------------------------------- */
 
+/* Takes bytes from the sender's budget (a token bucket refilled at
+ * PT_SESSION_PEER_BYTES_PER_S, holding at most one second's worth); 1 when
+ * the budget is spent: the message is then dropped unread and counted, and
+ * the record gets one line per second per peer saying so. */
+static int over_budget(pt_session *s, const char *ident, size_t ident_len, size_t bytes)
+{
+    char id[PT_MSG_ID_MAX];
+    snprintf(id, sizeof id, "%.*s", (int)(ident_len < sizeof id ? ident_len : sizeof id - 1),
+             ident);
+    int i = pt_session_find_agent(s, id);
+    int64_t *budget = i >= 0 ? &s->agents[i].budget : &s->stranger_budget;
+    int64_t *at = i >= 0 ? &s->agents[i].budget_ns : &s->stranger_budget_ns;
+    int64_t *noted = i >= 0 ? &s->agents[i].flood_noted_ns : &s->stranger_noted_ns;
+    const int64_t rate = PT_SESSION_PEER_BYTES_PER_S, ns_per_s = 1000000000LL;
+    int64_t now = pt_msg_now_ns();
+    if (*at == 0) {
+        *budget = rate;
+    } else if (now > *at) {
+        int64_t gain = (now - *at) >= ns_per_s ? rate : (now - *at) * rate / ns_per_s;
+        *budget = *budget + gain > rate ? rate : *budget + gain;
+    }
+    *at = now;
+    if ((int64_t)bytes <= *budget) {
+        *budget -= (int64_t)bytes;
+        return 0;
+    }
+    s->counts.control_flooded++;
+    if (i >= 0)
+        s->agents[i].pub.control_flooded++;
+    if (now - *noted >= ns_per_s) {
+        *noted = now;
+        char why[160];
+        snprintf(why, sizeof why,
+                 "control: %s sends more than %d bytes/s; its messages are dropped unread",
+                 i >= 0 ? id : "a sender not registered", PT_SESSION_PEER_BYTES_PER_S);
+        record_rejected(s, "control", i >= 0 ? id : NULL, why);
+        note(s, PT_NOTE_REJECTED, i, NULL, 0, why);
+    }
+    return 1;
+}
+
 static int drain_control(pt_session *s, pt_error *err)
 {
     for (int k = 0; k < RECV_BATCH_MAX; k++) {
@@ -735,9 +888,15 @@ static int drain_control(pt_session *s, pt_error *err)
                 extra++;
             }
         }
-        if (nf == 2 && !extra) {
+        size_t bytes = 0;
+        for (int j = 0; j < nf; j++)
+            bytes += zmq_msg_size(&f[j]);
+        const char *key = nf > 1 ? zmq_msg_gets(&f[1], "User-Id") : NULL;
+        if (over_budget(s, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), bytes)) {
+            /* dropped unread: counted in over_budget */
+        } else if (nf == 2 && !extra) {
             handle_control(s, zmq_msg_data(&f[0]), zmq_msg_size(&f[0]), zmq_msg_data(&f[1]),
-                           zmq_msg_size(&f[1]));
+                           zmq_msg_size(&f[1]), key ? key : "");
         } else {
             char id[PT_MSG_ID_MAX], why[160];
             size_t il = zmq_msg_size(&f[0]);
@@ -1049,6 +1208,8 @@ int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err)
         peers[w].stage = a->stage;
         peers[w].replica = a->replica;
         snprintf(peers[w].endpoint, sizeof peers[w].endpoint, "%s", a->data_endpoint);
+        /* the keys the handshakes proved: peers authenticate each other with them */
+        snprintf(peers[w].key, sizeof peers[w].key, "%s", a->public_key);
     }
     char nccl_id[PT_MSG_NCCL_ID_MAX];
     pick_nccl_id(s, nccl_id, sizeof nccl_id);
@@ -1091,6 +1252,36 @@ done:
     free(model_json);
     free(peers);
     return rc;
+}
+
+int pt_session_adopt(pt_session *s, const pt_session_plan *p, int64_t gen, pt_error *err)
+{
+    if (!s || !p || !p->plan || !p->model || !p->agents || !p->data)
+        return pt_error_set(err, PT_EINVAL, "session: adopt: plan, model, agents and data needed");
+    if (gen <= s->gen || gen > PT_MSG_INT_MAX)
+        return pt_error_set(err, PT_EINVAL,
+                            "session: adopt: generation %lld is not newer than %lld",
+                            (long long)gen, (long long)s->gen);
+    int rc = map_workers(s, p, err);
+    if (rc < 0)
+        return rc;
+    s->gen = gen;
+    pt_telemetry_rx_set_generation(s->rx, gen);
+    snprintf(s->ckpt_dir, sizeof s->ckpt_dir, "%s", p->checkpoint_dir ? p->checkpoint_dir : "");
+    int64_t latest = -1;
+    if (s->ckpt_dir[0] && pt_ckpt_latest_load(s->ckpt_dir, &latest, NULL) < 0)
+        latest = -1;
+    s->committed = latest;
+    s->kept_n = 0;
+    s->nreq = 0;
+    s->hold_lo = s->hold_hi = 0;
+    record_plan(s, p);
+    for (int w = 0; w < s->worker_count; w++) {
+        agent_entry *e = &s->agents[s->workers[w]];
+        e->pub.gen = gen;
+        set_state(s, s->workers[w], PT_AGENT_RUNNING);
+    }
+    return 0;
 }
 
 static int send_all(pt_session *s, pt_msg_type type, const pt_msg *tmpl, pt_error *err);

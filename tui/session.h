@@ -35,6 +35,7 @@
 
 #include "protocol/ckpt_index.h"
 #include "protocol/error.h"
+#include "protocol/keyfile.h"
 #include "protocol/message.h"
 #include "protocol/model.h"
 #include "protocol/plan.h"
@@ -95,6 +96,9 @@ typedef struct pt_session_agent {
     int has_metrics;
     pt_msg_metrics metrics; /* the newest iteration metrics */
     int64_t stop_step;      /* step boundary its last stop ack named (iterations done); -1 none */
+    char public_key[PT_KEY_Z85_LEN + 1]; /* its CURVE key ("" without CURVE); its name is bound
+                                            to it from the first register on */
+    uint64_t control_flooded;            /* messages dropped unread: over its byte budget */
 } pt_session_agent;
 
 /* What happened, for a listener (the console's views, `pipetop run`). */
@@ -133,6 +137,14 @@ typedef struct pt_session_config {
     const char *record_path;    /* run record to create (folders made), NULL: none */
     int heartbeat_ms;           /* 0: PT_SESSION_HEARTBEAT_MS */
     int missed_heartbeats;      /* 0: PT_SESSION_MISSED_HEARTBEATS */
+    /* CURVE (docs/architecture.md, "Trust"): with key (the console's pair)
+     * both sockets are CURVE servers and only agents whose public key is one
+     * of allowed[0..allowed_n) (or added later, pt_session_allow) complete
+     * the handshake. NULL: no CURVE, and then only loopback and ipc
+     * endpoints may be bound (runtime/trust.h). Copied. */
+    const pt_keyfile *key;
+    const char (*allowed)[PT_KEY_Z85_LEN + 1];
+    int allowed_n;
 } pt_session_config;
 
 typedef struct pt_session pt_session;
@@ -141,6 +153,29 @@ typedef struct pt_session pt_session;
  * session; on failure *out is NULL and err says which bind or file failed
  * (PT_EIO, PT_EINVAL bad endpoint or figures, PT_ENOMEM). */
 int pt_session_create(const pt_session_config *cfg, pt_session **out, pt_error *err);
+
+/* Bytes of one control message from an agent (ZMQ_MAXMSGSIZE on the ROUTER:
+ * a peer sending more is disconnected by ZeroMQ before the frame is read)
+ * and of one telemetry message (on the SUB). */
+#define PT_SESSION_CONTROL_MAX_BYTES   (256 << 10)
+#define PT_SESSION_TELEMETRY_MAX_BYTES ((int64_t)PT_MSG_MAX_BYTES + 4096)
+/* Control bytes one peer may send per second (a token bucket holding up to
+ * one second's worth): beyond it, its messages are dropped unread and
+ * counted, so a flooding peer cannot starve the heartbeats of the others.
+ * Agents send a few hundred bytes per heartbeat. */
+#define PT_SESSION_PEER_BYTES_PER_S (4 << 20)
+
+/* Allows one more agent key while running (CURVE sessions only): the run
+ * controller's spawned agents. With name, that name is bound to the key: a
+ * register under it from any other key is refused. 0, PT_ESTATE (no CURVE),
+ * PT_EINVAL (not a key), PT_ERANGE (allow-list full), PT_ENOMEM. */
+int pt_session_allow(pt_session *s, const char *public_z85, const char *name, pt_error *err);
+
+/* The console's public key (Z85), "" without CURVE. */
+const char *pt_session_public_key(const pt_session *s);
+
+/* Handshakes refused by the allow-list (unknown key, no CURVE), 0 without CURVE. */
+int64_t pt_session_refused_handshakes(const pt_session *s);
 
 /* Closes the sockets and the record. Sends nothing (call pt_session_bye
  * first to let agents go). NULL-safe; sets *s_p = NULL. */
@@ -196,6 +231,15 @@ typedef struct pt_session_plan {
  * pt_session_wait) or PT_EINVAL/PT_ESTATE with err naming the agent. */
 int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err);
 
+/* Picks up a run another console (holding the same key) assigned, as
+ * generation gen, without sending anything: the agents keep running it.
+ * p->agents are the registered agents that run each worker (the old
+ * console's record names them); they become RUNNING workers of gen, the
+ * checkpoint folder's newest committed step (its `latest`) counts as
+ * committed. 0, or PT_EINVAL/PT_ESTATE as pt_session_assign, or PT_EINVAL
+ * when gen is not newer than the session's. */
+int pt_session_adopt(pt_session *s, const pt_session_plan *p, int64_t gen, pt_error *err);
+
 /* Requests to every worker of the current plan: start `steps` steps (0:
  * until stopped), stop, save a checkpoint after `step` (-1: the current
  * one). 0, or PT_ESTATE before an assign.
@@ -243,6 +287,7 @@ typedef struct pt_session_counts {
     pt_rx_counts telemetry;    /* pt_telemetry_rx totals */
     uint64_t telemetry_rejected; /* decoded but refused: a control type, unknown agent */
     uint64_t sends_failed;       /* messages the ROUTER could not queue */
+    uint64_t control_flooded;    /* dropped unread: a peer over PT_SESSION_PEER_BYTES_PER_S */
 } pt_session_counts;
 void pt_session_counts_get(const pt_session *s, pt_session_counts *out);
 

@@ -39,6 +39,7 @@ typedef struct pt_ui {
     int rows, cols;
     pt_layout layout;
     pt_view view, prev_view;
+    int readonly; /* --readonly: keys that edit the plan or act on the run are refused */
     /* data */
     pt_store *store;
     pt_source *src;

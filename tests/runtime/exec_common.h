@@ -114,15 +114,19 @@ static inline pt_model_spec ec_gpt(void)
     return s;
 }
 
+/* Synthetic data of the model's shape: token sequences of its input length
+ * over its embedding's vocabulary, or features of its input size in as many
+ * classes as its loss layer. */
 static inline pt_dataset *ec_data(const pt_model_spec *spec)
 {
     pt_dataset *ds = NULL;
     pt_error err = {0};
     int rc = spec->input_kind == PT_INPUT_TOKENS
-                 ? pt_dataset_synth_tokens_new(SYNTH_COUNT, GPT_SEQ, GPT_VOCAB, DATA_SEED,
-                                               PT_DATA_TRAIN, &ds, &err)
-                 : pt_dataset_synth_class_new(SYNTH_COUNT, MLP_IN, MLP_CLASSES, DATA_SEED,
-                                              PT_DATA_TRAIN, &ds, &err);
+                 ? pt_dataset_synth_tokens_new(SYNTH_COUNT, spec->input[0], spec->layers[0].vocab,
+                                               DATA_SEED, PT_DATA_TRAIN, &ds, &err)
+                 : pt_dataset_synth_class_new(SYNTH_COUNT, pt_model_spec_input_elems(spec),
+                                              spec->layers[spec->layer_count - 1].classes,
+                                              DATA_SEED, PT_DATA_TRAIN, &ds, &err);
     if (rc < 0)
         fprintf(stderr, "data: %s\n", err.msg);
     return ds;
@@ -143,6 +147,8 @@ typedef struct ec_case {
     int windows; /* asynchronous kinds; iterations for synchronous ones */
     pt_optim_kind optim;
     int gpt;
+    const pt_model_spec *model; /* ec_check_sync: this model (a shipped one) instead of the
+                                   MLP or the small GPT */
     /* gradient buckets (pt_sched_opts.bucket_bytes): 0 builds without a profile (one
      * bucket per stage); otherwise with ec_profile's real parameter bytes */
     int64_t bucket_bytes;
@@ -627,7 +633,7 @@ typedef void (*ec_sync_more)(const ec_case *c, const ec_run *r, const ec_weights
                              int failures_before);
 static inline void ec_check_sync(const ec_case *c, int iters, ec_sync_more more)
 {
-    pt_model_spec spec = c->gpt ? ec_gpt() : ec_mlp();
+    pt_model_spec spec = c->model ? *c->model : c->gpt ? ec_gpt() : ec_mlp();
     pt_dataset *ds = ec_data(&spec);
     REQUIRE(ds);
     int before = pt_test_failures_;

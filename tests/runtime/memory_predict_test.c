@@ -4,7 +4,8 @@
  * with the profile `pipetop profile` records (input and layer outputs:
  * per-sample floats from pt_net_layer_elems x 4 x rows; parameters: each
  * layer's parameter count x 4; saved and scratch bytes read off each layer's
- * arena by pt_net_layer_memory), then run by the in-process pipeline
+ * arena by pt_net_layer_memory, a split backward's keep bytes by
+ * pt_net_layer_keep), then run by the in-process pipeline
  * (runtime/pipeline.h), and per worker:
  *
  *   in-flight micro-batches  predicted peak == most FWDs without their BWD in
@@ -133,6 +134,8 @@ static pt_profile *real_profile(const pt_model_spec *spec, int mb)
         pt_error err = {0};
         int rc = pt_net_layer_memory(spec, l, mb, NULL, &L->saved_bytes, &L->scratch_bytes, &err);
         CHECK_MSG(rc == 0, "%s layer %d: %s", spec->name, l, err.msg);
+        rc = pt_net_layer_keep(spec, l, mb, NULL, &L->keep_bytes, &err);
+        CHECK_MSG(rc == 0, "%s layer %d: %s", spec->name, l, err.msg);
     }
     pt_net_destroy(&whole);
     return p;
@@ -143,7 +146,8 @@ static int inflight_peak(const ec_events *e, int w)
 {
     int cur = 0, most = 0;
     for (int i = 0; i < e->n[w]; i++) {
-        cur += (e->ev[w][i].kind == PT_OP_FWD) - (e->ev[w][i].kind == PT_OP_BWD);
+        int k = e->ev[w][i].kind;
+        cur += (k == PT_OP_FWD) - (k == PT_OP_BWD || k == PT_OP_BWD_WEIGHT);
         if (cur > most)
             most = cur;
     }
@@ -320,6 +324,8 @@ static const variant variants[] = {
     {PT_SCHED_PIPEDREAM, 'A', 1, "pipedream vsync"},
     {PT_SCHED_2BW, 'A', 0, "2bw"},
     {PT_SCHED_PIPESGD, 'A', 0, "pipesgd"},
+    {PT_SCHED_ZB_H1, 'A', 0, "zb-h1"},
+    {PT_SCHED_ZB_H2, 'A', 0, "zb-h2"},
 };
 #define VARIANTS (int)(sizeof variants / sizeof variants[0])
 
@@ -438,8 +444,13 @@ static void check_analytic(const pt_model_spec *spec, int batch)
     REQUIRE(arc == 0);
     int blocks = 0;
     for (int l = 0; l < spec->layer_count; l++) {
-        int64_t saved = -1, scratch = -1;
+        int64_t saved = -1, scratch = -1, keep = -1;
         REQUIRE(pt_net_layer_memory(spec, l, batch, NULL, &saved, &scratch, &err) == 0);
+        REQUIRE(pt_net_layer_keep(spec, l, batch, NULL, &keep, &err) == 0);
+        CHECK_MSG(ap->layers[l].keep_bytes == keep,
+                  "%s layer %d (%s) at batch %d: analytic keep %lld, measured %lld", spec->name, l,
+                  spec->layers[l].name, batch, (long long)ap->layers[l].keep_bytes,
+                  (long long)keep);
         CHECK_MSG(ap->layers[l].saved_bytes == saved && ap->layers[l].scratch_bytes == scratch,
                   "%s layer %d (%s) at batch %d: analytic saved %lld scratch %lld, measured "
                   "%lld, %lld",

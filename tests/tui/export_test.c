@@ -37,9 +37,9 @@ static pt_profile *make_profile(int n)
     return p;
 }
 
-/* A simulated DAPPLE program: 3 stages, the middle one replicated twice. */
-static int simulate(pt_program *prog, pt_sim_result *res, pt_sim **sim, pt_cost **cost,
-                    pt_profile **prof, pt_topology **topo)
+/* A simulated program of `kind`: 3 stages, the middle one replicated twice. */
+static int simulate_kind(pt_sched_kind kind, pt_program *prog, pt_sim_result *res, pt_sim **sim,
+                         pt_cost **cost, pt_profile **prof, pt_topology **topo)
 {
     *prof = make_profile(9);
     pt_link intra = {5e9, 20e-6}, inter = {1e9, 50e-6};
@@ -49,7 +49,7 @@ static int simulate(pt_program *prog, pt_sim_result *res, pt_sim **sim, pt_cost 
     plan->layer_count = 9;
     plan->microbatch_size = 8;
     plan->microbatch_count = 6;
-    plan->schedule = PT_SCHED_DAPPLE;
+    plan->schedule = kind;
     int d0 = 0, d1[2] = {1, 2}, d2 = 3;
     plan->stages[0].first = 0, plan->stages[0].last = 3;
     plan->stages[1].first = 3, plan->stages[1].last = 6;
@@ -64,6 +64,13 @@ static int simulate(pt_program *prog, pt_sim_result *res, pt_sim **sim, pt_cost 
         rc = pt_sim_plan(*sim, plan, *cost, NULL, prog, res, NULL);
     pt_plan_free(&plan);
     return rc;
+}
+
+/* The DAPPLE one. */
+static int simulate(pt_program *prog, pt_sim_result *res, pt_sim **sim, pt_cost **cost,
+                    pt_profile **prof, pt_topology **topo)
+{
+    return simulate_kind(PT_SCHED_DAPPLE, prog, res, sim, cost, prof, topo);
 }
 
 typedef struct trace_stats {
@@ -505,7 +512,83 @@ static void test_store_ring(void)
     pt_store_free(&s);
 }
 
-PT_TEST_MAIN({"trace_of_simulation", test_trace_of_simulation},
+/* Occurrences of needle in hay. */
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+/* The fill colour of the first SVG rect of op `name`, into col[8]. */
+static int fill_of(const char *svg, const char *name, char *col)
+{
+    char key[64];
+    snprintf(key, sizeof key, "data-op=\"%s\"", name);
+    const char *p = strstr(svg, key);
+    p = p ? strstr(p, "fill=\"") : NULL;
+    if (!p)
+        return -1;
+    snprintf(col, 8, "%.7s", p + 6);
+    return 0;
+}
+
+/* A zero-bubble program's trace and SVG draw the two halves of the backward
+ * apart: BWD_INPUT and BWD_WEIGHT events, one of each per micro-batch and
+ * worker and no whole BWD; in the SVG their own colours, patterns and
+ * legend entries, which an unsplit program's SVG does not list. */
+static void test_split_backward(void)
+{
+    pt_program prog = {0};
+    pt_sim_result res;
+    pt_sim *sim = NULL;
+    pt_cost *cost = NULL;
+    pt_profile *prof = NULL;
+    pt_topology *topo = NULL;
+    REQUIRE(simulate_kind(PT_SCHED_ZB_H1, &prog, &res, &sim, &cost, &prof, &topo) == 0);
+    pt_tline tl = {0};
+    REQUIRE(pt_tline_from_sim(&tl, &prog, &res) == 0);
+    char *trace = NULL, *svg = NULL;
+    REQUIRE(pt_export_trace(&tl, NULL, 0, &trace, NULL, NULL, NULL) == 0);
+    int per = prog.worker_count * prog.mb_count;
+    CHECK_MSG(count_of(trace, "\"name\":\"BWD_INPUT mb") == per, "%d BWD_INPUT events, want %d",
+              count_of(trace, "\"name\":\"BWD_INPUT mb"), per);
+    CHECK(count_of(trace, "\"name\":\"BWD_WEIGHT mb") == per);
+    CHECK(count_of(trace, "\"name\":\"BWD mb") == 0);
+    REQUIRE(pt_export_svg(&tl, NULL, NULL, &svg, NULL, NULL) == 0);
+    CHECK(count_of(svg, "data-op=\"BWD_INPUT\"") == per);
+    CHECK(count_of(svg, "data-op=\"BWD_WEIGHT\"") == per);
+    char b[8] = "", w[8] = "";
+    REQUIRE(fill_of(svg, "BWD_INPUT", b) == 0 && fill_of(svg, "BWD_WEIGHT", w) == 0);
+    CHECK_MSG(strcmp(b, w) != 0, "B and W share the colour %s", b);
+    CHECK(strstr(svg, "url(#rhatch)") != NULL); /* W differs without colour too */
+    CHECK(strstr(svg, ">input gradient<") && strstr(svg, ">weight gradient<"));
+    free(trace);
+    free(svg);
+    pt_tline_release(&tl);
+    pt_program_release(&prog);
+    pt_sim_free(&sim);
+    /* unsplit: no such legend entries */
+    pt_cost_free(&cost);
+    pt_profile_free(&prof);
+    pt_topology_free(&topo);
+    REQUIRE(simulate(&prog, &res, &sim, &cost, &prof, &topo) == 0);
+    memset(&tl, 0, sizeof tl);
+    REQUIRE(pt_tline_from_sim(&tl, &prog, &res) == 0);
+    REQUIRE(pt_export_svg(&tl, NULL, NULL, &svg, NULL, NULL) == 0);
+    CHECK(strstr(svg, ">weight gradient<") == NULL && strstr(svg, "data-op=\"BWD\"") != NULL);
+    free(svg);
+    pt_tline_release(&tl);
+    pt_program_release(&prog);
+    pt_sim_free(&sim);
+    pt_cost_free(&cost);
+    pt_profile_free(&prof);
+    pt_topology_free(&topo);
+}
+
+PT_TEST_MAIN({"split_backward", test_split_backward},
+             {"trace_of_simulation", test_trace_of_simulation},
              {"trace_of_run_record", test_trace_of_run_record},
              {"overlap_tracks", test_overlap_tracks}, {"replay_steps", test_replay_steps},
              {"record_errors", test_record_errors}, {"store_ring", test_store_ring})

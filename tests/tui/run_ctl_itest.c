@@ -109,7 +109,11 @@ static void test_controller(void)
     REQUIRE(pt_model_spec_load(pt_test_path("tests/data/run/tiny-mlp.json"), &spec, &err) == 0);
     seen sn;
     reset_first_steps(&sn);
-    pt_run_config cfg = {TEST_DIR, NULL, NULL, AGENTS, on_note, &sn, NULL, NULL};
+    pt_run_config cfg = {.run_dir = TEST_DIR,
+                         .agents = AGENTS,
+                         .listener = on_note,
+                         .listener_user = &sn,
+                         .local_keys = 1};
     pt_run *run = NULL;
     REQUIRE(pt_run_create(&cfg, &run, &err) == 0);
     pt_session *s = pt_run_session(run);

@@ -310,7 +310,9 @@ static int commit_hook(void *user, const char *dir, int64_t step, int stages, pt
 
 static pt_session *open_session(const char *record, seen *x, int fast)
 {
-    pt_session_config cfg = {NULL, NULL, record, fast ? FAST_HB_MS : 0, fast ? FAST_MISSED : 0};
+    pt_session_config cfg = {.record_path = record,
+                             .heartbeat_ms = fast ? FAST_HB_MS : 0,
+                             .missed_heartbeats = fast ? FAST_MISSED : 0};
     pt_session *s = NULL;
     pt_error err = {0};
     int rc = pt_session_create(&cfg, &s, &err);
@@ -745,7 +747,7 @@ static pt_plan *plan_on(const int *devs, int n)
 static void test_map_policy(void)
 {
     pt_mkdir_p("run_session_test.d/map", NULL);
-    pt_run_config cfg = {"run_session_test.d/map", NULL, NULL, 4, NULL, NULL, NULL, NULL};
+    pt_run_config cfg = {.run_dir = "run_session_test.d/map", .agents = 4};
     pt_run *run = NULL;
     pt_error err = {0};
     REQUIRE(pt_run_create(&cfg, &run, &err) == 0);

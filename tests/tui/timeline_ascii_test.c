@@ -108,6 +108,30 @@ static void test_comm_glyphs(void)
     teardown(&f);
 }
 
+/* A split backward (zb-h1) draws its halves with their own glyphs, on every
+ * stage, and the legend names them; an unsplit program has neither. */
+static void test_split_glyphs(void)
+{
+    fix f;
+    REQUIRE(setup(&f, PT_SCHED_ZB_H1, 3, 4, FX_FAST_BPS) == 0);
+    char buf[2048], row[201];
+    pt_timeline_opts o = {120, 0, 0, 0, 1};
+    pt_timeline_ascii(&f.prog, &f.res, &o, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "backward split: I input gradient  W weight gradient");
+    for (int w = 0; w < f.prog.worker_count; w++) {
+        pt_timeline_row(&f.prog, &f.res, w, 0, f.res.makespan_s, 200, row);
+        CHECK_MSG(strchr(row, 'I') && strchr(row, 'W') && !strchr(row, 'B'), "worker %d: %.200s", w,
+                  row);
+    }
+    teardown(&f);
+    REQUIRE(setup(&f, PT_SCHED_1F1B_FLUSH, 3, 4, FX_FAST_BPS) == 0);
+    pt_timeline_ascii(&f.prog, &f.res, &o, buf, sizeof buf);
+    CHECK(strstr(buf, "backward split") == NULL);
+    pt_timeline_row(&f.prog, &f.res, 0, 0, f.res.makespan_s, 200, row);
+    CHECK(strchr(row, 'B') && !strchr(row, 'I') && !strchr(row, 'W'));
+    teardown(&f);
+}
+
 static void test_truncation(void)
 {
     fix f;
@@ -122,5 +146,6 @@ static void test_truncation(void)
     teardown(&f);
 }
 
-PT_TEST_MAIN({"exact_chart", test_exact_chart}, {"rows_have_the_width", test_rows_have_the_width},
-             {"comm_glyphs", test_comm_glyphs}, {"truncation", test_truncation})
+PT_TEST_MAIN({"split_glyphs", test_split_glyphs}, {"exact_chart", test_exact_chart},
+             {"rows_have_the_width", test_rows_have_the_width}, {"comm_glyphs", test_comm_glyphs},
+             {"truncation", test_truncation})

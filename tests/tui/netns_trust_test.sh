@@ -1,0 +1,165 @@
+#!/bin/bash
+# Two "hosts" made of Linux network namespaces joined by a veth pair, CURVE
+# on every channel (issue 13, docs/deploy.md): the console in host A, one
+# agent in A and one in B started by hand with their own keys; a 2-stage run
+# trains and its checkpoint equals, bit for bit, the same run on loopback.
+# Meanwhile an agent with a key not on the allow-list and a plain-text agent
+# (no CURVE), both in B and both claiming the real agent's name, are refused
+# at the handshake: neither ever registers, and the console counts them.
+# Also: a console refuses to bind a non-loopback address without CURVE.
+#
+# Needs root (network namespaces), as CI has; exits 77 (skipped) otherwise.
+# Sends traffic only inside the two namespaces it creates.
+set -u
+B="${PT_BUILD_DIR:?}"
+S="${PT_SOURCE_DIR:?}"
+if [ "$(id -u)" != 0 ]; then
+    echo "SKIP: netns_trust_test needs root to create network namespaces (ip netns); CI runs it as root"
+    exit 77
+fi
+if ! command -v ip >/dev/null; then
+    echo "SKIP: netns_trust_test needs ip(8) (iproute2)"
+    exit 77
+fi
+RUN_S=120
+tag=$(($$ % 100000))
+nsA="pt-trust-a-$tag"
+nsB="pt-trust-b-$tag"
+vA="ptta$tag"
+vB="pttb$tag"
+net="10.231.$(($$ % 200 + 20))"
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    ip netns del "$nsA" 2>/dev/null
+    ip netns del "$nsB" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+failures=0
+fail() {
+    echo "FAIL: $*" >&2
+    failures=$((failures + 1))
+}
+if ! ip netns add "$nsA" 2>"$tmp/netns.err"; then
+    echo "SKIP: ip netns add failed ($(cat "$tmp/netns.err")): no namespaces here"
+    exit 77
+fi
+ip netns add "$nsB" &&
+    ip link add "$vA" type veth peer name "$vB" &&
+    ip link set "$vA" netns "$nsA" && ip link set "$vB" netns "$nsB" &&
+    ip -n "$nsA" addr add "$net.1/24" dev "$vA" && ip -n "$nsB" addr add "$net.2/24" dev "$vB" &&
+    ip -n "$nsA" link set lo up && ip -n "$nsB" link set lo up &&
+    ip -n "$nsA" link set "$vA" up && ip -n "$nsB" link set "$vB" up || {
+    echo "FAIL: could not set up the veth pair" >&2
+    exit 1
+}
+# not shell functions: started in the background, $! is then the process itself
+# (ip netns exec execs)
+inA="ip netns exec $nsA"
+inB="ip netns exec $nsB"
+
+model="$S/tests/data/run/tiny-mlp.json"
+plan="$S/tests/data/run/plan-a.json"
+common=(--plan "$plan" --model "$model" --data synthetic --iters 6 --seed 7 --json)
+"$B/pipetop" profile --model "$model" --batch 16 --out "$tmp/profile.json" --repeats 2 \
+    >/dev/null 2>&1 || fail "profile"
+for k in console a b stranger; do
+    "$B/pipetop" keys --out "$tmp/keys/$k" >/dev/null || fail "keys $k"
+done
+printf '# agents of this run\n%s\nb.pub  # relative to this file\n' \
+    "$(awk '$1 == "public" {print $2}' "$tmp/keys/a.pub")" >"$tmp/keys/allow.txt"
+
+# the reference: the same run with agents spawned on loopback (per-run keys)
+timeout $RUN_S "$B/pipetop" run "${common[@]}" --profile "$tmp/profile.json" \
+    --run-dir "$tmp/ref" --checkpoint-dir "$tmp/ref-ck" >"$tmp/ref.out" 2>"$tmp/ref.err" ||
+    fail "loopback run: $(tail -3 "$tmp/ref.err")"
+
+# a non-loopback bind without CURVE is refused, saying how to make keys
+$inA timeout $RUN_S "$B/pipetop" run "${common[@]}" --profile "$tmp/profile.json" --external \
+    --control-bind "tcp://$net.1:*" --run-dir "$tmp/plain" >/dev/null 2>"$tmp/plain.err" &&
+    fail "bound $net.1 without CURVE"
+grep -q "pipetop keys --out" "$tmp/plain.err" || fail "no key advice: $(cat "$tmp/plain.err")"
+
+# the console in A, CURVE on, bound to A's veth address
+$inA timeout $RUN_S "$B/pipetop" run "${common[@]}" --profile "$tmp/profile.json" --external \
+    --key "$tmp/keys/console.key" --allow "$tmp/keys/allow.txt" \
+    --control-bind "tcp://$net.1:*" --telemetry-bind "tcp://$net.1:*" \
+    --run-dir "$tmp/ns" --checkpoint-dir "$tmp/ns-ck" >"$tmp/ns.out" 2>"$tmp/ns.err" &
+console=$!
+pids+=("$console")
+for _ in $(seq 1 $((RUN_S * 10))); do
+    [ -s "$tmp/ns/run.ndjson" ] && break
+    kill -0 "$console" 2>/dev/null || break
+    sleep 0.1
+done
+ctl=$(head -1 "$tmp/ns/run.ndjson" 2>/dev/null | sed -n 's/.*"control":"\([^"]*\)".*/\1/p')
+tel=$(head -1 "$tmp/ns/run.ndjson" 2>/dev/null | sed -n 's/.*"telemetry":"\([^"]*\)".*/\1/p')
+case "$ctl" in tcp://$net.1:*) ;; *) fail "console endpoint '$ctl' ($(cat "$tmp/ns.err"))" ;; esac
+pub="$tmp/keys/console.pub"
+
+# intruders in B first, both under the name of the real agent of B
+$inB "$B/pipetop-agent" --console "$ctl" --telemetry "$tel" --device 1 --name hand-b \
+    --data-bind "tcp://$net.2:*" --key "$tmp/keys/stranger.key" --server-key "$pub" \
+    >/dev/null 2>"$tmp/stranger.err" &
+pids+=($!)
+$inB "$B/pipetop-agent" --console "$ctl" --telemetry "$tel" --device 1 --name hand-b \
+    >/dev/null 2>"$tmp/plainagent.err" &
+pids+=($!)
+# the real agents: one per host
+$inA "$B/pipetop-agent" --console "$ctl" --telemetry "$tel" --device 0 --name hand-a \
+    --data-bind "tcp://$net.1:*" --key "$tmp/keys/a.key" --server-key "$pub" \
+    >/dev/null 2>"$tmp/a.err" &
+pa=$!
+pids+=("$pa")
+$inB "$B/pipetop-agent" --console "$ctl" --telemetry "$tel" --device 1 --name hand-b \
+    --data-bind "tcp://$net.2:*" --key "$tmp/keys/b.key" --server-key "$(awk '$1 == "public" {print $2}' "$pub")" \
+    >/dev/null 2>"$tmp/b.err" &
+pb=$!
+pids+=("$pb")
+
+wait "$console"
+st=$?
+[ "$st" = 0 ] || fail "the two-host run exited $st: $(tail -5 "$tmp/ns.err")"
+summary=$(tail -1 "$tmp/ns.out")
+grep -q '"event":"summary"' <<<"$summary" || fail "no summary: $summary"
+refused=$(sed -n 's/.*"handshakes_refused":\([0-9]*\).*/\1/p' <<<"$summary")
+[ "${refused:-0}" -ge 2 ] || fail "handshakes refused: '${refused}' (want >= 2: stranger, plain)"
+grep -q '"control_rejected":0' <<<"$summary" || fail "something was processed and rejected: $summary"
+rec="$tmp/ns/run.ndjson"
+grep -q '{"worker":0,"agent":"hand-a","stage":0' "$rec" || fail "worker 0 is not hand-a"
+grep -q '{"worker":1,"agent":"hand-b","stage":1' "$rec" || fail "worker 1 is not hand-b"
+# one register of hand-b reached the console: the real agent's (ip netns exec execs, so
+# the pid is the one started here)
+n=$(grep -c '"type":"register","agent":"hand-b"' "$rec")
+[ "$n" = 1 ] || fail "$n registers of hand-b reached the console (want 1)"
+grep -q "\"type\":\"register\",\"agent\":\"hand-b\".*\"pid\":$pb," "$rec" ||
+    fail "the register of hand-b is not from pid $pb"
+for p in "$pa" "$pb"; do
+    wait "$p" || fail "agent $p exited $?"
+done
+
+# the weights (and optimizer state) equal the loopback run's, bit for bit
+step=$(cat "$tmp/ref-ck/latest" 2>/dev/null)
+[ -n "$step" ] && [ "$step" = "$(cat "$tmp/ns-ck/latest" 2>/dev/null)" ] ||
+    fail "latest: loopback '$step', two hosts '$(cat "$tmp/ns-ck/latest" 2>/dev/null)'"
+dir=$(ls -d "$tmp/ref-ck"/step-* | tail -1)
+tensors=0
+for f in "$dir"/*.f32; do
+    cmp -s "$f" "$tmp/ns-ck/$(basename "$dir")/$(basename "$f")" ||
+        fail "$(basename "$f") differs from the loopback run"
+    tensors=$((tensors + 1))
+done
+[ "$tensors" -gt 0 ] || fail "no tensors in $dir"
+
+if [ "$failures" -ne 0 ]; then
+    echo "netns_trust_test: $failures failures (files in $tmp kept)" >&2
+    trap - EXIT
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+    ip netns del "$nsA" 2>/dev/null
+    ip netns del "$nsB" 2>/dev/null
+    exit 1
+fi
+echo "netns_trust_test: ok ($tensors tensors equal; $refused handshakes refused)"

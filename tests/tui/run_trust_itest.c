@@ -1,0 +1,572 @@
+/* Attacks on a real CURVE run (issue 13; docs/reliability.md,
+ * "Authentication"): `pipetop run --external --key --allow` with two agents
+ * started by hand, and an attacker holding a key on the allow-list (a
+ * compromised or careless operator's agent) who
+ * - registers under the real agent's name, from its own routing id and from
+ *   the real agent's routing id;
+ * - floods the control port with 200 junk frames of 16 MiB;
+ * - floods it with thousands of junk frames just under the size cap;
+ * while the run trains. Nothing changes: the run goes on, no agent is taken
+ * for dead, and the weights at the step it stopped at equal those of an
+ * undisturbed run to the same step.
+ * Then a second console: after the real console is SIGKILLed, a console with
+ * another key binds its port; the agent started by hand never talks to it
+ * (the CURVE handshake proves the server key) and leaves as for a silent
+ * console. */
+#include <sys/stat.h>
+#include <zmq.h>
+
+#include "protocol/keyfile.h"
+#include "protocol/message.h"
+#include "runtime/trust.h"
+#include "tests/tui/run_util.h"
+#include "tui/session.h"
+
+#define TDIR        "run_trust_itest.d"
+#define RUN_MS      180000
+#define JUNK_BYTES  (16u << 20)
+#define JUNK_FRAMES 200
+#define SMALL_BYTES (PT_SESSION_CONTROL_MAX_BYTES - 1024)
+#define SMALL_COUNT 3000
+
+static char model[1024], plan[1024];
+
+static void make_key(const char *name)
+{
+    char out[256];
+    snprintf(out, sizeof out, TDIR "/keys/%s", name);
+    char *argv[] = {(char *)ru_bin("pipetop"), "keys", "--out", out, NULL};
+    REQUIRE(ru_run(argv, TDIR "/keys.out", TDIR "/keys.err", RUN_MS) == 0);
+}
+
+static void load_key(const char *name, pt_keyfile *k)
+{
+    char path[256];
+    snprintf(path, sizeof path, TDIR "/keys/%s.key", name);
+    pt_error err = {0};
+    REQUIRE(pt_keyfile_load(path, k, &err) == 0);
+}
+
+static int endpoints(const char *record, char *ctl, char *tel, size_t cap)
+{
+    char *text = NULL;
+    if (pt_file_read(record, &text, NULL, NULL) < 0)
+        return 0;
+    char *nl = strchr(text, '\n');
+    int ok = 0;
+    if (nl) {
+        *nl = '\0';
+        cJSON *j = cJSON_Parse(text);
+        snprintf(ctl, cap, "%s", ru_str(j, "control"));
+        snprintf(tel, cap, "%s", ru_str(j, "telemetry"));
+        ok = ctl[0] && tel[0];
+        cJSON_Delete(j);
+    }
+    free(text);
+    return ok;
+}
+
+static int count_in(const char *path, const char *what)
+{
+    char *text = NULL;
+    if (pt_file_read(path, &text, NULL, NULL) < 0)
+        return 0;
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)); p += strlen(what))
+        n++;
+    free(text);
+    return n;
+}
+
+static int steps_seen(const char *out)
+{
+    double loss[1];
+    int ordered;
+    return ru_step_losses(out, 0, loss, 0, &ordered);
+}
+
+static void wait_steps(const char *out, int n)
+{
+    int64_t t0 = ru_now_ms();
+    while (steps_seen(out) < n && ru_now_ms() - t0 < RUN_MS)
+        usleep(20000);
+    REQUIRE(steps_seen(out) >= n);
+}
+
+static pid_t start_agent(const char *ctl, const char *tel, const char *dev, const char *name,
+                         const char *key, const char *grace_ms, const char *log)
+{
+    char *argv[] = {(char *)ru_bin("pipetop-agent"),
+                    "--console",
+                    (char *)ctl,
+                    "--telemetry",
+                    (char *)tel,
+                    "--device",
+                    (char *)dev,
+                    "--name",
+                    (char *)name,
+                    "--key",
+                    (char *)key,
+                    "--server-key",
+                    TDIR "/keys/console.pub",
+                    "--grace-ms",
+                    (char *)grace_ms,
+                    NULL};
+    return ru_start(argv, "/dev/null", log);
+}
+
+/* A DEALER of the attacker's, CURVE with its allowed key, to the console. */
+static void *attacker(void *ctx, const pt_keyfile *k, const char *server, const char *ident,
+                      const char *ctl)
+{
+    void *d = zmq_socket(ctx, ZMQ_DEALER);
+    int linger = 0, ivl = 1, hwm = 0;
+    zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(d, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(d, ZMQ_ROUTING_ID, ident, strlen(ident));
+    pt_error err = {0};
+    CHECK_MSG(pt_trust_client(d, k, server, &err) == 0, "%s", err.msg);
+    CHECK(zmq_connect(d, ctl) == 0);
+    return d;
+}
+
+static void send_register(void *d, const char *as)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_REGISTER, as);
+    snprintf(m.u.reg.host, sizeof m.u.reg.host, "evil");
+    m.u.reg.pid = 1;
+    m.u.reg.device = 0;
+    snprintf(m.u.reg.backend, sizeof m.u.reg.backend, "cpu");
+    snprintf(m.u.reg.data_endpoint, sizeof m.u.reg.data_endpoint, "tcp://127.0.0.1:9");
+    char *text = NULL;
+    size_t len = 0;
+    REQUIRE(pt_msg_encode(&m, &text, &len, NULL) == 0);
+    REQUIRE(zmq_send(d, text, len, 0) == (int)len);
+    free(text);
+}
+
+static void no_free(void *data, void *hint)
+{
+    (void)data;
+    (void)hint;
+}
+
+/* Disconnections the console made of d: each oversized frame costs the
+ * attacker its connection. Counted until want or ms. */
+static int disconnects(void *mon, int want, int ms)
+{
+    int n = 0;
+    int64_t t0 = ru_now_ms();
+    zmq_pollitem_t it = {mon, 0, ZMQ_POLLIN, 0};
+    while (n < want && ru_now_ms() - t0 < ms) {
+        if (zmq_poll(&it, 1, 100) <= 0)
+            continue;
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        zmq_msg_init(&addr);
+        if (zmq_msg_recv(&ev, mon, 0) >= 6 && zmq_msg_recv(&addr, mon, 0) >= 0) {
+            uint16_t id;
+            memcpy(&id, zmq_msg_data(&ev), sizeof id);
+            n += id == ZMQ_EVENT_DISCONNECTED;
+        }
+        zmq_msg_close(&ev);
+        zmq_msg_close(&addr);
+    }
+    return n;
+}
+
+static void test_attacks_change_nothing(void)
+{
+    ru_fresh_dir(TDIR);
+    snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
+    snprintf(plan, sizeof plan, "%s", pt_test_path("tests/data/run/plan-a.json"));
+    char *prof[] = {
+        (char *)ru_bin("pipetop"), "profile",   "--model", model, "--batch", "16", "--out",
+        TDIR "/profile.json",      "--repeats", "2",       NULL};
+    REQUIRE(ru_run(prof, TDIR "/profile.out", TDIR "/profile.err", RUN_MS) == 0);
+    const char *names[] = {"console", "a", "b", "mallory", "other-console"};
+    for (int k = 0; k < 5; k++)
+        make_key(names[k]);
+    FILE *f = fopen(TDIR "/keys/allow.txt", "w");
+    REQUIRE(f);
+    fprintf(f, "a.pub\nb.pub\nmallory.pub # an allowed key in the wrong hands\n");
+    fclose(f);
+    char *run[] = {(char *)ru_bin("pipetop"),
+                   "run",
+                   "--external",
+                   "--key",
+                   TDIR "/keys/console.key",
+                   "--allow",
+                   TDIR "/keys/allow.txt",
+                   "--plan",
+                   plan,
+                   "--model",
+                   model,
+                   "--data",
+                   "synthetic",
+                   "--seed",
+                   "7",
+                   "--iters",
+                   "1000000",
+                   "--profile",
+                   TDIR "/profile.json",
+                   "--checkpoint-dir",
+                   TDIR "/ck",
+                   "--run-dir",
+                   TDIR "/run",
+                   "--json",
+                   NULL};
+    pid_t console = ru_start(run, TDIR "/run.out", TDIR "/run.err");
+    char ctl[256] = "", tel[256] = "";
+    int64_t t0 = ru_now_ms();
+    while (!endpoints(TDIR "/run/run.ndjson", ctl, tel, sizeof ctl) && ru_now_ms() - t0 < RUN_MS)
+        usleep(20000);
+    REQUIRE(ctl[0]);
+    pid_t pa = start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", "0", TDIR "/a.err");
+    pid_t pb = start_agent(ctl, tel, "1", "hand-b", TDIR "/keys/b.key", "0", TDIR "/b.err");
+    wait_steps(TDIR "/run.out", 3);
+
+    pt_keyfile mk, ck;
+    load_key("mallory", &mk);
+    load_key("console", &ck);
+    void *ctx = zmq_ctx_new();
+    /* forged registers: from the real agent's routing id (the ROUTER keeps
+     * the connection it has) and from its own, claiming hand-a */
+    void *squat = attacker(ctx, &mk, ck.public_z85, "hand-a", ctl);
+    send_register(squat, "hand-a");
+    void *claim = attacker(ctx, &mk, ck.public_z85, "mallory", ctl);
+    send_register(claim, "hand-a");
+    const char *rec = TDIR "/run/run.ndjson";
+    t0 = ru_now_ms();
+    while (count_in(rec, "is not the sender's routing id") < 1 && ru_now_ms() - t0 < RUN_MS)
+        usleep(20000);
+    CHECK(count_in(rec, "is not the sender's routing id") == 1);
+
+    /* 200 x 16 MiB: each costs the attacker its connection, unread */
+    void *flood = attacker(ctx, &mk, ck.public_z85, "flood", ctl);
+    REQUIRE(zmq_socket_monitor(flood, "inproc://flood-mon", ZMQ_EVENT_DISCONNECTED) == 0);
+    void *mon = zmq_socket(ctx, ZMQ_PAIR);
+    REQUIRE(zmq_connect(mon, "inproc://flood-mon") == 0);
+    char *junk = malloc(JUNK_BYTES);
+    REQUIRE(junk);
+    memset(junk, 'J', JUNK_BYTES);
+    int64_t flood_t0 = ru_now_ms();
+    for (int k = 0; k < JUNK_FRAMES; k++) {
+        zmq_msg_t m;
+        zmq_msg_init_data(&m, junk, JUNK_BYTES, no_free, NULL);
+        REQUIRE(zmq_msg_send(&m, flood, 0) == (int)JUNK_BYTES);
+    }
+    int dis = disconnects(mon, JUNK_FRAMES, RUN_MS);
+    int64_t flood_ms = ru_now_ms() - flood_t0;
+    CHECK_MSG(dis >= JUNK_FRAMES, "%d disconnects for %d oversized frames", dis, JUNK_FRAMES);
+    fprintf(stderr, "flood of %d x %u bytes: %d disconnects in %lld ms\n", JUNK_FRAMES, JUNK_BYTES,
+            dis, (long long)flood_ms);
+    zmq_close(flood);
+    zmq_close(mon);
+
+    /* thousands just under the cap: over the byte budget, dropped unread */
+    void *small = attacker(ctx, &mk, ck.public_z85, "small", ctl);
+    for (int k = 0; k < SMALL_COUNT; k++) {
+        zmq_msg_t m;
+        zmq_msg_init_data(&m, junk, SMALL_BYTES, no_free, NULL);
+        REQUIRE(zmq_msg_send(&m, small, 0) == (int)SMALL_BYTES);
+    }
+    t0 = ru_now_ms();
+    while (count_in(rec, "its messages are dropped unread") < 1 && ru_now_ms() - t0 < RUN_MS)
+        usleep(20000);
+    CHECK(count_in(rec, "its messages are dropped unread") >= 1);
+    int before = steps_seen(TDIR "/run.out");
+    wait_steps(TDIR "/run.out", before + 3); /* it went on */
+
+    kill(console, SIGINT);
+    int st = ru_wait(console, RUN_MS, NULL);
+    CHECK_MSG(st == 0, "pipetop run exit status %d", st);
+    cJSON *s = ru_last_json(TDIR "/run.out");
+    CHECK(!strcmp(ru_str(s, "event"), "summary"));
+    const cJSON *fl = s ? cJSON_GetObjectItem(s, "control_flooded") : NULL;
+    const cJSON *cs = s ? cJSON_GetObjectItem(s, "checkpoint_step") : NULL;
+    CHECK_MSG(cJSON_IsNumber(fl) && fl->valuedouble > 0, "control_flooded %g",
+              cJSON_IsNumber(fl) ? fl->valuedouble : -1);
+    REQUIRE(cJSON_IsNumber(cs) && cs->valuedouble > 0);
+    int64_t step = (int64_t)cs->valuedouble;
+    cJSON_Delete(s);
+    /* no worker went to the attacker; nobody died */
+    CHECK(count_in(rec, "\"agent\":\"mallory\"") == 0 || count_in(rec, "{\"worker\":") == 2);
+    CHECK(count_in(rec, "{\"worker\":0,\"agent\":\"hand-a\"") == 1);
+    CHECK(count_in(rec, "\"kind\":\"dead\"") == 0);
+    CHECK(ru_wait(pa, 10000, NULL) == 0);
+    CHECK(ru_wait(pb, 10000, NULL) == 0);
+    zmq_close(squat);
+    zmq_close(claim);
+    zmq_close(small);
+    zmq_ctx_term(ctx);
+    free(junk);
+
+    /* the undisturbed run to the same step: the same weights */
+    char iters[32];
+    snprintf(iters, sizeof iters, "%lld", (long long)step);
+    char *ref[] = {(char *)ru_bin("pipetop"),
+                   "run",
+                   "--plan",
+                   plan,
+                   "--model",
+                   model,
+                   "--data",
+                   "synthetic",
+                   "--seed",
+                   "7",
+                   "--iters",
+                   iters,
+                   "--profile",
+                   TDIR "/profile.json",
+                   "--checkpoint-dir",
+                   TDIR "/ref-ck",
+                   "--run-dir",
+                   TDIR "/ref",
+                   "--json",
+                   NULL};
+    REQUIRE(ru_run(ref, TDIR "/ref.out", TDIR "/ref.err", RUN_MS) == 0);
+    char a[256], b[256];
+    snprintf(a, sizeof a, TDIR "/ck/step-%lld", (long long)step);
+    snprintf(b, sizeof b, TDIR "/ref-ck/step-%lld", (long long)step);
+    int tensors = 0;
+    double diff = ru_ckpt_diff(a, b, &tensors);
+    CHECK_MSG(diff == 0 && tensors > 0, "step %lld: relative difference %g over %d tensors",
+              (long long)step, diff, tensors);
+}
+
+/* The console is SIGKILLed; a console with another key binds its port. */
+static void test_second_console_refused(void)
+{
+    char *run[] = {(char *)ru_bin("pipetop"),
+                   "run",
+                   "--external",
+                   "--key",
+                   TDIR "/keys/console.key",
+                   "--allow",
+                   TDIR "/keys/allow.txt",
+                   "--plan",
+                   plan,
+                   "--model",
+                   model,
+                   "--data",
+                   "synthetic",
+                   "--iters",
+                   "1000000",
+                   "--profile",
+                   TDIR "/profile.json",
+                   "--run-dir",
+                   TDIR "/run2",
+                   "--json",
+                   NULL};
+    pid_t console = ru_start(run, TDIR "/run2.out", TDIR "/run2.err");
+    char ctl[256] = "", tel[256] = "";
+    int64_t t0 = ru_now_ms();
+    while (!endpoints(TDIR "/run2/run.ndjson", ctl, tel, sizeof ctl) && ru_now_ms() - t0 < RUN_MS)
+        usleep(20000);
+    REQUIRE(ctl[0]);
+    /* a short grace: they wait for a console with the right key, then leave */
+    pid_t pa = start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", "1000", TDIR "/a2.err");
+    pid_t pb = start_agent(ctl, tel, "1", "hand-b", TDIR "/keys/b.key", "1000", TDIR "/b2.err");
+    wait_steps(TDIR "/run2.out", 3);
+    kill(console, SIGKILL);
+    ru_wait(console, RUN_MS, NULL);
+
+    pt_keyfile other;
+    load_key("other-console", &other);
+    pt_keyfile ak;
+    load_key("a", &ak);
+    char allowed[2][PT_KEY_Z85_LEN + 1];
+    snprintf(allowed[0], sizeof allowed[0], "%s", ak.public_z85);
+    load_key("b", &ak);
+    snprintf(allowed[1], sizeof allowed[1], "%s", ak.public_z85);
+    pt_session_config cfg = {.control_bind = ctl,
+                             .telemetry_bind = tel,
+                             .key = &other,
+                             .allowed = (const char(*)[PT_KEY_Z85_LEN + 1]) allowed,
+                             .allowed_n = 2};
+    pt_session *s = NULL;
+    pt_error err = {0};
+    int rc = pt_session_create(&cfg, &s, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    REQUIRE(rc == 0);
+    /* until both agents leave: they must never register here */
+    int sa = -2, sb = -2;
+    t0 = ru_now_ms();
+    while ((sa == -2 || sb == -2) && ru_now_ms() - t0 < RUN_MS) {
+        pt_session_poll(s, 50, NULL);
+        int st;
+        if (sa == -2 && waitpid(pa, &st, WNOHANG) == pa)
+            sa = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (sb == -2 && waitpid(pb, &st, WNOHANG) == pb)
+            sb = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    }
+    CHECK_MSG(sa == 3 && sb == 3, "agents exited %d and %d (3: the console went silent)", sa, sb);
+    CHECK(pt_session_refused_handshakes(s) == 0); /* they refused it, not the other way */
+    CHECK_MSG(pt_session_agent_count(s) == 0, "%d agents registered with the second console",
+              pt_session_agent_count(s));
+    pt_session_counts k;
+    pt_session_counts_get(s, &k);
+    CHECK(k.control_received == 0);
+    pt_session_destroy(&s);
+    char *log = NULL;
+    pt_file_read(TDIR "/a2.err", &log, NULL, NULL);
+    CHECK_STR_CONTAINS(log, "training on for up to 1.0 s");
+    CHECK_STR_CONTAINS(log, "(a grace of 1.0 s included)");
+    free(log);
+}
+
+/* The first step a `pipetop run --json` output shows (-1 none). */
+static int64_t first_step(const char *out)
+{
+    char *text = NULL;
+    if (pt_file_read(out, &text, NULL, NULL) < 0)
+        return -1;
+    const char *p = strstr(text, "\"event\":\"step\",\"step\":");
+    int64_t k = p ? strtoll(p + strlen("\"event\":\"step\",\"step\":"), NULL, 10) : -1;
+    free(text);
+    return k;
+}
+
+/* The last step shown (-1 none). */
+static int64_t last_step(const char *out)
+{
+    char *text = NULL;
+    if (pt_file_read(out, &text, NULL, NULL) < 0)
+        return -1;
+    const char *key = "\"event\":\"step\",\"step\":", *p = text, *last = NULL;
+    while ((p = strstr(p, key)))
+        last = p++;
+    int64_t k = last ? strtoll(last + strlen(key), NULL, 10) : -1;
+    free(text);
+    return k;
+}
+
+/* A console SIGKILLed mid-run and started again with the same key (and
+ * --reattach): the agents started by hand train on through the grace
+ * period, register again, and the new console picks the run up where it
+ * is — no assign, the step numbers go on — and stops it at one step whose
+ * weights equal an undisturbed run to that step. ipc endpoints in a 0700
+ * folder, so the new console binds exactly the old one's. */
+static void test_console_restart_reattaches(void)
+{
+    mkdir(TDIR "/sock", 0700);
+    char *run1[] = {(char *)ru_bin("pipetop"),
+                    "run",
+                    "--external",
+                    "--key",
+                    TDIR "/keys/console.key",
+                    "--allow",
+                    TDIR "/keys/allow.txt",
+                    "--control-bind",
+                    "ipc://" TDIR "/sock/ctl",
+                    "--telemetry-bind",
+                    "ipc://" TDIR "/sock/tel",
+                    "--plan",
+                    plan,
+                    "--model",
+                    model,
+                    "--data",
+                    "synthetic",
+                    "--seed",
+                    "7",
+                    "--iters",
+                    "1000000",
+                    "--profile",
+                    TDIR "/profile.json",
+                    "--checkpoint-dir",
+                    TDIR "/ck3",
+                    "--run-dir",
+                    TDIR "/run3",
+                    "--json",
+                    NULL,
+                    NULL,
+                    NULL};
+    pid_t console = ru_start(run1, TDIR "/run3.out", TDIR "/run3.err");
+    const char *ctl = "ipc://" TDIR "/sock/ctl", *tel = "ipc://" TDIR "/sock/tel";
+    pid_t pa = start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", "60000", TDIR "/a3.err");
+    pid_t pb = start_agent(ctl, tel, "1", "hand-b", TDIR "/keys/b.key", "60000", TDIR "/b3.err");
+    wait_steps(TDIR "/run3.out", 3);
+    kill(console, SIGKILL);
+    ru_wait(console, RUN_MS, NULL);
+    int64_t before = last_step(TDIR "/run3.out");
+    /* both agents are in their grace period, training on */
+    int64_t t0 = ru_now_ms();
+    while ((count_in(TDIR "/a3.err", "training on for up to 60.0 s") < 1 ||
+            count_in(TDIR "/b3.err", "training on for up to 60.0 s") < 1) &&
+           ru_now_ms() - t0 < RUN_MS)
+        usleep(20000);
+    CHECK(count_in(TDIR "/a3.err", "training on for up to 60.0 s") == 1);
+    CHECK(count_in(TDIR "/b3.err", "training on for up to 60.0 s") == 1);
+
+    REQUIRE(!strcmp(run1[25], "--run-dir") && !run1[28]);
+    run1[26] = TDIR "/run4";
+    run1[28] = "--reattach";
+    run1[29] = TDIR "/run3";
+    pid_t again = ru_start(run1, TDIR "/run4.out", TDIR "/run4.err");
+    wait_steps(TDIR "/run4.out", 3);
+    int64_t first = first_step(TDIR "/run4.out");
+    CHECK_MSG(first > before + 10, "the new console's first step %lld, the old one's last %lld",
+              (long long)first, (long long)before);
+    CHECK(count_in(TDIR "/a3.err", "reconnected within the grace period") == 1);
+    CHECK(count_in(TDIR "/b3.err", "reconnected within the grace period") == 1);
+    /* the new console's numbering was taken up: nothing it sent was refused */
+    CHECK(count_in(TDIR "/a3.err", "hand-a: rejected:") == 0);
+    CHECK(count_in(TDIR "/b3.err", "hand-b: rejected:") == 0);
+    /* the same processes registered with the new console */
+    char want[64];
+    snprintf(want, sizeof want, "\"agent\":\"hand-a\",\"seq\":");
+    CHECK(count_in(TDIR "/run4/run.ndjson", want) >= 1);
+    snprintf(want, sizeof want, "\"pid\":%ld,", (long)pa);
+    CHECK(count_in(TDIR "/run4/run.ndjson", want) >= 1);
+    snprintf(want, sizeof want, "\"pid\":%ld,", (long)pb);
+    CHECK(count_in(TDIR "/run4/run.ndjson", want) >= 1);
+
+    kill(again, SIGINT);
+    int st = ru_wait(again, RUN_MS, NULL);
+    CHECK_MSG(st == 0, "the second console exited %d", st);
+    cJSON *s = ru_last_json(TDIR "/run4.out");
+    const cJSON *cs = s ? cJSON_GetObjectItem(s, "checkpoint_step") : NULL;
+    REQUIRE(cJSON_IsNumber(cs) && cs->valuedouble > (double)first);
+    int64_t step = (int64_t)cs->valuedouble;
+    cJSON_Delete(s);
+    CHECK(ru_wait(pa, 10000, NULL) == 0);
+    CHECK(ru_wait(pb, 10000, NULL) == 0);
+
+    char iters[32];
+    snprintf(iters, sizeof iters, "%lld", (long long)step);
+    char *ref[] = {(char *)ru_bin("pipetop"),
+                   "run",
+                   "--plan",
+                   plan,
+                   "--model",
+                   model,
+                   "--data",
+                   "synthetic",
+                   "--seed",
+                   "7",
+                   "--iters",
+                   iters,
+                   "--profile",
+                   TDIR "/profile.json",
+                   "--checkpoint-dir",
+                   TDIR "/ref3-ck",
+                   "--run-dir",
+                   TDIR "/ref3",
+                   "--json",
+                   NULL};
+    REQUIRE(ru_run(ref, TDIR "/ref3.out", TDIR "/ref3.err", RUN_MS) == 0);
+    char a[256], b[256];
+    snprintf(a, sizeof a, TDIR "/ck3/step-%lld", (long long)step);
+    snprintf(b, sizeof b, TDIR "/ref3-ck/step-%lld", (long long)step);
+    int tensors = 0;
+    double diff = ru_ckpt_diff(a, b, &tensors);
+    CHECK_MSG(diff == 0 && tensors > 0, "step %lld: relative difference %g over %d tensors",
+              (long long)step, diff, tensors);
+}
+
+PT_TEST_MAIN({"attacks_change_nothing", test_attacks_change_nothing},
+             {"second_console_refused", test_second_console_refused},
+             {"console_restart_reattaches", test_console_restart_reattaches})

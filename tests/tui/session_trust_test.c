@@ -1,0 +1,176 @@
+/* The session's side of CURVE (tui/session.h, docs/architecture.md
+ * "Trust"): a name belongs to a key. A register under a name the controller
+ * bound to another key is refused; once an agent registered, nothing under
+ * its name from another key is processed; without CURVE the session binds
+ * only loopback and has no allow-list. Real sockets on loopback tcp. */
+#include <unistd.h>
+#include <zmq.h>
+
+#include "protocol/keyfile.h"
+#include "protocol/message.h"
+#include "runtime/trust.h"
+#include "tests/test.h"
+#include "tui/session.h"
+
+#define WAIT_MS   10000
+#define RESEND_MS 200
+
+typedef struct peer {
+    void *ctx, *d;
+} peer;
+
+static int64_t now_ms(void)
+{
+    return pt_msg_now_ns() / 1000000;
+}
+
+static void peer_open(peer *p, const pt_keyfile *k, const char *server, const char *ident,
+                      const char *ep)
+{
+    p->ctx = zmq_ctx_new();
+    p->d = zmq_socket(p->ctx, ZMQ_DEALER);
+    int linger = 0;
+    zmq_setsockopt(p->d, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(p->d, ZMQ_ROUTING_ID, ident, strlen(ident));
+    CHECK(pt_trust_client(p->d, k, server, NULL) == 0);
+    CHECK(zmq_connect(p->d, ep) == 0);
+}
+
+static void peer_close(peer *p)
+{
+    zmq_close(p->d);
+    zmq_ctx_term(p->ctx);
+}
+
+static void peer_send(peer *p, pt_msg_type type, const char *as, int64_t seq)
+{
+    pt_msg m;
+    pt_msg_init(&m, type, as);
+    m.seq = seq;
+    if (type == PT_MSG_REGISTER) {
+        snprintf(m.u.reg.host, sizeof m.u.reg.host, "h");
+        m.u.reg.pid = 1;
+        m.u.reg.device = -1;
+        snprintf(m.u.reg.backend, sizeof m.u.reg.backend, "cpu");
+        snprintf(m.u.reg.data_endpoint, sizeof m.u.reg.data_endpoint, "tcp://127.0.0.1:9");
+    } else {
+        m.u.heartbeat.t_send = pt_msg_now_ns();
+        snprintf(m.u.heartbeat.state, sizeof m.u.heartbeat.state, "waiting");
+    }
+    char *text = NULL;
+    size_t len = 0;
+    CHECK(pt_msg_encode(&m, &text, &len, NULL) == 0);
+    zmq_send(p->d, text, len, ZMQ_DONTWAIT);
+    free(text);
+}
+
+/* Sends m every RESEND_MS (a connection that raced the previous holder of
+ * its routing id is dropped by the ROUTER) until done(s) or WAIT_MS. */
+static int send_until(pt_session *s, peer *p, pt_msg_type type, const char *as, int64_t seq,
+                      int (*done)(pt_session *, void *), void *arg)
+{
+    int64_t t0 = now_ms(), last = -RESEND_MS;
+    while (now_ms() - t0 < WAIT_MS) {
+        if (now_ms() - last >= RESEND_MS) {
+            peer_send(p, type, as, seq);
+            last = now_ms();
+        }
+        pt_session_poll(s, 20, NULL);
+        if (done(s, arg))
+            return 1;
+    }
+    return 0;
+}
+
+static uint64_t rejected(pt_session *s)
+{
+    pt_session_counts k;
+    pt_session_counts_get(s, &k);
+    return k.control_rejected;
+}
+
+static int rejected_over(pt_session *s, void *arg)
+{
+    return rejected(s) > *(uint64_t *)arg;
+}
+
+static int has_agent(pt_session *s, void *arg)
+{
+    return pt_session_find_agent(s, arg) >= 0;
+}
+
+static void test_name_bound_to_key(void)
+{
+    pt_keyfile console, real, mallory;
+    REQUIRE(pt_trust_keypair(&console, NULL) == 0);
+    REQUIRE(pt_trust_keypair(&real, NULL) == 0);
+    REQUIRE(pt_trust_keypair(&mallory, NULL) == 0);
+    char allowed[1][PT_KEY_Z85_LEN + 1];
+    snprintf(allowed[0], sizeof allowed[0], "%s", mallory.public_z85);
+    pt_session_config cfg = {
+        .key = &console, .allowed = (const char(*)[PT_KEY_Z85_LEN + 1]) allowed, .allowed_n = 1};
+    pt_session *s = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_session_create(&cfg, &s, &err) == 0);
+    CHECK(!strcmp(pt_session_public_key(s), console.public_z85));
+    /* the controller's spawned agent w0 has key `real` */
+    REQUIRE(pt_session_allow(s, real.public_z85, "w0", &err) == 0);
+    const char *ep = pt_session_control_endpoint(s);
+
+    /* mallory (an allowed key) registers first as w0 */
+    peer m;
+    peer_open(&m, &mallory, console.public_z85, "w0", ep);
+    uint64_t r0 = rejected(s);
+    CHECK(send_until(s, &m, PT_MSG_REGISTER, "w0", 0, rejected_over, &r0));
+    CHECK(pt_session_agent_count(s) == 0);
+    peer_close(&m);
+
+    /* the real w0 then registers */
+    peer w;
+    peer_open(&w, &real, console.public_z85, "w0", ep);
+    CHECK(send_until(s, &w, PT_MSG_REGISTER, "w0", 0, has_agent, "w0"));
+    int i = pt_session_find_agent(s, "w0");
+    REQUIRE(i >= 0);
+    CHECK(!strcmp(pt_session_agent_at(s, i)->public_key, real.public_z85));
+
+    /* an agent not bound beforehand (--external) is bound by its first
+     * register: x with mallory's key; the real key under x is refused */
+    peer x;
+    peer_open(&x, &mallory, console.public_z85, "x", ep);
+    CHECK(send_until(s, &x, PT_MSG_REGISTER, "x", 0, has_agent, "x"));
+    peer_close(&x);
+    int xi = pt_session_find_agent(s, "x");
+    REQUIRE(xi >= 0);
+    CHECK(!strcmp(pt_session_agent_at(s, xi)->public_key, mallory.public_z85));
+    peer y;
+    peer_open(&y, &real, console.public_z85, "x", ep);
+    uint64_t r1 = rejected(s);
+    CHECK(send_until(s, &y, PT_MSG_HEARTBEAT, "x", 1, rejected_over, &r1));
+    CHECK(send_until(s, &y, PT_MSG_REGISTER, "x", 0, rejected_over, &(uint64_t){r1 + 1}));
+    const pt_session_agent *xa = pt_session_agent_at(s, xi);
+    CHECK(!strcmp(xa->public_key, mallory.public_z85)); /* still mallory's x */
+    CHECK(xa->control_rejected == 0);                   /* not counted against it */
+    CHECK(pt_session_agent_count(s) == 2);
+    peer_close(&y);
+    peer_close(&w);
+    pt_session_destroy(&s);
+}
+
+static void test_plain_session_limits(void)
+{
+    pt_session *s = NULL;
+    pt_error err = {0};
+    pt_session_config wide = {.control_bind = "tcp://0.0.0.0:*"};
+    CHECK(pt_session_create(&wide, &s, &err) == PT_EINVAL);
+    CHECK(s == NULL);
+    CHECK_STR_CONTAINS(err.msg, "pipetop keys --out");
+    err = (pt_error){0};
+    REQUIRE(pt_session_create(NULL, &s, &err) == 0);
+    CHECK(!strcmp(pt_session_public_key(s), ""));
+    CHECK(pt_session_allow(s, "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7", "w0", &err) == PT_ESTATE);
+    CHECK(pt_session_refused_handshakes(s) == 0);
+    pt_session_destroy(&s);
+}
+
+PT_TEST_MAIN({"name_bound_to_key", test_name_bound_to_key},
+             {"plain_session_limits", test_plain_session_limits})
