@@ -579,7 +579,12 @@ static int profile_stages(const pt_model_spec *spec, const profile_args *a, pt_p
         for (int l = g->first; l < g->last; l++) {
             pt_profile_layer *pl = &p->layers[l];
             pl->fwd_ms = st[s].lf_ms[l - g->first] * kf / slow;
+            double was = pl->bwd_ms;
             pl->bwd_ms = st[s].lb_ms[l - g->first] * kb / slow;
+            if (pl->split && was > 0) { /* the halves keep their share of the backward */
+                pl->bwd_input_ms *= pl->bwd_ms / was;
+                pl->bwd_weight_ms *= pl->bwd_ms / was;
+            }
             pl->recompute_ms = pl->fwd_ms;
         }
         fprintf(stderr,

@@ -7,7 +7,9 @@
 # the same conditions. The noise stated: compared on each side's fastest of
 # 20 rounds (the round least disturbed by other load: a loaded machine
 # preempts a 2 ms stage far more often than a 0.3 ms layer, so medians are
-# not comparable there), within 15 % for gpt-tiny's blocks (measured 1-6 %).
+# not comparable there), within 15 % for gpt-tiny's blocks (measured 1-6 %),
+# 25 % with --beside (the other stage's process shares the caches and, on a
+# loaded 2-core machine, the cores: +16 % seen once under ctest -j2).
 # fmnist-mlp-deep's 17-layer stages cost 10-25 % more whole than their layers
 # alone (cache: the whole stage's saved activations do not stay in cache),
 # which is what in-place profiling is for: held to 50 % and to not being
@@ -72,7 +74,7 @@ check() {
 }
 
 check gpt-tiny 8 4 0.15 0.15
-check gpt-tiny 8 4 0.15 0.15 --beside
+check gpt-tiny 8 4 0.25 0.25 --beside
 check fmnist-mlp-deep 34 17 0.50 0.15
 
 msg=$("$PIPETOP" profile --model gpt-tiny --beside 2>&1)
