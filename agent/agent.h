@@ -82,6 +82,10 @@ typedef struct pt_agent_worker_config {
      * key, for the telemetry PUB; NULL: plain. Copied. */
     const pt_keyfile *key;
     const char *server_key;
+    /* --checkpoint-root: the only folder checkpoints are written under (and
+     * resumed from); an assign's checkpoint_dir is a folder inside it, never
+     * absolute, never through "..". Copied; must not be NULL. */
+    const char *checkpoint_root;
 } pt_agent_worker_config;
 
 /* Starts the worker thread. On success *out owns it. PT_ENOMEM / PT_EIO. */

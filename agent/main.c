@@ -22,6 +22,7 @@
 #include <zmq.h>
 
 #include "agent/agent.h"
+#include "protocol/fileio.h"
 #include "protocol/message.h"
 #include "protocol/opts.h"
 #include "protocol/telemetry.h"
@@ -42,6 +43,7 @@
 
 typedef struct agent_args {
     const char *console, *telemetry, *name, *data_bind, *key_path, *server_key_arg;
+    const char *checkpoint_root;
     int device, threads, comm_timeout_ms, grace_ms;
     pt_device_spec compute; /* --device cpu|cuda:N: where the worker computes */
     int device_given;       /* --device or --index was given */
@@ -150,6 +152,10 @@ static int parse_args(int argc, char **argv, agent_args *a)
         {"data-bind", PT_OPT_STRING, &a->data_bind, 0, 0, 0, "EP",
          "where the data socket binds (default " DEFAULT_DATA_BIND ")"},
         {"threads", PT_OPT_INT, &a->threads, 1, THREADS_MAX, 0, "N", "OpenBLAS threads"},
+        {"checkpoint-root", PT_OPT_STRING, &a->checkpoint_root, 0, 0, 0, "DIR",
+         "the run folder checkpoints are written under: an assign names a\n"
+         "folder inside it, never an absolute path or one through \"..\"\n"
+         "(default: the working directory)"},
         {"comm-timeout-ms", PT_OPT_INT, &a->comm_timeout_ms, 1, INT_MAX, 0, "MS",
          "bound of every data-plane wait (default " PT_OPTS_STR(PT_AGENT_COMM_TIMEOUT_MS) ")"},
         {"key", PT_OPT_STRING, &a->key_path, 0, 0, 0, "FILE",
@@ -200,6 +206,28 @@ static int parse_args(int argc, char **argv, agent_args *a)
         return EXIT_USAGE;
     }
     return -1;
+}
+
+/* The checkpoint root, absolute (what the worker joins an assign's folder
+ * to): --checkpoint-root, made if missing, or the working directory. */
+static int ckpt_root(const char *opt, char *out, size_t cap)
+{
+    pt_error err = {0};
+    char *abs = NULL;
+    if (opt && pt_mkdir_p(opt, &err) < 0) {
+        fprintf(stderr, "pipetop-agent: --checkpoint-root: %s\n", err.msg);
+        return 0;
+    }
+    abs = realpath(opt ? opt : ".", NULL);
+    if (!abs || strlen(abs) >= cap) {
+        fprintf(stderr, "pipetop-agent: --checkpoint-root %s: %s\n", opt ? opt : ".",
+                abs ? "path too long" : strerror(errno));
+        free(abs);
+        return 0;
+    }
+    snprintf(out, cap, "%s", abs);
+    free(abs);
+    return 1;
 }
 
 /* ---- sending --------------------------------------------------------------------- */
@@ -509,6 +537,9 @@ static int open_sockets(agent *ag)
     snprintf(ep, sizeof ep, NOTIFY_EP_FMT, (void *)ag);
     if (zmq_bind(ag->notify, ep) != 0)
         return -1;
+    char root[PT_MSG_PATH_MAX];
+    if (!ckpt_root(ag->a.checkpoint_root, root, sizeof root))
+        return -1;
     pt_agent_worker_config wc = {ag->id,
                                  ag->ctx,
                                  ep,
@@ -517,7 +548,8 @@ static int open_sockets(agent *ag)
                                  ag->a.comm_timeout_ms,
                                  ag->be,
                                  ag->curve ? &ag->key : NULL,
-                                 ag->curve ? ag->server_key : NULL};
+                                 ag->curve ? ag->server_key : NULL,
+                                 root};
     pt_error err = {0};
     if (pt_agent_worker_start(&wc, &ag->worker, &err) < 0) {
         fprintf(stderr, "pipetop-agent: %s\n", err.msg);
@@ -651,6 +683,18 @@ static void install_signals(void)
 
 /* ---- main loop ------------------------------------------------------------------------ */
 
+/* A poll that ended well after it was due means this process was not
+ * running (SIGSTOP, a host under swap): the console's silence in that time
+ * is no sign of its end, and its heartbeats are still on their way in. */
+static void forgive_own_stall(agent *ag, int64_t *started, int64_t due_ns)
+{
+    int64_t late = pt_msg_now_ns() - due_ns;
+    if (late <= (int64_t)PT_AGENT_HEARTBEAT_MS * NS_PER_MS)
+        return;
+    ag->last_heard_ns += late;
+    *started += late;
+}
+
 static void loop(agent *ag)
 {
     ag->next_hb_ns = pt_msg_now_ns();
@@ -673,6 +717,7 @@ static void loop(agent *ag)
                                    {ag->notify, 0, ZMQ_POLLIN, 0},
                                    {ag->monitor, 0, ZMQ_POLLIN, 0}};
         int n = zmq_poll(items, ag->monitor ? 3 : 2, wait_ms);
+        forgive_own_stall(ag, &started, now + (int64_t)wait_ms * NS_PER_MS);
         if (n < 0) {
             if (errno == EINTR)
                 continue;

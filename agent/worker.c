@@ -78,6 +78,7 @@ struct pt_agent_worker {
     char tel_connected[PT_MSG_ENDPOINT_MAX];
     void *ctx;
     char notify_ep[PT_MSG_ENDPOINT_MAX];
+    char ckpt_root[PT_MSG_PATH_MAX]; /* checkpoints only under here (absolute) */
     int comm_timeout_ms;
     const pt_backend *be; /* NULL: the CPU backend */
     int curve;            /* key and server_key set: every socket talks CURVE */
@@ -565,7 +566,14 @@ static int build_run(pt_agent_worker *w, const pt_msg *m, pt_error *err)
         (rc = pt_optim_create(&r->plan->optimizer, pt_net_arena(r->net), pt_net_param_count(r->net),
                               &r->optim, err)) < 0)
         return rc;
-    snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s", as->checkpoint_dir);
+    /* the wire names a folder inside our root, checked again here: the
+     * message checker refuses the rest, but a path is trusted only where
+     * it is used */
+    r->ckpt_dir[0] = '\0';
+    if (as->checkpoint_dir[0] &&
+        (rc = pt_path_join_inside(w->ckpt_root, as->checkpoint_dir, r->ckpt_dir, sizeof r->ckpt_dir,
+                                  err)) < 0)
+        return pt_error_prefix(err, "assign.checkpoint_dir");
     r->ckpt_every = as->checkpoint_every;
     if (as->resume_step > 0 && (rc = load_resume(w, as->resume_step, err)) < 0)
         return rc;
@@ -849,6 +857,8 @@ int pt_agent_worker_start(const pt_agent_worker_config *cfg, pt_agent_worker **o
     snprintf(w->state, sizeof w->state, "waiting");
     w->ctx = cfg->zmq_ctx;
     w->comm_timeout_ms = cfg->comm_timeout_ms > 0 ? cfg->comm_timeout_ms : PT_AGENT_COMM_TIMEOUT_MS;
+    snprintf(w->ckpt_root, sizeof w->ckpt_root, "%s",
+             cfg->checkpoint_root ? cfg->checkpoint_root : ".");
     w->be = cfg->backend;
     if (cfg->key && cfg->server_key) {
         w->curve = 1;

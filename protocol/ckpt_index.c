@@ -428,6 +428,17 @@ int pt_ckpt_latest_save(const char *root, int64_t step, pt_error *err)
     if (!text)
         return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
     int rc = pt_mkdir_p(root, err);
+    /* `latest` never moves back: a resumed run that saved an older step
+     * over a newer one would lose the newer run's progress without a word */
+    int64_t now = -1;
+    pt_error e = {0};
+    int lr = rc == 0 ? pt_ckpt_latest_load(root, &now, &e) : 0;
+    if (rc == 0 && lr < 0 && lr != PT_ENOTFOUND)
+        rc = pt_error_set(err, lr, "%s (not replaced)", e.msg);
+    else if (rc == 0 && lr == 0 && now > step)
+        rc = pt_error_set(err, PT_ESTATE,
+                          "%s names step %lld, newer than step %lld: it never moves back", path,
+                          (long long)now, (long long)step);
     if (rc == 0)
         rc = pt_file_write_atomic(path, text, strlen(text), err);
     free(text);

@@ -94,7 +94,9 @@ int pt_ckpt_latest_parse(const char *json, const char *source, int64_t *step, pt
 int pt_ckpt_latest_load(const char *root, int64_t *step, pt_error *err);
 /* The text of a latest file for step (caller frees); NULL on no memory. */
 char *pt_ckpt_latest_to_json(int64_t step);
-/* Creates root if needed and replaces <root>/latest atomically. */
+/* Creates root if needed and replaces <root>/latest atomically. Never
+ * moves it back: PT_ESTATE when the current latest names a newer step (and
+ * its error when it is there but does not read). */
 int pt_ckpt_latest_save(const char *root, int64_t step, pt_error *err);
 
 #endif

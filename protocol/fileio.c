@@ -185,3 +185,37 @@ int pt_mkdir_p(const char *path, pt_error *err)
     }
     return 0;
 }
+
+int pt_path_check_inside(const char *rel, const char **why)
+{
+    const char *w = NULL;
+    if (!rel || !rel[0])
+        w = "is empty";
+    else if (rel[0] == '/')
+        w = "is an absolute path";
+    for (const char *p = rel; !w && *p;) {
+        const char *end = strchr(p, '/');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == 2 && p[0] == '.' && p[1] == '.')
+            w = "has a \"..\" component";
+        p += n;
+        while (*p == '/')
+            p++;
+    }
+    if (why)
+        *why = w;
+    return w ? PT_EINVAL : 0;
+}
+
+int pt_path_join_inside(const char *root, const char *rel, char *out, size_t cap, pt_error *err)
+{
+    const char *why = NULL;
+    if (pt_path_check_inside(rel, &why) < 0)
+        return pt_error_set(err, PT_EINVAL, "\"%s\" %s: only a folder inside %s is allowed",
+                            rel ? rel : "", why, root);
+    int n =
+        strcmp(rel, ".") ? snprintf(out, cap, "%s/%s", root, rel) : snprintf(out, cap, "%s", root);
+    if (n < 0 || (size_t)n >= cap)
+        return pt_error_set(err, PT_EINVAL, "%s/%s: path too long", root, rel);
+    return 0;
+}

@@ -37,4 +37,14 @@ int pt_file_write_atomic_mode(const char *path, const void *data, size_t len, un
 /* mkdir -p; 0 or PT_EIO. */
 int pt_mkdir_p(const char *path, pt_error *err);
 
+/* Whether rel names a place inside some folder when joined to it: not
+ * empty, not absolute, no ".." component (components are split at '/').
+ * 0, or PT_EINVAL with why (a phrase, static) in *why when not NULL. For
+ * paths that arrive from outside, e.g. a checkpoint folder on the wire. */
+int pt_path_check_inside(const char *rel, const char **why);
+
+/* out = root "/" rel, after pt_path_check_inside(rel). 0, or PT_EINVAL with
+ * err naming rel and why (or the result too long for cap). */
+int pt_path_join_inside(const char *root, const char *rel, char *out, size_t cap, pt_error *err);
+
 #endif

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "protocol/fileio.h"
 #include "protocol/json_util.h"
 #include "protocol/keyfile.h"
 #include "protocol/message_internal.h"
@@ -398,6 +399,11 @@ static int check_assign(pt_jr *jr, const cJSON *o, pt_msg_assign *a)
     TRY(pt_jr_str(jr, o, "", "data", REQ, NULL, a->data, sizeof a->data));
     TRY(pt_jr_int64(jr, o, "", "seed", REQ, 0, 0, IMAX, &a->seed));
     TRY(opt_str(jr, o, "", "checkpoint_dir", a->checkpoint_dir, sizeof a->checkpoint_dir));
+    const char *why = NULL;
+    if (a->checkpoint_dir[0] && pt_path_check_inside(a->checkpoint_dir, &why) < 0)
+        return pt_jr_fail(jr, PT_EINVAL, "", "checkpoint_dir",
+                          "\"%s\" %s: it must be a folder inside the agent's checkpoint root",
+                          a->checkpoint_dir, why);
     TRY(pt_jr_int64(jr, o, "", "checkpoint_every", OPT, 0, 0, IMAX, &a->checkpoint_every));
     TRY(pt_jr_int64(jr, o, "", "resume_step", OPT, 0, 0, IMAX, &a->resume_step));
     if (a->resume_step > 0 && !a->checkpoint_dir[0])

@@ -73,6 +73,11 @@ int pt_record_writer_open(const char *path, const pt_record_session *session,
 void pt_record_writer_close(pt_record_writer **w_p);
 /* Pushes what was written to the file (a crash then loses no whole line). */
 int pt_record_flush(pt_record_writer *w);
+/* 1 when a write or flush of this record has failed (a full disk, an I/O
+ * error): err then names the file and the first error ("run record PATH:
+ * write failed: No space left on device"); the record is cut from there and
+ * every later write fails too. 0 otherwise. NULL-safe (0). */
+int pt_record_writer_failed(const pt_record_writer *w, pt_error *err);
 
 /* A frame as it was received (kind PT_RECORD_RECV) or sent (PT_RECORD_SENT)
  * on channel "control" or "telemetry": data[0..len) is written unchanged.

@@ -17,16 +17,39 @@
 
 struct pt_record_writer {
     FILE *f;
-    int started; /* the session line is out */
+    int started;      /* the session line is out */
+    int failed_errno; /* first write error (errno), 0 none: sticky, see pt_record_writer_failed */
+    char path[PT_MSG_PATH_MAX];
 };
+
+/* Remembers the first failed write. A record cut in the middle must not
+ * take more lines after the cut: a reader would take them for whole. */
+static int io_failed(pt_record_writer *w)
+{
+    if (!w->failed_errno)
+        w->failed_errno = errno ? errno : EIO;
+    return PT_EIO;
+}
+
+int pt_record_writer_failed(const pt_record_writer *w, pt_error *err)
+{
+    if (!w || !w->failed_errno)
+        return 0;
+    pt_error_set(err, PT_EIO, "run record %s: write failed: %s", w->path,
+                 strerror(w->failed_errno));
+    return 1;
+}
 
 /* Checks a console line by the reader's rules, then appends it. */
 static int put_line(pt_record_writer *w, const char *text)
 {
     if (pt_record_internal_check(text, strlen(text), w->started) < 0)
         return PT_EINVAL;
-    if (fputs(text, w->f) == EOF || fputc('\n', w->f) == EOF)
+    if (w->failed_errno)
         return PT_EIO;
+    errno = 0;
+    if (fputs(text, w->f) == EOF || fputc('\n', w->f) == EOF)
+        return io_failed(w);
     w->started = 1;
     return 0;
 }
@@ -77,6 +100,7 @@ int pt_record_writer_open(const char *path, const pt_record_session *session,
     pt_record_writer *w = calloc(1, sizeof *w);
     if (!w)
         return pt_error_set(err, PT_ENOMEM, "run record %s: out of memory", path);
+    snprintf(w->path, sizeof w->path, "%s", path);
     if (!(w->f = fopen(path, "w"))) {
         free(w);
         return pt_error_set(err, PT_EIO, "run record %s: %s", path, strerror(errno));
@@ -89,9 +113,10 @@ int pt_record_writer_open(const char *path, const pt_record_session *session,
              pt_jr_add_number(o, "heartbeat_ms", session->heartbeat_ms) &&
              pt_jr_add_number(o, "missed_heartbeats", session->missed_heartbeats);
     if ((rc = line_end(w, o, ok)) < 0 || (rc = pt_record_flush(w)) < 0) {
+        int e = w->failed_errno;
         pt_record_writer_close(&w);
         return pt_error_set(err, rc, "run record %s: cannot write the session line (%s)", path,
-                            pt_strerror(rc));
+                            e ? strerror(e) : pt_strerror(rc));
     }
     *out = w;
     return 0;
@@ -109,7 +134,12 @@ void pt_record_writer_close(pt_record_writer **w_p)
 
 int pt_record_flush(pt_record_writer *w)
 {
-    return !w || fflush(w->f) == 0 ? 0 : PT_EIO;
+    if (!w)
+        return 0;
+    if (w->failed_errno)
+        return PT_EIO;
+    errno = 0;
+    return fflush(w->f) == 0 ? 0 : io_failed(w);
 }
 
 int pt_record_write_frame(pt_record_writer *w, pt_record_line_kind kind, const char *channel,
@@ -118,18 +148,21 @@ int pt_record_write_frame(pt_record_writer *w, pt_record_line_kind kind, const c
     if (!w || !data || (kind != PT_RECORD_RECV && kind != PT_RECORD_SENT) ||
         !pt_record_internal_channel_ok(channel))
         return PT_EINVAL;
+    if (w->failed_errno)
+        return PT_EIO;
+    errno = 0;
     int n = fprintf(w->f,
                     "{\"t\":%lld,\"kind\":\"%s\",\"channel\":\"%s\",\"offset_ns\":%lld,"
                     "\"len\":%zu,",
                     (long long)pt_msg_now_ns(), pt_record_kind_name(kind), channel,
                     (long long)offset_ns, len);
     if (n < 0)
-        return PT_EIO;
+        return io_failed(w);
     if (!memchr(data, '\n', len) && !memchr(data, '\r', len)) {
         /* the common case: the frame, byte for byte, as the last member */
         if (fputs("\"msg\":", w->f) == EOF || fwrite(data, 1, len, w->f) != len ||
             fputs("}\n", w->f) == EOF)
-            return PT_EIO;
+            return io_failed(w);
         return 0;
     }
     /* a line break inside would split the line: the same bytes as a JSON string */
@@ -138,7 +171,7 @@ int pt_record_write_frame(pt_record_writer *w, pt_record_line_kind kind, const c
     char *text = s ? cJSON_PrintUnformatted(s) : NULL;
     int rc = text ? 0 : PT_ENOMEM;
     if (text && fprintf(w->f, "\"frame\":%s}\n", text) < 0)
-        rc = PT_EIO;
+        rc = io_failed(w);
     free(text);
     cJSON_Delete(s);
     free(copy);

@@ -33,7 +33,7 @@ int pt_agent_threads(int agents)
 
 /* In the child: never returns. */
 static void exec_agent(const char *bin, const pt_session *s, const char *name, const char *dev,
-                       const char *th, const char *log_path, const char *key_path)
+                       const char *th, const char *log_path, const pt_agent_spawn_extra *x)
 {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -59,9 +59,9 @@ static void exec_agent(const char *bin, const pt_session *s, const char *name, c
     argv[k++] = (char *)dev;
     argv[k++] = "--name";
     argv[k++] = (char *)name;
-    if (key_path) {
+    if (x && x->key_path) {
         argv[k++] = "--key";
-        argv[k++] = (char *)key_path;
+        argv[k++] = (char *)x->key_path;
         argv[k++] = "--server-key";
         argv[k++] = (char *)pt_session_public_key(s);
     }
@@ -69,13 +69,23 @@ static void exec_agent(const char *bin, const pt_session *s, const char *name, c
         argv[k++] = "--threads";
         argv[k++] = (char *)th;
     }
+    char comm[32];
+    if (x && x->checkpoint_root) {
+        argv[k++] = "--checkpoint-root";
+        argv[k++] = (char *)x->checkpoint_root;
+    }
+    if (x && x->comm_timeout_ms > 0) {
+        snprintf(comm, sizeof comm, "%d", x->comm_timeout_ms);
+        argv[k++] = "--comm-timeout-ms";
+        argv[k++] = comm;
+    }
     argv[k] = NULL;
     execv(bin, argv);
     _exit(127);
 }
 
 int pt_agent_spawn(const char *bin, const pt_session *s, const char *name, int device, int threads,
-                   const char *log_path, const char *key_path, pid_t *pid, pt_error *err)
+                   const char *log_path, const pt_agent_spawn_extra *x, pid_t *pid, pt_error *err)
 {
     char dev[16], th[16];
     snprintf(dev, sizeof dev, "%d", device);
@@ -84,7 +94,7 @@ int pt_agent_spawn(const char *bin, const pt_session *s, const char *name, int d
     if (p < 0)
         return pt_error_set(err, PT_EIO, "fork: %s", strerror(errno));
     if (p == 0)
-        exec_agent(bin, s, name, dev, th, log_path, key_path);
+        exec_agent(bin, s, name, dev, th, log_path, x);
     *pid = p;
     return 0;
 }

@@ -22,15 +22,23 @@ int pt_agent_binary(char *bin, size_t cap, pt_error *err);
  * (CPUs / agents, at least 1). */
 int pt_agent_threads(int agents);
 
+/* What else a spawned agent is given. */
+typedef struct pt_agent_spawn_extra {
+    const char *key_path;        /* its CURVE key pair (--key, with the session's public key as
+                                    --server-key); NULL: plain */
+    const char *checkpoint_root; /* --checkpoint-root; NULL: not passed */
+    int comm_timeout_ms;         /* --comm-timeout-ms; 0: not passed */
+} pt_agent_spawn_extra;
+
 /* Forks and execs one agent (bin) connected to the session's control and
  * telemetry endpoints, as device `device` under `name`, with stdout/stderr
- * to log_path and stdin from /dev/null. The agent gets its own process group
- * (the terminal's ^C reaches only the console, which stops agents in order)
- * and SIGTERM when the console dies. `threads` is passed as --threads unless
- * OPENBLAS_NUM_THREADS is set. key_path (NULL: none): the agent's key pair,
- * passed as --key with the session's public key as --server-key. Flush stdio before calling. On
- * success *pid is the child; on failure returns PT_EIO (fork failed) with err set. */
+ * to log_path and stdin from /dev/null, and the options of x (NULL: none).
+ * The agent gets its own process group (the terminal's ^C reaches only the
+ * console, which stops agents in order) and SIGTERM when the console dies.
+ * `threads` is passed as --threads unless OPENBLAS_NUM_THREADS is set. Flush
+ * stdio before calling. On success *pid is the child; on failure returns
+ * PT_EIO (fork failed) with err set. */
 int pt_agent_spawn(const char *bin, const pt_session *s, const char *name, int device, int threads,
-                   const char *log_path, const char *key_path, pid_t *pid, pt_error *err);
+                   const char *log_path, const pt_agent_spawn_extra *x, pid_t *pid, pt_error *err);
 
 #endif

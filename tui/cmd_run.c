@@ -59,12 +59,14 @@
 #define LOCAL_LINK_BPS     2e9   /* bytes/s through ZeroMQ over loopback */
 #define LOCAL_LINK_LATENCY 50e-6 /* seconds */
 #define MAX_ITERS          (1LL << 40)
+#define EXIT_SIGNAL_BASE   128 /* exit status after a stop on a signal: 128 + its number */
 
 typedef struct run_args {
     const char *plan, *model, *data, *topology, *profile, *ckpt_dir, *resume, *run_dir, *schedule,
         *planner, *policy, *control_bind, *telemetry_bind, *key, *allow, *reattach;
     int64_t iters, epochs, ckpt_every, seed;
     int headless, json, stages, microbatches, mb_size, replicas, external;
+    int stall_ms;
 } run_args;
 
 typedef struct run_ctx {
@@ -92,10 +94,12 @@ typedef struct run_ctx {
 } run_ctx;
 
 static volatile sig_atomic_t g_interrupt;
+static volatile sig_atomic_t g_signal_no; /* the first SIGINT/SIGTERM received */
 
 static void on_sigint(int sig)
 {
-    (void)sig;
+    if (!g_signal_no)
+        g_signal_no = sig;
     g_interrupt++;
 }
 
@@ -162,6 +166,10 @@ static int parse_args(int argc, char **argv, run_args *a)
          "(pipetop-agent --console EP --telemetry EP [--device D]);\n"
          "a worker goes to the agent of its device, else to one started\n"
          "without --device"},
+        {"stall-ms", PT_OPT_INT, &a->stall_ms, 1, INT_MAX / 2, 0, "MS",
+         "how long one agent may be silent (stopped, swapping) while the\n"
+         "pipeline waits for it; longer, and the run stops naming it\n"
+         "(default " PT_OPTS_STR(PT_RUN_STALL_MS) ")"},
         {"control-bind", PT_OPT_STRING, &a->control_bind, 0, 0, 0, "EP",
          "where the console's ROUTER binds (default " PT_SESSION_DEFAULT_BIND ")"},
         {"telemetry-bind", PT_OPT_STRING, &a->telemetry_bind, 0, 0, 0, "EP",
@@ -457,7 +465,8 @@ static int prepare(run_ctx *c, pt_error *err)
         if ((rc = pt_run_ckpt_find(a->resume, root, sizeof root, &c->resume_step, err)) < 0)
             return rc;
         snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", a->ckpt_dir ? a->ckpt_dir : root);
-        if ((rc = pt_run_ckpt_import(root, c->ckpt_dir, c->resume_step, err)) < 0)
+        if ((rc = pt_run_ckpt_check_target(c->ckpt_dir, c->resume_step, err)) < 0 ||
+            (rc = pt_run_ckpt_import(root, c->ckpt_dir, c->resume_step, err)) < 0)
             return rc;
     } else if (a->ckpt_dir || a->ckpt_every) {
         if (a->ckpt_dir)
@@ -481,9 +490,10 @@ static int start_agents(run_ctx *c, pt_error *err)
         const char *pub = pt_session_public_key(c->s);
         fprintf(c->a.json ? stderr : stdout,
                 "waiting for %d agents: start each with\n  pipetop-agent --console %s "
-                "--telemetry %s --device D%s%s%s\n",
+                "--telemetry %s --device D%s%s%s%s%s\n",
                 c->workers, pt_session_control_endpoint(c->s), pt_session_telemetry_endpoint(c->s),
-                pub[0] ? " --server-key " : "", pub, pub[0] ? " --key MYKEY.key" : "");
+                pub[0] ? " --server-key " : "", pub, pub[0] ? " --key MYKEY.key" : "",
+                c->ckpt_dir[0] ? " --checkpoint-root " : "", c->ckpt_dir);
         fflush(stdout);
         return 0;
     }
@@ -509,6 +519,17 @@ static int interrupted_twice(void *user, pt_error *err)
 }
 
 /* ---- the session's listener ----------------------------------------------------------------- */
+
+/* A stalled agent pauses the pipeline; say so, and when it goes on. */
+static void note_stall(run_ctx *c, const pt_session_note *n)
+{
+    const pt_session_agent *ag = pt_session_agent_at(c->s, n->agent);
+    const char *id = ag ? ag->id : "?";
+    int stalled = n->kind == PT_NOTE_STALLED;
+    fprintf(stderr, "pipetop run: agent %s %s\n", id,
+            stalled ? (n->text ? n->text : "stalled") : "resumed: the pipeline goes on");
+    json_event(c, "{\"event\":\"%s\",\"agent\":\"%s\"}", stalled ? "stalled" : "resumed", id);
+}
 
 static void on_note(void *user, const pt_session_note *n)
 {
@@ -536,6 +557,13 @@ static void on_note(void *user, const pt_session_note *n)
         break;
     case PT_NOTE_REJECTED:
         fprintf(stderr, "pipetop run: rejected: %s\n", n->text ? n->text : "?");
+        break;
+    case PT_NOTE_STALLED:
+    case PT_NOTE_RESUMED:
+        note_stall(c, n);
+        break;
+    case PT_NOTE_FATAL:
+        fprintf(stderr, "pipetop run: %s\n", n->text ? n->text : "?");
         break;
     default:
         break;
@@ -685,6 +713,8 @@ static char *summary_extra(run_ctx *c)
     cJSON_AddNumberToObject(o, "control_rejected", (double)k.control_rejected);
     cJSON_AddNumberToObject(o, "control_flooded", (double)k.control_flooded);
     cJSON_AddNumberToObject(o, "handshakes_refused", (double)pt_session_refused_handshakes(c->s));
+    if (g_signal_no)
+        cJSON_AddStringToObject(o, "interrupted", g_signal_no == SIGTERM ? "SIGTERM" : "SIGINT");
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return text;
@@ -763,6 +793,13 @@ int pt_cmd_run(int argc, char **argv)
     }
     c.s = pt_run_session(c.run);
     c.next_step_out = c.resume_step;
+    if ((rc = pt_run_set_agents(c.run, c.a.stall_ms, c.ckpt_dir[0] ? c.ckpt_dir : NULL, &err)) <
+        0) {
+        fprintf(stderr, "pipetop run: %s\n", err.msg);
+        fail_json(&c, err.msg);
+        cleanup(&c);
+        return 1;
+    }
     struct sigaction sa, old_int, old_term;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
@@ -770,6 +807,7 @@ int pt_cmd_run(int argc, char **argv)
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     g_interrupt = 0;
+    g_signal_no = 0;
     say(&c,
         "run %s: %s, %d stages, %d stage replicas, schedule %s, %d x %d samples, steps "
         "%lld..%lld; predicted %.3f ms per iteration\n",
@@ -811,6 +849,19 @@ int pt_cmd_run(int argc, char **argv)
     finish_report(&c);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
+    int status = 0;
+    if (g_signal_no) {
+        /* stopped cleanly at one step with its checkpoint, but not done: a
+         * script or scheduler must not take it for a finished run */
+        fprintf(stderr, "pipetop run: interrupted by %s: stopped at step %lld",
+                g_signal_no == SIGTERM ? "SIGTERM" : "SIGINT",
+                (long long)pt_session_stop_step(c.s));
+        if (c.ckpt_dir[0] && pt_session_committed_step(c.s) >= 0)
+            fprintf(stderr, ", checkpoint step %lld in %s (resume with --resume %s)",
+                    (long long)pt_session_committed_step(c.s), c.ckpt_dir, c.ckpt_dir);
+        fprintf(stderr, "\n");
+        status = EXIT_SIGNAL_BASE + g_signal_no;
+    }
     cleanup(&c);
-    return 0;
+    return status;
 }

@@ -377,6 +377,8 @@ int pt_source_live_new(const pt_live_opts *o, pt_source **out, pt_error *err)
                          NULL,       NULL,      NULL, NULL,      o->spawn};
     if (rc == 0 && (rc = pt_run_create(&cfg, &l->run, err)) == 0)
         l->s = pt_run_session(l->run);
+    if (rc == 0)
+        rc = pt_run_set_agents(l->run, 0, l->ckpt_dir, err);
     if (rc == 0 && o->spawn)
         rc = pt_run_spawn(l->run, NULL, err);
     if (rc < 0) {

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -45,6 +46,9 @@ struct pt_run {
     int64_t seed, ckpt_every;
     int64_t first_step, target; /* of the current generation; target -1: until stopped */
     char keys_dir[PATH_CAP];    /* spawned agents' key pairs, "" none made */
+    /* what spawned agents are given (pt_run_set_agents) */
+    char agent_ckpt_root[PATH_CAP]; /* "" none */
+    int comm_timeout_ms;            /* 0: the agent's default */
 };
 
 static const char *const state_names[PT_RUN_STATE_COUNT] = {
@@ -127,10 +131,41 @@ int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
                 (rc = pt_session_allow(r->s, kp.public_z85, name, err)) < 0)
                 return rc;
         }
-        if ((rc = pt_agent_spawn(bin, r->s, name, devices ? devices[k] : k, threads, log,
-                                 curve ? key_file : NULL, &r->pids[k], err)) < 0)
+        pt_agent_spawn_extra x = {curve ? key_file : NULL,
+                                  r->agent_ckpt_root[0] ? r->agent_ckpt_root : NULL,
+                                  r->comm_timeout_ms};
+        if ((rc = pt_agent_spawn(bin, r->s, name, devices ? devices[k] : k, threads, log, &x,
+                                 &r->pids[k], err)) < 0)
             return rc;
         r->nspawn = k + 1;
+    }
+    return 0;
+}
+
+int pt_run_set_agents(pt_run *r, int stall_ms, const char *checkpoint_root, pt_error *err)
+{
+    if (stall_ms < 0)
+        return pt_error_set(err, PT_EINVAL, "stall bound: %d ms is negative", stall_ms);
+    int stall = stall_ms ? stall_ms : PT_RUN_STALL_MS;
+    pt_session_set_stall_ms(r->s, stall);
+    /* a neighbour waits out the whole stall, and the console's notice of
+     * its end, before its own receive gives up */
+    int64_t hb_bound = (int64_t)PT_SESSION_MISSED_HEARTBEATS * PT_SESSION_HEARTBEAT_MS;
+    int64_t comm = (int64_t)pt_session_stall_ms(r->s) + 2 * hb_bound;
+    r->comm_timeout_ms = comm > INT32_MAX ? INT32_MAX : (int)comm;
+    r->agent_ckpt_root[0] = '\0';
+    pt_session_set_agent_checkpoint_dir(r->s, checkpoint_root ? PT_RUN_AGENT_CKPT_DIR : NULL);
+    if (!checkpoint_root)
+        return 0;
+    char *abs = realpath(checkpoint_root, NULL);
+    if (!abs)
+        return pt_error_set(err, PT_EIO, "checkpoint folder %s: %s", checkpoint_root,
+                            strerror(errno));
+    int n = snprintf(r->agent_ckpt_root, sizeof r->agent_ckpt_root, "%s", abs);
+    free(abs);
+    if (n < 0 || (size_t)n >= sizeof r->agent_ckpt_root) {
+        r->agent_ckpt_root[0] = '\0';
+        return pt_error_set(err, PT_EINVAL, "checkpoint folder %s: name too long", checkpoint_root);
     }
     return 0;
 }
@@ -198,6 +233,9 @@ void pt_run_end(pt_run *r, const char *reason)
             waitpid(r->pids[k], NULL, 0);
             r->exited[k] = 1;
         }
+    /* no agent writes any more: what a failed or cut save left goes */
+    if (r->ckpt_dir[0])
+        pt_run_ckpt_sweep(r->ckpt_dir);
     r->state = PT_RUN_ENDED;
 }
 
@@ -282,6 +320,8 @@ int pt_run_create(const pt_run_config *cfg, pt_run **out, pt_error *err)
         rc = pt_session_create(&sc, &r->s, err);
     free(allowed);
     memset(&key, 0, sizeof key); /* the secret lives on only inside the session's sockets */
+    if (rc == 0)
+        rc = pt_run_set_agents(r, 0, NULL, err);
     if (rc == 0) {
         pt_session_set_listener(r->s, cfg->listener, cfg->listener_user);
         pt_session_set_commit(r->s, pt_run_ckpt_commit, NULL);

@@ -43,6 +43,13 @@
 #define PT_RUN_DIR_ROOT "runs"
 /* Name of the run record inside a run folder. */
 #define PT_RUN_RECORD_FILE "run.ndjson"
+/* Default stall bound: how long one agent may be silent (a stopped process,
+ * a host under swap) while the pipeline waits for it, before the run stops
+ * naming it (pt_session_set_stall_ms). */
+#define PT_RUN_STALL_MS 30000
+/* The checkpoint folder as assigns name it to agents started with the run's
+ * checkpoint folder as their --checkpoint-root: that root itself. */
+#define PT_RUN_AGENT_CKPT_DIR "."
 
 typedef enum pt_run_state {
     PT_RUN_WAITING,  /* fewer agents registered than the controller waits for */
@@ -97,6 +104,18 @@ typedef struct pt_run pt_run;
  * checkpoint commit hook set). On success *out owns a new controller; on
  * failure *out is NULL and err says what failed. */
 int pt_run_create(const pt_run_config *cfg, pt_run **out, pt_error *err);
+
+/* Settings for the agents pt_run_spawn starts, called before it. The stall
+ * bound (ms; 0: PT_RUN_STALL_MS) goes to the session, and spawned agents
+ * wait for a neighbour's data that long and more (--comm-timeout-ms), so a
+ * stall shorter than the bound pauses the pipeline rather than failing a
+ * neighbour. checkpoint_root (NULL: none) is the folder spawned agents may
+ * write checkpoints under (--checkpoint-root; made absolute here); assigns
+ * then name it as PT_RUN_AGENT_CKPT_DIR, and agents started elsewhere must
+ * be given the same folder as their --checkpoint-root. pt_run_create sets
+ * the default stall bound and no root. 0, or PT_EINVAL/PT_EIO with
+ * err naming the folder. */
+int pt_run_set_agents(pt_run *run, int stall_ms, const char *checkpoint_root, pt_error *err);
 
 /* Starts the agents the controller waits for on this machine: w0, w1, ...,
  * agent w<k> as device devices[k] (devices NULL: device k), its output in

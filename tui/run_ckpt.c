@@ -164,3 +164,87 @@ int pt_run_ckpt_import(const char *src_root, const char *dst_root, int64_t step,
         rc = pt_ckpt_latest_save(dst_root, step, err);
     return rc;
 }
+
+/* "step-N" with N a plain decimal: 1 and *n, else 0. */
+static int step_folder_name(const char *name, int64_t *n)
+{
+    if (strncmp(name, "step-", 5) != 0 || !name[5])
+        return 0;
+    int64_t v = 0;
+    for (const char *p = name + 5; *p; p++) {
+        if (*p < '0' || *p > '9' || v > (INT64_MAX - 9) / 10)
+            return 0;
+        v = v * 10 + (*p - '0');
+    }
+    *n = v;
+    return 1;
+}
+
+static void remove_plain_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        unlinkat(dirfd(d), de->d_name, 0);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+int pt_run_ckpt_sweep(const char *checkpoint_dir)
+{
+    int64_t latest = -1;
+    if (pt_ckpt_latest_load(checkpoint_dir, &latest, NULL) < 0)
+        latest = -1;
+    DIR *d = opendir(checkpoint_dir);
+    if (!d)
+        return 0;
+    /* names first, removal after: readdir over a folder being changed may
+     * skip entries */
+    int64_t *gone = NULL;
+    int n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        int64_t step;
+        if (!step_folder_name(de->d_name, &step) || step <= latest)
+            continue;
+        if (n == cap) {
+            int nc = cap ? 2 * cap : 8;
+            int64_t *g = realloc(gone, (size_t)nc * sizeof *g);
+            if (!g)
+                break;
+            gone = g;
+            cap = nc;
+        }
+        gone[n++] = step;
+    }
+    closedir(d);
+    for (int k = 0; k < n; k++) {
+        char path[PATH_CAP + 32];
+        snprintf(path, sizeof path, "%s/step-%lld", checkpoint_dir, (long long)gone[k]);
+        remove_plain_dir(path);
+    }
+    free(gone);
+    return n;
+}
+
+int pt_run_ckpt_check_target(const char *dst_root, int64_t step, pt_error *err)
+{
+    int64_t latest = -1;
+    pt_error e = {0};
+    int rc = pt_ckpt_latest_load(dst_root, &latest, &e);
+    if (rc == PT_ENOTFOUND)
+        return 0;
+    if (rc < 0)
+        return pt_error_set(err, rc, "%s", e.msg);
+    if (latest > step)
+        return pt_error_set(err, PT_ESTATE,
+                            "%s/%s names step %lld, newer than the resume step %lld: a run "
+                            "resumed there would move it back; give another --checkpoint-dir",
+                            dst_root, PT_CKPT_LATEST_FILE, (long long)latest, (long long)step);
+    return 0;
+}

@@ -35,4 +35,16 @@ int pt_run_ckpt_find(const char *path, char *root, int cap, int64_t *step, pt_er
  * folder. */
 int pt_run_ckpt_import(const char *src_root, const char *dst_root, int64_t step, pt_error *err);
 
+/* After a run ended: removes the step folders of checkpoint_dir that were
+ * never committed (every step-N above the step `latest` names, or every
+ * step-N when there is no `latest`; plain files only, as agents write
+ * them), so a failed save leaves no partial folder behind. Returns how many
+ * it removed. Call it only when no agent writes there any more. */
+int pt_run_ckpt_sweep(const char *checkpoint_dir);
+
+/* 0 when a run may resume step `step` and checkpoint into dst_root: its
+ * `latest` (if any) names no newer step, so `latest` never moves back;
+ * else PT_ESTATE with err saying so and what to do. */
+int pt_run_ckpt_check_target(const char *dst_root, int64_t step, pt_error *err);
+
 #endif

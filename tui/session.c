@@ -65,6 +65,9 @@ struct pt_session {
     char ctl_ep[PT_MSG_ENDPOINT_MAX], tel_ep[PT_MSG_ENDPOINT_MAX];
     pt_record_writer *rec; /* NULL: no run record */
     int hb_ms, missed;
+    int stall_ms;             /* silence after which an agent is dead (>= the heartbeat bound) */
+    char fatal[PT_ERROR_MAX]; /* why the session cannot go on (pt_session_fatal); "" none */
+    char agent_ckpt[PT_MSG_PATH_MAX]; /* the checkpoint folder as assigns name it; "": ckpt_dir */
     int64_t next_hb_ns;
     agent_entry *agents;
     int n, cap;
@@ -260,6 +263,7 @@ int pt_session_create(const pt_session_config *cfg, pt_session **out, pt_error *
         return pt_error_set(err, PT_ENOMEM, "session: out of memory");
     s->hb_ms = cfg->heartbeat_ms ? cfg->heartbeat_ms : PT_SESSION_HEARTBEAT_MS;
     s->missed = cfg->missed_heartbeats ? cfg->missed_heartbeats : PT_SESSION_MISSED_HEARTBEATS;
+    s->stall_ms = s->missed * s->hb_ms;
     s->next_req = REQ_FIRST;
     s->committed = -1;
     s->stop_at = -1;
@@ -411,17 +415,50 @@ static void send_heartbeats(pt_session *s, int64_t now)
             send_heartbeat(s, i, now);
 }
 
+/* Silence past the heartbeat bound makes an agent stalled, past the stall
+ * bound dead; a stalled agent heard from again has resumed. A stall is not
+ * a failure: the agent's neighbours wait for its data, so the pipeline
+ * pauses where it is and goes on when the agent does (a process stopped
+ * for a while, a host under swap). */
 static void check_silence(pt_session *s, int64_t now)
 {
     int64_t bound = (int64_t)s->missed * s->hb_ms * NS_PER_MS;
+    int64_t stall = (int64_t)s->stall_ms * NS_PER_MS;
     for (int i = 0; i < s->n; i++) {
         agent_entry *e = &s->agents[i];
-        if (!live(e) || now - e->pub.last_heard_ns <= bound)
+        if (!live(e))
             continue;
+        int64_t quiet = now - e->pub.last_heard_ns;
         char why[PT_MSG_TEXT_MAX];
-        snprintf(why, sizeof why, "missed %d heartbeats (nothing heard for %.1f s)", s->missed,
-                 (double)(now - e->pub.last_heard_ns) / 1e9);
-        pt_session_mark_dead(s, i, why);
+        if (quiet <= bound) {
+            if (e->pub.stalled) {
+                e->pub.stalled = 0;
+                snprintf(why, sizeof why, "heard from again after a stall");
+                note(s, PT_NOTE_RESUMED, i, NULL, 0, why);
+            }
+            continue;
+        }
+        if (quiet > stall) {
+            if (stall > bound)
+                snprintf(why, sizeof why,
+                         "stalled: missed %d heartbeats, nothing heard for %.1f s, beyond the "
+                         "stall bound of %.1f s",
+                         s->missed, (double)quiet / 1e9, (double)s->stall_ms / 1e3);
+            else
+                snprintf(why, sizeof why, "missed %d heartbeats (nothing heard for %.1f s)",
+                         s->missed, (double)quiet / 1e9);
+            e->pub.stalled = 0;
+            pt_session_mark_dead(s, i, why);
+        } else if (!e->pub.stalled) {
+            e->pub.stalled = 1;
+            snprintf(why, sizeof why,
+                     "stalled: missed %d heartbeats (nothing heard for %.1f s); waiting up to "
+                     "%.1f s for it",
+                     s->missed, (double)quiet / 1e9, (double)s->stall_ms / 1e3);
+            if (s->rec)
+                pt_record_write_agent(s->rec, e->pub.id, "stalled", e->pub.step);
+            note(s, PT_NOTE_STALLED, i, NULL, 0, why);
+        }
     }
 }
 
@@ -461,6 +498,43 @@ static void remove_step_dir(const char *dir)
     rmdir(dir);
 }
 
+/* A run record that cannot be written stops the run: a record cut short
+ * while the run went on would be a silent loss (it is what replay, export
+ * and calibrate read). */
+static void check_record(pt_session *s)
+{
+    pt_error err = {0};
+    if (s->fatal[0] || !pt_record_writer_failed(s->rec, &err))
+        return;
+    snprintf(s->fatal, sizeof s->fatal, "%s", err.msg);
+    note(s, PT_NOTE_FATAL, -1, NULL, 0, s->fatal);
+}
+
+int pt_session_fatal(const pt_session *s, pt_error *err)
+{
+    if (!s || !s->fatal[0])
+        return 0;
+    pt_error_set(err, PT_EIO, "%s", s->fatal);
+    return 1;
+}
+
+void pt_session_set_agent_checkpoint_dir(pt_session *s, const char *dir)
+{
+    if (s)
+        snprintf(s->agent_ckpt, sizeof s->agent_ckpt, "%s", dir ? dir : "");
+}
+
+void pt_session_set_stall_ms(pt_session *s, int stall_ms)
+{
+    if (s)
+        s->stall_ms = stall_ms > s->missed * s->hb_ms ? stall_ms : s->missed * s->hb_ms;
+}
+
+int pt_session_stall_ms(const pt_session *s)
+{
+    return s ? s->stall_ms : 0;
+}
+
 static void try_commit(pt_session *s)
 {
     if (!s->ckpt_dir[0] || !s->commit || s->worker_count == 0)
@@ -484,10 +558,16 @@ static void try_commit(pt_session *s)
         rc = pt_ckpt_latest_save(s->ckpt_dir, n, &err);
     double commit_ms = (double)(pt_msg_now_ns() - t0) / 1e6;
     if (rc < 0) {
+        /* A checkpoint that cannot be committed stops the run (it would go
+         * on with nothing to resume from), and its half-written folder goes:
+         * only committed steps stay in the checkpoint folder. */
         char text[PT_ERROR_MAX + 64];
         snprintf(text, sizeof text, "checkpoint step %lld: %s", (long long)n, err.msg);
         if (s->rec)
             pt_record_write_checkpoint_failed(s->rec, n, dir, text);
+        remove_step_dir(dir);
+        if (!s->fatal[0])
+            snprintf(s->fatal, sizeof s->fatal, "%.440s (the step folder was removed)", text);
         note(s, PT_NOTE_ERROR, -1, NULL, n, text);
         return;
     }
@@ -960,6 +1040,7 @@ int pt_session_poll(pt_session *s, int timeout_ms, pt_error *err)
         if (n > 0 && (items[1].revents & ZMQ_POLLIN) && (rc = drain_telemetry(s, err)) < 0)
             return rc;
         pt_record_flush(s->rec);
+        check_record(s);
         if (n != 0 || pt_msg_now_ns() >= deadline)
             return 0;
     }
@@ -1035,6 +1116,8 @@ int64_t pt_session_min_step(const pt_session *s)
 
 int pt_session_failure(const pt_session *s, pt_error *err)
 {
+    if (pt_session_fatal(s, err))
+        return 1;
     for (int w = 0; s && w < s->worker_count; w++) {
         const agent_entry *e = &s->agents[s->workers[w]];
         char d[DESCRIBE_MAX];
@@ -1237,7 +1320,8 @@ int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err)
         as->peers = peers;
         snprintf(as->data, sizeof as->data, "%s", p->data);
         as->seed = p->seed;
-        snprintf(as->checkpoint_dir, sizeof as->checkpoint_dir, "%s", s->ckpt_dir);
+        snprintf(as->checkpoint_dir, sizeof as->checkpoint_dir, "%s",
+                 s->ckpt_dir[0] && s->agent_ckpt[0] ? s->agent_ckpt : s->ckpt_dir);
         as->checkpoint_every = p->checkpoint_every;
         as->resume_step = p->resume_step;
         snprintf(as->telemetry, sizeof as->telemetry, "%s", s->tel_ep);

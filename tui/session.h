@@ -99,6 +99,7 @@ typedef struct pt_session_agent {
     char public_key[PT_KEY_Z85_LEN + 1]; /* its CURVE key ("" without CURVE); its name is bound
                                             to it from the first register on */
     uint64_t control_flooded;            /* messages dropped unread: over its byte budget */
+    int stalled; /* 1 while silent past the heartbeat bound but within the stall bound */
 } pt_session_agent;
 
 /* What happened, for a listener (the console's views, `pipetop run`). */
@@ -110,7 +111,10 @@ typedef enum pt_session_note_kind {
     PT_NOTE_METRICS,    /* msg: an iteration's metrics */
     PT_NOTE_EVENTS,     /* msg: op events, times already on the console's clock */
     PT_NOTE_CHECKPOINT, /* step: a checkpoint was committed */
-    PT_NOTE_REJECTED    /* a message was refused: text says why (agent may be -1) */
+    PT_NOTE_REJECTED,   /* a message was refused: text says why (agent may be -1) */
+    PT_NOTE_STALLED,    /* an agent went silent past the heartbeat bound: text says for how long */
+    PT_NOTE_RESUMED,    /* a stalled agent was heard from again: text says after how long */
+    PT_NOTE_FATAL       /* the session cannot go on (its record could not be written): text */
 } pt_session_note_kind;
 
 typedef struct pt_session_note {
@@ -271,7 +275,9 @@ int pt_session_pending(const pt_session *s);
 int pt_session_wait(pt_session *s, int timeout_ms, pt_error *err);
 
 /* 1 and err says which agent (id, stage, replica, pid) and why, when a
- * worker of the current plan is dead, failed or gone; else 0. */
+ * worker of the current plan is dead, failed or gone, or what failed when
+ * the run record could not be written or a checkpoint not committed
+ * (pt_session_fatal); else 0. */
 int pt_session_failure(const pt_session *s, pt_error *err);
 
 /* Lowest step every worker of the current plan has finished (-1 none). */
@@ -300,5 +306,27 @@ void pt_session_agent_telemetry(const pt_session *s, int i, pt_rx_counts *out);
  * object or a line the record's reader would refuse, PT_EIO. No record: 0
  * and nothing written. */
 int pt_session_record(pt_session *s, const char *kind, const char *fields_json);
+
+/* What stops the run though no agent failed: a write of the run record that
+ * failed (file and errno), or a checkpoint that could not be committed (its
+ * step folder, already removed, and why). 1 with err set, else 0. Once set it
+ * stays; pt_session_failure reports it too. */
+int pt_session_fatal(const pt_session *s, pt_error *err);
+
+/* How long an agent may be silent before it is taken for dead. Past the
+ * heartbeat bound it is *stalled* (PT_NOTE_STALLED; pt_session_agent.stalled:
+ * its neighbours wait for its data, so the pipeline pauses); heard from
+ * again it resumes (PT_NOTE_RESUMED); past stall_ms it is dead. A new
+ * session has the heartbeat bound (dead at once, no stall); 0 or anything
+ * below the heartbeat bound sets that. pt_session_stall_ms: the bound in use. */
+void pt_session_set_stall_ms(pt_session *s, int stall_ms);
+
+/* What an assign names as the checkpoint folder: a path relative to each
+ * agent's checkpoint root (agents refuse absolute paths and "..", see
+ * pipetop-agent --checkpoint-root), e.g. "." when agents were started with
+ * the run's checkpoint folder as their root. NULL or "" (the default): the
+ * plan's checkpoint_dir as given. */
+void pt_session_set_agent_checkpoint_dir(pt_session *s, const char *dir);
+int pt_session_stall_ms(const pt_session *s);
 
 #endif

@@ -31,6 +31,10 @@ struct pt_store {
     int mem_latest_n, mem_latest_cap;
     pt_store_agent *agents;
     int agent_n, agent_cap;
+    /* agent index by id: open addressing, slots hold index + 1 (0 empty),
+     * at most half full, so a record of many agents replays in linear time */
+    int *agent_slots;
+    int agent_slot_n; /* a power of two, or 0 */
     pt_plan *plan;
     int64_t gen;
     pt_profile *cal_profile; /* the newest calibration */
@@ -73,6 +77,7 @@ void pt_store_free(pt_store **s_p)
     free(s->mem);
     free(s->mem_latest);
     free(s->agents);
+    free(s->agent_slots);
     pt_plan_free(&s->plan);
     pt_profile_free(&s->cal_profile);
     pt_topology_free(&s->cal_topo);
@@ -116,6 +121,8 @@ void pt_store_reset(pt_store *s)
     s->mem_head = s->mem_len = 0;
     s->mem_latest_n = 0;
     s->agent_n = 0;
+    if (s->agent_slots)
+        memset(s->agent_slots, 0, sizeof *s->agent_slots * (size_t)s->agent_slot_n);
     pt_plan_free(&s->plan);
     s->gen = 0;
     pt_profile_free(&s->cal_profile);
@@ -247,12 +254,47 @@ int pt_store_set_plan(pt_store *s, const pt_plan *plan, int64_t gen)
     return 0;
 }
 
+static uint64_t id_hash(const char *id)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
+        h = (h ^ *p) * 1099511628211ULL;
+    return h;
+}
+
+/* The slot of id: the one holding it, or the empty one it would go to. */
+static int id_slot(const pt_store *s, const char *id)
+{
+    unsigned mask = (unsigned)s->agent_slot_n - 1;
+    unsigned k = (unsigned)id_hash(id) & mask;
+    while (s->agent_slots[k] && strcmp(s->agents[s->agent_slots[k] - 1].id, id) != 0)
+        k = (k + 1) & mask;
+    return (int)k;
+}
+
+/* Makes room for one more agent in the index. 0 or PT_ENOMEM. */
+static int index_reserve(pt_store *s)
+{
+    if (2 * (s->agent_n + 1) <= s->agent_slot_n)
+        return 0;
+    int n = s->agent_slot_n ? 2 * s->agent_slot_n : 64;
+    int *slots = calloc((size_t)n, sizeof *slots);
+    if (!slots)
+        return PT_ENOMEM;
+    free(s->agent_slots);
+    s->agent_slots = slots;
+    s->agent_slot_n = n;
+    for (int i = 0; i < s->agent_n; i++)
+        s->agent_slots[id_slot(s, s->agents[i].id)] = i + 1;
+    return 0;
+}
+
 int pt_store_find_agent(const pt_store *s, const char *id)
 {
-    for (int i = 0; i < s->agent_n; i++)
-        if (!strcmp(s->agents[i].id, id))
-            return i;
-    return -1;
+    if (!s->agent_slot_n)
+        return -1;
+    int v = s->agent_slots[id_slot(s, id)];
+    return v ? v - 1 : -1;
 }
 
 int pt_store_set_agent(pt_store *s, const pt_store_agent *a)
@@ -267,10 +309,13 @@ int pt_store_set_agent(pt_store *s, const pt_store_agent *a)
             s->agents = n;
             s->agent_cap = cap;
         }
+        if (index_reserve(s) < 0)
+            return PT_ENOMEM;
         i = s->agent_n++;
         /* a new row is a change; comparing it would read the uninitialised
          * slot realloc gave (valgrind memcheck) */
         s->agents[i] = *a;
+        s->agent_slots[id_slot(s, a->id)] = i + 1;
         s->version++;
         return 0;
     }

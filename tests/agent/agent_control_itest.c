@@ -172,6 +172,27 @@ static pid_t spawn_agent(const console *c, const char *name, const char *log)
     return pid;
 }
 
+/* An agent with --checkpoint-root root. */
+static pid_t spawn_agent_in(const console *c, const char *name, const char *log, const char *root)
+{
+    char bin[1024];
+    snprintf(bin, sizeof bin, "%s/pipetop-agent",
+             getenv("PT_BUILD_DIR") ? getenv("PT_BUILD_DIR") : ".");
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+            close(fd);
+        }
+        execl(bin, bin, "--console", c->ctl, "--telemetry", c->tel, "--name", name, "--threads",
+              "1", "--checkpoint-root", root, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
 /* Exit status of pid within ms (-1: still running, then killed). */
 static int wait_exit(pid_t pid, int ms, double *took_ms)
 {
@@ -402,7 +423,94 @@ static void test_console_gone(void)
     console_close(&c);
 }
 
-PT_TEST_MAIN({"session", test_session}, {"console_gone", test_console_gone})
+/* Sends an assign whose checkpoint_dir is `dir`, written into the text by
+ * hand: the encoder refuses what an attacker would send. */
+static void send_assign_with_dir(console *c, int64_t gen, int64_t req, const char *data_ep,
+                                 const char *dir)
+{
+    pt_msg m;
+    make_assign(&m, gen, req, data_ep, c->tel, "PLACEHOLDER-DIR");
+    snprintf(m.agent, sizeof m.agent, "%s", c->id);
+    m.seq = c->seq++;
+    char *text = NULL;
+    size_t len = 0;
+    REQUIRE(pt_msg_encode(&m, &text, &len, NULL) == 0);
+    pt_msg_clear(&m);
+    char *at = strstr(text, "PLACEHOLDER-DIR");
+    REQUIRE(at);
+    size_t head = (size_t)(at - text), tail = strlen(at + strlen("PLACEHOLDER-DIR"));
+    char *out = malloc(head + strlen(dir) + tail + 1);
+    REQUIRE(out);
+    memcpy(out, text, head);
+    strcpy(out + head, dir);
+    strcat(out, at + strlen("PLACEHOLDER-DIR"));
+    send_raw(c, out, strlen(out));
+    free(out);
+    free(text);
+}
+
+/* Paths from the wire (issue 13): an assign may name a checkpoint folder
+ * only inside the agent's --checkpoint-root; "..", an absolute path and an
+ * empty component trick are refused and nothing is written outside. */
+static void test_paths(void)
+{
+    console c;
+    console_open(&c);
+    const char *root = TEST_DIR "/root";
+    pt_mkdir_p(root, NULL);
+    system("rm -rf " TEST_DIR "/escape /tmp/pipetop-agent-itest-abs " TEST_DIR "/root/sub");
+    pid_t pid = spawn_agent_in(&c, "agent-paths", TEST_DIR "/agent3.log", root);
+    REQUIRE(pid > 0);
+    pt_msg m;
+    REQUIRE(expect(&c, PT_MSG_REGISTER, WAIT_MS, &m, 0));
+    char data_ep[256];
+    snprintf(data_ep, sizeof data_ep, "%s", m.u.reg.data_endpoint);
+    pt_msg_clear(&m);
+    static const char *const bad[] = {"../escape", "/tmp/pipetop-agent-itest-abs",
+                                      "sub/../../escape", "sub//..//../escape"};
+    int64_t gen = 1, req = 30;
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++, req++) {
+        send_assign_with_dir(&c, gen, req, data_ep, bad[k]);
+        int refused = 0;
+        int64_t end = pt_msg_now_ns() + 5000 * NS_PER_MS;
+        while (!refused && pt_msg_now_ns() < end && expect(&c, PT_MSG_TYPE_COUNT, 500, &m, 1)) {
+            CHECK_MSG(m.type != PT_MSG_ACK, "the assign with checkpoint_dir %s was taken", bad[k]);
+            if (m.type == PT_MSG_ERROR) {
+                refused = 1;
+                CHECK_STR_CONTAINS(m.u.error.reason, "checkpoint_dir");
+            }
+            pt_msg_clear(&m);
+        }
+        CHECK_MSG(refused, "no refusal of checkpoint_dir %s", bad[k]);
+    }
+    struct stat st;
+    CHECK(stat(TEST_DIR "/escape", &st) != 0);
+    CHECK(stat("/tmp/pipetop-agent-itest-abs", &st) != 0);
+    /* a folder inside the root is taken, and the checkpoint lands there */
+    make_assign(&m, gen, req, data_ep, c.tel, "sub");
+    send_msg(&c, &m);
+    pt_msg_clear(&m);
+    REQUIRE(expect(&c, PT_MSG_ACK, WAIT_MS, &m, 1));
+    CHECK(m.u.ack.of == PT_MSG_ASSIGN);
+    pt_msg_clear(&m);
+    pt_msg_init(&m, PT_MSG_CHECKPOINT, NULL);
+    m.gen = gen;
+    m.req = req + 1;
+    m.u.checkpoint.step = -1;
+    send_msg(&c, &m);
+    REQUIRE(expect(&c, PT_MSG_CHECKPOINT_ACK, WAIT_MS, &m, 1));
+    CHECK_STR_CONTAINS(m.u.checkpoint_ack.dir, "/root/sub/step-0");
+    pt_msg_clear(&m);
+    CHECK(stat(TEST_DIR "/root/sub/step-0/stage-0.json", &st) == 0);
+    pt_msg_init(&m, PT_MSG_BYE, NULL);
+    m.gen = gen;
+    snprintf(m.u.bye.reason, sizeof m.u.bye.reason, "test over");
+    send_msg(&c, &m);
+    CHECK(wait_exit(pid, EXIT_WAIT_MS, NULL) == 0);
+    console_close(&c);
+}
+
+PT_TEST_MAIN({"session", test_session}, {"console_gone", test_console_gone}, {"paths", test_paths})
 
 __attribute__((constructor)) static void make_dir(void)
 {

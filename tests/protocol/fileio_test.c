@@ -147,7 +147,33 @@ static void test_cleanup(void)
     CHECK(rmdir(dir) == 0);
 }
 
+/* Paths from the wire: only folders inside a root pass (issue 13). */
+static void test_path_inside(void)
+{
+    static const char *const ok[] = {".",   "ck",  "runs/r1/ckpt", "a/./b",
+                                     "..x", "x..", "a/..b/c",      "ck/"};
+    static const char *const bad[] = {"",     "/",      "/etc",    "..",     "../x",
+                                      "a/..", "a/../b", "a//../b", "./../x", "a/b/../../.."};
+    const char *why = NULL;
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+        CHECK_MSG(pt_path_check_inside(ok[i], &why) == 0, "\"%s\" refused: %s", ok[i], why);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_MSG(pt_path_check_inside(bad[i], &why) == PT_EINVAL, "\"%s\" passed", bad[i]);
+        CHECK(why && why[0]);
+    }
+    char out[64];
+    pt_error err = {0};
+    CHECK(pt_path_join_inside("/r", "ck", out, sizeof out, &err) == 0 && !strcmp(out, "/r/ck"));
+    CHECK(pt_path_join_inside("/r", ".", out, sizeof out, &err) == 0 && !strcmp(out, "/r"));
+    CHECK(pt_path_join_inside("/r", "../x", out, sizeof out, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "\"../x\" has a \"..\" component: only a folder inside /r");
+    char tiny[4];
+    CHECK(pt_path_join_inside("/root", "ck", tiny, sizeof tiny, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "too long");
+}
+
 PT_TEST_MAIN({"regular_file_read", test_regular_file_read}, {"device_refused", test_device_refused},
              {"fifo_refused", test_fifo_refused}, {"directory_refused", test_directory_refused},
              {"size_cap", test_size_cap}, {"missing", test_missing},
-             {"checked_arithmetic", test_checked_arithmetic}, {"cleanup", test_cleanup})
+             {"checked_arithmetic", test_checked_arithmetic}, {"path_inside", test_path_inside},
+             {"cleanup", test_cleanup})

@@ -60,7 +60,7 @@ static void make_message(pt_msg_type t, pt_msg *m)
         }
         snprintf(a->data, sizeof a->data, "fashion-mnist");
         a->seed = 42;
-        snprintf(a->checkpoint_dir, sizeof a->checkpoint_dir, "/tmp/ckpt");
+        snprintf(a->checkpoint_dir, sizeof a->checkpoint_dir, "runs/r1/ckpt");
         a->checkpoint_every = 10;
         a->resume_step = 30;
         snprintf(a->telemetry, sizeof a->telemetry, "tcp://127.0.0.1:4000");

@@ -1,8 +1,10 @@
 /* protocol/record.h: what the writer writes, the reader reads back, frames
  * byte for byte; the writer refuses what the reader would refuse; records of
  * version 1 (earlier builds) still read. */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "protocol/fileio.h"
@@ -192,5 +194,63 @@ static void setup(void)
     pt_mkdir_p(DIR, NULL);
 }
 
+/* A write that fails (the file system full, a file size limit) is
+ * remembered with the file and the error, and every later write fails too,
+ * so nothing is appended after the cut (issue 13). */
+static void test_write_failure_sticky(void)
+{
+    const char *path = DIR "/limited.ndjson";
+    pt_record_session ses = {"tcp://c", "tcp://t", 100, 6};
+    pt_record_writer *w = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_record_writer_open(path, &ses, &w, &err) == 0);
+    /* RLIMIT_FSIZE stands in for a full disk without root: writes past it
+     * fail with EFBIG (SIGXFSZ ignored) */
+    struct rlimit old, lim;
+    REQUIRE(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    lim = old;
+    lim.rlim_cur = 64 * 1024;
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    char frame[1024];
+    memset(frame, 'x', sizeof frame);
+    memcpy(frame, "{\"v\":1,\"s\":\"", 13);
+    memcpy(frame + sizeof frame - 2, "\"}", 2);
+    int rc = 0, n = 0;
+    for (; n < 1000 && rc == 0; n++)
+        if ((rc = pt_record_write_frame(w, PT_RECORD_RECV, "control", 0, frame, sizeof frame)) == 0)
+            rc = pt_record_flush(w);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    CHECK(rc == PT_EIO);
+    CHECK_MSG(n > 10 && n < 1000, "failed after %d frames", n);
+    CHECK(pt_record_writer_failed(w, &err) == 1);
+    CHECK_STR_CONTAINS(err.msg, "run record " DIR "/limited.ndjson: write failed: File too large");
+    /* sticky: below the limit again, nothing more is written */
+    long before = 0;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        before = ftell(f);
+        fclose(f);
+    }
+    CHECK(pt_record_write_frame(w, PT_RECORD_RECV, "control", 0, "{}", 2) == PT_EIO);
+    CHECK(pt_record_write_json(w, "failed", "{\"reason\":\"x\"}") == PT_EIO);
+    CHECK(pt_record_flush(w) == PT_EIO);
+    pt_record_writer_close(&w);
+    f = fopen(path, "r");
+    long after = -1;
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        after = ftell(f);
+        fclose(f);
+    }
+    CHECK_MSG(after == before, "%ld bytes after the cut, %ld before", after, before);
+    /* a record that cannot take even its first line names the reason */
+    CHECK(pt_record_writer_open("/dev/full", &ses, &w, &err) == PT_EIO);
+    CHECK_STR_CONTAINS(err.msg, "run record /dev/full: cannot write the session line (No space");
+}
+
 PT_TEST_MAIN({"setup", setup}, {"round_trip", test_round_trip},
-             {"writer_refuses", test_writer_refuses}, {"version_one", test_version_one})
+             {"writer_refuses", test_writer_refuses}, {"version_one", test_version_one},
+             {"write_failure_sticky", test_write_failure_sticky})
