@@ -40,30 +40,36 @@ check() {
     shift 5
     plan "$model" "$n" "$cut" >"$tmp/$model.plan.json"
     local err="$tmp/$model$*.err" out="$tmp/$model$*.json"
-    if ! "$PIPETOP" profile --model "$model" --batch 16 --threads 1 --repeats 20 --warmup 3 \
-        --plan "$tmp/$model.plan.json" "$@" --out "$out" >/dev/null 2>"$err"; then
-        fail "$model $*: exit $?: $(cat "$err")"
-        return
-    fi
-    local rows
-    rows=$(grep -c '^stage [01] ' "$err")
-    [ "$rows" -eq 2 ] || fail "$model $*: $rows stage lines: $(cat "$err")"
-    # fastest round: fwd WHOLE / LAYERS, bwd WHOLE / LAYERS
-    awk -v hi="$hi" -v lo="$lo" -v what="$model $*" '
-        /^stage [01] / {
-            split($0, a, "fastest round: ")
-            n = split(a[2], f, /[ ,\/]+/)  # fwd W L bwd W L
-            for (k = 0; k < 2; k++) {
-                w = f[2 + 3 * k]; l = f[3 + 3 * k]
-                r = (w - l) / l
-                if (!(w > 0 && l > 0) || r > hi || r < -lo) {
-                    printf "FAIL: %s: %s %s: whole %s ms, its layers %s ms (%+.0f %%)\n",
-                        what, $1 " " $2, (k ? "bwd" : "fwd"), w, l, 100 * r > "/dev/stderr"
-                    bad++
+    # a machine loaded enough to preempt every one of 20 rounds of a stage can
+    # hide the property: up to 3 tries, each a fresh measurement
+    local try rows
+    for try in 1 2 3; do
+        if ! "$PIPETOP" profile --model "$model" --batch 16 --threads 1 --repeats 20 \
+            --warmup 3 --plan "$tmp/$model.plan.json" "$@" --out "$out" >/dev/null 2>"$err"; then
+            fail "$model $*: exit $?: $(cat "$err")"
+            return
+        fi
+        rows=$(grep -c '^stage [01] ' "$err")
+        [ "$rows" -eq 2 ] || { fail "$model $*: $rows stage lines: $(cat "$err")"; return; }
+        # fastest round: fwd WHOLE / LAYERS, bwd WHOLE / LAYERS
+        awk -v hi="$hi" -v lo="$lo" -v what="$model $* (try $try)" '
+            /^stage [01] / {
+                split($0, a, "fastest round: ")
+                n = split(a[2], f, /[ ,\/]+/)  # fwd W L bwd W L
+                for (k = 0; k < 2; k++) {
+                    w = f[2 + 3 * k]; l = f[3 + 3 * k]
+                    r = (w - l) / l
+                    if (!(w > 0 && l > 0) || r > hi || r < -lo) {
+                        printf "%s: %s %s %s: whole %s ms, its layers %s ms (%+.0f %%)\n",
+                            (try_last ? "FAIL" : "retry"), what, $1 " " $2, (k ? "bwd" : "fwd"),
+                            w, l, 100 * r > "/dev/stderr"
+                        bad++
+                    }
                 }
             }
-        }
-        END { exit bad > 0 }' "$err" || failures=$((failures + 1))
+            END { exit bad > 0 }' try_last=$((try == 3)) "$err" && break
+        [ "$try" -eq 3 ] && failures=$((failures + 1))
+    done
     # the profile's layers of stage 0 sum to stage 0's whole median
     local whole sum
     whole=$(awk '/^stage 0 / { print $5 }' "$err")
