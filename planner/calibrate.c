@@ -454,6 +454,53 @@ static int sends_hold(const cev *v, int64_t n)
     return sends > 0 && (double)held >= PT_CAL_HOLD_FRACTION * (double)sends;
 }
 
+/* First index of worker's step in v (sorted by cev_cmp), or n. */
+static int64_t step_begin(const cev *v, int64_t n, int worker, int64_t step)
+{
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (v[mid].worker < worker || (v[mid].worker == worker && v[mid].step < step))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Seconds the ord-th all-reduce of worker's step took on that worker's
+ * clock, from when it could start (its ALLREDUCE, and not before the
+ * previous one ended: collectives of a worker run one after another) to
+ * when it ended: the ALLREDUCE's end, or the end of the matching AR_WAIT
+ * when the worker really waited there (the runtime's ALLREDUCE op only
+ * queues the collective, which its AR_WAIT then waits for). -1 when it is
+ * not in v. */
+static double ar_span(const cev *v, int64_t n, int worker, int64_t step, int ord)
+{
+    int a = 0, wt = 0;
+    int64_t start = -1, end = -1, prev_end = -1, prev_ar_end = -1;
+    for (int64_t m = step_begin(v, n, worker, step);
+         m < n && v[m].worker == worker && v[m].step == step; m++) {
+        if (v[m].op == PT_OP_ALLREDUCE) {
+            if (a == ord - 1)
+                prev_ar_end = v[m].end;
+            if (a++ == ord) {
+                start = v[m].start;
+                end = v[m].end;
+            }
+        } else if (v[m].op == PT_OP_AR_WAIT) {
+            int waited = v[m].end - v[m].start > PT_CAL_HOLD_SLACK_NS;
+            if (wt == ord - 1)
+                prev_end = waited && v[m].end > prev_ar_end ? v[m].end : prev_ar_end;
+            if (wt++ == ord && start >= 0 && waited && v[m].end > end)
+                end = v[m].end;
+        }
+    }
+    if (start >= 0 && prev_end > start)
+        start = prev_end;
+    return start >= 0 && end >= start ? (double)(end - start) / NS_PER_S : -1;
+}
+
 static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topology *topo,
                       const cev *v, int64_t n, int skip, acc *st, pt_cal_fit *fit, pt_error *err)
 {
@@ -556,24 +603,16 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
                  * shortest replica's time, which waited least for the others */
                 int r = x->replica_count;
                 if (r > 1 && x->replica == 0) {
-                    double best = d;
-                    for (int q = 1; q < r; q++) {
-                        int wq = prog->stage_worker[x->stage] + q;
-                        int ord = 0;
-                        for (int64_t m = 0; m < n; m++) {
-                            if (v[m].worker != wq || v[m].step != e->step ||
-                                v[m].op != PT_OP_ALLREDUCE)
-                                continue;
-                            if (ord++ == ar_ord) {
-                                double dq = (double)(v[m].end - v[m].start) / NS_PER_S;
-                                if (dq < best)
-                                    best = dq;
-                                break;
-                            }
-                        }
+                    double best = -1;
+                    for (int q = 0; q < r; q++) {
+                        double dq =
+                            ar_span(v, n, prog->stage_worker[x->stage] + q, e->step, ar_ord);
+                        if (dq >= 0 && (best < 0 || dq < best))
+                            best = dq;
                     }
-                    oom |= svec_add(&ars, 2.0 * (r - 1), 2.0 * (r - 1) / r * (double)e->bytes, c,
-                                    best);
+                    if (best >= 0)
+                        oom |= svec_add(&ars, 2.0 * (r - 1), 2.0 * (r - 1) / r * (double)e->bytes,
+                                        c, best);
                 }
                 ar_ord++;
                 break;
@@ -629,8 +668,9 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
         return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
     fit_link(&intra, topo->intra, &fit->intra);
     fit_link(&inter, topo->inter, &fit->inter);
-    pt_link ar_keep = fit->intra.how == PT_CAL_LINK_FIT ? fit->intra.link : topo->intra;
-    fit_link(&ar, ar_keep, &fit->allreduce);
+    /* a collective's cost is its own: the sends' fit (on one host mostly the
+     * sender's copy) says nothing of it */
+    fit_link(&ar, topo->intra, &fit->allreduce);
     return 0;
 }
 
@@ -769,6 +809,10 @@ int pt_calibrate(const pt_record *rec, const pt_profile *base, const pt_topology
     p->origin.gen = gen;
     p->op_overhead_ms = fit->op_overhead_ms;
     p->sends_hold = fit->sends_hold;
+    if (fit->allreduce.how != PT_CAL_LINK_NONE) {
+        p->ar_bytes_per_s = fit->allreduce.link.bandwidth;
+        p->ar_latency_s = fit->allreduce.link.latency;
+    }
     if (fit->opt_bytes_per_s > 0)
         p->opt_bytes_per_s = fit->opt_bytes_per_s;
 done:
@@ -806,5 +850,52 @@ int pt_cal_topology(const pt_cal_fit *fit, const pt_topology *topo, pt_topology 
         t->intra = fit->allreduce.link;
     if (fit->inter.how != PT_CAL_LINK_NONE)
         t->inter = fit->inter.link;
+    return 0;
+}
+
+static double layer_factor(double cal_ms, double base_ms)
+{
+    return base_ms > 0 ? cal_ms / base_ms : 1.0;
+}
+
+int pt_cal_rebase(const pt_profile *cal, const pt_profile *cal_base, const pt_profile *onto,
+                  pt_profile **out, pt_error *err)
+{
+    *out = NULL;
+    if (strcmp(cal->model, cal_base->model) || strcmp(cal->model, onto->model) ||
+        cal->layer_count != cal_base->layer_count || cal->layer_count != onto->layer_count)
+        return pt_error_set(err, PT_EINVAL,
+                            "calibrate: rebase: the profiles are of models \"%s\", \"%s\" and "
+                            "\"%s\" with %d, %d and %d layers; they must be one model's",
+                            cal->model, cal_base->model, onto->model, cal->layer_count,
+                            cal_base->layer_count, onto->layer_count);
+    if (cal->microbatch != cal_base->microbatch || cal->microbatch != onto->microbatch)
+        return pt_error_set(err, PT_EINVAL, "calibrate: rebase: micro-batches %d, %d and %d differ",
+                            cal->microbatch, cal_base->microbatch, onto->microbatch);
+    pt_profile *p = pt_profile_new(onto->layer_count);
+    if (!p)
+        return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+    pt_profile_layer *layers = p->layers;
+    *p = *cal;
+    p->layers = layers;
+    snprintf(p->device, sizeof p->device, "%s", onto->device);
+    p->input_bytes = onto->input_bytes;
+    for (int l = 0; l < onto->layer_count; l++) {
+        const pt_profile_layer *c = &cal->layers[l], *b = &cal_base->layers[l],
+                               *n = &onto->layers[l];
+        pt_profile_layer *o = &p->layers[l];
+        *o = *n;
+        double brec = b->recompute_ms > 0 ? b->recompute_ms : b->fwd_ms;
+        double nrec = n->recompute_ms > 0 ? n->recompute_ms : n->fwd_ms;
+        o->fwd_ms = n->fwd_ms * layer_factor(c->fwd_ms, b->fwd_ms);
+        o->bwd_ms = n->bwd_ms * layer_factor(c->bwd_ms, b->bwd_ms);
+        o->recompute_ms = nrec * layer_factor(c->recompute_ms, brec);
+        if (o->split) {
+            double f = layer_factor(c->bwd_ms, b->bwd_ms);
+            o->bwd_input_ms = n->bwd_input_ms * f;
+            o->bwd_weight_ms = n->bwd_weight_ms * f;
+        }
+    }
+    *out = p;
     return 0;
 }

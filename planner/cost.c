@@ -344,20 +344,38 @@ double pt_cost_ring_allreduce_s(int p, int64_t bytes, double latency, double ban
     return 2.0 * (p - 1) * latency + 2.0 * (p - 1) / p * (double)bytes / bandwidth;
 }
 
+/* The ring's latency and bandwidth: its slowest hop; among devices of one
+ * node, the profile's fitted all-reduce when it has one (a collective's
+ * cost is not a point-to-point message's: calibration fits both). */
+static void ring_link(const pt_cost *c, const int *devices, int p, double *lat, double *bw)
+{
+    *lat = 0;
+    *bw = 0;
+    int one_node = 1;
+    for (int k = 0; k < p; k++) {
+        if (devices[k] == devices[(k + 1) % p])
+            continue;
+        pt_link l = link_of(c, devices[k], devices[(k + 1) % p]);
+        one_node &= devices[k] >= 0 && devices[k] < c->topo->device_count && devices[0] >= 0 &&
+                    devices[0] < c->topo->device_count &&
+                    c->topo->devices[devices[k]].node == c->topo->devices[devices[0]].node;
+        if (l.latency > *lat)
+            *lat = l.latency;
+        if (*bw == 0 || l.bandwidth < *bw)
+            *bw = l.bandwidth;
+    }
+    if (*bw > 0 && one_node && c->profile->ar_bytes_per_s > 0) {
+        *bw = c->profile->ar_bytes_per_s;
+        *lat = c->profile->ar_latency_s;
+    }
+}
+
 double pt_cost_allreduce_s(const pt_cost *c, const int *devices, int p, int64_t bytes)
 {
     if (p <= 1)
         return 0;
-    double lat = 0, bw = 0;
-    for (int k = 0; k < p; k++) {
-        pt_link l = link_of(c, devices[k], devices[(k + 1) % p]);
-        if (devices[k] == devices[(k + 1) % p])
-            continue;
-        if (l.latency > lat)
-            lat = l.latency;
-        if (bw == 0 || l.bandwidth < bw)
-            bw = l.bandwidth;
-    }
+    double lat, bw;
+    ring_link(c, devices, p, &lat, &bw);
     if (bw == 0)
         return 0;
     return pt_cost_ring_allreduce_s(p, bytes, lat, bw);
@@ -392,16 +410,8 @@ double pt_cost_overlapped_bwd_ring_s(const pt_cost *c, int p, double lat, double
 double pt_cost_overlapped_bwd_allreduce_s(const pt_cost *c, const int *devices, int p, int first,
                                           int last, int rows, int dev, int64_t cap)
 {
-    double lat = 0, bw = 0;
-    for (int k = 0; k < p; k++) {
-        if (devices[k] == devices[(k + 1) % p])
-            continue;
-        pt_link l = link_of(c, devices[k], devices[(k + 1) % p]);
-        if (l.latency > lat)
-            lat = l.latency;
-        if (bw == 0 || l.bandwidth < bw)
-            bw = l.bandwidth;
-    }
+    double lat, bw;
+    ring_link(c, devices, p, &lat, &bw);
     return pt_cost_overlapped_bwd_ring_s(c, p, lat, bw, first, last, rows, dev, cap);
 }
 

@@ -58,10 +58,14 @@ typedef struct pt_profile {
      * then charges no overhead and its default optimizer bandwidth). */
     double op_overhead_ms;  /* worker time spent between two consecutive ops, >= 0 */
     double opt_bytes_per_s; /* bytes an optimizer step streams per second, >= 0 */
-    int sends_hold;         /* 1: a send holds its worker until it ends (the CPU runtime copies and
-                               queues on the worker's thread); 0: sends run beside the worker */
-    int microbatch;         /* micro-batch size the times are for, > 0 */
-    int64_t input_bytes;    /* activation entering layer 0 for one micro-batch */
+    /* the all-reduce among devices of one node, fitted from the run's
+     * collectives (0: the topology's intra-node link) */
+    double ar_bytes_per_s; /* ring all-reduce bandwidth, bytes/s, >= 0 */
+    double ar_latency_s;   /* its per-step latency, s, >= 0 */
+    int sends_hold;        /* 1: a send holds its worker until it ends (the CPU runtime copies and
+                              queues on the worker's thread); 0: sends run beside the worker */
+    int microbatch;        /* micro-batch size the times are for, > 0 */
+    int64_t input_bytes;   /* activation entering layer 0 for one micro-batch */
     int layer_count;
     pt_profile_layer *layers; /* owned */
 } pt_profile;

@@ -253,6 +253,8 @@ int pt_console_launch(const pt_console_launch_opts *o, pt_error *err)
         lo.spawn = o->spawn;
         lo.run_dir = o->run_dir;
         lo.steps = o->steps;
+        lo.profile = prof;
+        lo.topology = topo;
         lo.expect_agents = o->agents > 0 ? o->agents : pt_plan_device_count(plan);
         if (o->spawn && lo.expect_agents > topo->device_count)
             lo.expect_agents = topo->device_count;

@@ -48,6 +48,7 @@
 #define DEFAULT_PLANNER     "gpipe"
 #define PROFILE_REPEATS     "5"
 #define PROFILE_WARMUP      "2"
+#define STAGE_REPEATS       "15" /* rounds of an in-place stage profile: a median robust to preemption */
 #define REGISTER_TIMEOUT_MS 30000
 #define EXTERNAL_WAIT_MS    300000 /* --external: how long agents started by hand may take */
 #define ASSIGN_TIMEOUT_MS   120000
@@ -285,17 +286,25 @@ static int wait_child(pid_t pid, int timeout_ms)
 
 /* Measures the model's profile with `pipetop profile` in a child process,
  * with the BLAS threads each of `workers` agents will have, so the
- * prediction is for the conditions the agents run in. */
-static int measure_profile(run_ctx *c, int mb, int workers, pt_error *err)
+ * prediction is for the conditions the agents run in. With plan_path, each
+ * stage is measured whole and in place, every stage replica at once as the
+ * agents will run (`pipetop profile --plan P --beside`), into
+ * RUN/profile.json; without, layer by layer into RUN/<name>. */
+static int measure_profile(run_ctx *c, int mb, int workers, const char *plan_path, const char *name,
+                           pt_error *err)
 {
     char dir[PATH_CAP], self[PATH_CAP + 16], out[PATH_CAP + 32], log[PATH_CAP + 32], batch[16];
     if (pt_exe_dir(dir, sizeof dir) < 0)
         return pt_error_set(err, PT_EIO, "cannot find this program's folder (/proc/self/exe)");
     snprintf(self, sizeof self, "%s/pipetop", dir);
-    snprintf(out, sizeof out, "%s/profile.json", c->run_dir);
-    snprintf(log, sizeof log, "%s/profile.log", c->run_dir);
+    snprintf(out, sizeof out, "%s/%s", c->run_dir, name);
+    snprintf(log, sizeof log, "%s/%s.log", c->run_dir, plan_path ? "profile" : "profile-layers");
     snprintf(batch, sizeof batch, "%d", mb);
-    say(c, "profiling %s at micro-batch %d on this machine ...\n", c->spec->name, mb);
+    if (plan_path)
+        say(c, "profiling %s's stages in place at micro-batch %d, beside each other ...\n",
+            c->spec->name, mb);
+    else
+        say(c, "profiling %s at micro-batch %d on this machine ...\n", c->spec->name, mb);
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0)
@@ -309,14 +318,21 @@ static int measure_profile(run_ctx *c, int mb, int workers, pt_error *err)
         }
         char th[16];
         snprintf(th, sizeof th, "%d", pt_agent_threads(workers));
-        char *argv[] = {
-            self,    "profile", "--model",   (char *)c->a.model, "--batch",  batch,
-            "--out", out,       "--repeats", PROFILE_REPEATS,    "--warmup", PROFILE_WARMUP,
-            NULL,    NULL,      NULL};
+        char *argv[18] = {self,        "profile",       "--model",  (char *)c->a.model,
+                          "--batch",   batch,           "--out",    out,
+                          "--repeats", PROFILE_REPEATS, "--warmup", PROFILE_WARMUP};
+        int k = 12;
         if (!getenv("OPENBLAS_NUM_THREADS")) {
-            argv[12] = "--threads";
-            argv[13] = th;
+            argv[k++] = "--threads";
+            argv[k++] = th;
         }
+        if (plan_path) {
+            argv[9] = STAGE_REPEATS;
+            argv[k++] = "--plan";
+            argv[k++] = (char *)plan_path;
+            argv[k++] = "--beside";
+        }
+        argv[k] = NULL;
         execv(self, argv);
         _exit(127);
     }
@@ -439,17 +455,34 @@ static int prepare(run_ctx *c, pt_error *err)
     if (rc < 0)
         return rc;
     int mb = c->plan ? c->plan->microbatch_size : a->mb_size;
+    /* The default profile is measured in place: each stage of the plan whole,
+     * beside the others (the quick form first plans on a layer-by-layer
+     * profile, then measures its plan's stages). A given profile is a path,
+     * or a name in profiles/ as --model takes names. */
     if (a->profile) {
-        /* a path, or a name in profiles/ as --model takes names */
         char buf[PT_DATADIR_PATH_MAX];
         rc = pt_profile_load(pt_datadir_resolve("profiles", a->profile, ".json", buf, sizeof buf),
                              &c->profile, err);
-    } else
-        rc = measure_profile(c, mb, c->plan ? pt_plan_device_count(c->plan) : devices, err);
+    } else if (c->plan) {
+        rc = measure_profile(c, mb, pt_plan_device_count(c->plan), a->plan, "profile.json", err);
+    } else {
+        rc = measure_profile(c, mb, devices, NULL, "profile-layers.json", err);
+    }
     if (rc < 0 || (rc = pt_profile_check(c->profile, c->spec, "profile", err)) < 0)
         return rc;
-    if (!c->plan && (rc = quick_plan(c, err)) < 0)
-        return rc;
+    if (!c->plan) {
+        if ((rc = quick_plan(c, err)) < 0)
+            return rc;
+        if (!a->profile) {
+            char plan_path[PATH_CAP + 16];
+            snprintf(plan_path, sizeof plan_path, "%s/plan.json", c->run_dir);
+            pt_profile_free(&c->profile);
+            rc = measure_profile(c, mb, pt_plan_device_count(c->plan), plan_path, "profile.json",
+                                 err);
+            if (rc < 0 || (rc = pt_profile_check(c->profile, c->spec, "profile", err)) < 0)
+                return rc;
+        }
+    }
     const char *src = a->plan ? a->plan : "plan";
     if ((rc = pt_plan_check(c->plan, c->spec, c->topo, src, err)) < 0)
         return rc;

@@ -203,6 +203,37 @@ static void draw_status(pt_ui *ui)
     pt_ui_text(r->y, 0, r->w, ui->attr[PT_THEME_DIM], 1, "%s", hints[ui->view]);
 }
 
+/* A calibration the source put in the store (tui/live.h) becomes the plan
+ * editor's cost model at once; the status line says so once it is free (a
+ * message of the user's own, such as an edit's outcome, is not replaced).
+ * *said: the count already announced. Returns the store's calibration count. */
+static int take_calibration(pt_ui *ui, int seen, int *said)
+{
+    const pt_profile *p;
+    const pt_topology *t;
+    int64_t gen;
+    int n = pt_store_calibration(ui->store, &p, &t, &gen);
+    if (!ui->edit || !p)
+        return n;
+    if (n != seen) {
+        pt_error err = {0};
+        if (pt_plan_edit_set_costs(ui->edit, p, t, &err) < 0) {
+            pt_ui_status(ui, 1, "calibration of generation %lld not used: %s", (long long)gen,
+                         err.msg);
+            *said = n;
+        }
+    }
+    int busy = ui->status[0] && ui->now_ns - ui->status_ns < PT_UI_STATUS_NS;
+    if (*said != n && !busy) {
+        pt_ui_status(ui, 0,
+                     "calibrated on generation %lld: predictions use this run's costs "
+                     "(run folder: calibrated-gen-%lld.json)",
+                     (long long)gen, (long long)gen);
+        *said = n;
+    }
+    return n;
+}
+
 static void draw(pt_ui *ui)
 {
     layout(ui);
@@ -624,7 +655,7 @@ int pt_console_run(const pt_console_opts *o, pt_error *err)
     int64_t frame_ns = NS_PER_S / (ui.cfg.refresh_hz > 0 ? ui.cfg.refresh_hz : 10);
     int64_t last_draw = 0, start = now_ns();
     uint64_t seen_store = 0, seen_edit = 0;
-    int src_rc = 0;
+    int src_rc = 0, seen_cal = 0, said_cal = 0;
     while (!ui.quit && !g_quit_signal) {
         ui.now_ns = now_ns();
         if (o->exit_after_s > 0 && ui.now_ns - start > (int64_t)(o->exit_after_s * NS_PER_S))
@@ -636,6 +667,7 @@ int pt_console_run(const pt_console_opts *o, pt_error *err)
                 src_rc = 0;
             }
             follow_generation(&ui);
+            seen_cal = take_calibration(&ui, seen_cal, &said_cal);
         }
         if ((pt_store_version(ui.store) != seen_store && !ui.paused) ||
             (ui.edit && pt_plan_edit_version(ui.edit) != seen_edit)) {

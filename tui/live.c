@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "planner/calibrate.h"
 #include "protocol/fileio.h"
+#include "protocol/record.h"
 #include "tui/run.h"
 #include "tui/session.h"
 
@@ -35,7 +37,12 @@ typedef struct live {
     live_state state;
     int64_t steps, seed, ckpt_every, resume;
     int64_t last_refresh_ns;
-    pt_plan *pending; /* an applied plan: the next poll stops the run and restarts under it */
+    pt_plan *pending;     /* an applied plan: the next poll stops the run and restarts under it */
+    pt_profile *cal_base; /* calibration's base (NULL: none) */
+    pt_topology *topo;
+    int64_t cal_for_gen; /* the generation cal_next counts for */
+    int64_t cal_next;    /* its steps in the store before the next fit */
+    int64_t cal_done;    /* the newest generation calibrated (0: none) */
 } live;
 
 static const char *const live_keys[][2] = {{NULL, NULL}};
@@ -138,6 +145,71 @@ static int restart(live *l, pt_error *err)
     return 0;
 }
 
+/* ---- calibration */
+
+/* Steps of generation gen in the store (they are stored in order). */
+static int64_t gen_steps(const pt_store *st, int64_t gen)
+{
+    int64_t n = 0;
+    for (int64_t i = pt_store_step_count(st) - 1; i >= 0; i--) {
+        const pt_store_step *x = pt_store_step_at(st, i);
+        if (x->gen != gen)
+            break;
+        n += x->reports > 0;
+    }
+    return n;
+}
+
+static void save_calibration(const live *l, const pt_profile *p, const pt_topology *t, int64_t gen,
+                             char *path, size_t cap)
+{
+    char tp[PATH_CAP + 64];
+    snprintf(path, cap, "%.4000s/calibrated-gen-%lld.json", l->run_dir, (long long)gen);
+    snprintf(tp, sizeof tp, "%.4000s/calibrated-gen-%lld-topology.json", l->run_dir,
+             (long long)gen);
+    if (pt_profile_save(p, path, NULL) < 0 || pt_topology_save(t, tp, NULL) < 0)
+        snprintf(path, cap, "%s", "(not saved)");
+}
+
+/* Fits the running generation once it has enough steps (live.h). */
+static void maybe_calibrate(live *l)
+{
+    int64_t gen = pt_session_generation(l->s);
+    if (!l->cal_base || gen <= 0 || l->cal_done == gen)
+        return;
+    if (l->cal_for_gen != gen) {
+        l->cal_for_gen = gen;
+        l->cal_next = PT_LIVE_CAL_STEPS;
+    }
+    int64_t n = gen_steps(l->store, gen);
+    if (n < l->cal_next)
+        return;
+    l->cal_next = n + PT_LIVE_CAL_RETRY;
+    char path[PATH_CAP + 64];
+    snprintf(path, sizeof path, "%.4000s/%s", l->run_dir, PT_RECORD_FILE);
+    pt_record *rec = NULL;
+    pt_profile *cal = NULL;
+    pt_topology *ctopo = NULL;
+    pt_cal_fit fit = {0};
+    pt_error err = {0};
+    pt_cal_opts o = {gen, -1, l->run_dir, "the console's profile", ""};
+    int rc = pt_record_load(path, &rec, &err);
+    if (rc == 0)
+        rc = pt_calibrate(rec, l->cal_base, l->topo, &o, &cal, &fit, &err);
+    if (rc == 0)
+        rc = pt_cal_topology(&fit, l->topo, &ctopo, &err);
+    pt_record_free(&rec);
+    if (rc < 0) { /* too few op events yet: tried again PT_LIVE_CAL_RETRY steps later */
+        pt_profile_free(&cal);
+        pt_cal_fit_clear(&fit);
+        return;
+    }
+    save_calibration(l, cal, ctopo, gen, path, sizeof path);
+    pt_store_set_calibration(l->store, cal, ctopo, gen);
+    pt_cal_fit_clear(&fit);
+    l->cal_done = gen;
+}
+
 /* ---- vtable */
 
 static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeout_ms)
@@ -190,6 +262,8 @@ static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeou
         }
         refresh_agents(l);
     }
+    if (l->state == L_RUN)
+        maybe_calibrate(l);
     if (l->state == L_RUN && rs == PT_RUN_FINISHED) {
         l->state = L_DONE;
         pt_store_note(store, "the run finished its %lld steps", (long long)l->steps);
@@ -250,6 +324,8 @@ static void live_close(pt_source *src)
     pt_plan_free(&l->plan);
     pt_plan_free(&l->pending);
     pt_model_spec_free(&l->model);
+    pt_profile_free(&l->cal_base);
+    pt_topology_free(&l->topo);
     free(l);
 }
 
@@ -279,6 +355,15 @@ int pt_source_live_new(const pt_live_opts *o, pt_source **out, pt_error *err)
     if (rc == 0)
         rc = pt_model_spec_parse(mj, "model", &l->model, err);
     free(mj);
+    if (rc == 0 && o->profile && o->topology) {
+        char *pj = pt_profile_to_json(o->profile), *tj = pt_topology_to_json(o->topology);
+        rc = pj && tj ? pt_profile_parse(pj, "profile", &l->cal_base, err)
+                      : pt_error_set(err, PT_ENOMEM, "out of memory");
+        if (rc == 0)
+            rc = pt_topology_parse(tj, "topology", &l->topo, err);
+        free(pj);
+        free(tj);
+    }
     if (rc == 0)
         rc = pt_run_dir_make(o->run_dir, LIVE_DIR_TAG, l->run_dir, sizeof l->run_dir, err);
     snprintf(l->ckpt_dir, sizeof l->ckpt_dir, "%.4000s/%s", l->run_dir, LIVE_CKPT_DIR);

@@ -19,6 +19,8 @@ typedef struct slot {
 struct pt_plan_edit {
     const pt_profile *profile;
     const pt_topology *topo;
+    pt_profile *own_profile; /* set_costs' copies (profile and topo then point here) */
+    pt_topology *own_topo;
     pt_cost *cost;
     slot cur, cand;
     pt_plan *undo[PT_PLAN_EDIT_UNDO_MAX];
@@ -138,8 +140,70 @@ void pt_plan_edit_free(pt_plan_edit **e_p)
     for (int i = 0; i < e->undo_n; i++)
         pt_plan_free(&e->undo[i]);
     pt_cost_free(&e->cost);
+    pt_profile_free(&e->own_profile);
+    pt_topology_free(&e->own_topo);
     free(e);
     *e_p = NULL;
+}
+
+int pt_plan_edit_set_costs(pt_plan_edit *e, const pt_profile *profile, const pt_topology *topo,
+                           pt_error *err)
+{
+    if (!e || !profile || !topo)
+        return pt_error_set(err, PT_EINVAL, "plan editor: needs a profile and a topology");
+    char *pj = pt_profile_to_json(profile), *tj = pt_topology_to_json(topo);
+    pt_profile *np = NULL;
+    pt_topology *nt = NULL;
+    pt_cost *nc = NULL;
+    int rc = pj && tj ? 0 : pt_error_set(err, PT_ENOMEM, "plan editor: out of memory");
+    if (rc == 0)
+        rc = pt_profile_parse(pj, "profile", &np, err);
+    if (rc == 0)
+        rc = pt_topology_parse(tj, "topology", &nt, err);
+    free(pj);
+    free(tj);
+    if (rc == 0 && np->layer_count != e->cur.plan->layer_count)
+        rc = pt_error_set(err, PT_EINVAL, "profile has %d layers, the plan %d", np->layer_count,
+                          e->cur.plan->layer_count);
+    if (rc == 0)
+        rc = pt_plan_check(e->cur.plan, NULL, nt, "plan", err);
+    if (rc == 0)
+        rc = pt_cost_new(np, nt, &nc, err);
+    pt_plan *copy = rc == 0 ? pt_plan_clone(e->cur.plan) : NULL;
+    if (rc == 0 && !copy)
+        rc = pt_error_set(err, PT_ENOMEM, "plan editor: out of memory");
+    if (rc < 0) {
+        pt_cost_free(&nc);
+        pt_topology_free(&nt);
+        pt_profile_free(&np);
+        return rc;
+    }
+    /* the new costs in, the old ones kept until the plan re-simulates */
+    pt_cost *oc = e->cost;
+    const pt_profile *op = e->profile;
+    const pt_topology *ot = e->topo;
+    e->cost = nc;
+    e->profile = np;
+    e->topo = nt;
+    int fits = e->cur.res.fits;
+    e->cur.res.fits = 0; /* a plan that no longer fits is still shown */
+    rc = commit(e, copy, 0, err);
+    if (rc < 0) {
+        e->cur.res.fits = fits;
+        e->cost = oc;
+        e->profile = op;
+        e->topo = ot;
+        pt_cost_free(&nc);
+        pt_topology_free(&nt);
+        pt_profile_free(&np);
+        return rc;
+    }
+    pt_cost_free(&oc);
+    pt_profile_free(&e->own_profile);
+    pt_topology_free(&e->own_topo);
+    e->own_profile = np;
+    e->own_topo = nt;
+    return 0;
 }
 
 const pt_plan *pt_plan_edit_plan(const pt_plan_edit *e)

@@ -40,6 +40,13 @@ int pt_plan_edit_new(const pt_plan *plan, const pt_profile *profile, const pt_to
                      pt_plan_edit **out, pt_error *err);
 /* NULL-safe; sets *e_p = NULL. */
 void pt_plan_edit_free(pt_plan_edit **e_p);
+/* Predicts with other costs from now on (a calibrated profile and its
+ * topology, tui/live.h): copies both (the editor owns the copies) and
+ * re-simulates the current plan; undo history is kept. Refused, leaving the
+ * editor as it was, when the profile's layer count or the topology's devices
+ * do not fit the current plan. */
+int pt_plan_edit_set_costs(pt_plan_edit *e, const pt_profile *profile, const pt_topology *topo,
+                           pt_error *err);
 
 /* The current plan, program and simulation (owned by the editor, valid until
  * the next successful edit). */

@@ -37,6 +37,10 @@ struct pt_store {
     int agent_slot_n; /* a power of two, or 0 */
     pt_plan *plan;
     int64_t gen;
+    pt_profile *cal_profile; /* the newest calibration */
+    pt_topology *cal_topo;
+    int64_t cal_gen;
+    int cal_count;
     char note[PT_STORE_NOTE_MAX];
     uint64_t note_seq;
     int64_t now_ns;
@@ -76,8 +80,38 @@ void pt_store_free(pt_store **s_p)
     free(s->agents);
     free(s->agent_slots);
     pt_plan_free(&s->plan);
+    pt_profile_free(&s->cal_profile);
+    pt_topology_free(&s->cal_topo);
     free(s);
     *s_p = NULL;
+}
+
+void pt_store_set_calibration(pt_store *s, pt_profile *profile, pt_topology *topo, int64_t gen)
+{
+    if (!profile || !topo) {
+        pt_profile_free(&profile);
+        pt_topology_free(&topo);
+        return;
+    }
+    pt_profile_free(&s->cal_profile);
+    pt_topology_free(&s->cal_topo);
+    s->cal_profile = profile;
+    s->cal_topo = topo;
+    s->cal_gen = gen;
+    s->cal_count++;
+    s->version++;
+}
+
+int pt_store_calibration(const pt_store *s, const pt_profile **profile, const pt_topology **topo,
+                         int64_t *gen)
+{
+    if (profile)
+        *profile = s->cal_count ? s->cal_profile : NULL;
+    if (topo)
+        *topo = s->cal_count ? s->cal_topo : NULL;
+    if (gen)
+        *gen = s->cal_count ? s->cal_gen : -1;
+    return s->cal_count;
 }
 
 void pt_store_reset(pt_store *s)
@@ -92,6 +126,9 @@ void pt_store_reset(pt_store *s)
         memset(s->agent_slots, 0, sizeof *s->agent_slots * (size_t)s->agent_slot_n);
     pt_plan_free(&s->plan);
     s->gen = 0;
+    pt_profile_free(&s->cal_profile);
+    pt_topology_free(&s->cal_topo);
+    s->cal_count = 0;
     s->note[0] = 0;
     s->now_ns = 0;
     memset(&s->counts, 0, sizeof s->counts);

@@ -16,6 +16,8 @@
 #include "protocol/error.h"
 #include "protocol/message.h"
 #include "protocol/plan.h"
+#include "protocol/profile.h"
+#include "protocol/topology.h"
 #include "tui/tline.h"
 
 #define PT_STORE_SPANS_DEFAULT (1 << 18) /* op spans kept (oldest overwritten) */
@@ -90,6 +92,16 @@ void pt_store_note(pt_store *s, const char *fmt, ...) __attribute__((format(prin
 void pt_store_set_now(pt_store *s, int64_t now_ns);
 
 /* ---- reading */
+/* The newest calibration of the cost model from the run (tui/live.h): a
+ * profile and topology fitted on generation gen, taken over (freed by the
+ * store, which keeps only the newest; NULL-safe: a NULL profile or topology
+ * frees the other and changes nothing). */
+void pt_store_set_calibration(pt_store *s, pt_profile *profile, pt_topology *topo, int64_t gen);
+/* How many calibrations arrived so far (0: none, and the outputs are NULL
+ * and -1); the newest one's profile, topology and generation (any output
+ * may be NULL). Valid until the next set_calibration or reset. */
+int pt_store_calibration(const pt_store *s, const pt_profile **profile, const pt_topology **topo,
+                         int64_t *gen);
 const pt_plan *pt_store_plan(const pt_store *s); /* NULL before the first plan */
 int64_t pt_store_generation(const pt_store *s);
 int pt_store_agent_count(const pt_store *s);

@@ -3,6 +3,7 @@
  * edit key goes through the plan editor, which re-simulates or refuses. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "planner/planner.h"
@@ -148,10 +149,89 @@ static void draw_layers(pt_ui *ui, const pt_rect *r)
     }
 }
 
-static double measured_iter_ms(pt_ui *ui)
+#define MEASURED_STEPS 8 /* the running plan's measurement: median of its newest steps */
+
+static int cmp_double(const void *a, const void *b)
 {
-    int64_t n = pt_store_step_count(ui->store);
-    return n ? pt_store_step_at(ui->store, n - 1)->iter_ms : 0;
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median iteration time of the newest steps of the running generation; 0
+ * when none. *n gets how many. */
+static double measured_iter_ms(pt_ui *ui, int *n)
+{
+    double v[MEASURED_STEPS];
+    int k = 0;
+    int64_t gen = pt_store_generation(ui->store);
+    for (int64_t i = pt_store_step_count(ui->store) - 1; i >= 0 && k < MEASURED_STEPS; i--) {
+        const pt_store_step *x = pt_store_step_at(ui->store, i);
+        if (x->gen != gen)
+            break;
+        if (x->iter_ms > 0)
+            v[k++] = x->iter_ms;
+    }
+    *n = k;
+    if (!k)
+        return 0;
+    qsort(v, (size_t)k, sizeof *v, cmp_double);
+    return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+}
+
+/* What the edited plan's prediction stands on: the calibration, else the
+ * profile's origin. */
+static void costs_label(pt_ui *ui, char *buf, size_t cap)
+{
+    int64_t gen;
+    if (pt_store_calibration(ui->store, NULL, NULL, &gen) > 0) {
+        snprintf(buf, cap, "calibrated g%lld", (long long)gen);
+        return;
+    }
+    const pt_profile *p = pt_plan_edit_profile(ui->edit);
+    snprintf(buf, cap, "%s", p->origin.kind[0] ? p->origin.kind : p->source);
+}
+
+/* The three figures, each on its line: the edited plan's prediction, the
+ * running plan's prediction (same costs) and the running plan's measurement. */
+/* The three figures, each labelled: the edited plan's prediction (with the
+ * costs it is made from), the running plan's prediction on the same costs,
+ * and the running plan's measurement. Narrow panels keep the figures and
+ * shorten the labels. */
+static void draw_iteration(pt_ui *ui, int *y, const pt_rect *in)
+{
+    const pt_sim_result *res = pt_plan_edit_result(ui->edit);
+    attr_t acc = ui->attr[PT_THEME_ACCENT], t = ui->attr[PT_THEME_TEXT];
+    char label[48], line[160];
+    costs_label(ui, label, sizeof label);
+    if (*y < in->y + in->h) {
+        if (snprintf(line, sizeof line, "iteration  %.3f ms predicted, %s", res->iter_s * 1e3,
+                     label) > in->w)
+            snprintf(line, sizeof line, "iteration  %.3f ms pred, %s", res->iter_s * 1e3, label);
+        pt_ui_text((*y)++, in->x, in->w, acc, 1, "%s", line);
+    }
+    const pt_plan *running = pt_store_plan(ui->store);
+    if (!running)
+        return;
+    double pred_s = 0;
+    pt_error err = {0};
+    if (*y < in->y + in->h) {
+        if (pt_plan_edit_predict(ui->edit, running, &pred_s, &err) == 0)
+            pt_ui_text((*y)++, in->x, in->w, t, 1, "running    %.3f ms predicted", pred_s * 1e3);
+        else
+            pt_ui_text((*y)++, in->x, in->w, t, 1, "running    not predicted: %s", err.msg);
+    }
+    int n;
+    double meas = measured_iter_ms(ui, &n);
+    if (*y < in->y + in->h) {
+        if (n > 0) {
+            if (snprintf(line, sizeof line, "running    %.3f ms measured (%d steps)", meas, n) >
+                in->w)
+                snprintf(line, sizeof line, "running    %.3f ms meas (%d)", meas, n);
+            pt_ui_text((*y)++, in->x, in->w, t, 1, "%s", line);
+        } else {
+            pt_ui_text((*y)++, in->x, in->w, t, 1, "running    not measured yet");
+        }
+    }
 }
 
 static void draw_summary(pt_ui *ui, const pt_rect *r)
@@ -160,7 +240,7 @@ static void draw_summary(pt_ui *ui, const pt_rect *r)
     const pt_plan *p = pt_plan_edit_plan(ui->edit);
     const pt_sim_result *res = pt_plan_edit_result(ui->edit);
     const pt_program *prog = pt_plan_edit_program(ui->edit);
-    attr_t t = ui->attr[PT_THEME_TEXT], acc = ui->attr[PT_THEME_ACCENT];
+    attr_t t = ui->attr[PT_THEME_TEXT];
     int y = in.y, w = in.w;
     char pol[16] = "";
     if (pt_sched_kind_has(p->schedule, PT_SCHED_OPT_POLICY))
@@ -182,19 +262,7 @@ static void draw_summary(pt_ui *ui, const pt_rect *r)
                  p->microbatch_count * p->microbatch_size, p->microbatch_count, p->microbatch_size);
     if (y < in.y + in.h)
         pt_ui_text(y++, in.x, w, t, 1, "%s", line0);
-    double meas = measured_iter_ms(ui);
-    if (y < in.y + in.h) {
-        char line[96];
-        int n = snprintf(line, sizeof line, "iteration  %.3f ms predicted (measured %.3f ms)",
-                         res->iter_s * 1e3, meas);
-        if (n > w) /* narrow: both figures stay, the labels shorten */
-            snprintf(line, sizeof line, "iteration  %.3f ms pred, %.3f meas", res->iter_s * 1e3,
-                     meas);
-        if (meas > 0)
-            pt_ui_text(y++, in.x, w, acc, 1, "%s", line);
-        else
-            pt_ui_text(y++, in.x, w, acc, 1, "iteration  %.3f ms predicted", res->iter_s * 1e3);
-    }
+    draw_iteration(ui, &y, &in);
     if (y < in.y + in.h)
         pt_ui_text(y++, in.x, w, t, 1, "throughput %.1f samples/s", res->throughput);
     if (y < in.y + in.h)

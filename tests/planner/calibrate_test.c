@@ -275,6 +275,9 @@ static void recovers_known_costs(int hold, int cores)
     CHECK(fit.allreduce.how != PT_CAL_LINK_NONE);
     CHECK_MSG(rel(fit.allreduce.link.bandwidth, TRUE_BW) < 0.05, "all-reduce bandwidth %g",
               fit.allreduce.link.bandwidth);
+    /* and the profile carries it, for the simulator's all-reduces on one node */
+    CHECK_MSG(rel(cal->ar_bytes_per_s, TRUE_BW) < 0.05, "profile's all-reduce bandwidth %g",
+              cal->ar_bytes_per_s);
     CHECK_MSG(rel(fit.op_overhead_ms, TRUE_OVERHEAD_MS) < 0.05, "overhead %g ms",
               fit.op_overhead_ms);
     CHECK_MSG(rel(fit.opt_bytes_per_s, TRUE_OPT_BPS) < 0.05, "opt %g", fit.opt_bytes_per_s);
@@ -303,6 +306,8 @@ static void recovers_known_costs(int hold, int cores)
         CHECK(!strcmp(back->origin.date, "2026-12-01T00:00:00Z"));
         CHECK(rel(back->op_overhead_ms, cal->op_overhead_ms) < 1e-12);
         CHECK(rel(back->opt_bytes_per_s, cal->opt_bytes_per_s) < 1e-12);
+        CHECK(rel(back->ar_bytes_per_s, cal->ar_bytes_per_s) < 1e-12);
+        CHECK(fabs(back->ar_latency_s - cal->ar_latency_s) < 1e-12);
         CHECK(back->sends_hold == hold);
     }
     free(text);
@@ -357,7 +362,42 @@ static void test_no_events(void)
     pt_record_free(&rec);
 }
 
-PT_TEST_MAIN({"recovers_known_costs", test_recovers_known_costs},
+/* A calibration carried onto a profile measured in other conditions keeps
+ * each layer's fitted factor: onto = base with layer l's times multiplied by
+ * (l + 2) gives cal's times multiplied by (l + 2), and the fitted runtime
+ * figures stay cal's; profiles of another model are refused. */
+static void test_rebase(void)
+{
+    pt_profile *base = base_profile(), *cal = true_profile(base, 1), *onto = base_profile();
+    REQUIRE(base && cal && onto);
+    cal->op_overhead_ms = 0.25;
+    cal->opt_bytes_per_s = 3e9;
+    for (int l = 0; l < NL; l++) {
+        onto->layers[l].fwd_ms *= l + 2;
+        onto->layers[l].bwd_ms *= l + 2;
+        onto->layers[l].recompute_ms *= l + 2;
+    }
+    pt_profile *r = NULL;
+    pt_error err = {0};
+    CHECK_MSG(pt_cal_rebase(cal, base, onto, &r, &err) == 0, "%s", err.msg);
+    REQUIRE(r != NULL);
+    for (int l = 0; l < NL; l++) {
+        CHECK(rel(r->layers[l].fwd_ms, cal->layers[l].fwd_ms * (l + 2)) < 1e-12);
+        CHECK(rel(r->layers[l].bwd_ms, cal->layers[l].bwd_ms * (l + 2)) < 1e-12);
+        CHECK(r->layers[l].act_bytes == onto->layers[l].act_bytes);
+    }
+    CHECK(r->op_overhead_ms == 0.25 && r->opt_bytes_per_s == 3e9);
+    CHECK(r->sends_hold == cal->sends_hold);
+    pt_profile_free(&r);
+    snprintf(onto->model, sizeof onto->model, "other");
+    CHECK(pt_cal_rebase(cal, base, onto, &r, &err) == PT_EINVAL && r == NULL);
+    CHECK_STR_CONTAINS(err.msg, "\"other\"");
+    pt_profile_free(&onto);
+    pt_profile_free(&cal);
+    pt_profile_free(&base);
+}
+
+PT_TEST_MAIN({"recovers_known_costs", test_recovers_known_costs}, {"rebase", test_rebase},
              {"recovers_known_costs_sends_hold", test_recovers_known_costs_sends_hold},
              {"recovers_known_costs_shared_cores", test_recovers_known_costs_shared_cores},
              {"no_events", test_no_events})

@@ -1,0 +1,556 @@
+/* Prediction fidelity: how close the simulator's iteration time is to what
+ * `pipetop run` then measures on this machine, from the default profile and
+ * from a profile calibrated on another plan (issue 10).
+ *
+ * For each model (fmnist-mlp-deep and gpt-tiny) and each plan of a matrix
+ * spanning gpipe, dapple, 1f1b-flush, pipedream and 2bw, 1 to 4 stages,
+ * M = 4, 8, 16, with and without a replicated stage (24 plans per model):
+ *   1. the plan is written (stages cut where a layer profile measured here
+ *      balances fwd + bwd; a replicated stage gets two devices);
+ *   2. `pipetop run --plan P --json` runs it for real with its default
+ *      profile (measured now at the agents' thread count) and reports the
+ *      default prediction, the measured iteration time (median step) and
+ *      the measured bubble (mean over stage replicas);
+ *   3. the run is calibrated (planner/calibrate.h) against its own profile.
+ * Then each plan i is predicted from the calibration of a *different* plan j:
+ * the next plan of the matrix with the same number of agents (so the same
+ * BLAS threads per agent; else the next plan), carried onto plan i's own
+ * layer profile with pt_cal_rebase, on the local topology with j's fitted
+ * links and the shared-core slowdown for i's agent count. Prints per plan
+ * default, calibrated, measured, errors and bubbles, then the median and
+ * worst relative error (|measured - predicted| / predicted) over the matrix.
+ *
+ * It also prints the throughput of the 2-stage dapple plan at global batch
+ * 128 against one process training the same model at batch 128 with one and
+ * with two BLAS threads (bench/train_throughput, built beside this program).
+ *
+ * Figures mean something only on a quiet machine: other load stretches runs
+ * unevenly. --quick runs three small plans of fmnist-mlp-deep (a smoke test
+ * for ctest). Usage: fidelity [--quick] [--models a,b] [--iters N]
+ * [--out-dir DIR] (see docs/benchmarks.md). Prints figures; never fails on
+ * time. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "planner/calibrate.h"
+#include "planner/cost.h"
+#include "planner/schedule.h"
+#include "planner/simulate.h"
+#include "protocol/datadir.h"
+#include "protocol/model.h"
+#include "protocol/plan.h"
+#include "protocol/profile.h"
+#include "protocol/record.h"
+#include "protocol/topology.h"
+
+#define MB_SIZE         16 /* samples per micro-batch (pipetop run's default) */
+#define ITERS_FULL      30
+#define ITERS_QUICK     6
+#define TP_STEPS_FULL   200
+#define TP_STEPS_QUICK  10
+#define TP_BATCH        128 /* global batch of the throughput comparison */
+#define TP_MB           8   /* its micro-batches: 8 x 16 = 128 */
+#define LOCAL_LINK_BPS  2e9 /* pipetop run's local topology (tui/cmd_run.c) */
+#define LOCAL_LINK_LAT  50e-6
+#define FALLBACK_MEMORY (1LL << 30)
+#define PATH_CAP        4096
+#define CMD_CAP         (4 * PATH_CAP)
+#define LINE_CAP        (1 << 20)
+#define MAX_STAGES      4
+#define MAX_MODELS      4
+#define PLANS_MAX       32
+
+/* One plan of the matrix: schedule, stages, micro-batches, the replicated
+ * stage (-1: none). */
+typedef struct plan_case {
+    const char *schedule;
+    int stages, mb_count, rep_stage;
+} plan_case;
+
+static const plan_case full_matrix[] = {
+    {"gpipe", 1, 4, -1},      {"gpipe", 2, 8, -1},       {"gpipe", 3, 16, -1},
+    {"gpipe", 2, 4, 0},       {"gpipe", 4, 8, -1},       {"dapple", 1, 8, -1},
+    {"dapple", 2, 4, -1},     {"dapple", 2, 8, -1},      {"dapple", 3, 8, -1},
+    {"dapple", 4, 16, -1},    {"dapple", 2, 8, 1},       {"dapple", 3, 4, 0},
+    {"1f1b-flush", 2, 8, -1}, {"1f1b-flush", 3, 16, -1}, {"1f1b-flush", 4, 8, -1},
+    {"1f1b-flush", 2, 16, 0}, {"pipedream", 2, 4, -1},   {"pipedream", 3, 8, -1},
+    {"pipedream", 4, 4, -1},  {"pipedream", 2, 8, 1},    {"2bw", 2, 4, -1},
+    {"2bw", 2, 16, -1},       {"2bw", 3, 8, -1},         {"2bw", 4, 16, -1},
+    {"2bw", 2, 8, 0},         {"1f1b-flush", 1, 16, -1},
+};
+static const plan_case quick_matrix[] = {
+    {"gpipe", 2, 4, -1},
+    {"dapple", 2, 4, -1},
+    {"1f1b-flush", 2, 4, 0},
+};
+
+/* What one plan gave. */
+typedef struct plan_result {
+    const plan_case *c;
+    int ok, agents;
+    char dir[PATH_CAP];
+    pt_plan *plan;
+    pt_profile *base, *cal; /* the run's default profile, its calibration */
+    pt_cal_fit fit;
+    double pred_ms, meas_ms, meas_bubble;
+    double cal_ms, cal_bubble; /* from another plan's calibration */
+    int cal_from;
+} plan_result;
+
+typedef struct bench_args {
+    int quick, iters;
+    const char *models, *out_dir;
+} bench_args;
+
+static char exe_dir[PATH_CAP];
+
+static int parse(int argc, char **argv, bench_args *a)
+{
+    *a = (bench_args){0, 0, "fmnist-mlp-deep,gpt-tiny", NULL};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) {
+            a->quick = 1;
+        } else if (!strcmp(argv[i], "--models") && i + 1 < argc) {
+            a->models = argv[++i];
+        } else if (!strcmp(argv[i], "--out-dir") && i + 1 < argc) {
+            a->out_dir = argv[++i];
+        } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
+            a->iters = atoi(argv[++i]);
+            if (a->iters < 3 || a->iters > 100000) {
+                fprintf(stderr, "fidelity: --iters must be in 3..100000\n");
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: fidelity [--quick] [--models a,b] [--iters N] "
+                            "[--out-dir DIR]\n");
+            return 2;
+        }
+    }
+    if (a->quick && !strcmp(a->models, "fmnist-mlp-deep,gpt-tiny"))
+        a->models = "fmnist-mlp-deep";
+    if (!a->iters)
+        a->iters = a->quick ? ITERS_QUICK : ITERS_FULL;
+    return 0;
+}
+
+/* Runs a shell command; its stdout's last line that starts with '{' goes to
+ * last (when not NULL). Returns the exit status, or -1. */
+static int run_cmd(const char *cmd, char *last, size_t cap)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    char *line = malloc(LINE_CAP);
+    if (!line) {
+        pclose(p);
+        return -1;
+    }
+    if (last)
+        last[0] = '\0';
+    while (fgets(line, LINE_CAP, p))
+        if (last && line[0] == '{')
+            snprintf(last, cap, "%s", line);
+    free(line);
+    int st = pclose(p);
+    return st == -1 ? -1 : WEXITSTATUS(st);
+}
+
+static pt_topology *local_topology(int devices)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    int64_t mem = pages > 0 && page > 0 ? (int64_t)pages * page / devices : FALLBACK_MEMORY;
+    pt_link link = {LOCAL_LINK_BPS, LOCAL_LINK_LAT};
+    pt_topology *t = pt_topology_uniform(1, devices, mem, link, link);
+    if (!t)
+        return NULL;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int d = 0; d < devices; d++)
+        t->devices[d].node_cores = cpus > 0 ? (int)cpus : 0;
+    return t;
+}
+
+/* Cuts S stages where the cumulative fwd + bwd of prof crosses k/S of the
+ * total, every stage keeping at least one layer. */
+static void balance(const pt_profile *prof, int S, int *cut)
+{
+    int n = prof->layer_count;
+    double total = 0, run = 0;
+    for (int l = 0; l < n; l++)
+        total += prof->layers[l].fwd_ms + prof->layers[l].bwd_ms;
+    cut[0] = 0;
+    int k = 1;
+    for (int l = 0; l < n && k < S; l++) {
+        run += prof->layers[l].fwd_ms + prof->layers[l].bwd_ms;
+        if (run >= total * k / S || n - (l + 1) <= S - k) {
+            cut[k] = l + 1 > cut[k - 1] ? l + 1 : cut[k - 1] + 1;
+            k++;
+        }
+    }
+    cut[S] = n;
+}
+
+static pt_plan *make_plan(const pt_profile *prof, const plan_case *c)
+{
+    pt_plan *p = pt_plan_new(c->stages);
+    if (!p)
+        return NULL;
+    int cut[MAX_STAGES + 1];
+    balance(prof, c->stages, cut);
+    snprintf(p->model, sizeof p->model, "%s", prof->model);
+    p->layer_count = prof->layer_count;
+    p->microbatch_size = MB_SIZE;
+    p->microbatch_count = c->mb_count;
+    p->policy = 'A';
+    p->optimizer = pt_optim_default(PT_OPTIM_SGD);
+    if (pt_sched_kind_parse(c->schedule, &p->schedule) < 0) {
+        pt_plan_free(&p);
+        return NULL;
+    }
+    int dev = 0;
+    for (int s = 0; s < c->stages; s++) {
+        int devs[2] = {dev, dev + 1}, n = s == c->rep_stage ? 2 : 1;
+        p->stages[s].first = cut[s];
+        p->stages[s].last = cut[s + 1];
+        if (pt_plan_set_replicas(p, s, devs, n) < 0) {
+            pt_plan_free(&p);
+            return NULL;
+        }
+        dev += n;
+    }
+    return p;
+}
+
+static double num(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* Runs plan r (written to r->dir/plan-in.json) and reads its summary, its
+ * default profile, and calibrates it. */
+static int run_plan(const char *model, int iters, plan_result *r)
+{
+    char path[PATH_CAP + 32], cmd[CMD_CAP], *last = malloc(LINE_CAP);
+    pt_error err = {0};
+    if (!last)
+        return -1;
+    snprintf(path, sizeof path, "%s.plan.json", r->dir);
+    if (pt_plan_save(r->plan, path, &err) < 0) {
+        fprintf(stderr, "fidelity: %s\n", err.msg);
+        free(last);
+        return -1;
+    }
+    int st = -1;
+    if ((size_t)snprintf(cmd, sizeof cmd,
+                         "'%s/pipetop' run --plan '%s' --model '%s' --data synthetic --iters %d "
+                         "--json --run-dir '%s' 2>'%s.err'",
+                         exe_dir, path, model, iters, r->dir, r->dir) < sizeof cmd)
+        st = run_cmd(cmd, last, LINE_CAP);
+    cJSON *o = st == 0 ? cJSON_Parse(last) : NULL;
+    if (!o) {
+        fprintf(stderr, "fidelity: %s %d stages M=%d: pipetop run failed (exit %d; see %s.err)\n",
+                r->c->schedule, r->c->stages, r->c->mb_count, st, r->dir);
+        free(last);
+        return -1;
+    }
+    r->pred_ms = num(o, "predicted_iteration_ms");
+    r->meas_ms = num(o, "measured_iteration_ms");
+    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(o, "stages"), *s;
+    double bub = 0;
+    int n = 0;
+    cJSON_ArrayForEach(s, stages)
+    {
+        double b = num(s, "bubble");
+        if (isfinite(b)) {
+            bub += b;
+            n++;
+        }
+    }
+    r->meas_bubble = n ? bub / n : NAN;
+    cJSON_Delete(o);
+    free(last);
+
+    pt_record *rec = NULL;
+    pt_topology *topo = local_topology(r->agents);
+    snprintf(path, sizeof path, "%s/profile.json", r->dir);
+    int rc = topo ? pt_profile_load(path, &r->base, &err) : PT_ENOMEM;
+    snprintf(path, sizeof path, "%s/%s", r->dir, PT_RECORD_FILE);
+    if (rc == 0)
+        rc = pt_record_load(path, &rec, &err);
+    pt_cal_opts co = {-1, -1, r->dir, "profile.json", ""};
+    if (rc == 0)
+        rc = pt_calibrate(rec, r->base, topo, &co, &r->cal, &r->fit, &err);
+    if (rc < 0)
+        fprintf(stderr, "fidelity: %s: calibrate: %s\n", r->dir, err.msg);
+    pt_record_free(&rec);
+    pt_topology_free(&topo);
+    return rc < 0 ? -1 : 0;
+}
+
+/* Predicts plan i from plan j's calibration. */
+static int predict_from(plan_result *i, const plan_result *j)
+{
+    pt_error err = {0};
+    pt_profile *prof = NULL;
+    pt_topology *topo = local_topology(i->agents), *ctopo = NULL;
+    pt_program prog = {0};
+    pt_cost *cost = NULL;
+    pt_sim *sim = NULL;
+    pt_sim_result res = {0};
+    int rc = topo ? 0 : PT_ENOMEM;
+    if (rc == 0)
+        rc = pt_cal_rebase(j->cal, j->base, i->base, &prof, &err);
+    if (rc == 0)
+        rc = pt_cal_topology(&j->fit, topo, &ctopo, &err);
+    if (rc == 0)
+        rc = pt_sched_build(i->plan, prof, NULL, &prog, &err);
+    if (rc == 0)
+        rc = pt_cost_new(prof, ctopo, &cost, &err);
+    if (rc == 0)
+        rc = pt_sim_new(&sim);
+    if (rc == 0)
+        rc = pt_sim_run(sim, &prog, cost, &res, &err);
+    if (rc == 0) {
+        i->cal_ms = res.iter_s * 1e3;
+        i->cal_bubble = res.bubble_frac;
+    } else {
+        fprintf(stderr, "fidelity: predict %s from %s: %s\n", i->dir, j->dir, err.msg);
+    }
+    pt_sim_free(&sim);
+    pt_cost_free(&cost);
+    pt_program_release(&prog);
+    pt_topology_free(&ctopo);
+    pt_topology_free(&topo);
+    pt_profile_free(&prof);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double rel(double meas, double pred)
+{
+    return pred > 0 && isfinite(meas) ? (meas - pred) / pred : NAN;
+}
+
+/* Median and worst |relative error| of n figures (NaN ones left out). */
+static void summarise(const char *what, const double *e, int n)
+{
+    double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    int k = 0;
+    for (int i = 0; v && i < n; i++)
+        if (isfinite(e[i]))
+            v[k++] = fabs(e[i]);
+    if (!k) {
+        printf("  %-28s no plans\n", what);
+        free(v);
+        return;
+    }
+    qsort(v, (size_t)k, sizeof *v, cmp_double);
+    double med = k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+    printf("  %-28s median %5.1f %%  worst %5.1f %%  over %d plans\n", what, 100 * med,
+           100 * v[k - 1], k);
+    free(v);
+}
+
+static int plan_agents(const plan_case *c)
+{
+    return c->stages + (c->rep_stage >= 0);
+}
+
+static void bench_model(const char *model, const bench_args *a, const char *out_dir)
+{
+    const plan_case *m = a->quick ? quick_matrix : full_matrix;
+    int n = a->quick ? (int)(sizeof quick_matrix / sizeof *quick_matrix)
+                     : (int)(sizeof full_matrix / sizeof *full_matrix);
+    char path[PATH_CAP + 64], cmd[CMD_CAP];
+    pt_error err = {0};
+    pt_profile *cut_prof = NULL;
+    /* the layer profile that places the cuts: one BLAS thread, as a
+     * multi-stage plan's agents on this machine have */
+    snprintf(path, sizeof path, "%s/%s-layers.json", out_dir, model);
+    snprintf(cmd, sizeof cmd,
+             "'%s/pipetop' profile --model '%s' --batch %d --threads 1 --out '%s' >/dev/null",
+             exe_dir, model, MB_SIZE, path);
+    if (run_cmd(cmd, NULL, 0) != 0 || pt_profile_load(path, &cut_prof, &err) < 0) {
+        fprintf(stderr, "fidelity: %s: cannot profile (%s)\n", model, err.msg);
+        return;
+    }
+    plan_result *r = calloc((size_t)n, sizeof *r);
+    if (!r) {
+        pt_profile_free(&cut_prof);
+        return;
+    }
+    printf("\n%s: %d plans, micro-batch %d, %d iterations each\n", model, n, MB_SIZE, a->iters);
+    for (int i = 0; i < n; i++) {
+        r[i].c = &m[i];
+        r[i].agents = plan_agents(&m[i]);
+        r[i].cal_ms = r[i].cal_bubble = NAN;
+        r[i].cal_from = -1;
+        if ((size_t)snprintf(r[i].dir, sizeof r[i].dir, "%s/%s-%02d", out_dir, model, i) >=
+                sizeof r[i].dir ||
+            !(r[i].plan = make_plan(cut_prof, &m[i])))
+            continue;
+        r[i].ok = run_plan(model, a->iters, &r[i]) == 0;
+        fprintf(stderr, "  ran %2d/%d %s\n", i + 1, n, r[i].dir);
+    }
+    for (int i = 0; i < n; i++) {
+        if (!r[i].ok)
+            continue;
+        int j = -1;
+        for (int d = 1; d < n && j < 0; d++) {
+            int k = (i + d) % n;
+            if (r[k].ok && r[k].agents == r[i].agents)
+                j = k;
+        }
+        for (int d = 1; d < n && j < 0; d++)
+            if (r[(i + d) % n].ok)
+                j = (i + d) % n;
+        if (j >= 0 && predict_from(&r[i], &r[j]) == 0)
+            r[i].cal_from = j;
+    }
+    printf("%3s %-11s %2s %3s %4s %3s %10s %10s %5s %10s %8s %8s %7s %7s\n", "#", "schedule", "S",
+           "M", "rep", "agt", "default ms", "calib. ms", "from", "measured", "err def", "err cal",
+           "bubble", "pred b");
+    double *ed = calloc((size_t)n, sizeof *ed), *ec = calloc((size_t)n, sizeof *ec);
+    for (int i = 0; i < n; i++) {
+        const plan_result *x = &r[i];
+        char rep[16];
+        snprintf(rep, sizeof rep, "%s", x->c->rep_stage >= 0 ? "" : "-");
+        if (x->c->rep_stage >= 0)
+            snprintf(rep, sizeof rep, "s%d", x->c->rep_stage);
+        if (ed && ec) {
+            ed[i] = x->ok ? rel(x->meas_ms, x->pred_ms) : NAN;
+            ec[i] = x->ok ? rel(x->meas_ms, x->cal_ms) : NAN;
+        }
+        if (!x->ok) {
+            printf("%3d %-11s %2d %3d %4s %3d  failed (see %s.err)\n", i, x->c->schedule,
+                   x->c->stages, x->c->mb_count, rep, x->agents, x->dir);
+            continue;
+        }
+        printf("%3d %-11s %2d %3d %4s %3d %10.3f %10.3f %5d %10.3f %+7.1f%% %+7.1f%% %6.1f%% "
+               "%6.1f%%\n",
+               i, x->c->schedule, x->c->stages, x->c->mb_count, rep, x->agents, x->pred_ms,
+               x->cal_ms, x->cal_from, x->meas_ms, 100 * rel(x->meas_ms, x->pred_ms),
+               100 * rel(x->meas_ms, x->cal_ms), 100 * x->meas_bubble, 100 * x->cal_bubble);
+    }
+    printf("relative error |measured - predicted| / predicted, %s:\n", model);
+    if (ed && ec) {
+        summarise("default profile", ed, n);
+        summarise("calibrated on another plan", ec, n);
+    }
+    free(ed);
+    free(ec);
+    for (int i = 0; i < n; i++) {
+        pt_plan_free(&r[i].plan);
+        pt_profile_free(&r[i].base);
+        pt_profile_free(&r[i].cal);
+        pt_cal_fit_clear(&r[i].fit);
+    }
+    free(r);
+    pt_profile_free(&cut_prof);
+}
+
+/* "..., 1234.5 samples/s, ..." of train_throughput's line; NaN when absent. */
+static double samples_per_s(const char *model, int threads, int steps)
+{
+    char cmd[CMD_CAP], line[4096] = "";
+    snprintf(cmd, sizeof cmd,
+             "OPENBLAS_NUM_THREADS= '%s/train_throughput' --model '%s' --batch %d --threads %d "
+             "--steps %d --warmup %d 2>&1",
+             exe_dir, model, TP_BATCH, threads, steps, steps / 10 + 1);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return NAN;
+    double v = NAN;
+    while (fgets(line, sizeof line, p)) {
+        const char *s = strstr(line, " samples/s");
+        if (!s)
+            continue;
+        const char *b = s;
+        while (b > line && (b[-1] == '.' || (b[-1] >= '0' && b[-1] <= '9')))
+            b--;
+        v = strtod(b, NULL);
+    }
+    pclose(p);
+    return v;
+}
+
+static void throughput(const char *model, const bench_args *a, const char *out_dir)
+{
+    plan_case c = {"dapple", 2, TP_MB, -1};
+    plan_result r = {.c = &c, .agents = 2};
+    char path[PATH_CAP + 64];
+    pt_error err = {0};
+    pt_profile *prof = NULL;
+    snprintf(path, sizeof path, "%s/%s-layers.json", out_dir, model);
+    if (pt_profile_load(path, &prof, &err) < 0 || !(r.plan = make_plan(prof, &c))) {
+        fprintf(stderr, "fidelity: throughput: %s\n", err.msg);
+        pt_profile_free(&prof);
+        return;
+    }
+    if ((size_t)snprintf(r.dir, sizeof r.dir, "%s/%s-throughput", out_dir, model) >= sizeof r.dir)
+        goto done;
+    int steps = a->quick ? TP_STEPS_QUICK : TP_STEPS_FULL;
+    int ok = run_plan(model, a->quick ? a->iters : 2 * a->iters, &r) == 0;
+    double pipe = ok && r.meas_ms > 0 ? TP_BATCH / (r.meas_ms / 1e3) : NAN;
+    double one = samples_per_s(model, 1, steps), two = samples_per_s(model, 2, steps);
+    printf("\nthroughput, %s, global batch %d: 2-stage dapple M=%d %.1f samples/s; one process "
+           "1 BLAS thread %.1f, 2 threads %.1f; ratios %.2fx and %.2fx\n",
+           model, TP_BATCH, TP_MB, pipe, one, two, pipe / one, pipe / two);
+done:
+    pt_plan_free(&r.plan);
+    pt_profile_free(&r.base);
+    pt_profile_free(&r.cal);
+    pt_cal_fit_clear(&r.fit);
+    pt_profile_free(&prof);
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0); /* the table between the progress lines */
+    bench_args a;
+    if (parse(argc, argv, &a))
+        return 2;
+    if (pt_exe_dir(exe_dir, sizeof exe_dir) < 0) {
+        fprintf(stderr, "fidelity: cannot find this program's folder\n");
+        return 1;
+    }
+    char out_dir[PATH_CAP];
+    if (a.out_dir) {
+        snprintf(out_dir, sizeof out_dir, "%s", a.out_dir);
+        if (mkdir(out_dir, 0755) < 0 && access(out_dir, W_OK) < 0) {
+            fprintf(stderr, "fidelity: %s: cannot create\n", out_dir);
+            return 1;
+        }
+    } else {
+        snprintf(out_dir, sizeof out_dir, "/tmp/pipetop-fidelity.XXXXXX");
+        if (!mkdtemp(out_dir)) {
+            fprintf(stderr, "fidelity: cannot make a folder under /tmp\n");
+            return 1;
+        }
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    printf("prediction fidelity on %ld CPUs; runs under %s\n", cpus, out_dir);
+    char models[PATH_CAP];
+    snprintf(models, sizeof models, "%s", a.models);
+    char *save = NULL;
+    int k = 0;
+    for (char *m = strtok_r(models, ",", &save); m && k < MAX_MODELS;
+         m = strtok_r(NULL, ",", &save), k++)
+        bench_model(m, &a, out_dir);
+    snprintf(models, sizeof models, "%s", a.models);
+    k = 0;
+    for (char *m = strtok_r(models, ",", &save); m && k < MAX_MODELS;
+         m = strtok_r(NULL, ",", &save), k++)
+        throughput(m, &a, out_dir);
+    return 0;
+}

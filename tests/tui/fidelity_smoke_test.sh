@@ -1,0 +1,30 @@
+#!/bin/bash
+# Smoke test of bench/fidelity --quick: three small plans of fmnist-mlp-deep
+# run for real, each with a default, a calibrated (from another plan) and a
+# measured iteration time, the error summary, and the throughput line. It
+# checks the figures are there and positive, never their size (timing is the
+# lead's quiet-machine measurement, docs/benchmarks.md).
+set -u
+BENCH="${PT_BUILD_DIR:?}/fidelity"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() {
+    echo "FAIL: $*" >&2
+    failures=$((failures + 1))
+}
+out=$(timeout 500 "$BENCH" --quick --out-dir "$tmp" 2>"$tmp/err")
+rc=$?
+[ "$rc" -eq 0 ] || fail "fidelity --quick: exit $rc: $(tail -5 "$tmp/err")"
+# rows: # schedule S M rep agents default calibrated from measured err err bubble bubble
+rows=$(awk '$1 ~ /^[0-9]+$/ && NF == 14 && $7 > 0 && $8 > 0 && $9 ~ /^[0-9]+$/ && $9 != $1 &&
+            $10 > 0 { n++ } END { print n + 0 }' <<<"$out")
+[ "$rows" -eq 3 ] || fail "$rows complete plan rows, want 3: $out"
+grep -qE "^  default profile +median +[0-9.]+ % +worst +[0-9.]+ % +over 3 plans" <<<"$out" ||
+    fail "no default-profile summary: $out"
+grep -qE "^  calibrated on another plan +median +[0-9.]+ % +worst +[0-9.]+ % +over 3 plans" \
+    <<<"$out" || fail "no calibrated summary: $out"
+grep -qE "^throughput, fmnist-mlp-deep, global batch 128: .* ratios [0-9.]+x and [0-9.]+x$" \
+    <<<"$out" || fail "no throughput ratios: $out"
+[ "$failures" -eq 0 ] && echo "fidelity_smoke_test: ok"
+exit "$failures"
