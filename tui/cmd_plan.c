@@ -129,7 +129,7 @@ static cJSON *kinds_json(const pt_planner_report *rep)
             cJSON_AddStringToObject(k, "refused", r->note);
         } else {
             if (isfinite(r->iter_s))
-                cJSON_AddNumberToObject(k, "iter_s", r->iter_s);
+                cJSON_AddNumberToObject(k, "iteration_ms", r->iter_s * 1e3);
             cJSON_AddNumberToObject(k, "peak_memory_bytes", (double)r->peak_memory_bytes);
             cJSON_AddBoolToObject(k, "fits", r->fits);
         }
@@ -220,7 +220,7 @@ static cJSON *report_json(const pt_planner_report *rep, double sim_s)
     cJSON_AddNumberToObject(o, "evaluated", (double)rep->evaluated);
     cJSON_AddStringToObject(o, "why", rep->why);
     if (rep->bound_s > 0)
-        cJSON_AddNumberToObject(o, "search_bound_s", rep->bound_s);
+        cJSON_AddNumberToObject(o, "search_bound_ms", rep->bound_s * 1e3);
     if (rep->kind_count > 0)
         cJSON_AddItemToObject(o, "kinds", kinds_json(rep));
     return o;

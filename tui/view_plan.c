@@ -191,12 +191,10 @@ static void costs_label(pt_ui *ui, char *buf, size_t cap)
     snprintf(buf, cap, "%s", p->origin.kind[0] ? p->origin.kind : p->source);
 }
 
-/* The three figures, each on its line: the edited plan's prediction, the
- * running plan's prediction (same costs) and the running plan's measurement. */
 /* The three figures, each labelled: the edited plan's prediction (with the
  * costs it is made from), the running plan's prediction on the same costs,
  * and the running plan's measurement. Narrow panels keep the figures and
- * shorten the labels. */
+ * drop the costs label. */
 static void draw_iteration(pt_ui *ui, int *y, const pt_rect *in)
 {
     const pt_sim_result *res = pt_plan_edit_result(ui->edit);
@@ -206,7 +204,7 @@ static void draw_iteration(pt_ui *ui, int *y, const pt_rect *in)
     if (*y < in->y + in->h) {
         if (snprintf(line, sizeof line, "iteration  %.3f ms predicted, %s", res->iter_s * 1e3,
                      label) > in->w)
-            snprintf(line, sizeof line, "iteration  %.3f ms pred, %s", res->iter_s * 1e3, label);
+            snprintf(line, sizeof line, "iteration  %.3f ms predicted", res->iter_s * 1e3);
         pt_ui_text((*y)++, in->x, in->w, acc, 1, "%s", line);
     }
     const pt_plan *running = pt_store_plan(ui->store);

@@ -215,6 +215,8 @@ static void run_one(const char *name, const char *iters, int shm, attack what, r
                         nm[a],
                         "--data-bind",
                         data_ep[a],
+                        "--checkpoint-root", /* as `pipetop run --external` tells */
+                        ck,
                         NULL};
         ag[a] = ru_start(argv, lo, log[a]);
         REQUIRE(ag[a] > 0);
