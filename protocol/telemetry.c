@@ -107,10 +107,22 @@ int pt_telemetry_rx_observe(pt_telemetry_rx *self, const pt_msg *m, pt_error *er
                             PT_RX_MAX_AGENTS);
     }
     int64_t s = m->seq;
+    int first = !a->started; /* the first frame of an agent sets where it counts from */
     if (!a->started) {
         a->started = 1;
         a->base = a->next = (self->flags & PT_RX_FROM_FIRST) ? s : 0;
         memset(a->seen, 0, sizeof a->seen);
+    }
+    if (!first && s >= a->next && s - a->next > PT_RX_JUMP_MAX) {
+        /* no agent skips this many of its own messages: a forgery or a
+         * corrupt sender; taking it would make every later genuine message
+         * look too old */
+        a->c.stale++;
+        return pt_error_set(err, PT_ESTATE,
+                            "telemetry: agent %s: seq %lld jumps %lld past the newest (%lld); "
+                            "refused",
+                            a->id, (long long)s, (long long)(s - a->next),
+                            (long long)(a->next - 1));
     }
     if (s >= a->next) {
         int64_t gap = s - a->next;

@@ -15,6 +15,11 @@
  * can no longer be told from a duplicate and counts as stale. */
 #define PT_RX_WINDOW     1024
 #define PT_RX_MAX_AGENTS 4096
+/* After an agent's first message, a sequence number further than this past
+ * the newest one is refused (and counted stale) without moving the window:
+ * an agent never loses 2^24 of its own messages in a row, and taking a forged
+ * 2^53 would make every genuine one after it "too old". */
+#define PT_RX_JUMP_MAX (1LL << 24)
 
 /* Every message fed counts in exactly one of received, duplicates, stale and
  * malformed; dropped and reordered describe the sequence. */

@@ -42,7 +42,8 @@ const pt_ui_key pt_ui_keys[] = {
     {PT_VIEW_COUNT, "x", "export the shown timeline: trace JSON (Perfetto) and SVG"},
     {PT_VIEW_COUNT, "t", "next theme (dark, light, mono, okabe-ito); saved in the config"},
     {PT_VIEW_COUNT, "Ctrl-L", "redraw the screen"},
-    {PT_VIEW_COUNT, "Z", "pause the display, as htop (training goes on; space too, outside replay)"},
+    {PT_VIEW_COUNT, "Z",
+     "pause the display, as htop (training goes on; space too, outside replay)"},
     {PT_VIEW_COUNT, "q F10", "quit (stops the agents this console started)"},
     {PT_VIEW_PLAN, "Up Down j k", "move the cursor over the layers (PgUp PgDn Home End)"},
     {PT_VIEW_PLAN, "[ ]", "move the boundary at the start of the cursor's stage up / down"},
@@ -196,11 +197,15 @@ static void draw_status(pt_ui *ui)
         ("[ ] move boundary  +/- replicas  S schedule  b/B m/M micro-batches  P planner  A apply"
          "  ? help  q quit"),
         "h/l pan  +/- zoom  p predicted/measured  i/I iterations  x export  ? help  q quit",
-        "1-4 views  x export  t theme  ? help  q quit",
+        "z whole run/recent  1-4 views  x export  t theme  ? help  q quit",
         "Up/Down scroll  1-4 views  ? help  q quit",
         "Esc back  q quit",
     };
-    pt_ui_text(r->y, 0, r->w, ui->attr[PT_THEME_DIM], 1, "%s", hints[ui->view]);
+    /* a replay's own keys come first: they are what its user reaches for */
+    int replay = ui->src && !strcmp(ui->src->vt->kind, "replay") && ui->view != PT_VIEW_HELP;
+    pt_ui_text(r->y, 0, r->w, ui->attr[PT_THEME_DIM], 1, "%s%s",
+               replay ? "replay: space pause  n/N step  ,/. generation  R rewind  e end | " : "",
+               hints[ui->view]);
 }
 
 /* A calibration the source put in the store (tui/live.h) becomes the plan

@@ -861,11 +861,38 @@ done:
 
 /* ---- receiving telemetry -------------------------------------------------------- */
 
-static void handle_telemetry(pt_session *s, const char *body, size_t len)
+/* A telemetry frame under a name whose key is not the sender's (CURVE): a
+ * forgery. Checked before the frame's sequence number is tracked, so a
+ * forged frame (say seq 2^53) cannot make the real agent's next frames look
+ * old. 1 when refused. */
+static int telemetry_forged(pt_session *s, const pt_msg *m, const char *key)
+{
+    if (!s->zap)
+        return 0;
+    int i = pt_session_find_agent(s, m->agent);
+    const char *want = i >= 0 ? s->agents[i].pub.public_key : bound_key(s, m->agent);
+    if (!key || !want[0] || !strcmp(want, key))
+        return 0;
+    char why[PT_ERROR_MAX];
+    snprintf(why, sizeof why,
+             "telemetry (%s) from %s: sent with key %.8s..., but the name belongs to key %.8s...",
+             pt_msg_type_name(m->type), m->agent, key, want);
+    reject(s, -1, "telemetry", m->agent, why); /* not the named agent's doing */
+    return 1;
+}
+
+static void handle_telemetry(pt_session *s, const char *body, size_t len, const char *key)
 {
     pt_msg m;
     pt_error err = {0};
-    int rc = pt_telemetry_rx_feed(s->rx, body, len, "telemetry", &m, &err);
+    int rc = pt_msg_decode(body, len, "telemetry", &m, &err);
+    if (rc < 0) /* counted as malformed (for the agent, when its name can be read) */
+        rc = pt_telemetry_rx_feed(s->rx, body, len, "telemetry", &m, &err);
+    else if (telemetry_forged(s, &m, key)) {
+        pt_msg_clear(&m);
+        return;
+    } else if ((rc = pt_telemetry_rx_observe(s->rx, &m, &err)) < 0)
+        pt_msg_clear(&m);
     if (rc < 0) {
         record_rejected(s, "telemetry", NULL, err.msg);
         note(s, PT_NOTE_REJECTED, -1, NULL, 0, err.msg);
@@ -1009,7 +1036,9 @@ static int drain_telemetry(pt_session *s, pt_error *err)
                 return 0;
             return pt_error_set(err, PT_EIO, "session: telemetry receive: %s", zmq_strerror(e));
         }
-        handle_telemetry(s, zmq_msg_data(&part), zmq_msg_size(&part));
+        /* the ZAP handler's User-Id: the sender's CURVE key (NULL: plain) */
+        handle_telemetry(s, zmq_msg_data(&part), zmq_msg_size(&part),
+                         s->zap ? zmq_msg_gets(&part, "User-Id") : NULL);
         zmq_msg_close(&part);
     }
     return 0;

@@ -702,6 +702,27 @@ static uint32_t rnd(void)
     return (uint32_t)(rng_state >> 33);
 }
 
+/* A forged jump (issue 13: seq near 2^53 made every later genuine message
+ * "too old"): refused and counted stale, the window does not move, and the
+ * agent's next genuine messages are taken. The first message of an agent
+ * still sets where it counts from (a console joining a long run). */
+static void test_rx_jump_refused(void)
+{
+    pt_telemetry_rx *rx = NULL;
+    REQUIRE(pt_telemetry_rx_create(0, &rx) == 0);
+    CHECK(feed(rx, "a", 0, 0) == 0);
+    CHECK(feed(rx, "a", (1LL << 53) - 1, 0) == PT_ESTATE);
+    CHECK(feed(rx, "a", 1 + PT_RX_JUMP_MAX + 1, 0) == PT_ESTATE);
+    CHECK(feed(rx, "a", 1, 0) == 0);
+    CHECK(feed(rx, "a", 2 + PT_RX_JUMP_MAX, 0) == 0); /* at the bound: taken */
+    pt_rx_counts c;
+    pt_telemetry_rx_agent_counts(rx, "a", &c);
+    CHECK(c.stale == 2 && c.received == 3);
+    CHECK(feed(rx, "late", 1LL << 40, 0) == 0); /* first message of an agent */
+    CHECK(feed(rx, "late", (1LL << 40) + 1, 0) == 0);
+    pt_telemetry_rx_destroy(&rx);
+}
+
 static void test_rx_against_model(void)
 {
     for (int trial = 0; trial < 20; trial++) {
@@ -828,5 +849,6 @@ PT_TEST_MAIN({"round_trip_every_type", test_round_trip_every_type}, {"stop_forms
              {"documented_examples", test_documented_examples}, {"bad_messages", test_bad_messages},
              {"encode_refuses_what_decode_refuses", test_encode_refuses_what_decode_refuses},
              {"accept_direction_and_generation", test_accept_direction_and_generation},
-             {"rx_hand_cases", test_rx_hand_cases}, {"rx_against_model", test_rx_against_model},
-             {"clock_offset", test_clock_offset}, {"now_ns", test_now_ns})
+             {"rx_hand_cases", test_rx_hand_cases}, {"rx_jump_refused", test_rx_jump_refused},
+             {"rx_against_model", test_rx_against_model}, {"clock_offset", test_clock_offset},
+             {"now_ns", test_now_ns})

@@ -53,6 +53,7 @@ tm_check "q exits with 0" tm_quit_ok
 # 2. replay: the plan view follows generations; seeking
 tm_start 120 40 "$PIPETOP replay '$RUN' --end --view plan"
 tm_check "replay at the end shows generation 2 of 2" tm_wait 30 'gen 2/2'
+tm_check "the footer lists the replay keys" tm_wait 15 '^replay: space pause  n/N step  ,/\. generation  R rewind'
 tm_check "generation 2's plan: 1f1b-flush" tm_wait 5 'schedule +1f1b-flush'
 tm_keys ,
 tm_check ", goes to the start of generation 2" tm_wait 5 'generation 2 of 2'

@@ -3,6 +3,7 @@
  * bound to another key is refused; once an agent registered, nothing under
  * its name from another key is processed; without CURVE the session binds
  * only loopback and has no allow-list. Real sockets on loopback tcp. */
+#include <stdlib.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -172,5 +173,100 @@ static void test_plain_session_limits(void)
     pt_session_destroy(&s);
 }
 
+/* A telemetry PUB of key k to the session's telemetry endpoint. */
+static void *tele_open(void *ctx, const pt_keyfile *k, const char *server, const char *ep)
+{
+    void *p = zmq_socket(ctx, ZMQ_PUB);
+    int linger = 0;
+    zmq_setsockopt(p, ZMQ_LINGER, &linger, sizeof linger);
+    CHECK(pt_trust_client(p, k, server, NULL) == 0);
+    CHECK(zmq_connect(p, ep) == 0);
+    return p;
+}
+
+static void tele_send(void *pub, const char *as, int64_t seq)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_METRICS, as);
+    m.seq = seq;
+    m.u.metrics.step = 1;
+    m.u.metrics.loss = 2.0;
+    char *text = NULL;
+    size_t len = 0;
+    CHECK(pt_msg_encode(&m, &text, &len, NULL) == 0);
+    zmq_send(pub, text, len, ZMQ_DONTWAIT);
+    free(text);
+}
+
+static uint64_t tele_rejected(pt_session *s)
+{
+    pt_session_counts k;
+    pt_session_counts_get(s, &k);
+    return k.telemetry_rejected;
+}
+
+/* Forged telemetry (issue 13's probe: a frame with seq near 2^53 under a
+ * real agent's name made every later genuine frame "too old"): under CURVE a
+ * frame whose key is not the name's is refused before its sequence number is
+ * tracked, so the real agent's telemetry goes on being taken. */
+static void test_forged_telemetry(void)
+{
+    pt_keyfile console, real, mallory;
+    REQUIRE(pt_trust_keypair(&console, NULL) == 0);
+    REQUIRE(pt_trust_keypair(&real, NULL) == 0);
+    REQUIRE(pt_trust_keypair(&mallory, NULL) == 0);
+    char allowed[1][PT_KEY_Z85_LEN + 1];
+    snprintf(allowed[0], sizeof allowed[0], "%s", mallory.public_z85);
+    pt_session_config cfg = {
+        .key = &console, .allowed = (const char(*)[PT_KEY_Z85_LEN + 1]) allowed, .allowed_n = 1};
+    pt_session *s = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_session_create(&cfg, &s, &err) == 0);
+    REQUIRE(pt_session_allow(s, real.public_z85, "w0", &err) == 0);
+    peer w;
+    peer_open(&w, &real, console.public_z85, "w0", pt_session_control_endpoint(s));
+    REQUIRE(send_until(s, &w, PT_MSG_REGISTER, "w0", 0, has_agent, "w0"));
+    int i = pt_session_find_agent(s, "w0");
+    REQUIRE(i >= 0);
+
+    void *ctx = zmq_ctx_new();
+    void *forger = tele_open(ctx, &mallory, console.public_z85, pt_session_telemetry_endpoint(s));
+    uint64_t r0 = tele_rejected(s);
+    int64_t t0 = now_ms(), last = -RESEND_MS;
+    while (tele_rejected(s) == r0 && now_ms() - t0 < WAIT_MS) {
+        if (now_ms() - last >= RESEND_MS) {
+            tele_send(forger, "w0", (1LL << 53) - 1);
+            last = now_ms();
+        }
+        pt_session_poll(s, 20, NULL);
+    }
+    CHECK_MSG(tele_rejected(s) > r0, "the forged telemetry was not refused");
+    CHECK(!pt_session_agent_at(s, i)->has_metrics);
+
+    /* the real agent's own frames, numbered from 1, are taken */
+    void *genuine = tele_open(ctx, &real, console.public_z85, pt_session_telemetry_endpoint(s));
+    int64_t seq = 1;
+    t0 = now_ms();
+    last = -RESEND_MS;
+    while (!pt_session_agent_at(s, i)->has_metrics && now_ms() - t0 < WAIT_MS) {
+        if (now_ms() - last >= RESEND_MS) {
+            tele_send(genuine, "w0", seq++);
+            last = now_ms();
+        }
+        pt_session_poll(s, 20, NULL);
+    }
+    CHECK_MSG(pt_session_agent_at(s, i)->has_metrics,
+              "the real agent's telemetry was refused after the forgery");
+    pt_rx_counts c;
+    pt_session_agent_telemetry(s, i, &c);
+    CHECK(c.stale == 0 && c.received >= 1);
+    zmq_close(forger);
+    zmq_close(genuine);
+    zmq_ctx_term(ctx);
+    peer_close(&w);
+    pt_session_destroy(&s);
+}
+
 PT_TEST_MAIN({"name_bound_to_key", test_name_bound_to_key},
-             {"plain_session_limits", test_plain_session_limits})
+             {"plain_session_limits", test_plain_session_limits},
+             {"forged_telemetry", test_forged_telemetry})
