@@ -265,7 +265,7 @@ static int run_plan(const char *model, int iters, plan_result *r)
     int n = 0;
     cJSON_ArrayForEach(s, stages)
     {
-        double b = num(s, "bubble");
+        double b = num(s, "bubble_frac");
         if (isfinite(b)) {
             bub += b;
             n++;
