@@ -525,6 +525,22 @@ int pt_run_map(const pt_run *r, const pt_plan *plan, int *agents, pt_error *err)
     return 0;
 }
 
+/* Keeps what a generation's job says (the controller's copies outlive the
+ * caller's strings) and the session plan that hands it to the agents. */
+static pt_session_plan take_job(pt_run *r, const pt_plan *plan, const pt_run_job *job,
+                                const int *agents, int64_t first_step)
+{
+    r->model = job->model;
+    snprintf(r->data, sizeof r->data, "%s", job->data ? job->data : "");
+    snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s", job->checkpoint_dir ? job->checkpoint_dir : "");
+    r->seed = job->seed;
+    r->ckpt_every = job->checkpoint_every;
+    pt_session_plan sp = {plan,          job->model, agents,
+                          r->data,       r->seed,    job->checkpoint_dir ? r->ckpt_dir : NULL,
+                          r->ckpt_every, first_step};
+    return sp;
+}
+
 int pt_run_assign(pt_run *r, const pt_plan *plan, const pt_run_job *job, int64_t resume_step,
                   int timeout_ms, pt_error *err)
 {
@@ -537,15 +553,7 @@ int pt_run_assign(pt_run *r, const pt_plan *plan, const pt_run_job *job, int64_t
         return pt_error_set(err, PT_ENOMEM, "out of memory");
     int rc = pt_run_map(r, plan, agents, err);
     if (rc == 0) {
-        r->model = job->model;
-        snprintf(r->data, sizeof r->data, "%s", job->data ? job->data : "");
-        snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s",
-                 job->checkpoint_dir ? job->checkpoint_dir : "");
-        r->seed = job->seed;
-        r->ckpt_every = job->checkpoint_every;
-        pt_session_plan sp = {plan,          job->model, agents,
-                              r->data,       r->seed,    job->checkpoint_dir ? r->ckpt_dir : NULL,
-                              r->ckpt_every, resume_step};
+        pt_session_plan sp = take_job(r, plan, job, agents, resume_step);
         rc = pt_session_assign(r->s, &sp, err);
     }
     free(agents);
@@ -576,15 +584,7 @@ int pt_run_adopt(pt_run *r, const pt_plan *plan, const pt_run_job *job, int64_t 
                               names[w]);
     }
     if (rc == 0) {
-        r->model = job->model;
-        snprintf(r->data, sizeof r->data, "%s", job->data ? job->data : "");
-        snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s",
-                 job->checkpoint_dir ? job->checkpoint_dir : "");
-        r->seed = job->seed;
-        r->ckpt_every = job->checkpoint_every;
-        pt_session_plan sp = {plan,          job->model, agents,
-                              r->data,       r->seed,    job->checkpoint_dir ? r->ckpt_dir : NULL,
-                              r->ckpt_every, first_step};
+        pt_session_plan sp = take_job(r, plan, job, agents, first_step);
         rc = pt_session_adopt(r->s, &sp, gen, err);
     }
     free(agents);

@@ -713,19 +713,24 @@ static const char *bound_key(const pt_session *s, const char *name)
 /* Refuses a message whose CURVE key is not the one its name is bound to:
  * the key of the agent's first register, or the one the controller bound
  * the name to. Names are claims; keys are proven by the handshake. */
-static int key_mismatch(pt_session *s, int i, const pt_msg *m, const char *key)
+static int key_refused(pt_session *s, const char *channel, int i, const pt_msg *m, const char *key)
 {
-    if (!s->zap)
+    if (!s->zap || !key)
         return 0;
     const char *want = i >= 0 ? s->agents[i].pub.public_key : bound_key(s, m->agent);
     if (!want[0] || !strcmp(want, key))
         return 0;
     char why[PT_ERROR_MAX];
     snprintf(why, sizeof why,
-             "control (%s) from %s: sent with key %.8s..., but the name belongs to key %.8s...",
+             "%s (%s) from %s: sent with key %.8s..., but the name belongs to key %.8s...", channel,
              pt_msg_type_name(m->type), m->agent, key, want);
-    reject(s, -1, "control", m->agent, why); /* not the named agent's doing */
+    reject(s, -1, channel, m->agent, why); /* not the named agent's doing */
     return 1;
+}
+
+static int key_mismatch(pt_session *s, int i, const pt_msg *m, const char *key)
+{
+    return key_refused(s, "control", i, m, key);
 }
 
 static void handle_control(pt_session *s, const char *ident, size_t ident_len, const char *body,
@@ -867,18 +872,7 @@ done:
  * old. 1 when refused. */
 static int telemetry_forged(pt_session *s, const pt_msg *m, const char *key)
 {
-    if (!s->zap)
-        return 0;
-    int i = pt_session_find_agent(s, m->agent);
-    const char *want = i >= 0 ? s->agents[i].pub.public_key : bound_key(s, m->agent);
-    if (!key || !want[0] || !strcmp(want, key))
-        return 0;
-    char why[PT_ERROR_MAX];
-    snprintf(why, sizeof why,
-             "telemetry (%s) from %s: sent with key %.8s..., but the name belongs to key %.8s...",
-             pt_msg_type_name(m->type), m->agent, key, want);
-    reject(s, -1, "telemetry", m->agent, why); /* not the named agent's doing */
-    return 1;
+    return key_refused(s, "telemetry", pt_session_find_agent(s, m->agent), m, key);
 }
 
 static void handle_telemetry(pt_session *s, const char *body, size_t len, const char *key)
