@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "planner/interleave.h"
 #include "planner/cost.h"
 #include "planner/schedule.h"
 #include "planner/simulate.h"
@@ -41,16 +42,29 @@
 #define LINK_LAT_S   20e-6 /* and a message hand-over */
 #define MAX_ITERS    100
 
-/* The kinds compared: one line each. A kind with parameters (interleaved's
- * chunks, when it lands) sets them in `apply`. */
+/* The kinds compared: one line each. A kind with parameters sets them in
+ * `reshape`, which takes the S-stage plan and returns the one to run (the
+ * plan given is freed by the caller either way; NULL: failed). */
 typedef struct kind_row {
     const char *label;
     pt_sched_kind kind;
-    void (*apply)(pt_plan *plan); /* NULL: the kind's defaults */
+    pt_plan *(*reshape)(const pt_plan *plan, const pt_cost *cost); /* NULL: as it is */
 } kind_row;
+
+/* Interleaved 1F1B with two chunks per device: the layers re-cut into 2·S
+ * balanced chunks on the same S devices (pt_plan_rechunk). */
+static pt_plan *interleave2(const pt_plan *plan, const pt_cost *cost)
+{
+    pt_plan *out = NULL;
+    pt_error err = {0};
+    if (pt_plan_rechunk(plan, cost, PT_SCHED_INTERLEAVED, 2, &out, &err) < 0)
+        fprintf(stderr, "schedules: interleaved v=2: %s\n", err.msg);
+    return out;
+}
 
 static const kind_row kinds[] = {
     {"1f1b-flush", PT_SCHED_1F1B_FLUSH, NULL},
+    {"interleaved v2", PT_SCHED_INTERLEAVED, interleave2},
     {"zb-h1", PT_SCHED_ZB_H1, NULL},
     {"zb-h2", PT_SCHED_ZB_H2, NULL},
 };
@@ -188,7 +202,7 @@ static void equal_cuts(const pt_profile *pf, int S, int *cuts)
 }
 
 static pt_plan *make_plan(const pt_model_spec *spec, const int *cuts, int S, int mb, int M,
-                          const kind_row *k)
+                          const kind_row *k, const pt_cost *cost)
 {
     pt_plan *plan = pt_plan_new(S);
     if (!plan)
@@ -202,12 +216,15 @@ static pt_plan *make_plan(const pt_model_spec *spec, const int *cuts, int S, int
     }
     plan->microbatch_size = mb;
     plan->microbatch_count = M;
-    plan->schedule = k->kind;
+    plan->schedule = k->reshape ? PT_SCHED_1F1B_FLUSH : k->kind;
     plan->policy = 'A';
     plan->optimizer = pt_optim_default(PT_OPTIM_SGD);
     plan->optimizer.lr = 1e-3f;
-    if (k->apply)
-        k->apply(plan);
+    if (k->reshape) {
+        pt_plan *shaped = k->reshape(plan, cost);
+        pt_plan_free(&plan);
+        return shaped;
+    }
     return plan;
 }
 
@@ -371,7 +388,7 @@ static int bench_model(const char *name, const args *a, int cores)
     printf("%-14s %12s %12s %10s %10s\n", "kind", "pred iter ms", "meas iter ms", "pred bub",
            "meas bub");
     for (int k = 0; k < KIND_COUNT; k++) {
-        pt_plan *plan = make_plan(spec, cuts, S, mb, M, &kinds[k]);
+        pt_plan *plan = make_plan(spec, cuts, S, mb, M, &kinds[k], cost);
         pt_sim *sim = NULL;
         pt_program prog = {0};
         pt_sim_result res;

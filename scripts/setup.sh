@@ -72,7 +72,7 @@ test)
     # that take over a second natively (valgrind runs ~50x slower; with them
     # memcheck alone would take ~15 minutes on 2 cores, without them ~3).
     memcheck_skip='_replay$|^(comm|checkpoint|net_models|planner_dapple|planner_pipedream_paper'
-    memcheck_skip+='|run_session|data|memory_predict|message|plan|store_agents)_test$'
+    memcheck_skip+='|run_session|data|memory_predict|message|plan|store_agents|planner_sim_agree|session_trust)_test$'
     scripts/memcheck.sh build "$jobs" "$memcheck_skip"
     # every libFuzzer harness, built with clang, runs FUZZ_SECONDS from its seed
     # corpus (tests/data and tests/data/bad), two at a time; a crash fails
