@@ -190,11 +190,11 @@ static void graph(pt_ui *ui, const pt_rect *r, const char *title, step_value f, 
     int64_t per_col = ncols ? (n - first + ncols - 1) / ncols : 1;
     /* the footer is cut at the panel's width: step range and zoom first */
     if (ui->st_whole && per_col > 1)
-        snprintf(zoom, sizeof zoom, "  whole run %lld/col, z recent", (long long)per_col);
+        snprintf(zoom, sizeof zoom, " all %lld/col, z recent", (long long)per_col);
     else if (ui->st_whole)
-        snprintf(zoom, sizeof zoom, "  whole run, z recent");
+        snprintf(zoom, sizeof zoom, " all, z recent");
     else
-        snprintf(zoom, sizeof zoom, "%s", first > 0 ? "  z whole run" : "");
+        snprintf(zoom, sizeof zoom, "%s", first > 0 ? " z all" : "");
     pt_ui_text(in.y + h, in.x, in.w, ui->attr[PT_THEME_DIM], 1, "%*s step %lld..%lld%s%s%s",
                AXIS_COLS - 1, "", (long long)a->step, (long long)b->step, zoom,
                bars ? "" : "  * raw o smooth", refs);

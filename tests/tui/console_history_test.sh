@@ -57,10 +57,10 @@ tm_check "generation 2 trains on" wait_steps_past $((resumed + 40)) 60
 tm_check "the run trains for 60 s" trained_for 60
 tm_resize 80 24
 tm_keys 3
-tm_check "stats view, recent steps" tm_wait 5 'z whole run'
+tm_check "stats view, recent steps" tm_wait 5 ' z all'
 tm_keys z
-tm_check "z: the whole run from step 0" tm_wait 5 'step 0\.\.[0-9]+  whole run'
-tm_check "z: steps per column said" tm_wait 2 'whole run [0-9]+/col'
+tm_check "z: the whole run from step 0" tm_wait 5 'step 0\.\.[0-9]+ all'
+tm_check "z: steps per column said" tm_wait 2 'all [0-9]+/col'
 tm_check "the restart stays marked" graph_marks_restart
 tm_check "q exits with 0" tm_quit_ok
 
@@ -85,7 +85,7 @@ tm_keys N
 tm_check "N: one step back" tm_wait 5 'one step back'
 tm_check "N: the header's step goes down" bash -c "[ \$(tmux -L $TM_SOCK capture-pane -p -t t | head -n1 | grep -oE 'step [0-9]+' | grep -oE '[0-9]+') -lt $last ]"
 tm_keys 3 z
-tm_check "replay stats: the whole run" tm_wait 5 'step 0\.\.[0-9]+  whole run'
+tm_check "replay stats: the whole run" tm_wait 5 'step 0\.\.[0-9]+ all'
 tm_check "replay stats: the restart marked" graph_marks_restart
 tm_keys R
 tm_check "R rewinds" tm_wait 5 'rewound to the start'
