@@ -104,14 +104,17 @@ typedef struct plan_result {
 
 typedef struct bench_args {
     int quick, iters;
-    const char *models, *out_dir;
+    const char *models, *out_dir, *reuse;
 } bench_args;
 
 static char exe_dir[PATH_CAP];
+/* --reuse DIR: a plan whose folder DIR/<model>-NN holds a run record is read
+ * back from it (plan, record, default profile, summary), not run again */
+static const char *reuse_dir;
 
 static int parse(int argc, char **argv, bench_args *a)
 {
-    *a = (bench_args){0, 0, "fmnist-mlp-deep,gpt-tiny", NULL};
+    *a = (bench_args){0, 0, "fmnist-mlp-deep,gpt-tiny", NULL, NULL};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             a->quick = 1;
@@ -119,6 +122,8 @@ static int parse(int argc, char **argv, bench_args *a)
             a->models = argv[++i];
         } else if (!strcmp(argv[i], "--out-dir") && i + 1 < argc) {
             a->out_dir = argv[++i];
+        } else if (!strcmp(argv[i], "--reuse") && i + 1 < argc) {
+            a->reuse = argv[++i];
         } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
             a->iters = atoi(argv[++i]);
             if (a->iters < 3 || a->iters > 100000) {
@@ -127,7 +132,7 @@ static int parse(int argc, char **argv, bench_args *a)
             }
         } else {
             fprintf(stderr, "usage: fidelity [--quick] [--models a,b] [--iters N] "
-                            "[--out-dir DIR]\n");
+                            "[--out-dir DIR] [--reuse DIR]\n");
             return 2;
         }
     }
@@ -231,7 +236,104 @@ static double num(const cJSON *o, const char *k)
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
-/* Runs plan r (written to r->dir/plan-in.json) and reads its summary, its
+/* Reads a `pipetop run --json` summary (the run's stdout line, or the
+ * record's summary entry, which carries the same members). */
+static int read_summary(const char *text, plan_result *r)
+{
+    cJSON *o = cJSON_Parse(text);
+    if (!o)
+        return -1;
+    r->pred_ms = num(o, "predicted_iteration_ms");
+    r->meas_ms = num(o, "measured_iteration_ms");
+    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(o, "stages"), *s;
+    double bub = 0;
+    int n = 0;
+    cJSON_ArrayForEach(s, stages)
+    {
+        double b = num(s, "bubble_frac");
+        if (isfinite(b)) {
+            bub += b;
+            n++;
+        }
+    }
+    r->meas_bubble = n ? bub / n : NAN;
+    cJSON_Delete(o);
+    return 0;
+}
+
+/* The last summary line of a run folder's record into last; -1 when the
+ * folder has no record or the record no summary. */
+static int record_summary(const char *dir, char *last, size_t cap)
+{
+    char path[PATH_CAP + 32];
+    snprintf(path, sizeof path, "%s/%s", dir, PT_RECORD_FILE);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char *line = malloc(LINE_CAP);
+    last[0] = '\0';
+    while (line && fgets(line, LINE_CAP, f))
+        if (strstr(line, "\"kind\":\"summary\""))
+            snprintf(last, cap, "%s", line);
+    free(line);
+    fclose(f);
+    return last[0] ? 0 : -1;
+}
+
+/* Calibrates run r against its own default profile. */
+static int calibrate_run(plan_result *r)
+{
+    char path[PATH_CAP + 32];
+    pt_error err = {0};
+    pt_record *rec = NULL;
+    pt_topology *topo = local_topology(r->agents);
+    snprintf(path, sizeof path, "%s/profile.json", r->dir);
+    int rc = topo ? pt_profile_load(path, &r->base, &err) : PT_ENOMEM;
+    snprintf(path, sizeof path, "%s/%s", r->dir, PT_RECORD_FILE);
+    if (rc == 0)
+        rc = pt_record_load(path, &rec, &err);
+    pt_cal_opts co = {-1, -1, r->dir, "profile.json", ""};
+    if (rc == 0)
+        rc = pt_calibrate(rec, r->base, topo, &co, &r->cal, &r->fit, &err);
+    if (rc < 0)
+        fprintf(stderr, "fidelity: %s: calibrate: %s\n", r->dir, err.msg);
+    pt_record_free(&rec);
+    pt_topology_free(&topo);
+    return rc < 0 ? -1 : 0;
+}
+
+/* Reads plan r back from an earlier run's folder (--reuse): its plan, its
+ * summary; 1 when the folder has none (the plan is then run), 0 or -1. */
+static int reuse_plan(plan_result *r, const char *name)
+{
+    char src[PATH_CAP], path[PATH_CAP + 32], *last = malloc(LINE_CAP);
+    pt_error err = {0};
+    if (!last)
+        return -1;
+    if ((size_t)snprintf(src, sizeof src, "%s/%s", reuse_dir, name) >= sizeof src ||
+        record_summary(src, last, LINE_CAP) < 0) {
+        free(last);
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s.plan.json", src);
+    pt_plan *plan = NULL;
+    int rc = pt_plan_load(path, &plan, &err);
+    if (rc < 0)
+        fprintf(stderr, "fidelity: %s\n", err.msg);
+    else if (read_summary(last, r) < 0)
+        rc = -1;
+    free(last);
+    if (rc < 0) {
+        pt_plan_free(&plan);
+        return -1;
+    }
+    pt_plan_free(&r->plan);
+    r->plan = plan;
+    snprintf(r->dir, sizeof r->dir, "%s", src);
+    return calibrate_run(r);
+}
+
+/* Runs plan r (written to r->dir.plan.json) and reads its summary, its
  * default profile, and calibrates it. */
 static int run_plan(const char *model, int iters, plan_result *r)
 {
@@ -251,45 +353,14 @@ static int run_plan(const char *model, int iters, plan_result *r)
                          "--json --run-dir '%s' 2>'%s.err'",
                          exe_dir, path, model, iters, r->dir, r->dir) < sizeof cmd)
         st = run_cmd(cmd, last, LINE_CAP);
-    cJSON *o = st == 0 ? cJSON_Parse(last) : NULL;
-    if (!o) {
+    if (st != 0 || read_summary(last, r) < 0) {
         fprintf(stderr, "fidelity: %s %d stages M=%d: pipetop run failed (exit %d; see %s.err)\n",
                 r->c->schedule, r->c->stages, r->c->mb_count, st, r->dir);
         free(last);
         return -1;
     }
-    r->pred_ms = num(o, "predicted_iteration_ms");
-    r->meas_ms = num(o, "measured_iteration_ms");
-    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(o, "stages"), *s;
-    double bub = 0;
-    int n = 0;
-    cJSON_ArrayForEach(s, stages)
-    {
-        double b = num(s, "bubble_frac");
-        if (isfinite(b)) {
-            bub += b;
-            n++;
-        }
-    }
-    r->meas_bubble = n ? bub / n : NAN;
-    cJSON_Delete(o);
     free(last);
-
-    pt_record *rec = NULL;
-    pt_topology *topo = local_topology(r->agents);
-    snprintf(path, sizeof path, "%s/profile.json", r->dir);
-    int rc = topo ? pt_profile_load(path, &r->base, &err) : PT_ENOMEM;
-    snprintf(path, sizeof path, "%s/%s", r->dir, PT_RECORD_FILE);
-    if (rc == 0)
-        rc = pt_record_load(path, &rec, &err);
-    pt_cal_opts co = {-1, -1, r->dir, "profile.json", ""};
-    if (rc == 0)
-        rc = pt_calibrate(rec, r->base, topo, &co, &r->cal, &r->fit, &err);
-    if (rc < 0)
-        fprintf(stderr, "fidelity: %s: calibrate: %s\n", r->dir, err.msg);
-    pt_record_free(&rec);
-    pt_topology_free(&topo);
-    return rc < 0 ? -1 : 0;
+    return calibrate_run(r);
 }
 
 /* Predicts plan i from plan j's calibration. */
@@ -376,11 +447,14 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
     pt_profile *cut_prof = NULL;
     /* the layer profile that places the cuts: one BLAS thread, as a
      * multi-stage plan's agents on this machine have */
-    snprintf(path, sizeof path, "%s/%s-layers.json", out_dir, model);
+    snprintf(path, sizeof path, "%s/%s-layers.json", reuse_dir ? reuse_dir : out_dir, model);
+    int have = reuse_dir && access(path, R_OK) == 0;
+    if (!have)
+        snprintf(path, sizeof path, "%s/%s-layers.json", out_dir, model);
     snprintf(cmd, sizeof cmd,
              "'%s/pipetop' profile --model '%s' --batch %d --threads 1 --out '%s' >/dev/null",
              exe_dir, model, MB_SIZE, path);
-    if (run_cmd(cmd, NULL, 0) != 0 || pt_profile_load(path, &cut_prof, &err) < 0) {
+    if ((!have && run_cmd(cmd, NULL, 0) != 0) || pt_profile_load(path, &cut_prof, &err) < 0) {
         fprintf(stderr, "fidelity: %s: cannot profile (%s)\n", model, err.msg);
         return;
     }
@@ -399,7 +473,10 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
                 sizeof r[i].dir ||
             !(r[i].plan = make_plan(cut_prof, &m[i])))
             continue;
-        r[i].ok = run_plan(model, a->iters, &r[i]) == 0;
+        char name[PATH_CAP];
+        snprintf(name, sizeof name, "%s-%02d", model, i);
+        int re = reuse_dir ? reuse_plan(&r[i], name) : 1;
+        r[i].ok = re == 1 ? run_plan(model, a->iters, &r[i]) == 0 : re == 0;
         fprintf(stderr, "  ran %2d/%d %s\n", i + 1, n, r[i].dir);
     }
     for (int i = 0; i < n; i++) {
@@ -520,6 +597,7 @@ int main(int argc, char **argv)
     bench_args a;
     if (parse(argc, argv, &a))
         return 2;
+    reuse_dir = a.reuse;
     if (pt_exe_dir(exe_dir, sizeof exe_dir) < 0) {
         fprintf(stderr, "fidelity: cannot find this program's folder\n");
         return 1;
@@ -540,6 +618,9 @@ int main(int argc, char **argv)
     }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     printf("prediction fidelity on %ld CPUs; runs under %s\n", cpus, out_dir);
+    if (reuse_dir)
+        printf("reusing the runs recorded under %s (their measured figures; no throughput)\n",
+               reuse_dir);
     char models[PATH_CAP];
     snprintf(models, sizeof models, "%s", a.models);
     char *save = NULL;
@@ -549,7 +630,8 @@ int main(int argc, char **argv)
         bench_model(m, &a, out_dir);
     snprintf(models, sizeof models, "%s", a.models);
     k = 0;
-    for (char *m = strtok_r(models, ",", &save); m && k < MAX_MODELS;
+    /* the throughput comparison measures single processes now: not from records */
+    for (char *m = strtok_r(models, ",", &save); m && k < MAX_MODELS && !reuse_dir;
          m = strtok_r(NULL, ",", &save), k++)
         throughput(m, &a, out_dir);
     return 0;
