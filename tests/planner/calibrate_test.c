@@ -134,6 +134,29 @@ static double sim_iter(const pt_plan *plan, const pt_profile *prof, const pt_top
     return t;
 }
 
+/* The simulator's shared-core stretch of each stage of plan (the mean over
+ * its replicas). */
+static void sim_stretch(const pt_plan *plan, const pt_profile *prof, const pt_topology *topo,
+                        double *per_stage)
+{
+    pt_cost *cost = NULL;
+    pt_sim *sim = NULL;
+    pt_program prog = {0};
+    pt_sim_result res;
+    pt_error err = {0};
+    REQUIRE(pt_cost_new(prof, topo, &cost, &err) == 0 && pt_sim_new(&sim) == 0);
+    REQUIRE(pt_sim_plan(sim, plan, cost, NULL, &prog, &res, &err) == 0);
+    for (int s = 0; s < prog.stage_count; s++) {
+        double sum = 0;
+        for (int w = prog.stage_worker[s]; w < prog.stage_worker[s + 1]; w++)
+            sum += res.workers[w].core_stretch;
+        per_stage[s] = sum / (prog.stage_worker[s + 1] - prog.stage_worker[s]);
+    }
+    pt_program_release(&prog);
+    pt_sim_free(&sim);
+    pt_cost_free(&cost);
+}
+
 /* Simulates plan on the true costs and writes STEPS iterations of it as the
  * agents would report them: one events message per worker per step. */
 static void write_record(const char *path, const pt_plan *plan, const pt_profile *prof,
@@ -223,12 +246,16 @@ static void recovers_known_costs(int hold, int cores)
     REQUIRE(topo != NULL);
     for (int d = 0; d < topo->device_count; d++)
         topo->devices[d].node_cores = cores;
-    /* plan A's 4 workers on the shared cores (planner/simulate.h) */
-    double slow_a = pt_topology_oversubscription(topo, 0, 4);
-    CHECK(cores == 0 || slow_a == 4.0 / cores);
     const int reps_a[3] = {1, 2, 1};
     pt_plan *plan_a = make_plan(3, a_lo, a_hi, reps_a, "dapple");
     REQUIRE(plan_a != NULL);
+    /* plan A's 4 workers on the shared cores are stretched by how many
+     * compute at once (planner/simulate.h): per stage, its workers' mean */
+    double slow[3];
+    sim_stretch(plan_a, truth, topo, slow);
+    for (int s = 0; s < 3; s++)
+        CHECK_MSG(cores == 0 ? slow[s] == 1.0 : slow[s] > 1.0 && slow[s] < 4.0 / cores,
+                  "stage %d stretch %g on %d cores", s, slow[s], cores);
     const char *path = DIR "/run.ndjson";
     write_record(path, plan_a, truth, topo);
 
@@ -253,8 +280,8 @@ static void recovers_known_costs(int hold, int cores)
     for (int s = 0; s < 3; s++) {
         int rows = MB / reps_a[s];
         /* measured: the true cost, slowed where cores are shared */
-        double tf = slow_a * pt_cost_fwd_s(tc, a_lo[s], a_hi[s], rows, 0) * 1e3;
-        double tb = slow_a * pt_cost_bwd_s(tc, a_lo[s], a_hi[s], rows, 0) * 1e3;
+        double tf = slow[s] * pt_cost_fwd_s(tc, a_lo[s], a_hi[s], rows, 0) * 1e3;
+        double tb = slow[s] * pt_cost_bwd_s(tc, a_lo[s], a_hi[s], rows, 0) * 1e3;
         CHECK_MSG(rel(fit.stages[s].fwd_ms, tf) < 0.01, "stage %d fwd %g vs %g", s,
                   fit.stages[s].fwd_ms, tf);
         CHECK_MSG(rel(fit.stages[s].bwd_ms, tb) < 0.01, "stage %d bwd %g vs %g", s,
@@ -263,8 +290,8 @@ static void recovers_known_costs(int hold, int cores)
                   fit.stages[s].fwd_scale);
         /* and the calibrated profile has the true per-op costs, without the
          * slowdown, which the simulator adds for the plan it runs */
-        CHECK(rel(slow_a * pt_cost_fwd_s(cc, a_lo[s], a_hi[s], rows, 0) * 1e3, tf) < 0.01);
-        CHECK(rel(slow_a * pt_cost_bwd_s(cc, a_lo[s], a_hi[s], rows, 0) * 1e3, tb) < 0.01);
+        CHECK(rel(slow[s] * pt_cost_fwd_s(cc, a_lo[s], a_hi[s], rows, 0) * 1e3, tf) < 0.01);
+        CHECK(rel(slow[s] * pt_cost_bwd_s(cc, a_lo[s], a_hi[s], rows, 0) * 1e3, tb) < 0.01);
     }
     /* the link within 5 %; the overhead and optimizer bandwidth too */
     CHECK_MSG(fit.intra.how == PT_CAL_LINK_FIT, "intra fit: %s",
@@ -362,33 +389,51 @@ static void test_no_events(void)
     pt_record_free(&rec);
 }
 
-/* A calibration carried onto a profile measured in other conditions keeps
- * each layer's fitted factor: onto = base with layer l's times multiplied by
- * (l + 2) gives cal's times multiplied by (l + 2), and the fitted runtime
- * figures stay cal's; profiles of another model are refused. */
+/* A calibration carried onto a profile measured in other conditions: onto
+ * = base with layer l's times multiplied by (l + 2) on another device string
+ * gives cal's times multiplied by one factor per kind, onto's total over
+ * base's; measured on the same device string (the same conditions) cal's
+ * times unchanged, whatever the noise between the two profiles; the bytes
+ * are onto's and the fitted runtime figures stay cal's; profiles of another
+ * model are refused. */
 static void test_rebase(void)
 {
     pt_profile *base = base_profile(), *cal = true_profile(base, 1), *onto = base_profile();
     REQUIRE(base && cal && onto);
     cal->op_overhead_ms = 0.25;
     cal->opt_bytes_per_s = 3e9;
+    double of = 0, bf = 0, ob = 0, bb = 0;
     for (int l = 0; l < NL; l++) {
+        bf += base->layers[l].fwd_ms;
+        bb += base->layers[l].bwd_ms;
         onto->layers[l].fwd_ms *= l + 2;
         onto->layers[l].bwd_ms *= l + 2;
         onto->layers[l].recompute_ms *= l + 2;
+        onto->layers[l].act_bytes += 8;
+        of += onto->layers[l].fwd_ms;
+        ob += onto->layers[l].bwd_ms;
+    }
+    CHECK(of > 2 * bf && ob > 2 * bb);
+    for (int same = 0; same < 2; same++) {
+        snprintf(onto->device, sizeof onto->device, "%s", same ? base->device : "cpu x1");
+        REQUIRE(strcmp(base->device, "cpu x1") != 0);
+        pt_profile *r = NULL;
+        pt_error err = {0};
+        CHECK_MSG(pt_cal_rebase(cal, base, onto, &r, &err) == 0, "%s", err.msg);
+        REQUIRE(r != NULL);
+        double ff = same ? 1 : of / bf, fb = same ? 1 : ob / bb;
+        for (int l = 0; l < NL; l++) {
+            CHECK(rel(r->layers[l].fwd_ms, cal->layers[l].fwd_ms * ff) < 1e-12);
+            CHECK(rel(r->layers[l].bwd_ms, cal->layers[l].bwd_ms * fb) < 1e-12);
+            CHECK(r->layers[l].act_bytes == onto->layers[l].act_bytes);
+        }
+        CHECK(!strcmp(r->device, onto->device));
+        CHECK(r->op_overhead_ms == 0.25 && r->opt_bytes_per_s == 3e9);
+        CHECK(r->sends_hold == cal->sends_hold);
+        pt_profile_free(&r);
     }
     pt_profile *r = NULL;
     pt_error err = {0};
-    CHECK_MSG(pt_cal_rebase(cal, base, onto, &r, &err) == 0, "%s", err.msg);
-    REQUIRE(r != NULL);
-    for (int l = 0; l < NL; l++) {
-        CHECK(rel(r->layers[l].fwd_ms, cal->layers[l].fwd_ms * (l + 2)) < 1e-12);
-        CHECK(rel(r->layers[l].bwd_ms, cal->layers[l].bwd_ms * (l + 2)) < 1e-12);
-        CHECK(r->layers[l].act_bytes == onto->layers[l].act_bytes);
-    }
-    CHECK(r->op_overhead_ms == 0.25 && r->opt_bytes_per_s == 3e9);
-    CHECK(r->sends_hold == cal->sends_hold);
-    pt_profile_free(&r);
     snprintf(onto->model, sizeof onto->model, "other");
     CHECK(pt_cal_rebase(cal, base, onto, &r, &err) == PT_EINVAL && r == NULL);
     CHECK_STR_CONTAINS(err.msg, "\"other\"");
