@@ -14,11 +14,22 @@
  *   3. the run is calibrated (planner/calibrate.h) against its own profile.
  * Then each plan i is predicted from the calibration of a *different* plan j:
  * the next plan of the matrix with the same number of agents (so the same
- * BLAS threads per agent; else the next plan), carried onto plan i's own
- * layer profile with pt_cal_rebase, on the local topology with j's fitted
- * links and the shared-core slowdown for i's agent count. Prints per plan
- * default, calibrated, measured, errors and bubbles, then the median and
- * worst relative error (|measured - predicted| / predicted) over the matrix.
+ * BLAS threads per agent; else the next plan), carried onto plan i's
+ * conditions with pt_cal_rebase (unchanged when both default profiles were
+ * measured at one thread count), on the local topology (its devices share
+ * this machine's cores) with j's fitted links; the simulator stretches each
+ * worker's compute by how many of i's workers compute at once. Prints per
+ * plan default, calibrated, measured, errors and bubbles, then the median
+ * and worst relative error (|measured - predicted| / predicted) over the
+ * matrix. --detail adds, per plan, the fits used and its own, and per stage
+ * the predicted and the measured compute and the stretch.
+ *
+ * --reuse DIR reads plans back from an earlier run's folders instead of
+ * running them (DIR/<model>-NN.plan.json and DIR/<model>-NN/ with its
+ * record, default profile and summary; plans without a record there run
+ * as usual; DIR/<model>-layers.json when present), so the cost and
+ * calibration model can be iterated on a quiet run's measurements; it
+ * skips the throughput comparison, which measures single processes now.
  *
  * It also prints the throughput of the 2-stage dapple plan at global batch
  * 128 against one process training the same model at batch 128 with one and
@@ -27,8 +38,8 @@
  * Figures mean something only on a quiet machine: other load stretches runs
  * unevenly. --quick runs three small plans of fmnist-mlp-deep (a smoke test
  * for ctest). Usage: fidelity [--quick] [--models a,b] [--iters N]
- * [--out-dir DIR] (see docs/benchmarks.md). Prints figures; never fails on
- * time. */
+ * [--out-dir DIR] [--reuse DIR] [--detail] (see docs/benchmarks.md).
+ * Prints figures; never fails on time. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -111,6 +122,8 @@ static char exe_dir[PATH_CAP];
 /* --reuse DIR: a plan whose folder DIR/<model>-NN holds a run record is read
  * back from it (plan, record, default profile, summary), not run again */
 static const char *reuse_dir;
+/* --detail: per stage, the measured and the predicted compute and stretch */
+static int detail;
 
 static int parse(int argc, char **argv, bench_args *a)
 {
@@ -122,6 +135,8 @@ static int parse(int argc, char **argv, bench_args *a)
             a->models = argv[++i];
         } else if (!strcmp(argv[i], "--out-dir") && i + 1 < argc) {
             a->out_dir = argv[++i];
+        } else if (!strcmp(argv[i], "--detail")) {
+            detail = 1;
         } else if (!strcmp(argv[i], "--reuse") && i + 1 < argc) {
             a->reuse = argv[++i];
         } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
@@ -132,7 +147,7 @@ static int parse(int argc, char **argv, bench_args *a)
             }
         } else {
             fprintf(stderr, "usage: fidelity [--quick] [--models a,b] [--iters N] "
-                            "[--out-dir DIR] [--reuse DIR]\n");
+                            "[--out-dir DIR] [--reuse DIR] [--detail]\n");
             return 2;
         }
     }
@@ -386,6 +401,30 @@ static int predict_from(plan_result *i, const plan_result *j)
         rc = pt_sim_new(&sim);
     if (rc == 0)
         rc = pt_sim_run(sim, &prog, cost, &res, &err);
+    if (rc == 0 && detail) {
+        /* per stage (its first replica): predicted from j vs measured in i */
+        printf("  %s from %s: predicted %.2f ms\n", i->dir, j->dir, res.iter_s * 1e3);
+        const pt_cal_fit *f[2] = {&j->fit, &i->fit};
+        for (int k = 0; k < 2; k++)
+            printf("    %s fit: sends %s %.1f us + %.3g B/s, all-reduce %s %.1f us + %.3g B/s, "
+                   "overhead %.3f ms\n",
+                   k ? "its own" : "used", pt_cal_link_how_name(f[k]->intra.how),
+                   f[k]->intra.link.latency * 1e6, f[k]->intra.link.bandwidth,
+                   pt_cal_link_how_name(f[k]->allreduce.how), f[k]->allreduce.link.latency * 1e6,
+                   f[k]->allreduce.link.bandwidth, f[k]->op_overhead_ms);
+        for (int s = 0; s < prog.stage_count && s < i->fit.stage_count; s++) {
+            int w = prog.stage_worker[s];
+            const pt_worker *x = &prog.workers[w];
+            const pt_cal_stage *m = &i->fit.stages[s];
+            int rows = x->row_hi - x->row_lo;
+            double st = res.workers[w].core_stretch;
+            printf("    stage %d rows %2d: fwd %.3f / %.3f ms, bwd %.3f / %.3f ms (predicted / "
+                   "measured), stretch %.2f\n",
+                   s, rows, 1e3 * st * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device),
+                   m->fwd_ms, 1e3 * st * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device),
+                   m->bwd_ms, st);
+        }
+    }
     if (rc == 0) {
         i->cal_ms = res.iter_s * 1e3;
         i->cal_bubble = res.bubble_frac;
