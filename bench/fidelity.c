@@ -317,8 +317,41 @@ static int calibrate_run(plan_result *r)
     return rc < 0 ? -1 : 0;
 }
 
+/* Plan r's default prediction by this build's simulator: its default
+ * profile on the local topology, as `pipetop run` predicts it (--reuse: the
+ * recorded figure is the simulator's of the run's day). */
+static int predict_default(plan_result *r)
+{
+    pt_error err = {0};
+    pt_topology *topo = local_topology(r->agents);
+    pt_program prog = {0};
+    pt_cost *cost = NULL;
+    pt_sim *sim = NULL;
+    pt_sim_result res = {0};
+    int rc = topo ? 0 : PT_ENOMEM;
+    if (rc == 0)
+        rc = pt_sched_build(r->plan, r->base, NULL, &prog, &err);
+    if (rc == 0)
+        rc = pt_cost_new(r->base, topo, &cost, &err);
+    if (rc == 0)
+        rc = pt_sim_new(&sim);
+    if (rc == 0)
+        rc = pt_sim_run(sim, &prog, cost, &res, &err);
+    if (rc == 0)
+        r->pred_ms = res.iter_s * 1e3;
+    else
+        fprintf(stderr, "fidelity: predict %s: %s\n", r->dir, err.msg);
+    pt_sim_free(&sim);
+    pt_cost_free(&cost);
+    pt_program_release(&prog);
+    pt_topology_free(&topo);
+    return rc;
+}
+
 /* Reads plan r back from an earlier run's folder (--reuse): its plan, its
- * summary; 1 when the folder has none (the plan is then run), 0 or -1. */
+ * summary (the measured figures), its calibration and its default
+ * prediction by this build; 1 when the folder has none (the plan is then
+ * run), 0 or -1. */
 static int reuse_plan(plan_result *r, const char *name)
 {
     char src[PATH_CAP], path[PATH_CAP + 32], *last = malloc(LINE_CAP);
@@ -345,7 +378,9 @@ static int reuse_plan(plan_result *r, const char *name)
     pt_plan_free(&r->plan);
     r->plan = plan;
     snprintf(r->dir, sizeof r->dir, "%s", src);
-    return calibrate_run(r);
+    if (calibrate_run(r) < 0)
+        return -1;
+    return predict_default(r) < 0 ? -1 : 0;
 }
 
 /* Runs plan r (written to r->dir.plan.json) and reads its summary, its
