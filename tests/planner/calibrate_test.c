@@ -442,7 +442,65 @@ static void test_rebase(void)
     pt_profile_free(&base);
 }
 
+/* One message size: a plan without replicas sends one activation size
+ * (4 KiB here, true time TRUE_LAT + bytes / TRUE_BW). Against a link on
+ * which those bytes take less than its latency, the time is per-message
+ * overhead: a flat fit, the link's bandwidth kept. Against a link on which
+ * they take longer (a slow one), the latency is kept and the bandwidth
+ * fitted through the rest: the true bandwidth. */
+static void test_one_size_links(void)
+{
+    pt_profile *base = base_profile();
+    REQUIRE(base != NULL);
+    pt_profile *truth = true_profile(base, 1);
+    REQUIRE(truth != NULL);
+    pt_link link = {TRUE_BW, TRUE_LAT};
+    pt_topology *topo = pt_topology_uniform(1, 8, 1LL << 34, link, link);
+    REQUIRE(topo != NULL);
+    const int lo[2] = {0, 4}, hi[2] = {4, 10}, reps[2] = {1, 1};
+    pt_plan *plan = make_plan(2, lo, hi, reps, "1f1b-flush");
+    REQUIRE(plan != NULL);
+    const char *path = DIR "/one-size.ndjson";
+    write_record(path, plan, truth, topo);
+    pt_record *rec = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_record_load(path, &rec, &err) == 0);
+    const double bytes = 128.0 * 4 * MB, t_send = TRUE_LAT + bytes / TRUE_BW;
+    for (int slow = 0; slow < 2; slow++) {
+        /* the link calibration starts from: bytes take 1/20 or 2.5x its latency */
+        pt_link keep = {slow ? bytes / (2.5 * TRUE_LAT) : 20 * bytes / TRUE_LAT, TRUE_LAT};
+        pt_topology *kt = pt_topology_uniform(1, 8, 1LL << 34, keep, keep);
+        REQUIRE(kt != NULL);
+        pt_profile *cal = NULL;
+        pt_cal_fit fit;
+        REQUIRE(pt_calibrate(rec, base, kt, NULL, &cal, &fit, &err) == 0);
+        CHECK(fit.intra.ops > 0);
+        if (!slow) {
+            CHECK_MSG(fit.intra.how == PT_CAL_LINK_FLAT, "fit %s",
+                      pt_cal_link_how_name(fit.intra.how));
+            CHECK_MSG(rel(fit.intra.link.latency, t_send) < 0.01, "latency %g, true time %g",
+                      fit.intra.link.latency, t_send);
+            CHECK(fit.intra.link.bandwidth == keep.bandwidth);
+        } else {
+            CHECK_MSG(fit.intra.how == PT_CAL_LINK_BW_ONLY, "fit %s",
+                      pt_cal_link_how_name(fit.intra.how));
+            CHECK(fit.intra.link.latency == TRUE_LAT);
+            CHECK_MSG(rel(fit.intra.link.bandwidth, TRUE_BW) < 0.05, "bandwidth %g",
+                      fit.intra.link.bandwidth);
+        }
+        pt_cal_fit_clear(&fit);
+        pt_profile_free(&cal);
+        pt_topology_free(&kt);
+    }
+    pt_record_free(&rec);
+    pt_plan_free(&plan);
+    pt_topology_free(&topo);
+    pt_profile_free(&truth);
+    pt_profile_free(&base);
+}
+
 PT_TEST_MAIN({"recovers_known_costs", test_recovers_known_costs}, {"rebase", test_rebase},
+             {"one_size_links", test_one_size_links},
              {"recovers_known_costs_sends_hold", test_recovers_known_costs_sends_hold},
              {"recovers_known_costs_shared_cores", test_recovers_known_costs_shared_cores},
              {"no_events", test_no_events})
