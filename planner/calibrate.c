@@ -278,7 +278,8 @@ static int dbl_cmp(const void *p, const void *q)
  * equal (a, b). Returns 0 or -1 on no memory. */
 static int svec_groups(svec *s, void (*f)(void *, double, double, double, int64_t), void *ctx)
 {
-    qsort(s->v, (size_t)s->n, sizeof *s->v, smp_cmp);
+    if (s->n > 1)
+        qsort(s->v, (size_t)s->n, sizeof *s->v, smp_cmp);
     double *means = malloc((size_t)(s->n > 0 ? s->n : 1) * sizeof *means);
     if (!means)
         return -1;

@@ -19,8 +19,9 @@
  *   an asynchronous one lets it go on until the matching AR_WAIT.
  * No lane is shared between workers, so start times follow from dependencies
  * alone: the simulation visits every op once, O(ops), with no allocation once
- * the pt_sim has grown to the program's size. Link contention between
- * different pairs of workers is not modelled.
+ * the pt_sim has grown to the program's size (on shared cores, below: a few
+ * such passes, and the stretch's scratch is allocated per pass). Link
+ * contention between different pairs of workers is not modelled.
  *
  * Shared cores: when the topology says a node's devices share C cores
  * (pt_device.node_cores, "cores" in the file), its workers' compute ops are
