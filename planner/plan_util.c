@@ -250,6 +250,22 @@ static int64_t stage_peak(const pt_cost *cost, const pt_plan *plan, int s)
     return sp;
 }
 
+int pu_recompute_where_needed(const pt_cost *cost, pt_plan *plan)
+{
+    const pt_topology *t = pt_cost_topology(cost);
+    int ok = 1;
+    for (int s = 0; s < plan->stage_count; s++) {
+        pt_stage *st = &plan->stages[s];
+        int64_t lim = pu_stage_min_memory(t, st);
+        st->recompute = 0;
+        if (stage_peak(cost, plan, s) <= lim)
+            continue;
+        st->recompute = 1;
+        ok &= stage_peak(cost, plan, s) <= lim;
+    }
+    return ok;
+}
+
 void pu_why_recompute(pt_planner_report *report, const pt_cost *cost, pt_plan *plan)
 {
     if (!report)
