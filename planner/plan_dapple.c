@@ -1717,9 +1717,19 @@ static int run_one(dapple *D, const int *mbs, int i, int global_batch, pt_plan *
     return 0;
 }
 
+/* Stage counts of the seeds: 1, 2, 3, 4, 6, 9, ... growing by half, and
+ * Smax = min(layers, devices) last: one stage per device is the balanced
+ * pipeline a large model needs (GPT-3's 196 layers do not split well into
+ * the 63 stages the sequence reaches on 64 devices). */
+static int seed_next_stages(int S, int Smax)
+{
+    int n = S < 4 ? S + 1 : S + S / 2;
+    return S < Smax && n > Smax ? Smax : n;
+}
+
 /* Simple plans of the search's space, evaluated directly, as a first
- * incumbent: S balanced stages (S = 1, 2, 3, 4, 6, 8, ...) each on G/S
- * devices placed Fresh First, for every micro-batch size and policy.
+ * incumbent: S balanced stages (seed_next_stages) each on G/S devices placed
+ * Fresh First, for every micro-batch size and policy.
  * quick[run] gets each run's best. */
 static int seed(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan **best_plan,
                 double *quick)
@@ -1730,7 +1740,7 @@ static int seed(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan **
     int rc = 0;
     if (!cuts || !rs || !pols)
         rc = PT_ENOMEM;
-    for (int S = 1; S <= Smax && rc == 0; S = S < 4 ? S + 1 : S + S / 2) {
+    for (int S = 1; S <= Smax && rc == 0; S = seed_next_stages(S, Smax)) {
         pu_balanced_partition(D->cost, N, S, NULL, 0, cuts, &rc);
         for (int i = 0; i < 2 * nmb && rc == 0; i++) {
             int b = mbs[i / 2], r = G / S < b ? G / S : b;
