@@ -649,8 +649,8 @@ int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int
                best.objective * 1e3, report->bound_s * 1e3, report->iter_s * 1e3);
         if (widened)
             pu_why(report,
-                   "; the first micro-batch size did not fit, the best of %d others that "
-                   "fit by the simulator",
+                   "; its first micro-batch size did not fit even recomputing; of %d other "
+                   "sizes planned, the fitting plan the simulator runs fastest",
                    widened);
         pu_why_recompute(report, cost, best.plan);
     }
