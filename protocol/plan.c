@@ -116,6 +116,14 @@ int pt_plan_rank_count(const pt_plan *plan)
     return plan->chunks > 1 ? plan->stage_count / plan->chunks : plan->stage_count;
 }
 
+int pt_plan_agent_count(const pt_plan *plan)
+{
+    int n = 0, P = pt_plan_rank_count(plan);
+    for (int s = 0; plan && s < P; s++)
+        n += plan->stages[s].replica_count;
+    return n;
+}
+
 int pt_plan_device_count(const pt_plan *plan)
 {
     int n = 0;
