@@ -289,7 +289,8 @@ static int run_measured(const pt_model_spec *spec, const pt_program *prog, const
                              .data = ds,
                              .data_seed = DATA_SEED,
                              .on_op = on_op,
-                             .user = e};
+                             .user = e,
+                             .host_comm = 1}; /* interleaved: one rank per device, as agents run */
     pt_pipeline *pp = NULL;
     pt_error err = {0};
     if (rc == 0 && (rc = pt_pipeline_create(&pc, &pp, &err)) < 0)
