@@ -175,8 +175,6 @@ int pt_gemm_small_fits(pt_trans ta, pt_trans tb, int m, int n, int k)
     if (ta == PT_NO_TRANS && tb == PT_TRANS)
         return m <= PT_GEMM_SMALL_NT_MAX_M && k >= PT_GEMM_SMALL_NT_MIN_K &&
                k <= PT_GEMM_SMALL_NT_MAX_K;
-    if (ta == PT_TRANS && tb == PT_NO_TRANS)
-        return k <= PT_GEMM_SMALL_MAX_K;
     return 0;
 }
 
@@ -205,21 +203,14 @@ int pt_gemm_small_with(pt_gemm_isa isa, pt_trans ta, pt_trans tb, int m, int n, 
         }
         return 1;
     }
-    if (ta == PT_TRANS) {
-        if (isa == PT_GEMM_ISA_AVX512)
-            gemm_rows_avx512(1, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        else
-            gemm_rows_avx2(1, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        return 1;
-    }
     for (int i = 0; i < m; i += PT_GEMM_SMALL_BLOCK_M) {
         int mi = m - i < PT_GEMM_SMALL_BLOCK_M ? m - i : PT_GEMM_SMALL_BLOCK_M;
         const float *ai = a + (size_t)i * lda;
         float *ci = c + (size_t)i * ldc;
         if (isa == PT_GEMM_ISA_AVX512)
-            gemm_rows_avx512(0, mi, n, k, alpha, ai, lda, b, ldb, beta, ci, ldc);
+            gemm_nn_avx512(mi, n, k, alpha, ai, lda, b, ldb, beta, ci, ldc);
         else
-            gemm_rows_avx2(0, mi, n, k, alpha, ai, lda, b, ldb, beta, ci, ldc);
+            gemm_nn_avx2(mi, n, k, alpha, ai, lda, b, ldb, beta, ci, ldc);
     }
     return 1;
 #else

@@ -6,7 +6,7 @@
  *   VT, MT       vector type, tail-mask type
  *   V_ZERO() V_SET1(x) V_FMA(a, b, c) V_MUL(a, b)
  *   V_LOAD(p) V_STORE(p, v) V_LOADM(p, m) V_STOREM(p, m, v) V_MASK(count)
- *   NN_MR NN_NV  rows x vectors of the NN / TN register tile
+ *   NN_MR NN_NV  rows x vectors of the NN register tile (NN_NV <= 3)
  * and a function transpose_SFX(VT r[VW]) that transposes VW x VW floats.
  * Every tile loop takes its shape as constant arguments of an always-inline
  * function, so each instance keeps its accumulators in registers. Each
@@ -17,6 +17,10 @@
 #define FN(name)   CAT(name, SFX)
 #define INL        static inline __attribute__((always_inline, TGT))
 #define UNROLL     _Pragma("GCC unroll 32")
+/* Rows of B ahead that the NN kernel prefetches. */
+#ifndef PF_ROWS
+#define PF_ROWS 16
+#endif
 
 /* C tile = alpha * acc + beta * C (beta == 0: C is only written). */
 INL void FN(put)(VT acc, float alpha, float beta, float *c, int masked, MT m)
@@ -30,12 +34,10 @@ INL void FN(put)(VT acc, float alpha, float beta, float *c, int masked, MT m)
         V_STORE(c, x);
 }
 
-/* NN (ta = 0: A[r][p] = a[r * lda + p]) or TN (ta = 1: a[p * lda + r]):
- * rows r < MR of C by NV vectors of columns, the last one masked when
- * TAIL. */
-INL void FN(rows_tile)(const int MR, const int NV, const int TAIL, const int ta, MT mlast, int k,
-                       const float *a, int lda, const float *b, int ldb, float alpha, float beta,
-                       float *c, int ldc)
+/* NN, A[r][p] = a[r * lda + p]: rows r < MR of C by NV vectors of columns,
+ * the last one masked when TAIL. */
+INL void FN(nn_tile)(const int MR, const int NV, const int TAIL, MT mlast, int k, const float *a,
+                     int lda, const float *b, int ldb, float alpha, float beta, float *c, int ldc)
 {
     VT acc[NN_MR][NN_NV];
     UNROLL
@@ -45,13 +47,19 @@ INL void FN(rows_tile)(const int MR, const int NV, const int TAIL, const int ta,
         acc[r][v] = V_ZERO();
     for (int p = 0; p < k; p++) {
         const float *bp = b + (size_t)p * ldb;
+        /* the walk down a panel of B takes a short piece of each row: too
+         * short for the hardware prefetcher when B comes from memory */
+        if (p + PF_ROWS < k)
+            UNROLL
+        for (int v = 0; v < NV; v++)
+            __builtin_prefetch(bp + (size_t)PF_ROWS * ldb + v * VW, 0, 3);
         VT bv[NN_NV];
         UNROLL
         for (int v = 0; v < NV; v++)
             bv[v] = TAIL && v == NV - 1 ? V_LOADM(bp + v * VW, mlast) : V_LOAD(bp + v * VW);
         UNROLL
         for (int r = 0; r < MR; r++) {
-            VT av = V_SET1(ta ? a[(size_t)p * lda + r] : a[(size_t)r * lda + p]);
+            VT av = V_SET1(a[(size_t)r * lda + p]);
             UNROLL
             for (int v = 0; v < NV; v++)
                 acc[r][v] = V_FMA(av, bv[v], acc[r][v]);
@@ -64,89 +72,66 @@ INL void FN(rows_tile)(const int MR, const int NV, const int TAIL, const int ta,
         FN(put)(acc[r][v], alpha, beta, c + (size_t)r * ldc + v * VW, TAIL && v == NV - 1, mlast);
 }
 
-/* MR rows of C (NN or TN), all n columns. */
-INL void FN(rows_strip)(const int MR, const int ta, int n, int k, const float *a, int lda,
-                        const float *b, int ldb, float alpha, float beta, float *c, int ldc)
+/* MR rows of C by one panel of at most NN_NV vectors (n <= NN_NV * VW). */
+INL void FN(nn_panel)(const int MR, int n, int k, const float *a, int lda, const float *b, int ldb,
+                      float alpha, float beta, float *c, int ldc)
 {
-    const int step = NN_NV * VW;
-    int j = 0;
-    MT full = V_MASK(VW);
-    for (; j + step <= n; j += step)
-        FN(rows_tile)(MR, NN_NV, 0, ta, full, k, a, lda, b + j, ldb, alpha, beta, c + j, ldc);
-    int left = n - j;
-    if (left == 0)
+    if (n == NN_NV * VW) {
+        FN(nn_tile)(MR, NN_NV, 0, V_MASK(VW), k, a, lda, b, ldb, alpha, beta, c, ldc);
         return;
-    int nv = (left + VW - 1) / VW;
-    MT m = V_MASK(left - (nv - 1) * VW);
-    const float *bj = b + j;
-    float *cj = c + j;
+    }
+    int nv = (n + VW - 1) / VW;
+    MT m = V_MASK(n - (nv - 1) * VW);
     switch (nv) {
-#if NN_NV >= 4
-    case 4:
-        FN(rows_tile)(MR, 4, 1, ta, m, k, a, lda, bj, ldb, alpha, beta, cj, ldc);
-        break;
-#endif
 #if NN_NV >= 3
     case 3:
-        FN(rows_tile)(MR, 3, 1, ta, m, k, a, lda, bj, ldb, alpha, beta, cj, ldc);
+        FN(nn_tile)(MR, 3, 1, m, k, a, lda, b, ldb, alpha, beta, c, ldc);
         break;
 #endif
     case 2:
-        FN(rows_tile)(MR, 2, 1, ta, m, k, a, lda, bj, ldb, alpha, beta, cj, ldc);
+        FN(nn_tile)(MR, 2, 1, m, k, a, lda, b, ldb, alpha, beta, c, ldc);
         break;
     default:
-        FN(rows_tile)(MR, 1, 1, ta, m, k, a, lda, bj, ldb, alpha, beta, cj, ldc);
+        FN(nn_tile)(MR, 1, 1, m, k, a, lda, b, ldb, alpha, beta, c, ldc);
         break;
     }
 }
 
-/* Rows i0 <= i < m of C (NN or TN), all n columns: strips of NN_MR rows, then
- * halves down to one row. A row of C starts at a + i * lda (NN) or a + i
- * (TN). */
-INL void FN(rows_from)(const int ta, int i0, int m, int n, int k, const float *a, int lda,
-                       const float *b, int ldb, float alpha, float beta, float *c, int ldc)
+/* NN: C = alpha A B + beta C, one panel of NN_NV vectors of columns at a
+ * time through all m rows (strips of NN_MR rows, then halves down to one),
+ * so a panel of B (k x NN_NV * VW) comes from memory once and from cache for
+ * the other strips. */
+static __attribute__((TGT)) void FN(gemm_nn)(int m, int n, int k, float alpha, const float *a,
+                                             int lda, const float *b, int ldb, float beta, float *c,
+                                             int ldc)
 {
-    int i = i0;
-    for (int mr = NN_MR; mr >= 1; mr /= 2) {
-        for (; m - i >= mr; i += mr) {
-            const float *ai = ta ? a + i : a + (size_t)i * lda;
-            float *ci = c + (size_t)i * ldc;
-            switch (mr) {
+    const int step = NN_NV * VW;
+    for (int j = 0; j < n; j += step) {
+        int nj = n - j < step ? n - j : step;
+        int i = 0;
+        for (int mr = NN_MR; mr >= 1; mr /= 2) {
+            for (; m - i >= mr; i += mr) {
+                const float *ai = a + (size_t)i * lda, *bj = b + j;
+                float *cij = c + (size_t)i * ldc + j;
+                switch (mr) {
 #if NN_MR >= 8
-            case 8:
-                FN(rows_strip)(8, ta, n, k, ai, lda, b, ldb, alpha, beta, ci, ldc);
-                break;
+                case 8:
+                    FN(nn_panel)(8, nj, k, ai, lda, bj, ldb, alpha, beta, cij, ldc);
+                    break;
 #endif
-            case 4:
-                FN(rows_strip)(4, ta, n, k, ai, lda, b, ldb, alpha, beta, ci, ldc);
-                break;
-            case 2:
-                FN(rows_strip)(2, ta, n, k, ai, lda, b, ldb, alpha, beta, ci, ldc);
-                break;
-            default:
-                FN(rows_strip)(1, ta, n, k, ai, lda, b, ldb, alpha, beta, ci, ldc);
-                break;
+                case 4:
+                    FN(nn_panel)(4, nj, k, ai, lda, bj, ldb, alpha, beta, cij, ldc);
+                    break;
+                case 2:
+                    FN(nn_panel)(2, nj, k, ai, lda, bj, ldb, alpha, beta, cij, ldc);
+                    break;
+                default:
+                    FN(nn_panel)(1, nj, k, ai, lda, bj, ldb, alpha, beta, cij, ldc);
+                    break;
+                }
             }
         }
     }
-}
-
-/* NN: one panel of NN_NV vectors of columns at a time through all the rows,
- * so the panel of B (k x NN_NV * VW) is read from memory once and from
- * cache by the other row strips. TN (B is only k rows): strip by strip, C
- * row after row. */
-static __attribute__((TGT)) void FN(gemm_rows)(int ta, int m, int n, int k, float alpha,
-                                               const float *a, int lda, const float *b, int ldb,
-                                               float beta, float *c, int ldc)
-{
-    if (ta) {
-        FN(rows_from)(1, 0, m, n, k, a, lda, b, ldb, alpha, beta, c, ldc);
-        return;
-    }
-    const int step = NN_NV * VW;
-    for (int j = 0; j < n; j += step)
-        FN(rows_from)
-    (0, 0, m, n - j < step ? n - j : step, k, a, lda, b + j, ldb, alpha, beta, c + j, ldc);
 }
 
 /* NT over packed A^T (at[p * VW + l] = A[l][p], l < VW): NJ rows j of B by
