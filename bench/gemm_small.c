@@ -138,7 +138,7 @@ int main(int argc, char **argv)
 {
     pt_blas_fixup_core(argv);
     int rows = 16, layers = DEFAULT_LAYER, reps = DEFAULT_REPS, threads = 1;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         int rc = -1;
         if (i + 1 < argc && !strcmp(argv[i], "--rows"))
             rc = arg_int(argv[i], argv[i + 1], 1, &rows);
@@ -153,7 +153,6 @@ int main(int argc, char **argv)
                             "[--threads T]\n");
             return 2;
         }
-        i++;
     }
     openblas_set_num_threads(threads);
     pt_gemm_isa cpu = pt_gemm_small_cpu_isa();
