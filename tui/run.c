@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,8 +33,9 @@ struct pt_run {
     pt_run_state state;
     char dir[PATH_CAP];
     int expect;
-    /* spawned agents: w<k> is pids[k] */
+    /* spawned agents: names[k] (random per run, pt_run_agent_name) is pids[k] */
     pid_t *pids;
+    char (*names)[NAME_CAP];
     int *exited;
     int nspawn;
     char failure[PT_ERROR_MAX]; /* an agent that ended before registering */
@@ -87,9 +89,32 @@ int pt_run_dir_make(const char *dir, const char *tag, char *out, size_t cap, pt_
 
 /* ---- agent processes */
 
-static void agent_name(int k, char *buf, size_t cap)
+/* Names for the agents a run spawns: w<k>-<12 hex digits from getrandom>,
+ * so that nobody can guess and claim one before its agent registers (the
+ * index keeps them apart on screen; stage and replica are shown beside). */
+static int make_names(pt_run *r, pt_error *err)
 {
-    snprintf(buf, cap, "w%d", k);
+    r->names = calloc((size_t)r->expect, sizeof *r->names);
+    if (!r->names)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    for (int k = 0; k < r->expect; k++) {
+        unsigned char b[6];
+        if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b)
+            return pt_error_set(err, PT_EIO, "getrandom: %s", strerror(errno));
+        snprintf(r->names[k], NAME_CAP, "w%d-%02x%02x%02x%02x%02x%02x", k, b[0], b[1], b[2], b[3],
+                 b[4], b[5]);
+    }
+    return 0;
+}
+
+static void agent_name(const pt_run *r, int k, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", r->names && k >= 0 && k < r->expect ? r->names[k] : "?");
+}
+
+const char *pt_run_agent_name(const pt_run *r, int k)
+{
+    return r && r->names && k >= 0 && k < r->nspawn ? r->names[k] : NULL;
 }
 
 int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
@@ -104,6 +129,8 @@ int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
     r->exited = calloc((size_t)r->expect, sizeof *r->exited);
     if (!r->pids || !r->exited)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
+    if ((rc = make_names(r, err)) < 0)
+        return rc;
     int threads = pt_agent_threads(r->expect);
     int curve = pt_session_public_key(r->s)[0] != '\0';
     if (curve) {
@@ -117,7 +144,7 @@ int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
     fflush(stderr);
     for (int k = 0; k < r->expect; k++) {
         char name[NAME_CAP], log[PATH_CAP + 64];
-        agent_name(k, name, sizeof name);
+        agent_name(r, k, name, sizeof name);
         snprintf(log, sizeof log, "%.4000s/agent-%s.log", r->dir, name);
         char base[PATH_CAP + 64], key_file[PATH_CAP + 80];
         if (curve) {
@@ -195,7 +222,7 @@ static void reap(pt_run *r, int expected)
         if (expected)
             continue;
         char name[NAME_CAP], why[128];
-        agent_name(k, name, sizeof name);
+        agent_name(r, k, name, sizeof name);
         describe_status(st, why, sizeof why);
         int i = pt_session_find_agent(r->s, name);
         if (i >= 0)
@@ -277,7 +304,7 @@ static void remove_keys(pt_run *r)
         return;
     for (int k = 0; k < r->nspawn; k++) {
         char name[NAME_CAP], path[PATH_CAP + 80];
-        agent_name(k, name, sizeof name);
+        agent_name(r, k, name, sizeof name);
         snprintf(path, sizeof path, "%.4000s/%s.key", r->keys_dir, name);
         unlink(path);
         snprintf(path, sizeof path, "%.4000s/%s.pub", r->keys_dir, name);
@@ -345,6 +372,7 @@ void pt_run_destroy(pt_run **run_p)
     remove_keys(r);
     free(r->pids);
     free(r->exited);
+    free(r->names);
     free(r);
     *run_p = NULL;
 }

@@ -197,4 +197,52 @@ done:
     return worst;
 }
 
+/* The workers of the newest plan in a run record (its "plan" line's
+ * workers: agent name and pid, worker by worker), so that tests find the
+ * agents by the names the run gave them (random per run) rather than by
+ * guessing. names (cap entries of RU_NAME_MAX) and pids may be NULL.
+ * Returns how many workers (0: no plan yet; a line still being written is
+ * skipped). */
+#define RU_NAME_MAX 64
+static inline int ru_plan_workers(const char *record, char (*names)[RU_NAME_MAX], pid_t *pids,
+                                  int cap)
+{
+    char *text = NULL;
+    for (int w = 0; w < cap; w++) {
+        if (names)
+            names[w][0] = '\0';
+        if (pids)
+            pids[w] = 0;
+    }
+    if (pt_file_read(record, &text, NULL, NULL) < 0)
+        return 0;
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strstr(line, "\"kind\":\"plan\""))
+            continue;
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *ws = j ? cJSON_GetObjectItem(j, "workers") : NULL;
+        if (!cJSON_IsArray(ws) || strcmp(ru_str(j, "kind"), "plan")) {
+            cJSON_Delete(j);
+            continue;
+        }
+        n = 0;
+        const cJSON *w;
+        cJSON_ArrayForEach(w, ws)
+        {
+            if (n >= cap)
+                break;
+            const cJSON *pid = cJSON_GetObjectItem(w, "pid");
+            if (names)
+                snprintf(names[n], RU_NAME_MAX, "%s", ru_str(w, "agent"));
+            if (pids)
+                pids[n] = cJSON_IsNumber(pid) ? (pid_t)pid->valuedouble : 0;
+            n++;
+        }
+        cJSON_Delete(j);
+    }
+    free(text);
+    return n;
+}
+
 #endif
