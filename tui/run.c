@@ -268,10 +268,12 @@ void pt_run_end(pt_run *r, const char *reason)
 
 /* ---- life */
 
-/* The console's key pair (loaded, or made for this run) and the allow-list.
- * *allowed is malloc'd (NULL when none). */
+/* The console's key pair (loaded, or made for this run) and the allow-list:
+ * keys and the names they are bound to (agent=NAME, "" none). *allowed and
+ * *names are malloc'd (NULL when none). */
 static int load_trust(const pt_run_config *cfg, pt_keyfile *key, int *have_key,
-                      char (**allowed)[PT_KEY_Z85_LEN + 1], int *allowed_n, pt_error *err)
+                      char (**allowed)[PT_KEY_Z85_LEN + 1], char (**names)[PT_ALLOW_NAME_MAX],
+                      int *allowed_n, pt_error *err)
 {
     int rc = 0;
     *have_key = 0;
@@ -292,9 +294,34 @@ static int load_trust(const pt_run_config *cfg, pt_keyfile *key, int *have_key,
     if (!cfg->allow_path)
         return 0;
     *allowed = calloc(PT_ZAP_ALLOW_MAX, sizeof **allowed);
-    if (!*allowed)
+    *names = calloc(PT_ZAP_ALLOW_MAX, sizeof **names);
+    if (!*allowed || !*names)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
-    return pt_allowlist_load(cfg->allow_path, *allowed, PT_ZAP_ALLOW_MAX, allowed_n, err);
+    return pt_allowlist_load_named(cfg->allow_path, *allowed, *names, PT_ZAP_ALLOW_MAX, allowed_n,
+                                   err);
+}
+
+/* Keys the allow-list binds to a name go to the session with their name
+ * (pt_session_allow, after the session is made): such a key registers only
+ * under its name, and nobody else under that name, from the start. The
+ * others (into open, *open_n of them) are allowed under any free name. */
+static void split_named(char (*allowed)[PT_KEY_Z85_LEN + 1], char (*names)[PT_ALLOW_NAME_MAX],
+                        int n, char (*open)[PT_KEY_Z85_LEN + 1], int *open_n)
+{
+    *open_n = 0;
+    for (int k = 0; k < n; k++)
+        if (!names[k][0])
+            memcpy(open[(*open_n)++], allowed[k], sizeof allowed[k]);
+}
+
+static int allow_named(pt_session *s, char (*allowed)[PT_KEY_Z85_LEN + 1],
+                       char (*names)[PT_ALLOW_NAME_MAX], int n, pt_error *err)
+{
+    int rc = 0;
+    for (int k = 0; rc == 0 && names && k < n; k++)
+        if (names[k][0])
+            rc = pt_session_allow(s, allowed[k], names[k], err);
+    return rc;
 }
 
 /* Removes the spawned agents' key files and their folder. */
@@ -331,21 +358,30 @@ int pt_run_create(const pt_run_config *cfg, pt_run **out, pt_error *err)
     int rc = pt_run_dir_make(cfg->run_dir, NULL, r->dir, sizeof r->dir, err);
     snprintf(record, sizeof record, "%.4000s/%s", r->dir, PT_RUN_RECORD_FILE);
     pt_keyfile key;
-    int have_key = 0, allowed_n = 0;
+    int have_key = 0, allowed_n = 0, listed = 0;
     char(*allowed)[PT_KEY_Z85_LEN + 1] = NULL;
+    char(*names)[PT_ALLOW_NAME_MAX] = NULL, (*open)[PT_KEY_Z85_LEN + 1] = NULL;
     if (rc == 0)
-        rc = load_trust(cfg, &key, &have_key, &allowed, &allowed_n, err);
+        rc = load_trust(cfg, &key, &have_key, &allowed, &names, &listed, err);
+    if (rc == 0 && names && !(open = calloc((size_t)(listed > 0 ? listed : 1), sizeof *open)))
+        rc = pt_error_set(err, PT_ENOMEM, "out of memory");
+    if (rc == 0 && names)
+        split_named(allowed, names, listed, open, &allowed_n);
     pt_session_config sc = {cfg->control_bind,
                             cfg->telemetry_bind,
                             record,
                             0,
                             0,
                             have_key ? &key : NULL,
-                            (const char(*)[PT_KEY_Z85_LEN + 1]) allowed,
+                            (const char(*)[PT_KEY_Z85_LEN + 1]) open,
                             allowed_n};
     if (rc == 0)
         rc = pt_session_create(&sc, &r->s, err);
+    if (rc == 0)
+        rc = allow_named(r->s, allowed, names, listed, err);
     free(allowed);
+    free(names);
+    free(open);
     memset(&key, 0, sizeof key); /* the secret lives on only inside the session's sockets */
     if (rc == 0)
         rc = pt_run_set_agents(r, 0, NULL, err);

@@ -90,7 +90,8 @@ static void test_record_full(void)
                             "/rec/run/run.ndjson: write failed: " ENOSPC_WORDS);
     free(err);
     for (int w = 0; w < 2; w++)
-        CHECK_MSG(!fu_alive(pids[w]), "agent of worker %d (pid %d) is still running", w, (int)pids[w]);
+        CHECK_MSG(!fu_alive(pids[w]), "agent of worker %d (pid %d) is still running", w,
+                  (int)pids[w]);
     unmount(TDIR "/rec/run");
     CHECK(fu_partial_folders(TDIR "/rec/ck") == 0);
     int64_t latest = fu_latest(TDIR "/rec/ck");
@@ -130,7 +131,8 @@ static void test_checkpoint_full(void)
     CHECK_STR_CONTAINS(err, "last checkpoint: step");
     free(err);
     for (int w = 0; w < 2; w++)
-        CHECK_MSG(!fu_alive(pids[w]), "agent of worker %d (pid %d) is still running", w, (int)pids[w]);
+        CHECK_MSG(!fu_alive(pids[w]), "agent of worker %d (pid %d) is still running", w,
+                  (int)pids[w]);
     CHECK(fu_partial_folders(TDIR "/ck/ck") == 0);
     int64_t latest = fu_latest(TDIR "/ck/ck");
     CHECK_MSG(latest == 20, "latest checkpoint %lld (two fit)", (long long)latest);

@@ -26,7 +26,8 @@
 static void check_nothing_left(const pid_t *pids, int n, const char *ckdir)
 {
     for (int w = 0; w < n; w++)
-        CHECK_MSG(!fu_alive(pids[w]), "agent of worker %d (pid %d) is still running", w, (int)pids[w]);
+        CHECK_MSG(!fu_alive(pids[w]), "agent of worker %d (pid %d) is still running", w,
+                  (int)pids[w]);
     CHECK(fu_partial_folders(ckdir) == 0);
 }
 
