@@ -872,6 +872,7 @@ int pt_cmd_run(int argc, char **argv)
                             NULL,
                             c.a.key,
                             c.a.allow,
+                            !c.a.external,
                             !c.a.external};
     c.report = pt_run_report_new(c.plan, c.resume_step, c.steps);
     if (!c.report || (rc = pt_run_create(&rc_cfg, &c.run, &err)) < 0) {

@@ -2,8 +2,9 @@
  * tui/run.h. */
 #include "tui/run.h"
 
-#include <errno.h>
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <sys/random.h>
@@ -27,6 +28,9 @@
 #define REAP_POLL_MS 20  /* slice while agents leave */
 #define NS_PER_MS    1000000LL
 #define STAMP_FMT    "%Y%m%d-%H%M%S"
+/* An ipc:// path must fit a sockaddr_un (108 bytes) with its file name. */
+#define IPC_DIR_CAP     72
+#define IPC_DIR_PATTERN "pipetop-XXXXXX"
 
 struct pt_run {
     pt_session *s;
@@ -48,6 +52,7 @@ struct pt_run {
     int64_t seed, ckpt_every;
     int64_t first_step, target; /* of the current generation; target -1: until stopped */
     char keys_dir[PATH_CAP];    /* spawned agents' key pairs, "" none made */
+    char ipc_dir[IPC_DIR_CAP];  /* local_ipc: the sockets' folder (0700), "" none */
     /* what spawned agents are given (pt_run_set_agents) */
     char agent_ckpt_root[PATH_CAP]; /* "" none */
     int comm_timeout_ms;            /* 0: the agent's default */
@@ -158,9 +163,11 @@ int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
                 (rc = pt_session_allow(r->s, kp.public_z85, name, err)) < 0)
                 return rc;
         }
+        char data_ep[IPC_DIR_CAP + NAME_CAP + 16];
+        snprintf(data_ep, sizeof data_ep, "ipc://%s/%s%s", r->ipc_dir, name, PT_RUN_IPC_DATA_EXT);
         pt_agent_spawn_extra x = {curve ? key_file : NULL,
                                   r->agent_ckpt_root[0] ? r->agent_ckpt_root : NULL,
-                                  r->comm_timeout_ms};
+                                  r->comm_timeout_ms, r->ipc_dir[0] ? data_ep : NULL};
         if ((rc = pt_agent_spawn(bin, r->s, name, devices ? devices[k] : k, threads, log, &x,
                                  &r->pids[k], err)) < 0)
             return rc;
@@ -266,6 +273,53 @@ void pt_run_end(pt_run *r, const char *reason)
     r->state = PT_RUN_ENDED;
 }
 
+/* ---- the ipc folder */
+
+/* Makes the run's socket folder: mkdtemp (mode 0700) under $XDG_RUNTIME_DIR
+ * (a per-user tmpfs) when it is set and short enough, else /tmp. */
+static int make_ipc_dir(pt_run *r, pt_error *err)
+{
+    const char *base = getenv("XDG_RUNTIME_DIR");
+    struct stat st;
+    if (!base || base[0] != '/' || strlen(base) + sizeof IPC_DIR_PATTERN + 1 > sizeof r->ipc_dir ||
+        stat(base, &st) != 0 || !S_ISDIR(st.st_mode) || access(base, W_OK) != 0)
+        base = "/tmp";
+    snprintf(r->ipc_dir, sizeof r->ipc_dir, "%s/%s", base, IPC_DIR_PATTERN);
+    if (!mkdtemp(r->ipc_dir)) {
+        int e = errno;
+        r->ipc_dir[0] = '\0';
+        return pt_error_set(err, PT_EIO, "socket folder %s/%s: %s", base, IPC_DIR_PATTERN,
+                            strerror(e));
+    }
+    return 0;
+}
+
+/* Empties and removes the socket folder: files the sockets left (an agent
+ * that was killed does not unlink its own). */
+static void remove_ipc_dir(pt_run *r)
+{
+    if (!r->ipc_dir[0])
+        return;
+    DIR *d = opendir(r->ipc_dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                char path[IPC_DIR_CAP + 300];
+                snprintf(path, sizeof path, "%s/%s", r->ipc_dir, e->d_name);
+                unlink(path);
+            }
+        closedir(d);
+    }
+    rmdir(r->ipc_dir);
+    r->ipc_dir[0] = '\0';
+}
+
+const char *pt_run_ipc_dir(const pt_run *r)
+{
+    return r ? r->ipc_dir : "";
+}
+
 /* ---- life */
 
 /* The console's key pair (loaded, or made for this run) and the allow-list:
@@ -367,8 +421,16 @@ int pt_run_create(const pt_run_config *cfg, pt_run **out, pt_error *err)
         rc = pt_error_set(err, PT_ENOMEM, "out of memory");
     if (rc == 0 && names)
         split_named(allowed, names, listed, open, &allowed_n);
-    pt_session_config sc = {cfg->control_bind,
-                            cfg->telemetry_bind,
+    char ctl_ep[IPC_DIR_CAP + 32], tel_ep[IPC_DIR_CAP + 32];
+    const char *ctl = cfg->control_bind, *tel = cfg->telemetry_bind;
+    if (rc == 0 && cfg->local_ipc && !ctl && !tel && (rc = make_ipc_dir(r, err)) == 0) {
+        snprintf(ctl_ep, sizeof ctl_ep, "ipc://%s/%s", r->ipc_dir, PT_RUN_IPC_CONTROL);
+        snprintf(tel_ep, sizeof tel_ep, "ipc://%s/%s", r->ipc_dir, PT_RUN_IPC_TELEMETRY);
+        ctl = ctl_ep;
+        tel = tel_ep;
+    }
+    pt_session_config sc = {ctl,
+                            tel,
                             record,
                             0,
                             0,
@@ -406,6 +468,7 @@ void pt_run_destroy(pt_run **run_p)
         pt_run_end(r, "the run is over");
     pt_session_destroy(&r->s);
     remove_keys(r);
+    remove_ipc_dir(r);
     free(r->pids);
     free(r->exited);
     free(r->names);

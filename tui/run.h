@@ -92,7 +92,21 @@ typedef struct pt_run_config {
     const char *key_path;
     const char *allow_path;
     int local_keys;
+    /* local_ipc: a run on this machine only. The console binds, and spawned
+     * agents bind their data sockets at, ipc:// endpoints in a folder of
+     * its own (pt_run_ipc_dir: $XDG_RUNTIME_DIR/pipetop-XXXXXX, else
+     * /tmp/pipetop-XXXXXX, made mode 0700 so no other user can even
+     * connect), removed when the controller ends. Ignored for a
+     * control_bind or telemetry_bind given. 0: tcp on loopback
+     * (PT_SESSION_DEFAULT_BIND), as agents elsewhere need. */
+    int local_ipc;
 } pt_run_config;
+
+/* Files of the ipc folder: the console's two sockets, and each spawned
+ * agent's data socket <name>.data. */
+#define PT_RUN_IPC_CONTROL   "control"
+#define PT_RUN_IPC_TELEMETRY "telemetry"
+#define PT_RUN_IPC_DATA_EXT  ".data"
 
 /* Folder of a run folder holding the spawned agents' per-run key pairs
  * (mode 0700; removed when the controller ends). */
@@ -126,6 +140,9 @@ int pt_run_set_agents(pt_run *run, int stall_ms, const char *checkpoint_root, pt
  * this program) / PT_EIO (fork) / PT_ESTATE (called twice); agents already
  * started are ended by pt_run_end / pt_run_destroy. */
 int pt_run_spawn(pt_run *run, const int *devices, pt_error *err);
+
+/* The ipc folder of a local_ipc run ("" none). */
+const char *pt_run_ipc_dir(const pt_run *run);
 
 /* The name of spawned agent k (0 <= k < the agents started), NULL otherwise. */
 const char *pt_run_agent_name(const pt_run *run, int k);
