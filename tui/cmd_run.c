@@ -43,12 +43,13 @@
 #include "tui/run_report.h"
 #include "tui/session.h"
 
-#define DEFAULT_SEED        1
-#define DEFAULT_MB_SIZE     16
-#define DEFAULT_PLANNER     "gpipe"
-#define PROFILE_REPEATS     "5"
-#define PROFILE_WARMUP      "2"
-#define STAGE_REPEATS       "15" /* rounds of an in-place stage profile: a median robust to preemption */
+#define DEFAULT_SEED    1
+#define DEFAULT_MB_SIZE 16
+#define DEFAULT_PLANNER "gpipe"
+#define PROFILE_REPEATS "5"
+#define PROFILE_WARMUP  "2"
+#define STAGE_REPEATS   "15" /* rounds of an in-place stage profile: a median robust to preemption \
+                              */
 #define REGISTER_TIMEOUT_MS 30000
 #define EXTERNAL_WAIT_MS    300000 /* --external: how long agents started by hand may take */
 #define ASSIGN_TIMEOUT_MS   120000
@@ -761,6 +762,8 @@ static char *summary_extra(run_ctx *c)
         cJSON_AddNumberToObject(t, "duplicates", (double)k.telemetry.duplicates);
         cJSON_AddNumberToObject(t, "malformed", (double)k.telemetry.malformed);
         cJSON_AddNumberToObject(t, "stale", (double)k.telemetry.stale);
+        /* decoded and refused: forged (another key's name), unregistered, control types */
+        cJSON_AddNumberToObject(t, "rejected", (double)k.telemetry_rejected);
     }
     cJSON_AddNumberToObject(o, "control_rejected", (double)k.control_rejected);
     cJSON_AddNumberToObject(o, "control_flooded", (double)k.control_flooded);
