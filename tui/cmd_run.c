@@ -48,8 +48,9 @@
 #define DEFAULT_PLANNER "gpipe"
 #define PROFILE_REPEATS "5"
 #define PROFILE_WARMUP  "2"
-#define STAGE_REPEATS   "15" /* rounds of an in-place stage profile: a median robust to preemption \
-                              */
+#define STAGE_REPEATS                                                                              \
+    "15" /* rounds of an in-place stage profile: a median robust to preemption                     \
+          */
 #define REGISTER_TIMEOUT_MS 30000
 #define EXTERNAL_WAIT_MS    300000 /* --external: how long agents started by hand may take */
 #define ASSIGN_TIMEOUT_MS   120000
@@ -96,6 +97,7 @@ typedef struct run_ctx {
     pt_progress *bar;
     int64_t next_step_out;
     double last_line_s;
+    int64_t *first_heard; /* --reattach: per worker, the first step its metrics named; -1 none */
 } run_ctx;
 
 static volatile sig_atomic_t g_interrupt;
@@ -592,6 +594,12 @@ static void on_note(void *user, const pt_session_note *n)
     switch (n->kind) {
     case PT_NOTE_METRICS:
         pt_run_report_metrics(c->report, w, &n->msg->u.metrics);
+        if (c->first_heard && w >= 0 && w < c->workers) {
+            const pt_msg_metrics *mt = &n->msg->u.metrics;
+            int64_t from = mt->step - (mt->steps > 1 ? mt->steps - 1 : 0);
+            if (c->first_heard[w] < 0 || from < c->first_heard[w])
+                c->first_heard[w] = from;
+        }
         c->iter_ms = c->iter_ms > 0 ? 0.8 * c->iter_ms + 0.2 * n->msg->u.metrics.iter_ms
                                     : n->msg->u.metrics.iter_ms;
         break;
@@ -674,11 +682,23 @@ static int adopt(run_ctx *c, const pt_run_job *job, pt_error *err)
 
 /* After a pick-up, the steps trained while no console listened have no
  * metrics here: the report goes on from the first step it has. */
+/* --reattach: the steps trained while no console listened are never heard
+ * of; step lines go on from the first step every worker's metrics reached
+ * this console with (metrics come in folds a little behind the heartbeats'
+ * step, so skipping up to the step the agents are at would skip for ever). */
 static void skip_unheard(run_ctx *c)
 {
+    if (!c->a.reattach || !c->first_heard)
+        return;
+    int64_t from = -1;
+    for (int w = 0; w < c->workers; w++) {
+        if (c->first_heard[w] < 0)
+            return;
+        if (c->first_heard[w] > from)
+            from = c->first_heard[w];
+    }
     double loss, rate;
-    int64_t done = pt_session_min_step(c->s);
-    while (c->a.reattach && c->next_step_out < done &&
+    while (c->next_step_out < from &&
            !pt_run_report_step(c->report, c->next_step_out, &loss, &rate))
         c->next_step_out++;
 }
@@ -802,6 +822,8 @@ static void cleanup(run_ctx *c)
     pt_run_destroy(&c->run);
     c->s = NULL;
     pt_run_report_free(&c->report);
+    free(c->first_heard);
+    c->first_heard = NULL;
     pt_sim_free(&c->sim);
     pt_cost_free(&c->cost);
     pt_program_release(&c->prog);
@@ -887,6 +909,9 @@ int pt_cmd_run(int argc, char **argv)
     }
     c.s = pt_run_session(c.run);
     c.next_step_out = c.resume_step;
+    if (c.a.reattach && (c.first_heard = malloc((size_t)c.workers * sizeof *c.first_heard)))
+        for (int w = 0; w < c.workers; w++)
+            c.first_heard[w] = -1;
     if ((rc = pt_run_set_agents(c.run, c.a.stall_ms, c.ckpt_dir[0] ? c.ckpt_dir : NULL, &err)) <
         0) {
         fprintf(stderr, "pipetop run: %s\n", err.msg);

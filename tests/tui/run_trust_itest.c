@@ -31,6 +31,14 @@
 
 static char model[1024], plan[1024];
 
+/* The model and plan every test runs (each test can be run alone after the
+ * first made the keys and the profile: `run_trust_itest NAME`). */
+static void set_paths(void)
+{
+    snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
+    snprintf(plan, sizeof plan, "%s", pt_test_path("tests/data/run/plan-a.json"));
+}
+
 static void make_key(const char *name)
 {
     char out[256];
@@ -161,8 +169,7 @@ static int disconnects(void *mon, int want, int ms)
 static void test_attacks_change_nothing(void)
 {
     ru_fresh_dir(TDIR);
-    snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
-    snprintf(plan, sizeof plan, "%s", pt_test_path("tests/data/run/plan-a.json"));
+    set_paths();
     char *prof[] = {
         (char *)ru_bin("pipetop"), "profile",   "--model", model, "--batch", "16", "--out",
         TDIR "/profile.json",      "--repeats", "2",       NULL};
@@ -293,6 +300,7 @@ static void test_attacks_change_nothing(void)
 /* The console is SIGKILLed; a console with another key binds its port. */
 static void test_second_console_refused(void)
 {
+    set_paths();
     char *run[] = {(char *)ru_bin("pipetop"),
                    "run",
                    "--external",
@@ -405,6 +413,7 @@ static int64_t last_step(const char *out)
  * folder, so the new console binds exactly the old one's. */
 static void test_console_restart_reattaches(void)
 {
+    set_paths();
     mkdir(TDIR "/sock", 0700);
     char *run1[] = {(char *)ru_bin("pipetop"),
                     "run",
@@ -559,6 +568,7 @@ static double num_at(const cJSON *o, const char *a, const char *b)
  * step, equals an undisturbed run's to the same step. */
 static void test_forged_telemetry_changes_nothing(void)
 {
+    set_paths();
     char *run[] = {(char *)ru_bin("pipetop"),
                    "run",
                    "--external",
