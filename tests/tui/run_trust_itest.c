@@ -634,8 +634,11 @@ static void test_forged_telemetry_changes_nothing(void)
     REQUIRE(s && !strcmp(ru_str(s, "event"), "summary"));
     int64_t step = (int64_t)num_at(s, "checkpoint_step", NULL);
     REQUIRE(step > 0);
-    CHECK(ru_wait(pa, 10000, NULL) == 0);
-    CHECK(ru_wait(pb, 10000, NULL) == 0);
+    int sa = ru_wait(pa, 10000, NULL), sb = ru_wait(pb, 10000, NULL);
+    CHECK_MSG(sa == 0 && sb == 0,
+              "agents exited %d and %d (-1: still running after 10 s, "
+              "see a5.err, b5.err)",
+              sa, sb);
     zmq_close(stranger);
     zmq_close(insider);
     zmq_ctx_term(ctx);
