@@ -98,6 +98,7 @@ typedef struct run_ctx {
     int64_t next_step_out;
     double last_line_s;
     int64_t *first_heard; /* --reattach: per worker, the first step its metrics named; -1 none */
+    int64_t adopt_step;   /* --reattach: the steps every worker had done when it was adopted */
 } run_ctx;
 
 static volatile sig_atomic_t g_interrupt;
@@ -690,13 +691,15 @@ static void skip_unheard(run_ctx *c)
 {
     if (!c->a.reattach || !c->first_heard)
         return;
-    int64_t from = -1;
-    for (int w = 0; w < c->workers; w++) {
-        if (c->first_heard[w] < 0)
-            return;
+    /* what was trained before the adoption is the old console's (telemetry
+     * its agents queued while no console listened may still come in) */
+    int64_t from = c->adopt_step;
+    int all = 1;
+    for (int w = 0; w < c->workers; w++)
+        all &= c->first_heard[w] >= 0;
+    for (int w = 0; all && w < c->workers; w++)
         if (c->first_heard[w] > from)
             from = c->first_heard[w];
-    }
     double loss, rate;
     while (c->next_step_out < from &&
            !pt_run_report_step(c->report, c->next_step_out, &loss, &rate))
@@ -712,6 +715,8 @@ static int train(run_ctx *c, pt_error *err)
                  : pt_run_assign(c->run, c->plan, &job, c->resume_step, ASSIGN_TIMEOUT_MS, err);
     if (rc < 0)
         return rc;
+    if (c->a.reattach) /* heartbeats told the steps done before the adoption */
+        c->adopt_step = pt_session_min_step(c->s) + 1;
     if (c->tty && !c->a.headless && !c->a.json)
         c->bar = pt_progress_new(stdout, "run", c->steps, 1);
     /* One start for all the steps. A stop (^C, or the end) is the
