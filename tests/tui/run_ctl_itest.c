@@ -64,7 +64,10 @@ static void on_note(void *user, const pt_session_note *n)
     seen *s = user;
     if (n->kind == PT_NOTE_METRICS && n->agent >= 0 && n->agent < AGENTS &&
         s->first_metrics_step[n->agent] < 0)
-        s->first_metrics_step[n->agent] = n->msg->u.metrics.step;
+        /* a fold's first step (docs/protocol.md, "Telemetry thinning") */
+        s->first_metrics_step[n->agent] =
+            n->msg->u.metrics.step -
+            (n->msg->u.metrics.steps > 1 ? n->msg->u.metrics.steps - 1 : 0);
 }
 
 static int64_t now_ms(void)
