@@ -45,6 +45,19 @@
 #define BIND_RETRIES       50 /* the data port is re-bound after the previous socket closed */
 #define BIND_RETRY_MS      20
 #define EVENTS_INITIAL_CAP 1024
+/* Telemetry thinning (docs/protocol.md, "Telemetry thinning"): metrics of
+ * consecutive steps go out folded into one message at most every
+ * FOLD_FLUSH_MS (and whenever the worker stops running); the op events of a
+ * step go out for the first EVENTS_HEAD_STEPS and the last EVENTS_TAIL_STEPS
+ * steps of a start, and in between for steps that are multiples of a power
+ * of two chosen so that about EVENT_STEPS_PER_S steps a second are sent.
+ * The stride depends on the step number only, the same on every worker
+ * running at the pipeline's pace, so the sampled steps line up. */
+#define FOLD_FLUSH_MS     50
+#define EVENT_STEPS_PER_S 50
+#define EVENTS_HEAD_STEPS 32
+#define EVENTS_TAIL_STEPS 16
+#define EVENT_STRIDE_MAX  4096
 /* The replicas of a stage swap their collective endpoints under this tag. */
 #define COLL_EXCHANGE_MB 0x00C011EC
 #define STATE_NAME_MAX   32
@@ -157,6 +170,15 @@ struct pt_agent_worker {
     void *pub, *notify;
     int64_t tel_seq;
     run_state r;
+    /* telemetry thinning: the metrics fold being gathered (fold_n steps;
+     * fold_iter/fold_rate: sums), when one last went out, and the events'
+     * step stride from the smoothed iteration time */
+    pt_msg_metrics fold;
+    int fold_n;
+    double fold_iter, fold_rate;
+    int64_t fold_sent_ns;
+    double iter_ema_ms;
+    int64_t start_step; /* (mu) done when the current start began */
 };
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -293,6 +315,66 @@ static void publish_events(pt_agent_worker *w)
     r->nev = 0;
 }
 
+/* Sends the metrics fold gathered so far (nothing when empty). */
+static void flush_metrics(pt_agent_worker *w)
+{
+    if (w->fold_n == 0)
+        return;
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_METRICS, w->id);
+    m.u.metrics = w->fold;
+    m.u.metrics.steps = w->fold_n;
+    m.u.metrics.iter_ms = w->fold_iter / w->fold_n;
+    m.u.metrics.samples_per_s = w->fold_rate / w->fold_n;
+    publish(w, &m);
+    w->fold_n = 0;
+    w->fold_sent_ns = pt_msg_now_ns();
+}
+
+/* Adds one step's metrics to the fold (sent first when full, or when mt
+ * does not follow its last step). */
+static void fold_metrics(pt_agent_worker *w, const pt_msg_metrics *mt)
+{
+    if (w->fold_n > 0 && (w->fold_n == PT_MSG_FOLD_MAX || mt->step != w->fold.step + 1 ||
+                          mt->stage != w->fold.stage || mt->replica != w->fold.replica))
+        flush_metrics(w);
+    pt_msg_metrics *f = &w->fold;
+    if (w->fold_n == 0) {
+        *f = *mt;
+        w->fold_iter = w->fold_rate = 0;
+    } else {
+        f->step = mt->step;
+        f->loss = mt->loss;
+        memcpy(f->mem_cur, mt->mem_cur, sizeof f->mem_cur);
+        for (int c = 0; c < PT_MSG_MEM_COUNT; c++)
+            if (mt->mem_peak[c] > f->mem_peak[c])
+                f->mem_peak[c] = mt->mem_peak[c];
+        f->total_cur = mt->total_cur;
+        if (mt->total_peak > f->total_peak)
+            f->total_peak = mt->total_peak;
+        f->device_free = mt->device_free;
+        f->device_total = mt->device_total;
+    }
+    f->losses[w->fold_n++] = mt->loss;
+    w->fold_iter += mt->iter_ms;
+    w->fold_rate += mt->samples_per_s;
+}
+
+/* 1 when the op events of steps [done, after) go out: the first and last
+ * steps of a start, and steps on the stride in between. */
+static int events_wanted(const pt_agent_worker *w, int64_t start, int64_t done, int64_t after,
+                         int64_t target)
+{
+    if (done - start < EVENTS_HEAD_STEPS || (target >= 0 && after > target - EVENTS_TAIL_STEPS))
+        return 1;
+    int64_t stride = 1;
+    double want_ms = 1000.0 / EVENT_STEPS_PER_S;
+    while (stride < EVENT_STRIDE_MAX && w->iter_ema_ms > 0 &&
+           (double)stride * w->iter_ema_ms < want_ms)
+        stride *= 2;
+    return done % stride == 0 || (after - 1) / stride != done / stride;
+}
+
 static void publish_chunk_metrics(pt_agent_worker *w, const chunk *ch, const pt_exec_result *res,
                                   int64_t first_step);
 
@@ -334,8 +416,11 @@ static void publish_chunk_metrics(pt_agent_worker *w, const chunk *ch, const pt_
         mt->total_peak = ms.total_peak > ms.total_current ? ms.total_peak : ms.total_current;
         if (pt_backend_cuda_mem_info(w->be, &mt->device_free, &mt->device_total) < 0)
             mt->device_free = mt->device_total = 0;
-        publish(w, &m);
+        fold_metrics(w, mt);
     }
+    w->iter_ema_ms = w->iter_ema_ms > 0 ? 0.9 * w->iter_ema_ms + 0.1 * iter_ms : iter_ms;
+    if (pt_msg_now_ns() - w->fold_sent_ns >= FOLD_FLUSH_MS * NS_PER_MS)
+        flush_metrics(w);
 }
 
 /* ---- set-up and tear-down ------------------------------------------------------- */
@@ -1024,14 +1109,16 @@ static int run_once(pt_agent_worker *w, pt_error *err)
 {
     run_state *r = &w->r;
     pthread_mutex_lock(&w->mu);
-    int64_t done = w->done;
+    int64_t done = w->done, end = w->run_end, target = w->run_target, start = w->start_step;
     pthread_mutex_unlock(&w->mu);
     pt_exec_result res;
     r->nev = 0;
     /* in_run and run_end were set under the lock that decided to run */
     int rc =
         r->nch > 1 ? run_chunks(r, done, &res, err) : pt_exec_run(r->ch[0].exec, done, &res, err);
-    publish_events(w);
+    if (rc < 0 || events_wanted(w, start, done, end, target))
+        publish_events(w);
+    r->nev = 0;
     uint64_t dropped = data_dropped(r);
     log_dropped(w, dropped);
     if (rc < 0) {
@@ -1057,6 +1144,7 @@ static int run_once(pt_agent_worker *w, pt_error *err)
 
 static void handle_assign(pt_agent_worker *w, pt_msg *m)
 {
+    flush_metrics(w); /* the old generation's, under its number */
     set_state(w, "setting-up");
     teardown(w);
     atomic_store(&w->stop_flag, 0);
@@ -1121,6 +1209,7 @@ static void *thread_main(void *arg)
             w->running = 0;
             int built = w->built;
             pthread_mutex_unlock(&w->mu);
+            flush_metrics(w);
             if (built && w->r.ckpt_dir[0])
                 do_save(w, done, req);
             serve_ckpt_requests(w, done, 1);
@@ -1141,6 +1230,7 @@ static void *thread_main(void *arg)
                 w->running = 0;
                 snprintf(w->state, sizeof w->state, "idle");
                 pthread_mutex_unlock(&w->mu);
+                flush_metrics(w);
                 notify_simple(w, PT_WNOTE_IDLE, 0, done, 0, NULL);
                 pthread_mutex_lock(&w->mu);
                 continue;
@@ -1167,9 +1257,17 @@ static void *thread_main(void *arg)
         }
         if (w->running && w->hold && done >= w->hold_at)
             snprintf(w->state, sizeof w->state, "holding");
+        if (w->fold_n > 0) {
+            /* nothing to run now: what was folded goes out before waiting */
+            pthread_mutex_unlock(&w->mu);
+            flush_metrics(w);
+            pthread_mutex_lock(&w->mu);
+            continue;
+        }
         pthread_cond_wait(&w->cv, &w->mu);
     }
     pthread_mutex_unlock(&w->mu);
+    flush_metrics(w);
     teardown(w);
     if (w->pub)
         zmq_close(w->pub);
@@ -1256,6 +1354,7 @@ int pt_agent_worker_begin(pt_agent_worker *w, int64_t gen, int64_t req, int64_t 
     if (ok) {
         w->running = 1;
         w->start_req = req;
+        w->start_step = w->done;
         w->run_target = steps > 0 ? w->done + steps : -1;
         snprintf(w->state, sizeof w->state, "running");
         pthread_cond_signal(&w->cv);

@@ -215,6 +215,25 @@ int pt_key_arg_public(const char *arg, char out[PT_KEY_Z85_LEN + 1], pt_error *e
 int pt_allowlist_load(const char *path, char (*keys)[PT_KEY_Z85_LEN + 1], int cap, int *n,
                       pt_error *err)
 {
+    return pt_allowlist_load_named(path, keys, NULL, cap, n, err);
+}
+
+/* 1 when name is an agent name: 1..PT_ALLOW_NAME_MAX-1 of [A-Za-z0-9._:@-]. */
+static int agent_name_valid(const char *name)
+{
+    size_t len = strlen(name);
+    if (len == 0 || len >= PT_ALLOW_NAME_MAX)
+        return 0;
+    for (; *name; name++)
+        if (!((*name >= 'A' && *name <= 'Z') || (*name >= 'a' && *name <= 'z') ||
+              (*name >= '0' && *name <= '9') || strchr("._:@-", *name)))
+            return 0;
+    return 1;
+}
+
+int pt_allowlist_load_named(const char *path, char (*keys)[PT_KEY_Z85_LEN + 1],
+                            char (*names)[PT_ALLOW_NAME_MAX], int cap, int *n, pt_error *err)
+{
     *n = 0;
     char *text = NULL;
     size_t len = 0;
@@ -239,7 +258,23 @@ int pt_allowlist_load(const char *path, char (*keys)[PT_KEY_Z85_LEN + 1], int ca
         size_t w = strcspn(line, " \t\r");
         if (w == 0 || line[0] == '#')
             continue;
+        /* a second word agent=NAME binds the key to that name */
+        char *rest = line + w + (line[w] != '\0');
         line[w] = '\0';
+        while (*rest == ' ' || *rest == '\t')
+            rest++;
+        const char *name = NULL;
+        if (!strncmp(rest, PT_ALLOW_NAME_TAG, strlen(PT_ALLOW_NAME_TAG))) {
+            name = rest + strlen(PT_ALLOW_NAME_TAG);
+            rest[strcspn(rest, " \t\r")] = '\0';
+            if (!agent_name_valid(name)) {
+                rc = pt_error_set(err, PT_EPARSE,
+                                  "%s: line %d: agent=\"%s\" is not an agent name (1-%d "
+                                  "characters of [A-Za-z0-9._:@-])",
+                                  path, lineno, name, PT_ALLOW_NAME_MAX - 1);
+                break;
+            }
+        }
         if (*n >= cap) {
             rc = pt_error_set(err, PT_ERANGE, "%s: line %d: more than %d keys", path, lineno, cap);
             break;
@@ -257,6 +292,8 @@ int pt_allowlist_load(const char *path, char (*keys)[PT_KEY_Z85_LEN + 1], int ca
                               path, lineno, sub.msg);
             break;
         }
+        if (names)
+            snprintf(names[*n], PT_ALLOW_NAME_MAX, "%s", name ? name : "");
         (*n)++;
     }
     free(text);

@@ -58,6 +58,19 @@ int pt_keyfile_write_pair(const char *base, const pt_keyfile *k, int overwrite, 
 int pt_allowlist_load(const char *path, char (*keys)[PT_KEY_Z85_LEN + 1], int cap, int *n,
                       pt_error *err);
 
+/* Agent names in allow-lists: an entry "KEY agent=NAME" binds the key to
+ * the name (PT_MSG_ID_MAX bytes, protocol/message.h). */
+#define PT_ALLOW_NAME_MAX 64
+#define PT_ALLOW_NAME_TAG "agent="
+
+/* As pt_allowlist_load, and names[k] (may be NULL) gets the name entry k is
+ * bound to by a second word agent=NAME ("" none): the console then lets
+ * that key register only under that name, and that name only from that
+ * key. A bad name: PT_EPARSE "FILE: line N: agent=\"X\" is not an agent
+ * name (...)". */
+int pt_allowlist_load_named(const char *path, char (*keys)[PT_KEY_Z85_LEN + 1],
+                            char (*names)[PT_ALLOW_NAME_MAX], int cap, int *n, pt_error *err);
+
 /* A public key given on a command line: 40 characters of Z85, or the path
  * of a key file whose public key is taken. 0 or the key file's error. */
 int pt_key_arg_public(const char *arg, char out[PT_KEY_Z85_LEN + 1], pt_error *err);

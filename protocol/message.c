@@ -223,8 +223,9 @@ static const char *const *keys_of(pt_msg_type t)
     static const char *const hb[] = {"hb", "t_send", "echo", "state", "step", "data_dropped", NULL};
     static const char *const error[] = {"stage", "replica", "code", "reason", NULL};
     static const char *const events[] = {"events", NULL};
-    static const char *const metrics[] = {"stage",   "replica", "step",   "loss", "samples_per_s",
-                                          "iter_ms", "memory",  "device", NULL};
+    static const char *const metrics[] = {"stage",         "replica", "step",   "loss",
+                                          "samples_per_s", "iter_ms", "memory", "device",
+                                          "steps",         "losses",  NULL};
     switch (t) {
     case PT_MSG_REGISTER:
         return reg;
@@ -543,6 +544,26 @@ static int check_metrics(pt_jr *jr, const cJSON *o, pt_msg_metrics *m)
                       &m->loss));
     TRY(pt_jr_num(jr, o, "", "samples_per_s", REQ, 0, nonneg, &m->samples_per_s));
     TRY(pt_jr_num(jr, o, "", "iter_ms", OPT, 0, nonneg, &m->iter_ms));
+    TRY(pt_jr_int(jr, o, "", "steps", OPT, 1, 1, PT_MSG_FOLD_MAX, &m->steps));
+    if (m->step - m->steps + 1 < 0)
+        return pt_jr_fail(jr, PT_EINVAL, "", "steps", "%d steps end at step %lld: before step 0",
+                          m->steps, (long long)m->step);
+    const cJSON *losses;
+    int nl = 0;
+    TRY(pt_jr_array(jr, o, "", "losses", m->steps > 1 ? REQ : OPT, 1, &losses, &nl));
+    if (losses && nl != m->steps)
+        return pt_jr_fail(jr, PT_EINVAL, "", "losses", "%d losses for %d steps", nl, m->steps);
+    for (int k = 0; k < m->steps; k++)
+        m->losses[k] = NAN;
+    for (int k = 0; losses && k < nl; k++) {
+        const cJSON *v = cJSON_GetArrayItem(losses, k);
+        if (cJSON_IsNumber(v) && isfinite(v->valuedouble))
+            m->losses[k] = v->valuedouble;
+        else if (!cJSON_IsNull(v))
+            return pt_jr_fail(jr, PT_EINVAL, "", "losses", "element %d is not a number or null", k);
+    }
+    if (!losses)
+        m->losses[0] = m->loss;
     const cJSON *dev;
     TRY(pt_jr_object(jr, o, "", "device", OPT, &dev));
     if (dev) {

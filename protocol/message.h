@@ -194,12 +194,23 @@ typedef struct pt_msg_events {
     pt_msg_event *events; /* owned */
 } pt_msg_events;
 
+/* Steps one metrics message may stand for (docs/protocol.md, "Telemetry
+ * thinning"). */
+#define PT_MSG_FOLD_MAX 256
+
 typedef struct pt_msg_metrics {
     int stage, replica;
     int64_t step;
-    double loss;          /* NaN: not known on this stage (travels as null) */
-    double samples_per_s; /* >= 0 */
-    double iter_ms;       /* >= 0 */
+    double loss; /* NaN: not known on this stage (travels as null) */
+    /* A fold: steps > 1 (0 and 1: one step, "steps" absent on the wire)
+     * makes the message stand for steps step-steps+1 .. step, losses[k]
+     * being the loss of step step-steps+1+k (NaN: not known) and loss that
+     * of the last; samples_per_s and iter_ms are their means, memory as of
+     * the last (peaks over them all). */
+    int steps;
+    double losses[PT_MSG_FOLD_MAX];
+    double samples_per_s;                                          /* >= 0 */
+    double iter_ms;                                                /* >= 0 */
     int64_t mem_cur[PT_MSG_MEM_COUNT], mem_peak[PT_MSG_MEM_COUNT]; /* bytes, peak >= cur */
     int64_t total_cur, total_peak; /* bytes; total_peak >= total_cur */
     /* the driver's own figures for a GPU (cudaMemGetInfo), bytes; 0, 0 when

@@ -237,6 +237,18 @@ static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
         add_num(b, o, "loss", x->loss);
         add_num(b, o, "samples_per_s", x->samples_per_s);
         add_num(b, o, "iter_ms", x->iter_ms);
+        if (x->steps > 1) {
+            add_int(b, o, "steps", x->steps);
+            cJSON *l = add_arr(b, o, "losses");
+            for (int k = 0; l && k < x->steps && k < PT_MSG_FOLD_MAX; k++) {
+                double v = x->losses[k];
+                cJSON *n = isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull();
+                if (!n || !cJSON_AddItemToArray(l, n)) {
+                    cJSON_Delete(n);
+                    b->ok = 0;
+                }
+            }
+        }
         cJSON *mem = add_obj(b, o, "memory");
         for (int k = 0; mem && k <= PT_MSG_MEM_COUNT; k++) {
             cJSON *c = add_obj(b, mem, k < PT_MSG_MEM_COUNT ? pt_msg_mem_name(k) : "total");

@@ -189,8 +189,9 @@ static void sum_msg(pt_record_summary *s, const pt_record_entry *e, const pt_msg
     } else if (m->type == PT_MSG_METRICS) {
         s->metrics++;
         int64_t st = m->u.metrics.step;
-        if (s->first_step < 0 || st < s->first_step)
-            s->first_step = st;
+        int64_t from = st - (m->u.metrics.steps > 1 ? m->u.metrics.steps - 1 : 0); /* a fold */
+        if (s->first_step < 0 || from < s->first_step)
+            s->first_step = from;
         if (st > s->last_step)
             s->last_step = st;
     }

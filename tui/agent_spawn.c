@@ -79,6 +79,10 @@ static void exec_agent(const char *bin, const pt_session *s, const char *name, c
         argv[k++] = "--comm-timeout-ms";
         argv[k++] = comm;
     }
+    if (x && x->data_bind) {
+        argv[k++] = "--data-bind";
+        argv[k++] = (char *)x->data_bind;
+    }
     argv[k] = NULL;
     execv(bin, argv);
     _exit(127);

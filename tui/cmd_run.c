@@ -43,12 +43,14 @@
 #include "tui/run_report.h"
 #include "tui/session.h"
 
-#define DEFAULT_SEED        1
-#define DEFAULT_MB_SIZE     16
-#define DEFAULT_PLANNER     "gpipe"
-#define PROFILE_REPEATS     "5"
-#define PROFILE_WARMUP      "2"
-#define STAGE_REPEATS       "15" /* rounds of an in-place stage profile: a median robust to preemption */
+#define DEFAULT_SEED    1
+#define DEFAULT_MB_SIZE 16
+#define DEFAULT_PLANNER "gpipe"
+#define PROFILE_REPEATS "5"
+#define PROFILE_WARMUP  "2"
+#define STAGE_REPEATS                                                                              \
+    "15" /* rounds of an in-place stage profile: a median robust to preemption                     \
+          */
 #define REGISTER_TIMEOUT_MS 30000
 #define EXTERNAL_WAIT_MS    300000 /* --external: how long agents started by hand may take */
 #define ASSIGN_TIMEOUT_MS   120000
@@ -95,6 +97,8 @@ typedef struct run_ctx {
     pt_progress *bar;
     int64_t next_step_out;
     double last_line_s;
+    int64_t *first_heard; /* --reattach: per worker, the first step its metrics named; -1 none */
+    int64_t adopt_step;   /* --reattach: the steps every worker had done when it was adopted */
 } run_ctx;
 
 static volatile sig_atomic_t g_interrupt;
@@ -593,6 +597,12 @@ static void on_note(void *user, const pt_session_note *n)
     switch (n->kind) {
     case PT_NOTE_METRICS:
         pt_run_report_metrics(c->report, w, &n->msg->u.metrics);
+        if (c->first_heard && w >= 0 && w < c->workers) {
+            const pt_msg_metrics *mt = &n->msg->u.metrics;
+            int64_t from = mt->step - (mt->steps > 1 ? mt->steps - 1 : 0);
+            if (c->first_heard[w] < 0 || from < c->first_heard[w])
+                c->first_heard[w] = from;
+        }
         c->iter_ms = c->iter_ms > 0 ? 0.8 * c->iter_ms + 0.2 * n->msg->u.metrics.iter_ms
                                     : n->msg->u.metrics.iter_ms;
         break;
@@ -675,11 +685,25 @@ static int adopt(run_ctx *c, const pt_run_job *job, pt_error *err)
 
 /* After a pick-up, the steps trained while no console listened have no
  * metrics here: the report goes on from the first step it has. */
+/* --reattach: the steps trained while no console listened are never heard
+ * of; step lines go on from the first step every worker's metrics reached
+ * this console with (metrics come in folds a little behind the heartbeats'
+ * step, so skipping up to the step the agents are at would skip for ever). */
 static void skip_unheard(run_ctx *c)
 {
+    if (!c->a.reattach || !c->first_heard)
+        return;
+    /* what was trained before the adoption is the old console's (telemetry
+     * its agents queued while no console listened may still come in) */
+    int64_t from = c->adopt_step;
+    int all = 1;
+    for (int w = 0; w < c->workers; w++)
+        all &= c->first_heard[w] >= 0;
+    for (int w = 0; all && w < c->workers; w++)
+        if (c->first_heard[w] > from)
+            from = c->first_heard[w];
     double loss, rate;
-    int64_t done = pt_session_min_step(c->s);
-    while (c->a.reattach && c->next_step_out < done &&
+    while (c->next_step_out < from &&
            !pt_run_report_step(c->report, c->next_step_out, &loss, &rate))
         c->next_step_out++;
 }
@@ -693,6 +717,8 @@ static int train(run_ctx *c, pt_error *err)
                  : pt_run_assign(c->run, c->plan, &job, c->resume_step, ASSIGN_TIMEOUT_MS, err);
     if (rc < 0)
         return rc;
+    if (c->a.reattach) /* heartbeats told the steps done before the adoption */
+        c->adopt_step = pt_session_min_step(c->s) + 1;
     if (c->tty && !c->a.headless && !c->a.json)
         c->bar = pt_progress_new(stdout, "run", c->steps, 1);
     /* One start for all the steps. A stop (^C, or the end) is the
@@ -763,6 +789,8 @@ static char *summary_extra(run_ctx *c)
         cJSON_AddNumberToObject(t, "duplicates", (double)k.telemetry.duplicates);
         cJSON_AddNumberToObject(t, "malformed", (double)k.telemetry.malformed);
         cJSON_AddNumberToObject(t, "stale", (double)k.telemetry.stale);
+        /* decoded and refused: forged (another key's name), unregistered, control types */
+        cJSON_AddNumberToObject(t, "rejected", (double)k.telemetry_rejected);
     }
     cJSON_AddNumberToObject(o, "control_rejected", (double)k.control_rejected);
     cJSON_AddNumberToObject(o, "control_flooded", (double)k.control_flooded);
@@ -801,6 +829,8 @@ static void cleanup(run_ctx *c)
     pt_run_destroy(&c->run);
     c->s = NULL;
     pt_run_report_free(&c->report);
+    free(c->first_heard);
+    c->first_heard = NULL;
     pt_sim_free(&c->sim);
     pt_cost_free(&c->cost);
     pt_program_release(&c->prog);
@@ -874,6 +904,7 @@ int pt_cmd_run(int argc, char **argv)
                             NULL,
                             c.a.key,
                             c.a.allow,
+                            !c.a.external,
                             !c.a.external};
     c.report = pt_run_report_new(c.plan, c.resume_step, c.steps);
     if (!c.report || (rc = pt_run_create(&rc_cfg, &c.run, &err)) < 0) {
@@ -885,6 +916,9 @@ int pt_cmd_run(int argc, char **argv)
     }
     c.s = pt_run_session(c.run);
     c.next_step_out = c.resume_step;
+    if (c.a.reattach && (c.first_heard = malloc((size_t)c.workers * sizeof *c.first_heard)))
+        for (int w = 0; w < c.workers; w++)
+            c.first_heard[w] = -1;
     if ((rc = pt_run_set_agents(c.run, c.a.stall_ms, c.ckpt_dir[0] ? c.ckpt_dir : NULL, &err)) <
         0) {
         fprintf(stderr, "pipetop run: %s\n", err.msg);

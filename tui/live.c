@@ -373,8 +373,8 @@ int pt_source_live_new(const pt_live_opts *o, pt_source **out, pt_error *err)
         rc = pt_mkdir_p(l->ckpt_dir, err);
     if (rc == 0)
         rc = pt_plan_save(l->plan, plan_path, err);
-    pt_run_config cfg = {l->run_dir, o->listen, NULL, l->expect, on_note, l,
-                         NULL,       NULL,      NULL, NULL,      o->spawn};
+    pt_run_config cfg = {l->run_dir, o->listen, NULL, l->expect, on_note,  l,
+                         NULL,       NULL,      NULL, NULL,      o->spawn, o->spawn};
     if (rc == 0 && (rc = pt_run_create(&cfg, &l->run, err)) == 0)
         l->s = pt_run_session(l->run);
     if (rc == 0)

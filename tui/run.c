@@ -2,10 +2,12 @@
  * tui/run.h. */
 #include "tui/run.h"
 
-#include <errno.h>
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,14 +28,18 @@
 #define REAP_POLL_MS 20  /* slice while agents leave */
 #define NS_PER_MS    1000000LL
 #define STAMP_FMT    "%Y%m%d-%H%M%S"
+/* An ipc:// path must fit a sockaddr_un (108 bytes) with its file name. */
+#define IPC_DIR_CAP     72
+#define IPC_DIR_PATTERN "pipetop-XXXXXX"
 
 struct pt_run {
     pt_session *s;
     pt_run_state state;
     char dir[PATH_CAP];
     int expect;
-    /* spawned agents: w<k> is pids[k] */
+    /* spawned agents: names[k] (random per run, pt_run_agent_name) is pids[k] */
     pid_t *pids;
+    char (*names)[NAME_CAP];
     int *exited;
     int nspawn;
     char failure[PT_ERROR_MAX]; /* an agent that ended before registering */
@@ -46,6 +52,7 @@ struct pt_run {
     int64_t seed, ckpt_every;
     int64_t first_step, target; /* of the current generation; target -1: until stopped */
     char keys_dir[PATH_CAP];    /* spawned agents' key pairs, "" none made */
+    char ipc_dir[IPC_DIR_CAP];  /* local_ipc: the sockets' folder (0700), "" none */
     /* what spawned agents are given (pt_run_set_agents) */
     char agent_ckpt_root[PATH_CAP]; /* "" none */
     int comm_timeout_ms;            /* 0: the agent's default */
@@ -87,9 +94,32 @@ int pt_run_dir_make(const char *dir, const char *tag, char *out, size_t cap, pt_
 
 /* ---- agent processes */
 
-static void agent_name(int k, char *buf, size_t cap)
+/* Names for the agents a run spawns: w<k>-<12 hex digits from getrandom>,
+ * so that nobody can guess and claim one before its agent registers (the
+ * index keeps them apart on screen; stage and replica are shown beside). */
+static int make_names(pt_run *r, pt_error *err)
 {
-    snprintf(buf, cap, "w%d", k);
+    r->names = calloc((size_t)r->expect, sizeof *r->names);
+    if (!r->names)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    for (int k = 0; k < r->expect; k++) {
+        unsigned char b[6];
+        if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b)
+            return pt_error_set(err, PT_EIO, "getrandom: %s", strerror(errno));
+        snprintf(r->names[k], NAME_CAP, "w%d-%02x%02x%02x%02x%02x%02x", k, b[0], b[1], b[2], b[3],
+                 b[4], b[5]);
+    }
+    return 0;
+}
+
+static void agent_name(const pt_run *r, int k, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", r->names && k >= 0 && k < r->expect ? r->names[k] : "?");
+}
+
+const char *pt_run_agent_name(const pt_run *r, int k)
+{
+    return r && r->names && k >= 0 && k < r->nspawn ? r->names[k] : NULL;
 }
 
 int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
@@ -104,6 +134,8 @@ int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
     r->exited = calloc((size_t)r->expect, sizeof *r->exited);
     if (!r->pids || !r->exited)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
+    if ((rc = make_names(r, err)) < 0)
+        return rc;
     int threads = pt_agent_threads(r->expect);
     int curve = pt_session_public_key(r->s)[0] != '\0';
     if (curve) {
@@ -117,7 +149,7 @@ int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
     fflush(stderr);
     for (int k = 0; k < r->expect; k++) {
         char name[NAME_CAP], log[PATH_CAP + 64];
-        agent_name(k, name, sizeof name);
+        agent_name(r, k, name, sizeof name);
         snprintf(log, sizeof log, "%.4000s/agent-%s.log", r->dir, name);
         char base[PATH_CAP + 64], key_file[PATH_CAP + 80];
         if (curve) {
@@ -131,9 +163,11 @@ int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
                 (rc = pt_session_allow(r->s, kp.public_z85, name, err)) < 0)
                 return rc;
         }
+        char data_ep[IPC_DIR_CAP + NAME_CAP + 16];
+        snprintf(data_ep, sizeof data_ep, "ipc://%s/%s%s", r->ipc_dir, name, PT_RUN_IPC_DATA_EXT);
         pt_agent_spawn_extra x = {curve ? key_file : NULL,
                                   r->agent_ckpt_root[0] ? r->agent_ckpt_root : NULL,
-                                  r->comm_timeout_ms};
+                                  r->comm_timeout_ms, r->ipc_dir[0] ? data_ep : NULL};
         if ((rc = pt_agent_spawn(bin, r->s, name, devices ? devices[k] : k, threads, log, &x,
                                  &r->pids[k], err)) < 0)
             return rc;
@@ -195,7 +229,7 @@ static void reap(pt_run *r, int expected)
         if (expected)
             continue;
         char name[NAME_CAP], why[128];
-        agent_name(k, name, sizeof name);
+        agent_name(r, k, name, sizeof name);
         describe_status(st, why, sizeof why);
         int i = pt_session_find_agent(r->s, name);
         if (i >= 0)
@@ -239,12 +273,61 @@ void pt_run_end(pt_run *r, const char *reason)
     r->state = PT_RUN_ENDED;
 }
 
+/* ---- the ipc folder */
+
+/* Makes the run's socket folder: mkdtemp (mode 0700) under $XDG_RUNTIME_DIR
+ * (a per-user tmpfs) when it is set and short enough, else /tmp. */
+static int make_ipc_dir(pt_run *r, pt_error *err)
+{
+    const char *base = getenv("XDG_RUNTIME_DIR");
+    struct stat st;
+    if (!base || base[0] != '/' || strlen(base) + sizeof IPC_DIR_PATTERN + 1 > sizeof r->ipc_dir ||
+        stat(base, &st) != 0 || !S_ISDIR(st.st_mode) || access(base, W_OK) != 0)
+        base = "/tmp";
+    snprintf(r->ipc_dir, sizeof r->ipc_dir, "%s/%s", base, IPC_DIR_PATTERN);
+    if (!mkdtemp(r->ipc_dir)) {
+        int e = errno;
+        r->ipc_dir[0] = '\0';
+        return pt_error_set(err, PT_EIO, "socket folder %s/%s: %s", base, IPC_DIR_PATTERN,
+                            strerror(e));
+    }
+    return 0;
+}
+
+/* Empties and removes the socket folder: files the sockets left (an agent
+ * that was killed does not unlink its own). */
+static void remove_ipc_dir(pt_run *r)
+{
+    if (!r->ipc_dir[0])
+        return;
+    DIR *d = opendir(r->ipc_dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                char path[IPC_DIR_CAP + 300];
+                snprintf(path, sizeof path, "%s/%s", r->ipc_dir, e->d_name);
+                unlink(path);
+            }
+        closedir(d);
+    }
+    rmdir(r->ipc_dir);
+    r->ipc_dir[0] = '\0';
+}
+
+const char *pt_run_ipc_dir(const pt_run *r)
+{
+    return r ? r->ipc_dir : "";
+}
+
 /* ---- life */
 
-/* The console's key pair (loaded, or made for this run) and the allow-list.
- * *allowed is malloc'd (NULL when none). */
+/* The console's key pair (loaded, or made for this run) and the allow-list:
+ * keys and the names they are bound to (agent=NAME, "" none). *allowed and
+ * *names are malloc'd (NULL when none). */
 static int load_trust(const pt_run_config *cfg, pt_keyfile *key, int *have_key,
-                      char (**allowed)[PT_KEY_Z85_LEN + 1], int *allowed_n, pt_error *err)
+                      char (**allowed)[PT_KEY_Z85_LEN + 1], char (**names)[PT_ALLOW_NAME_MAX],
+                      int *allowed_n, pt_error *err)
 {
     int rc = 0;
     *have_key = 0;
@@ -265,9 +348,34 @@ static int load_trust(const pt_run_config *cfg, pt_keyfile *key, int *have_key,
     if (!cfg->allow_path)
         return 0;
     *allowed = calloc(PT_ZAP_ALLOW_MAX, sizeof **allowed);
-    if (!*allowed)
+    *names = calloc(PT_ZAP_ALLOW_MAX, sizeof **names);
+    if (!*allowed || !*names)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
-    return pt_allowlist_load(cfg->allow_path, *allowed, PT_ZAP_ALLOW_MAX, allowed_n, err);
+    return pt_allowlist_load_named(cfg->allow_path, *allowed, *names, PT_ZAP_ALLOW_MAX, allowed_n,
+                                   err);
+}
+
+/* Keys the allow-list binds to a name go to the session with their name
+ * (pt_session_allow, after the session is made): such a key registers only
+ * under its name, and nobody else under that name, from the start. The
+ * others (into open, *open_n of them) are allowed under any free name. */
+static void split_named(char (*allowed)[PT_KEY_Z85_LEN + 1], char (*names)[PT_ALLOW_NAME_MAX],
+                        int n, char (*open)[PT_KEY_Z85_LEN + 1], int *open_n)
+{
+    *open_n = 0;
+    for (int k = 0; k < n; k++)
+        if (!names[k][0])
+            memcpy(open[(*open_n)++], allowed[k], sizeof allowed[k]);
+}
+
+static int allow_named(pt_session *s, char (*allowed)[PT_KEY_Z85_LEN + 1],
+                       char (*names)[PT_ALLOW_NAME_MAX], int n, pt_error *err)
+{
+    int rc = 0;
+    for (int k = 0; rc == 0 && names && k < n; k++)
+        if (names[k][0])
+            rc = pt_session_allow(s, allowed[k], names[k], err);
+    return rc;
 }
 
 /* Removes the spawned agents' key files and their folder. */
@@ -277,7 +385,7 @@ static void remove_keys(pt_run *r)
         return;
     for (int k = 0; k < r->nspawn; k++) {
         char name[NAME_CAP], path[PATH_CAP + 80];
-        agent_name(k, name, sizeof name);
+        agent_name(r, k, name, sizeof name);
         snprintf(path, sizeof path, "%.4000s/%s.key", r->keys_dir, name);
         unlink(path);
         snprintf(path, sizeof path, "%.4000s/%s.pub", r->keys_dir, name);
@@ -304,21 +412,38 @@ int pt_run_create(const pt_run_config *cfg, pt_run **out, pt_error *err)
     int rc = pt_run_dir_make(cfg->run_dir, NULL, r->dir, sizeof r->dir, err);
     snprintf(record, sizeof record, "%.4000s/%s", r->dir, PT_RUN_RECORD_FILE);
     pt_keyfile key;
-    int have_key = 0, allowed_n = 0;
+    int have_key = 0, allowed_n = 0, listed = 0;
     char(*allowed)[PT_KEY_Z85_LEN + 1] = NULL;
+    char(*names)[PT_ALLOW_NAME_MAX] = NULL, (*open)[PT_KEY_Z85_LEN + 1] = NULL;
     if (rc == 0)
-        rc = load_trust(cfg, &key, &have_key, &allowed, &allowed_n, err);
-    pt_session_config sc = {cfg->control_bind,
-                            cfg->telemetry_bind,
+        rc = load_trust(cfg, &key, &have_key, &allowed, &names, &listed, err);
+    if (rc == 0 && names && !(open = calloc((size_t)(listed > 0 ? listed : 1), sizeof *open)))
+        rc = pt_error_set(err, PT_ENOMEM, "out of memory");
+    if (rc == 0 && names)
+        split_named(allowed, names, listed, open, &allowed_n);
+    char ctl_ep[IPC_DIR_CAP + 32], tel_ep[IPC_DIR_CAP + 32];
+    const char *ctl = cfg->control_bind, *tel = cfg->telemetry_bind;
+    if (rc == 0 && cfg->local_ipc && !ctl && !tel && (rc = make_ipc_dir(r, err)) == 0) {
+        snprintf(ctl_ep, sizeof ctl_ep, "ipc://%s/%s", r->ipc_dir, PT_RUN_IPC_CONTROL);
+        snprintf(tel_ep, sizeof tel_ep, "ipc://%s/%s", r->ipc_dir, PT_RUN_IPC_TELEMETRY);
+        ctl = ctl_ep;
+        tel = tel_ep;
+    }
+    pt_session_config sc = {ctl,
+                            tel,
                             record,
                             0,
                             0,
                             have_key ? &key : NULL,
-                            (const char(*)[PT_KEY_Z85_LEN + 1]) allowed,
+                            (const char(*)[PT_KEY_Z85_LEN + 1]) open,
                             allowed_n};
     if (rc == 0)
         rc = pt_session_create(&sc, &r->s, err);
+    if (rc == 0)
+        rc = allow_named(r->s, allowed, names, listed, err);
     free(allowed);
+    free(names);
+    free(open);
     memset(&key, 0, sizeof key); /* the secret lives on only inside the session's sockets */
     if (rc == 0)
         rc = pt_run_set_agents(r, 0, NULL, err);
@@ -343,8 +468,10 @@ void pt_run_destroy(pt_run **run_p)
         pt_run_end(r, "the run is over");
     pt_session_destroy(&r->s);
     remove_keys(r);
+    remove_ipc_dir(r);
     free(r->pids);
     free(r->exited);
+    free(r->names);
     free(r);
     *run_p = NULL;
 }

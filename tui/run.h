@@ -5,7 +5,7 @@
  * It owns a session (tui/session.h) and, when asked, the local agent
  * processes (tui/agent_spawn.h), and does for both callers:
  * - the run folder (pt_run_dir_make) with its record run.ndjson and the
- *   agents' logs agent-w<k>.log;
+ *   agents' logs agent-<name>.log;
  * - spawning agents, or waiting for agents started elsewhere, until enough
  *   have registered;
  * - mapping a plan's workers onto agents (pt_run_map: the one policy);
@@ -92,7 +92,21 @@ typedef struct pt_run_config {
     const char *key_path;
     const char *allow_path;
     int local_keys;
+    /* local_ipc: a run on this machine only. The console binds, and spawned
+     * agents bind their data sockets at, ipc:// endpoints in a folder of
+     * its own (pt_run_ipc_dir: $XDG_RUNTIME_DIR/pipetop-XXXXXX, else
+     * /tmp/pipetop-XXXXXX, made mode 0700 so no other user can even
+     * connect), removed when the controller ends. Ignored for a
+     * control_bind or telemetry_bind given. 0: tcp on loopback
+     * (PT_SESSION_DEFAULT_BIND), as agents elsewhere need. */
+    int local_ipc;
 } pt_run_config;
+
+/* Files of the ipc folder: the console's two sockets, and each spawned
+ * agent's data socket <name>.data. */
+#define PT_RUN_IPC_CONTROL   "control"
+#define PT_RUN_IPC_TELEMETRY "telemetry"
+#define PT_RUN_IPC_DATA_EXT  ".data"
 
 /* Folder of a run folder holding the spawned agents' per-run key pairs
  * (mode 0700; removed when the controller ends). */
@@ -117,13 +131,21 @@ int pt_run_create(const pt_run_config *cfg, pt_run **out, pt_error *err);
  * err naming the folder. */
 int pt_run_set_agents(pt_run *run, int stall_ms, const char *checkpoint_root, pt_error *err);
 
-/* Starts the agents the controller waits for on this machine: w0, w1, ...,
- * agent w<k> as device devices[k] (devices NULL: device k), its output in
- * <run folder>/agent-w<k>.log. Without this call the controller waits for
+/* Starts the agents the controller waits for on this machine, agent k under
+ * a name random per run (pt_run_agent_name: "w<k>-" and 12 hex digits from
+ * getrandom, so no other key holder can guess it and register first) as
+ * device devices[k] (devices NULL: device k), its output in
+ * <run folder>/agent-<name>.log. Without this call the controller waits for
  * agents started elsewhere. 0, or PT_ENOTFOUND (no pipetop-agent next to
  * this program) / PT_EIO (fork) / PT_ESTATE (called twice); agents already
  * started are ended by pt_run_end / pt_run_destroy. */
 int pt_run_spawn(pt_run *run, const int *devices, pt_error *err);
+
+/* The ipc folder of a local_ipc run ("" none). */
+const char *pt_run_ipc_dir(const pt_run *run);
+
+/* The name of spawned agent k (0 <= k < the agents started), NULL otherwise. */
+const char *pt_run_agent_name(const pt_run *run, int k);
 
 /* Ends the agents (pt_run_end with "the run is over" unless already ended)
  * and frees everything. NULL-safe; sets *run_p = NULL. */

@@ -14,6 +14,7 @@ typedef struct cell {
     double loss; /* NaN: none */
     double rate; /* samples/s */
     int has_metrics;
+    int has_events; /* agents send the events of some steps only (thinning) */
 } cell;
 
 struct pt_run_report {
@@ -116,6 +117,7 @@ void pt_run_report_events(pt_run_report *r, int w, const pt_msg_events *ev)
         cell *c = at(r, worker_of(r, e->stage, e->replica, w), e->step);
         if (!c)
             continue;
+        c->has_events = 1;
         if (pt_op_is_compute(e->op))
             c->busy_ns += e->end_ns - e->start_ns;
         int64_t k = e->step - r->first;
@@ -128,15 +130,22 @@ void pt_run_report_events(pt_run_report *r, int w, const pt_msg_events *ev)
 
 void pt_run_report_metrics(pt_run_report *r, int w, const pt_msg_metrics *m)
 {
-    if (r)
-        w = worker_of(r, m->stage, m->replica, w);
-    cell *c = r ? at(r, w, m->step) : NULL;
-    if (!c)
+    if (!r)
         return;
-    c->iter_ms = m->iter_ms;
-    c->loss = m->loss;
-    c->rate = m->samples_per_s;
-    c->has_metrics = 1;
+    w = worker_of(r, m->stage, m->replica, w);
+    /* a fold stands for its steps, each with its own loss */
+    int n = m->steps > 1 ? m->steps : 1;
+    for (int k = 0; k < n; k++) {
+        cell *c = at(r, w, m->step - n + 1 + k);
+        if (!c)
+            continue;
+        c->iter_ms = m->iter_ms;
+        c->loss = n > 1 ? m->losses[k] : m->loss;
+        c->rate = m->samples_per_s;
+        c->has_metrics = 1;
+    }
+    if (!at(r, w, m->step))
+        return;
     int64_t *p = &r->peaks[(int64_t)w * (PT_MSG_MEM_COUNT + 1)];
     for (int k = 0; k < PT_MSG_MEM_COUNT; k++)
         if (m->mem_peak[k] > p[k])
@@ -178,8 +187,10 @@ static int measured_step(const pt_run_report *r, int64_t k, int64_t skip)
 {
     if (k == skip)
         return 0;
+    /* busy and occupied time from the steps whose events every worker sent */
     for (int w = 0; w < r->workers; w++)
-        if (!r->cells[(int64_t)w * r->steps + k].has_metrics)
+        if (!r->cells[(int64_t)w * r->steps + k].has_metrics ||
+            !r->cells[(int64_t)w * r->steps + k].has_events)
             return 0;
     return 1;
 }

@@ -713,14 +713,38 @@ static const char *bound_key(const pt_session *s, const char *name)
 /* Refuses a message whose CURVE key is not the one its name is bound to:
  * the key of the agent's first register, or the one the controller bound
  * the name to. Names are claims; keys are proven by the handshake. */
+/* The first name key is bound to (pt_session_allow with a name: a spawned
+ * agent's, an allow-list's agent=NAME) when name is not one of them; NULL
+ * when name is one, or the key is bound to no name. */
+static const char *key_bound_elsewhere(const pt_session *s, const char *key, const char *name)
+{
+    const char *other = NULL;
+    for (int k = 0; k < s->nbound; k++)
+        if (!strcmp(s->bound[k].key, key)) {
+            if (!strcmp(s->bound[k].name, name))
+                return NULL;
+            if (!other)
+                other = s->bound[k].name;
+        }
+    return other;
+}
+
 static int key_refused(pt_session *s, const char *channel, int i, const pt_msg *m, const char *key)
 {
     if (!s->zap || !key)
         return 0;
+    char why[PT_ERROR_MAX];
+    const char *mine = key_bound_elsewhere(s, key, m->agent);
+    if (mine) {
+        snprintf(why, sizeof why,
+                 "%s (%s) from %s: sent with key %.8s..., which is bound to the name %s", channel,
+                 pt_msg_type_name(m->type), m->agent, key, mine);
+        reject(s, -1, channel, m->agent, why);
+        return 1;
+    }
     const char *want = i >= 0 ? s->agents[i].pub.public_key : bound_key(s, m->agent);
     if (!want[0] || !strcmp(want, key))
         return 0;
-    char why[PT_ERROR_MAX];
     snprintf(why, sizeof why,
              "%s (%s) from %s: sent with key %.8s..., but the name belongs to key %.8s...", channel,
              pt_msg_type_name(m->type), m->agent, key, want);

@@ -8,7 +8,7 @@
 #include <string.h>
 
 /* Steps back from the newest where metrics of the same step are looked for. */
-#define STEP_MERGE_WINDOW 64
+#define STEP_MERGE_WINDOW (4 * PT_MSG_FOLD_MAX) /* replicas fold the same steps apart */
 
 /* An event in the ring as it arrived (times on the console clock) and the
  * plan generation it ran under: the store keeps the decoded event itself,
@@ -188,10 +188,10 @@ static pt_store_mem *mem_latest_slot(pt_store *s, int stage, int replica)
     return m;
 }
 
-void pt_store_metrics(pt_store *s, const pt_msg_metrics *m, int64_t gen, int64_t t_ns)
+/* The step's entry, made when new, with m's loss and rates folded in
+ * (replicas report the same step); NULL when out of memory. */
+static pt_store_step *step_entry(pt_store *s, const pt_msg_metrics *m, int64_t gen, int64_t t_ns)
 {
-    s->counts.metrics++;
-    /* fold into the step's entry (replicas report the same step) */
     pt_store_step *st = NULL;
     for (int64_t i = s->step_n - 1; i >= 0 && i >= s->step_n - STEP_MERGE_WINDOW; i--)
         if (s->steps[i].step == m->step && s->steps[i].gen == gen) {
@@ -203,7 +203,7 @@ void pt_store_metrics(pt_store *s, const pt_msg_metrics *m, int64_t gen, int64_t
             int64_t cap = s->step_cap ? s->step_cap * 2 : 256;
             pt_store_step *n = realloc(s->steps, sizeof *n * (size_t)cap);
             if (!n)
-                return;
+                return NULL;
             s->steps = n;
             s->step_cap = cap;
         }
@@ -221,6 +221,24 @@ void pt_store_metrics(pt_store *s, const pt_msg_metrics *m, int64_t gen, int64_t
     if (m->iter_ms > st->iter_ms)
         st->iter_ms = m->iter_ms;
     st->reports++;
+    return st;
+}
+
+void pt_store_metrics(pt_store *s, const pt_msg_metrics *m, int64_t gen, int64_t t_ns)
+{
+    s->counts.metrics++;
+    /* a fold (docs/protocol.md, "Telemetry thinning"): each of its steps
+     * gets its entry, with its own loss; memory is as of the last */
+    for (int k = 0; k + 1 < m->steps && k < PT_MSG_FOLD_MAX; k++) {
+        pt_msg_metrics one = *m;
+        one.steps = 1;
+        one.step = m->step - m->steps + 1 + k;
+        one.loss = m->losses[k];
+        if (!step_entry(s, &one, gen, t_ns))
+            return;
+    }
+    if (!step_entry(s, m, gen, t_ns))
+        return;
 
     pt_store_mem *x = &s->mem[s->mem_head];
     x->t_ns = t_ns;

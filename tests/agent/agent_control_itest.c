@@ -339,7 +339,7 @@ static void test_session(void)
         pt_msg_clear(&m);
     }
     CHECK(idle);
-    /* telemetry: metrics of steps 0..2 with a finite loss, and events */
+    /* telemetry: metrics of steps 0..2 (each step's) with a finite loss, and events */
     int metrics = 0, events = 0, last_seq = -1, in_order = 1;
     char buf[1 << 20];
     int n;
@@ -355,10 +355,15 @@ static void test_session(void)
         in_order &= t.seq == last_seq + 1;
         last_seq = (int)t.seq;
         if (t.type == PT_MSG_METRICS) {
-            CHECK(t.u.metrics.step == metrics);
+            /* one step, or a fold of consecutive steps (docs/protocol.md,
+             * "Telemetry thinning"), each with its own loss */
+            int folded = t.u.metrics.steps > 1 ? t.u.metrics.steps : 1;
+            CHECK(t.u.metrics.step - folded + 1 == metrics);
+            for (int k = 0; k < folded; k++)
+                CHECK(isfinite(t.u.metrics.losses[k]) && t.u.metrics.losses[k] > 0);
             CHECK(isfinite(t.u.metrics.loss) && t.u.metrics.loss > 0);
             CHECK(t.u.metrics.mem_peak[PT_MSG_MEM_WEIGHTS] > 0);
-            metrics++;
+            metrics += folded;
         } else if (t.type == PT_MSG_EVENTS) {
             events += t.u.events.count;
         }

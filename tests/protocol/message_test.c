@@ -844,6 +844,56 @@ static void test_now_ns(void)
     CHECK(b < PT_MSG_INT_MAX);
 }
 
+/* A metrics fold (docs/protocol.md, "Telemetry thinning"): steps and their
+ * losses travel, each step's own; a fold that does not add up is refused. */
+static void test_metrics_fold(void)
+{
+    pt_msg m, back;
+    pt_msg_init(&m, PT_MSG_METRICS, "a");
+    m.u.metrics.step = 9;
+    m.u.metrics.steps = 3;
+    m.u.metrics.losses[0] = 1.5;
+    m.u.metrics.losses[1] = NAN;
+    m.u.metrics.losses[2] = 0.25;
+    m.u.metrics.loss = 0.25;
+    m.u.metrics.samples_per_s = 5;
+    char *text = NULL;
+    REQUIRE(pt_msg_encode(&m, &text, NULL, NULL) == 0);
+    CHECK_STR_CONTAINS(text, "\"steps\":3,\"losses\":[1.5,null,0.25]");
+    REQUIRE(pt_msg_decode(text, strlen(text), NULL, &back, NULL) == 0);
+    CHECK(back.u.metrics.steps == 3 && back.u.metrics.step == 9);
+    CHECK(back.u.metrics.losses[0] == 1.5 && isnan(back.u.metrics.losses[1]) &&
+          back.u.metrics.losses[2] == 0.25);
+    free(text);
+    /* one step: no fold on the wire, steps 1 and its loss back */
+    m.u.metrics.steps = 1;
+    REQUIRE(pt_msg_encode(&m, &text, NULL, NULL) == 0);
+    CHECK(!strstr(text, "\"steps\"") && !strstr(text, "\"losses\""));
+    REQUIRE(pt_msg_decode(text, strlen(text), NULL, &back, NULL) == 0);
+    CHECK(back.u.metrics.steps == 1 && back.u.metrics.losses[0] == 0.25);
+    free(text);
+    static const struct {
+        const char *fold, *why;
+    } bad[] = {
+        {"\"step\":9,\"steps\":3,\"losses\":[1,2]", "2 losses for 3 steps"},
+        {"\"step\":9,\"steps\":3", "losses"},
+        {"\"step\":1,\"steps\":3,\"losses\":[1,2,3]", "before step 0"},
+        {"\"step\":900,\"steps\":257,\"losses\":[1]", "steps"},
+        {"\"step\":9,\"steps\":2,\"losses\":[1,\"x\"]", "element 1 is not a number or null"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "{\"v\":1,\"type\":\"metrics\",\"agent\":\"a\",\"seq\":0,\"gen\":1,\"stage\":0,"
+                 "\"replica\":0,%s,\"loss\":1,\"samples_per_s\":1}",
+                 bad[k].fold);
+        pt_error err = {0};
+        int rc = pt_msg_decode(msg, strlen(msg), "t", &back, &err);
+        CHECK_MSG(rc == PT_EINVAL || rc == PT_ERANGE, "%s: %d", bad[k].fold, rc);
+        CHECK_STR_CONTAINS(err.msg, bad[k].why);
+    }
+}
+
 PT_TEST_MAIN({"round_trip_every_type", test_round_trip_every_type}, {"stop_forms", test_stop_forms},
              {"round_trip_defaults", test_round_trip_defaults},
              {"op_kinds_on_the_wire", test_op_kinds_on_the_wire},
@@ -852,4 +902,4 @@ PT_TEST_MAIN({"round_trip_every_type", test_round_trip_every_type}, {"stop_forms
              {"accept_direction_and_generation", test_accept_direction_and_generation},
              {"rx_hand_cases", test_rx_hand_cases}, {"rx_jump_refused", test_rx_jump_refused},
              {"rx_against_model", test_rx_against_model}, {"clock_offset", test_clock_offset},
-             {"now_ns", test_now_ns})
+             {"now_ns", test_now_ns}, {"metrics_fold", test_metrics_fold})

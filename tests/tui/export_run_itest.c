@@ -68,8 +68,13 @@ static void check_run(const char *run)
     CHECK(r.sends > 0 && r.sends == r.recvs);
     CHECK(r.sends_with_flow == r.sends && r.bad_flows == 0);
     CHECK(!strstr(line, "without a receive"));
-    /* the agent is named in the slices' args */
-    CHECK_STR_CONTAINS(text, "\"agent\":\"w0\"");
+    /* the agent is named in the slices' args: worker 0's, by the name the
+     * run gave it (random per run; the record's plan line says which) */
+    char rec[512], names[1][RU_NAME_MAX], want[RU_NAME_MAX + 16];
+    snprintf(rec, sizeof rec, "%s/run.ndjson", run);
+    REQUIRE(ru_plan_workers(rec, names, NULL, 1) == 1);
+    snprintf(want, sizeof want, "\"agent\":\"%s\"", names[0]);
+    CHECK_STR_CONTAINS(text, want);
     free(text);
 
     REQUIRE((text = export_trace(run, "--last", "5", line, sizeof line)));

@@ -155,39 +155,21 @@ static inline int fu_wait_event(const char *out, const char *ev, const char *age
     return 0;
 }
 
-/* Agent pids w0..w(cap-1) from a run record's register messages; how many. */
-static inline int fu_agent_pids(const char *record, pid_t *pids, int cap)
+/* Agent pids of the plan's workers (worker w: pids[w]) and their names
+ * (names may be NULL), from the run record's plan line; how many. */
+static inline int fu_agent_pids(const char *record, pid_t *pids, char (*names)[RU_NAME_MAX],
+                                int cap)
 {
-    char *text = NULL;
-    for (int w = 0; w < cap; w++)
-        pids[w] = 0;
-    if (pt_file_read(record, &text, NULL, NULL) < 0)
-        return 0;
-    int n = 0;
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        cJSON *j = cJSON_Parse(line);
-        const cJSON *msg = j ? cJSON_GetObjectItem(j, "msg") : NULL;
-        const cJSON *pid = msg ? cJSON_GetObjectItem(msg, "pid") : NULL;
-        if (!strcmp(ru_str(msg, "type"), "register") && cJSON_IsNumber(pid)) {
-            const char *id = ru_str(msg, "agent");
-            int w = id[0] == 'w' ? atoi(id + 1) : -1;
-            if (w >= 0 && w < cap && !pids[w]) {
-                pids[w] = (pid_t)pid->valuedouble;
-                n++;
-            }
-        }
-        cJSON_Delete(j);
-    }
-    free(text);
-    return n;
+    return ru_plan_workers(record, names, pids, cap);
 }
 
 /* Waits for both agents of plan A to be in the record. */
-static inline int fu_wait_agents(const char *record, pid_t *pids, pid_t console, int ms)
+static inline int fu_wait_agents(const char *record, pid_t *pids, char (*names)[RU_NAME_MAX],
+                                 pid_t console, int ms)
 {
     int64_t t0 = ru_now_ms();
     while (ru_now_ms() - t0 < ms) {
-        if (fu_agent_pids(record, pids, FU_MAX_AGENTS) >= 2)
+        if (fu_agent_pids(record, pids, names, FU_MAX_AGENTS) >= 2)
             return 1;
         if (waitpid(console, NULL, WNOHANG) == console)
             return 0;

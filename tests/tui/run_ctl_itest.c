@@ -64,7 +64,10 @@ static void on_note(void *user, const pt_session_note *n)
     seen *s = user;
     if (n->kind == PT_NOTE_METRICS && n->agent >= 0 && n->agent < AGENTS &&
         s->first_metrics_step[n->agent] < 0)
-        s->first_metrics_step[n->agent] = n->msg->u.metrics.step;
+        /* a fold's first step (docs/protocol.md, "Telemetry thinning") */
+        s->first_metrics_step[n->agent] =
+            n->msg->u.metrics.step -
+            (n->msg->u.metrics.steps > 1 ? n->msg->u.metrics.steps - 1 : 0);
 }
 
 static int64_t now_ms(void)
@@ -117,7 +120,7 @@ static void test_controller(void)
     pt_run *run = NULL;
     REQUIRE(pt_run_create(&cfg, &run, &err) == 0);
     pt_session *s = pt_run_session(run);
-    REQUIRE(pt_run_spawn(run, NULL, &err) == 0); /* w0..w2 on devices 0..2 */
+    REQUIRE(pt_run_spawn(run, NULL, &err) == 0); /* agents 0..2 on devices 0..2 */
     CHECK_MSG(pt_run_wait_agents(run, WAIT_MS, &err) == 0, "%s", err.msg);
     REQUIRE(pt_run_get_state(run) == PT_RUN_READY);
     /* the agents register in any order: the listener counts by table index */
@@ -179,9 +182,11 @@ static void test_controller(void)
               "restart resumed at %lld (stop %lld, committed %lld)", (long long)step,
               (long long)pt_session_stop_step(s), (long long)pt_session_committed_step(s));
     CHECK(pt_run_first_step(run) == step);
-    /* plan2 puts stage 0 on device 1 (w1) and stage 1 on device 0 (w0) */
-    int i0 = pt_session_find_agent(s, "w0"), i1 = pt_session_find_agent(s, "w1");
-    int i2 = pt_session_find_agent(s, "w2");
+    /* plan2 puts stage 0 on device 1 (agent 1) and stage 1 on device 0
+     * (agent 0); the names are the run's own, random per run */
+    int i0 = pt_session_find_agent(s, pt_run_agent_name(run, 0));
+    int i1 = pt_session_find_agent(s, pt_run_agent_name(run, 1));
+    int i2 = pt_session_find_agent(s, pt_run_agent_name(run, 2));
     REQUIRE(i0 >= 0 && i1 >= 0 && i2 >= 0);
     CHECK(pt_session_agent_at(s, i1)->stage == 0 && pt_session_agent_at(s, i0)->stage == 1);
     CHECK(pt_session_agent_at(s, i2)->worker == -1);

@@ -80,7 +80,7 @@ static void test_record_full(void)
                              TDIR "/rec/err", extra);
     REQUIRE(console > 0);
     pid_t pids[FU_MAX_AGENTS];
-    int agents = fu_wait_agents(TDIR "/rec/run/run.ndjson", pids, console, FU_RUN_MS);
+    int agents = fu_wait_agents(TDIR "/rec/run/run.ndjson", pids, NULL, console, FU_RUN_MS);
     int status = ru_wait(console, FU_RUN_MS, NULL);
     CHECK(agents);
     CHECK_MSG(status == 1, "exit status %d", status);
@@ -90,7 +90,8 @@ static void test_record_full(void)
                             "/rec/run/run.ndjson: write failed: " ENOSPC_WORDS);
     free(err);
     for (int w = 0; w < 2; w++)
-        CHECK_MSG(!fu_alive(pids[w]), "agent w%d (pid %d) is still running", w, (int)pids[w]);
+        CHECK_MSG(!fu_alive(pids[w]), "agent of worker %d (pid %d) is still running", w,
+                  (int)pids[w]);
     unmount(TDIR "/rec/run");
     CHECK(fu_partial_folders(TDIR "/rec/ck") == 0);
     int64_t latest = fu_latest(TDIR "/rec/ck");
@@ -118,7 +119,7 @@ static void test_checkpoint_full(void)
                              TDIR "/ck/err", extra);
     REQUIRE(console > 0);
     pid_t pids[FU_MAX_AGENTS];
-    int agents = fu_wait_agents(TDIR "/ck/run/run.ndjson", pids, console, FU_RUN_MS);
+    int agents = fu_wait_agents(TDIR "/ck/run/run.ndjson", pids, NULL, console, FU_RUN_MS);
     int status = ru_wait(console, FU_RUN_MS, NULL);
     CHECK(agents);
     CHECK_MSG(status == 1, "exit status %d", status);
@@ -130,7 +131,8 @@ static void test_checkpoint_full(void)
     CHECK_STR_CONTAINS(err, "last checkpoint: step");
     free(err);
     for (int w = 0; w < 2; w++)
-        CHECK_MSG(!fu_alive(pids[w]), "agent w%d (pid %d) is still running", w, (int)pids[w]);
+        CHECK_MSG(!fu_alive(pids[w]), "agent of worker %d (pid %d) is still running", w,
+                  (int)pids[w]);
     CHECK(fu_partial_folders(TDIR "/ck/ck") == 0);
     int64_t latest = fu_latest(TDIR "/ck/ck");
     CHECK_MSG(latest == 20, "latest checkpoint %lld (two fit)", (long long)latest);

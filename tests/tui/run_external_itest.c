@@ -11,26 +11,6 @@
 #define TDIR   "run_external_itest.d"
 #define RUN_MS 120000
 
-/* The console's endpoints from the first line of its run record. */
-static int endpoints(const char *record, char *ctl, char *tel, size_t cap)
-{
-    char *text = NULL;
-    if (pt_file_read(record, &text, NULL, NULL) < 0)
-        return 0;
-    char *nl = strchr(text, '\n');
-    int ok = 0;
-    if (nl) {
-        *nl = '\0';
-        cJSON *j = cJSON_Parse(text);
-        snprintf(ctl, cap, "%s", ru_str(j, "control"));
-        snprintf(tel, cap, "%s", ru_str(j, "telemetry"));
-        ok = ctl[0] && tel[0];
-        cJSON_Delete(j);
-    }
-    free(text);
-    return ok;
-}
-
 /* 1 when the run record contains what. */
 static int record_has(const char *record, const char *what)
 {
@@ -71,13 +51,6 @@ static int subscribed(void *xpub, int ms)
     return 0;
 }
 
-static int steps_seen(const char *out)
-{
-    double loss[1];
-    int ordered;
-    return ru_step_losses(out, 0, loss, 0, &ordered);
-}
-
 static void test_external_agents(void)
 {
     ru_fresh_dir(TDIR);
@@ -108,39 +81,18 @@ static void test_external_agents(void)
     pid_t console = ru_start(run, TDIR "/run.out", TDIR "/run.err");
     REQUIRE(console > 0);
     char ctl[256] = "", tel[256] = "";
-    int64_t t0 = ru_now_ms();
-    while (!endpoints(TDIR "/run/run.ndjson", ctl, tel, sizeof ctl) && ru_now_ms() - t0 < RUN_MS)
-        usleep(20000);
-    REQUIRE(ctl[0] && tel[0]);
+    REQUIRE(ru_wait_endpoints(TDIR "/run/run.ndjson", ctl, tel, sizeof ctl, RUN_MS));
 
     /* two agents by hand, device 1 first: the workers must still match devices */
-    char *agent_b[] = {(char *)ru_bin("pipetop-agent"),
-                       "--console",
-                       ctl,
-                       "--telemetry",
-                       tel,
-                       "--device",
-                       "1",
-                       "--name",
-                       "hand-b",
-                       NULL};
-    char *agent_a[] = {(char *)ru_bin("pipetop-agent"),
-                       "--console",
-                       ctl,
-                       "--telemetry",
-                       tel,
-                       "--device",
-                       "0",
-                       "--name",
-                       "hand-a",
-                       NULL};
-    pid_t pb = ru_start(agent_b, TDIR "/b.out", TDIR "/b.err");
+    ru_agent agent_b = {ctl, tel, "1", "hand-b", .out = TDIR "/b.out", .err = TDIR "/b.err"};
+    ru_agent agent_a = {ctl, tel, "0", "hand-a", .out = TDIR "/a.out", .err = TDIR "/a.err"};
+    pid_t pb = ru_start_agent(&agent_b);
     /* hand-b registers first (its register is in the record) */
-    t0 = ru_now_ms();
+    int64_t t0 = ru_now_ms();
     while (!record_has(TDIR "/run/run.ndjson", "\"agent\":\"hand-b\"") && ru_now_ms() - t0 < RUN_MS)
         usleep(20000);
     REQUIRE(record_has(TDIR "/run/run.ndjson", "\"agent\":\"hand-b\""));
-    pid_t pa = ru_start(agent_a, TDIR "/a.out", TDIR "/a.err");
+    pid_t pa = ru_start_agent(&agent_a);
 
     /* garbage from an intruder on both channels */
     void *ctx = zmq_ctx_new();
@@ -154,9 +106,9 @@ static void test_external_agents(void)
     zmq_connect(dealer, ctl);
     zmq_connect(pub, tel);
     t0 = ru_now_ms();
-    while (steps_seen(TDIR "/run.out") < 3 && ru_now_ms() - t0 < RUN_MS)
+    while (ru_steps_seen(TDIR "/run.out") < 3 && ru_now_ms() - t0 < RUN_MS)
         usleep(20000);
-    REQUIRE(steps_seen(TDIR "/run.out") >= 3);
+    REQUIRE(ru_steps_seen(TDIR "/run.out") >= 3);
     REQUIRE(subscribed(pub, RUN_MS));
     const char *junk[] = {"\x01garbage", "{\"v\":1}", "{\"v\":1,\"type\":\"heartbeat\"}"};
     for (int k = 0; k < 3; k++) {
@@ -172,11 +124,11 @@ static void test_external_agents(void)
         usleep(20000);
     CHECK(rejected_lines(TDIR "/run/run.ndjson", "control") == 3);
     CHECK(rejected_lines(TDIR "/run/run.ndjson", "telemetry") == 3);
-    int before = steps_seen(TDIR "/run.out");
+    int before = ru_steps_seen(TDIR "/run.out");
     t0 = ru_now_ms();
-    while (steps_seen(TDIR "/run.out") < before + 3 && ru_now_ms() - t0 < RUN_MS)
+    while (ru_steps_seen(TDIR "/run.out") < before + 3 && ru_now_ms() - t0 < RUN_MS)
         usleep(20000);
-    CHECK(steps_seen(TDIR "/run.out") >= before + 3); /* it went on */
+    CHECK(ru_steps_seen(TDIR "/run.out") >= before + 3); /* it went on */
 
     /* ^C: stop after the current step, summary, and an exit status that
      * says the run did not finish (128 + SIGINT, issue 13) */

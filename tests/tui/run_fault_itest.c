@@ -15,33 +15,6 @@
  * plus its wait for the other agents to leave, plus scheduling slack. */
 #define NOTICE_BOUND_MS (PT_SESSION_MISSED_HEARTBEATS * PT_SESSION_HEARTBEAT_MS + 5000)
 
-/* Agent pids from the run record's register messages: how many of
- * w0..w(cap-1) are known (a line still being written is skipped). */
-static int agent_pids(const char *record, pid_t *pids, int cap)
-{
-    char *text = NULL;
-    for (int w = 0; w < cap; w++)
-        pids[w] = 0;
-    if (pt_file_read(record, &text, NULL, NULL) < 0)
-        return 0;
-    int n = 0;
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        cJSON *j = cJSON_Parse(line);
-        const cJSON *msg = j ? cJSON_GetObjectItem(j, "msg") : NULL;
-        if (!strcmp(ru_str(msg, "type"), "register")) {
-            const char *id = ru_str(msg, "agent");
-            int w = id[0] == 'w' ? atoi(id + 1) : -1;
-            if (w >= 0 && w < cap && !pids[w]) {
-                pids[w] = (pid_t)cJSON_GetObjectItem(msg, "pid")->valuedouble;
-                n++;
-            }
-        }
-        cJSON_Delete(j);
-    }
-    free(text);
-    return n;
-}
-
 static void show(const char *path)
 {
     char *text = NULL;
@@ -112,7 +85,8 @@ static void test_kill_agent(void)
         struct timespec ts = {0, 50 * RU_NS_PER_MS};
         nanosleep(&ts, NULL);
     }
-    n = agent_pids(DIR "/run/run.ndjson", pids, MAX_WORKERS);
+    char names[MAX_WORKERS][RU_NAME_MAX];
+    n = ru_plan_workers(DIR "/run/run.ndjson", names, pids, MAX_WORKERS);
     int64_t before = latest_step(DIR "/ck");
     int all_alive = n == 4; /* plan B has four stage replicas */
     for (int w = 0; w < n; w++)
@@ -124,7 +98,7 @@ static void test_kill_agent(void)
     }
     REQUIRE(all_alive && before >= 80);
 
-    /* w2 runs stage 1 (plan B: stage 0 has replicas w0 and w1) */
+    /* worker 2 runs stage 1 (plan B: stage 0 has replicas 0 and 1) */
     REQUIRE(kill(pids[2], SIGKILL) == 0);
     int64_t took = 0;
     int status = ru_wait(console, NOTICE_BOUND_MS, &took);
@@ -132,23 +106,25 @@ static void test_kill_agent(void)
     CHECK_MSG(took < NOTICE_BOUND_MS, "took %lld ms", (long long)took);
     char *err = NULL;
     pt_file_read(DIR "/run.err", &err, NULL, NULL);
-    CHECK_STR_CONTAINS(err, "agent w2 (stage 1, replica 0");
+    char said[RU_NAME_MAX + 64];
+    snprintf(said, sizeof said, "agent %s (stage 1, replica 0", names[2]);
+    CHECK_STR_CONTAINS(err, said);
     CHECK_STR_CONTAINS(err, "signal 9");
     CHECK_STR_CONTAINS(err, "last checkpoint");
     free(err);
     cJSON *last = ru_last_json(DIR "/run.out");
     CHECK(last && !strcmp(ru_str(last, "event"), "failed"));
-    CHECK_STR_CONTAINS(ru_str(last, "reason"), "w2");
+    CHECK_STR_CONTAINS(ru_str(last, "reason"), names[2]);
     cJSON_Delete(last);
 
     /* nobody left behind, and the others left because the console said so */
     for (int w = 0; w < n; w++)
-        CHECK_MSG(!alive(pids[w]), "agent w%d (pid %d) is still running", w, (int)pids[w]);
+        CHECK_MSG(!alive(pids[w]), "agent %s (pid %d) is still running", names[w], (int)pids[w]);
     for (int w = 0; w < n; w++) {
         if (w == 2)
             continue;
         char path[256], *log = NULL;
-        snprintf(path, sizeof path, DIR "/run/agent-w%d.log", w);
+        snprintf(path, sizeof path, DIR "/run/agent-%s.log", names[w]);
         pt_file_read(path, &log, NULL, NULL);
         CHECK_STR_CONTAINS(log, "the console said bye");
         free(log);

@@ -82,7 +82,7 @@ static void test_quick_summary(void)
     struct stat sb;
     CHECK(stat(TDIR "/q/profile.json", &sb) == 0);
 
-    /* the record: JSON lines; the plan, 6 x 2 metrics, the summary last */
+    /* the record: JSON lines; the plan, metrics of 6 steps x 2 workers, the summary last */
     REQUIRE(pt_file_read(TDIR "/q/run.ndjson", &text, NULL, &err) == 0);
     int bad = 0, plans = 0, metrics = 0, summary_last = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
@@ -94,7 +94,10 @@ static void test_quick_summary(void)
         const char *kind = cJSON_GetObjectItem(j, "kind")->valuestring;
         const cJSON *msg = cJSON_GetObjectItem(j, "msg");
         plans += !strcmp(kind, "plan");
-        metrics += msg && !strcmp(cJSON_GetObjectItem(msg, "type")->valuestring, "metrics");
+        /* the steps a metrics message stands for: 1, or a fold's "steps" */
+        const cJSON *folded = msg ? cJSON_GetObjectItem(msg, "steps") : NULL;
+        if (msg && !strcmp(cJSON_GetObjectItem(msg, "type")->valuestring, "metrics"))
+            metrics += cJSON_IsNumber(folded) ? (int)folded->valuedouble : 1;
         summary_last = !strcmp(kind, "summary");
         cJSON_Delete(j);
     }

@@ -26,7 +26,8 @@
 static void check_nothing_left(const pid_t *pids, int n, const char *ckdir)
 {
     for (int w = 0; w < n; w++)
-        CHECK_MSG(!fu_alive(pids[w]), "agent w%d (pid %d) is still running", w, (int)pids[w]);
+        CHECK_MSG(!fu_alive(pids[w]), "agent of worker %d (pid %d) is still running", w,
+                  (int)pids[w]);
     CHECK(fu_partial_folders(ckdir) == 0);
 }
 
@@ -39,7 +40,7 @@ static void test_sigterm(void)
                              TDIR "/term/err", extra);
     REQUIRE(console > 0);
     pid_t pids[FU_MAX_AGENTS];
-    REQUIRE(fu_wait_agents(TDIR "/term/run/run.ndjson", pids, console, FU_RUN_MS));
+    REQUIRE(fu_wait_agents(TDIR "/term/run/run.ndjson", pids, NULL, console, FU_RUN_MS));
     REQUIRE(fu_wait_latest(TDIR "/term/ck", 40, console, FU_RUN_MS));
     REQUIRE(kill(console, SIGTERM) == 0);
     int status = ru_wait(console, FU_RUN_MS, NULL);
@@ -99,12 +100,14 @@ static void test_short_stall(void)
                              TDIR "/short/out", TDIR "/short/err", extra);
     REQUIRE(console > 0);
     pid_t pids[FU_MAX_AGENTS];
-    REQUIRE(fu_wait_agents(TDIR "/short/run/run.ndjson", pids, console, FU_RUN_MS));
+    char names[FU_MAX_AGENTS][RU_NAME_MAX];
+    REQUIRE(fu_wait_agents(TDIR "/short/run/run.ndjson", pids, names, console, FU_RUN_MS));
+    const char *w1 = names[1]; /* worker 1's agent, by the name the run gave it */
     REQUIRE(fu_wait_latest(TDIR "/short/ck", 40, console, FU_RUN_MS));
     REQUIRE(kill(pids[1], SIGSTOP) == 0);
     int64_t t0 = ru_now_ms();
     /* the console tells the stall after the heartbeat bound */
-    CHECK(fu_wait_event(TDIR "/short/out", "stalled", "w1", console, SHORT_STALL_MS + LEAVE_MS));
+    CHECK(fu_wait_event(TDIR "/short/out", "stalled", w1, console, SHORT_STALL_MS + LEAVE_MS));
     int64_t told = ru_now_ms() - t0;
     CHECK_MSG(told >= HEARTBEAT_BOUND_MS - PT_SESSION_HEARTBEAT_MS, "stalled after %lld ms",
               (long long)told);
@@ -112,7 +115,7 @@ static void test_short_stall(void)
     while (ru_now_ms() - t0 < SHORT_STALL_MS)
         fu_nap();
     int steps_at_stall = 0;
-    fu_count_event(TDIR "/short/out", "stalled", "w1", &steps_at_stall);
+    fu_count_event(TDIR "/short/out", "stalled", w1, &steps_at_stall);
     /* the steps printed by now, while w1 is still stopped (counting up to
      * the "resumed" line would also count steps w1 finished after SIGCONT,
      * before the console heard it again) */
@@ -120,7 +123,7 @@ static void test_short_stall(void)
     int ordered;
     int steps_stopped = ru_step_losses(TDIR "/short/out", 0, loss, 0, &ordered);
     REQUIRE(kill(pids[1], SIGCONT) == 0);
-    CHECK(fu_wait_event(TDIR "/short/out", "resumed", "w1", console, FU_RUN_MS));
+    CHECK(fu_wait_event(TDIR "/short/out", "resumed", w1, console, FU_RUN_MS));
     /* paused: no step finished while w1 was stopped (one may have been on
      * its way when the stall was told) */
     CHECK_MSG(steps_stopped - steps_at_stall <= 1, "%d steps finished during the stall",
@@ -152,7 +155,8 @@ static void test_long_stall(void)
                              TDIR "/long/err", extra);
     REQUIRE(console > 0);
     pid_t pids[FU_MAX_AGENTS];
-    REQUIRE(fu_wait_agents(TDIR "/long/run/run.ndjson", pids, console, FU_RUN_MS));
+    char names[FU_MAX_AGENTS][RU_NAME_MAX];
+    REQUIRE(fu_wait_agents(TDIR "/long/run/run.ndjson", pids, names, console, FU_RUN_MS));
     REQUIRE(fu_wait_latest(TDIR "/long/ck", 40, console, FU_RUN_MS));
     REQUIRE(kill(pids[1], SIGSTOP) == 0);
     int64_t took = 0;
@@ -162,13 +166,15 @@ static void test_long_stall(void)
               (long long)took);
     char *err = NULL;
     pt_file_read(TDIR "/long/err", &err, NULL, NULL);
-    CHECK_STR_CONTAINS(err, "stopped: agent w1 (stage 1, replica 0");
+    char said[RU_NAME_MAX + 64];
+    snprintf(said, sizeof said, "stopped: agent %s (stage 1, replica 0", names[1]);
+    CHECK_STR_CONTAINS(err, said);
     CHECK_STR_CONTAINS(err, "beyond the stall bound of 5.0 s");
     CHECK_STR_CONTAINS(err, "last checkpoint");
     free(err);
     cJSON *last = ru_last_json(TDIR "/long/out");
     CHECK(last && !strcmp(ru_str(last, "event"), "failed"));
-    CHECK_STR_CONTAINS(ru_str(last, "reason"), "w1");
+    CHECK_STR_CONTAINS(ru_str(last, "reason"), names[1]);
     cJSON_Delete(last);
     check_nothing_left(pids, 2, TDIR "/long/ck");
     if (fu_alive(pids[1])) /* after a failed check: not left behind by the test either */

@@ -31,6 +31,14 @@
 
 static char model[1024], plan[1024];
 
+/* The model and plan every test runs (each test can be run alone after the
+ * first made the keys and the profile: `run_trust_itest NAME`). */
+static void set_paths(void)
+{
+    snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
+    snprintf(plan, sizeof plan, "%s", pt_test_path("tests/data/run/plan-a.json"));
+}
+
 static void make_key(const char *name)
 {
     char out[256];
@@ -47,25 +55,6 @@ static void load_key(const char *name, pt_keyfile *k)
     REQUIRE(pt_keyfile_load(path, k, &err) == 0);
 }
 
-static int endpoints(const char *record, char *ctl, char *tel, size_t cap)
-{
-    char *text = NULL;
-    if (pt_file_read(record, &text, NULL, NULL) < 0)
-        return 0;
-    char *nl = strchr(text, '\n');
-    int ok = 0;
-    if (nl) {
-        *nl = '\0';
-        cJSON *j = cJSON_Parse(text);
-        snprintf(ctl, cap, "%s", ru_str(j, "control"));
-        snprintf(tel, cap, "%s", ru_str(j, "telemetry"));
-        ok = ctl[0] && tel[0];
-        cJSON_Delete(j);
-    }
-    free(text);
-    return ok;
-}
-
 static int count_in(const char *path, const char *what)
 {
     char *text = NULL;
@@ -78,19 +67,12 @@ static int count_in(const char *path, const char *what)
     return n;
 }
 
-static int steps_seen(const char *out)
-{
-    double loss[1];
-    int ordered;
-    return ru_step_losses(out, 0, loss, 0, &ordered);
-}
-
 static void wait_steps(const char *out, int n)
 {
     int64_t t0 = ru_now_ms();
-    while (steps_seen(out) < n && ru_now_ms() - t0 < RUN_MS)
+    while (ru_steps_seen(out) < n && ru_now_ms() - t0 < RUN_MS)
         usleep(20000);
-    REQUIRE(steps_seen(out) >= n);
+    REQUIRE(ru_steps_seen(out) >= n);
 }
 
 /* root: the run's checkpoint folder (agents started by hand are told it,
@@ -98,25 +80,28 @@ static void wait_steps(const char *out, int n)
 static pid_t start_agent(const char *ctl, const char *tel, const char *dev, const char *name,
                          const char *key, const char *grace_ms, const char *root, const char *log)
 {
-    char *argv[] = {(char *)ru_bin("pipetop-agent"),
-                    "--console",
-                    (char *)ctl,
-                    "--telemetry",
-                    (char *)tel,
-                    "--device",
-                    (char *)dev,
-                    "--name",
-                    (char *)name,
-                    "--key",
-                    (char *)key,
-                    "--server-key",
-                    TDIR "/keys/console.pub",
-                    "--grace-ms",
-                    (char *)grace_ms,
-                    "--checkpoint-root",
-                    (char *)root,
-                    NULL};
-    return ru_start(argv, "/dev/null", log);
+    ru_agent a = {ctl, tel, dev, name, key, TDIR "/keys/console.pub", grace_ms, root, NULL, log};
+    return ru_start_agent(&a);
+}
+
+/* The undisturbed run to step: its checkpoint of that step equals
+ * ck/step-<step> exactly. */
+static void check_equals_reference(const char *ck, int64_t step, const char *tag)
+{
+    char refck[256], dir[256], out[256], err[256];
+    snprintf(refck, sizeof refck, TDIR "/%s-ck", tag);
+    snprintf(dir, sizeof dir, TDIR "/%s", tag);
+    snprintf(out, sizeof out, TDIR "/%s.out", tag);
+    snprintf(err, sizeof err, TDIR "/%s.err", tag);
+    REQUIRE(ru_reference_run(plan, model, "7", step, TDIR "/profile.json", refck, dir, out, err,
+                             RUN_MS) == 0);
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/step-%lld", ck, (long long)step);
+    snprintf(b, sizeof b, "%s/step-%lld", refck, (long long)step);
+    int tensors = 0;
+    double diff = ru_ckpt_diff(a, b, &tensors);
+    CHECK_MSG(diff == 0 && tensors > 0, "step %lld: relative difference %g over %d tensors",
+              (long long)step, diff, tensors);
 }
 
 /* A DEALER of the attacker's, CURVE with its allowed key, to the console. */
@@ -184,8 +169,7 @@ static int disconnects(void *mon, int want, int ms)
 static void test_attacks_change_nothing(void)
 {
     ru_fresh_dir(TDIR);
-    snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
-    snprintf(plan, sizeof plan, "%s", pt_test_path("tests/data/run/plan-a.json"));
+    set_paths();
     char *prof[] = {
         (char *)ru_bin("pipetop"), "profile",   "--model", model, "--batch", "16", "--out",
         TDIR "/profile.json",      "--repeats", "2",       NULL};
@@ -224,10 +208,8 @@ static void test_attacks_change_nothing(void)
                    NULL};
     pid_t console = ru_start(run, TDIR "/run.out", TDIR "/run.err");
     char ctl[256] = "", tel[256] = "";
-    int64_t t0 = ru_now_ms();
-    while (!endpoints(TDIR "/run/run.ndjson", ctl, tel, sizeof ctl) && ru_now_ms() - t0 < RUN_MS)
-        usleep(20000);
-    REQUIRE(ctl[0]);
+    REQUIRE(ru_wait_endpoints(TDIR "/run/run.ndjson", ctl, tel, sizeof ctl, RUN_MS));
+    int64_t t0;
     pid_t pa =
         start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", "0", TDIR "/ck", TDIR "/a.err");
     pid_t pb =
@@ -283,7 +265,7 @@ static void test_attacks_change_nothing(void)
     while (count_in(rec, "its messages are dropped unread") < 1 && ru_now_ms() - t0 < RUN_MS)
         usleep(20000);
     CHECK(count_in(rec, "its messages are dropped unread") >= 1);
-    int before = steps_seen(TDIR "/run.out");
+    int before = ru_steps_seen(TDIR "/run.out");
     wait_steps(TDIR "/run.out", before + 3); /* it went on */
 
     kill(console, SIGINT);
@@ -312,41 +294,13 @@ static void test_attacks_change_nothing(void)
     free(junk);
 
     /* the undisturbed run to the same step: the same weights */
-    char iters[32];
-    snprintf(iters, sizeof iters, "%lld", (long long)step);
-    char *ref[] = {(char *)ru_bin("pipetop"),
-                   "run",
-                   "--plan",
-                   plan,
-                   "--model",
-                   model,
-                   "--data",
-                   "synthetic",
-                   "--seed",
-                   "7",
-                   "--iters",
-                   iters,
-                   "--profile",
-                   TDIR "/profile.json",
-                   "--checkpoint-dir",
-                   TDIR "/ref-ck",
-                   "--run-dir",
-                   TDIR "/ref",
-                   "--json",
-                   NULL};
-    REQUIRE(ru_run(ref, TDIR "/ref.out", TDIR "/ref.err", RUN_MS) == 0);
-    char a[256], b[256];
-    snprintf(a, sizeof a, TDIR "/ck/step-%lld", (long long)step);
-    snprintf(b, sizeof b, TDIR "/ref-ck/step-%lld", (long long)step);
-    int tensors = 0;
-    double diff = ru_ckpt_diff(a, b, &tensors);
-    CHECK_MSG(diff == 0 && tensors > 0, "step %lld: relative difference %g over %d tensors",
-              (long long)step, diff, tensors);
+    check_equals_reference(TDIR "/ck", step, "ref");
 }
 
 /* The console is SIGKILLed; a console with another key binds its port. */
 static void test_second_console_refused(void)
 {
+    set_paths();
     char *run[] = {(char *)ru_bin("pipetop"),
                    "run",
                    "--external",
@@ -370,10 +324,8 @@ static void test_second_console_refused(void)
                    NULL};
     pid_t console = ru_start(run, TDIR "/run2.out", TDIR "/run2.err");
     char ctl[256] = "", tel[256] = "";
-    int64_t t0 = ru_now_ms();
-    while (!endpoints(TDIR "/run2/run.ndjson", ctl, tel, sizeof ctl) && ru_now_ms() - t0 < RUN_MS)
-        usleep(20000);
-    REQUIRE(ctl[0]);
+    REQUIRE(ru_wait_endpoints(TDIR "/run2/run.ndjson", ctl, tel, sizeof ctl, RUN_MS));
+    int64_t t0;
     /* a short grace: they wait for a console with the right key, then leave */
     pid_t pa =
         start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", "1000", TDIR, TDIR "/a2.err");
@@ -461,6 +413,7 @@ static int64_t last_step(const char *out)
  * folder, so the new console binds exactly the old one's. */
 static void test_console_restart_reattaches(void)
 {
+    set_paths();
     mkdir(TDIR "/sock", 0700);
     char *run1[] = {(char *)ru_bin("pipetop"),
                     "run",
@@ -546,10 +499,83 @@ static void test_console_restart_reattaches(void)
     CHECK(ru_wait(pa, 10000, NULL) == 0);
     CHECK(ru_wait(pb, 10000, NULL) == 0);
 
-    char iters[32];
-    snprintf(iters, sizeof iters, "%lld", (long long)step);
-    char *ref[] = {(char *)ru_bin("pipetop"),
+    check_equals_reference(TDIR "/ck3", step, "ref3");
+}
+
+/* A PUB of the attacker's to the console's telemetry SUB, CURVE with key k. */
+static void *tele_attacker(void *ctx, const pt_keyfile *k, const char *server, const char *tel)
+{
+    void *p = zmq_socket(ctx, ZMQ_PUB);
+    int linger = 0;
+    zmq_setsockopt(p, ZMQ_LINGER, &linger, sizeof linger);
+    pt_error err = {0};
+    CHECK_MSG(pt_trust_client(p, k, server, &err) == 0, "%s", err.msg);
+    CHECK(zmq_connect(p, tel) == 0);
+    return p;
+}
+
+/* Forged telemetry under agent `as`: metrics with a sequence number near
+ * 2^53 (once enough to make every later genuine frame "too old"), a step far
+ * ahead, a loss and memory figures no run has, and events of that step. */
+static void send_forged(void *pub, const char *as)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_METRICS, as);
+    m.seq = (1LL << 53) - 1;
+    m.gen = 1;
+    m.u.metrics.stage = 1;
+    m.u.metrics.step = 5;
+    m.u.metrics.loss = 1e9;
+    m.u.metrics.samples_per_s = 1e12;
+    m.u.metrics.iter_ms = 1e6;
+    for (int c = 0; c < PT_MSG_MEM_COUNT; c++)
+        m.u.metrics.mem_cur[c] = m.u.metrics.mem_peak[c] = 1LL << 40;
+    m.u.metrics.total_cur = m.u.metrics.total_peak = 1LL << 42;
+    char *text = NULL;
+    size_t len = 0;
+    REQUIRE(pt_msg_encode(&m, &text, &len, NULL) == 0);
+    zmq_send(pub, text, len, ZMQ_DONTWAIT);
+    free(text);
+    pt_msg_event ev = {.stage = 1,
+                       .step = 6,
+                       .mb = 0,
+                       .op = PT_OP_FWD,
+                       .version = 0,
+                       .start_ns = 0,
+                       .end_ns = 1000000000000LL};
+    pt_msg_init(&m, PT_MSG_EVENTS, as);
+    m.seq = (1LL << 53) - 2;
+    m.gen = 1;
+    m.u.events.count = 1;
+    m.u.events.events = &ev;
+    REQUIRE(pt_msg_encode(&m, &text, &len, NULL) == 0);
+    zmq_send(pub, text, len, ZMQ_DONTWAIT);
+    free(text);
+}
+
+static double num_at(const cJSON *o, const char *a, const char *b)
+{
+    const cJSON *v = o ? cJSON_GetObjectItem(o, a) : NULL;
+    if (b)
+        v = v ? cJSON_GetObjectItem(v, b) : NULL;
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* Forged telemetry against a full training run: a peer whose key is not
+ * allowed (refused at the handshake: nothing it sends arrives) and one with
+ * an allowed key that sends under the real last-stage agent's name. The
+ * forgeries are refused and counted, and the summary, computed from every
+ * step, equals an undisturbed run's to the same step. */
+static void test_forged_telemetry_changes_nothing(void)
+{
+    set_paths();
+    char *run[] = {(char *)ru_bin("pipetop"),
                    "run",
+                   "--external",
+                   "--key",
+                   TDIR "/keys/console.key",
+                   "--allow",
+                   TDIR "/keys/allow.txt",
                    "--plan",
                    plan,
                    "--model",
@@ -559,25 +585,97 @@ static void test_console_restart_reattaches(void)
                    "--seed",
                    "7",
                    "--iters",
-                   iters,
+                   "1000000",
                    "--profile",
                    TDIR "/profile.json",
                    "--checkpoint-dir",
-                   TDIR "/ref3-ck",
+                   TDIR "/ck5",
                    "--run-dir",
-                   TDIR "/ref3",
+                   TDIR "/run5",
                    "--json",
                    NULL};
-    REQUIRE(ru_run(ref, TDIR "/ref3.out", TDIR "/ref3.err", RUN_MS) == 0);
-    char a[256], b[256];
-    snprintf(a, sizeof a, TDIR "/ck3/step-%lld", (long long)step);
-    snprintf(b, sizeof b, TDIR "/ref3-ck/step-%lld", (long long)step);
-    int tensors = 0;
-    double diff = ru_ckpt_diff(a, b, &tensors);
-    CHECK_MSG(diff == 0 && tensors > 0, "step %lld: relative difference %g over %d tensors",
-              (long long)step, diff, tensors);
+    pid_t console = ru_start(run, TDIR "/run5.out", TDIR "/run5.err");
+    char ctl[256] = "", tel[256] = "";
+    REQUIRE(ru_wait_endpoints(TDIR "/run5/run.ndjson", ctl, tel, sizeof ctl, RUN_MS));
+    pid_t pa =
+        start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", "0", TDIR "/ck5", TDIR "/a5.err");
+    pid_t pb =
+        start_agent(ctl, tel, "1", "hand-b", TDIR "/keys/b.key", "0", TDIR "/ck5", TDIR "/b5.err");
+    wait_steps(TDIR "/run5.out", 3);
+
+    pt_keyfile mk, ok, ck;
+    load_key("mallory", &mk);
+    load_key("other-console", &ok); /* not on the allow-list */
+    load_key("console", &ck);
+    void *ctx = zmq_ctx_new();
+    void *stranger = tele_attacker(ctx, &ok, ck.public_z85, tel);
+    void *insider = tele_attacker(ctx, &mk, ck.public_z85, tel);
+    /* until the console has refused both kinds of frame (a PUB's first
+     * frames go nowhere before the SUB's subscription reached it) */
+    const char *rec = TDIR "/run5/run.ndjson";
+    const char *why = "from hand-b: sent with key";
+    int64_t t0 = ru_now_ms();
+    while (count_in(rec, why) < 2 && ru_now_ms() - t0 < RUN_MS) {
+        send_forged(stranger, "hand-b");
+        send_forged(insider, "hand-b");
+        usleep(100000);
+    }
+    int refused = count_in(rec, why);
+    CHECK_MSG(refused >= 2, "%d forged frames refused", refused);
+    CHECK(count_in(rec, "telemetry (metrics) from hand-b: sent with key") >= 1);
+    CHECK(count_in(rec, "telemetry (events) from hand-b: sent with key") >= 1);
+    int before = ru_steps_seen(TDIR "/run5.out");
+    wait_steps(TDIR "/run5.out", before + 3); /* it went on */
+
+    kill(console, SIGINT);
+    int st = ru_wait(console, RUN_MS, NULL);
+    CHECK_MSG(st == 128 + SIGINT, "pipetop run exit status %d", st);
+    cJSON *s = ru_last_json(TDIR "/run5.out");
+    REQUIRE(s && !strcmp(ru_str(s, "event"), "summary"));
+    int64_t step = (int64_t)num_at(s, "checkpoint_step", NULL);
+    REQUIRE(step > 0);
+    int sa = ru_wait(pa, 10000, NULL), sb = ru_wait(pb, 10000, NULL);
+    CHECK_MSG(sa == 0 && sb == 0,
+              "agents exited %d and %d (-1: still running after 10 s, "
+              "see a5.err, b5.err)",
+              sa, sb);
+    zmq_close(stranger);
+    zmq_close(insider);
+    zmq_ctx_term(ctx);
+    /* refused and counted: the stranger at the handshake, the insider's
+     * frames by name; the genuine frames were never taken for old */
+    CHECK(num_at(s, "handshakes_refused", NULL) >= 1);
+    CHECK_MSG(num_at(s, "telemetry", "rejected") >= refused, "telemetry rejected %g, %d refused",
+              num_at(s, "telemetry", "rejected"), refused);
+    CHECK(num_at(s, "telemetry", "stale") == 0);
+    CHECK(num_at(s, "telemetry", "duplicates") == 0);
+
+    /* the summary equals the undisturbed run's to the same step */
+    check_equals_reference(TDIR "/ck5", step, "ref5");
+    cJSON *r = ru_last_json(TDIR "/ref5.out");
+    REQUIRE(r && !strcmp(ru_str(r, "event"), "summary"));
+    CHECK_MSG(num_at(s, "steps_measured", NULL) == num_at(r, "steps_measured", NULL) &&
+                  num_at(s, "steps_measured", NULL) >= step - 1,
+              "steps measured: %g, undisturbed %g, of %lld", num_at(s, "steps_measured", NULL),
+              num_at(r, "steps_measured", NULL), (long long)step);
+    CHECK_MSG(num_at(s, "last_loss", NULL) == num_at(r, "last_loss", NULL),
+              "last loss %.9g, undisturbed %.9g", num_at(s, "last_loss", NULL),
+              num_at(r, "last_loss", NULL));
+    const cJSON *ss = cJSON_GetObjectItem(s, "stages"), *rs = cJSON_GetObjectItem(r, "stages");
+    REQUIRE(cJSON_GetArraySize(ss) == 2 && cJSON_GetArraySize(rs) == 2);
+    for (int k = 0; k < 2; k++) {
+        const cJSON *a = cJSON_GetArrayItem(ss, k), *b = cJSON_GetArrayItem(rs, k);
+        CHECK_MSG(num_at(a, "peak_memory_bytes", "total") ==
+                      num_at(b, "peak_memory_bytes", "total"),
+                  "stage %d peak memory %g, undisturbed %g", k,
+                  num_at(a, "peak_memory_bytes", "total"), num_at(b, "peak_memory_bytes", "total"));
+        CHECK(num_at(a, "iteration_ms", NULL) < 1e5); /* no forged 1e6 ms in it */
+    }
+    cJSON_Delete(s);
+    cJSON_Delete(r);
 }
 
 PT_TEST_MAIN({"attacks_change_nothing", test_attacks_change_nothing},
              {"second_console_refused", test_second_console_refused},
-             {"console_restart_reattaches", test_console_restart_reattaches})
+             {"console_restart_reattaches", test_console_restart_reattaches},
+             {"forged_telemetry_changes_nothing", test_forged_telemetry_changes_nothing})

@@ -197,4 +197,153 @@ done:
     return worst;
 }
 
+/* The workers of the newest plan in a run record (its "plan" line's
+ * workers: agent name and pid, worker by worker), so that tests find the
+ * agents by the names the run gave them (random per run) rather than by
+ * guessing. names (cap entries of RU_NAME_MAX) and pids may be NULL.
+ * Returns how many workers (0: no plan yet; a line still being written is
+ * skipped). */
+#define RU_NAME_MAX 64
+static inline int ru_plan_workers(const char *record, char (*names)[RU_NAME_MAX], pid_t *pids,
+                                  int cap)
+{
+    char *text = NULL;
+    for (int w = 0; w < cap; w++) {
+        if (names)
+            names[w][0] = '\0';
+        if (pids)
+            pids[w] = 0;
+    }
+    if (pt_file_read(record, &text, NULL, NULL) < 0)
+        return 0;
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strstr(line, "\"kind\":\"plan\""))
+            continue;
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *ws = j ? cJSON_GetObjectItem(j, "workers") : NULL;
+        if (!cJSON_IsArray(ws) || strcmp(ru_str(j, "kind"), "plan")) {
+            cJSON_Delete(j);
+            continue;
+        }
+        n = 0;
+        const cJSON *w;
+        cJSON_ArrayForEach(w, ws)
+        {
+            if (n >= cap)
+                break;
+            const cJSON *pid = cJSON_GetObjectItem(w, "pid");
+            if (names)
+                snprintf(names[n], RU_NAME_MAX, "%s", ru_str(w, "agent"));
+            if (pids)
+                pids[n] = cJSON_IsNumber(pid) ? (pid_t)pid->valuedouble : 0;
+            n++;
+        }
+        cJSON_Delete(j);
+    }
+    free(text);
+    return n;
+}
+
+/* The console's endpoints from the first (session) line of its run record:
+ * 1 when both were there. */
+static inline int ru_endpoints(const char *record, char *ctl, char *tel, size_t cap)
+{
+    char *text = NULL;
+    if (pt_file_read(record, &text, NULL, NULL) < 0)
+        return 0;
+    char *nl = strchr(text, '\n');
+    int ok = 0;
+    if (nl) {
+        *nl = '\0';
+        cJSON *j = cJSON_Parse(text);
+        snprintf(ctl, cap, "%s", ru_str(j, "control"));
+        snprintf(tel, cap, "%s", ru_str(j, "telemetry"));
+        ok = ctl[0] && tel[0];
+        cJSON_Delete(j);
+    }
+    free(text);
+    return ok;
+}
+
+/* Waits up to ms for the record's endpoints; 1 when found. */
+static inline int ru_wait_endpoints(const char *record, char *ctl, char *tel, size_t cap, int ms)
+{
+    int64_t t0 = ru_now_ms();
+    while (!ru_endpoints(record, ctl, tel, cap) && ru_now_ms() - t0 < ms) {
+        struct timespec ts = {0, 20 * RU_NS_PER_MS};
+        nanosleep(&ts, NULL);
+    }
+    return ctl[0] && tel[0];
+}
+
+/* {"event":"step"} lines of a `pipetop run --json` output so far. */
+static inline int ru_steps_seen(const char *out)
+{
+    double loss[1];
+    int ordered;
+    return ru_step_losses(out, 0, loss, 0, &ordered);
+}
+
+/* An agent started by hand (as on another host): every member but ctl,
+ * tel, device and name may be NULL (not passed; out and err: /dev/null). */
+typedef struct ru_agent {
+    const char *ctl, *tel, *device, *name;
+    const char *key, *server_key; /* --key, --server-key */
+    const char *grace_ms;         /* --grace-ms */
+    const char *root;             /* --checkpoint-root */
+    const char *out, *err;
+} ru_agent;
+
+static inline pid_t ru_start_agent(const ru_agent *a)
+{
+    char *argv[24];
+    int k = 0;
+    argv[k++] = (char *)ru_bin("pipetop-agent");
+    const char *opt[][2] = {{"--console", a->ctl},       {"--telemetry", a->tel},
+                            {"--device", a->device},     {"--name", a->name},
+                            {"--key", a->key},           {"--server-key", a->server_key},
+                            {"--grace-ms", a->grace_ms}, {"--checkpoint-root", a->root}};
+    for (size_t j = 0; j < sizeof opt / sizeof opt[0]; j++)
+        if (opt[j][1]) {
+            argv[k++] = (char *)opt[j][0];
+            argv[k++] = (char *)opt[j][1];
+        }
+    argv[k] = NULL;
+    return ru_start(argv, a->out ? a->out : "/dev/null", a->err ? a->err : "/dev/null");
+}
+
+/* An undisturbed `pipetop run` of plan and model on synthetic data with
+ * seed for iters steps (its profile given), checkpoints into ck, its run
+ * folder dir, --json output to out/err: the reference an attacked or
+ * faulted run's weights are compared with. Its exit status. */
+static inline int ru_reference_run(const char *plan, const char *model, const char *seed,
+                                   int64_t iters, const char *profile, const char *ck,
+                                   const char *dir, const char *out, const char *err, int ms)
+{
+    char n[32];
+    snprintf(n, sizeof n, "%lld", (long long)iters);
+    char *argv[] = {(char *)ru_bin("pipetop"),
+                    "run",
+                    "--plan",
+                    (char *)plan,
+                    "--model",
+                    (char *)model,
+                    "--data",
+                    "synthetic",
+                    "--seed",
+                    (char *)seed,
+                    "--iters",
+                    n,
+                    "--profile",
+                    (char *)profile,
+                    "--checkpoint-dir",
+                    (char *)ck,
+                    "--run-dir",
+                    (char *)dir,
+                    "--json",
+                    NULL};
+    return ru_run(argv, out, err, ms);
+}
+
 #endif

@@ -11,6 +11,8 @@
 #include "protocol/message.h"
 #include "runtime/trust.h"
 #include "tests/test.h"
+#include "protocol/fileio.h"
+#include "tui/run.h"
 #include "tui/session.h"
 
 #define WAIT_MS   10000
@@ -267,6 +269,68 @@ static void test_forged_telemetry(void)
     pt_session_destroy(&s);
 }
 
+/* An allow-list entry "KEY agent=NAME" (docs/formats.md, "Allow-lists")
+ * binds the name to the key before anyone registered: another allowed key
+ * cannot take the name first, and the named key cannot take another name;
+ * a key listed without a name takes any free one. Read from the file by the
+ * run controller, as `pipetop run --allow` does. */
+static void test_allowlist_names(void)
+{
+    pt_keyfile a, b;
+    REQUIRE(pt_trust_keypair(&a, NULL) == 0);
+    REQUIRE(pt_trust_keypair(&b, NULL) == 0);
+    const char *dir = "session_trust_test.d";
+    pt_mkdir_p(dir, NULL);
+    char list[512], path[256];
+    snprintf(list, sizeof list, "# node07 is a's\n%s agent=node07 the first host\n%s\n",
+             a.public_z85, b.public_z85);
+    snprintf(path, sizeof path, "%s/allow", dir);
+    REQUIRE(pt_file_write_atomic(path, list, strlen(list), NULL) == 0);
+    pt_run_config cfg = {.run_dir = "session_trust_test.d/run", .agents = 1, .allow_path = path};
+    pt_run *run = NULL;
+    pt_error err = {0};
+    int made = pt_run_create(&cfg, &run, &err);
+    CHECK_MSG(made == 0, "%s", err.msg);
+    REQUIRE(made == 0);
+    pt_session *s = pt_run_session(run);
+    const char *server = pt_session_public_key(s), *ep = pt_session_control_endpoint(s);
+
+    /* b (allowed, no name) registers first as node07: refused */
+    peer pb;
+    peer_open(&pb, &b, server, "node07", ep);
+    uint64_t r0 = rejected(s);
+    CHECK(send_until(s, &pb, PT_MSG_REGISTER, "node07", 0, rejected_over, &r0));
+    CHECK(pt_session_agent_count(s) == 0);
+    peer_close(&pb);
+    /* a cannot take another name either */
+    peer pa;
+    peer_open(&pa, &a, server, "node08", ep);
+    uint64_t r1 = rejected(s);
+    CHECK(send_until(s, &pa, PT_MSG_REGISTER, "node08", 0, rejected_over, &r1));
+    CHECK(pt_session_agent_count(s) == 0);
+    peer_close(&pa);
+    /* a as node07, and b under a free name, are let in */
+    peer_open(&pa, &a, server, "node07", ep);
+    CHECK(send_until(s, &pa, PT_MSG_REGISTER, "node07", 0, has_agent, "node07"));
+    peer_open(&pb, &b, server, "spare1", ep);
+    CHECK(send_until(s, &pb, PT_MSG_REGISTER, "spare1", 0, has_agent, "spare1"));
+    int i = pt_session_find_agent(s, "node07");
+    REQUIRE(i >= 0);
+    CHECK(!strcmp(pt_session_agent_at(s, i)->public_key, a.public_z85));
+    CHECK(pt_session_agent_count(s) == 2);
+    peer_close(&pa);
+    peer_close(&pb);
+    pt_run_destroy(&run);
+
+    /* a name that is not one: the file, line and reason */
+    snprintf(list, sizeof list, "%s agent=no/slash\n", a.public_z85);
+    REQUIRE(pt_file_write_atomic(path, list, strlen(list), NULL) == 0);
+    err = (pt_error){0};
+    CHECK(pt_run_create(&cfg, &run, &err) == PT_EPARSE);
+    CHECK(run == NULL);
+    CHECK_STR_CONTAINS(err.msg, "allow: line 1: agent=\"no/slash\" is not an agent name");
+}
+
 PT_TEST_MAIN({"name_bound_to_key", test_name_bound_to_key},
              {"plain_session_limits", test_plain_session_limits},
-             {"forged_telemetry", test_forged_telemetry})
+             {"forged_telemetry", test_forged_telemetry}, {"allowlist_names", test_allowlist_names})
