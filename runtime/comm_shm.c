@@ -356,10 +356,23 @@ static unsigned char *reserve(pt_shm_ring *r, size_t len, uint64_t *new_head)
     uint64_t head = atomic_load_explicit(&r->ctl->head, memory_order_relaxed);
     uint64_t tail = atomic_load_explicit(&r->ctl->tail, memory_order_acquire);
     size_t need = rec_size(len), off = (size_t)(head & (r->cap - 1)), pad = 0;
-    /* Past the end, or the ring is empty and the record fits before where
-     * it would go: start again at the front, so a ring that drains between
-     * messages keeps reusing the same (cached) bytes. */
-    if (off + need > r->cap || (off && head == tail && need <= off))
+    if (off && head == tail && need <= off) {
+        /* Empty: start again at the front, so a ring that drains between
+         * messages keeps reusing the same (cached) bytes. The PAD to the end
+         * is published, then consumed here too (the receiver, finding it,
+         * consumes it to the same count; it stores tail only after a record
+         * it found, so this compare-and-swap from the empty count cannot
+         * undo one of its stores): its bytes are free at once, not only
+         * after the receiver looked. */
+        uint64_t skip = head + (r->cap - off);
+        put_rec(r->data + off, REC_PAD, r->cap - off - REC_HDR);
+        atomic_store_explicit(&r->ctl->head, skip, memory_order_release);
+        uint64_t expect = tail;
+        atomic_compare_exchange_strong(&r->ctl->tail, &expect, skip);
+        head = tail = skip;
+        off = 0;
+    }
+    if (off + need > r->cap)
         pad = r->cap - off;
     if (head + pad + need - tail > r->cap)
         return NULL;
