@@ -6,9 +6,14 @@
  *                      [--batch-per-device K]
  *        planner_speed --profile P.json --topology T.json --batch GBS [--planners a,b]
  *                      [--memory-limit GiB]
- * The second form times the planners on a real profile and topology, e.g.
- * GPT-3 (pipetop profile --analytic --model gpt3 --device h100-80gb) on
- * topologies/h100-8x8.json (issue 9: under 1 s).
+ *        planner_speed --gpt3 [--planners a,b]
+ * The second form times the planners on a real profile and topology. The
+ * third is issue 9's case: GPT-3 (models/gpt3, analytic on h100-80gb at
+ * micro-batch 1) over the 64 H100s of topologies/h100-8x8.json at global
+ * batch 1536 and 80 GiB, planners dapple, pipedream and 2bw by default
+ * (target: under 1 s); each row also gives the stages that recompute and the
+ * simulator's iteration time and peak memory of the plan. The default run
+ * ends with these rows.
  * Prints one line per (planner, N, G): seconds, the plan's shape and the
  * planner's objective. Targets (docs/benchmarks.md): 100 layers x 64 devices
  * under 1 s; 1,000 layers x 1,024 devices under 60 s. */
@@ -17,7 +22,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "planner/analytic.h"
 #include "planner/planner.h"
+#include "planner/simulate.h"
+#include "protocol/datadir.h"
+#include "protocol/device.h"
+#include "protocol/model.h"
 #include "protocol/profile.h"
 #include "protocol/topology.h"
 
@@ -99,6 +109,81 @@ static void print_row(const char *name, int layers, int G, int gbs, int rc, cons
     fflush(stdout);
 }
 
+#define BENCH_GPT3_BATCH 1536
+
+/* The plan's stages that recompute and the simulator's figures for it. */
+static void print_sim(const pt_plan *plan, const pt_profile *p, const pt_topology *t)
+{
+    int nrc = 0;
+    for (int s = 0; s < plan->stage_count; s++)
+        nrc += plan->stages[s].recompute;
+    pt_cost *cost = NULL;
+    pt_sim *sim = NULL;
+    pt_program prog = {0};
+    pt_sim_result res;
+    pt_error err = {0};
+    if (pt_cost_new(p, t, &cost, &err) < 0 || pt_sim_new(&sim) < 0 ||
+        pt_sim_plan(sim, plan, cost, NULL, &prog, &res, &err) < 0) {
+        printf("%-10s simulate: %s\n", "", err.msg);
+    } else {
+        int64_t peak = 0, limit = 0;
+        for (int h = 0; h < res.host_count; h++)
+            if (res.hosts[h].peak_total > peak) {
+                peak = res.hosts[h].peak_total;
+                limit = res.hosts[h].limit;
+            }
+        printf("%-10s %6s %6s %8s %9s %9s  %d of %d stages recompute; simulated %.1f s per "
+               "iteration, peak %.2f of %.2f GiB, %s\n",
+               "", "", "", "", "", "", nrc, plan->stage_count, res.iter_s, (double)peak / BENCH_GIB,
+               (double)limit / BENCH_GIB, res.fits ? "fits" : "does NOT fit");
+    }
+    pt_program_release(&prog);
+    pt_sim_free(&sim);
+    pt_cost_free(&cost);
+}
+
+/* Issue 9's rows: GPT-3 on h100-8x8 (see the header). */
+static int run_gpt3(const char *planners)
+{
+    pt_model_spec *spec = NULL;
+    pt_device_desc dev;
+    pt_profile *p = NULL;
+    pt_topology *t = NULL;
+    pt_error err = {0};
+    char tpath[4096];
+    if (pt_model_spec_find("gpt3", &spec, &err) < 0 ||
+        pt_device_find("h100-80gb", &dev, &err) < 0 ||
+        pt_analytic_profile(spec, &dev, 1, NULL, &p, &err) < 0 ||
+        pt_datadir_lookup("topology", "topologies", "PT_TOPOLOGIES_DIR", "h100-8x8", tpath,
+                          sizeof tpath, &err) < 0 ||
+        pt_topology_load(tpath, &t, &err) < 0) {
+        fprintf(stderr, "planner_speed: gpt3: %s\n", err.msg);
+        pt_model_spec_free(&spec);
+        pt_profile_free(&p);
+        return 1;
+    }
+    pt_model_spec_free(&spec);
+    char list[256];
+    snprintf(list, sizeof list, "%s", planners);
+    for (char *name = strtok(list, ","); name; name = strtok(NULL, ",")) {
+        pt_plan *plan = NULL;
+        pt_planner_report rep = {0};
+        clock_t c0 = clock();
+        int rc = pt_planner_run(name, p, t, BENCH_GPT3_BATCH, NULL, &plan, &rep, &err);
+        double cpu = (double)(clock() - c0) / CLOCKS_PER_SEC;
+        char label[32];
+        snprintf(label, sizeof label, "%s/gpt3", name);
+        print_row(label, p->layer_count, t->device_count, BENCH_GPT3_BATCH, rc, plan, &rep, cpu,
+                  &err);
+        if (rc == 0)
+            print_sim(plan, p, t);
+        pt_plan_free(&plan);
+    }
+    pt_profile_free(&p);
+    pt_topology_free(&t);
+    return 0;
+}
+
 /* The --profile form: every planner of the list on one real input. */
 static int run_real(const char *prof_path, const char *topo_path, int gbs, double mem_gib,
                     const char *planners)
@@ -138,14 +223,18 @@ int main(int argc, char **argv)
     int layers[BENCH_MAX_LIST] = {10, 100, 1000}, nl = 3;
     int devices[BENCH_MAX_LIST] = {8, 64, 1024}, nd = 3;
     const char *planners = "dapple,pipedream";
+    int planners_given = 0, gpt3_only = 0;
     int per_device = 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--layers") && i + 1 < argc)
             nl = parse_list(argv[++i], layers);
         else if (!strcmp(argv[i], "--devices") && i + 1 < argc)
             nd = parse_list(argv[++i], devices);
-        else if (!strcmp(argv[i], "--planners") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--planners") && i + 1 < argc) {
             planners = argv[++i];
+            planners_given = 1;
+        } else if (!strcmp(argv[i], "--gpt3"))
+            gpt3_only = 1;
         else if (!strcmp(argv[i], "--batch-per-device") && i + 1 < argc)
             per_device = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc)
@@ -161,7 +250,8 @@ int main(int argc, char **argv)
                     "usage: planner_speed [--layers N,...] [--devices G,...] [--planners a,b] "
                     "[--batch-per-device K]\n"
                     "       planner_speed --profile P --topology T --batch GBS [--planners a,b] "
-                    "[--memory-limit GiB]\n");
+                    "[--memory-limit GiB]\n"
+                    "       planner_speed --gpt3 [--planners a,b]\n");
             return 2;
         }
         if (nl < 1 || nd < 1 || per_device < 1) {
@@ -178,6 +268,9 @@ int main(int argc, char **argv)
            "wall s", "cpu s", "plan (stages: replicas)", "objective");
     if (prof_path)
         return run_real(prof_path, topo_path, real_gbs, mem_gib, planners);
+    const char *gpt3_planners = planners_given ? planners : "dapple,pipedream,2bw";
+    if (gpt3_only)
+        return run_gpt3(gpt3_planners);
     char list[256];
     snprintf(list, sizeof list, "%s", planners);
     for (char *name = strtok(list, ","); name; name = strtok(NULL, ",")) {
@@ -207,5 +300,5 @@ int main(int argc, char **argv)
             }
         }
     }
-    return 0;
+    return run_gpt3(gpt3_planners);
 }

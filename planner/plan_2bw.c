@@ -30,6 +30,11 @@
 enum { LAYOUT_STAGE_MAJOR, LAYOUT_PIPELINE_MAJOR, LAYOUT_COUNT };
 static const char *const layout_name[LAYOUT_COUNT] = {"stage-major", "pipeline-major"};
 
+static inline int64_t imin64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
 static int device_of(int layout, int d, int w, int s, int p)
 {
     return layout == LAYOUT_STAGE_MAJOR ? s * w + p : p * d + s;
@@ -94,12 +99,13 @@ int pt_planner_2bw(const pt_profile *profile, const pt_topology *topo, int globa
     int *cuts = malloc((size_t)(N + 1) * sizeof *cuts);
     int *devs = malloc((size_t)G * sizeof *devs);
     double *speeds = malloc((size_t)G * sizeof *speeds);
+    uint8_t *rcs = malloc((size_t)G);
     pt_plan *best = NULL;
     double best_T = INFINITY;
     int best_layout = 0;
     int64_t need = INT64_MAX;
     long long evaluated = 0;
-    if (!cuts || !devs || !speeds) {
+    if (!cuts || !devs || !speeds || !rcs) {
         rc = pt_error_set(err, PT_ENOMEM, "2bw: out of memory");
         goto out;
     }
@@ -126,17 +132,28 @@ int pt_planner_2bw(const pt_profile *profile, const pt_topology *topo, int globa
                     if (b < w || M < d)
                         continue;
                     evaluated++;
+                    /* rec: the partition balanced for recomputation, and each stage
+                     * recomputes when it does not fit otherwise (only then: it is slower) */
                     int64_t peak = 0;
                     int fits = 1;
                     for (int s = 0; s < d; s++) {
-                        int64_t m =
-                            pu_stage_memory(cost, PT_SCHED_2BW, 'A', d, s, cuts[s], cuts[s + 1],
-                                            pu_rows_max(b, w), M, rec, opts->optim);
+                        int64_t lim = INT64_MAX;
+                        for (int p = 0; p < w; p++)
+                            lim = imin64(lim,
+                                         topo->devices[device_of(layout, d, w, s, p)].memory_bytes);
+                        int64_t m = 0;
+                        rcs[s] = 0;
+                        for (int r = 0; r <= rec; r++) {
+                            m = pu_stage_memory(cost, PT_SCHED_2BW, 'A', d, s, cuts[s], cuts[s + 1],
+                                                pu_rows_max(b, w), M, r, opts->optim);
+                            rcs[s] = (uint8_t)r;
+                            if (m <= lim)
+                                break;
+                        }
                         if (m > peak)
                             peak = m;
-                        for (int p = 0; p < w; p++)
-                            if (m > topo->devices[device_of(layout, d, w, s, p)].memory_bytes)
-                                fits = 0;
+                        if (m > lim)
+                            fits = 0;
                     }
                     if (peak < need)
                         need = peak;
@@ -146,7 +163,7 @@ int pt_planner_2bw(const pt_profile *profile, const pt_topology *topo, int globa
                     for (int s = 0; s < d && pl; s++) {
                         for (int p = 0; p < w; p++)
                             devs[p] = device_of(layout, d, w, s, p);
-                        pl->stages[s].recompute = rec;
+                        pl->stages[s].recompute = rcs[s];
                         if (pt_plan_set_replicas(pl, s, devs, w) < 0)
                             pt_plan_free(&pl);
                     }
@@ -184,12 +201,19 @@ int pt_planner_2bw(const pt_profile *profile, const pt_topology *topo, int globa
         report->iter_s = best_T;
         report->peak_memory_bytes = pu_plan_peak_memory(cost, best, NULL);
         report->evaluated = evaluated;
+        int nrc = 0;
+        for (int s = 0; s < d; s++)
+            nrc += best->stages[s].recompute;
         pu_why(report,
                "depth %d x width %d (%s), micro-batch %d (%d per replica), M=%d, "
                "recomputation %s; %.1f samples/s",
                d, w, layout_name[best_layout], best->microbatch_size,
                pu_rows_max(best->microbatch_size, w), best->microbatch_count,
-               best->stages[0].recompute ? "on" : "off", global_batch / best_T);
+               nrc == 0   ? "off"
+               : nrc == d ? "on"
+                          : "on where needed",
+               global_batch / best_T);
+        pu_why_recompute(report, cost, best);
     }
     *out = best;
     best = NULL;
@@ -201,6 +225,7 @@ out:
     free(cuts);
     free(devs);
     free(speeds);
+    free(rcs);
     pt_cost_free(&cost);
     return rc;
 }

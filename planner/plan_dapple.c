@@ -210,6 +210,7 @@ typedef struct dapple {
     double *e_L, *e_H, *e_R, *e_Z, *e_Q, *e_G;
     int *e_sigma, *e_parent, *e_first, *e_last, *e_r, *e_next;
     uint8_t *e_pol;
+    uint8_t *e_rc; /* the entry's stage recomputes (it does not fit otherwise) */
 } dapple;
 
 /* Forward (pf) or backward (pb) time of layers [i, j) for rows samples at a
@@ -278,11 +279,11 @@ static int grow_entries(dapple *D, int need)
                      (void **)&D->e_Z,     (void **)&D->e_Q,      (void **)&D->e_G,
                      (void **)&D->e_sigma, (void **)&D->e_parent, (void **)&D->e_first,
                      (void **)&D->e_last,  (void **)&D->e_r,      (void **)&D->e_next,
-                     (void **)&D->e_pol};
-    size_t el[] = {sizeof(double), sizeof(double), sizeof(double), sizeof(double), sizeof(double),
-                   sizeof(double), sizeof(int),    sizeof(int),    sizeof(int),    sizeof(int),
-                   sizeof(int),    sizeof(int),    sizeof(uint8_t)};
-    return grow(&D->cap_e, need, 13, arrs, el);
+                     (void **)&D->e_pol,   (void **)&D->e_rc};
+    size_t el[] = {sizeof(double), sizeof(double), sizeof(double),  sizeof(double), sizeof(double),
+                   sizeof(double), sizeof(int),    sizeof(int),     sizeof(int),    sizeof(int),
+                   sizeof(int),    sizeof(int),    sizeof(uint8_t), sizeof(uint8_t)};
+    return grow(&D->cap_e, need, 14, arrs, el);
 }
 
 static uint64_t hash_key(const int32_t *key, int len)
@@ -891,21 +892,35 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
                     break; /* the stage only grows as kp falls */
                 D->evaluated++;
                 int target = -1;
+                double rec = -1; /* the stage's recompute forward, once needed */
                 for (int li = 0; li < nl; li++) {
                     int e = live[li];
                     int sigma = D->e_sigma[e];
                     int S = sigma + 1 + (kp > 0), i = kp > 0;
+                    /* a stage that does not fit recomputes when that fits:
+                     * it keeps only its input per micro-batch in flight and
+                     * pays a second forward before each backward */
+                    int recompute = 0;
+                    double Be = B;
                     if (!D->mem_loose || D->mem_override > 0) {
                         int64_t mem = pu_stage_memory(D->cost, PT_SCHED_DAPPLE, D->policy, S, i, kp,
                                                       k, rows, M, 0, D->optim);
-                        if (mem > a.mem)
-                            continue;
+                        if (mem > a.mem) {
+                            mem = pu_stage_memory(D->cost, PT_SCHED_DAPPLE, D->policy, S, i, kp, k,
+                                                  rows, M, 1, D->optim);
+                            if (mem > a.mem)
+                                continue;
+                            if (rec < 0)
+                                rec = pt_cost_recompute_s(D->cost, kp, k, rows, a.rep_dev);
+                            recompute = 1;
+                            Be = B + rec;
+                        }
                     }
                     int K = D->policy == 'B' ? 2 * sigma + 1 : sigma + 1; /* in flight */
                     if (K > M)
                         K = M;
                     dval suf = {D->e_L[e], D->e_H[e], D->e_R[e], D->e_Z[e], D->e_Q[e], D->e_G[e]};
-                    dval v = prepend(sigma > 0 ? &suf : NULL, F, B, AR, K, M, cf, cb);
+                    dval v = prepend(sigma > 0 ? &suf : NULL, F, Be, AR, K, M, cf, cb);
                     double L = v.L;
                     if (L + lb_fwd >= D->inc)
                         continue;
@@ -942,6 +957,7 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
                     D->e_last[ne] = k;
                     D->e_r[ne] = r;
                     D->e_pol[ne] = (uint8_t)pol;
+                    D->e_rc[ne] = (uint8_t)recompute;
                     if (kp == 0 && D->feasibility)
                         return 0;
                 }
@@ -1177,6 +1193,7 @@ static void dapple_free(dapple *D)
     free(D->e_r);
     free(D->e_next);
     free(D->e_pol);
+    free(D->e_rc);
 }
 
 /* Replica counts tried on large clusters: 1, 2, 3, 4, 6, 8, 12, 16, ... */
@@ -1324,8 +1341,8 @@ static int dapple_init(dapple *D, const pt_cost *cost, const pt_topology *topo, 
 /* Places a plan on concrete devices: stage s takes rs[s] devices by policy
  * pols[s], from the last stage to the first, as the search does. NULL when
  * the devices run out or on no memory. */
-static pt_plan *place_plan(dapple *D, int S, const int *cuts, const int *rs, const int *pols, int b,
-                           int M, char policy)
+static pt_plan *place_plan(dapple *D, int S, const int *cuts, const int *rs, const int *pols,
+                           const uint8_t *rcs, int b, int M, char policy)
 {
     uint16_t *fr = malloc((size_t)D->nodes * 2 * sizeof *fr);
     int *used = calloc((size_t)D->nodes, sizeof *used);
@@ -1360,6 +1377,7 @@ static pt_plan *place_plan(dapple *D, int S, const int *cuts, const int *rs, con
             pt_plan_free(&p);
             goto out;
         }
+        p->stages[s].recompute = rcs ? rcs[s] : 0;
         memcpy(fr, nf, (size_t)D->nodes * sizeof *fr);
         bnode = a.single_node;
     }
@@ -1380,17 +1398,20 @@ static pt_plan *build_plan(dapple *D, int fin)
         return NULL;
     int *cuts = malloc((size_t)(S + 1) * sizeof *cuts);
     int *rs = malloc((size_t)S * sizeof *rs), *pols = malloc((size_t)S * sizeof *pols);
+    uint8_t *rcs = malloc((size_t)S);
     pt_plan *p = NULL;
-    if (cuts && rs && pols) {
+    if (cuts && rs && pols && rcs) {
         int s = 0;
         for (int e = fin; s < S; e = D->e_parent[e], s++) {
             cuts[s] = D->e_first[e];
             rs[s] = D->e_r[e];
             pols[s] = D->e_pol[e];
+            rcs[s] = D->e_rc[e];
         }
         cuts[S] = D->N;
-        p = place_plan(D, S, cuts, rs, pols, D->b, D->M, D->policy);
+        p = place_plan(D, S, cuts, rs, pols, rcs, D->b, D->M, D->policy);
     }
+    free(rcs);
     free(cuts);
     free(rs);
     free(pols);
@@ -1606,17 +1627,25 @@ static double plan_acr(const pt_cost *cost, const pt_plan *p)
 }
 
 /* Whether every stage fits with the DP's convention (largest share of rows
- * against the smallest memory of its devices) under policy `policy`. */
-static int plan_fits(const dapple *D, const pt_plan *p, char policy)
+ * against the smallest memory of its devices) under policy `policy`, turning
+ * recomputation on for each stage that fits only with it, as the DP does. */
+static int plan_fits(const dapple *D, pt_plan *p, char policy)
 {
     for (int s = 0; s < p->stage_count; s++) {
-        const pt_stage *st = &p->stages[s];
-        int64_t mem = pu_stage_memory(
-            D->cost, PT_SCHED_DAPPLE, policy, p->stage_count, s, st->first, st->last,
-            pu_rows_max(p->microbatch_size, st->replica_count), p->microbatch_count, 0, D->optim);
+        pt_stage *st = &p->stages[s];
         int64_t lim = D->mem_override > 0 ? D->mem_override : pu_stage_min_memory(D->topo, st);
-        if (mem > lim)
-            return 0;
+        st->recompute = 0;
+        for (int rc = 0; rc <= 1; rc++) {
+            int64_t mem =
+                pu_stage_memory(D->cost, PT_SCHED_DAPPLE, policy, p->stage_count, s, st->first,
+                                st->last, pu_rows_max(p->microbatch_size, st->replica_count),
+                                p->microbatch_count, rc, D->optim);
+            if (mem <= lim)
+                break;
+            if (rc == 1)
+                return 0;
+            st->recompute = 1;
+        }
     }
     return 1;
 }
@@ -1688,9 +1717,19 @@ static int run_one(dapple *D, const int *mbs, int i, int global_batch, pt_plan *
     return 0;
 }
 
+/* Stage counts of the seeds: 1, 2, 3, 4, 6, 9, ... growing by half, and
+ * Smax = min(layers, devices) last: one stage per device is the balanced
+ * pipeline a large model needs (GPT-3's 196 layers do not split well into
+ * the 63 stages the sequence reaches on 64 devices). */
+static int seed_next_stages(int S, int Smax)
+{
+    int n = S < 4 ? S + 1 : S + S / 2;
+    return S < Smax && n > Smax ? Smax : n;
+}
+
 /* Simple plans of the search's space, evaluated directly, as a first
- * incumbent: S balanced stages (S = 1, 2, 3, 4, 6, 8, ...) each on G/S
- * devices placed Fresh First, for every micro-batch size and policy.
+ * incumbent: S balanced stages (seed_next_stages) each on G/S devices placed
+ * Fresh First, for every micro-batch size and policy.
  * quick[run] gets each run's best. */
 static int seed(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan **best_plan,
                 double *quick)
@@ -1701,7 +1740,7 @@ static int seed(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan **
     int rc = 0;
     if (!cuts || !rs || !pols)
         rc = PT_ENOMEM;
-    for (int S = 1; S <= Smax && rc == 0; S = S < 4 ? S + 1 : S + S / 2) {
+    for (int S = 1; S <= Smax && rc == 0; S = seed_next_stages(S, Smax)) {
         pu_balanced_partition(D->cost, N, S, NULL, 0, cuts, &rc);
         for (int i = 0; i < 2 * nmb && rc == 0; i++) {
             int b = mbs[i / 2], r = G / S < b ? G / S : b;
@@ -1712,7 +1751,7 @@ static int seed(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan **
                 rs[s] = r;
                 pols[s] = POL_FF;
             }
-            pt_plan *p = place_plan(D, S, cuts, rs, pols, b, global_batch / b, policy);
+            pt_plan *p = place_plan(D, S, cuts, rs, pols, NULL, b, global_batch / b, policy);
             if (!p) {
                 rc = PT_ENOMEM;
                 break;
@@ -1923,6 +1962,7 @@ int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int gl
         pu_why(report, ", ending at stage %d's all-reduce and step)", ending);
         pu_why(report, "; communication/computation %.2f", acr);
         pu_why_kinds(report);
+        pu_why_recompute(report, cost, plan);
         if (D.G > DAPPLE_ALL_R_DEVICES)
             pu_why(report, "; large cluster: replica counts 1,2,3,4,6,8,12,..., fresh/append-first "
                            "placement");

@@ -454,6 +454,23 @@ out:
     return rc;
 }
 
+/* A lower bound on the memory of any pipedream plan of the model over topo:
+ * stage i of S holds V_i = pt_cost_weight_versions(pipedream, S, i) weight
+ * versions, its gradient and f (optimizer state factor) times its parameter
+ * bytes P_i, so some stage holds max_i (V_i + 1 + f) P_i >= P / sum_i
+ * 1/(V_i + 1 + f) with P the model's parameter bytes; the sum grows with S, so
+ * the weakest bound is at S = min(layers, devices). Activations only add. */
+static double stash_bound(const pt_cost *cost, const pt_topology *topo, pt_optim_kind optim)
+{
+    int N = pt_cost_profile(cost)->layer_count;
+    int S = N < topo->device_count ? N : topo->device_count;
+    int f = pt_cost_optim_state_factor(optim);
+    double inv = 0;
+    for (int i = 0; i < S; i++)
+        inv += 1.0 / (pt_cost_weight_versions(PT_SCHED_PIPEDREAM, 0, S, i) + 1 + f);
+    return (double)pt_cost_param_bytes(cost, 0, N) / inv;
+}
+
 int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int global_batch,
                          const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
                          pt_error *err)
@@ -508,28 +525,16 @@ int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int
             pt_plan_free(&r.plan);
         }
     }
-    if (report)
-        report->search_s = pu_now_s() - t0;
     if (!best.plan) {
         pt_cost_free(&cost);
         return pt_error_set(err, PT_EINVAL, "pipedream: no plan for the micro-batch sizes given");
     }
-    /* PipeDream's search ignores memory: check what it found */
-    int64_t peak = pu_plan_peak_memory(cost, best.plan, NULL);
-    pt_error merr = {0};
-    if (pt_cost_plan_memory(cost, best.plan, &merr) < 0) {
-        char detail[2 * PT_ERROR_MAX];
-        snprintf(detail, sizeof detail,
-                 "PipeDream's plan (%d stages, which stash up to %d weight versions) needs that; "
-                 "its search does not trade speed for memory (try 2bw or dapple). %s",
-                 best.plan->stage_count, best.plan->stage_count, merr.msg);
-        pt_plan_free(&best.plan);
-        pt_cost_free(&cost);
-        return pu_error_nofit(err, report, "pipedream", pu_topology_min_memory(topo), peak, detail);
-    }
-    /* the prediction is what the simulator charges for the plan's program (the
-     * DP's figure leaves out the communication lanes, the overlap of the
-     * buckets and the warm-up's effect on the steady state) */
+    /* PipeDream's search ignores memory. Under our objective a stage that does
+     * not fit recomputes when that fits (pu_recompute_where_needed); when the
+     * plan still does not fit, the other micro-batch sizes are planned the same
+     * way and the fitting plan the simulator runs fastest is kept. PipeDream's
+     * own objective keeps its plan as it is. */
+    int64_t peak = 0;
     double sim_s = NAN;
     pu_scorer sc;
     if (pu_scorer_init(&sc, cost) < 0) {
@@ -537,13 +542,97 @@ int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int
         pt_cost_free(&cost);
         return pt_error_set(err, PT_ENOMEM, "pipedream: out of memory");
     }
-    rc = pu_score(&sc, best.plan, &sim_s, NULL, NULL, err);
+    int fits = paper ? pt_cost_plan_memory(cost, best.plan, NULL) == 0
+                     : pu_recompute_where_needed(cost, best.plan);
+    peak = pu_plan_peak_memory(cost, best.plan, NULL);
+    int widened = 0;
+    if (!fits && !paper) {
+        int all[PT_PLANNER_MB_CHOICES_MAX];
+        int na = pu_microbatch_candidates(opts, global_batch, PT_PLANNER_MB_CHOICES_MAX, all);
+        pdresult keep = {INFINITY, NULL};
+        int64_t least = peak;
+        for (int c = 0; c < na && rc != PT_ENOMEM; c++) {
+            if (all[c] == best_mbs)
+                continue;
+            pdresult r = {INFINITY, NULL};
+            rc = plan_for(cost, topo, global_batch, all[c], opts->optim, 0, &r, levels,
+                          sizeof levels);
+            if (rc < 0 || !r.plan)
+                continue;
+            widened++;
+            int ok = pu_recompute_where_needed(cost, r.plan);
+            int64_t pk = pu_plan_peak_memory(cost, r.plan, NULL);
+            if (pk < least)
+                least = pk;
+            double t = INFINITY;
+            if (ok && (rc = pu_score(&sc, r.plan, &t, NULL, NULL, err)) == 0 &&
+                (!keep.plan || t < sim_s)) {
+                pt_plan_free(&keep.plan);
+                keep = r;
+                sim_s = t;
+                best_mbs = all[c];
+                continue;
+            }
+            pt_plan_free(&r.plan);
+        }
+        if (rc == PT_ENOMEM) {
+            pt_plan_free(&keep.plan);
+            pt_plan_free(&best.plan);
+            pu_scorer_release(&sc);
+            pt_cost_free(&cost);
+            return pt_error_set(err, rc, "pipedream: out of memory");
+        }
+        rc = 0;
+        if (keep.plan) {
+            pt_plan_free(&best.plan);
+            best = keep;
+            fits = 1;
+            peak = pu_plan_peak_memory(cost, best.plan, NULL);
+        } else {
+            peak = least;
+        }
+    }
+    if (!fits) {
+        pt_error merr = {0};
+        pt_cost_plan_memory(cost, best.plan, &merr);
+        int S = best.plan->stage_count;
+        double bound = stash_bound(cost, topo, opts->optim);
+        char bb[32], detail[2 * PT_ERROR_MAX];
+        if (paper)
+            snprintf(detail, sizeof detail,
+                     "PipeDream's plan (%d stages, which stash up to %d weight versions) needs "
+                     "that; its search does not trade speed for memory (try the default "
+                     "objective, 2bw or dapple). %s",
+                     S, S, merr.msg);
+        else
+            snprintf(detail, sizeof detail,
+                     "the least over its plans for %d micro-batch size%s, stages recomputing "
+                     "where that fits. Weight stashing keeps S-i+1 weight versions on stage i, "
+                     "so whatever the partition some stage holds at least %s of weights, "
+                     "gradients and optimizer state on these %d devices (2bw keeps two "
+                     "versions, dapple one). Its first plan: %s",
+                     widened + 1, widened ? "s" : "", pu_bytes_str((int64_t)bound, bb, sizeof bb),
+                     topo->device_count, merr.msg);
+        pt_plan_free(&best.plan);
+        pu_scorer_release(&sc);
+        pt_cost_free(&cost);
+        if (report)
+            report->search_s = pu_now_s() - t0;
+        return pu_error_nofit(err, report, "pipedream", pu_topology_min_memory(topo), peak, detail);
+    }
+    /* the prediction is what the simulator charges for the plan's program (the
+     * DP's figure leaves out the communication lanes, the overlap of the
+     * buckets and the warm-up's effect on the steady state) */
+    if (isnan(sim_s))
+        rc = pu_score(&sc, best.plan, &sim_s, NULL, NULL, err);
     pu_scorer_release(&sc);
     if (rc < 0) {
         pt_plan_free(&best.plan);
         pt_cost_free(&cost);
         return rc;
     }
+    if (report)
+        report->search_s = pu_now_s() - t0;
     if (report) {
         report->objective_s = best.objective;
         report->bound_s = best.objective * best.plan->microbatch_count;
@@ -558,6 +647,12 @@ int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int
                "; slowest stage %.3f ms per micro-batch (M x it: %.3f ms per iteration), "
                "simulated steady state %.3f ms per iteration",
                best.objective * 1e3, report->bound_s * 1e3, report->iter_s * 1e3);
+        if (widened)
+            pu_why(report,
+                   "; its first micro-batch size did not fit even recomputing; of %d other "
+                   "sizes planned, the fitting plan the simulator runs fastest",
+                   widened);
+        pu_why_recompute(report, cost, best.plan);
     }
     *out = best.plan;
     pt_cost_free(&cost);

@@ -237,6 +237,83 @@ int64_t pu_plan_peak_memory(const pt_cost *cost, const pt_plan *plan, int64_t *p
     return peak;
 }
 
+/* Largest replica memory of stage s of plan as the plan stands. */
+static int64_t stage_peak(const pt_cost *cost, const pt_plan *plan, int s)
+{
+    int64_t sp = 0;
+    for (int r = 0; r < plan->stages[s].replica_count; r++) {
+        pt_mem m;
+        pt_cost_replica_memory(cost, plan, s, r, &m);
+        if (m.total > sp)
+            sp = m.total;
+    }
+    return sp;
+}
+
+int pu_recompute_where_needed(const pt_cost *cost, pt_plan *plan)
+{
+    const pt_topology *t = pt_cost_topology(cost);
+    int ok = 1;
+    for (int s = 0; s < plan->stage_count; s++) {
+        pt_stage *st = &plan->stages[s];
+        int64_t lim = pu_stage_min_memory(t, st);
+        st->recompute = 0;
+        if (stage_peak(cost, plan, s) <= lim)
+            continue;
+        st->recompute = 1;
+        ok &= stage_peak(cost, plan, s) <= lim;
+    }
+    return ok;
+}
+
+void pu_why_recompute(pt_planner_report *report, const pt_cost *cost, pt_plan *plan)
+{
+    if (!report)
+        return;
+    int n = 0;
+    int64_t off_lo = INT64_MAX, off_hi = 0, on_lo = INT64_MAX, on_hi = 0, lim_lo = INT64_MAX;
+    for (int s = 0; s < plan->stage_count; s++) {
+        pt_stage *st = &plan->stages[s];
+        if (!st->recompute)
+            continue;
+        int64_t on = stage_peak(cost, plan, s);
+        st->recompute = 0;
+        int64_t off = stage_peak(cost, plan, s);
+        st->recompute = 1;
+        int64_t lim = pu_stage_min_memory(pt_cost_topology(cost), st);
+        off_lo = off < off_lo ? off : off_lo;
+        off_hi = off > off_hi ? off : off_hi;
+        on_lo = on < on_lo ? on : on_lo;
+        on_hi = on > on_hi ? on : on_hi;
+        lim_lo = lim < lim_lo ? lim : lim_lo;
+        n++;
+    }
+    if (n == 0)
+        return;
+    pu_why(report, "; recomputation on %d of %d stages (", n, plan->stage_count);
+    int first = 1;
+    for (int s = 0; s < plan->stage_count; s++) {
+        if (!plan->stages[s].recompute || (s > 0 && plan->stages[s - 1].recompute))
+            continue;
+        int e = s;
+        while (e + 1 < plan->stage_count && plan->stages[e + 1].recompute)
+            e++;
+        if (e > s)
+            pu_why(report, "%s%d-%d", first ? "" : ",", s, e);
+        else
+            pu_why(report, "%s%d", first ? "" : ",", s);
+        first = 0;
+    }
+    char a[32], b[32], c[32], d[32], l[32];
+    pu_why(report,
+           "): without it they would need %s-%s per replica, their devices have %s; with it "
+           "%s-%s (stage inputs of the micro-batches in flight plus one micro-batch's "
+           "activations), each backward preceded by its forward again",
+           pu_bytes_str(off_lo, a, sizeof a), pu_bytes_str(off_hi, b, sizeof b),
+           pu_bytes_str(lim_lo, l, sizeof l), pu_bytes_str(on_lo, c, sizeof c),
+           pu_bytes_str(on_hi, d, sizeof d));
+}
+
 int64_t pu_stage_min_memory(const pt_topology *topo, const pt_stage *stage)
 {
     int64_t m = INT64_MAX;

@@ -62,6 +62,20 @@ int64_t pu_stage_memory(const pt_cost *cost, pt_sched_kind kind, char policy, in
  * rows); per_stage (may be NULL) receives each stage's largest. */
 int64_t pu_plan_peak_memory(const pt_cost *cost, const pt_plan *plan, int64_t *per_stage);
 
+/* The planners' recomputation rule on a finished plan: each stage recomputes
+ * exactly when its largest replica (pt_cost_replica_memory, the plan's kind)
+ * exceeds the smallest memory of its devices without recomputation and fits
+ * with it. Sets every stage's flag; returns 1 when every stage then fits,
+ * 0 when some stage fits neither way. */
+int pu_recompute_where_needed(const pt_cost *cost, pt_plan *plan);
+
+/* Appends to report->why which stages of plan recompute and why: their
+ * largest replica's analytic memory without recomputation (over its
+ * devices' smallest memory) and with it, as ranges over those stages.
+ * Nothing when no stage recomputes. The plan is read only (its flags are
+ * toggled and restored). NULL-safe in report. */
+void pu_why_recompute(pt_planner_report *report, const pt_cost *cost, pt_plan *plan);
+
 /* Smallest device memory among the plan's devices of stage s. */
 int64_t pu_stage_min_memory(const pt_topology *topo, const pt_stage *stage);
 

@@ -44,16 +44,16 @@ if ((${#missing[@]})); then
     fi
 fi
 
-build() { # build DIR [cmake options...]
-    local dir="$1"
-    shift
+build() { # build DIR TARGET [cmake options...]: TARGET "all", or a stage's own
+    local dir="$1" target="$2"   # (unit-tests, fuzz-harnesses: see CMakeLists.txt)
+    shift 2
     cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-    cmake --build "$dir" -j "$jobs"
+    cmake --build "$dir" -j "$jobs" --target "$target"
 }
 
 case "$mode" in
 main)
-    build build
+    build build all
     if [[ -t 0 && -t 1 ]]; then
         exec build/pipetop demo
     fi
@@ -61,9 +61,9 @@ main)
         --model fmnist-mlp-deep --data fashion-mnist --iters 200 --headless
     ;;
 test)
-    build build
+    build build all
     ctest --test-dir build --output-on-failure -j "$jobs"
-    build build-asan -DPT_SANITIZE=ON
+    build build-asan unit-tests -DPT_SANITIZE=ON
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
         ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
     # the unit tests once more under valgrind's memcheck (uninitialised reads,
@@ -76,7 +76,7 @@ test)
     scripts/memcheck.sh build "$jobs" "$memcheck_skip"
     # every libFuzzer harness, built with clang, runs FUZZ_SECONDS from its seed
     # corpus (tests/data and tests/data/bad), two at a time; a crash fails
-    build build-fuzz -DCMAKE_C_COMPILER=clang -DPT_FUZZ=ON
+    build build-fuzz fuzz-harnesses -DCMAKE_C_COMPILER=clang -DPT_FUZZ=ON
     scripts/fuzz.sh build-fuzz "${FUZZ_SECONDS:-30}" "$jobs"
     ;;
 *)

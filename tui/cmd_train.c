@@ -66,8 +66,9 @@ typedef struct trainer {
 
 static volatile sig_atomic_t g_interrupted;
 
-/* The first Ctrl-C stops training at the next step boundary (and saves); a
- * second one kills the process the usual way. */
+/* The first Ctrl-C (or SIGTERM) stops training at the next step boundary
+ * (and saves); the process then exits 128 + the signal's number, as `run`
+ * does. A second one kills the process the usual way. */
 static void on_sigint(int sig)
 {
     if (g_interrupted) {
@@ -75,7 +76,7 @@ static void on_sigint(int sig)
         raise(sig);
         return;
     }
-    g_interrupted = 1;
+    g_interrupted = sig;
 }
 
 static double now_s(void)
@@ -509,7 +510,7 @@ static int train(trainer *t, pt_error *err)
     if (interrupted)
         fprintf(stderr, "pipetop train: interrupted at step %lld%s\n", (long long)t->step,
                 a->save ? " (checkpoint saved)" : "");
-    return interrupted ? 1 : 0;
+    return interrupted ? 128 + (int)g_interrupted : 0;
 }
 
 int pt_cmd_train(int argc, char **argv)
@@ -520,15 +521,17 @@ int pt_cmd_train(int argc, char **argv)
         return status;
     pt_blas_fixup_core(NULL); /* may restart the process with faster BLAS kernels */
     pt_error err = {0};
-    struct sigaction sa = {0}, old;
+    struct sigaction sa = {0}, old, old_term;
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     g_interrupted = 0;
     sigaction(SIGINT, &sa, &old);
+    sigaction(SIGTERM, &sa, &old_term);
     int rc = setup(&t, &err);
     if (rc == 0)
         rc = train(&t, &err);
     sigaction(SIGINT, &old, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     teardown(&t);
     if (rc < 0) {
         fprintf(stderr, "pipetop train: %s\n", err.msg[0] ? err.msg : pt_strerror(rc));

@@ -174,7 +174,23 @@ struct pt_replay {
     int64_t pos;
     int64_t wall0, rec0; /* wall-clock and record time that correspond */
     int64_t paused_rec;  /* record time where it was paused */
+    int64_t *plans;      /* entry index of each plan entry (a generation's start), ascending */
+    int64_t nplans;
 };
+
+/* Plan entries before entry pos: the generation shown (1-based; 0 before the first). */
+static int64_t plans_before(const pt_replay *r, int64_t pos)
+{
+    int64_t lo = 0, hi = r->nplans;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (r->plans[mid] < pos)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
 
 int pt_replay_new(pt_record *rec, pt_store *store, double speed, pt_replay **out)
 {
@@ -183,6 +199,18 @@ int pt_replay_new(pt_record *rec, pt_store *store, double speed, pt_replay **out
     pt_replay *r = calloc(1, sizeof *r);
     if (!r)
         return PT_ENOMEM;
+    /* the record is read once and does not grow: index its plan entries so
+     * the header's "gen k/n" and the generation keys do not scan it */
+    int64_t count = pt_record_count(rec);
+    for (int64_t j = 0; j < count; j++)
+        r->nplans += pt_record_at(rec, j)->kind == PT_RECORD_PLAN;
+    if (r->nplans > 0 && !(r->plans = malloc((size_t)r->nplans * sizeof *r->plans))) {
+        free(r);
+        return PT_ENOMEM;
+    }
+    for (int64_t j = 0, k = 0; j < count; j++)
+        if (pt_record_at(rec, j)->kind == PT_RECORD_PLAN)
+            r->plans[k++] = j;
     r->rec = rec;
     r->store = store;
     r->speed = speed;
@@ -194,6 +222,7 @@ int pt_replay_new(pt_record *rec, pt_store *store, double speed, pt_replay **out
 void pt_replay_free(pt_replay **r_p)
 {
     if (r_p && *r_p) {
+        free((*r_p)->plans);
         free(*r_p);
         *r_p = NULL;
     }
@@ -398,48 +427,28 @@ int64_t pt_replay_step_back(pt_replay *r, int64_t now_ns)
 
 int64_t pt_replay_seek_generation(pt_replay *r, int delta, int64_t now_ns)
 {
-    /* generations start at their plan entries; the target is the start of
-     * the next one (delta > 0) or of the current / previous one (delta < 0) */
-    int64_t count = pt_record_count(r->rec);
-    if (delta > 0) {
-        for (int64_t j = r->pos; j < count; j++)
-            if (pt_record_at(r->rec, j)->kind == PT_RECORD_PLAN)
-                return pt_replay_seek(r, j + 1, now_ns);
-        return -1;
-    }
-    int64_t cur = -1, prev = -1;
-    for (int64_t j = 0; j < r->pos && j < count; j++)
-        if (pt_record_at(r->rec, j)->kind == PT_RECORD_PLAN) {
-            prev = cur;
-            cur = j;
-        }
-    if (cur < 0)
+    /* generations start just after their plan entries; the target is the
+     * start of the next one (delta > 0) or of the current / previous one */
+    int64_t k = plans_before(r, r->pos); /* plans[k-1] starts the current one */
+    if (delta > 0)
+        return k < r->nplans ? pt_replay_seek(r, r->plans[k] + 1, now_ns) : -1;
+    if (k == 0)
         return -1;
     /* just after the current generation's plan: go to the one before */
-    int64_t to = r->pos <= cur + 1 ? prev : cur;
+    int64_t to = r->pos <= r->plans[k - 1] + 1 ? (k >= 2 ? r->plans[k - 2] : -1) : r->plans[k - 1];
     return to < 0 ? -1 : pt_replay_seek(r, to + 1, now_ns);
 }
 
 int64_t pt_replay_rewind(pt_replay *r, int64_t now_ns)
 {
-    for (int64_t j = 0; j < pt_record_count(r->rec); j++)
-        if (pt_record_at(r->rec, j)->kind == PT_RECORD_PLAN)
-            return pt_replay_seek(r, j + 1, now_ns);
-    return pt_replay_seek(r, 0, now_ns);
+    return pt_replay_seek(r, r->nplans > 0 ? r->plans[0] + 1 : 0, now_ns);
 }
 
 int64_t pt_replay_generation_count(const pt_replay *r, int64_t *current)
 {
-    int64_t n = 0, cur = 0;
-    for (int64_t j = 0; j < pt_record_count(r->rec); j++)
-        if (pt_record_at(r->rec, j)->kind == PT_RECORD_PLAN) {
-            n++;
-            if (j < r->pos)
-                cur = n;
-        }
     if (current)
-        *current = cur;
-    return n;
+        *current = plans_before(r, r->pos);
+    return r->nplans;
 }
 
 int pt_replay_done(const pt_replay *r)

@@ -1,6 +1,8 @@
 /* PipeDream-2BW planner against exhaustive search over depth x width,
  * placement, micro-batch size and recomputation, each with the balanced
- * partition found here by trying every partition. The objective is
+ * partition found here by trying every partition; with recomputation allowed
+ * (the partition balanced for it) a stage recomputes only when it does not
+ * fit otherwise. The objective is
  * re-implemented: M * max over stages of max(compute, sends) + max over stages
  * of (the exposed part of the bucketed all-reduce + optimizer step). */
 #include "planner/planner.h"
@@ -38,10 +40,27 @@ static int dev(int layout, int d, int w, int s, int p)
     return layout == 0 ? s * w + p : p * d + s;
 }
 
+static int64_t stage_mem(const pt_cost *cost, const int *cuts, int d, int s, int w, int b, int M,
+                         int rec)
+{
+    pt_mem_query q = {
+        PT_SCHED_2BW, 'A', 0, PT_OPTIM_SGD, d, s, cuts[s], cuts[s + 1], (b + w - 1) / w, M, rec, 1};
+    pt_mem m;
+    pt_cost_stage_memory(cost, &q, &m);
+    return m.total;
+}
+
+/* With recomputation allowed, a stage recomputes only when it does not fit
+ * otherwise (uniform device memory here). */
+static int stage_needs_rec(const pt_cost *cost, const pt_topology *t, const int *cuts, int d, int s,
+                           int w, int b, int M)
+{
+    return stage_mem(cost, cuts, d, s, w, b, M, 0) > t->devices[0].memory_bytes;
+}
+
 static double objective(const pt_cost *cost, const pt_topology *t, const int *cuts, int d, int w,
                         int layout, int b, int M, int rec)
 {
-    (void)t; /* same signature as fits() */
     const pt_profile *pr = pt_cost_profile(cost);
     double step = 0, tail = 0;
     int rows = (b + w - 1) / w;
@@ -54,7 +73,7 @@ static double objective(const pt_cost *cost, const pt_topology *t, const int *cu
         }
         double c = pt_cost_fwd_s(cost, cuts[s], cuts[s + 1], rows, devs[0]) +
                    pt_cost_bwd_s(cost, cuts[s], cuts[s + 1], rows, devs[0]);
-        if (rec)
+        if (rec && stage_needs_rec(cost, t, cuts, d, s, w, b, M))
             c += pt_cost_recompute_s(cost, cuts[s], cuts[s + 1], rows, devs[0]);
         double sends = 0;
         if (s + 1 < d)
@@ -80,12 +99,8 @@ static int fits(const pt_cost *cost, const pt_topology *t, const int *cuts, int 
                 int M, int rec)
 {
     for (int s = 0; s < d; s++) {
-        pt_mem_query q = {
-            PT_SCHED_2BW, 'A', 0, PT_OPTIM_SGD, d, s, cuts[s], cuts[s + 1], (b + w - 1) / w, M,
-            rec,          1};
-        pt_mem m;
-        pt_cost_stage_memory(cost, &q, &m);
-        if (m.total > t->devices[0].memory_bytes)
+        int r = rec && stage_needs_rec(cost, t, cuts, d, s, w, b, M);
+        if (stage_mem(cost, cuts, d, s, w, b, M, r) > t->devices[0].memory_bytes)
             return 0;
     }
     return 1;
@@ -147,7 +162,10 @@ static void check(int layers, uint64_t seed, int nodes, int per, int64_t mem, in
                       "seed %llu: planner %.9g, exhaustive %.9g", (unsigned long long)seed,
                       rep.objective_s, best);
             CHECK(plan->schedule == PT_SCHED_2BW);
-            if (plan->stages[0].recompute)
+            int any = 0;
+            for (int s = 0; s < plan->stage_count; s++)
+                any |= plan->stages[s].recompute;
+            if (any)
                 recomputed++;
             else
                 not_recomputed++;

@@ -2,7 +2,9 @@
 # `pipetop plan`: a plan is printed with its stages, predicted and simulated
 # time; --out writes a plan that `pipetop sim` simulates to the same time;
 # --json carries the same figures; --compare lists every planner with dp at
-# 1.00x; bad options and impossible limits fail with the field named.
+# 1.00x; bad options and impossible limits fail with the field named;
+# `pipetop profile --analytic` works for BERT-48, XLNet-36 and GPT-3 on every
+# shipped device, and GPT-3 over h100-8x8 plans with recomputation (issue 9).
 set -u
 cd "${PT_SOURCE_DIR:?}" || exit 1
 PIPETOP="${PT_BUILD_DIR:?}/pipetop"
@@ -112,6 +114,37 @@ out=$("$PIPETOP" plan --planner dapple --profile "$PROF" --topology "$TOPO" --ba
     --kinds dapple,2bw 2>&1)
 [ $? -eq 2 ] && grep -q "'2bw' is not a synchronous schedule kind" <<<"$out" ||
     fail "--kinds 2bw: $out"
+
+# issue 9: `pipetop profile --analytic` for the large models on every shipped
+# device (one layer row per layer: 2 per block + embedding, ln_f, head, loss)
+for spec in bert-48:100 xlnet-36:76 gpt3:196; do
+    m=${spec%%:*}
+    want=${spec##*:}
+    for d in devices/*.json; do
+        dev=$(basename "$d" .json)
+        json=$("$PIPETOP" profile --analytic --model "$m" --device "$dev" --batch 1 --json 2>&1)
+        [ $? -eq 0 ] || {
+            fail "profile --analytic $m on $dev: $json"
+            continue
+        }
+        n=$(python3 -c 'import json,sys; print(len(json.load(sys.stdin)["layers"]))' <<<"$json")
+        [ "$n" = "$want" ] || fail "profile --analytic $m on $dev: $n layers, want $want"
+    done
+done
+
+# GPT-3 over 64 H100s at 80 GiB fits only with recomputation: the plan marks
+# the stages and says why
+"$PIPETOP" profile --analytic --model gpt3 --device h100-80gb --batch 1 --out "$tmp/gpt3.json" \
+    >/dev/null 2>&1 || fail "gpt3 profile"
+out=$("$PIPETOP" plan --planner dapple --profile "$tmp/gpt3.json" --topology h100-8x8 \
+    --batch 1536 2>&1)
+[ $? -eq 0 ] || fail "dapple gpt3: $out"
+grep -qE '^  [0-9]+ +\[[0-9]+,[0-9]+\) .*recompute$' <<<"$out" || fail "gpt3: no recompute row: $out"
+grep -q "recomputation on [0-9]* of 64 stages" <<<"$out" &&
+    grep -q "without it they would need" <<<"$out" || fail "gpt3: no recomputation why: $out"
+out=$("$PIPETOP" plan --planner pipedream --profile "$tmp/gpt3.json" --topology h100-8x8 \
+    --batch 1536 2>&1)
+[ $? -ne 0 ] && grep -q "weight versions" <<<"$out" || fail "pipedream gpt3: $out"
 
 [ "$failures" -eq 0 ] && echo "planner_cli_test: ok"
 exit $((failures > 0))

@@ -9,7 +9,10 @@
  * best of its final candidates: every plan is simulated with the synchronous
  * dapple schedule (both policies), and the planner's plan must simulate
  * within 1% of the best (it is the best on every instance) and to the time
- * it reports. */
+ * it reports. Every plan gets the planners' recomputation rule (a stage
+ * recomputes exactly when it fits only that way, paying the recompute
+ * forward); on the last instances, whose layers save several times their
+ * output for the backward, the best plan recomputes some stage. */
 #include "planner/planner.h"
 #include "planner/simulate.h"
 #include "tests/planner/planner_enum.h"
@@ -23,9 +26,10 @@ typedef struct best_ctx {
     pt_program prog;
     double best_sim;
     int simulate;
+    long recomputing; /* fitting plans (policy A) with a stage that fits only recomputing */
 } best_ctx;
 
-static void visit_latency(const pt_plan *p, void *v)
+static void visit_latency(pt_plan *p, void *v)
 {
     best_ctx *c = v;
     double L = en_dapple_objective(c->cost, p, NULL);
@@ -34,6 +38,12 @@ static void visit_latency(const pt_plan *p, void *v)
     c->fitting++;
     if (L < c->best_L)
         c->best_L = L;
+    if (en_dapple_set_recompute(c->cost, p, 'A')) {
+        int any = 0;
+        for (int s = 0; s < p->stage_count; s++)
+            any |= p->stages[s].recompute;
+        c->recomputing += any;
+    }
     if (c->simulate) {
         /* the best synchronous dapple run of this plan: policy A, or B when it fits */
         for (int pol = 0; pol < 2; pol++) {
@@ -43,7 +53,7 @@ static void visit_latency(const pt_plan *p, void *v)
                 return;
             }
             q->policy = pol ? 'B' : 'A';
-            if (pol == 0 || en_dapple_fits(c->cost, q, 'B')) {
+            if (en_dapple_set_recompute(c->cost, q, q->policy)) {
                 pt_sim_result res;
                 pt_error err = {0};
                 if (pt_sim_plan(c->sim, q, c->cost, NULL, &c->prog, &res, &err) == 0) {
@@ -66,13 +76,24 @@ typedef struct instance {
     int layers;
     uint64_t seed;
     int gbs;
+    double saved; /* > 0: every layer saves this many times its output for the backward
+                     (as attention does), so tight memory needs recomputation */
 } instance;
 
 static const instance instances[] = {
-    {1, 4, 100, 16 * EN_GIB, 6, 1, 16}, {2, 2, 10, 16 * EN_GIB, 7, 2, 16},
-    {2, 2, 10, 16 * EN_GIB, 8, 3, 8},   {4, 1, 25, 16 * EN_GIB, 6, 4, 16},
-    {2, 2, 10, EN_GIB / 2, 7, 5, 16},   {1, 4, 100, EN_GIB / 3, 8, 6, 16},
-    {2, 2, 5, 16 * EN_GIB, 5, 7, 12},   {1, 3, 100, 16 * EN_GIB, 8, 8, 8},
+    {1, 4, 100, 16 * EN_GIB, 6, 1, 16, 0},
+    {2, 2, 10, 16 * EN_GIB, 7, 2, 16, 0},
+    {2, 2, 10, 16 * EN_GIB, 8, 3, 8, 0},
+    {4, 1, 25, 16 * EN_GIB, 6, 4, 16, 0},
+    {2, 2, 10, EN_GIB / 2, 7, 5, 16, 0},
+    {1, 4, 100, EN_GIB / 3, 8, 6, 16, 0},
+    {2, 2, 5, 16 * EN_GIB, 5, 7, 12, 0},
+    {1, 3, 100, 16 * EN_GIB, 8, 8, 8, 0},
+    /* recomputation decides what fits */
+    {1, 4, 100, 300 * EN_MIB, 6, 14, 16, 8.0},
+    {1, 4, 100, 300 * EN_MIB, 7, 15, 16, 20.0},
+    {2, 2, 10, 600 * EN_MIB, 7, 16, 16, 20.0},
+    {4, 1, 25, 500 * EN_MIB, 6, 18, 8, 20.0},
 };
 #define INSTANCE_COUNT ((int)(sizeof instances / sizeof instances[0]))
 
@@ -81,13 +102,15 @@ static void run_instance(const instance *in, int simulate)
     pt_profile *pr = en_profile(in->layers, in->seed);
     pt_topology *t = en_topology(in->nodes, in->per_node, in->inter_gbps, in->mem);
     REQUIRE(pr && t);
+    for (int l = 0; in->saved > 0 && l < pr->layer_count; l++)
+        pr->layers[l].saved_bytes = (int64_t)(in->saved * (double)pr->layers[l].act_bytes);
     pt_plan *plan = NULL;
     pt_planner_report rep;
     pt_error err = {0};
     int rc = pt_planner_run("dapple", pr, t, in->gbs, NULL, &plan, &rep, &err);
     pt_cost *cost = NULL;
     REQUIRE(pt_cost_new(pr, t, &cost, &err) == 0);
-    best_ctx c = {cost, INFINITY, 0, NULL, {0}, INFINITY, simulate};
+    best_ctx c = {cost, INFINITY, 0, NULL, {0}, INFINITY, simulate, 0};
     if (simulate)
         REQUIRE(pt_sim_new(&c.sim) == 0);
     int mbs[16];
@@ -112,6 +135,22 @@ static void run_instance(const instance *in, int simulate)
         CHECK_MSG(rep.objective_s == rep.iter_s, "objective %.9g is the simulated %.9g",
                   rep.objective_s, rep.iter_s);
         CHECK(en_dapple_fits(cost, plan, plan->policy));
+        /* a stage recomputes exactly when it fits only that way */
+        pt_plan *rule = pt_plan_clone(plan);
+        REQUIRE(rule);
+        CHECK(en_dapple_set_recompute(cost, rule, plan->policy));
+        for (int s = 0; s < plan->stage_count; s++)
+            CHECK_MSG(rule->stages[s].recompute == plan->stages[s].recompute,
+                      "seed %llu: stage %d recompute %d, the rule says %d",
+                      (unsigned long long)in->seed, s, plan->stages[s].recompute,
+                      rule->stages[s].recompute);
+        pt_plan_free(&rule);
+        int nrc = 0;
+        for (int s = 0; s < plan->stage_count; s++)
+            nrc += plan->stages[s].recompute;
+        if (in->saved > 0)
+            CHECK_MSG(nrc > 0, "seed %llu: the best plan recomputes no stage",
+                      (unsigned long long)in->seed);
         CHECK(plan->schedule == PT_SCHED_DAPPLE);
         CHECK(plan->microbatch_size * plan->microbatch_count == in->gbs);
         pt_error e2 = {0};
@@ -130,11 +169,12 @@ static void run_instance(const instance *in, int simulate)
                       "(+%.1f%%)",
                       (unsigned long long)in->seed, in->nodes, in->per_node, res.iter_s, c.best_sim,
                       100 * (res.iter_s / c.best_sim - 1));
-            printf("  seed %llu %dx%d mem %.2f GiB: %ld plans, %ld fit; latency %.4f ms; "
+            printf("  seed %llu %dx%d mem %.2f GiB: %ld plans, %ld fit (%ld recomputing); plan "
+                   "%d stages (%d recompute); latency %.4f ms; "
                    "simulated %.4f ms vs best %.4f ms (+%.2f%%)\n",
                    (unsigned long long)in->seed, in->nodes, in->per_node, (double)in->mem / EN_GIB,
-                   all, c.fitting, L * 1e3, res.iter_s * 1e3, c.best_sim * 1e3,
-                   100 * (res.iter_s / c.best_sim - 1));
+                   all, c.fitting, c.recomputing, plan->stage_count, nrc, L * 1e3, res.iter_s * 1e3,
+                   c.best_sim * 1e3, 100 * (res.iter_s / c.best_sim - 1));
         }
     }
     pt_program_release(&c.prog);

@@ -22,6 +22,7 @@
 #define EN_LAYERS_MAX  8
 #define EN_DEVICES_MAX 4
 #define EN_GIB         1073741824LL
+#define EN_MIB         1048576LL
 
 /* xorshift64*: deterministic across platforms */
 static uint64_t en_rng_state;
@@ -245,6 +246,8 @@ static inline double en_dapple_latency_pol(const pt_cost *cost, const pt_plan *p
         int r = st->replica_count, rows = (b + r - 1) / r, dev = st->replicas[0];
         F[2 * s] = pt_cost_fwd_s(cost, st->first, st->last, rows, dev);
         B[2 * s] = pt_cost_bwd_s(cost, st->first, st->last, rows, dev);
+        if (st->recompute)
+            B[2 * s] += pt_cost_recompute_s(cost, st->first, st->last, rows, dev);
         int64_t P = pt_cost_param_bytes(cost, st->first, st->last);
         AR[2 * s] = (r > 1 ? en_exposed_allreduce(cost, st, rows, dev) : 0) +
                     pt_cost_opt_step_s(cost, P, p->optimizer.kind, dev);
@@ -366,41 +369,68 @@ static inline double en_dapple_latency_pol(const pt_cost *cost, const pt_plan *p
     return best;
 }
 
-/* Whether every stage of a dapple plan fits (policy A, largest share of rows). */
-static inline int en_dapple_fits(const pt_cost *cost, const pt_plan *p, char policy)
+/* Whether stage s of a dapple plan fits (largest share of rows) with its
+ * recompute flag as given. */
+static inline int en_dapple_stage_fits(const pt_cost *cost, const pt_plan *p, int s, char policy,
+                                       int recompute)
 {
     const pt_topology *t = pt_cost_topology(cost);
-    for (int s = 0; s < p->stage_count; s++) {
-        const pt_stage *st = &p->stages[s];
-        pt_mem_query q = {PT_SCHED_DAPPLE,
-                          policy,
-                          0,
-                          p->optimizer.kind,
-                          p->stage_count,
-                          s,
-                          st->first,
-                          st->last,
-                          (p->microbatch_size + st->replica_count - 1) / st->replica_count,
-                          p->microbatch_count,
-                          0,
-                          1};
-        pt_mem m;
-        pt_cost_stage_memory(cost, &q, &m);
-        for (int r = 0; r < st->replica_count; r++)
-            if (m.total > t->devices[st->replicas[r]].memory_bytes)
-                return 0;
-    }
+    const pt_stage *st = &p->stages[s];
+    pt_mem_query q = {PT_SCHED_DAPPLE,
+                      policy,
+                      0,
+                      p->optimizer.kind,
+                      p->stage_count,
+                      s,
+                      st->first,
+                      st->last,
+                      (p->microbatch_size + st->replica_count - 1) / st->replica_count,
+                      p->microbatch_count,
+                      recompute,
+                      1};
+    pt_mem m;
+    pt_cost_stage_memory(cost, &q, &m);
+    for (int r = 0; r < st->replica_count; r++)
+        if (m.total > t->devices[st->replicas[r]].memory_bytes)
+            return 0;
     return 1;
 }
 
+/* Whether every stage of a dapple plan fits with its recompute flags. */
+static inline int en_dapple_fits(const pt_cost *cost, const pt_plan *p, char policy)
+{
+    for (int s = 0; s < p->stage_count; s++)
+        if (!en_dapple_stage_fits(cost, p, s, policy, p->stages[s].recompute))
+            return 0;
+    return 1;
+}
+
+/* The planners' recomputation rule: a stage recomputes exactly when it does
+ * not fit without and fits with it. Sets the flags; 0 when a stage fits
+ * neither way. */
+static inline int en_dapple_set_recompute(const pt_cost *cost, pt_plan *p, char policy)
+{
+    int ok = 1;
+    for (int s = 0; s < p->stage_count; s++) {
+        p->stages[s].recompute = 0;
+        if (en_dapple_stage_fits(cost, p, s, policy, 0))
+            continue;
+        p->stages[s].recompute = 1;
+        ok &= en_dapple_stage_fits(cost, p, s, policy, 1);
+    }
+    return ok;
+}
+
 /* The planner's objective for a plan: the lower latency of the policies
- * that fit memory (A on a tie); INFINITY when neither fits. *policy gets it. */
-static inline double en_dapple_objective(const pt_cost *cost, const pt_plan *p, char *policy)
+ * that fit memory (A on a tie), each with the recomputation rule applied
+ * (p's flags are left as the rule sets them for the last policy tried);
+ * INFINITY when neither fits. *policy gets it. */
+static inline double en_dapple_objective(const pt_cost *cost, pt_plan *p, char *policy)
 {
     double best = INFINITY;
     for (int k = 0; k < 2; k++) {
         char pol = k ? 'B' : 'A';
-        if (!en_dapple_fits(cost, p, pol))
+        if (!en_dapple_set_recompute(cost, p, pol))
             continue;
         double L = en_dapple_latency_pol(cost, p, pol);
         if (L < best) {
@@ -417,7 +447,7 @@ static inline double en_dapple_objective(const pt_cost *cost, const pt_plan *p, 
  * micro-batch size, all together at most the devices) and every placement
  * policy per stage (applied from the last stage to the first). Returns the
  * number of plans visited. */
-typedef void (*en_visit_fn)(const pt_plan *plan, void *ctx);
+typedef void (*en_visit_fn)(pt_plan *plan, void *ctx);
 
 static inline long en_dapple_all(const pt_profile *pr, const pt_topology *t, int gbs,
                                  const int *mbs, int nmb, en_visit_fn fn, void *ctx)

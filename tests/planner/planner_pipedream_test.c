@@ -245,6 +245,132 @@ static void test_memory_need(void)
     pt_profile_free(&pr);
 }
 
-PT_TEST_MAIN({"exhaustive_optimum", test_exhaustive_optimum},
+/* Simulated peak within every device's memory (res.fits) for plan. */
+static int sim_fits(const pt_plan *plan, const pt_cost *cost)
+{
+    pt_sim *sim = NULL;
+    pt_program prog = {0};
+    pt_sim_result res;
+    pt_error err = {0};
+    int rc = pt_sim_new(&sim);
+    if (rc == 0)
+        rc = pt_sim_plan(sim, plan, cost, NULL, &prog, &res, &err);
+    CHECK_MSG(rc == 0, "simulate: %s", err.msg);
+    int fits = rc == 0 && res.fits;
+    pt_program_release(&prog);
+    pt_sim_free(&sim);
+    return fits;
+}
+
+/* Layers that save 20x their output for the backward: one byte below the
+ * memory its plan needs, pipedream's plan (one micro-batch size given, so the
+ * DP's partition is the same) recomputes the stages that no longer fit, only
+ * those, and fits by the simulator, which the same plan without
+ * recomputation does not. */
+static void test_recompute(void)
+{
+    pt_profile *pr = en_profile(8, 41);
+    pt_topology *t = en_topology(1, 4, 10, 64 * EN_GIB);
+    REQUIRE(pr && t);
+    for (int l = 0; l < pr->layer_count; l++)
+        pr->layers[l].saved_bytes = 20 * pr->layers[l].act_bytes;
+    pt_planner_opts o;
+    pt_planner_opts_default(&o);
+    o.microbatch_sizes[0] = 4;
+    o.microbatch_size_count = 1;
+    pt_plan *plan = NULL;
+    pt_planner_report rep;
+    pt_error err = {0};
+    REQUIRE(pt_planner_run("pipedream", pr, t, 16, &o, &plan, &rep, &err) == 0);
+    for (int s = 0; s < plan->stage_count; s++)
+        CHECK(!plan->stages[s].recompute);
+    int S0 = plan->stage_count;
+    pt_plan_free(&plan);
+    int64_t limit = rep.peak_memory_bytes - 1;
+    o.memory_limit_bytes = limit;
+    int rc = pt_planner_run("pipedream", pr, t, 16, &o, &plan, &rep, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    REQUIRE(rc == 0);
+    CHECK(plan->stage_count == S0);
+    CHECK_STR_CONTAINS(rep.why, "recomputation on");
+    pt_topology *lt = en_topology(1, 4, 10, limit);
+    pt_cost *cost = NULL;
+    REQUIRE(lt && pt_cost_new(pr, lt, &cost, &err) == 0);
+    CHECK(sim_fits(plan, cost));
+    pt_plan *off = pt_plan_clone(plan);
+    REQUIRE(off);
+    int nrc = 0;
+    for (int s = 0; s < plan->stage_count; s++) {
+        nrc += plan->stages[s].recompute;
+        off->stages[s].recompute = 0;
+        pt_mem m;
+        pt_cost_replica_memory(cost, off, s, 0, &m);
+        /* recompute exactly where the stage does not fit otherwise */
+        CHECK_MSG(plan->stages[s].recompute == (m.total > limit),
+                  "stage %d: recompute %d, %lld > %lld", s, plan->stages[s].recompute,
+                  (long long)m.total, (long long)limit);
+    }
+    CHECK(nrc > 0);
+    CHECK(!sim_fits(off, cost));
+    pt_plan_free(&off);
+    pt_plan_free(&plan);
+    pt_cost_free(&cost);
+    pt_topology_free(&lt);
+    pt_topology_free(&t);
+    pt_profile_free(&pr);
+}
+
+/* The least memory pipedream's plan for micro-batch size b alone needs
+ * (recomputing where that helps), by the ENOFIT it reports at 1 byte. */
+static int64_t need_for(const pt_profile *pr, const pt_topology *t, int b)
+{
+    pt_planner_opts o;
+    pt_planner_opts_default(&o);
+    o.microbatch_sizes[0] = b;
+    o.microbatch_size_count = 1;
+    o.memory_limit_bytes = 1;
+    pt_plan *plan = NULL;
+    pt_planner_report rep;
+    pt_error err = {0};
+    int rc = pt_planner_run("pipedream", pr, t, 16, &o, &plan, &rep, &err);
+    CHECK(rc == PT_ENOFIT);
+    pt_plan_free(&plan);
+    return rep.needed_memory_bytes;
+}
+
+/* When the default micro-batch (a row per device: 4 here) does not fit even
+ * recomputing, a smaller one that fits is planned instead. */
+static void test_widen(void)
+{
+    pt_profile *pr = en_profile(8, 43);
+    pt_topology *t = en_topology(1, 4, 10, 64 * EN_GIB);
+    REQUIRE(pr && t);
+    for (int l = 0; l < pr->layer_count; l++)
+        pr->layers[l].saved_bytes = 20 * pr->layers[l].act_bytes;
+    int64_t n4 = need_for(pr, t, 4), n1 = need_for(pr, t, 1);
+    REQUIRE(n1 < n4); /* the instance has the property the test needs */
+    pt_planner_opts o;
+    pt_planner_opts_default(&o);
+    o.memory_limit_bytes = n4 - 1;
+    pt_plan *plan = NULL;
+    pt_planner_report rep;
+    pt_error err = {0};
+    int rc = pt_planner_run("pipedream", pr, t, 16, &o, &plan, &rep, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    REQUIRE(rc == 0);
+    CHECK(plan->microbatch_size < 4);
+    CHECK_STR_CONTAINS(rep.why, "did not fit even recomputing");
+    pt_topology *lt = en_topology(1, 4, 10, o.memory_limit_bytes);
+    pt_cost *cost = NULL;
+    REQUIRE(lt && pt_cost_new(pr, lt, &cost, &err) == 0);
+    CHECK(sim_fits(plan, cost));
+    pt_plan_free(&plan);
+    pt_cost_free(&cost);
+    pt_topology_free(&lt);
+    pt_topology_free(&t);
+    pt_profile_free(&pr);
+}
+
+PT_TEST_MAIN({"exhaustive_optimum", test_exhaustive_optimum}, {"recompute", test_recompute},
              {"flat_plan_matches_objective", test_flat_plan_matches_objective},
-             {"memory_need", test_memory_need})
+             {"memory_need", test_memory_need}, {"widen", test_widen})

@@ -462,6 +462,93 @@ static void test_replay_steps(void)
     "{\"t\":1,\"kind\":\"session\",\"v\":2,\"unix_s\":0,\"control\":\"tcp://c\","                  \
     "\"telemetry\":\"tcp://t\",\"heartbeat_ms\":250,\"missed_heartbeats\":12}\n"
 
+/* The record of a run restarted twice: the body of run-dapple4 (its plan
+ * entry and the steps after it) three times, each copy later in time. */
+static void three_generations(char **text, size_t *len)
+{
+    *text = NULL;
+    FILE *f = fopen(record_path(), "rb");
+    REQUIRE(f);
+    char line[1 << 16];
+    size_t cap = 1 << 22, n = 0;
+    char *out = malloc(cap);
+    REQUIRE(out);
+    long body = -1;
+    int lineno = 0;
+    for (int copy = 0; copy < 3; copy++) {
+        if (copy > 0)
+            REQUIRE(fseek(f, body, SEEK_SET) == 0);
+        while (fgets(line, sizeof line, f)) {
+            lineno++;
+            if (copy == 0 && body < 0 && strstr(line, "\"kind\":\"plan\""))
+                body = ftell(f) - (long)strlen(line);
+            if (copy == 0 && body < 0) {
+                n += (size_t)snprintf(out + n, cap - n, "%s", line);
+                continue;
+            }
+            long long t = 0;
+            REQUIRE(sscanf(line, "{\"t\":%lld,", &t) == 1);
+            const char *rest = strchr(line, ',');
+            n += (size_t)snprintf(out + n, cap - n, "{\"t\":%lld%s", t + copy * 1000000000LL, rest);
+            REQUIRE(n < cap);
+        }
+    }
+    fclose(f);
+    *len = n;
+    *text = out;
+}
+
+/* Generation keys: ".", ",", "R" and the header's "gen k/n" over a record
+ * with three plan entries (the plan entries are indexed once). */
+static void test_replay_generations(void)
+{
+    size_t len = 0;
+    char *text = NULL;
+    three_generations(&text, &len);
+    REQUIRE(text);
+    pt_record *rec = NULL;
+    REQUIRE(pt_record_parse(text, len, "three-gen", &rec, NULL) == 0);
+    int64_t plans[4], np = 0;
+    for (int64_t j = 0; j < pt_record_count(rec); j++)
+        if (pt_record_at(rec, j)->kind == PT_RECORD_PLAN && np < 4)
+            plans[np++] = j;
+    REQUIRE(np == 3);
+    pt_store *store = NULL;
+    REQUIRE(pt_store_new(0, &store) == 0);
+    pt_replay *r = NULL;
+    REQUIRE(pt_replay_new(rec, store, 1.0, &r) == 0);
+    int64_t cur = -1;
+    CHECK(pt_replay_generation_count(r, &cur) == 3 && cur == 0);
+    /* forward: just after each plan entry in turn, then nothing further */
+    for (int g = 0; g < 3; g++) {
+        CHECK(pt_replay_seek_generation(r, +1, 0) >= 0);
+        CHECK(pt_replay_position(r) == plans[g] + 1);
+        CHECK(pt_replay_generation_count(r, &cur) == 3 && cur == g + 1);
+    }
+    CHECK(pt_replay_seek_generation(r, +1, 0) < 0);
+    /* back from the start of generation 3 goes to generation 2's start */
+    CHECK(pt_replay_seek_generation(r, -1, 0) >= 0);
+    CHECK(pt_replay_position(r) == plans[1] + 1);
+    /* from inside generation 2 (a step into it), back is its own start */
+    pt_replay_step(r, 0);
+    CHECK(pt_replay_position(r) > plans[1] + 1);
+    CHECK(pt_replay_generation_count(r, &cur) == 3 && cur == 2);
+    CHECK(pt_replay_seek_generation(r, -1, 0) >= 0);
+    CHECK(pt_replay_position(r) == plans[1] + 1);
+    CHECK(pt_replay_seek_generation(r, -1, 0) >= 0);
+    CHECK(pt_replay_position(r) == plans[0] + 1);
+    CHECK(pt_replay_seek_generation(r, -1, 0) < 0); /* nothing before the first */
+    pt_replay_seek_generation(r, +1, 0);
+    pt_replay_seek_generation(r, +1, 0);
+    CHECK(pt_replay_rewind(r, 0) >= 0);
+    CHECK(pt_replay_position(r) == plans[0] + 1);
+    CHECK(pt_replay_generation_count(r, &cur) == 3 && cur == 1);
+    pt_replay_free(&r);
+    pt_store_free(&store);
+    pt_record_free(&rec);
+    free(text);
+}
+
 static void test_record_errors(void)
 {
     pt_record *rec = NULL;
@@ -591,4 +678,5 @@ PT_TEST_MAIN({"split_backward", test_split_backward},
              {"trace_of_simulation", test_trace_of_simulation},
              {"trace_of_run_record", test_trace_of_run_record},
              {"overlap_tracks", test_overlap_tracks}, {"replay_steps", test_replay_steps},
-             {"record_errors", test_record_errors}, {"store_ring", test_store_ring})
+             {"replay_generations", test_replay_generations}, {"record_errors", test_record_errors},
+             {"store_ring", test_store_ring})
