@@ -13,8 +13,9 @@
  * the sums are never written again before the all-gather, which waits for
  * those sends to be released before it overwrites); the all-gather forwards
  * the received frame itself (reference-counted, no copy). Over shared memory
- * a send is one copy into the ring, and a receive is read (summed, copied)
- * straight out of the ring. */
+ * a send is one copy into the ring, a receive is read (summed, copied)
+ * straight out of the ring, and segments are taken in the order they arrive
+ * (allreduce_arrival_order), so none is copied aside into the stash. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -216,6 +217,40 @@ static int allreduce_arrival_order(const ring *r, pt_error *err)
     return 0;
 }
 
+/* The ring step by step (ZeroMQ, zero-copy sends): every segment of step s
+ * before any of step s+1. */
+static int allreduce_steps(const ring *r, pt_error *err)
+{
+    int rc, p = r->p, me = r->me;
+    /* Step 0: this rank's own chunk, unreduced, one segment ahead of the
+     * step-0 receives, so a rank never has much more than a segment in
+     * flight per neighbour (a bounded shared-memory ring never fills up
+     * with a whole chunk while both neighbours wait to send). */
+    uint32_t own = seg_count(chunk_len(r->count, p, me));
+    if ((rc = send_segment(r, 0, me, 0, 1, err)) < 0)
+        return rc;
+    uint32_t sent = 1;
+    for (int s = 0; s < r->steps; s++) {
+        int c = step_chunk(r, s);
+        /* Before the all-gather overwrites chunks the reduce-scatter sent
+         * zero-copy, ZeroMQ must have released them. */
+        if (s == p - 1 && pt_comm_internal_wait_ar_zc(r->comm, pt_comm_timeout_ms(r->comm)) < 0)
+            return pt_error_set(err, PT_ETIMEOUT,
+                                "allreduce: rank %d: sends to rank %d not released within %d ms",
+                                pt_comm_rank(r->comm), r->right, pt_comm_timeout_ms(r->comm));
+        for (uint32_t k = 0; k < seg_count(chunk_len(r->count, p, c)); k++) {
+            if (s == 0 && sent < own && (rc = send_segment(r, 0, me, sent++, 1, err)) < 0)
+                return rc;
+            if ((rc = ring_segment(r, s, c, k, err)) < 0)
+                return rc;
+        }
+        for (; s == 0 && sent < own; sent++)
+            if ((rc = send_segment(r, 0, me, sent, 1, err)) < 0)
+                return rc;
+    }
+    return 0;
+}
+
 int pt_comm_allreduce(pt_comm *self, pt_comm_group *group, float *buf, size_t count, int op,
                       pt_error *err)
 {
@@ -247,39 +282,10 @@ int pt_comm_allreduce(pt_comm *self, pt_comm_group *group, float *buf, size_t co
               count};
     if (p == 1)
         return 0;
-    int rc;
-    if (pt_comm_internal_copies_to(self, r.right)) {
-        if ((rc = allreduce_arrival_order(&r, err)) < 0)
-            return rc;
-        goto average;
-    }
-    /* Step 0: this rank's own chunk, unreduced, one segment ahead of the
-     * step-0 receives, so a rank never has much more than a segment in
-     * flight per neighbour (a bounded shared-memory ring never fills up
-     * with a whole chunk while both neighbours wait to send). */
-    uint32_t own = seg_count(chunk_len(count, p, me));
-    if ((rc = send_segment(&r, 0, me, 0, 1, err)) < 0)
+    int rc = pt_comm_internal_copies_to(self, r.right) ? allreduce_arrival_order(&r, err)
+                                                       : allreduce_steps(&r, err);
+    if (rc < 0)
         return rc;
-    uint32_t sent = 1;
-    for (int s = 0; s < r.steps; s++) {
-        int c = step_chunk(&r, s);
-        /* Before the all-gather overwrites chunks the reduce-scatter sent
-         * zero-copy, ZeroMQ must have released them. */
-        if (s == p - 1 && pt_comm_internal_wait_ar_zc(self, pt_comm_timeout_ms(self)) < 0)
-            return pt_error_set(err, PT_ETIMEOUT,
-                                "allreduce: rank %d: sends to rank %d not released within %d ms",
-                                pt_comm_rank(self), r.right, pt_comm_timeout_ms(self));
-        for (uint32_t k = 0; k < seg_count(chunk_len(count, p, c)); k++) {
-            if (s == 0 && sent < own && (rc = send_segment(&r, 0, me, sent++, 1, err)) < 0)
-                return rc;
-            if ((rc = ring_segment(&r, s, c, k, err)) < 0)
-                return rc;
-        }
-        for (; s == 0 && sent < own; sent++)
-            if ((rc = send_segment(&r, 0, me, sent, 1, err)) < 0)
-                return rc;
-    }
-average:
     if (op == PT_COMM_AVERAGE) {
         float fp = (float)p;
         for (size_t j = 0; j < count; j++)
