@@ -831,8 +831,9 @@ static int sleep_any(pt_comm *c, pt_shm_ring *want_ring, int extra_fd, int64_t d
             it = stack, n = 2 + (c->in_count > 14 ? 14 : c->in_count);
         int k = 0;
         it[k++] = (zmq_pollitem_t){.socket = c->pull, .events = ZMQ_POLLIN};
-        for (int i = 0; i < c->in_count && k < n; i++)
-            it[k++] = (zmq_pollitem_t){.fd = pt_shm_ring_wait_fd(c->in_ring[c->in_list[i]]),
+        int rings = 0;
+        for (; rings < c->in_count && k < n; rings++)
+            it[k++] = (zmq_pollitem_t){.fd = pt_shm_ring_wait_fd(c->in_ring[c->in_list[rings]]),
                                        .events = ZMQ_POLLIN};
         if (extra_fd >= 0 && k < n)
             it[k++] = (zmq_pollitem_t){.fd = extra_fd, .events = ZMQ_POLLIN};
@@ -841,7 +842,7 @@ static int sleep_any(pt_comm *c, pt_shm_ring *want_ring, int extra_fd, int64_t d
         if (rc >= 0) {
             if (zmq_ready)
                 *zmq_ready = (it[0].revents & ZMQ_POLLIN) != 0;
-            for (int i = 0; i + 1 < k && i < c->in_count; i++)
+            for (int i = 0; i < rings; i++)
                 fired[i] = (it[i + 1].revents & ZMQ_POLLIN) != 0;
         }
         if (it != stack)
