@@ -11,14 +11,20 @@
  *  4. beside each all-reduce figure, OpenMPI's MPI_Allreduce of the same
  *     size among p processes over shared memory (bench/mpi/mpi_allreduce.c,
  *     run with mpirun from here, so both figures come from one run), when the
- *     build found MPI.
+ *     build found MPI;
+ *  5. the "shm-proc" rows: the same all-reduce and the 1-float latency with
+ *     every rank a process of its own (fork), as agents are and as MPI's
+ *     ranks are, timed as mpi_allreduce times MPI (a barrier before each
+ *     repetition, rank 0's clock, the median).
  * Usage: comm_bandwidth [--quick]. Never a test: it only prints. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -262,6 +268,124 @@ static double allreduce_time(world *w, size_t count, int reps)
     return rc ? -1.0 : j.rep_seconds[reps / 2];
 }
 
+/* ---- ranks as processes ------------------------------------------------------ */
+
+/* What rank `rank` of a forked world does; its result goes to fd. */
+typedef int proc_fn(pt_comm *c, int rank, int p, size_t count, int reps, int fd);
+
+static int by_value(const void *a, const void *b);
+
+/* A barrier: an all-reduce of one float (what MPI_Barrier costs, roughly). */
+static int proc_barrier(pt_comm *c, pt_comm_group *g)
+{
+    float one = 0;
+    return pt_comm_allreduce(c, g, &one, 1, PT_COMM_SUM, NULL);
+}
+
+static int proc_allreduce(pt_comm *c, int rank, int p, size_t count, int reps, int fd)
+{
+    int ranks[MAX_P];
+    for (int r = 0; r < p; r++)
+        ranks[r] = r;
+    pt_comm_group g;
+    pt_comm_group_init(&g, ranks, p);
+    float *buf = calloc(count ? count : 1, sizeof(float));
+    double t[AR_REPS];
+    int rc = buf ? 0 : -1;
+    for (int i = -1; i < reps && rc == 0; i++) { /* -1: the warm-up */
+        rc |= proc_barrier(c, &g);
+        double t0 = now_s();
+        rc |= pt_comm_allreduce(c, &g, buf, count, PT_COMM_SUM, NULL);
+        if (i >= 0)
+            t[i] = now_s() - t0;
+    }
+    free(buf);
+    if (rc || rank != 0)
+        return rc;
+    qsort(t, (size_t)reps, sizeof t[0], by_value);
+    double med = t[reps / 2];
+    return write(fd, &med, sizeof med) == (ssize_t)sizeof med ? 0 : -1;
+}
+
+static int proc_latency(pt_comm *c, int rank, int p, size_t count, int reps, int fd)
+{
+    (void)p;
+    (void)count;
+    float v = 1;
+    double t0 = now_s();
+    int rc = 0;
+    for (int i = 0; i < reps && rc == 0; i++) {
+        uint64_t ping = pt_comm_tag(PT_COMM_USER, (uint32_t)i, 2);
+        uint64_t pong = pt_comm_tag(PT_COMM_USER, (uint32_t)i, 3);
+        if (rank == 0)
+            rc = pt_comm_send(c, 1, ping, &v, 1, NULL) | pt_comm_recv(c, 1, pong, &v, 1, NULL);
+        else if (rank == 1)
+            rc = pt_comm_recv(c, 0, ping, &v, 1, NULL) | pt_comm_send(c, 0, pong, &v, 1, NULL);
+    }
+    double half = (now_s() - t0) / reps / 2;
+    if (rc || rank != 0)
+        return rc;
+    return write(fd, &half, sizeof half) == (ssize_t)sizeof half ? 0 : -1;
+}
+
+/* Forks p ranks that talk over ipc endpoints with shared memory on (as local
+ * agents do), runs fn in each, and returns rank 0's figure; -1 on failure.
+ * Called while this process holds no ZeroMQ context (a fork copies none). */
+static double proc_run(int p, proc_fn *fn, size_t count, int reps)
+{
+    char dir[64] = "/tmp/pt-comm-bench-XXXXXX", eps_s[MAX_P][128];
+    const char *eps[MAX_P];
+    int fds[2];
+    if (!mkdtemp(dir))
+        return -1;
+    if (pipe(fds) != 0) {
+        rmdir(dir);
+        return -1;
+    }
+    for (int r = 0; r < p; r++) {
+        snprintf(eps_s[r], sizeof eps_s[r], "ipc://%s/r%d", dir, r);
+        eps[r] = eps_s[r];
+    }
+    fflush(stdout);
+    pid_t pid[MAX_P];
+    int started = 0;
+    for (; started < p; started++) {
+        pid[started] = fork();
+        if (pid[started] < 0)
+            break;
+        if (pid[started] == 0) {
+            close(fds[0]);
+            pt_comm_config cfg = {.rank = started, .size = p, .timeout_ms = TIMEOUT_MS};
+            pt_comm *c;
+            int rc = pt_comm_open(&cfg, eps, &c, NULL);
+            if (rc == 0) {
+                rc = fn(c, started, p, count, reps, fds[1]);
+                pt_comm_destroy(&c);
+            }
+            _exit(rc == 0 ? 0 : 1);
+        }
+    }
+    close(fds[1]);
+    double v = -1;
+    if (started == p && read(fds[0], &v, sizeof v) != (ssize_t)sizeof v)
+        v = -1;
+    close(fds[0]);
+    for (int r = 0; r < started; r++) {
+        int st;
+        if (started < p)
+            kill(pid[r], SIGTERM);
+        if (waitpid(pid[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            v = -1;
+    }
+    char sock[160];
+    for (int r = 0; r < p; r++) { /* the ipc socket files the ranks bound */
+        snprintf(sock, sizeof sock, "%s/r%d", dir, r);
+        unlink(sock);
+    }
+    rmdir(dir);
+    return v;
+}
+
 /* OpenMPI's all-reduce of each size, in ms, over shared memory (btl
  * self,vader), from one mpirun of the reference program; -1 where it could
  * not run (no MPI in the build, mpirun failed). */
@@ -371,6 +495,8 @@ int main(int argc, char **argv)
         printf("  %-8s %7.1f us\n", tname[t], lat[t] * 1e6);
         world_close(&w[t]);
     }
+    double lat_proc = proc_run(2, proc_latency, 1, quick ? PINGS / 4 : PINGS);
+    printf("  %-8s %7.1f us   (shm, each rank a process)\n", "shm-proc", lat_proc * 1e6);
 
     size_t sizes[2] = {(size_t)1 << 18, (size_t)1 << 22}; /* 1 MiB and 16 MiB of floats */
     double gamma = reduce_cost(sizes[1]);
@@ -388,6 +514,22 @@ int main(int argc, char **argv)
         "statistic;\nours/MPI = measured / MPI (n/a: the build found no MPI or mpirun failed)\n");
     printf("%-8s %2s %8s %12s %12s %7s %9s %9s\n", "transport", "p", "size", "measured ms",
            "model ms", "ratio", "MPI ms", "ours/MPI");
+    for (int p = 2; p <= 4; p += 2)
+        for (int si = 0; si < 2; si++) {
+            size_t count = sizes[si];
+            double n = (double)count * sizeof(float);
+            double meas = proc_run(p, proc_allreduce, count, ar_reps);
+            double model = 2.0 * (p - 1) * lat_proc + 2.0 * (p - 1) / p * n / bw_seg[T_SHM] +
+                           (double)(p - 1) / p * n * gamma;
+            printf("%-9s %2d %5zu MiB %12.2f %12.2f %7.2f", "shm-proc", p, (size_t)(n / (1 << 20)),
+                   meas * 1e3, model * 1e3, meas / model);
+            double mpi = mpi_ms[p][si];
+            if (mpi > 0)
+                printf(" %9.2f %9.2f\n", mpi, meas > 0 ? meas * 1e3 / mpi : -1.0);
+            else
+                printf(" %9s %9s\n", "n/a", "n/a");
+            fflush(stdout);
+        }
     for (int t = 0; t < T_COUNT; t++)
         for (int p = 2; p <= 4; p += 2)
             for (int si = 0; si < 2; si++) {

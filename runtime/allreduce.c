@@ -13,8 +13,9 @@
  * the sums are never written again before the all-gather, which waits for
  * those sends to be released before it overwrites); the all-gather forwards
  * the received frame itself (reference-counted, no copy). Over shared memory
- * a send is one copy into the ring, and a receive is read (summed, copied)
- * straight out of the ring. */
+ * a send is one copy into the ring, a receive is read (summed, copied)
+ * straight out of the ring, and segments are taken in the order they arrive
+ * (allreduce_arrival_order), so none is copied aside into the stash. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -88,41 +89,50 @@ static int send_segment(const ring *r, int step, int c, uint32_t k, int zero_cop
     return pt_comm_send(r->comm, r->right, tag, r->buf + off, n, err);
 }
 
-/* Step s, segment k of chunk c: receive it from the left, add it into buf
- * (reduce-scatter) or copy it (all-gather), and pass it on as step s+1. The
- * received frame is read where it arrived (a ZeroMQ frame or the ring from
- * the left) and released before the next receive. */
-static int ring_segment(const ring *r, int s, int c, uint32_t k, pt_error *err)
+#define ADD_BLOCK 16 /* floats per block of add_into: whole vector registers at -O2 */
+
+/* dst[j] += in[j] for j < n; in may be unaligned (a tcp frame starts at any
+ * byte, as ZeroMQ slices frames out of its read buffer). Fixed-size blocks
+ * let the compiler use vector adds without alias checks; the sums are the
+ * scalar ones, bit for bit (no reassociation, no fused multiply-add). */
+static void add_into(float *restrict dst, const unsigned char *restrict in, size_t n)
+{
+    size_t j = 0;
+    for (; j + ADD_BLOCK <= n; j += ADD_BLOCK) {
+        float a[ADD_BLOCK], b[ADD_BLOCK];
+        memcpy(a, dst + j, sizeof a);
+        memcpy(b, in + j * sizeof(float), sizeof b);
+        for (int i = 0; i < ADD_BLOCK; i++)
+            a[i] += b[i];
+        memcpy(dst + j, a, sizeof a);
+    }
+    for (; j < n; j++) {
+        float x;
+        memcpy(&x, in + j * sizeof x, sizeof x);
+        dst[j] += x;
+    }
+}
+
+/* Step s, segment k of chunk c, received in *f: add it into buf
+ * (reduce-scatter) or copy it (all-gather), pass it on as step s+1, and
+ * release the frame. */
+static int apply_segment(const ring *r, int s, int c, uint32_t k, pt_comm_frame *f, pt_error *err)
 {
     size_t n = seg_len(chunk_len(r->count, r->p, c), k);
     float *dst = r->buf + chunk_off(r->count, r->p, c) + (size_t)k * PT_COMM_SEGMENT_FLOATS;
-    pt_comm_frame f;
-    int rc = pt_comm_internal_recv_frame(r->comm, r->left, ring_tag(r->id, s, k), &f, err);
-    if (rc < 0) {
-        if (rc == PT_ETIMEOUT)
-            pt_error_prefix(err, "allreduce");
-        return rc;
-    }
-    if (f.bytes != n * sizeof(float)) {
-        size_t got = f.bytes / sizeof(float);
-        pt_comm_internal_frame_release(r->comm, &f);
+    int rc = 0;
+    if (f->bytes != n * sizeof(float)) {
+        size_t got = f->bytes / sizeof(float);
+        pt_comm_internal_frame_release(r->comm, f);
         return pt_error_set(err, PT_EINVAL,
                             "allreduce: rank %d: step %d from rank %d has %zu floats, expected %zu "
                             "(do all members pass the same count?)",
                             pt_comm_rank(r->comm), s, r->left, got, n);
     }
-    /* A frame received over tcp may start at any byte (ZeroMQ slices them
-     * out of its read buffer): load each float by memcpy. */
-    const unsigned char *in = f.data;
-    if (s < r->p - 1) {
-        for (size_t j = 0; j < n; j++) {
-            float x;
-            memcpy(&x, in + j * sizeof x, sizeof x);
-            dst[j] += x;
-        }
-    } else if (n) {
-        memcpy(dst, in, n * sizeof(float));
-    }
+    if (s < r->p - 1)
+        add_into(dst, f->data, n);
+    else if (n)
+        memcpy(dst, f->data, n * sizeof(float));
     if (s + 1 < r->p - 1) {
         /* Still reducing: this sum is not written again before the all-gather. */
         rc = send_segment(r, s + 1, c, k, 1, err);
@@ -131,10 +141,114 @@ static int ring_segment(const ring *r, int s, int c, uint32_t k, pt_error *err)
          * the all-reduce returns. */
         rc = send_segment(r, s + 1, c, k, 0, err);
     } else if (s + 1 < r->steps) {
-        rc = pt_comm_internal_forward(r->comm, r->right, ring_tag(r->id, s + 1, k), &f, err);
+        rc = pt_comm_internal_forward(r->comm, r->right, ring_tag(r->id, s + 1, k), f, err);
     }
-    pt_comm_internal_frame_release(r->comm, &f);
+    pt_comm_internal_frame_release(r->comm, f);
     return rc;
+}
+
+static int recv_failed(int rc, pt_error *err)
+{
+    if (rc == PT_ETIMEOUT)
+        pt_error_prefix(err, "allreduce");
+    return rc;
+}
+
+/* Step s, segment k of chunk c: receive it from the left and apply it. The
+ * received frame is read where it arrived (a ZeroMQ frame or the ring from
+ * the left). */
+static int ring_segment(const ring *r, int s, int c, uint32_t k, pt_error *err)
+{
+    pt_comm_frame f;
+    int rc = pt_comm_internal_recv_frame(r->comm, r->left, ring_tag(r->id, s, k), &f, err);
+    if (rc < 0)
+        return recv_failed(rc, err);
+    return apply_segment(r, s, c, k, &f, err);
+}
+
+static int step_chunk(const ring *r, int s)
+{
+    return ((r->me - s - 1) % r->p + r->p) % r->p;
+}
+
+/* The ring when every send to the right is a copy (shared memory): each
+ * segment is taken in the order it arrives, whatever its step. The left
+ * interleaves its own step-0 segments with the step-1 segments they yield,
+ * so a receive of one step at a time would copy every other segment aside
+ * (into the stash) and take it back later; in arrival order nothing is
+ * copied aside. Each segment of each step still arrives in order, and is
+ * applied exactly as in the step-by-step ring, so the sums are the same
+ * bits. (With zero-copy sends this order is not safe: the all-gather would
+ * overwrite sums ZeroMQ may still be reading, see pt_comm_allreduce.) */
+static int allreduce_arrival_order(const ring *r, pt_error *err)
+{
+    uint32_t done[2 * PT_COMM_MAX_GROUP] = {0};
+    uint64_t total = 0;
+    for (int s = 0; s < r->steps; s++)
+        total += seg_count(chunk_len(r->count, r->p, step_chunk(r, s)));
+    uint32_t own = seg_count(chunk_len(r->count, r->p, r->me)), sent = 0;
+    uint64_t family = ring_tag(r->id, 0, 0), mask = ~(uint64_t)PT_COMM_TAG_PART_MAX;
+    int rc;
+    for (uint64_t taken = 0; taken < total; taken++) {
+        /* One own segment ahead of each receive, as in the step-by-step ring. */
+        for (int ahead = sent == 0 ? 2 : 1; ahead > 0 && sent < own; ahead--)
+            if ((rc = send_segment(r, 0, r->me, sent++, 0, err)) < 0)
+                return rc;
+        pt_comm_frame f;
+        if ((rc = pt_comm_internal_recv_frame_any(r->comm, r->left, family, mask, &f, err)) < 0)
+            return recv_failed(rc, err);
+        uint32_t part = pt_comm_tag_part(f.tag), k = part & (SEG_MAX - 1);
+        int s = (int)(part >> SEG_BITS);
+        if (s >= r->steps || k != done[s] ||
+            k >= seg_count(chunk_len(r->count, r->p, step_chunk(r, s)))) {
+            pt_comm_internal_frame_release(r->comm, &f);
+            return pt_error_set(err, PT_EPARSE,
+                                "allreduce: rank %d: step %d segment %u from rank %d is out of "
+                                "order (segment %u of that step expected)",
+                                pt_comm_rank(r->comm), s, k, r->left, s < r->steps ? done[s] : 0);
+        }
+        if ((rc = apply_segment(r, s, step_chunk(r, s), k, &f, err)) < 0)
+            return rc;
+        done[s]++;
+    }
+    for (; sent < own; sent++)
+        if ((rc = send_segment(r, 0, r->me, sent, 0, err)) < 0)
+            return rc;
+    return 0;
+}
+
+/* The ring step by step (ZeroMQ, zero-copy sends): every segment of step s
+ * before any of step s+1. */
+static int allreduce_steps(const ring *r, pt_error *err)
+{
+    int rc, p = r->p, me = r->me;
+    /* Step 0: this rank's own chunk, unreduced, one segment ahead of the
+     * step-0 receives, so a rank never has much more than a segment in
+     * flight per neighbour (a bounded shared-memory ring never fills up
+     * with a whole chunk while both neighbours wait to send). */
+    uint32_t own = seg_count(chunk_len(r->count, p, me));
+    if ((rc = send_segment(r, 0, me, 0, 1, err)) < 0)
+        return rc;
+    uint32_t sent = 1;
+    for (int s = 0; s < r->steps; s++) {
+        int c = step_chunk(r, s);
+        /* Before the all-gather overwrites chunks the reduce-scatter sent
+         * zero-copy, ZeroMQ must have released them. */
+        if (s == p - 1 && pt_comm_internal_wait_ar_zc(r->comm, pt_comm_timeout_ms(r->comm)) < 0)
+            return pt_error_set(err, PT_ETIMEOUT,
+                                "allreduce: rank %d: sends to rank %d not released within %d ms",
+                                pt_comm_rank(r->comm), r->right, pt_comm_timeout_ms(r->comm));
+        for (uint32_t k = 0; k < seg_count(chunk_len(r->count, p, c)); k++) {
+            if (s == 0 && sent < own && (rc = send_segment(r, 0, me, sent++, 1, err)) < 0)
+                return rc;
+            if ((rc = ring_segment(r, s, c, k, err)) < 0)
+                return rc;
+        }
+        for (; s == 0 && sent < own; sent++)
+            if ((rc = send_segment(r, 0, me, sent, 1, err)) < 0)
+                return rc;
+    }
+    return 0;
 }
 
 int pt_comm_allreduce(pt_comm *self, pt_comm_group *group, float *buf, size_t count, int op,
@@ -168,33 +282,10 @@ int pt_comm_allreduce(pt_comm *self, pt_comm_group *group, float *buf, size_t co
               count};
     if (p == 1)
         return 0;
-    int rc;
-    /* Step 0: this rank's own chunk, unreduced, one segment ahead of the
-     * step-0 receives, so a rank never has much more than a segment in
-     * flight per neighbour (a bounded shared-memory ring never fills up
-     * with a whole chunk while both neighbours wait to send). */
-    uint32_t own = seg_count(chunk_len(count, p, me));
-    if ((rc = send_segment(&r, 0, me, 0, 1, err)) < 0)
+    int rc = pt_comm_internal_copies_to(self, r.right) ? allreduce_arrival_order(&r, err)
+                                                       : allreduce_steps(&r, err);
+    if (rc < 0)
         return rc;
-    uint32_t sent = 1;
-    for (int s = 0; s < r.steps; s++) {
-        int c = ((me - s - 1) % p + p) % p;
-        /* Before the all-gather overwrites chunks the reduce-scatter sent
-         * zero-copy, ZeroMQ must have released them. */
-        if (s == p - 1 && pt_comm_internal_wait_ar_zc(self, pt_comm_timeout_ms(self)) < 0)
-            return pt_error_set(err, PT_ETIMEOUT,
-                                "allreduce: rank %d: sends to rank %d not released within %d ms",
-                                pt_comm_rank(self), r.right, pt_comm_timeout_ms(self));
-        for (uint32_t k = 0; k < seg_count(chunk_len(count, p, c)); k++) {
-            if (s == 0 && sent < own && (rc = send_segment(&r, 0, me, sent++, 1, err)) < 0)
-                return rc;
-            if ((rc = ring_segment(&r, s, c, k, err)) < 0)
-                return rc;
-        }
-        for (; s == 0 && sent < own; sent++)
-            if ((rc = send_segment(&r, 0, me, sent, 1, err)) < 0)
-                return rc;
-    }
     if (op == PT_COMM_AVERAGE) {
         float fp = (float)p;
         for (size_t j = 0; j < count; j++)

@@ -21,6 +21,16 @@
 #define RCV_HWM_MSGS     256 /* per connection: what a flood can park inside ZeroMQ */
 #define ZC_POLL_NS       20000L
 #define STASH_GROW_SLOTS 16
+/* Spinning before a sleep on a ring (see spin_until): the budget's bounds,
+ * how often the loop reads the clock, and how often the PULL socket is read
+ * while a ring delivers. PT_COMM_SPIN_US in the environment sets the
+ * largest budget (0: never spin). */
+#define SPIN_MAX_NS      50000
+#define SPIN_MIN_NS      2000
+#define IDLE_CHECK_NS    100000000
+#define SPIN_CLOCK_EVERY 32
+#define ZMQ_CHECK_NS     1000000
+#define US_NS            1000
 
 /* A message of several ring records, taken piece by piece. */
 typedef struct ring_partial {
@@ -67,9 +77,30 @@ struct pt_comm {
     ring_partial *partial;     /* [size] the message each ring is in the middle of */
     pt_shm_ring *held;         /* ring whose record a frame holds now */
     char shm_dir[PT_SHM_PATH_MAX];
-    pt_comm_socket_hook hook; /* pt_comm_create_hooked; NULL none */
+    int64_t spin_ns, spin_max_ns; /* spin budget now and at most; 0: never spin */
+    int64_t idle_checked_ns;      /* when core_free last read the run queue */
+    int core_free, cores;         /* its answer; online cores */
+    int64_t zmq_checked_ns;       /* when a receive last read the PULL socket */
+    pt_comm_socket_hook hook;     /* pt_comm_create_hooked; NULL none */
     void *hook_user;
 };
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* One step of a spin: lets the sibling hyper-thread run and saves power. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 
 int64_t pt_comm_internal_now_ms(void)
 {
@@ -201,6 +232,18 @@ int pt_comm_create_hooked(const pt_comm_config *cfg, pt_comm_socket_hook hook, v
     c->ring_bytes = cfg->shm_ring_bytes ? cfg->shm_ring_bytes : PT_COMM_DEFAULT_RING_BYTES;
     const char *env = getenv("PT_COMM_SHM");
     c->shm_on = cfg->shm >= 0 && !(env && !strcmp(env, "0"));
+    /* Spinning helps only where the peer can run meanwhile on another core. */
+    c->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    c->spin_max_ns = c->cores > 1 ? SPIN_MAX_NS : 0;
+    c->idle_checked_ns = INT64_MIN / 2;
+    const char *spin_env = getenv("PT_COMM_SPIN_US");
+    if (spin_env && *spin_env) {
+        char *end;
+        long us = strtol(spin_env, &end, 10);
+        if (*end == '\0' && us >= 0 && us <= 1000000)
+            c->spin_max_ns = (int64_t)us * US_NS;
+    }
+    c->spin_ns = c->spin_max_ns;
     size_t n = (size_t)cfg->size;
     c->push = calloc(n, sizeof *c->push);
     c->send_seq = calloc(n, sizeof *c->send_seq);
@@ -453,18 +496,28 @@ static int stash_fits(const pt_comm *c, size_t bytes)
     return bytes <= c->stash_limit && c->stats.stash_bytes <= c->stash_limit - bytes;
 }
 
-/* Takes the oldest stashed (src, tag) message into *payload: 1 found, 0 not. */
-static int stash_take(pt_comm *c, int src, uint64_t tag, zmq_msg_t *payload)
+/* Whether tag is one that a receive of (want, mask) takes. */
+static int tag_matches(uint64_t tag, uint64_t want, uint64_t mask)
+{
+    return ((tag ^ want) & mask) == 0;
+}
+
+/* Takes the oldest stashed message from src whose tag matches (want, mask)
+ * into *payload and its tag into *tag: 1 found, 0 not. */
+static int stash_take(pt_comm *c, int src, uint64_t want, uint64_t mask, zmq_msg_t *payload,
+                      uint64_t *tag)
 {
     int best = -1;
     for (int i = 0; i < c->slots_used; i++) {
         stash_slot *s = c->slots[i];
-        if (s->src == src && s->tag == tag && (best < 0 || s->order < c->slots[best]->order))
+        if (s->src == src && tag_matches(s->tag, want, mask) &&
+            (best < 0 || s->order < c->slots[best]->order))
             best = i;
     }
     if (best < 0)
         return 0;
     stash_slot *s = c->slots[best];
+    *tag = s->tag;
     c->stats.stash_bytes -= zmq_msg_size(&s->payload);
     zmq_msg_init(payload);
     zmq_msg_move(payload, &s->payload);
@@ -652,7 +705,8 @@ static int attach_ring(pt_comm *c, int src, zmq_msg_t *payload)
  * view into the ring when it is one record and view is set, a copy
  * otherwise; 2: another message was stashed or dropped, or a piece taken;
  * 0: nothing more now; <0 an error (err set). */
-static int ring_next(pt_comm *c, int src, uint64_t want, int view, pt_comm_frame *f, pt_error *err)
+static int ring_next(pt_comm *c, int src, uint64_t want, uint64_t mask, int view, pt_comm_frame *f,
+                     pt_error *err)
 {
     pt_shm_ring *r = c->in_ring[src];
     ring_partial *p = &c->partial[src];
@@ -675,7 +729,7 @@ static int ring_next(pt_comm *c, int src, uint64_t want, int view, pt_comm_frame
             return pt_error_set(err, PT_EPARSE, "comm: rank %d: the ring from rank %d is corrupt",
                                 c->rank, src);
         int keep = check_hdr(c, &h, 1) == ACCEPT;
-        int match = keep && f && h.tag == want;
+        int match = keep && f && tag_matches(h.tag, want, mask);
         if (keep && !match && !stash_fits(c, total)) {
             drop(&c->stats.dropped_overflow, c);
             keep = 0;
@@ -685,6 +739,7 @@ static int ring_next(pt_comm *c, int src, uint64_t want, int view, pt_comm_frame
             c->stats.bytes_recv += PT_COMM_HEADER_BYTES + total;
         }
         if (match && view && first == total) {
+            f->tag = h.tag;
             f->data = rec.data + PT_COMM_HEADER_BYTES;
             f->bytes = total;
             f->in_msg = 0;
@@ -714,7 +769,8 @@ static int ring_next(pt_comm *c, int src, uint64_t want, int view, pt_comm_frame
     p->active = 0;
     if (!p->keep)
         return 2;
-    if (f && p->h.tag == want) {
+    if (f && tag_matches(p->h.tag, want, mask)) {
+        f->tag = p->h.tag;
         f->in_msg = 1;
         f->ring = NULL;
         zmq_msg_init(&f->msg);
@@ -743,7 +799,7 @@ static int drain_blocked_rings(pt_comm *c, pt_error *err)
         if (r == c->held || !pt_shm_ring_producer_waiting(r))
             continue;
         int rc;
-        while ((rc = ring_next(c, src, UINT64_MAX, 0, NULL, err)) == 2) {
+        while ((rc = ring_next(c, src, 0, 0, 0, NULL, err)) == 2) {
         }
         if (rc < 0)
             return rc;
@@ -753,14 +809,21 @@ static int drain_blocked_rings(pt_comm *c, pt_error *err)
 
 /* Sleeps until the PULL socket, a ring's FIFO or extra_fd (-1: none) wakes
  * us, or deadline. want_ring (NULL: none) is armed to wake us on its next
- * record; the rings of blocked senders wake us anyway. 0, or PT_ESTATE. */
-static int sleep_any(pt_comm *c, pt_shm_ring *want_ring, int extra_fd, int64_t deadline)
+ * record; the rings of blocked senders wake us anyway. *zmq_ready (not
+ * NULL) is 0 when the PULL socket surely has nothing to read. 0, or
+ * PT_ESTATE. */
+static int sleep_any(pt_comm *c, pt_shm_ring *want_ring, int extra_fd, int64_t deadline,
+                     int *zmq_ready)
 {
+    if (zmq_ready)
+        *zmq_ready = 1;
     if (want_ring && pt_shm_ring_prepare_sleep(want_ring)) {
-        pt_shm_ring_woke(want_ring);
+        pt_shm_ring_woke(want_ring, 0);
         return 0;
     }
     int64_t left = deadline - pt_comm_internal_now_ms();
+    unsigned char fired[PT_COMM_MAX_RANKS];
+    memset(fired, 1, (size_t)c->in_count); /* not watched: drained anyway */
     if (left > 0) {
         zmq_pollitem_t stack[16], *it = stack;
         int n = c->in_count + 2;
@@ -768,20 +831,28 @@ static int sleep_any(pt_comm *c, pt_shm_ring *want_ring, int extra_fd, int64_t d
             it = stack, n = 2 + (c->in_count > 14 ? 14 : c->in_count);
         int k = 0;
         it[k++] = (zmq_pollitem_t){.socket = c->pull, .events = ZMQ_POLLIN};
-        for (int i = 0; i < c->in_count && k < n; i++)
-            it[k++] = (zmq_pollitem_t){.fd = pt_shm_ring_wait_fd(c->in_ring[c->in_list[i]]),
+        int rings = 0;
+        for (; rings < c->in_count && k < n; rings++)
+            it[k++] = (zmq_pollitem_t){.fd = pt_shm_ring_wait_fd(c->in_ring[c->in_list[rings]]),
                                        .events = ZMQ_POLLIN};
         if (extra_fd >= 0 && k < n)
             it[k++] = (zmq_pollitem_t){.fd = extra_fd, .events = ZMQ_POLLIN};
         int rc = zmq_poll(it, k, (long)left);
         int e = errno;
+        if (rc >= 0) {
+            if (zmq_ready)
+                *zmq_ready = (it[0].revents & ZMQ_POLLIN) != 0;
+            for (int i = 0; i < rings; i++)
+                fired[i] = (it[i + 1].revents & ZMQ_POLLIN) != 0;
+        }
         if (it != stack)
             free(it);
         if (rc < 0 && e == ETERM)
             return PT_ESTATE;
     }
+    /* Only FIFOs that fired hold bytes to read: no empty read per ring. */
     for (int i = 0; i < c->in_count; i++)
-        pt_shm_ring_woke(c->in_ring[c->in_list[i]]);
+        pt_shm_ring_woke(c->in_ring[c->in_list[i]], fired[i]);
     return atomic_load(&c->interrupted) ? PT_ESTATE : 0;
 }
 
@@ -791,10 +862,12 @@ static int interrupted(const pt_comm *c, const char *what, pt_error *err)
                         c->rank, what);
 }
 
-/* Reads everything queued on the PULL socket without blocking: messages for
- * (src, want) stop it (1, *m set, want >= 0), others are stashed (or dropped
- * over the bound). 0 when the socket is empty, <0 on error (err set). */
-static int pull_all(pt_comm *c, int src, uint64_t want, zmq_msg_t *out, pt_error *err)
+/* Reads everything queued on the PULL socket without blocking: a message
+ * from src whose tag matches (want, mask) stops it (1, *out and *out_tag
+ * set; out not NULL), others are stashed (or dropped over the bound). 0
+ * when the socket is empty, <0 on error (err set). */
+static int pull_all(pt_comm *c, int src, uint64_t want, uint64_t mask, zmq_msg_t *out,
+                    uint64_t *out_tag, pt_error *err)
 {
     for (;;) {
         int from;
@@ -810,7 +883,8 @@ static int pull_all(pt_comm *c, int src, uint64_t want, zmq_msg_t *out, pt_error
             return 0;
         if (rc == 2)
             continue;
-        if (out && from == src && got == want) {
+        if (out && from == src && tag_matches(got, want, mask)) {
+            *out_tag = got;
             zmq_msg_init(out);
             zmq_msg_move(out, &m);
             zmq_msg_close(&m);
@@ -829,8 +903,100 @@ static int pull_all(pt_comm *c, int src, uint64_t want, zmq_msg_t *out, pt_error
     }
 }
 
-int pt_comm_internal_recv_frame(pt_comm *self, int src, uint64_t tag, pt_comm_frame *f,
-                                pt_error *err)
+/* Whether a core is free for the peer while this rank spins: the kernel's
+ * count of runnable tasks (this one among them) in /proc/loadavg, read at
+ * most every IDLE_CHECK_NS, is at most the number of cores. On a machine
+ * with more runnable tasks than cores a spin only keeps the peer (or
+ * others) off this core, so it is skipped. */
+static int core_free(pt_comm *c, int64_t t)
+{
+    if (t - c->idle_checked_ns < IDLE_CHECK_NS)
+        return c->core_free;
+    c->idle_checked_ns = t;
+    c->core_free = 1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        double l1, l5, l15;
+        long running, total;
+        if (fscanf(f, "%lf %lf %lf %ld/%ld", &l1, &l5, &l15, &running, &total) == 5)
+            c->core_free = running <= c->cores;
+        fclose(f);
+    }
+    return c->core_free;
+}
+
+/* Spins (pause, no system call) until ready(c, arg) or c's spin budget is
+ * spent: 1 ready, 0 not. A wait that a spin ended doubles the budget (up to
+ * spin_max_ns), one it did not halves it (down to SPIN_MIN_NS), so ranks
+ * whose peers answer within microseconds (each on its own core) skip the
+ * sleep and the wake-up, while ranks that wait long (for a peer's compute)
+ * spin almost not at all; and nobody spins while the machine has no core
+ * to spare (core_free). */
+static int spin_until(pt_comm *c, int (*ready)(pt_comm *, const void *), const void *arg)
+{
+    if (c->spin_max_ns <= 0)
+        return 0;
+    int64_t t0 = now_ns();
+    if (!core_free(c, t0))
+        return 0;
+    for (unsigned i = 1;; i++) {
+        if (ready(c, arg)) {
+            c->spin_ns = c->spin_ns * 2 > c->spin_max_ns ? c->spin_max_ns : c->spin_ns * 2;
+            return 1;
+        }
+        cpu_relax();
+        if (!(i % SPIN_CLOCK_EVERY) && now_ns() - t0 >= c->spin_ns)
+            break;
+    }
+    c->spin_ns = c->spin_ns / 2 < SPIN_MIN_NS ? SPIN_MIN_NS : c->spin_ns / 2;
+    return 0;
+}
+
+/* A sender waits for room in the rings to this rank: they must be drained. */
+static int blocked_producer(const pt_comm *c)
+{
+    for (int i = 0; i < c->in_count; i++) {
+        pt_shm_ring *r = c->in_ring[c->in_list[i]];
+        if (r != c->held && pt_shm_ring_producer_waiting(r))
+            return 1;
+    }
+    return 0;
+}
+
+static int ring_has_record(pt_comm *c, const void *ring)
+{
+    return pt_shm_ring_readable(ring) || blocked_producer(c);
+}
+
+/* Whether the PULL socket is to be read now. With src's messages in its
+ * ring, ZeroMQ carries only others' (remote peers', or forged frames, which
+ * are dropped and counted): reading it at most every ZMQ_CHECK_NS while the
+ * ring delivers keeps its cost (a system call in ZeroMQ per look) off each
+ * message; every sleep watches the socket anyway. */
+static int zmq_due(pt_comm *c, int src, int after_sleep)
+{
+    if (after_sleep || !c->in_ring[src])
+        return 1;
+    int64_t t = now_ns();
+    if (t - c->zmq_checked_ns < ZMQ_CHECK_NS)
+        return 0;
+    c->zmq_checked_ns = t;
+    return 1;
+}
+
+static void frame_from_msg(pt_comm_frame *f, uint64_t tag)
+{
+    f->tag = tag;
+    f->in_msg = 1;
+    f->ring = NULL;
+    f->data = zmq_msg_data(&f->msg);
+    f->bytes = zmq_msg_size(&f->msg);
+}
+
+/* pt_comm_internal_recv_frame for the oldest message from src whose tag
+ * matches (want, mask); f->tag says which. */
+static int recv_frame(pt_comm *self, int src, uint64_t want, uint64_t mask, pt_comm_frame *f,
+                      pt_error *err)
 {
     char tb[64];
     if (src < 0 || src >= self->size)
@@ -838,44 +1004,52 @@ int pt_comm_internal_recv_frame(pt_comm *self, int src, uint64_t tag, pt_comm_fr
                             src, self->size);
     f->ring = NULL;
     f->in_msg = 1;
-    if (stash_take(self, src, tag, &f->msg)) {
-        f->data = zmq_msg_data(&f->msg);
-        f->bytes = zmq_msg_size(&f->msg);
+    uint64_t got;
+    if (stash_take(self, src, want, mask, &f->msg, &got)) {
+        frame_from_msg(f, got);
         return 0;
     }
     int64_t deadline = pt_comm_internal_now_ms() + self->timeout_ms;
+    int slept = 0; /* 1: the PULL socket may have woken the last sleep */
     for (;;) {
-        /* ZeroMQ first, also when the ring has the message: what is queued
-         * there (a remote peer's, or forged) is checked and counted at once
-         * instead of piling up inside ZeroMQ. */
-        int rc = pull_all(self, src, tag, &f->msg, err);
-        if (rc < 0)
-            return rc;
-        if (rc == 1) {
-            f->in_msg = 1;
-            f->data = zmq_msg_data(&f->msg);
-            f->bytes = zmq_msg_size(&f->msg);
-            return 0;
+        int rc;
+        if (zmq_due(self, src, slept)) {
+            rc = pull_all(self, src, want, mask, &f->msg, &got, err);
+            if (rc < 0)
+                return rc;
+            if (rc == 1) {
+                frame_from_msg(f, got);
+                return 0;
+            }
         }
-        if (self->in_ring[src]) {
-            while ((rc = ring_next(self, src, tag, 1, f, err)) == 2) {
+        slept = 0;
+        pt_shm_ring *ring = self->in_ring[src];
+        if (ring) {
+            while ((rc = ring_next(self, src, want, mask, 1, f, err)) == 2) {
             }
             if (rc < 0)
                 return rc;
             if (rc == 1)
                 return 0;
-        }
-        /* A hello from src may have just attached its ring: look there first. */
-        if (self->in_ring[src] && pt_shm_ring_prepare_sleep(self->in_ring[src])) {
-            pt_shm_ring_woke(self->in_ring[src]);
-            continue;
+            if ((rc = drain_blocked_rings(self, err)) < 0)
+                return rc;
+            if (stash_take(self, src, want, mask, &f->msg, &got)) {
+                frame_from_msg(f, got);
+                return 0;
+            }
+            if (spin_until(self, ring_has_record, ring))
+                continue;
+            /* A hello from src may have just attached its ring: look there
+             * first. */
+            if (pt_shm_ring_prepare_sleep(ring)) {
+                pt_shm_ring_woke(ring, 0);
+                continue;
+            }
         }
         if ((rc = drain_blocked_rings(self, err)) < 0)
             return rc;
-        if (stash_take(self, src, tag, &f->msg)) {
-            f->in_msg = 1;
-            f->data = zmq_msg_data(&f->msg);
-            f->bytes = zmq_msg_size(&f->msg);
+        if (stash_take(self, src, want, mask, &f->msg, &got)) {
+            frame_from_msg(f, got);
             return 0;
         }
         if (pt_comm_internal_now_ms() >= deadline) {
@@ -884,15 +1058,27 @@ int pt_comm_internal_recv_frame(pt_comm *self, int src, uint64_t tag, pt_comm_fr
                     err, PT_ETIMEOUT,
                     "comm: rank %d: no message %s from rank %d within %d ms "
                     "(%llu frames dropped over the %zu-byte early-arrival bound)",
-                    self->rank, pt_comm_tag_str(tag, tb, sizeof tb), src, self->timeout_ms,
+                    self->rank, pt_comm_tag_str(want, tb, sizeof tb), src, self->timeout_ms,
                     (unsigned long long)self->stats.dropped_overflow, self->stash_limit);
             return pt_error_set(
                 err, PT_ETIMEOUT, "comm: rank %d: no message %s from rank %d within %d ms",
-                self->rank, pt_comm_tag_str(tag, tb, sizeof tb), src, self->timeout_ms);
+                self->rank, pt_comm_tag_str(want, tb, sizeof tb), src, self->timeout_ms);
         }
-        if (sleep_any(self, self->in_ring[src], -1, deadline) < 0)
+        if (sleep_any(self, ring, -1, deadline, &slept) < 0)
             return interrupted(self, "recv", err);
     }
+}
+
+int pt_comm_internal_recv_frame(pt_comm *self, int src, uint64_t tag, pt_comm_frame *f,
+                                pt_error *err)
+{
+    return recv_frame(self, src, tag, UINT64_MAX, f, err);
+}
+
+int pt_comm_internal_recv_frame_any(pt_comm *self, int src, uint64_t want, uint64_t mask,
+                                    pt_comm_frame *f, pt_error *err)
+{
+    return recv_frame(self, src, want, mask, f, err);
 }
 
 void pt_comm_internal_frame_release(pt_comm *self, pt_comm_frame *f)
@@ -1008,17 +1194,30 @@ typedef struct send_wait {
     int rc;
 } send_wait;
 
+typedef struct room_wait {
+    pt_shm_ring *ring;
+    uint64_t tail; /* the receiver's count when the sender found it full */
+} room_wait;
+
+static int room_freed(pt_comm *c, const void *arg)
+{
+    const room_wait *w = arg;
+    return pt_shm_ring_peer_count(w->ring) != w->tail || blocked_producer(c);
+}
+
 /* A full ring: receive what is queued for us meanwhile (into the stash) and
  * sleep until the receiver frees room, bounded by the send's deadline. */
 static int ring_full_wait(void *arg, pt_shm_ring *r)
 {
     send_wait *w = arg;
-    int rc = pull_all(w->c, -1, 0, NULL, w->err);
+    int rc = pull_all(w->c, -1, 0, 0, NULL, NULL, w->err);
     if (rc == 0)
         rc = drain_blocked_rings(w->c, w->err);
     if (rc == 0 && pt_comm_internal_now_ms() >= w->deadline)
         rc = PT_ETIMEOUT;
-    if (rc == 0 && sleep_any(w->c, NULL, pt_shm_ring_wait_fd(r), w->deadline) < 0)
+    room_wait rw = {r, pt_shm_ring_peer_count(r)};
+    if (rc == 0 && !spin_until(w->c, room_freed, &rw) &&
+        sleep_any(w->c, NULL, pt_shm_ring_wait_fd(r), w->deadline, NULL) < 0)
         rc = PT_ESTATE;
     w->rc = rc;
     return rc;
@@ -1142,6 +1341,12 @@ int pt_comm_internal_forward(pt_comm *self, int dst, uint64_t tag, pt_comm_frame
     rc = pt_comm_internal_send_msg(self, dst, tag, &m, err);
     zmq_msg_close(&m);
     return rc;
+}
+
+int pt_comm_internal_copies_to(pt_comm *self, int dst)
+{
+    return dst != self->rank && dst >= 0 && dst < self->size && self->push[dst] &&
+           ring_to(self, dst) != NULL;
 }
 
 /* count floats from buf to dst over its ring, when it has one: 1 sent, 0 no

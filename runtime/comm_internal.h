@@ -59,6 +59,7 @@ int64_t pt_comm_internal_now_ms(void);
 /* A received message's payload: in a ZeroMQ frame (stash or socket) or still
  * in a shared-memory ring, which it holds until released. */
 typedef struct pt_comm_frame {
+    uint64_t tag;              /* the message's tag */
     const unsigned char *data; /* bytes floats, possibly unaligned (tcp) */
     size_t bytes;
     int in_msg; /* 1: data lives in msg */
@@ -72,6 +73,13 @@ typedef struct pt_comm_frame {
 int pt_comm_internal_recv_frame(pt_comm *self, int src, uint64_t tag, pt_comm_frame *f,
                                 pt_error *err);
 void pt_comm_internal_frame_release(pt_comm *self, pt_comm_frame *f);
+/* The same for the oldest message from src whose tag t has
+ * (t & mask) == (want & mask), whichever arrived first: f->tag says which. */
+int pt_comm_internal_recv_frame_any(pt_comm *self, int src, uint64_t want, uint64_t mask,
+                                    pt_comm_frame *f, pt_error *err);
+/* 1 when a send to dst is a copy made before the send returns (a
+ * shared-memory ring, made now if it is to be), 0 when it may be zero-copy. */
+int pt_comm_internal_copies_to(pt_comm *self, int dst);
 /* Sends a held frame's payload on to dst under tag: shares a ZeroMQ frame
  * where the path allows, copies otherwise. The frame stays held. */
 int pt_comm_internal_forward(pt_comm *self, int dst, uint64_t tag, pt_comm_frame *f, pt_error *err);
@@ -120,8 +128,14 @@ void pt_shm_ring_consume(pt_shm_ring *r);
 void pt_shm_ring_consume_to(pt_shm_ring *r, uint64_t tail);
 /* Before a receiver sleeps: sets its flag; 1 when data came meanwhile. */
 int pt_shm_ring_prepare_sleep(pt_shm_ring *r);
-/* After it woke: clears the flag and the FIFO. */
-void pt_shm_ring_woke(pt_shm_ring *r);
+/* After it woke: clears the flag, and the FIFO when fd_ready (its fd
+ * polled readable; a FIFO left with bytes only wakes a later poll early). */
+void pt_shm_ring_woke(pt_shm_ring *r, int fd_ready);
+/* Receiver: 1 when a record waits (no system call, for spinning). */
+int pt_shm_ring_readable(const pt_shm_ring *r);
+/* What the other side last published: the sender's view of tail, the
+ * receiver's of head; a change means progress (for spinning). */
+uint64_t pt_shm_ring_peer_count(const pt_shm_ring *r);
 /* 1 when the sender waits for room (the receiver should drain). */
 int pt_shm_ring_producer_waiting(const pt_shm_ring *r);
 

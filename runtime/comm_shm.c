@@ -90,7 +90,8 @@ static void poke(int fd)
 static void drain_fd(int fd)
 {
     unsigned char buf[64];
-    while (read(fd, buf, sizeof buf) > 0) {
+    /* A short read emptied the FIFO: no second read to hear EAGAIN. */
+    while (read(fd, buf, sizeof buf) == (ssize_t)sizeof buf) {
     }
 }
 
@@ -137,6 +138,18 @@ int pt_shm_make_dir(char *dir, size_t cap, pt_error *err)
     if (!mkdtemp(dir)) /* mode 0700: no other user can open what is inside */
         return pt_error_set(err, PT_EIO, "comm: mkdtemp %s: %s", dir, strerror(errno));
     return 0;
+}
+
+/* Maps a ring with every page present: a page first touched in the middle
+ * of a transfer costs a fault (and, in the sender, tmpfs zeroing it) per
+ * 4 KiB, more than copying it. */
+static void *map_ring(int fd, size_t bytes)
+{
+    int flags = MAP_SHARED;
+#ifdef MAP_POPULATE
+    flags |= MAP_POPULATE;
+#endif
+    return mmap(NULL, bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
 }
 
 static int open_fifo(const char *path, int create, pt_error *err)
@@ -213,7 +226,7 @@ int pt_shm_ring_create(const char *dir, int src, int dst, uint64_t token, uint64
         close(fd);
         goto fail;
     }
-    void *m = mmap(NULL, r->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *m = map_ring(fd, r->map_bytes);
     close(fd);
     if (m == MAP_FAILED) {
         rc = pt_error_set(err, PT_EIO, "comm: mmap %s: %s", r->path, strerror(errno));
@@ -277,7 +290,7 @@ int pt_shm_ring_attach(const char *path, int src, int dst, uint64_t token, uint6
         goto fail;
     }
     r->map_bytes = (size_t)st.st_size;
-    void *m = mmap(NULL, r->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *m = map_ring(fd, r->map_bytes);
     close(fd);
     if (m == MAP_FAILED) {
         rc = pt_error_set(err, PT_EIO, "comm: mmap %s: %s", path, strerror(errno));
@@ -343,6 +356,22 @@ static unsigned char *reserve(pt_shm_ring *r, size_t len, uint64_t *new_head)
     uint64_t head = atomic_load_explicit(&r->ctl->head, memory_order_relaxed);
     uint64_t tail = atomic_load_explicit(&r->ctl->tail, memory_order_acquire);
     size_t need = rec_size(len), off = (size_t)(head & (r->cap - 1)), pad = 0;
+    if (off && head == tail && need <= off) {
+        /* Empty: start again at the front, so a ring that drains between
+         * messages keeps reusing the same (cached) bytes. The PAD to the end
+         * is published, then consumed here too (the receiver, finding it,
+         * consumes it to the same count; it stores tail only after a record
+         * it found, so this compare-and-swap from the empty count cannot
+         * undo one of its stores): its bytes are free at once, not only
+         * after the receiver looked. */
+        uint64_t skip = head + (r->cap - off);
+        put_rec(r->data + off, REC_PAD, r->cap - off - REC_HDR);
+        atomic_store_explicit(&r->ctl->head, skip, memory_order_release);
+        uint64_t expect = tail;
+        atomic_compare_exchange_strong(&r->ctl->tail, &expect, skip);
+        head = tail = skip;
+        off = 0;
+    }
     if (off + need > r->cap)
         pad = r->cap - off;
     if (head + pad + need - tail > r->cap)
@@ -464,10 +493,22 @@ int pt_shm_ring_prepare_sleep(pt_shm_ring *r)
     return head != tail;
 }
 
-void pt_shm_ring_woke(pt_shm_ring *r)
+void pt_shm_ring_woke(pt_shm_ring *r, int fd_ready)
 {
     atomic_store(&r->ctl->cons_waiting, 0);
-    drain_fd(r->data_fd);
+    if (fd_ready)
+        drain_fd(r->data_fd);
+}
+
+int pt_shm_ring_readable(const pt_shm_ring *r)
+{
+    return atomic_load_explicit(&r->ctl->head, memory_order_acquire) !=
+           atomic_load_explicit(&r->ctl->tail, memory_order_relaxed);
+}
+
+uint64_t pt_shm_ring_peer_count(const pt_shm_ring *r)
+{
+    return atomic_load_explicit(r->producer ? &r->ctl->tail : &r->ctl->head, memory_order_acquire);
 }
 
 int pt_shm_ring_producer_waiting(const pt_shm_ring *r)

@@ -10,6 +10,7 @@
 #include <zmq.h>
 
 #include "runtime/comm.h"
+#include "runtime/comm_internal.h"
 #include "tests/test.h"
 
 #define MAX_P      5
@@ -738,6 +739,47 @@ static void test_shm_sweeps_stale(void)
     rmdir(live);
 }
 
+/* A ring that its receiver drains between messages starts each message at
+ * its front again (the same cached bytes), and one that still holds a
+ * message puts the next one after it. */
+static void test_shm_ring_rewinds(void)
+{
+    char dir[PT_SHM_PATH_MAX];
+    pt_error err = {0};
+    REQUIRE(pt_shm_make_dir(dir, sizeof dir, &err) == 0);
+    pt_shm_ring *tx, *rx;
+    REQUIRE(pt_shm_ring_create(dir, 0, 1, 7, 1, 64 << 10, &tx, &err) == 0);
+    REQUIRE(pt_shm_ring_attach(pt_shm_ring_path(tx), 0, 1, 7, 1, &rx, &err) == 0);
+    unsigned char hdr[PT_COMM_HEADER_BYTES] = {0};
+    float pay[1000] = {0}; /* 4 KiB: 16 of them would wrap the 64 KiB ring */
+    const unsigned char *front = NULL;
+    for (int m = 0; m < 40; m++) {
+        pay[0] = (float)m;
+        REQUIRE(pt_shm_ring_send(tx, hdr, pay, sizeof pay, NULL, NULL) == 0);
+        pt_shm_rec rec;
+        REQUIRE(pt_shm_ring_peek(rx, &rec) == 1);
+        CHECK(rec.type == PT_SHM_MSG && rec.len == sizeof hdr + sizeof pay);
+        float got;
+        memcpy(&got, rec.data + sizeof hdr, sizeof got);
+        CHECK(got == (float)m);
+        if (!front)
+            front = rec.data;
+        CHECK_MSG(rec.data == front, "message %d at offset %td", m, rec.data - front);
+        pt_shm_ring_consume(rx);
+    }
+    REQUIRE(pt_shm_ring_send(tx, hdr, pay, sizeof pay, NULL, NULL) == 0);
+    REQUIRE(pt_shm_ring_send(tx, hdr, pay, sizeof pay, NULL, NULL) == 0);
+    pt_shm_rec a, b;
+    REQUIRE(pt_shm_ring_peek(rx, &a) == 1);
+    pt_shm_ring_consume(rx);
+    REQUIRE(pt_shm_ring_peek(rx, &b) == 1);
+    CHECK(a.data == front && b.data > a.data);
+    pt_shm_ring_consume(rx);
+    pt_shm_ring_destroy(&rx);
+    pt_shm_ring_destroy(&tx);
+    CHECK(rmdir(dir) == 0);
+}
+
 static void test_bad_config(void)
 {
     pt_comm *c = (pt_comm *)0x1;
@@ -925,6 +967,55 @@ static void test_allreduce_segments_average_rounds(void)
     run_allreduce_case(T_TCP, 4, 5000, 1, PT_COMM_SUM, 4);
 }
 
+/* Over shared memory the ring takes segments in the order they arrive: the
+ * left's step-0 segments come interleaved with the step-1 segments they
+ * yield, and none is put aside in the stash to be taken (and copied) later.
+ * Chunks of 8 and 4 segments, 2 and 4 ranks, one round. */
+static void test_allreduce_shm_arrival_order(void)
+{
+    static const struct {
+        transport t;
+        int p;
+    } cases[] = {{T_IPC, 2}, {T_TCP, 4}, {T_INPROC, 3}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int p = cases[i].p;
+        size_t count = (size_t)p * 8 * PT_COMM_SEGMENT_FLOATS / (p == 2 ? 1 : 2) + 3;
+        world w;
+        REQUIRE(world_open(&w, p, cases[i].t, TIMEOUT_MS) == 0);
+        ar_job job;
+        memset(&job, 0, sizeof job);
+        job.count = count;
+        job.op = PT_COMM_SUM;
+        job.rounds = 1;
+        for (int r = 0; r < p; r++)
+            job.data[r] = malloc(count * sizeof(float));
+        world_run(&w, ar_rank, &job);
+        char what[96];
+        snprintf(what, sizeof what, "%s p=%d count=%zu", tname[cases[i].t], p, count);
+        int ok = 1;
+        for (int r = 0; r < p; r++)
+            ok &= job.rc[r] == 0;
+        CHECK_MSG(ok, "%s: %s", what, job.msg[0]);
+        const float *res[MAX_P];
+        for (int r = 0; r < p; r++)
+            res[r] = job.data[r];
+        if (ok)
+            CHECK_MSG(ar_check(&job, p, what, 0, res), "%s", what);
+        for (int r = 0; r < p; r++) {
+            pt_comm_stats st;
+            pt_comm_stats_get(w.comm[r], &st);
+            CHECK_MSG(st.shm_peers_out == 1 && st.shm_peers_in == 1, "%s rank %d: rings %llu/%llu",
+                      what, r, (unsigned long long)st.shm_peers_out,
+                      (unsigned long long)st.shm_peers_in);
+            CHECK_MSG(st.stash_peak_bytes == 0 && st.early_arrivals == 0,
+                      "%s rank %d: %zu bytes stashed (%llu early arrivals)", what, r,
+                      st.stash_peak_bytes, (unsigned long long)st.early_arrivals);
+            free(job.data[r]);
+        }
+        world_close(&w);
+    }
+}
+
 /* Members that disagree on the count: nobody succeeds, and the one that sees
  * the wrong size says so. */
 static void mismatch_ar_rank(world *w, int rank, void *arg)
@@ -1089,9 +1180,11 @@ PT_TEST_MAIN({"p2p_out_of_order", test_p2p_out_of_order},
              {"interrupt_blocked_recv", test_interrupt_blocked_recv},
              {"bad_frames_dropped", test_bad_frames_dropped}, {"stash_bound", test_stash_bound},
              {"shm_large_both_ways", test_shm_large_both_ways},
-             {"shm_sweeps_stale", test_shm_sweeps_stale}, {"bad_config", test_bad_config},
+             {"shm_sweeps_stale", test_shm_sweeps_stale},
+             {"shm_ring_rewinds", test_shm_ring_rewinds}, {"bad_config", test_bad_config},
              {"allreduce_sizes", test_allreduce_sizes},
              {"allreduce_segments_average_rounds", test_allreduce_segments_average_rounds},
              {"allreduce_count_mismatch", test_allreduce_count_mismatch},
+             {"allreduce_shm_arrival_order", test_allreduce_shm_arrival_order},
              {"async_collective", test_async_collective},
              {"async_collective_timeout", test_async_collective_timeout})
