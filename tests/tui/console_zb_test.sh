@@ -15,13 +15,22 @@ set -u
 RUN="$TM_DIR/run"
 
 # plan view: S until the schedule line names $1 (at most one turn of the table)
+sched_line() {
+    tm_cap | grep -oE 'schedule +[^│]*' | head -1
+}
 switch_to() {
-    local kind=$1 i
+    local kind=$1 i before j
     tm_keys 1
+    tm_wait 20 'plan: fmnist-mlp-deep, 34 layers' || return 1
     for ((i = 0; i < 16; i++)); do
         tm_cap | grep -qE "schedule +$kind," && return 0
+        before=$(sched_line)
         tm_keys S
-        tm_settle 5
+        # one S at a time: the console may lag behind its keys while it trains
+        for ((j = 0; j < 100; j++)); do
+            [ "$(sched_line)" != "$before" ] && break
+            sleep 0.2
+        done
     done
     tm_cap | grep -qE "schedule +$kind,"
 }
@@ -69,14 +78,18 @@ tm_check "interleaved: no chunk stage s3 before the switch" bash -c \
     "! tmux -L '$TM_SOCK' capture-pane -p -t t | grep -q '== stage 3 '"
 # the cursor on the last layer; J joins the last stage with the one before until 2 are left
 join_to_two() {
-    local i
+    local i n
+    tm_wait 20 'plan: fmnist-mlp-deep, 34 layers' || return 1 # the '1' above has been drawn
     tm_keys $(printf 'j %.0s' {1..40}) # down to the last layer (End arrives as an escape sequence)
     for ((i = 0; i < 8; i++)); do
-        tm_cap | grep -q 'fmnist-mlp-deep, 34 layers, 2 stages' && return 0
+        n=$(tm_cap | grep -oE 'fmnist-mlp-deep, 34 layers, [0-9]+ stages' | grep -oE '[0-9]+ stages' | cut -d' ' -f1)
+        [ "$n" = 2 ] && return 0
+        [ -n "$n" ] && [ "$n" -gt 2 ] || return 1
         tm_keys J
-        tm_settle 5
+        # one J at a time: wait for this join to show before judging the count
+        tm_wait 20 "fmnist-mlp-deep, 34 layers, $((n - 1)) stages" || return 1
     done
-    tm_cap | grep -q 'fmnist-mlp-deep, 34 layers, 2 stages'
+    return 1
 }
 tm_check "J: 2 stages" join_to_two
 tm_check "plan view reaches interleaved v=2 with S" switch_to "interleaved v=2"
