@@ -140,7 +140,7 @@ static void test_agree(void)
     pt_sim *sim = NULL;
     REQUIRE(pt_sim_new(&sim) == 0);
     double worst[NK] = {0}, bound_gap[NK] = {0}, bound_over[NK] = {0};
-    int compared[NK] = {0}, within[NK] = {0};
+    int compared[NK] = {0}, within[NK] = {0}, fell_back = 0;
     const char *all = getenv("PT_AGREE_ALL");
     int every = all && *all == '1';
     for (int ti = 0; ti < NT; ti++) {
@@ -176,7 +176,12 @@ static void test_agree(void)
                 CHECK_MSG(fabs(dev) <= 0.02,
                           "%s %s on %s: planner %.3f ms, simulator %.3f ms (%+.1f%%)", planners[k],
                           profiles[pi], topologies[ti], rep.iter_s * 1e3, sim_s * 1e3, dev * 100);
-                if (k == 3) {
+                if (k == 3 && rep.fallback_count > 0) {
+                    /* weight stashing does not fit: a 2bw or 1f1b-flush plan, which
+                     * the simulator runs within the same 2 % (checked above) */
+                    fell_back++;
+                    CHECK(plan->schedule == PT_SCHED_2BW || plan->schedule == PT_SCHED_1F1B_FLUSH);
+                } else if (k == 3) {
                     /* pipedream: its DP's slowest stage x M against the steady state */
                     double gap = (rep.bound_s - sim_s) / sim_s;
                     if (gap < bound_gap[k])
@@ -222,6 +227,8 @@ static void test_agree(void)
         printf("\n");
     }
 #undef NK
+    printf("  pipedream: %d of its plans fell back to 2bw or 1f1b-flush (stashing does not fit)\n",
+           fell_back);
     CHECK(compared[0] == NP * NT); /* dp plans every case */
     pt_sim_free(&sim);
 }
