@@ -667,8 +667,9 @@ static int stash_plan(const pt_profile *profile, const pt_topology *topo, int gl
     return 0;
 }
 
-/* The fallback when no weight-stashing plan fits (PipeDream-2BW paper, §3
- * and §4): PipeDream-2BW keeps two weight versions, PipeDream-Flush one. Each
+/* The fallback when no weight-stashing plan fits, from PipeDream's authors'
+ * PipeDream-2BW paper: PipeDream-2BW keeps two weight versions,
+ * PipeDream-Flush one. Each
  * candidate is its own planner's search, not a new one: 2bw's search for
  * 2bw; dapple's for 1f1b-flush, whose op order is dapple's with policy A
  * (sched_1f1b.c), its plan relabelled and recomputing where the flush's
