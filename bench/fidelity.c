@@ -14,11 +14,22 @@
  *   3. the run is calibrated (planner/calibrate.h) against its own profile.
  * Then each plan i is predicted from the calibration of a *different* plan j:
  * the next plan of the matrix with the same number of agents (so the same
- * BLAS threads per agent; else the next plan), carried onto plan i's own
- * layer profile with pt_cal_rebase, on the local topology with j's fitted
- * links and the shared-core slowdown for i's agent count. Prints per plan
- * default, calibrated, measured, errors and bubbles, then the median and
- * worst relative error (|measured - predicted| / predicted) over the matrix.
+ * BLAS threads per agent; else the next plan), carried onto plan i's
+ * conditions with pt_cal_rebase (unchanged when both default profiles were
+ * measured at one thread count), on the local topology (its devices share
+ * this machine's cores) with j's fitted links; the simulator stretches each
+ * worker's compute by how many of i's workers compute at once. Prints per
+ * plan default, calibrated, measured, errors and bubbles, then the median
+ * and worst relative error (|measured - predicted| / predicted) over the
+ * matrix. --detail adds, per plan, the fits used and its own, and per stage
+ * the predicted and the measured compute and the stretch.
+ *
+ * --reuse DIR reads plans back from an earlier run's folders instead of
+ * running them (DIR/<model>-NN.plan.json and DIR/<model>-NN/ with its
+ * record, default profile and summary; plans without a record there run
+ * as usual; DIR/<model>-layers.json when present), so the cost and
+ * calibration model can be iterated on a quiet run's measurements; it
+ * skips the throughput comparison, which measures single processes now.
  *
  * It also prints the throughput of the 2-stage dapple plan at global batch
  * 128 against one process training the same model at batch 128 with one and
@@ -27,8 +38,8 @@
  * Figures mean something only on a quiet machine: other load stretches runs
  * unevenly. --quick runs three small plans of fmnist-mlp-deep (a smoke test
  * for ctest). Usage: fidelity [--quick] [--models a,b] [--iters N]
- * [--out-dir DIR] (see docs/benchmarks.md). Prints figures; never fails on
- * time. */
+ * [--out-dir DIR] [--reuse DIR] [--detail] (see docs/benchmarks.md).
+ * Prints figures; never fails on time. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -104,14 +115,19 @@ typedef struct plan_result {
 
 typedef struct bench_args {
     int quick, iters;
-    const char *models, *out_dir;
+    const char *models, *out_dir, *reuse;
 } bench_args;
 
 static char exe_dir[PATH_CAP];
+/* --reuse DIR: a plan whose folder DIR/<model>-NN holds a run record is read
+ * back from it (plan, record, default profile, summary), not run again */
+static const char *reuse_dir;
+/* --detail: per stage, the measured and the predicted compute and stretch */
+static int detail;
 
 static int parse(int argc, char **argv, bench_args *a)
 {
-    *a = (bench_args){0, 0, "fmnist-mlp-deep,gpt-tiny", NULL};
+    *a = (bench_args){0, 0, "fmnist-mlp-deep,gpt-tiny", NULL, NULL};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             a->quick = 1;
@@ -119,6 +135,10 @@ static int parse(int argc, char **argv, bench_args *a)
             a->models = argv[++i];
         } else if (!strcmp(argv[i], "--out-dir") && i + 1 < argc) {
             a->out_dir = argv[++i];
+        } else if (!strcmp(argv[i], "--detail")) {
+            detail = 1;
+        } else if (!strcmp(argv[i], "--reuse") && i + 1 < argc) {
+            a->reuse = argv[++i];
         } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
             a->iters = atoi(argv[++i]);
             if (a->iters < 3 || a->iters > 100000) {
@@ -127,7 +147,7 @@ static int parse(int argc, char **argv, bench_args *a)
             }
         } else {
             fprintf(stderr, "usage: fidelity [--quick] [--models a,b] [--iters N] "
-                            "[--out-dir DIR]\n");
+                            "[--out-dir DIR] [--reuse DIR] [--detail]\n");
             return 2;
         }
     }
@@ -231,7 +251,139 @@ static double num(const cJSON *o, const char *k)
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
-/* Runs plan r (written to r->dir/plan-in.json) and reads its summary, its
+/* Reads a `pipetop run --json` summary (the run's stdout line, or the
+ * record's summary entry, which carries the same members). */
+static int read_summary(const char *text, plan_result *r)
+{
+    cJSON *o = cJSON_Parse(text);
+    if (!o)
+        return -1;
+    r->pred_ms = num(o, "predicted_iteration_ms");
+    r->meas_ms = num(o, "measured_iteration_ms");
+    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(o, "stages"), *s;
+    double bub = 0;
+    int n = 0;
+    cJSON_ArrayForEach(s, stages)
+    {
+        double b = num(s, "bubble_frac");
+        if (isfinite(b)) {
+            bub += b;
+            n++;
+        }
+    }
+    r->meas_bubble = n ? bub / n : NAN;
+    cJSON_Delete(o);
+    return 0;
+}
+
+/* The last summary line of a run folder's record into last; -1 when the
+ * folder has no record or the record no summary. */
+static int record_summary(const char *dir, char *last, size_t cap)
+{
+    char path[PATH_CAP + 32];
+    snprintf(path, sizeof path, "%s/%s", dir, PT_RECORD_FILE);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char *line = malloc(LINE_CAP);
+    last[0] = '\0';
+    while (line && fgets(line, LINE_CAP, f))
+        if (strstr(line, "\"kind\":\"summary\""))
+            snprintf(last, cap, "%s", line);
+    free(line);
+    fclose(f);
+    return last[0] ? 0 : -1;
+}
+
+/* Calibrates run r against its own default profile. */
+static int calibrate_run(plan_result *r)
+{
+    char path[PATH_CAP + 32];
+    pt_error err = {0};
+    pt_record *rec = NULL;
+    pt_topology *topo = local_topology(r->agents);
+    snprintf(path, sizeof path, "%s/profile.json", r->dir);
+    int rc = topo ? pt_profile_load(path, &r->base, &err) : PT_ENOMEM;
+    snprintf(path, sizeof path, "%s/%s", r->dir, PT_RECORD_FILE);
+    if (rc == 0)
+        rc = pt_record_load(path, &rec, &err);
+    pt_cal_opts co = {-1, -1, r->dir, "profile.json", ""};
+    if (rc == 0)
+        rc = pt_calibrate(rec, r->base, topo, &co, &r->cal, &r->fit, &err);
+    if (rc < 0)
+        fprintf(stderr, "fidelity: %s: calibrate: %s\n", r->dir, err.msg);
+    pt_record_free(&rec);
+    pt_topology_free(&topo);
+    return rc < 0 ? -1 : 0;
+}
+
+/* Plan r's default prediction by this build's simulator: its default
+ * profile on the local topology, as `pipetop run` predicts it (--reuse: the
+ * recorded figure is the simulator's of the run's day). */
+static int predict_default(plan_result *r)
+{
+    pt_error err = {0};
+    pt_topology *topo = local_topology(r->agents);
+    pt_program prog = {0};
+    pt_cost *cost = NULL;
+    pt_sim *sim = NULL;
+    pt_sim_result res = {0};
+    int rc = topo ? 0 : PT_ENOMEM;
+    if (rc == 0)
+        rc = pt_sched_build(r->plan, r->base, NULL, &prog, &err);
+    if (rc == 0)
+        rc = pt_cost_new(r->base, topo, &cost, &err);
+    if (rc == 0)
+        rc = pt_sim_new(&sim);
+    if (rc == 0)
+        rc = pt_sim_run(sim, &prog, cost, &res, &err);
+    if (rc == 0)
+        r->pred_ms = res.iter_s * 1e3;
+    else
+        fprintf(stderr, "fidelity: predict %s: %s\n", r->dir, err.msg);
+    pt_sim_free(&sim);
+    pt_cost_free(&cost);
+    pt_program_release(&prog);
+    pt_topology_free(&topo);
+    return rc;
+}
+
+/* Reads plan r back from an earlier run's folder (--reuse): its plan, its
+ * summary (the measured figures), its calibration and its default
+ * prediction by this build; 1 when the folder has none (the plan is then
+ * run), 0 or -1. */
+static int reuse_plan(plan_result *r, const char *name)
+{
+    char src[PATH_CAP], path[PATH_CAP + 32], *last = malloc(LINE_CAP);
+    pt_error err = {0};
+    if (!last)
+        return -1;
+    if ((size_t)snprintf(src, sizeof src, "%s/%s", reuse_dir, name) >= sizeof src ||
+        record_summary(src, last, LINE_CAP) < 0) {
+        free(last);
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s.plan.json", src);
+    pt_plan *plan = NULL;
+    int rc = pt_plan_load(path, &plan, &err);
+    if (rc < 0)
+        fprintf(stderr, "fidelity: %s\n", err.msg);
+    else if (read_summary(last, r) < 0)
+        rc = -1;
+    free(last);
+    if (rc < 0) {
+        pt_plan_free(&plan);
+        return -1;
+    }
+    pt_plan_free(&r->plan);
+    r->plan = plan;
+    snprintf(r->dir, sizeof r->dir, "%s", src);
+    if (calibrate_run(r) < 0)
+        return -1;
+    return predict_default(r) < 0 ? -1 : 0;
+}
+
+/* Runs plan r (written to r->dir.plan.json) and reads its summary, its
  * default profile, and calibrates it. */
 static int run_plan(const char *model, int iters, plan_result *r)
 {
@@ -251,45 +403,14 @@ static int run_plan(const char *model, int iters, plan_result *r)
                          "--json --run-dir '%s' 2>'%s.err'",
                          exe_dir, path, model, iters, r->dir, r->dir) < sizeof cmd)
         st = run_cmd(cmd, last, LINE_CAP);
-    cJSON *o = st == 0 ? cJSON_Parse(last) : NULL;
-    if (!o) {
+    if (st != 0 || read_summary(last, r) < 0) {
         fprintf(stderr, "fidelity: %s %d stages M=%d: pipetop run failed (exit %d; see %s.err)\n",
                 r->c->schedule, r->c->stages, r->c->mb_count, st, r->dir);
         free(last);
         return -1;
     }
-    r->pred_ms = num(o, "predicted_iteration_ms");
-    r->meas_ms = num(o, "measured_iteration_ms");
-    const cJSON *stages = cJSON_GetObjectItemCaseSensitive(o, "stages"), *s;
-    double bub = 0;
-    int n = 0;
-    cJSON_ArrayForEach(s, stages)
-    {
-        double b = num(s, "bubble_frac");
-        if (isfinite(b)) {
-            bub += b;
-            n++;
-        }
-    }
-    r->meas_bubble = n ? bub / n : NAN;
-    cJSON_Delete(o);
     free(last);
-
-    pt_record *rec = NULL;
-    pt_topology *topo = local_topology(r->agents);
-    snprintf(path, sizeof path, "%s/profile.json", r->dir);
-    int rc = topo ? pt_profile_load(path, &r->base, &err) : PT_ENOMEM;
-    snprintf(path, sizeof path, "%s/%s", r->dir, PT_RECORD_FILE);
-    if (rc == 0)
-        rc = pt_record_load(path, &rec, &err);
-    pt_cal_opts co = {-1, -1, r->dir, "profile.json", ""};
-    if (rc == 0)
-        rc = pt_calibrate(rec, r->base, topo, &co, &r->cal, &r->fit, &err);
-    if (rc < 0)
-        fprintf(stderr, "fidelity: %s: calibrate: %s\n", r->dir, err.msg);
-    pt_record_free(&rec);
-    pt_topology_free(&topo);
-    return rc < 0 ? -1 : 0;
+    return calibrate_run(r);
 }
 
 /* Predicts plan i from plan j's calibration. */
@@ -315,6 +436,30 @@ static int predict_from(plan_result *i, const plan_result *j)
         rc = pt_sim_new(&sim);
     if (rc == 0)
         rc = pt_sim_run(sim, &prog, cost, &res, &err);
+    if (rc == 0 && detail) {
+        /* per stage (its first replica): predicted from j vs measured in i */
+        printf("  %s from %s: predicted %.2f ms\n", i->dir, j->dir, res.iter_s * 1e3);
+        const pt_cal_fit *f[2] = {&j->fit, &i->fit};
+        for (int k = 0; k < 2; k++)
+            printf("    %s fit: sends %s %.1f us + %.3g B/s, all-reduce %s %.1f us + %.3g B/s, "
+                   "overhead %.3f ms\n",
+                   k ? "its own" : "used", pt_cal_link_how_name(f[k]->intra.how),
+                   f[k]->intra.link.latency * 1e6, f[k]->intra.link.bandwidth,
+                   pt_cal_link_how_name(f[k]->allreduce.how), f[k]->allreduce.link.latency * 1e6,
+                   f[k]->allreduce.link.bandwidth, f[k]->op_overhead_ms);
+        for (int s = 0; s < prog.stage_count && s < i->fit.stage_count; s++) {
+            int w = prog.stage_worker[s];
+            const pt_worker *x = &prog.workers[w];
+            const pt_cal_stage *m = &i->fit.stages[s];
+            int rows = x->row_hi - x->row_lo;
+            double st = res.workers[w].core_stretch;
+            printf("    stage %d rows %2d: fwd %.3f / %.3f ms, bwd %.3f / %.3f ms (predicted / "
+                   "measured), stretch %.2f\n",
+                   s, rows, 1e3 * st * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device),
+                   m->fwd_ms, 1e3 * st * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device),
+                   m->bwd_ms, st);
+        }
+    }
     if (rc == 0) {
         i->cal_ms = res.iter_s * 1e3;
         i->cal_bubble = res.bubble_frac;
@@ -376,11 +521,14 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
     pt_profile *cut_prof = NULL;
     /* the layer profile that places the cuts: one BLAS thread, as a
      * multi-stage plan's agents on this machine have */
-    snprintf(path, sizeof path, "%s/%s-layers.json", out_dir, model);
+    snprintf(path, sizeof path, "%s/%s-layers.json", reuse_dir ? reuse_dir : out_dir, model);
+    int have = reuse_dir && access(path, R_OK) == 0;
+    if (!have)
+        snprintf(path, sizeof path, "%s/%s-layers.json", out_dir, model);
     snprintf(cmd, sizeof cmd,
              "'%s/pipetop' profile --model '%s' --batch %d --threads 1 --out '%s' >/dev/null",
              exe_dir, model, MB_SIZE, path);
-    if (run_cmd(cmd, NULL, 0) != 0 || pt_profile_load(path, &cut_prof, &err) < 0) {
+    if ((!have && run_cmd(cmd, NULL, 0) != 0) || pt_profile_load(path, &cut_prof, &err) < 0) {
         fprintf(stderr, "fidelity: %s: cannot profile (%s)\n", model, err.msg);
         return;
     }
@@ -399,7 +547,10 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
                 sizeof r[i].dir ||
             !(r[i].plan = make_plan(cut_prof, &m[i])))
             continue;
-        r[i].ok = run_plan(model, a->iters, &r[i]) == 0;
+        char name[PATH_CAP];
+        snprintf(name, sizeof name, "%s-%02d", model, i);
+        int re = reuse_dir ? reuse_plan(&r[i], name) : 1;
+        r[i].ok = re == 1 ? run_plan(model, a->iters, &r[i]) == 0 : re == 0;
         fprintf(stderr, "  ran %2d/%d %s\n", i + 1, n, r[i].dir);
     }
     for (int i = 0; i < n; i++) {
@@ -520,6 +671,7 @@ int main(int argc, char **argv)
     bench_args a;
     if (parse(argc, argv, &a))
         return 2;
+    reuse_dir = a.reuse;
     if (pt_exe_dir(exe_dir, sizeof exe_dir) < 0) {
         fprintf(stderr, "fidelity: cannot find this program's folder\n");
         return 1;
@@ -540,6 +692,9 @@ int main(int argc, char **argv)
     }
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     printf("prediction fidelity on %ld CPUs; runs under %s\n", cpus, out_dir);
+    if (reuse_dir)
+        printf("reusing the runs recorded under %s (their measured figures; no throughput)\n",
+               reuse_dir);
     char models[PATH_CAP];
     snprintf(models, sizeof models, "%s", a.models);
     char *save = NULL;
@@ -549,7 +704,8 @@ int main(int argc, char **argv)
         bench_model(m, &a, out_dir);
     snprintf(models, sizeof models, "%s", a.models);
     k = 0;
-    for (char *m = strtok_r(models, ",", &save); m && k < MAX_MODELS;
+    /* the throughput comparison measures single processes now: not from records */
+    for (char *m = strtok_r(models, ",", &save); m && k < MAX_MODELS && !reuse_dir;
          m = strtok_r(NULL, ",", &save), k++)
         throughput(m, &a, out_dir);
     return 0;

@@ -8,6 +8,7 @@
 
 #include "planner/cost.h"
 #include "planner/schedule.h"
+#include "planner/simulate.h"
 #include "protocol/sched_kind.h"
 
 #define NS_PER_S  1e9
@@ -29,6 +30,7 @@ typedef struct cev {
     int64_t step;
     pt_op_kind op;
     int64_t start, end, bytes;
+    int64_t off; /* the sender's clock minus the console's */
 } cev;
 
 static int cev_cmp(const void *a, const void *b)
@@ -92,9 +94,11 @@ static void fit_link(const ls2 *s, pt_link keep, pt_cal_link *out)
         out->how = PT_CAL_LINK_FIT;
         out->link.latency = alpha;
         out->link.bandwidth = 1.0 / inv_beta;
-    } else if (s->vv > 0 && s->uv > 0) {
-        /* one size (or a negative intercept): keep the latency, fit 1/beta
-         * through the remaining time */
+    } else if (s->vv > 0 && s->uv > 0 && s->uu > 0 &&
+               s->uv / s->uu / keep.bandwidth >= keep.latency) {
+        /* one size (or a negative intercept) of messages large for the link
+         * (their bytes take longer than its latency): keep the latency, fit
+         * 1/beta through the remaining time */
         double rest = (s->vy - keep.latency * s->uv) / s->vv;
         if (rest > 0) {
             out->how = PT_CAL_LINK_BW_ONLY;
@@ -104,6 +108,10 @@ static void fit_link(const ls2 *s, pt_link keep, pt_cal_link *out)
             out->link.latency = s->uu > 0 ? s->uy / s->uu : 0;
         }
     } else {
+        /* one size of small messages: their time is per-message overhead
+         * (copies, queueing, wake-ups), not bandwidth; a bandwidth fitted
+         * through it would make large transfers (an all-reduce of a stage's
+         * gradients) cost orders of magnitude too much */
         out->how = PT_CAL_LINK_FLAT;
         out->link.latency = s->uu > 0 ? s->uy / s->uu : 0;
     }
@@ -205,7 +213,7 @@ static int collect(const pt_record *rec, int64_t gen, const pt_program *prog, ce
             v[len] = (cev){len,         prog->stage_worker[x->stage] + x->replica,
                            x->step,     x->op,
                            x->start_ns, x->end_ns,
-                           x->bytes};
+                           x->bytes,    e->offset_ns};
             len++;
         }
         pt_msg_clear(&m);
@@ -270,7 +278,8 @@ static int dbl_cmp(const void *p, const void *q)
  * equal (a, b). Returns 0 or -1 on no memory. */
 static int svec_groups(svec *s, void (*f)(void *, double, double, double, int64_t), void *ctx)
 {
-    qsort(s->v, (size_t)s->n, sizeof *s->v, smp_cmp);
+    if (s->n > 1)
+        qsort(s->v, (size_t)s->n, sizeof *s->v, smp_cmp);
     double *means = malloc((size_t)(s->n > 0 ? s->n : 1) * sizeof *means);
     if (!means)
         return -1;
@@ -423,19 +432,31 @@ static int kept(const stepfig *f, int64_t k, int64_t step)
     return bsearch(&key, f, (size_t)k, sizeof *f, stepfig_cmp) != NULL;
 }
 
-/* The simulator's slowdown of worker w's compute where its node's devices
- * share cores (planner/simulate.h): the measured times include it, so the
- * fitted layer times leave it out and the simulator puts it back, for the
- * worker count of whatever plan it runs. */
-static double oversubscription(const pt_program *prog, const pt_topology *topo, int w)
+/* The shared-core stretch of every worker, as the simulator computes it
+ * (planner/simulate.h) but on the measured timeline: the compute ops of the
+ * steps after the warm-up, on the console's clock (one clock for all
+ * agents), where the worker's node shares cores. The measured times include
+ * it, so the fitted layer times leave it out and the simulator puts it back
+ * for whatever plan it runs. 0 or -1 (out of memory). */
+static int measured_stretch(const pt_program *prog, const pt_topology *topo, const cev *v,
+                            int64_t n, const int64_t *first, int skip, double *stretch)
 {
-    int dev = prog->workers[w].device;
-    if (topo->devices[dev].node_cores <= 0)
-        return 1.0;
-    int node = topo->devices[dev].node, n = 0;
-    for (int v = 0; v < prog->worker_count; v++)
-        n += topo->devices[prog->workers[v].device].node == node;
-    return pt_topology_oversubscription(topo, dev, n);
+    pt_core_span *sp = malloc((size_t)(n > 0 ? n : 1) * sizeof *sp);
+    if (!sp)
+        return -1;
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const pt_device *d = &topo->devices[prog->workers[v[i].worker].device];
+        if (d->node_cores <= 0 || !pt_op_is_compute(v[i].op) ||
+            v[i].step < first[v[i].worker] + skip)
+            continue;
+        sp[k++] = (pt_core_span){(double)(v[i].start - v[i].off) / NS_PER_S,
+                                 (double)(v[i].end - v[i].off) / NS_PER_S, v[i].worker, d->node,
+                                 d->node_cores};
+    }
+    int rc = pt_core_stretch(sp, k, prog->worker_count, stretch);
+    free(sp);
+    return rc < 0 ? -1 : 0;
 }
 
 /* Whether sends hold their worker: the op after a send starts only once
@@ -532,8 +553,11 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
     fit->sends_hold = sends_hold(v, n);
     stepfig *keep = NULL;
     int64_t nkeep = 0;
-    if (pick_steps(v, n, first, skip, &keep, &nkeep) < 0) {
+    double *stretch = malloc((size_t)prog->worker_count * sizeof *stretch);
+    if (!stretch || measured_stretch(prog, topo, v, n, first, skip, stretch) < 0 ||
+        pick_steps(v, n, first, skip, &keep, &nkeep) < 0) {
         free(first);
+        free(stretch);
         return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
     }
     fit->steps_used = nkeep;
@@ -555,7 +579,7 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
         if (v[i].step > fit->last_step)
             fit->last_step = v[i].step;
         int rows = x->row_hi - x->row_lo;
-        double slow = oversubscription(prog, topo, w);
+        double slow = stretch[w];
         int64_t cursor = -1, issued = 0; /* end of the last blocking op; ops since */
         double c = (double)w * PT_CAL_STEP_KEY + (double)v[i].step; /* this worker-step */
         int ar_ord = 0;
@@ -640,6 +664,7 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
     }
     free(first);
     free(keep);
+    free(stretch);
     if (oom) {
         free(sends.v);
         free(ars.v);
@@ -880,20 +905,35 @@ int pt_cal_rebase(const pt_profile *cal, const pt_profile *cal_base, const pt_pr
     p->layers = layers;
     snprintf(p->device, sizeof p->device, "%s", onto->device);
     p->input_bytes = onto->input_bytes;
+    /* one factor per kind for the whole model: the new conditions' total
+     * over the old ones' (1 when both were measured on one device string,
+     * the same conditions); a per-layer ratio of two noisy profiles would
+     * carry each layer's measurement noise twice */
+    int same = !strcmp(cal_base->device, onto->device);
+    double of = 0, bf = 0, ob = 0, bb = 0, orc = 0, brc = 0;
     for (int l = 0; l < onto->layer_count; l++) {
-        const pt_profile_layer *c = &cal->layers[l], *b = &cal_base->layers[l],
-                               *n = &onto->layers[l];
+        const pt_profile_layer *b = &cal_base->layers[l], *n = &onto->layers[l];
+        of += n->fwd_ms;
+        bf += b->fwd_ms;
+        ob += n->bwd_ms;
+        bb += b->bwd_ms;
+        orc += n->recompute_ms > 0 ? n->recompute_ms : n->fwd_ms;
+        brc += b->recompute_ms > 0 ? b->recompute_ms : b->fwd_ms;
+    }
+    double ff = same ? 1 : layer_factor(of, bf), fb = same ? 1 : layer_factor(ob, bb),
+           fr = same ? 1 : layer_factor(orc, brc);
+    for (int l = 0; l < onto->layer_count; l++) {
+        const pt_profile_layer *c = &cal->layers[l], *n = &onto->layers[l];
         pt_profile_layer *o = &p->layers[l];
         *o = *n;
-        double brec = b->recompute_ms > 0 ? b->recompute_ms : b->fwd_ms;
-        double nrec = n->recompute_ms > 0 ? n->recompute_ms : n->fwd_ms;
-        o->fwd_ms = n->fwd_ms * layer_factor(c->fwd_ms, b->fwd_ms);
-        o->bwd_ms = n->bwd_ms * layer_factor(c->bwd_ms, b->bwd_ms);
-        o->recompute_ms = nrec * layer_factor(c->recompute_ms, brec);
+        o->fwd_ms = c->fwd_ms * ff;
+        o->bwd_ms = c->bwd_ms * fb;
+        o->recompute_ms = (c->recompute_ms > 0 ? c->recompute_ms : c->fwd_ms) * fr;
         if (o->split) {
-            double f = layer_factor(c->bwd_ms, b->bwd_ms);
-            o->bwd_input_ms = n->bwd_input_ms * f;
-            o->bwd_weight_ms = n->bwd_weight_ms * f;
+            double sum = n->bwd_input_ms + n->bwd_weight_ms;
+            double in = sum > 0 ? n->bwd_input_ms / sum : 0.5;
+            o->bwd_input_ms = o->bwd_ms * in;
+            o->bwd_weight_ms = o->bwd_ms * (1 - in);
         }
     }
     *out = p;

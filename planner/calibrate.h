@@ -125,14 +125,18 @@ int pt_cal_topology(const pt_cal_fit *fit, const pt_topology *topo, pt_topology 
  * (another BLAS thread count: a plan with more or fewer agents on this
  * machine). cal was fitted on the base profile cal_base; onto is a profile
  * measured in the new plan's conditions (same model). Each layer of the
- * result is onto's layer times the factor calibration found for it
- * (cal's time over cal_base's, per forward, backward, recompute and split
- * backward; 1 where cal_base's time is 0), so what calibration learnt about
- * running in place (stage compute, the per-op overhead, the optimizer's
- * bandwidth, whether sends hold) is kept and what the thread count changes
- * comes from onto. origin and the fitted runtime figures are cal's. On
- * success *out owns a new profile; PT_EINVAL when the three profiles are not
- * of one model with one layer count and micro-batch, PT_ENOMEM. */
+ * result is cal's layer times one factor per kind (forward, backward,
+ * recompute) for the whole model: onto's total over cal_base's, or 1 when
+ * the two were measured on the same device string (the same conditions:
+ * their differences are noise). A whole-model factor keeps one layer's
+ * measurement noise in either profile from moving the result. The split
+ * backward follows onto's input/weight shares. So what calibration learnt
+ * about running in place (stage compute, the per-op overhead, the
+ * optimizer's bandwidth, whether sends hold) is kept and what the thread
+ * count changes comes from onto. origin and the fitted runtime figures are
+ * cal's; the bytes are onto's. On success *out owns a new profile;
+ * PT_EINVAL when the three profiles are not of one model with one layer
+ * count and micro-batch, PT_ENOMEM. */
 int pt_cal_rebase(const pt_profile *cal, const pt_profile *cal_base, const pt_profile *onto,
                   pt_profile **out, pt_error *err);
 

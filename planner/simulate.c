@@ -10,6 +10,10 @@
 /* Versions are array indices per worker; a program never needs more than one
  * per micro-batch plus a few. */
 #define PT_SIM_MAX_VERSION (1 << 28)
+/* Shared cores: passes of the stretch fixed point at most, and the change
+ * of every worker's stretch below which it has converged. */
+#define PT_SIM_SHARE_PASSES 8
+#define PT_SIM_SHARE_TOL    1e-3
 
 /* Per-worker state while simulating. */
 typedef struct wstate {
@@ -57,6 +61,9 @@ struct pt_sim {
     int32_t *hpc; /* per runner (host, or worker): next op in its order */
     lanes *lanes; /* per host: its shared lanes */
     int64_t cap_hosts, cap_hpc, cap_lanes;
+    double *share; /* shared cores: each worker's compute stretch for this pass */
+    int share_on;
+    int64_t cap_share;
     int64_t cap_events, cap_match, cap_arrival, cap_scratch, cap_workers, cap_stack, cap_devs,
         cap_wout, cap_stages, cap_cover, cap_ver, cap_alive, cap_cov, cap_inst, cap_win;
 };
@@ -92,6 +99,7 @@ void pt_sim_free(pt_sim **sim_p)
     free(s->hosts);
     free(s->hpc);
     free(s->lanes);
+    free(s->share);
     free(s);
     *sim_p = NULL;
 }
@@ -332,7 +340,7 @@ static int init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, in
                 first = p->worker_host[u] != p->worker_host[v];
             n += first && topo->devices[p->workers[v].device].node == node;
         }
-        st->slow = pt_topology_oversubscription(topo, x->device, n);
+        st->slow = sim->share_on ? sim->share[w] : pt_topology_oversubscription(topo, x->device, n);
     }
     st->t_fwd = st->slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
     st->t_bwd = st->slow * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
@@ -859,12 +867,9 @@ static void summarise(const pt_program *p, pt_sim *sim, pt_sim_result *out)
     out->events = sim->events;
 }
 
-int pt_sim_run(pt_sim *sim, const pt_program *prog, const pt_cost *cost, pt_sim_result *out,
-               pt_error *err)
+/* One simulation with the current per-worker compute stretch. */
+static int run_pass(pt_sim *sim, const pt_program *prog, const pt_cost *cost, pt_error *err)
 {
-    if (!sim || !prog || !cost || !out)
-        return pt_error_set(err, PT_EINVAL, "simulate: sim, program, cost and result are required");
-    memset(out, 0, sizeof *out);
     int rc = prepare(sim, prog, cost, err);
     if (rc == PT_ENOMEM)
         return pt_error_set(err, rc, "simulate: out of memory");
@@ -882,9 +887,162 @@ int pt_sim_run(pt_sim *sim, const pt_program *prog, const pt_cost *cost, pt_sim_
     for (int w = 0; w < prog->worker_count; w++)
         if ((rc = init_worker(prog, sim, cost, w, err)) < 0)
             return rc;
-    if ((rc = run_events(prog, sim, cost, err)) < 0)
+    return run_events(prog, sim, cost, err);
+}
+
+static int span_cmp(const void *a, const void *b)
+{
+    const pt_core_span *x = a, *y = b;
+    if (x->node != y->node)
+        return x->node < y->node ? -1 : 1;
+    if (x->start != y->start)
+        return x->start < y->start ? -1 : 1;
+    return x->worker < y->worker ? -1 : x->worker > y->worker;
+}
+
+typedef struct span_end {
+    double t;
+    int node;
+    int64_t k; /* 2 * span + (1 for its end) */
+} span_end;
+
+static int end_cmp(const void *a, const void *b)
+{
+    const span_end *x = a, *y = b;
+    if (x->node != y->node)
+        return x->node < y->node ? -1 : 1;
+    if (x->t != y->t)
+        return x->t < y->t ? -1 : 1;
+    return x->k < y->k ? -1 : x->k > y->k;
+}
+
+int pt_core_stretch(pt_core_span *spans, int64_t n, int workers, double *stretch)
+{
+    for (int w = 0; w < workers; w++)
+        stretch[w] = 1.0;
+    if (n <= 0)
+        return 0;
+    qsort(spans, (size_t)n, sizeof *spans, span_cmp); /* a deterministic order */
+    span_end *e = malloc((size_t)(2 * n) * sizeof *e);
+    double *g = malloc((size_t)(2 * n) * sizeof *g);
+    double *num = calloc((size_t)workers, sizeof *num), *den = calloc((size_t)workers, sizeof *den);
+    if (!e || !g || !num || !den) {
+        free(e);
+        free(g);
+        free(num);
+        free(den);
+        return PT_ENOMEM;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        e[2 * i] = (span_end){spans[i].start, spans[i].node, 2 * i};
+        e[2 * i + 1] = (span_end){spans[i].end, spans[i].node, 2 * i + 1};
+    }
+    qsort(e, (size_t)(2 * n), sizeof *e, end_cmp);
+    /* G(t): the integral of max(1, busy / cores) over the node's time; a
+     * span's stretched share is G(end) - G(start) */
+    double G = 0, last = 0;
+    int busy = 0, node = 0;
+    for (int64_t q = 0; q < 2 * n; q++) {
+        const pt_core_span *sp = &spans[e[q].k / 2];
+        if (q == 0 || e[q].node != node) {
+            node = e[q].node;
+            G = 0;
+            busy = 0;
+            last = e[q].t;
+        }
+        double c = sp->cores > 0 ? sp->cores : 1;
+        double f = busy > c ? busy / c : 1.0;
+        G += (e[q].t - last) * f;
+        last = e[q].t;
+        g[e[q].k] = G;
+        busy += (e[q].k & 1) ? -1 : 1;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int w = spans[i].worker;
+        if (w < 0 || w >= workers || !(spans[i].end > spans[i].start))
+            continue;
+        num[w] += g[2 * i + 1] - g[2 * i];
+        den[w] += spans[i].end - spans[i].start;
+    }
+    for (int w = 0; w < workers; w++)
+        if (den[w] > 0 && num[w] > den[w])
+            stretch[w] = num[w] / den[w];
+    free(e);
+    free(g);
+    free(num);
+    free(den);
+    return 0;
+}
+
+/* The compute stretch of every worker on shared cores, from the last pass's
+ * compute-lane events into next[]; 0 or PT_ENOMEM. */
+static int share_from_events(const pt_program *prog, const pt_sim *sim, const pt_topology *topo,
+                             double *next)
+{
+    int64_t n = 0;
+    for (int i = 0; i < prog->op_count; i++)
+        n += sim->events[i].lane == PT_LANE_COMPUTE;
+    pt_core_span *sp = malloc((size_t)(n > 0 ? n : 1) * sizeof *sp);
+    if (!sp)
+        return PT_ENOMEM;
+    int64_t k = 0;
+    for (int w = 0; w < prog->worker_count; w++) {
+        const pt_device *d = &topo->devices[prog->workers[w].device];
+        if (d->node_cores <= 0)
+            continue;
+        for (int i = prog->workers[w].op_begin; i < prog->workers[w].op_end; i++)
+            if (sim->events[i].lane == PT_LANE_COMPUTE)
+                sp[k++] = (pt_core_span){sim->events[i].start, sim->events[i].end, w, d->node,
+                                         d->node_cores};
+    }
+    int rc = pt_core_stretch(sp, k, prog->worker_count, next);
+    free(sp);
+    return rc;
+}
+
+int pt_sim_run(pt_sim *sim, const pt_program *prog, const pt_cost *cost, pt_sim_result *out,
+               pt_error *err)
+{
+    if (!sim || !prog || !cost || !out)
+        return pt_error_set(err, PT_EINVAL, "simulate: sim, program, cost and result are required");
+    memset(out, 0, sizeof *out);
+    const pt_topology *topo = pt_cost_topology(cost);
+    int shared = 0, nw = prog->worker_count, rc;
+    for (int w = 0; w < nw && prog->workers; w++) {
+        int d = prog->workers[w].device;
+        shared |= d >= 0 && d < topo->device_count && topo->devices[d].node_cores > 0;
+    }
+    sim->share_on = 0;
+    if (shared) {
+        /* shared cores: a fixed point of stretch -> timeline -> stretch,
+         * from no stretch up (the stretch only grows with overlap) */
+        if (RESERVE(share, cap_share, 2 * (int64_t)nw) < 0)
+            return pt_error_set(err, PT_ENOMEM, "simulate: out of memory");
+        for (int w = 0; w < nw; w++)
+            sim->share[w] = 1.0;
+        sim->share_on = 1;
+        for (int pass = 0;; pass++) {
+            if ((rc = run_pass(sim, prog, cost, err)) < 0)
+                return rc;
+            double *next = sim->share + nw, most = 0;
+            if (pass + 1 >= PT_SIM_SHARE_PASSES)
+                break;
+            if (share_from_events(prog, sim, topo, next) < 0)
+                return pt_error_set(err, PT_ENOMEM, "simulate: out of memory");
+            for (int w = 0; w < nw; w++) {
+                double d = next[w] - sim->share[w];
+                most = d > most ? d : -d > most ? -d : most;
+                sim->share[w] = next[w];
+            }
+            if (most < PT_SIM_SHARE_TOL)
+                break;
+        }
+    } else if ((rc = run_pass(sim, prog, cost, err)) < 0) {
         return rc;
+    }
     summarise(prog, sim, out);
+    for (int w = 0; w < nw; w++)
+        sim->workers[w].core_stretch = sim->ws[w].slow;
     return 0;
 }
 

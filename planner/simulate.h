@@ -19,15 +19,23 @@
  *   an asynchronous one lets it go on until the matching AR_WAIT.
  * No lane is shared between workers, so start times follow from dependencies
  * alone: the simulation visits every op once, O(ops), with no allocation once
- * the pt_sim has grown to the program's size. Link contention between
- * different pairs of workers is not modelled.
+ * the pt_sim has grown to the program's size (on shared cores, below: a few
+ * such passes, and the stretch's scratch is allocated per pass). Link
+ * contention between different pairs of workers is not modelled.
  *
  * Shared cores: when the topology says a node's devices share C cores
- * (pt_device.node_cores, "cores" in the file) and the program puts W workers
- * on that node, every compute op of those workers lasts
- * pt_topology_oversubscription = max(1, W / C) times its cost-model time: a
- * static share, as if all W were busy at once (a bubble does not give its
- * cores to the others). Counting W is O(workers) per worker on such nodes.
+ * (pt_device.node_cores, "cores" in the file), its workers' compute ops are
+ * stretched by how many of them compute at once: at a moment when n workers
+ * (hosts) of the node compute, each progresses at min(1, C / n) of its
+ * speed (the OS shares the cores evenly). The simulator keeps its one-visit
+ * timeline by giving each worker one stretch factor, the mean of
+ * max(1, n(t) / C) over its own compute time (pt_core_stretch), found as a
+ * fixed point: simulate with no stretch, measure every worker's stretch on
+ * that timeline, simulate again with it, until no stretch changes by more
+ * than 0.001 (at most 8 passes; each is O(ops log ops)). A pipeline's bubble
+ * so gives its cores to the others: W workers on C cores are slowed by W / C
+ * only when all of them compute all the time (data-parallel replicas in
+ * lockstep), by less in a pipeline whose stages wait for each other.
  *
  * Hosts (interleaved placement): the workers of one host share its compute
  * and comm lanes and issue their ops in the host's order (prog->host_ops),
@@ -66,15 +74,16 @@ typedef struct pt_sim_event {
 } pt_sim_event;
 
 typedef struct pt_sim_worker {
-    double busy_s;      /* compute-lane time inside [measure_lo, measure_hi) */
-    double comm_s;      /* comm-lane time inside it */
-    double busy_frac;   /* pt_op_busy_frac(busy_s, measure_hi - measure_lo): protocol/op.h */
-    double bubble_frac; /* 1 - busy_frac */
-    double end_s;       /* end of its last op */
-    pt_mem peak;        /* peak of each category; total = peak of the running sum */
-    int64_t limit;      /* its device's memory */
-    int peak_inflight;  /* micro-batches with activations held at once */
-    int peak_versions;  /* weight versions held at once (live + stashed) */
+    double busy_s;       /* compute-lane time inside [measure_lo, measure_hi) */
+    double comm_s;       /* comm-lane time inside it */
+    double busy_frac;    /* pt_op_busy_frac(busy_s, measure_hi - measure_lo): protocol/op.h */
+    double bubble_frac;  /* 1 - busy_frac */
+    double end_s;        /* end of its last op */
+    pt_mem peak;         /* peak of each category; total = peak of the running sum */
+    int64_t limit;       /* its device's memory */
+    int peak_inflight;   /* micro-batches with activations held at once */
+    int peak_versions;   /* weight versions held at once (live + stashed) */
+    double core_stretch; /* >= 1: its compute ops' stretch from shared cores (1: none) */
 } pt_sim_worker;
 
 /* One device running several workers as one sequence (a host of an
@@ -112,6 +121,22 @@ typedef struct pt_sim_result {
     int host_count;       /* pt_sched_host_count(prog) */
     pt_sim_host *hosts;   /* owned by the pt_sim */
 } pt_sim_result;
+
+/* One worker's compute interval on a node whose devices share `cores`
+ * cores (pt_core_stretch). */
+typedef struct pt_core_span {
+    double start, end;
+    int worker; /* 0..workers-1 */
+    int node;   /* spans of one node share its cores */
+    int cores;  /* the node's cores, >= 1 */
+} pt_core_span;
+
+/* The shared-core stretch of each worker: over its spans, the mean of
+ * max(1, n(t) / cores), n(t) the node's spans covering t (a worker's own
+ * spans must not overlap). stretch[0..workers) gets it, 1 for a worker
+ * without spans. Reorders spans. Used by the simulator on its timeline and by
+ * calibration on a measured one (planner/calibrate.h). 0 or PT_ENOMEM. */
+int pt_core_stretch(pt_core_span *spans, int64_t n, int workers, double *stretch);
 
 /* Opaque simulator state: buffers grown to the largest program seen. */
 typedef struct pt_sim pt_sim;

@@ -73,7 +73,7 @@ pt_topology *pt_console_local_topology(int devices)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (t) {
         snprintf(t->name, sizeof t->name, "local");
-        /* the agents share this machine's cores (see pt_topology_oversubscription) */
+        /* the agents share this machine's cores (docs/formats.md, "Shared cores") */
         for (int d = 0; d < devices; d++)
             t->devices[d].node_cores = cpus > 0 ? (int)cpus : 0;
     }
@@ -238,10 +238,18 @@ int pt_console_launch(const pt_console_launch_opts *o, pt_error *err)
     }
     if ((rc = pt_plan_check(plan, spec, topo, o->plan ? o->plan : "plan", err)) < 0)
         goto out;
-    if (o->agents > 0 && pt_plan_device_count(plan) > o->agents) {
+    if (o->agents > 0 && pt_plan_agent_count(plan) > o->agents) {
         rc = pt_error_set(err, PT_EINVAL, "the plan uses %d devices but --agents is %d",
-                          pt_plan_device_count(plan), o->agents);
+                          pt_plan_agent_count(plan), o->agents);
         goto out;
+    }
+    if (o->live && o->spawn) {
+        /* the agents it spawns run on this machine: the topology's devices
+         * share its cores (the simulator's shared-core stretch, docs/formats.md) */
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        for (int d = 0; d < topo->device_count && cpus > 0; d++)
+            if (topo->devices[d].node_cores <= 0)
+                topo->devices[d].node_cores = (int)cpus;
     }
     if (o->live) {
         pt_live_opts lo;
@@ -255,7 +263,7 @@ int pt_console_launch(const pt_console_launch_opts *o, pt_error *err)
         lo.steps = o->steps;
         lo.profile = prof;
         lo.topology = topo;
-        lo.expect_agents = o->agents > 0 ? o->agents : pt_plan_device_count(plan);
+        lo.expect_agents = o->agents > 0 ? o->agents : pt_plan_agent_count(plan);
         if (o->spawn && lo.expect_agents > topo->device_count)
             lo.expect_agents = topo->device_count;
         if ((rc = pt_source_live_new(&lo, &src, err)) < 0)

@@ -134,6 +134,29 @@ static double sim_iter(const pt_plan *plan, const pt_profile *prof, const pt_top
     return t;
 }
 
+/* The simulator's shared-core stretch of each stage of plan (the mean over
+ * its replicas). */
+static void sim_stretch(const pt_plan *plan, const pt_profile *prof, const pt_topology *topo,
+                        double *per_stage)
+{
+    pt_cost *cost = NULL;
+    pt_sim *sim = NULL;
+    pt_program prog = {0};
+    pt_sim_result res;
+    pt_error err = {0};
+    REQUIRE(pt_cost_new(prof, topo, &cost, &err) == 0 && pt_sim_new(&sim) == 0);
+    REQUIRE(pt_sim_plan(sim, plan, cost, NULL, &prog, &res, &err) == 0);
+    for (int s = 0; s < prog.stage_count; s++) {
+        double sum = 0;
+        for (int w = prog.stage_worker[s]; w < prog.stage_worker[s + 1]; w++)
+            sum += res.workers[w].core_stretch;
+        per_stage[s] = sum / (prog.stage_worker[s + 1] - prog.stage_worker[s]);
+    }
+    pt_program_release(&prog);
+    pt_sim_free(&sim);
+    pt_cost_free(&cost);
+}
+
 /* Simulates plan on the true costs and writes STEPS iterations of it as the
  * agents would report them: one events message per worker per step. */
 static void write_record(const char *path, const pt_plan *plan, const pt_profile *prof,
@@ -223,12 +246,16 @@ static void recovers_known_costs(int hold, int cores)
     REQUIRE(topo != NULL);
     for (int d = 0; d < topo->device_count; d++)
         topo->devices[d].node_cores = cores;
-    /* plan A's 4 workers on the shared cores (planner/simulate.h) */
-    double slow_a = pt_topology_oversubscription(topo, 0, 4);
-    CHECK(cores == 0 || slow_a == 4.0 / cores);
     const int reps_a[3] = {1, 2, 1};
     pt_plan *plan_a = make_plan(3, a_lo, a_hi, reps_a, "dapple");
     REQUIRE(plan_a != NULL);
+    /* plan A's 4 workers on the shared cores are stretched by how many
+     * compute at once (planner/simulate.h): per stage, its workers' mean */
+    double slow[3];
+    sim_stretch(plan_a, truth, topo, slow);
+    for (int s = 0; s < 3; s++)
+        CHECK_MSG(cores == 0 ? slow[s] == 1.0 : slow[s] > 1.0 && slow[s] < 4.0 / cores,
+                  "stage %d stretch %g on %d cores", s, slow[s], cores);
     const char *path = DIR "/run.ndjson";
     write_record(path, plan_a, truth, topo);
 
@@ -253,8 +280,8 @@ static void recovers_known_costs(int hold, int cores)
     for (int s = 0; s < 3; s++) {
         int rows = MB / reps_a[s];
         /* measured: the true cost, slowed where cores are shared */
-        double tf = slow_a * pt_cost_fwd_s(tc, a_lo[s], a_hi[s], rows, 0) * 1e3;
-        double tb = slow_a * pt_cost_bwd_s(tc, a_lo[s], a_hi[s], rows, 0) * 1e3;
+        double tf = slow[s] * pt_cost_fwd_s(tc, a_lo[s], a_hi[s], rows, 0) * 1e3;
+        double tb = slow[s] * pt_cost_bwd_s(tc, a_lo[s], a_hi[s], rows, 0) * 1e3;
         CHECK_MSG(rel(fit.stages[s].fwd_ms, tf) < 0.01, "stage %d fwd %g vs %g", s,
                   fit.stages[s].fwd_ms, tf);
         CHECK_MSG(rel(fit.stages[s].bwd_ms, tb) < 0.01, "stage %d bwd %g vs %g", s,
@@ -263,8 +290,8 @@ static void recovers_known_costs(int hold, int cores)
                   fit.stages[s].fwd_scale);
         /* and the calibrated profile has the true per-op costs, without the
          * slowdown, which the simulator adds for the plan it runs */
-        CHECK(rel(slow_a * pt_cost_fwd_s(cc, a_lo[s], a_hi[s], rows, 0) * 1e3, tf) < 0.01);
-        CHECK(rel(slow_a * pt_cost_bwd_s(cc, a_lo[s], a_hi[s], rows, 0) * 1e3, tb) < 0.01);
+        CHECK(rel(slow[s] * pt_cost_fwd_s(cc, a_lo[s], a_hi[s], rows, 0) * 1e3, tf) < 0.01);
+        CHECK(rel(slow[s] * pt_cost_bwd_s(cc, a_lo[s], a_hi[s], rows, 0) * 1e3, tb) < 0.01);
     }
     /* the link within 5 %; the overhead and optimizer bandwidth too */
     CHECK_MSG(fit.intra.how == PT_CAL_LINK_FIT, "intra fit: %s",
@@ -362,33 +389,51 @@ static void test_no_events(void)
     pt_record_free(&rec);
 }
 
-/* A calibration carried onto a profile measured in other conditions keeps
- * each layer's fitted factor: onto = base with layer l's times multiplied by
- * (l + 2) gives cal's times multiplied by (l + 2), and the fitted runtime
- * figures stay cal's; profiles of another model are refused. */
+/* A calibration carried onto a profile measured in other conditions: onto
+ * = base with layer l's times multiplied by (l + 2) on another device string
+ * gives cal's times multiplied by one factor per kind, onto's total over
+ * base's; measured on the same device string (the same conditions) cal's
+ * times unchanged, whatever the noise between the two profiles; the bytes
+ * are onto's and the fitted runtime figures stay cal's; profiles of another
+ * model are refused. */
 static void test_rebase(void)
 {
     pt_profile *base = base_profile(), *cal = true_profile(base, 1), *onto = base_profile();
     REQUIRE(base && cal && onto);
     cal->op_overhead_ms = 0.25;
     cal->opt_bytes_per_s = 3e9;
+    double of = 0, bf = 0, ob = 0, bb = 0;
     for (int l = 0; l < NL; l++) {
+        bf += base->layers[l].fwd_ms;
+        bb += base->layers[l].bwd_ms;
         onto->layers[l].fwd_ms *= l + 2;
         onto->layers[l].bwd_ms *= l + 2;
         onto->layers[l].recompute_ms *= l + 2;
+        onto->layers[l].act_bytes += 8;
+        of += onto->layers[l].fwd_ms;
+        ob += onto->layers[l].bwd_ms;
+    }
+    CHECK(of > 2 * bf && ob > 2 * bb);
+    for (int same = 0; same < 2; same++) {
+        snprintf(onto->device, sizeof onto->device, "%s", same ? base->device : "cpu x1");
+        REQUIRE(strcmp(base->device, "cpu x1") != 0);
+        pt_profile *r = NULL;
+        pt_error err = {0};
+        CHECK_MSG(pt_cal_rebase(cal, base, onto, &r, &err) == 0, "%s", err.msg);
+        REQUIRE(r != NULL);
+        double ff = same ? 1 : of / bf, fb = same ? 1 : ob / bb;
+        for (int l = 0; l < NL; l++) {
+            CHECK(rel(r->layers[l].fwd_ms, cal->layers[l].fwd_ms * ff) < 1e-12);
+            CHECK(rel(r->layers[l].bwd_ms, cal->layers[l].bwd_ms * fb) < 1e-12);
+            CHECK(r->layers[l].act_bytes == onto->layers[l].act_bytes);
+        }
+        CHECK(!strcmp(r->device, onto->device));
+        CHECK(r->op_overhead_ms == 0.25 && r->opt_bytes_per_s == 3e9);
+        CHECK(r->sends_hold == cal->sends_hold);
+        pt_profile_free(&r);
     }
     pt_profile *r = NULL;
     pt_error err = {0};
-    CHECK_MSG(pt_cal_rebase(cal, base, onto, &r, &err) == 0, "%s", err.msg);
-    REQUIRE(r != NULL);
-    for (int l = 0; l < NL; l++) {
-        CHECK(rel(r->layers[l].fwd_ms, cal->layers[l].fwd_ms * (l + 2)) < 1e-12);
-        CHECK(rel(r->layers[l].bwd_ms, cal->layers[l].bwd_ms * (l + 2)) < 1e-12);
-        CHECK(r->layers[l].act_bytes == onto->layers[l].act_bytes);
-    }
-    CHECK(r->op_overhead_ms == 0.25 && r->opt_bytes_per_s == 3e9);
-    CHECK(r->sends_hold == cal->sends_hold);
-    pt_profile_free(&r);
     snprintf(onto->model, sizeof onto->model, "other");
     CHECK(pt_cal_rebase(cal, base, onto, &r, &err) == PT_EINVAL && r == NULL);
     CHECK_STR_CONTAINS(err.msg, "\"other\"");
@@ -397,7 +442,65 @@ static void test_rebase(void)
     pt_profile_free(&base);
 }
 
+/* One message size: a plan without replicas sends one activation size
+ * (4 KiB here, true time TRUE_LAT + bytes / TRUE_BW). Against a link on
+ * which those bytes take less than its latency, the time is per-message
+ * overhead: a flat fit, the link's bandwidth kept. Against a link on which
+ * they take longer (a slow one), the latency is kept and the bandwidth
+ * fitted through the rest: the true bandwidth. */
+static void test_one_size_links(void)
+{
+    pt_profile *base = base_profile();
+    REQUIRE(base != NULL);
+    pt_profile *truth = true_profile(base, 1);
+    REQUIRE(truth != NULL);
+    pt_link link = {TRUE_BW, TRUE_LAT};
+    pt_topology *topo = pt_topology_uniform(1, 8, 1LL << 34, link, link);
+    REQUIRE(topo != NULL);
+    const int lo[2] = {0, 4}, hi[2] = {4, 10}, reps[2] = {1, 1};
+    pt_plan *plan = make_plan(2, lo, hi, reps, "1f1b-flush");
+    REQUIRE(plan != NULL);
+    const char *path = DIR "/one-size.ndjson";
+    write_record(path, plan, truth, topo);
+    pt_record *rec = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_record_load(path, &rec, &err) == 0);
+    const double bytes = 128.0 * 4 * MB, t_send = TRUE_LAT + bytes / TRUE_BW;
+    for (int slow = 0; slow < 2; slow++) {
+        /* the link calibration starts from: bytes take 1/20 or 2.5x its latency */
+        pt_link keep = {slow ? bytes / (2.5 * TRUE_LAT) : 20 * bytes / TRUE_LAT, TRUE_LAT};
+        pt_topology *kt = pt_topology_uniform(1, 8, 1LL << 34, keep, keep);
+        REQUIRE(kt != NULL);
+        pt_profile *cal = NULL;
+        pt_cal_fit fit;
+        REQUIRE(pt_calibrate(rec, base, kt, NULL, &cal, &fit, &err) == 0);
+        CHECK(fit.intra.ops > 0);
+        if (!slow) {
+            CHECK_MSG(fit.intra.how == PT_CAL_LINK_FLAT, "fit %s",
+                      pt_cal_link_how_name(fit.intra.how));
+            CHECK_MSG(rel(fit.intra.link.latency, t_send) < 0.01, "latency %g, true time %g",
+                      fit.intra.link.latency, t_send);
+            CHECK(fit.intra.link.bandwidth == keep.bandwidth);
+        } else {
+            CHECK_MSG(fit.intra.how == PT_CAL_LINK_BW_ONLY, "fit %s",
+                      pt_cal_link_how_name(fit.intra.how));
+            CHECK(fit.intra.link.latency == TRUE_LAT);
+            CHECK_MSG(rel(fit.intra.link.bandwidth, TRUE_BW) < 0.05, "bandwidth %g",
+                      fit.intra.link.bandwidth);
+        }
+        pt_cal_fit_clear(&fit);
+        pt_profile_free(&cal);
+        pt_topology_free(&kt);
+    }
+    pt_record_free(&rec);
+    pt_plan_free(&plan);
+    pt_topology_free(&topo);
+    pt_profile_free(&truth);
+    pt_profile_free(&base);
+}
+
 PT_TEST_MAIN({"recovers_known_costs", test_recovers_known_costs}, {"rebase", test_rebase},
+             {"one_size_links", test_one_size_links},
              {"recovers_known_costs_sends_hold", test_recovers_known_costs_sends_hold},
              {"recovers_known_costs_shared_cores", test_recovers_known_costs_shared_cores},
              {"no_events", test_no_events})

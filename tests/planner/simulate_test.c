@@ -3,61 +3,33 @@
  * from the simulated memory events, ring all-reduce time, replication speed,
  * overlap of communication with compute, Pipe-SGD's max(compute, comm), and
  * agreement with the validator on deadlocks. */
-#include "tests/planner/sched_fixture.h"
+#include "tests/planner/sim_rig.h"
 #include "tests/test.h"
 
 #define F_MS 2.0
 #define B_MS 5.0
 #define TOL  1e-9
 
-typedef struct rig {
-    pt_plan *plan;
-    pt_profile *pf;
-    pt_topology *topo;
-    pt_cost *cost;
-    pt_program prog;
-    pt_sim *sim;
-    pt_sim_result res;
-    pt_error err;
-} rig;
+typedef fx_rig rig;
 
 /* S equal stages of one layer; devices on one node of a fast link unless
- * bw/lat say otherwise. opt_free makes optimizer steps cost nothing. */
+ * bw/lat say otherwise. opt_free makes optimizer steps cost nothing. A rig
+ * already built is simulated again under `kind`. */
 static int rig_run(rig *g, pt_sched_kind kind, int S, int M, const int *reps, int mb_size,
                    int64_t act, int64_t par, double bw, double lat, int opt_free, int windows)
 {
     int devs = 0;
     for (int s = 0; s < S; s++)
         devs += reps ? reps[s] : 1;
-    if (!g->plan) {
+    if (!g->plan)
         g->plan = fx_plan(kind, S, 1, reps, mb_size, M);
-        g->pf = fx_profile(S, F_MS, B_MS, act, par, mb_size);
-        g->topo = fx_topo(1, devs, bw, lat);
-        if (pt_cost_new(g->pf, g->topo, &g->cost, &g->err) < 0)
-            return -1;
-        if (opt_free)
-            pt_cost_set_opt_bandwidth(g->cost, 0);
-        if (!g->sim && pt_sim_new(&g->sim) < 0)
-            return -1;
-    }
     g->plan->schedule = kind;
+    fx_rig_costs c = {S, devs, F_MS, B_MS, act, par, bw, lat, opt_free};
     pt_sched_opts o = {.microbatches = M, .windows = windows};
-    int rc = pt_sim_plan(g->sim, g->plan, g->cost, &o, &g->prog, &g->res, &g->err);
-    if (rc < 0)
-        fprintf(stderr, "rig: %s\n", g->err.msg);
-    return rc;
+    return fx_rig_sim(g, &c, &o, 0);
 }
 
-static void rig_free(rig *g)
-{
-    pt_plan_free(&g->plan);
-    pt_profile_free(&g->pf);
-    pt_topology_free(&g->topo);
-    pt_cost_free(&g->cost);
-    pt_program_release(&g->prog);
-    pt_sim_free(&g->sim);
-    memset(g, 0, sizeof *g);
-}
+#define rig_free fx_rig_free
 
 static void test_closed_form_sync(void)
 {
@@ -481,9 +453,13 @@ static void test_mutants(void)
     CHECK(accepted > 0);   /* some damage is harmless (a swap of independent ops) */
 }
 
-/* Devices sharing cores: 4 stages on one node of 4 devices; with "cores" 2
- * every compute op lasts twice as long, with 4 or more (or none said) as
- * long as its cost; a node of its own keeps its speed. */
+/* Devices sharing cores: 4 stages on one node of 4 devices. With 4 or more
+ * cores (or none said) every compute op lasts its cost. With 2 or 1 the
+ * pipeline's workers are stretched by how many compute at once: every op of
+ * worker w lasts its reported core_stretch times its cost, that stretch lies
+ * strictly between 1 and workers / cores (the fill and drain leave cores
+ * idle), and the makespan grows, by less than workers / cores. A node of
+ * its own keeps its speed. */
 static void test_shared_cores(void)
 {
     const int S = 4, M = 4;
@@ -494,7 +470,7 @@ static void test_shared_cores(void)
     pt_sim *sim = NULL;
     REQUIRE(pt_sim_new(&sim) == 0);
     const int cores[] = {0, 4, 8, 2, 1};
-    const double slow[] = {1, 1, 1, 2, 4};
+    const double most[] = {1, 1, 1, 2, 4};
     double makespan[5];
     for (int k = 0; k < 5; k++) {
         for (int d = 0; d < S; d++)
@@ -506,34 +482,91 @@ static void test_shared_cores(void)
         REQUIRE(pt_cost_new(pf, topo, &cost, NULL) == 0);
         pt_cost_set_opt_bandwidth(cost, 0);
         REQUIRE(pt_sim_plan(sim, plan, cost, NULL, &prog, &res, NULL) == 0);
+        for (int w = 0; w < res.worker_count; w++) {
+            double st = res.workers[w].core_stretch;
+            if (most[k] == 1)
+                CHECK_NEAR(st, 1.0, 1e-12);
+            else
+                CHECK_MSG(st > 1.0 + 1e-6 && st < most[k] - 1e-6, "cores %d worker %d: %g",
+                          cores[k], w, st);
+        }
         for (int i = 0; i < prog.op_count; i++) {
             const pt_op *op = &prog.ops[i];
             const pt_sim_event *ev = &res.events[i];
+            double st = res.workers[ev->worker].core_stretch;
             if (op->kind == PT_OP_FWD || op->kind == PT_OP_BWD)
-                CHECK_NEAR(ev->end - ev->start,
-                           slow[k] * (op->kind == PT_OP_FWD ? F_MS : B_MS) / 1000.0, 1e-12);
+                CHECK_NEAR(ev->end - ev->start, st * (op->kind == PT_OP_FWD ? F_MS : B_MS) / 1000.0,
+                           1e-12);
         }
         makespan[k] = res.makespan_s;
         pt_program_release(&prog);
         pt_cost_free(&cost);
     }
-    /* no communication cost to speak of: the makespan scales with the compute */
-    for (int k = 1; k < 5; k++)
-        CHECK_NEAR(makespan[k], slow[k] * makespan[0], 1e-6 * makespan[0]);
+    for (int k = 1; k < 3; k++)
+        CHECK_NEAR(makespan[k], makespan[0], 1e-9 * makespan[0]);
+    for (int k = 3; k < 5; k++)
+        CHECK(makespan[k] > 1.01 * makespan[0] && makespan[k] < most[k] * makespan[0]);
+    CHECK(makespan[4] > makespan[3]);
     pt_sim_free(&sim);
     pt_plan_free(&plan);
     pt_topology_free(&topo);
     pt_profile_free(&pf);
 }
 
-PT_TEST_MAIN({"closed_form_sync", test_closed_form_sync}, {"costs_add_time", test_costs_add_time},
-             {"inflight_activations", test_inflight_activations},
-             {"weight_versions", test_weight_versions},
-             {"async_steady_state", test_async_steady_state},
-             {"allreduce_ring", test_allreduce_ring}, {"replication_speed", test_replication_speed},
-             {"comm_overlaps_compute", test_comm_overlaps_compute},
-             {"pipesgd_overlap", test_pipesgd_overlap},
-             {"deadlock_and_errors", test_deadlock_and_errors},
-             {"deterministic_and_reusable", test_deterministic_and_reusable},
-             {"mutants", test_mutants}, {"size_overflow", test_size_overflow},
-             {"shared_cores", test_shared_cores})
+/* Replicas in lockstep all compute at once: 4 replicas of one stage on 2
+ * shared cores are stretched by exactly 4 / 2 = 2, on 1 core by 4. */
+static void test_shared_cores_lockstep(void)
+{
+    const int reps[1] = {4};
+    pt_profile *pf = fx_profile(2, F_MS, B_MS, 1000, 100, 4);
+    pt_topology *topo = fx_topo(1, 4, FX_FAST_BPS, 0);
+    pt_plan *plan = fx_plan(PT_SCHED_GPIPE, 1, 2, reps, 8, 4);
+    REQUIRE(pf && topo && plan);
+    pt_sim *sim = NULL;
+    REQUIRE(pt_sim_new(&sim) == 0);
+    for (int c = 1; c <= 2; c++) {
+        for (int d = 0; d < 4; d++)
+            topo->devices[d].node_cores = c;
+        pt_cost *cost = NULL;
+        pt_program prog = {0};
+        pt_sim_result res;
+        REQUIRE(pt_cost_new(pf, topo, &cost, NULL) == 0);
+        REQUIRE(pt_sim_plan(sim, plan, cost, NULL, &prog, &res, NULL) == 0);
+        for (int w = 0; w < res.worker_count; w++)
+            CHECK_NEAR(res.workers[w].core_stretch, 4.0 / c, 1e-9);
+        pt_program_release(&prog);
+        pt_cost_free(&cost);
+    }
+    pt_sim_free(&sim);
+    pt_plan_free(&plan);
+    pt_topology_free(&topo);
+    pt_profile_free(&pf);
+}
+
+/* pt_core_stretch on hand-made spans: w0 computes [0, 2), w1 [1, 3), w2
+ * [0, 1) on another node. On one core each of w0, w1 spends half its time
+ * alone and half sharing: stretch (1 + 2) / 2 = 1.5; on two cores none;
+ * w2 is alone on its node; a worker without spans gets 1. */
+static void test_core_stretch(void)
+{
+    for (int c = 1; c <= 2; c++) {
+        pt_core_span sp[3] = {{0, 2, 0, 0, c}, {1, 3, 1, 0, c}, {0, 1, 2, 1, c}};
+        double st[4] = {0, 0, 0, 0};
+        REQUIRE(pt_core_stretch(sp, 3, 4, st) == 0);
+        CHECK_NEAR(st[0], c == 1 ? 1.5 : 1.0, 1e-12);
+        CHECK_NEAR(st[1], c == 1 ? 1.5 : 1.0, 1e-12);
+        CHECK_NEAR(st[2], 1.0, 1e-12);
+        CHECK_NEAR(st[3], 1.0, 1e-12);
+    }
+}
+
+PT_TEST_MAIN(
+    {"closed_form_sync", test_closed_form_sync}, {"costs_add_time", test_costs_add_time},
+    {"inflight_activations", test_inflight_activations}, {"weight_versions", test_weight_versions},
+    {"async_steady_state", test_async_steady_state}, {"allreduce_ring", test_allreduce_ring},
+    {"replication_speed", test_replication_speed},
+    {"comm_overlaps_compute", test_comm_overlaps_compute},
+    {"pipesgd_overlap", test_pipesgd_overlap}, {"deadlock_and_errors", test_deadlock_and_errors},
+    {"deterministic_and_reusable", test_deterministic_and_reusable}, {"mutants", test_mutants},
+    {"size_overflow", test_size_overflow}, {"shared_cores", test_shared_cores},
+    {"shared_cores_lockstep", test_shared_cores_lockstep}, {"core_stretch", test_core_stretch})
