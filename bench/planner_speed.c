@@ -11,7 +11,9 @@
  * third is issue 9's case: GPT-3 (models/gpt3, analytic on h100-80gb at
  * micro-batch 1) over the 64 H100s of topologies/h100-8x8.json at global
  * batch 1536 and 80 GiB, planners dapple, pipedream and 2bw by default
- * (target: under 1 s); each row also gives the stages that recompute and the
+ * (target: under 1 s; pipedream's weight stashing cannot fit there, so its
+ * row times the fallback to 2bw or 1f1b-flush, docs/planners.md); each row
+ * also gives the stages that recompute and the
  * simulator's iteration time and peak memory of the plan. The default run
  * ends with these rows.
  * Prints one line per (planner, N, G): seconds, the plan's shape and the

@@ -6,6 +6,10 @@
  *              latency; schedule "dapple" with policy A or B.
  *   pipedream  PipeDream's hierarchical dynamic program minimising the slowest
  *              stage (replication and boundary transfers included); "pipedream".
+ *              When no weight-stashing plan fits memory it plans "2bw" (the
+ *              2bw planner) or "1f1b-flush" (PipeDream-Flush on dapple's
+ *              search), the one the simulator runs faster, unless
+ *              opts->no_fallback.
  *   2bw        PipeDream-2BW's search over depth x width, micro-batch size and
  *              recomputation under the memory limit; "2bw".
  *   gpipe      balanced contiguous partition into --stages stages; "gpipe".
@@ -70,12 +74,20 @@ typedef struct pt_planner_opts {
      * kind only; PT_PLANNER_KINDS_SYNC: every synchronous kind (a kind added
      * to the table joins). Other planners ignore it. */
     uint32_t kinds;
+    /* pipedream (default objective): 0 plans PipeDream-2BW or PipeDream-Flush
+     * (the memory-lean kinds of the PipeDream-2BW paper, whichever the
+     * simulator runs faster among those that fit) when no weight-stashing plan
+     * fits memory; 1 keeps it strict: PT_ENOFIT naming the stashing need.
+     * Other planners ignore it. */
+    int no_fallback;
 } pt_planner_opts;
 
 /* Every synchronous kind of the table (built-in or registered). */
 #define PT_PLANNER_KINDS_SYNC 0xFFFFFFFFu
 /* Most rows of a report's kind comparison (a kind with a policy has one per policy). */
 #define PT_PLANNER_KIND_ROWS 24
+/* Rows of pipedream's fallback comparison: 2bw and 1f1b-flush. */
+#define PT_PLANNER_FALLBACK_ROWS 2
 
 /* One synchronous kind on the chosen partition, as the simulator predicts it. */
 typedef struct pt_planner_kind_row {
@@ -110,6 +122,18 @@ typedef struct pt_planner_report {
      * kind (-1: none compared) */
     int kind_count, chosen_kind;
     pt_planner_kind_row kinds[PT_PLANNER_KIND_ROWS];
+    /* pipedream: when no weight-stashing plan fits and it fell back
+     * (opts->no_fallback 0), the candidates it planned instead (2bw, then
+     * 1f1b-flush; each its planner's plan as the simulator runs it; allowed
+     * is 1, refused 1 when its planner found no plan, note says why) and
+     * fallback_chosen the row of the plan (-1: none, fallback_count 0: no
+     * fallback); stash_need_bytes what weight stashing needs per device (a
+     * lower bound over every partition when stash_need_proven, else the
+     * least over its plans) and device_memory_bytes the smallest device's
+     * memory. */
+    int fallback_count, fallback_chosen, stash_need_proven;
+    int64_t stash_need_bytes, device_memory_bytes;
+    pt_planner_kind_row fallback[PT_PLANNER_FALLBACK_ROWS];
 } pt_planner_report;
 
 /* A planner. Called by pt_planner_run with validated input (and the memory

@@ -30,6 +30,7 @@ static const char usage_text[] =
     "usage: pipetop plan --planner NAME --profile P --topology T --batch GBS\n"
     "                    [--stages S] [--memory-limit GiB] [--microbatch N[,N...]]\n"
     "                    [--optimizer sgd|adam] [--objective NAME] [--kinds LIST]\n"
+    "                    [--no-fallback]\n"
     "                    [--out PLAN.json] [--json]\n"
     "       pipetop plan --compare --profile P --topology T --batch GBS [same options]\n"
     "Plans how to split the model over the devices and prints the plan: stages, layer\n"
@@ -211,6 +212,53 @@ static void print_devices(const pt_stage *st, char *buf, size_t cap)
     }
 }
 
+/* pipedream's fallback: why, and each memory-lean candidate as simulated. */
+static cJSON *fallback_json(const pt_planner_report *rep)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "stash_needed_bytes", (double)rep->stash_need_bytes);
+    cJSON_AddBoolToObject(o, "stash_needed_is_bound", rep->stash_need_proven);
+    cJSON_AddNumberToObject(o, "device_memory_bytes", (double)rep->device_memory_bytes);
+    if (rep->fallback_chosen >= 0)
+        cJSON_AddStringToObject(o, "chosen",
+                                pt_sched_kind_name(rep->fallback[rep->fallback_chosen].kind));
+    cJSON *arr = cJSON_AddArrayToObject(o, "candidates");
+    for (int i = 0; i < rep->fallback_count; i++) {
+        const pt_planner_kind_row *r = &rep->fallback[i];
+        cJSON *k = cJSON_CreateObject();
+        cJSON_AddStringToObject(k, "kind", pt_sched_kind_name(r->kind));
+        cJSON_AddBoolToObject(k, "planned", !r->refused);
+        cJSON_AddBoolToObject(k, "fits", r->fits);
+        if (isfinite(r->iter_s))
+            cJSON_AddNumberToObject(k, "simulated_iteration_ms", r->iter_s * PLAN_MS_PER_S);
+        cJSON_AddNumberToObject(k, "peak_memory_bytes", (double)r->peak_memory_bytes);
+        cJSON_AddStringToObject(k, "note", r->note);
+        cJSON_AddItemToArray(arr, k);
+    }
+    return o;
+}
+
+static void print_fallback(const pt_planner_report *rep)
+{
+    if (rep->fallback_count <= 0 || rep->fallback_chosen < 0)
+        return;
+    printf("  fallback: weight stashing needs %s%.1f GiB per device (devices have %.1f GiB), "
+           "so it planned %s instead\n",
+           rep->stash_need_proven ? ">= " : "", (double)rep->stash_need_bytes / PLAN_GIB,
+           (double)rep->device_memory_bytes / PLAN_GIB,
+           pt_sched_kind_name(rep->fallback[rep->fallback_chosen].kind));
+    for (int i = 0; i < rep->fallback_count; i++) {
+        const pt_planner_kind_row *r = &rep->fallback[i];
+        if (r->refused)
+            printf("    %-11s no plan: %s\n", pt_sched_kind_name(r->kind), r->note);
+        else
+            printf("    %-11s simulated %12.3f ms  peak %7.2f GiB  %s%s\n",
+                   pt_sched_kind_name(r->kind), r->iter_s * PLAN_MS_PER_S,
+                   (double)r->peak_memory_bytes / PLAN_GIB, r->fits ? "fits" : "does not fit",
+                   i == rep->fallback_chosen ? "  (chosen)" : "");
+    }
+}
+
 static cJSON *report_json(const pt_planner_report *rep, double sim_s)
 {
     cJSON *o = cJSON_CreateObject();
@@ -228,6 +276,8 @@ static cJSON *report_json(const pt_planner_report *rep, double sim_s)
         cJSON_AddNumberToObject(o, "search_bound_ms", rep->bound_s * 1e3);
     if (rep->kind_count > 0)
         cJSON_AddItemToObject(o, "kinds", kinds_json(rep));
+    if (rep->fallback_count > 0)
+        cJSON_AddItemToObject(o, "fallback", fallback_json(rep));
     return o;
 }
 
@@ -298,6 +348,7 @@ static int plan_one(const char *name, const pt_profile *pr, const pt_topology *t
             printf("  simulated: not available (%s)\n", simmsg);
         printf("  why: %s\n", rep.why);
         print_kinds(&rep);
+        print_fallback(&rep);
         printf("  search: %.3f s, %lld candidates\n", rep.search_s, rep.evaluated);
         if (out_path && !status)
             printf("  wrote %s\n", out_path);
@@ -424,7 +475,7 @@ int pt_cmd_plan(int argc, char **argv)
 {
     const char *planner = NULL, *profile_path = NULL, *topo_path = NULL, *out = NULL;
     const char *mb = NULL, *optim = NULL, *objective = NULL, *kinds = NULL;
-    int batch = 0, stages = 0, json = 0, cmp = 0;
+    int batch = 0, stages = 0, json = 0, cmp = 0, no_fallback = 0;
     double mem_gib = 0;
     pt_opt opts[] = {
         {"planner", PT_OPT_STRING, &planner, 0, 0, 0, "NAME",
@@ -452,6 +503,10 @@ int pt_cmd_plan(int argc, char **argv)
          "dapple, gpipe: the schedule kinds they may choose among by\n"
          "simulated time and memory: own (default: the planner's own),\n"
          "sync (every synchronous kind) or names, e.g. dapple,zb-h1"},
+        {"no-fallback", PT_OPT_FLAG, &no_fallback, 0, 0, 0, NULL,
+         "pipedream: fail when no weight-stashing plan fits memory\n"
+         "(default: plan PipeDream-2BW or PipeDream-Flush instead,\n"
+         "kind 2bw or 1f1b-flush, whichever simulates faster)"},
         {"out", PT_OPT_STRING, &out, 0, 0, 0, "FILE", "write the plan there"},
         {"json", PT_OPT_FLAG, &json, 0, 0, 0, NULL, "machine-readable output"},
         {"compare", PT_OPT_FLAG, &cmp, 0, 0, 0, NULL,
@@ -490,6 +545,7 @@ int pt_cmd_plan(int argc, char **argv)
     pt_planner_opts o;
     pt_planner_opts_default(&o);
     o.stages = stages;
+    o.no_fallback = no_fallback;
     if (mem_gib > 0)
         o.memory_limit_bytes = (int64_t)(mem_gib * PLAN_GIB);
     if (mb && parse_mb_list(mb, &o, json) < 0)

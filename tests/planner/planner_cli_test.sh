@@ -4,7 +4,9 @@
 # --json carries the same figures; --compare lists every planner with dp at
 # 1.00x; bad options and impossible limits fail with the field named;
 # `pipetop profile --analytic` works for BERT-48, XLNet-36 and GPT-3 on every
-# shipped device, and GPT-3 over h100-8x8 plans with recomputation (issue 9).
+# shipped device, and GPT-3 over h100-8x8 plans with recomputation (issue 9);
+# pipedream there falls back to 2bw or 1f1b-flush and says why (--no-fallback:
+# the error), and where stashing fits keeps its own plan.
 set -u
 cd "${PT_SOURCE_DIR:?}" || exit 1
 PIPETOP="${PT_BUILD_DIR:?}/pipetop"
@@ -144,9 +146,41 @@ out=$("$PIPETOP" plan --planner dapple --profile "$tmp/gpt3.json" --topology h10
 grep -qE '^  [0-9]+ +\[[0-9]+,[0-9]+\) .*recompute$' <<<"$out" || fail "gpt3: no recompute row: $out"
 grep -q "recomputation on [0-9]* of 64 stages" <<<"$out" &&
     grep -q "without it they would need" <<<"$out" || fail "gpt3: no recomputation why: $out"
+# pipedream: weight stashing cannot fit, so it plans PipeDream-2BW or
+# PipeDream-Flush and says why, with both candidates; --no-fallback errors
 out=$("$PIPETOP" plan --planner pipedream --profile "$tmp/gpt3.json" --topology h100-8x8 \
     --batch 1536 2>&1)
-[ $? -ne 0 ] && grep -q "weight versions" <<<"$out" || fail "pipedream gpt3: $out"
+[ $? -eq 0 ] || fail "pipedream gpt3: $out"
+grep -qE '^  schedule (2bw|1f1b-flush),' <<<"$out" || fail "pipedream gpt3: not 2bw/flush: $out"
+grep -qE '^  fallback: weight stashing needs >= [0-9.]+ GiB per device \(devices have 80\.0 GiB\), so it planned (2bw|1f1b-flush) instead$' \
+    <<<"$out" || fail "pipedream gpt3: no fallback line: $out"
+for k in 2bw 1f1b-flush; do
+    grep -qE "^    $k +simulated +[0-9.]+ ms  peak +[0-9.]+ GiB  fits" <<<"$out" ||
+        fail "pipedream gpt3: no $k candidate row: $out"
+done
+[ "$(grep -c '(chosen)$' <<<"$out")" = 1 ] || fail "pipedream gpt3: not one chosen row: $out"
+chosen=$(sed -nE 's/^  schedule ([^,]+),.*/\1/p' <<<"$out")
+grep -qE "^    $chosen .*\(chosen\)$" <<<"$out" || fail "pipedream gpt3: chosen row is not $chosen"
+json=$("$PIPETOP" plan --planner pipedream --profile "$tmp/gpt3.json" --topology h100-8x8 \
+    --batch 1536 --json 2>&1)
+python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+f = j["fallback"]
+assert f["stash_needed_is_bound"] and f["stash_needed_bytes"] > f["device_memory_bytes"], f
+assert j["plan"]["schedule"]["kind"] == f["chosen"], (j["plan"]["schedule"], f["chosen"])
+fit = [c for c in f["candidates"] if c["fits"]]
+assert min(fit, key=lambda c: c["simulated_iteration_ms"])["kind"] == f["chosen"], f
+assert abs(j["simulated_iteration_ms"] - j["predicted_iteration_ms"]) <= 0.02 * j["simulated_iteration_ms"]
+' <<<"$json" || fail "pipedream gpt3 --json: $json"
+out=$("$PIPETOP" plan --planner pipedream --no-fallback --profile "$tmp/gpt3.json" \
+    --topology h100-8x8 --batch 1536 2>&1)
+[ $? -ne 0 ] && grep -q "weight versions" <<<"$out" || fail "pipedream --no-fallback gpt3: $out"
+# where stashing fits, pipedream's own plan
+out=$("$PIPETOP" plan --planner pipedream --profile "$PROF" --topology "$TOPO" --batch 512 2>&1)
+[ $? -eq 0 ] && grep -qE '^  schedule pipedream,' <<<"$out" && ! grep -q "fallback" <<<"$out" ||
+    fail "pipedream vgg16: $out"
+"$PIPETOP" plan --help 2>&1 | grep -q -- "--no-fallback" || fail "plan --help lacks --no-fallback"
 
 [ "$failures" -eq 0 ] && echo "planner_cli_test: ok"
 exit $((failures > 0))

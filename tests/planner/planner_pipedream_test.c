@@ -225,6 +225,7 @@ static void test_memory_need(void)
     REQUIRE(pr && t);
     pt_planner_opts o;
     pt_planner_opts_default(&o);
+    o.no_fallback = 1; /* the stashing plan's own need (test_fallback: without it) */
     o.memory_limit_bytes = 32 << 20;
     pt_plan *plan = NULL;
     pt_planner_report rep;
@@ -321,7 +322,8 @@ static void test_recompute(void)
 }
 
 /* The least memory pipedream's plan for micro-batch size b alone needs
- * (recomputing where that helps), by the ENOFIT it reports at 1 byte. */
+ * (recomputing where that helps), by the ENOFIT it reports at 1 byte
+ * without the fallback. */
 static int64_t need_for(const pt_profile *pr, const pt_topology *t, int b)
 {
     pt_planner_opts o;
@@ -329,6 +331,7 @@ static int64_t need_for(const pt_profile *pr, const pt_topology *t, int b)
     o.microbatch_sizes[0] = b;
     o.microbatch_size_count = 1;
     o.memory_limit_bytes = 1;
+    o.no_fallback = 1;
     pt_plan *plan = NULL;
     pt_planner_report rep;
     pt_error err = {0};
@@ -371,6 +374,156 @@ static void test_widen(void)
     pt_profile_free(&pr);
 }
 
+/* Simulated iteration time of plan (NAN on failure); *fits: every device
+ * within its memory. */
+static double sim_time(const pt_plan *plan, const pt_cost *cost, int *fits)
+{
+    pt_sim *sim = NULL;
+    pt_program prog = {0};
+    pt_sim_result res;
+    pt_error err = {0};
+    int rc = pt_sim_new(&sim);
+    if (rc == 0)
+        rc = pt_sim_plan(sim, plan, cost, NULL, &prog, &res, &err);
+    CHECK_MSG(rc == 0, "simulate: %s", err.msg);
+    *fits = rc == 0 && res.fits;
+    double t = rc == 0 ? res.iter_s : NAN;
+    pt_program_release(&prog);
+    pt_sim_free(&sim);
+    return t;
+}
+
+/* PipeDream's bound on any stashing plan (plan_pipedream.c's stash_bound,
+ * recomputed here): stage i of S = min(layers, devices) holds S-i+1 weight
+ * versions, a gradient and sgd's momentum of its parameters, so some stage
+ * holds at least P / sum_i 1/(S-i+3). */
+static double stash_bound_of(const pt_profile *pr, int devices)
+{
+    double P = 0, inv = 0;
+    for (int l = 0; l < pr->layer_count; l++)
+        P += (double)pr->layers[l].param_bytes;
+    int S = devices < pr->layer_count ? devices : pr->layer_count;
+    for (int i = 0; i < S; i++)
+        inv += 1.0 / (S - i + 3);
+    return P / inv;
+}
+
+/* The fallback happens exactly when no weight-stashing plan fits. Over
+ * memory limits from well below the stashing need to above it, the default
+ * planner gives a pipedream plan exactly when the strict one (no_fallback)
+ * gives one, and then the same plan; otherwise a 2bw or 1f1b-flush plan: the
+ * one of the two candidates that the simulator runs faster among those that
+ * fit, which fits under the limit by the simulator, whose reported time is
+ * the simulator's (2 %), and whose why names the stashing need (a proven
+ * bound exactly when the bound exceeds the limit). The strict planner still
+ * errors there, naming the weight versions. */
+static void test_fallback(void)
+{
+    pt_profile *pr = en_profile(16, 51);
+    pt_topology *t = en_topology(1, 4, 10, 64 * EN_GIB);
+    REQUIRE(pr && t);
+    /* weights spread evenly and activations small beside them, so that below
+     * the stashing bound the one- and two-version kinds still fit */
+    for (int l = 0; l < pr->layer_count; l++) {
+        pr->layers[l].act_bytes /= 20;
+        pr->layers[l].param_bytes = (int64_t)(30e6 + 1e6 * (l % 3));
+    }
+    pt_planner_opts strict, fb;
+    pt_planner_opts_default(&strict);
+    strict.no_fallback = 1;
+    strict.memory_limit_bytes = 1;
+    pt_plan *plan = NULL;
+    pt_planner_report rep;
+    pt_error err = {0};
+    REQUIRE(pt_planner_run("pipedream", pr, t, 16, &strict, &plan, &rep, &err) == PT_ENOFIT);
+    int64_t need = rep.needed_memory_bytes;
+    double bound = stash_bound_of(pr, t->device_count);
+    REQUIRE(need > 0 && (double)need >= bound);
+    const double frac[] = {0.3, 0.45, 0.6, 0.75, 0.9, 0.99, 1.5, 3.0};
+    int64_t limits[12];
+    int nl = 0;
+    limits[nl++] = need;
+    limits[nl++] = need - 1;
+    limits[nl++] = (int64_t)bound - 1;
+    for (size_t f = 0; f < sizeof frac / sizeof frac[0]; f++)
+        limits[nl++] = (int64_t)(frac[f] * (double)need);
+    int stashed = 0, fell = 0, proven_seen = 0, none = 0;
+    for (int i = 0; i < nl; i++) {
+        int64_t lim = limits[i];
+        strict.memory_limit_bytes = lim;
+        fb = strict;
+        fb.no_fallback = 0;
+        pt_plan *sp = NULL, *fp = NULL;
+        pt_planner_report srep, frep;
+        pt_error serr = {0}, ferr = {0};
+        int src = pt_planner_run("pipedream", pr, t, 16, &strict, &sp, &srep, &serr);
+        int frc = pt_planner_run("pipedream", pr, t, 16, &fb, &fp, &frep, &ferr);
+        CHECK(src == 0 || src == PT_ENOFIT);
+        if (src == 0) {
+            stashed++;
+            CHECK_MSG(frc == 0 && fp && fp->schedule == PT_SCHED_PIPEDREAM,
+                      "limit %lld: stashing fits but the default gave %d", (long long)lim, frc);
+            CHECK(frep.fallback_count == 0);
+            if (frc == 0)
+                CHECK(fp->stage_count == sp->stage_count &&
+                      fp->microbatch_size == sp->microbatch_size);
+        } else {
+            CHECK_STR_CONTAINS(serr.msg, "weight versions");
+            if (frc == PT_ENOFIT) {
+                none++;
+                CHECK_STR_CONTAINS(ferr.msg, "neither memory-lean kind fits");
+            } else {
+                CHECK_MSG(frc == 0, "limit %lld: %s", (long long)lim, ferr.msg);
+            }
+        }
+        if (src != 0 && frc == 0) {
+            fell++;
+            CHECK(fp->schedule == PT_SCHED_2BW || fp->schedule == PT_SCHED_1F1B_FLUSH);
+            CHECK(frep.fallback_count == 2);
+            REQUIRE(frep.fallback_chosen >= 0 && frep.fallback_chosen < 2);
+            const pt_planner_kind_row *ch = &frep.fallback[frep.fallback_chosen],
+                                      *other = &frep.fallback[1 - frep.fallback_chosen];
+            CHECK(ch->kind == (int)fp->schedule && ch->fits);
+            if (other->fits)
+                CHECK(ch->iter_s <= other->iter_s);
+            int proven = bound > (double)lim;
+            CHECK(frep.stash_need_proven == proven);
+            proven_seen += proven;
+            CHECK(frep.stash_need_bytes > lim);
+            if (!proven)
+                CHECK(frep.stash_need_bytes == srep.needed_memory_bytes);
+            CHECK_STR_CONTAINS(frep.why,
+                               proven ? "weight stashing needs >= " : "weight stashing needs ");
+            CHECK_STR_CONTAINS(frep.why, "(devices have");
+            CHECK_STR_CONTAINS(frep.why, "so it planned");
+            pt_topology *lt = en_topology(1, 4, 10, lim);
+            pt_cost *cost = NULL;
+            REQUIRE(lt && pt_cost_new(pr, lt, &cost, &err) == 0);
+            int fits = 0;
+            double st = sim_time(fp, cost, &fits);
+            CHECK_MSG(fits, "limit %lld: the %s plan does not fit by the simulator", (long long)lim,
+                      pt_sched_kind_name(fp->schedule));
+            CHECK_MSG(fabs(frep.iter_s - st) <= 0.02 * st, "reported %.6f s vs simulated %.6f s",
+                      frep.iter_s, st);
+            pt_cost_free(&cost);
+            pt_topology_free(&lt);
+        }
+        printf("  limit %.1f MiB: strict %s, default %s%s\n", (double)lim / (1 << 20),
+               src == 0 ? "plans" : "no plan",
+               frc == 0 ? pt_sched_kind_name(fp->schedule) : "no plan",
+               frc == 0 && frep.stash_need_proven ? " (stashing bound)" : "");
+        pt_plan_free(&sp);
+        pt_plan_free(&fp);
+    }
+    /* the sweep crosses the boundary both ways, and below the bound too */
+    CHECK(stashed > 0);
+    CHECK(fell > 0);
+    CHECK(proven_seen > 0);
+    CHECK(none > 0);
+    pt_topology_free(&t);
+    pt_profile_free(&pr);
+}
+
 PT_TEST_MAIN({"exhaustive_optimum", test_exhaustive_optimum}, {"recompute", test_recompute},
              {"flat_plan_matches_objective", test_flat_plan_matches_objective},
-             {"memory_need", test_memory_need}, {"widen", test_widen})
+             {"memory_need", test_memory_need}, {"widen", test_widen}, {"fallback", test_fallback})
