@@ -1,6 +1,14 @@
-/* The agent's worker thread: builds one stage replica from an assign, runs
- * its schedule program through the stage executor (runtime/executor.h),
- * publishes telemetry, saves checkpoints. See agent/agent.h.
+/* The agent's worker thread: builds one stage replica from an assign — or,
+ * for an interleaved plan, every model chunk of its device (the assign's
+ * "chunks": stages d, d+S, ... of replica r) — runs its schedule program
+ * through the stage executor (runtime/executor.h), publishes telemetry, saves
+ * checkpoints. See agent/agent.h.
+ *
+ * Several chunks share the agent's one data-plane rank (the device's host
+ * index, runtime/exec_host.h): each chunk has its own executor, net and
+ * optimizer, run on its own thread, and the executors take turns in the
+ * device's host order, so a hop to a chunk on another agent goes over the
+ * data plane and the device runs one op at a time, as the simulator times it.
  *
  * The executor is reached through three calls only — pt_exec_create,
  * pt_exec_run and pt_exec_window_loss/pt_exec_destroy — in build_run(),
@@ -27,6 +35,7 @@
 #include "runtime/comm_nccl.h"
 #include "runtime/trust.h"
 #include "runtime/data.h"
+#include "runtime/exec_host.h"
 #include "runtime/executor.h"
 #include "runtime/feed.h"
 #include "runtime/net.h"
@@ -40,25 +49,52 @@
 #define COLL_EXCHANGE_MB 0x00C011EC
 #define STATE_NAME_MAX   32
 
+/* Most model chunks one agent runs (an interleaved plan's v). */
+#define CHUNKS_MAX PT_SCHED_CHUNKS_MAX
+
+struct run_state;
+
+/* One model chunk of the run: a worker of the program with its own net,
+ * optimizer, feed (first and last stage), collective and executor. */
+typedef struct chunk {
+    int worker, stage;
+    pt_exec_needs needs;
+    pt_feed *feed;
+    pt_net *net;
+    pt_optim *optim;
+    pt_collective *coll;
+    pt_exec *exec;
+    /* one run of several chunks: each on its own thread */
+    struct run_state *r;
+    pthread_t th;
+    int64_t base;
+    int rc;
+    pt_error err;
+    pt_exec_result res;
+} chunk;
+
 /* Everything one generation's run owns (worker thread only). */
 typedef struct run_state {
     int64_t gen;
     pt_model_spec *spec;
     pt_plan *plan;
     pt_program prog;
-    int worker, stage, replica;
+    int worker, stage, replica; /* the first chunk's */
+    int rank, nranks;           /* data-plane rank and count: workers, or hosts when hosted */
+    const int *ranks;           /* every worker's rank: NULL (its index) or prog.worker_host */
+    chunk ch[CHUNKS_MAX];
+    int nch;
+    pt_exec_host *host;    /* several chunks: the device's turn */
+    const pt_backend *be;  /* the agent's (NULL: CPU), bound on the chunks' threads too */
+    pthread_mutex_t ev_mu; /* chunks' threads append events concurrently */
+    int ev_mu_ok;
     pt_dataset *ds;
-    pt_feed *feed;
-    pt_net *net;
-    pt_optim *optim;
     void *data_ctx;
     pt_zap *data_zap;                      /* CURVE: allows exactly the assign's peers */
     char (*peer_keys)[PT_KEY_Z85_LEN + 1]; /* [worker_count] by rank; NULL: plain */
     const pt_keyfile *own_key;
     pt_comm *comm;
-    pt_collective *coll;
     pt_nccl *nccl, *nccl_replicas; /* an assign with an nccl_id on a CUDA backend */
-    pt_exec *exec;
     char ckpt_dir[PT_MSG_PATH_MAX];
     int64_t ckpt_every;
     int64_t last_saved; /* step of the newest checkpoint written by this run, -1 none */
@@ -215,11 +251,16 @@ static void connect_telemetry(pt_agent_worker *w, const char *ep)
 static void on_op(void *user, const pt_exec_event *ev)
 {
     run_state *r = user;
+    if (r->nch > 1)
+        pthread_mutex_lock(&r->ev_mu);
     if (r->nev == r->evcap) {
         int cap = r->evcap ? r->evcap * 2 : EVENTS_INITIAL_CAP;
         pt_msg_event *e = realloc(r->events, (size_t)cap * sizeof *e);
-        if (!e)
+        if (!e) {
+            if (r->nch > 1)
+                pthread_mutex_unlock(&r->ev_mu);
             return; /* the batch misses it; the run goes on */
+        }
         r->events = e;
         r->evcap = cap;
     }
@@ -235,6 +276,8 @@ static void on_op(void *user, const pt_exec_event *ev)
     e->start_ns = s > 0 ? s : 0;
     e->end_ns = t > e->start_ns ? t : e->start_ns;
     e->bytes = ev->bytes > 0 ? ev->bytes : 0;
+    if (r->nch > 1)
+        pthread_mutex_unlock(&r->ev_mu);
 }
 
 static void publish_events(pt_agent_worker *w)
@@ -250,11 +293,23 @@ static void publish_events(pt_agent_worker *w)
     r->nev = 0;
 }
 
+static void publish_chunk_metrics(pt_agent_worker *w, const chunk *ch, const pt_exec_result *res,
+                                  int64_t first_step);
+
+/* One metrics message per window and chunk (each chunk its stage's memory). */
 static void publish_metrics(pt_agent_worker *w, const pt_exec_result *res, int64_t first_step)
 {
     run_state *r = &w->r;
+    for (int c = 0; c < r->nch; c++)
+        publish_chunk_metrics(w, &r->ch[c], res, first_step);
+}
+
+static void publish_chunk_metrics(pt_agent_worker *w, const chunk *ch, const pt_exec_result *res,
+                                  int64_t first_step)
+{
+    run_state *r = &w->r;
     pt_mem_stats ms;
-    pt_arena_stats(pt_net_arena(r->net), &ms);
+    pt_arena_stats(pt_net_arena(ch->net), &ms);
     int windows = res->windows > 0 ? res->windows : 1;
     double iter_ms = (double)res->wall_ns / 1e6 / windows;
     double samples = (double)r->prog.mb_size * r->prog.mb_per_window;
@@ -262,12 +317,12 @@ static void publish_metrics(pt_agent_worker *w, const pt_exec_result *res, int64
         pt_msg m;
         pt_msg_init(&m, PT_MSG_METRICS, w->id);
         pt_msg_metrics *mt = &m.u.metrics;
-        mt->stage = r->stage;
+        mt->stage = ch->stage;
         mt->replica = r->replica;
         mt->step = first_step + k;
         double sum = 0;
         int64_t count = 0;
-        pt_exec_window_loss(r->exec, k, &sum, &count);
+        pt_exec_window_loss(ch->exec, k, &sum, &count);
         mt->loss = count > 0 ? sum / (double)count : NAN;
         mt->iter_ms = iter_ms;
         mt->samples_per_s = iter_ms > 0 ? samples / (iter_ms / 1e3) : 0;
@@ -288,8 +343,11 @@ static void publish_metrics(pt_agent_worker *w, const pt_exec_result *res, int64
 static void teardown(pt_agent_worker *w)
 {
     run_state *r = &w->r;
-    pt_exec_destroy(&r->exec);
-    pt_collective_destroy(&r->coll);
+    for (int c = 0; c < r->nch; c++) {
+        pt_exec_destroy(&r->ch[c].exec);
+        pt_collective_destroy(&r->ch[c].coll);
+    }
+    pt_exec_host_free(&r->host);
     pt_comm_destroy(&r->comm);
     pt_nccl_destroy(&r->nccl_replicas);
     pt_nccl_destroy(&r->nccl);
@@ -308,10 +366,14 @@ static void teardown(pt_agent_worker *w)
     if (ctx && !quitting)
         zmq_ctx_term(ctx);
     r->data_ctx = NULL;
-    pt_optim_destroy(&r->optim);
-    pt_net_destroy(&r->net);
-    pt_feed_destroy(&r->feed);
+    for (int c = 0; c < r->nch; c++) {
+        pt_optim_destroy(&r->ch[c].optim);
+        pt_net_destroy(&r->ch[c].net);
+        pt_feed_destroy(&r->ch[c].feed);
+    }
     pt_dataset_free(&r->ds);
+    if (r->ev_mu_ok)
+        pthread_mutex_destroy(&r->ev_mu);
     pt_program_release(&r->prog);
     pt_plan_free(&r->plan);
     pt_model_spec_free(&r->spec);
@@ -322,27 +384,35 @@ static void teardown(pt_agent_worker *w)
 
 /* Floats holding the bytes of a string (exact small integers), for the
  * endpoint swap over the data plane. */
-static int exchange_coll_endpoints(run_state *r, const char *mine, char (*eps)[PT_MSG_ENDPOINT_MAX],
-                                   int lo, int hi, pt_error *err)
+static int rank_of(const run_state *r, int worker)
+{
+    return r->ranks ? r->ranks[worker] : worker;
+}
+
+/* Swaps chunk c's collective endpoints with the other replicas of its stage
+ * (workers [lo, hi)), over the data plane, one tag per chunk. */
+static int exchange_coll_endpoints(run_state *r, int c, const char *mine,
+                                   char (*eps)[PT_MSG_ENDPOINT_MAX], int lo, int hi, pt_error *err)
 {
     float buf[PT_MSG_ENDPOINT_MAX];
     size_t n = strlen(mine);
     for (size_t i = 0; i < PT_MSG_ENDPOINT_MAX; i++)
         buf[i] = i < n ? (float)(unsigned char)mine[i] : 0.0f;
-    uint64_t tag = pt_comm_tag(PT_COMM_USER, COLL_EXCHANGE_MB, (uint32_t)r->gen);
+    uint64_t tag = pt_comm_tag(PT_COMM_USER, COLL_EXCHANGE_MB + (uint32_t)c, (uint32_t)r->gen);
+    int me = r->ch[c].worker;
     for (int k = lo; k < hi; k++)
-        if (k != r->worker) {
-            int rc = pt_comm_send(r->comm, k, tag, buf, PT_MSG_ENDPOINT_MAX, err);
+        if (k != me) {
+            int rc = pt_comm_send(r->comm, rank_of(r, k), tag, buf, PT_MSG_ENDPOINT_MAX, err);
             if (rc < 0)
                 return rc;
         }
     for (int k = lo; k < hi; k++) {
-        if (k == r->worker) {
+        if (k == me) {
             snprintf(eps[k - lo], PT_MSG_ENDPOINT_MAX, "%s", mine);
             continue;
         }
         float in[PT_MSG_ENDPOINT_MAX];
-        int rc = pt_comm_recv(r->comm, k, tag, in, PT_MSG_ENDPOINT_MAX, err);
+        int rc = pt_comm_recv(r->comm, rank_of(r, k), tag, in, PT_MSG_ENDPOINT_MAX, err);
         if (rc < 0)
             return rc;
         for (int i = 0; i < PT_MSG_ENDPOINT_MAX; i++) {
@@ -359,11 +429,28 @@ static int exchange_coll_endpoints(run_state *r, const char *mine, char (*eps)[P
 
 /* Frames the data plane dropped (forged, replayed, stale, over the bound),
  * over both communicators; the worker thread's own reading. */
+static void coll_stats(run_state *r, pt_comm_stats *b)
+{
+    memset(b, 0, sizeof *b);
+    for (int c = 0; c < r->nch; c++) {
+        pt_comm_stats x = {0};
+        pt_collective_stats(r->ch[c].coll, &x);
+        b->bad_msgs += x.bad_msgs;
+        b->dropped_malformed += x.dropped_malformed;
+        b->dropped_token += x.dropped_token;
+        b->dropped_sender += x.dropped_sender;
+        b->dropped_seq += x.dropped_seq;
+        b->dropped_overflow += x.dropped_overflow;
+        if (x.stash_peak_bytes > b->stash_peak_bytes)
+            b->stash_peak_bytes = x.stash_peak_bytes;
+    }
+}
+
 static uint64_t data_dropped(run_state *r)
 {
-    pt_comm_stats a = {0}, b = {0};
+    pt_comm_stats a = {0}, b;
     pt_comm_stats_get(r->comm, &a);
-    pt_collective_stats(r->coll, &b);
+    coll_stats(r, &b);
     return a.bad_msgs + b.bad_msgs;
 }
 
@@ -376,24 +463,31 @@ static uint64_t data_dropped(run_state *r)
 #define STASH_SLACK_BYTES ((size_t)1 << 20)
 static void data_bounds(run_state *r)
 {
-    const pt_worker *pw = &r->prog.workers[r->worker];
-    int64_t in_row = pt_net_in_elems(r->net) * (int64_t)sizeof(float);
-    int64_t out_row = pt_net_out_elems(r->net) * (int64_t)sizeof(float);
-    size_t recv_bytes = 0, largest = (size_t)PT_COMM_SEGMENT_FLOATS * sizeof(float);
-    for (int i = pw->op_begin; i < pw->op_end; i++) {
-        const pt_op *op = &r->prog.ops[i];
-        int64_t rows = op->row_hi - op->row_lo;
-        size_t b = op->kind == PT_OP_RECV_ACT    ? (size_t)(rows * in_row)
-                   : op->kind == PT_OP_RECV_GRAD ? (size_t)(rows * out_row)
-                                                 : 0;
-        recv_bytes += b;
-        if (b > largest)
-            largest = b;
+    size_t recv_bytes = 0, largest = (size_t)PT_COMM_SEGMENT_FLOATS * sizeof(float), grads = 0,
+           grads_max = 0;
+    /* the chunks of a device share the rank: their messages add up */
+    for (int c = 0; c < r->nch; c++) {
+        const pt_worker *pw = &r->prog.workers[r->ch[c].worker];
+        const pt_net *net = r->ch[c].net;
+        int64_t in_row = pt_net_in_elems(net) * (int64_t)sizeof(float);
+        int64_t out_row = pt_net_out_elems(net) * (int64_t)sizeof(float);
+        for (int i = pw->op_begin; i < pw->op_end; i++) {
+            const pt_op *op = &r->prog.ops[i];
+            int64_t rows = op->row_hi - op->row_lo;
+            size_t b = op->kind == PT_OP_RECV_ACT    ? (size_t)(rows * in_row)
+                       : op->kind == PT_OP_RECV_GRAD ? (size_t)(rows * out_row)
+                                                     : 0;
+            recv_bytes += b;
+            if (b > largest)
+                largest = b;
+        }
+        size_t g = (size_t)pt_net_param_count(net) * sizeof(float);
+        grads += g;
+        grads_max = g > grads_max ? g : grads_max;
     }
-    size_t grads = (size_t)pt_net_param_count(r->net) * sizeof(float);
     r->max_msg = largest;
     r->stash_bound = 2 * recv_bytes + grads + STASH_SLACK_BYTES;
-    r->coll_stash_bound = 2 * grads + STASH_SLACK_BYTES;
+    r->coll_stash_bound = 2 * grads_max + STASH_SLACK_BYTES;
 }
 
 /* Says on stderr (the agent's log) what the data plane dropped, when that
@@ -402,9 +496,9 @@ static void log_dropped(pt_agent_worker *w, uint64_t dropped)
 {
     if (dropped == w->dropped)
         return;
-    pt_comm_stats a = {0}, b = {0};
+    pt_comm_stats a = {0}, b;
     pt_comm_stats_get(w->r.comm, &a);
-    pt_collective_stats(w->r.coll, &b);
+    coll_stats(&w->r, &b);
     fprintf(stderr,
             "pipetop-agent %s: data plane dropped %llu frames (malformed %llu, token or "
             "generation %llu, sender %llu, sequence %llu, over the %zu-byte early-arrival bound "
@@ -439,7 +533,7 @@ static int setup_data_trust(pt_agent_worker *w, const pt_msg_assign *as, pt_erro
     run_state *r = &w->r;
     if (!w->curve)
         return 0;
-    int n = r->prog.worker_count;
+    int n = r->nranks;
     r->peer_keys = calloc((size_t)n, sizeof *r->peer_keys);
     const char **list = calloc((size_t)n + 1, sizeof *list);
     int rc = 0;
@@ -476,8 +570,8 @@ static int make_comm(pt_agent_worker *w, const char *bind, size_t stash_bound, p
                      pt_error *err)
 {
     run_state *r = &w->r;
-    pt_comm_config cc = {.rank = r->worker,
-                         .size = r->prog.worker_count,
+    pt_comm_config cc = {.rank = r->rank,
+                         .size = r->nranks,
                          .bind_endpoint = bind,
                          .zmq_context = r->data_ctx,
                          .timeout_ms = w->comm_timeout_ms,
@@ -495,11 +589,50 @@ static int make_comm(pt_agent_worker *w, const char *bind, size_t stash_bound, p
     return rc;
 }
 
-static int build_comms(pt_agent_worker *w, const pt_msg_assign *as, const pt_exec_needs *needs,
-                       pt_error *err)
+/* Chunk c's collective (background all-reduces among its stage's replicas):
+ * a second communicator with the same rank numbering, whose endpoints the
+ * replicas swap over the first. */
+static int build_collective(pt_agent_worker *w, int c, pt_error *err)
 {
     run_state *r = &w->r;
-    int n = r->prog.worker_count;
+    int st = r->ch[c].stage, lo = r->prog.stage_worker[st], hi = r->prog.stage_worker[st + 1];
+    pt_comm *c2 = NULL;
+    char host_bind[PT_MSG_ENDPOINT_MAX];
+    snprintf(host_bind, sizeof host_bind, "%s", w->data_ep);
+    if (!strncmp(host_bind, "tcp://", 6)) {
+        char *colon = strrchr(host_bind, ':');
+        if (colon && colon > host_bind + 6)
+            snprintf(colon, sizeof host_bind - (size_t)(colon - host_bind), ":*");
+    } else if (c == 0) {
+        snprintf(host_bind, sizeof host_bind, "%.240s.coll", w->data_ep);
+    } else {
+        snprintf(host_bind, sizeof host_bind, "%.236s.coll%d", w->data_ep, c);
+    }
+    int rc = make_comm(w, host_bind, r->coll_stash_bound, &c2, err);
+    if (rc < 0)
+        return rc;
+    char(*peer_eps)[PT_MSG_ENDPOINT_MAX] = calloc((size_t)(hi - lo), sizeof *peer_eps);
+    const char **all = calloc((size_t)r->nranks, sizeof *all);
+    if (!peer_eps || !all)
+        rc = pt_error_set(err, PT_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = exchange_coll_endpoints(r, c, pt_comm_endpoint(c2), peer_eps, lo, hi, err);
+    for (int k = lo; rc == 0 && k < hi; k++)
+        all[rank_of(r, k)] = peer_eps[k - lo];
+    if (rc == 0)
+        rc = pt_comm_connect(c2, all, err);
+    if (rc == 0)
+        rc = pt_collective_create(&c2, &r->ch[c].coll, err);
+    pt_comm_destroy(&c2);
+    free(peer_eps);
+    free(all);
+    return rc;
+}
+
+static int build_comms(pt_agent_worker *w, const pt_msg_assign *as, pt_error *err)
+{
+    run_state *r = &w->r;
+    int n = r->nranks;
     r->data_ctx = zmq_ctx_new();
     if (!r->data_ctx)
         return pt_error_set(err, PT_EIO, "zmq_ctx_new: %s", zmq_strerror(errno));
@@ -528,38 +661,9 @@ static int build_comms(pt_agent_worker *w, const pt_msg_assign *as, const pt_exe
     if (rc == 0)
         rc = pt_comm_connect(r->comm, eps, err);
     free(eps);
-    if (rc < 0 || !needs->needs_collective)
-        return rc;
-    /* Background all-reduces (gradient buckets, Pipe-SGD): a second communicator among the
-     * stage's replicas, whose endpoints the replicas swap over the first. */
-    int lo = r->prog.stage_worker[r->stage], hi = r->prog.stage_worker[r->stage + 1];
-    pt_comm *c2 = NULL;
-    char host_bind[PT_MSG_ENDPOINT_MAX];
-    snprintf(host_bind, sizeof host_bind, "%s", w->data_ep);
-    if (!strncmp(host_bind, "tcp://", 6)) {
-        char *colon = strrchr(host_bind, ':');
-        if (colon && colon > host_bind + 6)
-            snprintf(colon, sizeof host_bind - (size_t)(colon - host_bind), ":*");
-    } else {
-        snprintf(host_bind, sizeof host_bind, "%.240s.coll", w->data_ep);
-    }
-    if ((rc = make_comm(w, host_bind, r->coll_stash_bound, &c2, err)) < 0)
-        return rc;
-    char(*peer_eps)[PT_MSG_ENDPOINT_MAX] = calloc((size_t)(hi - lo), sizeof *peer_eps);
-    const char **all = calloc((size_t)n, sizeof *all);
-    if (!peer_eps || !all)
-        rc = pt_error_set(err, PT_ENOMEM, "out of memory");
-    if (rc == 0)
-        rc = exchange_coll_endpoints(r, pt_comm_endpoint(c2), peer_eps, lo, hi, err);
-    for (int k = lo; rc == 0 && k < hi; k++)
-        all[k] = peer_eps[k - lo];
-    if (rc == 0)
-        rc = pt_comm_connect(c2, all, err);
-    if (rc == 0)
-        rc = pt_collective_create(&c2, &r->coll, err);
-    pt_comm_destroy(&c2);
-    free(peer_eps);
-    free(all);
+    for (int c = 0; c < r->nch && rc == 0; c++)
+        if (r->ch[c].needs.needs_collective)
+            rc = build_collective(w, c, err);
     return rc;
 }
 
@@ -569,7 +673,9 @@ static int load_resume(pt_agent_worker *w, int64_t step, pt_error *err)
     char dir[PT_MSG_PATH_MAX + 32];
     snprintf(dir, sizeof dir, "%s/step-%lld", r->ckpt_dir, (long long)step);
     pt_ckpt_info info;
-    int rc = pt_ckpt_load(dir, r->spec, r->net, r->optim, &info, err);
+    int rc = 0;
+    for (int c = 0; c < r->nch && rc == 0; c++)
+        rc = pt_ckpt_load(dir, r->spec, r->ch[c].net, r->ch[c].optim, &info, err);
     if (rc < 0)
         return rc;
     if (info.step != step)
@@ -587,12 +693,122 @@ static int load_resume(pt_agent_worker *w, int64_t step, pt_error *err)
 static int build_nccl(pt_agent_worker *w, const pt_msg_assign *as, pt_error *err)
 {
     run_state *r = &w->r;
-    if (!as->nccl_id[0] || !pt_backend_is_cuda(w->be))
-        return 0;
+    if (!as->nccl_id[0] || !pt_backend_is_cuda(w->be) || r->nch > 1)
+        return 0; /* several chunks share one rank: their messages stay on ZeroMQ */
     int rc = pt_nccl_create(as->nccl_id, as->peer_count, as->rank, w->be, &r->nccl, err);
     if (rc == 0)
         rc = pt_nccl_split(r->nccl, r->stage, r->replica, &r->nccl_replicas, err);
     return rc;
+}
+
+/* The workers this agent runs, from the assign: its rank's worker, or with
+ * "chunks" every chunk of its device (host `rank` of the program: stages
+ * stage, stage+S, ... replica `replica`). The error names what disagrees. */
+static int pick_chunks(run_state *r, const pt_msg_assign *as, pt_error *err)
+{
+    const pt_program *p = &r->prog;
+    int v = as->chunks > 1 ? as->chunks : 1;
+    if (v == 1) {
+        r->ranks = NULL;
+        r->nranks = p->worker_count;
+        if (as->rank >= p->worker_count || as->peer_count != p->worker_count)
+            return pt_error_set(err, PT_EINVAL,
+                                "assign: rank %d and %d peers for a program of %d workers",
+                                as->rank, as->peer_count, p->worker_count);
+        const pt_worker *pw = &p->workers[as->rank];
+        if (pw->stage != as->stage || pw->replica != as->replica)
+            return pt_error_set(err, PT_EINVAL,
+                                "assign: rank %d is stage %d replica %d in the plan's program, "
+                                "not stage %d replica %d",
+                                as->rank, pw->stage, pw->replica, as->stage, as->replica);
+        r->nch = 1;
+        r->ch[0].worker = as->rank;
+        r->ch[0].stage = as->stage;
+        return 0;
+    }
+    if (p->host_count <= 0 || p->chunks != v || v > CHUNKS_MAX)
+        return pt_error_set(err, PT_EINVAL,
+                            "assign.chunks: %d model chunks per agent, but the plan's program "
+                            "places %d per device",
+                            v, p->host_count > 0 ? p->chunks : 1);
+    int P = p->rank_count, h = as->rank;
+    if (h >= p->host_count || as->peer_count != p->host_count)
+        return pt_error_set(err, PT_EINVAL,
+                            "assign: rank %d and %d peers for a program of %d devices", h,
+                            as->peer_count, p->host_count);
+    if (as->stage >= P || p->stage_worker[as->stage] + as->replica != h)
+        return pt_error_set(err, PT_EINVAL,
+                            "assign: rank %d is not stage %d replica %d's device (the first %d "
+                            "stages' replicas, in order, are the devices)",
+                            h, as->stage, as->replica, P);
+    r->ranks = p->worker_host;
+    r->nranks = p->host_count;
+    r->nch = v;
+    for (int c = 0; c < v; c++) {
+        int st = as->stage + c * P, wk = p->stage_worker[st] + as->replica;
+        if (wk >= p->stage_worker[st + 1] || p->worker_host[wk] != h)
+            return pt_error_set(err, PT_EINVAL,
+                                "assign: chunk %d (stage %d) has no replica %d on device %d", c, st,
+                                as->replica, h);
+        r->ch[c].worker = wk;
+        r->ch[c].stage = st;
+    }
+    return 0;
+}
+
+/* Chunk c's net, optimizer and feed (its stage's layers and data). */
+static int build_chunk(pt_agent_worker *w, const pt_msg_assign *as, int c, pt_error *err)
+{
+    run_state *r = &w->r;
+    chunk *ch = &r->ch[c];
+    ch->r = r;
+    int rc = pt_exec_needs_of(&r->prog, ch->worker, &ch->needs, err);
+    if (rc < 0)
+        return rc;
+    const pt_exec_needs *needs = &ch->needs;
+    if (needs->needs_input || needs->needs_labels) {
+        if (!r->ds && (rc = pt_dataset_open(as->data, r->spec, PT_DATA_TRAIN,
+                                            PT_AGENT_SYNTH_DATA_SEED, &r->ds, err)) < 0)
+            return rc;
+        if ((rc = pt_feed_create(r->ds, (uint64_t)as->seed, r->prog.mb_size, r->prog.mb_per_window,
+                                 &ch->feed, err)) < 0)
+            return rc;
+    }
+    pt_net_config nc = pt_net_config_default(r->spec);
+    nc.first = needs->first;
+    nc.last = needs->last;
+    nc.max_batch = needs->max_batch > 0 ? needs->max_batch : 1;
+    nc.max_slots = needs->max_slots > 0 ? needs->max_slots : 1;
+    nc.recompute = needs->recompute;
+    nc.seed = (uint64_t)as->seed;
+    nc.backend = w->be;
+    if ((rc = pt_net_create(r->spec, &nc, &ch->net, err)) < 0 ||
+        (rc = pt_optim_create(&r->plan->optimizer, pt_net_arena(ch->net),
+                              pt_net_param_count(ch->net), &ch->optim, err)) < 0)
+        return rc;
+    return 0;
+}
+
+static int build_exec(pt_agent_worker *w, int c, pt_error *err)
+{
+    run_state *r = &w->r;
+    chunk *ch = &r->ch[c];
+    pt_exec_config ec = {0};
+    ec.nccl = r->nccl;
+    ec.nccl_replicas = r->nccl_replicas;
+    ec.prog = &r->prog;
+    ec.worker = ch->worker;
+    ec.net = ch->net;
+    ec.optim = ch->optim;
+    ec.comm = r->comm;
+    ec.coll = ch->coll;
+    ec.ranks = r->ranks;
+    ec.host = r->host;
+    ec.feed = ch->feed ? pt_feed_as_exec(ch->feed) : (pt_exec_feed){0};
+    ec.on_op = on_op;
+    ec.user = r;
+    ec.stop = &w->stop_flag;
+    return pt_exec_create(&ec, &ch->exec, err);
 }
 
 /* Builds the run of an assign; the error says what did not fit. */
@@ -610,42 +826,23 @@ static int build_run(pt_agent_worker *w, const pt_msg *m, pt_error *err)
         (rc = pt_plan_check(r->plan, r->spec, NULL, "assign.plan", err)) < 0 ||
         (rc = pt_sched_build(r->plan, NULL, NULL, &r->prog, err)) < 0)
         return rc;
-    r->worker = as->rank;
+    if ((rc = pick_chunks(r, as, err)) < 0)
+        return rc;
+    r->worker = r->ch[0].worker;
     r->stage = as->stage;
     r->replica = as->replica;
-    if (as->rank >= r->prog.worker_count || as->peer_count != r->prog.worker_count)
-        return pt_error_set(err, PT_EINVAL,
-                            "assign: rank %d and %d peers for a program of %d "
-                            "workers",
-                            as->rank, as->peer_count, r->prog.worker_count);
-    const pt_worker *pw = &r->prog.workers[as->rank];
-    if (pw->stage != as->stage || pw->replica != as->replica)
-        return pt_error_set(err, PT_EINVAL,
-                            "assign: rank %d is stage %d replica %d in the plan's program, not "
-                            "stage %d replica %d",
-                            as->rank, pw->stage, pw->replica, as->stage, as->replica);
-    pt_exec_needs needs;
-    if ((rc = pt_exec_needs_of(&r->prog, r->worker, &needs, err)) < 0)
-        return rc;
-    if (needs.needs_input || needs.needs_labels) {
-        if ((rc = pt_dataset_open(as->data, r->spec, PT_DATA_TRAIN, PT_AGENT_SYNTH_DATA_SEED,
-                                  &r->ds, err)) < 0 ||
-            (rc = pt_feed_create(r->ds, (uint64_t)as->seed, r->prog.mb_size, r->prog.mb_per_window,
-                                 &r->feed, err)) < 0)
+    r->rank = as->rank;
+    r->be = w->be;
+    if (r->nch > 1) {
+        if (pthread_mutex_init(&r->ev_mu, NULL) != 0)
+            return pt_error_set(err, PT_ENOMEM, "agent: no mutex for the chunks' events");
+        r->ev_mu_ok = 1;
+        if ((rc = pt_exec_host_new(&r->prog, r->rank, &r->host, err)) < 0)
             return rc;
     }
-    pt_net_config nc = pt_net_config_default(r->spec);
-    nc.first = needs.first;
-    nc.last = needs.last;
-    nc.max_batch = needs.max_batch > 0 ? needs.max_batch : 1;
-    nc.max_slots = needs.max_slots > 0 ? needs.max_slots : 1;
-    nc.recompute = needs.recompute;
-    nc.seed = (uint64_t)as->seed;
-    nc.backend = w->be;
-    if ((rc = pt_net_create(r->spec, &nc, &r->net, err)) < 0 ||
-        (rc = pt_optim_create(&r->plan->optimizer, pt_net_arena(r->net), pt_net_param_count(r->net),
-                              &r->optim, err)) < 0)
-        return rc;
+    for (int c = 0; c < r->nch; c++)
+        if ((rc = build_chunk(w, as, c, err)) < 0)
+            return rc;
     /* the wire names a folder inside our root, checked again here: the
      * message checker refuses the rest, but a path is trusted only where
      * it is used */
@@ -657,29 +854,51 @@ static int build_run(pt_agent_worker *w, const pt_msg *m, pt_error *err)
     r->ckpt_every = as->checkpoint_every;
     if (as->resume_step > 0 && (rc = load_resume(w, as->resume_step, err)) < 0)
         return rc;
-    if ((rc = build_comms(w, as, &needs, err)) < 0 || (rc = build_nccl(w, as, err)) < 0)
+    if ((rc = build_comms(w, as, err)) < 0 || (rc = build_nccl(w, as, err)) < 0)
         return rc;
-    pt_exec_config ec = {0};
-    ec.nccl = r->nccl;
-    ec.nccl_replicas = r->nccl_replicas;
-    ec.prog = &r->prog;
-    ec.worker = r->worker;
-    ec.net = r->net;
-    ec.optim = r->optim;
-    ec.comm = r->comm;
-    ec.coll = r->coll;
-    ec.feed = r->feed ? pt_feed_as_exec(r->feed) : (pt_exec_feed){0};
-    ec.on_op = on_op;
-    ec.user = r;
-    ec.stop = &w->stop_flag;
-    return pt_exec_create(&ec, &r->exec, err);
+    for (int c = 0; c < r->nch; c++)
+        if ((rc = build_exec(w, c, err)) < 0)
+            return rc;
+    return 0;
 }
 
 /* ---- checkpoints ---------------------------------------------------------------- */
 
-/* Saves this stage's layers after `step` iterations into <dir>/step-<step>
- * and the manifest the console commits from. Replicas other than 0 hold the
- * same weights and save nothing. */
+/* Writes chunk ch's layers and its stage's manifest into dir (step's folder). */
+static int save_chunk(run_state *r, const chunk *ch, int64_t step, const char *dir, pt_error *err)
+{
+    pt_ckpt_layer *layers = NULL;
+    int count = 0;
+    int rc = pt_ckpt_write_layers(dir, r->spec, ch->net, ch->optim, step, &layers, &count, err);
+    if (rc < 0)
+        return rc;
+    const pt_feed *feed = NULL;
+    for (int c = 0; c < r->nch && !feed; c++)
+        feed = r->ch[c].feed;
+    pt_ckpt_index ix = {0};
+    snprintf(ix.model, sizeof ix.model, "%s", r->spec->name);
+    ix.step = step;
+    ix.epoch = feed ? (double)step / (double)pt_feed_batches_per_epoch(feed) : 0;
+    ix.has_optimizer = 1;
+    ix.optimizer = r->plan->optimizer;
+    ix.optim_steps = pt_optim_steps(ch->optim);
+    ix.layer_count = count;
+    ix.layers = layers;
+    char *text = pt_ckpt_index_to_json(&ix);
+    char path[PT_MSG_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/" PT_AGENT_MANIFEST_FMT, dir, ch->stage);
+    if (!text)
+        rc = pt_error_set(err, PT_ENOMEM, "checkpoint manifest: out of memory");
+    else
+        rc = pt_file_write_atomic(path, text, strlen(text), err);
+    free(text);
+    pt_ckpt_layers_free(&layers, count);
+    return rc;
+}
+
+/* Saves this agent's stages (every chunk's) after `step` iterations into
+ * <dir>/step-<step>, each with the manifest the console commits from.
+ * Replicas other than 0 hold the same weights and save nothing. */
 static int save_checkpoint(pt_agent_worker *w, int64_t step, char *dir_out, size_t cap,
                            pt_error *err)
 {
@@ -687,29 +906,9 @@ static int save_checkpoint(pt_agent_worker *w, int64_t step, char *dir_out, size
     snprintf(dir_out, cap, "%.1000s/step-%lld", r->ckpt_dir, (long long)step);
     if (r->last_saved == step || r->replica != 0)
         return 0;
-    pt_ckpt_layer *layers = NULL;
-    int count = 0;
-    int rc = pt_ckpt_write_layers(dir_out, r->spec, r->net, r->optim, step, &layers, &count, err);
-    if (rc < 0)
-        return rc;
-    pt_ckpt_index ix = {0};
-    snprintf(ix.model, sizeof ix.model, "%s", r->spec->name);
-    ix.step = step;
-    ix.epoch = r->feed ? (double)step / (double)pt_feed_batches_per_epoch(r->feed) : 0;
-    ix.has_optimizer = 1;
-    ix.optimizer = r->plan->optimizer;
-    ix.optim_steps = pt_optim_steps(r->optim);
-    ix.layer_count = count;
-    ix.layers = layers;
-    char *text = pt_ckpt_index_to_json(&ix);
-    char path[PT_MSG_PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/" PT_AGENT_MANIFEST_FMT, dir_out, r->stage);
-    if (!text)
-        rc = pt_error_set(err, PT_ENOMEM, "checkpoint manifest: out of memory");
-    else
-        rc = pt_file_write_atomic(path, text, strlen(text), err);
-    free(text);
-    pt_ckpt_layers_free(&layers, count);
+    int rc = 0;
+    for (int c = 0; c < r->nch && rc == 0; c++)
+        rc = save_chunk(r, &r->ch[c], step, dir_out, err);
     if (rc == 0)
         r->last_saved = step;
     return rc;
@@ -764,6 +963,63 @@ static void serve_ckpt_requests(pt_agent_worker *w, int64_t done, int all)
 
 /* ---- running ---------------------------------------------------------------------- */
 
+static void *chunk_main(void *arg)
+{
+    chunk *ch = arg;
+    ch->err.code = 0;
+    pt_backend_cuda_bind(ch->r->be); /* a failure shows at the first allocation */
+    ch->rc = pt_exec_run(ch->exec, ch->base, &ch->res, &ch->err);
+    if (ch->rc < 0)
+        pt_exec_host_abort(ch->r->host); /* the device's other chunks stop at their turn */
+    return NULL;
+}
+
+/* One run of every chunk, each on its own thread, taking turns through the
+ * device's host order. The error is the first cause: a chunk stopped by
+ * another's abort (PT_ESTATE) is reported only when nothing else failed.
+ * res: the first chunk's windows, the longest wall time, busy time summed. */
+static int run_chunks(run_state *r, int64_t base, pt_exec_result *res, pt_error *err)
+{
+    pt_exec_host_rewind(r->host);
+    int started = 0, rc = 0;
+    for (int c = 0; c < r->nch; c++) {
+        r->ch[c].base = base;
+        r->ch[c].rc = 0;
+        if (pthread_create(&r->ch[c].th, NULL, chunk_main, &r->ch[c]) != 0) {
+            pt_exec_host_abort(r->host);
+            rc = pt_error_set(err, PT_ENOMEM, "agent: cannot start the thread of chunk %d", c);
+            break;
+        }
+        started++;
+    }
+    for (int c = 0; c < started; c++)
+        pthread_join(r->ch[c].th, NULL);
+    int cause = -1;
+    for (int c = 0; c < started; c++)
+        if (r->ch[c].rc < 0 &&
+            (cause < 0 || (r->ch[cause].rc == PT_ESTATE && r->ch[c].rc != PT_ESTATE)))
+            cause = c;
+    if (rc == 0 && cause >= 0) {
+        rc = r->ch[cause].rc;
+        if (err)
+            *err = r->ch[cause].err;
+    }
+    if (rc < 0) {
+        for (int c = 0; c < r->nch; c++)
+            pt_exec_reset(r->ch[c].exec);
+        return rc;
+    }
+    *res = r->ch[0].res;
+    for (int c = 1; c < r->nch; c++) {
+        if (r->ch[c].res.wall_ns > res->wall_ns)
+            res->wall_ns = r->ch[c].res.wall_ns;
+        res->busy_ns += r->ch[c].res.busy_ns;
+        res->loss_sum += r->ch[c].res.loss_sum;
+        res->loss_count += r->ch[c].res.loss_count;
+    }
+    return 0;
+}
+
 static int run_once(pt_agent_worker *w, pt_error *err)
 {
     run_state *r = &w->r;
@@ -773,7 +1029,8 @@ static int run_once(pt_agent_worker *w, pt_error *err)
     pt_exec_result res;
     r->nev = 0;
     /* in_run and run_end were set under the lock that decided to run */
-    int rc = pt_exec_run(r->exec, done, &res, err);
+    int rc =
+        r->nch > 1 ? run_chunks(r, done, &res, err) : pt_exec_run(r->ch[0].exec, done, &res, err);
     publish_events(w);
     uint64_t dropped = data_dropped(r);
     log_dropped(w, dropped);

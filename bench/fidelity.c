@@ -33,20 +33,25 @@
  *
  * It also prints the throughput of the 2-stage dapple plan at global batch
  * 128 against one process training the same model at batch 128 with one and
- * with two BLAS threads (bench/train_throughput, built beside this program).
+ * with two BLAS threads (bench/train_throughput, built beside this program),
+ * and each one's samples per CPU-second (the pipeline's: pipetop run and its
+ * agents, less a 3-iteration run of the same plan, so start-up and profiling
+ * cancel), which a loaded machine distorts less than samples/s. --throughput-only runs only that
+ * part.
  *
  * Figures mean something only on a quiet machine: other load stretches runs
  * unevenly. --quick runs three small plans of fmnist-mlp-deep (a smoke test
- * for ctest). Usage: fidelity [--quick] [--models a,b] [--iters N]
- * [--out-dir DIR] [--reuse DIR] [--shares DIR] [--detail] (see docs/benchmarks.md).
- * --shares DIR gives the default profiles a fixed_share per layer measured
- * now (apply_shares), for records whose profiles predate the field.
- * Prints figures; never fails on time. */
+ * for ctest). Usage: fidelity [--quick] [--throughput-only] [--models a,b]
+ * [--iters N] [--out-dir DIR] [--reuse DIR] [--shares DIR] [--detail] (see
+ * docs/benchmarks.md). --shares DIR gives the default profiles a
+ * fixed_share per layer measured now (apply_shares), for records whose
+ * profiles predate the field. Prints figures; never fails on time. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,6 +73,7 @@
 #define TP_STEPS_QUICK  10
 #define TP_BATCH        128 /* global batch of the throughput comparison */
 #define TP_MB           8   /* its micro-batches: 8 x 16 = 128 */
+#define TP_SHORT_ITERS  3   /* the short run whose CPU time is subtracted */
 #define LOCAL_LINK_BPS  2e9 /* pipetop run's local topology (tui/cmd_run.c) */
 #define LOCAL_LINK_LAT  50e-6
 #define FALLBACK_MEMORY (1LL << 30)
@@ -116,7 +122,7 @@ typedef struct plan_result {
 } plan_result;
 
 typedef struct bench_args {
-    int quick, iters;
+    int quick, iters, throughput_only;
     const char *models, *out_dir, *reuse;
 } bench_args;
 
@@ -160,10 +166,12 @@ static int apply_shares(pt_profile *base)
 
 static int parse(int argc, char **argv, bench_args *a)
 {
-    *a = (bench_args){0, 0, "fmnist-mlp-deep,gpt-tiny", NULL, NULL};
+    *a = (bench_args){0, 0, 0, "fmnist-mlp-deep,gpt-tiny", NULL, NULL};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             a->quick = 1;
+        } else if (!strcmp(argv[i], "--throughput-only")) {
+            a->throughput_only = 1;
         } else if (!strcmp(argv[i], "--models") && i + 1 < argc) {
             a->models = argv[++i];
         } else if (!strcmp(argv[i], "--out-dir") && i + 1 < argc) {
@@ -181,8 +189,10 @@ static int parse(int argc, char **argv, bench_args *a)
                 return 2;
             }
         } else {
-            fprintf(stderr, "usage: fidelity [--quick] [--models a,b] [--iters N] "
-                            "[--out-dir DIR] [--reuse DIR] [--shares DIR] [--detail]\n");
+            fprintf(stderr, "usage: fidelity [--quick] [--throughput-only] [--models a,b] "
+                            "[--iters N] [--out-dir DIR] [--reuse DIR] [--shares DIR] "
+                            "[--detail]
+");
             return 2;
         }
     }
@@ -647,39 +657,67 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
     pt_profile_free(&cut_prof);
 }
 
-/* "..., 1234.5 samples/s, ..." of train_throughput's line; NaN when absent. */
-static double samples_per_s(const char *model, int threads, int steps)
+/* CPU seconds of this process's waited-for children (and theirs) so far. */
+static double children_cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_CHILDREN, &ru) < 0)
+        return NAN;
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* The number before `unit` on the line ("1234.5 samples/s"); NaN when absent. */
+static double number_before(const char *line, const char *unit)
+{
+    const char *s = strstr(line, unit);
+    if (!s)
+        return NAN;
+    const char *b = s;
+    while (b > line && (b[-1] == '.' || (b[-1] >= '0' && b[-1] <= '9')))
+        b--;
+    return b < s ? strtod(b, NULL) : NAN;
+}
+
+/* train_throughput's samples/s and samples per CPU-second; NaN when absent. */
+static void samples_per_s(const char *model, int threads, int steps, double *wall, double *cpu)
 {
     char cmd[CMD_CAP], line[4096] = "";
+    *wall = *cpu = NAN;
     snprintf(cmd, sizeof cmd,
              "OPENBLAS_NUM_THREADS= '%s/train_throughput' --model '%s' --batch %d --threads %d "
              "--steps %d --warmup %d 2>&1",
              exe_dir, model, TP_BATCH, threads, steps, steps / 10 + 1);
     FILE *p = popen(cmd, "r");
     if (!p)
-        return NAN;
-    double v = NAN;
+        return;
     while (fgets(line, sizeof line, p)) {
-        const char *s = strstr(line, " samples/s");
-        if (!s)
-            continue;
-        const char *b = s;
-        while (b > line && (b[-1] == '.' || (b[-1] >= '0' && b[-1] <= '9')))
-            b--;
-        v = strtod(b, NULL);
+        double w = number_before(line, " samples/s"), c = number_before(line, " samples/CPU-s");
+        if (isfinite(w)) {
+            *wall = w;
+            *cpu = c;
+        } else if (strstr(line, "train_throughput")) {
+            fprintf(stderr, "fidelity: %s", line);
+        }
     }
     pclose(p);
-    return v;
 }
 
 static void throughput(const char *model, const bench_args *a, const char *out_dir)
 {
     plan_case c = {"dapple", 2, TP_MB, -1};
     plan_result r = {.c = &c, .agents = 2};
-    char path[PATH_CAP + 64];
+    char path[PATH_CAP + 64], cmd[CMD_CAP];
     pt_error err = {0};
     pt_profile *prof = NULL;
     snprintf(path, sizeof path, "%s/%s-layers.json", out_dir, model);
+    if (access(path, R_OK) != 0) { /* --throughput-only: the matrix did not profile it */
+        snprintf(cmd, sizeof cmd,
+                 "'%s/pipetop' profile --model '%s' --batch %d --threads 1 --out '%s' >/dev/null",
+                 exe_dir, model, MB_SIZE, path);
+        if (run_cmd(cmd, NULL, 0) != 0)
+            fprintf(stderr, "fidelity: throughput: %s: cannot profile\n", model);
+    }
     if (pt_profile_load(path, &prof, &err) < 0 || !(r.plan = make_plan(prof, &c))) {
         fprintf(stderr, "fidelity: throughput: %s\n", err.msg);
         pt_profile_free(&prof);
@@ -687,13 +725,36 @@ static void throughput(const char *model, const bench_args *a, const char *out_d
     }
     if ((size_t)snprintf(r.dir, sizeof r.dir, "%s/%s-throughput", out_dir, model) >= sizeof r.dir)
         goto done;
-    int steps = a->quick ? TP_STEPS_QUICK : TP_STEPS_FULL;
-    int ok = run_plan(model, a->quick ? a->iters : 2 * a->iters, &r) == 0;
+    int steps = a->quick ? TP_STEPS_QUICK : TP_STEPS_FULL,
+        iters = a->quick ? a->iters : 2 * a->iters;
+    /* CPU per sample from the difference of a short and this run: start-up,
+     * profiling and the console's set-up cancel */
+    plan_result sr = r;
+    if ((size_t)snprintf(sr.dir, sizeof sr.dir, "%.*s-short", PATH_CAP - 16, r.dir) >=
+        sizeof sr.dir)
+        goto done;
+    double c0 = children_cpu_s();
+    int short_ok = run_plan(model, TP_SHORT_ITERS, &sr) == 0;
+    double c1 = children_cpu_s();
+    int ok = run_plan(model, iters, &r) == 0;
+    double c2 = children_cpu_s();
+    pt_profile_free(&sr.base);
+    pt_profile_free(&sr.cal);
+    pt_cal_fit_clear(&sr.fit);
     double pipe = ok && r.meas_ms > 0 ? TP_BATCH / (r.meas_ms / 1e3) : NAN;
-    double one = samples_per_s(model, 1, steps), two = samples_per_s(model, 2, steps);
+    double pipe_per_cpu =
+        ok && short_ok && iters > TP_SHORT_ITERS && c2 - c1 > c1 - c0
+            ? (double)(iters - TP_SHORT_ITERS) * TP_BATCH / ((c2 - c1) - (c1 - c0))
+            : NAN;
+    double one, one_cpu, two, two_cpu;
+    samples_per_s(model, 1, steps, &one, &one_cpu);
+    samples_per_s(model, 2, steps, &two, &two_cpu);
     printf("\nthroughput, %s, global batch %d: 2-stage dapple M=%d %.1f samples/s; one process "
            "1 BLAS thread %.1f, 2 threads %.1f; ratios %.2fx and %.2fx\n",
            model, TP_BATCH, TP_MB, pipe, one, two, pipe / one, pipe / two);
+    printf("  samples per CPU-second: pipeline %.1f (pipetop run and its agents, a %d-iteration "
+           "run subtracted), one process 1 thread %.1f, 2 threads %.1f\n",
+           pipe_per_cpu, TP_SHORT_ITERS, one_cpu, two_cpu);
 done:
     pt_plan_free(&r.plan);
     pt_profile_free(&r.base);
@@ -738,7 +799,8 @@ int main(int argc, char **argv)
     int k = 0;
     for (char *m = strtok_r(models, ",", &save); m && k < MAX_MODELS;
          m = strtok_r(NULL, ",", &save), k++)
-        bench_model(m, &a, out_dir);
+        if (!a.throughput_only)
+            bench_model(m, &a, out_dir);
     snprintf(models, sizeof models, "%s", a.models);
     k = 0;
     /* the throughput comparison measures single processes now: not from records */

@@ -13,7 +13,9 @@
  * node of S devices sharing this machine's cores (the simulator slows
  * compute by workers / cores, as for `pipetop run` on one host). Measured:
  * wall time of one pt_pipeline_run per iteration and bubble = 1 - busy by
- * protocol/op.h's definition, medians over the timed iterations. Prints
+ * protocol/op.h's definition per device (an interleaved device's chunks
+ * together, as the simulator predicts it), medians over the timed
+ * iterations. Prints
  * figures; never fails on time. Usage: schedules [--models a,b] [--stages S]
  * [--microbatches M] [--mb-size B] [--iters N] (see docs/benchmarks.md). */
 #include <stdio.h>
@@ -242,25 +244,30 @@ static void on_op(void *user, const pt_exec_event *ev)
         e->ev[ev->worker][e->n[ev->worker]++] = *ev;
 }
 
-/* Bubble of one iteration from its events (protocol/op.h): 1 - the mean over
- * workers of compute time / the iteration's span. */
-static double bubble_of(const events *e, int workers)
+/* Bubble of one iteration from its events (protocol/op.h), per device as
+ * the simulator counts it (pt_sim_result.bubble_frac): 1 - the mean over
+ * devices of compute time / the iteration's span, a device's compute being
+ * that of all its workers (an interleaved device's v chunks together, its
+ * host; every other kind has one worker per device). Counting each chunk
+ * alone would call a device idle while its other chunk computes. */
+static double bubble_of(const events *e, const pt_program *prog)
 {
+    int W = prog->worker_count, H = pt_sched_host_count(prog);
     int64_t lo = INT64_MAX, hi = INT64_MIN;
-    for (int w = 0; w < workers; w++)
+    for (int w = 0; w < W; w++)
         for (int i = 0; i < e->n[w]; i++) {
             lo = e->ev[w][i].start_ns < lo ? e->ev[w][i].start_ns : lo;
             hi = e->ev[w][i].end_ns > hi ? e->ev[w][i].end_ns : hi;
         }
-    double span = (double)(hi - lo) * 1e-9, sum = 0;
-    for (int w = 0; w < workers; w++) {
-        double busy = 0;
+    double span = (double)(hi - lo) * 1e-9, sum = 0, busy[MAX_WORKERS] = {0};
+    for (int w = 0; w < W; w++)
         for (int i = 0; i < e->n[w]; i++)
             if (pt_op_is_compute(e->ev[w][i].kind))
-                busy += (double)(e->ev[w][i].end_ns - e->ev[w][i].start_ns) * 1e-9;
-        sum += pt_op_busy_frac(busy, span);
-    }
-    return workers ? 1 - sum / workers : 0;
+                busy[pt_sched_host_of(prog, w)] +=
+                    (double)(e->ev[w][i].end_ns - e->ev[w][i].start_ns) * 1e-9;
+    for (int h = 0; h < H; h++)
+        sum += pt_op_busy_frac(busy[h], span);
+    return H ? 1 - sum / H : 0;
 }
 
 static int run_measured(const pt_model_spec *spec, const pt_program *prog, const pt_dataset *ds,
@@ -282,7 +289,8 @@ static int run_measured(const pt_model_spec *spec, const pt_program *prog, const
                              .data = ds,
                              .data_seed = DATA_SEED,
                              .on_op = on_op,
-                             .user = e};
+                             .user = e,
+                             .host_comm = 1}; /* interleaved: one rank per device, as agents run */
     pt_pipeline *pp = NULL;
     pt_error err = {0};
     if (rc == 0 && (rc = pt_pipeline_create(&pc, &pp, &err)) < 0)
@@ -297,7 +305,7 @@ static int run_measured(const pt_model_spec *spec, const pt_program *prog, const
         }
         if (it >= WARMUP_ITERS) {
             t[it - WARMUP_ITERS] = now_s() - t0;
-            b[it - WARMUP_ITERS] = bubble_of(e, W);
+            b[it - WARMUP_ITERS] = bubble_of(e, prog);
         }
     }
     if (rc == 0) {
@@ -385,8 +393,8 @@ static int bench_model(const char *name, const args *a, int cores)
     for (int s = 0; s < S; s++)
         printf(" [%d,%d)", cuts[s], cuts[s + 1]);
     printf("), M = %d, micro-batch %d, %d cores\n", M, mb, cores);
-    printf("%-14s %12s %12s %10s %10s\n", "kind", "pred iter ms", "meas iter ms", "pred bub",
-           "meas bub");
+    printf("%-14s %12s %12s %10s %10s  (bubble per device: all its chunks together)\n", "kind",
+           "pred iter ms", "meas iter ms", "pred bub", "meas bub");
     for (int k = 0; k < KIND_COUNT; k++) {
         pt_plan *plan = make_plan(spec, cuts, S, mb, M, &kinds[k], cost);
         pt_sim *sim = NULL;

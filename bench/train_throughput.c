@@ -1,11 +1,13 @@
-/* Single-thread training throughput of fmnist-mlp (784-1024-1024-1024-10,
- * relu, softmax cross-entropy) at batch 64 with SGD momentum, in samples/s:
- * warm-up steps, then timed steps over 16 fixed batches held in memory, the
- * way bench/torch_baseline.py times PyTorch: inputs uniform in [0, 1) and
- * labels uniform, independent of them, so the loss stays away from zero (a
- * separable data set would drive gradients towards denormal numbers, which
- * some CPUs compute slowly) and both programs see the same kind of data. Prints figures; never
- * fails on time. Usage: train_throughput [--model M] [--batch B] [--warmup N]
+/* Single-process training throughput of a model (fmnist-mlp by default:
+ * 784-1024-1024-1024-10, relu, softmax cross-entropy) at batch 64 with SGD
+ * momentum, in samples/s: warm-up steps, then timed steps over 16 fixed
+ * batches held in memory, the way bench/torch_baseline.py times PyTorch:
+ * inputs uniform in [0, 1) (a token model: token ids uniform over its
+ * embedding's vocabulary) and labels uniform, independent of them, so the
+ * loss stays away from zero (a separable data set would drive gradients
+ * towards denormal numbers, which some CPUs compute slowly) and both
+ * programs see the same kind of data. Prints figures; never fails on time. Usage: train_throughput
+ * [--model M] [--batch B] [--warmup N]
  * [--steps N] [--threads N] (see docs/benchmarks.md). */
 #include <cblas.h>
 #include <stdio.h>
@@ -63,6 +65,18 @@ static int parse(int argc, char **argv, bench_args *a)
     return 0;
 }
 
+/* The vocabulary of a token model's embedding (its input ids lie below it);
+ * 0 for a model of float inputs. */
+static int token_vocab(const pt_model_spec *spec)
+{
+    if (spec->input_kind != PT_INPUT_TOKENS)
+        return 0;
+    for (int i = 0; i < spec->layer_count; i++)
+        if (spec->layers[i].kind == PT_LAYER_EMBEDDING)
+            return spec->layers[i].vocab;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     pt_blas_fixup_core(argv);
@@ -100,8 +114,10 @@ int main(int argc, char **argv)
         return 1;
     }
     pt_rng rng = pt_rng_make(DATA_SEED, 0);
+    int vocab = token_vocab(spec);
     for (int64_t i = 0; i < BATCHES * per_batch; i++)
-        x_host[i] = (float)pt_rng_uniform(&rng);
+        x_host[i] =
+            vocab ? (float)pt_rng_below(&rng, (uint64_t)vocab) : (float)pt_rng_uniform(&rng);
     for (int64_t i = 0; i < BATCHES * a.batch * lps; i++)
         labels[i] = (int32_t)pt_rng_below(&rng, (uint64_t)pt_net_classes(net));
     const pt_backend *be = pt_net_backend(net);

@@ -518,19 +518,6 @@ int pt_cost_weight_versions(pt_sched_kind kind, int vertical_sync, int S, int i)
     return facts_of(kind)->weight_versions(&q);
 }
 
-/* Micro-batches a stage holds between their BWD_INPUT and BWD_WEIGHT at its
- * peak: the zero-bubble kinds delay stage i's W by i micro-batches (none
- * when it recomputes), so right after the B that starts the steady state
- * i + 1 are pending (planner/sched_zb.c), the moment it also holds the most
- * in flight. 0 for the kinds that do not split the backward. */
-static int split_pending(const pt_mem_query *q)
-{
-    if (q->kind != PT_SCHED_ZB_H1 && q->kind != PT_SCHED_ZB_H2)
-        return 0;
-    int lag = q->recompute ? 0 : q->stage;
-    return lag + 1 < q->microbatches ? lag + 1 : q->microbatches;
-}
-
 void pt_cost_stage_memory(const pt_cost *c, const pt_mem_query *q, pt_mem *out)
 {
     memset(out, 0, sizeof *out);
@@ -554,7 +541,8 @@ void pt_cost_stage_memory(const pt_cost *c, const pt_mem_query *q, pt_mem *out)
         scratch_b +
         (q->recompute ? K * (in_b + out_b + loss_b) + (act_b - out_b + saved_b - loss_b)
                       : K * (in_b + act_b + saved_b)) +
-        split_pending(q) * pt_cost_keep_bytes(c, q->first, q->last, q->rows);
+        (kind->split_hold ? kind->split_hold(&shape) : 0) *
+            pt_cost_keep_bytes(c, q->first, q->last, q->rows);
     out->bytes[PT_MEM_STASH] = (int64_t)(V - 1) * P;
     out->bytes[PT_MEM_COMM] = not_first * 2 * in_b + not_last * out_b;
     for (int k = 0; k < PT_MEM_KIND_COUNT; k++)

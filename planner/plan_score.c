@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "planner/interleave.h"
 #include "planner/plan_util.h"
 
 int pu_scorer_init(pu_scorer *sc, const pt_cost *cost)
@@ -54,60 +55,114 @@ int pu_kind_allowed(uint32_t mask, int kind, int own)
     return (mask >> kind) & 1u;
 }
 
+/* The plan to score for a row of v chunks per device: plan itself when it
+ * has v already, else *alt, plan cut afresh into S·v chunks (owned by the
+ * caller). 0, or the rechunk's PT_E* with err saying why. */
+static int row_plan(const pu_scorer *sc, pt_plan *plan, int kind, int v, pt_plan **alt,
+                    const pt_plan **use, pt_error *err)
+{
+    *alt = NULL;
+    *use = plan;
+    if ((plan->chunks > 1 ? plan->chunks : 1) == v)
+        return 0;
+    int rc = pt_plan_rechunk(plan, sc->cost, (pt_sched_kind)kind, v, alt, err);
+    if (rc == 0)
+        *use = *alt;
+    return rc;
+}
+
+/* Moves src's contents into dst (dst's old contents freed with src). */
+static void plan_take(pt_plan *dst, pt_plan **src_p)
+{
+    pt_plan tmp = *dst;
+    *dst = **src_p;
+    **src_p = tmp;
+    pt_plan_free(src_p);
+}
+
 int pu_choose_kind(pu_scorer *sc, pt_plan *plan, uint32_t mask, pt_sched_kind own,
                    pt_planner_report *report, double *iter_s, int64_t *peak)
 {
     pt_sched_kind kind0 = plan->schedule;
     char policy0 = plan->policy;
-    int best = -1, n = 0;
+    int best = -1, n = 0, rc = 0;
+    int P = pt_plan_rank_count(plan), M = plan->microbatch_count;
     double best_t = INFINITY;
     int64_t best_peak = 0;
+    pt_plan *best_alt = NULL; /* the winner's partition when it is not plan's */
     pt_planner_kind_row rows[PT_PLANNER_KIND_ROWS];
     for (int k = 0; k < pt_sched_kind_count() && n < PT_PLANNER_KIND_ROWS; k++) {
         if (!pt_sched_kind_has(k, PT_SCHED_SYNCHRONOUS) || !pt_sched_info_of((pt_sched_kind)k))
             continue;
-        int npol = pt_sched_kind_has(k, PT_SCHED_OPT_POLICY) ? 2 : 1;
-        for (int pi = 0; pi < npol && n < PT_PLANNER_KIND_ROWS; pi++) {
-            int allowed = pu_kind_allowed(mask, k, (int)own);
-            if (!allowed && mask == 0)
-                continue; /* own kind only: nothing else to compare */
-            pt_planner_kind_row *r = &rows[n++];
-            memset(r, 0, sizeof *r);
-            r->kind = k;
-            r->policy = npol == 2 ? (pi ? 'B' : 'A') : 0;
-            r->allowed = allowed;
-            plan->schedule = (pt_sched_kind)k;
-            plan->policy = npol == 2 ? r->policy : policy0;
-            pt_error e = {0};
-            /* a kind that does not fit by the memory model (which the simulator
-             * agrees with) is simulated only while the budget lasts */
-            if (sc->ops >= PU_SCORE_OPS_BUDGET &&
-                pt_cost_plan_memory(sc->cost, plan, NULL) == PT_ENOFIT) {
-                r->fits = 0;
-                r->iter_s = NAN;
-                r->peak_memory_bytes = pu_plan_peak_memory(sc->cost, plan, NULL);
-                snprintf(r->note, sizeof r->note, "does not fit (not simulated)");
-                continue;
-            }
-            int rc = pu_score(sc, plan, &r->iter_s, &r->fits, &r->peak_memory_bytes, &e);
-            if (rc == PT_EINVAL) {
-                r->refused = 1;
-                r->iter_s = INFINITY;
-                snprintf(r->note, sizeof r->note, "%.95s", e.msg);
-                continue;
-            }
-            if (rc < 0) {
-                plan->schedule = kind0;
-                plan->policy = policy0;
-                return rc;
-            }
-            /* on a tie the planner's own kind, else the earlier row */
-            int better = r->iter_s < best_t || (best >= 0 && r->iter_s == best_t && k == (int)own &&
-                                                rows[best].kind != (int)own);
-            if (r->allowed && r->fits && better) {
-                best_t = r->iter_s;
-                best_peak = r->peak_memory_bytes;
-                best = n - 1;
+        int allowed = pu_kind_allowed(mask, k, (int)own);
+        if (!allowed && mask == 0)
+            continue; /* own kind only: nothing else to compare */
+        int npol = pt_sched_kind_has(k, PT_SCHED_OPT_POLICY) ? 2 : 1, vlo, vhi;
+        pt_sched_kind_chunks(k, &vlo, &vhi);
+        vhi = vhi < vlo + PU_SCORE_CHUNKS_TRIES - 1 ? vhi : vlo + PU_SCORE_CHUNKS_TRIES - 1;
+        for (int v = vlo; v <= vhi && n < PT_PLANNER_KIND_ROWS; v++) {
+            /* the first chunk count says why a kind does not take the plan;
+             * larger ones are tried only where the schedule and layers allow */
+            if (v > vlo && (P < 1 || M % P || P * v > plan->layer_count || rows[n - 1].refused))
+                break;
+            for (int pi = 0; pi < npol && n < PT_PLANNER_KIND_ROWS; pi++) {
+                pt_planner_kind_row *r = &rows[n++];
+                memset(r, 0, sizeof *r);
+                r->kind = k;
+                r->policy = npol == 2 ? (pi ? 'B' : 'A') : 0;
+                r->chunks = v;
+                r->allowed = allowed;
+                plan->schedule = (pt_sched_kind)k;
+                plan->policy = npol == 2 ? r->policy : policy0;
+                pt_error e = {0};
+                pt_plan *alt = NULL;
+                const pt_plan *use = plan;
+                rc = row_plan(sc, plan, k, v, &alt, &use, &e);
+                if (rc == PT_EINVAL) {
+                    r->refused = 1;
+                    r->iter_s = INFINITY;
+                    snprintf(r->note, sizeof r->note, "%.95s", e.msg);
+                    rc = 0;
+                    continue;
+                }
+                if (rc < 0)
+                    goto fail;
+                /* a kind that does not fit by the memory model (which the simulator
+                 * agrees with) is simulated only while the budget lasts */
+                if (sc->ops >= PU_SCORE_OPS_BUDGET &&
+                    pt_cost_plan_memory(sc->cost, use, NULL) == PT_ENOFIT) {
+                    r->fits = 0;
+                    r->iter_s = NAN;
+                    r->peak_memory_bytes = pu_plan_peak_memory(sc->cost, use, NULL);
+                    snprintf(r->note, sizeof r->note, "does not fit (not simulated)");
+                    pt_plan_free(&alt);
+                    continue;
+                }
+                rc = pu_score(sc, use, &r->iter_s, &r->fits, &r->peak_memory_bytes, &e);
+                if (rc == PT_EINVAL) {
+                    r->refused = 1;
+                    r->iter_s = INFINITY;
+                    snprintf(r->note, sizeof r->note, "%.95s", e.msg);
+                    pt_plan_free(&alt);
+                    rc = 0;
+                    continue;
+                }
+                if (rc < 0) {
+                    pt_plan_free(&alt);
+                    goto fail;
+                }
+                /* on a tie the planner's own kind, else the earlier row */
+                int better = r->iter_s < best_t || (best >= 0 && r->iter_s == best_t &&
+                                                    k == (int)own && rows[best].kind != (int)own);
+                if (r->allowed && r->fits && better) {
+                    best_t = r->iter_s;
+                    best_peak = r->peak_memory_bytes;
+                    best = n - 1;
+                    pt_plan_free(&best_alt);
+                    best_alt = alt;
+                    alt = NULL;
+                }
+                pt_plan_free(&alt);
             }
         }
     }
@@ -115,6 +170,10 @@ int pu_choose_kind(pu_scorer *sc, pt_plan *plan, uint32_t mask, pt_sched_kind ow
         /* a kind without a policy gets 'A', as a parsed plan has */
         plan->schedule = (pt_sched_kind)rows[best].kind;
         plan->policy = rows[best].policy ? rows[best].policy : 'A';
+        if (best_alt) {
+            best_alt->policy = plan->policy;
+            plan_take(plan, &best_alt);
+        }
     } else {
         plan->schedule = kind0;
         plan->policy = policy0;
@@ -131,6 +190,11 @@ int pu_choose_kind(pu_scorer *sc, pt_plan *plan, uint32_t mask, pt_sched_kind ow
             *peak = best_peak;
     }
     return best >= 0 ? 0 : 1;
+fail:
+    pt_plan_free(&best_alt);
+    plan->schedule = kind0;
+    plan->policy = policy0;
+    return rc;
 }
 
 int pu_pick(pu_scorer *sc, pt_plan *const *cand, const double *bound, int n, uint32_t mask,
@@ -192,7 +256,12 @@ void pu_why_kinds(pt_planner_report *report)
         return;
     }
     const pt_planner_kind_row *c = &report->kinds[report->chosen_kind];
-    pu_why(report, "; schedule %s%s%c: the fastest simulated of %d allowed kind%s (%d fit)",
-           pt_sched_kind_name(c->kind), c->policy ? "/" : "", c->policy ? c->policy : ' ', allowed,
-           allowed == 1 ? "" : "s", fit);
+    char v[24] = "";
+    if (c->chunks > 1)
+        snprintf(v, sizeof v, " v=%d", c->chunks);
+    char pol[3] = "";
+    if (c->policy)
+        snprintf(pol, sizeof pol, "/%c", c->policy);
+    pu_why(report, "; schedule %s%s%s: the fastest simulated of %d allowed kind%s (%d fit)",
+           pt_sched_kind_name(c->kind), pol, v, allowed, allowed == 1 ? "" : "s", fit);
 }

@@ -42,12 +42,21 @@ int pu_score(pu_scorer *sc, const pt_plan *plan, double *iter_s, int *fits, int6
  * kind); own is always allowed. */
 int pu_kind_allowed(uint32_t mask, int kind, int own);
 
+/* Chunk counts a kind choice tries per kind that takes chunks (the table's
+ * chunks_min and up): each is one more partition cut and simulated. */
+#define PU_SCORE_CHUNKS_TRIES 3
+
 /* Compares plan's partition under every synchronous kind of the table that
- * has a generator (each policy of a kind with PT_SCHED_OPT_POLICY; with mask
+ * has a generator (each policy of a kind with PT_SCHED_OPT_POLICY; a kind
+ * with chunks once per v from its chunks_min, up to PU_SCORE_CHUNKS_TRIES
+ * values while M is a multiple of the ranks and S·v <= layers, the layers
+ * cut afresh into S·v chunks on the same devices, pt_plan_rechunk; with mask
  * 0 only own's rows), filling
  * report->kinds (may be NULL), and sets plan's kind and policy to the fastest
  * allowed one that fits memory in the simulation (on a tie own's row, else
- * the earlier one: table order, policy A first), leaving it unchanged when none does. *iter_s
+ * the earlier one: table order, policy A first, fewer chunks first) — an
+ * interleaved winner replaces plan's stages with its S·v chunks and sets
+ * plan->chunks — leaving it unchanged when none does. *iter_s
  * and *peak (may be NULL) receive that row's figures. Returns 0, 1 when no
  * allowed row fits, or a negative PT_E* code. */
 int pu_choose_kind(pu_scorer *sc, pt_plan *plan, uint32_t mask, pt_sched_kind own,

@@ -81,6 +81,8 @@ typedef struct pt_planner_opts {
 typedef struct pt_planner_kind_row {
     int kind;                  /* pt_sched_kind */
     char policy;               /* 'A' or 'B' for kinds with a policy, else 0 */
+    int chunks;                /* model chunks per device v (1 but for interleaved rows, whose
+                                  partition is the plan's cut afresh into S·v chunks) */
     int allowed;               /* the planner was allowed to choose it (opts->kinds) */
     int refused;               /* the kind's generator refused the plan (note says why) */
     int fits;                  /* every replica fits its device in the simulation */

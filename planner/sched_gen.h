@@ -8,7 +8,8 @@
 #include "planner/schedule.h"
 
 /* The generators of the built-in kinds (one per file, named in PT_SCHED_KIND_LIST). */
-#define PT_SCHED_GEN_DECL_(ID, name, flags, inflight, versions, generator, summary)                \
+#define PT_SCHED_GEN_DECL_(ID, name, flags, inflight, versions, hold, cmin, cmax, generator,       \
+                           summary)                                                                \
     int generator(pt_program *prog, pt_error *err);
 PT_SCHED_KIND_LIST(PT_SCHED_GEN_DECL_)
 #undef PT_SCHED_GEN_DECL_

@@ -12,8 +12,8 @@
 /* The built-in kinds, one per line of PT_SCHED_KIND_LIST (protocol/sched_kind.h);
  * kinds registered at run time follow them. */
 static const pt_sched_info builtin[PT_SCHED_BUILTIN_COUNT] = {
-#define PT_SCHED_ENTRY_(ID, name, flags, inflight, versions, generator, summary)                   \
-    [PT_SCHED_##ID] = {{name, flags, inflight, versions, summary}, generator},
+#define PT_SCHED_ENTRY_(ID, name, flags, inflight, versions, hold, cmin, cmax, generator, summary) \
+    [PT_SCHED_##ID] = {{name, flags, inflight, versions, summary, hold, cmin, cmax}, generator},
     PT_SCHED_KIND_LIST(PT_SCHED_ENTRY_)
 #undef PT_SCHED_ENTRY_
 };

@@ -14,6 +14,7 @@
 
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
+#include "protocol/sched_kind.h"
 #include "protocol/keyfile.h"
 #include "protocol/message_internal.h"
 
@@ -211,7 +212,8 @@ static const char *const *keys_of(pt_msg_type t)
     static const char *const assign[] = {
         "plan",        "model",     "stage",   "replica",        "rank",
         "peers",       "data",      "seed",    "checkpoint_dir", "checkpoint_every",
-        "resume_step", "telemetry", "nccl_id", "run_token",      NULL};
+        "resume_step", "telemetry", "nccl_id", "run_token",      "chunks",
+        NULL};
     static const char *const ack[] = {"of", "step", NULL};
     static const char *const stop[] = {"reason", "hold", "at_step", NULL};
     static const char *const start[] = {"steps", NULL};
@@ -396,6 +398,7 @@ static int check_assign(pt_jr *jr, const cJSON *o, pt_msg_assign *a)
     TRY(pt_jr_int(jr, o, "", "stage", REQ, 0, 0, IDX, &a->stage));
     TRY(pt_jr_int(jr, o, "", "replica", REQ, 0, 0, IDX, &a->replica));
     TRY(pt_jr_int(jr, o, "", "rank", REQ, 0, 0, PT_MSG_MAX_RANK - 1, &a->rank));
+    TRY(pt_jr_int(jr, o, "", "chunks", OPT, 1, 1, PT_SCHED_CHUNKS_MAX, &a->chunks));
     TRY(check_peers(jr, o, a));
     TRY(pt_jr_str(jr, o, "", "data", REQ, NULL, a->data, sizeof a->data));
     TRY(pt_jr_int64(jr, o, "", "seed", REQ, 0, 0, IMAX, &a->seed));

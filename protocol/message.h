@@ -104,14 +104,17 @@ typedef struct pt_msg_peer {
 } pt_msg_peer;
 
 typedef struct pt_msg_assign {
-    char *plan_json;            /* owned: the plan (protocol/plan.h) as JSON object text */
-    char *model_json;           /* owned: the model spec (protocol/model.h) as JSON object text */
-    int stage, replica;         /* what this agent runs */
-    int rank;                   /* its data-plane rank; must be one of peers[].rank */
-    int peer_count;             /* 1..PT_MSG_MAX_PEERS, this agent included */
-    pt_msg_peer *peers;         /* owned */
-    char data[PT_MSG_PATH_MAX]; /* data set: "fashion-mnist", "synthetic", a path */
-    int64_t seed;               /* >= 0 */
+    char *plan_json;    /* owned: the plan (protocol/plan.h) as JSON object text */
+    char *model_json;   /* owned: the model spec (protocol/model.h) as JSON object text */
+    int stage, replica; /* what this agent runs (its first model chunk) */
+    int chunks;     /* optional ("chunks", 1 absent; 0 reads as 1): the model chunks this agent runs
+                       on its device, stages stage, stage + S, ... (S the plan's pipeline ranks) of
+                       an interleaved plan, each as replica `replica` (docs/protocol.md) */
+    int rank;       /* its data-plane rank; must be one of peers[].rank */
+    int peer_count; /* 1..PT_MSG_MAX_PEERS, this agent included */
+    pt_msg_peer *peers;                   /* owned */
+    char data[PT_MSG_PATH_MAX];           /* data set: "fashion-mnist", "synthetic", a path */
+    int64_t seed;                         /* >= 0 */
     char checkpoint_dir[PT_MSG_PATH_MAX]; /* optional */
     int64_t checkpoint_every;             /* steps between checkpoints, 0: only when asked */
     int64_t resume_step;                  /* first step to run (0: fresh start) */

@@ -114,6 +114,8 @@ static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
         add_int(b, o, "stage", a->stage);
         add_int(b, o, "replica", a->replica);
         add_int(b, o, "rank", a->rank);
+        if (a->chunks > 1)
+            add_int(b, o, "chunks", a->chunks);
         if (a->peer_count < 0 || a->peer_count > PT_MSG_MAX_PEERS || (a->peer_count && !a->peers))
             return pt_error_set(err, PT_ERANGE, "message (assign): peers: %d entries, at most %d",
                                 a->peer_count, PT_MSG_MAX_PEERS);

@@ -9,6 +9,9 @@
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
 
+/* the plan's bound on chunks is the kind table's (protocol/sched_kind.h) */
+_Static_assert(PT_PLAN_CHUNKS_MAX == PT_SCHED_CHUNKS_MAX, "one bound on model chunks per device");
+
 static const char *const plan_keys[] = {"v",        "model",     "layers", "microbatch",
                                         "schedule", "optimizer", "stages", NULL};
 static const char *const mb_keys[] = {"size", "count", NULL};
@@ -111,6 +114,14 @@ int pt_plan_rank_count(const pt_plan *plan)
     if (!plan)
         return 0;
     return plan->chunks > 1 ? plan->stage_count / plan->chunks : plan->stage_count;
+}
+
+int pt_plan_agent_count(const pt_plan *plan)
+{
+    int n = 0, P = pt_plan_rank_count(plan);
+    for (int s = 0; plan && s < P; s++)
+        n += plan->stages[s].replica_count;
+    return n;
 }
 
 int pt_plan_device_count(const pt_plan *plan)
@@ -270,10 +281,12 @@ static int check_chunks(pt_jr *jr, const pt_plan *p)
                               p->chunks);
         return 0;
     }
-    int v = p->chunks;
-    if (v < 2 || v > PT_PLAN_CHUNKS_MAX)
-        return pt_jr_fail(jr, PT_ERANGE, "schedule", "chunks", "must be in [2, %d] (got %d)",
-                          PT_PLAN_CHUNKS_MAX, v);
+    int v = p->chunks, lo, hi;
+    pt_sched_kind_chunks(p->schedule, &lo, &hi); /* the kind table's chunk columns */
+    if (v < lo || v > hi)
+        return pt_jr_fail(jr, PT_ERANGE, "schedule", "chunks",
+                          "must be in [%d, %d] for %s (got %d)", lo, hi,
+                          pt_sched_kind_name(p->schedule), v);
     if (p->stage_count % v)
         return pt_jr_fail(jr, PT_EINVAL, "", "stages",
                           "%d stages cannot be %d chunks per device: an interleaved plan lists "
@@ -470,8 +483,10 @@ static int parse_schedule(pt_jr *jr, const cJSON *root, pt_plan *p)
     if (pt_jr_item(obj, "chunks")) {
         if (!pt_sched_kind_has(p->schedule, PT_SCHED_OPT_CHUNKS))
             return option_refused(jr, "chunks", PT_SCHED_OPT_CHUNKS, "model chunks");
+        int lo, hi;
+        pt_sched_kind_chunks(p->schedule, &lo, &hi);
         if ((rc = pt_jr_int(jr, obj, "schedule", "chunks", PT_JR_REQUIRED, PT_PLAN_CHUNKS_DEFAULT,
-                            2, PT_PLAN_CHUNKS_MAX, &p->chunks)) < 0)
+                            lo, hi, &p->chunks)) < 0)
             return rc;
     }
     p->vertical_sync = 0;

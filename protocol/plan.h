@@ -89,6 +89,10 @@ pt_plan *pt_plan_clone(const pt_plan *plan);
 int pt_plan_device_count(const pt_plan *plan);
 /* Pipeline ranks S: stage_count / chunks (stage_count when chunks <= 1). */
 int pt_plan_rank_count(const pt_plan *plan);
+/* Agents the plan runs on, one per device: the replicas of its first
+ * pt_plan_rank_count stages (an interleaved plan's agent holds every chunk
+ * of its device); pt_plan_device_count for any other plan. */
+int pt_plan_agent_count(const pt_plan *plan);
 /* NULL-safe; frees the plan and its stages and sets *plan_p = NULL. */
 void pt_plan_free(pt_plan **plan_p);
 

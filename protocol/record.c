@@ -276,14 +276,17 @@ static int check_workers(const line_ctx *c, pt_jr *jr, const cJSON *o, const pt_
     int n, rc;
     if ((rc = pt_jr_array(jr, o, "", "workers", PT_JR_REQUIRED, 1, &arr, &n)) < 0)
         return rc;
-    if (n != pt_plan_device_count(p))
-        return pt_jr_fail(jr, PT_EINVAL, "", "workers",
-                          "%d workers for a plan of %d stage replicas", n, pt_plan_device_count(p));
+    /* one per agent: per stage replica, or for an interleaved plan per device
+     * (the replicas of its first S stages; each agent runs all its chunks) */
+    if (n != pt_plan_agent_count(p))
+        return pt_jr_fail(jr, PT_EINVAL, "", "workers", "%d workers for a plan of %d %s", n,
+                          pt_plan_agent_count(p),
+                          p->chunks > 1 ? "devices (interleaved)" : "stage replicas");
     pt_record_worker *w = arena_alloc(c->arena, sizeof *w * (size_t)n);
     if (!w)
         return pt_jr_fail(jr, PT_ENOMEM, "", "workers", "out of memory");
     int rank = 0;
-    for (int s = 0; s < p->stage_count; s++)
+    for (int s = 0; s < pt_plan_rank_count(p); s++)
         for (int r = 0; r < p->stages[s].replica_count; r++, rank++) {
             char path[PT_JPATH_MAX];
             pt_jr_join_index(path, sizeof path, "", "workers", rank);

@@ -72,6 +72,12 @@ int pt_sched_kind_inflight_zb_h2(const pt_sched_shape *q)
     return n < q->microbatches ? n : q->microbatches;
 }
 
+int pt_sched_kind_hold_zb(const pt_sched_shape *q)
+{
+    int lag = q->recompute ? 0 : q->stage;
+    return imin(lag + 1, q->microbatches);
+}
+
 int pt_sched_interleaved_warmup(int P, int v, int M, int r)
 {
     int total = v * M;
@@ -108,8 +114,8 @@ int pt_sched_kind_inflight_interleaved(const pt_sched_shape *q)
 }
 
 static const pt_sched_kind_info builtin[PT_SCHED_BUILTIN_COUNT] = {
-#define PT_SCHED_INFO_(ID, name, flags, inflight, versions, generator, summary)                    \
-    [PT_SCHED_##ID] = {name, flags, inflight, versions, summary},
+#define PT_SCHED_INFO_(ID, name, flags, inflight, versions, hold, cmin, cmax, generator, summary)  \
+    [PT_SCHED_##ID] = {name, flags, inflight, versions, summary, hold, cmin, cmax},
     PT_SCHED_KIND_LIST(PT_SCHED_INFO_)
 #undef PT_SCHED_INFO_
 };
@@ -145,6 +151,22 @@ int pt_sched_kind_parse(const char *name, pt_sched_kind *out)
             return 0;
         }
     return PT_ENOTFOUND;
+}
+
+void pt_sched_kind_chunks(int kind, int *lo, int *hi)
+{
+    const pt_sched_kind_info *in = pt_sched_kind_info_of(kind);
+    *lo = *hi = 1;
+    if (!in || !(in->flags & PT_SCHED_OPT_CHUNKS))
+        return;
+    *lo = in->chunks_min > 0 ? in->chunks_min : 2;
+    *hi = in->chunks_max > 0 ? in->chunks_max : PT_SCHED_CHUNKS_MAX;
+}
+
+int pt_sched_kind_split_hold(int kind, const pt_sched_shape *q)
+{
+    const pt_sched_kind_info *in = pt_sched_kind_info_of(kind);
+    return in && in->split_hold ? in->split_hold(q) : 0;
 }
 
 bool pt_sched_kind_has(int kind, unsigned flags)
@@ -199,6 +221,14 @@ int pt_sched_kind_register(const pt_sched_kind_info *info, pt_sched_kind *out, p
                             "schedule kind \"%s\": inflight, weight_versions and summary are "
                             "required",
                             info->name);
+    int chunked = (info->flags & PT_SCHED_OPT_CHUNKS) != 0;
+    int lo = info->chunks_min, hi = info->chunks_max;
+    if (lo < 0 || hi < 0 || hi > PT_SCHED_CHUNKS_MAX || (lo && hi && lo > hi) ||
+        (!chunked && (lo > 1 || hi > 1)) || (chunked && lo == 1))
+        return pt_error_set(err, PT_EINVAL,
+                            "schedule kind \"%s\": chunks %d..%d: one chunk per device without "
+                            "the chunks option, 2..%d with it",
+                            info->name, lo, hi, PT_SCHED_CHUNKS_MAX);
     if (info->flags & ~PT_SCHED_FLAGS_ALL)
         return pt_error_set(err, PT_EINVAL, "schedule kind \"%s\": unknown flags 0x%x", info->name,
                             info->flags & ~PT_SCHED_FLAGS_ALL);

@@ -72,6 +72,12 @@ int pt_sched_kind_inflight_interleaved(const pt_sched_shape *q);
  * k = 0.., then the backward units left. M must be a multiple of P. */
 int pt_sched_interleaved_warmup(int P, int v, int M, int r);
 void pt_sched_interleaved_unit(int P, int v, int k, int backward, int *chunk, int *mb);
+/* Micro-batches stage i holds between their BWD_INPUT and BWD_WEIGHT at its
+ * peak (the "hold" column): the zero-bubble kinds delay stage i's W by i
+ * micro-batches (none when it recomputes), so right after the B that starts
+ * the steady state min(i + 1, M) are pending (planner/sched_zb.c), the moment
+ * the stage also holds the most in flight. */
+int pt_sched_kind_hold_zb(const pt_sched_shape *q);
 /* One weight version (every flushing kind). */
 int pt_sched_kind_versions_one(const pt_sched_shape *q);
 /* Two versions, double buffering (2bw). */
@@ -83,39 +89,44 @@ int pt_sched_kind_versions_two(const pt_sched_shape *q);
  * over as its stash, as the runtime does). Assumes at least S micro-batches. */
 int pt_sched_kind_versions_stash(const pt_sched_shape *q);
 
-/* X(ID, name, flags, inflight, versions, generator, summary): one line per
- * built-in kind. ID gives PT_SCHED_<ID>; flags are PT_SCHED_* below;
- * inflight and versions are formulas of the form above; generator is
+/* X(ID, name, flags, inflight, versions, hold, chunks_min, chunks_max,
+ * generator, summary): one line per built-in kind. ID gives PT_SCHED_<ID>;
+ * flags are PT_SCHED_* below; inflight, versions and hold are formulas of the
+ * form above (hold NULL: the kind does not split the backward); chunks_min and
+ * chunks_max bound the model chunks per device v the kind runs (1 and 1 for
+ * one chunk; a kind with PT_SCHED_OPT_CHUNKS has 2 and up); generator is
  * `int generator(pt_program *, pt_error *)` in planner/sched_<kind>.c. */
 #define PT_SCHED_KIND_LIST(X)                                                                      \
     X(GPIPE, "gpipe", PT_SCHED_SYNCHRONOUS, pt_sched_kind_inflight_all,                            \
-      pt_sched_kind_versions_one, pt_sched_gen_gpipe,                                              \
+      pt_sched_kind_versions_one, NULL, 1, 1, pt_sched_gen_gpipe,                                  \
       "all forwards, then all backwards; flush; optional recomputation")                           \
     X(DAPPLE, "dapple", PT_SCHED_SYNCHRONOUS | PT_SCHED_OPT_POLICY, pt_sched_kind_inflight_policy, \
-      pt_sched_kind_versions_one, pt_sched_gen_dapple,                                             \
+      pt_sched_kind_versions_one, NULL, 1, 1, pt_sched_gen_dapple,                                 \
       "early backward: K_i warm-up forwards then 1F1B (policy A: min(S-i,M), B: "                  \
       "min(2(S-i)-1,M)); flush")                                                                   \
     X(1F1B_FLUSH, "1f1b-flush", PT_SCHED_SYNCHRONOUS, pt_sched_kind_inflight_1f1b,                 \
-      pt_sched_kind_versions_one, pt_sched_gen_1f1b_flush,                                         \
+      pt_sched_kind_versions_one, NULL, 1, 1, pt_sched_gen_1f1b_flush,                             \
       "PipeDream-Flush: S-i warm-up forwards, 1F1B, flush per mini-batch")                         \
     X(PIPEDREAM, "pipedream", PT_SCHED_OPT_VSYNC, pt_sched_kind_inflight_async,                    \
-      pt_sched_kind_versions_stash, pt_sched_gen_pipedream,                                        \
+      pt_sched_kind_versions_stash, NULL, 1, 1, pt_sched_gen_pipedream,                            \
       "asynchronous 1F1B, step after every backward, weight stashing (S-i+1 versions)")            \
-    X(2BW, "2bw", 0, pt_sched_kind_inflight_1f1b, pt_sched_kind_versions_two, pt_sched_gen_2bw,    \
+    X(2BW, "2bw", 0, pt_sched_kind_inflight_1f1b, pt_sched_kind_versions_two, NULL, 1, 1,          \
+      pt_sched_gen_2bw,                                                                            \
       "1F1B without flush, gradients coalesced over M micro-batches, two weight versions")         \
     X(PIPESGD, "pipesgd", PT_SCHED_OVERLAP_ALLREDUCE, pt_sched_kind_inflight_1f1b,                 \
-      pt_sched_kind_versions_one, pt_sched_gen_pipesgd,                                            \
+      pt_sched_kind_versions_one, NULL, 1, 1, pt_sched_gen_pipesgd,                                \
       "all-reduce of iteration t overlapped with the compute of t+1 (one step stale)")             \
     X(ZB_H1, "zb-h1", PT_SCHED_SYNCHRONOUS, pt_sched_kind_inflight_zb_h1,                          \
-      pt_sched_kind_versions_one, pt_sched_gen_zb_h1,                                              \
+      pt_sched_kind_versions_one, pt_sched_kind_hold_zb, 1, 1, pt_sched_gen_zb_h1,                 \
       "zero bubble H1: backward split into B and W, W delayed to fill the cool-down; 1F1B's "      \
       "peak memory, about a third of its bubble")                                                  \
     X(ZB_H2, "zb-h2", PT_SCHED_SYNCHRONOUS, pt_sched_kind_inflight_zb_h2,                          \
-      pt_sched_kind_versions_one, pt_sched_gen_zb_h2,                                              \
+      pt_sched_kind_versions_one, pt_sched_kind_hold_zb, 1, 1, pt_sched_gen_zb_h2,                 \
       "zero bubble H2: ZB-H1's order after 2(S-i)-1 warm-up forwards; about twice 1F1B's "         \
       "peak memory for a smaller bubble when B > F")                                               \
     X(INTERLEAVED, "interleaved", PT_SCHED_SYNCHRONOUS | PT_SCHED_OPT_CHUNKS,                      \
-      pt_sched_kind_inflight_interleaved, pt_sched_kind_versions_one, pt_sched_gen_interleaved,    \
+      pt_sched_kind_inflight_interleaved, pt_sched_kind_versions_one, NULL, 2,                     \
+      PT_SCHED_CHUNKS_MAX, pt_sched_gen_interleaved,                                               \
       "Megatron-LM interleaved 1F1B: v model chunks per device (device d holds chunks d, d+S, "    \
       "...); bubble / v for v x more point-to-point messages")
 
@@ -138,13 +149,17 @@ enum {
 #define PT_SCHED_FLAGS_ALL 31u
 
 typedef enum pt_sched_kind {
-#define PT_SCHED_ENUM_(ID, name, flags, inflight, versions, generator, summary) PT_SCHED_##ID,
+#define PT_SCHED_ENUM_(ID, name, flags, inflight, versions, hold, cmin, cmax, generator, summary)  \
+    PT_SCHED_##ID,
     PT_SCHED_KIND_LIST(PT_SCHED_ENUM_)
 #undef PT_SCHED_ENUM_
         PT_SCHED_BUILTIN_COUNT,
     /* Kinds registered at run time get ids in [PT_SCHED_BUILTIN_COUNT, PT_SCHED_KIND_MAX). */
     PT_SCHED_KIND_MAX = 32
 } pt_sched_kind;
+
+/* Most model chunks per device a kind may take (plan "chunks"). */
+#define PT_SCHED_CHUNKS_MAX 64
 
 /* Longest name, terminator included: a plan's "kind" must fit. */
 #define PT_SCHED_NAME_MAX 32
@@ -155,6 +170,12 @@ typedef struct pt_sched_kind_info {
     int (*inflight)(const pt_sched_shape *q);        /* micro-batches stage i keeps at once */
     int (*weight_versions)(const pt_sched_shape *q); /* versions stage i holds (live+stashed) */
     const char *summary;                             /* one line for help texts */
+    /* From here on, zero means "none" / the default, so a registered kind may
+     * leave them out. */
+    int (*split_hold)(const pt_sched_shape *q); /* micro-batches stage i keeps between B and W
+                                                   at its peak; NULL: the backward is not split */
+    int chunks_min, chunks_max; /* model chunks per device the kind runs: 0 means 1 without
+                                   PT_SCHED_OPT_CHUNKS, 2 and PT_SCHED_CHUNKS_MAX with it */
 } pt_sched_kind_info;
 
 /* The table entry of a kind (built-in or registered), or NULL for an invalid one. */
@@ -163,6 +184,12 @@ const pt_sched_kind_info *pt_sched_kind_info_of(int kind);
 const char *pt_sched_kind_name(int kind);
 /* Kind for an exact name; returns 0 or PT_ENOTFOUND (*out untouched). */
 int pt_sched_kind_parse(const char *name, pt_sched_kind *out);
+/* The kind's chunk range (the table's columns, defaults filled in): v in
+ * [*lo, *hi]; 1 and 1 for a kind of one chunk per device or an invalid kind. */
+void pt_sched_kind_chunks(int kind, int *lo, int *hi);
+/* The kind's B->W hold for one stage (0 for a kind that does not split the
+ * backward, or an invalid kind). */
+int pt_sched_kind_split_hold(int kind, const pt_sched_shape *q);
 /* Kinds known now: ids are [0, pt_sched_kind_count()). */
 int pt_sched_kind_count(void);
 /* True when the kind is valid and has every bit of `flags`. */

@@ -41,4 +41,36 @@ void pt_exec_host_give(pt_exec_host *h);
  * PT_ESTATE until the next rewind. */
 void pt_exec_host_abort(pt_exec_host *h);
 
+/* ---- one communicator rank per device ---------------------------------
+ *
+ * An agent that hosts every chunk of its device (docs/architecture.md,
+ * "Several model chunks per device") has one data-plane rank, the host's
+ * index, that all its chunks' executors share (pt_exec_config.ranks maps each
+ * worker to pt_sched_host_of; they take turns, so the communicator is used by
+ * one thread at a time, the turn's lock ordering the hand-overs). Two chunks
+ * of one device then exchange messages with the same pair of ranks, so
+ * everything that names a message carries the chunk as well: a transfer's
+ * tag part holds, above the row, the chunk of the boundary it crosses (the
+ * lower stage / ranks: the same number on both sides), and each chunk's
+ * all-reduces number their rings from chunk << PT_EXEC_HOST_AR_CHUNK_SHIFT.
+ * Programs without hosts keep the plain row and ids, on the wire as before. */
+#define PT_EXEC_HOST_ROW_BITS       18 /* rows of a micro-batch in an interleaved tag */
+#define PT_EXEC_HOST_AR_CHUNK_SHIFT 24 /* all-reduce ids of chunk c start at c << this */
+
+/* The chunk of worker w's stage (0 for a program without hosts). */
+static inline int pt_exec_host_chunk(const pt_program *p, int w)
+{
+    return p->host_count > 0 && p->rank_count > 0 ? p->workers[w].stage / p->rank_count : 0;
+}
+
+/* The tag part of a transfer of rows from row_lo between worker w and peer. */
+static inline uint32_t pt_exec_host_tag_part(const pt_program *p, int w, int peer, int row_lo)
+{
+    if (p->host_count <= 0 || p->rank_count <= 0)
+        return (uint32_t)row_lo;
+    int a = p->workers[w].stage, b = p->workers[peer].stage;
+    uint32_t chunk = (uint32_t)((a < b ? a : b) / p->rank_count);
+    return (chunk << PT_EXEC_HOST_ROW_BITS) | (uint32_t)row_lo;
+}
+
 #endif

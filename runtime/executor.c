@@ -370,7 +370,8 @@ static void bwd_hook(void *user, int layer)
 static uint64_t tag_of(pt_exec *ex, pt_comm_kind kind, const pt_op *op, int64_t base)
 {
     int64_t gmb = base * ex->p->mb_per_window + op->mb;
-    return pt_comm_tag(kind, (uint32_t)gmb, (uint32_t)op->row_lo);
+    return pt_comm_tag(kind, (uint32_t)gmb,
+                       pt_exec_host_tag_part(ex->p, ex->w, op->peer, op->row_lo));
 }
 
 static int op_fwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, int64_t base,
@@ -920,6 +921,13 @@ int pt_exec_create(const pt_exec_config *cfg, pt_exec **out, pt_error *err)
     }
     for (int r = 0; r < ex->p->worker_count; r++)
         ex->ranks[r] = cfg->ranks ? cfg->ranks[r] : r;
+    if (ex->p->host_count > 0 && ex->p->mb_size >= (1 << PT_EXEC_HOST_ROW_BITS)) {
+        rc = pt_error_set(err, PT_EINVAL,
+                          "executor: worker %d: micro-batches of %d samples: an interleaved "
+                          "program's messages name at most %d rows",
+                          ex->w, ex->p->mb_size, (1 << PT_EXEC_HOST_ROW_BITS) - 1);
+        goto fail;
+    }
     if ((rc = check_config(ex, cfg, err)) < 0 || (rc = alloc_buffers(ex, err)) < 0)
         goto fail;
     int s = ex->wk->stage, r0 = ex->p->stage_worker[s], nr = ex->p->stage_worker[s + 1] - r0;
@@ -932,6 +940,8 @@ int pt_exec_create(const pt_exec_config *cfg, pt_exec **out, pt_error *err)
         pt_error_set(err, rc, "executor: worker %d: replicas of stage %d share a rank", ex->w, s);
         goto fail;
     }
+    /* chunks of one device may share a rank: each numbers its rings apart */
+    ex->group.next_id = (uint32_t)pt_exec_host_chunk(ex->p, ex->w) << PT_EXEC_HOST_AR_CHUNK_SHIFT;
     ex->agroup = ex->group;
     ex->ready = 1;
     versions_begin(ex);

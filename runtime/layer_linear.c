@@ -2,8 +2,24 @@
  * gemm over all n*rows_per_sample rows per call. */
 #include <math.h>
 
+#include "runtime/gemm_small.h"
 #include "runtime/layer.h"
 #include "runtime/rng.h"
+
+/* be->gemm, or on the CPU backend the small-M kernels where they take the
+ * shape (runtime/gemm_small.h): OpenBLAS would repack the weight matrix on
+ * every micro-batch. The forward always goes through them when they run, so
+ * a micro-batch's rows come out bit for bit as they would in a whole batch
+ * (pipeline and single-device training see the same forward). */
+static void linear_gemm(const pt_backend *be, pt_trans ta, pt_trans tb, int m, int n, int k,
+                        const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                        int ldc)
+{
+    if (be == pt_backend_cpu() &&
+        pt_gemm_small(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc))
+        return;
+    be->gemm(be, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+}
 
 static int linear_create(pt_layer *l, const pt_layer_spec *spec, int max_batch, pt_error *err)
 {
@@ -38,8 +54,7 @@ static int linear_forward(const pt_layer *l, pt_layer_run *r)
     int in = l->in_dims[l->in_rank - 1], out = l->spec.out;
     int rows = (int)(r->n * (l->in_elems / in));
     const float *W = r->w, *b = r->w + (int64_t)in * out;
-    r->be->gemm(r->be, PT_NO_TRANS, PT_NO_TRANS, rows, out, in, 1.0f, r->x, in, W, out, 0.0f, r->y,
-                out);
+    linear_gemm(r->be, PT_NO_TRANS, PT_NO_TRANS, rows, out, in, r->x, in, W, out, 0.0f, r->y, out);
     if (l->spec.bias)
         r->be->add_row_vector(r->be, rows, out, b, r->y);
     return 0;
@@ -51,8 +66,8 @@ static void linear_backward_input(const pt_layer *l, pt_layer_run *r)
     int in = l->in_dims[l->in_rank - 1], out = l->spec.out;
     int rows = (int)(r->n * (l->in_elems / in));
     if (r->dx)
-        r->be->gemm(r->be, PT_NO_TRANS, PT_TRANS, rows, in, out, 1.0f, r->dy, out, r->w, out, 0.0f,
-                    r->dx, in);
+        linear_gemm(r->be, PT_NO_TRANS, PT_TRANS, rows, in, out, r->dy, out, r->w, out, 0.0f, r->dx,
+                    in);
 }
 
 /* dW += x^T dy, db += column sums of dy: the weight gradient (W). */
@@ -61,8 +76,7 @@ static void linear_backward_weight(const pt_layer *l, pt_layer_run *r)
     int in = l->in_dims[l->in_rank - 1], out = l->spec.out;
     int rows = (int)(r->n * (l->in_elems / in));
     float *dW = r->dw, *db = r->dw + (int64_t)in * out;
-    r->be->gemm(r->be, PT_TRANS, PT_NO_TRANS, in, out, rows, 1.0f, r->x, in, r->dy, out, 1.0f, dW,
-                out);
+    linear_gemm(r->be, PT_TRANS, PT_NO_TRANS, in, out, rows, r->x, in, r->dy, out, 1.0f, dW, out);
     if (l->spec.bias)
         r->be->col_sum(r->be, rows, out, r->dy, 1.0f, db);
 }

@@ -43,7 +43,10 @@ struct pt_pipeline {
     pt_error first_err;
     int host_rc; /* a chunk stopped by its host's abort: reported only without a cause */
     pt_error host_err;
-    pt_exec_host **hosts; /* [prog->host_count]: the turns of interleaved devices */
+    pt_exec_host **hosts;   /* [prog->host_count]: the turns of interleaved devices */
+    const int *ranks;       /* host_comm: every worker's rank, its host (prog->worker_host) */
+    int own_comm;           /* 0: the workers' comm pointers are borrowed from host_comm_of */
+    pt_comm **host_comm_of; /* host_comm: [prog->host_count], owned: one rank per device */
     char (*ipc_paths)[PT_COMM_ENDPOINT_MAX]; /* ipc socket files to remove, [2 * nw] */
     int ipc_count;
 };
@@ -70,12 +73,15 @@ static void endpoint_for(const pt_pipeline_config *cfg, unsigned id, const char 
     }
 }
 
-/* Creates and connects one communicator per worker in `use` (others NULL). */
+/* Creates and connects one communicator per worker in `use` (others NULL):
+ * worker w's has rank ranks[w] (NULL: w) of `size` and connects to the
+ * others of its group (group NULL: all). */
 static int make_comms(pt_pipeline *pp, const pt_pipeline_config *cfg, const char *what,
-                      const int *use, pt_comm **comms, pt_error *err)
+                      const int *use, pt_comm **comms, const int *ranks, int size, const int *group,
+                      pt_error *err)
 {
     unsigned id = next_pipeline_id();
-    const char **eps = calloc((size_t)pp->nw, sizeof *eps);
+    const char **eps = calloc((size_t)size, sizeof *eps);
     if (!eps)
         return pt_error_set(err, PT_ENOMEM, "pipeline: out of memory");
     int rc = 0;
@@ -84,22 +90,26 @@ static int make_comms(pt_pipeline *pp, const pt_pipeline_config *cfg, const char
             continue;
         char ep[PT_COMM_ENDPOINT_MAX];
         endpoint_for(cfg, id, what, w, ep, sizeof ep);
-        pt_comm_config cc = {.rank = w,
-                             .size = pp->nw,
+        pt_comm_config cc = {.rank = ranks ? ranks[w] : w,
+                             .size = size,
                              .bind_endpoint = ep,
                              .zmq_context = pp->zctx,
                              .timeout_ms =
                                  cfg->timeout_ms > 0 ? cfg->timeout_ms : PT_PIPELINE_TIMEOUT_MS};
         rc = pt_comm_create(&cc, &comms[w], err);
-        if (rc == 0)
-            eps[w] = pt_comm_endpoint(comms[w]);
         if (rc == 0 && cfg->transport == PT_TRANSPORT_IPC && pp->ipc_paths)
             snprintf(pp->ipc_paths[pp->ipc_count++], PT_COMM_ENDPOINT_MAX, "%s",
                      ep + strlen("ipc://"));
     }
-    for (int w = 0; w < pp->nw && rc == 0; w++)
-        if (use[w])
-            rc = pt_comm_connect(comms[w], eps, err);
+    for (int w = 0; w < pp->nw && rc == 0; w++) {
+        if (!use[w])
+            continue;
+        memset(eps, 0, (size_t)size * sizeof *eps);
+        for (int k = 0; k < pp->nw; k++)
+            if (use[k] && (!group || group[k] == group[w]))
+                eps[ranks ? ranks[k] : k] = pt_comm_endpoint(comms[k]);
+        rc = pt_comm_connect(comms[w], eps, err);
+    }
     free(eps);
     return rc;
 }
@@ -148,7 +158,7 @@ static int make_exec(pt_pipeline *pp, const pt_pipeline_config *cfg, worker *k, 
                          .optim = k->optim,
                          .comm = k->comm,
                          .coll = k->coll,
-                         .ranks = NULL,
+                         .ranks = pp->ranks,
                          .on_op = cfg->on_op,
                          .user = cfg->user,
                          .stop = &pp->stop,
@@ -193,10 +203,39 @@ int pt_pipeline_create(const pt_pipeline_config *cfg, pt_pipeline **out, pt_erro
         any_comm |= pp->wk[w].needs.needs_comm;
         use[pp->nw + w] = pp->wk[w].needs.needs_collective;
     }
-    if (rc == 0 && any_comm)
-        rc = make_comms(pp, cfg, "w", use, comms, err);
-    if (rc == 0)
-        rc = make_comms(pp, cfg, "c", use + pp->nw, comms + pp->nw, err);
+    const pt_program *p = pp->prog;
+    int hc = cfg->host_comm && p->host_count > 0, H = p->host_count;
+    pp->own_comm = !hc;
+    if (rc == 0 && hc) {
+        /* one rank per device: the communicator of a host's first worker serves its
+         * chunks; each chunk's collective (rank = host) talks to that chunk's peers */
+        pp->ranks = p->worker_host;
+        int *chunk = calloc((size_t)pp->nw, sizeof *chunk);
+        pp->host_comm_of = calloc((size_t)H, sizeof *pp->host_comm_of);
+        if (!chunk || !pp->host_comm_of)
+            rc = pt_error_set(err, PT_ENOMEM, "pipeline: out of memory");
+        for (int w = 0; w < pp->nw && rc == 0; w++) {
+            chunk[w] = pt_exec_host_chunk(p, w);
+            use[w] = any_comm && H > 1;
+            for (int k = 0; k < w; k++)
+                use[w] &= p->worker_host[k] != p->worker_host[w];
+        }
+        if (rc == 0)
+            rc = make_comms(pp, cfg, "w", use, comms, pp->ranks, H, NULL, err);
+        if (rc == 0)
+            rc = make_comms(pp, cfg, "c", use + pp->nw, comms + pp->nw, pp->ranks, H, chunk, err);
+        for (int w = 0; w < pp->nw && pp->host_comm_of; w++)
+            if (comms[w])
+                pp->host_comm_of[p->worker_host[w]] = comms[w];
+        for (int w = 0; w < pp->nw && pp->host_comm_of; w++)
+            comms[w] = pp->host_comm_of[p->worker_host[w]];
+        free(chunk);
+    } else {
+        if (rc == 0 && any_comm)
+            rc = make_comms(pp, cfg, "w", use, comms, NULL, pp->nw, NULL, err);
+        if (rc == 0)
+            rc = make_comms(pp, cfg, "c", use + pp->nw, comms + pp->nw, NULL, pp->nw, NULL, err);
+    }
     for (int w = 0; w < pp->nw; w++) {
         pp->wk[w].comm = comms[w];
         if (comms[pp->nw + w] && rc == 0) {
@@ -236,7 +275,8 @@ void pt_pipeline_destroy(pt_pipeline **pp_p)
         worker *k = &pp->wk[w];
         pt_exec_destroy(&k->ex);
         pt_collective_destroy(&k->coll);
-        pt_comm_destroy(&k->comm);
+        if (pp->own_comm)
+            pt_comm_destroy(&k->comm);
         pt_feed_destroy(&k->feed);
         pt_optim_destroy(&k->optim);
         pt_net_destroy(&k->net);
@@ -246,6 +286,9 @@ void pt_pipeline_destroy(pt_pipeline **pp_p)
     for (int h = 0; pp->hosts && h < pp->prog->host_count; h++)
         pt_exec_host_free(&pp->hosts[h]);
     free(pp->hosts);
+    for (int h = 0; pp->host_comm_of && h < pp->prog->host_count; h++)
+        pt_comm_destroy(&pp->host_comm_of[h]);
+    free(pp->host_comm_of);
     if (pp->zctx)
         zmq_ctx_term(pp->zctx);
     /* ZeroMQ leaves the files of ipc sockets behind */

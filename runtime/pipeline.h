@@ -50,6 +50,10 @@ typedef struct pt_pipeline_config {
     /* For tests: NULL, or one backend every worker shares (it must be safe to
      * call from several threads at once, as the CPU backend is); overrides device. */
     const pt_backend *backend;
+    /* Programs with hosts (interleaved): 1, one communicator rank per device that
+     * its chunks' executors share, as an agent hosting all of its device's chunks
+     * runs them (runtime/exec_host.h); 0, one rank per chunk worker. */
+    int host_comm;
 } pt_pipeline_config;
 
 typedef struct pt_pipeline pt_pipeline;

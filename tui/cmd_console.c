@@ -238,9 +238,9 @@ int pt_console_launch(const pt_console_launch_opts *o, pt_error *err)
     }
     if ((rc = pt_plan_check(plan, spec, topo, o->plan ? o->plan : "plan", err)) < 0)
         goto out;
-    if (o->agents > 0 && pt_plan_device_count(plan) > o->agents) {
+    if (o->agents > 0 && pt_plan_agent_count(plan) > o->agents) {
         rc = pt_error_set(err, PT_EINVAL, "the plan uses %d devices but --agents is %d",
-                          pt_plan_device_count(plan), o->agents);
+                          pt_plan_agent_count(plan), o->agents);
         goto out;
     }
     if (o->live && o->spawn) {
@@ -263,7 +263,7 @@ int pt_console_launch(const pt_console_launch_opts *o, pt_error *err)
         lo.steps = o->steps;
         lo.profile = prof;
         lo.topology = topo;
-        lo.expect_agents = o->agents > 0 ? o->agents : pt_plan_device_count(plan);
+        lo.expect_agents = o->agents > 0 ? o->agents : pt_plan_agent_count(plan);
         if (o->spawn && lo.expect_agents > topo->device_count)
             lo.expect_agents = topo->device_count;
         if ((rc = pt_source_live_new(&lo, &src, err)) < 0)

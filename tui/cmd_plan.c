@@ -108,8 +108,11 @@ static int parse_kinds(const char *s, pt_planner_opts *o)
 
 static void kind_name(const pt_planner_kind_row *r, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s%s%.1s", pt_sched_kind_name(r->kind), r->policy ? "/" : "",
-             r->policy ? &r->policy : "");
+    char v[16] = "";
+    if (r->chunks > 1)
+        snprintf(v, sizeof v, " v=%d", r->chunks);
+    snprintf(buf, cap, "%s%s%.1s%s", pt_sched_kind_name(r->kind), r->policy ? "/" : "",
+             r->policy ? &r->policy : "", v);
 }
 
 static cJSON *kinds_json(const pt_planner_report *rep)
@@ -123,6 +126,8 @@ static cJSON *kinds_json(const pt_planner_report *rep)
             char pol[2] = {r->policy, 0};
             cJSON_AddStringToObject(k, "policy", pol);
         }
+        if (r->chunks > 1)
+            cJSON_AddNumberToObject(k, "chunks", r->chunks);
         cJSON_AddBoolToObject(k, "allowed", r->allowed);
         cJSON_AddBoolToObject(k, "chosen", i == rep->chosen_kind);
         if (r->refused) {
@@ -148,16 +153,16 @@ static void print_kinds(const pt_planner_report *rep)
         char name[PT_SCHED_NAME_MAX + 4];
         kind_name(r, name, sizeof name);
         if (r->refused) {
-            printf("    %-14s refused: %s\n", name, r->note);
+            printf("    %-16s refused: %s\n", name, r->note);
             continue;
         }
         if (!isfinite(r->iter_s)) {
-            printf("    %-14s %15s  peak %8.2f GiB  does not fit (not simulated)%s\n", name, "-",
+            printf("    %-16s %15s  peak %8.2f GiB  does not fit (not simulated)%s\n", name, "-",
                    (double)r->peak_memory_bytes / PLAN_GIB,
                    r->allowed ? "" : "  (not allowed: --kinds)");
             continue;
         }
-        printf("    %-14s %12.3f ms  peak %8.2f GiB%s%s%s\n", name, r->iter_s * PLAN_MS_PER_S,
+        printf("    %-16s %12.3f ms  peak %8.2f GiB%s%s%s\n", name, r->iter_s * PLAN_MS_PER_S,
                (double)r->peak_memory_bytes / PLAN_GIB, r->fits ? "" : "  does not fit",
                r->allowed ? "" : "  (not allowed: --kinds)",
                i == rep->chosen_kind ? "  <- chosen" : "");

@@ -501,7 +501,7 @@ static int prepare(run_ctx *c, pt_error *err)
         (rc = pt_sim_new(&c->sim)) < 0 ||
         (rc = pt_sim_run(c->sim, &c->prog, c->cost, &c->pred, err)) < 0)
         return rc;
-    c->workers = c->prog.worker_count;
+    c->workers = pt_sched_host_count(&c->prog); /* one agent per device */
     /* how many steps, in whole programs (asynchronous kinds cover several iterations) */
     int64_t per_epoch = c->data_count / global;
     c->steps = a->iters ? a->iters : (a->epochs ? a->epochs : 1) * per_epoch;
@@ -534,8 +534,10 @@ static int prepare(run_ctx *c, pt_error *err)
 
 /* ---- agents ------------------------------------------------------------------------------- */
 
-/* Agents here: one per worker, on the worker's device, so the controller's
- * mapping gives worker w to agent w. --external: the instructions. */
+/* Agents here: one per device (per worker, but an interleaved plan's agent
+ * holds every chunk of its device: host h is worker h of the first stages),
+ * on that device, so the controller's mapping gives device w to agent w.
+ * --external: the instructions. */
 static int start_agents(run_ctx *c, pt_error *err)
 {
     if (c->a.external) {

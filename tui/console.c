@@ -55,6 +55,8 @@ const pt_ui_key pt_ui_keys[] = {
     {PT_VIEW_PLAN, "c", "recomputation on / off for the cursor's stage"},
     {PT_VIEW_PLAN, "S", "next schedule kind (every kind in turn; pipetop sim --help lists them)"},
     {PT_VIEW_PLAN, "a v", "dapple's warm-up policy A / B; pipedream's vertical sync on / off"},
+    {PT_VIEW_PLAN, "V",
+     "interleaved: one more model chunk per device, v (back to 2 past what the layers allow)"},
     {PT_VIEW_PLAN, "b B", "micro-batch size halved / doubled (the count follows: batch kept)"},
     {PT_VIEW_PLAN, "m M", "fewer / more micro-batches (the size follows: batch kept)"},
     {PT_VIEW_PLAN, "g G", "global batch halved / doubled"},
@@ -194,7 +196,8 @@ static void draw_status(pt_ui *ui)
         return;
     }
     static const char *const hints[PT_VIEW_COUNT] = {
-        ("[ ] move boundary  +/- replicas  S schedule  b/B m/M micro-batches  P planner  A apply"
+        ("[ ] move boundary  +/- replicas  S schedule  V chunks  b/B m/M micro-batches  P planner"
+         "  A apply"
          "  ? help  q quit"),
         "h/l pan  +/- zoom  p predicted/measured  i/I iterations  x export  ? help  q quit",
         "z whole run/recent  1-4 views  x export  t theme  ? help  q quit",
@@ -509,7 +512,7 @@ static void handle_mouse(pt_ui *ui)
 
 /* Keys of the plan view that change the plan or act on the run; the rest
  * of it (cursor, replica selection, planner choice) only looks. */
-#define PLAN_EDIT_KEYS "[]{}sJ+=-dcSavbBmMgGuPwA"
+#define PLAN_EDIT_KEYS "[]{}sJ+=-dcSavVbBmMgGuPwA"
 
 /* --readonly: 1 (and the status says so) when ch would edit or act. */
 static int refused_readonly(pt_ui *ui, int ch)

@@ -285,7 +285,7 @@ static int live_apply(pt_source *src, const pt_plan *plan, pt_error *err)
     if (plan->layer_count != l->plan->layer_count)
         return pt_error_set(err, PT_EINVAL, "the plan has %d layers, the model %d",
                             plan->layer_count, l->plan->layer_count);
-    int workers = pt_plan_device_count(plan);
+    int workers = pt_plan_agent_count(plan);
     int *agents = calloc((size_t)workers, sizeof *agents);
     if (!agents)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
@@ -342,7 +342,7 @@ int pt_source_live_new(const pt_live_opts *o, pt_source **out, pt_error *err)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
     l->base.vt = &live_vt;
     l->base.impl = l;
-    l->expect = o->expect_agents > 0 ? o->expect_agents : pt_plan_device_count(o->plan);
+    l->expect = o->expect_agents > 0 ? o->expect_agents : pt_plan_agent_count(o->plan);
     l->steps = o->steps;
     l->seed = o->seed > 0 ? o->seed : 1;
     l->ckpt_every = o->checkpoint_every;

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "planner/interleave.h"
+
 /* A plan with its program and simulation. Two of them alternate: the
  * candidate of an edit is simulated in the spare one and swapped in on
  * success, so a refused edit leaves the current one untouched. */
@@ -504,14 +506,57 @@ int pt_plan_edit_place(pt_plan_edit *e, int stage, int replica, int device, pt_e
     return commit(e, p, 1, err);
 }
 
+/* The current plan under `kind` with v chunks per device: re-cut on the same
+ * devices (pt_plan_rechunk) when v differs from the plan's, else a copy.
+ * NULL on error (err says why; *rc the code). */
+static pt_plan *with_chunks(pt_plan_edit *e, pt_sched_kind kind, int v, int *rc, pt_error *err)
+{
+    const pt_plan *cur = e->cur.plan;
+    pt_plan *p = NULL;
+    if ((cur->chunks > 1 ? cur->chunks : 1) == v) {
+        if (!(p = clone_or_fail(e, err)))
+            *rc = PT_ENOMEM;
+        else
+            p->schedule = kind;
+        return p;
+    }
+    *rc = pt_plan_rechunk(cur, e->cost, kind, v, &p, err);
+    if (*rc == 0)
+        p->policy = cur->policy, p->vertical_sync = cur->vertical_sync;
+    return p;
+}
+
 int pt_plan_edit_schedule(pt_plan_edit *e, pt_sched_kind kind, pt_error *err)
 {
     if (!pt_sched_kind_name(kind))
         return pt_error_set(err, PT_EINVAL, "no schedule kind %d", (int)kind);
-    pt_plan *p = clone_or_fail(e, err);
+    /* a kind that takes chunks starts at its fewest (the table's chunks_min) and
+     * keeps the plan's when it has some; any other kind gets one per device */
+    int lo, hi, have = e->cur.plan->chunks > 1 ? e->cur.plan->chunks : 1, rc = 0;
+    pt_sched_kind_chunks(kind, &lo, &hi);
+    int v = have >= lo && have <= hi ? have : lo;
+    pt_plan *p = with_chunks(e, kind, v, &rc, err);
     if (!p)
-        return PT_ENOMEM;
-    p->schedule = kind;
+        return rc;
+    return commit(e, p, 1, err);
+}
+
+int pt_plan_edit_chunks(pt_plan_edit *e, int v, pt_error *err)
+{
+    pt_sched_kind kind = e->cur.plan->schedule;
+    int lo, hi, rc = 0;
+    pt_sched_kind_chunks(kind, &lo, &hi);
+    if (lo == hi)
+        return pt_error_set(err, PT_EUNSUPP,
+                            "model chunks per device do not apply to %s (interleaved takes "
+                            "them; S changes the schedule)",
+                            pt_sched_kind_name(kind));
+    if (v < lo || v > hi)
+        return pt_error_set(err, PT_EINVAL, "%s takes %d to %d model chunks per device, not %d",
+                            pt_sched_kind_name(kind), lo, hi, v);
+    pt_plan *p = with_chunks(e, kind, v, &rc, err);
+    if (!p)
+        return rc;
     return commit(e, p, 1, err);
 }
 

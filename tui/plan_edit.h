@@ -93,8 +93,15 @@ int pt_plan_edit_replicas(pt_plan_edit *e, int stage, int delta, pt_error *err);
 /* Puts replica r of stage s on device d; when d is used by another replica
  * the two swap devices. */
 int pt_plan_edit_place(pt_plan_edit *e, int stage, int replica, int device, pt_error *err);
-/* Sets the schedule kind (policy and vertical sync kept). */
+/* Sets the schedule kind (policy and vertical sync kept). A kind that takes
+ * model chunks per device (interleaved) re-cuts the layers into S·v chunks on
+ * the same devices, v the plan's when it has a valid one, else the kind's
+ * fewest; leaving such a kind re-cuts them into one stage per device. */
 int pt_plan_edit_schedule(pt_plan_edit *e, pt_sched_kind kind, pt_error *err);
+/* Sets v, the model chunks per device, re-cutting the layers (pt_plan_rechunk):
+ * PT_EUNSUPP when the kind takes no chunks, PT_EINVAL when v is outside its
+ * range or the layers are fewer than S·v; the plan is unchanged on error. */
+int pt_plan_edit_chunks(pt_plan_edit *e, int v, pt_error *err);
 /* Sets the dapple policy ('A' or 'B'); PT_EUNSUPP when the schedule kind
  * reads no policy. */
 int pt_plan_edit_policy(pt_plan_edit *e, char policy, pt_error *err);

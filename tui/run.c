@@ -492,7 +492,10 @@ static int wait_answers(pt_run *r, int timeout_ms, pt_error *err)
 
 int pt_run_map(const pt_run *r, const pt_plan *plan, int *agents, pt_error *err)
 {
-    int n = pt_session_agent_count(r->s), wc = pt_plan_device_count(plan);
+    /* one agent per device: an interleaved plan's holds every chunk of its device,
+     * the replicas of the first P stages */
+    int n = pt_session_agent_count(r->s), wc = pt_plan_agent_count(plan);
+    int P = pt_plan_rank_count(plan);
     unsigned char *used = calloc((size_t)n + 1, 1);
     if (!used)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
@@ -501,7 +504,7 @@ int pt_run_map(const pt_run *r, const pt_plan *plan, int *agents, pt_error *err)
     /* pass 0: the agent of the worker's device; pass 1: an agent of no device */
     for (int pass = 0; pass < 2; pass++) {
         int w = 0;
-        for (int s = 0; s < plan->stage_count; s++)
+        for (int s = 0; s < P; s++)
             for (int k = 0; k < plan->stages[s].replica_count; k++, w++) {
                 int dev = plan->stages[s].replicas[k];
                 for (int i = 0; i < n && agents[w] < 0; i++) {
@@ -515,7 +518,7 @@ int pt_run_map(const pt_run *r, const pt_plan *plan, int *agents, pt_error *err)
     }
     free(used);
     int w = 0;
-    for (int s = 0; s < plan->stage_count; s++)
+    for (int s = 0; s < P; s++)
         for (int k = 0; k < plan->stages[s].replica_count; k++, w++)
             if (agents[w] < 0)
                 return pt_error_set(err, PT_ENOTFOUND,
@@ -547,7 +550,7 @@ int pt_run_assign(pt_run *r, const pt_plan *plan, const pt_run_job *job, int64_t
     if (r->state == PT_RUN_ENDED || r->state == PT_RUN_FAILED)
         return pt_error_set(err, PT_ESTATE, "run: cannot assign: the run has %s",
                             r->state == PT_RUN_ENDED ? "ended" : "failed");
-    int wc = pt_plan_device_count(plan);
+    int wc = pt_plan_agent_count(plan);
     int *agents = calloc((size_t)(wc > 0 ? wc : 1), sizeof *agents);
     if (!agents)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
@@ -571,7 +574,7 @@ int pt_run_adopt(pt_run *r, const pt_plan *plan, const pt_run_job *job, int64_t 
     if (r->state != PT_RUN_READY)
         return pt_error_set(err, PT_ESTATE, "run: cannot pick a run up: the controller is %s",
                             pt_run_state_name(r->state));
-    int wc = pt_plan_device_count(plan);
+    int wc = pt_plan_agent_count(plan);
     int *agents = calloc((size_t)(wc > 0 ? wc : 1), sizeof *agents);
     if (!agents)
         return pt_error_set(err, PT_ENOMEM, "out of memory");

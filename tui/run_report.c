@@ -99,11 +99,21 @@ static cell *at(pt_run_report *r, int w, int64_t step)
     return &r->cells[(int64_t)w * r->steps + (step - r->first)];
 }
 
+/* The worker of (stage, replica), or w when the plan has none: an
+ * interleaved plan's agent reports for every chunk of its device. */
+static int worker_of(const pt_run_report *r, int stage, int replica, int w)
+{
+    for (int k = 0; k < r->workers; k++)
+        if (r->stage_of[k] == stage && r->replica_of[k] == replica)
+            return k;
+    return w;
+}
+
 void pt_run_report_events(pt_run_report *r, int w, const pt_msg_events *ev)
 {
     for (int k = 0; r && k < ev->count; k++) {
         const pt_msg_event *e = &ev->events[k];
-        cell *c = at(r, w, e->step);
+        cell *c = at(r, worker_of(r, e->stage, e->replica, w), e->step);
         if (!c)
             continue;
         if (pt_op_is_compute(e->op))
@@ -118,6 +128,8 @@ void pt_run_report_events(pt_run_report *r, int w, const pt_msg_events *ev)
 
 void pt_run_report_metrics(pt_run_report *r, int w, const pt_msg_metrics *m)
 {
+    if (r)
+        w = worker_of(r, m->stage, m->replica, w);
     cell *c = r ? at(r, w, m->step) : NULL;
     if (!c)
         return;

@@ -1240,10 +1240,12 @@ static int record_plan(pt_session *s, const pt_session_plan *p)
     return rc;
 }
 
-/* Fills the worker table from the plan: stage by stage, replica by replica. */
+/* Fills the worker table from the plan: stage by stage, replica by replica;
+ * for an interleaved plan one entry per device (the replicas of its first S
+ * stages), whose agent runs every chunk of that device. */
 static int map_workers(pt_session *s, const pt_session_plan *p, pt_error *err)
 {
-    int wc = pt_plan_device_count(p->plan);
+    int wc = pt_plan_agent_count(p->plan), P = pt_plan_rank_count(p->plan);
     if (wc < 1)
         return pt_error_set(err, PT_EINVAL, "session: the plan has no stage replicas");
     for (int w = 0; w < wc; w++) {
@@ -1272,7 +1274,7 @@ static int map_workers(pt_session *s, const pt_session_plan *p, pt_error *err)
     for (int i = 0; i < s->n; i++)
         s->agents[i].pub.worker = s->agents[i].pub.stage = s->agents[i].pub.replica = -1;
     int w = 0;
-    for (int st = 0; st < p->plan->stage_count; st++)
+    for (int st = 0; st < P; st++)
         for (int r = 0; r < p->plan->stages[st].replica_count; r++, w++) {
             agent_entry *e = &s->agents[p->agents[w]];
             s->workers[w] = p->agents[w];
@@ -1359,6 +1361,7 @@ int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err)
         as->stage = a->stage;
         as->replica = a->replica;
         as->rank = w;
+        as->chunks = p->plan->chunks > 1 ? p->plan->chunks : 1;
         as->peer_count = s->worker_count;
         as->peers = peers;
         snprintf(as->data, sizeof as->data, "%s", p->data);

@@ -245,6 +245,8 @@ static void draw_summary(pt_ui *ui, const pt_rect *r)
         snprintf(pol, sizeof pol, " policy %c", p->policy);
     else if (pt_sched_kind_has(p->schedule, PT_SCHED_OPT_VSYNC) && p->vertical_sync)
         snprintf(pol, sizeof pol, " vsync");
+    else if (p->chunks > 1)
+        snprintf(pol, sizeof pol, " v=%d", p->chunks);
     char line0[128];
     if (snprintf(line0, sizeof line0, "schedule   %s%s, %d stages, %d workers",
                  pt_sched_kind_name(p->schedule), pol, p->stage_count, prog->worker_count) > w)
@@ -490,6 +492,18 @@ int pt_view_plan_key(pt_ui *ui, int ch)
     case 'v':
         done(ui, pt_plan_edit_toggle_vsync(ui->edit, &err), &err, "vertical sync toggled");
         return 1;
+    case 'V': {
+        /* one chunk more per device; past what the layers allow, back to the fewest */
+        int lo, hi, v = p->chunks + 1;
+        pt_sched_kind_chunks(p->schedule, &lo, &hi);
+        rc = pt_plan_edit_chunks(ui->edit, v, &err);
+        if (rc == PT_EINVAL && lo < hi && v > lo) {
+            err = (pt_error){0};
+            rc = pt_plan_edit_chunks(ui->edit, lo, &err);
+        }
+        done(ui, rc, &err, "model chunks per device changed");
+        return 1;
+    }
     case 'b':
     case 'B':
         done(ui, pt_plan_edit_resplit(ui->edit, ch == 'B' ? 1 : -1, 0, &err), &err,

@@ -106,6 +106,8 @@ chosen=$(awk '/<- chosen/ {print $1}' <<<"$out")
 grep -q "^  schedule ${chosen%%/*}" <<<"$out" || fail "--kinds: plan's schedule is not '$chosen': $out"
 rows=$(grep -cE '^    (gpipe|dapple/A|dapple/B|1f1b-flush|zb-h1|zb-h2) ' <<<"$out")
 [ "$rows" -eq 6 ] || fail "--kinds: $rows rows of the 6 built-in synchronous kind rows: $out"
+# interleaved is tried with v = 2, 3, ... chunks per device, each a row
+grep -qE '^    interleaved v=2 ' <<<"$out" || fail "--kinds: no interleaved v=2 row: $out"
 json=$("$PIPETOP" plan --planner dapple --profile "$PROF" --topology "$TOPO" --batch 512 \
     --kinds dapple,zb-h1 --json 2>&1)
 grep -q '"kinds"' <<<"$json" && grep -q '"chosen":[[:space:]]*true' <<<"$json" ||

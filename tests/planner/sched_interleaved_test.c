@@ -5,7 +5,8 @@
  * and per device against the schedule's formulas. */
 #include "planner/interleave.h"
 #include "planner/plan_util.h"
-#include "tests/planner/sched_fixture.h"
+#include "planner/planner.h"
+#include "tests/planner/sim_rig.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -34,44 +35,16 @@ static pt_plan *il_plan(int P, int v, const int *reps, int mb, int M)
     return p;
 }
 
-typedef struct rig {
-    pt_plan *plan;
-    pt_profile *pf;
-    pt_topology *topo;
-    pt_cost *cost;
-    pt_program prog;
-    pt_sim *sim;
-    pt_sim_result res;
-    pt_error err;
-} rig;
+typedef fx_rig rig;
 
 static int rig_run(rig *g, pt_plan *plan, int layers, int devices, double f, double b)
 {
     g->plan = plan;
-    g->pf = fx_profile(layers, f, b, 1000, 100, plan->microbatch_size);
-    g->topo = fx_topo(1, devices, FX_FAST_BPS, 0);
-    if (!g->plan || !g->pf || !g->topo || pt_cost_new(g->pf, g->topo, &g->cost, &g->err) < 0 ||
-        pt_sim_new(&g->sim) < 0)
-        return -1;
-    pt_cost_set_opt_bandwidth(g->cost, 0);
-    int rc = pt_sim_plan(g->sim, g->plan, g->cost, NULL, &g->prog, &g->res, &g->err);
-    if (rc == 0)
-        rc = pt_sched_validate(&g->prog, &g->err);
-    if (rc < 0)
-        fprintf(stderr, "rig: %s\n", g->err.msg);
-    return rc;
+    fx_rig_costs c = fx_rig_free_comm(layers, devices, f, b);
+    return fx_rig_sim(g, &c, NULL, 1);
 }
 
-static void rig_free(rig *g)
-{
-    pt_plan_free(&g->plan);
-    pt_profile_free(&g->pf);
-    pt_topology_free(&g->topo);
-    pt_cost_free(&g->cost);
-    pt_program_release(&g->prog);
-    pt_sim_free(&g->sim);
-    memset(g, 0, sizeof *g);
-}
+#define rig_free fx_rig_free
 
 /* Equal chunks, free communication: the iteration is (v·M + S-1) chunk units
  * of F+B, the bubble (S-1)/(v·M + S-1); 1F1B on the same layers as S stages
@@ -342,7 +315,98 @@ static void test_rechunk(void)
     pt_profile_free(&pf);
 }
 
+/* The kind choice of dapple and gpipe (--kinds) tries interleaved with
+ * v = 2, 3, ... chunks: on equal layers and free communication it beats
+ * 1F1B (bubble / v), the plan comes back cut into S·v chunks with the chosen
+ * v in the report and its why; where M is not a multiple of S the row is
+ * refused with the reason, and the plan keeps one chunk per device. */
+static void test_planner_chooses_chunks(void)
+{
+    const int S = 4, L = 12;
+    pt_profile *pf = fx_profile(L, F_MS, B_MS, 1000, 100, 4);
+    pt_topology *topo = fx_topo(1, S, FX_FAST_BPS, 0);
+    REQUIRE(pf && topo);
+    pt_planner_opts o;
+    pt_planner_opts_default(&o);
+    o.kinds = (1u << PT_SCHED_1F1B_FLUSH) | (1u << PT_SCHED_INTERLEAVED);
+    o.microbatch_sizes[0] = 4;
+    o.microbatch_size_count = 1;
+    {
+        pt_plan *plan = NULL;
+        pt_planner_report rep;
+        pt_error err = {0};
+        int rc = pt_planner_run("gpipe", pf, topo, 4 * 8, &o, &plan, &rep, &err);
+        CHECK_MSG(rc == 0, "gpipe: %s", err.msg);
+        REQUIRE(rc == 0);
+        CHECK_MSG(plan->schedule == PT_SCHED_INTERLEAVED, "gpipe chose %s",
+                  pt_sched_kind_name(plan->schedule));
+        int v = plan->chunks;
+        CHECK(v >= 2 && plan->stage_count == S * v && pt_plan_rank_count(plan) == S);
+        REQUIRE(rep.chosen_kind >= 0);
+        CHECK(rep.kinds[rep.chosen_kind].chunks == v);
+        char want[32];
+        snprintf(want, sizeof want, "interleaved v=%d", v);
+        CHECK_STR_CONTAINS(rep.why, want);
+        int il_rows = 0;
+        double one_f1b = INFINITY;
+        for (int i = 0; i < rep.kind_count; i++) {
+            const pt_planner_kind_row *r = &rep.kinds[i];
+            if (r->kind == PT_SCHED_INTERLEAVED) {
+                CHECK(r->chunks == 2 + il_rows++);
+                CHECK(!r->refused);
+            }
+            if (r->kind == PT_SCHED_1F1B_FLUSH)
+                one_f1b = r->iter_s;
+            if (r->allowed && r->fits)
+                CHECK(r->iter_s >= rep.kinds[rep.chosen_kind].iter_s);
+        }
+        CHECK(il_rows >= 2);
+        CHECK(rep.kinds[rep.chosen_kind].iter_s < one_f1b);
+        /* the plan the planner hands out is the one it simulated */
+        fx_rig g = {0};
+        g.plan = plan;
+        fx_rig_costs c = fx_rig_free_comm(L, S, F_MS, B_MS);
+        c.opt_free = 0; /* the planner charges the optimizer step */
+        REQUIRE(fx_rig_sim(&g, &c, NULL, 1) == 0);
+        CHECK(fabs(g.res.iter_s - rep.iter_s) < 1e-12);
+        fx_rig_free(&g);
+    }
+    /* dapple finds one replicated stage best here: interleaving has no ranks */
+    {
+        pt_plan *plan = NULL;
+        pt_planner_report rep;
+        pt_error err = {0};
+        REQUIRE(pt_planner_run("dapple", pf, topo, 4 * 8, &o, &plan, &rep, &err) == 0);
+        int rows = 0;
+        for (int i = 0; i < rep.kind_count; i++)
+            if (rep.kinds[i].kind == PT_SCHED_INTERLEAVED) {
+                rows++;
+                if (pt_plan_rank_count(plan) < 2)
+                    CHECK(rep.kinds[i].refused && rep.kinds[i].chunks == 2);
+            }
+        CHECK(rows >= 1);
+        pt_plan_free(&plan);
+    }
+    /* M = 6 on 4 ranks: Megatron's order does not exist */
+    pt_plan *plan = NULL;
+    pt_planner_report rep;
+    pt_error err = {0};
+    REQUIRE(pt_planner_run("gpipe", pf, topo, 4 * 6, &o, &plan, &rep, &err) == 0);
+    CHECK(plan->schedule != PT_SCHED_INTERLEAVED && plan->chunks == 1);
+    int refused = 0;
+    for (int i = 0; i < rep.kind_count; i++)
+        if (rep.kinds[i].kind == PT_SCHED_INTERLEAVED) {
+            refused++;
+            CHECK(rep.kinds[i].refused);
+            CHECK_STR_CONTAINS(rep.kinds[i].note, "not a multiple");
+        }
+    CHECK(refused == 1);
+    pt_plan_free(&plan);
+    pt_profile_free(&pf);
+    pt_topology_free(&topo);
+}
+
 PT_TEST_MAIN({"bubble", test_bubble}, {"inflight", test_inflight},
              {"order_and_messages", test_order_and_messages}, {"replicated", test_replicated},
              {"validator_hosts", test_validator_hosts}, {"plan_format", test_plan_format},
-             {"rechunk", test_rechunk})
+             {"rechunk", test_rechunk}, {"planner_chooses_chunks", test_planner_chooses_chunks})

@@ -3,7 +3,7 @@
  * split, and the simulator's figures for zb-h1 against the paper's bubble
  * formula and 1F1B's memory, and for zb-h2 against zb-h1 and the bound of a
  * flushed iteration. */
-#include "tests/planner/sched_fixture.h"
+#include "tests/planner/sim_rig.h"
 #include "tests/test.h"
 
 #include <math.h>
@@ -12,45 +12,17 @@
 #define BWD_MS 4.0 /* split analytically into B = W = 2 ms (layers have parameters) */
 #define TOL    1e-9
 
-typedef struct rig {
-    pt_plan *plan;
-    pt_profile *pf;
-    pt_topology *topo;
-    pt_cost *cost;
-    pt_program prog;
-    pt_sim *sim;
-    pt_sim_result res;
-    pt_error err;
-} rig;
+typedef fx_rig rig;
 
 /* S equal one-layer stages, free communication and optimizer. */
 static int rig_run(rig *g, pt_sched_kind kind, int S, int M, double fwd_ms, double bwd_ms)
 {
     g->plan = fx_plan(kind, S, 1, NULL, 4, M);
-    g->pf = fx_profile(S, fwd_ms, bwd_ms, 1000, 100, 4);
-    g->topo = fx_topo(1, S, FX_FAST_BPS, 0);
-    if (!g->plan || !g->pf || !g->topo || pt_cost_new(g->pf, g->topo, &g->cost, &g->err) < 0 ||
-        pt_sim_new(&g->sim) < 0)
-        return -1;
-    pt_cost_set_opt_bandwidth(g->cost, 0);
-    int rc = pt_sim_plan(g->sim, g->plan, g->cost, NULL, &g->prog, &g->res, &g->err);
-    if (rc == 0)
-        rc = pt_sched_validate(&g->prog, &g->err);
-    if (rc < 0)
-        fprintf(stderr, "rig: %s\n", g->err.msg);
-    return rc;
+    fx_rig_costs c = fx_rig_free_comm(S, S, fwd_ms, bwd_ms);
+    return fx_rig_sim(g, &c, NULL, 1);
 }
 
-static void rig_free(rig *g)
-{
-    pt_plan_free(&g->plan);
-    pt_profile_free(&g->pf);
-    pt_topology_free(&g->topo);
-    pt_cost_free(&g->cost);
-    pt_program_release(&g->prog);
-    pt_sim_free(&g->sim);
-    memset(g, 0, sizeof *g);
-}
+#define rig_free fx_rig_free
 
 static int find(const pt_program *p, int w, int kind, int mb)
 {

@@ -359,6 +359,49 @@ static void test_recompute_and_registry(void)
     pt_program_release(&prog);
 }
 
+/* The kind table's parameter columns: the chunk range and the B->W hold.
+ * The hold is what each stage of a generated program really keeps between
+ * its BWD_INPUT and BWD_WEIGHT at most (recomputing stages included), and 0
+ * for the kinds that do not split the backward. */
+static void test_kind_table_parameters(void)
+{
+    for (int k = 0; k < PT_SCHED_BUILTIN_COUNT; k++) {
+        int lo, hi;
+        pt_sched_kind_chunks(k, &lo, &hi);
+        if (k == PT_SCHED_INTERLEAVED)
+            CHECK(lo == 2 && hi == PT_SCHED_CHUNKS_MAX);
+        else
+            CHECK_MSG(lo == 1 && hi == 1, "%s: chunks %d..%d", pt_sched_kind_name(k), lo, hi);
+    }
+    const pt_sched_kind kinds[] = {PT_SCHED_ZB_H1, PT_SCHED_ZB_H2, PT_SCHED_1F1B_FLUSH,
+                                   PT_SCHED_GPIPE};
+    for (size_t c = 0; c < sizeof kinds / sizeof kinds[0]; c++)
+        for (int S = 1; S <= 5; S++)
+            for (int M = 1; M <= 8; M++)
+                for (int rec = 0; rec <= 1; rec++) {
+                    pt_program prog = {0};
+                    pt_error err = {0};
+                    REQUIRE(build(kinds[c], S, M, NULL, rec, 0, 'A', 0, &prog, &err) == 0);
+                    for (int w = 0; w < prog.worker_count; w++) {
+                        int held = 0, peak = 0;
+                        for (int i = prog.workers[w].op_begin; i < prog.workers[w].op_end; i++) {
+                            held += prog.ops[i].kind == PT_OP_BWD_INPUT;
+                            held -= prog.ops[i].kind == PT_OP_BWD_WEIGHT;
+                            peak = held > peak ? held : peak;
+                        }
+                        pt_sched_shape q = {S, prog.workers[w].stage,     M, 'A',
+                                            0, prog.workers[w].recompute, 1};
+                        int want = pt_sched_kind_split_hold(kinds[c], &q);
+                        CHECK_MSG(peak == want,
+                                  "%s S %d M %d stage %d recompute %d: holds %d, "
+                                  "table says %d",
+                                  pt_sched_kind_name(kinds[c]), S, M, prog.workers[w].stage,
+                                  prog.workers[w].recompute, peak, want);
+                    }
+                    pt_program_release(&prog);
+                }
+}
+
 /* ---- the validator catches broken programs ------------------------------ */
 
 static void expect_broken(pt_program *p, int code, const char *words)
@@ -515,4 +558,5 @@ PT_TEST_MAIN({"all_generated_programs_validate", test_all_generated_programs_val
              {"2bw_and_pipesgd_versions", test_2bw_and_pipesgd_versions},
              {"every_gradient_applied", test_every_gradient_applied},
              {"recompute_and_registry", test_recompute_and_registry},
+             {"kind_table_parameters", test_kind_table_parameters},
              {"validator_catches", test_validator_catches})

@@ -3,61 +3,33 @@
  * from the simulated memory events, ring all-reduce time, replication speed,
  * overlap of communication with compute, Pipe-SGD's max(compute, comm), and
  * agreement with the validator on deadlocks. */
-#include "tests/planner/sched_fixture.h"
+#include "tests/planner/sim_rig.h"
 #include "tests/test.h"
 
 #define F_MS 2.0
 #define B_MS 5.0
 #define TOL  1e-9
 
-typedef struct rig {
-    pt_plan *plan;
-    pt_profile *pf;
-    pt_topology *topo;
-    pt_cost *cost;
-    pt_program prog;
-    pt_sim *sim;
-    pt_sim_result res;
-    pt_error err;
-} rig;
+typedef fx_rig rig;
 
 /* S equal stages of one layer; devices on one node of a fast link unless
- * bw/lat say otherwise. opt_free makes optimizer steps cost nothing. */
+ * bw/lat say otherwise. opt_free makes optimizer steps cost nothing. A rig
+ * already built is simulated again under `kind`. */
 static int rig_run(rig *g, pt_sched_kind kind, int S, int M, const int *reps, int mb_size,
                    int64_t act, int64_t par, double bw, double lat, int opt_free, int windows)
 {
     int devs = 0;
     for (int s = 0; s < S; s++)
         devs += reps ? reps[s] : 1;
-    if (!g->plan) {
+    if (!g->plan)
         g->plan = fx_plan(kind, S, 1, reps, mb_size, M);
-        g->pf = fx_profile(S, F_MS, B_MS, act, par, mb_size);
-        g->topo = fx_topo(1, devs, bw, lat);
-        if (pt_cost_new(g->pf, g->topo, &g->cost, &g->err) < 0)
-            return -1;
-        if (opt_free)
-            pt_cost_set_opt_bandwidth(g->cost, 0);
-        if (!g->sim && pt_sim_new(&g->sim) < 0)
-            return -1;
-    }
     g->plan->schedule = kind;
+    fx_rig_costs c = {S, devs, F_MS, B_MS, act, par, bw, lat, opt_free};
     pt_sched_opts o = {.microbatches = M, .windows = windows};
-    int rc = pt_sim_plan(g->sim, g->plan, g->cost, &o, &g->prog, &g->res, &g->err);
-    if (rc < 0)
-        fprintf(stderr, "rig: %s\n", g->err.msg);
-    return rc;
+    return fx_rig_sim(g, &c, &o, 0);
 }
 
-static void rig_free(rig *g)
-{
-    pt_plan_free(&g->plan);
-    pt_profile_free(&g->pf);
-    pt_topology_free(&g->topo);
-    pt_cost_free(&g->cost);
-    pt_program_release(&g->prog);
-    pt_sim_free(&g->sim);
-    memset(g, 0, sizeof *g);
-}
+#define rig_free fx_rig_free
 
 static void test_closed_form_sync(void)
 {

@@ -49,6 +49,7 @@ static void make_message(pt_msg_type t, pt_msg *m)
         a->stage = 1;
         a->replica = 2;
         a->rank = 5;
+        a->chunks = 3;
         a->peer_count = 3;
         a->peers = calloc(3, sizeof *a->peers);
         for (int i = 0; i < 3; i++) {
@@ -163,8 +164,8 @@ static int msg_equal(const pt_msg *a, const pt_msg *b)
         const pt_msg_assign *x = &a->u.assign, *y = &b->u.assign;
         if (strcmp(x->plan_json, y->plan_json) || strcmp(x->model_json, y->model_json) ||
             x->stage != y->stage || x->replica != y->replica || x->rank != y->rank ||
-            x->peer_count != y->peer_count || strcmp(x->data, y->data) || x->seed != y->seed ||
-            strcmp(x->checkpoint_dir, y->checkpoint_dir) ||
+            x->chunks != y->chunks || x->peer_count != y->peer_count || strcmp(x->data, y->data) ||
+            x->seed != y->seed || strcmp(x->checkpoint_dir, y->checkpoint_dir) ||
             x->checkpoint_every != y->checkpoint_every || x->resume_step != y->resume_step ||
             strcmp(x->telemetry, y->telemetry) || strcmp(x->nccl_id, y->nccl_id))
             return 0;

@@ -155,6 +155,9 @@ typedef struct ec_case {
     /* interleaved: model chunks per device (stages = ranks x chunks, the replicas of
      * stage s those of stage s % ranks); 0: one */
     int chunks;
+    /* interleaved: 1, one communicator rank per device shared by its chunks (the
+     * layout of an agent hosting all its device's chunks, pt_pipeline_config.host_comm) */
+    int host_comm;
 } ec_case;
 
 static inline pt_optim_spec ec_optim(pt_optim_kind kind)
@@ -562,7 +565,8 @@ static inline int ec_run_case(const ec_case *c, const pt_model_spec *spec, const
                              .user = r->events,
                              .digest = 1,
                              .device = ec_device,
-                             .backend = ec_backend};
+                             .backend = ec_backend,
+                             .host_comm = c->host_comm};
     if ((rc = pt_pipeline_create(&pc, &r->pp, &err)) < 0) {
         fprintf(stderr, "%s: %s\n", c->name, err.msg);
         return rc;

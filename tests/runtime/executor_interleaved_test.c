@@ -43,8 +43,26 @@ static void ran_in_host_order(const ec_case *c, const ec_run *r, const ec_weight
     }
 }
 
+static void run_layout(const char *name, const int *cuts, int ranks, int v, const int *reps, int b,
+                       int M, int gpt, int host_comm);
+
+/* Each case twice: every chunk its own data-plane rank (an agent per chunk),
+ * then one rank per device that all its chunks share (one agent per device:
+ * chunks of a device exchange with the same peer ranks, so their messages and
+ * all-reduces are told apart by chunk, runtime/exec_host.h). */
 static void run(const char *name, const int *cuts, int ranks, int v, const int *reps, int b, int M,
                 int gpt)
+{
+    for (int hc = 0; hc <= 1; hc++) {
+        char label[128];
+        snprintf(label, sizeof label, "%s, %s", name,
+                 hc ? "one rank per device" : "one rank per chunk");
+        run_layout(label, cuts, ranks, v, reps, b, M, gpt, hc);
+    }
+}
+
+static void run_layout(const char *name, const int *cuts, int ranks, int v, const int *reps, int b,
+                       int M, int gpt, int host_comm)
 {
     ec_case c = {.name = name,
                  .kind = PT_SCHED_INTERLEAVED,
@@ -55,7 +73,8 @@ static void run(const char *name, const int *cuts, int ranks, int v, const int *
                  .mb_count = M,
                  .optim = PT_OPTIM_SGD,
                  .gpt = gpt,
-                 .chunks = v};
+                 .chunks = v,
+                 .host_comm = host_comm};
     ec_check_sync(&c, ITERS, ran_in_host_order);
 }
 

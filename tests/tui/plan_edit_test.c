@@ -7,6 +7,8 @@
  * two predictions. */
 #include "tests/test.h"
 
+#include <math.h>
+
 #include "planner/cost.h"
 #include "planner/simulate.h"
 #include "tui/plan_edit.h"
@@ -357,9 +359,53 @@ static void test_global_batch_kept(void)
     pt_profile_free(&prof);
 }
 
+/* S into interleaved re-cuts the layers into S·2 chunks on the same devices,
+ * V sets v (the prediction the simulator's for exactly that plan), v past
+ * the layers or under 2 is refused with the plan kept, chunks outside a
+ * chunked kind are refused, and leaving interleaved cuts one stage per device
+ * again; undo walks back. */
+static void test_chunks(void)
+{
+    pt_profile *prof = make_profile(12);
+    pt_topology *topo = make_topo(3, 16 * GIB);
+    int cuts[] = {0, 4, 8, 12};
+    pt_plan *plan = make_plan(12, 3, cuts);
+    plan->microbatch_count = 6; /* a multiple of the 3 ranks */
+    pt_plan_edit *e = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_plan_edit_new(plan, prof, topo, &e, &err) == 0);
+    CHECK(pt_plan_edit_chunks(e, 2, &err) == PT_EUNSUPP);
+    CHECK_STR_CONTAINS(err.msg, "do not apply to dapple");
+    REQUIRE(pt_plan_edit_schedule(e, PT_SCHED_INTERLEAVED, &err) == 0);
+    const pt_plan *p = pt_plan_edit_plan(e);
+    CHECK(p->schedule == PT_SCHED_INTERLEAVED && p->chunks == 2 && p->stage_count == 6);
+    for (int s = 0; s < p->stage_count; s++)
+        CHECK(p->stages[s].replicas[0] == s % 3);
+    CHECK(fabs(pt_plan_edit_result(e)->iter_s - reference_iter(p, prof, topo)) < 1e-12);
+    REQUIRE(pt_plan_edit_chunks(e, 4, &err) == 0);
+    p = pt_plan_edit_plan(e);
+    CHECK(p->chunks == 4 && p->stage_count == 12);
+    CHECK(fabs(pt_plan_edit_result(e)->iter_s - reference_iter(p, prof, topo)) < 1e-12);
+    uint64_t v = pt_plan_edit_version(e);
+    CHECK(pt_plan_edit_chunks(e, 5, &err) == PT_EINVAL); /* 15 chunks of 12 layers */
+    CHECK_STR_CONTAINS(err.msg, "layers");
+    CHECK(pt_plan_edit_chunks(e, 1, &err) == PT_EINVAL);
+    CHECK(pt_plan_edit_version(e) == v && pt_plan_edit_plan(e)->chunks == 4);
+    REQUIRE(pt_plan_edit_schedule(e, PT_SCHED_1F1B_FLUSH, &err) == 0);
+    p = pt_plan_edit_plan(e);
+    CHECK(p->chunks == 1 && p->stage_count == 3);
+    REQUIRE(pt_plan_edit_undo(e, &err) == 0);
+    CHECK(pt_plan_edit_plan(e)->chunks == 4);
+    pt_plan_edit_free(&e);
+    pt_plan_free(&plan);
+    pt_topology_free(&topo);
+    pt_profile_free(&prof);
+}
+
 PT_TEST_MAIN({"boundary_moves", test_boundary_moves_match_simulator},
              {"global_batch_kept", test_global_batch_kept},
              {"invalid_edits", test_invalid_edits_refused},
              {"all_partitions", test_all_partitions_reachable},
              {"replicas_split_merge_place", test_replicas_split_merge_place},
-             {"memory_refusal", test_memory_refusal}, {"planner_gain", test_planner_gain})
+             {"memory_refusal", test_memory_refusal}, {"planner_gain", test_planner_gain},
+             {"chunks", test_chunks})

@@ -46,10 +46,13 @@ static int gen_relay(pt_program *p, pt_error *err)
     return 0;
 }
 
-static const pt_sched_info relay = {{"gpipe-relay", PT_SCHED_SYNCHRONOUS,
-                                     pt_sched_kind_inflight_all, pt_sched_kind_versions_one,
-                                     "GPipe's order under another name (registered by a test)"},
-                                    gen_relay};
+static const pt_sched_info relay = {
+    {.name = "gpipe-relay",
+     .flags = PT_SCHED_SYNCHRONOUS,
+     .inflight = pt_sched_kind_inflight_all,
+     .weight_versions = pt_sched_kind_versions_one,
+     .summary = "GPipe's order under another name (registered by a test)"},
+    gen_relay};
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -189,15 +192,39 @@ static void test_registry(void)
     pt_sched_kind id;
     CHECK(pt_sched_register(&relay, &id, &err) == PT_EINVAL);
     CHECK_STR_CONTAINS(err.msg, "already taken");
-    static const pt_sched_info no_gen = {
-        {"no-generator", 0, pt_sched_kind_inflight_1f1b, pt_sched_kind_versions_one, "none"}, NULL};
+    static const pt_sched_info no_gen = {{.name = "no-generator",
+                                          .inflight = pt_sched_kind_inflight_1f1b,
+                                          .weight_versions = pt_sched_kind_versions_one,
+                                          .summary = "none"},
+                                         NULL};
     CHECK(pt_sched_register(&no_gen, &id, &err) == PT_EINVAL);
     CHECK_STR_CONTAINS(err.msg, "no generator");
-    static const pt_sched_info bad_name = {
-        {"Bad Name", 0, pt_sched_kind_inflight_1f1b, pt_sched_kind_versions_one, "bad"}, gen_relay};
+    static const pt_sched_info bad_name = {{.name = "Bad Name",
+                                            .inflight = pt_sched_kind_inflight_1f1b,
+                                            .weight_versions = pt_sched_kind_versions_one,
+                                            .summary = "bad"},
+                                           gen_relay};
     CHECK(pt_sched_register(&bad_name, &id, &err) == PT_EINVAL);
-    static const pt_sched_info no_formula = {{"no-formula", 0, NULL, NULL, "none"}, gen_relay};
+    static const pt_sched_info no_formula = {{.name = "no-formula", .summary = "none"}, gen_relay};
     CHECK(pt_sched_register(&no_formula, &id, &err) == PT_EINVAL);
+    /* chunk columns: several chunks only with the chunks option, never one with it */
+    static const pt_sched_info many_chunks = {{.name = "many-chunks",
+                                               .inflight = pt_sched_kind_inflight_1f1b,
+                                               .weight_versions = pt_sched_kind_versions_one,
+                                               .summary = "bad",
+                                               .chunks_min = 2,
+                                               .chunks_max = 4},
+                                              gen_relay};
+    CHECK(pt_sched_register(&many_chunks, &id, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "chunks 2..4");
+    static const pt_sched_info one_chunk = {{.name = "one-chunk",
+                                             .flags = PT_SCHED_OPT_CHUNKS,
+                                             .inflight = pt_sched_kind_inflight_1f1b,
+                                             .weight_versions = pt_sched_kind_versions_one,
+                                             .summary = "bad",
+                                             .chunks_min = 1},
+                                            gen_relay};
+    CHECK(pt_sched_register(&one_chunk, &id, &err) == PT_EINVAL);
     CHECK(pt_sched_kind_count() == count);
     CHECK(pt_sched_kind_parse("no-generator", &id) == PT_ENOTFOUND);
 }
