@@ -191,8 +191,7 @@ static int parse(int argc, char **argv, bench_args *a)
         } else {
             fprintf(stderr, "usage: fidelity [--quick] [--throughput-only] [--models a,b] "
                             "[--iters N] [--out-dir DIR] [--reuse DIR] [--shares DIR] "
-                            "[--detail]
-");
+                            "[--detail]\n");
             return 2;
         }
     }
