@@ -42,8 +42,10 @@
  * Figures mean something only on a quiet machine: other load stretches runs
  * unevenly. --quick runs three small plans of fmnist-mlp-deep (a smoke test
  * for ctest). Usage: fidelity [--quick] [--throughput-only] [--models a,b]
- * [--iters N] [--out-dir DIR] [--reuse DIR] [--detail] (see
- * docs/benchmarks.md). Prints figures; never fails on time. */
+ * [--iters N] [--out-dir DIR] [--reuse DIR] [--shares DIR] [--detail] (see
+ * docs/benchmarks.md). --shares DIR gives the default profiles a
+ * fixed_share per layer measured now (apply_shares), for records whose
+ * profiles predate the field. Prints figures; never fails on time. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -130,6 +132,37 @@ static char exe_dir[PATH_CAP];
 static const char *reuse_dir;
 /* --detail: per stage, the measured and the predicted compute and stretch */
 static int detail;
+/* --shares DIR: DIR/<model>-shares.json, a layer profile measured with
+ * `pipetop profile --fixed-share` at the runs' micro-batch and thread count;
+ * its layers' fixed_share replace those of each run's default profile
+ * (records from before the field have none), before calibration */
+static const char *shares_dir;
+
+/* Copies the layers' fixed_share of shares_dir's profile of base's model
+ * into base; 0 when there is no --shares, -1 on a bad or mismatched file. */
+static int apply_shares(pt_profile *base)
+{
+    if (!shares_dir)
+        return 0;
+    char path[PATH_CAP + 64];
+    pt_error err = {0};
+    pt_profile *sh = NULL;
+    snprintf(path, sizeof path, "%s/%s-shares.json", shares_dir, base->model);
+    int rc = pt_profile_load(path, &sh, &err);
+    if (rc == 0 && (sh->layer_count != base->layer_count || strcmp(sh->model, base->model) ||
+                    sh->microbatch != base->microbatch))
+        rc = pt_error_set(&err, PT_EINVAL,
+                          "%s: %s with %d layers at micro-batch %d; the run's profile is %s "
+                          "with %d at %d",
+                          path, sh->model, sh->layer_count, sh->microbatch, base->model,
+                          base->layer_count, base->microbatch);
+    for (int l = 0; rc == 0 && l < base->layer_count; l++)
+        base->layers[l].fixed_share = sh->layers[l].fixed_share;
+    if (rc < 0)
+        fprintf(stderr, "fidelity: --shares: %s\n", err.msg);
+    pt_profile_free(&sh);
+    return rc < 0 ? -1 : 0;
+}
 
 static int parse(int argc, char **argv, bench_args *a)
 {
@@ -147,6 +180,8 @@ static int parse(int argc, char **argv, bench_args *a)
             detail = 1;
         } else if (!strcmp(argv[i], "--reuse") && i + 1 < argc) {
             a->reuse = argv[++i];
+        } else if (!strcmp(argv[i], "--shares") && i + 1 < argc) {
+            shares_dir = argv[++i];
         } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
             a->iters = atoi(argv[++i]);
             if (a->iters < 3 || a->iters > 100000) {
@@ -155,7 +190,8 @@ static int parse(int argc, char **argv, bench_args *a)
             }
         } else {
             fprintf(stderr, "usage: fidelity [--quick] [--throughput-only] [--models a,b] "
-                            "[--iters N] [--out-dir DIR] [--reuse DIR] [--detail]\n");
+                            "[--iters N] [--out-dir DIR] [--reuse DIR] [--shares DIR] "
+                            "[--detail]\n");
             return 2;
         }
     }
@@ -312,6 +348,8 @@ static int calibrate_run(plan_result *r)
     pt_topology *topo = local_topology(r->agents);
     snprintf(path, sizeof path, "%s/profile.json", r->dir);
     int rc = topo ? pt_profile_load(path, &r->base, &err) : PT_ENOMEM;
+    if (rc == 0 && apply_shares(r->base) < 0)
+        rc = pt_error_set(&err, PT_EINVAL, "--shares: not applied");
     snprintf(path, sizeof path, "%s/%s", r->dir, PT_RECORD_FILE);
     if (rc == 0)
         rc = pt_record_load(path, &rec, &err);

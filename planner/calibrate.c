@@ -707,7 +707,7 @@ static double stage_scale(double meas, double base)
 
 static void scale_layers(pt_profile *p, const pt_profile *base, const pt_cal_stage *s,
                          double fwd_mean_ms, double bwd_mean_ms, double rec_mean_ms,
-                         double rows_share)
+                         double lin_share, double speed)
 {
     int n = s->last - s->first;
     for (int l = s->first; l < s->last; l++) {
@@ -715,7 +715,12 @@ static void scale_layers(pt_profile *p, const pt_profile *base, const pt_cal_sta
         pt_profile_layer *o = &p->layers[l];
         double rec = b->recompute_ms > 0 ? b->recompute_ms : b->fwd_ms;
         /* a stage whose base layers cost nothing gets the measured time
-         * spread evenly (per profile micro-batch) */
+         * spread evenly (per profile micro-batch): the rows a measured op
+         * covers cost f + (1 - f) * rows / microbatch of the layer's time at
+         * the micro-batch (its fixed_share f, kept from the base) */
+        double f = b->fixed_share > 0 && b->fixed_share < 1 ? b->fixed_share : 0;
+        double rows_share = f > 0 ? lin_share / (f * lin_share + 1 - f) : lin_share;
+        rows_share *= speed;
         o->fwd_ms = s->fwd_base_ms > 0 ? b->fwd_ms * s->fwd_scale : fwd_mean_ms * rows_share / n;
         o->bwd_ms = s->bwd_base_ms > 0 ? b->bwd_ms * s->bwd_scale : bwd_mean_ms * rows_share / n;
         if (s->rec_ops > 0)
@@ -822,8 +827,8 @@ int pt_calibrate(const pt_record *rec, const pt_profile *base, const pt_topology
         /* a measured op covers rows samples; the profile's unit is its micro-batch */
         int rows = x->row_hi - x->row_lo;
         double speed = topo->devices[x->device].speed;
-        double share = rows > 0 ? (double)base->microbatch / rows * speed : 1;
-        scale_layers(p, base, c, c->fwd_ms, c->bwd_ms, c->rec_ms, share);
+        double share = rows > 0 ? (double)base->microbatch / rows : 1;
+        scale_layers(p, base, c, c->fwd_ms, c->bwd_ms, c->rec_ms, share, speed);
     }
     snprintf(p->source, sizeof p->source, "calibrated");
     memset(&p->origin, 0, sizeof p->origin);

@@ -18,8 +18,11 @@ struct pt_cost {
     double opt_bw;        /* bytes/s of an optimizer step on a speed-1 device; <= 0: free */
     double op_overhead_s; /* worker time before each op (profile's runtime.op_overhead_ms) */
     int sends_hold;       /* the profile's runtime.sends_hold */
-    /* prefix sums over layers, n+1 entries each: x[j] = sum over layers < j */
+    /* prefix sums over layers, n+1 entries each: x[j] = sum over layers < j;
+     * of the share of each time that scales with rows, and (the *_fix sums)
+     * of the share that does not (the profile's fixed_share) */
     double *fwd_ms, *bwd_ms, *rec_ms, *bin_ms, *bw_ms;
+    double *fwd_fix, *bwd_fix, *rec_fix, *bin_fix, *bw_fix;
     int64_t *param, *act, *saved, *keep; /* keep: a split backward's hold, B to W */
     /* range maximum of scratch_bytes: scratch_max[k][l] = max over layers
      * [l, l + 2^k) (a sparse table, so a stage's figure is O(1)) */
@@ -98,7 +101,7 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
     c->opt_bw = profile->opt_bytes_per_s > 0 ? profile->opt_bytes_per_s : PT_COST_OPT_MEM_BW_BPS;
     c->op_overhead_s = profile->op_overhead_ms > 0 ? profile->op_overhead_ms / 1000.0 : 0;
     c->sends_hold = profile->sends_hold != 0;
-    c->fwd_ms = malloc((size_t)(n + 1) * 5 * sizeof(double));
+    c->fwd_ms = malloc((size_t)(n + 1) * 10 * sizeof(double));
     c->param = malloc((size_t)(n + 1) * 4 * sizeof(int64_t));
     if (!c->fwd_ms || !c->param || build_scratch_max(c) < 0) {
         pt_cost_free(&c);
@@ -108,21 +111,33 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
     c->rec_ms = c->bwd_ms + (n + 1);
     c->bin_ms = c->rec_ms + (n + 1);
     c->bw_ms = c->bin_ms + (n + 1);
+    c->fwd_fix = c->bw_ms + (n + 1);
+    c->bwd_fix = c->fwd_fix + (n + 1);
+    c->rec_fix = c->bwd_fix + (n + 1);
+    c->bin_fix = c->rec_fix + (n + 1);
+    c->bw_fix = c->bin_fix + (n + 1);
     c->act = c->param + (n + 1);
     c->saved = c->act + (n + 1);
     c->keep = c->saved + (n + 1);
     c->fwd_ms[0] = c->bwd_ms[0] = c->rec_ms[0] = c->bin_ms[0] = c->bw_ms[0] = 0;
+    c->fwd_fix[0] = c->bwd_fix[0] = c->rec_fix[0] = c->bin_fix[0] = c->bw_fix[0] = 0;
     c->param[0] = c->act[0] = c->saved[0] = c->keep[0] = 0;
     for (int l = 0; l < n; l++) {
         const pt_profile_layer *L = &profile->layers[l];
         double rec = L->recompute_ms > 0 ? L->recompute_ms : L->fwd_ms;
-        c->fwd_ms[l + 1] = c->fwd_ms[l] + L->fwd_ms;
-        c->bwd_ms[l + 1] = c->bwd_ms[l] + L->bwd_ms;
-        c->rec_ms[l + 1] = c->rec_ms[l] + rec;
+        double fs = L->fixed_share > 0 && L->fixed_share < 1 ? L->fixed_share : 0, rs = 1 - fs;
+        c->fwd_ms[l + 1] = c->fwd_ms[l] + L->fwd_ms * rs;
+        c->bwd_ms[l + 1] = c->bwd_ms[l] + L->bwd_ms * rs;
+        c->rec_ms[l + 1] = c->rec_ms[l] + rec * rs;
+        c->fwd_fix[l + 1] = c->fwd_fix[l] + L->fwd_ms * fs;
+        c->bwd_fix[l + 1] = c->bwd_fix[l] + L->bwd_ms * fs;
+        c->rec_fix[l + 1] = c->rec_fix[l] + rec * fs;
         double bin, bw;
         pt_cost_split_bwd(L, &bin, &bw);
-        c->bin_ms[l + 1] = c->bin_ms[l] + bin;
-        c->bw_ms[l + 1] = c->bw_ms[l] + bw;
+        c->bin_ms[l + 1] = c->bin_ms[l] + bin * rs;
+        c->bw_ms[l + 1] = c->bw_ms[l] + bw * rs;
+        c->bin_fix[l + 1] = c->bin_fix[l] + bin * fs;
+        c->bw_fix[l + 1] = c->bw_fix[l] + bw * fs;
         if (pt_add_i64(c->param[l], L->param_bytes, &c->param[l + 1]) < 0 ||
             pt_add_i64(c->act[l], L->act_bytes, &c->act[l + 1]) < 0 ||
             pt_add_i64(c->saved[l], L->saved_bytes, &c->saved[l + 1]) < 0 ||
@@ -184,6 +199,11 @@ const pt_topology *pt_cost_topology(const pt_cost *cost)
     return cost->topo;
 }
 
+double pt_cost_rows_ms(double fixed_ms, double per_mb_ms, int rows, int profile_mb)
+{
+    return per_mb_ms * rows / profile_mb + fixed_ms;
+}
+
 static double speed_of(const pt_cost *c, int device)
 {
     if (device < 0 || device >= c->topo->device_count || !(c->topo->devices[device].speed > 0))
@@ -191,7 +211,10 @@ static double speed_of(const pt_cost *c, int device)
     return c->topo->devices[device].speed;
 }
 
-static double scaled(const pt_cost *c, const double *pre, int first, int last, int rows, int device)
+/* t(rows) = fixed + per_row * rows: the rows-independent sums plus the
+ * per-row sums scaled from the profile's micro-batch (pt_cost_rows_ms) */
+static double scaled(const pt_cost *c, const double *pre, const double *fix, int first, int last,
+                     int rows, int device)
 {
     if (first < 0)
         first = 0;
@@ -199,17 +222,36 @@ static double scaled(const pt_cost *c, const double *pre, int first, int last, i
         last = c->n;
     if (last <= first || rows <= 0)
         return 0;
-    return (pre[last] - pre[first]) / MS_PER_S * rows / c->profile_mb / speed_of(c, device);
+    return pt_cost_rows_ms((fix[last] - fix[first]) / MS_PER_S, (pre[last] - pre[first]) / MS_PER_S,
+                           rows, c->profile_mb) /
+           speed_of(c, device);
+}
+
+double pt_cost_fixed_s(const pt_cost *c, int first, int last, int device)
+{
+    if (first < 0)
+        first = 0;
+    if (last > c->n)
+        last = c->n;
+    if (last <= first)
+        return 0;
+    return (c->fwd_fix[last] - c->fwd_fix[first] + c->bwd_fix[last] - c->bwd_fix[first]) /
+           MS_PER_S / speed_of(c, device);
+}
+
+int pt_cost_has_fixed(const pt_cost *c)
+{
+    return c->fwd_fix[c->n] > 0 || c->bwd_fix[c->n] > 0 || c->rec_fix[c->n] > 0;
 }
 
 double pt_cost_fwd_s(const pt_cost *c, int first, int last, int rows, int device)
 {
-    return scaled(c, c->fwd_ms, first, last, rows, device);
+    return scaled(c, c->fwd_ms, c->fwd_fix, first, last, rows, device);
 }
 
 double pt_cost_bwd_s(const pt_cost *c, int first, int last, int rows, int device)
 {
-    return scaled(c, c->bwd_ms, first, last, rows, device);
+    return scaled(c, c->bwd_ms, c->bwd_fix, first, last, rows, device);
 }
 
 void pt_cost_split_bwd(const pt_profile_layer *L, double *input_ms, double *weight_ms)
@@ -227,17 +269,17 @@ void pt_cost_split_bwd(const pt_profile_layer *L, double *input_ms, double *weig
 
 double pt_cost_bwd_input_s(const pt_cost *c, int first, int last, int rows, int device)
 {
-    return scaled(c, c->bin_ms, first, last, rows, device);
+    return scaled(c, c->bin_ms, c->bin_fix, first, last, rows, device);
 }
 
 double pt_cost_bwd_weight_s(const pt_cost *c, int first, int last, int rows, int device)
 {
-    return scaled(c, c->bw_ms, first, last, rows, device);
+    return scaled(c, c->bw_ms, c->bw_fix, first, last, rows, device);
 }
 
 double pt_cost_recompute_s(const pt_cost *c, int first, int last, int rows, int device)
 {
-    return scaled(c, c->rec_ms, first, last, rows, device);
+    return scaled(c, c->rec_ms, c->rec_fix, first, last, rows, device);
 }
 
 int64_t pt_cost_param_bytes(const pt_cost *c, int first, int last)

@@ -5,7 +5,11 @@
  * - FWD/BWD/RECOMPUTE/BWD_INPUT/BWD_WEIGHT of layers [first,last) on `rows`
  *   samples on device d (the backward's halves: pt_cost_split_bwd):
  *   sum of the profile's per-layer ms / 1000 * rows / profile->microbatch /
- *   speed(d). Linear in rows, so a stage of r replicas is r times faster.
+ *   speed(d), for the share of each layer's time that scales with rows; the
+ *   profile's fixed_share of it is charged whatever the rows
+ *   (pt_cost_rows_ms): t(rows) = t * (f + (1 - f) * rows / microbatch).
+ *   With no fixed share (analytic profiles, files without the field) linear
+ *   in rows, so a stage of r replicas is r times faster.
  * - point-to-point: latency + bytes / bandwidth of the link between the two
  *   devices (intra-node or inter-node); 0 on the same device.
  * - ring all-reduce of n bytes over p replicas: 2(p-1)·α + 2(p-1)/p · n/β,
@@ -69,6 +73,11 @@
 #include "protocol/profile.h"
 #include "protocol/topology.h"
 
+/* The affine rows scaling every per-layer time goes through: fixed_ms (the
+ * rows-independent part) plus per_mb_ms (the part measured at profile_mb
+ * rows) scaled to rows. Planners with closed forms use it too. */
+double pt_cost_rows_ms(double fixed_ms, double per_mb_ms, int rows, int profile_mb);
+
 /* Device-memory bandwidth an optimizer step streams at on a speed-1.0 device. */
 #define PT_COST_OPT_MEM_BW_BPS 500e9
 /* Passes over param_bytes an optimizer step makes regardless of the optimizer:
@@ -115,6 +124,12 @@ const pt_topology *pt_cost_topology(const pt_cost *cost);
 
 /* Compute time in seconds of layers [first,last) for `rows` samples on device
  * `device` (an out-of-range device counts as speed 1). */
+/* The rows-independent part of FWD + BWD of layers [first, last) on device
+ * d (seconds): what pt_cost_fwd_s + pt_cost_bwd_s charge whatever the rows;
+ * 0 when the profile has no fixed_share. */
+double pt_cost_fixed_s(const pt_cost *cost, int first, int last, int device);
+/* 1 when some layer of the profile has a fixed_share. */
+int pt_cost_has_fixed(const pt_cost *cost);
 double pt_cost_fwd_s(const pt_cost *cost, int first, int last, int rows, int device);
 double pt_cost_bwd_s(const pt_cost *cost, int first, int last, int rows, int device);
 double pt_cost_recompute_s(const pt_cost *cost, int first, int last, int rows, int device);

@@ -149,7 +149,9 @@ typedef struct dapple {
     pt_optim_kind optim;
     int64_t mem_override; /* > 0: every device has this memory (search for the need) */
     double max_speed;
-    double *pf, *pb; /* prefix sums of the profile's forward / backward ms, as cost.c keeps */
+    double *pf, *pb;   /* prefix sums of the profile's forward / backward ms, as cost.c keeps:
+                          the share that scales with rows */
+    double *pfx, *pbx; /* and the rows-independent share (the layers' fixed_share) */
     int *node_class, *node_size, *node_dev_off, *node_devs;
     dclass *cls;
     int ncls, key_len;
@@ -213,11 +215,14 @@ typedef struct dapple {
     uint8_t *e_rc; /* the entry's stage recomputes (it does not fit otherwise) */
 } dapple;
 
-/* Forward (pf) or backward (pb) time of layers [i, j) for rows samples at a
- * speed: the same arithmetic as pt_cost_fwd_s, inlined for the inner loop. */
-static inline double span_s(const double *pre, int i, int j, int rows, int pmb, double speed)
+/* Forward (pf, pfx) or backward (pb, pbx) time of layers [i, j) for rows
+ * samples at a speed: the same arithmetic as pt_cost_fwd_s (its rows scaling,
+ * pt_cost_rows_ms), on the planner's own prefix sums for the inner loop. */
+static inline double span_s(const double *pre, const double *fix, int i, int j, int rows, int pmb,
+                            double speed)
 {
-    return (pre[j] - pre[i]) / 1000.0 * rows / pmb / speed;
+    return pt_cost_rows_ms((fix[j] - fix[i]) / 1000.0, (pre[j] - pre[i]) / 1000.0, rows, pmb) /
+           speed;
 }
 
 /* Grows `count` parallel arrays (elems[a] bytes per element) to hold need. */
@@ -694,7 +699,8 @@ static dval prepend(const dval *x, double F, double B, double AR, int K, int M, 
 /* Work of layers [0, k) at b samples on a speed-1 device, seconds. */
 static double prefix_work_eval(const dapple *D, int k)
 {
-    return span_s(D->pf, 0, k, D->b, D->pmb, 1.0) + span_s(D->pb, 0, k, D->b, D->pmb, 1.0);
+    return span_s(D->pf, D->pfx, 0, k, D->b, D->pmb, 1.0) +
+           span_s(D->pb, D->pbx, 0, k, D->b, D->pmb, 1.0);
 }
 
 /* The same, from the table run_m fills for the run's micro-batch. */
@@ -857,8 +863,9 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
                 if (kp > 0 && (free_after == 0 || !D->cut_ok[kp]))
                     continue;
                 dstagecost *sc = scrow ? &scrow[kp] : NULL;
-                double F = sc && sc->gen == D->sc_gen ? sc->F
-                                                      : span_s(D->pf, kp, k, rows, D->pmb, a.speed);
+                double F = sc && sc->gen == D->sc_gen
+                               ? sc->F
+                               : span_s(D->pf, D->pfx, kp, k, rows, D->pmb, a.speed);
                 double lb_fwd = kp > 0 ? (D->pf[kp] - D->pf[0]) * lb_scale : 0.0;
                 if ((F + lmin + lb_fwd) * (1.0 - DAPPLE_BOUND_SLACK) >= D->inc) {
                     /* with r <= r_left, F grows by at least what lb_fwd
@@ -872,7 +879,7 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
                     B = sc->B;
                     AR = sc->AR;
                 } else {
-                    B = span_s(D->pb, kp, k, rows, D->pmb, a.speed);
+                    B = span_s(D->pb, D->pbx, kp, k, rows, D->pmb, a.speed);
                     int64_t P = pt_cost_param_bytes(D->cost, kp, k);
                     /* the all-reduce overlaps the stage's last backward; AR is
                      * the part that outlasts it, then the step */
@@ -1159,6 +1166,8 @@ static void dapple_free(dapple *D)
     free(D->cut_ok);
     free(D->pf);
     free(D->pb);
+    free(D->pfx);
+    free(D->pbx);
     free(D->bmemo);
     free(D->sortkey);
     free(D->take);
@@ -1296,12 +1305,18 @@ static int dapple_init(dapple *D, const pt_cost *cost, const pt_topology *topo, 
     D->pf = malloc(((size_t)D->N + 1) * sizeof(double));
     D->pw = malloc(((size_t)D->N + 1) * sizeof(double));
     D->pb = malloc(((size_t)D->N + 1) * sizeof(double));
-    if (!D->pf || !D->pb || !D->pw)
+    D->pfx = malloc(((size_t)D->N + 1) * sizeof(double));
+    D->pbx = malloc(((size_t)D->N + 1) * sizeof(double));
+    if (!D->pf || !D->pb || !D->pw || !D->pfx || !D->pbx)
         return PT_ENOMEM;
-    D->pf[0] = D->pb[0] = 0;
+    D->pf[0] = D->pb[0] = D->pfx[0] = D->pbx[0] = 0;
     for (int l = 0; l < D->N; l++) {
-        D->pf[l + 1] = D->pf[l] + D->prof->layers[l].fwd_ms;
-        D->pb[l + 1] = D->pb[l] + D->prof->layers[l].bwd_ms;
+        const pt_profile_layer *L = &D->prof->layers[l];
+        double fs = L->fixed_share > 0 && L->fixed_share < 1 ? L->fixed_share : 0;
+        D->pf[l + 1] = D->pf[l] + L->fwd_ms * (1 - fs);
+        D->pb[l + 1] = D->pb[l] + L->bwd_ms * (1 - fs);
+        D->pfx[l + 1] = D->pfx[l] + L->fwd_ms * fs;
+        D->pbx[l + 1] = D->pbx[l] + L->bwd_ms * fs;
     }
     D->cut_ok = calloc((size_t)D->N + 1, 1);
     if (!D->cut_ok)

@@ -55,6 +55,7 @@ typedef struct pdlevel {
     int mbs;             /* plan micro-batch size (replication cap) */
     int unit;            /* devices per machine (level 2: P) for the replication cap */
     const double *T;     /* prefix of stage time: T(i,j) = T[j]-T[i] (level 1), or NULL */
+    const double *TX;    /* its rows-independent part (pt_cost_fixed_s), or NULL: none */
     const double *W;     /* prefix of parameter bytes */
     const double *C;     /* C[k]: 2 * transfer of the boundary after layer k-1 (k in 1..N-1) */
     const double *A1P;   /* level 2: A1[i][j][P] at i*(N+1)+j */
@@ -78,7 +79,8 @@ static inline double stage_cost(const pdlevel *L, int i, int j, int m)
         return L->A1P[(size_t)i * (L->N + 1) + j] / m + sync;
     double t = L->T[j] - L->T[i];
     int rows = (L->mbs + m - 1) / m;
-    return t * rows / L->mbs + sync + L->opt_per_byte * w;
+    double fx = L->TX ? L->TX[j] - L->TX[i] : 0;
+    return pt_cost_rows_ms(fx, t - fx, rows, L->mbs) + sync + L->opt_per_byte * w;
 }
 
 /* PipeDream's stage time: (t + 4(m-1)/m W/B / div) / m. */
@@ -273,6 +275,7 @@ static int plan_for(const pt_cost *cost, const pt_topology *topo, int global_bat
                  nodes == 1 ? "intra-node" : "inter-node");
     size_t np1 = (size_t)N + 1;
     double *T = malloc(np1 * sizeof *T), *W = malloc(np1 * sizeof *W);
+    double *TX = pt_cost_has_fixed(cost) ? malloc(np1 * sizeof *TX) : NULL;
     double *C1 = calloc(np1, sizeof *C1), *C2 = calloc(np1, sizeof *C2);
     double *A = malloc(np1 * (size_t)(m1 + 1) * sizeof *A);
     int *choice = malloc(np1 * (size_t)(m1 + 1) * sizeof *choice);
@@ -281,10 +284,12 @@ static int plan_for(const pt_cost *cost, const pt_topology *topo, int global_bat
     pdstage *st1 = NULL, *st2 = NULL, *fin = NULL;
     int *devs = NULL, *fin_nodes = NULL;
     int rc = PT_ENOMEM;
-    if (!T || !W || !C1 || !C2 || !A || !choice)
+    if (!T || !W || !C1 || !C2 || !A || !choice || (pt_cost_has_fixed(cost) && !TX))
         goto out;
     for (int j = 0; j <= N; j++) {
         T[j] = (pt_cost_fwd_s(cost, 0, j, mbs, -1) + pt_cost_bwd_s(cost, 0, j, mbs, -1)) / speed;
+        if (TX)
+            TX[j] = pt_cost_fixed_s(cost, 0, j, -1) / speed;
         W[j] = (double)pt_cost_param_bytes(cost, 0, j);
     }
     for (int k = 1; k < N; k++) {
@@ -298,19 +303,13 @@ static int plan_for(const pt_cost *cost, const pt_topology *topo, int global_bat
         }
     }
     const double probe = 1 << 30;
-    pdlevel L1 = {N,
-                  m1,
-                  l1.latency,
-                  l1.bandwidth,
-                  mbs,
-                  1,
-                  T,
-                  W,
-                  C1,
-                  NULL,
-                  paper,
-                  1.0,
-                  pt_cost_opt_step_s(cost, (int64_t)probe, optim, -1) / probe / speed};
+    pdlevel L1 = {N,          m1,
+                  l1.latency, l1.bandwidth,
+                  mbs,        1,
+                  T,          TX,
+                  W,          C1,
+                  NULL,       paper,
+                  1.0,        pt_cost_opt_step_s(cost, (int64_t)probe, optim, -1) / probe / speed};
     for (size_t c = 0; c < np1 * (size_t)(m1 + 1); c++)
         A[c] = INFINITY;
     int nst = 0;
@@ -371,6 +370,7 @@ static int plan_for(const pt_cost *cost, const pt_topology *topo, int global_bat
                   topo->inter.bandwidth,
                   mbs,
                   P,
+                  NULL,
                   NULL,
                   W,
                   C2,
@@ -445,6 +445,7 @@ static int plan_for(const pt_cost *cost, const pt_topology *topo, int global_bat
 out:
     free(fin_nodes);
     free(T);
+    free(TX);
     free(W);
     free(C1);
     free(C2);

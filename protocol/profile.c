@@ -18,12 +18,14 @@ static const char *const runtime_keys[] = {"op_overhead_ms",       "opt_gbytes_p
                                            "allreduce_latency_us", NULL};
 static const char *const layer_keys[] = {
     "name",        "fwd_ms",        "bwd_ms",       "recompute_ms",  "act_bytes",  "param_bytes",
-    "saved_bytes", "scratch_bytes", "bwd_input_ms", "bwd_weight_ms", "keep_bytes", NULL};
+    "saved_bytes", "scratch_bytes", "bwd_input_ms", "bwd_weight_ms", "keep_bytes", "fixed_share",
+    NULL};
 static const char *const sources[] = {"measured", "analytic", "imported", "calibrated", NULL};
 #define BYTES_PER_GB 1e9 /* runtime.opt_gbytes_per_s */
 #define US_PER_S     1e6 /* runtime.allreduce_latency_us */
 
 static const pt_jr_range NON_NEGATIVE = {0.0, INFINITY, 0, 0};
+static const pt_jr_range SHARE = {0.0, 1.0, 0, 1}; /* [0, 1) */
 
 pt_profile *pt_profile_new(int layer_count)
 {
@@ -77,7 +79,9 @@ static int parse_layer(pt_jr *jr, const cJSON *obj, const char *path, int index,
         (rc = pt_jr_int64(jr, obj, path, "scratch_bytes", PT_JR_OPTIONAL, 0, 0, PT_JSON_INT_MAX,
                           &l->scratch_bytes)) < 0 ||
         (rc = pt_jr_int64(jr, obj, path, "keep_bytes", PT_JR_OPTIONAL, 0, 0, PT_JSON_INT_MAX,
-                          &l->keep_bytes)) < 0)
+                          &l->keep_bytes)) < 0 ||
+        (rc = pt_jr_num(jr, obj, path, "fixed_share", PT_JR_OPTIONAL, 0, SHARE, &l->fixed_share)) <
+            0)
         return rc;
     int has_b = cJSON_HasObjectItem(obj, "bwd_input_ms"),
         has_w = cJSON_HasObjectItem(obj, "bwd_weight_ms");
@@ -313,6 +317,7 @@ char *pt_profile_to_json(const pt_profile *profile)
             !pt_jr_add_number(o, "saved_bytes", (double)l->saved_bytes) ||
             !pt_jr_add_number(o, "scratch_bytes", (double)l->scratch_bytes) ||
             (l->keep_bytes > 0 && !pt_jr_add_number(o, "keep_bytes", (double)l->keep_bytes)) ||
+            (l->fixed_share > 0 && !pt_jr_add_number(o, "fixed_share", l->fixed_share)) ||
             (l->split && (!pt_jr_add_number(o, "bwd_input_ms", l->bwd_input_ms) ||
                           !pt_jr_add_number(o, "bwd_weight_ms", l->bwd_weight_ms)))) {
             cJSON_Delete(root);
@@ -330,4 +335,14 @@ int pt_profile_save(const pt_profile *profile, const char *path, pt_error *err)
     int rc = pt_file_write_atomic(path, text, strlen(text), err);
     free(text);
     return rc;
+}
+
+double pt_profile_fit_fixed_share(double t_full, int full_rows, double t_part, int part_rows)
+{
+    if (!(t_full > 0) || !(t_part > 0) || !isfinite(t_full) || !isfinite(t_part) ||
+        full_rows <= 0 || part_rows <= 0 || part_rows >= full_rows)
+        return 0;
+    double x = (double)part_rows / full_rows;
+    double f = (t_part / t_full - x) / (1 - x);
+    return f < 0 ? 0 : f > PT_PROFILE_SHARE_MAX ? PT_PROFILE_SHARE_MAX : f;
 }

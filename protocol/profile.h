@@ -35,6 +35,12 @@ typedef struct pt_profile_layer {
      * with parameters, which W reads, bytes; 0 when not given (the cost
      * model then takes act_bytes for a layer with parameters). */
     int64_t keep_bytes;
+    /* Share of each of the layer's times at the profile's micro-batch that
+     * does not scale with rows (per-op dispatch, kernel launches, weight
+     * reads), in [0, 1): the cost model charges t(rows) = t * (fixed_share +
+     * (1 - fixed_share) * rows / microbatch). 0 when the file does not say
+     * (linear in rows). `pipetop profile` measures it from two row counts. */
+    double fixed_share;
 } pt_profile_layer;
 
 #define PT_PROFILE_TEXT_MAX 256 /* origin.run, origin.base, NUL included */
@@ -88,6 +94,12 @@ int pt_profile_check(const pt_profile *profile, const pt_model_spec *model, cons
                      pt_error *err);
 /* Writes JSON atomically (temporary name, fsync, rename). */
 int pt_profile_save(const pt_profile *profile, const char *path, pt_error *err);
+/* The fixed_share that makes t(rows) = t_full * (f + (1 - f) * rows /
+ * full_rows) pass through two measurements: t_full ms at full_rows and
+ * t_part ms at part_rows < full_rows; clamped to [0, PT_PROFILE_SHARE_MAX]
+ * (0 when the times are not positive or the rows do not differ). */
+#define PT_PROFILE_SHARE_MAX 0.95
+double pt_profile_fit_fixed_share(double t_full, int full_rows, double t_part, int part_rows);
 /* Allocates a zeroed profile with layer_count layers (origin.gen -1); NULL
  * on no memory. */
 pt_profile *pt_profile_new(int layer_count);

@@ -11,6 +11,7 @@
  * --warmup runs. */
 #include <cblas.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,7 @@
 typedef struct profile_args {
     const char *model, *out, *device, *plan;
     int batch, json, repeats, warmup, threads, beside;
+    int rows_fit;         /* --fixed-share: also time each layer at half the rows */
     const pt_backend *be; /* opened from device */
 } profile_args;
 
@@ -224,6 +226,8 @@ static int profile_layer(const pt_model_spec *spec, int layer, const profile_arg
     double *bwd = malloc((size_t)a->repeats * sizeof(double));
     double *bin = malloc((size_t)a->repeats * sizeof(double));
     double *bw = malloc((size_t)a->repeats * sizeof(double));
+    int half = a->rows_fit && a->batch >= 2 ? a->batch / 2 : 0;
+    double full_min = INFINITY, half_min = INFINITY;
     if (!fwd || !bwd || !bin || !bw) {
         rc = pt_error_set(err, PT_ENOMEM, "layer %d: out of memory", layer);
         goto done;
@@ -254,7 +258,20 @@ static int profile_layer(const pt_model_spec *spec, int layer, const profile_arg
             bin[r] = t4 - t3;
             bw[r] = t5 - t4;
         }
+        if (half > 0) {
+            /* the same net on half the rows, in the same round: the least
+             * of several repeats of each keeps the fit off the load */
+            double fh = 0, bh = 0;
+            if ((rc = tnet_run(&t, spec, half, &fh, &bh, err)) < 0)
+                goto done;
+            if (r >= 0) {
+                full_min = f + b < full_min ? f + b : full_min;
+                half_min = fh + bh < half_min ? fh + bh : half_min;
+            }
+        }
     }
+    if (half > 0)
+        pl->fixed_share = pt_profile_fit_fixed_share(full_min, a->batch, half_min, half);
     pl->fwd_ms = median(fwd, a->repeats);
     pl->bwd_ms = median(bwd, a->repeats);
     pl->recompute_ms = pl->fwd_ms;
@@ -651,6 +668,10 @@ static int parse_args(int argc, char **argv, profile_args *a)
         {"beside", PT_OPT_FLAG, &a->beside, 0, 0, 0, NULL,
          "with --plan: measure every stage replica at once, one process\n"
          "each, as the plan's agents run on this machine"},
+        {"fixed-share", PT_OPT_FLAG, &a->rows_fit, 0, 0, 0, NULL,
+         "also time each layer at half the rows and write the share of its\n"
+         "time that does not scale with rows (layers[i].fixed_share; the\n"
+         "least of the repeats at each row count)"},
         {"analytic", PT_OPT_FLAG, &analytic, 0, 0, 0, NULL,
          "derive the profile from FLOPs and a device description instead\n"
          "(see pipetop profile --analytic --help)"},

@@ -82,6 +82,105 @@ static void test_compute_times(void)
     pt_profile_free(&pf);
 }
 
+/* A profile's fixed_share makes each per-layer time affine in rows: t(rows) =
+ * t * (f + (1 - f) * rows / microbatch), in the cost model and in the
+ * simulator's ops (a replicated stage's replicas run fewer rows each); a
+ * profile without it is linear, as before the field. */
+static void test_fixed_share_rows(void)
+{
+    pt_profile *pf = ragged_profile();
+    pt_profile *lin = ragged_profile();
+    for (int l = 0; l < 5; l++) {
+        pf->layers[l].fixed_share = 0.1 + 0.15 * l;
+        pf->layers[l].split = 1;
+        pf->layers[l].bwd_input_ms = 0.5 + l;
+        pf->layers[l].bwd_weight_ms = 1.5 + 2 * l;
+    }
+    pt_topology *t = fx_topo(1, 2, 1e9, 0);
+    t->devices[1].speed = 2.5;
+    pt_cost *c = NULL, *cl = NULL;
+    REQUIRE(pt_cost_new(pf, t, &c, NULL) == 0 && pt_cost_new(lin, t, &cl, NULL) == 0);
+    CHECK(pt_cost_has_fixed(c) && !pt_cost_has_fixed(cl));
+    for (int a = 0; a < 5; a++)
+        for (int b = a + 1; b <= 5; b++)
+            for (int rows = 1; rows <= 8; rows += 3)
+                for (int d = 0; d < 2; d++) {
+                    double f = 0, bw = 0, rc = 0, bi = 0, ww = 0, fx = 0, lf = 0;
+                    for (int l = a; l < b; l++) {
+                        const pt_profile_layer *L = &pf->layers[l];
+                        double k = L->fixed_share + (1 - L->fixed_share) * rows / 8.0;
+                        f += L->fwd_ms * k;
+                        bw += L->bwd_ms * k;
+                        rc += (l == 2 ? L->fwd_ms : L->recompute_ms) * k;
+                        bi += L->bwd_input_ms * k;
+                        ww += L->bwd_weight_ms * k;
+                        fx += (L->fwd_ms + L->bwd_ms) * L->fixed_share;
+                        lf += lin->layers[l].fwd_ms;
+                    }
+                    double s = 1000.0 * t->devices[d].speed;
+                    CHECK_NEAR(pt_cost_fwd_s(c, a, b, rows, d), f / s, 1e-15);
+                    CHECK_NEAR(pt_cost_bwd_s(c, a, b, rows, d), bw / s, 1e-15);
+                    CHECK_NEAR(pt_cost_recompute_s(c, a, b, rows, d), rc / s, 1e-15);
+                    CHECK_NEAR(pt_cost_bwd_input_s(c, a, b, rows, d), bi / s, 1e-15);
+                    CHECK_NEAR(pt_cost_bwd_weight_s(c, a, b, rows, d), ww / s, 1e-15);
+                    CHECK_NEAR(pt_cost_fixed_s(c, a, b, d), fx / s, 1e-15);
+                    CHECK(pt_cost_fixed_s(cl, a, b, d) == 0);
+                    /* without the field: exactly the linear scaling */
+                    CHECK(pt_cost_fwd_s(cl, a, b, rows, d) ==
+                          lf / 1000.0 * rows / 8 / t->devices[d].speed);
+                    /* at the profile's micro-batch both give the profile's time */
+                    if (rows == 7)
+                        CHECK_NEAR(pt_cost_fwd_s(c, a, b, 8, d), pt_cost_fwd_s(cl, a, b, 8, d),
+                                   1e-15);
+                }
+    pt_cost_free(&c);
+    pt_cost_free(&cl);
+    pt_topology_free(&t);
+    pt_profile_free(&lin);
+    pt_profile_free(&pf);
+
+    /* the simulator: a stage of 1 and one of 3 replicas, 12 rows per
+     * micro-batch; every FWD and BWD lasts what the affine formula gives
+     * for the rows it covers */
+    const int reps[2] = {1, 3};
+    pt_plan *plan = fx_plan(PT_SCHED_GPIPE, 2, 1, reps, 12, 2);
+    pt_profile *sp = fx_profile(2, 1, 2, 12000, 10, 12);
+    sp->layers[0].fixed_share = 0.3;
+    sp->layers[1].fixed_share = 0.6;
+    pt_topology *st =
+        pt_topology_uniform(1, 4, 1 << 30, (pt_link){1e9, 1e-5}, (pt_link){1e8, 1e-4});
+    pt_cost *cost = NULL;
+    pt_sim *sim = NULL;
+    pt_program prog = {0};
+    pt_sim_result res;
+    REQUIRE(pt_cost_new(sp, st, &cost, NULL) == 0 && pt_sim_new(&sim) == 0);
+    REQUIRE(pt_sim_plan(sim, plan, cost, NULL, &prog, &res, NULL) == 0);
+    int seen = 0;
+    for (int w = 0; w < prog.worker_count; w++) {
+        const pt_worker *x = &prog.workers[w];
+        int l = x->first, rows = x->row_hi - x->row_lo;
+        double k = sp->layers[l].fixed_share + (1 - sp->layers[l].fixed_share) * rows / 12.0;
+        for (int i = x->op_begin; i < x->op_end; i++) {
+            double want = prog.ops[i].kind == PT_OP_FWD   ? sp->layers[l].fwd_ms * k / 1000.0
+                          : prog.ops[i].kind == PT_OP_BWD ? sp->layers[l].bwd_ms * k / 1000.0
+                                                          : -1;
+            if (want < 0)
+                continue;
+            double got = res.events[i].end - res.events[i].start;
+            CHECK_MSG(fabs(got - want) < 1e-12, "worker %d op %d: sim %.9g formula %.9g", w, i, got,
+                      want);
+            seen += rows == 4;
+        }
+    }
+    CHECK(seen > 0); /* the replicated stage's 4-row ops were checked */
+    pt_program_release(&prog);
+    pt_sim_free(&sim);
+    pt_cost_free(&cost);
+    pt_topology_free(&st);
+    pt_profile_free(&sp);
+    pt_plan_free(&plan);
+}
+
 static void test_links(void)
 {
     pt_profile *pf = ragged_profile();
@@ -283,7 +382,7 @@ static void test_check_memory(void)
     pt_profile_free(&pf);
 }
 
-PT_TEST_MAIN({"compute_times", test_compute_times}, {"links", test_links},
-             {"boundary_matches_simulator", test_boundary_matches_simulator},
+PT_TEST_MAIN({"compute_times", test_compute_times}, {"fixed_share_rows", test_fixed_share_rows},
+             {"links", test_links}, {"boundary_matches_simulator", test_boundary_matches_simulator},
              {"memory_model_matches_simulator", test_memory_model_matches_simulator},
              {"check_memory", test_check_memory})

@@ -27,7 +27,7 @@ static int profile_equal(const pt_profile *a, const pt_profile *b)
         if (strcmp(x->name, y->name) || x->fwd_ms != y->fwd_ms || x->bwd_ms != y->bwd_ms ||
             x->recompute_ms != y->recompute_ms || x->act_bytes != y->act_bytes ||
             x->param_bytes != y->param_bytes || x->saved_bytes != y->saved_bytes ||
-            x->scratch_bytes != y->scratch_bytes)
+            x->scratch_bytes != y->scratch_bytes || x->fixed_share != y->fixed_share)
             return 0;
     }
     return 1;
@@ -49,6 +49,8 @@ static void test_example(void)
     CHECK(p->layers[0].saved_bytes == 1024 && p->layers[0].scratch_bytes == 2048);
     /* files that predate the memory fields read as keeping nothing beyond the output */
     CHECK(p->layers[1].saved_bytes == 0 && p->layers[1].scratch_bytes == 0);
+    /* and as linear in rows (no fixed_share) */
+    CHECK(p->layers[0].fixed_share == 0 && p->layers[1].fixed_share == 0);
     pt_profile_free(&p);
     CHECK(p == NULL);
 }
@@ -105,6 +107,8 @@ static void test_round_trip_random(void)
             l->param_bytes = i == 0 ? (int64_t)1 << 53 : rand_r(&seed);
             l->saved_bytes = i == 1 ? (int64_t)1 << 53 : ((int64_t)rand_r(&seed) << 20);
             l->scratch_bytes = rand_r(&seed) % 3 ? rand_r(&seed) : 0;
+            /* the rows-independent share, in [0, 1); 0 is not written */
+            l->fixed_share = rand_r(&seed) % 2 ? rand_r(&seed) / ((double)RAND_MAX + 1) : 0;
         }
         char *json = pt_profile_to_json(p);
         REQUIRE(json != NULL);
@@ -178,6 +182,23 @@ static void test_new_free(void)
     CHECK(pt_profile_new(-1) == NULL);
 }
 
-PT_TEST_MAIN({"example", test_example}, {"defaults", test_defaults},
-             {"round_trip_random", test_round_trip_random}, {"save_load", test_save_load},
-             {"check_against_model", test_check_against_model}, {"new_free", test_new_free})
+/* The rows-independent share through two measurements: t(rows) = t * (f +
+ * (1 - f) * rows / full) gives back the part time; out-of-range fits clamp. */
+static void test_fit_fixed_share(void)
+{
+    for (double f = 0; f < 0.9; f += 0.1) {
+        double part = 10.0 * (f + (1 - f) * 8 / 16.0);
+        CHECK_NEAR(pt_profile_fit_fixed_share(10.0, 16, part, 8), f, 1e-12);
+    }
+    /* 0.84x for half the rows (fmnist-mlp-deep's 8-row against 16-row op) */
+    CHECK_NEAR(pt_profile_fit_fixed_share(1.0, 16, 0.84, 8), 0.68, 1e-12);
+    CHECK(pt_profile_fit_fixed_share(1.0, 16, 0.4, 8) == 0); /* superlinear: linear */
+    CHECK(pt_profile_fit_fixed_share(1.0, 16, 1.2, 8) == PT_PROFILE_SHARE_MAX);
+    CHECK(pt_profile_fit_fixed_share(0, 16, 0.5, 8) == 0);
+    CHECK(pt_profile_fit_fixed_share(1.0, 8, 0.5, 8) == 0);
+}
+
+PT_TEST_MAIN({"fit_fixed_share", test_fit_fixed_share}, {"example", test_example},
+             {"defaults", test_defaults}, {"round_trip_random", test_round_trip_random},
+             {"save_load", test_save_load}, {"check_against_model", test_check_against_model},
+             {"new_free", test_new_free})
