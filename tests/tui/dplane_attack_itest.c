@@ -49,26 +49,6 @@ static int steps_seen(const char *out)
     return ru_step_losses(out, 0, loss, 0, &ordered);
 }
 
-/* The console's control and telemetry endpoints from its run record. */
-static int endpoints(const char *record, char *ctl, char *tel, size_t cap)
-{
-    char *text = NULL;
-    if (pt_file_read(record, &text, NULL, NULL) < 0)
-        return 0;
-    char *nl = strchr(text, '\n');
-    int ok = 0;
-    if (nl) {
-        *nl = '\0';
-        cJSON *j = cJSON_Parse(text);
-        snprintf(ctl, cap, "%s", ru_str(j, "control"));
-        snprintf(tel, cap, "%s", ru_str(j, "telemetry"));
-        ok = ctl[0] && tel[0];
-        cJSON_Delete(j);
-    }
-    free(text);
-    return ok;
-}
-
 static void forge(void *sock, uint32_t src, uint64_t tag, uint64_t seq, uint64_t token,
                   uint64_t gen, const float *v, size_t n)
 {
@@ -192,7 +172,7 @@ static void run_one(const char *name, const char *iters, int shm, attack what, r
     char rec[300], ctl[256] = "", tel[256] = "";
     snprintf(rec, sizeof rec, "%s/run.ndjson", rd);
     int64_t t0 = ru_now_ms();
-    while (!endpoints(rec, ctl, tel, sizeof ctl) && ru_now_ms() - t0 < RUN_MS)
+    while (!ru_endpoints(rec, ctl, tel, sizeof ctl) && ru_now_ms() - t0 < RUN_MS)
         usleep(20000);
     REQUIRE(ctl[0] && tel[0]);
     char data_ep[2][256], log[2][256], dev[2][4], nm[2][32];
