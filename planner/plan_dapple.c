@@ -1934,6 +1934,7 @@ int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int gl
         rc = pt_error_set(err, PT_ENOMEM, "dapple: out of memory");
         goto out;
     }
+    sc.only_policy = opts->dapple_policy;
     double T = INFINITY;
     int simulated = 0;
     int bi = pu_pick(&sc, D.pool, D.pool_L, D.npool, opts->kinds, PT_SCHED_DAPPLE, report, &T,

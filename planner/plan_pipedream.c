@@ -715,6 +715,7 @@ static int fb_candidate(int c, const pt_profile *profile, const pt_topology *top
     pt_planner_opts o = *opts;
     o.kinds = 0;
     o.objective = PT_OBJECTIVE_DEFAULT;
+    o.dapple_policy = c == FB_FLUSH ? 'A' : 0; /* 1f1b-flush runs policy A's op order */
     *row = (pt_planner_kind_row){.kind = fb_kind[c], .allowed = 1, .iter_s = NAN};
     int rc = c == FB_2BW ? pt_planner_2bw(profile, topo, global_batch, &o, plan, rep, e)
                          : pt_planner_dapple(profile, topo, global_batch, &o, plan, rep, e);

@@ -106,6 +106,8 @@ int pu_choose_kind(pu_scorer *sc, pt_plan *plan, uint32_t mask, pt_sched_kind ow
             if (v > vlo && (P < 1 || M % P || P * v > plan->layer_count || rows[n - 1].refused))
                 break;
             for (int pi = 0; pi < npol && n < PT_PLANNER_KIND_ROWS; pi++) {
+                if (npol == 2 && sc->only_policy && (pi ? 'B' : 'A') != sc->only_policy)
+                    continue;
                 pt_planner_kind_row *r = &rows[n++];
                 memset(r, 0, sizeof *r);
                 r->kind = k;

@@ -23,8 +23,9 @@ typedef struct pu_scorer {
     const pt_cost *cost;
     pt_sim *sim;
     pt_program prog;
-    long long ops;  /* ops simulated so far */
-    long long sims; /* simulations run */
+    long long ops;    /* ops simulated so far */
+    long long sims;   /* simulations run */
+    char only_policy; /* 'A' or 'B': kinds with a policy are scored with it alone; 0: both */
 } pu_scorer;
 
 /* 0 or PT_ENOMEM. */

@@ -80,6 +80,10 @@ typedef struct pt_planner_opts {
      * fits memory; 1 keeps it strict: PT_ENOFIT naming the stashing need.
      * Other planners ignore it. */
     int no_fallback;
+    /* dapple: 'A' or 'B' simulates and picks among its own kind's rows only
+     * that policy (pipedream's PipeDream-Flush candidate, whose op order is
+     * policy A's, needs no policy B simulation); 0: both. */
+    char dapple_policy;
 } pt_planner_opts;
 
 /* Every synchronous kind of the table (built-in or registered). */
