@@ -661,10 +661,15 @@ static void monitor_events(agent *ag)
             ag->has_hb_in = 0;
             pt_clock_filter_init(&ag->clk);
             ag->reattached++;
+            char state[32] = "";
+            int64_t done = -1;
+            if (ag->worker)
+                pt_agent_worker_status(ag->worker, state, sizeof state, &done);
             fprintf(stderr,
                     "pipetop-agent %s: a console holding the key reconnected%s; registering "
-                    "again (generation %lld)\n",
-                    ag->id, ag->orphaned ? " within the grace period" : "", (long long)ag->gen);
+                    "again (generation %lld, last step done %lld)\n",
+                    ag->id, ag->orphaned ? " within the grace period" : "", (long long)ag->gen,
+                    (long long)done);
             send_register(ag);
             send_heartbeat(ag);
         }
