@@ -171,7 +171,8 @@ static void test_other_schedules(void)
 }
 
 /* interleaved: 2 planned devices re-cut into 2 chunks each, one agent per
- * chunk; the plan written has 4 chunk stages on devices 0, 1, 0, 1 */
+ * device running both its chunks; the plan written has 4 chunk stages on
+ * devices 0, 1, 0, 1 */
 static void test_interleaved(void)
 {
     pt_mkdir_p(TDIR, NULL);
