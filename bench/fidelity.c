@@ -116,7 +116,7 @@ typedef struct plan_result {
     pt_plan *plan;
     pt_profile *base, *cal; /* the run's default profile, its calibration */
     pt_cal_fit fit;
-    double pred_ms, meas_ms, meas_bubble;
+    double pred_ms, meas_ms, mean_ms, meas_bubble;
     double cal_ms, cal_bubble; /* from another plan's calibration */
     int cal_from;
 } plan_result;
@@ -308,6 +308,7 @@ static int read_summary(const char *text, plan_result *r)
         return -1;
     r->pred_ms = num(o, "predicted_iteration_ms");
     r->meas_ms = num(o, "measured_iteration_ms");
+    r->mean_ms = num(o, "mean_iteration_ms"); /* NaN in records from before the field */
     const cJSON *stages = cJSON_GetObjectItemCaseSensitive(o, "stages"), *s;
     double bub = 0;
     int n = 0;
@@ -488,7 +489,8 @@ static int predict_from(plan_result *i, const plan_result *j)
         rc = pt_sim_run(sim, &prog, cost, &res, &err);
     if (rc == 0 && detail) {
         /* per stage (its first replica): predicted from j vs measured in i */
-        printf("  %s from %s: predicted %.2f ms\n", i->dir, j->dir, res.iter_s * 1e3);
+        printf("  %s from %s: predicted %.2f ms; measured median step %.2f ms, mean %.2f ms\n",
+               i->dir, j->dir, res.iter_s * 1e3, i->meas_ms, i->mean_ms);
         const pt_cal_fit *f[2] = {&j->fit, &i->fit};
         for (int k = 0; k < 2; k++)
             printf("    %s fit: sends %s %.1f us + %.3g B/s, all-reduce %s %.1f us + %.3g B/s, "
@@ -510,7 +512,7 @@ static int predict_from(plan_result *i, const plan_result *j)
             int rows = x->row_hi - x->row_lo;
             double st = res.workers[w].core_stretch;
             printf("    stage %d rows %2d: fwd %.3f / %.3f ms, bwd %.3f / %.3f ms (predicted / "
-                   "measured), stretch %.2f\n",
+                   "measured, less weight copies), stretch %.2f\n",
                    s, rows, 1e3 * st * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device),
                    m->fwd_ms, 1e3 * st * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device),
                    m->bwd_ms, st);
@@ -593,7 +595,10 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
         pt_profile_free(&cut_prof);
         return;
     }
-    printf("\n%s: %d plans, micro-batch %d, %d iterations each\n", model, n, MB_SIZE, a->iters);
+    printf("\n%s: %d plans, micro-batch %d, %d iterations each; measured = the median step "
+           "(pipetop run's measured_iteration_ms: per step its slowest worker, the first step "
+           "left out)\n",
+           model, n, MB_SIZE, a->iters);
     for (int i = 0; i < n; i++) {
         r[i].c = &m[i];
         r[i].agents = plan_agents(&m[i]);

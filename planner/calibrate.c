@@ -586,8 +586,9 @@ static double typical_fwd_bwd(const pt_profile *base)
     return m;
 }
 
-/* The weight-copy rate: fitted when the run's FWDs copy (weight stashing),
- * else the base profile's (0: not known). A stashing FWD is its compute plus
+/* The weight-copy rate: the base profile's (`pipetop profile` measures it);
+ * where it has none, fitted when the run's FWDs copy (weight stashing); 0:
+ * not known. A stashing FWD is its compute plus
  * a copy of the stage's weights; its compute is taken as the stage's
  * measured BWD times the model's typical forward-to-backward ratio
  * (typical_fwd_bwd), so the rest, over the stage's shared-core stretch, is
@@ -599,6 +600,11 @@ static void fit_copy_rate(const pt_program *prog, const pt_profile *base, const 
 {
     fit->stash_bytes_per_s = base->stash_bytes_per_s > 0 ? base->stash_bytes_per_s : 0;
     fit->stash_fitted = 0;
+    /* a measured rate is kept: the fit below rests on a ratio that holds
+     * for the model only roughly (gpt-tiny's stages measure 0.62-1.5 against its 0.71), which
+     * swamps a copy that is a few per cent of the forward */
+    if (fit->stash_bytes_per_s > 0)
+        return;
     double R = typical_fwd_bwd(base), xy = 0, xx = 0;
     for (int s = 0; s < prog->stage_count && R > 0; s++) {
         const pt_worker *x = &prog->workers[prog->stage_worker[s]];

@@ -503,10 +503,10 @@ static void test_one_size_links(void)
  * known rate (the "machine"'s forward and backward scaled alike per stage,
  * which is what the fit assumes: the model's typical forward-to-backward
  * ratio holds in the run), calibrated against a base profile that knows no
- * rate. The fit must find the rate within 2 %, take the copies out of the
- * stages' forward compute (within 1 %), and predict another pipedream plan
- * and a 1f1b-flush plan (no copies) within 1 % -- while the same calibration
- * with the copies not charged is off by more than 5 %. */
+ * rate (and keeps a rate the base profile gives). The fit must find the rate within 2 %, take the
+ * copies out of the stages' forward compute (within 1 %), and predict another pipedream plan and a
+ * 1f1b-flush plan (no copies) within 1 % -- while the same calibration with the copies not charged
+ * is off by more than 5 %. */
 #define TRUE_COPY_BPS 4e9
 static void test_weight_copies(void)
 {
@@ -568,6 +568,15 @@ static void test_weight_copies(void)
         }
         pt_plan_free(&plan_b);
     }
+    /* a rate the base profile measured is kept, not fitted over */
+    base->stash_bytes_per_s = 2 * TRUE_COPY_BPS;
+    pt_profile *cal2 = NULL;
+    pt_cal_fit fit2;
+    REQUIRE(pt_calibrate(rec, base, topo, &o, &cal2, &fit2, &err) == 0);
+    CHECK(!fit2.stash_fitted && fit2.stash_bytes_per_s == 2 * TRUE_COPY_BPS &&
+          cal2->stash_bytes_per_s == 2 * TRUE_COPY_BPS);
+    pt_cal_fit_clear(&fit2);
+    pt_profile_free(&cal2);
     char *text = pt_profile_to_json(cal);
     pt_profile *back = NULL;
     REQUIRE(text != NULL);
