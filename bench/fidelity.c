@@ -39,6 +39,10 @@
  * cancel), which a loaded machine distorts less than samples/s. --throughput-only runs only that
  * part.
  *
+ * --plans I,J,... runs only those rows of the matrix; each is then
+ * calibrated from the next row of the subset with as many agents, so the
+ * pairs differ from the full matrix's; it skips the throughput comparison.
+ *
  * Figures mean something only on a quiet machine: other load stretches runs
  * unevenly. --quick runs three small plans of fmnist-mlp-deep (a smoke test
  * for ctest). Usage: fidelity [--quick] [--throughput-only] [--models a,b]
@@ -124,6 +128,8 @@ typedef struct plan_result {
 typedef struct bench_args {
     int quick, iters, throughput_only;
     const char *models, *out_dir, *reuse;
+    /* --plans: only these rows of the matrix (a bit per row; 0: all) */
+    unsigned long long plans;
 } bench_args;
 
 static char exe_dir[PATH_CAP];
@@ -170,7 +176,7 @@ static int apply_shares(pt_profile *base)
 
 static int parse(int argc, char **argv, bench_args *a)
 {
-    *a = (bench_args){0, 0, 0, "fmnist-mlp-deep,gpt-tiny", NULL, NULL};
+    *a = (bench_args){0, 0, 0, "fmnist-mlp-deep,gpt-tiny", NULL, NULL, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             a->quick = 1;
@@ -186,6 +192,18 @@ static int parse(int argc, char **argv, bench_args *a)
             a->reuse = argv[++i];
         } else if (!strcmp(argv[i], "--shares") && i + 1 < argc) {
             shares_dir = argv[++i];
+        } else if (!strcmp(argv[i], "--plans") && i + 1 < argc) {
+            char *list = argv[++i], *end = list;
+            while (*end) {
+                long k = strtol(list, &end, 10);
+                if (end == list || k < 0 || k >= PLANS_MAX || (*end && *end != ',')) {
+                    fprintf(stderr, "fidelity: --plans: a comma-separated list of rows 0..%d\n",
+                            PLANS_MAX - 1);
+                    return 2;
+                }
+                a->plans |= 1ULL << k;
+                list = *end ? end + 1 : end;
+            }
         } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
             a->iters = atoi(argv[++i]);
             if (a->iters < 3 || a->iters > 100000) {
@@ -195,7 +213,7 @@ static int parse(int argc, char **argv, bench_args *a)
         } else {
             fprintf(stderr, "usage: fidelity [--quick] [--throughput-only] [--models a,b] "
                             "[--iters N] [--out-dir DIR] [--reuse DIR] [--shares DIR] "
-                            "[--detail]\n");
+                            "[--plans I,J,...] [--detail]\n");
             return 2;
         }
     }
@@ -595,10 +613,13 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
         pt_profile_free(&cut_prof);
         return;
     }
+    int asked = n;
+    for (int i = 0; a->plans && i < n; i++)
+        asked -= !(a->plans & (1ULL << i));
     printf("\n%s: %d plans, micro-batch %d, %d iterations each; measured = the median step "
            "(pipetop run's measured_iteration_ms: per step its slowest worker, the first step "
            "left out)\n",
-           model, n, MB_SIZE, a->iters);
+           model, asked, MB_SIZE, a->iters);
     for (int i = 0; i < n; i++) {
         r[i].c = &m[i];
         r[i].agents = plan_agents(&m[i]);
@@ -608,6 +629,8 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
                 sizeof r[i].dir ||
             !(r[i].plan = make_plan(cut_prof, &m[i])))
             continue;
+        if (a->plans && !(a->plans & (1ULL << i)))
+            continue; /* not asked for: neither run nor a calibration source */
         char name[PATH_CAP];
         snprintf(name, sizeof name, "%s-%02d", model, i);
         int re = reuse_dir ? reuse_plan(&r[i], name) : 1;
@@ -643,6 +666,8 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
             ed[i] = x->ok ? rel(x->meas_ms, x->pred_ms) : NAN;
             ec[i] = x->ok ? rel(x->meas_ms, x->cal_ms) : NAN;
         }
+        if (a->plans && !(a->plans & (1ULL << i)))
+            continue;
         if (!x->ok) {
             printf("%3d %-11s %2d %3d %4s %3d  failed (see %s.err)\n", i, x->c->schedule,
                    x->c->stages, x->c->mb_count, rep, x->agents, x->dir);
@@ -840,7 +865,7 @@ int main(int argc, char **argv)
     snprintf(models, sizeof models, "%s", a.models);
     k = 0;
     /* the throughput comparison measures single processes now: not from records */
-    for (char *m = strtok_r(models, ",", &save); m && k < MAX_MODELS && !reuse_dir;
+    for (char *m = strtok_r(models, ",", &save); m && k < MAX_MODELS && !reuse_dir && !a.plans;
          m = strtok_r(NULL, ",", &save), k++)
         throughput(m, &a, out_dir);
     return 0;
