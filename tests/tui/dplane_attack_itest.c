@@ -42,13 +42,6 @@ static const char *model(void)
     return path;
 }
 
-static int steps_seen(const char *out)
-{
-    double loss[1];
-    int ordered;
-    return ru_step_losses(out, 0, loss, 0, &ordered);
-}
-
 static void forge(void *sock, uint32_t src, uint64_t tag, uint64_t seq, uint64_t token,
                   uint64_t gen, const float *v, size_t n)
 {
@@ -146,28 +139,10 @@ static void run_one(const char *name, const char *iters, int shm, attack what, r
         unsetenv("PT_COMM_SHM");
     else
         setenv("PT_COMM_SHM", "0", 1);
-    char *run[] = {(char *)ru_bin("pipetop"),
-                   "run",
-                   "--external",
-                   "--stages",
-                   "2",
-                   "--schedule",
-                   "gpipe",
-                   "--microbatches",
-                   "4",
-                   "--model",
-                   (char *)model(),
-                   "--data",
-                   "synthetic",
-                   "--iters",
-                   (char *)iters,
-                   "--checkpoint-dir",
-                   ck,
-                   "--run-dir",
-                   rd,
-                   "--json",
-                   NULL};
-    pid_t console = ru_start(run, out, err);
+    ru_argv run;
+    ru_run_argv(&run, model(), rd, "--external", "--stages", "2", "--schedule", "gpipe",
+                "--microbatches", "4", "--iters", iters, "--checkpoint-dir", ck, NULL);
+    pid_t console = ru_start(run.v, out, err);
     REQUIRE(console > 0);
     char rec[300], ctl[256] = "", tel[256] = "";
     snprintf(rec, sizeof rec, "%s/run.ndjson", rd);
@@ -184,21 +159,10 @@ static void run_one(const char *name, const char *iters, int shm, attack what, r
         snprintf(nm[a], sizeof nm[a], "%s-%d", name, a);
         char lo[256];
         snprintf(lo, sizeof lo, TDIR "/%s.agent%d.out", name, a);
-        char *argv[] = {(char *)ru_bin("pipetop-agent"),
-                        "--console",
-                        ctl,
-                        "--telemetry",
-                        tel,
-                        "--device",
-                        dev[a],
-                        "--name",
-                        nm[a],
-                        "--data-bind",
-                        data_ep[a],
-                        "--checkpoint-root", /* as `pipetop run --external` tells */
-                        ck,
-                        NULL};
-        ag[a] = ru_start(argv, lo, log[a]);
+        /* --checkpoint-root as `pipetop run --external` tells */
+        ru_agent ra = {ctl,        tel,       dev[a],        nm[a],
+                       .root = ck, .out = lo, .err = log[a], .data_bind = data_ep[a]};
+        ag[a] = ru_start_agent(&ra);
         REQUIRE(ag[a] > 0);
     }
     void *ctx = zmq_ctx_new(), *sock[2];
@@ -226,7 +190,7 @@ static void run_one(const char *name, const char *iters, int shm, attack what, r
             }
         /* past the first steps: replays of sequence numbers already used */
         t0 = ru_now_ms();
-        while (steps_seen(out) < 2 && ru_now_ms() - t0 < RUN_MS)
+        while (ru_steps_seen(out) < 2 && ru_now_ms() - t0 < RUN_MS)
             usleep(2000);
         for (int a = 0; a < 2; a++)
             for (int q = 0; q < REPLAYS; q++) {
@@ -248,7 +212,7 @@ static void run_one(const char *name, const char *iters, int shm, attack what, r
     }
     /* the agents' peak memory, read while they still live */
     t0 = ru_now_ms();
-    while (steps_seen(out) < atoi(iters) - 1 && ru_now_ms() - t0 < RUN_MS)
+    while (ru_steps_seen(out) < atoi(iters) - 1 && ru_now_ms() - t0 < RUN_MS)
         usleep(5000);
     for (int a = 0; a < 2; a++)
         o->hwm_kb[a] = vm_hwm_kb(ag[a]);
