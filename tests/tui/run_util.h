@@ -30,6 +30,36 @@ static inline int64_t ru_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / RU_NS_PER_MS;
 }
 
+/* A wait's bound that scales with the machine's load: base_ms times the
+ * 1-minute load average per online CPU when that is above 1 (a load of 28 on
+ * 2 cores gives 14x), times PT_TEST_TIME_SCALE when set. Only a hang meets
+ * it: a wait ends at its event (a process exits, a line appears) first, so a
+ * larger bound costs a passing test nothing. */
+static inline int ru_budget_ms(int base_ms)
+{
+    double load = 0, scale = 1;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (getloadavg(&load, 1) == 1 && cpus > 0 && load / (double)cpus > 1)
+        scale = load / (double)cpus;
+    const char *env = getenv("PT_TEST_TIME_SCALE");
+    if (env && atof(env) > 0)
+        scale *= atof(env);
+    double ms = base_ms * scale;
+    return ms >= INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+/* Prints the last lines of a log to stderr under a heading: what a failing
+ * check shows of the processes it ran. */
+static inline void ru_show_tail(const char *what, const char *path)
+{
+    char cmd[1200];
+    fprintf(stderr, "--- %s (%s), last lines:\n", what, path);
+    fflush(stderr);
+    snprintf(cmd, sizeof cmd, "tail -n 15 '%s' >&2", path);
+    if (system(cmd) != 0)
+        fprintf(stderr, "(unreadable)\n");
+}
+
 static inline const char *ru_bin(const char *name)
 {
     static char buf[4][1024];
