@@ -72,6 +72,21 @@ int pt_sched_kind_inflight_zb_h2(const pt_sched_shape *q)
     return n < q->microbatches ? n : q->microbatches;
 }
 
+int pt_sched_kind_inflight_gw(const pt_sched_shape *q)
+{
+    if (q->recompute) {
+        pt_sched_shape b = *q;
+        b.policy = 'B';
+        return pt_sched_kind_inflight_policy(&b);
+    }
+    return q->microbatches;
+}
+
+int pt_sched_kind_hold_gw(const pt_sched_shape *q)
+{
+    return q->recompute ? 1 : q->microbatches;
+}
+
 int pt_sched_kind_hold_zb(const pt_sched_shape *q)
 {
     int lag = q->recompute ? 0 : q->stage;
