@@ -12,7 +12,19 @@ src="$PWD"
 out="$build/memcheck"
 rm -rf "$out"
 mkdir -p "$out"
-mapfile -t tests < <(ctest --test-dir "$build" -N -L unit | awk '/Test +#/ {print $3}' | grep -Ev "$skip")
+mapfile -t all < <(ctest --test-dir "$build" -N -L unit | awk '/Test +#/ {print $3}' | grep -Ev "$skip")
+# The longest under valgrind first (executor_zb_test alone is a third of the
+# stage), so that none of them starts last and runs alone at the end.
+slow=(executor_zb_test executor_sync_test gemm_small_test executor_interleaved_test
+      executor_memory_test executor_staged_test executor_contract_test gpu_host_test
+      executor_async_test executor_backtoback_test cmd_help_test)
+tests=()
+for t in "${slow[@]}"; do
+    printf '%s\n' "${all[@]}" | grep -qx "$t" && tests+=("$t")
+done
+for t in "${all[@]}"; do
+    printf '%s\n' "${slow[@]}" | grep -qx "$t" || tests+=("$t")
+done
 ((${#tests[@]})) || { echo "memcheck: no tests found in $build" >&2; exit 1; }
 supp="$src/scripts/valgrind.supp" # glibc false positives, each explained there
 export PT_SOURCE_DIR="$src" PT_BUILD_DIR="$src/$build" OPENBLAS_NUM_THREADS=1 build out supp

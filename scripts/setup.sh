@@ -7,7 +7,7 @@
 #   scripts/setup.sh test   install what is missing, build, run every test
 #                           (normal build, then the unit tests again under
 #                           -fsanitize=address,undefined and under valgrind,
-#                           then each libFuzzer harness for FUZZ_SECONDS=30)
+#                           then each libFuzzer harness for FUZZ_SECONDS=10)
 # As root it installs with apt-get; otherwise it prints the apt-get line to run.
 set -euo pipefail
 
@@ -44,11 +44,43 @@ if ((${#missing[@]})); then
     fi
 fi
 
+# ccache, where installed, serves a rebuild of what an earlier run compiled
+# (a CI cache, a second clone at the same path); it changes no output.
+launcher=()
+if command -v ccache >/dev/null; then
+    launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+
 build() { # build DIR TARGET [cmake options...]: TARGET "all", or a stage's own
     local dir="$1" target="$2"   # (unit-tests, fuzz-harnesses: see CMakeLists.txt)
     shift 2
-    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" "$@" >/dev/null
     cmake --build "$dir" -j "$jobs" --target "$target"
+}
+
+# stage NAME COMMAND...: runs COMMAND, then says how long it took (the suite
+# must stay under 10 minutes on 2 cores: these lines show where it goes)
+# (with the CPU seconds its processes used, so a stage that waits more than
+# it computes shows as one)
+stage_times=()
+times_file=$(mktemp)
+trap 'rm -f "$times_file"' EXIT
+cpu_now() { # cpu_ms = user + system ms of this shell's waited-for children
+    times >"$times_file" # here, not in $(...): that would time a subshell
+    cpu_ms=$(awk 'END { s = 0
+        for (i = 1; i <= 2; i++) { split($i, p, "[ms]"); s += p[1] * 60 + p[2] }
+        printf "%d", s * 1000 }' "$times_file")
+}
+stage() {
+    local name="$1" t0=$SECONDS c0
+    shift
+    cpu_now
+    c0=$cpu_ms
+    "$@"
+    cpu_now
+    local line="$name $((SECONDS - t0)) s (CPU $(((cpu_ms - c0) / 1000)) s)"
+    stage_times+=("$line")
+    echo "setup: stage $line"
 }
 
 case "$mode" in
@@ -61,11 +93,16 @@ main)
         --model fmnist-mlp-deep --data fashion-mnist --iters 200 --headless
     ;;
 test)
-    build build all
-    ctest --test-dir build --output-on-failure -j "$jobs"
-    build build-asan unit-tests -DPT_SANITIZE=ON
+    t_all=$SECONDS
+    stage build build build all
+    stage ctest ctest --test-dir build --output-on-failure -j "$jobs"
+    # The sanitizer build leaves the CUDA backend out: nvcc's objects are not
+    # instrumented anyway, the normal build above runs the tests with it, and
+    # this way CI also builds and tests the configuration a machine without
+    # the CUDA toolkit gets (runtime/backend_cuda_none.c).
+    stage asan-build build build-asan unit-tests -DPT_SANITIZE=ON -DPT_CUDA=OFF
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
+        stage asan-ctest ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
     # the unit tests once more under valgrind's memcheck (uninitialised reads,
     # which ASan does not see); any error fails the run. Left out, still run
     # under ASan: the fuzz replays (libFuzzer covers them too) and the tests
@@ -73,11 +110,14 @@ test)
     # memcheck alone would take ~15 minutes on 2 cores, without them ~3).
     memcheck_skip='_replay$|^(comm|checkpoint|net_models|planner_dapple|planner_pipedream_paper'
     memcheck_skip+='|run_session|data|memory_predict|message|plan|store_agents|planner_sim_agree|session_trust)_test$'
-    scripts/memcheck.sh build "$jobs" "$memcheck_skip"
+    stage memcheck scripts/memcheck.sh build "$jobs" "$memcheck_skip"
     # every libFuzzer harness, built with clang, runs FUZZ_SECONDS from its seed
-    # corpus (tests/data and tests/data/bad), two at a time; a crash fails
-    build build-fuzz fuzz-harnesses -DCMAKE_C_COMPILER=clang -DPT_FUZZ=ON
-    scripts/fuzz.sh build-fuzz "${FUZZ_SECONDS:-30}" "$jobs"
+    # corpus (tests/data and tests/data/bad), two at a time; a crash fails.
+    # No harness reaches the CUDA backend, so that build leaves it out.
+    stage fuzz-build build build-fuzz fuzz-harnesses -DCMAKE_C_COMPILER=clang -DPT_FUZZ=ON -DPT_CUDA=OFF
+    stage fuzz scripts/fuzz.sh build-fuzz "${FUZZ_SECONDS:-10}" "$jobs"
+    printf 'setup: %s\n' "${stage_times[@]}"
+    echo "setup: all stages took $((SECONDS - t_all)) s"
     ;;
 *)
     echo "usage: scripts/setup.sh main|test" >&2

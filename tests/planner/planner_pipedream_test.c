@@ -128,6 +128,24 @@ static const instance instances[] = {
     {2, 2, 10, 8, 27, 16, 2},  {1, 3, 100, 5, 28, 12, 6},
 };
 
+/* pipedream's plan of pr on t for global batch gbs, the set-up every case
+ * shares: mbs the one micro-batch size (0: the planner's choices), limit the
+ * memory of each device (0: the topology's), strict no fallback. The
+ * planner's code. */
+static int pd_run(const pt_profile *pr, const pt_topology *t, int gbs, int mbs, int64_t limit,
+                  int strict, pt_plan **plan, pt_planner_report *rep, pt_error *err)
+{
+    pt_planner_opts o;
+    pt_planner_opts_default(&o);
+    if (mbs > 0) {
+        o.microbatch_sizes[0] = mbs;
+        o.microbatch_size_count = 1;
+    }
+    o.memory_limit_bytes = limit;
+    o.no_fallback = strict;
+    return pt_planner_run("pipedream", pr, t, gbs, &o, plan, rep, err);
+}
+
 static void test_exhaustive_optimum(void)
 {
     for (size_t k = 0; k < sizeof instances / sizeof instances[0]; k++) {
@@ -135,14 +153,10 @@ static void test_exhaustive_optimum(void)
         pt_profile *pr = en_profile(in->layers, in->seed);
         pt_topology *t = en_topology(in->nodes, in->per_node, in->inter_gbps, 64 * EN_GIB);
         REQUIRE(pr && t);
-        pt_planner_opts o;
-        pt_planner_opts_default(&o);
-        o.microbatch_sizes[0] = in->mbs;
-        o.microbatch_size_count = 1;
         pt_plan *plan = NULL;
         pt_planner_report rep;
         pt_error err = {0};
-        int rc = pt_planner_run("pipedream", pr, t, in->gbs, &o, &plan, &rep, &err);
+        int rc = pd_run(pr, t, in->gbs, in->mbs, 0, 0, &plan, &rep, &err);
         CHECK_MSG(rc == 0, "%s", err.msg);
         double best = pipedream_optimum(pr, t, in->mbs);
         if (rc == 0) {
@@ -186,14 +200,10 @@ static void test_flat_plan_matches_objective(void)
     pt_profile *pr = en_profile(8, 31);
     pt_topology *t = en_topology(1, 4, 100, 64 * EN_GIB);
     REQUIRE(pr && t);
-    pt_planner_opts o;
-    pt_planner_opts_default(&o);
-    o.microbatch_sizes[0] = 4;
-    o.microbatch_size_count = 1;
     pt_plan *plan = NULL;
     pt_planner_report rep;
     pt_error err = {0};
-    REQUIRE(pt_planner_run("pipedream", pr, t, 16, &o, &plan, &rep, &err) == 0);
+    REQUIRE(pd_run(pr, t, 16, 4, 0, 0, &plan, &rep, &err) == 0);
     pt_cost *cost = NULL;
     REQUIRE(pt_cost_new(pr, t, &cost, NULL) == 0);
     level L = {cost, 4, 1, 4, t->intra, 1.0, NULL};
@@ -223,31 +233,29 @@ static void test_memory_need(void)
     pt_profile *pr = en_profile(8, 32);
     pt_topology *t = en_topology(2, 2, 10, 64 * EN_GIB);
     REQUIRE(pr && t);
-    pt_planner_opts o;
-    pt_planner_opts_default(&o);
-    o.no_fallback = 1; /* the stashing plan's own need (test_fallback: without it) */
-    o.memory_limit_bytes = 32 << 20;
+    /* strict: the stashing plan's own need (test_fallback: without it) */
+    int64_t limit = 32 << 20;
     pt_plan *plan = NULL;
     pt_planner_report rep;
     pt_error err = {0};
-    int rc = pt_planner_run("pipedream", pr, t, 16, &o, &plan, &rep, &err);
+    int rc = pd_run(pr, t, 16, 0, limit, 1, &plan, &rep, &err);
     CHECK(rc == PT_ENOFIT);
     CHECK_STR_CONTAINS(err.msg, "needs");
-    REQUIRE(rep.needed_memory_bytes > o.memory_limit_bytes);
-    o.memory_limit_bytes = rep.needed_memory_bytes;
-    rc = pt_planner_run("pipedream", pr, t, 16, &o, &plan, &rep, &err);
+    REQUIRE(rep.needed_memory_bytes > limit);
+    limit = rep.needed_memory_bytes;
+    rc = pd_run(pr, t, 16, 0, limit, 1, &plan, &rep, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
     pt_plan_free(&plan);
-    o.memory_limit_bytes -= 1;
-    rc = pt_planner_run("pipedream", pr, t, 16, &o, &plan, &rep, &err);
+    rc = pd_run(pr, t, 16, 0, limit - 1, 1, &plan, &rep, &err);
     CHECK(rc == PT_ENOFIT);
     pt_plan_free(&plan);
     pt_topology_free(&t);
     pt_profile_free(&pr);
 }
 
-/* Simulated peak within every device's memory (res.fits) for plan. */
-static int sim_fits(const pt_plan *plan, const pt_cost *cost)
+/* Simulated iteration time of plan (NAN on failure); *fits: every device
+ * within its memory. */
+static double sim_time(const pt_plan *plan, const pt_cost *cost, int *fits)
 {
     pt_sim *sim = NULL;
     pt_program prog = {0};
@@ -257,10 +265,29 @@ static int sim_fits(const pt_plan *plan, const pt_cost *cost)
     if (rc == 0)
         rc = pt_sim_plan(sim, plan, cost, NULL, &prog, &res, &err);
     CHECK_MSG(rc == 0, "simulate: %s", err.msg);
-    int fits = rc == 0 && res.fits;
+    *fits = rc == 0 && res.fits;
+    double t = rc == 0 ? res.iter_s : NAN;
     pt_program_release(&prog);
     pt_sim_free(&sim);
+    return t;
+}
+
+/* Simulated peak within every device's memory (res.fits) for plan. */
+static int sim_fits(const pt_plan *plan, const pt_cost *cost)
+{
+    int fits = 0;
+    sim_time(plan, cost, &fits);
     return fits;
+}
+
+/* en_profile(layers, seed) whose layers save 20x their output for the
+ * backward: recomputation pays off. */
+static pt_profile *stash_heavy_profile(int layers, uint64_t seed)
+{
+    pt_profile *pr = en_profile(layers, seed);
+    for (int l = 0; pr && l < pr->layer_count; l++)
+        pr->layers[l].saved_bytes = 20 * pr->layers[l].act_bytes;
+    return pr;
 }
 
 /* Layers that save 20x their output for the backward: one byte below the
@@ -270,26 +297,19 @@ static int sim_fits(const pt_plan *plan, const pt_cost *cost)
  * recomputation does not. */
 static void test_recompute(void)
 {
-    pt_profile *pr = en_profile(8, 41);
+    pt_profile *pr = stash_heavy_profile(8, 41);
     pt_topology *t = en_topology(1, 4, 10, 64 * EN_GIB);
     REQUIRE(pr && t);
-    for (int l = 0; l < pr->layer_count; l++)
-        pr->layers[l].saved_bytes = 20 * pr->layers[l].act_bytes;
-    pt_planner_opts o;
-    pt_planner_opts_default(&o);
-    o.microbatch_sizes[0] = 4;
-    o.microbatch_size_count = 1;
     pt_plan *plan = NULL;
     pt_planner_report rep;
     pt_error err = {0};
-    REQUIRE(pt_planner_run("pipedream", pr, t, 16, &o, &plan, &rep, &err) == 0);
+    REQUIRE(pd_run(pr, t, 16, 4, 0, 0, &plan, &rep, &err) == 0);
     for (int s = 0; s < plan->stage_count; s++)
         CHECK(!plan->stages[s].recompute);
     int S0 = plan->stage_count;
     pt_plan_free(&plan);
     int64_t limit = rep.peak_memory_bytes - 1;
-    o.memory_limit_bytes = limit;
-    int rc = pt_planner_run("pipedream", pr, t, 16, &o, &plan, &rep, &err);
+    int rc = pd_run(pr, t, 16, 4, limit, 0, &plan, &rep, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
     REQUIRE(rc == 0);
     CHECK(plan->stage_count == S0);
@@ -326,16 +346,10 @@ static void test_recompute(void)
  * without the fallback. */
 static int64_t need_for(const pt_profile *pr, const pt_topology *t, int b)
 {
-    pt_planner_opts o;
-    pt_planner_opts_default(&o);
-    o.microbatch_sizes[0] = b;
-    o.microbatch_size_count = 1;
-    o.memory_limit_bytes = 1;
-    o.no_fallback = 1;
     pt_plan *plan = NULL;
     pt_planner_report rep;
     pt_error err = {0};
-    int rc = pt_planner_run("pipedream", pr, t, 16, &o, &plan, &rep, &err);
+    int rc = pd_run(pr, t, 16, b, 1, 1, &plan, &rep, &err);
     CHECK(rc == PT_ENOFIT);
     pt_plan_free(&plan);
     return rep.needed_memory_bytes;
@@ -345,25 +359,21 @@ static int64_t need_for(const pt_profile *pr, const pt_topology *t, int b)
  * recomputing, a smaller one that fits is planned instead. */
 static void test_widen(void)
 {
-    pt_profile *pr = en_profile(8, 43);
+    pt_profile *pr = stash_heavy_profile(8, 43);
     pt_topology *t = en_topology(1, 4, 10, 64 * EN_GIB);
     REQUIRE(pr && t);
-    for (int l = 0; l < pr->layer_count; l++)
-        pr->layers[l].saved_bytes = 20 * pr->layers[l].act_bytes;
     int64_t n4 = need_for(pr, t, 4), n1 = need_for(pr, t, 1);
     REQUIRE(n1 < n4); /* the instance has the property the test needs */
-    pt_planner_opts o;
-    pt_planner_opts_default(&o);
-    o.memory_limit_bytes = n4 - 1;
+    int64_t limit = n4 - 1;
     pt_plan *plan = NULL;
     pt_planner_report rep;
     pt_error err = {0};
-    int rc = pt_planner_run("pipedream", pr, t, 16, &o, &plan, &rep, &err);
+    int rc = pd_run(pr, t, 16, 0, limit, 0, &plan, &rep, &err);
     CHECK_MSG(rc == 0, "%s", err.msg);
     REQUIRE(rc == 0);
     CHECK(plan->microbatch_size < 4);
     CHECK_STR_CONTAINS(rep.why, "did not fit even recomputing");
-    pt_topology *lt = en_topology(1, 4, 10, o.memory_limit_bytes);
+    pt_topology *lt = en_topology(1, 4, 10, limit);
     pt_cost *cost = NULL;
     REQUIRE(lt && pt_cost_new(pr, lt, &cost, &err) == 0);
     CHECK(sim_fits(plan, cost));
@@ -372,25 +382,6 @@ static void test_widen(void)
     pt_topology_free(&lt);
     pt_topology_free(&t);
     pt_profile_free(&pr);
-}
-
-/* Simulated iteration time of plan (NAN on failure); *fits: every device
- * within its memory. */
-static double sim_time(const pt_plan *plan, const pt_cost *cost, int *fits)
-{
-    pt_sim *sim = NULL;
-    pt_program prog = {0};
-    pt_sim_result res;
-    pt_error err = {0};
-    int rc = pt_sim_new(&sim);
-    if (rc == 0)
-        rc = pt_sim_plan(sim, plan, cost, NULL, &prog, &res, &err);
-    CHECK_MSG(rc == 0, "simulate: %s", err.msg);
-    *fits = rc == 0 && res.fits;
-    double t = rc == 0 ? res.iter_s : NAN;
-    pt_program_release(&prog);
-    pt_sim_free(&sim);
-    return t;
 }
 
 /* PipeDream's bound on any stashing plan (plan_pipedream.c's stash_bound,
@@ -428,14 +419,10 @@ static void test_fallback(void)
         pr->layers[l].act_bytes /= 20;
         pr->layers[l].param_bytes = (int64_t)(30e6 + 1e6 * (l % 3));
     }
-    pt_planner_opts strict, fb;
-    pt_planner_opts_default(&strict);
-    strict.no_fallback = 1;
-    strict.memory_limit_bytes = 1;
     pt_plan *plan = NULL;
     pt_planner_report rep;
     pt_error err = {0};
-    REQUIRE(pt_planner_run("pipedream", pr, t, 16, &strict, &plan, &rep, &err) == PT_ENOFIT);
+    REQUIRE(pd_run(pr, t, 16, 0, 1, 1, &plan, &rep, &err) == PT_ENOFIT);
     int64_t need = rep.needed_memory_bytes;
     double bound = stash_bound_of(pr, t->device_count);
     REQUIRE(need > 0 && (double)need >= bound);
@@ -450,14 +437,11 @@ static void test_fallback(void)
     int stashed = 0, fell = 0, proven_seen = 0, none = 0;
     for (int i = 0; i < nl; i++) {
         int64_t lim = limits[i];
-        strict.memory_limit_bytes = lim;
-        fb = strict;
-        fb.no_fallback = 0;
         pt_plan *sp = NULL, *fp = NULL;
         pt_planner_report srep, frep;
         pt_error serr = {0}, ferr = {0};
-        int src = pt_planner_run("pipedream", pr, t, 16, &strict, &sp, &srep, &serr);
-        int frc = pt_planner_run("pipedream", pr, t, 16, &fb, &fp, &frep, &ferr);
+        int src = pd_run(pr, t, 16, 0, lim, 1, &sp, &srep, &serr);
+        int frc = pd_run(pr, t, 16, 0, lim, 0, &fp, &frep, &ferr);
         CHECK(src == 0 || src == PT_ENOFIT);
         if (src == 0) {
             stashed++;

@@ -21,7 +21,8 @@
 #include "tests/tui/run_util.h"
 
 #define TDIR         "dplane_attack_itest.d"
-#define RUN_MS       240000
+#define RUN_MS       240000 /* each wait's bound on an idle machine; ru_budget_ms scales it */
+#define SEND_MS      5000   /* a forged frame's send bound (likewise scaled) */
 #define ITERS        "12"
 #define FLOOD_ITERS  "60" /* long enough that the whole flood lands while it runs */
 #define TOKEN_HEX    "5eedc0ffee123457"
@@ -42,15 +43,10 @@ static const char *model(void)
     return path;
 }
 
-static int steps_seen(const char *out)
-{
-    double loss[1];
-    int ordered;
-    return ru_step_losses(out, 0, loss, 0, &ordered);
-}
-
-static void forge(void *sock, uint32_t src, uint64_t tag, uint64_t seq, uint64_t token,
-                  uint64_t gen, const float *v, size_t n)
+/* 1 when ZeroMQ took both parts of the frame (the count the agents' drops
+ * are compared with). */
+static int forge(void *sock, uint32_t src, uint64_t tag, uint64_t seq, uint64_t token, uint64_t gen,
+                 const float *v, size_t n)
 {
     unsigned char h[PT_COMM_HEADER_BYTES];
     uint32_t magic = PT_COMM_MAGIC;
@@ -59,8 +55,8 @@ static void forge(void *sock, uint32_t src, uint64_t tag, uint64_t seq, uint64_t
     memcpy(h + 4, &src, 4);
     for (int i = 0; i < 5; i++)
         memcpy(h + 8 + 8 * i, &f[i], 8);
-    if (zmq_send(sock, h, sizeof h, ZMQ_SNDMORE) >= 0)
-        zmq_send(sock, v, n * sizeof *v, 0);
+    return zmq_send(sock, h, sizeof h, ZMQ_SNDMORE) >= 0 &&
+           zmq_send(sock, v, n * sizeof *v, 0) >= 0;
 }
 
 /* The last "dropped N frames (...)" line of an agent log: N and the line. */
@@ -118,6 +114,33 @@ static long vm_hwm_kb(pid_t pid)
 
 typedef enum { ATTACK_NONE, ATTACK_FORGE, ATTACK_FLOOD } attack;
 
+/* The console of a run: its pid, and its exit status once reaped. */
+typedef struct console_proc {
+    pid_t pid;
+    int reaped, status;
+} console_proc;
+
+/* 1 while the console runs (a wait for its output ends when it exited). */
+static int console_runs(console_proc *c)
+{
+    int st;
+    if (!c->reaped && waitpid(c->pid, &st, WNOHANG) == c->pid) {
+        c->reaped = 1;
+        c->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    }
+    return !c->reaped;
+}
+
+/* Waits until the console's --json output has n step lines or the console
+ * ended, within a bound that scales with the load. 1 when the steps came. */
+static int wait_steps(const char *out, int n, console_proc *c)
+{
+    int64_t t0 = ru_now_ms(), bound = ru_budget_ms(RUN_MS);
+    while (ru_steps_seen(out) < n && console_runs(c) && ru_now_ms() - t0 < bound)
+        usleep(5000);
+    return ru_steps_seen(out) >= n;
+}
+
 typedef struct run_out {
     int status;
     long long dropped[2];
@@ -146,34 +169,19 @@ static void run_one(const char *name, const char *iters, int shm, attack what, r
         unsetenv("PT_COMM_SHM");
     else
         setenv("PT_COMM_SHM", "0", 1);
-    char *run[] = {(char *)ru_bin("pipetop"),
-                   "run",
-                   "--external",
-                   "--stages",
-                   "2",
-                   "--schedule",
-                   "gpipe",
-                   "--microbatches",
-                   "4",
-                   "--model",
-                   (char *)model(),
-                   "--data",
-                   "synthetic",
-                   "--iters",
-                   (char *)iters,
-                   "--checkpoint-dir",
-                   ck,
-                   "--run-dir",
-                   rd,
-                   "--json",
-                   NULL};
-    pid_t console = ru_start(run, out, err);
-    REQUIRE(console > 0);
+    ru_argv run;
+    ru_run_argv(&run, model(), rd, "--external", "--stages", "2", "--schedule", "gpipe",
+                "--microbatches", "4", "--iters", iters, "--checkpoint-dir", ck, NULL);
+    console_proc console = {ru_start(run.v, out, err), 0, -1};
+    REQUIRE(console.pid > 0);
     char rec[300], ctl[256] = "", tel[256] = "";
     snprintf(rec, sizeof rec, "%s/run.ndjson", rd);
-    int64_t t0 = ru_now_ms();
-    while (!ru_endpoints(rec, ctl, tel, sizeof ctl) && ru_now_ms() - t0 < RUN_MS)
+    int64_t t0 = ru_now_ms(), bound = ru_budget_ms(RUN_MS);
+    while (!ru_endpoints(rec, ctl, tel, sizeof ctl) && console_runs(&console) &&
+           ru_now_ms() - t0 < bound)
         usleep(20000);
+    if (!ctl[0] || !tel[0])
+        ru_show_tail("the console", err);
     REQUIRE(ctl[0] && tel[0]);
     char data_ep[2][256], log[2][256], dev[2][4], nm[2][32];
     pid_t ag[2];
@@ -184,28 +192,17 @@ static void run_one(const char *name, const char *iters, int shm, attack what, r
         snprintf(nm[a], sizeof nm[a], "%s-%d", name, a);
         char lo[256];
         snprintf(lo, sizeof lo, TDIR "/%s.agent%d.out", name, a);
-        char *argv[] = {(char *)ru_bin("pipetop-agent"),
-                        "--console",
-                        ctl,
-                        "--telemetry",
-                        tel,
-                        "--device",
-                        dev[a],
-                        "--name",
-                        nm[a],
-                        "--data-bind",
-                        data_ep[a],
-                        "--checkpoint-root", /* as `pipetop run --external` tells */
-                        ck,
-                        NULL};
-        ag[a] = ru_start(argv, lo, log[a]);
+        /* --checkpoint-root as `pipetop run --external` tells */
+        ru_agent ra = {ctl,        tel,       dev[a],        nm[a],
+                       .root = ck, .out = lo, .err = log[a], .data_bind = data_ep[a]};
+        ag[a] = ru_start_agent(&ra);
         REQUIRE(ag[a] > 0);
     }
     void *ctx = zmq_ctx_new(), *sock[2];
     int linger = 0;
     for (int a = 0; a < 2; a++) {
         sock[a] = zmq_socket(ctx, ZMQ_PUSH);
-        int send_ms = 5000; /* an agent that left takes nothing more: do not wait for it */
+        int send_ms = ru_budget_ms(SEND_MS); /* an agent that left takes nothing more */
         zmq_setsockopt(sock[a], ZMQ_LINGER, &linger, sizeof linger);
         zmq_setsockopt(sock[a], ZMQ_SNDTIMEO, &send_ms, sizeof send_ms);
         zmq_connect(sock[a], data_ep[a]);
@@ -218,21 +215,22 @@ static void run_one(const char *name, const char *iters, int shm, attack what, r
         for (int a = 0; a < 2; a++)
             for (int mb = 0; mb < 4; mb++) {
                 uint64_t tag = pt_comm_tag(a ? PT_COMM_ACT : PT_COMM_GRAD, (uint32_t)mb, 0);
-                forge(sock[a], (uint32_t)(1 - a), tag, (uint64_t)mb, TOKEN ^ 0xffff, GEN, junk, 64);
-                forge(sock[a], (uint32_t)(1 - a), tag, (uint64_t)mb, TOKEN, GEN + 7, junk, 64);
-                forge(sock[a], (uint32_t)a, tag, (uint64_t)mb, TOKEN, GEN, junk, 64); /* itself */
-                forge(sock[a], 9, tag, (uint64_t)mb, TOKEN, GEN, junk, 64);           /* no rank */
-                o->sent[a] += 4;
+                uint32_t peer = (uint32_t)(1 - a);
+                o->sent[a] +=
+                    forge(sock[a], peer, tag, (uint64_t)mb, TOKEN ^ 0xffff, GEN, junk, 64);
+                o->sent[a] += forge(sock[a], peer, tag, (uint64_t)mb, TOKEN, GEN + 7, junk, 64);
+                o->sent[a] += forge(sock[a], (uint32_t)a, tag, (uint64_t)mb, TOKEN, GEN, junk,
+                                    64); /* itself */
+                o->sent[a] +=
+                    forge(sock[a], 9, tag, (uint64_t)mb, TOKEN, GEN, junk, 64); /* no rank */
             }
         /* past the first steps: replays of sequence numbers already used */
-        t0 = ru_now_ms();
-        while (steps_seen(out) < 2 && ru_now_ms() - t0 < RUN_MS)
-            usleep(2000);
+        CHECK_MSG(wait_steps(out, 2, &console), "%s: no second step before the replays", name);
         for (int a = 0; a < 2; a++)
             for (int q = 0; q < REPLAYS; q++) {
                 uint64_t tag = pt_comm_tag(a ? PT_COMM_ACT : PT_COMM_GRAD, (uint32_t)(q % 4), 0);
-                forge(sock[a], (uint32_t)(1 - a), tag, (uint64_t)q, TOKEN, GEN, junk, 64);
-                o->sent[a]++;
+                o->sent[a] +=
+                    forge(sock[a], (uint32_t)(1 - a), tag, (uint64_t)q, TOKEN, GEN, junk, 64);
             }
     } else if (what == ATTACK_FLOOD) {
         /* unmatched frames with a valid header, as fast as ZeroMQ takes them */
@@ -240,25 +238,30 @@ static void run_one(const char *name, const char *iters, int shm, attack what, r
         for (int i = 0; i < FLOOD; i++)
             for (int a = 0; a < 2; a++) {
                 uint64_t tag = pt_comm_tag(PT_COMM_USER, (uint32_t)i, 77);
-                forge(sock[a], (uint32_t)(1 - a), tag, (uint64_t)(1000000 + i), TOKEN, GEN, big,
-                      FLOOD_FLOATS);
-                o->sent[a]++;
+                o->sent[a] += forge(sock[a], (uint32_t)(1 - a), tag, (uint64_t)(1000000 + i), TOKEN,
+                                    GEN, big, FLOOD_FLOATS);
             }
         free(big);
     }
     /* the agents' peak memory, read while they still live */
-    t0 = ru_now_ms();
-    while (steps_seen(out) < atoi(iters) - 1 && ru_now_ms() - t0 < RUN_MS)
-        usleep(5000);
+    CHECK_MSG(wait_steps(out, atoi(iters) - 1, &console), "%s: the run did not reach step %d", name,
+              atoi(iters) - 1);
     for (int a = 0; a < 2; a++)
         o->hwm_kb[a] = vm_hwm_kb(ag[a]);
-    o->status = ru_wait(console, RUN_MS, NULL);
+    o->status = console.reaped ? console.status : ru_wait(console.pid, ru_budget_ms(RUN_MS), NULL);
     for (int a = 0; a < 2; a++) {
-        ru_wait(ag[a], 20000, NULL);
+        /* they leave at the console's bye: wait for that, not a fixed time */
+        int st = ru_wait(ag[a], ru_budget_ms(RUN_MS), NULL);
         o->dropped[a] = dropped_in_log(log[a], o->line[a], sizeof o->line[a]);
         o->bound[a] = bound_in_log(log[a]);
         zmq_close(sock[a]);
+        if (o->status != 0 || st != 0) {
+            fprintf(stderr, "%s: console exit %d, agent %d exit %d\n", name, o->status, a, st);
+            ru_show_tail("the agent's log", log[a]);
+        }
     }
+    if (o->status != 0)
+        ru_show_tail("the console's stderr", err);
     zmq_ctx_term(ctx);
     unsetenv("PT_RUN_TOKEN");
     unsetenv("PT_COMM_SHM");
@@ -287,6 +290,8 @@ static void test_forged_frames(void)
         run_one(name, ITERS, shm, ATTACK_FORGE, &att);
         CHECK_MSG(att.status == 0, "%s: exit %d", name, att.status);
         for (int a = 0; a < 2; a++) {
+            CHECK_MSG(att.sent[a] == 16 + REPLAYS, "%s agent %d: %d of %d forged frames sent", name,
+                      a, att.sent[a], 16 + REPLAYS);
             CHECK_MSG(att.dropped[a] == att.sent[a], "%s agent %d: %lld dropped of %d sent: %s",
                       name, a, att.dropped[a], att.sent[a], att.line[a]);
             CHECK_MSG(field(att.line[a], "token or generation ") == 8, "%s: %s", name, att.line[a]);
@@ -310,6 +315,8 @@ static void test_flood(void)
     run_one("flood", FLOOD_ITERS, 1, ATTACK_FLOOD, &fl);
     CHECK_MSG(fl.status == 0, "flood: exit %d", fl.status);
     for (int a = 0; a < 2; a++) {
+        CHECK_MSG(fl.sent[a] == FLOOD, "agent %d: %d of %d flood frames sent", a, fl.sent[a],
+                  FLOOD);
         /* every flood frame was dropped: over shared memory a ZeroMQ frame
          * from the ring's sender is refused before it is buffered */
         CHECK_MSG(fl.dropped[a] == fl.sent[a], "agent %d: %lld dropped of %d: %s", a, fl.dropped[a],

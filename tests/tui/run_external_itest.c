@@ -61,24 +61,10 @@ static void test_external_agents(void)
         (char *)ru_bin("pipetop"), "profile",   "--model", model, "--batch", "16", "--out",
         TDIR "/profile.json",      "--repeats", "2",       NULL};
     REQUIRE(ru_run(prof, TDIR "/profile.out", TDIR "/profile.err", RUN_MS) == 0);
-    char *run[] = {(char *)ru_bin("pipetop"),
-                   "run",
-                   "--external",
-                   "--plan",
-                   plan,
-                   "--model",
-                   model,
-                   "--data",
-                   "synthetic",
-                   "--iters",
-                   "1000000",
-                   "--profile",
-                   TDIR "/profile.json",
-                   "--run-dir",
-                   TDIR "/run",
-                   "--json",
-                   NULL};
-    pid_t console = ru_start(run, TDIR "/run.out", TDIR "/run.err");
+    ru_argv run;
+    ru_run_argv(&run, model, TDIR "/run", "--external", "--plan", plan, "--iters", "1000000",
+                "--profile", TDIR "/profile.json", NULL);
+    pid_t console = ru_start(run.v, TDIR "/run.out", TDIR "/run.err");
     REQUIRE(console > 0);
     char ctl[256] = "", tel[256] = "";
     REQUIRE(ru_wait_endpoints(TDIR "/run/run.ndjson", ctl, tel, sizeof ctl, RUN_MS));

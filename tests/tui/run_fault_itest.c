@@ -52,28 +52,11 @@ static void test_kill_agent(void)
         (char *)ru_bin("pipetop"), "profile",   "--model", model, "--batch", "16", "--out",
         DIR "/profile.json",       "--repeats", "2",       NULL};
     REQUIRE(ru_run(prof, DIR "/profile.out", DIR "/profile.err", RUN_MS) == 0);
-    char *run[] = {(char *)ru_bin("pipetop"),
-                   "run",
-                   "--plan",
-                   plan,
-                   "--model",
-                   model,
-                   "--data",
-                   "synthetic",
-                   "--iters",
-                   "1000000",
-                   "--checkpoint-dir",
-                   DIR "/ck",
-                   "--checkpoint-every",
-                   "40",
-                   "--profile",
-                   DIR "/profile.json",
-                   "--run-dir",
-                   DIR "/run",
-                   "--json",
-                   "--headless",
-                   NULL};
-    pid_t console = ru_start(run, DIR "/run.out", DIR "/run.err");
+    ru_argv run;
+    ru_run_argv(&run, model, DIR "/run", "--plan", plan, "--iters", "1000000", "--checkpoint-dir",
+                DIR "/ck", "--checkpoint-every", "40", "--profile", DIR "/profile.json",
+                "--headless", NULL);
+    pid_t console = ru_start(run.v, DIR "/run.out", DIR "/run.err");
     REQUIRE(console > 0);
 
     /* wait for two committed checkpoints, so the run is well under way */
@@ -143,25 +126,10 @@ static void test_kill_agent(void)
     char plan_a[1024], step_s[32];
     snprintf(plan_a, sizeof plan_a, "%s", pt_test_path("tests/data/run/plan-a.json"));
     snprintf(step_s, sizeof step_s, "%lld", (long long)step);
-    char *resume[] = {(char *)ru_bin("pipetop"),
-                      "run",
-                      "--plan",
-                      plan_a,
-                      "--model",
-                      model,
-                      "--data",
-                      "synthetic",
-                      "--iters",
-                      "3",
-                      "--resume",
-                      DIR "/ck",
-                      "--profile",
-                      DIR "/profile.json",
-                      "--run-dir",
-                      DIR "/run2",
-                      "--json",
-                      NULL};
-    CHECK(ru_run(resume, DIR "/run2.out", DIR "/run2.err", RUN_MS) == 0);
+    ru_argv resume;
+    ru_run_argv(&resume, model, DIR "/run2", "--plan", plan_a, "--iters", "3", "--resume",
+                DIR "/ck", "--profile", DIR "/profile.json", NULL);
+    CHECK(ru_run(resume.v, DIR "/run2.out", DIR "/run2.err", RUN_MS) == 0);
     double loss[3];
     int ordered = 0;
     CHECK(ru_step_losses(DIR "/run2.out", step, loss, 3, &ordered) == 3 && ordered);

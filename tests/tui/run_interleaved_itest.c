@@ -64,25 +64,10 @@ static void run_case(const il_case *c)
     snprintf(rd, sizeof rd, "%s/run", dir);
     snprintf(out, sizeof out, "%s/run.out", dir);
     snprintf(err, sizeof err, "%s/run.err", dir);
-    char *run[] = {(char *)ru_bin("pipetop"),
-                   "run",
-                   "--plan",
-                   plan,
-                   "--model",
-                   model,
-                   "--data",
-                   "synthetic",
-                   "--iters",
-                   steps,
-                   "--checkpoint-dir",
-                   ck,
-                   "--profile",
-                   path,
-                   "--run-dir",
-                   rd,
-                   "--json",
-                   NULL};
-    int st = ru_run(run, out, err, RUN_MS);
+    ru_argv run;
+    ru_run_argv(&run, model, rd, "--plan", plan, "--iters", steps, "--checkpoint-dir", ck,
+                "--profile", path, NULL);
+    int st = ru_run(run.v, out, err, RUN_MS);
     CHECK_MSG(st == 0, "%s: pipetop run exited %d (see %s)", c->name, st, err);
     if (st != 0)
         return;

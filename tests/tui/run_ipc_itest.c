@@ -79,25 +79,10 @@ static pid_t start_run(const char *tag, const char *iters)
     snprintf(ck, sizeof ck, TDIR "/%s-ck", tag);
     snprintf(out, sizeof out, TDIR "/%s.out", tag);
     snprintf(err, sizeof err, TDIR "/%s.err", tag);
-    char *argv[] = {(char *)ru_bin("pipetop"),
-                    "run",
-                    "--plan",
-                    plan,
-                    "--model",
-                    model,
-                    "--data",
-                    "synthetic",
-                    "--iters",
-                    (char *)iters,
-                    "--profile",
-                    TDIR "/profile.json",
-                    "--checkpoint-dir",
-                    ck,
-                    "--run-dir",
-                    dir,
-                    "--json",
-                    NULL};
-    return ru_start(argv, out, err);
+    ru_argv run;
+    ru_run_argv(&run, model, dir, "--plan", plan, "--iters", iters, "--profile",
+                TDIR "/profile.json", "--checkpoint-dir", ck, NULL);
+    return ru_start(run.v, out, err);
 }
 
 static void setup(void)

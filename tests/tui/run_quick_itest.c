@@ -25,25 +25,10 @@ static void test_quick_summary(void)
     ru_fresh_dir(TDIR);
     char model[1024];
     snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
-    char *argv[] = {(char *)ru_bin("pipetop"),
-                    "run",
-                    "--stages",
-                    "2",
-                    "--schedule",
-                    "1f1b-flush",
-                    "--microbatches",
-                    "4",
-                    "--model",
-                    model,
-                    "--data",
-                    "synthetic",
-                    "--iters",
-                    "6",
-                    "--run-dir",
-                    TDIR "/q",
-                    "--json",
-                    NULL};
-    REQUIRE(ru_run(argv, TDIR "/q.out", TDIR "/q.err", RUN_MS) == 0);
+    ru_argv run;
+    ru_run_argv(&run, model, TDIR "/q", "--stages", "2", "--schedule", "1f1b-flush",
+                "--microbatches", "4", "--iters", "6", NULL);
+    REQUIRE(ru_run(run.v, TDIR "/q.out", TDIR "/q.err", RUN_MS) == 0);
     cJSON *s = ru_last_json(TDIR "/q.out");
     REQUIRE(s);
     CHECK(!strcmp(ru_str(s, "event"), "summary"));
@@ -113,29 +98,10 @@ static void test_other_schedules(void)
     pt_mkdir_p(TDIR, NULL);
     char model[1024];
     snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
-    char *sgd[] = {(char *)ru_bin("pipetop"),
-                   "run",
-                   "--stages",
-                   "1",
-                   "--replicas",
-                   "2",
-                   "--planner",
-                   "pipesgd",
-                   "--schedule",
-                   "pipesgd",
-                   "--microbatches",
-                   "2",
-                   "--model",
-                   model,
-                   "--data",
-                   "synthetic",
-                   "--iters",
-                   "4",
-                   "--run-dir",
-                   TDIR "/sgd",
-                   "--json",
-                   NULL};
-    CHECK(ru_run(sgd, TDIR "/sgd.out", TDIR "/sgd.err", RUN_MS) == 0);
+    ru_argv sgd;
+    ru_run_argv(&sgd, model, TDIR "/sgd", "--stages", "1", "--replicas", "2", "--planner",
+                "pipesgd", "--schedule", "pipesgd", "--microbatches", "2", "--iters", "4", NULL);
+    CHECK(ru_run(sgd.v, TDIR "/sgd.out", TDIR "/sgd.err", RUN_MS) == 0);
     double loss[8];
     int ordered = 0;
     CHECK(ru_step_losses(TDIR "/sgd.out", 0, loss, 8, &ordered) == 4 && ordered);
@@ -144,25 +110,10 @@ static void test_other_schedules(void)
     cJSON_Delete(s);
 
     /* pipedream runs whole programs: 5 steps become a multiple of its windows */
-    char *pd[] = {(char *)ru_bin("pipetop"),
-                  "run",
-                  "--stages",
-                  "2",
-                  "--schedule",
-                  "pipedream",
-                  "--microbatches",
-                  "4",
-                  "--model",
-                  model,
-                  "--data",
-                  "synthetic",
-                  "--iters",
-                  "5",
-                  "--run-dir",
-                  TDIR "/pd",
-                  "--json",
-                  NULL};
-    CHECK(ru_run(pd, TDIR "/pd.out", TDIR "/pd.err", RUN_MS) == 0);
+    ru_argv pd;
+    ru_run_argv(&pd, model, TDIR "/pd", "--stages", "2", "--schedule", "pipedream",
+                "--microbatches", "4", "--iters", "5", NULL);
+    CHECK(ru_run(pd.v, TDIR "/pd.out", TDIR "/pd.err", RUN_MS) == 0);
     s = ru_last_json(TDIR "/pd.out");
     double steps = num(s, "steps");
     CHECK(steps >= 5 && steps < 5 + 16);
@@ -178,27 +129,10 @@ static void test_interleaved(void)
     pt_mkdir_p(TDIR, NULL);
     char model[1024];
     snprintf(model, sizeof model, "%s", pt_test_path("tests/data/run/tiny-mlp.json"));
-    char *il[] = {(char *)ru_bin("pipetop"),
-                  "run",
-                  "--stages",
-                  "2",
-                  "--schedule",
-                  "interleaved",
-                  "--chunks",
-                  "2",
-                  "--microbatches",
-                  "4",
-                  "--model",
-                  model,
-                  "--data",
-                  "synthetic",
-                  "--iters",
-                  "3",
-                  "--run-dir",
-                  TDIR "/il",
-                  "--json",
-                  NULL};
-    CHECK(ru_run(il, TDIR "/il.out", TDIR "/il.err", RUN_MS) == 0);
+    ru_argv il;
+    ru_run_argv(&il, model, TDIR "/il", "--stages", "2", "--schedule", "interleaved", "--chunks",
+                "2", "--microbatches", "4", "--iters", "3", NULL);
+    CHECK(ru_run(il.v, TDIR "/il.out", TDIR "/il.err", RUN_MS) == 0);
     double loss[8];
     int ordered = 0;
     CHECK(ru_step_losses(TDIR "/il.out", 0, loss, 8, &ordered) == 3 && ordered);
@@ -214,22 +148,12 @@ static void test_interleaved(void)
             CHECK(plan->stages[k].replicas[0] == plan->stages[k % 2].replicas[0]);
     }
     pt_plan_free(&plan);
-    char *bad[] = {(char *)ru_bin("pipetop"),
-                   "run",
-                   "--stages",
-                   "2",
-                   "--schedule",
-                   "1f1b-flush",
-                   "--chunks",
-                   "2",
-                   "--microbatches",
-                   "4",
-                   "--model",
-                   model,
-                   "--data",
-                   "synthetic",
-                   NULL};
-    CHECK(ru_run(bad, TDIR "/bad.out", TDIR "/bad.err", RUN_MS) == 2);
+    /* --chunks with a schedule that has none: a usage error before anything runs */
+    ru_argv bad;
+    ru_run_argv(&bad, model, TDIR "/bad", "--stages", "2", "--schedule", "1f1b-flush", "--chunks",
+                "2", "--microbatches", "4", NULL);
+    CHECK(ru_run(bad.v, TDIR "/bad.out", TDIR "/bad.err", RUN_MS) == 2);
+    CHECK(access(TDIR "/bad/run.ndjson", F_OK) != 0); /* refused before the run began */
 }
 
 PT_TEST_MAIN({"quick_summary", test_quick_summary}, {"other_schedules", test_other_schedules},

@@ -101,23 +101,10 @@ static void test_refusals(void)
     /* the control: the same plan, model and data run */
     char plan[1024];
     snprintf(plan, sizeof plan, "%s", pt_test_path("tests/data/run/plan-a.json"));
-    char *ok[] = {(char *)ru_bin("pipetop"),
-                  "run",
-                  "--plan",
-                  plan,
-                  "--model",
-                  model,
-                  "--data",
-                  "synthetic",
-                  "--iters",
-                  "2",
-                  "--profile",
-                  TDIR "/profile.json",
-                  "--run-dir",
-                  TDIR "/ok",
-                  "--json",
-                  NULL};
-    CHECK(ru_run(ok, TDIR "/ok.out", TDIR "/ok.err", RUN_MS) == 0);
+    ru_argv ok;
+    ru_run_argv(&ok, model, TDIR "/ok", "--plan", plan, "--iters", "2", "--profile",
+                TDIR "/profile.json", NULL);
+    CHECK(ru_run(ok.v, TDIR "/ok.out", TDIR "/ok.err", RUN_MS) == 0);
     CHECK(agent_logs(TDIR "/ok") == 2);
 }
 

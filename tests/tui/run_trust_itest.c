@@ -80,7 +80,7 @@ static void wait_steps(const char *out, int n)
 static pid_t start_agent(const char *ctl, const char *tel, const char *dev, const char *name,
                          const char *key, const char *grace_ms, const char *root, const char *log)
 {
-    ru_agent a = {ctl, tel, dev, name, key, TDIR "/keys/console.pub", grace_ms, root, NULL, log};
+    ru_agent a = {ctl, tel, dev, name, key, TDIR "/keys/console.pub", grace_ms, root, .err = log};
     return ru_start_agent(&a);
 }
 
@@ -181,32 +181,11 @@ static void test_attacks_change_nothing(void)
     REQUIRE(f);
     fprintf(f, "a.pub\nb.pub\nmallory.pub # an allowed key in the wrong hands\n");
     fclose(f);
-    char *run[] = {(char *)ru_bin("pipetop"),
-                   "run",
-                   "--external",
-                   "--key",
-                   TDIR "/keys/console.key",
-                   "--allow",
-                   TDIR "/keys/allow.txt",
-                   "--plan",
-                   plan,
-                   "--model",
-                   model,
-                   "--data",
-                   "synthetic",
-                   "--seed",
-                   "7",
-                   "--iters",
-                   "1000000",
-                   "--profile",
-                   TDIR "/profile.json",
-                   "--checkpoint-dir",
-                   TDIR "/ck",
-                   "--run-dir",
-                   TDIR "/run",
-                   "--json",
-                   NULL};
-    pid_t console = ru_start(run, TDIR "/run.out", TDIR "/run.err");
+    ru_argv run;
+    ru_run_argv(&run, model, TDIR "/run", "--external", "--key", TDIR "/keys/console.key",
+                "--allow", TDIR "/keys/allow.txt", "--plan", plan, "--seed", "7", "--iters",
+                "1000000", "--profile", TDIR "/profile.json", "--checkpoint-dir", TDIR "/ck", NULL);
+    pid_t console = ru_start(run.v, TDIR "/run.out", TDIR "/run.err");
     char ctl[256] = "", tel[256] = "";
     REQUIRE(ru_wait_endpoints(TDIR "/run/run.ndjson", ctl, tel, sizeof ctl, RUN_MS));
     int64_t t0;
@@ -301,28 +280,11 @@ static void test_attacks_change_nothing(void)
 static void test_second_console_refused(void)
 {
     set_paths();
-    char *run[] = {(char *)ru_bin("pipetop"),
-                   "run",
-                   "--external",
-                   "--key",
-                   TDIR "/keys/console.key",
-                   "--allow",
-                   TDIR "/keys/allow.txt",
-                   "--plan",
-                   plan,
-                   "--model",
-                   model,
-                   "--data",
-                   "synthetic",
-                   "--iters",
-                   "1000000",
-                   "--profile",
-                   TDIR "/profile.json",
-                   "--run-dir",
-                   TDIR "/run2",
-                   "--json",
-                   NULL};
-    pid_t console = ru_start(run, TDIR "/run2.out", TDIR "/run2.err");
+    ru_argv run;
+    ru_run_argv(&run, model, TDIR "/run2", "--external", "--key", TDIR "/keys/console.key",
+                "--allow", TDIR "/keys/allow.txt", "--plan", plan, "--iters", "1000000",
+                "--profile", TDIR "/profile.json", NULL);
+    pid_t console = ru_start(run.v, TDIR "/run2.out", TDIR "/run2.err");
     char ctl[256] = "", tel[256] = "";
     REQUIRE(ru_wait_endpoints(TDIR "/run2/run.ndjson", ctl, tel, sizeof ctl, RUN_MS));
     int64_t t0;
@@ -415,38 +377,15 @@ static void test_console_restart_reattaches(void)
 {
     set_paths();
     mkdir(TDIR "/sock", 0700);
-    char *run1[] = {(char *)ru_bin("pipetop"),
-                    "run",
-                    "--external",
-                    "--key",
-                    TDIR "/keys/console.key",
-                    "--allow",
-                    TDIR "/keys/allow.txt",
-                    "--control-bind",
-                    "ipc://" TDIR "/sock/ctl",
-                    "--telemetry-bind",
-                    "ipc://" TDIR "/sock/tel",
-                    "--plan",
-                    plan,
-                    "--model",
-                    model,
-                    "--data",
-                    "synthetic",
-                    "--seed",
-                    "7",
-                    "--iters",
-                    "1000000",
-                    "--profile",
-                    TDIR "/profile.json",
-                    "--checkpoint-dir",
-                    TDIR "/ck3",
-                    "--run-dir",
-                    TDIR "/run3",
-                    "--json",
-                    NULL,
-                    NULL,
-                    NULL};
-    pid_t console = ru_start(run1, TDIR "/run3.out", TDIR "/run3.err");
+    /* the first console's flags; the second one's are these and --reattach */
+#define RESTART_FLAGS                                                                              \
+    "--external", "--key", TDIR "/keys/console.key", "--allow", TDIR "/keys/allow.txt",            \
+        "--control-bind", "ipc://" TDIR "/sock/ctl", "--telemetry-bind",                           \
+        "ipc://" TDIR "/sock/tel", "--plan", plan, "--seed", "7", "--iters", "1000000",            \
+        "--profile", TDIR "/profile.json", "--checkpoint-dir", TDIR "/ck3"
+    ru_argv run1, run2;
+    ru_run_argv(&run1, model, TDIR "/run3", RESTART_FLAGS, NULL);
+    pid_t console = ru_start(run1.v, TDIR "/run3.out", TDIR "/run3.err");
     const char *ctl = "ipc://" TDIR "/sock/ctl", *tel = "ipc://" TDIR "/sock/tel";
     pid_t pa = start_agent(ctl, tel, "0", "hand-a", TDIR "/keys/a.key", "60000", TDIR "/ck3",
                            TDIR "/a3.err");
@@ -465,11 +404,9 @@ static void test_console_restart_reattaches(void)
     CHECK(count_in(TDIR "/a3.err", "training on for up to 60.0 s") == 1);
     CHECK(count_in(TDIR "/b3.err", "training on for up to 60.0 s") == 1);
 
-    REQUIRE(!strcmp(run1[25], "--run-dir") && !run1[28]);
-    run1[26] = TDIR "/run4";
-    run1[28] = "--reattach";
-    run1[29] = TDIR "/run3";
-    pid_t again = ru_start(run1, TDIR "/run4.out", TDIR "/run4.err");
+    ru_run_argv(&run2, model, TDIR "/run4", RESTART_FLAGS, "--reattach", TDIR "/run3", NULL);
+#undef RESTART_FLAGS
+    pid_t again = ru_start(run2.v, TDIR "/run4.out", TDIR "/run4.err");
     wait_steps(TDIR "/run4.out", 3);
     /* the agents trained on without a console: at the reconnect they were
      * well past the old console's last step (the new console's first step
@@ -586,32 +523,12 @@ static double num_at(const cJSON *o, const char *a, const char *b)
 static void test_forged_telemetry_changes_nothing(void)
 {
     set_paths();
-    char *run[] = {(char *)ru_bin("pipetop"),
-                   "run",
-                   "--external",
-                   "--key",
-                   TDIR "/keys/console.key",
-                   "--allow",
-                   TDIR "/keys/allow.txt",
-                   "--plan",
-                   plan,
-                   "--model",
-                   model,
-                   "--data",
-                   "synthetic",
-                   "--seed",
-                   "7",
-                   "--iters",
-                   "1000000",
-                   "--profile",
-                   TDIR "/profile.json",
-                   "--checkpoint-dir",
-                   TDIR "/ck5",
-                   "--run-dir",
-                   TDIR "/run5",
-                   "--json",
-                   NULL};
-    pid_t console = ru_start(run, TDIR "/run5.out", TDIR "/run5.err");
+    ru_argv run;
+    ru_run_argv(&run, model, TDIR "/run5", "--external", "--key", TDIR "/keys/console.key",
+                "--allow", TDIR "/keys/allow.txt", "--plan", plan, "--seed", "7", "--iters",
+                "1000000", "--profile", TDIR "/profile.json", "--checkpoint-dir", TDIR "/ck5",
+                NULL);
+    pid_t console = ru_start(run.v, TDIR "/run5.out", TDIR "/run5.err");
     char ctl[256] = "", tel[256] = "";
     REQUIRE(ru_wait_endpoints(TDIR "/run5/run.ndjson", ctl, tel, sizeof ctl, RUN_MS));
     pid_t pa =

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,36 @@ static inline int64_t ru_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / RU_NS_PER_MS;
+}
+
+/* A wait's bound that scales with the machine's load: base_ms times the
+ * 1-minute load average per online CPU when that is above 1 (a load of 28 on
+ * 2 cores gives 14x), times PT_TEST_TIME_SCALE when set. Only a hang meets
+ * it: a wait ends at its event (a process exits, a line appears) first, so a
+ * larger bound costs a passing test nothing. */
+static inline int ru_budget_ms(int base_ms)
+{
+    double load = 0, scale = 1;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (getloadavg(&load, 1) == 1 && cpus > 0 && load / (double)cpus > 1)
+        scale = load / (double)cpus;
+    const char *env = getenv("PT_TEST_TIME_SCALE");
+    if (env && atof(env) > 0)
+        scale *= atof(env);
+    double ms = base_ms * scale;
+    return ms >= INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+/* Prints the last lines of a log to stderr under a heading: what a failing
+ * check shows of the processes it ran. */
+static inline void ru_show_tail(const char *what, const char *path)
+{
+    char cmd[1200];
+    fprintf(stderr, "--- %s (%s), last lines:\n", what, path);
+    fflush(stderr);
+    snprintf(cmd, sizeof cmd, "tail -n 15 '%s' >&2", path);
+    if (system(cmd) != 0)
+        fprintf(stderr, "(unreadable)\n");
 }
 
 static inline const char *ru_bin(const char *name)
@@ -99,6 +130,41 @@ static inline int ru_wait(pid_t pid, int ms, int64_t *took_ms)
 static inline int ru_run(char *const argv[], const char *out, const char *err, int ms)
 {
     return ru_wait(ru_start(argv, out, err), ms, NULL);
+}
+
+/* A `pipetop run` command line: the base every run test starts from plus
+ * its own flags. ru_run_argv fills a->v (what ru_start and ru_run take). */
+#define RU_ARGV_MAX 48
+typedef struct ru_argv {
+    char bin[1024];
+    char *v[RU_ARGV_MAX];
+} ru_argv;
+
+/* a->v = {pipetop, run, EXTRA..., --model model, --data synthetic,
+ * --run-dir dir, --json}: EXTRA is the NULL-ended list of flags and values
+ * after dir (strings that must outlive a). Returns a->v. */
+static inline char *const *ru_run_argv(ru_argv *a, const char *model, const char *dir, ...)
+{
+    const char *tail[] = {"--model", model, "--data", "synthetic", "--run-dir", dir, "--json"};
+    const int ntail = (int)(sizeof tail / sizeof tail[0]);
+    int k = 0;
+    snprintf(a->bin, sizeof a->bin, "%s", ru_bin("pipetop"));
+    a->v[k++] = a->bin;
+    a->v[k++] = "run";
+    va_list ap;
+    va_start(ap, dir);
+    for (const char *s; (s = va_arg(ap, const char *));) {
+        if (k >= RU_ARGV_MAX - ntail - 1) {
+            fprintf(stderr, "ru_run_argv: more than %d flags; raise RU_ARGV_MAX\n", k);
+            abort();
+        }
+        a->v[k++] = (char *)s;
+    }
+    va_end(ap);
+    for (int j = 0; j < ntail; j++)
+        a->v[k++] = (char *)tail[j];
+    a->v[k] = NULL;
+    return a->v;
 }
 
 /* The last line of a file parsed as JSON (NULL if none). */
@@ -293,6 +359,7 @@ typedef struct ru_agent {
     const char *grace_ms;         /* --grace-ms */
     const char *root;             /* --checkpoint-root */
     const char *out, *err;
+    const char *data_bind; /* --data-bind */
 } ru_agent;
 
 static inline pid_t ru_start_agent(const ru_agent *a)
@@ -300,10 +367,15 @@ static inline pid_t ru_start_agent(const ru_agent *a)
     char *argv[24];
     int k = 0;
     argv[k++] = (char *)ru_bin("pipetop-agent");
-    const char *opt[][2] = {{"--console", a->ctl},       {"--telemetry", a->tel},
-                            {"--device", a->device},     {"--name", a->name},
-                            {"--key", a->key},           {"--server-key", a->server_key},
-                            {"--grace-ms", a->grace_ms}, {"--checkpoint-root", a->root}};
+    const char *opt[][2] = {{"--console", a->ctl},
+                            {"--telemetry", a->tel},
+                            {"--device", a->device},
+                            {"--name", a->name},
+                            {"--key", a->key},
+                            {"--server-key", a->server_key},
+                            {"--grace-ms", a->grace_ms},
+                            {"--checkpoint-root", a->root},
+                            {"--data-bind", a->data_bind}};
     for (size_t j = 0; j < sizeof opt / sizeof opt[0]; j++)
         if (opt[j][1]) {
             argv[k++] = (char *)opt[j][0];
@@ -323,27 +395,10 @@ static inline int ru_reference_run(const char *plan, const char *model, const ch
 {
     char n[32];
     snprintf(n, sizeof n, "%lld", (long long)iters);
-    char *argv[] = {(char *)ru_bin("pipetop"),
-                    "run",
-                    "--plan",
-                    (char *)plan,
-                    "--model",
-                    (char *)model,
-                    "--data",
-                    "synthetic",
-                    "--seed",
-                    (char *)seed,
-                    "--iters",
-                    n,
-                    "--profile",
-                    (char *)profile,
-                    "--checkpoint-dir",
-                    (char *)ck,
-                    "--run-dir",
-                    (char *)dir,
-                    "--json",
-                    NULL};
-    return ru_run(argv, out, err, ms);
+    ru_argv a;
+    ru_run_argv(&a, model, dir, "--plan", plan, "--seed", seed, "--iters", n, "--profile", profile,
+                "--checkpoint-dir", ck, NULL);
+    return ru_run(a.v, out, err, ms);
 }
 
 #endif

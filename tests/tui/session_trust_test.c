@@ -102,22 +102,39 @@ static int has_agent(pt_session *s, void *arg)
     return pt_session_find_agent(s, arg) >= 0;
 }
 
+/* The set-up of the CURVE cases: a console key, a session that allows
+ * mallory's key (an allowed key in the wrong hands) and binds the name w0 to
+ * the key `real` (as the controller does for the agent it spawned). */
+typedef struct curve_rig {
+    pt_keyfile console, real, mallory;
+    pt_session *s;
+} curve_rig;
+
+static int rig_open(curve_rig *r)
+{
+    pt_error err = {0};
+    r->s = NULL;
+    if (pt_trust_keypair(&r->console, NULL) < 0 || pt_trust_keypair(&r->real, NULL) < 0 ||
+        pt_trust_keypair(&r->mallory, NULL) < 0)
+        return 0;
+    char allowed[1][PT_KEY_Z85_LEN + 1];
+    snprintf(allowed[0], sizeof allowed[0], "%s", r->mallory.public_z85);
+    pt_session_config cfg = {
+        .key = &r->console, .allowed = (const char(*)[PT_KEY_Z85_LEN + 1]) allowed, .allowed_n = 1};
+    int rc = pt_session_create(&cfg, &r->s, &err);
+    if (rc == 0)
+        rc = pt_session_allow(r->s, r->real.public_z85, "w0", &err);
+    CHECK_MSG(rc == 0, "session set-up: %s", err.msg);
+    return rc == 0;
+}
+
 static void test_name_bound_to_key(void)
 {
-    pt_keyfile console, real, mallory;
-    REQUIRE(pt_trust_keypair(&console, NULL) == 0);
-    REQUIRE(pt_trust_keypair(&real, NULL) == 0);
-    REQUIRE(pt_trust_keypair(&mallory, NULL) == 0);
-    char allowed[1][PT_KEY_Z85_LEN + 1];
-    snprintf(allowed[0], sizeof allowed[0], "%s", mallory.public_z85);
-    pt_session_config cfg = {
-        .key = &console, .allowed = (const char(*)[PT_KEY_Z85_LEN + 1]) allowed, .allowed_n = 1};
-    pt_session *s = NULL;
-    pt_error err = {0};
-    REQUIRE(pt_session_create(&cfg, &s, &err) == 0);
+    curve_rig r;
+    REQUIRE(rig_open(&r));
+    pt_keyfile console = r.console, real = r.real, mallory = r.mallory;
+    pt_session *s = r.s;
     CHECK(!strcmp(pt_session_public_key(s), console.public_z85));
-    /* the controller's spawned agent w0 has key `real` */
-    REQUIRE(pt_session_allow(s, real.public_z85, "w0", &err) == 0);
     const char *ep = pt_session_control_endpoint(s);
 
     /* mallory (an allowed key) registers first as w0 */
@@ -207,24 +224,45 @@ static uint64_t tele_rejected(pt_session *s)
     return k.telemetry_rejected;
 }
 
+static int tele_rejected_over(pt_session *s, void *arg)
+{
+    return tele_rejected(s) > *(uint64_t *)arg;
+}
+
+static int has_metrics(pt_session *s, void *arg)
+{
+    return pt_session_agent_at(s, *(int *)arg)->has_metrics;
+}
+
+/* Publishes metrics as w0 every RESEND_MS (a SUB that joined late misses
+ * the first), numbered seq, seq + inc, ..., until done(s) or WAIT_MS. */
+static int tele_send_until(pt_session *s, void *pub, int64_t seq, int64_t inc,
+                           int (*done)(pt_session *, void *), void *arg)
+{
+    int64_t t0 = now_ms(), last = -RESEND_MS;
+    while (now_ms() - t0 < WAIT_MS) {
+        if (now_ms() - last >= RESEND_MS) {
+            tele_send(pub, "w0", seq);
+            seq += inc;
+            last = now_ms();
+        }
+        pt_session_poll(s, 20, NULL);
+        if (done(s, arg))
+            return 1;
+    }
+    return 0;
+}
+
 /* Forged telemetry (issue 13's probe: a frame with seq near 2^53 under a
  * real agent's name made every later genuine frame "too old"): under CURVE a
  * frame whose key is not the name's is refused before its sequence number is
  * tracked, so the real agent's telemetry goes on being taken. */
 static void test_forged_telemetry(void)
 {
-    pt_keyfile console, real, mallory;
-    REQUIRE(pt_trust_keypair(&console, NULL) == 0);
-    REQUIRE(pt_trust_keypair(&real, NULL) == 0);
-    REQUIRE(pt_trust_keypair(&mallory, NULL) == 0);
-    char allowed[1][PT_KEY_Z85_LEN + 1];
-    snprintf(allowed[0], sizeof allowed[0], "%s", mallory.public_z85);
-    pt_session_config cfg = {
-        .key = &console, .allowed = (const char(*)[PT_KEY_Z85_LEN + 1]) allowed, .allowed_n = 1};
-    pt_session *s = NULL;
-    pt_error err = {0};
-    REQUIRE(pt_session_create(&cfg, &s, &err) == 0);
-    REQUIRE(pt_session_allow(s, real.public_z85, "w0", &err) == 0);
+    curve_rig r;
+    REQUIRE(rig_open(&r));
+    pt_keyfile console = r.console, real = r.real, mallory = r.mallory;
+    pt_session *s = r.s;
     peer w;
     peer_open(&w, &real, console.public_z85, "w0", pt_session_control_endpoint(s));
     REQUIRE(send_until(s, &w, PT_MSG_REGISTER, "w0", 0, has_agent, "w0"));
@@ -234,30 +272,13 @@ static void test_forged_telemetry(void)
     void *ctx = zmq_ctx_new();
     void *forger = tele_open(ctx, &mallory, console.public_z85, pt_session_telemetry_endpoint(s));
     uint64_t r0 = tele_rejected(s);
-    int64_t t0 = now_ms(), last = -RESEND_MS;
-    while (tele_rejected(s) == r0 && now_ms() - t0 < WAIT_MS) {
-        if (now_ms() - last >= RESEND_MS) {
-            tele_send(forger, "w0", (1LL << 53) - 1);
-            last = now_ms();
-        }
-        pt_session_poll(s, 20, NULL);
-    }
-    CHECK_MSG(tele_rejected(s) > r0, "the forged telemetry was not refused");
+    CHECK_MSG(tele_send_until(s, forger, (1LL << 53) - 1, 0, tele_rejected_over, &r0),
+              "the forged telemetry was not refused");
     CHECK(!pt_session_agent_at(s, i)->has_metrics);
 
     /* the real agent's own frames, numbered from 1, are taken */
     void *genuine = tele_open(ctx, &real, console.public_z85, pt_session_telemetry_endpoint(s));
-    int64_t seq = 1;
-    t0 = now_ms();
-    last = -RESEND_MS;
-    while (!pt_session_agent_at(s, i)->has_metrics && now_ms() - t0 < WAIT_MS) {
-        if (now_ms() - last >= RESEND_MS) {
-            tele_send(genuine, "w0", seq++);
-            last = now_ms();
-        }
-        pt_session_poll(s, 20, NULL);
-    }
-    CHECK_MSG(pt_session_agent_at(s, i)->has_metrics,
+    CHECK_MSG(tele_send_until(s, genuine, 1, 1, has_metrics, &i),
               "the real agent's telemetry was refused after the forgery");
     pt_rx_counts c;
     pt_session_agent_telemetry(s, i, &c);
