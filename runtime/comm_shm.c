@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -397,10 +398,20 @@ size_t pt_shm_ring_piece_max(const pt_shm_ring *r)
     return r->cap / 4 - REC_ALIGN;
 }
 
+static void fill_copy(void *src, unsigned char *dst, size_t off, size_t len)
+{
+    memcpy(dst, (const unsigned char *)src + off, len);
+}
+
 int pt_shm_ring_send(pt_shm_ring *r, const unsigned char *hdr, const void *payload, size_t bytes,
                      pt_shm_wait_fn *wait, void *arg)
 {
-    const unsigned char *p = payload;
+    return pt_shm_ring_send_fill(r, hdr, bytes, fill_copy, (void *)(uintptr_t)payload, wait, arg);
+}
+
+int pt_shm_ring_send_fill(pt_shm_ring *r, const unsigned char *hdr, size_t bytes,
+                          pt_shm_fill_fn *fill, void *fill_arg, pt_shm_wait_fn *wait, void *arg)
+{
     size_t piece_max = pt_shm_ring_piece_max(r) / sizeof(float) * sizeof(float), done = 0;
     int first = 1;
     while (first || done < bytes) {
@@ -433,7 +444,7 @@ int pt_shm_ring_send(pt_shm_ring *r, const unsigned char *hdr, const void *paylo
             dst += PT_COMM_HEADER_BYTES;
         }
         if (piece)
-            memcpy(dst, p + done, piece);
+            fill(fill_arg, dst, done, piece);
         done += piece;
         first = 0;
         publish(r, new_head);
