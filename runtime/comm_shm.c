@@ -53,6 +53,7 @@ typedef struct shm_ctl {
     _Alignas(64) _Atomic uint64_t tail;
     _Alignas(64) atomic_int cons_waiting;
     _Alignas(64) atomic_int prod_waiting;
+    atomic_int attached; /* the receiver mapped the ring (it removes the names) */
 } shm_ctl;
 
 _Static_assert(sizeof(shm_ctl) <= CTL_BYTES, "control block fits its page");
@@ -176,6 +177,14 @@ static void ring_free_names(const pt_shm_ring *r)
 
 static void ring_free(pt_shm_ring *r, int unlink_files)
 {
+    /* A sender that closes before its receiver mapped the ring leaves the
+     * names while messages wait in it: the receiver, reading the hello
+     * later (ZeroMQ delivers it at close), still finds them, maps the ring,
+     * takes the messages and removes the names. Otherwise they go when the
+     * folder's process is gone (sweep_stale). */
+    if (unlink_files && r->producer && r->ctl && !atomic_load(&r->ctl->attached) &&
+        atomic_load(&r->ctl->head) != atomic_load(&r->ctl->tail))
+        unlink_files = 0;
     if (r->ctl)
         munmap(r->ctl, r->map_bytes);
     if (r->data_fd >= 0)
@@ -245,6 +254,7 @@ int pt_shm_ring_create(const char *dir, int src, int dst, uint64_t token, uint64
     atomic_init(&r->ctl->tail, 0);
     atomic_init(&r->ctl->cons_waiting, 0);
     atomic_init(&r->ctl->prod_waiting, 0);
+    atomic_init(&r->ctl->attached, 0);
     char f[PT_SHM_PATH_MAX + 8];
     snprintf(f, sizeof f, "%s.d", r->path);
     if ((r->data_fd = open_fifo(f, 1, err)) < 0) {
@@ -321,6 +331,7 @@ int pt_shm_ring_attach(const char *path, int src, int dst, uint64_t token, uint6
         goto fail;
     }
     r->pending_tail = atomic_load(&r->ctl->tail);
+    atomic_store(&r->ctl->attached, 1);
     /* Both sides hold it now: remove the names, so a crash leaves nothing
      * in /dev/shm but the sender's empty folder (removed at its destroy). */
     snprintf(r->path, sizeof r->path, "%s", path);
