@@ -31,10 +31,10 @@
  * calibration model can be iterated on a quiet run's measurements; it
  * skips the throughput comparison, which measures single processes now.
  *
- * It also prints the throughput of the 2-stage dapple plan at global batch
- * 128 against one process training the same model at batch 128 with one and
- * with two BLAS threads (bench/train_throughput, built beside this program),
- * and each one's samples per CPU-second (the pipeline's: pipetop run and its
+ * It also prints the throughput of 2-stage plans at global batch 128 (dapple,
+ * and 1f1b-gw: its weight gradients gathered into one pass per layer) against one process training
+ * the same model at batch 128 with one and with two BLAS threads (bench/train_throughput, built
+ * beside this program), and each one's samples per CPU-second (the pipeline's: pipetop run and its
  * agents, less a 3-iteration run of the same plan, so start-up and profiling
  * cancel), which a loaded machine distorts less than samples/s. --throughput-only runs only that
  * part.
@@ -702,30 +702,20 @@ static void samples_per_s(const char *model, int threads, int steps, double *wal
     pclose(p);
 }
 
-static void throughput(const char *model, const bench_args *a, const char *out_dir)
+/* One 2-stage M=TP_MB plan of `kind` run for real: samples/s and samples per
+ * CPU-second (NaN when a run failed). */
+static void pipeline_tp(const char *model, const char *kind, const pt_profile *prof,
+                        const bench_args *a, const char *out_dir, double *wall, double *cpu)
 {
-    plan_case c = {"dapple", 2, TP_MB, -1};
+    plan_case c = {kind, 2, TP_MB, -1};
     plan_result r = {.c = &c, .agents = 2};
-    char path[PATH_CAP + 64], cmd[CMD_CAP];
-    pt_error err = {0};
-    pt_profile *prof = NULL;
-    snprintf(path, sizeof path, "%s/%s-layers.json", out_dir, model);
-    if (access(path, R_OK) != 0) { /* --throughput-only: the matrix did not profile it */
-        snprintf(cmd, sizeof cmd,
-                 "'%s/pipetop' profile --model '%s' --batch %d --threads 1 --out '%s' >/dev/null",
-                 exe_dir, model, MB_SIZE, path);
-        if (run_cmd(cmd, NULL, 0) != 0)
-            fprintf(stderr, "fidelity: throughput: %s: cannot profile\n", model);
-    }
-    if (pt_profile_load(path, &prof, &err) < 0 || !(r.plan = make_plan(prof, &c))) {
-        fprintf(stderr, "fidelity: throughput: %s\n", err.msg);
-        pt_profile_free(&prof);
+    *wall = *cpu = NAN;
+    if (!(r.plan = make_plan(prof, &c)))
         return;
-    }
-    if ((size_t)snprintf(r.dir, sizeof r.dir, "%s/%s-throughput", out_dir, model) >= sizeof r.dir)
+    if ((size_t)snprintf(r.dir, sizeof r.dir, "%s/%s-throughput-%s", out_dir, model, kind) >=
+        sizeof r.dir)
         goto done;
-    int steps = a->quick ? TP_STEPS_QUICK : TP_STEPS_FULL,
-        iters = a->quick ? a->iters : 2 * a->iters;
+    int iters = a->quick ? a->iters : 2 * a->iters;
     /* CPU per sample from the difference of a short and this run: start-up,
      * profiling and the console's set-up cancel */
     plan_result sr = r;
@@ -740,25 +730,57 @@ static void throughput(const char *model, const bench_args *a, const char *out_d
     pt_profile_free(&sr.base);
     pt_profile_free(&sr.cal);
     pt_cal_fit_clear(&sr.fit);
-    double pipe = ok && r.meas_ms > 0 ? TP_BATCH / (r.meas_ms / 1e3) : NAN;
-    double pipe_per_cpu =
-        ok && short_ok && iters > TP_SHORT_ITERS && c2 - c1 > c1 - c0
-            ? (double)(iters - TP_SHORT_ITERS) * TP_BATCH / ((c2 - c1) - (c1 - c0))
-            : NAN;
-    double one, one_cpu, two, two_cpu;
-    samples_per_s(model, 1, steps, &one, &one_cpu);
-    samples_per_s(model, 2, steps, &two, &two_cpu);
-    printf("\nthroughput, %s, global batch %d: 2-stage dapple M=%d %.1f samples/s; one process "
-           "1 BLAS thread %.1f, 2 threads %.1f; ratios %.2fx and %.2fx\n",
-           model, TP_BATCH, TP_MB, pipe, one, two, pipe / one, pipe / two);
-    printf("  samples per CPU-second: pipeline %.1f (pipetop run and its agents, a %d-iteration "
-           "run subtracted), one process 1 thread %.1f, 2 threads %.1f\n",
-           pipe_per_cpu, TP_SHORT_ITERS, one_cpu, two_cpu);
+    *wall = ok && r.meas_ms > 0 ? TP_BATCH / (r.meas_ms / 1e3) : NAN;
+    *cpu = ok && short_ok && iters > TP_SHORT_ITERS && c2 - c1 > c1 - c0
+               ? (double)(iters - TP_SHORT_ITERS) * TP_BATCH / ((c2 - c1) - (c1 - c0))
+               : NAN;
 done:
     pt_plan_free(&r.plan);
     pt_profile_free(&r.base);
     pt_profile_free(&r.cal);
     pt_cal_fit_clear(&r.fit);
+}
+
+/* The pipelines the throughput comparison runs: DAPPLE's schedule, and
+ * 1F1B with the weight gradients gathered into one pass per layer. */
+static const char *const tp_kinds[] = {"dapple", "1f1b-gw"};
+#define TP_KINDS (int)(sizeof tp_kinds / sizeof tp_kinds[0])
+
+static void throughput(const char *model, const bench_args *a, const char *out_dir)
+{
+    char path[PATH_CAP + 64], cmd[CMD_CAP];
+    pt_error err = {0};
+    pt_profile *prof = NULL;
+    snprintf(path, sizeof path, "%s/%s-layers.json", out_dir, model);
+    if (access(path, R_OK) != 0) { /* --throughput-only: the matrix did not profile it */
+        snprintf(cmd, sizeof cmd,
+                 "'%s/pipetop' profile --model '%s' --batch %d --threads 1 --out '%s' >/dev/null",
+                 exe_dir, model, MB_SIZE, path);
+        if (run_cmd(cmd, NULL, 0) != 0)
+            fprintf(stderr, "fidelity: throughput: %s: cannot profile\n", model);
+    }
+    if (pt_profile_load(path, &prof, &err) < 0) {
+        fprintf(stderr, "fidelity: throughput: %s\n", err.msg);
+        return;
+    }
+    int steps = a->quick ? TP_STEPS_QUICK : TP_STEPS_FULL;
+    double pipe[TP_KINDS], pipe_cpu[TP_KINDS], one, one_cpu, two, two_cpu;
+    for (int k = 0; k < TP_KINDS; k++)
+        pipeline_tp(model, tp_kinds[k], prof, a, out_dir, &pipe[k], &pipe_cpu[k]);
+    samples_per_s(model, 1, steps, &one, &one_cpu);
+    samples_per_s(model, 2, steps, &two, &two_cpu);
+    printf("\nthroughput, %s, global batch %d: one process 1 BLAS thread %.1f samples/s, "
+           "2 threads %.1f\n",
+           model, TP_BATCH, one, two);
+    for (int k = 0; k < TP_KINDS; k++)
+        printf("  2-stage %-8s M=%d %.1f samples/s; ratios %.2fx (1 thread) and %.2fx (2 "
+               "threads)\n",
+               tp_kinds[k], TP_MB, pipe[k], pipe[k] / one, pipe[k] / two);
+    printf("  samples per CPU-second: one process 1 thread %.1f, 2 threads %.1f;", one_cpu,
+           two_cpu);
+    for (int k = 0; k < TP_KINDS; k++)
+        printf(" %s %.1f", tp_kinds[k], pipe_cpu[k]);
+    printf(" (pipetop run and its agents, a %d-iteration run subtracted)\n", TP_SHORT_ITERS);
     pt_profile_free(&prof);
 }
 

@@ -582,7 +582,8 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
         double slow = stretch[w];
         int64_t cursor = -1, issued = 0; /* end of the last blocking op; ops since */
         double c = (double)w * PT_CAL_STEP_KEY + (double)v[i].step; /* this worker-step */
-        int ar_ord = 0;
+        int ar_ord = 0, split_n = 0;
+        double split_s = 0;
         for (int64_t k = i; k < j; k++) {
             const cev *e = &v[k];
             double d = (double)(e->end - e->start) / NS_PER_S;
@@ -595,6 +596,16 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
             case PT_OP_BWD:
                 oom |= svec_add(&a->bwd, 0, 0, c, d);
                 a->bwd_b += slow * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
+                break;
+            case PT_OP_BWD_INPUT:
+                /* a split backward is fitted as whole backwards: the step's
+                 * halves summed, one sample per micro-batch (below) */
+                split_s += d;
+                split_n++;
+                a->bwd_b += slow * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
+                break;
+            case PT_OP_BWD_WEIGHT:
+                split_s += d;
                 break;
             case PT_OP_RECOMPUTE:
                 oom |= svec_add(&a->rec, 0, 0, c, d);
@@ -660,6 +671,8 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
             cursor = e->end;
             issued = 0;
         }
+        for (int q = 0; q < split_n; q++)
+            oom |= svec_add(&a->bwd, 0, 0, c, split_s / split_n);
         i = j;
     }
     free(first);
@@ -723,6 +736,11 @@ static void scale_layers(pt_profile *p, const pt_profile *base, const pt_cal_sta
         rows_share *= speed;
         o->fwd_ms = s->fwd_base_ms > 0 ? b->fwd_ms * s->fwd_scale : fwd_mean_ms * rows_share / n;
         o->bwd_ms = s->bwd_base_ms > 0 ? b->bwd_ms * s->bwd_scale : bwd_mean_ms * rows_share / n;
+        /* the halves of a split backward move with it */
+        if (b->bwd_input_ms > 0 && b->bwd_ms > 0)
+            o->bwd_input_ms = b->bwd_input_ms * o->bwd_ms / b->bwd_ms;
+        if (b->bwd_weight_ms > 0 && b->bwd_ms > 0)
+            o->bwd_weight_ms = b->bwd_weight_ms * o->bwd_ms / b->bwd_ms;
         if (s->rec_ops > 0)
             o->recompute_ms =
                 s->rec_base_ms > 0 ? rec * s->rec_scale : rec_mean_ms * rows_share / n;

@@ -72,6 +72,16 @@ int pt_sched_kind_inflight_zb_h2(const pt_sched_shape *q)
     return n < q->microbatches ? n : q->microbatches;
 }
 
+int pt_sched_kind_inflight_gw(const pt_sched_shape *q)
+{
+    return q->recompute ? pt_sched_kind_inflight_1f1b(q) : q->microbatches;
+}
+
+int pt_sched_kind_hold_gw(const pt_sched_shape *q)
+{
+    return q->recompute ? 1 : q->microbatches;
+}
+
 int pt_sched_kind_hold_zb(const pt_sched_shape *q)
 {
     int lag = q->recompute ? 0 : q->stage;

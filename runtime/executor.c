@@ -539,6 +539,63 @@ static int allreduce(pt_exec *ex, float *grads, int64_t count, pt_error *err)
     return rc;
 }
 
+/* Gathered weight gradients: the run of BWD_WEIGHT ops that starts at op i
+ * (consecutive in the program, same gradient array, no stash), which
+ * op_bwd_weights runs as one pass. 1 when op i starts none, under a host
+ * (interleaved chunks take turns op by op) or when the net recomputes (it
+ * keeps one micro-batch's B state). */
+static int weight_run(const pt_exec *ex, int i)
+{
+    const pt_op *op = &ex->ops[i];
+    if (op->kind != PT_OP_BWD_WEIGHT || (op->flags & PT_OPF_STASH) || ex->cfg.host ||
+        ex->wk->recompute)
+        return 1;
+    int g = 1;
+    while (i + g < ex->n && g < PT_EXEC_WEIGHT_RUN_MAX) {
+        const pt_op *o = &ex->ops[i + g];
+        if (o->kind != PT_OP_BWD_WEIGHT || o->flags != op->flags ||
+            ex->plan.xop[i + g].gbuf != ex->plan.xop[i].gbuf)
+            break;
+        g++;
+    }
+    return g;
+}
+
+/* Ops i .. i+g-1, a weight_run, in one pass: every layer's gradient takes
+ * the W of all g micro-batches while it is in cache (pt_net_backward_weight_many;
+ * the same sums as one op at a time). ev[k] gets op i+k's version. */
+static int op_bwd_weights(pt_exec *ex, int i, int g, pt_exec_event *ev, pt_error *err)
+{
+    int slots[PT_EXEC_WEIGHT_RUN_MAX];
+    for (int k = 0; k < g; k++) {
+        const pt_op *op = &ex->ops[i + k];
+        int a = weights_for(ex, i + k, op, ex->plan.xop[i + k].slot, err);
+        if (a < 0)
+            return a;
+        ev[k].used_version = ex->va[a].tag;
+        if (ex->cfg.digest)
+            ev[k].weights_digest = device_digest(ex, ex->va[a].data);
+        slots[k] = ex->plan.xop[i + k].slot;
+    }
+    int j = i + g, any = 0;
+    for (; j < ex->n && (ex->ops[j].kind == PT_OP_SEND_GRAD || ex->ops[j].kind == PT_OP_ALLREDUCE);
+         j++)
+        any |= hookable(ex, j);
+    ex->hook_next = i + g;
+    ex->hook_end = j;
+    int rc = pt_net_backward_weight_many(ex->net, slots, g, ex->gbufs[ex->plan.xop[i].gbuf],
+                                         any ? bwd_hook : NULL, ex);
+    ex->hook_next = ex->hook_end = 0;
+    if (rc < 0)
+        return pt_error_set(err, rc, "%s of %d micro-batches failed (%s)",
+                            pt_op_name(PT_OP_BWD_WEIGHT), g, pt_strerror(rc));
+    for (int k = 0; k < g; k++) {
+        ex->slot_y[slots[k]] = NULL;
+        version_read(ex, i + k, ex->ops[i + k].version);
+    }
+    return 0;
+}
+
 static int exec_op(pt_exec *ex, int i, int64_t base, pt_exec_event *ev, pt_error *err)
 {
     const pt_op *op = &ex->ops[i];
@@ -619,6 +676,27 @@ static void host_done(pt_exec *ex, int rc)
         pt_exec_host_give(ex->cfg.host);
 }
 
+/* Fills op i's fields of ev and hands it to the on_op callback. */
+static void emit_event(pt_exec *ex, int i, int64_t iteration_base, pt_exec_event *ev)
+{
+    const pt_op *op = &ex->ops[i];
+    ev->worker = ex->w;
+    ev->stage = ex->wk->stage;
+    ev->replica = ex->wk->replica;
+    ev->op_index = ex->wk->op_begin + i;
+    ev->kind = op->kind;
+    ev->flags = op->flags;
+    ev->mb = op->mb;
+    ev->mb_end = op->mb_end;
+    ev->iteration = iteration_base + op->mb / ex->p->mb_per_window;
+    ev->version = op->version;
+    ev->peer = op->peer;
+    ev->row_lo = op->row_lo;
+    ev->row_hi = op->row_hi;
+    ev->versions_live = ex->versions_live;
+    ex->cfg.on_op(ex->cfg.user, ev);
+}
+
 int pt_exec_run(pt_exec *ex, int64_t iteration_base, pt_exec_result *res, pt_error *err)
 {
     if (res)
@@ -639,43 +717,36 @@ int pt_exec_run(pt_exec *ex, int64_t iteration_base, pt_exec_result *res, pt_err
         ex->wcount[t] = 0;
     }
     int64_t t_run = pt_exec_now_ns(), busy = 0;
-    pt_exec_event ev;
-    for (int i = 0; i < ex->n; i++) {
-        const pt_op *op = &ex->ops[i];
+    pt_exec_event evs[PT_EXEC_WEIGHT_RUN_MAX];
+    for (int i = 0; i < ex->n;) {
         if (ex->cfg.stop && atomic_load(ex->cfg.stop))
             return op_error(ex, i, pt_error_set(err, PT_ESTATE, "stopped"), err);
         if (ex->fifo_n)
             ar_pump(ex);
-        memset(&ev, 0, sizeof ev);
-        ev.used_version = -1;
+        int g = weight_run(ex, i);
+        memset(evs, 0, (size_t)g * sizeof evs[0]);
+        for (int k = 0; k < g; k++)
+            evs[k].used_version = -1;
         int rc = host_turn(ex, i, err);
         if (rc < 0)
             return op_error(ex, i, rc, err);
-        ev.start_ns = pt_exec_now_ns();
-        rc = exec_op(ex, i, iteration_base, &ev, err);
-        ev.end_ns = pt_exec_now_ns();
+        int64_t t0 = pt_exec_now_ns();
+        evs[0].start_ns = t0;
+        rc = g > 1 ? op_bwd_weights(ex, i, g, evs, err) : exec_op(ex, i, iteration_base, evs, err);
+        int64_t t1 = pt_exec_now_ns();
         host_done(ex, rc);
         if (rc < 0)
             return op_error(ex, i, rc, err);
-        if (pt_op_is_compute(op->kind))
-            busy += ev.end_ns - ev.start_ns;
-        if (ex->cfg.on_op) {
-            ev.worker = ex->w;
-            ev.stage = ex->wk->stage;
-            ev.replica = ex->wk->replica;
-            ev.op_index = ex->wk->op_begin + i;
-            ev.kind = op->kind;
-            ev.flags = op->flags;
-            ev.mb = op->mb;
-            ev.mb_end = op->mb_end;
-            ev.iteration = iteration_base + op->mb / ex->p->mb_per_window;
-            ev.version = op->version;
-            ev.peer = op->peer;
-            ev.row_lo = op->row_lo;
-            ev.row_hi = op->row_hi;
-            ev.versions_live = ex->versions_live;
-            ex->cfg.on_op(ex->cfg.user, &ev);
+        /* a gathered run's time is shared evenly by its ops, one after the other */
+        for (int k = 0; k < g; k++) {
+            evs[k].start_ns = t0 + (t1 - t0) * k / g;
+            evs[k].end_ns = t0 + (t1 - t0) * (k + 1) / g;
         }
+        if (pt_op_is_compute(ex->ops[i].kind))
+            busy += t1 - t0;
+        for (int k = 0; k < g && ex->cfg.on_op; k++)
+            emit_event(ex, i + k, iteration_base, &evs[k]);
+        i += g;
     }
     /* all-reduces no AR_WAIT waits for (hand-written programs; generated ones drain): finish them
      * so the replicas stay in step, and drop their gradients */

@@ -110,6 +110,11 @@ typedef struct pt_exec_needs {
 int pt_exec_needs_of(const pt_program *prog, int worker, pt_exec_needs *out, pt_error *err);
 
 /* One op as executed, for telemetry (and tests). */
+/* Consecutive BWD_WEIGHT ops of a worker (gathered weight gradients, the
+ * 1f1b-gw kind) run as one pass of at most this many micro-batches; their
+ * events share the pass's time evenly, one after the other. */
+#define PT_EXEC_WEIGHT_RUN_MAX 64
+
 typedef struct pt_exec_event {
     int worker, stage, replica;
     int op_index;       /* index into prog->ops */

@@ -97,6 +97,13 @@ typedef struct pt_layer_ops {
      * parameters defines both. */
     void (*backward_input)(const pt_layer *l, pt_layer_run *r);
     void (*backward_weight)(const pt_layer *l, pt_layer_run *r);
+    /* Optional, gathered W: backward_weight of runs[0..count) (count >= 2,
+     * same w and dw) at once, e.g. one gemm over all their rows stacked in
+     * ws, ws_floats floats of scratch nothing else uses during W. The same
+     * gradients up to the order of the sums. NULL: backward_weight run by
+     * run. */
+    void (*backward_weight_many)(const pt_layer *l, const pt_layer_run *runs, int count, float *ws,
+                                 int64_t ws_floats);
 } pt_layer_ops;
 
 struct pt_layer {
@@ -193,6 +200,27 @@ void pt_chain_backward_weight(const pt_chain *c, const pt_backend *be, int n, co
                               float *dw, const float *x, const float *y, float *act,
                               const float *keep, const float *dy,
                               void (*hook)(void *user, int layer), void *user);
+
+/* W of several micro-batches at once (gathered weight gradients): what
+ * pt_chain_backward_weight does for each run, layer by layer (last layer
+ * first, every run's W of a layer before the next layer's), so a layer's
+ * gradient is written while it is in cache rather than once per micro-batch
+ * through memory. A layer with backward_weight_many takes all runs in one
+ * call with ws (the chain's scratch block, ws_floats floats, free during W)
+ * as its scratch, which changes only the order of the sums; the others run
+ * one run at a time in the order given. At most PT_CHAIN_WRUN_MAX runs.
+ * hook(user, i) runs once per layer, after every run's W of layer i. */
+#define PT_CHAIN_WRUN_MAX 64
+typedef struct pt_chain_wrun {
+    int n;
+    const float *x, *y;
+    float *act;
+    const float *keep, *dy;
+} pt_chain_wrun;
+void pt_chain_backward_weight_many(const pt_chain *c, const pt_backend *be, const float *w,
+                                   float *dw, int count, const pt_chain_wrun *runs, float *ws,
+                                   int64_t ws_floats, void (*hook)(void *user, int layer),
+                                   void *user);
 
 /* Alignment of every region in a block, floats (64 bytes). */
 #define PT_LAYER_ALIGN_FLOATS 16

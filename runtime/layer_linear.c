@@ -81,6 +81,40 @@ static void linear_backward_weight(const pt_layer *l, pt_layer_run *r)
         r->be->col_sum(r->be, rows, out, r->dy, 1.0f, db);
 }
 
+/* Gathered W: the runs' rows of x and dy stacked in ws, as many runs at a
+ * time as fit, and one gemm over them all (K = their rows) instead of one
+ * per micro-batch: a gemm with few rows streams dW through memory for
+ * little work. A run too large to stack with another runs alone. */
+static void linear_backward_weight_many(const pt_layer *l, const pt_layer_run *runs, int count,
+                                        float *ws, int64_t ws_floats)
+{
+    int in = l->in_dims[l->in_rank - 1], out = l->spec.out;
+    int64_t per = l->in_elems / in, cap = ws_floats / (in + out);
+    const pt_backend *be = runs[0].be;
+    float *dW = runs[0].dw, *db = runs[0].dw + (int64_t)in * out;
+    for (int k = 0; k < count;) {
+        int64_t rows = 0;
+        int j = k;
+        while (j < count && rows + runs[j].n * per <= cap)
+            rows += runs[j++].n * per;
+        if (j - k < 2) {
+            linear_backward_weight(l, (pt_layer_run *)&runs[k]);
+            k++;
+            continue;
+        }
+        float *xs = ws, *dys = ws + rows * in;
+        for (int64_t q = k, r0 = 0; q < j; r0 += runs[q].n * per, q++) {
+            int64_t rq = runs[q].n * per;
+            be->copy(be, xs + r0 * in, runs[q].x, (size_t)(rq * in) * sizeof(float));
+            be->copy(be, dys + r0 * out, runs[q].dy, (size_t)(rq * out) * sizeof(float));
+        }
+        linear_gemm(be, PT_TRANS, PT_NO_TRANS, in, out, (int)rows, xs, in, dys, out, 1.0f, dW, out);
+        if (l->spec.bias)
+            be->col_sum(be, (int)rows, out, dys, 1.0f, db);
+        k = j;
+    }
+}
+
 static void linear_backward(const pt_layer *l, pt_layer_run *r)
 {
     linear_backward_weight(l, r);
@@ -95,4 +129,5 @@ const pt_layer_ops pt_layer_linear_ops = {
     .backward = linear_backward,
     .backward_input = linear_backward_input,
     .backward_weight = linear_backward_weight,
+    .backward_weight_many = linear_backward_weight_many,
 };

@@ -46,6 +46,20 @@ static void residual_backward_weight(const pt_layer *l, pt_layer_run *r)
                              r->act + body_out_floats(l), r->keep, r->dy, NULL, NULL);
 }
 
+/* Gathered W: the body's W of every run at once, layer by layer, so its
+ * linear layers stack the runs' rows too. */
+static void residual_backward_weight_many(const pt_layer *l, const pt_layer_run *runs, int count,
+                                          float *ws, int64_t ws_floats)
+{
+    pt_chain_wrun u[PT_CHAIN_WRUN_MAX];
+    for (int k = 0; k < count && k < PT_CHAIN_WRUN_MAX; k++) {
+        const pt_layer_run *r = &runs[k];
+        u[k] = (pt_chain_wrun){r->n, r->x, r->act, r->act + body_out_floats(l), r->keep, r->dy};
+    }
+    pt_chain_backward_weight_many(l->body, runs[0].be, runs[0].w, runs[0].dw, count, u, ws,
+                                  ws_floats, NULL, NULL);
+}
+
 static void residual_init(const pt_layer *l, float *w)
 {
     pt_chain_init_params(l->body, w);
@@ -103,4 +117,5 @@ const pt_layer_ops pt_layer_residual_ops = {
     .backward = residual_backward,
     .backward_input = residual_backward_input,
     .backward_weight = residual_backward_weight,
+    .backward_weight_many = residual_backward_weight_many,
 };

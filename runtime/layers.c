@@ -262,29 +262,48 @@ void pt_chain_backward_input(const pt_chain *c, const pt_backend *be, int n, con
     }
 }
 
+void pt_chain_backward_weight_many(const pt_chain *c, const pt_backend *be, const float *w,
+                                   float *dw, int count, const pt_chain_wrun *runs, float *ws,
+                                   int64_t ws_floats, void (*hook)(void *user, int layer),
+                                   void *user)
+{
+    pt_layer_run r[PT_CHAIN_WRUN_MAX];
+    if (count > PT_CHAIN_WRUN_MAX)
+        count = PT_CHAIN_WRUN_MAX;
+    for (int i = c->count - 1; i >= 0; i--) {
+        const pt_layer *l = &c->layers[i];
+        if (l->ops->backward_weight && l->param_count > 0) {
+            for (int k = 0; k < count; k++) {
+                const pt_chain_wrun *u = &runs[k];
+                float *kp = (float *)u->keep; /* layers only read it in W */
+                r[k] = (pt_layer_run){
+                    .be = be,
+                    .n = u->n,
+                    .w = w + l->param_offset,
+                    .dw = dw + l->param_offset,
+                    .x = i == 0 ? u->x : u->act + c->layers[i - 1].out_off,
+                    .y = l->out_off < 0 ? (float *)u->y : u->act + l->out_off,
+                    .act = u->act + l->act_off,
+                    .keep = kp ? kp + l->keep_off : NULL,
+                    .dy = i == c->count - 1 ? u->dy : kp + l->dy_keep_off,
+                };
+            }
+            if (count > 1 && l->ops->backward_weight_many && ws)
+                l->ops->backward_weight_many(l, r, count, ws, ws_floats);
+            else
+                for (int k = 0; k < count; k++)
+                    l->ops->backward_weight(l, &r[k]);
+        }
+        if (hook)
+            hook(user, i);
+    }
+}
+
 void pt_chain_backward_weight(const pt_chain *c, const pt_backend *be, int n, const float *w,
                               float *dw, const float *x, const float *y, float *act,
                               const float *keep, const float *dy,
                               void (*hook)(void *user, int layer), void *user)
 {
-    float *kp = (float *)keep; /* layers only read it in W */
-    for (int i = c->count - 1; i >= 0; i--) {
-        const pt_layer *l = &c->layers[i];
-        if (l->ops->backward_weight && l->param_count > 0) {
-            pt_layer_run r = {
-                .be = be,
-                .n = n,
-                .w = w + l->param_offset,
-                .dw = dw + l->param_offset,
-                .x = i == 0 ? x : act + c->layers[i - 1].out_off,
-                .y = l->out_off < 0 ? (float *)y : act + l->out_off,
-                .act = act + l->act_off,
-                .keep = kp ? kp + l->keep_off : NULL,
-                .dy = i == c->count - 1 ? dy : kp + l->dy_keep_off,
-            };
-            l->ops->backward_weight(l, &r);
-        }
-        if (hook)
-            hook(user, i);
-    }
+    pt_chain_wrun r = {n, x, y, act, keep, dy};
+    pt_chain_backward_weight_many(c, be, w, dw, 1, &r, NULL, 0, hook, user);
 }

@@ -553,22 +553,45 @@ int pt_net_backward_input(pt_net *net, int slot_id, const float *params, const f
 int pt_net_backward_weight_hooked(pt_net *net, int slot_id, const float *params, float *grads,
                                   void (*hook)(void *user, int layer), void *user)
 {
-    if (slot_id < 0 || slot_id >= net->max_slots)
+    (void)params; /* W's layers read the array B used (none reads weights) */
+    return pt_net_backward_weight_many(net, &slot_id, 1, grads, hook, user);
+}
+
+/* At most this many slots' W run as one pass (the runs live on the stack). */
+#define W_MANY_MAX PT_CHAIN_WRUN_MAX
+
+int pt_net_backward_weight_many(pt_net *net, const int *slot_ids, int count, float *grads,
+                                void (*hook)(void *user, int layer), void *user)
+{
+    if (count < 1 || count > W_MANY_MAX || (net->recompute && count > 1))
         return PT_EINVAL;
-    slot *s = &net->slots[slot_id];
-    if (!s->busy || !s->split)
-        return PT_ESTATE;
-    if (net->recompute && net->split_slot != slot_id)
-        return PT_ESTATE; /* another forward overwrote the shared block since this B */
-    (void)params;         /* W's layers read the array B used (none reads weights) */
+    pt_chain_wrun runs[W_MANY_MAX];
+    for (int k = 0; k < count; k++) {
+        int id = slot_ids[k];
+        if (id < 0 || id >= net->max_slots)
+            return PT_EINVAL;
+        slot *s = &net->slots[id];
+        if (!s->busy || !s->split)
+            return PT_ESTATE;
+        for (int j = 0; j < k; j++)
+            if (slot_ids[j] == id)
+                return PT_EINVAL;
+        if (net->recompute && net->split_slot != id)
+            return PT_ESTATE; /* another forward overwrote the shared block since this B */
+        runs[k] = (pt_chain_wrun){
+            s->n,           slot_x(s),
+            slot_y(net, s), slot_act(net, s),
+            s->keep,        net->keep_dy_off >= 0 ? s->keep + net->keep_dy_off : NULL};
+    }
     net_hook h = {hook, user, net->first};
-    pt_chain_backward_weight(&net->chain, net->be, s->n, s->params, grads ? grads : net->grads,
-                             slot_x(s), slot_y(net, s), slot_act(net, s), s->keep,
-                             net->keep_dy_off >= 0 ? s->keep + net->keep_dy_off : NULL,
-                             hook ? net_hook_fn : NULL, hook ? &h : NULL);
-    if (net->split_slot == slot_id)
-        net->split_slot = -1;
-    release(net, s);
+    pt_chain_backward_weight_many(
+        &net->chain, net->be, net->slots[slot_ids[0]].params, grads ? grads : net->grads, count,
+        runs, net->ws, net->chain.ws_floats, hook ? net_hook_fn : NULL, hook ? &h : NULL);
+    for (int k = 0; k < count; k++) {
+        if (net->split_slot == slot_ids[k])
+            net->split_slot = -1;
+        release(net, &net->slots[slot_ids[k]]);
+    }
     return 0;
 }
 

@@ -207,6 +207,17 @@ int pt_net_backward_input(pt_net *net, int slot, const float *params, const floa
 int pt_net_backward_weight(pt_net *net, int slot, const float *params, float *grads);
 int pt_net_backward_weight_hooked(pt_net *net, int slot, const float *params, float *grads,
                                   void (*hook)(void *user, int layer), void *user);
+/* W of `count` split slots in one pass (gathered weight gradients,
+ * pt_chain_backward_weight_many): the gradients of
+ * pt_net_backward_weight_hooked on each slot in the order given (up to the
+ * order of the sums where a layer stacks the slots' rows into one gemm), but
+ * layer by layer, so each layer's gradient goes through memory once rather
+ * than once per slot; hook runs once per layer, after every slot's W of it.
+ * Releases every slot. PT_EINVAL: count outside 1..64, a bad or repeated
+ * slot, or count > 1 in recompute mode (B's state of one slot only is
+ * kept); PT_ESTATE as pt_net_backward_weight; on error no slot is touched. */
+int pt_net_backward_weight_many(pt_net *net, const int *slot_ids, int count, float *grads,
+                                void (*hook)(void *user, int layer), void *user);
 /* 1 when the slot's B ran and its W has not. */
 int pt_net_slot_split(const pt_net *net, int slot);
 

@@ -235,7 +235,7 @@ static double rel(double got, double want)
 /* hold: the "machine"'s sends hold their worker (the CPU runtime's) or run
  * beside it (the simulator's default); cores > 0: its 8 devices share that
  * many cores, so plan A's 4 workers run slowed and plan B's 2 do not. */
-static void recovers_known_costs(int hold, int cores)
+static void recovers_known_costs_kind(int hold, int cores, const char *kind_a)
 {
     pt_profile *base = base_profile();
     REQUIRE(base != NULL);
@@ -247,7 +247,7 @@ static void recovers_known_costs(int hold, int cores)
     for (int d = 0; d < topo->device_count; d++)
         topo->devices[d].node_cores = cores;
     const int reps_a[3] = {1, 2, 1};
-    pt_plan *plan_a = make_plan(3, a_lo, a_hi, reps_a, "dapple");
+    pt_plan *plan_a = make_plan(3, a_lo, a_hi, reps_a, kind_a);
     REQUIRE(plan_a != NULL);
     /* plan A's 4 workers on the shared cores are stretched by how many
      * compute at once (planner/simulate.h): per stage, its workers' mean */
@@ -352,9 +352,21 @@ static void recovers_known_costs(int hold, int cores)
     pt_profile_free(&base);
 }
 
+static void recovers_known_costs(int hold, int cores)
+{
+    recovers_known_costs_kind(hold, cores, "dapple");
+}
+
 static void test_recovers_known_costs(void)
 {
     recovers_known_costs(0, 0);
+}
+
+/* plan A with the backward split (BWD_INPUT, BWD_WEIGHT gathered at the
+ * end): its halves fit the whole backward */
+static void test_recovers_known_costs_split(void)
+{
+    recovers_known_costs_kind(0, 0, "1f1b-gw");
 }
 
 static void test_recovers_known_costs_sends_hold(void)
@@ -499,8 +511,9 @@ static void test_one_size_links(void)
     pt_profile_free(&base);
 }
 
-PT_TEST_MAIN({"recovers_known_costs", test_recovers_known_costs}, {"rebase", test_rebase},
-             {"one_size_links", test_one_size_links},
+PT_TEST_MAIN({"recovers_known_costs", test_recovers_known_costs},
+             {"recovers_known_costs_split", test_recovers_known_costs_split},
+             {"rebase", test_rebase}, {"one_size_links", test_one_size_links},
              {"recovers_known_costs_sends_hold", test_recovers_known_costs_sends_hold},
              {"recovers_known_costs_shared_cores", test_recovers_known_costs_shared_cores},
              {"no_events", test_no_events})

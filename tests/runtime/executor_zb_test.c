@@ -68,7 +68,8 @@ static void kinds_for(const char *base, const int *cuts, int S, const int *reps,
     static const struct {
         pt_sched_kind kind;
         const char *name;
-    } kinds[] = {{PT_SCHED_ZB_H1, "zb-h1"}, {PT_SCHED_ZB_H2, "zb-h2"}};
+    } kinds[] = {
+        {PT_SCHED_ZB_H1, "zb-h1"}, {PT_SCHED_ZB_H2, "zb-h2"}, {PT_SCHED_1F1B_GW, "1f1b-gw"}};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         char name[96];
         snprintf(name, sizeof name, "%s %s", kinds[k].name, base);

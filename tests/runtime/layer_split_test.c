@@ -9,7 +9,11 @@
  * operations on the same data in the same order). Each check also asserts
  * the gradients are not all zero, so a half that computes nothing fails.
  * Recompute mode: B then W right after give the same; W after another
- * forward is refused. */
+ * forward is refused. Gathered W (pt_net_backward_weight_many, the
+ * 1f1b-gw kind's one pass over all micro-batches): within 1e-5, since a
+ * linear layer stacks the micro-batches' rows into one gemm (the same sums
+ * in another order). */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -135,14 +139,35 @@ static void check_split(const char *what, const pt_model_spec *spec, int first, 
             if (!loss)
                 memset(d.dy[nb], 0, (size_t)(pt_net_out_elems(b) * SAMPLES) * sizeof(float));
             nb++;
+        } else if (*o == 'G') {
+            /* gathered: the W of every micro-batch B has run, in one pass */
+            int ids[SLOTS];
+            for (int k = 0; k < nb - nw; k++)
+                ids[k] = nw + k;
+            CHECK(pt_net_backward_weight_many(b, ids, nb - nw, NULL, NULL, NULL) == 0);
+            for (; nw < nb; nw++)
+                CHECK(!pt_net_slot_busy(b, nw));
         } else {
             CHECK(pt_net_backward_weight(b, nw, NULL, NULL) == 0);
             CHECK(!pt_net_slot_busy(b, nw));
             nw++;
         }
     }
-    CHECK_MSG(memcmp(pt_net_grads(a), pt_net_grads(b), (size_t)P * sizeof(float)) == 0,
-              "%s: parameter gradients of B+W differ from the backward's", what);
+    if (strchr(order, 'G')) {
+        /* a linear layer stacks the micro-batches' rows into one gemm: the
+         * same sums in another order */
+        const float *ga = pt_net_grads(a), *gb = pt_net_grads(b);
+        double worst = 0;
+        for (int64_t i = 0; i < P; i++) {
+            double e = fabs((double)ga[i] - gb[i]) / (fabs((double)ga[i]) + 1e-3);
+            worst = e > worst ? e : worst;
+        }
+        CHECK_MSG(worst < 1e-5, "%s: gathered W's gradients differ from the backward's by %.3g",
+                  what, worst);
+    } else {
+        CHECK_MSG(memcmp(pt_net_grads(a), pt_net_grads(b), (size_t)P * sizeof(float)) == 0,
+                  "%s: parameter gradients of B+W differ from the backward's", what);
+    }
     CHECK_MSG(P == 0 || nonzero(pt_net_grads(b), P), "%s: no parameter gradient", what);
     for (int s = 0; s < SLOTS && want_dx; s++) {
         CHECK_MSG(memcmp(dxa[s], dxb[s], (size_t)in * sizeof(float)) == 0,
@@ -258,6 +283,39 @@ static void test_chains(void)
     check_split("gpt model", &g, 0, g.layer_count, 0, "BBWW");
     check_split("gpt inner stage", &g, 1, 5, 0, "BBWW");
     check_split("gpt first stage", &g, 0, 3, 0, "BBWW");
+    check_split("float model gathered", &f, 0, f.layer_count, 0, "BBG");
+    check_split("float inner stage gathered", &f, 1, 6, 0, "BBG");
+    check_split("gpt model gathered", &g, 0, g.layer_count, 0, "BBG");
+    check_split("gpt inner stage gathered", &g, 1, 5, 0, "BBG");
+}
+
+/* pt_net_backward_weight_many refuses what it cannot run and then touches
+ * no slot. */
+static void test_gathered_refusals(void)
+{
+    pt_model_spec f = float_model();
+    pt_net *net = make_net(&f, 0, f.layer_count, 0), *rc = make_net(&f, 0, f.layer_count, 1);
+    REQUIRE(net && rc);
+    data d;
+    data_make(&d, net, 0, pt_net_classes(net), 9);
+    for (int s = 0; s < SLOTS; s++)
+        CHECK(pt_net_forward(net, s, NULL, d.x[s], SAMPLES, d.labels[s], NULL, NULL) == 0);
+    CHECK(pt_net_backward_input(net, 0, NULL, NULL, NULL) == 0);
+    int both[2] = {0, 1}, twice[2] = {0, 0}, bad[1] = {SLOTS};
+    CHECK(pt_net_backward_weight_many(net, both, 2, NULL, NULL, NULL) == PT_ESTATE); /* 1: no B */
+    CHECK(pt_net_slot_split(net, 0) && pt_net_slot_busy(net, 0));
+    CHECK(pt_net_backward_weight_many(net, twice, 2, NULL, NULL, NULL) == PT_EINVAL);
+    CHECK(pt_net_backward_weight_many(net, bad, 1, NULL, NULL, NULL) == PT_EINVAL);
+    CHECK(pt_net_backward_weight_many(net, both, 0, NULL, NULL, NULL) == PT_EINVAL);
+    CHECK(pt_net_slot_split(net, 0) && pt_net_slot_busy(net, 0));
+    CHECK(pt_net_backward_input(net, 1, NULL, NULL, NULL) == 0);
+    CHECK(pt_net_backward_weight_many(net, both, 2, NULL, NULL, NULL) == 0);
+    CHECK(!pt_net_slot_busy(net, 0) && !pt_net_slot_busy(net, 1));
+    /* recompute mode keeps one micro-batch's B state: one slot at a time only */
+    CHECK(pt_net_backward_weight_many(rc, both, 2, NULL, NULL, NULL) == PT_EINVAL);
+    data_free(&d);
+    pt_net_destroy(&net);
+    pt_net_destroy(&rc);
 }
 
 static void test_recompute(void)
@@ -284,4 +342,4 @@ static void test_recompute(void)
 }
 
 PT_TEST_MAIN({"each_layer", test_each_layer}, {"chains", test_chains},
-             {"recompute", test_recompute})
+             {"recompute", test_recompute}, {"gathered_refusals", test_gathered_refusals})

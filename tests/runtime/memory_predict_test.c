@@ -327,6 +327,7 @@ static const variant variants[] = {
     {PT_SCHED_PIPESGD, 'A', 0, "pipesgd"},
     {PT_SCHED_ZB_H1, 'A', 0, "zb-h1"},
     {PT_SCHED_ZB_H2, 'A', 0, "zb-h2"},
+    {PT_SCHED_1F1B_GW, 'A', 0, "1f1b-gw"},
 };
 #define VARIANTS (int)(sizeof variants / sizeof variants[0])
 
