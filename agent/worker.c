@@ -86,6 +86,14 @@ typedef struct chunk {
     pt_exec_result res;
 } chunk;
 
+/* Consecutive steps' metrics of one chunk folded into one message (n steps;
+ * iter and rate: sums). */
+typedef struct fold_slot {
+    pt_msg_metrics m;
+    int n;
+    double iter, rate;
+} fold_slot;
+
 /* Everything one generation's run owns (worker thread only). */
 typedef struct run_state {
     int64_t gen;
@@ -170,12 +178,11 @@ struct pt_agent_worker {
     void *pub, *notify;
     int64_t tel_seq;
     run_state r;
-    /* telemetry thinning: the metrics fold being gathered (fold_n steps;
-     * fold_iter/fold_rate: sums), when one last went out, and the events'
-     * step stride from the smoothed iteration time */
-    pt_msg_metrics fold;
-    int fold_n;
-    double fold_iter, fold_rate;
+    /* telemetry thinning: one metrics fold being gathered per chunk (so an
+     * agent running several chunks folds each one's consecutive steps), when
+     * one last went out, and the events' step stride from the smoothed
+     * iteration time */
+    fold_slot folds[CHUNKS_MAX];
     int64_t fold_sent_ns;
     double iter_ema_ms;
     int64_t start_step; /* (mu) done when the current start began */
@@ -315,49 +322,67 @@ static void publish_events(pt_agent_worker *w)
     r->nev = 0;
 }
 
-/* Sends the metrics fold gathered so far (nothing when empty). */
-static void flush_metrics(pt_agent_worker *w)
+/* Sends chunk c's metrics fold (nothing when empty). */
+static void flush_fold(pt_agent_worker *w, int c)
 {
-    if (w->fold_n == 0)
+    fold_slot *f = &w->folds[c];
+    if (f->n == 0)
         return;
     pt_msg m;
     pt_msg_init(&m, PT_MSG_METRICS, w->id);
-    m.u.metrics = w->fold;
-    m.u.metrics.steps = w->fold_n;
-    m.u.metrics.iter_ms = w->fold_iter / w->fold_n;
-    m.u.metrics.samples_per_s = w->fold_rate / w->fold_n;
+    m.u.metrics = f->m;
+    m.u.metrics.steps = f->n;
+    m.u.metrics.iter_ms = f->iter / f->n;
+    m.u.metrics.samples_per_s = f->rate / f->n;
     publish(w, &m);
-    w->fold_n = 0;
+    f->n = 0;
     w->fold_sent_ns = pt_msg_now_ns();
 }
 
-/* Adds one step's metrics to the fold (sent first when full, or when mt
- * does not follow its last step). */
-static void fold_metrics(pt_agent_worker *w, const pt_msg_metrics *mt)
+/* Sends every chunk's fold gathered so far. */
+static void flush_metrics(pt_agent_worker *w)
 {
-    if (w->fold_n > 0 && (w->fold_n == PT_MSG_FOLD_MAX || mt->step != w->fold.step + 1 ||
-                          mt->stage != w->fold.stage || mt->replica != w->fold.replica))
-        flush_metrics(w);
-    pt_msg_metrics *f = &w->fold;
-    if (w->fold_n == 0) {
+    for (int c = 0; c < CHUNKS_MAX; c++)
+        flush_fold(w, c);
+}
+
+/* 1 when some fold holds steps not sent yet. */
+static int folds_pending(const pt_agent_worker *w)
+{
+    for (int c = 0; c < CHUNKS_MAX; c++)
+        if (w->folds[c].n > 0)
+            return 1;
+    return 0;
+}
+
+/* Adds one step's metrics to chunk c's fold (sent first when full, or when
+ * mt does not follow its last step). */
+static void fold_metrics(pt_agent_worker *w, int c, const pt_msg_metrics *mt)
+{
+    fold_slot *s = &w->folds[c];
+    pt_msg_metrics *f = &s->m;
+    if (s->n > 0 && (s->n == PT_MSG_FOLD_MAX || mt->step != f->step + 1 || mt->stage != f->stage ||
+                     mt->replica != f->replica))
+        flush_fold(w, c);
+    if (s->n == 0) {
         *f = *mt;
-        w->fold_iter = w->fold_rate = 0;
+        s->iter = s->rate = 0;
     } else {
         f->step = mt->step;
         f->loss = mt->loss;
         memcpy(f->mem_cur, mt->mem_cur, sizeof f->mem_cur);
-        for (int c = 0; c < PT_MSG_MEM_COUNT; c++)
-            if (mt->mem_peak[c] > f->mem_peak[c])
-                f->mem_peak[c] = mt->mem_peak[c];
+        for (int k = 0; k < PT_MSG_MEM_COUNT; k++)
+            if (mt->mem_peak[k] > f->mem_peak[k])
+                f->mem_peak[k] = mt->mem_peak[k];
         f->total_cur = mt->total_cur;
         if (mt->total_peak > f->total_peak)
             f->total_peak = mt->total_peak;
         f->device_free = mt->device_free;
         f->device_total = mt->device_total;
     }
-    f->losses[w->fold_n++] = mt->loss;
-    w->fold_iter += mt->iter_ms;
-    w->fold_rate += mt->samples_per_s;
+    f->losses[s->n++] = mt->loss;
+    s->iter += mt->iter_ms;
+    s->rate += mt->samples_per_s;
 }
 
 /* 1 when the op events of steps [done, after) go out: the first and last
@@ -416,7 +441,7 @@ static void publish_chunk_metrics(pt_agent_worker *w, const chunk *ch, const pt_
         mt->total_peak = ms.total_peak > ms.total_current ? ms.total_peak : ms.total_current;
         if (pt_backend_cuda_mem_info(w->be, &mt->device_free, &mt->device_total) < 0)
             mt->device_free = mt->device_total = 0;
-        fold_metrics(w, mt);
+        fold_metrics(w, (int)(ch - r->ch), mt);
     }
     w->iter_ema_ms = w->iter_ema_ms > 0 ? 0.9 * w->iter_ema_ms + 0.1 * iter_ms : iter_ms;
     if (pt_msg_now_ns() - w->fold_sent_ns >= FOLD_FLUSH_MS * NS_PER_MS)
@@ -1257,7 +1282,7 @@ static void *thread_main(void *arg)
         }
         if (w->running && w->hold && done >= w->hold_at)
             snprintf(w->state, sizeof w->state, "holding");
-        if (w->fold_n > 0) {
+        if (folds_pending(w)) {
             /* nothing to run now: what was folded goes out before waiting */
             pthread_mutex_unlock(&w->mu);
             flush_metrics(w);

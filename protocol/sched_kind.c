@@ -74,7 +74,12 @@ int pt_sched_kind_inflight_zb_h2(const pt_sched_shape *q)
 
 int pt_sched_kind_inflight_gw(const pt_sched_shape *q)
 {
-    return q->recompute ? pt_sched_kind_inflight_1f1b(q) : q->microbatches;
+    if (q->recompute) {
+        pt_sched_shape b = *q;
+        b.policy = 'B';
+        return pt_sched_kind_inflight_policy(&b);
+    }
+    return q->microbatches;
 }
 
 int pt_sched_kind_hold_gw(const pt_sched_shape *q)

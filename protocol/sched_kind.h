@@ -80,8 +80,9 @@ void pt_sched_interleaved_unit(int P, int v, int k, int backward, int *chunk, in
 int pt_sched_kind_hold_zb(const pt_sched_shape *q);
 /* 1f1b-gw, every W gathered after the stage's last B: each micro-batch keeps
  * its activations and its B->W tensors until then, so at the peak (the last
- * B) all M are in flight and all M held; a recomputing stage runs W right
- * after B, in 1F1B's order: min(S-i, M) in flight, one held. */
+ * B) all M are in flight and all M held (which is why its warm-up can be
+ * policy B's deeper one for free); a recomputing stage runs W right after B
+ * after the same warm-up: policy B's min(2(S-i)-1, M) in flight, one held. */
 int pt_sched_kind_inflight_gw(const pt_sched_shape *q);
 int pt_sched_kind_hold_gw(const pt_sched_shape *q);
 /* One weight version (every flushing kind). */
@@ -133,7 +134,8 @@ int pt_sched_kind_versions_stash(const pt_sched_shape *q);
     X(1F1B_GW, "1f1b-gw", PT_SCHED_SYNCHRONOUS, pt_sched_kind_inflight_gw,                         \
       pt_sched_kind_versions_one, pt_sched_kind_hold_gw, 1, 1, pt_sched_gen_1f1b_gw,               \
       "1F1B-flush with the backward split and every weight gradient gathered after the last B: "   \
-      "one pass per layer over all M micro-batches; keeps all M micro-batches' activations")       \
+      "one pass per layer over all M micro-batches; policy B's warm-up; keeps all M "              \
+      "micro-batches' activations")                                                                \
     X(INTERLEAVED, "interleaved", PT_SCHED_SYNCHRONOUS | PT_SCHED_OPT_CHUNKS,                      \
       pt_sched_kind_inflight_interleaved, pt_sched_kind_versions_one, NULL, 2,                     \
       PT_SCHED_CHUNKS_MAX, pt_sched_gen_interleaved,                                               \
