@@ -39,6 +39,10 @@
  * cancel), which a loaded machine distorts less than samples/s. --throughput-only runs only that
  * part.
  *
+ * --plans I,J,... runs only those rows of the matrix; each is then
+ * calibrated from the next row of the subset with as many agents, so the
+ * pairs differ from the full matrix's; it skips the throughput comparison.
+ *
  * Figures mean something only on a quiet machine: other load stretches runs
  * unevenly. --quick runs three small plans of fmnist-mlp-deep (a smoke test
  * for ctest). Usage: fidelity [--quick] [--throughput-only] [--models a,b]
@@ -116,7 +120,7 @@ typedef struct plan_result {
     pt_plan *plan;
     pt_profile *base, *cal; /* the run's default profile, its calibration */
     pt_cal_fit fit;
-    double pred_ms, meas_ms, meas_bubble;
+    double pred_ms, meas_ms, mean_ms, meas_bubble;
     double cal_ms, cal_bubble; /* from another plan's calibration */
     int cal_from;
 } plan_result;
@@ -124,6 +128,8 @@ typedef struct plan_result {
 typedef struct bench_args {
     int quick, iters, throughput_only;
     const char *models, *out_dir, *reuse;
+    /* --plans: only these rows of the matrix (a bit per row; 0: all) */
+    unsigned long long plans;
 } bench_args;
 
 static char exe_dir[PATH_CAP];
@@ -158,6 +164,10 @@ static int apply_shares(pt_profile *base)
                           base->layer_count, base->microbatch);
     for (int l = 0; rc == 0 && l < base->layer_count; l++)
         base->layers[l].fixed_share = sh->layers[l].fixed_share;
+    /* and the weight-copy rate, where the shares' profile measured one and
+     * the run's did not (records from before the field) */
+    if (rc == 0 && !(base->stash_bytes_per_s > 0))
+        base->stash_bytes_per_s = sh->stash_bytes_per_s;
     if (rc < 0)
         fprintf(stderr, "fidelity: --shares: %s\n", err.msg);
     pt_profile_free(&sh);
@@ -166,7 +176,7 @@ static int apply_shares(pt_profile *base)
 
 static int parse(int argc, char **argv, bench_args *a)
 {
-    *a = (bench_args){0, 0, 0, "fmnist-mlp-deep,gpt-tiny", NULL, NULL};
+    *a = (bench_args){0, 0, 0, "fmnist-mlp-deep,gpt-tiny", NULL, NULL, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             a->quick = 1;
@@ -182,6 +192,18 @@ static int parse(int argc, char **argv, bench_args *a)
             a->reuse = argv[++i];
         } else if (!strcmp(argv[i], "--shares") && i + 1 < argc) {
             shares_dir = argv[++i];
+        } else if (!strcmp(argv[i], "--plans") && i + 1 < argc) {
+            char *list = argv[++i], *end = list;
+            while (*end) {
+                long k = strtol(list, &end, 10);
+                if (end == list || k < 0 || k >= PLANS_MAX || (*end && *end != ',')) {
+                    fprintf(stderr, "fidelity: --plans: a comma-separated list of rows 0..%d\n",
+                            PLANS_MAX - 1);
+                    return 2;
+                }
+                a->plans |= 1ULL << k;
+                list = *end ? end + 1 : end;
+            }
         } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
             a->iters = atoi(argv[++i]);
             if (a->iters < 3 || a->iters > 100000) {
@@ -191,7 +213,7 @@ static int parse(int argc, char **argv, bench_args *a)
         } else {
             fprintf(stderr, "usage: fidelity [--quick] [--throughput-only] [--models a,b] "
                             "[--iters N] [--out-dir DIR] [--reuse DIR] [--shares DIR] "
-                            "[--detail]\n");
+                            "[--plans I,J,...] [--detail]\n");
             return 2;
         }
     }
@@ -304,6 +326,7 @@ static int read_summary(const char *text, plan_result *r)
         return -1;
     r->pred_ms = num(o, "predicted_iteration_ms");
     r->meas_ms = num(o, "measured_iteration_ms");
+    r->mean_ms = num(o, "mean_iteration_ms"); /* NaN in records from before the field */
     const cJSON *stages = cJSON_GetObjectItemCaseSensitive(o, "stages"), *s;
     double bub = 0;
     int n = 0;
@@ -484,7 +507,8 @@ static int predict_from(plan_result *i, const plan_result *j)
         rc = pt_sim_run(sim, &prog, cost, &res, &err);
     if (rc == 0 && detail) {
         /* per stage (its first replica): predicted from j vs measured in i */
-        printf("  %s from %s: predicted %.2f ms\n", i->dir, j->dir, res.iter_s * 1e3);
+        printf("  %s from %s: predicted %.2f ms; measured median step %.2f ms, mean %.2f ms\n",
+               i->dir, j->dir, res.iter_s * 1e3, i->meas_ms, i->mean_ms);
         const pt_cal_fit *f[2] = {&j->fit, &i->fit};
         for (int k = 0; k < 2; k++)
             printf("    %s fit: sends %s %.1f us + %.3g B/s, all-reduce %s %.1f us + %.3g B/s, "
@@ -493,6 +517,12 @@ static int predict_from(plan_result *i, const plan_result *j)
                    f[k]->intra.link.latency * 1e6, f[k]->intra.link.bandwidth,
                    pt_cal_link_how_name(f[k]->allreduce.how), f[k]->allreduce.link.latency * 1e6,
                    f[k]->allreduce.link.bandwidth, f[k]->op_overhead_ms);
+        for (int k = 0; k < 2; k++)
+            printf("    %s weight copies: %.2f GB/s (%s)\n", k ? "its own" : "used",
+                   f[k]->stash_bytes_per_s / 1e9,
+                   f[k]->stash_fitted            ? "fitted on the run's stashing FWDs"
+                   : f[k]->stash_bytes_per_s > 0 ? "the base profile's"
+                                                 : "not known: not charged");
         for (int s = 0; s < prog.stage_count && s < i->fit.stage_count; s++) {
             int w = prog.stage_worker[s];
             const pt_worker *x = &prog.workers[w];
@@ -500,7 +530,7 @@ static int predict_from(plan_result *i, const plan_result *j)
             int rows = x->row_hi - x->row_lo;
             double st = res.workers[w].core_stretch;
             printf("    stage %d rows %2d: fwd %.3f / %.3f ms, bwd %.3f / %.3f ms (predicted / "
-                   "measured), stretch %.2f\n",
+                   "measured, less weight copies), stretch %.2f\n",
                    s, rows, 1e3 * st * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device),
                    m->fwd_ms, 1e3 * st * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device),
                    m->bwd_ms, st);
@@ -583,7 +613,13 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
         pt_profile_free(&cut_prof);
         return;
     }
-    printf("\n%s: %d plans, micro-batch %d, %d iterations each\n", model, n, MB_SIZE, a->iters);
+    int asked = n;
+    for (int i = 0; a->plans && i < n; i++)
+        asked -= !(a->plans & (1ULL << i));
+    printf("\n%s: %d plans, micro-batch %d, %d iterations each; measured = the median step "
+           "(pipetop run's measured_iteration_ms: per step its slowest worker, the first step "
+           "left out)\n",
+           model, asked, MB_SIZE, a->iters);
     for (int i = 0; i < n; i++) {
         r[i].c = &m[i];
         r[i].agents = plan_agents(&m[i]);
@@ -593,6 +629,8 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
                 sizeof r[i].dir ||
             !(r[i].plan = make_plan(cut_prof, &m[i])))
             continue;
+        if (a->plans && !(a->plans & (1ULL << i)))
+            continue; /* not asked for: neither run nor a calibration source */
         char name[PATH_CAP];
         snprintf(name, sizeof name, "%s-%02d", model, i);
         int re = reuse_dir ? reuse_plan(&r[i], name) : 1;
@@ -628,6 +666,8 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
             ed[i] = x->ok ? rel(x->meas_ms, x->pred_ms) : NAN;
             ec[i] = x->ok ? rel(x->meas_ms, x->cal_ms) : NAN;
         }
+        if (a->plans && !(a->plans & (1ULL << i)))
+            continue;
         if (!x->ok) {
             printf("%3d %-11s %2d %3d %4s %3d  failed (see %s.err)\n", i, x->c->schedule,
                    x->c->stages, x->c->mb_count, rep, x->agents, x->dir);
@@ -825,7 +865,7 @@ int main(int argc, char **argv)
     snprintf(models, sizeof models, "%s", a.models);
     k = 0;
     /* the throughput comparison measures single processes now: not from records */
-    for (char *m = strtok_r(models, ",", &save); m && k < MAX_MODELS && !reuse_dir;
+    for (char *m = strtok_r(models, ",", &save); m && k < MAX_MODELS && !reuse_dir && !a.plans;
          m = strtok_r(NULL, ",", &save), k++)
         throughput(m, &a, out_dir);
     return 0;

@@ -542,17 +542,52 @@ static void wake(const pt_program *p, pt_sim *sim, int *top, int u)
     sim->stack[(*top)++] = pt_sched_host_of(p, u);
 }
 
-static double op_duration(const pt_program *p, const pt_sim *sim, const pt_cost *cost, int w,
+/* Whether op i (FWD or OPT_STEP of worker w, not yet applied by mem_op)
+ * copies the worker's weights, as the runtime does: a stashing FWD unless
+ * it takes a kept version over; an OPT_STEP when a version on the live
+ * weights is still read after it (the runtime copies them out first). */
+static int copies_weights(const pt_program *p, const pt_sim *sim, const wstate *st, int i)
+{
+    const pt_op *op = &p->ops[i];
+    if (op->kind == PT_OP_FWD)
+        return (op->flags & PT_OPF_STASH) && !takes_over(p, sim, st, i, op->version);
+    if (op->kind != PT_OP_OPT_STEP)
+        return 0;
+    const unsigned char *alive = sim->alive + st->ver_off;
+    const int32_t *last = sim->last_read + st->ver_off;
+    if (st->newest >= p->initial_versions)
+        return alive[st->newest] && last[st->newest] > i;
+    for (int v = 0; v < p->initial_versions; v++)
+        if (alive[v] && last[v] > i)
+            return 1;
+    return 0;
+}
+
+static double op_duration(const pt_program *p, pt_sim *sim, const pt_cost *cost, int w,
                           const pt_op *op)
 {
     const wstate *st = &sim->ws[w];
     const pt_worker *x = &p->workers[w];
     int rows = op->row_hi - op->row_lo;
+    double copy = 0;
+    if (op->kind == PT_OP_FWD || op->kind == PT_OP_OPT_STEP) {
+        pt_sim_worker *out = &sim->workers[w];
+        int c = copies_weights(p, sim, st, (int)(op - p->ops));
+        if (op->kind == PT_OP_FWD) {
+            out->fwd_ops++;
+            out->fwd_copies += c;
+        } else {
+            out->opt_ops++;
+            out->opt_copies += c;
+        }
+        if (c)
+            copy = st->slow * pt_cost_weight_copy_s(cost, st->P, x->device);
+    }
     switch (op->kind) {
     case PT_OP_FWD:
-        return rows == st->rows
-                   ? st->t_fwd
-                   : st->slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
+        return copy + (rows == st->rows
+                           ? st->t_fwd
+                           : st->slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device));
     case PT_OP_BWD:
         return rows == st->rows
                    ? st->t_bwd
@@ -570,7 +605,7 @@ static double op_duration(const pt_program *p, const pt_sim *sim, const pt_cost 
                    ? st->t_rec
                    : st->slow * pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
     case PT_OP_OPT_STEP:
-        return st->t_opt;
+        return copy + st->t_opt;
     default:
         return 0;
     }

@@ -13,9 +13,9 @@ static const char *const profile_keys[] = {"v",          "model",       "device"
                                            "microbatch", "input_bytes", "layers", "origin",
                                            "runtime",    NULL};
 static const char *const origin_keys[] = {"kind", "run", "base", "date", "gen", NULL};
-static const char *const runtime_keys[] = {"op_overhead_ms",       "opt_gbytes_per_s",
-                                           "sends_hold",           "allreduce_gbytes_per_s",
-                                           "allreduce_latency_us", NULL};
+static const char *const runtime_keys[] = {
+    "op_overhead_ms",       "opt_gbytes_per_s",   "sends_hold", "allreduce_gbytes_per_s",
+    "allreduce_latency_us", "stash_gbytes_per_s", NULL};
 static const char *const layer_keys[] = {
     "name",        "fwd_ms",        "bwd_ms",       "recompute_ms",  "act_bytes",  "param_bytes",
     "saved_bytes", "scratch_bytes", "bwd_input_ms", "bwd_weight_ms", "keep_bytes", "fixed_share",
@@ -140,7 +140,7 @@ static int parse_runtime(pt_jr *jr, const cJSON *root, pt_profile *p)
     int rc = pt_jr_object(jr, root, "", "runtime", PT_JR_OPTIONAL, &o);
     if (rc < 0 || !o)
         return rc;
-    double gbs = 0, ar_gbs = 0, ar_us = 0;
+    double gbs = 0, ar_gbs = 0, ar_us = 0, stash_gbs = 0;
     if ((rc = pt_jr_keys(jr, o, "runtime", runtime_keys)) < 0 ||
         (rc = pt_jr_num(jr, o, "runtime", "allreduce_gbytes_per_s", PT_JR_OPTIONAL, 0, NON_NEGATIVE,
                         &ar_gbs)) < 0 ||
@@ -150,8 +150,11 @@ static int parse_runtime(pt_jr *jr, const cJSON *root, pt_profile *p)
                         &p->op_overhead_ms)) < 0 ||
         (rc = pt_jr_num(jr, o, "runtime", "opt_gbytes_per_s", PT_JR_OPTIONAL, 0, NON_NEGATIVE,
                         &gbs)) < 0 ||
-        (rc = pt_jr_bool(jr, o, "runtime", "sends_hold", PT_JR_OPTIONAL, 0, &p->sends_hold)) < 0)
+        (rc = pt_jr_bool(jr, o, "runtime", "sends_hold", PT_JR_OPTIONAL, 0, &p->sends_hold)) < 0 ||
+        (rc = pt_jr_num(jr, o, "runtime", "stash_gbytes_per_s", PT_JR_OPTIONAL, 0, NON_NEGATIVE,
+                        &stash_gbs)) < 0)
         return rc;
+    p->stash_bytes_per_s = stash_gbs * BYTES_PER_GB;
     p->opt_bytes_per_s = gbs * BYTES_PER_GB;
     p->ar_bytes_per_s = ar_gbs * BYTES_PER_GB;
     p->ar_latency_s = ar_us / US_PER_S;
@@ -261,7 +264,7 @@ static int add_origin(cJSON *root, const pt_profile_origin *g)
 static int add_runtime(cJSON *root, const pt_profile *p)
 {
     if (!(p->op_overhead_ms > 0) && !(p->opt_bytes_per_s > 0) && !p->sends_hold &&
-        !(p->ar_bytes_per_s > 0))
+        !(p->ar_bytes_per_s > 0) && !(p->stash_bytes_per_s > 0))
         return 0;
     cJSON *o = cJSON_AddObjectToObject(root, "runtime");
     if (!o ||
@@ -271,7 +274,9 @@ static int add_runtime(cJSON *root, const pt_profile *p)
         (p->sends_hold && !cJSON_AddBoolToObject(o, "sends_hold", 1)) ||
         (p->ar_bytes_per_s > 0 &&
          (!pt_jr_add_number(o, "allreduce_gbytes_per_s", p->ar_bytes_per_s / BYTES_PER_GB) ||
-          !pt_jr_add_number(o, "allreduce_latency_us", p->ar_latency_s * US_PER_S))))
+          !pt_jr_add_number(o, "allreduce_latency_us", p->ar_latency_s * US_PER_S))) ||
+        (p->stash_bytes_per_s > 0 &&
+         !pt_jr_add_number(o, "stash_gbytes_per_s", p->stash_bytes_per_s / BYTES_PER_GB)))
         return -1;
     return 0;
 }

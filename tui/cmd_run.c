@@ -322,10 +322,14 @@ static int measure_profile(run_ctx *c, int mb, int workers, const char *plan_pat
         }
         char th[16];
         snprintf(th, sizeof th, "%d", pt_agent_threads(workers));
-        char *argv[18] = {self,        "profile",       "--model",  (char *)c->a.model,
-                          "--batch",   batch,           "--out",    out,
-                          "--repeats", PROFILE_REPEATS, "--warmup", PROFILE_WARMUP};
-        int k = 12;
+        /* --fixed-share: an op of a replicated stage covers fewer rows, and
+         * on small layers its time is not linear in them (docs/formats.md,
+         * "Rows per op") */
+        char *argv[20] = {self,           "profile",       "--model",  (char *)c->a.model,
+                          "--batch",      batch,           "--out",    out,
+                          "--repeats",    PROFILE_REPEATS, "--warmup", PROFILE_WARMUP,
+                          "--fixed-share"};
+        int k = 13;
         if (!getenv("OPENBLAS_NUM_THREADS")) {
             argv[k++] = "--threads";
             argv[k++] = th;

@@ -274,7 +274,9 @@ const pt_run_figures *pt_run_report_figures(pt_run_report *r)
             slow[ns++] = m;
     }
     r->fig.steps_measured = ns;
-    r->fig.iteration_ms = 0;
+    r->fig.iteration_ms = r->fig.mean_iteration_ms = 0;
+    for (int64_t k = 0; k < ns; k++)
+        r->fig.mean_iteration_ms += slow[k] / (double)ns;
     if (ns > 0) {
         qsort(slow, (size_t)ns, sizeof *slow, cmp_double);
         r->fig.iteration_ms = ns % 2 ? slow[ns / 2] : 0.5 * (slow[ns / 2 - 1] + slow[ns / 2]);
@@ -348,6 +350,7 @@ char *pt_run_report_json(pt_run_report *r, const pt_sim_result *pred, const char
         return NULL;
     cJSON_AddStringToObject(o, "event", "summary");
     add_num(o, "measured_iteration_ms", f->iteration_ms);
+    add_num(o, "mean_iteration_ms", f->mean_iteration_ms);
     add_num(o, "predicted_iteration_ms", p_ms);
     add_num(o, "relative_error", rel_err(f->iteration_ms, p_ms));
     cJSON_AddNumberToObject(o, "steps_measured", f->steps_measured);

@@ -50,7 +50,8 @@ typedef struct pt_run_worker_figures {
 
 typedef struct pt_run_figures {
     int steps_measured;
-    double iteration_ms; /* median of the slowest worker's per step; 0 when none */
+    double iteration_ms;      /* median of the slowest worker's per step; 0 when none */
+    double mean_iteration_ms; /* the mean of the same steps (a loaded host's bursts move it) */
     int worker_count;
     pt_run_worker_figures *workers; /* owned by the report */
 } pt_run_figures;

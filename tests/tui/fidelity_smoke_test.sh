@@ -24,7 +24,9 @@ grep -qE "^  default profile +median +[0-9.]+ % +worst +[0-9.]+ % +over 3 plans"
     fail "no default-profile summary: $out"
 grep -qE "^  calibrated on another plan +median +[0-9.]+ % +worst +[0-9.]+ % +over 3 plans" \
     <<<"$out" || fail "no calibrated summary: $out"
-grep -qE "^throughput, fmnist-mlp-deep, global batch 128: .* ratios [0-9.]+x and [0-9.]+x$" \
+grep -qE "^throughput, fmnist-mlp-deep, global batch 128: one process 1 BLAS thread [0-9.]+ " \
+    <<<"$out" || fail "no throughput line: $out"
+grep -qE "^  2-stage dapple +M=8 [0-9.]+ samples/s; ratios [0-9.]+x \(1 thread\) and [0-9.]+x" \
     <<<"$out" || fail "no throughput ratios: $out"
 [ "$failures" -eq 0 ] && echo "fidelity_smoke_test: ok"
 exit "$failures"
