@@ -15,7 +15,10 @@
  * the received frame itself (reference-counted, no copy). Over shared memory
  * a send is one copy into the ring, a receive is read (summed, copied)
  * straight out of the ring, and segments are taken in the order they arrive
- * (allreduce_arrival_order), so none is copied aside into the stash. */
+ * (allreduce_arrival_order), so none is copied aside into the stash; the
+ * pass that reads a received segment also writes what it yields into the
+ * ring to the right (apply_segment_fused), and a rank keeps at most
+ * OWN_AHEAD of its own segments out, so the rings stay small and cached. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -26,6 +29,9 @@
 
 #define SEG_BITS 15 /* part = step << SEG_BITS | segment */
 #define SEG_MAX  (1u << SEG_BITS)
+/* Over rings: own segments sent and not yet back summed (see
+ * allreduce_arrival_order). */
+#define OWN_AHEAD 4u
 
 int pt_comm_group_init(pt_comm_group *group, const int *ranks, int n)
 {
@@ -147,6 +153,80 @@ static int apply_segment(const ring *r, int s, int c, uint32_t k, pt_comm_frame 
     return rc;
 }
 
+/* sum_into's operands: out1[j] = a[j] + in[j] (or in[j] alone when a is
+ * NULL), and the same into out2 when it is not NULL. out1 may be a. */
+typedef struct fused {
+    float *out1;
+    const float *a;
+    const unsigned char *in; /* the received segment, possibly unaligned */
+} fused;
+
+/* Adds (or copies) a block of floats from the received segment to one or
+ * two places in a single pass: the data is read once, while in the caches,
+ * and whatever it yields is written where it goes (buf, the ring to the
+ * right) without a pass of its own. Sums as in add_into, bit for bit. */
+static void sum_into(float *out1, unsigned char *out2, const float *a, const unsigned char *in,
+                     size_t n)
+{
+    size_t j = 0;
+    for (; j + ADD_BLOCK <= n; j += ADD_BLOCK) {
+        float x[ADD_BLOCK], y[ADD_BLOCK];
+        memcpy(y, in + j * sizeof(float), sizeof y);
+        if (a) {
+            memcpy(x, a + j, sizeof x);
+            for (int i = 0; i < ADD_BLOCK; i++)
+                x[i] += y[i];
+        } else {
+            memcpy(x, y, sizeof x);
+        }
+        if (out1)
+            memcpy(out1 + j, x, sizeof x);
+        if (out2)
+            memcpy(out2 + j * sizeof(float), x, sizeof x);
+    }
+    for (; j < n; j++) {
+        float y;
+        memcpy(&y, in + j * sizeof y, sizeof y);
+        float x = a ? a[j] + y : y;
+        if (out1)
+            out1[j] = x;
+        if (out2)
+            memcpy(out2 + j * sizeof x, &x, sizeof x);
+    }
+}
+
+/* pt_shm_fill_fn: the bytes [off, off + len) of the message to the right are
+ * written by the same pass that reads the segment from the left. */
+static void fused_fill(void *arg, unsigned char *dst, size_t off, size_t len)
+{
+    const fused *u = arg;
+    size_t o = off / sizeof(float);
+    sum_into(u->out1 ? u->out1 + o : NULL, dst, u->a ? u->a + o : NULL, u->in + off,
+             len / sizeof(float));
+}
+
+/* apply_segment where the send to the right is a copy into its ring: the
+ * add (or copy) and that send are one pass. A reduce-scatter step that is
+ * not this rank's last writes its partial sum only into the ring (buf's copy
+ * of that chunk is overwritten by the all-gather anyway); the last one
+ * writes the full sum into buf and the ring; an all-gather step that passes
+ * the segment on writes it into buf and the ring; the last step copies. */
+static int apply_segment_fused(const ring *r, int s, int c, uint32_t k, pt_comm_frame *f,
+                               pt_error *err)
+{
+    size_t n = seg_len(chunk_len(r->count, r->p, c), k);
+    float *dst = r->buf + chunk_off(r->count, r->p, c) + (size_t)k * PT_COMM_SEGMENT_FLOATS;
+    if (f->bytes != n * sizeof(float) || s + 1 >= r->steps)
+        return apply_segment(r, s, c, k, f, err);
+    fused u = {dst, s < r->p - 1 ? dst : NULL, f->data};
+    if (s + 1 < r->p - 1)
+        u.out1 = NULL; /* a partial sum: only the right needs it */
+    int rc = pt_comm_internal_send_fill(r->comm, r->right, ring_tag(r->id, s + 1, k),
+                                        n * sizeof(float), fused_fill, &u, err);
+    pt_comm_internal_frame_release(r->comm, f);
+    return rc;
+}
+
 static int recv_failed(int rc, pt_error *err)
 {
     if (rc == PT_ETIMEOUT)
@@ -190,8 +270,11 @@ static int allreduce_arrival_order(const ring *r, pt_error *err)
     uint64_t family = ring_tag(r->id, 0, 0), mask = ~(uint64_t)PT_COMM_TAG_PART_MAX;
     int rc;
     for (uint64_t taken = 0; taken < total; taken++) {
-        /* One own segment ahead of each receive, as in the step-by-step ring. */
-        for (int ahead = sent == 0 ? 2 : 1; ahead > 0 && sent < own; ahead--)
+        /* This rank's own segment k comes back summed at step p-1: at most
+         * OWN_AHEAD of them are out at a time, so a ring holds a few
+         * segments (in the caches, its front reused) instead of filling up
+         * with a whole chunk while the sums come back. */
+        while (sent < own && sent < done[r->p - 1] + OWN_AHEAD)
             if ((rc = send_segment(r, 0, r->me, sent++, 0, err)) < 0)
                 return rc;
         pt_comm_frame f;
@@ -207,7 +290,7 @@ static int allreduce_arrival_order(const ring *r, pt_error *err)
                                 "order (segment %u of that step expected)",
                                 pt_comm_rank(r->comm), s, k, r->left, s < r->steps ? done[s] : 0);
         }
-        if ((rc = apply_segment(r, s, step_chunk(r, s), k, &f, err)) < 0)
+        if ((rc = apply_segment_fused(r, s, step_chunk(r, s), k, &f, err)) < 0)
             return rc;
         done[s]++;
     }

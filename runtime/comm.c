@@ -1267,14 +1267,14 @@ static pt_shm_ring *ring_to(pt_comm *c, int dst)
     return r;
 }
 
-/* bytes from data to dst (not this rank) over its ring. */
-static int ring_send(pt_comm *c, pt_shm_ring *r, int dst, uint64_t tag, const void *data,
-                     size_t bytes, pt_error *err)
+/* A message of bytes that fill writes, to dst (not this rank) over its ring. */
+static int ring_send_fill(pt_comm *c, pt_shm_ring *r, int dst, uint64_t tag, size_t bytes,
+                          pt_shm_fill_fn *fill, void *fill_arg, pt_error *err)
 {
     unsigned char h[PT_COMM_HEADER_BYTES];
     make_hdr(c, dst, tag, bytes, h);
     send_wait w = {c, pt_comm_internal_now_ms() + c->timeout_ms, err, 0};
-    int rc = pt_shm_ring_send(r, h, data, bytes, ring_full_wait, &w);
+    int rc = pt_shm_ring_send_fill(r, h, bytes, fill, fill_arg, ring_full_wait, &w);
     if (rc < 0) {
         char tb[64];
         if (rc == PT_ESTATE)
@@ -1290,6 +1290,40 @@ static int ring_send(pt_comm *c, pt_shm_ring *r, int dst, uint64_t tag, const vo
     c->stats.msgs_sent++;
     c->stats.bytes_sent += PT_COMM_HEADER_BYTES + bytes;
     return 0;
+}
+
+static void fill_copy(void *src, unsigned char *dst, size_t off, size_t len)
+{
+    memcpy(dst, (const unsigned char *)src + off, len);
+}
+
+/* bytes from data to dst (not this rank) over its ring. */
+static int ring_send(pt_comm *c, pt_shm_ring *r, int dst, uint64_t tag, const void *data,
+                     size_t bytes, pt_error *err)
+{
+    return ring_send_fill(c, r, dst, tag, bytes, fill_copy, (void *)(uintptr_t)data, err);
+}
+
+int pt_comm_internal_send_fill(pt_comm *self, int dst, uint64_t tag, size_t bytes,
+                               pt_shm_fill_fn *fill, void *fill_arg, pt_error *err)
+{
+    int rc = check_dst(self, dst, err);
+    if (rc < 0)
+        return rc;
+    if (bytes % sizeof(float))
+        return pt_error_set(err, PT_EINVAL, "comm: send: %zu bytes are not whole floats", bytes);
+    pt_shm_ring *r = dst != self->rank ? ring_to(self, dst) : NULL;
+    if (r)
+        return ring_send_fill(self, r, dst, tag, bytes, fill, fill_arg, err);
+    /* No ring: fill a buffer of the message's own and send that. */
+    zmq_msg_t m;
+    if (zmq_msg_init_size(&m, bytes) != 0)
+        return pt_error_set(err, PT_ENOMEM, "comm: send: no memory for %zu bytes", bytes);
+    if (bytes)
+        fill(fill_arg, zmq_msg_data(&m), 0, bytes);
+    rc = pt_comm_internal_send_msg(self, dst, tag, &m, err);
+    zmq_msg_close(&m);
+    return rc;
 }
 
 int pt_comm_internal_send_msg(pt_comm *self, int dst, uint64_t tag, zmq_msg_t *payload,

@@ -56,6 +56,10 @@ int64_t pt_comm_internal_now_ms(void);
 
 /* ---- frames: what a receive hands the all-reduce without copying ---- */
 
+/* Writes payload bytes [off, off + len) of a message at dst (in a ring:
+ * 64-byte aligned; len and off whole floats). */
+typedef void pt_shm_fill_fn(void *arg, unsigned char *dst, size_t off, size_t len);
+
 /* A received message's payload: in a ZeroMQ frame (stash or socket) or still
  * in a shared-memory ring, which it holds until released. */
 typedef struct pt_comm_frame {
@@ -80,6 +84,12 @@ int pt_comm_internal_recv_frame_any(pt_comm *self, int src, uint64_t want, uint6
 /* 1 when a send to dst is a copy made before the send returns (a
  * shared-memory ring, made now if it is to be), 0 when it may be zero-copy. */
 int pt_comm_internal_copies_to(pt_comm *self, int dst);
+/* Sends a message of bytes (whole floats) to dst under tag whose payload
+ * fill writes: into dst's shared-memory ring where it has one (no copy of
+ * its own), else into a buffer that is then sent. The frame held, if any,
+ * stays held. */
+int pt_comm_internal_send_fill(pt_comm *self, int dst, uint64_t tag, size_t bytes,
+                               pt_shm_fill_fn *fill, void *fill_arg, pt_error *err);
 /* Sends a held frame's payload on to dst under tag: shares a ZeroMQ frame
  * where the path allows, copies otherwise. The frame stays held. */
 int pt_comm_internal_forward(pt_comm *self, int dst, uint64_t tag, pt_comm_frame *f, pt_error *err);
@@ -113,6 +123,11 @@ typedef int pt_shm_wait_fn(void *arg, pt_shm_ring *r);
 /* Writes one message: the 48-byte header and bytes of payload, in pieces. */
 int pt_shm_ring_send(pt_shm_ring *r, const unsigned char *hdr, const void *payload, size_t bytes,
                      pt_shm_wait_fn *wait, void *arg);
+
+/* pt_shm_ring_send whose payload fill writes straight into the ring (so a
+ * sum or a copy made for the send needs no buffer of its own). */
+int pt_shm_ring_send_fill(pt_shm_ring *r, const unsigned char *hdr, size_t bytes,
+                          pt_shm_fill_fn *fill, void *fill_arg, pt_shm_wait_fn *wait, void *arg);
 
 enum { PT_SHM_MSG = 1, PT_SHM_CONT = 2 };
 typedef struct pt_shm_rec {

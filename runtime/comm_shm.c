@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,7 @@ typedef struct shm_ctl {
     _Alignas(64) _Atomic uint64_t tail;
     _Alignas(64) atomic_int cons_waiting;
     _Alignas(64) atomic_int prod_waiting;
+    atomic_int attached; /* the receiver mapped the ring (it removes the names) */
 } shm_ctl;
 
 _Static_assert(sizeof(shm_ctl) <= CTL_BYTES, "control block fits its page");
@@ -175,6 +177,14 @@ static void ring_free_names(const pt_shm_ring *r)
 
 static void ring_free(pt_shm_ring *r, int unlink_files)
 {
+    /* A sender that closes before its receiver mapped the ring leaves the
+     * names while messages wait in it: the receiver, reading the hello
+     * later (ZeroMQ delivers it at close), still finds them, maps the ring,
+     * takes the messages and removes the names. Otherwise they go when the
+     * folder's process is gone (sweep_stale). */
+    if (unlink_files && r->producer && r->ctl && !atomic_load(&r->ctl->attached) &&
+        atomic_load(&r->ctl->head) != atomic_load(&r->ctl->tail))
+        unlink_files = 0;
     if (r->ctl)
         munmap(r->ctl, r->map_bytes);
     if (r->data_fd >= 0)
@@ -244,6 +254,7 @@ int pt_shm_ring_create(const char *dir, int src, int dst, uint64_t token, uint64
     atomic_init(&r->ctl->tail, 0);
     atomic_init(&r->ctl->cons_waiting, 0);
     atomic_init(&r->ctl->prod_waiting, 0);
+    atomic_init(&r->ctl->attached, 0);
     char f[PT_SHM_PATH_MAX + 8];
     snprintf(f, sizeof f, "%s.d", r->path);
     if ((r->data_fd = open_fifo(f, 1, err)) < 0) {
@@ -320,6 +331,7 @@ int pt_shm_ring_attach(const char *path, int src, int dst, uint64_t token, uint6
         goto fail;
     }
     r->pending_tail = atomic_load(&r->ctl->tail);
+    atomic_store(&r->ctl->attached, 1);
     /* Both sides hold it now: remove the names, so a crash leaves nothing
      * in /dev/shm but the sender's empty folder (removed at its destroy). */
     snprintf(r->path, sizeof r->path, "%s", path);
@@ -397,10 +409,20 @@ size_t pt_shm_ring_piece_max(const pt_shm_ring *r)
     return r->cap / 4 - REC_ALIGN;
 }
 
+static void fill_copy(void *src, unsigned char *dst, size_t off, size_t len)
+{
+    memcpy(dst, (const unsigned char *)src + off, len);
+}
+
 int pt_shm_ring_send(pt_shm_ring *r, const unsigned char *hdr, const void *payload, size_t bytes,
                      pt_shm_wait_fn *wait, void *arg)
 {
-    const unsigned char *p = payload;
+    return pt_shm_ring_send_fill(r, hdr, bytes, fill_copy, (void *)(uintptr_t)payload, wait, arg);
+}
+
+int pt_shm_ring_send_fill(pt_shm_ring *r, const unsigned char *hdr, size_t bytes,
+                          pt_shm_fill_fn *fill, void *fill_arg, pt_shm_wait_fn *wait, void *arg)
+{
     size_t piece_max = pt_shm_ring_piece_max(r) / sizeof(float) * sizeof(float), done = 0;
     int first = 1;
     while (first || done < bytes) {
@@ -433,7 +455,7 @@ int pt_shm_ring_send(pt_shm_ring *r, const unsigned char *hdr, const void *paylo
             dst += PT_COMM_HEADER_BYTES;
         }
         if (piece)
-            memcpy(dst, p + done, piece);
+            fill(fill_arg, dst, done, piece);
         done += piece;
         first = 0;
         publish(r, new_head);

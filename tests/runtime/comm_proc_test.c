@@ -1,0 +1,291 @@
+/* runtime/comm ring all-reduce with every rank a process of its own (fork),
+ * as local agents are: the shared-memory rings between processes, odd sizes
+ * (fewer floats than ranks, chunks of unequal length, segments with a short
+ * tail, chunks of more segments than a rank keeps out at a time), 2, 3 and
+ * 4 ranks, consecutive rounds, a ring smaller than a segment; each result is
+ * checked against a serial sum of every rank's input, and every rank must
+ * end with the same bits. Also: a rank that sends and closes at once still
+ * gets its message through its ring to a peer that looks only later. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/comm.h"
+#include "tests/test.h"
+
+#define MAX_P      4
+#define TIMEOUT_MS 20000 /* generous: 2 shared cores, maybe under ASan */
+
+typedef struct result {
+    int rank, ok;
+    uint64_t hash; /* of the last round's result bytes */
+    uint64_t shm_in, shm_out;
+    char msg[640]; /* the record stays below PIPE_BUF: one atomic write */
+} result;
+
+/* Rank r's input element j in round `round`: small integers (exact sums) or
+ * a fixed hash to [-0.5, 0.5]. */
+static float input_value(int integers, int round, int rank, size_t j)
+{
+    if (integers)
+        return (float)((long)((j * 131 + (size_t)rank * 977 + (size_t)round * 71) % 2001) - 1000);
+    uint64_t x = (j + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)rank << 40) ^ ((uint64_t)round << 52);
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    return (float)((double)(x >> 11) / 9007199254740992.0 - 0.5);
+}
+
+static uint64_t fnv1a(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+typedef struct ar_case {
+    int p, integers, rounds;
+    size_t count, ring_bytes;
+} ar_case;
+
+/* What rank `rank` does; 0 when every round's result matched the sum. */
+static void rank_main(const ar_case *k, int rank, const char *const *eps, result *res)
+{
+    pt_comm_config cfg = {
+        .rank = rank, .size = k->p, .timeout_ms = TIMEOUT_MS, .shm_ring_bytes = k->ring_bytes};
+    pt_error err = {0};
+    pt_comm *c;
+    if (pt_comm_open(&cfg, eps, &c, &err) < 0) {
+        snprintf(res->msg, sizeof res->msg, "open: %.600s", err.msg);
+        return;
+    }
+    int ranks[MAX_P];
+    for (int r = 0; r < k->p; r++)
+        ranks[r] = r;
+    pt_comm_group g;
+    pt_comm_group_init(&g, ranks, k->p);
+    float *buf = malloc((k->count ? k->count : 1) * sizeof(float));
+    int ok = buf != NULL;
+    for (int round = 0; ok && round < k->rounds; round++) {
+        for (size_t j = 0; j < k->count; j++)
+            buf[j] = input_value(k->integers, round, rank, j);
+        if (pt_comm_allreduce(c, &g, buf, k->count, PT_COMM_SUM, &err) < 0) {
+            snprintf(res->msg, sizeof res->msg, "round %d: %.600s", round, err.msg);
+            ok = 0;
+            break;
+        }
+        for (size_t j = 0; j < k->count; j++) {
+            double sum = 0;
+            for (int r = 0; r < k->p; r++)
+                sum += input_value(k->integers, round, r, j);
+            /* Floats in [-0.5, 0.5]: p-1 float additions of partial sums
+             * below 2 err by < 4 * 2 * 2^-24 < 1e-6. */
+            if (k->integers ? buf[j] != (float)sum : !(fabs(buf[j] - sum) <= 1e-6)) {
+                snprintf(res->msg, sizeof res->msg, "round %d element %zu: got %.9g want %.9g",
+                         round, j, buf[j], sum);
+                ok = 0;
+                break;
+            }
+        }
+    }
+    if (ok)
+        res->hash = fnv1a(buf, k->count * sizeof(float));
+    pt_comm_stats st;
+    pt_comm_stats_get(c, &st);
+    res->shm_in = st.shm_peers_in;
+    res->shm_out = st.shm_peers_out;
+    res->ok = ok;
+    free(buf);
+    pt_comm_destroy(&c);
+}
+
+typedef void proc_body(const void *arg, int rank, int p, const char *const *eps, result *res);
+
+/* Forks p ranks over ipc endpoints in a fresh folder, runs body in each and
+ * collects their results (res[rank]); 0, or -1 when a rank did not report. */
+static int run_procs(int p, proc_body *body, const void *arg, result *res)
+{
+    char dir[64] = "/tmp/pt-comm-proc-XXXXXX", eps_s[MAX_P][128];
+    const char *eps[MAX_P];
+    if (!mkdtemp(dir))
+        return -1;
+    for (int r = 0; r < p; r++) {
+        snprintf(eps_s[r], sizeof eps_s[r], "ipc://%s/r%d", dir, r);
+        eps[r] = eps_s[r];
+    }
+    int fds[2];
+    if (pipe(fds) != 0) {
+        rmdir(dir);
+        return -1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid[MAX_P];
+    for (int r = 0; r < p; r++) {
+        pid[r] = fork();
+        if (pid[r] < 0) {
+            fprintf(stderr, "comm_proc_test: fork failed\n");
+            exit(1);
+        }
+        if (pid[r] == 0) {
+            close(fds[0]);
+            result mine;
+            memset(&mine, 0, sizeof mine);
+            mine.rank = r;
+            body(arg, r, p, eps, &mine);
+            _exit(write(fds[1], &mine, sizeof mine) == (ssize_t)sizeof mine ? 0 : 1);
+        }
+    }
+    close(fds[1]);
+    int got = 0;
+    result one;
+    memset(res, 0, sizeof *res * (size_t)p);
+    /* Each rank writes one record (atomic: smaller than PIPE_BUF) and exits;
+     * EOF once all have. */
+    while (read(fds[0], &one, sizeof one) == (ssize_t)sizeof one)
+        if (one.rank >= 0 && one.rank < p) {
+            res[one.rank] = one;
+            got++;
+        }
+    close(fds[0]);
+    int rc = got == p ? 0 : -1;
+    for (int r = 0; r < p; r++) {
+        int st;
+        if (waitpid(pid[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            rc = -1;
+    }
+    char sock[160];
+    for (int r = 0; r < p; r++) {
+        snprintf(sock, sizeof sock, "%s/r%d", dir, r);
+        unlink(sock);
+    }
+    rmdir(dir);
+    return rc;
+}
+
+static void ar_body(const void *arg, int rank, int p, const char *const *eps, result *res)
+{
+    (void)p;
+    rank_main(arg, rank, eps, res);
+}
+
+static void run_case(const ar_case *k)
+{
+    result res[MAX_P];
+    char what[128];
+    snprintf(what, sizeof what, "p=%d count=%zu %s rounds=%d ring=%zu", k->p, k->count,
+             k->integers ? "ints" : "floats", k->rounds, k->ring_bytes);
+    int rc = run_procs(k->p, ar_body, k, res);
+    CHECK_MSG(rc == 0, "%s: a rank did not report", what);
+    if (rc != 0)
+        return;
+    for (int r = 0; r < k->p; r++) {
+        CHECK_MSG(res[r].ok, "%s: rank %d: %s", what, r, res[r].msg);
+        /* Every rank sends to its right and receives from its left through
+         * a ring: the processes really used shared memory. */
+        CHECK_MSG(res[r].shm_in == 1 && res[r].shm_out == 1, "%s: rank %d: rings in %llu out %llu",
+                  what, r, (unsigned long long)res[r].shm_in, (unsigned long long)res[r].shm_out);
+        CHECK_MSG(!res[r].ok || !res[0].ok || res[r].hash == res[0].hash,
+                  "%s: rank %d's result differs from rank 0's in some bits", what, r);
+    }
+}
+
+static void test_allreduce_procs_odd_sizes(void)
+{
+    /* 1 and 2: fewer floats than ranks (empty chunks); 7, 1001, 100003:
+     * chunks of unequal length; 3 * 65536 + 1: chunks of several segments,
+     * the last one short. */
+    static const size_t counts[] = {1, 2, 7, 1001, 100003, 3 * PT_COMM_SEGMENT_FLOATS + 1};
+    for (int p = 2; p <= 4; p++)
+        for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+            for (int integers = 0; integers <= 1; integers++) {
+                ar_case k = {p, integers, 1, counts[i], 0};
+                run_case(&k);
+            }
+}
+
+static void test_allreduce_procs_long_chunks_rounds(void)
+{
+    /* Chunks of 10 segments plus a tail (more than a rank keeps out at a
+     * time), three rounds whose traffic overlaps; and a 64 KiB ring, smaller
+     * than a segment, which each message streams through in pieces. */
+    for (int p = 2; p <= 4; p++) {
+        ar_case k = {p, 1, 3, (size_t)p * 10 * PT_COMM_SEGMENT_FLOATS + 5, 0};
+        run_case(&k);
+    }
+    ar_case small = {3, 0, 2, 3 * PT_COMM_SEGMENT_FLOATS + 1, 64 << 10};
+    run_case(&small);
+}
+
+/* Rank 1 sends one message and closes at once; rank 0 looks for it only
+ * after rank 1's communicator is gone (its ipc socket file, removed last by
+ * pt_comm_destroy, has disappeared). The message went into the ring and the
+ * ring's hello over ZeroMQ (delivered at close): the ring's names must
+ * outlive its sender until the receiver has mapped it. */
+static void early_close_body(const void *arg, int rank, int p, const char *const *eps, result *res)
+{
+    (void)arg;
+    pt_comm_config cfg = {.rank = rank, .size = p, .timeout_ms = 5000};
+    pt_error err = {0};
+    pt_comm *c;
+    if (pt_comm_open(&cfg, eps, &c, &err) < 0) {
+        snprintf(res->msg, sizeof res->msg, "open: %.600s", err.msg);
+        return;
+    }
+    float v[3] = {1, 2, 3};
+    uint64_t tag = pt_comm_tag(PT_COMM_USER, 1, 0);
+    int rc = 0;
+    if (rank == 1) {
+        rc = pt_comm_send(c, 0, tag, v, 3, &err);
+        pt_comm_stats st;
+        pt_comm_stats_get(c, &st);
+        res->shm_out = st.shm_peers_out;
+    } else {
+        const char *sock = eps[1] + strlen("ipc://");
+        struct timespec t0, t, pause = {0, 1000000};
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        do {
+            nanosleep(&pause, NULL);
+            clock_gettime(CLOCK_MONOTONIC, &t);
+        } while (access(sock, F_OK) == 0 && t.tv_sec - t0.tv_sec < 10);
+        float w[3] = {0};
+        if (access(sock, F_OK) == 0) {
+            snprintf(err.msg, sizeof err.msg, "rank 1 did not close within 10 s");
+            rc = -1;
+        }
+        if (rc == 0)
+            rc = pt_comm_recv(c, 1, tag, w, 3, &err);
+        if (rc == 0 && (w[0] != 1 || w[1] != 2 || w[2] != 3)) {
+            snprintf(err.msg, sizeof err.msg, "got %g %g %g", w[0], w[1], w[2]);
+            rc = -1;
+        }
+        pt_comm_stats st;
+        pt_comm_stats_get(c, &st);
+        res->shm_in = st.shm_peers_in;
+    }
+    res->ok = rc == 0;
+    if (rc < 0)
+        snprintf(res->msg, sizeof res->msg, "%.600s", err.msg);
+    pt_comm_destroy(&c);
+}
+
+static void test_send_then_close(void)
+{
+    result res[MAX_P];
+    REQUIRE(run_procs(2, early_close_body, NULL, res) == 0);
+    CHECK_MSG(res[1].ok && res[1].shm_out == 1, "sender: %s (rings out %llu)", res[1].msg,
+              (unsigned long long)res[1].shm_out);
+    CHECK_MSG(res[0].ok && res[0].shm_in == 1, "receiver: %s (rings in %llu)", res[0].msg,
+              (unsigned long long)res[0].shm_in);
+}
+
+PT_TEST_MAIN({"allreduce_procs_odd_sizes", test_allreduce_procs_odd_sizes},
+             {"allreduce_procs_long_chunks_rounds", test_allreduce_procs_long_chunks_rounds},
+             {"send_then_close", test_send_then_close})
