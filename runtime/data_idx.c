@@ -17,7 +17,9 @@
 #define IDX_MAX_DIMS     3
 #define PATH_MAX_BYTES   4096
 /* More images than this in one file is taken as a corrupt header. */
-#define IDX_MAX_ITEMS  10000000u
+#define IDX_MAX_ITEMS 10000000u
+/* The data is read into a buffer that starts this large and doubles. */
+#define IDX_READ_CHUNK ((size_t)1 << 20)
 #define FMNIST_PACKAGE "dataset-fashion-mnist"
 
 typedef struct idx_file {
@@ -130,22 +132,40 @@ static int idx_read(const char *path, uint32_t magic, int ndims, idx_file *out, 
         rc = pt_error_set(err, PT_EPARSE, "%s: %zu bytes of data is too large", path, total);
         goto done;
     }
-    out->data = malloc(total + 1);
-    if (!out->data) {
+    /* the buffer grows with the data that arrives, so a small file whose
+     * header promises gigabytes is refused as truncated without allocating
+     * what it promised (at most twice what it holds) */
+    size_t cap = total < IDX_READ_CHUNK ? total : IDX_READ_CHUNK, have = 0;
+    out->data = malloc(cap + 1);
+    while (out->data && have < total) {
+        if (have == cap) {
+            size_t nc = cap > total / 2 ? total : 2 * cap;
+            uint8_t *nd = realloc(out->data, nc + 1);
+            if (!nd)
+                break;
+            out->data = nd;
+            cap = nc;
+        }
+        got = gz_read_full(f, path, out->data + have, cap - have, &why);
+        if (got < 0) {
+            rc = pt_error_set(err, PT_EIO, "%s: corrupt gzip data: %s", path, why);
+            goto done;
+        }
+        int short_read = (size_t)got < cap - have;
+        have += (size_t)got;
+        if (short_read)
+            break;
+    }
+    if (!out->data || (have < total && have == cap)) {
         rc = pt_error_set(err, PT_ENOMEM, "%s: out of memory for %zu bytes", path, total);
         goto done;
     }
     out->bytes = total;
-    got = gz_read_full(f, path, out->data, total, &why);
-    if (got < 0) {
-        rc = pt_error_set(err, PT_EIO, "%s: corrupt gzip data: %s", path, why);
-        goto done;
-    }
-    if ((size_t)got < total) {
+    if (have < total) {
         rc = pt_error_set(err, PT_EPARSE,
                           "%s: truncated: the header promises %zu bytes of data, the file holds "
-                          "%lld",
-                          path, total, got);
+                          "%zu",
+                          path, total, have);
         goto done;
     }
 done:
