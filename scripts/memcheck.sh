@@ -27,7 +27,9 @@ for t in "${all[@]}"; do
 done
 ((${#tests[@]})) || { echo "memcheck: no tests found in $build" >&2; exit 1; }
 supp="$src/scripts/valgrind.supp" # glibc false positives, each explained there
-export PT_SOURCE_DIR="$src" PT_BUILD_DIR="$src/$build" OPENBLAS_NUM_THREADS=1 build out supp
+# PT_MEMCHECK: tests that loop over equivalent variants may run fewer of them
+# here (executor_zb_test: one schedule kind per plan shape, in turn)
+export PT_SOURCE_DIR="$src" PT_BUILD_DIR="$src/$build" OPENBLAS_NUM_THREADS=1 PT_MEMCHECK=1 build out supp
 run_one() {
     local t="$1" start=$SECONDS
     if (cd "$build" && valgrind --error-exitcode=99 --leak-check=no --track-origins=no \
