@@ -71,6 +71,19 @@ static pt_profile *base_profile(void)
     return p;
 }
 
+/* p's layers of plan A's stage s: base's, forward (and recompute) times
+ * times ff[s], backward times fb[s]. */
+static void scale_stages(pt_profile *p, const pt_profile *base, const double *ff, const double *fb)
+{
+    for (int s = 0; s < 3; s++)
+        for (int l = a_lo[s]; l < a_hi[s]; l++) {
+            p->layers[l] = base->layers[l];
+            p->layers[l].fwd_ms *= ff[s];
+            p->layers[l].recompute_ms *= ff[s];
+            p->layers[l].bwd_ms *= fb[s];
+        }
+}
+
 static pt_profile *true_profile(const pt_profile *base, int hold)
 {
     pt_profile *p = pt_profile_new(NL);
@@ -80,13 +93,7 @@ static pt_profile *true_profile(const pt_profile *base, int hold)
     pt_profile_layer *keep = p->layers;
     *p = *base;
     p->layers = keep;
-    for (int s = 0; s < 3; s++)
-        for (int l = a_lo[s]; l < a_hi[s]; l++) {
-            p->layers[l] = base->layers[l];
-            p->layers[l].fwd_ms *= f_fwd[s];
-            p->layers[l].recompute_ms *= f_fwd[s];
-            p->layers[l].bwd_ms *= f_bwd[s];
-        }
+    scale_stages(p, base, f_fwd, f_bwd);
     p->op_overhead_ms = TRUE_OVERHEAD_MS;
     p->opt_bytes_per_s = TRUE_OPT_BPS;
     p->sends_hold = hold;
@@ -525,13 +532,7 @@ static void test_weight_copies(void)
     static const double g[3] = {1.8, 3.0, 2.2};
     pt_profile *base = base_profile(), *truth = true_profile(base, 1);
     REQUIRE(base && truth);
-    for (int s = 0; s < 3; s++)
-        for (int l = a_lo[s]; l < a_hi[s]; l++) {
-            truth->layers[l] = base->layers[l];
-            truth->layers[l].fwd_ms *= g[s];
-            truth->layers[l].recompute_ms *= g[s];
-            truth->layers[l].bwd_ms *= g[s];
-        }
+    scale_stages(truth, base, g, g);
     truth->stash_bytes_per_s = TRUE_COPY_BPS;
     pt_link link = {TRUE_BW, TRUE_LAT};
     pt_topology *topo = pt_topology_uniform(1, 8, 1LL << 34, link, link);
