@@ -345,6 +345,20 @@ static int hookable(const pt_exec *ex, int j)
            op->layer_hi > op->layer_lo && !ex->plan.xop[j].trivial;
 }
 
+/* The ops from `from` on that a backward ending just before it may start from
+ * inside (only SEND_GRAD and ALLREDUCE between): sets hook_next/hook_end to
+ * them for bwd_hook; 1 when one of them is a hookable bucket all-reduce. */
+static int hook_span(pt_exec *ex, int from)
+{
+    int j = from, any = 0;
+    for (; j < ex->n && (ex->ops[j].kind == PT_OP_SEND_GRAD || ex->ops[j].kind == PT_OP_ALLREDUCE);
+         j++)
+        any |= hookable(ex, j);
+    ex->hook_next = from;
+    ex->hook_end = j;
+    return any;
+}
+
 /* Called by the backward after each layer: queues every hooked bucket whose
  * layers are all done (the backward has reached its first layer). */
 static void bwd_hook(void *user, int layer)
@@ -438,13 +452,7 @@ static int op_bwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, pt_exec_
     } else {
         /* the asynchronous bucket all-reduces that follow with only SEND_GRAD and
          * ALLREDUCE between start from inside the backward, as their layers finish */
-        int j = i + 1, any = 0;
-        for (; j < ex->n &&
-               (ex->ops[j].kind == PT_OP_SEND_GRAD || ex->ops[j].kind == PT_OP_ALLREDUCE);
-             j++)
-            any |= hookable(ex, j);
-        ex->hook_next = i + 1;
-        ex->hook_end = j;
+        int any = hook_span(ex, i + 1);
         if (op->kind == PT_OP_BWD_WEIGHT)
             rc = pt_net_backward_weight_hooked(ex->net, x->slot, ex->va[k].data, ex->gbufs[x->gbuf],
                                                any ? bwd_hook : NULL, ex);
@@ -577,12 +585,7 @@ static int op_bwd_weights(pt_exec *ex, int i, int g, pt_exec_event *ev, pt_error
             ev[k].weights_digest = device_digest(ex, ex->va[a].data);
         slots[k] = ex->plan.xop[i + k].slot;
     }
-    int j = i + g, any = 0;
-    for (; j < ex->n && (ex->ops[j].kind == PT_OP_SEND_GRAD || ex->ops[j].kind == PT_OP_ALLREDUCE);
-         j++)
-        any |= hookable(ex, j);
-    ex->hook_next = i + g;
-    ex->hook_end = j;
+    int any = hook_span(ex, i + g);
     int rc = pt_net_backward_weight_many(ex->net, slots, g, ex->gbufs[ex->plan.xop[i].gbuf],
                                          any ? bwd_hook : NULL, ex);
     ex->hook_next = ex->hook_end = 0;

@@ -557,15 +557,12 @@ int pt_net_backward_weight_hooked(pt_net *net, int slot_id, const float *params,
     return pt_net_backward_weight_many(net, &slot_id, 1, grads, hook, user);
 }
 
-/* At most this many slots' W run as one pass (the runs live on the stack). */
-#define W_MANY_MAX PT_CHAIN_WRUN_MAX
-
 int pt_net_backward_weight_many(pt_net *net, const int *slot_ids, int count, float *grads,
                                 void (*hook)(void *user, int layer), void *user)
 {
-    if (count < 1 || count > W_MANY_MAX || (net->recompute && count > 1))
+    if (count < 1 || count > PT_CHAIN_WRUN_MAX || (net->recompute && count > 1))
         return PT_EINVAL;
-    pt_chain_wrun runs[W_MANY_MAX];
+    pt_chain_wrun runs[PT_CHAIN_WRUN_MAX];
     for (int k = 0; k < count; k++) {
         int id = slot_ids[k];
         if (id < 0 || id >= net->max_slots)
