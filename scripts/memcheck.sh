@@ -3,21 +3,63 @@
 # (ctest label "unit") under valgrind's memcheck, JOBS at a time, each with
 # the environment ctest gives it. Any valgrind error (--error-exitcode) or
 # failing test fails the run; the log of each failure is printed.
+#
+# What memcheck adds to the ASan+UBSan run of the same tests is uninitialised
+# reads (and the gcc build, with the CUDA backend linked). Those come from
+# buffers filled by parsers, by other threads and processes, and by kernels
+# with tails, so it runs: the parsers' tests (protocol/, and the fuzz
+# replays: every parser over the bad-file corpus, ~1 s each under valgrind),
+# the executor and its layers, kernels, optimisers and comm (runtime/), the
+# planners' tests that take under a second natively, and the console's
+# renderers and exports.
+# (checkpoint_test, fuzz_idx_replay and data_test wait on files natively:
+# under valgrind they take 2, 1 and 6 s of CPU.)
+# SKIP_REGEX (default below) leaves out what takes a second or more of CPU
+# natively (valgrind runs 20-100x slower), each still run natively and under
+# ASan+UBSan, where other tests here run the code valgrind watches:
+#   comm_test          threads as ranks over inproc/tcp/ipc (7 s natively):
+#                      the ring all-reduce and its buffers are comm_proc_test's
+#                      (here, forked ranks) and every executor test's
+#   net_models_test    every shipped model built and stepped: the layers are
+#                      layer_grad_test's and the executor tests'
+#   memory_predict_test, planner_sim_agree_test, planner_dapple_test,
+#   planner_pipedream_paper_test   planner arithmetic over many plans (16 s,
+#                      28 s, 2.4 s, 1.7 s natively) on inputs the parsers
+#                      built; the planners' small tests run here
+#   message_test, plan_test   ~1 s each (20-24 s of CPU under valgrind):
+#                      large messages and plans; their parsers over the bad corpus
+#                      are fuzz_message_replay's and fuzz_plan_replay's
+#   run_session_test, session_trust_test   the console's session over real
+#                      ZeroMQ sockets (CURVE in session_trust), waiting on
+#                      heartbeats; its message parsing is the replays'
+#   store_agents_test  a 3 s scaling check of the record reader (CPU-time
+#                      ratios, which valgrind's overhead would distort);
+#                      fuzz_record_replay reads records here
+# PT_MEMCHECK=1 is set: tests that loop over equivalent variants run fewer of
+# them here, each variant still run natively and under ASan
+# (executor_zb_test, executor_sync_test: one schedule kind per plan shape,
+# in turn; comm_proc_test: one of the three unequal-chunk sizes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build="${1:?usage: scripts/memcheck.sh BUILD JOBS [SKIP_REGEX]}"
 jobs="${2:-2}"
-skip="${3:-^$}"
+default_skip='^(comm|net_models|memory_predict|planner_sim_agree'
+default_skip+='|planner_dapple|planner_pipedream_paper|message|plan|run_session|session_trust'
+default_skip+='|store_agents)_test$'
+skip="${3:-$default_skip}"
 src="$PWD"
 out="$build/memcheck"
 rm -rf "$out"
 mkdir -p "$out"
 mapfile -t all < <(ctest --test-dir "$build" -N -L unit | awk '/Test +#/ {print $3}' | grep -Ev "$skip")
-# The longest under valgrind first (executor_zb_test alone is a third of the
-# stage), so that none of them starts last and runs alone at the end.
-slow=(executor_zb_test executor_sync_test gemm_small_test executor_interleaved_test
-      executor_memory_test executor_staged_test executor_contract_test gpu_host_test
-      executor_async_test executor_backtoback_test cmd_help_test)
+# The longest under valgrind first (comm_proc_test, its forked ranks all
+# under valgrind, ran last and alone for minutes when it was not listed), so
+# that none of them starts last and runs alone at the end. Each test that
+# links the CUDA backend (the executor tests, gpu_host_test, cmd_help_test)
+# spends ~14 s of CPU under valgrind loading the CUDA libraries alone.
+slow=(comm_proc_test executor_zb_test gemm_small_test executor_sync_test executor_interleaved_test
+      executor_contract_test gpu_host_test executor_async_test executor_backtoback_test
+      executor_memory_test executor_staged_test export_test cmd_help_test)
 tests=()
 for t in "${slow[@]}"; do
     printf '%s\n' "${all[@]}" | grep -qx "$t" && tests+=("$t")
@@ -27,8 +69,6 @@ for t in "${all[@]}"; do
 done
 ((${#tests[@]})) || { echo "memcheck: no tests found in $build" >&2; exit 1; }
 supp="$src/scripts/valgrind.supp" # glibc false positives, each explained there
-# PT_MEMCHECK: tests that loop over equivalent variants may run fewer of them
-# here (executor_zb_test: one schedule kind per plan shape, in turn)
 export PT_SOURCE_DIR="$src" PT_BUILD_DIR="$src/$build" OPENBLAS_NUM_THREADS=1 PT_MEMCHECK=1 build out supp
 run_one() {
     local t="$1" start=$SECONDS

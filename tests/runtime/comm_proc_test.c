@@ -203,9 +203,15 @@ static void test_allreduce_procs_odd_sizes(void)
      * chunks of unequal length; 3 * 65536 + 1: chunks of several segments,
      * the last one short. */
     static const size_t counts[] = {1, 2, 7, 1001, 100003, 3 * PT_COMM_SEGMENT_FLOATS + 1};
+    /* under valgrind (scripts/memcheck.sh sets PT_MEMCHECK) 1001 and 100003,
+     * unequal chunks inside one segment as 7 has, are left to the native and
+     * ASan runs */
+    int memcheck = getenv("PT_MEMCHECK") != NULL;
     for (int p = 2; p <= 4; p++)
         for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
             for (int integers = 0; integers <= 1; integers++) {
+                if (memcheck && (counts[i] == 1001 || counts[i] == 100003))
+                    continue;
                 ar_case k = {p, integers, 1, counts[i], 0};
                 run_case(&k);
             }
