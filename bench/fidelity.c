@@ -164,10 +164,6 @@ static int apply_shares(pt_profile *base)
                           base->layer_count, base->microbatch);
     for (int l = 0; rc == 0 && l < base->layer_count; l++)
         base->layers[l].fixed_share = sh->layers[l].fixed_share;
-    /* and the weight-copy rate, where the shares' profile measured one and
-     * the run's did not (records from before the field) */
-    if (rc == 0 && !(base->stash_bytes_per_s > 0))
-        base->stash_bytes_per_s = sh->stash_bytes_per_s;
     if (rc < 0)
         fprintf(stderr, "fidelity: --shares: %s\n", err.msg);
     pt_profile_free(&sh);
@@ -517,12 +513,6 @@ static int predict_from(plan_result *i, const plan_result *j)
                    f[k]->intra.link.latency * 1e6, f[k]->intra.link.bandwidth,
                    pt_cal_link_how_name(f[k]->allreduce.how), f[k]->allreduce.link.latency * 1e6,
                    f[k]->allreduce.link.bandwidth, f[k]->op_overhead_ms);
-        for (int k = 0; k < 2; k++)
-            printf("    %s weight copies: %.2f GB/s (%s)\n", k ? "its own" : "used",
-                   f[k]->stash_bytes_per_s / 1e9,
-                   f[k]->stash_fitted            ? "fitted on the run's stashing FWDs"
-                   : f[k]->stash_bytes_per_s > 0 ? "the base profile's"
-                                                 : "not known: not charged");
         for (int s = 0; s < prog.stage_count && s < i->fit.stage_count; s++) {
             int w = prog.stage_worker[s];
             const pt_worker *x = &prog.workers[w];
@@ -530,7 +520,7 @@ static int predict_from(plan_result *i, const plan_result *j)
             int rows = x->row_hi - x->row_lo;
             double st = res.workers[w].core_stretch;
             printf("    stage %d rows %2d: fwd %.3f / %.3f ms, bwd %.3f / %.3f ms (predicted / "
-                   "measured, less weight copies), stretch %.2f\n",
+                   "measured), stretch %.2f\n",
                    s, rows, 1e3 * st * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device),
                    m->fwd_ms, 1e3 * st * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device),
                    m->bwd_ms, st);
