@@ -10,19 +10,24 @@
  *   2. `pipetop run --plan P --json` runs it for real with its default
  *      profile (measured now at the agents' thread count) and reports the
  *      default prediction, the measured iteration time (median step) and
- *      the measured bubble (mean over stage replicas);
+ *      the measured bubble (mean over stage replicas), --repeats times
+ *      (3; --quick and --reuse 1), the median run kept;
  *   3. the run is calibrated (planner/calibrate.h) against its own profile.
  * Then each plan i is predicted from the calibration of a *different* plan j:
- * the next plan of the matrix with the same number of agents (so the same
- * BLAS threads per agent; else the next plan), carried onto plan i's
+ * the nearest plan of the matrix with the same number of agents (so the same
+ * BLAS threads per agent; nearest(): same stages, then the same replicated
+ * stage, then the same schedule, then the nearest M -- the plan a user ran
+ * before editing it into i), carried onto plan i's
  * conditions with pt_cal_rebase (unchanged when both default profiles were
  * measured at one thread count), on the local topology (its devices share
  * this machine's cores) with j's fitted links; the simulator stretches each
  * worker's compute by how many of i's workers compute at once. Prints per
  * plan default, calibrated, measured, errors and bubbles, then the median
  * and worst relative error (|measured - predicted| / predicted) over the
- * matrix. --detail adds, per plan, the fits used and its own, and per stage
- * the predicted and the measured compute and the stretch.
+ * matrix, and the same over every ordered pair of plans with as many agents
+ * (how far a calibration carries beyond the nearest plan). --detail adds,
+ * per plan, the fits used and its own, and per stage the predicted and the
+ * measured compute and the stretch.
  *
  * --reuse DIR reads plans back from an earlier run's folders instead of
  * running them (DIR/<model>-NN.plan.json and DIR/<model>-NN/ with its
@@ -40,8 +45,8 @@
  * part.
  *
  * --plans I,J,... runs only those rows of the matrix; each is then
- * calibrated from the next row of the subset with as many agents, so the
- * pairs differ from the full matrix's; it skips the throughput comparison.
+ * calibrated from the nearest row of the subset, so the pairs may differ
+ * from the full matrix's; it skips the throughput comparison.
  *
  * Figures mean something only on a quiet machine: other load stretches runs
  * unevenly. --quick runs three small plans of fmnist-mlp-deep (a smoke test
@@ -568,7 +573,7 @@ static double rel(double meas, double pred)
 }
 
 /* Median and worst |relative error| of n figures (NaN ones left out). */
-static void summarise(const char *what, const double *e, int n)
+static void summarise(const char *what, const double *e, int n, const char *unit)
 {
     double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
     int k = 0;
@@ -582,8 +587,8 @@ static void summarise(const char *what, const double *e, int n)
     }
     qsort(v, (size_t)k, sizeof *v, cmp_double);
     double med = k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
-    printf("  %-28s median %5.1f %%  worst %5.1f %%  over %d plans\n", what, 100 * med,
-           100 * v[k - 1], k);
+    printf("  %-28s median %5.1f %%  worst %5.1f %%  over %d %s\n", what, 100 * med,
+           100 * v[k - 1], k, unit);
     free(v);
 }
 
@@ -653,20 +658,22 @@ static void run_repeats(const char *model, const bench_args *a, const pt_profile
 }
 
 /* The plan of the matrix nearest to plan i that ran, to calibrate i on: the
- * plan a user ran before editing it into i. Among the plans with as many
- * agents (so the same BLAS threads each), the first in this order: the same
- * stage count, the same replicated stage, the same schedule, the nearest
- * micro-batch count (by ratio), then the nearest row. -1 when none ran. */
+ * plan a user ran before editing it into i. The first in this order: as
+ * many agents (so the same BLAS threads each; pt_cal_rebase carries a
+ * calibration across thread counts otherwise), the same stage count, the
+ * same replicated stage, the same schedule, the nearest micro-batch count
+ * (by ratio), then the nearest row. -1 when none ran. */
 static int nearest(const plan_result *r, int n, int i)
 {
     int best = -1;
     double best_key = 0;
     const plan_case *c = r[i].c;
     for (int j = 0; j < n; j++) {
-        if (j == i || !r[j].ok || r[j].agents != r[i].agents)
+        if (j == i || !r[j].ok)
             continue;
         const plan_case *d = r[j].c;
-        double key = 1e6 * (d->stages != c->stages) + 1e5 * (d->rep_stage != c->rep_stage) +
+        double key = 1e7 * (r[j].agents != r[i].agents) + 1e6 * (d->stages != c->stages) +
+                     1e5 * (d->rep_stage != c->rep_stage) +
                      1e4 * (strcmp(d->schedule, c->schedule) != 0) +
                      1e2 * fabs(log2((double)d->mb_count / c->mb_count)) + abs(j - i);
         if (best < 0 || key < best_key) {
@@ -692,7 +699,7 @@ static void all_pairs(const plan_result *r, int n)
                 e[k++] = rel(r[i].meas_ms, ms);
         }
     if (e)
-        summarise("every other plan, same agents", e, k);
+        summarise("every other plan, same agents", e, k, "pairs");
     free(e);
 }
 
@@ -777,8 +784,8 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
     }
     printf("relative error |measured - predicted| / predicted, %s:\n", model);
     if (ed && ec) {
-        summarise("default profile", ed, n);
-        summarise("calibrated on another plan", ec, n);
+        summarise("default profile", ed, n, "plans");
+        summarise("calibrated on another plan", ec, n, "plans");
     }
     all_pairs(r, n);
     free(ed);
