@@ -51,6 +51,11 @@ src="$PWD"
 out="$build/memcheck"
 rm -rf "$out"
 mkdir -p "$out"
+# each test's arguments as ctest gives them (the fuzz replays: the corpus
+# folders), one file per test, quoted as ctest prints them
+ctest --test-dir "$build" -N -V -L unit | awk -v out="$out" '
+    / Test command: / { sub(/^[0-9]+: Test command: [^ ]+ ?/, ""); args = $0 }
+    /^ +Test +#[0-9]+: / { print args > (out "/" $3 ".args"); close(out "/" $3 ".args") }'
 mapfile -t all < <(ctest --test-dir "$build" -N -L unit | awk '/Test +#/ {print $3}' | grep -Ev "$skip")
 # The longest under valgrind first (comm_proc_test, its forked ranks all
 # under valgrind, ran last and alone for minutes when it was not listed), so
@@ -71,9 +76,10 @@ done
 supp="$src/scripts/valgrind.supp" # glibc false positives, each explained there
 export PT_SOURCE_DIR="$src" PT_BUILD_DIR="$src/$build" OPENBLAS_NUM_THREADS=1 PT_MEMCHECK=1 build out supp
 run_one() {
-    local t="$1" start=$SECONDS
+    local t="$1" start=$SECONDS args=()
+    [[ -s $out/$t.args ]] && eval "args=($(<"$out/$t.args"))"
     if (cd "$build" && valgrind --error-exitcode=99 --leak-check=no --track-origins=no \
-        --quiet --suppressions="$supp" "./$t") >"$out/$t.log" 2>&1; then
+        --quiet --suppressions="$supp" "./$t" "${args[@]}") >"$out/$t.log" 2>&1; then
         echo "memcheck: $t ok ($((SECONDS - start)) s)"
     else
         echo "memcheck: $t FAILED; $out/$t.log:" >&2
