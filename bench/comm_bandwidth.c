@@ -16,7 +16,7 @@
  *     every rank a process of its own (fork), as agents are and as MPI's
  *     ranks are, timed as mpi_allreduce times MPI (a barrier before each
  *     repetition, rank 0's clock, the median).
- * Usage: comm_bandwidth [--quick]; comm_bandwidth --allreduce [REPS] runs
+ * Usage: comm_bandwidth [--quick]; comm_bandwidth --allreduce [REPS [P [MIB]]] runs
  * only the shm-proc all-reduces and MPI's, with context switches per
  * all-reduce and the load average. Never a test: it only prints. */
 #include <pthread.h>
@@ -516,23 +516,29 @@ static double load1(void)
     return l;
 }
 
-/* --allreduce [REPS]: only the all-reduces between processes (shm-proc) and
- * MPI's beside them, 2 and 4 ranks, 1 and 16 MiB, with the context switches
- * per all-reduce (rank average, getrusage) and the load average: the quick
- * A/B of the small all-reduce. */
-static int allreduce_only(int reps)
+/* --allreduce [REPS [P [MIB]]]: only the all-reduces between processes
+ * (shm-proc) and MPI's beside them, 2 and 4 ranks (or P), 1 and 16 MiB (or
+ * MIB), with the context switches and CPU time per all-reduce (rank
+ * averages, getrusage) and the load average: the quick A/B of the small
+ * all-reduce. */
+static int allreduce_only(int reps, int p_only, int mib_only)
 {
     size_t sizes[2] = {(size_t)1 << 18, (size_t)1 << 22};
+    int nsizes = 2;
+    if (mib_only > 0) {
+        sizes[0] = (size_t)mib_only << 18;
+        nsizes = 1;
+    }
     printf("all-reduce between processes (shm-proc) against MPI_Allreduce, median of %d after a "
-           "warm-up;\ncsw = voluntary / involuntary context switches per all-reduce, "
-           "average\n",
+           "warm-up;\ncsw = voluntary / involuntary context switches per all-reduce, cpu = CPU "
+           "ms per all-reduce\n(user + system), both rank averages (getrusage)\n",
            reps);
     printf("%2s %8s %10s %10s %9s %8s %8s %8s %6s\n", "p", "size", "ours ms", "MPI ms", "ours/MPI",
            "vol csw", "inv csw", "cpu ms", "load");
-    for (int p = 2; p <= MAX_P; p += 2) {
+    for (int p = p_only ? p_only : 2; p <= (p_only ? p_only : MAX_P); p += 2) {
         double mpi[2];
-        mpi_allreduce_ms(p, sizes, 2, reps, mpi);
-        for (int si = 0; si < 2; si++) {
+        mpi_allreduce_ms(p, sizes, nsizes, reps, mpi);
+        for (int si = 0; si < nsizes; si++) {
             double meas = proc_run(p, proc_allreduce, sizes[si], reps);
             printf("%2d %4zu MiB %10.3f %10.3f %9.2f %8.1f %8.1f %8.3f %6.2f\n", p, sizes[si] >> 18,
                    meas * 1e3, mpi[si], meas > 0 && mpi[si] > 0 ? meas * 1e3 / mpi[si] : -1.0,
@@ -547,11 +553,16 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--allreduce")) {
         int reps = argc > 2 ? atoi(argv[2]) : AR_REPS;
-        if (reps < 1 || reps > PROBE_REPS_MAX) {
-            fprintf(stderr, "comm_bandwidth: --allreduce REPS: 1..%d\n", PROBE_REPS_MAX);
+        int p = argc > 3 ? atoi(argv[3]) : 0, mib = argc > 4 ? atoi(argv[4]) : 0;
+        if (reps < 1 || reps > PROBE_REPS_MAX || (argc > 3 && (p < 2 || p > MAX_P)) ||
+            (argc > 4 && (mib < 1 || mib > 256))) {
+            fprintf(stderr,
+                    "usage: comm_bandwidth --allreduce [REPS (1..%d) [RANKS (2..%d) [MIB "
+                    "(1..256)]]]\n",
+                    PROBE_REPS_MAX, MAX_P);
             return 2;
         }
-        return allreduce_only(reps);
+        return allreduce_only(reps, p, mib);
     }
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
     long long target = quick ? TARGET_BYTES / 8 : TARGET_BYTES;

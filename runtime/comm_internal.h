@@ -30,6 +30,20 @@ int pt_comm_internal_send_ar_zc(pt_comm *self, int dst, uint64_t tag, const floa
  * PT_ETIMEOUT. */
 int pt_comm_internal_wait_ar_zc(pt_comm *self, int timeout_ms);
 
+/* ---- allreduce.c: which algorithm an all-reduce takes ---- */
+
+/* The direct all-reduce (each member sums its own chunk from every member's
+ * copy, then sends the sum to all) is taken for groups of 3 to
+ * PT_COMM_DIRECT_MAX_GROUP members and buffers of at most
+ * PT_COMM_DIRECT_MAX_FLOATS floats; the ring otherwise (2 members: the two
+ * are the same exchange). PT_COMM_ALLREDUCE=ring in the environment always
+ * takes the ring, =direct the direct one for any size (3..MAX_GROUP
+ * members); every member must see the same setting. Depends on (p, count)
+ * and that setting only, so every member makes the same choice. */
+#define PT_COMM_DIRECT_MAX_GROUP  8
+#define PT_COMM_DIRECT_MAX_FLOATS ((size_t)1 << 19) /* 2 MiB */
+int pt_comm_internal_allreduce_direct(int p, size_t count);
+
 /* ---- comm_pool.c: what in-flight messages may outlive the comm for ---- */
 
 typedef struct pt_comm_shared pt_comm_shared;
