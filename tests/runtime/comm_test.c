@@ -875,11 +875,34 @@ static void ar_rank(world *w, int rank, void *arg)
     }
 }
 
-/* Checks rank results of the last round against a serial sum (double). */
+/* Element j as the ring sums it, in floats: chunk c (the ring's split of
+ * count into p) starts at rank c's copy and adds rank c+1's, c+2's, ... in
+ * turn. The ring and the direct all-reduce both give these bits. */
+static float ring_order_sum(const ar_job *job, int p, int round, size_t j)
+{
+    size_t base = job->count / (size_t)p, rem = job->count % (size_t)p;
+    size_t c = j < rem * (base + 1) ? j / (base + 1) : rem + (j - rem * (base + 1)) / base;
+    float acc = input_value(job, round, (int)c, j);
+    for (int i = 1; i < p; i++)
+        acc = acc + input_value(job, round, (int)((c + (size_t)i) % (size_t)p), j);
+    return acc;
+}
+
+/* Checks rank results of the last round against a serial sum (double) and,
+ * bit for bit, against the ring's order of float sums. */
 static int ar_check(const ar_job *job, int p, const char *what, int round, const float *const *res)
 {
     int bad = 0;
     for (size_t j = 0; j < job->count && bad < 5; j++) {
+        float bits = ring_order_sum(job, p, round, j);
+        if (job->op == PT_COMM_AVERAGE)
+            bits /= (float)p;
+        if (memcmp(&bits, &res[0][j], sizeof bits) != 0) {
+            fprintf(stderr,
+                    "%s: round %d element %zu: got %.9g, the ring's order of sums gives %.9g\n",
+                    what, round, j, res[0][j], bits);
+            bad++;
+        }
         double sum = 0;
         for (int r = 0; r < p; r++)
             sum += input_value(job, round, r, j);
