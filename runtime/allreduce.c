@@ -400,6 +400,7 @@ static int last_addend(const ring *r, const int *ranks, int first, uint32_t k, p
                             pt_comm_rank(r->comm), k, ranks[src], got, n);
     }
     fused u = {dst, dst, f.data};
+    pt_comm_internal_defer_wakes(r->comm, 1); /* the caller sends on, then wakes them all */
     rc = pt_comm_internal_send_fill(r->comm, ranks[first], ring_tag(r->id, DIRECT_GATHER, k),
                                     n * sizeof(float), fused_fill, &u, err);
     pt_comm_internal_frame_release(r->comm, &f);
@@ -417,14 +418,17 @@ static int last_addend(const ring *r, const int *ranks, int first, uint32_t k, p
  * is, and takes from i+1 first. */
 static int allreduce_direct(const ring *r, const int *ranks, pt_error *err)
 {
-    int p = r->p, me = r->me, rc;
-    for (int i = 1; i < p; i++) {
+    int p = r->p, me = r->me, rc = 0;
+    pt_comm_internal_defer_wakes(r->comm, 1);
+    for (int i = 1; i < p && rc == 0; i++) {
         int d = (me - i + p) % p;
         uint32_t segs = seg_count(chunk_len(r->count, p, d));
-        for (uint32_t k = 0; k < segs; k++)
-            if ((rc = send_to_member(r, ranks, d, DIRECT_REDUCE, d, k, err)) < 0)
-                return rc;
+        for (uint32_t k = 0; k < segs && rc == 0; k++)
+            rc = send_to_member(r, ranks, d, DIRECT_REDUCE, d, k, err);
     }
+    pt_comm_internal_defer_wakes(r->comm, 0);
+    if (rc < 0)
+        return rc;
     uint32_t own = seg_count(chunk_len(r->count, p, me));
     for (uint32_t k = 0; k < own; k++) {
         for (int i = 1; i < p - 1; i++)
@@ -433,11 +437,12 @@ static int allreduce_direct(const ring *r, const int *ranks, pt_error *err)
         /* The last addend: one pass writes the sum into buf and into the
          * message to the first member; then segment k goes out to the
          * others, so their copies start while this rank sums the next. */
-        if ((rc = last_addend(r, ranks, (me - 1 + p) % p, k, err)) < 0)
+        rc = last_addend(r, ranks, (me - 1 + p) % p, k, err);
+        for (int i = 2; i < p && rc == 0; i++)
+            rc = send_to_member(r, ranks, (me - i + p) % p, DIRECT_GATHER, me, k, err);
+        pt_comm_internal_defer_wakes(r->comm, 0);
+        if (rc < 0)
             return rc;
-        for (int i = 2; i < p; i++)
-            if ((rc = send_to_member(r, ranks, (me - i + p) % p, DIRECT_GATHER, me, k, err)) < 0)
-                return rc;
     }
     for (int i = 1; i < p; i++) {
         int src = (me + i) % p;

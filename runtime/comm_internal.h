@@ -95,6 +95,10 @@ void pt_comm_internal_frame_release(pt_comm *self, pt_comm_frame *f);
  * (t & mask) == (want & mask), whichever arrived first: f->tag says which. */
 int pt_comm_internal_recv_frame_any(pt_comm *self, int src, uint64_t want, uint64_t mask,
                                     pt_comm_frame *f, pt_error *err);
+/* Holds back (on) or sends now (0) the wake-ups of the consumers of this
+ * rank's rings (pt_shm_ring_defer_wake); must be 0 again before any
+ * receive. */
+void pt_comm_internal_defer_wakes(pt_comm *self, int on);
 /* 1 when a send to dst is a copy made before the send returns (a
  * shared-memory ring, made now if it is to be), 0 when it may be zero-copy. */
 int pt_comm_internal_copies_to(pt_comm *self, int dst);
@@ -152,6 +156,11 @@ typedef struct pt_shm_rec {
 /* The next record: 1 (in *rec, valid until consumed), 0 none yet, PT_EPARSE
  * a corrupt ring. */
 int pt_shm_ring_peek(pt_shm_ring *r, pt_shm_rec *rec);
+/* Producer: on, a consumer found asleep by a send is woken only when this is
+ * called again with on = 0 (so a rank that sends to several peers in a row
+ * is not preempted by the first it wakes); a sender whose ring is full
+ * still wakes its consumer at once. */
+void pt_shm_ring_defer_wake(pt_shm_ring *r, int on);
 /* Frees the record last peeked (waking a sender that waits for room). */
 void pt_shm_ring_consume(pt_shm_ring *r);
 void pt_shm_ring_consume_to(pt_shm_ring *r, uint64_t tail);
