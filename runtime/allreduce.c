@@ -407,7 +407,7 @@ static int last_addend(const ring *r, const int *ranks, int first, uint32_t k, p
     return rc;
 }
 
-/* The direct all-reduce (small buffers, a few ranks; see
+/* The direct all-reduce (small buffers, a few ranks, when asked for; see
  * pt_comm_internal_allreduce_direct): member i sums chunk i itself, from
  * every member's copy of it, and sends the sum to every member. Two hand-offs
  * per all-reduce instead of the ring's 2(p-1) in sequence, the same bytes
@@ -457,11 +457,8 @@ static int allreduce_direct(const ring *r, const int *ranks, pt_error *err)
 int pt_comm_internal_allreduce_direct(int p, size_t count)
 {
     const char *e = getenv("PT_COMM_ALLREDUCE");
-    if (e && !strcmp(e, "ring"))
-        return 0;
-    if (p < 3 || p > PT_COMM_DIRECT_MAX_GROUP)
-        return 0;
-    return (e && !strcmp(e, "direct")) || count <= PT_COMM_DIRECT_MAX_FLOATS;
+    return e && !strcmp(e, "direct") && p >= 3 && p <= PT_COMM_DIRECT_MAX_GROUP &&
+           count <= PT_COMM_DIRECT_MAX_FLOATS;
 }
 
 int pt_comm_allreduce(pt_comm *self, pt_comm_group *group, float *buf, size_t count, int op,

@@ -33,13 +33,13 @@ int pt_comm_internal_wait_ar_zc(pt_comm *self, int timeout_ms);
 /* ---- allreduce.c: which algorithm an all-reduce takes ---- */
 
 /* The direct all-reduce (each member sums its own chunk from every member's
- * copy, then sends the sum to all) is taken for groups of 3 to
- * PT_COMM_DIRECT_MAX_GROUP members and buffers of at most
- * PT_COMM_DIRECT_MAX_FLOATS floats; the ring otherwise (2 members: the two
- * are the same exchange). PT_COMM_ALLREDUCE=ring in the environment always
- * takes the ring, =direct the direct one for any size (3..MAX_GROUP
- * members); every member must see the same setting. Depends on (p, count)
- * and that setting only, so every member makes the same choice. */
+ * copy, then sends the sum to all) is taken when PT_COMM_ALLREDUCE=direct is
+ * in the environment, for groups of 3 to PT_COMM_DIRECT_MAX_GROUP members
+ * and buffers of at most PT_COMM_DIRECT_MAX_FLOATS floats (what may arrive
+ * early over ZeroMQ stays within a stash bound of twice the buffer); the
+ * ring otherwise. Not the default: measured against the ring on 2 shared
+ * cores (docs/benchmarks.md) it was not reliably faster. Every member must
+ * see the same setting; the choice depends on it, p and count only. */
 #define PT_COMM_DIRECT_MAX_GROUP  8
 #define PT_COMM_DIRECT_MAX_FLOATS ((size_t)1 << 19) /* 2 MiB */
 int pt_comm_internal_allreduce_direct(int p, size_t count);

@@ -5,8 +5,8 @@
  * 4 ranks, consecutive rounds, a ring smaller than a segment; each result is
  * checked against a serial sum of every rank's input and, bit for bit,
  * against the ring's order of float sums, and every rank must end with the
- * same bits; the direct all-reduce (3 and 4 ranks, small buffers) and the
- * ring on the same sizes, either side of the switch between them. Also: a rank that sends and
+ * same bits; the direct all-reduce (PT_COMM_ALLREDUCE=direct, 3 and 4
+ * ranks) on the same sizes and either side of its size bound. Also: a rank that sends and
  * closes at once still gets its message through its ring to a peer that looks only later. */
 #include <math.h>
 #include <stdint.h>
@@ -64,9 +64,8 @@ typedef struct ar_case {
 /* Whether case k takes the direct all-reduce (runtime/comm_internal.h). */
 static int takes_direct(const ar_case *k)
 {
-    if (k->p < 3 || k->p > PT_COMM_DIRECT_MAX_GROUP || (k->algo && !strcmp(k->algo, "ring")))
-        return 0;
-    return (k->algo && !strcmp(k->algo, "direct")) || k->count <= PT_COMM_DIRECT_MAX_FLOATS;
+    return k->algo && !strcmp(k->algo, "direct") && k->p >= 3 && k->p <= PT_COMM_DIRECT_MAX_GROUP &&
+           k->count <= PT_COMM_DIRECT_MAX_FLOATS;
 }
 
 /* Element j of the result as the ring sums it, in floats: chunk c (of p,
@@ -252,27 +251,25 @@ static void test_allreduce_procs_odd_sizes(void)
                 ar_case k = {p, integers, 1, counts[i], 0, NULL};
                 run_case(&k);
             }
-    /* The same small sizes through the ring (3 and 4 ranks take the direct
-     * all-reduce by default): both give the ring's bits. */
+    /* The same sizes through the direct all-reduce: the ring's bits. */
     for (int p = 3; p <= 4; p++)
         for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
-            ar_case k = {p, 0, 1, counts[i], 0, "ring"};
+            ar_case k = {p, 0, 1, counts[i], 0, "direct"};
             run_case(&k);
         }
 }
 
-/* Either side of the size where 3 and 4 ranks switch from the direct
- * all-reduce to the ring, and the direct one forced on chunks of many
- * segments, over rounds whose traffic overlaps, and through a 64 KiB ring
- * (smaller than a segment: each message streams through in pieces while a
- * rank sends to three others). */
+/* The direct all-reduce either side of its size bound (above it the ring
+ * runs), on chunks of several segments with a short tail over rounds whose
+ * traffic overlaps, and through a 64 KiB ring (smaller than a segment: each
+ * message streams through in pieces while a rank sends to three others). */
 static void test_allreduce_procs_direct(void)
 {
     for (int p = 3; p <= 4; p++) {
-        ar_case at = {p, 0, 2, PT_COMM_DIRECT_MAX_FLOATS, 0, NULL};
-        ar_case above = {p, 0, 1, PT_COMM_DIRECT_MAX_FLOATS + 1, 0, NULL};
-        ar_case many = {p, 1, 3, (size_t)p * 4 * PT_COMM_SEGMENT_FLOATS + 3, 0, "direct"};
-        ar_case small_ring = {p, 0, 2, (size_t)p * PT_COMM_SEGMENT_FLOATS + 7, 64 << 10, NULL};
+        ar_case at = {p, 0, 2, PT_COMM_DIRECT_MAX_FLOATS, 0, "direct"};
+        ar_case above = {p, 0, 1, PT_COMM_DIRECT_MAX_FLOATS + 1, 0, "direct"};
+        ar_case many = {p, 1, 3, PT_COMM_DIRECT_MAX_FLOATS - 5, 0, "direct"};
+        ar_case small_ring = {p, 0, 2, (size_t)p * PT_COMM_SEGMENT_FLOATS + 7, 64 << 10, "direct"};
         run_case(&at);
         run_case(&above);
         run_case(&many);
@@ -289,7 +286,7 @@ static void test_allreduce_procs_long_chunks_rounds(void)
         ar_case k = {p, 1, 3, (size_t)p * 10 * PT_COMM_SEGMENT_FLOATS + 5, 0, NULL};
         run_case(&k);
     }
-    ar_case small = {3, 0, 2, 3 * PT_COMM_SEGMENT_FLOATS + 1, 64 << 10, "ring"};
+    ar_case small = {3, 0, 2, 3 * PT_COMM_SEGMENT_FLOATS + 1, 64 << 10, NULL};
     run_case(&small);
 }
 

@@ -990,6 +990,23 @@ static void test_allreduce_segments_average_rounds(void)
     run_allreduce_case(T_TCP, 4, 5000, 1, PT_COMM_SUM, 4);
 }
 
+/* The direct all-reduce (PT_COMM_ALLREDUCE=direct, set here before the
+ * ranks' threads start and unset after they end) over every transport, 3
+ * and 5 ranks, odd sizes, averaging and overlapping rounds: the ring's bits
+ * (ar_check). */
+static void test_allreduce_direct(void)
+{
+    setenv("PT_COMM_ALLREDUCE", "direct", 1);
+    for (int t = 0; t < T_COUNT; t++) {
+        run_allreduce_case((transport)t, 3, 1001, 0, PT_COMM_SUM, 1);
+        run_allreduce_case((transport)t, 5, 100003, 0, PT_COMM_SUM, 1);
+    }
+    run_allreduce_case(T_INPROC, 3, 2, 1, PT_COMM_SUM, 2);
+    run_allreduce_case(T_IPC, 4, 3 * PT_COMM_SEGMENT_FLOATS + 1, 0, PT_COMM_AVERAGE, 1);
+    run_allreduce_case(T_ZMQ, 5, 101, 1, PT_COMM_AVERAGE, 3);
+    unsetenv("PT_COMM_ALLREDUCE");
+}
+
 /* Over shared memory the ring takes segments in the order they arrive: the
  * left's step-0 segments come interleaved with the step-1 segments they
  * yield, and none is put aside in the stash to be taken (and copied) later.
@@ -1209,5 +1226,6 @@ PT_TEST_MAIN({"p2p_out_of_order", test_p2p_out_of_order},
              {"allreduce_segments_average_rounds", test_allreduce_segments_average_rounds},
              {"allreduce_count_mismatch", test_allreduce_count_mismatch},
              {"allreduce_shm_arrival_order", test_allreduce_shm_arrival_order},
+             {"allreduce_direct", test_allreduce_direct},
              {"async_collective", test_async_collective},
              {"async_collective_timeout", test_async_collective_timeout})
