@@ -10,19 +10,24 @@
  *   2. `pipetop run --plan P --json` runs it for real with its default
  *      profile (measured now at the agents' thread count) and reports the
  *      default prediction, the measured iteration time (median step) and
- *      the measured bubble (mean over stage replicas);
+ *      the measured bubble (mean over stage replicas), --repeats times
+ *      (3; --quick and --reuse 1), the median run kept;
  *   3. the run is calibrated (planner/calibrate.h) against its own profile.
  * Then each plan i is predicted from the calibration of a *different* plan j:
- * the next plan of the matrix with the same number of agents (so the same
- * BLAS threads per agent; else the next plan), carried onto plan i's
+ * the nearest plan of the matrix with the same number of agents (so the same
+ * BLAS threads per agent; nearest(): same stages, then the same replicated
+ * stage, then the same schedule, then the nearest M -- the plan a user ran
+ * before editing it into i), carried onto plan i's
  * conditions with pt_cal_rebase (unchanged when both default profiles were
  * measured at one thread count), on the local topology (its devices share
  * this machine's cores) with j's fitted links; the simulator stretches each
  * worker's compute by how many of i's workers compute at once. Prints per
  * plan default, calibrated, measured, errors and bubbles, then the median
  * and worst relative error (|measured - predicted| / predicted) over the
- * matrix. --detail adds, per plan, the fits used and its own, and per stage
- * the predicted and the measured compute and the stretch.
+ * matrix, and the same over every ordered pair of plans with as many agents
+ * (how far a calibration carries beyond the nearest plan). --detail adds,
+ * per plan, the fits used and its own, and per stage the predicted and the
+ * measured compute and the stretch.
  *
  * --reuse DIR reads plans back from an earlier run's folders instead of
  * running them (DIR/<model>-NN.plan.json and DIR/<model>-NN/ with its
@@ -40,8 +45,8 @@
  * part.
  *
  * --plans I,J,... runs only those rows of the matrix; each is then
- * calibrated from the next row of the subset with as many agents, so the
- * pairs differ from the full matrix's; it skips the throughput comparison.
+ * calibrated from the nearest row of the subset, so the pairs may differ
+ * from the full matrix's; it skips the throughput comparison.
  *
  * Figures mean something only on a quiet machine: other load stretches runs
  * unevenly. --quick runs three small plans of fmnist-mlp-deep (a smoke test
@@ -87,6 +92,8 @@
 #define MAX_STAGES      4
 #define MAX_MODELS      4
 #define PLANS_MAX       32
+#define REPEATS_MAX     9
+#define REPEATS_FULL    3
 
 /* One plan of the matrix: schedule, stages, micro-batches, the replicated
  * stage (-1: none). */
@@ -123,10 +130,12 @@ typedef struct plan_result {
     double pred_ms, meas_ms, mean_ms, meas_bubble;
     double cal_ms, cal_bubble; /* from another plan's calibration */
     int cal_from;
+    int reps;                     /* runs of the plan; the figures are the median run's */
+    double rep_ms[REPEATS_MAX];   /* each run's measured iteration, in run order */
 } plan_result;
 
 typedef struct bench_args {
-    int quick, iters, throughput_only;
+    int quick, iters, throughput_only, repeats;
     const char *models, *out_dir, *reuse;
     /* --plans: only these rows of the matrix (a bit per row; 0: all) */
     unsigned long long plans;
@@ -164,10 +173,6 @@ static int apply_shares(pt_profile *base)
                           base->layer_count, base->microbatch);
     for (int l = 0; rc == 0 && l < base->layer_count; l++)
         base->layers[l].fixed_share = sh->layers[l].fixed_share;
-    /* and the weight-copy rate, where the shares' profile measured one and
-     * the run's did not (records from before the field) */
-    if (rc == 0 && !(base->stash_bytes_per_s > 0))
-        base->stash_bytes_per_s = sh->stash_bytes_per_s;
     if (rc < 0)
         fprintf(stderr, "fidelity: --shares: %s\n", err.msg);
     pt_profile_free(&sh);
@@ -176,7 +181,7 @@ static int apply_shares(pt_profile *base)
 
 static int parse(int argc, char **argv, bench_args *a)
 {
-    *a = (bench_args){0, 0, 0, "fmnist-mlp-deep,gpt-tiny", NULL, NULL, 0};
+    *a = (bench_args){0, 0, 0, 0, "fmnist-mlp-deep,gpt-tiny", NULL, NULL, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {
             a->quick = 1;
@@ -204,6 +209,12 @@ static int parse(int argc, char **argv, bench_args *a)
                 a->plans |= 1ULL << k;
                 list = *end ? end + 1 : end;
             }
+        } else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) {
+            a->repeats = atoi(argv[++i]);
+            if (a->repeats < 1 || a->repeats > REPEATS_MAX) {
+                fprintf(stderr, "fidelity: --repeats must be in 1..%d\n", REPEATS_MAX);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
             a->iters = atoi(argv[++i]);
             if (a->iters < 3 || a->iters > 100000) {
@@ -212,8 +223,8 @@ static int parse(int argc, char **argv, bench_args *a)
             }
         } else {
             fprintf(stderr, "usage: fidelity [--quick] [--throughput-only] [--models a,b] "
-                            "[--iters N] [--out-dir DIR] [--reuse DIR] [--shares DIR] "
-                            "[--plans I,J,...] [--detail]\n");
+                            "[--iters N] [--repeats R] [--out-dir DIR] [--reuse DIR] "
+                            "[--shares DIR] [--plans I,J,...] [--detail]\n");
             return 2;
         }
     }
@@ -221,6 +232,9 @@ static int parse(int argc, char **argv, bench_args *a)
         a->models = "fmnist-mlp-deep";
     if (!a->iters)
         a->iters = a->quick ? ITERS_QUICK : ITERS_FULL;
+    /* --reuse reads back one run per plan unless told how many */
+    if (!a->repeats)
+        a->repeats = a->quick || a->reuse ? 1 : REPEATS_FULL;
     return 0;
 }
 
@@ -482,8 +496,10 @@ static int run_plan(const char *model, int iters, plan_result *r)
     return calibrate_run(r);
 }
 
-/* Predicts plan i from plan j's calibration. */
-static int predict_from(plan_result *i, const plan_result *j)
+/* Predicts plan i from plan j's calibration into *ms and *bubble (with
+ * --detail and show set, per stage against i's measurement). */
+static int predict_from(const plan_result *i, const plan_result *j, int show, double *ms,
+                        double *bubble)
 {
     pt_error err = {0};
     pt_profile *prof = NULL;
@@ -505,7 +521,7 @@ static int predict_from(plan_result *i, const plan_result *j)
         rc = pt_sim_new(&sim);
     if (rc == 0)
         rc = pt_sim_run(sim, &prog, cost, &res, &err);
-    if (rc == 0 && detail) {
+    if (rc == 0 && detail && show) {
         /* per stage (its first replica): predicted from j vs measured in i */
         printf("  %s from %s: predicted %.2f ms; measured median step %.2f ms, mean %.2f ms\n",
                i->dir, j->dir, res.iter_s * 1e3, i->meas_ms, i->mean_ms);
@@ -517,12 +533,6 @@ static int predict_from(plan_result *i, const plan_result *j)
                    f[k]->intra.link.latency * 1e6, f[k]->intra.link.bandwidth,
                    pt_cal_link_how_name(f[k]->allreduce.how), f[k]->allreduce.link.latency * 1e6,
                    f[k]->allreduce.link.bandwidth, f[k]->op_overhead_ms);
-        for (int k = 0; k < 2; k++)
-            printf("    %s weight copies: %.2f GB/s (%s)\n", k ? "its own" : "used",
-                   f[k]->stash_bytes_per_s / 1e9,
-                   f[k]->stash_fitted            ? "fitted on the run's stashing FWDs"
-                   : f[k]->stash_bytes_per_s > 0 ? "the base profile's"
-                                                 : "not known: not charged");
         for (int s = 0; s < prog.stage_count && s < i->fit.stage_count; s++) {
             int w = prog.stage_worker[s];
             const pt_worker *x = &prog.workers[w];
@@ -530,15 +540,15 @@ static int predict_from(plan_result *i, const plan_result *j)
             int rows = x->row_hi - x->row_lo;
             double st = res.workers[w].core_stretch;
             printf("    stage %d rows %2d: fwd %.3f / %.3f ms, bwd %.3f / %.3f ms (predicted / "
-                   "measured, less weight copies), stretch %.2f\n",
+                   "measured), stretch %.2f\n",
                    s, rows, 1e3 * st * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device),
                    m->fwd_ms, 1e3 * st * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device),
                    m->bwd_ms, st);
         }
     }
     if (rc == 0) {
-        i->cal_ms = res.iter_s * 1e3;
-        i->cal_bubble = res.bubble_frac;
+        *ms = res.iter_s * 1e3;
+        *bubble = res.bubble_frac;
     } else {
         fprintf(stderr, "fidelity: predict %s from %s: %s\n", i->dir, j->dir, err.msg);
     }
@@ -563,7 +573,7 @@ static double rel(double meas, double pred)
 }
 
 /* Median and worst |relative error| of n figures (NaN ones left out). */
-static void summarise(const char *what, const double *e, int n)
+static void summarise(const char *what, const double *e, int n, const char *unit)
 {
     double *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
     int k = 0;
@@ -577,14 +587,120 @@ static void summarise(const char *what, const double *e, int n)
     }
     qsort(v, (size_t)k, sizeof *v, cmp_double);
     double med = k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
-    printf("  %-28s median %5.1f %%  worst %5.1f %%  over %d plans\n", what, 100 * med,
-           100 * v[k - 1], k);
+    printf("  %-28s median %5.1f %%  worst %5.1f %%  over %d %s\n", what, 100 * med,
+           100 * v[k - 1], k, unit);
     free(v);
 }
 
 static int plan_agents(const plan_case *c)
 {
     return c->stages + (c->rep_stage >= 0);
+}
+
+/* Frees what a plan's result owns. */
+static void result_clear(plan_result *r)
+{
+    pt_plan_free(&r->plan);
+    pt_profile_free(&r->base);
+    pt_profile_free(&r->cal);
+    pt_cal_fit_clear(&r->fit);
+}
+
+/* Plan i of the matrix, run (or read back with --reuse) a->repeats times, in
+ * folders <model>-NN, <model>-NN-r1, ...: *r keeps the run whose measured
+ * iteration is the median (its record, profile and calibration), and every
+ * run's figure. One plan's runs spread by up to 20 % between neighbouring
+ * minutes on this VM, so a single run is one draw of that spread. */
+static void run_repeats(const char *model, const bench_args *a, const pt_profile *cut_prof,
+                        plan_result *r, int i, int n)
+{
+    int R = a->repeats > 0 ? a->repeats : 1;
+    plan_result t[REPEATS_MAX];
+    int ok[REPEATS_MAX], order[REPEATS_MAX], good = 0;
+    for (int k = 0; k < R; k++) {
+        char name[PATH_CAP];
+        t[k] = *r;
+        t[k].base = t[k].cal = NULL;
+        memset(&t[k].fit, 0, sizeof t[k].fit);
+        ok[k] = 0;
+        if (!(t[k].plan = make_plan(cut_prof, r->c)))
+            continue;
+        if (k) {
+            snprintf(name, sizeof name, "%s-%02d-r%d", model, i, k);
+            snprintf(t[k].dir, sizeof t[k].dir, "%.*s-r%d", PATH_CAP - 16, r->dir, k);
+        } else {
+            snprintf(name, sizeof name, "%s-%02d", model, i);
+        }
+        int re = reuse_dir ? reuse_plan(&t[k], name) : 1;
+        ok[k] = t[k].ok = re == 1 ? run_plan(model, a->iters, &t[k]) == 0 : re == 0;
+        if (ok[k])
+            order[good++] = k;
+        fprintf(stderr, "  ran %2d/%d (%d of %d) %s\n", i + 1, n, k + 1, R, t[k].dir);
+    }
+    /* the median run by measured time (insertion sort of at most 9) */
+    for (int x = 1; x < good; x++)
+        for (int y = x; y > 0 && t[order[y]].meas_ms < t[order[y - 1]].meas_ms; y--) {
+            int z = order[y];
+            order[y] = order[y - 1];
+            order[y - 1] = z;
+        }
+    int keep = good ? order[(good - 1) / 2] : -1;
+    for (int k = 0; k < R; k++)
+        if (k != keep)
+            result_clear(&t[k]);
+    if (keep < 0)
+        return;
+    pt_plan_free(&r->plan);
+    *r = t[keep];
+    r->reps = good;
+    for (int x = 0; x < good; x++)
+        r->rep_ms[x] = t[order[x]].meas_ms;
+}
+
+/* The plan of the matrix nearest to plan i that ran, to calibrate i on: the
+ * plan a user ran before editing it into i. The first in this order: as
+ * many agents (so the same BLAS threads each; pt_cal_rebase carries a
+ * calibration across thread counts otherwise), the same stage count, the
+ * same replicated stage, the same schedule, the nearest micro-batch count
+ * (by ratio), then the nearest row. -1 when none ran. */
+static int nearest(const plan_result *r, int n, int i)
+{
+    int best = -1;
+    double best_key = 0;
+    const plan_case *c = r[i].c;
+    for (int j = 0; j < n; j++) {
+        if (j == i || !r[j].ok)
+            continue;
+        const plan_case *d = r[j].c;
+        double key = 1e7 * (r[j].agents != r[i].agents) + 1e6 * (d->stages != c->stages) +
+                     1e5 * (d->rep_stage != c->rep_stage) +
+                     1e4 * (strcmp(d->schedule, c->schedule) != 0) +
+                     1e2 * fabs(log2((double)d->mb_count / c->mb_count)) + abs(j - i);
+        if (best < 0 || key < best_key) {
+            best = j;
+            best_key = key;
+        }
+    }
+    return best;
+}
+
+/* Every plan predicted from every other plan with as many agents: the
+ * median and worst |relative error| over those pairs (how far a calibration
+ * carries beyond the nearest plan). */
+static void all_pairs(const plan_result *r, int n)
+{
+    double *e = malloc((size_t)(n * n > 0 ? n * n : 1) * sizeof *e);
+    int k = 0;
+    for (int i = 0; e && i < n; i++)
+        for (int j = 0; r[i].ok && j < n; j++) {
+            double ms = NAN, bubble = NAN;
+            if (j != i && r[j].ok && r[j].agents == r[i].agents &&
+                predict_from(&r[i], &r[j], 0, &ms, &bubble) == 0)
+                e[k++] = rel(r[i].meas_ms, ms);
+        }
+    if (e)
+        summarise("every other plan, same agents", e, k, "pairs");
+    free(e);
 }
 
 static void bench_model(const char *model, const bench_args *a, const char *out_dir)
@@ -616,10 +732,10 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
     int asked = n;
     for (int i = 0; a->plans && i < n; i++)
         asked -= !(a->plans & (1ULL << i));
-    printf("\n%s: %d plans, micro-batch %d, %d iterations each; measured = the median step "
-           "(pipetop run's measured_iteration_ms: per step its slowest worker, the first step "
-           "left out)\n",
-           model, asked, MB_SIZE, a->iters);
+    printf("\n%s: %d plans, micro-batch %d, %d iterations each, run %d time%s; measured = the "
+           "median step (pipetop run's measured_iteration_ms: per step its slowest worker, the "
+           "first step left out) of the median run; spread = (slowest - fastest run) / median\n",
+           model, asked, MB_SIZE, a->iters, a->repeats, a->repeats > 1 ? "s" : "");
     for (int i = 0; i < n; i++) {
         r[i].c = &m[i];
         r[i].agents = plan_agents(&m[i]);
@@ -631,30 +747,16 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
             continue;
         if (a->plans && !(a->plans & (1ULL << i)))
             continue; /* not asked for: neither run nor a calibration source */
-        char name[PATH_CAP];
-        snprintf(name, sizeof name, "%s-%02d", model, i);
-        int re = reuse_dir ? reuse_plan(&r[i], name) : 1;
-        r[i].ok = re == 1 ? run_plan(model, a->iters, &r[i]) == 0 : re == 0;
-        fprintf(stderr, "  ran %2d/%d %s\n", i + 1, n, r[i].dir);
+        run_repeats(model, a, cut_prof, &r[i], i, n);
     }
     for (int i = 0; i < n; i++) {
-        if (!r[i].ok)
-            continue;
-        int j = -1;
-        for (int d = 1; d < n && j < 0; d++) {
-            int k = (i + d) % n;
-            if (r[k].ok && r[k].agents == r[i].agents)
-                j = k;
-        }
-        for (int d = 1; d < n && j < 0; d++)
-            if (r[(i + d) % n].ok)
-                j = (i + d) % n;
-        if (j >= 0 && predict_from(&r[i], &r[j]) == 0)
+        int j = r[i].ok ? nearest(r, n, i) : -1;
+        if (j >= 0 && predict_from(&r[i], &r[j], 1, &r[i].cal_ms, &r[i].cal_bubble) == 0)
             r[i].cal_from = j;
     }
-    printf("%3s %-11s %2s %3s %4s %3s %10s %10s %5s %10s %8s %8s %7s %7s\n", "#", "schedule", "S",
-           "M", "rep", "agt", "default ms", "calib. ms", "from", "measured", "err def", "err cal",
-           "bubble", "pred b");
+    printf("%3s %-11s %2s %3s %4s %3s %10s %10s %5s %10s %7s %8s %8s %7s %7s\n", "#", "schedule",
+           "S", "M", "rep", "agt", "default ms", "calib. ms", "from", "measured", "spread",
+           "err def", "err cal", "bubble", "pred b");
     double *ed = calloc((size_t)n, sizeof *ed), *ec = calloc((size_t)n, sizeof *ec);
     for (int i = 0; i < n; i++) {
         const plan_result *x = &r[i];
@@ -673,25 +775,23 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
                    x->c->stages, x->c->mb_count, rep, x->agents, x->dir);
             continue;
         }
-        printf("%3d %-11s %2d %3d %4s %3d %10.3f %10.3f %5d %10.3f %+7.1f%% %+7.1f%% %6.1f%% "
-               "%6.1f%%\n",
+        double spread = x->reps > 1 ? (x->rep_ms[x->reps - 1] - x->rep_ms[0]) / x->meas_ms : 0;
+        printf("%3d %-11s %2d %3d %4s %3d %10.3f %10.3f %5d %10.3f %6.1f%% %+7.1f%% %+7.1f%% "
+               "%6.1f%% %6.1f%%\n",
                i, x->c->schedule, x->c->stages, x->c->mb_count, rep, x->agents, x->pred_ms,
-               x->cal_ms, x->cal_from, x->meas_ms, 100 * rel(x->meas_ms, x->pred_ms),
+               x->cal_ms, x->cal_from, x->meas_ms, 100 * spread, 100 * rel(x->meas_ms, x->pred_ms),
                100 * rel(x->meas_ms, x->cal_ms), 100 * x->meas_bubble, 100 * x->cal_bubble);
     }
     printf("relative error |measured - predicted| / predicted, %s:\n", model);
     if (ed && ec) {
-        summarise("default profile", ed, n);
-        summarise("calibrated on another plan", ec, n);
+        summarise("default profile", ed, n, "plans");
+        summarise("calibrated on another plan", ec, n, "plans");
     }
+    all_pairs(r, n);
     free(ed);
     free(ec);
-    for (int i = 0; i < n; i++) {
-        pt_plan_free(&r[i].plan);
-        pt_profile_free(&r[i].base);
-        pt_profile_free(&r[i].cal);
-        pt_cal_fit_clear(&r[i].fit);
-    }
+    for (int i = 0; i < n; i++)
+        result_clear(&r[i]);
     free(r);
     pt_profile_free(&cut_prof);
 }

@@ -524,103 +524,6 @@ static double ar_span(const cev *v, int64_t n, int worker, int64_t step, int ord
     return start >= 0 && end >= start ? (double)(end - start) / NS_PER_S : -1;
 }
 
-/* Per stage s, the bytes the simulator copies per FWD (copy_b[2s]) and per
- * OPT_STEP (copy_b[2s + 1]) of its first replica (planner/cost.h, weight
- * copies): the measured ops include the copies, the fitted compute leaves
- * them out. */
-static int weight_copies(const pt_program *prog, const pt_cost *cost, double *copy_b, pt_error *err)
-{
-    for (int s = 0; s < 2 * prog->stage_count; s++)
-        copy_b[s] = 0;
-    pt_sim *sim = NULL;
-    pt_sim_result res = {0};
-    int rc = pt_sim_new(&sim);
-    if (rc < 0)
-        return pt_error_set(err, rc, "calibrate: out of memory");
-    /* only which ops copy matters here, not the timeline */
-    if ((rc = pt_sim_run(sim, prog, cost, &res, err)) == 0) {
-        for (int s = 0; s < prog->stage_count; s++) {
-            int w = prog->stage_worker[s];
-            const pt_worker *x = &prog->workers[w];
-            const pt_sim_worker *sw = &res.workers[w];
-            double P = (double)pt_cost_param_bytes(cost, x->first, x->last);
-            if (sw->fwd_ops > 0)
-                copy_b[2 * s] = P * sw->fwd_copies / sw->fwd_ops;
-            if (sw->opt_ops > 0)
-                copy_b[2 * s + 1] = P * sw->opt_copies / sw->opt_ops;
-        }
-    }
-    pt_sim_free(&sim);
-    return rc;
-}
-
-static int fb_cmp(const void *p, const void *q)
-{
-    double x = *(const double *)p, y = *(const double *)q;
-    return x < y ? -1 : x > y;
-}
-
-/* The forward-to-backward time ratio of a layer with weights, typical for
- * the model: the median over the base profile's layers with parameters (all
- * layers when none has) of fwd_ms / bwd_ms. A median, as one layer timed
- * badly (a profile taken under load) moves a sum of layers by 3x. 0 when no
- * layer has a backward. */
-static double typical_fwd_bwd(const pt_profile *base)
-{
-    double *r = malloc((size_t)base->layer_count * sizeof *r);
-    if (!r)
-        return 0;
-    int n = 0;
-    for (int pass = 0; pass < 2 && n == 0; pass++)
-        for (int l = 0; l < base->layer_count; l++) {
-            const pt_profile_layer *x = &base->layers[l];
-            if (x->bwd_ms > 0 && (pass || x->param_bytes > 0))
-                r[n++] = x->fwd_ms / x->bwd_ms;
-        }
-    double m = 0;
-    if (n > 0) {
-        qsort(r, (size_t)n, sizeof *r, fb_cmp);
-        m = n % 2 ? r[n / 2] : 0.5 * (r[n / 2 - 1] + r[n / 2]);
-    }
-    free(r);
-    return m;
-}
-
-/* The weight-copy rate: the base profile's (`pipetop profile` measures it);
- * where it has none, fitted when the run's FWDs copy (weight stashing); 0:
- * not known. A stashing FWD is its compute plus
- * a copy of the stage's weights; its compute is taken as the stage's
- * measured BWD times the model's typical forward-to-backward ratio
- * (typical_fwd_bwd), so the rest, over the stage's shared-core stretch, is
- * the copy: bytes / rate, least squares through the origin over the stages.
- * fwd_ms, bwd_ms, slow: per stage, measured means and stretch. */
-static void fit_copy_rate(const pt_program *prog, const pt_profile *base, const pt_topology *topo,
-                          const double *copy_b, const double *fwd_ms, const double *bwd_ms,
-                          const double *slow, pt_cal_fit *fit)
-{
-    fit->stash_bytes_per_s = base->stash_bytes_per_s > 0 ? base->stash_bytes_per_s : 0;
-    fit->stash_fitted = 0;
-    /* a measured rate is kept: the fit below rests on a ratio that holds
-     * for the model only roughly (gpt-tiny's stages measure 0.62-1.5 against its 0.71), which
-     * swamps a copy that is a few per cent of the forward */
-    if (fit->stash_bytes_per_s > 0)
-        return;
-    double R = typical_fwd_bwd(base), xy = 0, xx = 0;
-    for (int s = 0; s < prog->stage_count && R > 0; s++) {
-        const pt_worker *x = &prog->workers[prog->stage_worker[s]];
-        double c = copy_b[2 * s] / topo->devices[x->device].speed;
-        double e = (fwd_ms[s] - R * bwd_ms[s]) / MS_PER_S / slow[s];
-        if (c <= 0)
-            continue;
-        xy += c * (e > 0 ? e : 0);
-        xx += c * c;
-    }
-    if (xx > 0 && xy > 0) {
-        fit->stash_bytes_per_s = xx / xy;
-        fit->stash_fitted = 1;
-    }
-}
-
 static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topology *topo,
                       const cev *v, int64_t n, int skip, acc *st, pt_cal_fit *fit, pt_error *err)
 {
@@ -868,7 +771,6 @@ int pt_calibrate(const pt_record *rec, const pt_profile *base, const pt_topology
     cev *v = NULL;
     int64_t nv = 0;
     acc *st = NULL;
-    double *copy_b = NULL;
     pt_profile *p = NULL;
     if ((rc = pt_sched_build(plan, base, NULL, &prog, err)) < 0)
         goto done;
@@ -890,25 +792,8 @@ int pt_calibrate(const pt_record *rec, const pt_profile *base, const pt_topology
         rc = pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
         goto done;
     }
-    /* per stage: copy bytes per FWD and per OPT_STEP, then the raw
-     * forward and backward means and the stretch (fit_copy_rate) */
-    if (!(copy_b = malloc((size_t)prog.stage_count * 5 * sizeof *copy_b))) {
-        rc = pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+    if ((rc = fit_events(&prog, cost, topo, v, nv, skip, st, fit, err)) < 0)
         goto done;
-    }
-    if ((rc = weight_copies(&prog, cost, copy_b, err)) < 0 ||
-        (rc = fit_events(&prog, cost, topo, v, nv, skip, st, fit, err)) < 0)
-        goto done;
-    {
-        double *mf = copy_b + 2 * prog.stage_count, *mb = mf + prog.stage_count,
-               *slow = mb + prog.stage_count;
-        for (int s = 0; s < prog.stage_count; s++) {
-            mf[s] = st[s].fwd.n ? mean_of(&st[s].fwd) * MS_PER_S : 0;
-            mb[s] = st[s].bwd.n ? mean_of(&st[s].bwd) * MS_PER_S : 0;
-            slow[s] = st[s].slow_n ? st[s].slow_sum / (double)st[s].slow_n : 1;
-        }
-        fit_copy_rate(&prog, base, topo, copy_b, mf, mb, slow, fit);
-    }
     if (!(p = pt_profile_new(base->layer_count))) {
         rc = pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
         goto done;
@@ -942,16 +827,6 @@ int pt_calibrate(const pt_record *rec, const pt_profile *base, const pt_topology
         c->bwd_ms = mean_of(&st[s].bwd) * MS_PER_S;
         c->rec_ms = a->rec.n ? mean_of(&st[s].rec) * MS_PER_S : 0;
         c->opt_ms = a->opt.n ? mean_of(&st[s].opt) * MS_PER_S : 0;
-        /* the weight copies the ops made, at the rate fitted or given */
-        if (fit->stash_bytes_per_s > 0) {
-            double slow = a->slow_n ? a->slow_sum / (double)a->slow_n : 1,
-                   per_b =
-                       slow * MS_PER_S / (fit->stash_bytes_per_s * topo->devices[x->device].speed);
-            c->fwd_copy_ms = copy_b[2 * s] * per_b;
-            c->opt_copy_ms = copy_b[2 * s + 1] * per_b;
-            c->fwd_ms = c->fwd_ms > c->fwd_copy_ms ? c->fwd_ms - c->fwd_copy_ms : 0;
-            c->opt_ms = c->opt_ms > c->opt_copy_ms ? c->opt_ms - c->opt_copy_ms : 0;
-        }
         c->fwd_base_ms = a->fwd_b / (double)a->fwd.n * MS_PER_S;
         c->bwd_base_ms = a->bwd_b / (double)a->bwd.n * MS_PER_S;
         c->rec_base_ms = a->rec.n ? a->rec_b / (double)a->rec.n * MS_PER_S : 0;
@@ -968,8 +843,8 @@ int pt_calibrate(const pt_record *rec, const pt_profile *base, const pt_topology
         double share = rows > 0 ? (double)base->microbatch / rows : 1;
         scale_layers(p, base, c, c->fwd_ms, c->bwd_ms, c->rec_ms, share, speed);
     }
-    /* optimizer: least squares of the stages' mean times (less their
-     * copies) through the origin against bytes touched */
+    /* optimizer: least squares of the stages' mean times through the origin
+     * against bytes touched */
     {
         double opt_xy = 0, opt_xx = 0;
         for (int s = 0; s < prog.stage_count; s++)
@@ -995,12 +870,10 @@ int pt_calibrate(const pt_record *rec, const pt_profile *base, const pt_topology
     }
     if (fit->opt_bytes_per_s > 0)
         p->opt_bytes_per_s = fit->opt_bytes_per_s;
-    p->stash_bytes_per_s = fit->stash_bytes_per_s;
 done:
     for (int s = 0; st && s < prog.stage_count; s++)
         acc_free(&st[s]);
     free(st);
-    free(copy_b);
     free(v);
     pt_cost_free(&cost);
     pt_program_release(&prog);

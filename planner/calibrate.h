@@ -27,17 +27,6 @@
  *   sends when they hold the worker -- and
  *   the start of the next, divided by the ops issued in between: the
  *   simulator charges it before every op after the first).
- * - weight copies (planner/cost.h): a stashing FWD copies the stage's
- *   weights, an OPT_STEP whose old version is still read copies them out;
- *   which ops copy comes from simulating the plan. Where the run's FWDs
- *   copy, the copy rate is fitted: each such stage's measured FWD less its
- *   BWD times the model's typical forward-to-backward ratio (the median
- *   over the base profile's layers with weights), over the stretch, against
- *   the bytes copied, least squares through the origin; else the base
- *   profile's rate is kept. The copies at that rate are taken out of the
- *   measured FWD and OPT_STEP before the stage factors and the optimizer
- *   bandwidth are fitted, and the profile records the rate
- *   (runtime.stash_gbytes_per_s).
  * Every figure is robust to a shared machine, whose load stretches some
  * iterations several times over: it is fitted on the steps whose slowest
  * worker's span lies between the quartiles (the middle half, the typical
@@ -93,9 +82,6 @@ typedef struct pt_cal_stage {
     double fwd_ms, bwd_ms, rec_ms, opt_ms;        /* measured means, per replica op */
     double fwd_base_ms, bwd_base_ms, rec_base_ms; /* the base profile's prediction */
     double fwd_scale, bwd_scale, rec_scale;       /* applied to the stage's layers */
-    /* the weight copies inside fwd_ms / opt_ms as measured, taken out of
-     * them (with the stretch; 0 when no rate is known or none copies) */
-    double fwd_copy_ms, opt_copy_ms;
 } pt_cal_stage;
 
 #define PT_CAL_STAGES_MAX 4096
@@ -113,10 +99,6 @@ typedef struct pt_cal_fit {
     int64_t gaps;           /* ops whose gap before them was measured */
     double opt_bytes_per_s; /* 0: no OPT_STEP measured */
     int sends_hold;         /* 1: the op after a send started only when it ended (>= 90 %) */
-    /* weight-copy rate, bytes/s (0: not known): fitted from the run's
-     * stashing FWDs (stash_fitted 1) or the base profile's (0) */
-    double stash_bytes_per_s;
-    int stash_fitted;
 } pt_cal_fit;
 
 /* Fits a calibrated profile to the op events of one generation of rec.

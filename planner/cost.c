@@ -492,14 +492,6 @@ double pt_cost_opt_step_s(const pt_cost *c, int64_t param_bytes, pt_optim_kind o
     return (double)param_bytes * passes / (c->opt_bw * speed_of(c, device));
 }
 
-double pt_cost_weight_copy_s(const pt_cost *c, int64_t bytes, int device)
-{
-    double rate = c->profile->stash_bytes_per_s;
-    if (!(rate > 0) || bytes <= 0)
-        return 0;
-    return (double)bytes / (rate * speed_of(c, device));
-}
-
 /* The kind's formulas from its table entry (protocol/sched_kind.h). */
 static const pt_sched_kind_info *facts_of(pt_sched_kind kind)
 {

@@ -19,11 +19,9 @@
  *   memory: bytes touched = param_bytes * (PT_COST_OPT_BASE_PASSES +
  *   PT_COST_OPT_STATE_PASSES * state_factor), at PT_COST_OPT_MEM_BW_BPS * speed
  *   (or the profile's opt_bytes_per_s, which calibration fits).
- * - weight copies: a stashing FWD (PipeDream) copies its worker's weights
- *   into the micro-batch's stash, and an OPT_STEP copies them out first when
- *   a later op still reads the old version (2BW, vertical sync):
- *   param_bytes / (the profile's runtime.stash_gbytes_per_s x speed), on top
- *   of the op's compute; not charged when the profile does not say.
+ * - no weight copies: a stashing FWD holds on to the array it read and an
+ *   OPT_STEP steps out of place while the old version is still read
+ *   (runtime/executor.c), so nothing beyond the ops above is charged.
  * - per-op overhead: the profile's op_overhead_ms (fitted by calibration,
  *   0 otherwise) of worker time before each op it issues: the dispatch,
  *   messaging and telemetry the runtime spends between two ops.
@@ -211,12 +209,6 @@ double pt_cost_boundary_s(const pt_cost *cost, const int *src_devices, int src_r
 double pt_cost_opt_step_s(const pt_cost *cost, int64_t param_bytes, pt_optim_kind optim,
                           int device);
 
-/* Seconds a weight copy of `bytes` takes on device (PipeDream's stash copy at
- * a stashing FWD, a kept version's copy at an OPT_STEP): bytes / (the
- * profile's runtime.stash_gbytes_per_s x speed); 0 when the profile does not
- * give the rate (copies are then not charged) or bytes <= 0. */
-double pt_cost_weight_copy_s(const pt_cost *cost, int64_t bytes, int device);
-
 /* Optimizer state per parameter byte: sgd (momentum) 1, adam 2. */
 int pt_cost_optim_state_factor(pt_optim_kind optim);
 /* Micro-batches whose activations stage i of S keeps at once under a kind:
@@ -225,7 +217,7 @@ int pt_cost_optim_state_factor(pt_optim_kind optim);
  * run is unbounded, dapple B min(2(S-i)-1, M)). */
 int pt_cost_inflight(pt_sched_kind kind, char policy, int S, int i, int M);
 /* Weight versions stage i holds at once (live + stashed): the table entry's
- * formula (pipedream S-i+1, with vertical sync S+1 on stage 0 and S after;
+ * formula (pipedream S-i, with vertical sync S on every stage;
  * 2bw 2; others 1; see pt_sched_kind_versions_stash). Assumes the run has
  * at least S micro-batches. */
 int pt_cost_weight_versions(pt_sched_kind kind, int vertical_sync, int S, int i);

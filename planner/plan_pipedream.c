@@ -616,7 +616,7 @@ static int stash_plan(const pt_profile *profile, const pt_topology *topo, int gl
         else
             snprintf(detail, sizeof detail,
                      "the least over its plans for %d micro-batch size%s, stages recomputing "
-                     "where that fits. Weight stashing keeps S-i+1 weight versions on stage i, "
+                     "where that fits. Weight stashing keeps S-i weight versions on stage i, "
                      "so whatever the partition some stage holds at least %s of weights, "
                      "gradients and optimizer state on these %d devices (2bw keeps two "
                      "versions, dapple one). Its first plan: %s",
@@ -898,7 +898,7 @@ int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int
     char msg[PT_ERROR_MAX];
     if (proven) {
         snprintf(msg, sizeof msg,
-                 "stage i of S keeps S-i+1 weight versions, so whatever the partition some stage "
+                 "stage i of S keeps S-i weight versions, so whatever the partition some stage "
                  "holds that much");
     } else {
         rc = stash_plan(profile, topo, global_batch, opts, out, report, &serr);

@@ -5,9 +5,9 @@
  * stage i's weights advance one version per micro-batch.
  *
  * Weight stashing: a micro-batch's FWD, RECOMPUTE and BWD on a stage read the
- * same version (PT_OPF_STASH: the forward copies the weights it used), so a
- * stage holds its live weights plus one stash per in-flight micro-batch,
- * S-i+1 versions. Without vertical sync a micro-batch reads, on each stage,
+ * same version (PT_OPF_STASH: the micro-batch holds the array its forward
+ * read), so a stage holds one version per in-flight micro-batch, the newest
+ * of them the live weights: S-i versions. Without vertical sync a micro-batch reads, on each stage,
  * the newest version there when its forward starts. With vertical sync it
  * reads on every stage the version that was newest on stage 0 when it entered
  * the pipeline (PipeDream's public runtime never implemented this).

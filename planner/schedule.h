@@ -64,9 +64,10 @@
 enum {
     /* ALLREDUCE: runs in the background; a later AR_WAIT blocks on it (Pipe-SGD). */
     PT_OPF_ASYNC = 1,
-    /* FWD/RECOMPUTE/BWD: weight stashing (PipeDream). The FWD copies the weights
-     * it reads into a stash owned by this micro-batch; RECOMPUTE and BWD read the
-     * stash; the stash is freed when the BWD ends. */
+    /* FWD/RECOMPUTE/BWD: weight stashing (PipeDream). The micro-batch's stash
+     * holds the weight array its FWD read (no copy: an OPT_STEP steps out of
+     * place while a stash holds the live weights); RECOMPUTE and BWD read the
+     * stash; the stash lets go when the BWD ends. */
     PT_OPF_STASH = 2,
 };
 

@@ -26,7 +26,9 @@ typedef struct wstate {
     int rows;
     /* memory */
     int64_t cur[PT_MEM_KIND_COUNT], cur_total;
-    int inflight, stash, store_n, init_alive, newest, grads_open;
+    /* weight arrays: store_n versions of its own alive, the initial versions'
+     * shared array while init_alive > 0, stash arrays held by stashes only */
+    int inflight, stash, store_n, init_alive, init_sref, newest, grads_open;
     int ver_off, cov_off, n_opt, opt_seen, maxv;
     double busy; /* compute time, summed as ops run */
     /* the BWD asynchronous bucket all-reduces hook to (schedule.h): its start and
@@ -54,6 +56,7 @@ struct pt_sim {
     pt_sim_worker *workers;
     wstate *ws;
     int32_t *match, *scratch, *stack, *devs, *cover, *last_read, *ar_first;
+    int32_t *sref; /* per version: the in-flight micro-batches whose stash holds it */
     unsigned char *alive, *gopen;
     double *arrival, *finish;
     inst *insts;
@@ -65,7 +68,7 @@ struct pt_sim {
     int share_on;
     int64_t cap_share;
     int64_t cap_events, cap_match, cap_arrival, cap_scratch, cap_workers, cap_stack, cap_devs,
-        cap_wout, cap_stages, cap_cover, cap_ver, cap_alive, cap_cov, cap_inst, cap_win;
+        cap_wout, cap_stages, cap_cover, cap_ver, cap_alive, cap_sref, cap_cov, cap_inst, cap_win;
 };
 
 int pt_sim_new(pt_sim **out)
@@ -92,6 +95,7 @@ void pt_sim_free(pt_sim **sim_p)
     free(s->last_read);
     free(s->ar_first);
     free(s->alive);
+    free(s->sref);
     free(s->gopen);
     free(s->arrival);
     free(s->finish);
@@ -193,6 +197,7 @@ static int prepare(pt_sim *sim, const pt_program *p, const pt_cost *cost, pt_err
         RESERVE(scratch, cap_scratch, pt_sched_match_scratch(p)) < 0 ||
         RESERVE(cover, cap_cover, (int64_t)nw * p->mb_count) < 0 ||
         RESERVE(last_read, cap_ver, ver_total) < 0 || RESERVE(alive, cap_alive, ver_total) < 0 ||
+        RESERVE(sref, cap_sref, ver_total) < 0 ||
         RESERVE(insts, cap_inst, inst_total) < 0 || RESERVE(finish, cap_win, windows) < 0 ||
         RESERVE(gopen, cap_cov, cov_total) < 0)
         return PT_ENOMEM;
@@ -266,35 +271,57 @@ static void mem_note(pt_sim_worker *out, wstate *st)
         out->peak_versions = (int)held;
 }
 
-static void kill_version(const pt_program *p, wstate *st, unsigned char *alive, int v)
+/* Whether version v's array is held by a stash (the initial versions share
+ * one array). */
+static int stash_held(const pt_program *p, const pt_sim *sim, const wstate *st, int v)
+{
+    return v < p->initial_versions ? st->init_sref > 0 : sim->sref[st->ver_off + v] > 0;
+}
+
+/* Version v leaves the store; its array stays while a stash holds it. */
+static void kill_version(const pt_program *p, const pt_sim *sim, wstate *st, unsigned char *alive,
+                         int v)
 {
     if (!alive[v])
         return;
     alive[v] = 0;
-    if (v < p->initial_versions)
-        st->init_alive--;
-    else
+    if (v < p->initial_versions) {
+        if (--st->init_alive == 0 && st->init_sref > 0)
+            st->stash++;
+    } else {
         st->store_n--;
+        if (sim->sref[st->ver_off + v] > 0)
+            st->stash++;
+    }
 }
 
 /* After op i read version v from the store: drop v if nothing reads it later. */
 static void after_read(const pt_program *p, pt_sim *sim, wstate *st, int i, int v)
 {
     if (sim->last_read[st->ver_off + v] == i && v != st->newest)
-        kill_version(p, st, sim->alive + st->ver_off, v);
+        kill_version(p, sim, st, sim->alive + st->ver_off, v);
 }
 
-/* A stashing FWD (op i) reading version v takes v's array over instead of
- * copying it (the runtime's rule) when it is v's last reader and v is held in
- * a kept array of its own: not the newest (the live weights) and, for the
- * initial versions, which share one array, the only one still alive. */
-static int takes_over(const pt_program *p, const pt_sim *sim, const wstate *st, int i, int v)
+/* A stashing FWD holds on to the array of the version it read (no copy, as
+ * the runtime does); its BWD (BWD_WEIGHT when split) lets go of it. */
+static void stash_take(const pt_program *p, pt_sim *sim, wstate *st, int v)
 {
-    if (sim->last_read[st->ver_off + v] != i || !sim->alive[st->ver_off + v])
-        return 0;
-    if (v >= p->initial_versions)
-        return v != st->newest;
-    return st->newest >= p->initial_versions && st->init_alive == 1;
+    if (v < p->initial_versions)
+        st->init_sref++;
+    else
+        sim->sref[st->ver_off + v]++;
+}
+
+static void stash_drop(const pt_program *p, pt_sim *sim, wstate *st, int v)
+{
+    int was = stash_held(p, sim, st, v);
+    if (v < p->initial_versions)
+        st->init_sref -= st->init_sref > 0;
+    else
+        sim->sref[st->ver_off + v] -= sim->sref[st->ver_off + v] > 0;
+    int alive = v < p->initial_versions ? st->init_alive > 0 : sim->alive[st->ver_off + v];
+    if (was && !stash_held(p, sim, st, v) && !alive)
+        st->stash--;
 }
 
 /* Every byte figure the simulation adds up for worker w stays below this bound
@@ -384,6 +411,7 @@ static int init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, in
     for (int v = 0; v <= st->maxv; v++) {
         last[v] = -1;
         alive[v] = 0;
+        sim->sref[st->ver_off + v] = 0;
     }
     for (int m = 0; m < p->mb_count; m++)
         cover[m] = st->n_opt + m / M;
@@ -462,15 +490,8 @@ static void mem_op(const pt_program *p, pt_sim *sim, int w, int i)
     case PT_OP_FWD:
         st->cur[PT_MEM_ACTS] += in_b + kept;
         st->inflight++;
-        if (op->flags & PT_OPF_STASH) {
-            if (takes_over(p, sim, st, i, op->version)) {
-                kill_version(p, st, sim->alive + st->ver_off, op->version);
-                st->stash++;
-                mem_note(out, st);
-                break;
-            }
-            st->stash++;
-        }
+        if (op->flags & PT_OPF_STASH)
+            stash_take(p, sim, st, op->version);
         mem_note(out, st);
         after_read(p, sim, st, i, op->version);
         break;
@@ -499,7 +520,7 @@ static void mem_op(const pt_program *p, pt_sim *sim, int w, int i)
         st->cur[PT_MEM_ACTS] -= in_b + held + (op->kind == PT_OP_BWD_WEIGHT ? keep : 0);
         st->inflight--;
         if (op->flags & PT_OPF_STASH)
-            st->stash--;
+            stash_drop(p, sim, st, op->version);
         else
             after_read(p, sim, st, i, op->version);
         host_resync(st);
@@ -516,9 +537,11 @@ static void mem_op(const pt_program *p, pt_sim *sim, int w, int i)
                 st->store_n++;
         }
         st->newest = v;
-        /* in place when nothing reads the old newest version any more */
+        /* in place when nothing reads the old newest version any more (its
+         * array stays, the new weights in one of their own, while a stash
+         * holds it) */
         if (old != v && sim->last_read[st->ver_off + old] < i)
-            kill_version(p, st, alive, old);
+            kill_version(p, sim, st, alive, old);
         mem_note(out, st);
         unsigned char *g = sim->gopen + st->cov_off;
         if (g[st->opt_seen]) {
@@ -542,52 +565,16 @@ static void wake(const pt_program *p, pt_sim *sim, int *top, int u)
     sim->stack[(*top)++] = pt_sched_host_of(p, u);
 }
 
-/* Whether op i (FWD or OPT_STEP of worker w, not yet applied by mem_op)
- * copies the worker's weights, as the runtime does: a stashing FWD unless
- * it takes a kept version over; an OPT_STEP when a version on the live
- * weights is still read after it (the runtime copies them out first). */
-static int copies_weights(const pt_program *p, const pt_sim *sim, const wstate *st, int i)
-{
-    const pt_op *op = &p->ops[i];
-    if (op->kind == PT_OP_FWD)
-        return (op->flags & PT_OPF_STASH) && !takes_over(p, sim, st, i, op->version);
-    if (op->kind != PT_OP_OPT_STEP)
-        return 0;
-    const unsigned char *alive = sim->alive + st->ver_off;
-    const int32_t *last = sim->last_read + st->ver_off;
-    if (st->newest >= p->initial_versions)
-        return alive[st->newest] && last[st->newest] > i;
-    for (int v = 0; v < p->initial_versions; v++)
-        if (alive[v] && last[v] > i)
-            return 1;
-    return 0;
-}
-
 static double op_duration(const pt_program *p, pt_sim *sim, const pt_cost *cost, int w,
                           const pt_op *op)
 {
     const wstate *st = &sim->ws[w];
     const pt_worker *x = &p->workers[w];
     int rows = op->row_hi - op->row_lo;
-    double copy = 0;
-    if (op->kind == PT_OP_FWD || op->kind == PT_OP_OPT_STEP) {
-        pt_sim_worker *out = &sim->workers[w];
-        int c = copies_weights(p, sim, st, (int)(op - p->ops));
-        if (op->kind == PT_OP_FWD) {
-            out->fwd_ops++;
-            out->fwd_copies += c;
-        } else {
-            out->opt_ops++;
-            out->opt_copies += c;
-        }
-        if (c)
-            copy = st->slow * pt_cost_weight_copy_s(cost, st->P, x->device);
-    }
     switch (op->kind) {
     case PT_OP_FWD:
-        return copy + (rows == st->rows
-                           ? st->t_fwd
-                           : st->slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device));
+        return rows == st->rows ? st->t_fwd
+                                : st->slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
     case PT_OP_BWD:
         return rows == st->rows
                    ? st->t_bwd
@@ -605,7 +592,7 @@ static double op_duration(const pt_program *p, pt_sim *sim, const pt_cost *cost,
                    ? st->t_rec
                    : st->slow * pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
     case PT_OP_OPT_STEP:
-        return copy + st->t_opt;
+        return st->t_opt;
     default:
         return 0;
     }

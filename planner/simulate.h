@@ -84,11 +84,6 @@ typedef struct pt_sim_worker {
     int peak_inflight;   /* micro-batches with activations held at once */
     int peak_versions;   /* weight versions held at once (live + stashed) */
     double core_stretch; /* >= 1: its compute ops' stretch from shared cores (1: none) */
-    /* weight copies (planner/cost.h): of its FWD (OPT_STEP) ops, how many
-     * copy the worker's weights (a stashing FWD that is not the last reader
-     * of a kept version; an OPT_STEP whose old version is still read later),
-     * each charged pt_cost_weight_copy_s of its param bytes */
-    int fwd_ops, fwd_copies, opt_ops, opt_copies;
 } pt_sim_worker;
 
 /* One device running several workers as one sequence (a host of an

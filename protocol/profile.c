@@ -151,10 +151,11 @@ static int parse_runtime(pt_jr *jr, const cJSON *root, pt_profile *p)
         (rc = pt_jr_num(jr, o, "runtime", "opt_gbytes_per_s", PT_JR_OPTIONAL, 0, NON_NEGATIVE,
                         &gbs)) < 0 ||
         (rc = pt_jr_bool(jr, o, "runtime", "sends_hold", PT_JR_OPTIONAL, 0, &p->sends_hold)) < 0 ||
+        /* written by profiles of before the runtime stopped copying weights
+         * (docs/formats.md): still checked, no longer used */
         (rc = pt_jr_num(jr, o, "runtime", "stash_gbytes_per_s", PT_JR_OPTIONAL, 0, NON_NEGATIVE,
                         &stash_gbs)) < 0)
         return rc;
-    p->stash_bytes_per_s = stash_gbs * BYTES_PER_GB;
     p->opt_bytes_per_s = gbs * BYTES_PER_GB;
     p->ar_bytes_per_s = ar_gbs * BYTES_PER_GB;
     p->ar_latency_s = ar_us / US_PER_S;
@@ -264,7 +265,7 @@ static int add_origin(cJSON *root, const pt_profile_origin *g)
 static int add_runtime(cJSON *root, const pt_profile *p)
 {
     if (!(p->op_overhead_ms > 0) && !(p->opt_bytes_per_s > 0) && !p->sends_hold &&
-        !(p->ar_bytes_per_s > 0) && !(p->stash_bytes_per_s > 0))
+        !(p->ar_bytes_per_s > 0))
         return 0;
     cJSON *o = cJSON_AddObjectToObject(root, "runtime");
     if (!o ||
@@ -274,9 +275,7 @@ static int add_runtime(cJSON *root, const pt_profile *p)
         (p->sends_hold && !cJSON_AddBoolToObject(o, "sends_hold", 1)) ||
         (p->ar_bytes_per_s > 0 &&
          (!pt_jr_add_number(o, "allreduce_gbytes_per_s", p->ar_bytes_per_s / BYTES_PER_GB) ||
-          !pt_jr_add_number(o, "allreduce_latency_us", p->ar_latency_s * US_PER_S))) ||
-        (p->stash_bytes_per_s > 0 &&
-         !pt_jr_add_number(o, "stash_gbytes_per_s", p->stash_bytes_per_s / BYTES_PER_GB)))
+          !pt_jr_add_number(o, "allreduce_latency_us", p->ar_latency_s * US_PER_S))))
         return -1;
     return 0;
 }

@@ -68,11 +68,6 @@ typedef struct pt_profile {
      * collectives (0: the topology's intra-node link) */
     double ar_bytes_per_s; /* ring all-reduce bandwidth, bytes/s, >= 0 */
     double ar_latency_s;   /* its per-step latency, s, >= 0 */
-    /* bytes per second a weight copy moves (a stashing FWD copies its
-     * worker's weights, an OPT_STEP copies them out for a version still
-     * read later): measured by `pipetop profile`, kept by calibration; 0:
-     * not known, the cost model charges no copy */
-    double stash_bytes_per_s;
     int sends_hold;      /* 1: a send holds its worker until it ends (the CPU runtime copies and
                             queues on the worker's thread); 0: sends run beside the worker */
     int microbatch;      /* micro-batch size the times are for, > 0 */

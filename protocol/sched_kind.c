@@ -44,14 +44,17 @@ int pt_sched_kind_versions_two(const pt_sched_shape *q)
 
 int pt_sched_kind_versions_stash(const pt_sched_shape *q)
 {
-    /* With vertical sync micro-batch k reads version k-S+1 on every stage. Stage 0
-     * reads its newest version, as without vertical sync: S stashes + the live
-     * weights. Stage i > 0 holds its S-i stashes, the live weights and the kept
-     * versions between the oldest one still to be read and the newest: S-i+1 +
-     * (i-1) = S arrays, because the forward that reads a kept version last takes
-     * that array over as its stash instead of copying it (as the runtime does). */
+    /* A stash holds the array its forward read, and an OPT_STEP steps out of
+     * place while the live weights are held, so a stage holds one array per
+     * version still read. Without vertical sync stage i has S-i micro-batches
+     * in flight, each reading another version, the newest of them the live
+     * weights: S-i arrays (the last stage 1: nothing stashed). With vertical
+     * sync micro-batch k reads version k-S+1 on every stage: stage 0 as
+     * without it (S), stage i > 0 its S-i stashes, the live weights and the
+     * kept versions between the oldest one still to be read and the newest:
+     * S-i+1 + (i-1) = S. */
     int S = q->stages, i = q->stage;
-    return q->vertical_sync && i > 0 ? S : S - i + 1;
+    return q->vertical_sync ? S : S - i;
 }
 
 int pt_sched_kind_inflight_zb_h1(const pt_sched_shape *q)

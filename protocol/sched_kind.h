@@ -89,11 +89,11 @@ int pt_sched_kind_hold_gw(const pt_sched_shape *q);
 int pt_sched_kind_versions_one(const pt_sched_shape *q);
 /* Two versions, double buffering (2bw). */
 int pt_sched_kind_versions_two(const pt_sched_shape *q);
-/* PipeDream's weight stashing: S-i+1 (one stash per in-flight micro-batch
- * plus the live weights); with vertical sync S+1 on stage 0 and S on every
- * later stage (it also keeps the versions its coming micro-batches entered
- * the pipeline with, but the forward that reads a kept version last takes it
- * over as its stash, as the runtime does). Assumes at least S micro-batches. */
+/* PipeDream's weight stashing: S-i arrays (one per micro-batch in flight,
+ * the newest of them the live weights: a stash holds the array its forward
+ * read, nothing is copied); with vertical sync S on every stage (stage i > 0
+ * also keeps the versions its coming micro-batches entered the pipeline
+ * with). Assumes at least S micro-batches. */
 int pt_sched_kind_versions_stash(const pt_sched_shape *q);
 
 /* X(ID, name, flags, inflight, versions, hold, chunks_min, chunks_max,
@@ -116,7 +116,7 @@ int pt_sched_kind_versions_stash(const pt_sched_shape *q);
       "PipeDream-Flush: S-i warm-up forwards, 1F1B, flush per mini-batch")                         \
     X(PIPEDREAM, "pipedream", PT_SCHED_OPT_VSYNC, pt_sched_kind_inflight_async,                    \
       pt_sched_kind_versions_stash, NULL, 1, 1, pt_sched_gen_pipedream,                            \
-      "asynchronous 1F1B, step after every backward, weight stashing (S-i+1 versions)")            \
+      "asynchronous 1F1B, step after every backward, weight stashing (S-i versions)")            \
     X(2BW, "2bw", 0, pt_sched_kind_inflight_1f1b, pt_sched_kind_versions_two, NULL, 1, 1,          \
       pt_sched_gen_2bw,                                                                            \
       "1F1B without flush, gradients coalesced over M micro-batches, two weight versions")         \

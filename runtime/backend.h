@@ -128,15 +128,19 @@ struct pt_backend {
                              const int32_t *labels, float scale, float *dlogits);
 
     /* ---- optimizer kernels (fused, one pass over the flat arrays) ---- */
-    /* PyTorch's SGD: g' = g + wd*w; v = momentum*v + g'; w -= lr*v. */
+    /* PyTorch's SGD: g' = g + wd*w; v = momentum*v + g'; w_out = w - lr*v.
+     * w_out is w (in place) or an array of its own that does not overlap it
+     * (out of place: w is left as it was, the weight version a stash still
+     * reads); the same floats either way. */
     void (*sgd_update)(const pt_backend *be, int64_t n, float lr, float momentum, float wd,
-                       float *w, const float *g, float *v);
+                       const float *w, float *w_out, const float *g, float *v);
     /* PyTorch's Adam (L2 weight decay): g' = g + wd*w; m = b1*m + (1-b1)g';
-     * v = b2*v + (1-b2)g'^2; w -= lr * (m/bc1) / (sqrt(v/bc2) + eps), where
-     * bc1 = 1-b1^t and bc2 = 1-b2^t are computed by the caller. */
+     * v = b2*v + (1-b2)g'^2; w_out = w - lr * (m/bc1) / (sqrt(v/bc2) + eps),
+     * where bc1 = 1-b1^t and bc2 = 1-b2^t are computed by the caller; w_out
+     * as for sgd_update. */
     void (*adam_update)(const pt_backend *be, int64_t n, float lr, float beta1, float beta2,
-                        float eps, float wd, float bc1, float bc2, float *w, const float *g,
-                        float *m, float *v);
+                        float eps, float wd, float bc1, float bc2, const float *w, float *w_out,
+                        const float *g, float *m, float *v);
 };
 
 /* The CPU backend (OpenBLAS for gemm, C loops for the rest). A static,

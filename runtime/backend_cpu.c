@@ -399,27 +399,27 @@ static void cpu_softmax_xent_bwd(const pt_backend *be, int rows, int classes, co
 }
 
 static void cpu_sgd_update(const pt_backend *be, int64_t n, float lr, float momentum, float wd,
-                           float *w, const float *g, float *v)
+                           const float *w, float *w_out, const float *g, float *v)
 {
     (void)be;
     if (wd == 0.0f) {
         for (int64_t i = 0; i < n; i++) {
             float vi = momentum * v[i] + g[i];
             v[i] = vi;
-            w[i] -= lr * vi;
+            w_out[i] = w[i] - lr * vi;
         }
         return;
     }
     for (int64_t i = 0; i < n; i++) {
         float vi = momentum * v[i] + g[i] + wd * w[i];
         v[i] = vi;
-        w[i] -= lr * vi;
+        w_out[i] = w[i] - lr * vi;
     }
 }
 
 static void cpu_adam_update(const pt_backend *be, int64_t n, float lr, float beta1, float beta2,
-                            float eps, float wd, float bc1, float bc2, float *w, const float *g,
-                            float *m, float *v)
+                            float eps, float wd, float bc1, float bc2, const float *w,
+                            float *w_out, const float *g, float *m, float *v)
 {
     (void)be;
     float step = lr / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
@@ -429,7 +429,7 @@ static void cpu_adam_update(const pt_backend *be, int64_t n, float lr, float bet
         float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        w[i] -= step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+        w_out[i] = w[i] - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
     }
 }
 

@@ -710,19 +710,20 @@ static void cu_softmax_xent_bwd(const pt_backend *be, int rows, int classes, con
 
 /* ---- optimizers -------------------------------------------------------- */
 
-__global__ void k_sgd(int64_t n, float lr, float momentum, float wd, float *w, const float *g,
-                      float *v)
+__global__ void k_sgd(int64_t n, float lr, float momentum, float wd, const float *w, float *w_out,
+                      const float *g, float *v)
 {
     GRID_STRIDE(i, n)
     {
         float vi = momentum * v[i] + g[i] + wd * w[i];
         v[i] = vi;
-        w[i] -= lr * vi;
+        w_out[i] = w[i] - lr * vi;
     }
 }
 
 __global__ void k_adam(int64_t n, float step, float beta1, float beta2, float eps, float wd,
-                       float inv_sqrt_bc2, float *w, const float *g, float *m, float *v)
+                       float inv_sqrt_bc2, const float *w, float *w_out, const float *g, float *m,
+                       float *v)
 {
     GRID_STRIDE(i, n)
     {
@@ -731,24 +732,25 @@ __global__ void k_adam(int64_t n, float step, float beta1, float beta2, float ep
         float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        w[i] -= step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+        w_out[i] = w[i] - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
     }
 }
 
 static void cu_sgd_update(const pt_backend *be, int64_t n, float lr, float momentum, float wd,
-                          float *w, const float *g, float *v)
+                          const float *w, float *w_out, const float *g, float *v)
 {
     if (n > 0)
-        k_sgd<<<blocks_for(n), THREADS, 0, ctx_of(be)->stream>>>(n, lr, momentum, wd, w, g, v);
+        k_sgd<<<blocks_for(n), THREADS, 0, ctx_of(be)->stream>>>(n, lr, momentum, wd, w, w_out, g,
+                                                                 v);
 }
 
 static void cu_adam_update(const pt_backend *be, int64_t n, float lr, float beta1, float beta2,
-                           float eps, float wd, float bc1, float bc2, float *w, const float *g,
-                           float *m, float *v)
+                           float eps, float wd, float bc1, float bc2, const float *w,
+                           float *w_out, const float *g, float *m, float *v)
 {
     if (n > 0)
         k_adam<<<blocks_for(n), THREADS, 0, ctx_of(be)->stream>>>(
-            n, lr / bc1, beta1, beta2, eps, wd, 1.0f / sqrtf(bc2), w, g, m, v);
+            n, lr / bc1, beta1, beta2, eps, wd, 1.0f / sqrtf(bc2), w, w_out, g, m, v);
 }
 
 /* ---- the table and its life -------------------------------------------- */

@@ -16,9 +16,9 @@
 #define FNV_OFFSET 1469598103934665603ull
 #define FNV_PRIME  1099511628211ull
 
-/* A weight array: the net's current parameters (index 0, never freed) or a
- * copy in PT_MEM_STASH held by versions of the store and by micro-batch
- * stashes (refs). */
+/* A weight array: the net's current parameters (index 0, never freed) or an
+ * older version in PT_MEM_STASH, left behind by an out-of-place OPT_STEP and
+ * held by versions of the store and by micro-batch stashes (refs). */
 typedef struct varr {
     float *data;
     int refs;
@@ -114,22 +114,6 @@ static void note_versions(pt_exec *ex, int delta)
         ex->versions_peak = ex->versions_live;
 }
 
-/* A new copy of weight array `src` (an index into va); -1 on no memory. */
-static int va_copy(pt_exec *ex, int src)
-{
-    if (ex->va_nfree == 0)
-        return -1;
-    int k = ex->va_free[--ex->va_nfree];
-    float *data = pt_net_version_new(ex->net, PT_MEM_STASH, ex->va[src].data);
-    if (!data) {
-        ex->va_free[ex->va_nfree++] = k;
-        return -1;
-    }
-    ex->va[k] = (varr){data, 0, ex->va[src].tag};
-    note_versions(ex, 1);
-    return k;
-}
-
 static void va_unref(pt_exec *ex, int k)
 {
     if (k <= 0 || --ex->va[k].refs > 0)
@@ -152,11 +136,10 @@ static void live_remove(pt_exec *ex, int v)
  * 0..initial_versions-1 onto them. */
 static void versions_begin(pt_exec *ex)
 {
-    for (int s = 0; s < ex->plan.needs.max_slots; s++)
-        if (ex->stash[s] > 0) {
-            va_unref(ex, ex->stash[s]);
-            ex->stash[s] = -1;
-        }
+    for (int s = 0; s < ex->plan.needs.max_slots; s++) {
+        va_unref(ex, ex->stash[s]); /* none for the live weights (0) */
+        ex->stash[s] = -1;
+    }
     for (int v = 0; v <= ex->plan.needs.max_version; v++) {
         if (ex->vmap[v] > 0)
             va_unref(ex, ex->vmap[v]);
@@ -188,56 +171,59 @@ static void version_read(pt_exec *ex, int i, int v)
 
 /* The array op i reads (FWD/RECOMPUTE/BWD), through the micro-batch's stash
  * or the store. */
-static int weights_for(pt_exec *ex, int i, const pt_op *op, int slot, pt_error *err)
+static int weights_for(pt_exec *ex, const pt_op *op, int slot, pt_error *err)
 {
     int k = (op->flags & PT_OPF_STASH) && op->kind != PT_OP_FWD ? ex->stash[slot]
                                                                 : ex->vmap[op->version];
     if (k < 0)
         return pt_error_set(err, PT_ESTATE, "weight version %d is not held", op->version);
     if (op->kind == PT_OP_FWD && (op->flags & PT_OPF_STASH)) {
-        /* PipeDream: the micro-batch owns a copy of what its forward read (also
-         * of a kept version, under vertical sync: as the contract and the
-         * simulator's memory model count it) */
-        if (k > 0 && ex->va[k].refs == 1 && ex->plan.last_read[op->version] == i) {
-            /* the last reader of a kept version takes it over instead of copying */
-            ex->vmap[op->version] = -1;
-        } else {
-            if ((k = va_copy(ex, k)) < 0)
-                return pt_error_set(err, PT_ENOMEM, "no memory to stash weight version %d",
-                                    op->version);
+        /* PipeDream: the micro-batch holds on to the array its forward read
+         * (the live weights or a kept version) until its backward; nothing
+         * is copied: an OPT_STEP steps out of place while a stash holds the
+         * live weights (opt_step) */
+        if (k > 0)
             ex->va[k].refs++;
-        }
         ex->stash[slot] = k;
     }
     return k;
 }
 
-/* OPT_STEP at local op i: copies the current weights out for the versions
- * that later ops still read, then steps them in place. */
+/* OPT_STEP at local op i. When versions that later ops read, or micro-batch
+ * stashes, hold the live weights, the step writes the new weights into an
+ * array of their own and the old ones stay where they are, as a kept
+ * version (out of place: no copy); else it steps in place. */
 static int opt_step(pt_exec *ex, int i, const pt_op *op, float *grads, pt_error *err)
 {
-    int keep = 0;
+    int held = 0;
     for (int j = 0; j < ex->live_n; j++)
-        keep += ex->plan.last_read[ex->live_list[j]] > i;
-    if (keep) {
-        int k = va_copy(ex, 0);
-        if (k < 0)
+        held += ex->plan.last_read[ex->live_list[j]] > i;
+    for (int s = 0; s < ex->plan.needs.max_slots; s++)
+        held += ex->stash[s] == 0;
+    if (held) {
+        float *next = ex->va_nfree > 0
+                          ? pt_arena_alloc_floats(pt_net_arena(ex->net), PT_MEM_STASH, ex->pcount)
+                          : NULL;
+        if (!next)
             return pt_error_set(err, PT_ENOMEM, "no memory to keep weight version %d",
                                 ex->va[0].tag);
+        pt_optim_step_to(ex->cfg.optim, ex->va[0].data, next, grads);
+        int k = ex->va_free[--ex->va_nfree];
+        ex->va[k] = (varr){pt_net_swap_params(ex->net, next), held, ex->va[0].tag};
+        ex->va[0].data = next;
+        note_versions(ex, 1);
         for (int j = 0; j < ex->live_n; j++) {
             int v = ex->live_list[j];
-            if (ex->plan.last_read[v] > i) {
-                ex->vmap[v] = k;
-                ex->va[k].refs++;
-            } else {
-                ex->vmap[v] = -1;
-            }
+            ex->vmap[v] = ex->plan.last_read[v] > i ? k : -1;
         }
+        for (int s = 0; s < ex->plan.needs.max_slots; s++)
+            if (ex->stash[s] == 0)
+                ex->stash[s] = k;
     } else {
         for (int j = 0; j < ex->live_n; j++)
             ex->vmap[ex->live_list[j]] = -1;
+        pt_optim_step(ex->cfg.optim, ex->va[0].data, grads);
     }
-    pt_optim_step(ex->cfg.optim, ex->va[0].data, grads);
     ex->be->fill(ex->be, ex->pcount, 0.0f, grads);
     ex->va[0].tag = op->version;
     ex->vmap[op->version] = 0;
@@ -405,7 +391,7 @@ static int op_fwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, int64_t 
                            (size_t)((int64_t)(op->row_hi - op->row_lo) * ex->in_elems) *
                                sizeof(float));
     }
-    int k = weights_for(ex, i, op, x->slot, err);
+    int k = weights_for(ex, op, x->slot, err);
     if (k < 0)
         return k;
     double scale = 0;
@@ -435,7 +421,7 @@ static int op_fwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, int64_t 
 static int op_bwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, pt_exec_event *ev,
                   pt_error *err)
 {
-    int k = weights_for(ex, i, op, x->slot, err);
+    int k = weights_for(ex, op, x->slot, err);
     if (k < 0)
         return k;
     ev->used_version = ex->va[k].tag;
@@ -577,7 +563,7 @@ static int op_bwd_weights(pt_exec *ex, int i, int g, pt_exec_event *ev, pt_error
     int slots[PT_EXEC_WEIGHT_RUN_MAX];
     for (int k = 0; k < g; k++) {
         const pt_op *op = &ex->ops[i + k];
-        int a = weights_for(ex, i + k, op, ex->plan.xop[i + k].slot, err);
+        int a = weights_for(ex, op, ex->plan.xop[i + k].slot, err);
         if (a < 0)
             return a;
         ev[k].used_version = ex->va[a].tag;

@@ -270,6 +270,15 @@ float *pt_net_params(pt_net *net)
 {
     return net->params;
 }
+
+float *pt_net_swap_params(pt_net *net, float *params)
+{
+    float *old = net->params;
+    pt_arena_swap_kinds(net->arena, old, params);
+    net->params = params;
+    return old;
+}
+
 float *pt_net_grads(pt_net *net)
 {
     return net->grads;

@@ -120,6 +120,12 @@ pt_arena *pt_net_arena(const pt_net *net);
 
 /* ---- parameter and gradient arrays (device) ---- */
 float *pt_net_params(pt_net *net); /* the current version; owned by the net */
+/* Makes `params` (param_count floats from this net's arena, e.g. a
+ * pt_net_version_new array) the current version and returns the array it
+ * replaces, which the caller now owns (free it with pt_net_version_free).
+ * The arena's categories are exchanged with it: params counts as weights,
+ * the old array as whatever params was counted as. */
+float *pt_net_swap_params(pt_net *net, float *params);
 float *pt_net_grads(pt_net *net);  /* owned by the net */
 void pt_net_zero_grads(pt_net *net);
 

@@ -87,10 +87,15 @@ void pt_optim_destroy(pt_optim **optim_p)
 
 void pt_optim_step(pt_optim *o, float *params, const float *grads)
 {
+    pt_optim_step_to(o, params, params, grads);
+}
+
+void pt_optim_step_to(pt_optim *o, const float *params, float *out, const float *grads)
+{
     const pt_optim_spec *s = &o->spec;
     o->steps++;
     if (s->kind == PT_OPTIM_SGD) {
-        o->be->sgd_update(o->be, o->count, s->lr, s->momentum, s->weight_decay, params, grads,
+        o->be->sgd_update(o->be, o->count, s->lr, s->momentum, s->weight_decay, params, out, grads,
                           o->state[0]);
         return;
     }
@@ -98,7 +103,7 @@ void pt_optim_step(pt_optim *o, float *params, const float *grads)
     float bc1 = (float)(1.0 - pow(s->beta1, t));
     float bc2 = (float)(1.0 - pow(s->beta2, t));
     o->be->adam_update(o->be, o->count, s->lr, s->beta1, s->beta2, s->eps, s->weight_decay, bc1,
-                       bc2, params, grads, o->state[0], o->state[1]);
+                       bc2, params, out, grads, o->state[0], o->state[1]);
 }
 
 const pt_optim_spec *pt_optim_get_spec(const pt_optim *o)

@@ -35,6 +35,12 @@ void pt_optim_destroy(pt_optim **optim_p);
  * t += 1. Gradients are read, not cleared. */
 void pt_optim_step(pt_optim *optim, float *params, const float *grads);
 
+/* The same update written to out (count floats, not overlapping params),
+ * leaving params as they were: the executor steps this way when a weight
+ * stash or a kept version still reads the old weights, instead of copying
+ * them out first. The same floats as pt_optim_step. */
+void pt_optim_step_to(pt_optim *optim, const float *params, float *out, const float *grads);
+
 const pt_optim_spec *pt_optim_get_spec(const pt_optim *optim);
 void pt_optim_set_lr(pt_optim *optim, float lr);         /* for learning-rate schedules */
 int64_t pt_optim_count(const pt_optim *optim);           /* floats per array */

@@ -136,6 +136,29 @@ int pt_arena_free(pt_arena *a, void *ptr)
     return rc;
 }
 
+int pt_arena_swap_kinds(pt_arena *a, void *p, void *q)
+{
+    if (!a || !p || !q)
+        return PT_EINVAL;
+    block *x = NULL, *y = NULL;
+    pthread_mutex_lock(&a->lock);
+    for (size_t i = 0; i < a->count; i++) {
+        block *b = &a->blocks[i];
+        if (b->live && b->ptr == p)
+            x = b;
+        if (b->live && b->ptr == q)
+            y = b;
+    }
+    int rc = x && y && x->bytes == y->bytes ? 0 : PT_EINVAL;
+    if (rc == 0) {
+        pt_mem_kind k = x->kind;
+        x->kind = y->kind;
+        y->kind = k;
+    }
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
 void pt_arena_trim(pt_arena *a)
 {
     if (!a)

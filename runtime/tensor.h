@@ -70,6 +70,12 @@ float *pt_arena_alloc_floats(pt_arena *arena, pt_mem_kind kind, int64_t count);
  * returns PT_EINVAL, else 0. */
 int pt_arena_free(pt_arena *arena, void *ptr);
 
+/* Exchanges the categories of two live blocks of the same size (a weight
+ * version that becomes the live weights and the live weights it replaces):
+ * the per-category figures stay as they are. Returns 0, or PT_EINVAL (either
+ * not live in this arena, or their sizes differ; nothing changes). */
+int pt_arena_swap_kinds(pt_arena *arena, void *a, void *b);
+
 /* Gives cached (freed) blocks back to the backend. */
 void pt_arena_trim(pt_arena *arena);
 

@@ -38,9 +38,6 @@
 #define MAX_BATCH       65536
 #define PROFILE_SEED    1
 #define CPUINFO_LINE    512
-/* weight copies timed at once (a stash per micro-batch in flight), so each
- * copy lands in memory another copy used a while ago, as in a run */
-#define COPY_ROTATION 4
 
 typedef struct profile_args {
     const char *model, *out, *device, *plan;
@@ -620,53 +617,6 @@ static int profile_stages(const pt_model_spec *spec, const profile_args *a, pt_p
     return rc;
 }
 
-/* The rate a weight copy moves bytes at (runtime.stash_gbytes_per_s): the
- * runtime's stash copy (pt_net_version_new of the whole model's weights into
- * the arena) timed repeats times in a rotation of COPY_ROTATION arrays, the
- * median kept. 0 and *rate 0 when the model has no parameters. */
-static int measure_copy_rate(const pt_model_spec *spec, const profile_args *a, double *rate,
-                             pt_error *err)
-{
-    *rate = 0;
-    pt_net_config cfg = pt_net_config_default(spec);
-    cfg.first = 0;
-    cfg.last = spec->layer_count;
-    cfg.max_batch = a->batch;
-    cfg.seed = PROFILE_SEED;
-    cfg.backend = a->be;
-    pt_net *net = NULL;
-    int rc = pt_net_create(spec, &cfg, &net, err);
-    if (rc < 0)
-        return rc;
-    int64_t bytes = pt_net_param_count(net) * (int64_t)sizeof(float);
-    double *ms = malloc((size_t)a->repeats * sizeof *ms);
-    float *ring[COPY_ROTATION] = {0};
-    const pt_backend *be = pt_net_backend(net);
-    if (!ms)
-        rc = pt_error_set(err, PT_ENOMEM, "out of memory");
-    for (int r = -a->warmup - COPY_ROTATION; rc == 0 && bytes > 0 && r < a->repeats; r++) {
-        float **slot = &ring[(r + a->warmup + COPY_ROTATION) % COPY_ROTATION];
-        pt_net_version_free(net, slot);
-        be->synchronize(be);
-        double t0 = now_ms();
-        *slot = pt_net_version_new(net, PT_MEM_STASH, NULL);
-        be->synchronize(be);
-        if (!*slot)
-            rc = pt_error_set(err, PT_ENOMEM, "weight copy: out of memory");
-        else if (r >= 0)
-            ms[r] = now_ms() - t0;
-    }
-    for (int k = 0; k < COPY_ROTATION; k++)
-        pt_net_version_free(net, &ring[k]);
-    if (rc == 0 && bytes > 0) {
-        double m = median(ms, a->repeats);
-        *rate = m > 0 ? (double)bytes / (m / 1e3) : 0;
-    }
-    free(ms);
-    pt_net_destroy(&net);
-    return rc;
-}
-
 static void print_table(const pt_profile *p, const profile_args *a)
 {
     printf("profile of %s, micro-batch %d, on %s: median of %d runs after %d warm-up\n\n", p->model,
@@ -784,8 +734,6 @@ int pt_cmd_profile(int argc, char **argv)
             rc = profile_layer(spec, i, &a, &p->layers[i], &err);
         if (rc == 0 && a.plan)
             rc = profile_stages(spec, &a, p, &err);
-        if (rc == 0)
-            rc = measure_copy_rate(spec, &a, &p->stash_bytes_per_s, &err);
     }
     if (rc == 0 && a.out && (rc = pt_profile_save(p, a.out, &err)) == 0 && !a.json)
         printf("wrote %s: %d layers of %s at micro-batch %d\n", a.out, p->layer_count, p->model,

@@ -385,9 +385,9 @@ static void test_widen(void)
 }
 
 /* PipeDream's bound on any stashing plan (plan_pipedream.c's stash_bound,
- * recomputed here): stage i of S = min(layers, devices) holds S-i+1 weight
+ * recomputed here): stage i of S = min(layers, devices) holds S-i weight
  * versions, a gradient and sgd's momentum of its parameters, so some stage
- * holds at least P / sum_i 1/(S-i+3). */
+ * holds at least P / sum_i 1/(S-i+2). */
 static double stash_bound_of(const pt_profile *pr, int devices)
 {
     double P = 0, inv = 0;
@@ -395,7 +395,7 @@ static double stash_bound_of(const pt_profile *pr, int devices)
         P += (double)pr->layers[l].param_bytes;
     int S = devices < pr->layer_count ? devices : pr->layer_count;
     for (int i = 0; i < S; i++)
-        inv += 1.0 / (S - i + 3);
+        inv += 1.0 / (S - i + 2);
     return P / inv;
 }
 

@@ -473,14 +473,14 @@ static void test_gpt3(void)
         pt_plan_free(&plan);
     }
     /* pipedream: some stage of any plan holds (versions + gradient + momentum)
-     * x its parameter bytes, versions S - i + 1 on stage i of S <= 64 */
+     * x its parameter bytes, versions S - i on stage i of S <= 64 */
     double P = 0;
     for (int l = 0; l < p->layer_count; l++)
         P += (double)p->layers[l].param_bytes;
     int S = t->device_count < p->layer_count ? t->device_count : p->layer_count;
     double inv = 0;
     for (int i = 0; i < S; i++)
-        inv += 1.0 / ((S - i + 1) + 1 + 1);
+        inv += 1.0 / ((S - i) + 1 + 1);
     double bound = P / inv;
     CHECK(bound > (double)t->devices[0].memory_bytes);
     /* strict: no plan, the error gives the bound */

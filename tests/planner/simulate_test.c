@@ -156,11 +156,11 @@ static void test_weight_versions(void)
                             0) == 0);
             for (int w = 0; w < g.res.worker_count; w++) {
                 int i = g.prog.workers[w].stage;
-                /* vertical sync: stage 0 reads its newest version and stashes a copy,
-                 * like PipeDream; a later stage keeps the versions its coming
-                 * micro-batches entered with, and the last reader of each takes it over
-                 * as its stash: S arrays (as the runtime holds, executor_async_test) */
-                int want = !vs ? S - i + 1 : i == 0 ? S + 1 : S;
+                /* a stash holds the array its forward read: without vertical sync
+                 * one per micro-batch in flight, the newest the live weights; with
+                 * it a later stage also keeps the versions its coming micro-batches
+                 * entered with: S arrays (as the runtime holds, executor_async_test) */
+                int want = !vs ? S - i : S;
                 CHECK_MSG(g.res.workers[w].peak_versions == want, "vsync %d S %d i %d: %d want %d",
                           vs, S, i, g.res.workers[w].peak_versions, want);
                 CHECK_MSG(g.res.workers[w].peak_versions ==

@@ -4,8 +4,9 @@
  * - pipedream: every micro-batch's RECOMPUTE and BWD read exactly the weights
  *   its FWD read (the version each op reports, tracked by the executor, and a
  *   digest of the array's contents), the version named by the program; a
- *   stage holds S-i+1 versions (its in-flight stashes + the current weights),
- *   the arena counts the stashes; and the weights after N micro-batches equal
+ *   stage holds S-i versions (one per micro-batch in flight, the newest of
+ *   them the current weights: nothing is copied), the arena counts the
+ *   others as stashes; and the weights after N micro-batches equal
  *   PipeDream's update order. Also with vertical sync, a replicated stage and
  *   recomputation.
  * - 2bw: never more than two versions per stage (and two are used), and the
@@ -109,15 +110,17 @@ static void run_pipedream(const char *name, const int *cuts, int S, const int *r
             int i = r.prog.workers[w].stage, K = S - i < N ? S - i : N;
             int most = check_versions(name, &r, w);
             if (!vsync) {
-                /* PipeDream: in-flight stashes plus the current weights */
-                CHECK_MSG(most == K + 1, "%s: worker %d held at most %d versions, expected %d",
-                          name, w, most, K + 1);
+                /* PipeDream: one array per micro-batch in flight, the newest
+                 * of them the current weights (a stash holds what its forward
+                 * read; the step after it goes out of place) */
+                CHECK_MSG(most == K, "%s: worker %d held at most %d versions, expected %d",
+                          name, w, most, K);
             } else {
                 /* vertical sync: micro-batch k reads version k-S+1 everywhere, so
                  * stage i > 0 also keeps the i-1 versions between that and its
-                 * newest; stage 0 reads its newest and stashes a copy. The last
-                 * reader of a kept version takes it over instead of copying it. */
-                int want = i == 0 ? S + 1 : S;
+                 * newest; stage 0 holds what its in-flight forwards read, as
+                 * without vertical sync */
+                int want = S;
                 CHECK_MSG(most == want, "%s: worker %d held at most %d versions, expected %d", name,
                           w, most, want);
             }
