@@ -16,7 +16,9 @@
  *     every rank a process of its own (fork), as agents are and as MPI's
  *     ranks are, timed as mpi_allreduce times MPI (a barrier before each
  *     repetition, rank 0's clock, the median).
- * Usage: comm_bandwidth [--quick]. Never a test: it only prints. */
+ * Usage: comm_bandwidth [--quick]; comm_bandwidth --allreduce [REPS [P [MIB]]] runs
+ * only the shm-proc all-reduces and MPI's, with context switches per
+ * all-reduce and the load average. Never a test: it only prints. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -24,24 +26,26 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include "runtime/comm.h"
 
-#define MAX_P        4
-#define TIMEOUT_MS   30000
-#define MIN_BYTES    4096
-#define MAX_BYTES    (16 << 20)
-#define TARGET_BYTES (256LL << 20) /* data moved per bandwidth point */
-#define MIN_MSGS     8
-#define MAX_MSGS     4096
-#define PINGS        2000
-#define LAT_WARMUP   50
-#define AR_REPS      11
-#define P2P_TRIES    3
-#define REDUCE_REPS  20
+#define MAX_P          4
+#define TIMEOUT_MS     30000
+#define MIN_BYTES      4096
+#define MAX_BYTES      (16 << 20)
+#define TARGET_BYTES   (256LL << 20) /* data moved per bandwidth point */
+#define MIN_MSGS       8
+#define MAX_MSGS       4096
+#define PINGS          2000
+#define LAT_WARMUP     50
+#define AR_REPS        11
+#define P2P_TRIES      3
+#define REDUCE_REPS    20
+#define PROBE_REPS_MAX 1000 /* --allreduce REPS */
 
 /* shm: local peers over the shared-memory rings (what agents on one host
  * use); the others are ZeroMQ alone (shared memory off), as remote peers. */
@@ -271,8 +275,32 @@ static double allreduce_time(world *w, size_t count, int reps)
 
 /* ---- ranks as processes ------------------------------------------------------ */
 
-/* What rank `rank` of a forked world does; its result goes to fd. */
+/* What rank `rank` of a forked world does; its result goes to fd as one
+ * proc_rec (rank 0's v is the figure; every rank may report its context
+ * switches). */
 typedef int proc_fn(pt_comm *c, int rank, int p, size_t count, int reps, int fd);
+
+typedef struct proc_rec {
+    int rank;
+    double v;             /* the figure (rank 0's is returned) */
+    double nvcsw, nivcsw; /* voluntary / involuntary context switches per repetition */
+    double cpu;           /* CPU seconds (user + system) per repetition */
+} proc_rec;
+
+/* Rank averages of the last proc_run's context switches per repetition
+ * (-1: no rank reported them). */
+static double proc_nvcsw = -1, proc_nivcsw = -1, proc_cpu = -1;
+
+static double tv_s(struct timeval t)
+{
+    return (double)t.tv_sec + t.tv_usec * 1e-6;
+}
+
+static int put_rec(int fd, int rank, double v, double nvcsw, double nivcsw, double cpu)
+{
+    proc_rec r = {rank, v, nvcsw, nivcsw, cpu};
+    return write(fd, &r, sizeof r) == (ssize_t)sizeof r ? 0 : -1;
+}
 
 static int by_value(const void *a, const void *b);
 
@@ -291,21 +319,30 @@ static int proc_allreduce(pt_comm *c, int rank, int p, size_t count, int reps, i
     pt_comm_group g;
     pt_comm_group_init(&g, ranks, p);
     float *buf = calloc(count ? count : 1, sizeof(float));
-    double t[AR_REPS];
+    double t[PROBE_REPS_MAX];
+    long vol = 0, invol = 0;
+    double cpu = 0;
     int rc = buf ? 0 : -1;
     for (int i = -1; i < reps && rc == 0; i++) { /* -1: the warm-up */
         rc |= proc_barrier(c, &g);
+        struct rusage u0, u1;
+        getrusage(RUSAGE_SELF, &u0);
         double t0 = now_s();
         rc |= pt_comm_allreduce(c, &g, buf, count, PT_COMM_SUM, NULL);
-        if (i >= 0)
-            t[i] = now_s() - t0;
+        double t1 = now_s();
+        getrusage(RUSAGE_SELF, &u1);
+        if (i >= 0) {
+            t[i] = t1 - t0;
+            vol += u1.ru_nvcsw - u0.ru_nvcsw;
+            invol += u1.ru_nivcsw - u0.ru_nivcsw;
+            cpu += tv_s(u1.ru_utime) + tv_s(u1.ru_stime) - tv_s(u0.ru_utime) - tv_s(u0.ru_stime);
+        }
     }
     free(buf);
-    if (rc || rank != 0)
+    if (rc)
         return rc;
     qsort(t, (size_t)reps, sizeof t[0], by_value);
-    double med = t[reps / 2];
-    return write(fd, &med, sizeof med) == (ssize_t)sizeof med ? 0 : -1;
+    return put_rec(fd, rank, t[reps / 2], (double)vol / reps, (double)invol / reps, cpu / reps);
 }
 
 /* Half the mean round trip of a 1-float message between ranks 0 and 1 of a
@@ -333,7 +370,7 @@ static int proc_latency(pt_comm *c, int rank, int p, size_t count, int reps, int
     double half = (now_s() - t0) / (count ? 1 : reps) / (count ? 1 : 2);
     if (rc || rank != 0)
         return rc;
-    return write(fd, &half, sizeof half) == (ssize_t)sizeof half ? 0 : -1;
+    return put_rec(fd, rank, half, -1, -1, -1);
 }
 
 /* Forks p ranks that talk over ipc endpoints with shared memory on (as local
@@ -374,9 +411,24 @@ static double proc_run(int p, proc_fn *fn, size_t count, int reps)
         }
     }
     close(fds[1]);
-    double v = -1;
-    if (started == p && read(fds[0], &v, sizeof v) != (ssize_t)sizeof v)
-        v = -1;
+    double v = -1, vol = 0, invol = 0, cpu = 0;
+    int counted = 0;
+    proc_rec rec;
+    /* Records are smaller than PIPE_BUF: each write is atomic; EOF once
+     * every rank has exited. */
+    while (started == p && read(fds[0], &rec, sizeof rec) == (ssize_t)sizeof rec) {
+        if (rec.rank == 0)
+            v = rec.v;
+        if (rec.nvcsw >= 0) {
+            vol += rec.nvcsw;
+            invol += rec.nivcsw;
+            cpu += rec.cpu;
+            counted++;
+        }
+    }
+    proc_nvcsw = counted ? vol / counted : -1;
+    proc_nivcsw = counted ? invol / counted : -1;
+    proc_cpu = counted ? cpu / counted : -1;
     close(fds[0]);
     for (int r = 0; r < started; r++) {
         int st;
@@ -450,8 +502,68 @@ static double reduce_cost(size_t n)
     return t / (double)(n * sizeof(float));
 }
 
+/* The 1-minute load average (-1 unknown), printed beside figures measured
+ * on a shared machine. */
+static double load1(void)
+{
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1)
+            l = -1;
+        fclose(f);
+    }
+    return l;
+}
+
+/* --allreduce [REPS [P [MIB]]]: only the all-reduces between processes
+ * (shm-proc) and MPI's beside them, 2 and 4 ranks (or P), 1 and 16 MiB (or
+ * MIB), with the context switches and CPU time per all-reduce (rank
+ * averages, getrusage) and the load average: the quick A/B of the small
+ * all-reduce. */
+static int allreduce_only(int reps, int p_only, int mib_only)
+{
+    size_t sizes[2] = {(size_t)1 << 18, (size_t)1 << 22};
+    int nsizes = 2;
+    if (mib_only > 0) {
+        sizes[0] = (size_t)mib_only << 18;
+        nsizes = 1;
+    }
+    printf("all-reduce between processes (shm-proc) against MPI_Allreduce, median of %d after a "
+           "warm-up;\ncsw = voluntary / involuntary context switches per all-reduce, cpu = CPU "
+           "ms per all-reduce\n(user + system), both rank averages (getrusage)\n",
+           reps);
+    printf("%2s %8s %10s %10s %9s %8s %8s %8s %6s\n", "p", "size", "ours ms", "MPI ms", "ours/MPI",
+           "vol csw", "inv csw", "cpu ms", "load");
+    for (int p = p_only ? p_only : 2; p <= (p_only ? p_only : MAX_P); p += 2) {
+        double mpi[2];
+        mpi_allreduce_ms(p, sizes, nsizes, reps, mpi);
+        for (int si = 0; si < nsizes; si++) {
+            double meas = proc_run(p, proc_allreduce, sizes[si], reps);
+            printf("%2d %4zu MiB %10.3f %10.3f %9.2f %8.1f %8.1f %8.3f %6.2f\n", p, sizes[si] >> 18,
+                   meas * 1e3, mpi[si], meas > 0 && mpi[si] > 0 ? meas * 1e3 / mpi[si] : -1.0,
+                   proc_nvcsw, proc_nivcsw, proc_cpu * 1e3, load1());
+            fflush(stdout);
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "--allreduce")) {
+        int reps = argc > 2 ? atoi(argv[2]) : AR_REPS;
+        int p = argc > 3 ? atoi(argv[3]) : 0, mib = argc > 4 ? atoi(argv[4]) : 0;
+        if (reps < 1 || reps > PROBE_REPS_MAX || (argc > 3 && (p < 2 || p > MAX_P)) ||
+            (argc > 4 && (mib < 1 || mib > 256))) {
+            fprintf(stderr,
+                    "usage: comm_bandwidth --allreduce [REPS (1..%d) [RANKS (2..%d) [MIB "
+                    "(1..256)]]]\n",
+                    PROBE_REPS_MAX, MAX_P);
+            return 2;
+        }
+        return allreduce_only(reps, p, mib);
+    }
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
     long long target = quick ? TARGET_BYTES / 8 : TARGET_BYTES;
     float *sbuf = malloc(MAX_BYTES), *rbuf = malloc(MAX_BYTES);

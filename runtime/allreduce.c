@@ -32,6 +32,13 @@
 /* Over rings: own segments sent and not yet back summed (see
  * allreduce_arrival_order). */
 #define OWN_AHEAD 4u
+/* Tag steps of the direct all-reduce, above every ring step (2(p-1)-1 <=
+ * 509 for p <= PT_COMM_MAX_GROUP), so the two never match each other. */
+#define DIRECT_REDUCE 510
+#define DIRECT_GATHER 511
+_Static_assert(2 * (PT_COMM_MAX_GROUP - 1) - 1 < DIRECT_REDUCE, "ring steps stay below");
+_Static_assert(((DIRECT_GATHER << SEG_BITS) | (SEG_MAX - 1)) <= PT_COMM_TAG_PART_MAX,
+               "direct steps fit a tag's part");
 
 int pt_comm_group_init(pt_comm_group *group, const int *ranks, int n)
 {
@@ -334,6 +341,126 @@ static int allreduce_steps(const ring *r, pt_error *err)
     return 0;
 }
 
+/* Segment k of chunk c of buf, copied, to group member d under `step`. */
+static int send_to_member(const ring *r, const int *ranks, int d, int step, int c, uint32_t k,
+                          pt_error *err)
+{
+    size_t off = chunk_off(r->count, r->p, c) + (size_t)k * PT_COMM_SEGMENT_FLOATS;
+    size_t n = seg_len(chunk_len(r->count, r->p, c), k);
+    return pt_comm_send(r->comm, ranks[d], ring_tag(r->id, step, k), r->buf + off, n, err);
+}
+
+/* Receives segment k of chunk c from member src under `step` into buf:
+ * added (reduce) or copied (gather). */
+static int take_from_member(const ring *r, const int *ranks, int src, int step, int c, uint32_t k,
+                            int add, pt_error *err)
+{
+    size_t n = seg_len(chunk_len(r->count, r->p, c), k);
+    float *dst = r->buf + chunk_off(r->count, r->p, c) + (size_t)k * PT_COMM_SEGMENT_FLOATS;
+    pt_comm_frame f;
+    int rc = pt_comm_internal_recv_frame(r->comm, ranks[src], ring_tag(r->id, step, k), &f, err);
+    if (rc < 0)
+        return recv_failed(rc, err);
+    if (f.bytes != n * sizeof(float)) {
+        size_t got = f.bytes / sizeof(float);
+        pt_comm_internal_frame_release(r->comm, &f);
+        return pt_error_set(err, PT_EINVAL,
+                            "allreduce: rank %d: %s segment %u from rank %d has %zu floats, "
+                            "expected %zu (do all members pass the same count?)",
+                            pt_comm_rank(r->comm), add ? "reduce" : "gather", k, ranks[src], got,
+                            n);
+    }
+    if (add)
+        add_into(dst, f.data, n);
+    else if (n)
+        memcpy(dst, f.data, n * sizeof(float));
+    pt_comm_internal_frame_release(r->comm, &f);
+    return 0;
+}
+
+/* The last addend of segment k of this rank's own chunk, from member
+ * me-1: summed into buf and, in the same pass, into the gather message to
+ * member `first` (straight into its ring where it has one). */
+static int last_addend(const ring *r, const int *ranks, int first, uint32_t k, pt_error *err)
+{
+    int src = (r->me + r->p - 1) % r->p;
+    size_t n = seg_len(chunk_len(r->count, r->p, r->me), k);
+    float *dst = r->buf + chunk_off(r->count, r->p, r->me) + (size_t)k * PT_COMM_SEGMENT_FLOATS;
+    pt_comm_frame f;
+    int rc = pt_comm_internal_recv_frame(r->comm, ranks[src], ring_tag(r->id, DIRECT_REDUCE, k), &f,
+                                         err);
+    if (rc < 0)
+        return recv_failed(rc, err);
+    if (f.bytes != n * sizeof(float)) {
+        size_t got = f.bytes / sizeof(float);
+        pt_comm_internal_frame_release(r->comm, &f);
+        return pt_error_set(err, PT_EINVAL,
+                            "allreduce: rank %d: reduce segment %u from rank %d has %zu floats, "
+                            "expected %zu (do all members pass the same count?)",
+                            pt_comm_rank(r->comm), k, ranks[src], got, n);
+    }
+    fused u = {dst, dst, f.data};
+    pt_comm_internal_defer_wakes(r->comm, 1); /* the caller sends on, then wakes them all */
+    rc = pt_comm_internal_send_fill(r->comm, ranks[first], ring_tag(r->id, DIRECT_GATHER, k),
+                                    n * sizeof(float), fused_fill, &u, err);
+    pt_comm_internal_frame_release(r->comm, &f);
+    return rc;
+}
+
+/* The direct all-reduce (small buffers, a few ranks, when asked for; see
+ * pt_comm_internal_allreduce_direct): member i sums chunk i itself, from
+ * every member's copy of it, and sends the sum to every member. Two hand-offs
+ * per all-reduce instead of the ring's 2(p-1) in sequence, the same bytes
+ * per rank (2(p-1)/p of the buffer out and in). Chunk i is summed in the
+ * ring's order, x_i + x_(i+1) + ... + x_(i-1) from the left (float addition
+ * commutes, so a + b and b + a are the same bits): the results are the
+ * ring's, bit for bit. Member i sends first to i-1, whose first source it
+ * is, and takes from i+1 first. */
+static int allreduce_direct(const ring *r, const int *ranks, pt_error *err)
+{
+    int p = r->p, me = r->me, rc = 0;
+    pt_comm_internal_defer_wakes(r->comm, 1);
+    for (int i = 1; i < p && rc == 0; i++) {
+        int d = (me - i + p) % p;
+        uint32_t segs = seg_count(chunk_len(r->count, p, d));
+        for (uint32_t k = 0; k < segs && rc == 0; k++)
+            rc = send_to_member(r, ranks, d, DIRECT_REDUCE, d, k, err);
+    }
+    pt_comm_internal_defer_wakes(r->comm, 0);
+    if (rc < 0)
+        return rc;
+    uint32_t own = seg_count(chunk_len(r->count, p, me));
+    for (uint32_t k = 0; k < own; k++) {
+        for (int i = 1; i < p - 1; i++)
+            if ((rc = take_from_member(r, ranks, (me + i) % p, DIRECT_REDUCE, me, k, 1, err)) < 0)
+                return rc;
+        /* The last addend: one pass writes the sum into buf and into the
+         * message to the first member; then segment k goes out to the
+         * others, so their copies start while this rank sums the next. */
+        rc = last_addend(r, ranks, (me - 1 + p) % p, k, err);
+        for (int i = 2; i < p && rc == 0; i++)
+            rc = send_to_member(r, ranks, (me - i + p) % p, DIRECT_GATHER, me, k, err);
+        pt_comm_internal_defer_wakes(r->comm, 0);
+        if (rc < 0)
+            return rc;
+    }
+    for (int i = 1; i < p; i++) {
+        int src = (me + i) % p;
+        uint32_t segs = seg_count(chunk_len(r->count, p, src));
+        for (uint32_t k = 0; k < segs; k++)
+            if ((rc = take_from_member(r, ranks, src, DIRECT_GATHER, src, k, 0, err)) < 0)
+                return rc;
+    }
+    return 0;
+}
+
+int pt_comm_internal_allreduce_direct(int p, size_t count)
+{
+    const char *e = getenv("PT_COMM_ALLREDUCE");
+    return e && !strcmp(e, "direct") && p >= 3 && p <= PT_COMM_DIRECT_MAX_GROUP &&
+           count <= PT_COMM_DIRECT_MAX_FLOATS;
+}
+
 int pt_comm_allreduce(pt_comm *self, pt_comm_group *group, float *buf, size_t count, int op,
                       pt_error *err)
 {
@@ -365,8 +492,9 @@ int pt_comm_allreduce(pt_comm *self, pt_comm_group *group, float *buf, size_t co
               count};
     if (p == 1)
         return 0;
-    int rc = pt_comm_internal_copies_to(self, r.right) ? allreduce_arrival_order(&r, err)
-                                                       : allreduce_steps(&r, err);
+    int rc = pt_comm_internal_allreduce_direct(p, count) ? allreduce_direct(&r, group->ranks, err)
+             : pt_comm_internal_copies_to(self, r.right) ? allreduce_arrival_order(&r, err)
+                                                         : allreduce_steps(&r, err);
     if (rc < 0)
         return rc;
     if (op == PT_COMM_AVERAGE) {

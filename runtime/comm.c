@@ -1210,6 +1210,8 @@ static int room_freed(pt_comm *c, const void *arg)
 static int ring_full_wait(void *arg, pt_shm_ring *r)
 {
     send_wait *w = arg;
+    /* Nobody sleeps on a wake-up held back while this rank waits. */
+    pt_comm_internal_defer_wakes(w->c, 0);
     int rc = pull_all(w->c, -1, 0, 0, NULL, NULL, w->err);
     if (rc == 0)
         rc = drain_blocked_rings(w->c, w->err);
@@ -1375,6 +1377,13 @@ int pt_comm_internal_forward(pt_comm *self, int dst, uint64_t tag, pt_comm_frame
     rc = pt_comm_internal_send_msg(self, dst, tag, &m, err);
     zmq_msg_close(&m);
     return rc;
+}
+
+void pt_comm_internal_defer_wakes(pt_comm *self, int on)
+{
+    for (int r = 0; r < self->size; r++)
+        if (self->out_ring[r])
+            pt_shm_ring_defer_wake(self->out_ring[r], on);
 }
 
 int pt_comm_internal_copies_to(pt_comm *self, int dst)

@@ -30,6 +30,20 @@ int pt_comm_internal_send_ar_zc(pt_comm *self, int dst, uint64_t tag, const floa
  * PT_ETIMEOUT. */
 int pt_comm_internal_wait_ar_zc(pt_comm *self, int timeout_ms);
 
+/* ---- allreduce.c: which algorithm an all-reduce takes ---- */
+
+/* The direct all-reduce (each member sums its own chunk from every member's
+ * copy, then sends the sum to all) is taken when PT_COMM_ALLREDUCE=direct is
+ * in the environment, for groups of 3 to PT_COMM_DIRECT_MAX_GROUP members
+ * and buffers of at most PT_COMM_DIRECT_MAX_FLOATS floats (what may arrive
+ * early over ZeroMQ stays within a stash bound of twice the buffer); the
+ * ring otherwise. Not the default: measured against the ring on 2 shared
+ * cores (docs/benchmarks.md) it was not reliably faster. Every member must
+ * see the same setting; the choice depends on it, p and count only. */
+#define PT_COMM_DIRECT_MAX_GROUP  8
+#define PT_COMM_DIRECT_MAX_FLOATS ((size_t)1 << 19) /* 2 MiB */
+int pt_comm_internal_allreduce_direct(int p, size_t count);
+
 /* ---- comm_pool.c: what in-flight messages may outlive the comm for ---- */
 
 typedef struct pt_comm_shared pt_comm_shared;
@@ -81,6 +95,10 @@ void pt_comm_internal_frame_release(pt_comm *self, pt_comm_frame *f);
  * (t & mask) == (want & mask), whichever arrived first: f->tag says which. */
 int pt_comm_internal_recv_frame_any(pt_comm *self, int src, uint64_t want, uint64_t mask,
                                     pt_comm_frame *f, pt_error *err);
+/* Holds back (on) or sends now (0) the wake-ups of the consumers of this
+ * rank's rings (pt_shm_ring_defer_wake); must be 0 again before any
+ * receive. */
+void pt_comm_internal_defer_wakes(pt_comm *self, int on);
 /* 1 when a send to dst is a copy made before the send returns (a
  * shared-memory ring, made now if it is to be), 0 when it may be zero-copy. */
 int pt_comm_internal_copies_to(pt_comm *self, int dst);
@@ -138,6 +156,11 @@ typedef struct pt_shm_rec {
 /* The next record: 1 (in *rec, valid until consumed), 0 none yet, PT_EPARSE
  * a corrupt ring. */
 int pt_shm_ring_peek(pt_shm_ring *r, pt_shm_rec *rec);
+/* Producer: on, a consumer found asleep by a send is woken only when this is
+ * called again with on = 0 (so a rank that sends to several peers in a row
+ * is not preempted by the first it wakes); a sender whose ring is full
+ * still wakes its consumer at once. */
+void pt_shm_ring_defer_wake(pt_shm_ring *r, int on);
 /* Frees the record last peeked (waking a sender that waits for room). */
 void pt_shm_ring_consume(pt_shm_ring *r);
 void pt_shm_ring_consume_to(pt_shm_ring *r, uint64_t tail);

@@ -67,6 +67,7 @@ struct pt_shm_ring {
     int data_fd, space_fd; /* FIFOs, both opened O_RDWR | O_NONBLOCK */
     char path[PT_SHM_PATH_MAX];
     uint64_t pending_tail; /* consumer: tail after the record last looked at */
+    int defer, wake_due;   /* producer: wake-ups held back (pt_shm_ring_defer_wake) */
 };
 
 static size_t rec_size(size_t len)
@@ -400,8 +401,21 @@ static void publish(pt_shm_ring *r, uint64_t new_head)
 {
     atomic_store_explicit(&r->ctl->head, new_head, memory_order_release);
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load(&r->ctl->cons_waiting) && atomic_exchange(&r->ctl->cons_waiting, 0))
+    if (atomic_load(&r->ctl->cons_waiting) && atomic_exchange(&r->ctl->cons_waiting, 0)) {
+        if (r->defer)
+            r->wake_due = 1;
+        else
+            poke(r->data_fd);
+    }
+}
+
+void pt_shm_ring_defer_wake(pt_shm_ring *r, int on)
+{
+    r->defer = on;
+    if (!on && r->wake_due) {
+        r->wake_due = 0;
         poke(r->data_fd);
+    }
 }
 
 size_t pt_shm_ring_piece_max(const pt_shm_ring *r)

@@ -3,9 +3,11 @@
  * (fewer floats than ranks, chunks of unequal length, segments with a short
  * tail, chunks of more segments than a rank keeps out at a time), 2, 3 and
  * 4 ranks, consecutive rounds, a ring smaller than a segment; each result is
- * checked against a serial sum of every rank's input, and every rank must
- * end with the same bits. Also: a rank that sends and closes at once still
- * gets its message through its ring to a peer that looks only later. */
+ * checked against a serial sum of every rank's input and, bit for bit,
+ * against the ring's order of float sums, and every rank must end with the
+ * same bits; the direct all-reduce (PT_COMM_ALLREDUCE=direct, 3 and 4
+ * ranks) on the same sizes and either side of its size bound. Also: a rank that sends and
+ * closes at once still gets its message through its ring to a peer that looks only later. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include "runtime/comm.h"
+#include "runtime/comm_internal.h"
 #include "tests/test.h"
 
 #define MAX_P      4
@@ -50,14 +53,39 @@ static uint64_t fnv1a(const void *p, size_t n)
     return h;
 }
 
+/* algo: what PT_COMM_ALLREDUCE says in every rank (NULL: unset, the choice
+ * by size). */
 typedef struct ar_case {
     int p, integers, rounds;
     size_t count, ring_bytes;
+    const char *algo;
 } ar_case;
+
+/* Whether case k takes the direct all-reduce (runtime/comm_internal.h). */
+static int takes_direct(const ar_case *k)
+{
+    return k->algo && !strcmp(k->algo, "direct") && k->p >= 3 && k->p <= PT_COMM_DIRECT_MAX_GROUP &&
+           k->count <= PT_COMM_DIRECT_MAX_FLOATS;
+}
+
+/* Element j of the result as the ring sums it, in floats: chunk c (of p,
+ * split as the ring splits it) starts at rank c's copy and adds rank c+1's,
+ * c+2's, ... in turn. Both algorithms must give these very bits. */
+static float ring_order_sum(const ar_case *k, int round, size_t j)
+{
+    size_t base = k->count / (size_t)k->p, rem = k->count % (size_t)k->p;
+    size_t c = j < rem * (base + 1) ? j / (base + 1) : rem + (j - rem * (base + 1)) / base;
+    float acc = input_value(k->integers, round, (int)c, j);
+    for (int i = 1; i < k->p; i++)
+        acc = acc + input_value(k->integers, round, (int)((c + (size_t)i) % (size_t)k->p), j);
+    return acc;
+}
 
 /* What rank `rank` does; 0 when every round's result matched the sum. */
 static void rank_main(const ar_case *k, int rank, const char *const *eps, result *res)
 {
+    if (k->algo)
+        setenv("PT_COMM_ALLREDUCE", k->algo, 1); /* this process only: a fork */
     pt_comm_config cfg = {
         .rank = rank, .size = k->p, .timeout_ms = TIMEOUT_MS, .shm_ring_bytes = k->ring_bytes};
     pt_error err = {0};
@@ -90,6 +118,14 @@ static void rank_main(const ar_case *k, int rank, const char *const *eps, result
             if (k->integers ? buf[j] != (float)sum : !(fabs(buf[j] - sum) <= 1e-6)) {
                 snprintf(res->msg, sizeof res->msg, "round %d element %zu: got %.9g want %.9g",
                          round, j, buf[j], sum);
+                ok = 0;
+                break;
+            }
+            float bits = ring_order_sum(k, round, j);
+            if (memcmp(&bits, &buf[j], sizeof bits) != 0) {
+                snprintf(res->msg, sizeof res->msg,
+                         "round %d element %zu: got %.9g, the ring's order of sums gives %.9g",
+                         round, j, buf[j], bits);
                 ok = 0;
                 break;
             }
@@ -180,18 +216,24 @@ static void run_case(const ar_case *k)
 {
     result res[MAX_P];
     char what[128];
-    snprintf(what, sizeof what, "p=%d count=%zu %s rounds=%d ring=%zu", k->p, k->count,
-             k->integers ? "ints" : "floats", k->rounds, k->ring_bytes);
+    int direct = takes_direct(k);
+    snprintf(what, sizeof what, "p=%d count=%zu %s rounds=%d ring=%zu %s", k->p, k->count,
+             k->integers ? "ints" : "floats", k->rounds, k->ring_bytes, direct ? "direct" : "ring");
     int rc = run_procs(k->p, ar_body, k, res);
     CHECK_MSG(rc == 0, "%s: a rank did not report", what);
     if (rc != 0)
         return;
     for (int r = 0; r < k->p; r++) {
         CHECK_MSG(res[r].ok, "%s: rank %d: %s", what, r, res[r].msg);
-        /* Every rank sends to its right and receives from its left through
-         * a ring: the processes really used shared memory. */
-        CHECK_MSG(res[r].shm_in == 1 && res[r].shm_out == 1, "%s: rank %d: rings in %llu out %llu",
-                  what, r, (unsigned long long)res[r].shm_in, (unsigned long long)res[r].shm_out);
+        /* The ring: every rank sends to its right and receives from its
+         * left through a ring; the direct all-reduce: to and from every
+         * other rank. The processes really used shared memory, and the
+         * algorithm expected. */
+        uint64_t want = direct ? (uint64_t)k->p - 1 : 1;
+        CHECK_MSG(res[r].shm_in == want && res[r].shm_out == want,
+                  "%s: rank %d: rings in %llu out %llu, expected %llu", what, r,
+                  (unsigned long long)res[r].shm_in, (unsigned long long)res[r].shm_out,
+                  (unsigned long long)want);
         CHECK_MSG(!res[r].ok || !res[0].ok || res[r].hash == res[0].hash,
                   "%s: rank %d's result differs from rank 0's in some bits", what, r);
     }
@@ -203,18 +245,42 @@ static void test_allreduce_procs_odd_sizes(void)
      * chunks of unequal length; 3 * 65536 + 1: chunks of several segments,
      * the last one short. */
     static const size_t counts[] = {1, 2, 7, 1001, 100003, 3 * PT_COMM_SEGMENT_FLOATS + 1};
-    /* under valgrind (scripts/memcheck.sh sets PT_MEMCHECK) 1001 and 100003,
-     * unequal chunks inside one segment as 7 has, are left to the native and
-     * ASan runs */
+    /* under valgrind (scripts/memcheck.sh sets PT_MEMCHECK) the ring leaves
+     * 1001 and 100003, unequal chunks inside one segment as 7 has, to the
+     * native and ASan runs */
     int memcheck = getenv("PT_MEMCHECK") != NULL;
     for (int p = 2; p <= 4; p++)
         for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
             for (int integers = 0; integers <= 1; integers++) {
                 if (memcheck && (counts[i] == 1001 || counts[i] == 100003))
                     continue;
-                ar_case k = {p, integers, 1, counts[i], 0};
+                ar_case k = {p, integers, 1, counts[i], 0, NULL};
                 run_case(&k);
             }
+    /* The same sizes through the direct all-reduce: the ring's bits. */
+    for (int p = 3; p <= 4; p++)
+        for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+            ar_case k = {p, 0, 1, counts[i], 0, "direct"};
+            run_case(&k);
+        }
+}
+
+/* The direct all-reduce either side of its size bound (above it the ring
+ * runs), on chunks of several segments with a short tail over rounds whose
+ * traffic overlaps, and through a 64 KiB ring (smaller than a segment: each
+ * message streams through in pieces while a rank sends to three others). */
+static void test_allreduce_procs_direct(void)
+{
+    for (int p = 3; p <= 4; p++) {
+        ar_case at = {p, 0, 2, PT_COMM_DIRECT_MAX_FLOATS, 0, "direct"};
+        ar_case above = {p, 0, 1, PT_COMM_DIRECT_MAX_FLOATS + 1, 0, "direct"};
+        ar_case many = {p, 1, 3, PT_COMM_DIRECT_MAX_FLOATS - 5, 0, "direct"};
+        ar_case small_ring = {p, 0, 2, (size_t)p * PT_COMM_SEGMENT_FLOATS + 7, 64 << 10, "direct"};
+        run_case(&at);
+        run_case(&above);
+        run_case(&many);
+        run_case(&small_ring);
+    }
 }
 
 static void test_allreduce_procs_long_chunks_rounds(void)
@@ -223,10 +289,10 @@ static void test_allreduce_procs_long_chunks_rounds(void)
      * time), three rounds whose traffic overlaps; and a 64 KiB ring, smaller
      * than a segment, which each message streams through in pieces. */
     for (int p = 2; p <= 4; p++) {
-        ar_case k = {p, 1, 3, (size_t)p * 10 * PT_COMM_SEGMENT_FLOATS + 5, 0};
+        ar_case k = {p, 1, 3, (size_t)p * 10 * PT_COMM_SEGMENT_FLOATS + 5, 0, NULL};
         run_case(&k);
     }
-    ar_case small = {3, 0, 2, 3 * PT_COMM_SEGMENT_FLOATS + 1, 64 << 10};
+    ar_case small = {3, 0, 2, 3 * PT_COMM_SEGMENT_FLOATS + 1, 64 << 10, NULL};
     run_case(&small);
 }
 
@@ -294,4 +360,5 @@ static void test_send_then_close(void)
 
 PT_TEST_MAIN({"allreduce_procs_odd_sizes", test_allreduce_procs_odd_sizes},
              {"allreduce_procs_long_chunks_rounds", test_allreduce_procs_long_chunks_rounds},
+             {"allreduce_procs_direct", test_allreduce_procs_direct},
              {"send_then_close", test_send_then_close})

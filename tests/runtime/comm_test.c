@@ -875,11 +875,34 @@ static void ar_rank(world *w, int rank, void *arg)
     }
 }
 
-/* Checks rank results of the last round against a serial sum (double). */
+/* Element j as the ring sums it, in floats: chunk c (the ring's split of
+ * count into p) starts at rank c's copy and adds rank c+1's, c+2's, ... in
+ * turn. The ring and the direct all-reduce both give these bits. */
+static float ring_order_sum(const ar_job *job, int p, int round, size_t j)
+{
+    size_t base = job->count / (size_t)p, rem = job->count % (size_t)p;
+    size_t c = j < rem * (base + 1) ? j / (base + 1) : rem + (j - rem * (base + 1)) / base;
+    float acc = input_value(job, round, (int)c, j);
+    for (int i = 1; i < p; i++)
+        acc = acc + input_value(job, round, (int)((c + (size_t)i) % (size_t)p), j);
+    return acc;
+}
+
+/* Checks rank results of the last round against a serial sum (double) and,
+ * bit for bit, against the ring's order of float sums. */
 static int ar_check(const ar_job *job, int p, const char *what, int round, const float *const *res)
 {
     int bad = 0;
     for (size_t j = 0; j < job->count && bad < 5; j++) {
+        float bits = ring_order_sum(job, p, round, j);
+        if (job->op == PT_COMM_AVERAGE)
+            bits /= (float)p;
+        if (memcmp(&bits, &res[0][j], sizeof bits) != 0) {
+            fprintf(stderr,
+                    "%s: round %d element %zu: got %.9g, the ring's order of sums gives %.9g\n",
+                    what, round, j, res[0][j], bits);
+            bad++;
+        }
         double sum = 0;
         for (int r = 0; r < p; r++)
             sum += input_value(job, round, r, j);
@@ -965,6 +988,23 @@ static void test_allreduce_segments_average_rounds(void)
     run_allreduce_case(T_IPC, 3, 1000, 0, PT_COMM_AVERAGE, 1);
     run_allreduce_case(T_INPROC, 5, 101, 1, PT_COMM_AVERAGE, 3);
     run_allreduce_case(T_TCP, 4, 5000, 1, PT_COMM_SUM, 4);
+}
+
+/* The direct all-reduce (PT_COMM_ALLREDUCE=direct, set here before the
+ * ranks' threads start and unset after they end) over every transport, 3
+ * and 5 ranks, odd sizes, averaging and overlapping rounds: the ring's bits
+ * (ar_check). */
+static void test_allreduce_direct(void)
+{
+    setenv("PT_COMM_ALLREDUCE", "direct", 1);
+    for (int t = 0; t < T_COUNT; t++) {
+        run_allreduce_case((transport)t, 3, 1001, 0, PT_COMM_SUM, 1);
+        run_allreduce_case((transport)t, 5, 100003, 0, PT_COMM_SUM, 1);
+    }
+    run_allreduce_case(T_INPROC, 3, 2, 1, PT_COMM_SUM, 2);
+    run_allreduce_case(T_IPC, 4, 3 * PT_COMM_SEGMENT_FLOATS + 1, 0, PT_COMM_AVERAGE, 1);
+    run_allreduce_case(T_ZMQ, 5, 101, 1, PT_COMM_AVERAGE, 3);
+    unsetenv("PT_COMM_ALLREDUCE");
 }
 
 /* Over shared memory the ring takes segments in the order they arrive: the
@@ -1186,5 +1226,6 @@ PT_TEST_MAIN({"p2p_out_of_order", test_p2p_out_of_order},
              {"allreduce_segments_average_rounds", test_allreduce_segments_average_rounds},
              {"allreduce_count_mismatch", test_allreduce_count_mismatch},
              {"allreduce_shm_arrival_order", test_allreduce_shm_arrival_order},
+             {"allreduce_direct", test_allreduce_direct},
              {"async_collective", test_async_collective},
              {"async_collective_timeout", test_async_collective_timeout})
