@@ -80,8 +80,10 @@ static int parse_tensor(pt_jr *jr, const cJSON *obj, const char *path, pt_ckpt_t
         const cJSON *e = cJSON_GetArrayItem(shape, d);
         char key[32];
         snprintf(key, sizeof key, "shape[%d]", d);
-        if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int64_t)e->valuedouble ||
-            e->valuedouble < 1 || e->valuedouble > (double)PT_CKPT_TENSOR_FLOATS_MAX)
+        /* the range first: casting 1e30 (or NaN) to int64 is undefined */
+        if (!cJSON_IsNumber(e) ||
+            !(e->valuedouble >= 1 && e->valuedouble <= (double)PT_CKPT_TENSOR_FLOATS_MAX) ||
+            e->valuedouble != (double)(int64_t)e->valuedouble)
             return pt_jr_fail(jr, PT_EINVAL, path, key, "must be an integer in [1, %lld]",
                               (long long)PT_CKPT_TENSOR_FLOATS_MAX);
         t->shape[d] = (int64_t)e->valuedouble;
