@@ -80,13 +80,12 @@ static int parse_tensor(pt_jr *jr, const cJSON *obj, const char *path, pt_ckpt_t
         const cJSON *e = cJSON_GetArrayItem(shape, d);
         char key[32];
         snprintf(key, sizeof key, "shape[%d]", d);
-        /* the range first: casting 1e30 (or NaN) to int64 is undefined */
+        /* the range first: casting an out-of-range double is undefined */
         if (!cJSON_IsNumber(e) ||
-            !(e->valuedouble >= 1 && e->valuedouble <= (double)PT_CKPT_TENSOR_FLOATS_MAX) ||
-            e->valuedouble != (double)(int64_t)e->valuedouble)
+            pt_double_to_i64(e->valuedouble, 1, PT_CKPT_TENSOR_FLOATS_MAX, &t->shape[d]) < 0 ||
+            e->valuedouble != (double)t->shape[d])
             return pt_jr_fail(jr, PT_EINVAL, path, key, "must be an integer in [1, %lld]",
                               (long long)PT_CKPT_TENSOR_FLOATS_MAX);
-        t->shape[d] = (int64_t)e->valuedouble;
         /* checked: [2^32, 2^32+1] wraps to 2^32 and would pass the count check */
         if (pt_mul_i64(product, t->shape[d], &product) < 0 || product > PT_CKPT_TENSOR_FLOATS_MAX)
             return pt_jr_fail(jr, PT_ERANGE, path, "shape", "more than %lld elements",
