@@ -350,6 +350,25 @@ static int send_to_member(const ring *r, const int *ranks, int d, int step, int 
     return pt_comm_send(r->comm, ranks[d], ring_tag(r->id, step, k), r->buf + off, n, err);
 }
 
+/* Receives segment k (n floats) from rank src under tag into *f, which the
+ * caller releases; a frame of another size is an error naming `what`. */
+static int recv_segment(const ring *r, int src, uint64_t tag, uint32_t k, size_t n,
+                        const char *what, pt_comm_frame *f, pt_error *err)
+{
+    int rc = pt_comm_internal_recv_frame(r->comm, src, tag, f, err);
+    if (rc < 0)
+        return recv_failed(rc, err);
+    if (f->bytes != n * sizeof(float)) {
+        size_t got = f->bytes / sizeof(float);
+        pt_comm_internal_frame_release(r->comm, f);
+        return pt_error_set(err, PT_EINVAL,
+                            "allreduce: rank %d: %s segment %u from rank %d has %zu floats, "
+                            "expected %zu (do all members pass the same count?)",
+                            pt_comm_rank(r->comm), what, k, src, got, n);
+    }
+    return 0;
+}
+
 /* Receives segment k of chunk c from member src under `step` into buf:
  * added (reduce) or copied (gather). */
 static int take_from_member(const ring *r, const int *ranks, int src, int step, int c, uint32_t k,
@@ -358,18 +377,10 @@ static int take_from_member(const ring *r, const int *ranks, int src, int step, 
     size_t n = seg_len(chunk_len(r->count, r->p, c), k);
     float *dst = r->buf + chunk_off(r->count, r->p, c) + (size_t)k * PT_COMM_SEGMENT_FLOATS;
     pt_comm_frame f;
-    int rc = pt_comm_internal_recv_frame(r->comm, ranks[src], ring_tag(r->id, step, k), &f, err);
+    int rc = recv_segment(r, ranks[src], ring_tag(r->id, step, k), k, n, add ? "reduce" : "gather",
+                          &f, err);
     if (rc < 0)
-        return recv_failed(rc, err);
-    if (f.bytes != n * sizeof(float)) {
-        size_t got = f.bytes / sizeof(float);
-        pt_comm_internal_frame_release(r->comm, &f);
-        return pt_error_set(err, PT_EINVAL,
-                            "allreduce: rank %d: %s segment %u from rank %d has %zu floats, "
-                            "expected %zu (do all members pass the same count?)",
-                            pt_comm_rank(r->comm), add ? "reduce" : "gather", k, ranks[src], got,
-                            n);
-    }
+        return rc;
     if (add)
         add_into(dst, f.data, n);
     else if (n)
@@ -387,18 +398,10 @@ static int last_addend(const ring *r, const int *ranks, int first, uint32_t k, p
     size_t n = seg_len(chunk_len(r->count, r->p, r->me), k);
     float *dst = r->buf + chunk_off(r->count, r->p, r->me) + (size_t)k * PT_COMM_SEGMENT_FLOATS;
     pt_comm_frame f;
-    int rc = pt_comm_internal_recv_frame(r->comm, ranks[src], ring_tag(r->id, DIRECT_REDUCE, k), &f,
-                                         err);
+    int rc =
+        recv_segment(r, ranks[src], ring_tag(r->id, DIRECT_REDUCE, k), k, n, "reduce", &f, err);
     if (rc < 0)
-        return recv_failed(rc, err);
-    if (f.bytes != n * sizeof(float)) {
-        size_t got = f.bytes / sizeof(float);
-        pt_comm_internal_frame_release(r->comm, &f);
-        return pt_error_set(err, PT_EINVAL,
-                            "allreduce: rank %d: reduce segment %u from rank %d has %zu floats, "
-                            "expected %zu (do all members pass the same count?)",
-                            pt_comm_rank(r->comm), k, ranks[src], got, n);
-    }
+        return rc;
     fused u = {dst, dst, f.data};
     pt_comm_internal_defer_wakes(r->comm, 1); /* the caller sends on, then wakes them all */
     rc = pt_comm_internal_send_fill(r->comm, ranks[first], ring_tag(r->id, DIRECT_GATHER, k),
