@@ -19,6 +19,7 @@
 
 #include "runtime/comm.h"
 #include "runtime/comm_internal.h"
+#include "tests/runtime/ar_ref.h"
 #include "tests/test.h"
 
 #define MAX_P      4
@@ -30,19 +31,6 @@ typedef struct result {
     uint64_t shm_in, shm_out;
     char msg[640]; /* the record stays below PIPE_BUF: one atomic write */
 } result;
-
-/* Rank r's input element j in round `round`: small integers (exact sums) or
- * a fixed hash to [-0.5, 0.5]. */
-static float input_value(int integers, int round, int rank, size_t j)
-{
-    if (integers)
-        return (float)((long)((j * 131 + (size_t)rank * 977 + (size_t)round * 71) % 2001) - 1000);
-    uint64_t x = (j + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)rank << 40) ^ ((uint64_t)round << 52);
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
-    return (float)((double)(x >> 11) / 9007199254740992.0 - 0.5);
-}
 
 static uint64_t fnv1a(const void *p, size_t n)
 {
@@ -68,19 +56,6 @@ static int takes_direct(const ar_case *k)
            k->count <= PT_COMM_DIRECT_MAX_FLOATS;
 }
 
-/* Element j of the result as the ring sums it, in floats: chunk c (of p,
- * split as the ring splits it) starts at rank c's copy and adds rank c+1's,
- * c+2's, ... in turn. Both algorithms must give these very bits. */
-static float ring_order_sum(const ar_case *k, int round, size_t j)
-{
-    size_t base = k->count / (size_t)k->p, rem = k->count % (size_t)k->p;
-    size_t c = j < rem * (base + 1) ? j / (base + 1) : rem + (j - rem * (base + 1)) / base;
-    float acc = input_value(k->integers, round, (int)c, j);
-    for (int i = 1; i < k->p; i++)
-        acc = acc + input_value(k->integers, round, (int)((c + (size_t)i) % (size_t)k->p), j);
-    return acc;
-}
-
 /* What rank `rank` does; 0 when every round's result matched the sum. */
 static void rank_main(const ar_case *k, int rank, const char *const *eps, result *res)
 {
@@ -103,7 +78,7 @@ static void rank_main(const ar_case *k, int rank, const char *const *eps, result
     int ok = buf != NULL;
     for (int round = 0; ok && round < k->rounds; round++) {
         for (size_t j = 0; j < k->count; j++)
-            buf[j] = input_value(k->integers, round, rank, j);
+            buf[j] = ar_input(k->integers, round, rank, j);
         if (pt_comm_allreduce(c, &g, buf, k->count, PT_COMM_SUM, &err) < 0) {
             snprintf(res->msg, sizeof res->msg, "round %d: %.600s", round, err.msg);
             ok = 0;
@@ -112,7 +87,7 @@ static void rank_main(const ar_case *k, int rank, const char *const *eps, result
         for (size_t j = 0; j < k->count; j++) {
             double sum = 0;
             for (int r = 0; r < k->p; r++)
-                sum += input_value(k->integers, round, r, j);
+                sum += ar_input(k->integers, round, r, j);
             /* Floats in [-0.5, 0.5]: p-1 float additions of partial sums
              * below 2 err by < 4 * 2 * 2^-24 < 1e-6. */
             if (k->integers ? buf[j] != (float)sum : !(fabs(buf[j] - sum) <= 1e-6)) {
@@ -121,7 +96,7 @@ static void rank_main(const ar_case *k, int rank, const char *const *eps, result
                 ok = 0;
                 break;
             }
-            float bits = ring_order_sum(k, round, j);
+            float bits = ar_ring_order_sum(k->integers, k->count, k->p, round, j);
             if (memcmp(&bits, &buf[j], sizeof bits) != 0) {
                 snprintf(res->msg, sizeof res->msg,
                          "round %d element %zu: got %.9g, the ring's order of sums gives %.9g",

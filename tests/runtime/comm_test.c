@@ -11,6 +11,7 @@
 
 #include "runtime/comm.h"
 #include "runtime/comm_internal.h"
+#include "tests/runtime/ar_ref.h"
 #include "tests/test.h"
 
 #define MAX_P      5
@@ -836,18 +837,6 @@ typedef struct ar_job {
     char msg[MAX_P][PT_ERROR_MAX];
 } ar_job;
 
-static float input_value(const ar_job *job, int round, int rank, size_t j)
-{
-    if (job->integers)
-        return (float)((long)((j * 131 + (size_t)rank * 977 + (size_t)round * 71) % 2001) - 1000);
-    /* A fixed hash to [-0.5, 0.5]: reproducible without shared RNG state. */
-    uint64_t x = (j + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)rank << 40) ^ ((uint64_t)round << 52);
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
-    return (float)((double)(x >> 11) / 9007199254740992.0 - 0.5);
-}
-
 static void ar_rank(world *w, int rank, void *arg)
 {
     ar_job *job = arg;
@@ -859,7 +848,7 @@ static void ar_rank(world *w, int rank, void *arg)
     for (int round = 0; round < job->rounds; round++) {
         float *buf = job->data[rank];
         for (size_t j = 0; j < job->count; j++)
-            buf[j] = input_value(job, round, rank, j);
+            buf[j] = ar_input(job->integers, round, rank, j);
         if (rank == round % w->p)
             sleep_ms(5); /* let the others run ahead into the next round */
         pt_error err = {0};
@@ -875,26 +864,13 @@ static void ar_rank(world *w, int rank, void *arg)
     }
 }
 
-/* Element j as the ring sums it, in floats: chunk c (the ring's split of
- * count into p) starts at rank c's copy and adds rank c+1's, c+2's, ... in
- * turn. The ring and the direct all-reduce both give these bits. */
-static float ring_order_sum(const ar_job *job, int p, int round, size_t j)
-{
-    size_t base = job->count / (size_t)p, rem = job->count % (size_t)p;
-    size_t c = j < rem * (base + 1) ? j / (base + 1) : rem + (j - rem * (base + 1)) / base;
-    float acc = input_value(job, round, (int)c, j);
-    for (int i = 1; i < p; i++)
-        acc = acc + input_value(job, round, (int)((c + (size_t)i) % (size_t)p), j);
-    return acc;
-}
-
 /* Checks rank results of the last round against a serial sum (double) and,
  * bit for bit, against the ring's order of float sums. */
 static int ar_check(const ar_job *job, int p, const char *what, int round, const float *const *res)
 {
     int bad = 0;
     for (size_t j = 0; j < job->count && bad < 5; j++) {
-        float bits = ring_order_sum(job, p, round, j);
+        float bits = ar_ring_order_sum(job->integers, job->count, p, round, j);
         if (job->op == PT_COMM_AVERAGE)
             bits /= (float)p;
         if (memcmp(&bits, &res[0][j], sizeof bits) != 0) {
@@ -905,7 +881,7 @@ static int ar_check(const ar_job *job, int p, const char *what, int round, const
         }
         double sum = 0;
         for (int r = 0; r < p; r++)
-            sum += input_value(job, round, r, j);
+            sum += ar_input(job->integers, round, r, j);
         double want = job->op == PT_COMM_AVERAGE ? sum / p : sum;
         /* Integers: the float sum is exact, and so is its correctly rounded
          * quotient by p. */
