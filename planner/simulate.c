@@ -286,13 +286,13 @@ static void kill_version(const pt_program *p, const pt_sim *sim, wstate *st, uns
         return;
     alive[v] = 0;
     if (v < p->initial_versions) {
-        if (--st->init_alive == 0 && st->init_sref > 0)
-            st->stash++;
+        if (--st->init_alive > 0)
+            return; /* the shared array stays in the store */
     } else {
         st->store_n--;
-        if (sim->sref[st->ver_off + v] > 0)
-            st->stash++;
     }
+    if (stash_held(p, sim, st, v))
+        st->stash++;
 }
 
 /* After op i read version v from the store: drop v if nothing reads it later. */
