@@ -28,6 +28,7 @@ typedef struct cev {
     int64_t seq; /* arrival order: the order the worker issued its ops */
     int worker;
     int64_t step;
+    int mb; /* -1: none */
     pt_op_kind op;
     int64_t start, end, bytes;
     int64_t off; /* the sender's clock minus the console's */
@@ -211,9 +212,10 @@ static int collect(const pt_record *rec, int64_t gen, const pt_program *prog, ce
                 cap = nc;
             }
             v[len] = (cev){len,         prog->stage_worker[x->stage] + x->replica,
-                           x->step,     x->op,
-                           x->start_ns, x->end_ns,
-                           x->bytes,    e->offset_ns};
+                           x->step,     x->mb,
+                           x->op,       x->start_ns,
+                           x->end_ns,   x->bytes,
+                           e->offset_ns};
             len++;
         }
         pt_msg_clear(&m);
@@ -524,6 +526,125 @@ static double ar_span(const cev *v, int64_t n, int worker, int64_t step, int ord
     return start >= 0 && end >= start ? (double)(end - start) / NS_PER_S : -1;
 }
 
+/* A point-to-point message of a step: from worker `from` to worker `to`,
+ * activation or gradient, its micro-batch, and when its send ended on the
+ * console's clock. */
+typedef struct sent {
+    int from, to, grad, mb;
+    int64_t step, end;
+} sent;
+
+static int sent_cmp(const void *p, const void *q)
+{
+    const sent *a = p, *b = q;
+    if (a->from != b->from)
+        return a->from - b->from;
+    if (a->to != b->to)
+        return a->to - b->to;
+    if (a->grad != b->grad)
+        return a->grad - b->grad;
+    if (a->step != b->step)
+        return a->step < b->step ? -1 : 1;
+    return a->mb - b->mb;
+}
+
+/* A p2p op of the program: worker, kind, micro-batch, its rank among the
+ * worker's ops of that kind and micro-batch (a receive from each replica of
+ * a replicated stage), and its peer. */
+typedef struct p2p_op {
+    int worker, kind, mb, nth, peer;
+} p2p_op;
+
+static int p2p_cmp(const void *p, const void *q)
+{
+    const p2p_op *a = p, *b = q;
+    if (a->worker != b->worker)
+        return a->worker - b->worker;
+    if (a->kind != b->kind)
+        return a->kind - b->kind;
+    if (a->mb != b->mb)
+        return a->mb - b->mb;
+    return a->nth - b->nth;
+}
+
+/* The peer of event v[k], a p2p op (the program's op of its worker, kind,
+ * micro-batch and rank among those in its worker's step, which starts at
+ * v[g]); -1 when the program has none. */
+static int event_peer(const p2p_op *ops, int64_t nops, const cev *v, int64_t g, int64_t k)
+{
+    p2p_op key = {v[k].worker, v[k].op, v[k].mb, 0, 0};
+    for (int64_t q = g; q < k; q++)
+        key.nth += v[q].op == v[k].op && v[q].mb == v[k].mb;
+    const p2p_op *m = bsearch(&key, ops, (size_t)nops, sizeof *ops, p2p_cmp);
+    return m ? m->peer : -1;
+}
+
+/* The receiver's wake-up (runtime.recv_wake_ms): over the receives of the
+ * kept steps that started before their message's send ended (they waited
+ * for it), the mean time from the send's end to the receive's, on the
+ * console's clock. A receive's send is found through the program: its peer
+ * sent the message of the same kind, step and micro-batch to it. Sets *ms
+ * (0 when no receive waited) and *waits; 0 or -1 when out of memory. */
+static int recv_wake(const pt_program *prog, const cev *v, int64_t n, const int64_t *first,
+                     int skip, const stepfig *keep, int64_t nkeep, double *ms, int64_t *waits)
+{
+    *ms = 0;
+    *waits = 0;
+    p2p_op *ops = malloc((size_t)(prog->op_count > 0 ? prog->op_count : 1) * sizeof *ops);
+    sent *s = malloc((size_t)(n > 0 ? n : 1) * sizeof *s);
+    if (!ops || !s) {
+        free(ops);
+        free(s);
+        return -1;
+    }
+    int64_t nops = 0, ns = 0;
+    for (int w = 0; w < prog->worker_count; w++)
+        for (int i = prog->workers[w].op_begin; i < prog->workers[w].op_end; i++) {
+            const pt_op *op = &prog->ops[i];
+            if (!(pt_op_facts(op->kind) & PT_OPK_P2P))
+                continue;
+            p2p_op o = {w, op->kind, op->mb, 0, op->peer};
+            for (int64_t q = nops - 1; q >= 0 && ops[q].worker == w; q--)
+                o.nth += ops[q].kind == o.kind && ops[q].mb == o.mb;
+            ops[nops++] = o;
+        }
+    qsort(ops, (size_t)nops, sizeof *ops, p2p_cmp);
+    for (int64_t g = 0, i = 0; i < n; i++) {
+        if (v[i].worker != v[g].worker || v[i].step != v[g].step)
+            g = i; /* a worker's step begins */
+        unsigned f = pt_op_facts(v[i].op);
+        int peer = (f & PT_OPK_P2P) ? event_peer(ops, nops, v, g, i) : -1;
+        if (peer < 0)
+            continue;
+        if (f & PT_OPK_SEND)
+            s[ns++] = (sent){v[i].worker, peer,      v[i].op == PT_OP_SEND_GRAD,
+                             v[i].mb,     v[i].step, v[i].end - v[i].off};
+    }
+    qsort(s, (size_t)ns, sizeof *s, sent_cmp);
+    double sum = 0;
+    for (int64_t g = 0, i = 0; i < n; i++) {
+        const cev *e = &v[i];
+        if (e->worker != v[g].worker || e->step != v[g].step)
+            g = i;
+        unsigned f = pt_op_facts(e->op);
+        if (!(f & PT_OPK_RECV) || !(f & PT_OPK_P2P) || e->step < first[e->worker] + skip ||
+            !kept(keep, nkeep, e->step))
+            continue;
+        int peer = event_peer(ops, nops, v, g, i);
+        sent key = {peer, e->worker, e->op == PT_OP_RECV_GRAD, e->mb, e->step, 0};
+        const sent *m = peer < 0 ? NULL : bsearch(&key, s, (size_t)ns, sizeof *s, sent_cmp);
+        if (!m || e->start - e->off >= m->end)
+            continue;
+        int64_t d = e->end - e->off - m->end;
+        sum += d > 0 ? (double)d / NS_PER_S : 0;
+        (*waits)++;
+    }
+    free(ops);
+    free(s);
+    *ms = *waits > 0 ? sum / (double)*waits * MS_PER_S : 0;
+    return 0;
+}
+
 static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topology *topo,
                       const cev *v, int64_t n, int skip, acc *st, pt_cal_fit *fit, pt_error *err)
 {
@@ -563,6 +684,12 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
         return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
     }
     fit->steps_used = nkeep;
+    if (recv_wake(prog, v, n, first, skip, keep, nkeep, &fit->recv_wake_ms, &fit->recv_waits) < 0) {
+        free(first);
+        free(stretch);
+        free(keep);
+        return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+    }
 
     for (int64_t i = 0; i < n;) {
         /* one worker's one step: v[i, j) */
@@ -864,6 +991,7 @@ int pt_calibrate(const pt_record *rec, const pt_profile *base, const pt_topology
     p->origin.gen = gen;
     p->op_overhead_ms = fit->op_overhead_ms;
     p->sends_hold = fit->sends_hold;
+    p->recv_wake_ms = fit->recv_wake_ms;
     if (fit->allreduce.how != PT_CAL_LINK_NONE) {
         p->ar_bytes_per_s = fit->allreduce.link.bandwidth;
         p->ar_latency_s = fit->allreduce.link.latency;

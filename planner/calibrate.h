@@ -21,6 +21,13 @@
  *   the send has ended: the CPU runtime's sends copy and queue on the
  *   worker's thread); the profile then says runtime.sends_hold, and the
  *   simulator keeps the worker until its send ends;
+ * - the receiver's wake-up: over the receives that started before their
+ *   message's send ended (they waited), the mean time from the send's end to
+ *   the receive's, on the console's clock (the agents' clocks less their
+ *   offsets); the profile says runtime.recv_wake_ms, and the simulator's
+ *   waiting receives return that long after their send. On 2 cores it is
+ *   about 0.1 ms with 2 agents and 0.6-1.3 ms with 3 or 4: with more
+ *   runnable agents than cores a woken receiver waits for a core;
  * - a per-op overhead: the time between consecutive ops of a worker
  *   that is not spent in an op or waiting (gaps between the end of one
  *   blocking op -- compute, receive, synchronous all-reduce, AR_WAIT, and
@@ -99,6 +106,8 @@ typedef struct pt_cal_fit {
     int64_t gaps;           /* ops whose gap before them was measured */
     double opt_bytes_per_s; /* 0: no OPT_STEP measured */
     int sends_hold;         /* 1: the op after a send started only when it ended (>= 90 %) */
+    double recv_wake_ms;    /* mean time from a send's end to its waiting receive's end */
+    int64_t recv_waits;     /* receives that waited for their message (fitted) */
 } pt_cal_fit;
 
 /* Fits a calibrated profile to the op events of one generation of rec.

@@ -18,6 +18,7 @@ struct pt_cost {
     double opt_bw;        /* bytes/s of an optimizer step on a speed-1 device; <= 0: free */
     double op_overhead_s; /* worker time before each op (profile's runtime.op_overhead_ms) */
     int sends_hold;       /* the profile's runtime.sends_hold */
+    double recv_wake_s;   /* the profile's runtime.recv_wake_ms, in s */
     /* prefix sums over layers, n+1 entries each: x[j] = sum over layers < j;
      * of the share of each time that scales with rows, and (the *_fix sums)
      * of the share that does not (the profile's fixed_share) */
@@ -101,6 +102,7 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
     c->opt_bw = profile->opt_bytes_per_s > 0 ? profile->opt_bytes_per_s : PT_COST_OPT_MEM_BW_BPS;
     c->op_overhead_s = profile->op_overhead_ms > 0 ? profile->op_overhead_ms / 1000.0 : 0;
     c->sends_hold = profile->sends_hold != 0;
+    c->recv_wake_s = profile->recv_wake_ms > 0 ? profile->recv_wake_ms / 1000.0 : 0;
     c->fwd_ms = malloc((size_t)(n + 1) * 10 * sizeof(double));
     c->param = malloc((size_t)(n + 1) * 4 * sizeof(int64_t));
     if (!c->fwd_ms || !c->param || build_scratch_max(c) < 0) {
@@ -181,6 +183,11 @@ double pt_cost_op_overhead_s(const pt_cost *cost)
 int pt_cost_sends_hold(const pt_cost *cost)
 {
     return cost ? cost->sends_hold : 0;
+}
+
+double pt_cost_recv_wake_s(const pt_cost *cost)
+{
+    return cost ? cost->recv_wake_s : 0;
 }
 
 void pt_cost_set_op_overhead(pt_cost *cost, double seconds)

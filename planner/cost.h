@@ -28,6 +28,11 @@
  * - sends: on the worker's comm lane beside its compute, unless the profile
  *   says runtime.sends_hold (calibrated from a runtime whose sends run on
  *   the worker's thread): then the worker waits for its send to end.
+ * - receives: a receive waiting on its message returns the profile's
+ *   recv_wake_ms (fitted by calibration, 0 otherwise) after the send ended:
+ *   the receiver's wake-up, which on cores shared by more runnable agents
+ *   than cores is mostly its wait for a core (about 1 ms with 3-4 agents on
+ *   2 cores, 0.1 ms with 2).
  *
  * Memory (bytes, per stage replica, by category), for rows = the replica's
  * share of a micro-batch, in_b = activation entering the stage for rows,
@@ -121,6 +126,11 @@ void pt_cost_set_op_overhead(pt_cost *cost, double seconds);
  * runtime.sends_hold: the CPU runtime's sends copy and queue on the
  * worker's thread), 0 when it runs on the comm lane beside the worker. */
 int pt_cost_sends_hold(const pt_cost *cost);
+/* Seconds between a send's end and the return of a receive that waited on
+ * it (the profile's runtime.recv_wake_ms, fitted by calibration; 0 when it
+ * has none): the receiver's wake-up, which on cores shared by more runnable
+ * agents than cores is mostly its wait for one. */
+double pt_cost_recv_wake_s(const pt_cost *cost);
 
 const pt_profile *pt_cost_profile(const pt_cost *cost);
 const pt_topology *pt_cost_topology(const pt_cost *cost);

@@ -197,9 +197,8 @@ static int prepare(pt_sim *sim, const pt_program *p, const pt_cost *cost, pt_err
         RESERVE(scratch, cap_scratch, pt_sched_match_scratch(p)) < 0 ||
         RESERVE(cover, cap_cover, (int64_t)nw * p->mb_count) < 0 ||
         RESERVE(last_read, cap_ver, ver_total) < 0 || RESERVE(alive, cap_alive, ver_total) < 0 ||
-        RESERVE(sref, cap_sref, ver_total) < 0 ||
-        RESERVE(insts, cap_inst, inst_total) < 0 || RESERVE(finish, cap_win, windows) < 0 ||
-        RESERVE(gopen, cap_cov, cov_total) < 0)
+        RESERVE(sref, cap_sref, ver_total) < 0 || RESERVE(insts, cap_inst, inst_total) < 0 ||
+        RESERVE(finish, cap_win, windows) < 0 || RESERVE(gopen, cap_cov, cov_total) < 0)
         return PT_ENOMEM;
     int nh = pt_sched_host_count(p);
     if (RESERVE(hpc, cap_hpc, nh) < 0 || RESERVE(hosts, cap_hosts, nh) < 0 ||
@@ -573,8 +572,9 @@ static double op_duration(const pt_program *p, pt_sim *sim, const pt_cost *cost,
     int rows = op->row_hi - op->row_lo;
     switch (op->kind) {
     case PT_OP_FWD:
-        return rows == st->rows ? st->t_fwd
-                                : st->slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
+        return rows == st->rows
+                   ? st->t_fwd
+                   : st->slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
     case PT_OP_BWD:
         return rows == st->rows
                    ? st->t_bwd
@@ -603,6 +603,7 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
     int top = 0;
     const double gap = pt_cost_op_overhead_s(cost);
     const int hold = pt_cost_sends_hold(cost);
+    const double recv_wake = pt_cost_recv_wake_s(cost);
     for (int i = 0; i < p->op_count; i++)
         sim->arrival[i] = -1;
     for (int k = 0; k < sim->ar_first[p->stage_count]; k++)
@@ -643,7 +644,8 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
                     st->ready = end;
                 ev->start = start;
                 ev->end = end;
-                sim->arrival[j] = end;
+                /* a receiver already waiting returns recv_wake after the send ends */
+                sim->arrival[j] = end + recv_wake;
                 if (sim->ws[op->peer].blocked == j)
                     wake(p, sim, &top, op->peer);
                 break;

@@ -14,8 +14,8 @@ static const char *const profile_keys[] = {"v",          "model",       "device"
                                            "runtime",    NULL};
 static const char *const origin_keys[] = {"kind", "run", "base", "date", "gen", NULL};
 static const char *const runtime_keys[] = {
-    "op_overhead_ms",       "opt_gbytes_per_s",   "sends_hold", "allreduce_gbytes_per_s",
-    "allreduce_latency_us", "stash_gbytes_per_s", NULL};
+    "op_overhead_ms",       "opt_gbytes_per_s",   "sends_hold",   "allreduce_gbytes_per_s",
+    "allreduce_latency_us", "stash_gbytes_per_s", "recv_wake_ms", NULL};
 static const char *const layer_keys[] = {
     "name",        "fwd_ms",        "bwd_ms",       "recompute_ms",  "act_bytes",  "param_bytes",
     "saved_bytes", "scratch_bytes", "bwd_input_ms", "bwd_weight_ms", "keep_bytes", "fixed_share",
@@ -151,6 +151,8 @@ static int parse_runtime(pt_jr *jr, const cJSON *root, pt_profile *p)
         (rc = pt_jr_num(jr, o, "runtime", "opt_gbytes_per_s", PT_JR_OPTIONAL, 0, NON_NEGATIVE,
                         &gbs)) < 0 ||
         (rc = pt_jr_bool(jr, o, "runtime", "sends_hold", PT_JR_OPTIONAL, 0, &p->sends_hold)) < 0 ||
+        (rc = pt_jr_num(jr, o, "runtime", "recv_wake_ms", PT_JR_OPTIONAL, 0, NON_NEGATIVE,
+                        &p->recv_wake_ms)) < 0 ||
         /* written by profiles of before the runtime stopped copying weights
          * (docs/formats.md): still checked, no longer used */
         (rc = pt_jr_num(jr, o, "runtime", "stash_gbytes_per_s", PT_JR_OPTIONAL, 0, NON_NEGATIVE,
@@ -265,7 +267,7 @@ static int add_origin(cJSON *root, const pt_profile_origin *g)
 static int add_runtime(cJSON *root, const pt_profile *p)
 {
     if (!(p->op_overhead_ms > 0) && !(p->opt_bytes_per_s > 0) && !p->sends_hold &&
-        !(p->ar_bytes_per_s > 0))
+        !(p->ar_bytes_per_s > 0) && !(p->recv_wake_ms > 0))
         return 0;
     cJSON *o = cJSON_AddObjectToObject(root, "runtime");
     if (!o ||
@@ -273,6 +275,7 @@ static int add_runtime(cJSON *root, const pt_profile *p)
         (p->opt_bytes_per_s > 0 &&
          !pt_jr_add_number(o, "opt_gbytes_per_s", p->opt_bytes_per_s / BYTES_PER_GB)) ||
         (p->sends_hold && !cJSON_AddBoolToObject(o, "sends_hold", 1)) ||
+        (p->recv_wake_ms > 0 && !pt_jr_add_number(o, "recv_wake_ms", p->recv_wake_ms)) ||
         (p->ar_bytes_per_s > 0 &&
          (!pt_jr_add_number(o, "allreduce_gbytes_per_s", p->ar_bytes_per_s / BYTES_PER_GB) ||
           !pt_jr_add_number(o, "allreduce_latency_us", p->ar_latency_s * US_PER_S))))

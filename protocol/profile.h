@@ -68,10 +68,12 @@ typedef struct pt_profile {
      * collectives (0: the topology's intra-node link) */
     double ar_bytes_per_s; /* ring all-reduce bandwidth, bytes/s, >= 0 */
     double ar_latency_s;   /* its per-step latency, s, >= 0 */
-    int sends_hold;      /* 1: a send holds its worker until it ends (the CPU runtime copies and
-                            queues on the worker's thread); 0: sends run beside the worker */
-    int microbatch;      /* micro-batch size the times are for, > 0 */
-    int64_t input_bytes; /* activation entering layer 0 for one micro-batch */
+    int sends_hold;        /* 1: a send holds its worker until it ends (the CPU runtime copies and
+                              queues on the worker's thread); 0: sends run beside the worker */
+    double recv_wake_ms;   /* a receive that waits returns this long after its send ended (the
+                              receiver's wake-up; on shared cores mostly its wait for a core), >= 0 */
+    int microbatch;        /* micro-batch size the times are for, > 0 */
+    int64_t input_bytes;   /* activation entering layer 0 for one micro-batch */
     int layer_count;
     pt_profile_layer *layers; /* owned */
 } pt_profile;

@@ -114,6 +114,8 @@ static void print_fit(const pt_cal_fit *f)
     printf("  per-op overhead %.4f ms over %lld ops\n", f->op_overhead_ms, (long long)f->gaps);
     printf("  sends %s\n",
            f->sends_hold ? "hold their worker until they end" : "run beside the worker");
+    printf("  receiver wake-up %.4f ms after the send, over %lld receives that waited\n",
+           f->recv_wake_ms, (long long)f->recv_waits);
     if (f->opt_bytes_per_s > 0)
         printf("  optimizer step  %.3f GB/s streamed\n", f->opt_bytes_per_s / 1e9);
     print_link("intra-node", &f->intra);

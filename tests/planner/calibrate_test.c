@@ -45,6 +45,7 @@ static const double f_fwd[3] = {1.8, 3.0, 2.2}, f_bwd[3] = {2.5, 1.4, 3.1};
 #define TRUE_OPT_BPS     40e9
 #define TRUE_BW          2.0e9
 #define TRUE_LAT         40e-6
+#define TRUE_WAKE_MS     0.3 /* a waiting receive returns this long after its send */
 
 static pt_profile *base_profile(void)
 {
@@ -97,6 +98,7 @@ static pt_profile *true_profile(const pt_profile *base, int hold)
     p->op_overhead_ms = TRUE_OVERHEAD_MS;
     p->opt_bytes_per_s = TRUE_OPT_BPS;
     p->sends_hold = hold;
+    p->recv_wake_ms = TRUE_WAKE_MS;
     return p;
 }
 
@@ -315,6 +317,11 @@ static void recovers_known_costs_kind(int hold, int cores, const char *kind_a)
     CHECK_MSG(rel(fit.op_overhead_ms, TRUE_OVERHEAD_MS) < 0.05, "overhead %g ms",
               fit.op_overhead_ms);
     CHECK_MSG(rel(fit.opt_bytes_per_s, TRUE_OPT_BPS) < 0.05, "opt %g", fit.opt_bytes_per_s);
+    /* the receiver's wake-up, from the receives that waited (there are some:
+     * plan A's stages are unbalanced), and the profile carries it */
+    CHECK_MSG(fit.recv_waits > 0 && rel(fit.recv_wake_ms, TRUE_WAKE_MS) < 0.01,
+              "wake %g ms over %lld receives", fit.recv_wake_ms, (long long)fit.recv_waits);
+    CHECK(cal->recv_wake_ms == fit.recv_wake_ms);
 
     /* a different plan: two stages split elsewhere, 1f1b-flush, no replica */
     pt_topology *ctopo = NULL;
@@ -343,6 +350,7 @@ static void recovers_known_costs_kind(int hold, int cores, const char *kind_a)
         CHECK(rel(back->ar_bytes_per_s, cal->ar_bytes_per_s) < 1e-12);
         CHECK(fabs(back->ar_latency_s - cal->ar_latency_s) < 1e-12);
         CHECK(back->sends_hold == hold);
+        CHECK(rel(back->recv_wake_ms, cal->recv_wake_ms) < 1e-12);
     }
     free(text);
     pt_profile_free(&back);
