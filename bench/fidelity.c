@@ -11,7 +11,8 @@
  *      profile (measured now at the agents' thread count) and reports the
  *      default prediction, the measured iteration time (median step) and
  *      the measured bubble (mean over stage replicas), --repeats times
- *      (3; --quick and --reuse 1), the median run kept;
+ *      (3; --quick and --reuse 1), in rounds over the matrix (run_rounds),
+ *      the median run kept;
  *   3. the run is calibrated (planner/calibrate.h) against its own profile.
  * Then each plan i is predicted from the calibration of a *different* plan j:
  * the nearest plan of the matrix with the same number of agents (so the same
@@ -130,8 +131,8 @@ typedef struct plan_result {
     double pred_ms, meas_ms, mean_ms, meas_bubble;
     double cal_ms, cal_bubble; /* from another plan's calibration */
     int cal_from;
-    int reps;                     /* runs of the plan; the figures are the median run's */
-    double rep_ms[REPEATS_MAX];   /* each run's measured iteration, in run order */
+    int reps;                   /* runs of the plan; the figures are the median run's */
+    double rep_ms[REPEATS_MAX]; /* each run's measured iteration, in run order */
 } plan_result;
 
 typedef struct bench_args {
@@ -587,8 +588,8 @@ static void summarise(const char *what, const double *e, int n, const char *unit
     }
     qsort(v, (size_t)k, sizeof *v, cmp_double);
     double med = k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
-    printf("  %-28s median %5.1f %%  worst %5.1f %%  over %d %s\n", what, 100 * med,
-           100 * v[k - 1], k, unit);
+    printf("  %-28s median %5.1f %%  worst %5.1f %%  over %d %s\n", what, 100 * med, 100 * v[k - 1],
+           k, unit);
     free(v);
 }
 
@@ -606,38 +607,41 @@ static void result_clear(plan_result *r)
     pt_cal_fit_clear(&r->fit);
 }
 
-/* Plan i of the matrix, run (or read back with --reuse) a->repeats times, in
- * folders <model>-NN, <model>-NN-r1, ...: *r keeps the run whose measured
- * iteration is the median (its record, profile and calibration), and every
- * run's figure. One plan's runs spread by up to 20 % between neighbouring
- * minutes on this VM, so a single run is one draw of that spread. */
-static void run_repeats(const char *model, const bench_args *a, const pt_profile *cut_prof,
-                        plan_result *r, int i, int n)
+/* Run k of plan i of the matrix (or read back with --reuse), in folder
+ * <model>-NN for k = 0 and <model>-NN-rK after: *t gets its own plan, record,
+ * profile and calibration; t->ok says whether it ran. */
+static void run_once(const char *model, const bench_args *a, const pt_profile *cut_prof,
+                     const plan_result *r, int i, int n, int k, plan_result *t)
 {
-    int R = a->repeats > 0 ? a->repeats : 1;
-    plan_result t[REPEATS_MAX];
-    int ok[REPEATS_MAX], order[REPEATS_MAX], good = 0;
-    for (int k = 0; k < R; k++) {
-        char name[PATH_CAP];
-        t[k] = *r;
-        t[k].base = t[k].cal = NULL;
-        memset(&t[k].fit, 0, sizeof t[k].fit);
-        ok[k] = 0;
-        if (!(t[k].plan = make_plan(cut_prof, r->c)))
-            continue;
-        if (k) {
-            snprintf(name, sizeof name, "%s-%02d-r%d", model, i, k);
-            snprintf(t[k].dir, sizeof t[k].dir, "%.*s-r%d", PATH_CAP - 16, r->dir, k);
-        } else {
-            snprintf(name, sizeof name, "%s-%02d", model, i);
-        }
-        int re = reuse_dir ? reuse_plan(&t[k], name) : 1;
-        ok[k] = t[k].ok = re == 1 ? run_plan(model, a->iters, &t[k]) == 0 : re == 0;
-        if (ok[k])
-            order[good++] = k;
-        fprintf(stderr, "  ran %2d/%d (%d of %d) %s\n", i + 1, n, k + 1, R, t[k].dir);
+    char name[PATH_CAP];
+    *t = *r;
+    t->plan = NULL;
+    t->base = t->cal = NULL;
+    memset(&t->fit, 0, sizeof t->fit);
+    t->ok = 0;
+    if (!(t->plan = make_plan(cut_prof, r->c)))
+        return;
+    if (k) {
+        snprintf(name, sizeof name, "%s-%02d-r%d", model, i, k);
+        snprintf(t->dir, sizeof t->dir, "%.*s-r%d", PATH_CAP - 16, r->dir, k);
+    } else {
+        snprintf(name, sizeof name, "%s-%02d", model, i);
     }
-    /* the median run by measured time (insertion sort of at most 9) */
+    int re = reuse_dir ? reuse_plan(t, name) : 1;
+    t->ok = re == 1 ? run_plan(model, a->iters, t) == 0 : re == 0;
+    fprintf(stderr, "  ran %2d/%d (%d of %d) %s\n", i + 1, n, k + 1, a->repeats, t->dir);
+}
+
+/* Keeps in *r, of plan i's runs t[0, R), the one whose measured iteration is
+ * the median (its record, profile and calibration) and every run's figure;
+ * frees the others. */
+static void keep_median(plan_result *r, plan_result *t, int R)
+{
+    int order[REPEATS_MAX], good = 0;
+    for (int k = 0; k < R; k++)
+        if (t[k].ok)
+            order[good++] = k;
+    /* insertion sort of at most REPEATS_MAX */
     for (int x = 1; x < good; x++)
         for (int y = x; y > 0 && t[order[y]].meas_ms < t[order[y - 1]].meas_ms; y--) {
             int z = order[y];
@@ -655,6 +659,29 @@ static void run_repeats(const char *model, const bench_args *a, const pt_profile
     r->reps = good;
     for (int x = 0; x < good; x++)
         r->rep_ms[x] = t[order[x]].meas_ms;
+}
+
+/* Runs every asked plan of r[0, n) a->repeats times, in rounds over the
+ * matrix rather than one plan's runs back to back: this VM's speed drifts by
+ * up to half over minutes (a one-agent plan's three runs in one minute took
+ * 161-176 ms, two runs of it four minutes later 137 and 94 ms), so back to
+ * back runs make two plans' medians draws of different minutes; in rounds
+ * every plan's runs are spread over the whole matrix's time. */
+static void run_rounds(const char *model, const bench_args *a, const pt_profile *cut_prof,
+                       plan_result *r, int n)
+{
+    int R = a->repeats > 0 ? a->repeats : 1;
+    plan_result *t = calloc((size_t)n * (size_t)R, sizeof *t);
+    if (!t)
+        return;
+    for (int k = 0; k < R; k++)
+        for (int i = 0; i < n; i++)
+            if (r[i].plan && !(a->plans && !(a->plans & (1ULL << i))))
+                run_once(model, a, cut_prof, &r[i], i, n, k, &t[i * R + k]);
+    for (int i = 0; i < n; i++)
+        if (r[i].plan && !(a->plans && !(a->plans & (1ULL << i))))
+            keep_median(&r[i], &t[i * R], R);
+    free(t);
 }
 
 /* The plan of the matrix nearest to plan i that ran, to calibrate i on: the
@@ -745,10 +772,9 @@ static void bench_model(const char *model, const bench_args *a, const char *out_
                 sizeof r[i].dir ||
             !(r[i].plan = make_plan(cut_prof, &m[i])))
             continue;
-        if (a->plans && !(a->plans & (1ULL << i)))
-            continue; /* not asked for: neither run nor a calibration source */
-        run_repeats(model, a, cut_prof, &r[i], i, n);
     }
+    /* plans not asked for (--plans) are neither run nor a calibration source */
+    run_rounds(model, a, cut_prof, r, n);
     for (int i = 0; i < n; i++) {
         int j = r[i].ok ? nearest(r, n, i) : -1;
         if (j >= 0 && predict_from(&r[i], &r[j], 1, &r[i].cal_ms, &r[i].cal_bubble) == 0)
