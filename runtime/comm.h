@@ -247,17 +247,20 @@ enum {
  * forwards the first segment while the next one is still on the wire. */
 #define PT_COMM_SEGMENT_FLOATS 65536
 
-/* Ring all-reduce of buf[0..count) in place over group (this rank must be in
- * it): reduce-scatter then all-gather, 2(p-1) steps, count split into p
- * chunks of floor or ceil(count/p) floats (so any count works, even < p),
- * each chunk in segments of at most PT_COMM_SEGMENT_FLOATS. Each chunk is
- * summed once and then copied, so every member ends with bit-identical
- * results. p = 1 returns at once (averaging by 1 changes nothing).
- * Each receive is bounded by the timeout: PT_ETIMEOUT names the step and
- * peer; PT_EINVAL when members passed different counts. On error buf holds
- * partial sums, and the reduce-scatter's zero-copy sends may still read
- * parts of it until pt_comm_destroy returns (a communicator that owns its
- * context) or the shared context is terminated: keep buf until then. */
+/* All-reduce of buf[0..count) in place over group (this rank must be in
+ * it). The ring: reduce-scatter then all-gather, 2(p-1) steps, count split
+ * into p chunks of floor or ceil(count/p) floats (so any count works, even
+ * < p), each chunk in segments of at most PT_COMM_SEGMENT_FLOATS. With
+ * PT_COMM_ALLREDUCE=direct in the environment, 3 to 8 ranks and at most
+ * 2 MiB (runtime/comm_internal.h), the direct one instead: each rank takes its chunk from every
+ * other member, sums it in the ring's order and sends the sum to all (two hand-offs instead of
+ * 2(p-1)); its results are the ring's, bit for bit (docs/benchmarks.md says when it is faster).
+ * Either way each chunk is summed once and then copied, so every member ends with bit-identical
+ * results. p = 1 returns at once (averaging by 1 changes nothing). Each receive is bounded by the
+ * timeout: PT_ETIMEOUT names the step and peer; PT_EINVAL when members passed different counts. On
+ * error buf holds partial sums, and the reduce-scatter's zero-copy sends may still read parts of it
+ * until pt_comm_destroy returns (a communicator that owns its context) or the shared context is
+ * terminated: keep buf until then. */
 int pt_comm_allreduce(pt_comm *self, pt_comm_group *group, float *buf, size_t count, int op,
                       pt_error *err);
 
