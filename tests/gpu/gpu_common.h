@@ -22,6 +22,7 @@
 
 #include "runtime/backend_cuda.h"
 #include "runtime/backend_select.h"
+#include "runtime/cuda_module.h"
 #include "tests/test.h"
 
 #define PT_GPU_SKIP_CODE 77
@@ -33,16 +34,6 @@
 static inline double gpu_tol(pt_cuda_math m)
 {
     return m == PT_CUDA_BF16 ? TOL_BF16 : m == PT_CUDA_TF32 ? TOL_TF32 : TOL_FP32;
-}
-
-/* 1 when this build has the CUDA backend (not the stubs of backend_cuda_none.c). */
-static inline int gpu_backend_built(void)
-{
-#ifdef PT_HAVE_CUDA
-    return 1;
-#else
-    return 0;
-#endif
 }
 
 #ifdef PT_GPU_DRY_RUN
@@ -58,8 +49,11 @@ static inline void gpu_require(const char *test)
 {
     if (pt_cuda_device_count() > 0)
         return;
-    printf("%s: SKIPPED: no GPU visible (%s)\n", test,
-           gpu_backend_built() ? "CUDA backend built, no device" : "CUDA backend not built");
+    pt_error why = {0};
+    if (!pt_cuda_module_get(&why))
+        printf("%s: SKIPPED: no GPU visible (%s)\n", test, why.msg);
+    else
+        printf("%s: SKIPPED: no GPU visible (CUDA backend built, no device)\n", test);
     fflush(stdout);
     exit(PT_GPU_SKIP_CODE);
 }
