@@ -44,16 +44,21 @@ static inline void gpu_require(const char *test)
 }
 #else
 #define GPU_TAG "GPU-CHECK"
-/* Exits with the skip code, saying why, unless a GPU is visible. */
+/* Exits with the skip code, saying why, unless a GPU is visible; fails
+ * (exit 1) when the build has the CUDA module but it does not load, which
+ * no GPU machine should see. */
 static inline void gpu_require(const char *test)
 {
+    pt_error why = {0};
+    if (!pt_cuda_module_get(&why) && why.code != PT_EUNSUPP) {
+        printf("%s: FAILED: the CUDA backend is built but does not load: %s\n", test, why.msg);
+        fflush(stdout);
+        exit(1);
+    }
     if (pt_cuda_device_count() > 0)
         return;
-    pt_error why = {0};
-    if (!pt_cuda_module_get(&why))
-        printf("%s: SKIPPED: no GPU visible (%s)\n", test, why.msg);
-    else
-        printf("%s: SKIPPED: no GPU visible (CUDA backend built, no device)\n", test);
+    printf("%s: SKIPPED: no GPU visible (%s)\n", test,
+           why.code ? why.msg : "CUDA backend built, no device");
     fflush(stdout);
     exit(PT_GPU_SKIP_CODE);
 }
