@@ -1,4 +1,4 @@
-# The CUDA backend (runtime/backend_cuda.cu, NCCL in runtime/comm_nccl.c), its
+# The CUDA module (runtime/cuda/: the backend and NCCL, in libpt_cuda.so), its
 # GPU tests (tests/gpu/*_gputest.c, ctest label "gpu") and GPU benchmarks
 # (bench/cuda/*.c). Included once from CMakeLists.txt after the pt_runtime
 # target exists. Switched on by PT_CUDA (default ON) when FindCUDAToolkit
@@ -24,8 +24,8 @@ if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
 endif()
 enable_language(CUDA)
 set(CMAKE_CUDA_STANDARD 17)
-# Programs and tests stay C-linked (gcc/clang with the sanitizer flags): the
-# CUDA objects inside pt_cuda need only the libraries it links.
+# Programs and tests stay C-linked (gcc/clang with the sanitizer flags) and
+# link no CUDA library: only the module does.
 set(CMAKE_CUDA_LINKER_PREFERENCE_PROPAGATES OFF)
 set(PT_HAVE_CUDA ON)
 # Targets made before enable_language(CUDA) have no architecture list; they
@@ -43,23 +43,54 @@ endif()
 message(STATUS "pipetop: CUDA toolkit ${CUDAToolkit_VERSION} found; CUDA backend on "
                "(sm ${CMAKE_CUDA_ARCHITECTURES}), NCCL ${PT_HAVE_NCCL}")
 
+# The CUDA module (runtime/cuda_module.h): the backend (runtime/cuda/
+# backend_cuda.cu) and NCCL (runtime/cuda/comm_nccl_cuda.c) in libpt_cuda.so,
+# which alone links the CUDA libraries. The core (runtime/backend_cuda_load.c)
+# opens it with dlopen when a CUDA device is first asked for, so programs and
+# tests neither link nor load libcudart, libcublas(Lt) or libnccl until then:
+# a pipetop built here starts on a machine without them, and valgrind does not
+# read their symbols in every test (12-14 s of CPU each, docs/benchmarks.md).
+# It holds its own copy of protocol/error.c and nothing else of the core
+# (-z defs below checks that it needs no symbol of the program), and exports
+# one symbol: the rest is hidden, so none of it stands in for the core's own.
+set(PT_CUDA_MODULE_SRC ${CMAKE_SOURCE_DIR}/runtime/cuda/backend_cuda.cu
+    ${CMAKE_SOURCE_DIR}/runtime/cuda/module.c ${CMAKE_SOURCE_DIR}/protocol/error.c)
+if(PT_HAVE_NCCL)
+  list(APPEND PT_CUDA_MODULE_SRC ${CMAKE_SOURCE_DIR}/runtime/cuda/comm_nccl_cuda.c)
+endif()
+add_library(pt_cuda_module MODULE ${PT_CUDA_MODULE_SRC})
+set_target_properties(pt_cuda_module PROPERTIES OUTPUT_NAME pt_cuda
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}
+  C_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden
+  CUDA_RUNTIME_LIBRARY Shared
+  # the toolkit's library folder stays in the installed module's RUNPATH
+  INSTALL_RPATH_USE_LINK_PATH ON)
 # The directory's options (-Wall, -fsanitize, ...) are host-compiler flags
 # nvcc does not take; the .cu file gets its own, passed through -Xcompiler.
-add_library(pt_cuda STATIC ${CMAKE_SOURCE_DIR}/runtime/backend_cuda.cu)
-set_property(TARGET pt_cuda PROPERTY COMPILE_OPTIONS "")
-target_compile_options(pt_cuda PRIVATE -O2 -Xcompiler=-Wall,-Wextra)
+set_property(TARGET pt_cuda_module PROPERTY COMPILE_OPTIONS "")
+target_compile_options(pt_cuda_module PRIVATE -O2
+  $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra>
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
 if(PT_WERROR)
-  target_compile_options(pt_cuda PRIVATE -Werror=all-warnings -Xcompiler=-Werror)
+  target_compile_options(pt_cuda_module PRIVATE $<$<COMPILE_LANGUAGE:C>:-Werror>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Werror>)
 endif()
-target_include_directories(pt_cuda PRIVATE ${CMAKE_SOURCE_DIR})
-target_link_libraries(pt_cuda PUBLIC pt_protocol CUDA::cudart CUDA::cublas CUDA::cublasLt)
-
-target_compile_definitions(pt_runtime PUBLIC PT_HAVE_CUDA=1)
-target_link_libraries(pt_runtime PUBLIC pt_cuda)
+target_include_directories(pt_cuda_module PRIVATE ${CMAKE_SOURCE_DIR})
+target_link_libraries(pt_cuda_module PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt
+                      Threads::Threads)
 if(PT_HAVE_NCCL)
-  target_compile_definitions(pt_runtime PUBLIC PT_HAVE_NCCL=1)
-  target_link_libraries(pt_runtime PUBLIC pt_nccl_lib)
+  target_compile_definitions(pt_cuda_module PRIVATE PT_HAVE_NCCL=1)
+  target_link_libraries(pt_cuda_module PRIVATE pt_nccl_lib)
 endif()
+# -z defs: every symbol the module needs comes from a library it links (not
+# with the sanitizers, whose run-time symbols only the program provides).
+if(NOT PT_SANITIZE AND NOT PT_FUZZ)
+  target_link_options(pt_cuda_module PRIVATE -Wl,-z,defs)
+endif()
+install(TARGETS pt_cuda_module LIBRARY DESTINATION ${PT_CUDA_MODULE_SUBDIR})
+
+# The core only needs to know that a module was built beside it.
+target_compile_definitions(pt_runtime PRIVATE PT_HAVE_CUDA=1)
 
 # GPU tests: exit 77 (and print "no GPU visible") when no device is visible,
 # which ctest reports as skipped, never as passed.
@@ -69,6 +100,7 @@ foreach(src ${PT_GPU_TESTS})
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src})
   target_link_libraries(${name} PRIVATE pt_tui)
+  add_dependencies(${name} pt_cuda_module)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 600 SKIP_RETURN_CODE ${PT_GPU_SKIP_CODE}
     ENVIRONMENT "PT_SOURCE_DIR=${CMAKE_SOURCE_DIR};PT_BUILD_DIR=${CMAKE_BINARY_DIR};OPENBLAS_NUM_THREADS=1"
@@ -81,6 +113,7 @@ foreach(src ${PT_GPU_BENCH})
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src})
   target_link_libraries(${name} PRIVATE pt_tui CUDA::cudart CUDA::cublas)
+  add_dependencies(${name} pt_cuda_module)
 endforeach()
 
 # Dry runs of the GPU tests: the same code with a copy of the CPU backend in
@@ -92,3 +125,9 @@ foreach(src ${PT_GPU_TESTS})
   target_compile_definitions(${name}_dryrun PRIVATE PT_GPU_DRY_RUN=1)
   target_link_libraries(${name}_dryrun PRIVATE pt_tui)
 endforeach()
+
+# tests/cuda_module_test.sh: a module "of another build" (the wrong ABI) that
+# records being loaded (tests/runtime/cuda_module_stale.c).
+add_library(pt_cuda_stale_test MODULE ${CMAKE_SOURCE_DIR}/tests/runtime/cuda_module_stale.c)
+target_include_directories(pt_cuda_stale_test PRIVATE ${CMAKE_SOURCE_DIR})
+set_target_properties(pt_cuda_stale_test PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})

@@ -56,18 +56,27 @@ static void installed_dir(char *out, size_t cap)
         snprintf(out, cap, "%s", real);
 }
 
-/* 1 when the running program lies inside the build tree it was built in. */
-static int in_build_tree(void)
+int pt_exe_build_dir(char *out, size_t cap)
 {
 #ifdef PT_BUILD_DIR
     char exe[DATADIR_PATH_CAP], build[PATH_MAX];
     if (pt_exe_dir(exe, sizeof exe) < 0 || !realpath(PT_BUILD_DIR, build))
-        return 0;
+        return PT_ENOTFOUND;
     size_t n = strlen(build);
-    return !strncmp(exe, build, n) && (exe[n] == '\0' || exe[n] == '/');
+    if (strncmp(exe, build, n) != 0 || (exe[n] != '\0' && exe[n] != '/'))
+        return PT_ENOTFOUND;
+    return (size_t)snprintf(out, cap, "%s", build) < cap ? 0 : PT_ENOTFOUND;
 #else
-    return 0;
+    (void)out, (void)cap;
+    return PT_ENOTFOUND;
 #endif
+}
+
+/* 1 when the running program lies inside the build tree it was built in. */
+static int in_build_tree(void)
+{
+    char build[DATADIR_PATH_CAP];
+    return pt_exe_build_dir(build, sizeof build) == 0;
 }
 
 int pt_datadir(char *out, size_t cap, pt_error *err)

@@ -21,6 +21,12 @@
  * Returns 0, or PT_EIO when it cannot be read or does not fit cap. */
 int pt_exe_dir(char *out, size_t cap);
 
+/* The build folder the running program was built in (canonical), when the
+ * program lies inside it: where programs run from the build tree find what
+ * the build made beside them (the CUDA module, runtime/cuda_module.h).
+ * Returns 0, or PT_ENOTFOUND for an installed or moved program. */
+int pt_exe_build_dir(char *out, size_t cap);
+
 /* The data folder, the first of: <program folder>/../share/pipetop (the
  * install layout, found from /proc/self/exe, so a moved prefix still works)
  * when it holds models/; $PIPETOP_DATA when set; the source tree when the

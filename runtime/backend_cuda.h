@@ -1,10 +1,15 @@
-/* The CUDA backend (runtime/backend_cuda.cu): cuBLAS for the matrix products,
- * CUDA kernels for every other entry of struct pt_backend, all issued in order
- * on one stream per backend.
+/* The CUDA backend (runtime/cuda/backend_cuda.cu): cuBLAS for the matrix
+ * products, CUDA kernels for every other entry of struct pt_backend, all
+ * issued in order on one stream per backend.
  *
- * Built only when CMake finds the CUDA toolkit (cmake/cuda.cmake defines
- * PT_HAVE_CUDA for runtime/); without it every function here returns
- * PT_EUNSUPP (or 0 devices), so callers need no #ifdef.
+ * Built only when CMake finds the CUDA toolkit (cmake/cuda.cmake), into the
+ * CUDA module libpt_cuda.so, which these functions load with dlopen the first
+ * time they need a device (runtime/cuda_module.h says where it is looked
+ * for): programs do not link the CUDA libraries. Without the toolkit, or
+ * where the module or a library it needs does not load, every function here
+ * returns PT_EUNSUPP (or 0 devices) and the constructor's message says
+ * which, so callers need no #ifdef. Functions that take a backend never load
+ * the module: a CUDA backend exists only once it is loaded.
  *
  * Precision. Tensors stay float32 in device memory (they are the float32
  * master copy). The matrix products run as chosen at create:
@@ -35,14 +40,16 @@ typedef enum pt_cuda_math { PT_CUDA_FP32 = 0, PT_CUDA_TF32, PT_CUDA_BF16 } pt_cu
 const char *pt_cuda_math_name(int math);
 
 /* Number of CUDA devices visible to this process; 0 when none is visible,
- * the driver is missing or the backend is not built. Never fails. */
+ * the driver is missing, the module does not load or the backend is not
+ * built. Never fails. Loads the module. */
 int pt_cuda_device_count(void);
 
 /* Creates a backend on device `device` (0-based) with its own stream and
  * cuBLAS handle. On success *out is a new backend (free with
  * pt_backend_cuda_destroy); on failure *out is NULL and the result is
- * PT_EUNSUPP (not built, or no such device: err says which), PT_ENOMEM or
- * PT_EIO (a CUDA or cuBLAS call failed; err names it). */
+ * PT_EUNSUPP (not built, the module or a library it needs did not load, or no
+ * such device: err says which, with dlerror()'s words for a load), PT_ENOMEM
+ * or PT_EIO (a CUDA or cuBLAS call failed; err names it). Loads the module. */
 int pt_backend_cuda_create(int device, pt_cuda_math math, const pt_backend **out, pt_error *err);
 
 /* Synchronises and frees the backend (NULL-safe; sets *be_p = NULL). Memory
@@ -59,7 +66,8 @@ int pt_backend_cuda_device(const pt_backend *be);
 void *pt_backend_cuda_stream(const pt_backend *be);
 
 /* The device's name ("NVIDIA H200") into buf (always NUL-terminated).
- * Returns 0 or PT_EUNSUPP. */
+ * Returns 0 or PT_EUNSUPP. Loads the module unless device < 0 (as does
+ * pt_cuda_device_bus_id). */
 int pt_cuda_device_name(int device, char *buf, size_t cap);
 
 /* CUDA and cuBLAS calls inside ops that failed so far (the table's void

@@ -1,4 +1,6 @@
-/* NCCL ids, the when-to-use rule, and communicators (runtime/comm_nccl.h). */
+/* NCCL ids, the when-to-use rule (host logic, always built), and the
+ * communicators, which live in the CUDA module (runtime/cuda_module.h) and are
+ * reached through its table (runtime/comm_nccl.h). */
 #include "runtime/comm_nccl.h"
 
 #include <stdint.h>
@@ -6,20 +8,27 @@
 #include <string.h>
 
 #include "runtime/backend_cuda.h"
+#include "runtime/cuda_module.h"
 
-#ifdef PT_HAVE_NCCL
-#include <cuda_runtime.h>
-#include <nccl.h>
-_Static_assert(sizeof(ncclUniqueId) == PT_NCCL_ID_BYTES, "ncclUniqueId is 128 bytes");
-#endif
+/* The CUDA module when it loads and has NCCL; else NULL, and err says why. */
+static const pt_cuda_module *nccl_module(pt_error *err)
+{
+    pt_error why = {0};
+    const pt_cuda_module *m = pt_cuda_module_get(&why);
+    if (!m) {
+        pt_error_set(err, PT_EUNSUPP, "nccl: %s", why.msg);
+        return NULL;
+    }
+    if (!m->nccl_id_new) {
+        pt_error_set(err, PT_EUNSUPP, "nccl: this pipetop was built without NCCL");
+        return NULL;
+    }
+    return m;
+}
 
 int pt_nccl_built(void)
 {
-#ifdef PT_HAVE_NCCL
-    return 1;
-#else
-    return 0;
-#endif
+    return nccl_module(NULL) != NULL;
 }
 
 int pt_nccl_id_encode(const unsigned char id[PT_NCCL_ID_BYTES], char *hex, size_t cap)
@@ -79,116 +88,18 @@ int pt_nccl_members_ok(const pt_nccl_member *m, int n)
     return 1;
 }
 
-#ifndef PT_HAVE_NCCL
-
 int pt_nccl_id_new(char *hex, size_t cap, pt_error *err)
 {
     if (cap)
         hex[0] = '\0';
-    return pt_error_set(err, PT_EUNSUPP, "nccl: this pipetop was built without NCCL");
-}
-
-int pt_nccl_create(const char *hex_id, int nranks, int rank, const pt_backend *be, pt_nccl **out,
-                   pt_error *err)
-{
-    (void)hex_id, (void)nranks, (void)rank, (void)be;
-    *out = NULL;
-    return pt_error_set(err, PT_EUNSUPP, "nccl: this pipetop was built without NCCL");
-}
-
-int pt_nccl_split(pt_nccl *parent, int color, int key, pt_nccl **out, pt_error *err)
-{
-    (void)parent, (void)color, (void)key;
-    *out = NULL;
-    return pt_error_set(err, PT_EUNSUPP, "nccl: this pipetop was built without NCCL");
-}
-
-void pt_nccl_destroy(pt_nccl **self_p)
-{
-    if (self_p)
-        *self_p = NULL;
-}
-
-int pt_nccl_rank(const pt_nccl *self)
-{
-    (void)self;
-    return -1;
-}
-
-int pt_nccl_size(const pt_nccl *self)
-{
-    (void)self;
-    return 0;
-}
-
-int pt_nccl_allreduce(pt_nccl *self, float *buf, size_t count, pt_error *err)
-{
-    (void)self, (void)buf, (void)count;
-    return pt_error_set(err, PT_EUNSUPP, "nccl: not built");
-}
-
-int pt_nccl_send(pt_nccl *self, int peer, const float *buf, size_t count, pt_error *err)
-{
-    (void)self, (void)peer, (void)buf, (void)count;
-    return pt_error_set(err, PT_EUNSUPP, "nccl: not built");
-}
-
-int pt_nccl_recv(pt_nccl *self, int peer, float *buf, size_t count, pt_error *err)
-{
-    (void)self, (void)peer, (void)buf, (void)count;
-    return pt_error_set(err, PT_EUNSUPP, "nccl: not built");
-}
-
-int pt_nccl_exchange(pt_nccl *self, int to, const float *sbuf, int from, float *rbuf, size_t count,
-                     pt_error *err)
-{
-    (void)self, (void)to, (void)sbuf, (void)from, (void)rbuf, (void)count;
-    return pt_error_set(err, PT_EUNSUPP, "nccl: not built");
-}
-
-int pt_nccl_wait(pt_nccl *self, pt_error *err)
-{
-    (void)self;
-    return pt_error_set(err, PT_EUNSUPP, "nccl: not built");
-}
-
-#else
-
-struct pt_nccl {
-    ncclComm_t comm;
-    cudaStream_t stream;
-    int device, rank, size;
-};
-
-static int nccl_fail(pt_error *err, const char *what, ncclResult_t r)
-{
-    return pt_error_set(err, PT_EIO, "nccl: %s: %s", what, ncclGetErrorString(r));
-}
-
-int pt_nccl_id_new(char *hex, size_t cap, pt_error *err)
-{
-    if (cap)
-        hex[0] = '\0';
+    const pt_cuda_module *m = nccl_module(err);
+    if (!m)
+        return PT_EUNSUPP;
     if (cap < PT_NCCL_ID_HEX)
         return pt_error_set(err, PT_ERANGE, "nccl: id buffer too small");
-    ncclUniqueId id;
-    ncclResult_t r = ncclGetUniqueId(&id);
-    if (r != ncclSuccess)
-        return nccl_fail(err, "ncclGetUniqueId", r);
-    return pt_nccl_id_encode((const unsigned char *)id.internal, hex, cap);
-}
-
-static pt_nccl *wrap(ncclComm_t comm, cudaStream_t stream, int device)
-{
-    pt_nccl *c = calloc(1, sizeof *c);
-    if (!c)
-        return NULL;
-    c->comm = comm;
-    c->stream = stream;
-    c->device = device;
-    ncclCommUserRank(comm, &c->rank);
-    ncclCommCount(comm, &c->size);
-    return c;
+    unsigned char id[PT_NCCL_ID_BYTES];
+    int rc = m->nccl_id_new(id, err);
+    return rc < 0 ? rc : pt_nccl_id_encode(id, hex, cap);
 }
 
 int pt_nccl_create(const char *hex_id, int nranks, int rank, const pt_backend *be, pt_nccl **out,
@@ -198,121 +109,101 @@ int pt_nccl_create(const char *hex_id, int nranks, int rank, const pt_backend *b
     if (!pt_backend_is_cuda(be))
         return pt_error_set(err, PT_EUNSUPP, "nccl: needs a CUDA backend, not %s",
                             be ? be->name : "none");
+    const pt_cuda_module *m = nccl_module(err);
+    if (!m)
+        return PT_EUNSUPP;
     if (nranks < 1 || rank < 0 || rank >= nranks)
         return pt_error_set(err, PT_EINVAL, "nccl: rank %d of %d", rank, nranks);
-    ncclUniqueId id;
-    int rc = pt_nccl_id_decode(hex_id, (unsigned char *)id.internal, err);
+    unsigned char id[PT_NCCL_ID_BYTES];
+    int rc = pt_nccl_id_decode(hex_id, id, err);
     if (rc < 0)
         return rc;
-    int device = pt_backend_cuda_device(be);
-    cudaSetDevice(device);
-    ncclComm_t comm;
-    ncclResult_t r = ncclCommInitRank(&comm, nranks, id, rank);
-    if (r != ncclSuccess)
-        return nccl_fail(err, "ncclCommInitRank", r);
-    if (!(*out = wrap(comm, (cudaStream_t)pt_backend_cuda_stream(be), device))) {
-        ncclCommDestroy(comm);
-        return pt_error_set(err, PT_ENOMEM, "nccl: out of memory");
+    return m->nccl_create(id, nranks, rank, pt_backend_cuda_device(be), pt_backend_cuda_stream(be),
+                          out, err);
+}
+
+/* A communicator exists only once the module (with NCCL) is loaded. */
+static const pt_cuda_module *comm_module(const pt_nccl *self, pt_error *err)
+{
+    const pt_cuda_module *m = self ? pt_cuda_module_loaded() : NULL;
+    if (!m || !m->nccl_id_new) {
+        pt_error_set(err, PT_EINVAL, "nccl: no communicator");
+        return NULL;
     }
-    return 0;
+    return m;
 }
 
 int pt_nccl_split(pt_nccl *parent, int color, int key, pt_nccl **out, pt_error *err)
 {
     *out = NULL;
-    if (!parent || color < 0)
+    const pt_cuda_module *m = comm_module(parent, NULL);
+    if (!m || color < 0)
         return pt_error_set(err, PT_EINVAL, "nccl: split needs a communicator and a color >= 0");
-    cudaSetDevice(parent->device);
-    ncclComm_t comm;
-    ncclResult_t r = ncclCommSplit(parent->comm, color, key, &comm, NULL);
-    if (r != ncclSuccess)
-        return nccl_fail(err, "ncclCommSplit", r);
-    if (!(*out = wrap(comm, parent->stream, parent->device))) {
-        ncclCommDestroy(comm);
-        return pt_error_set(err, PT_ENOMEM, "nccl: out of memory");
-    }
-    return 0;
+    return m->nccl_split(parent, color, key, out, err);
 }
 
 void pt_nccl_destroy(pt_nccl **self_p)
 {
     if (!self_p || !*self_p)
         return;
-    pt_nccl *c = *self_p;
-    cudaSetDevice(c->device);
-    cudaStreamSynchronize(c->stream);
-    ncclCommDestroy(c->comm);
-    free(c);
+    const pt_cuda_module *m = comm_module(*self_p, NULL);
+    if (m)
+        m->nccl_destroy(*self_p);
     *self_p = NULL;
 }
 
 int pt_nccl_rank(const pt_nccl *self)
 {
-    return self ? self->rank : -1;
+    const pt_cuda_module *m = comm_module(self, NULL);
+    return m ? m->nccl_rank(self) : -1;
 }
 
 int pt_nccl_size(const pt_nccl *self)
 {
-    return self ? self->size : 0;
+    const pt_cuda_module *m = comm_module(self, NULL);
+    return m ? m->nccl_size(self) : 0;
 }
 
 int pt_nccl_allreduce(pt_nccl *self, float *buf, size_t count, pt_error *err)
 {
-    ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, self->comm, self->stream);
-    return r == ncclSuccess ? 0 : nccl_fail(err, "ncclAllReduce", r);
+    const pt_cuda_module *m = comm_module(self, err);
+    return m ? m->nccl_allreduce(self, buf, count, err) : PT_EINVAL;
 }
 
 static int check_peer(const pt_nccl *self, int peer, pt_error *err)
 {
-    if (peer < 0 || peer >= self->size)
-        return pt_error_set(err, PT_EINVAL, "nccl: peer %d outside 0..%d", peer, self->size - 1);
+    int size = pt_nccl_size(self);
+    if (peer < 0 || peer >= size)
+        return pt_error_set(err, PT_EINVAL, "nccl: peer %d outside 0..%d", peer, size - 1);
     return 0;
 }
 
 int pt_nccl_send(pt_nccl *self, int peer, const float *buf, size_t count, pt_error *err)
 {
-    int rc = check_peer(self, peer, err);
-    if (rc < 0)
-        return rc;
-    ncclResult_t r = ncclSend(buf, count, ncclFloat32, peer, self->comm, self->stream);
-    return r == ncclSuccess ? 0 : nccl_fail(err, "ncclSend", r);
+    const pt_cuda_module *m = comm_module(self, err);
+    int rc = m ? check_peer(self, peer, err) : PT_EINVAL;
+    return rc < 0 ? rc : m->nccl_send(self, peer, buf, count, err);
 }
 
 int pt_nccl_recv(pt_nccl *self, int peer, float *buf, size_t count, pt_error *err)
 {
-    int rc = check_peer(self, peer, err);
-    if (rc < 0)
-        return rc;
-    ncclResult_t r = ncclRecv(buf, count, ncclFloat32, peer, self->comm, self->stream);
-    return r == ncclSuccess ? 0 : nccl_fail(err, "ncclRecv", r);
+    const pt_cuda_module *m = comm_module(self, err);
+    int rc = m ? check_peer(self, peer, err) : PT_EINVAL;
+    return rc < 0 ? rc : m->nccl_recv(self, peer, buf, count, err);
 }
 
 int pt_nccl_exchange(pt_nccl *self, int to, const float *sbuf, int from, float *rbuf, size_t count,
                      pt_error *err)
 {
-    int rc;
-    if ((rc = check_peer(self, to, err)) < 0 || (rc = check_peer(self, from, err)) < 0)
-        return rc;
-    ncclResult_t r = ncclGroupStart();
-    if (r == ncclSuccess)
-        r = ncclSend(sbuf, count, ncclFloat32, to, self->comm, self->stream);
-    if (r == ncclSuccess)
-        r = ncclRecv(rbuf, count, ncclFloat32, from, self->comm, self->stream);
-    ncclResult_t end = ncclGroupEnd();
-    if (r == ncclSuccess)
-        r = end;
-    return r == ncclSuccess ? 0 : nccl_fail(err, "send/recv group", r);
+    const pt_cuda_module *m = comm_module(self, err);
+    int rc = m ? check_peer(self, to, err) : PT_EINVAL;
+    if (rc == 0)
+        rc = check_peer(self, from, err);
+    return rc < 0 ? rc : m->nccl_exchange(self, to, sbuf, from, rbuf, count, err);
 }
 
 int pt_nccl_wait(pt_nccl *self, pt_error *err)
 {
-    cudaSetDevice(self->device);
-    cudaError_t e = cudaStreamSynchronize(self->stream);
-    if (e != cudaSuccess)
-        return pt_error_set(err, PT_EIO, "nccl: stream: %s", cudaGetErrorString(e));
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(self->comm, &async);
-    return async == ncclSuccess ? 0 : nccl_fail(err, "asynchronous error", async);
+    const pt_cuda_module *m = comm_module(self, err);
+    return m ? m->nccl_wait(self, err) : PT_EINVAL;
 }
-
-#endif

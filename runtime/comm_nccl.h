@@ -3,8 +3,10 @@
  * and the all-reduce and send/recv the executor uses on device buffers.
  *
  * The id text and the rule for when a run uses NCCL are host logic and are
- * always built; communicators exist only in a build with NCCL (cmake/cuda.cmake
- * defines PT_HAVE_NCCL), otherwise their constructors return PT_EUNSUPP.
+ * always built; communicators live in the CUDA module (runtime/cuda_module.h),
+ * loaded on first use, and exist only where it loads and was built with NCCL
+ * (cmake/cuda.cmake, PT_HAVE_NCCL); otherwise their constructors return
+ * PT_EUNSUPP with the reason (the module's load error, or "without NCCL").
  *
  * When NCCL is used. NCCL takes one GPU per rank of a communicator, so a run
  * uses it only when every worker is an agent on a CUDA device that offers the
@@ -32,7 +34,7 @@
 
 _Static_assert(PT_NCCL_ID_HEX <= PT_MSG_NCCL_ID_MAX, "the assign message holds an NCCL id");
 
-/* 1 when this build has NCCL. */
+/* 1 when the CUDA module loads and has NCCL (this loads the module). */
 int pt_nccl_built(void);
 
 /* Writes the 128 id bytes as 256 lower-case hex digits and a NUL. Returns 0,
@@ -44,7 +46,8 @@ int pt_nccl_id_encode(const unsigned char id[PT_NCCL_ID_BYTES], char *hex, size_
 int pt_nccl_id_decode(const char *hex, unsigned char id[PT_NCCL_ID_BYTES], pt_error *err);
 
 /* A new unique id (ncclGetUniqueId; needs no GPU) as hex into hex[cap >=
- * PT_NCCL_ID_HEX]. Returns 0, PT_EUNSUPP (built without NCCL) or PT_EIO. */
+ * PT_NCCL_ID_HEX]. Returns 0, PT_EUNSUPP (no NCCL: err says why), PT_ERANGE
+ * or PT_EIO. */
 int pt_nccl_id_new(char *hex, size_t cap, pt_error *err);
 
 /* What the console knows of one worker's agent. */

@@ -132,7 +132,7 @@ test)
     # It leaves the CUDA backend out: nvcc's objects are not instrumented
     # anyway, the normal build above runs the tests with it, and this way CI
     # also builds and tests the configuration a machine without the CUDA
-    # toolkit gets (runtime/backend_cuda_none.c). In this build the fuzz
+    # toolkit gets (runtime/backend_cuda_load.c). In this build the fuzz
     # replay tests are the harnesses themselves: the fuzz stage runs each
     # over every file the replay test reads before it mutates any.
     # It builds beside ctest, at the lowest priority: ctest -j2 leaves a good

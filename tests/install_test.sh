@@ -10,6 +10,8 @@
 # itself in tmux when tmux is there). The installed programs must find their
 # data in the prefix and nowhere else: with the prefix's models/ gone a model
 # lookup fails, and with only bin/ copied $PIPETOP_DATA is what finds it.
+# Where the build has the CUDA module, it is installed under lib/pipetop and
+# the moved programs load it from there (bin/ alone says it is missing).
 set -u
 BUILD="${PT_BUILD_DIR:?}"
 tmp=$(mktemp -d /tmp/pipetop-install.XXXXXX)
@@ -38,6 +40,12 @@ for f in bin/pipetop bin/pipetop-agent share/pipetop/models/fmnist-mlp.json \
     [ -e "$P/$f" ] || fail "not installed: $f"
 done
 mkdir -p "$tmp/work"
+# the CUDA module, where the build made one, beside the programs' lib/ and
+# found there by the moved programs (a load error would name it)
+if [ -e "$BUILD/libpt_cuda.so" ]; then
+    mod=$(find "$P" -name libpt_cuda.so)
+    [ -n "$mod" ] && [ "${mod#"$P"/lib}" != "$mod" ] || fail "not installed under lib/: libpt_cuda.so"
+fi
 
 # in_work CMD...: CMD in the work folder with an empty environment
 in_work() {
@@ -119,6 +127,19 @@ out=$(in_work "$tmp/bare/bin/pipetop" profile --analytic --model fmnist-mlp --de
     --batch 8 2>&1) && fail "bin/ alone found a model without PIPETOP_DATA: $out"
 out=$(in_work env PIPETOP_DATA="$P/share/pipetop" "$tmp/bare/bin/pipetop" profile --analytic \
     --model fmnist-mlp --device cpu-local --batch 8 2>&1) || fail "PIPETOP_DATA not used: $out"
+
+# --device cuda: the installed module loads (the error, if any, is the GPU's);
+# bin/ alone has no module and says where it looked
+if [ -e "$BUILD/libpt_cuda.so" ]; then
+    out=$(in_work "$P/bin/pipetop" profile --model fmnist-mlp --device cuda --batch 8 \
+        --out cuda.json 2>&1) || grep -qE 'cuda: no GPU visible|cuda: no device' <<<"$out" ||
+        fail "installed pipetop --device cuda: $out"
+    out=$(in_work env PIPETOP_DATA="$P/share/pipetop" "$tmp/bare/bin/pipetop" profile \
+        --model fmnist-mlp --device cuda --batch 8 --out cuda.json 2>&1) &&
+        fail "bin/ alone opened cuda without its module: $out"
+    grep -q 'the CUDA module libpt_cuda.so is not installed' <<<"$out" ||
+        fail "bin/ alone: no clear error for the missing module: $out"
+fi
 
 [ "$failures" -eq 0 ] || exit 1
 echo "install: all checks passed"

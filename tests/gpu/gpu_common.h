@@ -22,6 +22,7 @@
 
 #include "runtime/backend_cuda.h"
 #include "runtime/backend_select.h"
+#include "runtime/cuda_module.h"
 #include "tests/test.h"
 
 #define PT_GPU_SKIP_CODE 77
@@ -35,16 +36,6 @@ static inline double gpu_tol(pt_cuda_math m)
     return m == PT_CUDA_BF16 ? TOL_BF16 : m == PT_CUDA_TF32 ? TOL_TF32 : TOL_FP32;
 }
 
-/* 1 when this build has the CUDA backend (not the stubs of backend_cuda_none.c). */
-static inline int gpu_backend_built(void)
-{
-#ifdef PT_HAVE_CUDA
-    return 1;
-#else
-    return 0;
-#endif
-}
-
 #ifdef PT_GPU_DRY_RUN
 #define GPU_TAG "DRY-RUN"
 static inline void gpu_require(const char *test)
@@ -53,13 +44,21 @@ static inline void gpu_require(const char *test)
 }
 #else
 #define GPU_TAG "GPU-CHECK"
-/* Exits with the skip code, saying why, unless a GPU is visible. */
+/* Exits with the skip code, saying why, unless a GPU is visible; fails
+ * (exit 1) when the build has the CUDA module but it does not load, which
+ * no GPU machine should see. */
 static inline void gpu_require(const char *test)
 {
+    pt_error why = {0};
+    if (!pt_cuda_module_get(&why) && why.code != PT_EUNSUPP) {
+        printf("%s: FAILED: the CUDA backend is built but does not load: %s\n", test, why.msg);
+        fflush(stdout);
+        exit(1);
+    }
     if (pt_cuda_device_count() > 0)
         return;
     printf("%s: SKIPPED: no GPU visible (%s)\n", test,
-           gpu_backend_built() ? "CUDA backend built, no device" : "CUDA backend not built");
+           why.code ? why.msg : "CUDA backend built, no device");
     fflush(stdout);
     exit(PT_GPU_SKIP_CODE);
 }

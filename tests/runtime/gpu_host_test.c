@@ -1,7 +1,8 @@
 /* The host side of the GPU runtime, checked on any machine: device names
  * (cpu, cuda:N[:PREC]) parse, print back and open; a CUDA device that is not
  * there (or a build without CUDA) is refused with PT_EUNSUPP and a message,
- * never taken for the CPU; NCCL ids survive the hex of the assign message
+ * never taken for the CPU, and the CPU backend never loads the CUDA module;
+ * NCCL ids survive the hex of the assign message
  * byte for byte, bad hex is refused naming the position, and the console's
  * rule for using NCCL holds. */
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include "runtime/backend_cuda.h"
 #include "runtime/backend_select.h"
 #include "runtime/comm_nccl.h"
+#include "runtime/cuda_module.h"
 #include "tests/test.h"
 
 static void test_parse_good(void)
@@ -83,17 +85,25 @@ static void test_open(void)
     CHECK(pt_backend_cuda_mem_info(be, &f, &t) == PT_EUNSUPP);
     pt_device_close(&be);
     CHECK(be == NULL);
+    CHECK(pt_cuda_device_bus_id(-1, name, sizeof name) == PT_EUNSUPP);
+    CHECK(pt_cuda_error_count() == 0);
+    /* nothing asked of the CPU backend loads the CUDA module (runtime/cuda_module.h) */
+    CHECK(pt_cuda_module_loaded() == NULL);
 
     /* one past the visible devices is never there */
     pt_device_spec gone = {1, pt_cuda_device_count(), PT_CUDA_FP32};
-    pt_error err = {0};
+    pt_error err = {0}, why = {0};
     CHECK(pt_device_open(&gone, &be, &err) == PT_EUNSUPP);
     CHECK(be == NULL);
-    if (pt_cuda_device_count() == 0)
-        CHECK_MSG(strstr(err.msg, "no GPU visible") || strstr(err.msg, "without the CUDA backend"),
-                  "message: %s", err.msg);
-    else
+    if (!pt_cuda_module_get(&why)) { /* not built, or it did not load: the open says why */
+        CHECK(why.code < 0 && why.msg[0]);
+        CHECK_STR_CONTAINS(err.msg, why.msg);
+    } else if (pt_cuda_device_count() == 0) {
+        CHECK_STR_CONTAINS(err.msg, "no GPU visible");
+    } else {
         CHECK_STR_CONTAINS(err.msg, "no device");
+    }
+    CHECK(pt_cuda_module_loaded() == pt_cuda_module_get(NULL));
     CHECK(pt_cuda_device_name(pt_cuda_device_count(), name, sizeof name) == PT_EUNSUPP);
     CHECK(name[0] == '\0');
     CHECK(pt_cuda_device_bus_id(-1, name, sizeof name) == PT_EUNSUPP);
@@ -139,7 +149,11 @@ static void test_nccl_id_new(void)
     int rc = pt_nccl_id_new(a, sizeof a, &err);
     if (!pt_nccl_built()) {
         CHECK(rc == PT_EUNSUPP && a[0] == '\0');
-        CHECK_STR_CONTAINS(err.msg, "without NCCL");
+        pt_error why = {0};
+        if (pt_cuda_module_get(&why))
+            CHECK_STR_CONTAINS(err.msg, "without NCCL");
+        else
+            CHECK_STR_CONTAINS(err.msg, why.msg);
         return;
     }
     REQUIRE(rc == 0);

@@ -13,7 +13,7 @@
 #include <string.h>
 
 extern "C" {
-#include "runtime/backend_cuda.h"
+#include "runtime/cuda_module.h"
 }
 
 #define THREADS     256 /* threads per block of the elementwise kernels */
@@ -40,7 +40,7 @@ static cuda_ctx *ctx_of(const pt_backend *be)
 /* A failed CUDA call inside an op cannot be returned through the table's
  * void entries; it is reported once on stderr (a sticky error also fails the
  * next call that returns a status). */
-static int g_errors; /* failed calls so far, all backends (pt_cuda_error_count) */
+static int g_errors; /* failed calls so far, all backends (cu_error_count) */
 
 static void check(cudaError_t e, const char *what)
 {
@@ -58,7 +58,7 @@ static void check_blas(cublasStatus_t s, const char *what)
     }
 }
 
-extern "C" int pt_cuda_error_count(void)
+static int cu_error_count(void)
 {
     return __sync_fetch_and_add(&g_errors, 0);
 }
@@ -789,13 +789,7 @@ static const pt_backend cuda_template = {
     cu_adam_update,
 };
 
-extern "C" const char *pt_cuda_math_name(int math)
-{
-    static const char *const names[] = {"fp32", "tf32", "bf16"};
-    return math >= 0 && math < 3 ? names[math] : NULL;
-}
-
-extern "C" int pt_cuda_device_count(void)
+static int cu_device_count(void)
 {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -805,12 +799,12 @@ extern "C" int pt_cuda_device_count(void)
     return n;
 }
 
-extern "C" int pt_cuda_device_name(int device, char *buf, size_t cap)
+static int cu_device_name(int device, char *buf, size_t cap)
 {
     if (cap)
         buf[0] = '\0';
     cudaDeviceProp prop;
-    if (device < 0 || device >= pt_cuda_device_count() ||
+    if (device < 0 || device >= cu_device_count() ||
         cudaGetDeviceProperties(&prop, device) != cudaSuccess)
         return PT_EUNSUPP;
     snprintf(buf, cap, "%s", prop.name);
@@ -833,16 +827,16 @@ static void ctx_free(cuda_ctx *c)
     free(c);
 }
 
-extern "C" int pt_backend_cuda_create(int device, pt_cuda_math math, const pt_backend **out,
+static int cu_backend_create(int device, pt_cuda_math math, const pt_backend **out,
                                       pt_error *err)
 {
     *out = NULL;
-    int count = pt_cuda_device_count();
+    int count = cu_device_count();
     if (count == 0)
         return pt_error_set(err, PT_EUNSUPP, "cuda: no GPU visible");
     if (device < 0 || device >= count)
         return pt_error_set(err, PT_EUNSUPP, "cuda: no device %d (%d visible)", device, count);
-    if (!pt_cuda_math_name((int)math))
+    if ((int)math < PT_CUDA_FP32 || (int)math > PT_CUDA_BF16)
         return pt_error_set(err, PT_EINVAL, "cuda: unknown precision %d", (int)math);
     cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
     if (!c)
@@ -877,34 +871,34 @@ fail:
                         cudaGetErrorString(e));
 }
 
-extern "C" int pt_backend_is_cuda(const pt_backend *be)
+static int cu_backend_is_cuda(const pt_backend *be)
 {
     return be && be->alloc == cu_alloc;
 }
 
-extern "C" void pt_backend_cuda_destroy(const pt_backend **be_p)
+static void cu_backend_destroy(const pt_backend **be_p)
 {
-    if (!be_p || !*be_p || !pt_backend_is_cuda(*be_p))
+    if (!be_p || !*be_p || !cu_backend_is_cuda(*be_p))
         return;
     ctx_free(ctx_of(*be_p));
     *be_p = NULL;
 }
 
-extern "C" int pt_backend_cuda_device(const pt_backend *be)
+static int cu_backend_device(const pt_backend *be)
 {
-    return pt_backend_is_cuda(be) ? ctx_of(be)->device : -1;
+    return cu_backend_is_cuda(be) ? ctx_of(be)->device : -1;
 }
 
-extern "C" void *pt_backend_cuda_stream(const pt_backend *be)
+static void *cu_backend_stream(const pt_backend *be)
 {
-    return pt_backend_is_cuda(be) ? (void *)ctx_of(be)->stream : NULL;
+    return cu_backend_is_cuda(be) ? (void *)ctx_of(be)->stream : NULL;
 }
 
-extern "C" int pt_cuda_device_bus_id(int device, char *buf, size_t cap)
+static int cu_device_bus_id(int device, char *buf, size_t cap)
 {
     if (cap)
         buf[0] = '\0';
-    if (device < 0 || device >= pt_cuda_device_count() || cap > INT32_MAX ||
+    if (device < 0 || device >= cu_device_count() || cap > INT32_MAX ||
         cudaDeviceGetPCIBusId(buf, (int)cap, device) != cudaSuccess) {
         cudaGetLastError();
         if (cap)
@@ -914,17 +908,17 @@ extern "C" int pt_cuda_device_bus_id(int device, char *buf, size_t cap)
     return 0;
 }
 
-extern "C" int pt_backend_cuda_bind(const pt_backend *be)
+static int cu_backend_bind(const pt_backend *be)
 {
-    if (!pt_backend_is_cuda(be))
+    if (!cu_backend_is_cuda(be))
         return 0;
     return cudaSetDevice(ctx_of(be)->device) == cudaSuccess ? 0 : PT_EIO;
 }
 
-extern "C" int pt_backend_cuda_mem_info(const pt_backend *be, int64_t *free_bytes,
+static int cu_backend_mem_info(const pt_backend *be, int64_t *free_bytes,
                                         int64_t *total_bytes)
 {
-    if (!pt_backend_is_cuda(be))
+    if (!cu_backend_is_cuda(be))
         return PT_EUNSUPP;
     size_t f = 0, t = 0;
     cudaSetDevice(ctx_of(be)->device);
@@ -937,4 +931,19 @@ extern "C" int pt_backend_cuda_mem_info(const pt_backend *be, int64_t *free_byte
     if (total_bytes)
         *total_bytes = (int64_t)t;
     return 0;
+}
+
+extern "C" void pt_cuda_module_fill_backend(pt_cuda_module *m)
+{
+    m->device_count = cu_device_count;
+    m->device_name = cu_device_name;
+    m->device_bus_id = cu_device_bus_id;
+    m->error_count = cu_error_count;
+    m->backend_create = cu_backend_create;
+    m->backend_destroy = cu_backend_destroy;
+    m->backend_is_cuda = cu_backend_is_cuda;
+    m->backend_device = cu_backend_device;
+    m->backend_stream = cu_backend_stream;
+    m->backend_bind = cu_backend_bind;
+    m->backend_mem_info = cu_backend_mem_info;
 }
