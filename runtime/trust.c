@@ -209,13 +209,16 @@ static void answer(pt_zap *z)
     if (ok)
         zmq_z85_encode(user, (const uint8_t *)frames[6], CURVE_KEY_BYTES);
     size_t id_len = n > 1 && !truncated ? len[1] : 0;
+    /* Counted before the answer goes out: a peer can see the answer's effect
+     * (its handshake done, a message through) before this thread runs again,
+     * and whoever saw it then must find the handshake counted. */
+    count(z, ok);
     zmq_send(z->rep, ZAP_VERSION, 3, ZMQ_SNDMORE);
     zmq_send(z->rep, n > 1 ? frames[1] : "", id_len, ZMQ_SNDMORE);
     zmq_send(z->rep, code, 3, ZMQ_SNDMORE);
     zmq_send(z->rep, why, strlen(why), ZMQ_SNDMORE);
     zmq_send(z->rep, user, strlen(user), ZMQ_SNDMORE);
     zmq_send(z->rep, "", 0, 0); /* metadata */
-    count(z, ok);
 }
 
 static void *zap_main(void *arg)

@@ -62,7 +62,9 @@ int pt_zap_start(void *ctx, const char *const *allowed, int n, pt_zap **out, pt_
 int pt_zap_allow(pt_zap *zap, const char *public_z85, pt_error *err);
 
 /* Requests answered so far: allowed and refused (wrong mechanism, domain or
- * key). Thread-safe. */
+ * key). A request is counted before its answer is sent, so whoever saw the
+ * handshake's outcome (a message through, a failure event) finds it
+ * counted. Thread-safe. */
 int64_t pt_zap_allowed_count(pt_zap *zap);
 int64_t pt_zap_refused_count(pt_zap *zap);
 
