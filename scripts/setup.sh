@@ -123,26 +123,29 @@ main)
     ;;
 test)
     t_all=$SECONDS
-    stage build build build all
     # One clang build serves both the sanitizer and the libFuzzer stages:
     # the libraries are compiled once with -fsanitize=address,undefined (UB
     # aborts), and those the harnesses reach with libFuzzer's coverage hooks
     # too; the unit tests link them with ASan+UBSan, the harnesses with
     # libFuzzer (CMakeLists.txt, "sanitized"; two builds took 2.5 minutes).
     # It leaves the CUDA backend out: nvcc's objects are not instrumented
-    # anyway, the normal build above runs the tests with it, and this way CI
+    # anyway, the normal build runs the tests with it, and this way CI
     # also builds and tests the configuration a machine without the CUDA
     # toolkit gets (runtime/backend_cuda_load.c). In this build the fuzz
     # replay tests are the harnesses themselves: the fuzz stage runs each
     # over every file the replay test reads before it mutates any.
-    # It builds beside ctest, at the lowest priority: ctest -j2 leaves a good
-    # part of the two cores idle (tests that wait on agents, on tmux screens,
-    # on timeouts), and the build takes what they leave; the tests are meant
-    # to pass with the other core busy. What the build still needs once
-    # ctest is done shows as the asan-build stage.
+    # It builds beside the normal build and ctest, at the lowest priority:
+    # the normal build's link steps and nvcc leave a core idle for part of
+    # its time (56 s of wall, 80 s of CPU), and ctest -j2 a good part of the
+    # two cores (tests that wait on agents, on tmux screens, on timeouts);
+    # the build takes what they leave, and the tests are meant to pass with
+    # the other core busy. What the build still needs once ctest is done
+    # shows as the asan-build stage.
+    mkdir -p build
     asan_log=build/asan-build.log
     in_background "$asan_log" build build-asan sanitized -DCMAKE_C_COMPILER=clang \
         -DPT_SANITIZE=ON -DPT_FUZZ=ON -DPT_CUDA=OFF
+    stage build build build all
     stage ctest ctest --test-dir build --output-on-failure -j "$jobs"
     stage asan-build wait_background "$asan_log"
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \

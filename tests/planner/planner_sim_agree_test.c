@@ -134,6 +134,22 @@ static int big_cluster_profile(const char *profile)
     return !strcmp(profile, "resnet50") || !strcmp(profile, "vgg16") || !strcmp(profile, "gnmt");
 }
 
+/* Under AddressSanitizer (CI's sanitizer stage, where test_agree took 62 s
+ * of this test's 77 and was that stage's longest test) test_agree takes half
+ * the (topology, profile) pairs, in a checkerboard: every topology and every
+ * profile is still planned and each pair gets the same checks; the native
+ * run takes them all. */
+#if defined(__SANITIZE_ADDRESS__)
+#define AGREE_HALF 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define AGREE_HALF 1
+#endif
+#endif
+#ifndef AGREE_HALF
+#define AGREE_HALF 0
+#endif
+
 static void test_agree(void)
 {
     static const char *const planners[] = {"dp", "dapple", "gpipe", "pipedream"};
@@ -143,10 +159,13 @@ static void test_agree(void)
     double worst[NK] = {0}, bound_gap[NK] = {0}, bound_over[NK] = {0};
     int compared[NK] = {0}, within[NK] = {0}, fell_back = 0;
     const char *all = getenv("PT_AGREE_ALL");
-    int every = all && *all == '1';
+    int every = all && *all == '1', pairs = 0;
     for (int ti = 0; ti < NT; ti++) {
         pt_topology *t = load_topology(topologies[ti]);
         for (int pi = 0; pi < NP && t; pi++) {
+            if (AGREE_HALF && !every && (ti + pi) % 2)
+                continue;
+            pairs++;
             pt_profile *p = load_profile(profiles[pi]);
             pt_cost *cost = NULL;
             pt_error err = {0};
@@ -230,7 +249,8 @@ static void test_agree(void)
 #undef NK
     printf("  pipedream: %d of its plans fell back to 2bw or 1f1b-flush (stashing does not fit)\n",
            fell_back);
-    CHECK(compared[0] == NP * NT); /* dp plans every case */
+    CHECK(pairs == (AGREE_HALF && !every ? (NP * NT + 1) / 2 : NP * NT));
+    CHECK(compared[0] == pairs); /* dp plans every case */
     pt_sim_free(&sim);
 }
 
