@@ -8,9 +8,10 @@
  * - a compute op starts when the worker reached it and its compute lane is
  *   free; the worker goes on when it ends;
  * - a SEND starts when the worker reached it and its comm lane is free; the
- *   worker goes on at once; the data arrives at the receiver when the send
- *   ends (latency + bytes/bandwidth of the link); the receiver's lanes are
- *   not used;
+ *   worker goes on at once (unless the profile says sends hold it); the
+ *   data arrives at the receiver pt_cost_recv_wake_s after the send ends
+ *   (latency + bytes/bandwidth of the link; the wake-up a calibration
+ *   measured, 0 otherwise); the receiver's lanes are not used;
  * - a RECV ends when the worker reached it and the data has arrived; it
  *   occupies no lane (PT_LANE_WAIT);
  * - an ALLREDUCE starts when every replica of the stage reached it and the
