@@ -592,9 +592,11 @@ static int recv_wake(const pt_program *prog, const cev *v, int64_t n, const int6
     *waits = 0;
     p2p_op *ops = malloc((size_t)(prog->op_count > 0 ? prog->op_count : 1) * sizeof *ops);
     sent *s = malloc((size_t)(n > 0 ? n : 1) * sizeof *s);
-    if (!ops || !s) {
+    int *peer = malloc((size_t)(n > 0 ? n : 1) * sizeof *peer); /* each event's; -1 none */
+    if (!ops || !s || !peer) {
         free(ops);
         free(s);
+        free(peer);
         return -1;
     }
     int64_t nops = 0, ns = 0;
@@ -613,26 +615,20 @@ static int recv_wake(const pt_program *prog, const cev *v, int64_t n, const int6
         if (v[i].worker != v[g].worker || v[i].step != v[g].step)
             g = i; /* a worker's step begins */
         unsigned f = pt_op_facts(v[i].op);
-        int peer = (f & PT_OPK_P2P) ? event_peer(ops, nops, v, g, i) : -1;
-        if (peer < 0)
-            continue;
-        if (f & PT_OPK_SEND)
-            s[ns++] = (sent){v[i].worker, peer,      v[i].op == PT_OP_SEND_GRAD,
+        peer[i] = (f & PT_OPK_P2P) ? event_peer(ops, nops, v, g, i) : -1;
+        if (peer[i] >= 0 && (f & PT_OPK_SEND))
+            s[ns++] = (sent){v[i].worker, peer[i],   v[i].op == PT_OP_SEND_GRAD,
                              v[i].mb,     v[i].step, v[i].end - v[i].off};
     }
     qsort(s, (size_t)ns, sizeof *s, sent_cmp);
     double sum = 0;
-    for (int64_t g = 0, i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) {
         const cev *e = &v[i];
-        if (e->worker != v[g].worker || e->step != v[g].step)
-            g = i;
-        unsigned f = pt_op_facts(e->op);
-        if (!(f & PT_OPK_RECV) || !(f & PT_OPK_P2P) || e->step < first[e->worker] + skip ||
-            !kept(keep, nkeep, e->step))
+        if (peer[i] < 0 || !(pt_op_facts(e->op) & PT_OPK_RECV) ||
+            e->step < first[e->worker] + skip || !kept(keep, nkeep, e->step))
             continue;
-        int peer = event_peer(ops, nops, v, g, i);
-        sent key = {peer, e->worker, e->op == PT_OP_RECV_GRAD, e->mb, e->step, 0};
-        const sent *m = peer < 0 ? NULL : bsearch(&key, s, (size_t)ns, sizeof *s, sent_cmp);
+        sent key = {peer[i], e->worker, e->op == PT_OP_RECV_GRAD, e->mb, e->step, 0};
+        const sent *m = bsearch(&key, s, (size_t)ns, sizeof *s, sent_cmp);
         if (!m || e->start - e->off >= m->end)
             continue;
         int64_t d = e->end - e->off - m->end;
@@ -641,6 +637,7 @@ static int recv_wake(const pt_program *prog, const cev *v, int64_t n, const int6
     }
     free(ops);
     free(s);
+    free(peer);
     *ms = *waits > 0 ? sum / (double)*waits * MS_PER_S : 0;
     return 0;
 }
