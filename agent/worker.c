@@ -61,6 +61,10 @@
 /* The replicas of a stage swap their collective endpoints under this tag. */
 #define COLL_EXCHANGE_MB 0x00C011EC
 #define STATE_NAME_MAX   32
+/* Failed handshakes with one peer before wire_run gives up on it: every
+ * peer is in this generation when it runs, so a refusal is a wrong key or a
+ * peer that restarted, not a race to wait out (about 1.3 s of retries). */
+#define WIRE_MAX_FAILURES 6
 
 /* Most model chunks one agent runs (an interleaved plan's v). */
 #define CHUNKS_MAX PT_SCHED_CHUNKS_MAX
@@ -112,6 +116,8 @@ typedef struct run_state {
     pt_dataset *ds;
     void *data_ctx;
     pt_zap *data_zap;                      /* CURVE: allows exactly the assign's peers */
+    char (*peer_eps)[PT_MSG_ENDPOINT_MAX]; /* [nranks] the assign's data endpoints by rank */
+    int wired; /* connected to the peers, collectives and executors built (wire_run) */
     char (*peer_keys)[PT_KEY_Z85_LEN + 1]; /* [worker_count] by rank; NULL: plain */
     const pt_keyfile *own_key;
     pt_comm *comm;
@@ -464,15 +470,20 @@ static void teardown(pt_agent_worker *w)
     pt_zap_stop(&r->data_zap);
     free(r->peer_keys);
     r->peer_keys = NULL;
+    free(r->peer_eps);
+    r->peer_eps = NULL;
     pthread_mutex_lock(&w->mu);
     void *ctx = r->data_ctx;
     int quitting = w->quit;
     w->abort_ctx = NULL;
     w->built = 0;
     pthread_mutex_unlock(&w->mu);
-    /* Terminating releases the data port before the next bind, but waits for
-     * messages still queued to peers (up to the comm timeout); a process on
-     * its way out does not wait for a peer that may be gone. */
+    /* Terminating releases the data port before the next bind. The sockets
+     * do not linger (make_comm): a generation ends at a stop that every
+     * worker reached, so nothing queued is still wanted, and a socket of it
+     * reconnecting to a peer that moved on (whose new generation's ZAP
+     * refuses it, or that is stopped) must not hold the next assign for the
+     * data-plane timeout. A process on its way out does not wait either. */
     if (ctx && !quitting)
         zmq_ctx_term(ctx);
     r->data_ctx = NULL;
@@ -548,6 +559,7 @@ static void coll_stats(run_state *r, pt_comm_stats *b)
         b->bad_msgs += x.bad_msgs;
         b->dropped_malformed += x.dropped_malformed;
         b->dropped_token += x.dropped_token;
+        b->dropped_generation += x.dropped_generation;
         b->dropped_sender += x.dropped_sender;
         b->dropped_seq += x.dropped_seq;
         b->dropped_overflow += x.dropped_overflow;
@@ -610,12 +622,13 @@ static void log_dropped(pt_agent_worker *w, uint64_t dropped)
     pt_comm_stats_get(w->r.comm, &a);
     coll_stats(&w->r, &b);
     fprintf(stderr,
-            "pipetop-agent %s: data plane dropped %llu frames (malformed %llu, token or "
+            "pipetop-agent %s: data plane dropped %llu frames (malformed %llu, token %llu, "
             "generation %llu, sender %llu, sequence %llu, over the %zu-byte early-arrival bound "
             "%llu); early-arrival peak %zu bytes\n",
             w->id, (unsigned long long)dropped,
             (unsigned long long)(a.dropped_malformed + b.dropped_malformed),
             (unsigned long long)(a.dropped_token + b.dropped_token),
+            (unsigned long long)(a.dropped_generation + b.dropped_generation),
             (unsigned long long)(a.dropped_sender + b.dropped_sender),
             (unsigned long long)(a.dropped_seq + b.dropped_seq), w->r.stash_bound,
             (unsigned long long)(a.dropped_overflow + b.dropped_overflow),
@@ -688,7 +701,11 @@ static int make_comm(pt_agent_worker *w, const char *bind, size_t stash_bound, p
                          .run_token = r->run_token,
                          .generation = (uint64_t)r->gen,
                          .stash_limit_bytes = stash_bound,
-                         .max_msg_bytes = r->max_msg};
+                         .max_msg_bytes = r->max_msg,
+                         /* a generation ends at a stop every worker reached
+                          * (every message taken) or at a failure: teardown
+                          * never waits on a peer that moved on */
+                         .no_linger = 1};
     int rc = 0;
     for (int k = 0; k < BIND_RETRIES; k++) {
         rc = pt_comm_create_hooked(&cc, data_socket_hook, r, out, err);
@@ -732,6 +749,8 @@ static int build_collective(pt_agent_worker *w, int c, pt_error *err)
     if (rc == 0)
         rc = pt_comm_connect(c2, all, err);
     if (rc == 0)
+        rc = pt_comm_await_peers(c2, w->comm_timeout_ms, WIRE_MAX_FAILURES, err);
+    if (rc == 0)
         rc = pt_collective_create(&c2, &r->ch[c].coll, err);
     pt_comm_destroy(&c2);
     free(peer_eps);
@@ -739,7 +758,12 @@ static int build_collective(pt_agent_worker *w, int c, pt_error *err)
     return rc;
 }
 
-static int build_comms(pt_agent_worker *w, const pt_msg_assign *as, pt_error *err)
+/* The generation's data plane, at its assign: the context (with CURVE, its
+ * ZAP handler allowing exactly the assign's peers) and the bound receiving
+ * socket, and the peers' endpoints kept for wire_run. Nothing connects yet:
+ * a peer may still be serving the previous generation, whose socket would
+ * refuse this one's key (docs/protocol.md, "Generations on the data plane"). */
+static int bind_comms(pt_agent_worker *w, const pt_msg_assign *as, pt_error *err)
 {
     run_state *r = &w->r;
     int n = r->nranks;
@@ -754,26 +778,18 @@ static int build_comms(pt_agent_worker *w, const pt_msg_assign *as, pt_error *er
             "pipetop-agent %s: data plane: early-arrival buffer bound %zu bytes, messages up to "
             "%zu bytes\n",
             w->id, r->stash_bound, r->max_msg);
-    int rc = setup_data_trust(w, as, err);
-    if (rc == 0)
-        rc = make_comm(w, w->data_ep, r->stash_bound, &r->comm, err);
-    if (rc < 0)
-        return rc;
-    const char **eps = calloc((size_t)n, sizeof *eps);
-    if (!eps)
+    if (!(r->peer_eps = calloc((size_t)n, sizeof *r->peer_eps)))
         return pt_error_set(err, PT_ENOMEM, "out of memory");
     for (int k = 0; k < as->peer_count; k++)
         if (as->peers[k].rank < n)
-            eps[as->peers[k].rank] = as->peers[k].endpoint;
-    for (int k = 0; k < n && rc == 0; k++)
-        if (!eps[k])
-            rc = pt_error_set(err, PT_EINVAL, "assign: no peer has rank %d of %d", k, n);
+            snprintf(r->peer_eps[as->peers[k].rank], sizeof r->peer_eps[0], "%s",
+                     as->peers[k].endpoint);
+    for (int k = 0; k < n; k++)
+        if (!r->peer_eps[k][0])
+            return pt_error_set(err, PT_EINVAL, "assign: no peer has rank %d of %d", k, n);
+    int rc = setup_data_trust(w, as, err);
     if (rc == 0)
-        rc = pt_comm_connect(r->comm, eps, err);
-    free(eps);
-    for (int c = 0; c < r->nch && rc == 0; c++)
-        if (r->ch[c].needs.needs_collective)
-            rc = build_collective(w, c, err);
+        rc = make_comm(w, w->data_ep, r->stash_bound, &r->comm, err);
     return rc;
 }
 
@@ -921,6 +937,40 @@ static int build_exec(pt_agent_worker *w, int c, pt_error *err)
     return pt_exec_create(&ec, &ch->exec, err);
 }
 
+/* The generation's first iteration: connects to every peer and waits for
+ * each handshake, then swaps the replicas' collective endpoints and builds
+ * the executors. It runs only after the console's start, which the console
+ * sends once every worker acknowledged its assign, so every peer has bound
+ * this generation's socket by then: nothing connects to another
+ * generation's. A handshake that still fails is retried a few times, then
+ * reported naming the peer (never waited on for the data-plane timeout). */
+static int wire_run(pt_agent_worker *w, pt_error *err)
+{
+    run_state *r = &w->r;
+    int n = r->nranks;
+    int64_t t0 = pt_msg_now_ns();
+    const char **eps = calloc((size_t)n, sizeof *eps);
+    if (!eps)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    for (int k = 0; k < n; k++)
+        eps[k] = r->peer_eps[k];
+    int rc = pt_comm_connect(r->comm, eps, err);
+    free(eps);
+    if (rc == 0)
+        rc = pt_comm_await_peers(r->comm, w->comm_timeout_ms, WIRE_MAX_FAILURES, err);
+    for (int c = 0; c < r->nch && rc == 0; c++)
+        if (r->ch[c].needs.needs_collective)
+            rc = build_collective(w, c, err);
+    for (int c = 0; c < r->nch && rc == 0; c++)
+        rc = build_exec(w, c, err);
+    if (rc < 0)
+        return pt_error_prefix(err, "data plane");
+    r->wired = 1;
+    fprintf(stderr, "pipetop-agent %s: data plane: generation %lld wired to %d peers in %.1f ms\n",
+            w->id, (long long)r->gen, n - 1, (double)(pt_msg_now_ns() - t0) / NS_PER_MS);
+    return 0;
+}
+
 /* Builds the run of an assign; the error says what did not fit. */
 static int build_run(pt_agent_worker *w, const pt_msg *m, pt_error *err)
 {
@@ -964,12 +1014,9 @@ static int build_run(pt_agent_worker *w, const pt_msg *m, pt_error *err)
     r->ckpt_every = as->checkpoint_every;
     if (as->resume_step > 0 && (rc = load_resume(w, as->resume_step, err)) < 0)
         return rc;
-    if ((rc = build_comms(w, as, err)) < 0 || (rc = build_nccl(w, as, err)) < 0)
+    if ((rc = bind_comms(w, as, err)) < 0 || (rc = build_nccl(w, as, err)) < 0)
         return rc;
-    for (int c = 0; c < r->nch; c++)
-        if ((rc = build_exec(w, c, err)) < 0)
-            return rc;
-    return 0;
+    return 0; /* wire_run connects at the first iteration */
 }
 
 /* ---- checkpoints ---------------------------------------------------------------- */
@@ -1139,8 +1186,10 @@ static int run_once(pt_agent_worker *w, pt_error *err)
     pt_exec_result res;
     r->nev = 0;
     /* in_run and run_end were set under the lock that decided to run */
-    int rc =
-        r->nch > 1 ? run_chunks(r, done, &res, err) : pt_exec_run(r->ch[0].exec, done, &res, err);
+    int rc = r->wired ? 0 : wire_run(w, err);
+    if (rc == 0)
+        rc = r->nch > 1 ? run_chunks(r, done, &res, err)
+                        : pt_exec_run(r->ch[0].exec, done, &res, err);
     if (rc < 0 || events_wanted(w, start, done, end, target))
         publish_events(w);
     r->nev = 0;
