@@ -9,6 +9,7 @@
  * ranks) on the same sizes and either side of its size bound. Also: a rank that sends and
  * closes at once still gets its message through its ring to a peer that looks only later. */
 #include <math.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +22,12 @@
 #include "runtime/comm_internal.h"
 #include "tests/runtime/ar_ref.h"
 #include "tests/test.h"
+#include "tests/wait_util.h"
 
 #define MAX_P      4
 #define TIMEOUT_MS 20000 /* generous: 2 shared cores, maybe under ASan */
+/* a run of all ranks, valgrind included (minutes there); only a hang meets it */
+#define PROC_BOUND_MS 900000
 
 typedef struct result {
     int rank, ok;
@@ -160,17 +164,34 @@ static int run_procs(int p, proc_body *body, const void *arg, result *res)
     memset(res, 0, sizeof *res * (size_t)p);
     /* Each rank writes one record (atomic: smaller than PIPE_BUF) and exits;
      * EOF once all have. */
-    while (read(fds[0], &one, sizeof one) == (ssize_t)sizeof one)
+    /* Each rank's calls are bounded by the communicator's timeout; this
+     * bounds the whole, valgrind included, and names what did not come. */
+    int64_t deadline = pt_wait_now_ms() + PROC_BOUND_MS;
+    while (got < p) {
+        struct pollfd pf = {fds[0], POLLIN, 0};
+        int64_t left = deadline - pt_wait_now_ms();
+        if (left <= 0 || poll(&pf, 1, (int)left) <= 0)
+            break;
+        if (read(fds[0], &one, sizeof one) != (ssize_t)sizeof one)
+            break;
         if (one.rank >= 0 && one.rank < p) {
             res[one.rank] = one;
             got++;
         }
+    }
     close(fds[0]);
     int rc = got == p ? 0 : -1;
+    if (rc < 0)
+        fprintf(stderr, "comm_proc_test: %d of %d ranks reported within %d ms\n", got, p,
+                PROC_BOUND_MS);
     for (int r = 0; r < p; r++) {
-        int st;
-        if (waitpid(pid[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        int left = (int)(deadline - pt_wait_now_ms());
+        int st = pt_wait_pid(pid[r], left > 0 ? left : 1);
+        if (st != 0) {
+            fprintf(stderr, "comm_proc_test: rank %d: exit %d (-1: still running, killed)\n", r,
+                    st);
             rc = -1;
+        }
     }
     char sock[160];
     for (int r = 0; r < p; r++) {
