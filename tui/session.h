@@ -55,7 +55,7 @@
 
 typedef enum pt_agent_state {
     PT_AGENT_REGISTERED, /* registered, no plan yet */
-    PT_AGENT_ASSIGNED,   /* acknowledged its assign: built its stage, connected its peers */
+    PT_AGENT_ASSIGNED,   /* acknowledged its assign: built its stage, bound its data socket */
     PT_AGENT_RUNNING,    /* acknowledged a start */
     PT_AGENT_IDLE,       /* finished the steps it was started for */
     PT_AGENT_STOPPED,    /* acknowledged a stop */
