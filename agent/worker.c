@@ -40,6 +40,7 @@
 #include "runtime/feed.h"
 #include "runtime/net.h"
 #include "runtime/optim.h"
+#include "runtime/stage.h"
 
 #define NS_PER_MS          1000000LL
 #define BIND_RETRIES       50 /* the data port is re-bound after the previous socket closed */
@@ -71,16 +72,12 @@
 
 struct run_state;
 
-/* One model chunk of the run: a worker of the program with its own net,
- * optimizer, feed (first and last stage), collective and executor. */
+/* One model chunk of the run: a worker of the program, its stage
+ * (runtime/stage.h) and its collective. */
 typedef struct chunk {
     int worker, stage;
-    pt_exec_needs needs;
-    pt_feed *feed;
-    pt_net *net;
-    pt_optim *optim;
+    pt_stage_replica *st; /* net, optimizer, feed, and the executor once wired */
     pt_collective *coll;
-    pt_exec *exec;
     /* one run of several chunks: each on its own thread */
     struct run_state *r;
     pthread_t th;
@@ -422,7 +419,7 @@ static void publish_chunk_metrics(pt_agent_worker *w, const chunk *ch, const pt_
 {
     run_state *r = &w->r;
     pt_mem_stats ms;
-    pt_arena_stats(pt_net_arena(ch->net), &ms);
+    pt_arena_stats(pt_net_arena(pt_stage_net(ch->st)), &ms);
     int windows = res->windows > 0 ? res->windows : 1;
     double iter_ms = (double)res->wall_ns / 1e6 / windows;
     double samples = (double)r->prog.mb_size * r->prog.mb_per_window;
@@ -435,7 +432,7 @@ static void publish_chunk_metrics(pt_agent_worker *w, const chunk *ch, const pt_
         mt->step = first_step + k;
         double sum = 0;
         int64_t count = 0;
-        pt_exec_window_loss(ch->exec, k, &sum, &count);
+        pt_exec_window_loss(pt_stage_exec(ch->st), k, &sum, &count);
         mt->loss = count > 0 ? sum / (double)count : NAN;
         mt->iter_ms = iter_ms;
         mt->samples_per_s = iter_ms > 0 ? samples / (iter_ms / 1e3) : 0;
@@ -460,7 +457,7 @@ static void teardown(pt_agent_worker *w)
 {
     run_state *r = &w->r;
     for (int c = 0; c < r->nch; c++) {
-        pt_exec_destroy(&r->ch[c].exec);
+        pt_stage_unwire(r->ch[c].st);
         pt_collective_destroy(&r->ch[c].coll);
     }
     pt_exec_host_free(&r->host);
@@ -487,11 +484,8 @@ static void teardown(pt_agent_worker *w)
     if (ctx && !quitting)
         zmq_ctx_term(ctx);
     r->data_ctx = NULL;
-    for (int c = 0; c < r->nch; c++) {
-        pt_optim_destroy(&r->ch[c].optim);
-        pt_net_destroy(&r->ch[c].net);
-        pt_feed_destroy(&r->ch[c].feed);
-    }
+    for (int c = 0; c < r->nch; c++)
+        pt_stage_destroy(&r->ch[c].st); /* after the context: zero-copy sends read its net */
     pt_dataset_free(&r->ds);
     if (r->ev_mu_ok)
         pthread_mutex_destroy(&r->ev_mu);
@@ -590,7 +584,7 @@ static void data_bounds(run_state *r)
     /* the chunks of a device share the rank: their messages add up */
     for (int c = 0; c < r->nch; c++) {
         const pt_worker *pw = &r->prog.workers[r->ch[c].worker];
-        const pt_net *net = r->ch[c].net;
+        const pt_net *net = pt_stage_net(r->ch[c].st);
         int64_t in_row = pt_net_in_elems(net) * (int64_t)sizeof(float);
         int64_t out_row = pt_net_out_elems(net) * (int64_t)sizeof(float);
         for (int i = pw->op_begin; i < pw->op_end; i++) {
@@ -801,7 +795,8 @@ static int load_resume(pt_agent_worker *w, int64_t step, pt_error *err)
     pt_ckpt_info info;
     int rc = 0;
     for (int c = 0; c < r->nch && rc == 0; c++)
-        rc = pt_ckpt_load(dir, r->spec, r->ch[c].net, r->ch[c].optim, &info, err);
+        rc = pt_ckpt_load(dir, r->spec, pt_stage_net(r->ch[c].st), pt_stage_optim(r->ch[c].st),
+                          &info, err);
     if (rc < 0)
         return rc;
     if (info.step != step)
@@ -882,59 +877,42 @@ static int pick_chunks(run_state *r, const pt_msg_assign *as, pt_error *err)
     return 0;
 }
 
-/* Chunk c's net, optimizer and feed (its stage's layers and data). */
+/* Chunk c's stage: net, optimizer and feed (its layers and data). */
 static int build_chunk(pt_agent_worker *w, const pt_msg_assign *as, int c, pt_error *err)
 {
     run_state *r = &w->r;
     chunk *ch = &r->ch[c];
     ch->r = r;
-    int rc = pt_exec_needs_of(&r->prog, ch->worker, &ch->needs, err);
+    int rc = pt_stage_needs_data(&r->prog, ch->worker, err);
+    if (rc > 0 && !r->ds)
+        rc = pt_dataset_open(as->data, r->spec, PT_DATA_TRAIN, PT_AGENT_SYNTH_DATA_SEED, &r->ds,
+                             err);
     if (rc < 0)
         return rc;
-    const pt_exec_needs *needs = &ch->needs;
-    if (needs->needs_input || needs->needs_labels) {
-        if (!r->ds && (rc = pt_dataset_open(as->data, r->spec, PT_DATA_TRAIN,
-                                            PT_AGENT_SYNTH_DATA_SEED, &r->ds, err)) < 0)
-            return rc;
-        if ((rc = pt_feed_create(r->ds, (uint64_t)as->seed, r->prog.mb_size, r->prog.mb_per_window,
-                                 &ch->feed, err)) < 0)
-            return rc;
-    }
-    pt_net_config nc = pt_net_config_default(r->spec);
-    nc.first = needs->first;
-    nc.last = needs->last;
-    nc.max_batch = needs->max_batch > 0 ? needs->max_batch : 1;
-    nc.max_slots = needs->max_slots > 0 ? needs->max_slots : 1;
-    nc.recompute = needs->recompute;
-    nc.seed = (uint64_t)as->seed;
-    nc.backend = w->be;
-    if ((rc = pt_net_create(r->spec, &nc, &ch->net, err)) < 0 ||
-        (rc = pt_optim_create(&r->plan->optimizer, pt_net_arena(ch->net),
-                              pt_net_param_count(ch->net), &ch->optim, err)) < 0)
-        return rc;
-    return 0;
+    pt_stage_config sc = {.prog = &r->prog,
+                          .worker = ch->worker,
+                          .spec = r->spec,
+                          .optim = &r->plan->optimizer,
+                          .backend = w->be,
+                          .init_seed = (uint64_t)as->seed,
+                          .data = r->ds,
+                          .data_seed = (uint64_t)as->seed};
+    return pt_stage_create(&sc, &ch->st, err);
 }
 
 static int build_exec(pt_agent_worker *w, int c, pt_error *err)
 {
     run_state *r = &w->r;
-    chunk *ch = &r->ch[c];
-    pt_exec_config ec = {0};
-    ec.nccl = r->nccl;
-    ec.nccl_replicas = r->nccl_replicas;
-    ec.prog = &r->prog;
-    ec.worker = ch->worker;
-    ec.net = ch->net;
-    ec.optim = ch->optim;
-    ec.comm = r->comm;
-    ec.coll = ch->coll;
-    ec.ranks = r->ranks;
-    ec.host = r->host;
-    ec.feed = ch->feed ? pt_feed_as_exec(ch->feed) : (pt_exec_feed){0};
-    ec.on_op = on_op;
-    ec.user = r;
-    ec.stop = &w->stop_flag;
-    return pt_exec_create(&ec, &ch->exec, err);
+    pt_stage_links l = {.comm = r->comm,
+                        .coll = r->ch[c].coll,
+                        .ranks = r->ranks,
+                        .host = r->host,
+                        .nccl = r->nccl,
+                        .nccl_replicas = r->nccl_replicas,
+                        .on_op = on_op,
+                        .user = r,
+                        .stop = &w->stop_flag};
+    return pt_stage_wire(r->ch[c].st, &l, err);
 }
 
 /* The generation's first iteration: connects to every peer and waits for
@@ -959,7 +937,7 @@ static int wire_run(pt_agent_worker *w, pt_error *err)
     if (rc == 0)
         rc = pt_comm_await_peers(r->comm, w->comm_timeout_ms, WIRE_MAX_FAILURES, err);
     for (int c = 0; c < r->nch && rc == 0; c++)
-        if (r->ch[c].needs.needs_collective)
+        if (pt_stage_needs(r->ch[c].st)->needs_collective)
             rc = build_collective(w, c, err);
     for (int c = 0; c < r->nch && rc == 0; c++)
         rc = build_exec(w, c, err);
@@ -1026,19 +1004,20 @@ static int save_chunk(run_state *r, const chunk *ch, int64_t step, const char *d
 {
     pt_ckpt_layer *layers = NULL;
     int count = 0;
-    int rc = pt_ckpt_write_layers(dir, r->spec, ch->net, ch->optim, step, &layers, &count, err);
+    int rc = pt_ckpt_write_layers(dir, r->spec, pt_stage_net(ch->st), pt_stage_optim(ch->st), step,
+                                  &layers, &count, err);
     if (rc < 0)
         return rc;
     const pt_feed *feed = NULL;
     for (int c = 0; c < r->nch && !feed; c++)
-        feed = r->ch[c].feed;
+        feed = pt_stage_feed(r->ch[c].st);
     pt_ckpt_index ix = {0};
     snprintf(ix.model, sizeof ix.model, "%s", r->spec->name);
     ix.step = step;
     ix.epoch = feed ? (double)step / (double)pt_feed_batches_per_epoch(feed) : 0;
     ix.has_optimizer = 1;
     ix.optimizer = r->plan->optimizer;
-    ix.optim_steps = pt_optim_steps(ch->optim);
+    ix.optim_steps = pt_optim_steps(pt_stage_optim(ch->st));
     ix.layer_count = count;
     ix.layers = layers;
     char *text = pt_ckpt_index_to_json(&ix);
@@ -1125,7 +1104,7 @@ static void *chunk_main(void *arg)
     chunk *ch = arg;
     ch->err.code = 0;
     pt_backend_cuda_bind(ch->r->be); /* a failure shows at the first allocation */
-    ch->rc = pt_exec_run(ch->exec, ch->base, &ch->res, &ch->err);
+    ch->rc = pt_exec_run(pt_stage_exec(ch->st), ch->base, &ch->res, &ch->err);
     if (ch->rc < 0)
         pt_exec_host_abort(ch->r->host); /* the device's other chunks stop at their turn */
     return NULL;
@@ -1163,7 +1142,7 @@ static int run_chunks(run_state *r, int64_t base, pt_exec_result *res, pt_error 
     }
     if (rc < 0) {
         for (int c = 0; c < r->nch; c++)
-            pt_exec_reset(r->ch[c].exec);
+            pt_exec_reset(pt_stage_exec(r->ch[c].st));
         return rc;
     }
     *res = r->ch[0].res;
@@ -1189,7 +1168,7 @@ static int run_once(pt_agent_worker *w, pt_error *err)
     int rc = r->wired ? 0 : wire_run(w, err);
     if (rc == 0)
         rc = r->nch > 1 ? run_chunks(r, done, &res, err)
-                        : pt_exec_run(r->ch[0].exec, done, &res, err);
+                        : pt_exec_run(pt_stage_exec(r->ch[0].st), done, &res, err);
     if (rc < 0 || events_wanted(w, start, done, end, target))
         publish_events(w);
     r->nev = 0;
