@@ -1,7 +1,7 @@
 /* One worker of a schedule program (a stage replica, or a model chunk of
  * one), assembled: the one place that turns a
  * program's worker into its net, optimizer, data feed and executor, for the
- * agent (agent/worker.c, one worker or several model chunks per process)
+ * agent (agent/worker_plane.c, one worker or several model chunks per process)
  * and the in-process pipeline (runtime/pipeline.c, a thread per worker).
  *
  * Two steps, because the executor needs the data plane and the data plane
