@@ -127,11 +127,12 @@ const pt_cuda_module *pt_cuda_module_get(pt_error *err)
 int pt_cuda_module_set(const pt_cuda_module *m, pt_error *err)
 {
     if (!module_fits(m))
-        return pt_error_set(err, PT_EINVAL,
-                            "cuda module stand-in: ABI %d, table of %zu bytes, backend of %zu; this "
-                            "build has %d, %zu and %zu",
-                            m ? m->abi : -1, m ? m->size : 0, m ? m->backend_size : 0,
-                            PT_CUDA_MODULE_ABI, sizeof *m, sizeof(pt_backend));
+        return pt_error_set(
+            err, PT_EINVAL,
+            "cuda module stand-in: ABI %d, table of %zu bytes, backend of %zu; this "
+            "build has %d, %zu and %zu",
+            m ? m->abi : -1, m ? m->size : 0, m ? m->backend_size : 0, PT_CUDA_MODULE_ABI,
+            sizeof *m, sizeof(pt_backend));
     const pt_cuda_module *none = NULL;
     int ok = atomic_compare_exchange_strong(&g_module, &none, m);
     return ok ? 0 : pt_error_set(err, PT_ESTATE, "cuda module: one is already loaded");

@@ -97,8 +97,8 @@ static void sort_worker(np *q, int w)
     int *l = q->list;
     for (int i = q->beg[w] + 1; i < q->beg[w + 1]; i++) {
         int v = l[i], j = i;
-        while (j > q->beg[w] && (q->pos[l[j - 1]] > q->pos[v] ||
-                                 (q->pos[l[j - 1]] == q->pos[v] && l[j - 1] > v))) {
+        while (j > q->beg[w] &&
+               (q->pos[l[j - 1]] > q->pos[v] || (q->pos[l[j - 1]] == q->pos[v] && l[j - 1] > v))) {
             l[j] = l[j - 1];
             j--;
         }
@@ -168,8 +168,8 @@ static int replay(np *q)
     for (int moved = 1; moved;) {
         moved = 0;
         for (int w = 0; w < q->W; w++)
-            for (int e = q->head[w], h = head_pos(q, w); e < q->beg[w + 1] && q->pos[q->list[e]] == h;
-                 e++)
+            for (int e = q->head[w], h = head_pos(q, w);
+                 e < q->beg[w + 1] && q->pos[q->list[e]] == h; e++)
                 if (!q->done[q->list[e]])
                     moved |= match(q, q->list[e]);
         for (int w = 0; w < q->W; w++) {

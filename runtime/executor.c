@@ -809,7 +809,7 @@ int pt_exec_run(pt_exec *ex, int64_t iteration_base, pt_exec_result *res, pt_err
             return op_error(ex, i, rc, err);
         int64_t t0 = pt_exec_now_ns();
         evs[0].start_ns = t0;
-        rc = msgs  ? nccl_messages(ex, i, g, evs, err)
+        rc = msgs    ? nccl_messages(ex, i, g, evs, err)
              : g > 1 ? op_bwd_weights(ex, i, g, evs, err)
                      : exec_op(ex, i, iteration_base, evs, err);
         int64_t t1 = pt_exec_now_ns();

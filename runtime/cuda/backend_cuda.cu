@@ -61,7 +61,7 @@ static void check(cudaError_t e, const char *what)
 #define LAUNCH(kernel, grid, block, stream, ...)                                                   \
     do {                                                                                           \
         kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__);                                     \
-        check(cudaGetLastError(), #kernel " launch");                                             \
+        check(cudaGetLastError(), #kernel " launch");                                              \
     } while (0)
 
 static void check_blas(cublasStatus_t s, const char *what)
@@ -189,7 +189,8 @@ static void cu_gemm_batched(const pt_backend *be, pt_trans ta, pt_trans tb, int 
         return;
     if (k <= 0) {
         for (int i = 0; i < batch; i++)
-            LAUNCH(k_scale_matrix, blocks_for((int64_t)m * n), THREADS, x->stream, m, n, beta, c + i * stride_c, ldc);
+            LAUNCH(k_scale_matrix, blocks_for((int64_t)m * n), THREADS, x->stream, m, n, beta,
+                   c + i * stride_c, ldc);
         return;
     }
     check_blas(cublasGemmStridedBatchedEx(x->blas, op_of(tb), op_of(ta), n, m, k, &alpha, b,
@@ -345,7 +346,7 @@ static dim3 col_grid(int rows, int cols)
 }
 
 #define COL_ROWS(r, rows)                                                                          \
-    for (int64_t r0_ = (int64_t)blockIdx.y * COL_CHUNK; r0_ < (rows);                               \
+    for (int64_t r0_ = (int64_t)blockIdx.y * COL_CHUNK; r0_ < (rows);                              \
          r0_ += (int64_t)gridDim.y * COL_CHUNK)                                                    \
         for (int64_t r = r0_, r1_ = min((int64_t)(rows), r0_ + COL_CHUNK); r < r1_; r++)
 
@@ -357,7 +358,9 @@ __global__ void k_col_sum(int rows, int cols, const float *x, float *out)
         return;
     float s = 0.0f;
     COL_ROWS(r, rows)
-    s += x[r * cols + c];
+    {
+        s += x[r * cols + c];
+    }
     atomicAdd(&out[c], s);
 }
 
@@ -516,7 +519,8 @@ static void cu_layernorm_fwd(const pt_backend *be, int rows, int cols, float eps
                              float *rstd)
 {
     if (rows > 0 && cols > 0)
-        LAUNCH(k_layernorm_fwd, rows, THREADS, ctx_of(be)->stream, cols, eps, x, gain, bias, y, mean, rstd);
+        LAUNCH(k_layernorm_fwd, rows, THREADS, ctx_of(be)->stream, cols, eps, x, gain, bias, y,
+               mean, rstd);
 }
 
 static void cu_layernorm_bwd(const pt_backend *be, int rows, int cols, const float *x,
@@ -527,7 +531,8 @@ static void cu_layernorm_bwd(const pt_backend *be, int rows, int cols, const flo
     if (rows <= 0 || cols <= 0)
         return;
     if (dgain)
-        LAUNCH(k_layernorm_dparams, col_grid(rows, cols), THREADS, s, rows, cols, x, dy, mean, rstd, dgain, dbias);
+        LAUNCH(k_layernorm_dparams, col_grid(rows, cols), THREADS, s, rows, cols, x, dy, mean, rstd,
+               dgain, dbias);
     if (dx)
         LAUNCH(k_layernorm_dx, rows, THREADS, s, cols, x, dy, gain, mean, rstd, dx);
 }
@@ -582,7 +587,8 @@ static int cu_embedding_fwd(const pt_backend *be, int n, int seq, int dim, int v
     int64_t tokens = (int64_t)n * seq;
     check(cudaMemsetAsync(c->flag, 0, sizeof(int), c->stream), "embedding");
     if (tokens * dim > 0)
-        LAUNCH(k_embedding_fwd, blocks_for(tokens * dim), THREADS, c->stream, tokens, seq, dim, vocab, ids, table, pos, y, c->flag);
+        LAUNCH(k_embedding_fwd, blocks_for(tokens * dim), THREADS, c->stream, tokens, seq, dim,
+               vocab, ids, table, pos, y, c->flag);
     return read_flag(c) ? PT_ERANGE : 0;
 }
 
@@ -591,7 +597,8 @@ static void cu_embedding_bwd(const pt_backend *be, int n, int seq, int dim, cons
 {
     int64_t tokens = (int64_t)n * seq;
     if (tokens * dim > 0)
-        LAUNCH(k_embedding_bwd, blocks_for(tokens * dim), THREADS, ctx_of(be)->stream, tokens, seq, dim, ids, dy, dtable, dpos);
+        LAUNCH(k_embedding_bwd, blocks_for(tokens * dim), THREADS, ctx_of(be)->stream, tokens, seq,
+               dim, ids, dy, dtable, dpos);
 }
 
 /* ---- causal attention softmax: one warp per row ------------------------ */
@@ -667,7 +674,8 @@ static void cu_attention_softmax_bwd(const pt_backend *be, int64_t rows, int seq
                                      const float *dp, float *ds)
 {
     if (rows > 0 && seq > 0)
-        LAUNCH(k_attn_softmax_bwd, row_blocks(rows), THREADS, ctx_of(be)->stream, rows, seq, p, dp, ds);
+        LAUNCH(k_attn_softmax_bwd, row_blocks(rows), THREADS, ctx_of(be)->stream, rows, seq, p, dp,
+               ds);
 }
 
 /* ---- softmax cross-entropy: one block per row -------------------------- */
@@ -719,7 +727,8 @@ static int cu_softmax_xent_fwd(const pt_backend *be, int rows, int classes, cons
     check(cudaMemsetAsync(c->scalar, 0, sizeof(double), c->stream), "xent");
     check(cudaMemsetAsync(c->flag, 0, sizeof(int), c->stream), "xent");
     if (rows > 0)
-        LAUNCH(k_xent_fwd, rows, THREADS, c->stream, classes, logits, labels, probs, c->scalar, c->flag);
+        LAUNCH(k_xent_fwd, rows, THREADS, c->stream, classes, logits, labels, probs, c->scalar,
+               c->flag);
     if (read_flag(c))
         return PT_ERANGE;
     *loss_sum = read_scalar(c);
@@ -731,7 +740,8 @@ static void cu_softmax_xent_bwd(const pt_backend *be, int rows, int classes, con
 {
     int64_t n = (int64_t)rows * classes;
     if (n > 0)
-        LAUNCH(k_xent_bwd, blocks_for(n), THREADS, ctx_of(be)->stream, n, classes, probs, labels, scale, dlogits);
+        LAUNCH(k_xent_bwd, blocks_for(n), THREADS, ctx_of(be)->stream, n, classes, probs, labels,
+               scale, dlogits);
 }
 
 /* ---- optimizers -------------------------------------------------------- */
@@ -766,15 +776,17 @@ static void cu_sgd_update(const pt_backend *be, int64_t n, float lr, float momen
                           const float *w, float *w_out, const float *g, float *v)
 {
     if (n > 0)
-        LAUNCH(k_sgd, blocks_for(n), THREADS, ctx_of(be)->stream, n, lr, momentum, wd, w, w_out, g, v);
+        LAUNCH(k_sgd, blocks_for(n), THREADS, ctx_of(be)->stream, n, lr, momentum, wd, w, w_out, g,
+               v);
 }
 
 static void cu_adam_update(const pt_backend *be, int64_t n, float lr, float beta1, float beta2,
-                           float eps, float wd, float bc1, float bc2, const float *w,
-                           float *w_out, const float *g, float *m, float *v)
+                           float eps, float wd, float bc1, float bc2, const float *w, float *w_out,
+                           const float *g, float *m, float *v)
 {
     if (n > 0)
-        LAUNCH(k_adam, blocks_for(n), THREADS, ctx_of(be)->stream, n, lr / bc1, beta1, beta2, eps, wd, 1.0f / sqrtf(bc2), w, w_out, g, m, v);
+        LAUNCH(k_adam, blocks_for(n), THREADS, ctx_of(be)->stream, n, lr / bc1, beta1, beta2, eps,
+               wd, 1.0f / sqrtf(bc2), w, w_out, g, m, v);
 }
 
 /* ---- the table and its life -------------------------------------------- */
@@ -899,15 +911,15 @@ static cublasStatus_t ctx_init_blas(cuda_ctx *c, const char **what)
     return cublasSetStream(c->blas, c->stream);
 }
 
-static int cu_backend_create(int device, pt_cuda_math math, const pt_backend **out,
-                                      pt_error *err)
+static int cu_backend_create(int device, pt_cuda_math math, const pt_backend **out, pt_error *err)
 {
     *out = NULL;
     int count = cu_device_probe(err);
     if (count < 0)
         return count;
     if (count == 0)
-        return pt_error_set(err, PT_EUNSUPP, "cuda: no GPU visible (cudaGetDeviceCount found none)");
+        return pt_error_set(err, PT_EUNSUPP,
+                            "cuda: no GPU visible (cudaGetDeviceCount found none)");
     if (device < 0 || device >= count)
         return pt_error_set(err, PT_EUNSUPP, "cuda: no device %d (%d visible)", device, count);
     if ((int)math < PT_CUDA_FP32 || (int)math > PT_CUDA_BF16)
@@ -981,8 +993,7 @@ static int cu_backend_bind(const pt_backend *be)
     return cudaSetDevice(ctx_of(be)->device) == cudaSuccess ? 0 : PT_EIO;
 }
 
-static int cu_backend_mem_info(const pt_backend *be, int64_t *free_bytes,
-                                        int64_t *total_bytes)
+static int cu_backend_mem_info(const pt_backend *be, int64_t *free_bytes, int64_t *total_bytes)
 {
     if (!cu_backend_is_cuda(be))
         return PT_EUNSUPP;

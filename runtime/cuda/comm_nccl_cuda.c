@@ -19,11 +19,11 @@
 
 _Static_assert(sizeof(ncclUniqueId) == PT_NCCL_ID_BYTES, "ncclUniqueId is 128 bytes");
 
-#define NCCL_LIBRARY_ENV  "PIPETOP_NCCL_LIBRARY"
-#define NCCL_LIBRARY      "libnccl.so.2"
-#define NCCL_MIN_VERSION  21800 /* 2.18: ncclCommSplit */
-#define POLL_SPIN         200   /* polls without sleeping before waiting POLL_SLEEP_NS */
-#define POLL_SLEEP_NS     50000
+#define NCCL_LIBRARY_ENV "PIPETOP_NCCL_LIBRARY"
+#define NCCL_LIBRARY     "libnccl.so.2"
+#define NCCL_MIN_VERSION 21800 /* 2.18: ncclCommSplit */
+#define POLL_SPIN        200   /* polls without sleeping before waiting POLL_SLEEP_NS */
+#define POLL_SLEEP_NS    50000
 
 /* Every NCCL function the module calls, resolved from the library. */
 #define NCCL_FUNCS(X)                                                                              \
@@ -80,8 +80,8 @@ static void nccl_open(void)
 #undef NCCL_SYM
     int version = 0;
     if (g_nccl.ncclGetVersion(&version) != ncclSuccess || version < NCCL_MIN_VERSION) {
-        pt_error_set(&g_nccl_why, PT_EUNSUPP, "nccl: %s is version %d; %d or newer is needed",
-                     path, version, NCCL_MIN_VERSION);
+        pt_error_set(&g_nccl_why, PT_EUNSUPP, "nccl: %s is version %d; %d or newer is needed", path,
+                     version, NCCL_MIN_VERSION);
         return;
     }
     g_nccl_why.code = 0;
@@ -194,8 +194,7 @@ static int wait_stream(pt_nccl *self, int timeout_ms, pt_error *err)
         if (r != ncclSuccess)
             async = r;
         if (async != ncclSuccess && async != ncclInProgress) {
-            snprintf(msg, sizeof msg, "asynchronous error: %s",
-                     g_nccl.ncclGetErrorString(async));
+            snprintf(msg, sizeof msg, "asynchronous error: %s", g_nccl.ncclGetErrorString(async));
             return abort_comm(self, PT_EIO, err, msg);
         }
         if (e == cudaSuccess)

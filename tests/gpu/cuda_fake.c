@@ -211,9 +211,9 @@ cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *host_fun)
 static int config_ok(dim3 grid, dim3 block)
 {
     uint64_t threads = (uint64_t)block.x * block.y * block.z;
-    return grid.x >= 1 && grid.y >= 1 && grid.z >= 1 && grid.x <= 2147483647u &&
-           grid.y <= 65535 && grid.z <= 65535 && block.x >= 1 && block.y >= 1 && block.z >= 1 &&
-           block.x <= 1024 && block.y <= 1024 && block.z <= 64 && threads <= 1024;
+    return grid.x >= 1 && grid.y >= 1 && grid.z >= 1 && grid.x <= 2147483647u && grid.y <= 65535 &&
+           grid.z <= 65535 && block.x >= 1 && block.y >= 1 && block.z >= 1 && block.x <= 1024 &&
+           block.y <= 1024 && block.z <= 64 && threads <= 1024;
 }
 
 cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void **args,
@@ -393,12 +393,14 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
     return (cublasStatus_t)g.gemm_status;
 }
 
-cublasStatus_t cublasGemmStridedBatchedEx(
-    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-    const void *alpha, const void *A, cudaDataType Atype, int lda, long long int strideA,
-    const void *B, cudaDataType Btype, int ldb, long long int strideB, const void *beta, void *C,
-    cudaDataType Ctype, int ldc, long long int strideC, int batchCount,
-    cublasComputeType_t computeType, cublasGemmAlgo_t algo)
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                                          cublasOperation_t transb, int m, int n, int k,
+                                          const void *alpha, const void *A, cudaDataType Atype,
+                                          int lda, long long int strideA, const void *B,
+                                          cudaDataType Btype, int ldb, long long int strideB,
+                                          const void *beta, void *C, cudaDataType Ctype, int ldc,
+                                          long long int strideC, int batchCount,
+                                          cublasComputeType_t computeType, cublasGemmAlgo_t algo)
 {
     (void)handle, (void)transa, (void)transb, (void)m, (void)n, (void)k, (void)alpha, (void)A;
     (void)Atype, (void)lda, (void)strideA, (void)B, (void)Btype, (void)ldb, (void)strideB;
@@ -479,8 +481,8 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async)
 {
     (void)comm;
     g.nccl_polls++;
-    *async = g.nccl_async && g.nccl_polls >= g.nccl_after ? (ncclResult_t)g.nccl_async
-                                                           : ncclSuccess;
+    *async =
+        g.nccl_async && g.nccl_polls >= g.nccl_after ? (ncclResult_t)g.nccl_async : ncclSuccess;
     return ncclSuccess;
 }
 

@@ -34,12 +34,12 @@
 #include "tests/gpu/cuda_fake.h"
 #include "tests/test.h"
 
-#define N         4096 /* floats in each scratch buffer */
-#define CUDA_ERR_NO_KERNEL_IMAGE 209 /* cudaErrorNoKernelImageForDevice */
-#define CUDA_ERR_MEMORY          2   /* cudaErrorMemoryAllocation */
-#define CUDA_ERR_ILLEGAL_ADDRESS 700 /* cudaErrorIllegalAddress */
-#define CUDA_ERR_NO_DRIVER       35  /* cudaErrorInsufficientDriver */
-#define CUDA_ERR_NO_DEVICE       100 /* cudaErrorNoDevice */
+#define N                        4096 /* floats in each scratch buffer */
+#define CUDA_ERR_NO_KERNEL_IMAGE 209  /* cudaErrorNoKernelImageForDevice */
+#define CUDA_ERR_MEMORY          2    /* cudaErrorMemoryAllocation */
+#define CUDA_ERR_ILLEGAL_ADDRESS 700  /* cudaErrorIllegalAddress */
+#define CUDA_ERR_NO_DRIVER       35   /* cudaErrorInsufficientDriver */
+#define CUDA_ERR_NO_DEVICE       100  /* cudaErrorNoDevice */
 #define BLAS_NOT_INITIALIZED     1
 #define BLAS_EXECUTION_FAILED    13
 #define NCCL_REMOTE_ERROR        6
@@ -179,8 +179,8 @@ static void op_xent(const pt_backend *be, bufs *x)
 static void op_optim(const pt_backend *be, bufs *x)
 {
     be->sgd_update(be, 100, 0.1f, 0.9f, 0.0f, x->a, x->a, x->b, x->c);
-    be->adam_update(be, 100, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.1f, 0.001f, x->a, x->a, x->b,
-                    x->c, x->d);
+    be->adam_update(be, 100, 0.1f, 0.9f, 0.999f, 1e-8f, 0.0f, 0.1f, 0.001f, x->a, x->a, x->b, x->c,
+                    x->d);
 }
 
 static const struct {
@@ -233,8 +233,8 @@ static void test_launch_checks(void)
         CHECK_MSG(launches >= 1, "%s launched no kernel", g_ops[i].name);
         CHECK_MSG(errors == launches, "%s: %d failed launches, %d reported", g_ops[i].name,
                   launches, errors);
-        CHECK_MSG(strstr(log, "no kernel image is available"),
-                  "%s: stderr lacks CUDA's words: %s", g_ops[i].name, log);
+        CHECK_MSG(strstr(log, "no kernel image is available"), "%s: stderr lacks CUDA's words: %s",
+                  g_ops[i].name, log);
     }
     fake_fail_launches(0);
     /* every kernel the module registered was launched, and its failure named */
@@ -273,8 +273,7 @@ static void test_tall_columns(void)
         int errors0 = pt_cuda_error_count(), bad0 = fake_bad_launches();
         be->col_sum(be, rows[i], 3, x.a, 0.0f, x.b);
         be->layernorm_bwd(be, rows[i], 3, x.a, x.a, x.c, x.d, x.e, NULL, x.f, x.f + 8);
-        CHECK_MSG(fake_bad_launches() == bad0, "%d rows: launched beyond the grid limits",
-                  rows[i]);
+        CHECK_MSG(fake_bad_launches() == bad0, "%d rows: launched beyond the grid limits", rows[i]);
         CHECK_MSG(pt_cuda_error_count() == errors0, "%d rows: %d errors", rows[i],
                   pt_cuda_error_count() - errors0);
     }
@@ -288,8 +287,9 @@ static void test_no_gpu_reason(void)
         int count, error;
         const char *want;
     } cases[] = {
-        {0, CUDA_ERR_NO_DRIVER, "cudaGetDeviceCount: CUDA driver version is insufficient for CUDA "
-                                "runtime version (cudaErrorInsufficientDriver)"},
+        {0, CUDA_ERR_NO_DRIVER,
+         "cudaGetDeviceCount: CUDA driver version is insufficient for CUDA "
+         "runtime version (cudaErrorInsufficientDriver)"},
         {0, CUDA_ERR_NO_DEVICE, "cudaGetDeviceCount: no CUDA-capable device is detected"},
         {0, 0, "no GPU visible"},
     };

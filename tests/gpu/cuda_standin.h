@@ -348,9 +348,9 @@ static inline int sti_allreduce(pt_nccl *self, float *buf, size_t count, pt_erro
             pthread_cond_broadcast(&sti.cond);
     }
     pthread_mutex_unlock(&sti.lock);
-    return rc < 0 ? pt_error_set(err, rc, "stand-in nccl: all-reduce of rank %d timed out",
-                                 self->rank)
-                  : 0;
+    return rc < 0
+               ? pt_error_set(err, rc, "stand-in nccl: all-reduce of rank %d timed out", self->rank)
+               : 0;
 }
 
 static inline int sti_wait(pt_nccl *self, int timeout_ms, pt_error *err)
@@ -422,8 +422,8 @@ typedef struct sti_replay {
     int streams;
     sti_unit **unit; /* per stream */
     int *len, *head;
-    int *ord;    /* [rec * PT_NCCL_GROUP_MAX + op]: ordinal among its kind and pair */
-    char *done;  /* [rec * PT_NCCL_GROUP_MAX + op] */
+    int *ord;   /* [rec * PT_NCCL_GROUP_MAX + op]: ordinal among its kind and pair */
+    char *done; /* [rec * PT_NCCL_GROUP_MAX + op] */
 } sti_replay;
 
 #define STI_AT(rec, op) ((rec)*PT_NCCL_GROUP_MAX + (op))
@@ -571,8 +571,9 @@ static inline int sti_deadlock(int streams, int split, char *why, size_t cap)
         const sti_record *r = &sti.log[u->rec];
         if (!why || used >= cap)
             continue;
-        used += (size_t)snprintf(why + used, cap - used, "%sstream %d waits in %s", used ? "; " : "",
-                                 s, r->kind == STI_GROUP ? "a group:" : "an all-reduce");
+        used +=
+            (size_t)snprintf(why + used, cap - used, "%sstream %d waits in %s", used ? "; " : "", s,
+                             r->kind == STI_GROUP ? "a group:" : "an all-reduce");
         for (int k = u->lo; r->kind == STI_GROUP && k < u->hi && used < cap; k++)
             used += (size_t)snprintf(why + used, cap - used, " %s %d (%zu floats)",
                                      r->ops[k].send ? "send to" : "recv from", r->ops[k].peer,

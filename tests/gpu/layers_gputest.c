@@ -102,8 +102,8 @@ static void out_free(layer_out *o)
 
 /* Runs layer `layer` forward and backward on backend be (NULL: the CPU).
  * Returns 0 or a failed CHECK's code. */
-static int run_layer(const pt_model_spec *spec, int layer, const pt_backend *be,
-                     const layer_in *li, layer_out *o)
+static int run_layer(const pt_model_spec *spec, int layer, const pt_backend *be, const layer_in *li,
+                     layer_out *o)
 {
     side s = {0};
     memset(o, 0, sizeof *o);
@@ -131,8 +131,7 @@ static int run_layer(const pt_model_spec *spec, int layer, const pt_backend *be,
 
 /* Errors of got against want: e[0] forward, e[1] parameter gradients, e[2]
  * input gradient; returns the worst of them and of the loss. */
-static double out_err(const layer_out *got, const layer_out *want, const layer_in *li,
-                      double e[3])
+static double out_err(const layer_out *got, const layer_out *want, const layer_in *li, double e[3])
 {
     e[0] = gpu_rel(got->y, want->y, li->out);
     e[1] = li->np > 0 ? gpu_rel(got->dw, want->dw, li->np) : 0;
@@ -203,8 +202,8 @@ static double compare_layer(const pt_model_spec *spec, int layer, pt_cuda_math m
     double tol = gpu_tol(math);
     printf(GPU_TAG " layer %-10s %-13s %s fwd %.2e dw %.2e dx %.2e vs %-8s tol %.0e %s "
                    "(unrounded %.2e)\n",
-           spec->name, spec->layers[layer].name, pt_cuda_math_name(math), best[0], best[1],
-           best[2], math == PT_CUDA_FP32 ? "fp32" : gpu_rounding_name(matched), tol,
+           spec->name, spec->layers[layer].name, pt_cuda_math_name(math), best[0], best[1], best[2],
+           math == PT_CUDA_FP32 ? "fp32" : gpu_rounding_name(matched), tol,
            worst < tol ? "PASS" : "FAIL", fp32);
     CHECK_MSG(worst < tol, "%s layer %d (%s) %s: error %.3e >= %.0e", spec->name, layer,
               spec->layers[layer].name, pt_cuda_math_name(math), worst, tol);
@@ -405,7 +404,8 @@ static double check_tall_columns(const pt_backend *gpu)
         want[i % cols] += x[i];
     float wantf[2] = {(float)want[0], (float)want[1]};
     float *gx = to_dev(gpu, x, n), *gones = to_dev(gpu, ones, rows);
-    float *gmean = gpu->alloc(gpu, rows * sizeof(float)), *gout = gpu->alloc(gpu, 8 * sizeof(float));
+    float *gmean = gpu->alloc(gpu, rows * sizeof(float)),
+          *gout = gpu->alloc(gpu, 8 * sizeof(float));
     gpu->fill(gpu, rows, 0.0f, gmean);
     gpu->col_sum(gpu, rows, cols, gx, 0.0f, gout);
     double worst = dev_err(gpu, gout, wantf, cols);

@@ -104,14 +104,23 @@ static void test_wrong_rank(void)
     pt_model_spec spec = ec_mlp();
     pt_dataset *ds = ec_data(&spec);
     REQUIRE(ds);
-    ec_case c = {.name = "1f1b-flush S=2", .kind = PT_SCHED_1F1B_FLUSH, .stages = 2,
-                 .cuts = cuts2, .mb_size = 2, .mb_count = 4, .optim = PT_OPTIM_SGD};
+    ec_case c = {.name = "1f1b-flush S=2",
+                 .kind = PT_SCHED_1F1B_FLUSH,
+                 .stages = 2,
+                 .cuts = cuts2,
+                 .mb_size = 2,
+                 .mb_count = 4,
+                 .optim = PT_OPTIM_SGD};
     pt_program prog;
     memset(&prog, 0, sizeof prog);
     REQUIRE(ec_program_spec(&c, &spec, &prog) == 0);
     static const pt_device_spec gpu0 = {1, 0, PT_CUDA_FP32};
-    pt_pipeline_config pc = {.spec = &spec, .prog = &prog, .optim = ec_optim(c.optim),
-                             .init_seed = INIT_SEED, .data = ds, .data_seed = DATA_SEED};
+    pt_pipeline_config pc = {.spec = &spec,
+                             .prog = &prog,
+                             .optim = ec_optim(c.optim),
+                             .init_seed = INIT_SEED,
+                             .data = ds,
+                             .data_seed = DATA_SEED};
 #ifdef PT_GPU_DRY_RUN
     pc.backend = sti_install();
     (void)gpu0;
@@ -226,8 +235,9 @@ int main(int argc, char **argv)
         printf("nccl_gputest: SKIPPED: no NCCL: %s\n", why.msg);
         return PT_GPU_SKIP_CODE;
     }
-    static const struct pt_test_case cases[] = {
-        {"one_rank", test_one_rank}, {"wrong_rank", test_wrong_rank}, {"multi_gpu", test_multi_gpu}};
+    static const struct pt_test_case cases[] = {{"one_rank", test_one_rank},
+                                                {"wrong_rank", test_wrong_rank},
+                                                {"multi_gpu", test_multi_gpu}};
     int failed = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (argc > 1 && !strstr(cases[i].name, argv[1]))

@@ -175,8 +175,8 @@ static void test_sync_kinds(void)
 static void test_replicated(void)
 {
     static const int cuts3[] = {0, 2, 5, 8}, reps[] = {1, 2, 1};
-    static const nccl_case c = {"dapple S=3 middle x2", PT_SCHED_DAPPLE, 'A', 3, 0, cuts3, reps,
-                                4, 1};
+    static const nccl_case c = {
+        "dapple S=3 middle x2", PT_SCHED_DAPPLE, 'A', 3, 0, cuts3, reps, 4, 1};
     check_case(&c);
 }
 
@@ -203,9 +203,9 @@ static void record_program(const pt_program *prog, const int *at)
                 int msg = k == PT_OP_SEND_ACT || k == PT_OP_SEND_GRAD || k == PT_OP_RECV_ACT ||
                           k == PT_OP_RECV_GRAD;
                 if (msg && (at ? at[j] == i : j == i))
-                    r.ops[r.n++] = (pt_nccl_p2p){k == PT_OP_SEND_ACT || k == PT_OP_SEND_GRAD,
-                                                 prog->ops[j].peer, NULL,
-                                                 (size_t)(prog->ops[j].row_hi - prog->ops[j].row_lo)};
+                    r.ops[r.n++] = (pt_nccl_p2p){
+                        k == PT_OP_SEND_ACT || k == PT_OP_SEND_GRAD, prog->ops[j].peer, NULL,
+                        (size_t)(prog->ops[j].row_hi - prog->ops[j].row_lo)};
             }
             if (r.n)
                 sti_log(&r);
@@ -222,14 +222,16 @@ static void record_program(const pt_program *prog, const int *at)
  * completes; one message per call, the kinds marked deadlock. */
 static void test_plans(void)
 {
-    static const int cuts[5][9] = {{0}, {0}, {0, 4, 8}, {0, 2, 4, 6, 8}, {0, 1, 2, 3, 4, 5, 6, 7, 8}};
+    static const int cuts[5][9] = {
+        {0}, {0}, {0, 4, 8}, {0, 2, 4, 6, 8}, {0, 1, 2, 3, 4, 5, 6, 7, 8}};
     static const struct {
         pt_sched_kind kind;
         char policy;
         int chunks;
-    } kinds[] = {{PT_SCHED_GPIPE, 0, 0},      {PT_SCHED_DAPPLE, 'A', 0}, {PT_SCHED_DAPPLE, 'B', 0},
-                 {PT_SCHED_1F1B_FLUSH, 0, 0}, {PT_SCHED_ZB_H1, 0, 0},    {PT_SCHED_ZB_H2, 0, 0},
-                 {PT_SCHED_1F1B_GW, 0, 0},    {PT_SCHED_INTERLEAVED, 0, 2}};
+    } kinds[] = {{PT_SCHED_GPIPE, 0, 0},    {PT_SCHED_DAPPLE, 'A', 0},
+                 {PT_SCHED_DAPPLE, 'B', 0}, {PT_SCHED_1F1B_FLUSH, 0, 0},
+                 {PT_SCHED_ZB_H1, 0, 0},    {PT_SCHED_ZB_H2, 0, 0},
+                 {PT_SCHED_1F1B_GW, 0, 0},  {PT_SCHED_INTERLEAVED, 0, 2}};
     pt_model_spec spec = ec_mlp();
     REQUIRE(sti_install());
     int plans = 0;
@@ -237,10 +239,15 @@ static void test_plans(void)
         for (int S = kinds[k].chunks ? 4 : 2; S <= 8; S *= 2)
             for (int m = 1; m <= 3; m++) {
                 int ci = S == 2 ? 2 : S == 4 ? 3 : 4;
-                ec_case c = {.name = "plan", .kind = kinds[k].kind, .policy = kinds[k].policy,
-                             .stages = S, .cuts = cuts[ci], .mb_size = 2,
+                ec_case c = {.name = "plan",
+                             .kind = kinds[k].kind,
+                             .policy = kinds[k].policy,
+                             .stages = S,
+                             .cuts = cuts[ci],
+                             .mb_size = 2,
                              .mb_count = m * (kinds[k].chunks ? S / kinds[k].chunks : S),
-                             .optim = PT_OPTIM_SGD, .chunks = kinds[k].chunks};
+                             .optim = PT_OPTIM_SGD,
+                             .chunks = kinds[k].chunks};
                 pt_program prog;
                 memset(&prog, 0, sizeof prog);
                 REQUIRE(ec_program_spec(&c, &spec, &prog) == 0);
@@ -248,8 +255,8 @@ static void test_plans(void)
                 pt_error err = {0};
                 int rc = pt_exec_nccl_plan(&prog, at, &err);
                 const char *name = pt_sched_kind_name(kinds[k].kind);
-                CHECK_MSG(rc == 0, "%s%c S=%d M=%d: %s", name, kinds[k].policy ? kinds[k].policy : ' ',
-                          S, c.mb_count, err.msg);
+                CHECK_MSG(rc == 0, "%s%c S=%d M=%d: %s", name,
+                          kinds[k].policy ? kinds[k].policy : ' ', S, c.mb_count, err.msg);
                 char why[2048];
                 if (rc == 0) {
                     record_program(&prog, at);
@@ -259,8 +266,8 @@ static void test_plans(void)
                 }
                 /* (interleaved with M = P micro-batches runs all forwards first) */
                 if (kinds[k].kind == PT_SCHED_1F1B_FLUSH ||
-                    (m > 1 && (kinds[k].kind == PT_SCHED_ZB_H2 ||
-                               kinds[k].kind == PT_SCHED_INTERLEAVED))) {
+                    (m > 1 &&
+                     (kinds[k].kind == PT_SCHED_ZB_H2 || kinds[k].kind == PT_SCHED_INTERLEAVED))) {
                     record_program(&prog, NULL);
                     CHECK_MSG(sti_deadlock(prog.worker_count, 0, why, sizeof why),
                               "%s S=%d M=%d: one message per call should deadlock", name, S,
@@ -281,13 +288,23 @@ static void test_hosts_refused(void)
     pt_model_spec spec = ec_mlp();
     pt_dataset *ds = ec_data(&spec);
     REQUIRE(ds);
-    ec_case c = {.name = "interleaved", .kind = PT_SCHED_INTERLEAVED, .stages = 4, .cuts = cuts4,
-                 .mb_size = 2, .mb_count = 4, .optim = PT_OPTIM_SGD, .chunks = 2};
+    ec_case c = {.name = "interleaved",
+                 .kind = PT_SCHED_INTERLEAVED,
+                 .stages = 4,
+                 .cuts = cuts4,
+                 .mb_size = 2,
+                 .mb_count = 4,
+                 .optim = PT_OPTIM_SGD,
+                 .chunks = 2};
     pt_program prog;
     memset(&prog, 0, sizeof prog);
     REQUIRE(ec_program_spec(&c, &spec, &prog) == 0);
-    pt_pipeline_config pc = {.spec = &spec, .prog = &prog, .optim = ec_optim(c.optim),
-                             .init_seed = INIT_SEED, .data = ds, .data_seed = DATA_SEED,
+    pt_pipeline_config pc = {.spec = &spec,
+                             .prog = &prog,
+                             .optim = ec_optim(c.optim),
+                             .init_seed = INIT_SEED,
+                             .data = ds,
+                             .data_seed = DATA_SEED,
                              .backend = sti_install()};
     pt_pipeline *pp = NULL;
     pt_error err = {0};
