@@ -120,15 +120,19 @@ foreach(src ${PT_GPU_BENCH})
   add_dependencies(${name} pt_cuda_module)
 endforeach()
 
-# Dry runs of the GPU tests: the same code with a copy of the CPU backend in
-# place of the GPU (-DPT_GPU_DRY_RUN), so scripts/gpu-check.sh --dry-run can
-# exercise the test logic on a machine without one. Built, never registered.
+# Dry runs of the GPU tests: the same code with a CPU stand-in in place of
+# the GPU (-DPT_GPU_DRY_RUN), so scripts/gpu-check.sh --dry-run can exercise
+# the test logic on a machine without one, and tests/gpu/gpu_dryrun_faults.sh
+# shows each test failing when the stand-in computes something wrong.
 foreach(src ${PT_GPU_TESTS})
   get_filename_component(name ${src} NAME_WE)
-  add_executable(${name}_dryrun EXCLUDE_FROM_ALL ${src})
+  add_executable(${name}_dryrun ${src})
   target_compile_definitions(${name}_dryrun PRIVATE PT_GPU_DRY_RUN=1)
   target_link_libraries(${name}_dryrun PRIVATE pt_tui)
 endforeach()
+add_test(NAME gpu_dryrun_faults_test COMMAND bash ${CMAKE_SOURCE_DIR}/tests/gpu/gpu_dryrun_faults.sh)
+set_tests_properties(gpu_dryrun_faults_test PROPERTIES LABELS integration TIMEOUT 300
+  ENVIRONMENT "PT_SOURCE_DIR=${CMAKE_SOURCE_DIR};PT_BUILD_DIR=${CMAKE_BINARY_DIR};OPENBLAS_NUM_THREADS=1")
 
 # tests/cuda_module_test.sh: a module "of another build" (the wrong ABI) that
 # records being loaded (tests/runtime/cuda_module_stale.c).

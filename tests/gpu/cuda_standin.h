@@ -15,6 +15,13 @@
  * both at the head of their streams, and an all-reduce only while it heads
  * every member's stream.
  *
+ * Its device has STI_DEVICE_BYTES: the backend counts what it hands out and
+ * reports the rest as free through mem_info, the way the driver's
+ * cudaMemGetInfo would, and refuses (and counts as an error) what does not
+ * fit. $PT_GPU_DRY_FAULT gives it a fault, for tests/gpu/gpu_dryrun_faults.sh:
+ * "leak" (every allocation takes 64 MiB more from the device than asked),
+ * "nccl_drop" (every message arrives with its last float off by one).
+ *
  * Header-only (each test is its own program); threads: any, each worker its
  * own. */
 #ifndef PT_TESTS_GPU_CUDA_STANDIN_H
@@ -30,7 +37,10 @@
 #include "runtime/comm_nccl.h"
 #include "runtime/cuda_module.h"
 
-#define STI_TIMEOUT_MS 20000
+#define STI_TIMEOUT_MS   20000
+#define STI_DEVICE_BYTES (16ll << 30)
+#define STI_LEAK_BYTES   (64ll << 20)
+#define STI_HEADER       64 /* before each allocation: its size; keeps the 64-byte alignment */
 #define STI_WORLDS     64
 #define STI_RANKS      64
 
@@ -80,7 +90,15 @@ static struct {
     int log_n, log_cap;
     pt_backend be;
     pt_cuda_module module;
+    int64_t used; /* device bytes handed out */
+    int errors;   /* allocations refused */
 } sti = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+static inline int sti_fault(const char *name)
+{
+    const char *f = getenv("PT_GPU_DRY_FAULT");
+    return f && !strcmp(f, name);
+}
 
 /* Which stream (worker) a communicator's calls belong to: the rank of the
  * worker in the communicator of all workers. A test that also makes replica
@@ -117,7 +135,42 @@ static inline int sti_device_name(int device, char *buf, size_t cap)
 }
 static inline int sti_error_count(void)
 {
-    return 0;
+    pthread_mutex_lock(&sti.lock);
+    int n = sti.errors;
+    pthread_mutex_unlock(&sti.lock);
+    return n;
+}
+
+static inline void *sti_alloc(const pt_backend *be, size_t bytes)
+{
+    (void)be;
+    int64_t take = (int64_t)bytes + (sti_fault("leak") ? STI_LEAK_BYTES : 0);
+    pthread_mutex_lock(&sti.lock);
+    int fits = sti.used + take <= STI_DEVICE_BYTES;
+    if (fits)
+        sti.used += take;
+    else
+        sti.errors++;
+    pthread_mutex_unlock(&sti.lock);
+    char *p = fits ? pt_backend_cpu()->alloc(pt_backend_cpu(), bytes + STI_HEADER) : NULL;
+    if (!p)
+        return NULL;
+    memcpy(p, &take, sizeof take);
+    return p + STI_HEADER;
+}
+
+static inline void sti_free(const pt_backend *be, void *ptr)
+{
+    (void)be;
+    if (!ptr)
+        return;
+    char *p = (char *)ptr - STI_HEADER;
+    int64_t take;
+    memcpy(&take, p, sizeof take);
+    pthread_mutex_lock(&sti.lock);
+    sti.used -= take;
+    pthread_mutex_unlock(&sti.lock);
+    pt_backend_cpu()->free(pt_backend_cpu(), p);
 }
 static inline int sti_backend_create(int device, pt_cuda_math math, const pt_backend **out,
                                      pt_error *err)
@@ -149,11 +202,14 @@ static inline int sti_backend_bind(const pt_backend *be)
 }
 static inline int sti_backend_mem_info(const pt_backend *be, int64_t *free_bytes, int64_t *total)
 {
-    (void)be;
+    if (be != &sti.be)
+        return PT_EUNSUPP;
+    pthread_mutex_lock(&sti.lock);
     if (free_bytes)
-        *free_bytes = 1 << 30;
+        *free_bytes = STI_DEVICE_BYTES - sti.used;
+    pthread_mutex_unlock(&sti.lock);
     if (total)
-        *total = 1 << 30;
+        *total = STI_DEVICE_BYTES;
     return 0;
 }
 
@@ -266,6 +322,8 @@ static inline int sti_p2p(pt_nccl *self, const pt_nccl_p2p *ops, int n, pt_error
         m->count = ops[i].count;
         m->data = malloc(ops[i].count * sizeof(float) + 1);
         memcpy(m->data, ops[i].buf, ops[i].count * sizeof(float));
+        if (sti_fault("nccl_drop") && m->count)
+            m->data[m->count - 1] += 1.0f;
         m->next = NULL;
         int d = ops[i].peer;
         if (w->tail[d])
@@ -367,6 +425,8 @@ static inline const pt_backend *sti_install(void)
     if (m->abi == 0) {
         sti.be = *pt_backend_cpu();
         sti.be.name = "cuda-stand-in";
+        sti.be.alloc = sti_alloc;
+        sti.be.free = sti_free;
         *m = (pt_cuda_module){
             .abi = PT_CUDA_MODULE_ABI,
             .size = sizeof *m,

@@ -97,9 +97,9 @@ static inline const char *gpu_rounding_name(gpu_rounding r)
     return r == GPU_ROUND_NEAREST ? "nearest" : r == GPU_ROUND_TRUNCATE ? "truncate" : "none";
 }
 
-static inline float gpu_round(float x, pt_cuda_math m, gpu_rounding r)
+/* x with its `drop` low mantissa bits rounded away as r says. */
+static inline float gpu_round_bits(float x, int drop, gpu_rounding r)
 {
-    int drop = m == PT_CUDA_TF32 ? 13 : m == PT_CUDA_BF16 ? 16 : 0;
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     if (!drop || r == GPU_ROUND_NONE || (u & 0x7f800000u) == 0x7f800000u)
@@ -112,10 +112,21 @@ static inline float gpu_round(float x, pt_cuda_math m, gpu_rounding r)
     return x;
 }
 
+/* The bits TF32 (13) and bf16 (16) drop of a float32's 23. */
+static inline int gpu_drop_bits(pt_cuda_math m)
+{
+    return m == PT_CUDA_TF32 ? 13 : m == PT_CUDA_BF16 ? 16 : 0;
+}
+
+static inline float gpu_round(float x, pt_cuda_math m, gpu_rounding r)
+{
+    return gpu_round_bits(x, gpu_drop_bits(m), r);
+}
+
 /* A CPU backend whose matrix products round both inputs first: a copy of
  * the CPU table with gemm and gemm_batched wrapped; ctx holds the mode. */
 typedef struct gpu_round_ctx {
-    pt_cuda_math math;
+    int drop; /* mantissa bits rounded away */
     gpu_rounding rounding;
 } gpu_round_ctx;
 
@@ -124,7 +135,7 @@ static inline float *gpu_rounded(const float *p, int64_t count, const gpu_round_
 {
     float *q = malloc((size_t)(count > 0 ? count : 1) * sizeof *q);
     for (int64_t i = 0; i < count; i++)
-        q[i] = gpu_round(p[i], c->math, c->rounding);
+        q[i] = gpu_round_bits(p[i], c->drop, c->rounding);
     return q;
 }
 
@@ -164,7 +175,7 @@ static inline const pt_backend *gpu_round_backend(pt_cuda_math m, gpu_rounding r
     static gpu_round_ctx ctx[3][3];
     if (m == PT_CUDA_FP32 || r == GPU_ROUND_NONE)
         return pt_backend_cpu();
-    ctx[m][r] = (gpu_round_ctx){m, r};
+    ctx[m][r] = (gpu_round_ctx){gpu_drop_bits(m), r};
     tables[m][r] = *pt_backend_cpu();
     tables[m][r].name = "cpu-rounding";
     tables[m][r].ctx = &ctx[m][r];
@@ -173,17 +184,99 @@ static inline const pt_backend *gpu_round_backend(pt_cuda_math m, gpu_rounding r
     return &tables[m][r];
 }
 
+#ifdef PT_GPU_DRY_RUN
+/* ---- the dry run's stand-in, and the faults it can be given ------------
+ * $PT_GPU_DRY_FAULT makes the stand-in a GPU that computes one thing wrong,
+ * so that tests/gpu/gpu_dryrun_faults.sh can show each GPU test fail for a
+ * wrong GPU result: "gemm_beta" (beta = 1 overwrites instead of adding),
+ * "ln_split" (the input half of a split layernorm backward writes nothing),
+ * "tall" (a column reduction over more rows than 65,535 blocks of 64 fails
+ * to launch, as before issue 30), "coarse" (tf32/bf16 products keep only 5
+ * mantissa bits of their inputs). */
+static pt_backend gpu_dry_[3], gpu_dry_under_[3];
+static gpu_round_ctx gpu_dry_coarse_ = {18, GPU_ROUND_TRUNCATE};
+
+static inline const pt_backend *gpu_dry_under(const pt_backend *be)
+{
+    return &gpu_dry_under_[be - gpu_dry_];
+}
+
+static inline int gpu_dry_fault(const char *name)
+{
+    const char *f = getenv("PT_GPU_DRY_FAULT");
+    return f && !strcmp(f, name);
+}
+
+static inline void gpu_dry_gemm_batched(const pt_backend *be, pt_trans ta, pt_trans tb, int m,
+                                        int n, int k, float alpha, const float *a, int lda,
+                                        int64_t sa, const float *b, int ldb, int64_t sb,
+                                        float beta, float *c, int ldc, int64_t sc, int batch)
+{
+    const pt_backend *u = gpu_dry_under(be);
+    if (gpu_dry_fault("gemm_beta") && beta == 1.0f)
+        beta = 0.0f;
+    if (gpu_dry_fault("coarse") && u->ctx) {
+        pt_backend coarse = *u;
+        coarse.ctx = &gpu_dry_coarse_;
+        gpu_round_gemm_batched(&coarse, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c,
+                               ldc, sc, batch);
+        return;
+    }
+    u->gemm_batched(u, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch);
+}
+
+static inline void gpu_dry_gemm(const pt_backend *be, pt_trans ta, pt_trans tb, int m, int n,
+                                int k, float alpha, const float *a, int lda, const float *b,
+                                int ldb, float beta, float *c, int ldc)
+{
+    gpu_dry_gemm_batched(be, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
+}
+
+static inline void gpu_dry_layernorm_bwd(const pt_backend *be, int rows, int cols, const float *x,
+                                         const float *dy, const float *gain, const float *mean,
+                                         const float *rstd, float *dx, float *dgain, float *dbias)
+{
+    const pt_backend *u = gpu_dry_under(be);
+    if (gpu_dry_fault("ln_split") && !dgain)
+        return;
+    if (gpu_dry_fault("tall") && rows > 65535 * 64 && dgain) {
+        dgain = dbias = NULL; /* the parameter half's launch fails */
+        if (!dx)
+            return;
+    }
+    u->layernorm_bwd(u, rows, cols, x, dy, gain, mean, rstd, dx, dgain, dbias);
+}
+
+static inline void gpu_dry_col_sum(const pt_backend *be, int rows, int cols, const float *x,
+                                   float beta, float *out)
+{
+    const pt_backend *u = gpu_dry_under(be);
+    if (gpu_dry_fault("tall") && rows > 65535 * 64) {
+        if (beta == 0.0f)
+            u->fill(u, cols, 0.0f, out); /* the memset ran, the launch did not */
+        return;
+    }
+    u->col_sum(u, rows, cols, x, beta, out);
+}
+#endif
+
 /* A CUDA backend on device 0 in math mode m (a failed CHECK and NULL when it
- * cannot be made); free with gpu_close. */
+ * cannot be made); free with gpu_close. Dry run: the CPU stand-in, rounding
+ * its products' inputs in tf32 and bf16 (truncating, or to nearest with
+ * $PT_GPU_DRY_ROUNDING=nearest), with $PT_GPU_DRY_FAULT's fault. */
 static inline const pt_backend *gpu_open(pt_cuda_math m)
 {
 #ifdef PT_GPU_DRY_RUN
     const char *r = getenv("PT_GPU_DRY_ROUNDING");
-    static pt_backend stand_in[3];
-    stand_in[m] =
+    gpu_dry_under_[m] =
         *gpu_round_backend(m, r && !strcmp(r, "nearest") ? GPU_ROUND_NEAREST : GPU_ROUND_TRUNCATE);
-    stand_in[m].name = "cpu-as-gpu";
-    return &stand_in[m];
+    gpu_dry_[m] = gpu_dry_under_[m];
+    gpu_dry_[m].name = "cpu-as-gpu";
+    gpu_dry_[m].gemm = gpu_dry_gemm;
+    gpu_dry_[m].gemm_batched = gpu_dry_gemm_batched;
+    gpu_dry_[m].layernorm_bwd = gpu_dry_layernorm_bwd;
+    gpu_dry_[m].col_sum = gpu_dry_col_sum;
+    return &gpu_dry_[m];
 #else
     const pt_backend *be = NULL;
     pt_error err = {0};
