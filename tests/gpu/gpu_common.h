@@ -209,8 +209,8 @@ static inline int gpu_dry_fault(const char *name)
 
 static inline void gpu_dry_gemm_batched(const pt_backend *be, pt_trans ta, pt_trans tb, int m,
                                         int n, int k, float alpha, const float *a, int lda,
-                                        int64_t sa, const float *b, int ldb, int64_t sb,
-                                        float beta, float *c, int ldc, int64_t sc, int batch)
+                                        int64_t sa, const float *b, int ldb, int64_t sb, float beta,
+                                        float *c, int ldc, int64_t sc, int batch)
 {
     const pt_backend *u = gpu_dry_under(be);
     if (gpu_dry_fault("gemm_beta") && beta == 1.0f)
@@ -225,9 +225,9 @@ static inline void gpu_dry_gemm_batched(const pt_backend *be, pt_trans ta, pt_tr
     u->gemm_batched(u, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch);
 }
 
-static inline void gpu_dry_gemm(const pt_backend *be, pt_trans ta, pt_trans tb, int m, int n,
-                                int k, float alpha, const float *a, int lda, const float *b,
-                                int ldb, float beta, float *c, int ldc)
+static inline void gpu_dry_gemm(const pt_backend *be, pt_trans ta, pt_trans tb, int m, int n, int k,
+                                float alpha, const float *a, int lda, const float *b, int ldb,
+                                float beta, float *c, int ldc)
 {
     gpu_dry_gemm_batched(be, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
 }

@@ -2,7 +2,8 @@
  * a recording stand-in (tests/gpu/cuda_standin.h): every synchronous kind,
  * interleaved among them, on 2 and 4 stages and with a replicated stage,
  * trains to the single-device reference with its messages and all-reduces
- * over the stand-in's NCCL, and the record of its calls, replayed with
+ * over the stand-in's NCCL, each call waited for (bounded) before the next
+ * op, and the record of its calls, replayed with
  * NCCL's blocking semantics (a send and its receive complete only while
  * both are at the head of their streams), completes: every send/recv pair
  * that must progress together was enqueued inside one group. The same
@@ -132,6 +133,9 @@ static void check_case(const nccl_case *nc)
         /* every message went over NCCL, and a real NCCL would not deadlock */
         CHECK_MSG(logged_ops() == message_ops(&prog), "%s: %d NCCL sends/recvs for %d messages",
                   nc->name, logged_ops(), message_ops(&prog));
+        /* every group and all-reduce waited for (polled, bounded) before the next op */
+        CHECK_MSG(sti.waits == sti.log_n, "%s: %d waits for %d NCCL calls", nc->name, sti.waits,
+                  sti.log_n);
         char why[2048];
         int stuck = sti_deadlock(prog.worker_count, 0, why, sizeof why);
         CHECK_MSG(!stuck, "%s: NCCL would deadlock: %s", nc->name, why);
