@@ -72,6 +72,23 @@ static inline void gpu_require(const char *test)
 }
 #endif
 
+/* Runs the cases whose names contain `only` (NULL: all), printing "ok" or
+ * "FAIL" per case; returns how many failed. */
+static inline int gpu_run_cases(const struct pt_test_case *cases, size_t n, const char *only)
+{
+    int failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (only && !strstr(cases[i].name, only))
+            continue;
+        int before = pt_test_failures_;
+        cases[i].fn();
+        int ok = pt_test_failures_ == before;
+        printf("%s %s\n", ok ? "ok  " : "FAIL", cases[i].name);
+        failed += !ok;
+    }
+    return failed;
+}
+
 /* ||got - want||_2 / ||want||_2 over n floats (0 when both are 0). */
 static inline double gpu_rel(const float *got, const float *want, int64_t n)
 {

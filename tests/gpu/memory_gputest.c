@@ -185,16 +185,7 @@ int main(int argc, char **argv)
     gpu_require("memory_gputest");
     static const struct pt_test_case cases[] = {{"driver_accounting", test_driver_accounting},
                                                 {"driver_figure", test_driver_figure}};
-    int failed = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (argc > 1 && !strstr(cases[i].name, argv[1]))
-            continue;
-        int before = pt_test_failures_;
-        cases[i].fn();
-        int ok = pt_test_failures_ == before;
-        printf("%s %s\n", ok ? "ok  " : "FAIL", cases[i].name);
-        failed += !ok;
-    }
+    int failed = gpu_run_cases(cases, sizeof cases / sizeof cases[0], argc > 1 ? argv[1] : NULL);
     CHECK_MSG(pt_cuda_error_count() == g_deliberate, "%d CUDA errors (see stderr), %d expected",
               pt_cuda_error_count(), g_deliberate);
     return failed || pt_cuda_error_count() != g_deliberate ? 1 : 0;

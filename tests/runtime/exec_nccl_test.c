@@ -57,6 +57,29 @@ static int attach_nccl(pt_pipeline *pp, const pt_program *prog, pt_nccl **all, p
     return rc;
 }
 
+/* Case c's program and in-process pipeline on the stand-in's backend (a
+ * failed CHECK and an error code when either cannot be made). */
+static int make_pipeline(const ec_case *c, const pt_model_spec *spec, const pt_dataset *ds,
+                         pt_program *prog, pt_pipeline **pp)
+{
+    memset(prog, 0, sizeof *prog);
+    *pp = NULL;
+    int rc = ec_program_spec(c, spec, prog);
+    CHECK_MSG(rc == 0, "%s: no program", c->name);
+    pt_pipeline_config pc = {.spec = spec,
+                             .prog = prog,
+                             .optim = ec_optim(c->optim),
+                             .init_seed = INIT_SEED,
+                             .data = ds,
+                             .data_seed = DATA_SEED,
+                             .timeout_ms = 20000,
+                             .backend = sti_install()};
+    pt_error err = {0};
+    if (rc == 0 && (rc = pt_pipeline_create(&pc, pp, &err)) < 0)
+        CHECK_MSG(0, "%s: %s", c->name, err.msg);
+    return rc;
+}
+
 /* Message ops of the program's workers, times the runs. */
 static int message_ops(const pt_program *prog)
 {
@@ -93,20 +116,9 @@ static void check_case(const nccl_case *nc)
                  .optim = PT_OPTIM_SGD,
                  .chunks = nc->chunks};
     pt_program prog;
-    memset(&prog, 0, sizeof prog);
-    REQUIRE(ec_program_spec(&c, &spec, &prog) == 0);
-    pt_pipeline_config pc = {.spec = &spec,
-                             .prog = &prog,
-                             .optim = ec_optim(c.optim),
-                             .init_seed = INIT_SEED,
-                             .data = ds,
-                             .data_seed = DATA_SEED,
-                             .timeout_ms = 20000,
-                             .backend = sti_install()};
     pt_pipeline *pp = NULL;
     pt_error err = {0};
-    int rc = pt_pipeline_create(&pc, &pp, &err);
-    CHECK_MSG(rc == 0, "%s: %s", nc->name, err.msg);
+    int rc = make_pipeline(&c, &spec, ds, &prog, &pp);
     pt_nccl *all[EC_MAX_WORKERS] = {0}, *reps[EC_MAX_WORKERS] = {0};
     if (rc == 0 && attach_nccl(pp, &prog, all, reps) == 0) {
         sti_log_clear();
@@ -301,18 +313,9 @@ static void test_hosts_refused(void)
                  .optim = PT_OPTIM_SGD,
                  .chunks = 2};
     pt_program prog;
-    memset(&prog, 0, sizeof prog);
-    REQUIRE(ec_program_spec(&c, &spec, &prog) == 0);
-    pt_pipeline_config pc = {.spec = &spec,
-                             .prog = &prog,
-                             .optim = ec_optim(c.optim),
-                             .init_seed = INIT_SEED,
-                             .data = ds,
-                             .data_seed = DATA_SEED,
-                             .backend = sti_install()};
     pt_pipeline *pp = NULL;
     pt_error err = {0};
-    REQUIRE(pt_pipeline_create(&pc, &pp, &err) == 0);
+    REQUIRE(make_pipeline(&c, &spec, ds, &prog, &pp) == 0);
     pt_nccl *all[4] = {0};
     REQUIRE(make_comms(4, 0, all) == 0);
     CHECK(pt_exec_set_nccl(pt_pipeline_exec(pp, 0), all[0], NULL, &err) == PT_EINVAL);
