@@ -43,7 +43,7 @@ while (($#)); do
     --budget) budget="$2"; shift ;;
     --step-cap) step_cap="$2"; shift ;;
     --parse) parse=1; shift; break ;;
-    -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
