@@ -143,8 +143,10 @@ set_target_properties(pt_cuda_stale_test PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${C
 # tests/gpu/cuda_fault.c: the real module on a fault-injecting stand-in for
 # the CUDA runtime, cuBLAS and NCCL (tests/gpu/cuda_fake.h), which the test
 # links so that its definitions come first in the symbol lookup of the
-# dlopen'ed module; NCCL is the same library, opened by path. Unit tests:
-# they need the toolkit's headers to build, no GPU to run.
+# dlopen'ed module; NCCL is the same library, opened by path. They need the
+# toolkit's headers to build and no GPU to run; labelled integration, as
+# tests/cuda_module_test.sh is, because they load the CUDA libraries
+# (scripts/memcheck.sh runs the unit tests with no CUDA module to load).
 add_library(pt_cuda_fake SHARED ${CMAKE_SOURCE_DIR}/tests/gpu/cuda_fake.c)
 target_include_directories(pt_cuda_fake PRIVATE ${CMAKE_SOURCE_DIR} ${CUDAToolkit_INCLUDE_DIRS}
                            ${PT_NCCL_INCLUDE_DIR})
@@ -155,8 +157,7 @@ add_dependencies(cuda_fault_test pt_cuda_module)
 set(PT_FAULT_ENV "PT_SOURCE_DIR=${CMAKE_SOURCE_DIR};PT_BUILD_DIR=${CMAKE_BINARY_DIR};PIPETOP_CUDA_MODULE=$<TARGET_FILE:pt_cuda_module>")
 add_test(NAME cuda_fault_test COMMAND cuda_fault_test)
 add_test(NAME cuda_fault_nonccl_test COMMAND cuda_fault_test nccl_missing)
-set_tests_properties(cuda_fault_test PROPERTIES LABELS unit TIMEOUT 120 ENVIRONMENT
+set_tests_properties(cuda_fault_test PROPERTIES LABELS integration TIMEOUT 120 ENVIRONMENT
   "${PT_FAULT_ENV};PIPETOP_NCCL_LIBRARY=$<TARGET_FILE:pt_cuda_fake>")
-set_tests_properties(cuda_fault_nonccl_test PROPERTIES LABELS unit TIMEOUT 120 ENVIRONMENT
+set_tests_properties(cuda_fault_nonccl_test PROPERTIES LABELS integration TIMEOUT 120 ENVIRONMENT
   "${PT_FAULT_ENV};PIPETOP_NCCL_LIBRARY=${CMAKE_BINARY_DIR}/no-such-folder/libnccl.so.2")
-set_property(GLOBAL APPEND PROPERTY PT_TESTS_unit cuda_fault_test)
