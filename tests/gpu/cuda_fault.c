@@ -32,6 +32,7 @@
 #include "runtime/comm_nccl.h"
 #include "runtime/cuda_module.h"
 #include "tests/gpu/cuda_fake.h"
+#include "tests/gpu/gpu_common.h"
 #include "tests/test.h"
 
 #define N                        4096 /* floats in each scratch buffer */
@@ -482,23 +483,16 @@ int main(int argc, char **argv)
         {"launch_checks", test_launch_checks}, {"tall_columns", test_tall_columns},
         {"no_gpu_reason", test_no_gpu_reason}, {"alloc_errors", test_alloc_errors},
         {"blas_errors", test_blas_errors},     {"nccl_groups", test_nccl_groups},
-        {"nccl_abort", test_nccl_abort},       {"nccl_missing", test_nccl_missing}};
+        {"nccl_abort", test_nccl_abort}};
+    static const struct pt_test_case missing[] = {{"nccl_missing", test_nccl_missing}};
     pt_error why = {0};
     if (!pt_cuda_module_get(&why)) {
         printf("FAIL: the CUDA module does not load: %s\n", why.msg);
         return 1;
     }
     /* nccl_missing needs a process whose NCCL never loaded: it runs alone */
-    int only_missing = argc > 1 && !strcmp(argv[1], "nccl_missing");
-    int failed = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (only_missing != !strcmp(cases[i].name, "nccl_missing"))
-            continue;
-        int before = pt_test_failures_;
-        cases[i].fn();
-        int ok = pt_test_failures_ == before;
-        printf("%s %s\n", ok ? "ok  " : "FAIL", cases[i].name);
-        failed += !ok;
-    }
+    int failed = argc > 1 && !strcmp(argv[1], "nccl_missing")
+                     ? gpu_run_cases(missing, 1, NULL)
+                     : gpu_run_cases(cases, sizeof cases / sizeof cases[0], NULL);
     return failed ? 1 : 0;
 }
