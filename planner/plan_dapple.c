@@ -1074,7 +1074,7 @@ static int memory_loose(const dapple *D, int M)
         if (x > big)
             big = x;
     }
-    double bound = (double)P * (3 + pt_cost_optim_state_factor(D->optim)) +
+    double bound = (double)P * 3 + (double)pt_cost_optim_state_bytes(D->cost, P, D->optim) +
                    (double)M * ((double)big + (double)pt_cost_act_bytes(D->cost, 0, D->N, D->b) +
                                 (double)pt_cost_saved_bytes(D->cost, 0, D->N, D->b)) +
                    (double)pt_cost_scratch_bytes(D->cost, 0, D->N, D->b) + 2.0 * (double)big;
