@@ -137,19 +137,21 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
     for (int l = 0; l < n; l++) {
         const pt_profile_layer *L = &profile->layers[l];
         double rec = L->recompute_ms > 0 ? L->recompute_ms : L->fwd_ms;
-        double fs = L->fixed_share > 0 && L->fixed_share < 1 ? L->fixed_share : 0, rs = 1 - fs;
-        c->fwd_ms[l + 1] = c->fwd_ms[l] + L->fwd_ms * rs;
-        c->bwd_ms[l + 1] = c->bwd_ms[l] + L->bwd_ms * rs;
-        c->rec_ms[l + 1] = c->rec_ms[l] + rec * rs;
-        c->fwd_fix[l + 1] = c->fwd_fix[l] + L->fwd_ms * fs;
-        c->bwd_fix[l + 1] = c->bwd_fix[l] + L->bwd_ms * fs;
-        c->rec_fix[l + 1] = c->rec_fix[l] + rec * fs;
+        double ff = pt_profile_layer_share(L, PT_PROFILE_PASS_FWD),
+               fb = pt_profile_layer_share(L, PT_PROFILE_PASS_BWD),
+               fr = pt_profile_layer_share(L, PT_PROFILE_PASS_RECOMPUTE);
+        c->fwd_ms[l + 1] = c->fwd_ms[l] + L->fwd_ms * (1 - ff);
+        c->bwd_ms[l + 1] = c->bwd_ms[l] + L->bwd_ms * (1 - fb);
+        c->rec_ms[l + 1] = c->rec_ms[l] + rec * (1 - fr);
+        c->fwd_fix[l + 1] = c->fwd_fix[l] + L->fwd_ms * ff;
+        c->bwd_fix[l + 1] = c->bwd_fix[l] + L->bwd_ms * fb;
+        c->rec_fix[l + 1] = c->rec_fix[l] + rec * fr;
         double bin, bw;
         pt_cost_split_bwd(L, &bin, &bw);
-        c->bin_ms[l + 1] = c->bin_ms[l] + bin * rs;
-        c->bw_ms[l + 1] = c->bw_ms[l] + bw * rs;
-        c->bin_fix[l + 1] = c->bin_fix[l] + bin * fs;
-        c->bw_fix[l + 1] = c->bw_fix[l] + bw * fs;
+        c->bin_ms[l + 1] = c->bin_ms[l] + bin * (1 - fb);
+        c->bw_ms[l + 1] = c->bw_ms[l] + bw * (1 - fb);
+        c->bin_fix[l + 1] = c->bin_fix[l] + bin * fb;
+        c->bw_fix[l + 1] = c->bw_fix[l] + bw * fb;
         if (pt_add_i64(c->param[l], L->param_bytes, &c->param[l + 1]) < 0 ||
             pt_add_i64(c->act[l], L->act_bytes, &c->act[l + 1]) < 0 ||
             pt_add_i64(c->saved[l], L->saved_bytes, &c->saved[l + 1]) < 0 ||

@@ -1,6 +1,11 @@
 /* The roofline floor of a layer's time (the formulas are roofline.h's). */
 #include "planner/roofline.h"
 
+_Static_assert((int)PT_ROOFLINE_FWD == (int)PT_PROFILE_PASS_FWD &&
+                   (int)PT_ROOFLINE_BWD == (int)PT_PROFILE_PASS_BWD &&
+                   (int)PT_ROOFLINE_RECOMPUTE == (int)PT_PROFILE_PASS_RECOMPUTE,
+               "the roofline's passes are the profile's");
+
 /* One pass's bound as a max of two lines in the rows plus launches:
  * compute a1·b, memory beta + a2·b (ms per sample and ms), launches gamma. */
 typedef struct terms {
@@ -59,30 +64,41 @@ static void scale_split(pt_profile_layer *l, double bwd_before)
     }
 }
 
+/* One pass: the smallest share >= f whose line t·(f + (1 - f)/mb) reaches
+ * B(1), then the time raised where the line would still fall under B(1) or
+ * climb slower than B. */
+static void floor_pass(terms tm, double mb, double *t, double *f)
+{
+    double inv = 1.0 / mb;
+    *t = max2(*t, bound(tm, mb));
+    if (mb > 1 && *t > 0)
+        *f = max2(*f, (bound(tm, 1) / *t - inv) / (1 - inv));
+    if (*f > PT_PROFILE_SHARE_MAX)
+        *f = PT_PROFILE_SHARE_MAX;
+    double at_one = *f + (1 - *f) * inv;
+    *t = max2(*t, max2(bound(tm, 1) / at_one, steepest(tm) * mb / (1 - *f)));
+    if (!(*t > 0))
+        *f = 0;
+}
+
 static void floor_layer(const pt_profile *p, pt_profile_layer *l)
 {
-    double mb = p->microbatch, inv = 1.0 / mb;
     double t[PT_ROOFLINE_PASSES] = {l->fwd_ms, l->bwd_ms,
                                     l->recompute_ms > 0 ? l->recompute_ms : l->fwd_ms};
-    terms tm[PT_ROOFLINE_PASSES];
-    double f = l->fixed_share > 0 && l->fixed_share < 1 ? l->fixed_share : 0;
+    double f[PT_ROOFLINE_PASSES];
     for (int x = 0; x < PT_ROOFLINE_PASSES; x++) {
-        tm[x] = terms_of(p, l, (pt_roofline_pass)x);
-        t[x] = max2(t[x], bound(tm[x], mb));
-        /* the share that puts t·(f + (1 - f)/mb) at B(1) */
-        if (mb > 1 && t[x] > 0)
-            f = max2(f, (bound(tm[x], 1) / t[x] - inv) / (1 - inv));
+        /* the passes of roofline.h and of the profile are the same three */
+        f[x] = pt_profile_layer_share(l, (pt_profile_pass)x);
+        floor_pass(terms_of(p, l, (pt_roofline_pass)x), p->microbatch, &t[x], &f[x]);
     }
-    if (f > PT_PROFILE_SHARE_MAX)
-        f = PT_PROFILE_SHARE_MAX;
-    double at_one = f + (1 - f) * inv;
-    for (int x = 0; x < PT_ROOFLINE_PASSES; x++)
-        t[x] = max2(t[x], max2(bound(tm[x], 1) / at_one, steepest(tm[x]) * mb / (1 - f)));
     double bwd_before = l->bwd_ms;
     l->fwd_ms = t[PT_ROOFLINE_FWD];
     l->bwd_ms = t[PT_ROOFLINE_BWD];
     l->recompute_ms = t[PT_ROOFLINE_RECOMPUTE];
-    l->fixed_share = t[PT_ROOFLINE_FWD] > 0 || t[PT_ROOFLINE_BWD] > 0 ? f : 0;
+    l->fixed_share = f[PT_ROOFLINE_FWD];
+    l->bwd_fixed_share = f[PT_ROOFLINE_BWD];
+    l->recompute_fixed_share = f[PT_ROOFLINE_RECOMPUTE];
+    l->pass_shares = 1;
     scale_split(l, bwd_before);
 }
 

@@ -20,10 +20,10 @@
  * its launches.
  *
  * The cost model charges every time affine in the rows (planner/cost.h:
- * t(b) = t·(f + (1 - f)·b/mb), one fixed share f per layer), so the floor is
- * folded into that form: the smallest f >= the profile's own fixed_share for
- * which the line meets B at b = 1 for all three passes (capped at
- * PT_PROFILE_SHARE_MAX), then each time raised where the line would still
+ * t(b) = t·(f + (1 - f)·b/mb), a fixed share f per layer and pass), so the
+ * floor is folded into that form, pass by pass: the smallest f >= the
+ * profile's own share for which the line meets B at b = 1 (capped at
+ * PT_PROFILE_SHARE_MAX), then the time raised where the line would still
  * fall under B at b = 1 or climb slower than B's steepest slope. B is convex
  * and piecewise linear, so a line at or above it at b = 1 that climbs at least
  * as fast stays at or above it for every b >= 1: every micro-batch size and
@@ -54,8 +54,9 @@ double pt_roofline_bound_ms(const pt_profile *profile, int layer, pt_roofline_pa
                             double rows);
 
 /* Folds the floor into profile's layers in place (fwd_ms, bwd_ms,
- * recompute_ms, the split halves scaled with bwd_ms, fixed_share); nothing
- * for a profile without a roofline. NULL-safe. */
+ * recompute_ms, the split halves scaled with bwd_ms, and the three passes'
+ * fixed shares, pass_shares set); nothing for a profile without a roofline.
+ * NULL-safe. */
 void pt_roofline_floor(pt_profile *profile);
 
 #endif

@@ -24,7 +24,7 @@
 #include "protocol/model.h"
 #include "protocol/precision.h"
 
-#define PT_DEVICE_TEXT_MAX 256
+#define PT_DEVICE_TEXT_MAX 512
 /* Bounds that catch unit mistakes (GFLOP/s typed as FLOP/s and the like). */
 #define PT_DEVICE_FLOPS_MIN     1e6  /* FLOP/s */
 #define PT_DEVICE_FLOPS_MAX     1e18 /* FLOP/s */

@@ -17,10 +17,25 @@ static const char *const origin_keys[] = {"kind", "run", "base", "date", "gen", 
 static const char *const runtime_keys[] = {
     "op_overhead_ms",       "opt_gbytes_per_s",   "sends_hold",   "allreduce_gbytes_per_s",
     "allreduce_latency_us", "stash_gbytes_per_s", "recv_wake_ms", NULL};
-static const char *const layer_keys[] = {
-    "name",        "fwd_ms",        "bwd_ms",       "recompute_ms",  "act_bytes",  "param_bytes",
-    "saved_bytes", "scratch_bytes", "bwd_input_ms", "bwd_weight_ms", "keep_bytes", "fixed_share",
-    "flops",       "bytes",         "weight_bytes", "kernels",       NULL};
+static const char *const layer_keys[] = {"name",
+                                         "fwd_ms",
+                                         "bwd_ms",
+                                         "recompute_ms",
+                                         "act_bytes",
+                                         "param_bytes",
+                                         "saved_bytes",
+                                         "scratch_bytes",
+                                         "bwd_input_ms",
+                                         "bwd_weight_ms",
+                                         "keep_bytes",
+                                         "fixed_share",
+                                         "flops",
+                                         "bytes",
+                                         "weight_bytes",
+                                         "kernels",
+                                         "bwd_fixed_share",
+                                         "recompute_fixed_share",
+                                         NULL};
 static const char *const sources[] = {"measured", "analytic", "imported", "calibrated", NULL};
 #define BYTES_PER_GB 1e9 /* runtime.opt_gbytes_per_s */
 #define US_PER_S     1e6 /* runtime.allreduce_latency_us */
@@ -48,6 +63,14 @@ pt_profile *pt_profile_new(int layer_count)
     p->origin.gen = -1;
     p->precision = PT_PRECISION_FP32;
     return p;
+}
+
+double pt_profile_layer_share(const pt_profile_layer *l, pt_profile_pass pass)
+{
+    double f = !l->pass_shares || pass == PT_PROFILE_PASS_FWD ? l->fixed_share
+               : pass == PT_PROFILE_PASS_BWD                  ? l->bwd_fixed_share
+                                                              : l->recompute_fixed_share;
+    return f > 0 && f < 1 ? f : 0;
 }
 
 pt_profile *pt_profile_copy(const pt_profile *src)
@@ -108,6 +131,13 @@ static int parse_layer(pt_jr *jr, const cJSON *obj, const char *path, int index,
                           PT_JSON_INT_MAX, &l->weight_bytes)) < 0 ||
         (rc = pt_jr_int(jr, obj, path, "kernels", PT_JR_OPTIONAL, l->fwd_ms > 0, 0, KERNELS_MAX,
                         &l->kernels)) < 0)
+        return rc;
+    l->pass_shares = cJSON_HasObjectItem(obj, "bwd_fixed_share") ||
+                     cJSON_HasObjectItem(obj, "recompute_fixed_share");
+    if ((rc = pt_jr_num(jr, obj, path, "bwd_fixed_share", PT_JR_OPTIONAL, l->fixed_share, SHARE,
+                        &l->bwd_fixed_share)) < 0 ||
+        (rc = pt_jr_num(jr, obj, path, "recompute_fixed_share", PT_JR_OPTIONAL, l->fixed_share,
+                        SHARE, &l->recompute_fixed_share)) < 0)
         return rc;
     int has_b = cJSON_HasObjectItem(obj, "bwd_input_ms"),
         has_w = cJSON_HasObjectItem(obj, "bwd_weight_ms");
@@ -419,6 +449,9 @@ char *pt_profile_to_json(const pt_profile *profile)
             !pt_jr_add_number(o, "scratch_bytes", (double)l->scratch_bytes) ||
             (l->keep_bytes > 0 && !pt_jr_add_number(o, "keep_bytes", (double)l->keep_bytes)) ||
             (l->fixed_share > 0 && !pt_jr_add_number(o, "fixed_share", l->fixed_share)) ||
+            (l->pass_shares &&
+             (!pt_jr_add_number(o, "bwd_fixed_share", l->bwd_fixed_share) ||
+              !pt_jr_add_number(o, "recompute_fixed_share", l->recompute_fixed_share))) ||
             (l->split && (!pt_jr_add_number(o, "bwd_input_ms", l->bwd_input_ms) ||
                           !pt_jr_add_number(o, "bwd_weight_ms", l->bwd_weight_ms))) ||
             (profile->roofline.has && add_layer_roofline(o, l) < 0)) {

@@ -40,8 +40,15 @@ typedef struct pt_profile_layer {
      * does not scale with rows (per-op dispatch, kernel launches, weight
      * reads), in [0, 1): the cost model charges t(rows) = t * (fixed_share +
      * (1 - fixed_share) * rows / microbatch). 0 when the file does not say
-     * (linear in rows). `pipetop profile` measures it from two row counts. */
+     * (linear in rows). `pipetop profile` measures it from two row counts.
+     * With pass_shares, it is the forward's alone and the backward (with
+     * its split halves) and the recomputed forward have their own
+     * (bwd_fixed_share, recompute_fixed_share, same range): the roofline
+     * floor (planner/roofline.h) gives each pass its own. Read them with
+     * pt_profile_layer_share. */
     double fixed_share;
+    int pass_shares;
+    double bwd_fixed_share, recompute_fixed_share;
     /* What the roofline floor of the cost model (planner/cost.h) knows about
      * the layer's forward at the profile's micro-batch; read only when the
      * profile has a roofline. The backward is taken as twice each. */
@@ -52,6 +59,18 @@ typedef struct pt_profile_layer {
     int kernels;          /* kernel launches, >= 0; a file without the field: 1 when
                              the layer has any forward time, else 0 */
 } pt_profile_layer;
+
+/* A layer's passes, for pt_profile_layer_share. */
+typedef enum pt_profile_pass {
+    PT_PROFILE_PASS_FWD,
+    PT_PROFILE_PASS_BWD, /* and its split halves */
+    PT_PROFILE_PASS_RECOMPUTE,
+    PT_PROFILE_PASSES
+} pt_profile_pass;
+
+/* The share of a pass's time that does not scale with rows: fixed_share,
+ * or the pass's own with pass_shares; a value outside [0, 1) reads as 0. */
+double pt_profile_layer_share(const pt_profile_layer *layer, pt_profile_pass pass);
 
 /* The device limits a profile's layers are floored by (the "roofline"
  * object; has 0 when the file has none: no floor). */
