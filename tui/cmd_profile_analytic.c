@@ -24,7 +24,8 @@
 
 static const char usage_text[] =
     "usage: pipetop profile --analytic --model MODEL --device DEVICE --batch B\n"
-    "                       [--precision P] [--efficiency E] [--out PROFILE.json] [--json]\n"
+    "                       [--precision P] [--recompute none|selective] [--efficiency E]\n"
+    "                       [--out PROFILE.json] [--json]\n"
     "Derives each layer's forward and backward time from its FLOPs and the bytes it\n"
     "moves: time = max(FLOPs / (peak FLOP/s x E), bytes / memory bandwidth) + kernel\n"
     "launches, backward twice the forward work; in the precision P (fp32 default; bf16,\n"
@@ -71,7 +72,7 @@ static void print_table(const pt_profile *p, const pt_device_desc *dev, double e
 
 int pt_cmd_profile_analytic(int argc, char **argv)
 {
-    const char *model = NULL, *device = NULL, *out = NULL, *precision = NULL;
+    const char *model = NULL, *device = NULL, *out = NULL, *precision = NULL, *recompute = NULL;
     int batch = 0, json = 0, analytic = 0;
     pt_analytic_options opt = {0};
     pt_opt opts[] = {
@@ -86,6 +87,9 @@ int pt_cmd_profile_analytic(int argc, char **argv)
         {"precision", PT_OPT_STRING, &precision, 0, 0, 0, "P",
          "fp32 (default), tf32, bf16, fp16 or fp8: the device's peak for it,\n"
          "activation and weight bytes, optimizer state"},
+        {"recompute", PT_OPT_STRING, &recompute, 0, 0, 0, "R",
+         "none (default) or selective: recompute the attention core in the\n"
+         "backward instead of keeping it (Korthikanti et al.; bf16, fp16, fp8)"},
         {"efficiency", PT_OPT_DOUBLE, &opt.efficiency, EFFICIENCY_MIN, 1, 0, "E",
          "fraction of peak FLOP/s reached, in (0, 1] (default 0.5)"},
         {"out", PT_OPT_STRING, &out, 0, 0, 0, "FILE", "write the profile there"},
@@ -108,6 +112,12 @@ int pt_cmd_profile_analytic(int argc, char **argv)
     if (precision && (opt.precision = pt_precision_parse(precision)) < 0) {
         fprintf(stderr, "pipetop profile --analytic: --precision: '%s' is not one of %s\n",
                 precision, pt_precision_names());
+        return 2;
+    }
+    if (recompute && strcmp(recompute, "none") &&
+        !(opt.selective = !strcmp(recompute, "selective"))) {
+        fprintf(stderr, "pipetop profile --analytic: --recompute: '%s' is not none or selective\n",
+                recompute);
         return 2;
     }
     pt_error err = {0};
