@@ -109,7 +109,10 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
     c->topo = topo;
     c->n = n;
     c->profile_mb = profile->microbatch;
-    c->opt_bw = profile->opt_bytes_per_s > 0 ? profile->opt_bytes_per_s : PT_COST_OPT_MEM_BW_BPS;
+    /* a calibrated rate first, else the profile's device's memory bandwidth */
+    c->opt_bw = profile->opt_bytes_per_s > 0 ? profile->opt_bytes_per_s
+                : profile->roofline.has      ? profile->roofline.mem_bandwidth
+                                             : PT_COST_OPT_MEM_BW_BPS;
     c->op_overhead_s = profile->op_overhead_ms > 0 ? profile->op_overhead_ms / 1000.0 : 0;
     c->sends_hold = profile->sends_hold != 0;
     c->recv_wake_s = profile->recv_wake_ms > 0 ? profile->recv_wake_ms / 1000.0 : 0;

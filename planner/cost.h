@@ -26,7 +26,8 @@
  *   PT_COST_OPT_STATE_PASSES * pt_cost_optim_state_bytes(param_bytes) (for an
  *   fp32 profile param_bytes * (3 + 2 * state_factor)), at
  *   PT_COST_OPT_MEM_BW_BPS * speed (or the profile's opt_bytes_per_s, which
- *   calibration fits).
+ *   calibration fits, else its roofline's memory bandwidth: the step is a
+ *   stream through device memory).
  * - no weight copies: a stashing FWD holds on to the array it read and an
  *   OPT_STEP steps out of place while the old version is still read
  *   (runtime/executor.c), so nothing beyond the ops above is charged.
@@ -98,7 +99,8 @@
  * rows) scaled to rows. Planners with closed forms use it too. */
 double pt_cost_rows_ms(double fixed_ms, double per_mb_ms, int rows, int profile_mb);
 
-/* Device-memory bandwidth an optimizer step streams at on a speed-1.0 device. */
+/* Device-memory bandwidth an optimizer step streams at on a speed-1.0 device
+ * when the profile names none (no calibrated rate, no roofline). */
 #define PT_COST_OPT_MEM_BW_BPS 500e9
 /* Passes over param_bytes an optimizer step makes regardless of the optimizer:
  * read weights, read gradients, write weights. */
