@@ -59,10 +59,16 @@ try:
     gpus = sum(len(st["replicas"]) for st in p["stages"])
     t = j["simulated_iteration_ms"] / 1000.0
     reps = [len(st["replicas"]) for st in p["stages"]]
-    shape = "%d stages (replicas %s), micro-batch %d x %d, %s" % (
-        len(reps), ":".join(map(str, reps)) if len(reps) <= 12 else
-        "%d-%d" % (min(reps), max(reps)), p["microbatch"]["size"], p["microbatch"]["count"],
-        p["schedule"]["kind"])
+    if len(reps) == 1:
+        shape = "data parallel, %d replicas" % reps[0]
+    else:
+        shape = "%d stages, replicas %s" % (len(reps), ":".join(map(str, reps)) if len(reps) <= 12
+                                            else "%d each" % reps[0] if min(reps) == max(reps)
+                                            else "%d-%d" % (min(reps), max(reps)))
+    recomputing = sum(1 for st in p["stages"] if st.get("recompute"))
+    shape += ", micro-batch %d x %d, %s%s" % (
+        p["microbatch"]["size"], p["microbatch"]["count"], p["schedule"]["kind"],
+        ", %d stages recompute" % recomputing if recomputing else "")
     tf = flops / t / gpus / 1e12
     ours = "%.2f s | %.0f (%.0f %%)" % (t, tf, 100 * tf / peak)
 except Exception as e:
