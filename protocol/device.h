@@ -31,7 +31,6 @@
 #define PT_DEVICE_BANDWIDTH_MIN 1e6  /* bytes/s */
 #define PT_DEVICE_BANDWIDTH_MAX 1e16 /* bytes/s */
 #define PT_DEVICE_LAUNCH_US_MAX 1e3  /* µs: a millisecond per kernel is a unit slip */
-#define PT_DEVICE_US_PER_S      1e6
 
 typedef struct pt_device_desc {
     char name[PT_NAME_MAX];
