@@ -77,6 +77,7 @@
 
 #include <stdint.h>
 
+#include "planner/roofline.h"
 #include "protocol/device.h"
 #include "protocol/error.h"
 #include "protocol/model.h"
@@ -87,8 +88,9 @@
  * memory-bound, which the bandwidth term covers); 0.5 is a deliberately
  * round middle figure. Override with pt_analytic_options.efficiency. */
 #define PT_ANALYTIC_COMPUTE_EFFICIENCY 0.5
-/* Backward work relative to forward: an input gradient and a weight gradient. */
-#define PT_ANALYTIC_BWD_FACTOR 2.0
+/* Backward work relative to forward: an input gradient and a weight
+ * gradient; the roofline floor's figure, so the two cannot differ. */
+#define PT_ANALYTIC_BWD_FACTOR PT_ROOFLINE_BWD_FACTOR
 /* Layernorm keeps a mean and a 1/std per row; attention keeps Q, K and V. */
 #define PT_ANALYTIC_LAYERNORM_STATS 2
 #define PT_ANALYTIC_QKV             3
