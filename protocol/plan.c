@@ -8,12 +8,13 @@
 
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
+#include "protocol/precision.h"
 
 /* the plan's bound on chunks is the kind table's (protocol/sched_kind.h) */
 _Static_assert(PT_PLAN_CHUNKS_MAX == PT_SCHED_CHUNKS_MAX, "one bound on model chunks per device");
 
-static const char *const plan_keys[] = {"v",        "model",     "layers", "microbatch",
-                                        "schedule", "optimizer", "stages", NULL};
+static const char *const plan_keys[] = {
+    "v", "model", "layers", "microbatch", "schedule", "optimizer", "stages", "precision", NULL};
 static const char *const mb_keys[] = {"size", "count", NULL};
 static const char *const sched_keys[] = {"kind", "policy", "vertical_sync", "chunks", NULL};
 static const char *const sgd_keys[] = {"kind", "lr", "momentum", "weight_decay", NULL};
@@ -410,6 +411,19 @@ static int read_float(pt_jr *jr, const cJSON *obj, const char *path, const char 
     return 0;
 }
 
+/* "precision": optional, a name of protocol/precision.h. */
+static int parse_precision(pt_jr *jr, const cJSON *root, pt_plan *p)
+{
+    const cJSON *item = pt_jr_item(root, "precision");
+    if (!item)
+        return 0;
+    if (!cJSON_IsString(item) || pt_precision_parse(item->valuestring) < 0)
+        return pt_jr_fail(jr, PT_EINVAL, "", "precision", "not a precision (%s)",
+                          pt_precision_names());
+    snprintf(p->precision, sizeof p->precision, "%s", item->valuestring);
+    return 0;
+}
+
 static int parse_optimizer(pt_jr *jr, const cJSON *root, pt_optim_spec *o)
 {
     const cJSON *obj;
@@ -565,7 +579,8 @@ int pt_plan_parse(const char *json, const char *source, pt_plan **out, pt_error 
         (rc = pt_jr_int(&jr, mb, "microbatch", "count", PT_JR_REQUIRED, 0, 1, PT_PLAN_MB_COUNT_MAX,
                         &p->microbatch_count)) < 0 ||
         (rc = parse_schedule(&jr, root, p)) < 0 ||
-        (rc = parse_optimizer(&jr, root, &p->optimizer)) < 0)
+        (rc = parse_optimizer(&jr, root, &p->optimizer)) < 0 ||
+        (rc = parse_precision(&jr, root, p)) < 0)
         goto done;
     if (n > p->layer_count) {
         rc = pt_jr_fail(&jr, PT_EINVAL, "", "stages",
@@ -670,6 +685,8 @@ char *pt_plan_to_json(const pt_plan *plan)
         !pt_jr_add_number(sched, "chunks", plan->chunks))
         goto fail;
     if (add_optimizer(root, &plan->optimizer) < 0 ||
+        (plan->precision[0] && pt_precision_parse(plan->precision) >= 0 &&
+         !cJSON_AddStringToObject(root, "precision", plan->precision)) ||
         !(stages = cJSON_AddArrayToObject(root, "stages")))
         goto fail;
     for (int s = 0; s < plan->stage_count; s++)

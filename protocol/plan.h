@@ -21,7 +21,8 @@ typedef struct pt_optim_spec {
     float weight_decay; /* >= 0 */
 } pt_optim_spec;
 
-/* Defaults: sgd lr 0.02 momentum 0.9 (0.05 diverges on fmnist-mlp-deep); adam lr 1e-3 betas 0.9/0.999 eps 1e-8. */
+/* Defaults: sgd lr 0.02 momentum 0.9 (0.05 diverges on fmnist-mlp-deep); adam lr 1e-3 betas
+ * 0.9/0.999 eps 1e-8. */
 pt_optim_spec pt_optim_default(pt_optim_kind kind);
 
 typedef struct pt_stage {
@@ -46,6 +47,10 @@ typedef struct pt_plan {
                                pipeline rank d being stages[d + c·S], whose replicas are stages[d]'s
                                devices; 1 for every other kind */
     pt_optim_spec optimizer;
+    /* The precision the plan trains in (a name of protocol/precision.h); ""
+     * when the plan does not say, which means its profile's. A stated one
+     * must be the profile's (pt_cost_plan_memory checks). */
+    char precision[8];
 } pt_plan;
 
 #define PT_PLAN_LAYERS_MAX     (1 << 16) /* layers of the model a plan is for */

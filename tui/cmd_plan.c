@@ -29,7 +29,8 @@
 static const char usage_text[] =
     "usage: pipetop plan --planner NAME --profile P --topology T --batch GBS\n"
     "                    [--stages S] [--memory-limit GiB] [--microbatch N[,N...]]\n"
-    "                    [--optimizer sgd|adam] [--objective NAME] [--kinds LIST]\n"
+    "                    [--optimizer sgd|adam] [--precision P] [--objective NAME]\n"
+    "                    [--kinds LIST]\n"
     "                    [--no-fallback]\n"
     "                    [--out PLAN.json] [--json]\n"
     "       pipetop plan --compare --profile P --topology T --batch GBS [same options]\n"
@@ -292,6 +293,8 @@ static int plan_one(const char *name, const pt_profile *pr, const pt_topology *t
         pt_cli_error("plan", json, rc, "%s", err.msg);
         return 1;
     }
+    /* the plan says the precision it trains in: its profile's */
+    snprintf(plan->precision, sizeof plan->precision, "%s", pt_precision_name(pr->precision));
     pt_cost *cost = NULL;
     const pt_topology *t = topo;
     if (pt_cost_new(pr, t, &cost, &err) < 0) {
@@ -474,7 +477,7 @@ static int compare(const pt_profile *pr, const pt_topology *topo, int gbs, const
 int pt_cmd_plan(int argc, char **argv)
 {
     const char *planner = NULL, *profile_path = NULL, *topo_path = NULL, *out = NULL;
-    const char *mb = NULL, *optim = NULL, *objective = NULL, *kinds = NULL;
+    const char *mb = NULL, *optim = NULL, *objective = NULL, *kinds = NULL, *precision = NULL;
     int batch = 0, stages = 0, json = 0, cmp = 0, no_fallback = 0;
     double mem_gib = 0;
     pt_opt opts[] = {
@@ -493,6 +496,9 @@ int pt_cmd_plan(int argc, char **argv)
          "take every device to have G GiB"},
         {"microbatch", PT_OPT_STRING, &mb, 0, 0, 0, "LIST",
          "micro-batch sizes to consider (each divides GBS)"},
+        {"precision", PT_OPT_STRING, &precision, 0, 0, 0, "P",
+         "the precision to train in: the profile's must be P (make one\n"
+         "with pipetop profile --analytic --precision P)"},
         {"optimizer", PT_OPT_STRING, &optim, 0, 0, 0, "K",
          "sgd (default) or adam: optimizer state and step cost"},
         {"objective", PT_OPT_STRING, &objective, 0, 0, 0, "NAME",
@@ -582,6 +588,15 @@ int pt_cmd_plan(int argc, char **argv)
         pt_cli_error("plan", json, err.code ? err.code : PT_EINVAL, "%s", err.msg);
         pt_profile_free(&pr);
         return 1;
+    }
+    if (precision && pt_precision_parse(precision) != pr->precision) {
+        pt_cli_error("plan", json, PT_EINVAL,
+                     "--precision %s: the profile of '%s' is %s (make a %s one with pipetop "
+                     "profile --analytic --precision %s)",
+                     precision, pr->model, pt_precision_name(pr->precision), precision, precision);
+        pt_profile_free(&pr);
+        pt_topology_free(&topo);
+        return 2;
     }
     int rc = cmp ? compare(pr, topo, batch, &o, json)
                  : plan_one(planner, pr, topo, batch, &o, out, json);

@@ -24,10 +24,12 @@
 
 static const char usage_text[] =
     "usage: pipetop profile --analytic --model MODEL --device DEVICE --batch B\n"
-    "                       [--efficiency E] [--out PROFILE.json] [--json]\n"
+    "                       [--precision P] [--recompute none|selective] [--efficiency E]\n"
+    "                       [--out PROFILE.json] [--json]\n"
     "Derives each layer's forward and backward time from its FLOPs and the bytes it\n"
-    "moves: time = max(FLOPs / (peak FLOP/s x E), bytes / memory bandwidth), backward\n"
-    "twice the forward work; activations and parameters in fp32.\n";
+    "moves: time = max(FLOPs / (peak FLOP/s x E), bytes / memory bandwidth) + kernel\n"
+    "launches, backward twice the forward work; in the precision P (fp32 default; bf16,\n"
+    "fp16, fp8: mixed precision with Megatron-LM's activation layout).\n";
 
 static void list_devices(FILE *f)
 {
@@ -48,11 +50,11 @@ static void list_devices(FILE *f)
 
 static void print_table(const pt_profile *p, const pt_device_desc *dev, double eff)
 {
-    printf("%s on %s (%.3g TFLOP/s fp32, %.4g GB/s, %.4g GiB), micro-batch %d, efficiency "
+    printf("%s on %s (%.4g TFLOP/s %s, %.4g GB/s, %.4g GiB), micro-batch %d, efficiency "
            "%.2f\n",
-           p->model, dev->name, dev->peak_flops / FLOPS_PER_TFLOPS,
-           dev->mem_bandwidth / BYTES_PER_GB, (double)dev->memory_bytes / BYTES_PER_GIB,
-           p->microbatch, eff);
+           p->model, dev->name, pt_device_peak(dev, p->precision) / FLOPS_PER_TFLOPS,
+           pt_precision_name(p->precision), dev->mem_bandwidth / BYTES_PER_GB,
+           (double)dev->memory_bytes / BYTES_PER_GIB, p->microbatch, eff);
     printf("%5s  %-24s %12s %12s %12s %12s\n", "#", "layer", "fwd ms", "bwd ms", "act MiB",
            "param MiB");
     double f = 0, b = 0, params = 0;
@@ -70,7 +72,7 @@ static void print_table(const pt_profile *p, const pt_device_desc *dev, double e
 
 int pt_cmd_profile_analytic(int argc, char **argv)
 {
-    const char *model = NULL, *device = NULL, *out = NULL;
+    const char *model = NULL, *device = NULL, *out = NULL, *precision = NULL, *recompute = NULL;
     int batch = 0, json = 0, analytic = 0;
     pt_analytic_options opt = {0};
     pt_opt opts[] = {
@@ -82,6 +84,12 @@ int pt_cmd_profile_analytic(int argc, char **argv)
          "a device description file or a name in devices/"},
         {"batch", PT_OPT_INT, &batch, 1, PT_PROFILE_BATCH_MAX, 0, "B",
          "micro-batch size the profile is for"},
+        {"precision", PT_OPT_STRING, &precision, 0, 0, 0, "P",
+         "fp32 (default), tf32, bf16, fp16 or fp8: the device's peak for it,\n"
+         "activation and weight bytes, optimizer state"},
+        {"recompute", PT_OPT_STRING, &recompute, 0, 0, 0, "R",
+         "none (default) or selective: recompute the attention core in the\n"
+         "backward instead of keeping it (Korthikanti et al.; bf16, fp16, fp8)"},
         {"efficiency", PT_OPT_DOUBLE, &opt.efficiency, EFFICIENCY_MIN, 1, 0, "E",
          "fraction of peak FLOP/s reached, in (0, 1] (default 0.5)"},
         {"out", PT_OPT_STRING, &out, 0, 0, 0, "FILE", "write the profile there"},
@@ -99,6 +107,17 @@ int pt_cmd_profile_analytic(int argc, char **argv)
     if (!model || !device || !batch) {
         fprintf(stderr, "pipetop profile --analytic: needs --model, --device and --batch "
                         "(see pipetop profile --analytic --help)\n");
+        return 2;
+    }
+    if (precision && (opt.precision = pt_precision_parse(precision)) < 0) {
+        fprintf(stderr, "pipetop profile --analytic: --precision: '%s' is not one of %s\n",
+                precision, pt_precision_names());
+        return 2;
+    }
+    if (recompute && strcmp(recompute, "none") &&
+        !(opt.selective = !strcmp(recompute, "selective"))) {
+        fprintf(stderr, "pipetop profile --analytic: --recompute: '%s' is not none or selective\n",
+                recompute);
         return 2;
     }
     pt_error err = {0};
