@@ -26,8 +26,8 @@
 
 #include "protocol/message.h"
 #include "protocol/telemetry.h"
-#include "tui/session.h"
-#include "tui/store.h"
+#include "tui/control/session.h"
+#include "tui/record/store.h"
 
 #define AGENTS          16
 #define DEFAULT_SECONDS 3.0

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tui/plan_edit.h"
+#include "tui/console/plan_edit.h"
 
 #define DEFAULT_EDITS  200
 #define DEFAULT_LAYERS 100

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tui/replay.h"
-#include "tui/store.h"
+#include "tui/record/replay.h"
+#include "tui/record/store.h"
 
 #define FUZZ_RING 64 /* small, so the ring wraps */
 

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tui/config.h"
-#include "tui/theme.h"
+#include "tui/console/config.h"
+#include "tui/export/theme.h"
 
 static void fail(const char *what)
 {

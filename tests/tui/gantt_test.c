@@ -4,7 +4,7 @@
  * label that does not fit is left out rather than overwriting neighbours. */
 #include "tests/test.h"
 
-#include "tui/gantt.h"
+#include "tui/export/gantt.h"
 
 static void add(pt_tline *tl, int row, int op, int mb, double a, double b)
 {

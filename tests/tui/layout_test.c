@@ -3,7 +3,7 @@
  * cover it completely (so large terminals are used), and each is large
  * enough to show a framed line of text. */
 #include "tests/test.h"
-#include "tui/layout.h"
+#include "tui/console/layout.h"
 
 #include "protocol/error.h"
 

@@ -20,8 +20,8 @@
 #include "protocol/plan.h"
 #include "runtime/comm_nccl.h"
 #include "tests/test.h"
-#include "tui/run.h"
-#include "tui/session.h"
+#include "tui/control/run.h"
+#include "tui/control/session.h"
 
 #define NS_PER_MS   1000000LL
 #define FAST_HB_MS  100

@@ -9,7 +9,7 @@
  * Each time no agent process is left, no partial checkpoint folder, and the
  * last checkpoint resumes to the weights of an uninterrupted run. */
 #include "tests/tui/fault_util.h"
-#include "tui/session.h"
+#include "tui/control/session.h"
 
 #define TDIR "run_stall_itest.d"
 /* The stop of the short stall, and a stall bound well above it. */

@@ -12,8 +12,8 @@
 #include "runtime/trust.h"
 #include "tests/test.h"
 #include "protocol/fileio.h"
-#include "tui/run.h"
-#include "tui/session.h"
+#include "tui/control/run.h"
+#include "tui/control/session.h"
 
 #define WAIT_MS   10000
 #define RESEND_MS 200

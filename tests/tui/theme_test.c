@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "protocol/fileio.h"
-#include "tui/config.h"
-#include "tui/theme.h"
+#include "tui/console/config.h"
+#include "tui/export/theme.h"
 
 static const char *const shipped[] = {"dark", "light", "mono", "okabe-ito"};
 

@@ -5,7 +5,7 @@
 
 #include "tests/planner/sched_fixture.h"
 #include "tests/test.h"
-#include "tui/timeline_ascii.h"
+#include "tui/export/timeline_ascii.h"
 
 typedef struct fix {
     pt_plan *plan;
