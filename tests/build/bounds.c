@@ -1,0 +1,7 @@
+/* One #include, chosen by the build: CMakeLists.txt compiles this file once
+ * per case of tests/build/include_bounds_test.sh, against the staged include
+ * folder of one library, with PT_BOUNDS_HEADER naming the header to try. A
+ * header outside the library's include set must not be found. */
+#include PT_BOUNDS_HEADER
+
+int pt_bounds_unit;
