@@ -45,14 +45,12 @@
 #define SPEED_MIN          0.01
 #define SPEED_MAX          1000.0
 
-int pt_console_parse_view(const char *name, pt_view *out)
+int pt_console_parse_view(const char *name, const char **out)
 {
-    for (int v = 0; v < PT_VIEW_COUNT; v++)
-        if (!strcmp(name, pt_view_name((pt_view)v))) {
-            *out = (pt_view)v;
-            return 0;
-        }
-    return -1;
+    if (!pt_console_has_view(name))
+        return -1;
+    *out = name;
+    return 0;
 }
 
 int pt_console_analytic_profile(const pt_model_spec *spec, int mb, pt_profile **out, pt_error *err)
@@ -391,7 +389,7 @@ int pt_cmd_replay(int argc, char **argv)
                              NULL);
     if (rc >= 0)
         return rc;
-    pt_view start;
+    const char *start;
     if (pt_console_parse_view(view, &start) < 0) {
         fprintf(stderr, "pipetop replay: --view: unknown view \"%s\"\n", view);
         return 2;

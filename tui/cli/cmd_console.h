@@ -11,7 +11,6 @@
 #include "protocol/profile.h"
 #include "protocol/record.h"
 #include "protocol/topology.h"
-#include "tui/console/layout.h"
 
 /* Smallest micro-batch the console's planners consider: the analytic cost
  * model has no per-op overhead, so left alone it picks micro-batches of one
@@ -43,7 +42,7 @@ int pt_console_record_inputs(pt_record *rec, const char *dir, int64_t gen, pt_pl
 
 /* The view named `name` ("plan", "timeline", "stats", "agents") into *out;
  * 0, or -1 for an unknown name (*out untouched). */
-int pt_console_parse_view(const char *name, pt_view *out);
+int pt_console_parse_view(const char *name, const char **out);
 
 /* What pt_console_launch sets up: inputs by name or path, and where training
  * comes from (none: the simulator only; live: agents, spawned or external). */
@@ -63,7 +62,7 @@ typedef struct pt_console_launch_opts {
     const char *data;    /* live: data set */
     const char *run_dir; /* live: record folder (NULL: runs/<time>/) */
     int64_t steps;       /* live: stop after this many steps (0: until q) */
-    pt_view view;
+    const char *view;
     const char *theme;
     int no_mouse;
     double exit_after;

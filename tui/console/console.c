@@ -13,6 +13,7 @@
 
 #include "tui/export/export.h"
 #include "tui/console/ui.h"
+#include "tui/console/view.h"
 
 #define NS_PER_S         1000000000LL
 #define IDLE_WAIT_MS     20 /* longest getch wait: the source is polled at least this often */
@@ -34,58 +35,12 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
 }
 
-const pt_ui_key pt_ui_keys[] = {
-    {PT_VIEW_COUNT, "1 2 3 4", "plan, timeline, stats, agents view"},
-    {PT_VIEW_COUNT, "? 5 F1", "this help"},
-    {PT_VIEW_COUNT, "Tab", "next view"},
-    {PT_VIEW_COUNT, "Esc", "back to the previous view (closes help)"},
-    {PT_VIEW_COUNT, "x", "export the shown timeline: trace JSON (Perfetto) and SVG"},
-    {PT_VIEW_COUNT, "t", "next theme (dark, light, mono, okabe-ito); saved in the config"},
-    {PT_VIEW_COUNT, "Ctrl-L", "redraw the screen"},
-    {PT_VIEW_COUNT, "Z",
-     "pause the display, as htop (training goes on; space too, outside replay)"},
-    {PT_VIEW_COUNT, "q F10", "quit (stops the agents this console started)"},
-    {PT_VIEW_PLAN, "Up Down j k", "move the cursor over the layers (PgUp PgDn Home End)"},
-    {PT_VIEW_PLAN, "[ ]", "move the boundary at the start of the cursor's stage up / down"},
-    {PT_VIEW_PLAN, "{ }", "move the boundary at the end of the cursor's stage up / down"},
-    {PT_VIEW_PLAN, "s", "split: a new stage starts at the cursor's layer"},
-    {PT_VIEW_PLAN, "J", "join the cursor's stage with the one before it"},
-    {PT_VIEW_PLAN, "+ -", "one replica more / less for the cursor's stage"},
-    {PT_VIEW_PLAN, "r d", "select the stage's next replica / move it to the next device"},
-    {PT_VIEW_PLAN, "c", "recomputation on / off for the cursor's stage"},
-    {PT_VIEW_PLAN, "S", "next schedule kind (every kind in turn; pipetop sim --help lists them)"},
-    {PT_VIEW_PLAN, "a v", "dapple's warm-up policy A / B; pipedream's vertical sync on / off"},
-    {PT_VIEW_PLAN, "V",
-     "interleaved: one more model chunk per device, v (back to 2 past what the layers allow)"},
-    {PT_VIEW_PLAN, "b B", "micro-batch size halved / doubled (the count follows: batch kept)"},
-    {PT_VIEW_PLAN, "m M", "fewer / more micro-batches (the size follows: batch kept)"},
-    {PT_VIEW_PLAN, "g G", "global batch halved / doubled"},
-    {PT_VIEW_PLAN, "u", "undo the last edit"},
-    {PT_VIEW_PLAN, "P o", "run the planner and fill the plan (shows the gain) / next planner"},
-    {PT_VIEW_PLAN, "A", "apply & restart: checkpoint, stop, re-assign, resume (live runs)"},
-    {PT_VIEW_PLAN, "w", "write the edited plan to plan-edited.json"},
-    {PT_VIEW_PLAN, "mouse", "click a layer to select it; drag a stage header to a layer"},
-    {PT_VIEW_TIMELINE, "Left Right h l", "pan"},
-    {PT_VIEW_TIMELINE, "+ - 0", "zoom in / out / reset (mouse wheel zooms too)"},
-    {PT_VIEW_TIMELINE, "p", "measured / predicted / both side by side"},
-    {PT_VIEW_TIMELINE, "i I", "one iteration fewer / more shown"},
-    {PT_VIEW_TIMELINE, "Up Down", "scroll the stage replica rows"},
-    {PT_VIEW_STATS, "z", "graphs: the whole run (downsampled: mean, min-max) / the recent steps"},
-    {PT_VIEW_AGENTS, "Up Down", "scroll the agent table"},
-    {PT_VIEW_AGENTS, "/ F4",
-     "filter: type text (id, host, device, state); Enter keeps, Esc clears"},
-    {PT_VIEW_AGENTS, "s F6", "next sort key: agent, stage, cpu, rss, state"},
-    {PT_VIEW_HELP, "Up Down", "scroll this help"},
-    {-1, NULL, NULL},
-};
-
 static const char *const theme_cycle[] = {"dark", "light", "mono", "okabe-ito"};
 
 static void layout(pt_ui *ui)
 {
     getmaxyx(stdscr, ui->rows, ui->cols);
-    pt_layout_opts lo = {ui->tl_mode == PT_TL_BOTH};
-    pt_layout_compute(ui->view, ui->rows, ui->cols, &lo, &ui->layout);
+    pt_view_layout(ui->view, ui, ui->state[ui->view], ui->rows, ui->cols, &ui->layout);
 }
 
 /* The run summary of the header at a level of detail: 0 full, higher levels
@@ -138,8 +93,7 @@ static void draw_header(pt_ui *ui)
     attron(ui->attr[PT_THEME_HEADER]);
     hline(' ', r->w);
     attroff(ui->attr[PT_THEME_HEADER]);
-    static const char *const tabs[] = {"1 plan", "2 timeline", "3 stats", "4 agents", "? help"};
-    static const char *const tabs_short[] = {"1", "2", "3", "4", "?"};
+    int views = pt_view_count();
     /* the widest tabs and summary that fit together: full tabs first, then
      * only the shown view's tab named, then shorter summaries */
     char right[PT_SOURCE_DESC_MAX + 160];
@@ -150,8 +104,8 @@ static void draw_header(pt_ui *ui)
         if (level >= HEADER_LEVELS)
             level = HEADER_LEVELS - 1;
         tabs_w = 8;
-        for (int v = 0; v < PT_VIEW_COUNT; v++)
-            tabs_w += (int)strlen(compact && v != (int)ui->view ? tabs_short[v] : tabs[v]) + 1;
+        for (int v = 0; v < views; v++)
+            tabs_w += (compact && v != ui->view ? 1 : 2 + (int)strlen(pt_view_at(v)->name)) + 1;
         header_summary(ui, level, right, sizeof right);
         len = (int)strlen(right);
         if (tabs_w + len + 1 <= r->w)
@@ -160,9 +114,14 @@ static void draw_header(pt_ui *ui)
     int x = 0;
     pt_ui_text(r->y, x, r->w, ui->attr[PT_THEME_HEADER], 0, "pipetop ");
     x += 8;
-    for (int v = 0; v < PT_VIEW_COUNT && x < r->w; v++) {
-        const char *tab = compact && v != (int)ui->view ? tabs_short[v] : tabs[v];
-        attr_t a = v == (int)ui->view ? ui->attr[PT_THEME_TAB] | A_REVERSE : ui->attr[PT_THEME_DIM];
+    for (int v = 0; v < views && x < r->w; v++) {
+        const pt_view_class *c = pt_view_at(v);
+        char tab[48];
+        if (compact && v != ui->view)
+            snprintf(tab, sizeof tab, "%c", c->hotkeys[0]);
+        else
+            snprintf(tab, sizeof tab, "%c %s", c->hotkeys[0], c->name);
+        attr_t a = v == ui->view ? ui->attr[PT_THEME_TAB] | A_REVERSE : ui->attr[PT_THEME_DIM];
         pt_ui_text(r->y, x, r->w - x, a, 0, "%s", tab);
         ui->tab_x[v] = x;
         x += (int)strlen(tab) + 1;
@@ -195,20 +154,12 @@ static void draw_status(pt_ui *ui)
         pt_ui_text(r->y, 0, r->w, ui->attr[PT_THEME_STATUS], 1, "%s", note);
         return;
     }
-    static const char *const hints[PT_VIEW_COUNT] = {
-        ("[ ] move boundary  +/- replicas  S schedule  V chunks  b/B m/M micro-batches  P planner"
-         "  A apply"
-         "  ? help  q quit"),
-        "h/l pan  +/- zoom  p predicted/measured  i/I iterations  x export  ? help  q quit",
-        "z whole run/recent  1-4 views  x export  t theme  ? help  q quit",
-        "Up/Down scroll  1-4 views  ? help  q quit",
-        "Esc back  q quit",
-    };
     /* a replay's own keys come first: they are what its user reaches for */
-    int replay = ui->src && !strcmp(ui->src->vt->kind, "replay") && ui->view != PT_VIEW_HELP;
+    const pt_view_class *c = pt_view_at(ui->view);
+    int replay = ui->src && !strcmp(ui->src->vt->kind, "replay");
     pt_ui_text(r->y, 0, r->w, ui->attr[PT_THEME_DIM], 1, "%s%s",
                replay ? "replay: space pause  n/N step  ,/. generation  R rewind  e end | " : "",
-               hints[ui->view]);
+               c->hints ? c->hints : "? help  q quit");
 }
 
 /* A calibration the source put in the store (tui/live.h) becomes the plan
@@ -253,28 +204,12 @@ static void draw(pt_ui *ui)
         return;
     }
     draw_header(ui);
-    switch (ui->view) {
-    case PT_VIEW_PLAN:
-        pt_view_plan_draw(ui);
-        break;
-    case PT_VIEW_TIMELINE:
-        pt_view_timeline_draw(ui);
-        break;
-    case PT_VIEW_STATS:
-        pt_view_stats_draw(ui);
-        break;
-    case PT_VIEW_AGENTS:
-        pt_view_agents_draw(ui);
-        break;
-    default:
-        pt_view_help_draw(ui);
-        break;
-    }
+    pt_view_at(ui->view)->draw(ui, ui->state[ui->view]);
     draw_status(ui);
     refresh();
 }
 
-static void set_view(pt_ui *ui, pt_view v)
+static void set_view(pt_ui *ui, int v)
 {
     if (v == ui->view)
         return;
@@ -305,14 +240,16 @@ static void next_theme(pt_ui *ui, const char *config_path)
     clear();
 }
 
-int pt_ui_export(pt_ui *ui)
+/* Exports the timeline shown (trace and SVG files in the current folder) and
+ * names them in the status line. */
+static void export_shown(pt_ui *ui)
 {
-    pt_ui_refresh_timelines(ui);
-    int measured = ui->tl_meas.count > 0 && ui->tl_mode != PT_TL_PREDICTED;
-    const pt_tline *tl = measured ? &ui->tl_meas : &ui->tl_pred;
+    pt_ui_timelines(ui);
+    int measured = ui->tl.meas.count > 0 && ui->tl.mode != PT_TL_PREDICTED;
+    const pt_tline *tl = measured ? &ui->tl.meas : &ui->tl.pred;
     if (tl->count == 0) {
         pt_ui_status(ui, 1, "export: no timeline to export yet");
-        return PT_ESTATE;
+        return;
     }
     char base[64], trace[96], svg[96];
     time_t t = time(NULL);
@@ -343,56 +280,6 @@ int pt_ui_export(pt_ui *ui)
     else
         pt_ui_status(ui, 0, "exported the %s timeline to %s and %s",
                      measured ? "measured" : "predicted", trace, svg);
-    return rc;
-}
-
-void pt_ui_refresh_timelines(pt_ui *ui)
-{
-    if (ui->edit && ui->tl_pred_version != pt_plan_edit_version(ui->edit)) {
-        pt_tline_from_sim(&ui->tl_pred, pt_plan_edit_program(ui->edit),
-                          pt_plan_edit_result(ui->edit));
-        ui->tl_pred_version = pt_plan_edit_version(ui->edit);
-    }
-    uint64_t v = pt_store_version(ui->store) * 131 + (uint64_t)ui->tl_iters;
-    if (v != ui->tl_meas_version && !(ui->paused && ui->tl_meas.count > 0)) {
-        int64_t last = pt_store_last_step(ui->store);
-        pt_tline_clear(&ui->tl_meas);
-        if (last >= 0) {
-            /* the newest step may still be arriving: show complete ones when there are */
-            int64_t hi = last > 0 ? last - 1 : last;
-            pt_store_timeline(ui->store, hi - ui->tl_iters + 1, hi, 1, &ui->tl_meas, NULL);
-            if (ui->tl_meas.count == 0)
-                pt_store_timeline(ui->store, last - ui->tl_iters + 1, last, 1, &ui->tl_meas, NULL);
-        }
-        ui->tl_meas_version = v;
-    }
-}
-
-static void apply_restart(pt_ui *ui)
-{
-    if (!ui->edit) {
-        pt_ui_status(ui, 1, "apply & restart: there is no plan to apply");
-        return;
-    }
-    if (!ui->src || !ui->src->vt->apply) {
-        pt_ui_status(ui, 1, "apply & restart needs a live run (this console shows a %s)",
-                     ui->src ? ui->src->vt->kind : "simulation");
-        return;
-    }
-    if (!pt_plan_edit_fits(ui->edit)) {
-        pt_ui_status(ui, 1, "apply & restart refused: the edited plan does not fit memory");
-        return;
-    }
-    pt_error err = {0};
-    pt_ui_status(ui, 0, "apply & restart: checkpointing and stopping the run ...");
-    draw(ui);
-    if (ui->src->vt->apply(ui->src, pt_plan_edit_plan(ui->edit), &err) < 0)
-        pt_ui_status(ui, 1, "apply & restart refused: %s", err.msg);
-    else
-        pt_ui_status(ui, 0, "apply & restart: %s", err.msg[0] ? err.msg : "restarted");
-    /* the restart runs inside the next poll and holds the loop while it
-     * checkpoints: show the outcome now, not when it is already over */
-    draw(ui);
 }
 
 static void toggle_pause(pt_ui *ui)
@@ -435,53 +322,78 @@ static void follow_generation(pt_ui *ui)
         pt_ui_status(ui, 1, "generation %lld's plan cannot be shown: %s", (long long)gen, err.msg);
 }
 
-static int global_key(pt_ui *ui, int ch, const char *config_path)
+/* ---- the keys of every view ------------------------------------------------- */
+
+static void k_quit(pt_ui *ui, void *state, int ch)
 {
-    switch (ch) {
-    case 'q':
-    case KEY_F(10):
-        ui->quit = 1;
-        return 1;
-    case KEY_F(1):
-        set_view(ui, PT_VIEW_HELP);
-        return 1;
-    case 'Z':
-        toggle_pause(ui);
-        return 1;
-    case '1':
-    case '2':
-    case '3':
-    case '4':
-        set_view(ui, (pt_view)(ch - '1'));
-        return 1;
-    case '5':
-    case '?':
-        set_view(ui, PT_VIEW_HELP);
-        return 1;
-    case '\t':
-        set_view(ui, (pt_view)((ui->view + 1) % PT_VIEW_COUNT));
-        return 1;
-    case ESC_KEY:
-        if (ui->view == PT_VIEW_HELP)
-            set_view(ui, ui->prev_view == PT_VIEW_HELP ? PT_VIEW_PLAN : ui->prev_view);
-        else
-            set_view(ui, ui->prev_view);
-        return 1;
-    case 'x':
-        pt_ui_export(ui);
-        return 1;
-    case 't':
-        next_theme(ui, config_path);
-        return 1;
-    case CTRL_L:
-    case KEY_RESIZE:
-        clear();
-        ui->dirty = 1;
-        return 1;
-    default:
-        return 0;
-    }
+    (void)state, (void)ch;
+    ui->quit = 1;
 }
+
+static void k_help(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    set_view(ui, pt_view_find("help"));
+}
+
+static void k_next_view(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    set_view(ui, (ui->view + 1) % pt_view_count());
+}
+
+static void k_back(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    /* help goes back to where it was opened (the first view when it was
+     * opened first) */
+    if (ui->view != ui->prev_view)
+        set_view(ui, ui->prev_view);
+    else if (ui->view == pt_view_find("help"))
+        set_view(ui, 0);
+}
+
+static void k_export(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    export_shown(ui);
+}
+
+static void k_theme(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    next_theme(ui, ui->config_path);
+}
+
+static void k_redraw(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    clear();
+    ui->dirty = 1;
+}
+
+static void k_pause(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    toggle_pause(ui);
+}
+
+static const pt_view_key global_keys[] = {
+    {{0}, "1 2 3 4", "plan, timeline, stats, agents view (each tab shows its key)", NULL, NULL},
+    {{KEY_F(1)}, "? 5 F1", "this help", k_help, NULL},
+    {{'\t'}, "Tab", "next view", k_next_view, NULL},
+    {{ESC_KEY}, "Esc", "back to the previous view (closes help)", k_back, NULL},
+    {{'x'}, "x", "export the shown timeline: trace JSON (Perfetto) and SVG", k_export, NULL},
+    {{'t'}, "t", "next theme (dark, light, mono, okabe-ito); saved in the config", k_theme, NULL},
+    {{CTRL_L, KEY_RESIZE}, "Ctrl-L", "redraw the screen", k_redraw, NULL},
+    {{'Z'},
+     "Z",
+     "pause the display, as htop (training goes on; space too, outside replay)",
+     k_pause,
+     NULL},
+    {{'q', KEY_F(10)}, "q F10", "quit (stops the agents this console started)", k_quit, NULL},
+    {{0}, NULL, NULL, NULL, NULL},
+};
 
 static void handle_mouse(pt_ui *ui)
 {
@@ -491,74 +403,59 @@ static void handle_mouse(pt_ui *ui)
     const pt_rect *hdr = pt_layout_find(&ui->layout, PT_PANEL_HEADER);
     if (hdr && ev.y == hdr->y && (ev.bstate & (BUTTON1_PRESSED | BUTTON1_CLICKED))) {
         /* the tabs where draw_header put them (they shorten on narrow screens) */
-        for (int v = 0; v < PT_VIEW_COUNT; v++)
+        for (int v = 0; v < pt_view_count(); v++)
             if (ev.x >= ui->tab_x[v] && ev.x < ui->tab_end[v]) {
-                set_view(ui, (pt_view)v);
+                set_view(ui, v);
                 break;
             }
         return;
     }
-    int wheel = ev.bstate & BUTTON4_PRESSED ? 1 : (ev.bstate & BUTTON5_PRESSED ? -1 : 0);
-    int pressed = (ev.bstate & (BUTTON1_PRESSED | BUTTON1_CLICKED)) != 0;
-    int released = (ev.bstate & (BUTTON1_RELEASED | BUTTON1_CLICKED)) != 0;
-    if (ui->view == PT_VIEW_PLAN && ui->readonly && (pressed || released))
+    pt_mouse m = {ev.y, ev.x, (ev.bstate & (BUTTON1_PRESSED | BUTTON1_CLICKED)) != 0,
+                  (ev.bstate & (BUTTON1_RELEASED | BUTTON1_CLICKED)) != 0,
+                  ev.bstate & BUTTON4_PRESSED ? 1 : (ev.bstate & BUTTON5_PRESSED ? -1 : 0)};
+    const pt_view_class *c = pt_view_at(ui->view);
+    int edits = 0;
+    for (const pt_view_key *k = c->keys; k && k->label && !edits; k++)
+        edits = k->edits != NULL;
+    if (ui->readonly && edits && (m.pressed || m.released))
         pt_ui_status(ui, 1, "read-only console (--readonly): the plan cannot be edited");
-    else if (ui->view == PT_VIEW_PLAN)
-        pt_view_plan_mouse(ui, ev.y, ev.x, pressed, released);
-    else if (ui->view == PT_VIEW_TIMELINE)
-        pt_view_timeline_mouse(ui, ev.y, ev.x, wheel);
+    else if (c->mouse)
+        c->mouse(ui, ui->state[ui->view], &m);
     ui->dirty = 1;
 }
 
-/* Keys of the plan view that change the plan or act on the run; the rest
- * of it (cursor, replica selection, planner choice) only looks. */
-#define PLAN_EDIT_KEYS "[]{}sJ+=-dcSavVbBmMgGuPwA"
-
-/* --readonly: 1 (and the status says so) when ch would edit or act. */
-static int refused_readonly(pt_ui *ui, int ch)
+/* The view's hook, then its table (an edit refused under --readonly), then
+ * its hot key; 1 when something took ch. */
+static int view_key(pt_ui *ui, int ch)
 {
-    if (!ui->readonly || ui->view != PT_VIEW_PLAN || ch <= 0 || ch > 127 ||
-        !strchr(PLAN_EDIT_KEYS, ch))
-        return 0;
-    pt_ui_status(ui, 1, "read-only console (--readonly): '%c' would %s; refused", ch,
-                 ch == 'A' ? "restart the run" : "edit the plan");
-    return 1;
+    const pt_view_class *c = pt_view_at(ui->view);
+    void *st = ui->state[ui->view];
+    int hook = c->key ? c->key(ui, st, ch) : 0;
+    if (hook > 0)
+        return 1;
+    const pt_view_key *refused = NULL;
+    if (hook == 0 && pt_view_keys_run(c->keys, ui, st, ch, ui->readonly, &refused)) {
+        if (refused)
+            pt_ui_status(ui, 1, "read-only console (--readonly): '%c' would %s; refused", ch,
+                         refused->edits);
+        return 1;
+    }
+    int v = pt_view_by_hotkey(ch);
+    if (v >= 0) {
+        set_view(ui, v);
+        return 1;
+    }
+    return 0;
 }
 
-static void handle_key(pt_ui *ui, int ch, const char *config_path)
+static void handle_key(pt_ui *ui, int ch)
 {
     ui->dirty = 1;
     if (ch == KEY_MOUSE) {
         handle_mouse(ui);
         return;
     }
-    if (refused_readonly(ui, ch))
-        return;
-    if (ch == 'A' && ui->view == PT_VIEW_PLAN) {
-        apply_restart(ui);
-        return;
-    }
-    int taken = 0;
-    switch (ui->view) {
-    case PT_VIEW_PLAN:
-        taken = pt_view_plan_key(ui, ch);
-        break;
-    case PT_VIEW_TIMELINE:
-        taken = pt_view_timeline_key(ui, ch);
-        break;
-    case PT_VIEW_STATS:
-        taken = pt_view_stats_key(ui, ch);
-        break;
-    case PT_VIEW_AGENTS:
-        taken = pt_view_agents_key(ui, ch);
-        break;
-    case PT_VIEW_HELP:
-        taken = pt_view_help_key(ui, ch);
-        break;
-    default:
-        break;
-    }
-    if (taken || global_key(ui, ch, config_path))
+    if (view_key(ui, ch) || pt_view_keys_run(global_keys, ui, NULL, ch, 0, NULL))
         return;
     char msg[PT_UI_STATUS_MAX] = "";
     if (ui->src && ui->src->vt->key && ui->src->vt->key(ui->src, ch, ui->now_ns, msg, sizeof msg)) {
@@ -572,7 +469,20 @@ static void handle_key(pt_ui *ui, int ch, const char *config_path)
     }
     char kw[32];
     pt_ui_status(ui, 1, "key %s does nothing in the %s view (? lists the keys)",
-                 key_words(ch, kw, sizeof kw), pt_view_name(ui->view));
+                 key_words(ch, kw, sizeof kw), pt_view_at(ui->view)->name);
+}
+
+/* Each view's own state, zeroed, then set up by the view. */
+static int make_views(pt_ui *ui, pt_error *err)
+{
+    for (int i = 0; i < pt_view_count(); i++) {
+        const pt_view_class *c = pt_view_at(i);
+        if (c->state_size && !(ui->state[i] = calloc(1, c->state_size)))
+            return pt_error_set(err, PT_ENOMEM, "console: out of memory");
+        if (c->init)
+            c->init(ui, ui->state[i]);
+    }
+    return 0;
 }
 
 static int setup(pt_ui *ui, const pt_console_opts *o, char *config_path, size_t cap, pt_error *err)
@@ -584,6 +494,7 @@ static int setup(pt_ui *ui, const pt_console_opts *o, char *config_path, size_t 
         snprintf(config_path, cap, "%s", o->config_path);
     else if (pt_config_path(config_path, cap, NULL) < 0)
         config_path[0] = 0;
+    ui->config_path = config_path[0] ? config_path : NULL;
     if (config_path[0] && pt_config_load(config_path, &ui->cfg, err) < 0)
         return err->code;
     const char *theme = o->theme ? o->theme : ui->cfg.theme;
@@ -597,24 +508,39 @@ static int setup(pt_ui *ui, const pt_console_opts *o, char *config_path, size_t 
         return rc;
     ui->src = o->source;
     ui->model_name = o->model_name;
-    ui->view = ui->prev_view = o->start_view;
+    ui->view = pt_view_find(o->start_view ? o->start_view : "plan");
+    if (ui->view < 0)
+        return pt_error_set(err, PT_EINVAL, "console: no view named \"%s\"", o->start_view);
+    ui->prev_view = ui->view;
     ui->readonly = o->readonly;
-    snprintf(ui->planner, sizeof ui->planner, "%s", ui->cfg.planner);
-    ui->tl_mode = ui->cfg.timeline_split ? PT_TL_BOTH : PT_TL_MEASURED;
-    ui->tl_zoom = 1.0;
-    ui->tl_iters = ui->cfg.timeline_iters;
+    ui->global_keys = global_keys;
+    ui->redraw = draw;
+    ui->tl.mode = ui->cfg.timeline_split ? PT_TL_BOTH : PT_TL_MEASURED;
+    ui->tl.iters = ui->cfg.timeline_iters;
     ui->shown_gen = -1;
     ui->dirty = 1;
-    return 0;
+    return make_views(ui, err);
 }
 
 static void teardown(pt_ui *ui)
 {
     pt_source_close(&ui->src);
+    for (int i = 0; i < PT_VIEWS_MAX; i++) {
+        const pt_view_class *c = pt_view_at(i);
+        if (c && c->fini && ui->state[i])
+            c->fini(ui->state[i]);
+        free(ui->state[i]);
+        ui->state[i] = NULL;
+    }
     pt_plan_edit_free(&ui->edit);
     pt_store_free(&ui->store);
-    pt_tline_release(&ui->tl_meas);
-    pt_tline_release(&ui->tl_pred);
+    pt_tline_release(&ui->tl.meas);
+    pt_tline_release(&ui->tl.pred);
+}
+
+int pt_console_has_view(const char *name)
+{
+    return pt_view_find(name) >= 0;
 }
 
 int pt_console_run(const pt_console_opts *o, pt_error *err)
@@ -710,7 +636,7 @@ int pt_console_run(const pt_console_opts *o, pt_error *err)
         timeout((int)wait_ms);
         int ch = getch();
         while (ch != ERR && !ui.quit) {
-            handle_key(&ui, ch, config_path[0] ? config_path : NULL);
+            handle_key(&ui, ch);
             follow_generation(&ui); /* a replay key may have moved to another generation */
             timeout(0);
             ch = getch();

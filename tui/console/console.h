@@ -14,7 +14,6 @@
 #include "protocol/plan.h"
 #include "protocol/profile.h"
 #include "protocol/topology.h"
-#include "tui/console/layout.h"
 #include "tui/record/source.h"
 
 #define PT_CONSOLE_ESC_DELAY_MS 25 /* Esc alone vs the start of an escape sequence */
@@ -25,9 +24,9 @@ typedef struct pt_console_opts {
     const pt_topology *topology; /* borrowed; needed with plan */
     const char *model_name;      /* for the header; may be NULL */
     pt_source *source;           /* taken over: closed when the console ends */
-    pt_view start_view;
-    const char *theme;       /* NULL: the config's */
-    const char *config_path; /* NULL: pt_config_path() */
+    const char *start_view;      /* a view's name (tui/console/view.h); NULL: "plan" */
+    const char *theme;           /* NULL: the config's */
+    const char *config_path;     /* NULL: pt_config_path() */
     int no_mouse;
     double exit_after_s; /* > 0: quit by itself after this long (tests, demos) */
     int readonly;        /* monitoring only: plan edits and apply & restart are refused */
@@ -38,5 +37,8 @@ typedef struct pt_console_opts {
  * the editor refuses) or the source failed; the source is closed in every
  * case. */
 int pt_console_run(const pt_console_opts *opts, pt_error *err);
+
+/* 1 when the console has a view of that name (built in or registered). */
+int pt_console_has_view(const char *name);
 
 #endif

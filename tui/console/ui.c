@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "planner/schedule.h"
+#include "tui/record/tline.h"
 
 #define LINE_MAX_CHARS 1024
 /* Text keys drawn bold so they stand out without colour. */
@@ -195,4 +196,32 @@ const char *pt_ui_bytes_short(int64_t bytes, char *buf, int cap)
     else
         snprintf(buf, (size_t)cap, "%.0fK", b / 1024.0);
     return buf;
+}
+
+void pt_ui_timelines(pt_ui *ui)
+{
+    pt_ui_tlines *tl = &ui->tl;
+    if (ui->edit && tl->pred_version != pt_plan_edit_version(ui->edit)) {
+        pt_tline_from_sim(&tl->pred, pt_plan_edit_program(ui->edit), pt_plan_edit_result(ui->edit));
+        tl->pred_version = pt_plan_edit_version(ui->edit);
+    }
+    uint64_t v = pt_store_version(ui->store) * 131 + (uint64_t)tl->iters;
+    if (v == tl->meas_version || (ui->paused && tl->meas.count > 0))
+        return;
+    int64_t last = pt_store_last_step(ui->store);
+    pt_tline_clear(&tl->meas);
+    if (last >= 0) {
+        /* the newest step may still be arriving: show complete ones when there are */
+        int64_t hi = last > 0 ? last - 1 : last;
+        pt_store_timeline(ui->store, hi - tl->iters + 1, hi, 1, &tl->meas, NULL);
+        if (tl->meas.count == 0)
+            pt_store_timeline(ui->store, last - tl->iters + 1, last, 1, &tl->meas, NULL);
+    }
+    tl->meas_version = v;
+}
+
+void pt_ui_redraw(pt_ui *ui)
+{
+    if (ui->redraw)
+        ui->redraw(ui);
 }

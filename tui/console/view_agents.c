@@ -14,6 +14,28 @@
 /* column of the state field in a row (after agent, pid, cpu%, rss, host, device, stage) */
 #define STATE_COL (10 + 1 + 7 + 1 + 5 + 1 + 7 + 1 + 12 + 1 + 16 + 1 + 6 + 1)
 
+#define AGENTS_MAX 256 /* agents whose process figures the view keeps */
+
+/* Its sample of one agent's process (local agents only). */
+typedef struct proc_sample_t {
+    int64_t pid;
+    long long ticks; /* CPU time at the last sample, clock ticks */
+    long long rss;   /* bytes, -1 unknown */
+    double cpu_pct;  /* over the last interval, -1 unknown */
+    int64_t sampled_ns;
+} proc_sample_t;
+
+enum { SORT_ID, SORT_STAGE, SORT_CPU, SORT_RSS, SORT_STATE, SORT_COUNT };
+
+/* The view's own state. */
+typedef struct agents_view {
+    int scroll;
+    int sort;        /* SORT_* */
+    char filter[48]; /* substring of id, host, device or state; "" all */
+    int filter_edit; /* typing the filter */
+    proc_sample_t proc[AGENTS_MAX];
+} agents_view;
+
 static pt_theme_key state_key(const char *state)
 {
     if (!strcmp(state, "running") || !strcmp(state, "idle") || !strcmp(state, "assigned"))
@@ -54,11 +76,11 @@ static int proc_sample(int64_t pid, long long *ticks, long long *rss_bytes)
 }
 
 /* Updates the CPU % and RSS of agent slot i (pid), at most once a second. */
-static void proc_update(pt_ui *ui, int i, int64_t pid)
+static void proc_update(const pt_ui *ui, agents_view *v, int i, int64_t pid)
 {
-    if (i >= PT_UI_AGENTS_MAX)
+    if (i >= AGENTS_MAX)
         return;
-    pt_ui_proc *pr = &ui->ag_proc[i];
+    proc_sample_t *pr = &v->proc[i];
     if (pr->pid != pid) {
         memset(pr, 0, sizeof *pr);
         pr->pid = pid;
@@ -85,39 +107,38 @@ static void proc_update(pt_ui *ui, int i, int64_t pid)
     pr->sampled_ns = ui->now_ns;
 }
 
-static const char *const sort_names[AG_SORT_COUNT] = {"agent", "stage", "cpu", "rss", "state"};
+static const char *const sort_names[SORT_COUNT] = {"agent", "stage", "cpu", "rss", "state"};
 
-static int matches(const pt_ui *ui, const pt_store_agent *a)
+static int matches(const agents_view *v, const pt_store_agent *a)
 {
-    const char *f = ui->ag_filter;
+    const char *f = v->filter;
     return !f[0] || strstr(a->id, f) || strstr(a->host, f) || strstr(a->device, f) ||
            strstr(a->state, f);
 }
 
-static const pt_ui *g_sort_ui; /* qsort has no user pointer */
+/* qsort has no user pointer */
+static const pt_ui *g_sort_ui;
+static const agents_view *g_sort_view;
 
 static int by_key(const void *pa, const void *pb)
 {
     int ia = *(const int *)pa, ib = *(const int *)pb;
     const pt_ui *ui = g_sort_ui;
+    const agents_view *v = g_sort_view;
     const pt_store_agent *a = pt_store_agent_at(ui->store, ia),
                          *b = pt_store_agent_at(ui->store, ib);
     double d = 0;
-    switch (ui->ag_sort) {
-    case AG_SORT_STAGE:
+    switch (v->sort) {
+    case SORT_STAGE:
         d = a->stage != b->stage ? a->stage - b->stage : a->replica - b->replica;
         break;
-    case AG_SORT_CPU: /* busiest first, like top */
-        d = (ia < PT_UI_AGENTS_MAX && ib < PT_UI_AGENTS_MAX)
-                ? ui->ag_proc[ib].cpu_pct - ui->ag_proc[ia].cpu_pct
-                : 0;
+    case SORT_CPU: /* busiest first, like top */
+        d = (ia < AGENTS_MAX && ib < AGENTS_MAX) ? v->proc[ib].cpu_pct - v->proc[ia].cpu_pct : 0;
         break;
-    case AG_SORT_RSS:
-        d = (ia < PT_UI_AGENTS_MAX && ib < PT_UI_AGENTS_MAX)
-                ? (double)(ui->ag_proc[ib].rss - ui->ag_proc[ia].rss)
-                : 0;
+    case SORT_RSS:
+        d = (ia < AGENTS_MAX && ib < AGENTS_MAX) ? (double)(v->proc[ib].rss - v->proc[ia].rss) : 0;
         break;
-    case AG_SORT_STATE:
+    case SORT_STATE:
         d = strcmp(a->state, b->state);
         break;
     default:
@@ -128,27 +149,29 @@ static int by_key(const void *pa, const void *pb)
     return d < 0 ? -1 : d > 0;
 }
 
-void pt_view_agents_draw(pt_ui *ui)
+static void draw(pt_ui *ui, void *state)
 {
-    const pt_rect *r = pt_layout_find(&ui->layout, PT_PANEL_AGENTS);
+    agents_view *v = state;
+    const pt_rect *r = pt_layout_find(&ui->layout, 0);
     if (!r)
         return;
     int n = pt_store_agent_count(ui->store);
-    int order[PT_UI_AGENTS_MAX];
+    int order[AGENTS_MAX];
     int shown = 0;
-    for (int i = 0; i < n && i < PT_UI_AGENTS_MAX; i++) {
+    for (int i = 0; i < n && i < AGENTS_MAX; i++) {
         const pt_store_agent *a = pt_store_agent_at(ui->store, i);
-        proc_update(ui, i, a->pid);
-        if (matches(ui, a))
+        proc_update(ui, v, i, a->pid);
+        if (matches(v, a))
             order[shown++] = i;
     }
     g_sort_ui = ui;
+    g_sort_view = v;
     qsort(order, (size_t)shown, sizeof order[0], by_key);
     char title[160];
     snprintf(title, sizeof title, "agents: %d%s%s%s, sorted by %s", n,
-             ui->ag_filter[0] || ui->ag_filter_edit ? ", filter \"" : "", ui->ag_filter,
-             ui->ag_filter[0] || ui->ag_filter_edit ? (ui->ag_filter_edit ? "_\"" : "\"") : "",
-             sort_names[ui->ag_sort]);
+             v->filter[0] || v->filter_edit ? ", filter \"" : "", v->filter,
+             v->filter[0] || v->filter_edit ? (v->filter_edit ? "_\"" : "\"") : "",
+             sort_names[v->sort]);
     pt_rect in = pt_ui_box(ui, r, title);
     if (n == 0) {
         pt_ui_text(in.y, in.x, in.w, ui->attr[PT_THEME_DIM], 0, "no agents (%s)",
@@ -160,12 +183,12 @@ void pt_view_agents_draw(pt_ui *ui)
                "rss", "host", "device", "stage", "state", "heartbeat", "dropped", "step",
                "last error");
     int rows = in.h - 1;
-    if (ui->ag_scroll > shown - rows)
-        ui->ag_scroll = shown - rows > 0 ? shown - rows : 0;
-    for (int k = 0; k < rows && ui->ag_scroll + k < shown; k++) {
-        int idx = order[ui->ag_scroll + k];
+    if (v->scroll > shown - rows)
+        v->scroll = shown - rows > 0 ? shown - rows : 0;
+    for (int k = 0; k < rows && v->scroll + k < shown; k++) {
+        int idx = order[v->scroll + k];
         const pt_store_agent *a = pt_store_agent_at(ui->store, idx);
-        const pt_ui_proc *pr = &ui->ag_proc[idx];
+        const proc_sample_t *pr = &v->proc[idx];
         char stage[16] = "-", hb[32] = "-", step[24] = "-", pid[24] = "-", cpu[16] = "-",
              rss[24] = "-", dev[PT_MSG_NAME_MAX + 16];
         if (a->stage >= 0)
@@ -193,51 +216,79 @@ void pt_view_agents_draw(pt_ui *ui)
     }
     if (shown == 0)
         pt_ui_text(in.y + 1, in.x, in.w, ui->attr[PT_THEME_DIM], 0, "no agent matches \"%s\"",
-                   ui->ag_filter);
+                   v->filter);
 }
 
-int pt_view_agents_key(pt_ui *ui, int ch)
+/* While the filter is typed, every key is the filter's. */
+static int key(pt_ui *ui, void *state, int ch)
 {
-    if (ui->ag_filter_edit) {
-        size_t len = strlen(ui->ag_filter);
-        if (ch == '\n' || ch == '\r' || ch == KEY_ENTER) {
-            ui->ag_filter_edit = 0;
-        } else if (ch == 27) {
-            ui->ag_filter_edit = 0;
-            ui->ag_filter[0] = 0;
-        } else if (ch == KEY_BACKSPACE || ch == 127 || ch == 8) {
-            if (len)
-                ui->ag_filter[len - 1] = 0;
-        } else if (ch >= ' ' && ch < 127 && len + 1 < sizeof ui->ag_filter) {
-            ui->ag_filter[len] = (char)ch;
-            ui->ag_filter[len + 1] = 0;
-        } else {
-            return 0;
-        }
-        ui->ag_scroll = 0;
-        return 1;
-    }
-    switch (ch) {
-    case KEY_UP:
-        if (ui->ag_scroll > 0)
-            ui->ag_scroll--;
-        return 1;
-    case KEY_DOWN:
-        ui->ag_scroll++;
-        return 1;
-    case '/':
-    case KEY_F(4):
-        ui->ag_filter_edit = 1;
-        pt_ui_status(ui, 0,
-                     "filter agents: type text (id, host, device, state), Enter keeps it, "
-                     "Esc clears it");
-        return 1;
-    case 's':
-    case KEY_F(6):
-        ui->ag_sort = (ui->ag_sort + 1) % AG_SORT_COUNT;
-        pt_ui_status(ui, 0, "agents sorted by %s", sort_names[ui->ag_sort]);
-        return 1;
-    default:
+    (void)ui;
+    agents_view *v = state;
+    if (!v->filter_edit)
         return 0;
+    size_t len = strlen(v->filter);
+    if (ch == '\n' || ch == '\r' || ch == KEY_ENTER) {
+        v->filter_edit = 0;
+    } else if (ch == 27) {
+        v->filter_edit = 0;
+        v->filter[0] = 0;
+    } else if (ch == KEY_BACKSPACE || ch == 127 || ch == 8) {
+        if (len)
+            v->filter[len - 1] = 0;
+    } else if (ch >= ' ' && ch < 127 && len + 1 < sizeof v->filter) {
+        v->filter[len] = (char)ch;
+        v->filter[len + 1] = 0;
+    } else {
+        return -1;
     }
+    v->scroll = 0;
+    return 1;
 }
+
+static void k_scroll(pt_ui *ui, void *state, int ch)
+{
+    (void)ui;
+    agents_view *v = state;
+    if (ch == KEY_DOWN)
+        v->scroll++;
+    else if (v->scroll > 0)
+        v->scroll--;
+}
+
+static void k_filter(pt_ui *ui, void *state, int ch)
+{
+    (void)ch;
+    ((agents_view *)state)->filter_edit = 1;
+    pt_ui_status(ui, 0,
+                 "filter agents: type text (id, host, device, state), Enter keeps it, Esc clears "
+                 "it");
+}
+
+static void k_sort(pt_ui *ui, void *state, int ch)
+{
+    (void)ch;
+    agents_view *v = state;
+    v->sort = (v->sort + 1) % SORT_COUNT;
+    pt_ui_status(ui, 0, "agents sorted by %s", sort_names[v->sort]);
+}
+
+static const pt_view_key keys[] = {
+    {{KEY_UP, KEY_DOWN}, "Up Down", "scroll the agent table", k_scroll, NULL},
+    {{'/', KEY_F(4)},
+     "/ F4",
+     "filter: type text (id, host, device, state); Enter keeps, Esc clears",
+     k_filter,
+     NULL},
+    {{'s', KEY_F(6)}, "s F6", "next sort key: agent, stage, cpu, rss, state", k_sort, NULL},
+    {{0}, NULL, NULL, NULL, NULL},
+};
+
+const pt_view_class pt_view_agents = {
+    .name = "agents",
+    .hotkeys = "4",
+    .hints = "Up/Down scroll  1-4 views  ? help  q quit",
+    .keys = keys,
+    .state_size = sizeof(agents_view),
+    .draw = draw,
+    .key = key,
+};

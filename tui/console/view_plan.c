@@ -15,6 +15,18 @@
 #define PAGE_LINES    10
 #define SAVE_PATH     "plan-edited.json"
 
+/* The view's own state. */
+typedef struct plan_view {
+    int cursor;                /* layer under the cursor */
+    int scroll;                /* first list line shown */
+    int drag;                  /* boundary being dragged with the mouse, 0 none */
+    int replica;               /* replica the placement key moves */
+    char planner[PT_NAME_MAX]; /* what P runs */
+} plan_view;
+
+/* Its panels. */
+enum { PANEL_LAYERS, PANEL_SUMMARY, PANEL_STAGES };
+
 /* A list line is a stage header (layer < 0) or a layer row. */
 typedef struct line_ref {
     int stage, layer;
@@ -90,7 +102,8 @@ static void draw_layer(pt_ui *ui, const pt_profile *prof, int layer, int y, int 
     }
 }
 
-static void draw_stage_header(pt_ui *ui, const pt_plan *p, int s, int y, int x, int w)
+static void draw_stage_header(pt_ui *ui, const plan_view *v, const pt_plan *p, int s, int y, int x,
+                              int w)
 {
     const pt_stage *st = &p->stages[s];
     char devs[96] = "";
@@ -101,8 +114,8 @@ static void draw_stage_header(pt_ui *ui, const pt_plan *p, int s, int y, int x, 
             break;
         }
         snprintf(devs + n, sizeof devs - n, "%s%sd%d", r ? "," : "",
-                 r == ui->pl_replica % st->replica_count &&
-                         s == pt_plan_edit_stage_of_layer(ui->edit, ui->pl_cursor)
+                 r == v->replica % st->replica_count &&
+                         s == pt_plan_edit_stage_of_layer(ui->edit, v->cursor)
                      ? "*"
                      : "",
                  st->replicas[r]);
@@ -117,7 +130,7 @@ static void draw_stage_header(pt_ui *ui, const pt_plan *p, int s, int y, int x, 
                "====================================================================");
 }
 
-static void draw_layers(pt_ui *ui, const pt_rect *r)
+static void draw_layers(pt_ui *ui, plan_view *v, const pt_rect *r)
 {
     const pt_plan *p = pt_plan_edit_plan(ui->edit);
     const pt_profile *prof = pt_plan_edit_profile(ui->edit);
@@ -132,20 +145,20 @@ static void draw_layers(pt_ui *ui, const pt_rect *r)
         max_b = fmax(max_b, L->bwd_ms);
         max_m = fmax(max_m, (double)(L->param_bytes + L->act_bytes) / (1024.0 * 1024.0));
     }
-    int n = line_count(p), cur = line_of_layer(p, ui->pl_cursor);
-    if (cur < ui->pl_scroll + 1)
-        ui->pl_scroll = cur - 1 > 0 ? cur - 1 : 0;
-    if (cur >= ui->pl_scroll + in.h)
-        ui->pl_scroll = cur - in.h + 1;
-    if (ui->pl_scroll > n - in.h)
-        ui->pl_scroll = n - in.h > 0 ? n - in.h : 0;
-    for (int k = 0; k < in.h && ui->pl_scroll + k < n; k++) {
-        line_ref lr = line_at(p, ui->pl_scroll + k);
+    int n = line_count(p), cur = line_of_layer(p, v->cursor);
+    if (cur < v->scroll + 1)
+        v->scroll = cur - 1 > 0 ? cur - 1 : 0;
+    if (cur >= v->scroll + in.h)
+        v->scroll = cur - in.h + 1;
+    if (v->scroll > n - in.h)
+        v->scroll = n - in.h > 0 ? n - in.h : 0;
+    for (int k = 0; k < in.h && v->scroll + k < n; k++) {
+        line_ref lr = line_at(p, v->scroll + k);
         if (lr.layer < 0)
-            draw_stage_header(ui, p, lr.stage, in.y + k, in.x, in.w);
+            draw_stage_header(ui, v, p, lr.stage, in.y + k, in.x, in.w);
         else
             draw_layer(ui, prof, lr.layer, in.y + k, in.x, in.w, max_f, max_b, max_m,
-                       lr.layer == ui->pl_cursor);
+                       lr.layer == v->cursor);
     }
 }
 
@@ -232,7 +245,7 @@ static void draw_iteration(pt_ui *ui, int *y, const pt_rect *in)
     }
 }
 
-static void draw_summary(pt_ui *ui, const pt_rect *r)
+static void draw_summary(pt_ui *ui, const plan_view *v, const pt_rect *r)
 {
     pt_rect in = pt_ui_box(ui, r, "prediction (simulator)");
     const pt_plan *p = pt_plan_edit_plan(ui->edit);
@@ -277,18 +290,18 @@ static void draw_summary(pt_ui *ui, const pt_rect *r)
                        pt_ui_bytes(ww->limit, have, sizeof have));
     }
     if (y < in.y + in.h)
-        pt_ui_text(y++, in.x, w, t, 1, "planner    %s (P runs it, o picks another)", ui->planner);
+        pt_ui_text(y++, in.x, w, t, 1, "planner    %s (P runs it, o picks another)", v->planner);
     if (y < in.y + in.h)
         pt_ui_text(y++, in.x, w, ui->attr[PT_THEME_DIM], 1, "re-simulated in %.2f ms",
                    pt_plan_edit_last_sim_s(ui->edit) * 1e3);
 }
 
-static void draw_stages(pt_ui *ui, const pt_rect *r)
+static void draw_stages(pt_ui *ui, const plan_view *v, const pt_rect *r)
 {
     pt_rect in = pt_ui_box(
         ui, r, r->w >= 42 ? "stages: memory vs device limit, busy" : "stages: memory/limit, busy");
     const pt_plan *p = pt_plan_edit_plan(ui->edit);
-    int cur_stage = pt_plan_edit_stage_of_layer(ui->edit, ui->pl_cursor);
+    int cur_stage = pt_plan_edit_stage_of_layer(ui->edit, v->cursor);
     for (int s = 0; s < p->stage_count && s < in.h; s++) {
         pt_plan_stage_info si;
         if (pt_plan_edit_stage_info(ui->edit, s, &si) < 0)
@@ -317,11 +330,12 @@ static void draw_stages(pt_ui *ui, const pt_rect *r)
     }
 }
 
-void pt_view_plan_draw(pt_ui *ui)
+static void draw(pt_ui *ui, void *state)
 {
-    const pt_rect *layers = pt_layout_find(&ui->layout, PT_PANEL_PLAN_LAYERS);
-    const pt_rect *sum = pt_layout_find(&ui->layout, PT_PANEL_PLAN_SUMMARY);
-    const pt_rect *stg = pt_layout_find(&ui->layout, PT_PANEL_PLAN_STAGES);
+    plan_view *v = state;
+    const pt_rect *layers = pt_layout_find(&ui->layout, PANEL_LAYERS);
+    const pt_rect *sum = pt_layout_find(&ui->layout, PANEL_SUMMARY);
+    const pt_rect *stg = pt_layout_find(&ui->layout, PANEL_STAGES);
     if (!ui->edit) {
         if (layers) {
             pt_rect in = pt_ui_box(ui, layers, "plan");
@@ -335,14 +349,14 @@ void pt_view_plan_draw(pt_ui *ui)
             pt_ui_box(ui, stg, "stages");
         return;
     }
-    if (ui->pl_cursor >= pt_plan_edit_plan(ui->edit)->layer_count)
-        ui->pl_cursor = pt_plan_edit_plan(ui->edit)->layer_count - 1;
+    if (v->cursor >= pt_plan_edit_plan(ui->edit)->layer_count)
+        v->cursor = pt_plan_edit_plan(ui->edit)->layer_count - 1;
     if (layers)
-        draw_layers(ui, layers);
+        draw_layers(ui, v, layers);
     if (sum)
-        draw_summary(ui, sum);
+        draw_summary(ui, v, sum);
     if (stg)
-        draw_stages(ui, stg);
+        draw_stages(ui, v, stg);
 }
 
 /* Reports an edit's outcome in the status line. */
@@ -359,30 +373,30 @@ static void done(pt_ui *ui, int rc, const pt_error *err, const char *what)
                  p->microbatch_count * p->microbatch_size, p->microbatch_count, p->microbatch_size);
 }
 
-static void run_planner(pt_ui *ui)
+static void run_planner(pt_ui *ui, plan_view *v)
 {
     pt_plan_edit_gain g;
     pt_error err = {0};
-    pt_ui_status(ui, 0, "running planner %s ...", ui->planner);
-    int rc = pt_plan_edit_run_planner(ui->edit, ui->planner, &g, &err);
+    pt_ui_status(ui, 0, "running planner %s ...", v->planner);
+    int rc = pt_plan_edit_run_planner(ui->edit, v->planner, &g, &err);
     if (rc < 0) {
-        pt_ui_status(ui, 1, "planner %s: %s", ui->planner, err.msg);
+        pt_ui_status(ui, 1, "planner %s: %s", v->planner, err.msg);
         return;
     }
     pt_ui_status(ui, 0,
                  "planner %s: %.3f -> %.3f ms per iteration (%+.1f %%), %.0f -> %.0f samples/s",
-                 ui->planner, g.old_iter_s * 1e3, g.new_iter_s * 1e3, -g.gain * 100,
+                 v->planner, g.old_iter_s * 1e3, g.new_iter_s * 1e3, -g.gain * 100,
                  g.old_throughput, g.new_throughput);
 }
 
-static void next_planner(pt_ui *ui)
+static void next_planner(pt_ui *ui, plan_view *v)
 {
     int n = pt_planner_count(), k = 0;
     for (int i = 0; i < n; i++)
-        if (!strcmp(pt_planner_get(i)->name, ui->planner))
+        if (!strcmp(pt_planner_get(i)->name, v->planner))
             k = (i + 1) % n;
-    snprintf(ui->planner, sizeof ui->planner, "%s", pt_planner_get(k)->name);
-    pt_ui_status(ui, 0, "planner %s: %s (P runs it)", ui->planner, pt_planner_get(k)->summary);
+    snprintf(v->planner, sizeof v->planner, "%s", pt_planner_get(k)->name);
+    pt_ui_status(ui, 0, "planner %s: %s (P runs it)", v->planner, pt_planner_get(k)->summary);
 }
 
 static void save_plan(pt_ui *ui)
@@ -394,188 +408,385 @@ static void save_plan(pt_ui *ui)
         pt_ui_status(ui, 0, "wrote the edited plan to %s", SAVE_PATH);
 }
 
-int pt_view_plan_key(pt_ui *ui, int ch)
+/* ---- keys: one handler per table entry ----------------------------------- */
+
+/* The stage under the cursor. */
+static int cur_stage(const pt_ui *ui, const plan_view *v)
 {
-    if (!ui->edit)
-        return 0;
-    const pt_plan *p = pt_plan_edit_plan(ui->edit);
-    int s = pt_plan_edit_stage_of_layer(ui->edit, ui->pl_cursor);
-    pt_error err = {0};
-    int rc;
-    switch (ch) {
-    case KEY_UP:
-    case 'k':
-        if (ui->pl_cursor > 0)
-            ui->pl_cursor--;
-        return 1;
-    case KEY_DOWN:
-    case 'j':
-        if (ui->pl_cursor < p->layer_count - 1)
-            ui->pl_cursor++;
-        return 1;
-    case KEY_PPAGE:
-        ui->pl_cursor = ui->pl_cursor > PAGE_LINES ? ui->pl_cursor - PAGE_LINES : 0;
-        return 1;
-    case KEY_NPAGE:
-        ui->pl_cursor += PAGE_LINES;
-        if (ui->pl_cursor >= p->layer_count)
-            ui->pl_cursor = p->layer_count - 1;
-        return 1;
-    case KEY_HOME:
-        ui->pl_cursor = 0;
-        return 1;
-    case KEY_END:
-        ui->pl_cursor = p->layer_count - 1;
-        return 1;
-    case '[':
-    case ']':
-        if (s == 0) {
-            pt_ui_status(ui, 1, "refused: stage 0 starts at layer 0; use { } to move its end");
-            return 1;
-        }
-        rc = pt_plan_edit_move_boundary(ui->edit, s, ch == '[' ? -1 : 1, &err);
-        if (rc == 0)
-            ui->pl_cursor = pt_plan_edit_plan(ui->edit)->stages[s].first;
-        done(ui, rc, &err, "boundary moved");
-        return 1;
-    case '{':
-    case '}':
-        if (s == p->stage_count - 1) {
-            pt_ui_status(ui, 1,
-                         "refused: the last stage ends at the last layer; use [ ] to move "
-                         "its start");
-            return 1;
-        }
-        rc = pt_plan_edit_move_boundary(ui->edit, s + 1, ch == '{' ? -1 : 1, &err);
-        done(ui, rc, &err, "boundary moved");
-        return 1;
-    case 's':
-        done(ui, pt_plan_edit_split(ui->edit, ui->pl_cursor, &err), &err, "stage split");
-        return 1;
-    case 'J':
-        if (s == 0) {
-            pt_ui_status(ui, 1, "refused: stage 0 has no stage before it to join");
-            return 1;
-        }
-        done(ui, pt_plan_edit_merge(ui->edit, s, &err), &err, "stages joined");
-        return 1;
-    case '+':
-    case '=':
-    case '-':
-        done(ui, pt_plan_edit_replicas(ui->edit, s, ch == '-' ? -1 : 1, &err), &err,
-             ch == '-' ? "replica removed" : "replica added");
-        return 1;
-    case 'r':
-        ui->pl_replica = (ui->pl_replica + 1) % p->stages[s].replica_count;
-        pt_ui_status(ui, 0, "stage %d: replica %d selected (on device %d); d moves it", s,
-                     ui->pl_replica, p->stages[s].replicas[ui->pl_replica]);
-        return 1;
-    case 'd': {
-        int r = ui->pl_replica % p->stages[s].replica_count;
-        int dev = (p->stages[s].replicas[r] + 1) % pt_plan_edit_topology(ui->edit)->device_count;
-        done(ui, pt_plan_edit_place(ui->edit, s, r, dev, &err), &err, "replica moved");
-        return 1;
-    }
-    case 'c':
-        done(ui, pt_plan_edit_toggle_recompute(ui->edit, s, &err), &err, "recomputation toggled");
-        return 1;
-    case 'S':
-        done(ui,
-             pt_plan_edit_schedule(
-                 ui->edit, (pt_sched_kind)((p->schedule + 1) % pt_sched_kind_count()), &err),
-             &err, "schedule changed");
-        return 1;
-    case 'a':
-        done(ui, pt_plan_edit_policy(ui->edit, p->policy == 'A' ? 'B' : 'A', &err), &err,
-             "policy changed");
-        return 1;
-    case 'v':
-        done(ui, pt_plan_edit_toggle_vsync(ui->edit, &err), &err, "vertical sync toggled");
-        return 1;
-    case 'V': {
-        /* one chunk more per device; past what the layers allow, back to the fewest */
-        int lo, hi, v = p->chunks + 1;
-        pt_sched_kind_chunks(p->schedule, &lo, &hi);
-        rc = pt_plan_edit_chunks(ui->edit, v, &err);
-        if (rc == PT_EINVAL && lo < hi && v > lo) {
-            err = (pt_error){0};
-            rc = pt_plan_edit_chunks(ui->edit, lo, &err);
-        }
-        done(ui, rc, &err, "model chunks per device changed");
-        return 1;
-    }
-    case 'b':
-    case 'B':
-        done(ui, pt_plan_edit_resplit(ui->edit, ch == 'B' ? 1 : -1, 0, &err), &err,
-             "micro-batch size changed, global batch kept");
-        return 1;
-    case 'm':
-    case 'M':
-        done(ui, pt_plan_edit_resplit(ui->edit, 0, ch == 'M' ? 1 : -1, &err), &err,
-             "micro-batch count changed, global batch kept");
-        return 1;
-    case 'g':
-    case 'G': {
-        /* the global batch changes only here: the count follows, or the
-         * size when halving an odd count */
-        int size = p->microbatch_size, count = p->microbatch_count;
-        if (ch == 'G')
-            count *= 2;
-        else if (count % 2 == 0)
-            count /= 2;
-        else
-            size /= 2;
-        if (size < 1) {
-            pt_ui_status(ui, 1, "refused: the global batch is 1 sample already");
-            return 1;
-        }
-        done(ui, pt_plan_edit_microbatch(ui->edit, size, count, &err), &err,
-             "global batch changed");
-        return 1;
-    }
-    case 'u':
-        done(ui, pt_plan_edit_undo(ui->edit, &err), &err, "undone");
-        return 1;
-    case 'P':
-        run_planner(ui);
-        return 1;
-    case 'o':
-        next_planner(ui);
-        return 1;
-    case 'w':
-        save_plan(ui);
-        return 1;
-    default:
-        return 0;
-    }
+    return pt_plan_edit_stage_of_layer(ui->edit, v->cursor);
 }
 
-int pt_view_plan_mouse(pt_ui *ui, int y, int x, int pressed, int released)
+static void k_cursor(pt_ui *ui, void *state, int ch)
 {
-    const pt_rect *r = pt_layout_find(&ui->layout, PT_PANEL_PLAN_LAYERS);
+    plan_view *v = state;
+    int last = pt_plan_edit_plan(ui->edit)->layer_count - 1;
+    int to = ch == KEY_UP || ch == 'k'     ? v->cursor - 1
+             : ch == KEY_DOWN || ch == 'j' ? v->cursor + 1
+             : ch == KEY_PPAGE             ? v->cursor - PAGE_LINES
+             : ch == KEY_NPAGE             ? v->cursor + PAGE_LINES
+             : ch == KEY_HOME              ? 0
+                                           : last;
+    v->cursor = to < 0 ? 0 : to > last ? last : to;
+}
+
+static void k_start(pt_ui *ui, void *state, int ch)
+{
+    plan_view *v = state;
+    int s = cur_stage(ui, v);
+    if (s == 0) {
+        pt_ui_status(ui, 1, "refused: stage 0 starts at layer 0; use { } to move its end");
+        return;
+    }
+    pt_error err = {0};
+    int rc = pt_plan_edit_move_boundary(ui->edit, s, ch == '[' ? -1 : 1, &err);
+    if (rc == 0)
+        v->cursor = pt_plan_edit_plan(ui->edit)->stages[s].first;
+    done(ui, rc, &err, "boundary moved");
+}
+
+static void k_end(pt_ui *ui, void *state, int ch)
+{
+    int s = cur_stage(ui, state);
+    if (s == pt_plan_edit_plan(ui->edit)->stage_count - 1) {
+        pt_ui_status(ui, 1,
+                     "refused: the last stage ends at the last layer; use [ ] to move its start");
+        return;
+    }
+    pt_error err = {0};
+    done(ui, pt_plan_edit_move_boundary(ui->edit, s + 1, ch == '{' ? -1 : 1, &err), &err,
+         "boundary moved");
+}
+
+static void k_split(pt_ui *ui, void *state, int ch)
+{
+    (void)ch;
+    pt_error err = {0};
+    done(ui, pt_plan_edit_split(ui->edit, ((plan_view *)state)->cursor, &err), &err, "stage split");
+}
+
+static void k_join(pt_ui *ui, void *state, int ch)
+{
+    (void)ch;
+    int s = cur_stage(ui, state);
+    if (s == 0) {
+        pt_ui_status(ui, 1, "refused: stage 0 has no stage before it to join");
+        return;
+    }
+    pt_error err = {0};
+    done(ui, pt_plan_edit_merge(ui->edit, s, &err), &err, "stages joined");
+}
+
+static void k_replicas(pt_ui *ui, void *state, int ch)
+{
+    pt_error err = {0};
+    done(ui, pt_plan_edit_replicas(ui->edit, cur_stage(ui, state), ch == '-' ? -1 : 1, &err), &err,
+         ch == '-' ? "replica removed" : "replica added");
+}
+
+static void k_replica(pt_ui *ui, void *state, int ch)
+{
+    (void)ch;
+    plan_view *v = state;
+    const pt_plan *p = pt_plan_edit_plan(ui->edit);
+    int s = cur_stage(ui, v);
+    v->replica = (v->replica + 1) % p->stages[s].replica_count;
+    pt_ui_status(ui, 0, "stage %d: replica %d selected (on device %d); d moves it", s, v->replica,
+                 p->stages[s].replicas[v->replica]);
+}
+
+static void k_place(pt_ui *ui, void *state, int ch)
+{
+    (void)ch;
+    plan_view *v = state;
+    const pt_plan *p = pt_plan_edit_plan(ui->edit);
+    int s = cur_stage(ui, v), r = v->replica % p->stages[s].replica_count;
+    int dev = (p->stages[s].replicas[r] + 1) % pt_plan_edit_topology(ui->edit)->device_count;
+    pt_error err = {0};
+    done(ui, pt_plan_edit_place(ui->edit, s, r, dev, &err), &err, "replica moved");
+}
+
+static void k_recompute(pt_ui *ui, void *state, int ch)
+{
+    (void)ch;
+    pt_error err = {0};
+    done(ui, pt_plan_edit_toggle_recompute(ui->edit, cur_stage(ui, state), &err), &err,
+         "recomputation toggled");
+}
+
+static void k_schedule(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    pt_error err = {0};
+    pt_sched_kind next =
+        (pt_sched_kind)((pt_plan_edit_plan(ui->edit)->schedule + 1) % pt_sched_kind_count());
+    done(ui, pt_plan_edit_schedule(ui->edit, next, &err), &err, "schedule changed");
+}
+
+static void k_policy(pt_ui *ui, void *state, int ch)
+{
+    (void)state;
+    pt_error err = {0};
+    if (ch == 'v') {
+        done(ui, pt_plan_edit_toggle_vsync(ui->edit, &err), &err, "vertical sync toggled");
+        return;
+    }
+    char policy = pt_plan_edit_plan(ui->edit)->policy == 'A' ? 'B' : 'A';
+    done(ui, pt_plan_edit_policy(ui->edit, policy, &err), &err, "policy changed");
+}
+
+/* One chunk more per device; past what the layers allow, back to the fewest. */
+static void k_chunks(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    const pt_plan *p = pt_plan_edit_plan(ui->edit);
+    int lo, hi, v = p->chunks + 1;
+    pt_sched_kind_chunks(p->schedule, &lo, &hi);
+    pt_error err = {0};
+    int rc = pt_plan_edit_chunks(ui->edit, v, &err);
+    if (rc == PT_EINVAL && lo < hi && v > lo) {
+        err = (pt_error){0};
+        rc = pt_plan_edit_chunks(ui->edit, lo, &err);
+    }
+    done(ui, rc, &err, "model chunks per device changed");
+}
+
+static void k_resplit(pt_ui *ui, void *state, int ch)
+{
+    (void)state;
+    pt_error err = {0};
+    int size = ch == 'B' ? 1 : ch == 'b' ? -1 : 0, count = ch == 'M' ? 1 : ch == 'm' ? -1 : 0;
+    done(ui, pt_plan_edit_resplit(ui->edit, size, count, &err), &err,
+         size ? "micro-batch size changed, global batch kept"
+              : "micro-batch count changed, global batch kept");
+}
+
+/* The global batch changes only here: the count follows, or the size when
+ * halving an odd count. */
+static void k_global(pt_ui *ui, void *state, int ch)
+{
+    (void)state;
+    const pt_plan *p = pt_plan_edit_plan(ui->edit);
+    int size = p->microbatch_size, count = p->microbatch_count;
+    if (ch == 'G')
+        count *= 2;
+    else if (count % 2 == 0)
+        count /= 2;
+    else
+        size /= 2;
+    if (size < 1) {
+        pt_ui_status(ui, 1, "refused: the global batch is 1 sample already");
+        return;
+    }
+    pt_error err = {0};
+    done(ui, pt_plan_edit_microbatch(ui->edit, size, count, &err), &err, "global batch changed");
+}
+
+static void k_undo(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    pt_error err = {0};
+    done(ui, pt_plan_edit_undo(ui->edit, &err), &err, "undone");
+}
+
+static void k_planner(pt_ui *ui, void *state, int ch)
+{
+    if (ch == 'P')
+        run_planner(ui, state);
+    else
+        next_planner(ui, state);
+}
+
+static void k_save(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    save_plan(ui);
+}
+
+/* Apply & restart: the source checkpoints, stops and re-assigns inside its
+ * next poll, holding the loop while it does; the screen says so first. */
+static void k_apply(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    if (!ui->edit) {
+        pt_ui_status(ui, 1, "apply & restart: there is no plan to apply");
+        return;
+    }
+    if (!ui->src || !ui->src->vt->apply) {
+        pt_ui_status(ui, 1, "apply & restart needs a live run (this console shows a %s)",
+                     ui->src ? ui->src->vt->kind : "simulation");
+        return;
+    }
+    if (!pt_plan_edit_fits(ui->edit)) {
+        pt_ui_status(ui, 1, "apply & restart refused: the edited plan does not fit memory");
+        return;
+    }
+    pt_error err = {0};
+    pt_ui_status(ui, 0, "apply & restart: checkpointing and stopping the run ...");
+    pt_ui_redraw(ui);
+    if (ui->src->vt->apply(ui->src, pt_plan_edit_plan(ui->edit), &err) < 0)
+        pt_ui_status(ui, 1, "apply & restart refused: %s", err.msg);
+    else
+        pt_ui_status(ui, 0, "apply & restart: %s", err.msg[0] ? err.msg : "restarted");
+    pt_ui_redraw(ui);
+}
+
+#define EDIT "edit the plan"
+
+static const pt_view_key keys[] = {
+    {{KEY_UP, KEY_DOWN, 'j', 'k', KEY_PPAGE, KEY_NPAGE, KEY_HOME, KEY_END},
+     "Up Down j k",
+     "move the cursor over the layers (PgUp PgDn Home End)",
+     k_cursor,
+     NULL},
+    {{'[', ']'},
+     "[ ]",
+     "move the boundary at the start of the cursor's stage up / down",
+     k_start,
+     EDIT},
+    {{'{', '}'},
+     "{ }",
+     "move the boundary at the end of the cursor's stage up / down",
+     k_end,
+     EDIT},
+    {{'s'}, "s", "split: a new stage starts at the cursor's layer", k_split, EDIT},
+    {{'J'}, "J", "join the cursor's stage with the one before it", k_join, EDIT},
+    {{'+', '=', '-'}, "+ -", "one replica more / less for the cursor's stage", k_replicas, EDIT},
+    {{'r'}, "r", "select the stage's next replica", k_replica, NULL},
+    {{'d'}, "d", "move the selected replica to the next device", k_place, EDIT},
+    {{'c'}, "c", "recomputation on / off for the cursor's stage", k_recompute, EDIT},
+    {{'S'},
+     "S",
+     "next schedule kind (every kind in turn; pipetop sim --help lists them)",
+     k_schedule,
+     EDIT},
+    {{'a', 'v'},
+     "a v",
+     "dapple's warm-up policy A / B; pipedream's vertical sync on / off",
+     k_policy,
+     EDIT},
+    {{'V'},
+     "V",
+     "interleaved: one more model chunk per device, v (back to 2 past what the layers allow)",
+     k_chunks,
+     EDIT},
+    {{'b', 'B'},
+     "b B",
+     "micro-batch size halved / doubled (the count follows: batch kept)",
+     k_resplit,
+     EDIT},
+    {{'m', 'M'},
+     "m M",
+     "fewer / more micro-batches (the size follows: batch kept)",
+     k_resplit,
+     EDIT},
+    {{'g', 'G'}, "g G", "global batch halved / doubled", k_global, EDIT},
+    {{'u'}, "u", "undo the last edit", k_undo, EDIT},
+    {{'P'}, "P", "run the planner and fill the plan (shows the gain)", k_planner, EDIT},
+    {{'o'}, "o", "next planner", k_planner, NULL},
+    {{'A'},
+     "A",
+     "apply & restart: checkpoint, stop, re-assign, resume (live runs)",
+     k_apply,
+     "restart the run"},
+    {{'w'}, "w", "write the edited plan to " SAVE_PATH, k_save, EDIT},
+    {{0}, "mouse", "click a layer to select it; drag a stage header to a layer", NULL, NULL},
+    {{0}, NULL, NULL, NULL, NULL},
+};
+
+/* Without a plan to edit, the keys are not the view's. */
+static int key(pt_ui *ui, void *state, int ch)
+{
+    (void)state;
+    return ui->edit || ch == 'A' ? 0 : -1;
+}
+
+static int mouse(pt_ui *ui, void *state, const pt_mouse *m)
+{
+    plan_view *v = state;
+    int y = m->y, x = m->x, pressed = m->pressed, released = m->released;
+    const pt_rect *r = pt_layout_find(&ui->layout, PANEL_LAYERS);
     if (!ui->edit || !r || !pt_rect_contains(r, y, x) || y == r->y || y == r->y + r->h - 1)
         return 0;
     const pt_plan *p = pt_plan_edit_plan(ui->edit);
-    int i = ui->pl_scroll + (y - r->y - 1);
+    int i = v->scroll + (y - r->y - 1);
     if (i < 0 || i >= line_count(p))
         return 0;
     line_ref lr = line_at(p, i);
     if (pressed && !released && lr.layer < 0) {
-        ui->pl_drag = lr.stage; /* dragging the boundary at the start of this stage */
+        v->drag = lr.stage; /* dragging the boundary at the start of this stage */
         return 1;
     }
-    if (released && ui->pl_drag > 0) {
-        int b = ui->pl_drag;
-        ui->pl_drag = 0;
+    if (released && v->drag > 0) {
+        int b = v->drag;
+        v->drag = 0;
         int layer = lr.layer >= 0 ? lr.layer : p->stages[lr.stage].first;
         pt_error err = {0};
         done(ui, pt_plan_edit_set_boundary(ui->edit, b, layer, &err), &err, "boundary moved");
         return 1;
     }
-    ui->pl_drag = 0;
+    v->drag = 0;
     if (lr.layer >= 0)
-        ui->pl_cursor = lr.layer;
+        v->cursor = lr.layer;
     else
-        ui->pl_cursor = p->stages[lr.stage].first;
+        v->cursor = p->stages[lr.stage].first;
     return 1;
 }
+
+/* ---- the class --------------------------------------------------------------- */
+
+/* Rows the summary/stages band takes when stacked. */
+#define BAND_MIN_ROWS 7
+#define BAND_MAX_ROWS 14
+/* Height of the summary panel in the wide (side-by-side) layout. */
+#define SUMMARY_ROWS 12
+
+static int clampi(int v, int lo, int hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+static void layout(const pt_ui *ui, const void *state, pt_rect b, pt_layout *l)
+{
+    (void)ui, (void)state;
+    if (b.w >= PT_LAYOUT_WIDE_COLS) {
+        /* layers on the left, summary over stages on the right */
+        int left = b.w * 11 / 20;
+        int sum_h = clampi(SUMMARY_ROWS, 1, b.h / 2);
+        pt_layout_add(l, PANEL_LAYERS, "plan-layers", 1, pt_rect_of(b.y, b.x, b.h, left));
+        pt_layout_add(l, PANEL_SUMMARY, "plan-summary", 1,
+                      pt_rect_of(b.y, b.x + left, sum_h, b.w - left));
+        pt_layout_add(l, PANEL_STAGES, "plan-stages", 1,
+                      pt_rect_of(b.y + sum_h, b.x + left, b.h - sum_h, b.w - left));
+        return;
+    }
+    /* stacked: layers on top, a band of summary | stages below */
+    int band = clampi(b.h * 2 / 5, BAND_MIN_ROWS, BAND_MAX_ROWS);
+    if (band > b.h - 3)
+        band = b.h / 2;
+    int half = b.w / 2;
+    pt_layout_add(l, PANEL_LAYERS, "plan-layers", 1, pt_rect_of(b.y, b.x, b.h - band, b.w));
+    pt_layout_add(l, PANEL_SUMMARY, "plan-summary", 1,
+                  pt_rect_of(b.y + b.h - band, b.x, band, half));
+    pt_layout_add(l, PANEL_STAGES, "plan-stages", 1,
+                  pt_rect_of(b.y + b.h - band, b.x + half, band, b.w - half));
+}
+
+static void init(pt_ui *ui, void *state)
+{
+    plan_view *v = state;
+    snprintf(v->planner, sizeof v->planner, "%s", ui->cfg.planner);
+}
+
+const pt_view_class pt_view_plan = {
+    .name = "plan",
+    .hotkeys = "1",
+    .hints = "[ ] move boundary  +/- replicas  S schedule  V chunks  b/B m/M micro-batches  "
+             "P planner  A apply  ? help  q quit",
+    .keys = keys,
+    .state_size = sizeof(plan_view),
+    .init = init,
+    .layout = layout,
+    .draw = draw,
+    .key = key,
+    .mouse = mouse,
+};

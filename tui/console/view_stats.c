@@ -99,7 +99,7 @@ static int row_of(double v, double lo, double hi, int h)
  * values as '*' (with '.' over a column's min..max) and the moving average
  * as 'o'. Restarts (a new plan generation) are '|' in the column where
  * they happen, in either zoom. ref > 0 draws a reference level ('-'). */
-static void graph(pt_ui *ui, const pt_rect *r, const char *title, step_value f, int bars,
+static void graph(pt_ui *ui, int whole, const pt_rect *r, const char *title, step_value f, int bars,
                   pt_theme_key key, double ref)
 {
     pt_rect in = pt_ui_box(ui, r, title);
@@ -115,7 +115,7 @@ static void graph(pt_ui *ui, const pt_rect *r, const char *title, step_value f, 
     if (!cols)
         return;
     int ncols = 0;
-    int64_t first = fold(ui, f, ui->st_whole, w, cols, &ncols);
+    int64_t first = fold(ui, f, whole, w, cols, &ncols);
     double lo = INFINITY, hi = -INFINITY;
     for (int c = 0; c < ncols; c++) {
         if (!isnan(cols[c].min)) {
@@ -189,9 +189,9 @@ static void graph(pt_ui *ui, const pt_rect *r, const char *title, step_value f, 
         snprintf(refs, sizeof refs, "  - pred %.4g", ref);
     int64_t per_col = ncols ? (n - first + ncols - 1) / ncols : 1;
     /* the footer is cut at the panel's width: step range and zoom first */
-    if (ui->st_whole && per_col > 1)
+    if (whole && per_col > 1)
         snprintf(zoom, sizeof zoom, " all %lld/col, z recent", (long long)per_col);
-    else if (ui->st_whole)
+    else if (whole)
         snprintf(zoom, sizeof zoom, " all, z recent");
     else
         snprintf(zoom, sizeof zoom, "%s", first > 0 ? " z all" : "");
@@ -204,9 +204,9 @@ static void graph(pt_ui *ui, const pt_rect *r, const char *title, step_value f, 
 static void draw_busy(pt_ui *ui, const pt_rect *r)
 {
     pt_rect in = pt_ui_box(ui, r, "busy/bubble: measured vs predicted");
-    pt_ui_refresh_timelines(ui);
-    const pt_tline *tl = &ui->tl_meas;
-    const pt_tline *pred = &ui->tl_pred;
+    pt_ui_timelines(ui);
+    const pt_tline *tl = &ui->tl.meas;
+    const pt_tline *pred = &ui->tl.pred;
     const pt_tline *rows = tl->row_count ? tl : pred;
     int y = in.y;
     /* busy as protocol/op.h defines it, the figure `pipetop run` prints */
@@ -258,8 +258,8 @@ static void draw_memory(pt_ui *ui, const pt_rect *r)
 {
     pt_rect in = pt_ui_box(ui, r, "memory, bar = device limit: w g o a s c");
     int y = in.y;
-    pt_ui_refresh_timelines(ui);
-    const pt_tline *rows = ui->tl_meas.row_count ? &ui->tl_meas : &ui->tl_pred;
+    pt_ui_timelines(ui);
+    const pt_tline *rows = ui->tl.meas.row_count ? &ui->tl.meas : &ui->tl.pred;
     for (int row = 0; row < rows->row_count && y < in.y + in.h; row++, y++) {
         int s = rows->rows[row].stage, rep = rows->rows[row].replica;
         int64_t bytes[PT_MSG_MEM_COUNT] = {0}, total = 0, pred_total = 0;
@@ -320,29 +320,66 @@ static void draw_memory(pt_ui *ui, const pt_rect *r)
     }
 }
 
-int pt_view_stats_key(pt_ui *ui, int ch)
+/* The view's own state. */
+typedef struct stats_view {
+    int whole; /* graphs: the whole run (1) or one step per column (0) */
+} stats_view;
+
+static void k_zoom(pt_ui *ui, void *state, int ch)
 {
-    if (ch == 'z') {
-        ui->st_whole = !ui->st_whole;
-        pt_ui_status(ui, 0, "stats: %s", ui->st_whole ? "the whole run" : "the recent steps");
-        return 1;
-    }
-    return 0;
+    (void)ch;
+    stats_view *v = state;
+    v->whole = !v->whole;
+    pt_ui_status(ui, 0, "stats: %s", v->whole ? "the whole run" : "the recent steps");
 }
 
-void pt_view_stats_draw(pt_ui *ui)
+static const pt_view_key keys[] = {
+    {{'z'},
+     "z",
+     "graphs: the whole run (downsampled: mean, min-max) / the recent steps",
+     k_zoom,
+     NULL},
+    {{0}, NULL, NULL, NULL, NULL},
+};
+
+/* Its panels: a 2 x 2 grid, graphs on top (they want width), tables below. */
+enum { PANEL_THROUGHPUT, PANEL_LOSS, PANEL_BUSY, PANEL_MEMORY };
+
+static void layout(const pt_ui *ui, const void *state, pt_rect b, pt_layout *l)
 {
-    const pt_rect *tp = pt_layout_find(&ui->layout, PT_PANEL_ST_THROUGHPUT);
-    const pt_rect *lo = pt_layout_find(&ui->layout, PT_PANEL_ST_LOSS);
-    const pt_rect *bu = pt_layout_find(&ui->layout, PT_PANEL_ST_BUSY);
-    const pt_rect *me = pt_layout_find(&ui->layout, PT_PANEL_ST_MEMORY);
+    (void)ui, (void)state;
+    int top = b.h / 2, left = b.w / 2;
+    pt_layout_add(l, PANEL_THROUGHPUT, "st-throughput", 1, pt_rect_of(b.y, b.x, top, left));
+    pt_layout_add(l, PANEL_LOSS, "st-loss", 1, pt_rect_of(b.y, b.x + left, top, b.w - left));
+    pt_layout_add(l, PANEL_BUSY, "st-busy", 1, pt_rect_of(b.y + top, b.x, b.h - top, left));
+    pt_layout_add(l, PANEL_MEMORY, "st-memory", 1,
+                  pt_rect_of(b.y + top, b.x + left, b.h - top, b.w - left));
+}
+
+static void draw(pt_ui *ui, void *state)
+{
+    int whole = ((stats_view *)state)->whole;
+    const pt_rect *tp = pt_layout_find(&ui->layout, PANEL_THROUGHPUT);
+    const pt_rect *lo = pt_layout_find(&ui->layout, PANEL_LOSS);
+    const pt_rect *bu = pt_layout_find(&ui->layout, PANEL_BUSY);
+    const pt_rect *me = pt_layout_find(&ui->layout, PANEL_MEMORY);
     double pred = ui->edit ? pt_plan_edit_result(ui->edit)->throughput : 0;
     if (tp)
-        graph(ui, tp, "throughput (samples/s)", v_throughput, 1, PT_THEME_THROUGHPUT, pred);
+        graph(ui, whole, tp, "throughput (samples/s)", v_throughput, 1, PT_THEME_THROUGHPUT, pred);
     if (lo)
-        graph(ui, lo, "loss", v_loss, 0, PT_THEME_LOSS, 0);
+        graph(ui, whole, lo, "loss", v_loss, 0, PT_THEME_LOSS, 0);
     if (bu)
         draw_busy(ui, bu);
     if (me)
         draw_memory(ui, me);
 }
+
+const pt_view_class pt_view_stats = {
+    .name = "stats",
+    .hotkeys = "3",
+    .hints = "z whole run/recent  1-4 views  x export  t theme  ? help  q quit",
+    .keys = keys,
+    .state_size = sizeof(stats_view),
+    .layout = layout,
+    .draw = draw,
+};

@@ -18,6 +18,16 @@
 #define INFO_LEGEND_LONG_COLS 100
 #define ROW_LINES_MAX         8 /* compute-lane lines of one row on a tall screen */
 
+/* The view's own state: the window it shows. */
+typedef struct timeline_view {
+    double zoom; /* >= 1 */
+    double pan;  /* left edge as a fraction of the data span, in [0, 1 - 1/zoom] */
+    int scroll;  /* first stage replica row shown */
+} timeline_view;
+
+/* Its panels. */
+enum { PANEL_MAIN, PANEL_PRED, PANEL_INFO };
+
 static attr_t cell_attr(pt_ui *ui, const pt_gantt_cell *c)
 {
     if (c->paint == PT_GANTT_NONE)
@@ -30,13 +40,14 @@ static attr_t cell_attr(pt_ui *ui, const pt_gantt_cell *c)
 /* The shown window [*t0, *t1) of tl. With a common span (> 0: measured and
  * predicted compared), both charts show the same duration from their own
  * start, so one axis, starting at 0, reads for both. */
-static void window(const pt_ui *ui, const pt_tline *tl, double common, double *t0, double *t1)
+static void window(const timeline_view *v, const pt_tline *tl, double common, double *t0,
+                   double *t1)
 {
     double span = common > 0 ? common : tl->t1 - tl->t0;
     if (span <= 0)
         span = 1e-6;
-    double shown = span / ui->tl_zoom;
-    *t0 = tl->t0 + ui->tl_pan * span;
+    double shown = span / v->zoom;
+    *t0 = tl->t0 + v->pan * span;
     *t1 = *t0 + shown;
 }
 
@@ -63,8 +74,8 @@ static char block_fill(const pt_gantt_cell *cells, int width, int c)
     return cells[c].paint == PT_GANTT_NONE ? ' ' : pt_paint_fill(cells[c].paint);
 }
 
-static void draw_chart(pt_ui *ui, const pt_rect *r, const pt_tline *tl, const char *title,
-                       double common)
+static void draw_chart(pt_ui *ui, timeline_view *v, const pt_rect *r, const pt_tline *tl,
+                       const char *title, double common)
 {
     pt_rect in = pt_ui_box(ui, r, title);
     if (in.h < 1 || in.w <= LABEL_COLS + 2)
@@ -77,7 +88,7 @@ static void draw_chart(pt_ui *ui, const pt_rect *r, const pt_tline *tl, const ch
     if (width > CELLS_MAX)
         width = CELLS_MAX;
     double t0, t1;
-    window(ui, tl, common, &t0, &t1);
+    window(v, tl, common, &t0, &t1);
     char axis[CELLS_MAX + 1];
     if (common > 0) /* times from the chart's own start: one axis for both */
         pt_gantt_axis(t0 - tl->t0, t1 - tl->t0, width, axis);
@@ -89,9 +100,9 @@ static void draw_chart(pt_ui *ui, const pt_rect *r, const pt_tline *tl, const ch
     row_lines(avail, tl->row_count, &compute, &comm);
     int per = compute + comm;
     int visible = avail / per;
-    if (ui->tl_scroll > tl->row_count - visible)
-        ui->tl_scroll = tl->row_count - visible > 0 ? tl->row_count - visible : 0;
-    int scroll = tl->row_count > visible ? ui->tl_scroll : 0;
+    if (v->scroll > tl->row_count - visible)
+        v->scroll = tl->row_count - visible > 0 ? tl->row_count - visible : 0;
+    int scroll = tl->row_count > visible ? v->scroll : 0;
     pt_gantt_cell cells[CELLS_MAX];
     int y = in.y + 1;
     for (int k = 0; k < visible && scroll + k < tl->row_count; k++) {
@@ -128,7 +139,8 @@ static void draw_chart(pt_ui *ui, const pt_rect *r, const pt_tline *tl, const ch
 
 /* The footer's figures line at a level of detail: labels shorten as the
  * level rises, the figures (times, step, zoom) stay. */
-static void info_line(const pt_ui *ui, int measured, int level, char *buf, size_t cap)
+static void info_line(const pt_ui *ui, const timeline_view *v, int measured, int level, char *buf,
+                      size_t cap)
 {
     char pred[64] = "", meas[64] = "";
     const char *unit = level == 0 ? " ms/iter" : " ms";
@@ -140,24 +152,24 @@ static void info_line(const pt_ui *ui, int measured, int level, char *buf, size_
         snprintf(meas, sizeof meas, "%s %.3f%s", level == 0 ? "measured" : "meas",
                  pt_store_step_at(ui->store, n - 1)->iter_ms, unit);
     int64_t last = pt_store_last_step(ui->store);
-    const char *mode = ui->tl_mode == PT_TL_BOTH        ? "both"
-                       : ui->tl_mode == PT_TL_PREDICTED ? "predicted"
+    const char *mode = ui->tl.mode == PT_TL_BOTH        ? "both"
+                       : ui->tl.mode == PT_TL_PREDICTED ? "predicted"
                                                         : "measured";
     if (!measured)
         snprintf(buf, cap, level < 2 ? " %s | zoom %.1fx | %s  %s" : " %s %.1fx %s %s",
-                 level < 2 ? mode : "", ui->tl_zoom, pred, meas);
+                 level < 2 ? mode : "", v->zoom, pred, meas);
     else if (level == 0)
         snprintf(buf, cap, " %s | last %d iterations up to step %lld | zoom %.1fx | %s  %s", mode,
-                 ui->tl_iters, (long long)last, ui->tl_zoom, meas, pred);
+                 ui->tl.iters, (long long)last, v->zoom, meas, pred);
     else if (level == 1)
-        snprintf(buf, cap, " %s | %d it to step %lld | %.1fx | %s  %s", mode, ui->tl_iters,
-                 (long long)last, ui->tl_zoom, meas, pred);
+        snprintf(buf, cap, " %s | %d it to step %lld | %.1fx | %s  %s", mode, ui->tl.iters,
+                 (long long)last, v->zoom, meas, pred);
     else
-        snprintf(buf, cap, " %dit..%lld %.1fx %s %s", ui->tl_iters, (long long)last, ui->tl_zoom,
-                 meas, pred);
+        snprintf(buf, cap, " %dit..%lld %.1fx %s %s", ui->tl.iters, (long long)last, v->zoom, meas,
+                 pred);
 }
 
-static void draw_info(pt_ui *ui, const pt_rect *r, int measured)
+static void draw_info(pt_ui *ui, const timeline_view *v, const pt_rect *r, int measured)
 {
     int y = r->y;
     pt_ui_text(y++, r->x, r->w, ui->attr[PT_THEME_DIM], 1, "%s",
@@ -169,125 +181,174 @@ static void draw_info(pt_ui *ui, const pt_rect *r, int measured)
         return;
     char line[256];
     for (int level = 0; level < INFO_LEVELS; level++) {
-        info_line(ui, measured, level, line, sizeof line);
+        info_line(ui, v, measured, level, line, sizeof line);
         if ((int)strlen(line) <= r->w)
             break;
     }
     pt_ui_text(y, r->x, r->w, ui->attr[PT_THEME_TEXT], 1, "%s", line);
 }
 
-void pt_view_timeline_draw(pt_ui *ui)
+static void draw(pt_ui *ui, void *state)
 {
-    pt_ui_refresh_timelines(ui);
-    const pt_rect *main_r = pt_layout_find(&ui->layout, PT_PANEL_TL_MAIN);
-    const pt_rect *pred_r = pt_layout_find(&ui->layout, PT_PANEL_TL_PRED);
-    const pt_rect *info = pt_layout_find(&ui->layout, PT_PANEL_TL_INFO);
-    int have_meas = ui->tl_meas.count > 0;
-    int show_meas = have_meas && ui->tl_mode != PT_TL_PREDICTED;
+    timeline_view *v = state;
+    pt_ui_timelines(ui);
+    const pt_rect *main_r = pt_layout_find(&ui->layout, PANEL_MAIN);
+    const pt_rect *pred_r = pt_layout_find(&ui->layout, PANEL_PRED);
+    const pt_rect *info = pt_layout_find(&ui->layout, PANEL_INFO);
+    int have_meas = ui->tl.meas.count > 0;
+    int show_meas = have_meas && ui->tl.mode != PT_TL_PREDICTED;
     /* compared: both charts on one axis as long as the longer of the two */
     double common = 0;
     if (pred_r) {
-        double a = ui->tl_meas.t1 - ui->tl_meas.t0, b = ui->tl_pred.t1 - ui->tl_pred.t0;
+        double a = ui->tl.meas.t1 - ui->tl.meas.t0, b = ui->tl.pred.t1 - ui->tl.pred.t0;
         common = a > b ? a : b;
     }
     char title[128];
     if (main_r) {
         if (show_meas) {
-            snprintf(title, sizeof title, "measured timeline: last %d iterations", ui->tl_iters);
-            draw_chart(ui, main_r, &ui->tl_meas, title, common);
+            snprintf(title, sizeof title, "measured timeline: last %d iterations", ui->tl.iters);
+            draw_chart(ui, v, main_r, &ui->tl.meas, title, common);
         } else {
             snprintf(title, sizeof title, "predicted timeline (simulator)%s",
-                     have_meas || ui->tl_mode != PT_TL_MEASURED ? "" : ": nothing measured yet");
-            draw_chart(ui, main_r, &ui->tl_pred, title, common);
+                     have_meas || ui->tl.mode != PT_TL_MEASURED ? "" : ": nothing measured yet");
+            draw_chart(ui, v, main_r, &ui->tl.pred, title, common);
         }
     }
     if (pred_r)
-        draw_chart(ui, pred_r, show_meas ? &ui->tl_pred : &ui->tl_meas,
+        draw_chart(ui, v, pred_r, show_meas ? &ui->tl.pred : &ui->tl.meas,
                    show_meas ? "predicted timeline (simulator), same axis"
                              : "measured timeline, same axis",
                    common);
     if (info)
-        draw_info(ui, info, show_meas);
+        draw_info(ui, v, info, show_meas);
 }
 
-static void clamp_pan(pt_ui *ui)
+static void clamp_pan(timeline_view *v)
 {
-    double max = 1.0 - 1.0 / ui->tl_zoom;
-    if (ui->tl_pan > max)
-        ui->tl_pan = max;
-    if (ui->tl_pan < 0)
-        ui->tl_pan = 0;
+    double max = 1.0 - 1.0 / v->zoom;
+    if (v->pan > max)
+        v->pan = max;
+    if (v->pan < 0)
+        v->pan = 0;
 }
 
-static void zoom(pt_ui *ui, double f)
+static void zoom(timeline_view *v, double f)
 {
-    double centre = ui->tl_pan + 0.5 / ui->tl_zoom;
-    ui->tl_zoom *= f;
-    if (ui->tl_zoom < 1)
-        ui->tl_zoom = 1;
-    if (ui->tl_zoom > ZOOM_MAX)
-        ui->tl_zoom = ZOOM_MAX;
-    ui->tl_pan = centre - 0.5 / ui->tl_zoom;
-    clamp_pan(ui);
+    double centre = v->pan + 0.5 / v->zoom;
+    v->zoom *= f;
+    if (v->zoom < 1)
+        v->zoom = 1;
+    if (v->zoom > ZOOM_MAX)
+        v->zoom = ZOOM_MAX;
+    v->pan = centre - 0.5 / v->zoom;
+    clamp_pan(v);
 }
 
-int pt_view_timeline_key(pt_ui *ui, int ch)
+static void k_zoom(pt_ui *ui, void *state, int ch)
 {
-    switch (ch) {
-    case '+':
-    case '=':
-        zoom(ui, ZOOM_STEP);
-        return 1;
-    case '-':
-        zoom(ui, 1.0 / ZOOM_STEP);
-        return 1;
-    case '0':
-        ui->tl_zoom = 1;
-        ui->tl_pan = 0;
-        return 1;
-    case KEY_LEFT:
-    case 'h':
-        ui->tl_pan -= PAN_FRACTION / ui->tl_zoom;
-        clamp_pan(ui);
-        return 1;
-    case KEY_RIGHT:
-    case 'l':
-        ui->tl_pan += PAN_FRACTION / ui->tl_zoom;
-        clamp_pan(ui);
-        return 1;
-    case 'p':
-        ui->tl_mode = (pt_tl_mode)((ui->tl_mode + 1) % PT_TL_MODE_COUNT);
-        pt_ui_status(ui, 0, "timeline: %s",
-                     ui->tl_mode == PT_TL_BOTH        ? "measured and predicted"
-                     : ui->tl_mode == PT_TL_PREDICTED ? "predicted (simulator)"
-                                                      : "measured");
-        return 1;
-    case 'i':
-        if (ui->tl_iters > 1)
-            ui->tl_iters--;
-        return 1;
-    case 'I':
-        if (ui->tl_iters < ITERS_MAX)
-            ui->tl_iters++;
-        return 1;
-    case KEY_UP:
-        if (ui->tl_scroll > 0)
-            ui->tl_scroll--;
-        return 1;
-    case KEY_DOWN:
-        ui->tl_scroll++;
-        return 1;
-    default:
-        return 0;
+    (void)ui;
+    timeline_view *v = state;
+    if (ch == '0') {
+        v->zoom = 1;
+        v->pan = 0;
+    } else {
+        zoom(v, ch == '-' ? 1.0 / ZOOM_STEP : ZOOM_STEP);
     }
 }
 
-int pt_view_timeline_mouse(pt_ui *ui, int y, int x, int wheel)
+static void k_pan(pt_ui *ui, void *state, int ch)
 {
-    (void)y, (void)x;
-    if (wheel > 0)
-        zoom(ui, ZOOM_STEP);
-    else if (wheel < 0)
-        zoom(ui, 1.0 / ZOOM_STEP);
-    return wheel != 0;
+    (void)ui;
+    timeline_view *v = state;
+    v->pan += (ch == KEY_LEFT || ch == 'h' ? -PAN_FRACTION : PAN_FRACTION) / v->zoom;
+    clamp_pan(v);
 }
+
+static void k_mode(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    ui->tl.mode = (pt_tl_mode)((ui->tl.mode + 1) % PT_TL_MODE_COUNT);
+    pt_ui_status(ui, 0, "timeline: %s",
+                 ui->tl.mode == PT_TL_BOTH        ? "measured and predicted"
+                 : ui->tl.mode == PT_TL_PREDICTED ? "predicted (simulator)"
+                                                  : "measured");
+}
+
+static void k_iters(pt_ui *ui, void *state, int ch)
+{
+    (void)state;
+    if (ch == 'i' && ui->tl.iters > 1)
+        ui->tl.iters--;
+    else if (ch == 'I' && ui->tl.iters < ITERS_MAX)
+        ui->tl.iters++;
+}
+
+static void k_scroll(pt_ui *ui, void *state, int ch)
+{
+    (void)ui;
+    timeline_view *v = state;
+    if (ch == KEY_DOWN)
+        v->scroll++;
+    else if (v->scroll > 0)
+        v->scroll--;
+}
+
+static const pt_view_key keys[] = {
+    {{KEY_LEFT, KEY_RIGHT, 'h', 'l'}, "Left Right h l", "pan", k_pan, NULL},
+    {{'+', '=', '-', '0'}, "+ - 0", "zoom in / out / reset (mouse wheel zooms too)", k_zoom, NULL},
+    {{'p'}, "p", "measured / predicted / both side by side", k_mode, NULL},
+    {{'i', 'I'}, "i I", "one iteration fewer / more shown", k_iters, NULL},
+    {{KEY_UP, KEY_DOWN}, "Up Down", "scroll the stage replica rows", k_scroll, NULL},
+    {{0}, NULL, NULL, NULL, NULL},
+};
+
+static int mouse(pt_ui *ui, void *state, const pt_mouse *m)
+{
+    (void)ui;
+    if (m->wheel)
+        zoom(state, m->wheel > 0 ? ZOOM_STEP : 1.0 / ZOOM_STEP);
+    return m->wheel != 0;
+}
+
+/* Rows of the info band at the bottom. */
+#define INFO_ROWS_NARROW 2
+#define INFO_ROWS_WIDE   3
+
+static void layout(const pt_ui *ui, const void *state, pt_rect b, pt_layout *l)
+{
+    (void)state;
+    int info = b.w >= PT_LAYOUT_WIDE_COLS && b.h >= 40 ? INFO_ROWS_WIDE : INFO_ROWS_NARROW;
+    int main_h = b.h - info, split = ui->tl.mode == PT_TL_BOTH;
+    if (split && b.w >= PT_LAYOUT_WIDE_COLS) {
+        /* measured | predicted, each as tall as the body: every row shows */
+        int left = b.w / 2;
+        pt_layout_add(l, PANEL_MAIN, "tl-main", 1, pt_rect_of(b.y, b.x, main_h, left));
+        pt_layout_add(l, PANEL_PRED, "tl-pred", 1, pt_rect_of(b.y, b.x + left, main_h, b.w - left));
+    } else if (split) {
+        int top = main_h / 2;
+        pt_layout_add(l, PANEL_MAIN, "tl-main", 1, pt_rect_of(b.y, b.x, top, b.w));
+        pt_layout_add(l, PANEL_PRED, "tl-pred", 1, pt_rect_of(b.y + top, b.x, main_h - top, b.w));
+    } else {
+        pt_layout_add(l, PANEL_MAIN, "tl-main", 1, pt_rect_of(b.y, b.x, main_h, b.w));
+    }
+    /* two unframed rows */
+    pt_layout_add(l, PANEL_INFO, "tl-info", 0, pt_rect_of(b.y + main_h, b.x, info, b.w));
+}
+
+static void init(pt_ui *ui, void *state)
+{
+    (void)ui;
+    ((timeline_view *)state)->zoom = 1.0;
+}
+
+const pt_view_class pt_view_timeline = {
+    .name = "timeline",
+    .hotkeys = "2",
+    .hints = "h/l pan  +/- zoom  p predicted/measured  i/I iterations  x export  ? help  q quit",
+    .keys = keys,
+    .state_size = sizeof(timeline_view),
+    .init = init,
+    .layout = layout,
+    .draw = draw,
+    .mouse = mouse,
+};
