@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "protocol/clock.h"
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
 #include "protocol/sched_kind.h"
@@ -88,9 +89,7 @@ const char *pt_msg_mem_name(int category)
 int64_t pt_msg_now_ns(void)
 {
     static _Atomic int64_t origin;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    int64_t now = pt_clock_ns();
     int64_t o = atomic_load(&origin);
     if (o == 0) {
         int64_t want = now - 1; /* so the first reading is 1, and 0 means "unset" */

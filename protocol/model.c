@@ -782,12 +782,7 @@ char *pt_model_spec_to_json(const pt_model_spec *spec)
 
 int pt_model_spec_save(const pt_model_spec *spec, const char *path, pt_error *err)
 {
-    char *text = pt_model_spec_to_json(spec);
-    if (!text)
-        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
-    int rc = pt_file_write_atomic(path, text, strlen(text), err);
-    free(text);
-    return rc;
+    return pt_file_save_text(path, pt_model_spec_to_json(spec), err);
 }
 
 void pt_model_spec_free(pt_model_spec **spec_p)

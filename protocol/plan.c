@@ -683,10 +683,5 @@ fail:
 
 int pt_plan_save(const pt_plan *plan, const char *path, pt_error *err)
 {
-    char *text = pt_plan_to_json(plan);
-    if (!text)
-        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
-    int rc = pt_file_write_atomic(path, text, strlen(text), err);
-    free(text);
-    return rc;
+    return pt_file_save_text(path, pt_plan_to_json(plan), err);
 }

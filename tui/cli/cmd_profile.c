@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "protocol/clock.h"
 #include "protocol/model.h"
 #include "protocol/plan.h"
 #include "protocol/profile.h"
@@ -45,13 +46,6 @@ typedef struct profile_args {
     int rows_fit;         /* --fixed-share: also time each layer at half the rows */
     const pt_backend *be; /* opened from device */
 } profile_args;
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
 
 static const char usage_text[] =
     "usage: pipetop profile --model M [--batch B] [options]\n"
@@ -184,14 +178,14 @@ static int tnet_run(timed_net *t, const pt_model_spec *spec, int batch, double *
 {
     const pt_backend *be = pt_net_backend(t->net);
     be->synchronize(be);
-    double t0 = now_ms();
+    double t0 = (pt_clock_s() * 1e3);
     int rc = pt_net_forward(t->net, 0, NULL, t->b.x, batch, t->b.labels, NULL, NULL);
     be->synchronize(be);
-    double t1 = now_ms();
+    double t1 = (pt_clock_s() * 1e3);
     if (rc == 0)
         rc = pt_net_backward(t->net, 0, NULL, NULL, t->b.dy, t->b.dx);
     be->synchronize(be);
-    double t2 = now_ms();
+    double t2 = (pt_clock_s() * 1e3);
     if (rc < 0)
         return pt_error_set(err, rc, "layers [%d, %d) (%s...): %s", t->first, t->last,
                             spec->layers[t->first].name, pt_strerror(rc));
@@ -238,15 +232,15 @@ static int profile_layer(const pt_model_spec *spec, int layer, const profile_arg
             goto done;
         rc = pt_net_forward(t.net, 0, NULL, t.b.x, a->batch, t.b.labels, NULL, NULL);
         be->synchronize(be);
-        double t3 = now_ms();
+        double t3 = (pt_clock_s() * 1e3);
         if (rc == 0)
             rc = pt_net_backward_input(t.net, 0, NULL, t.b.dy, t.b.dx);
         be->synchronize(be);
-        double t4 = now_ms();
+        double t4 = (pt_clock_s() * 1e3);
         if (rc == 0)
             rc = pt_net_backward_weight(t.net, 0, NULL, NULL);
         be->synchronize(be);
-        double t5 = now_ms();
+        double t5 = (pt_clock_s() * 1e3);
         if (rc < 0) {
             rc = pt_error_set(err, rc, "layer %d (%s): %s", layer, spec->layers[layer].name,
                               pt_strerror(rc));
@@ -694,7 +688,7 @@ static int parse_args(int argc, char **argv, profile_args *a)
 int pt_cmd_profile(int argc, char **argv)
 {
     /* Analytic profiles (from FLOPs and a device description) live in
-     * tui/cmd_profile_analytic.c. */
+     * tui/cli/cmd_profile_analytic.c. */
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--analytic"))
             return pt_cmd_profile_analytic(argc, argv);

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "protocol/clock.h"
 #include "protocol/model.h"
 #include "protocol/plan.h"
 #include "runtime/backend_select.h"
@@ -77,13 +78,6 @@ static void on_sigint(int sig)
         return;
     }
     g_interrupted = sig;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static const char usage_text[] =
@@ -393,7 +387,7 @@ static int run_epoch(trainer *t, int64_t budget, int64_t *taken, int *full, pt_e
         t->a.json
             ? NULL
             : pt_progress_new(stdout, label, (end * b < n_train ? end * b : n_train) - k0 * b, -1);
-    double loss_sum = 0, window_loss = 0, t0 = now_s(), window_t0 = t0;
+    double loss_sum = 0, window_loss = 0, t0 = pt_clock_s(), window_t0 = t0;
     int64_t samples = 0, window_steps = 0, window_samples = 0, k;
     int rc = 0;
     for (k = k0; k < end && !g_interrupted; k++) {
@@ -406,7 +400,7 @@ static int run_epoch(trainer *t, int64_t budget, int64_t *taken, int *full, pt_e
         samples += n;
         window_samples += n;
         window_steps++;
-        double now = now_s();
+        double now = pt_clock_s();
         if (t->a.json && window_steps == t->a.log_every) {
             printf("{\"event\":\"step\",\"step\":%lld,\"epoch\":%.4f,\"loss\":%.6g,"
                    "\"samples_per_s\":%.6g}\n",
@@ -423,7 +417,7 @@ static int run_epoch(trainer *t, int64_t budget, int64_t *taken, int *full, pt_e
             pt_progress_update(bar, samples, fields);
         }
     }
-    double seconds = now_s() - t0;
+    double seconds = pt_clock_s() - t0;
     int64_t steps = k - k0;
     t->train_s += seconds;
     t->trained += samples;
@@ -486,7 +480,7 @@ static int train(trainer *t, pt_error *err)
             printf(", %d epoch%s\n", a->epochs, a->epochs > 1 ? "s" : "");
         fflush(stdout);
     }
-    double t0 = now_s();
+    double t0 = pt_clock_s();
     int64_t budget = a->steps_seen ? a->steps : -1;
     int rc = 0;
     for (int e = 0; !g_interrupted; e++) {
@@ -505,7 +499,7 @@ static int train(trainer *t, pt_error *err)
     if (t->last_save_step != t->step &&
         (rc = save(t, (double)t->epoch + t->partial_epoch, err)) < 0)
         return rc;
-    if ((rc = finish(t, interrupted, now_s() - t0, err)) < 0)
+    if ((rc = finish(t, interrupted, pt_clock_s() - t0, err)) < 0)
         return rc;
     if (interrupted)
         fprintf(stderr, "pipetop train: interrupted at step %lld%s\n", (long long)t->step,

@@ -1,4 +1,5 @@
 /* The console's main loop, key dispatch and frame (see console.h). */
+#include "protocol/clock.h"
 #include "tui/console/console.h"
 
 #include <locale.h>
@@ -26,13 +27,6 @@ static volatile sig_atomic_t g_quit_signal;
 static void on_signal(int sig)
 {
     g_quit_signal = sig;
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
 }
 
 static const char *const theme_cycle[] = {"dark", "light", "mono", "okabe-ito"};
@@ -162,7 +156,7 @@ static void draw_status(pt_ui *ui)
                c->hints ? c->hints : "? help  q quit");
 }
 
-/* A calibration the source put in the store (tui/live.h) becomes the plan
+/* A calibration the source put in the store (tui/record/live.h) becomes the plan
  * editor's cost model at once; the status line says so once it is free (a
  * message of the user's own, such as an edit's outcome, is not replaced).
  * *said: the count already announced. Returns the store's calibration count. */
@@ -587,11 +581,11 @@ int pt_console_run(const pt_console_opts *o, pt_error *err)
     }
     pt_ui_colors_init(&ui);
     int64_t frame_ns = NS_PER_S / (ui.cfg.refresh_hz > 0 ? ui.cfg.refresh_hz : 10);
-    int64_t last_draw = 0, start = now_ns();
+    int64_t last_draw = 0, start = pt_clock_ns();
     uint64_t seen_store = 0, seen_edit = 0;
     int src_rc = 0, seen_cal = 0, said_cal = 0;
     while (!ui.quit && !g_quit_signal) {
-        ui.now_ns = now_ns();
+        ui.now_ns = pt_clock_ns();
         if (o->exit_after_s > 0 && ui.now_ns - start > (int64_t)(o->exit_after_s * NS_PER_S))
             break;
         if (ui.src) {

@@ -1,4 +1,5 @@
 /* The plan view's editing model (see plan_edit.h). */
+#include "protocol/clock.h"
 #include "tui/console/plan_edit.h"
 
 #include <stdio.h>
@@ -31,13 +32,6 @@ struct pt_plan_edit {
     double last_sim_s;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void slot_release(slot *s)
 {
     pt_plan_free(&s->plan);
@@ -69,7 +63,7 @@ static int not_fit_error(pt_plan_edit *e, const slot *s, pt_error *err)
  * stack when push_undo is set. */
 static int commit(pt_plan_edit *e, pt_plan *plan, int push_undo, pt_error *err)
 {
-    double t0 = now_s();
+    double t0 = pt_clock_s();
     int rc = pt_plan_check(plan, NULL, e->topo, "plan", err);
     if (rc == 0 && plan->layer_count != e->profile->layer_count)
         rc = pt_error_set(err, PT_EINVAL, "plan has %d layers, the profile %d", plan->layer_count,
@@ -80,7 +74,7 @@ static int commit(pt_plan_edit *e, pt_plan *plan, int push_undo, pt_error *err)
         rc = pt_sim_plan(e->cand.sim, plan, e->cost, NULL, &e->cand.prog, &e->cand.res, err);
     if (rc == 0 && e->cur.plan && e->cur.res.fits && !e->cand.res.fits)
         rc = not_fit_error(e, &e->cand, err);
-    e->last_sim_s = now_s() - t0;
+    e->last_sim_s = pt_clock_s() - t0;
     if (rc < 0) {
         pt_plan_free(&e->cand.plan);
         return rc;

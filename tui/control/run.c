@@ -1,5 +1,6 @@
 /* The run controller: session, agent processes, mapping, generations. See
- * tui/run.h. */
+ * tui/control/run.h. */
+#include "protocol/clock.h"
 #include "tui/control/run.h"
 
 #include <cjson/cJSON.h>
@@ -64,13 +65,6 @@ static const char *const state_names[PT_RUN_STATE_COUNT] = {
 const char *pt_run_state_name(pt_run_state state)
 {
     return state >= 0 && state < PT_RUN_STATE_COUNT ? state_names[state] : "?";
-}
-
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 int pt_run_dir_make(const char *dir, const char *tag, char *out, size_t cap, pt_error *err)
@@ -254,11 +248,11 @@ void pt_run_end(pt_run *r, const char *reason)
     if (!r || r->state == PT_RUN_ENDED)
         return;
     pt_session_bye(r->s, reason);
-    int64_t end = mono_ns() + PT_RUN_EXIT_MS * NS_PER_MS;
+    int64_t end = pt_clock_ns() + PT_RUN_EXIT_MS * NS_PER_MS;
     for (;;) {
         pt_session_poll(r->s, REAP_POLL_MS, NULL);
         reap(r, 1);
-        if (!spawned_left(r) || mono_ns() > end)
+        if (!spawned_left(r) || pt_clock_ns() > end)
             break;
     }
     for (int k = 0; k < r->nspawn; k++)
@@ -568,7 +562,7 @@ int pt_run_poll(pt_run *r, int timeout_ms, pt_error *err)
  * deadline (PT_ETIMEOUT, err left to the caller). */
 static int wait_for(pt_run *r, int (*done)(const pt_run *), int timeout_ms, pt_error *err)
 {
-    int64_t end = mono_ns() + (int64_t)timeout_ms * NS_PER_MS;
+    int64_t end = pt_clock_ns() + (int64_t)timeout_ms * NS_PER_MS;
     for (;;) {
         update(r);
         if (pt_run_failure(r, err))
@@ -577,7 +571,7 @@ static int wait_for(pt_run *r, int (*done)(const pt_run *), int timeout_ms, pt_e
             return 0;
         if (r->cancel && r->cancel(r->cancel_user, err))
             return PT_ESTATE;
-        int64_t left = (end - mono_ns()) / NS_PER_MS;
+        int64_t left = (end - pt_clock_ns()) / NS_PER_MS;
         if (left <= 0)
             return PT_ETIMEOUT;
         int rc = pt_session_poll(r->s, left < POLL_MS ? (int)left : POLL_MS, err);

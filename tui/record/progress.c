@@ -1,3 +1,4 @@
+#include "protocol/clock.h"
 #include "tui/record/progress.h"
 
 #include <stdlib.h>
@@ -23,13 +24,6 @@ struct pt_progress {
     int plain_next; /* next tenth to print in plain mode */
     char fields[FIELDS_MAX];
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void format_eta(char *out, size_t cap, double s)
 {
@@ -95,7 +89,7 @@ pt_progress *pt_progress_new(FILE *out, const char *label, int64_t total, int tt
         p->cols = ws.ws_col;
     snprintf(p->label, sizeof p->label, "%s", label ? label : "");
     p->total = total > 0 ? total : 1;
-    p->start_s = now_s();
+    p->start_s = pt_clock_s();
     p->last_draw_s = -1;
     p->plain_next = 1;
     return p;
@@ -122,7 +116,7 @@ void pt_progress_update(pt_progress *p, int64_t done, const char *fields)
     if (fields)
         snprintf(p->fields, sizeof p->fields, "%s", fields);
     if (p->tty) {
-        double t = now_s();
+        double t = pt_clock_s();
         if (p->last_draw_s < 0 || (t - p->last_draw_s) * 1000.0 >= PT_PROGRESS_REDRAW_MS)
             draw(p, t, 0);
         return;
@@ -131,7 +125,7 @@ void pt_progress_update(pt_progress *p, int64_t done, const char *fields)
     int tenth = (int)(PT_PROGRESS_PLAIN_STEPS * done / p->total);
     if (tenth >= p->plain_next && tenth < PT_PROGRESS_PLAIN_STEPS) {
         p->plain_next = tenth + 1;
-        draw(p, now_s(), 0);
+        draw(p, pt_clock_s(), 0);
     }
 }
 
@@ -142,7 +136,7 @@ void pt_progress_finish(pt_progress **p_p, const char *summary)
     pt_progress *p = *p_p;
     if (summary)
         snprintf(p->fields, sizeof p->fields, "%s", summary);
-    draw(p, now_s(), 1);
+    draw(p, pt_clock_s(), 1);
     free(p);
     *p_p = NULL;
 }
