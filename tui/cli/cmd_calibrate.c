@@ -14,14 +14,9 @@
 #include "protocol/record.h"
 #include "protocol/topology.h"
 #include "tui/cli/commands.h"
+#include "tui/cli/inputs.h"
 
 #define CAL_PATH_MAX 4096
-/* The topology `pipetop run` assumes for local agents when given none
- * (tui/cmd_run.c): one node whose devices share this machine's cores,
- * links through ZeroMQ over loopback. */
-#define CAL_LOCAL_LINK_BPS     2e9
-#define CAL_LOCAL_LINK_LATENCY 50e-6
-#define CAL_FALLBACK_MEMORY    (1LL << 30)
 
 static const char usage_text[] =
     "usage: pipetop calibrate RUN --out PROFILE.json [--profile BASE] [--topology T]\n"
@@ -43,12 +38,6 @@ static void utc_now(char *buf, size_t cap)
         snprintf(buf, cap, "%s", "");
 }
 
-static int is_dir(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 static int exists(const char *path)
 {
     struct stat st;
@@ -61,30 +50,10 @@ static int plan_devices(const pt_record *rec)
     int need = 1;
     for (int64_t i = 0; i < pt_record_count(rec); i++) {
         const pt_record_entry *e = pt_record_at(rec, i);
-        if (e->kind != PT_RECORD_PLAN || !e->plan)
-            continue;
-        for (int s = 0; s < e->plan->stage_count; s++)
-            for (int r = 0; r < e->plan->stages[s].replica_count; r++)
-                if (e->plan->stages[s].replicas[r] + 1 > need)
-                    need = e->plan->stages[s].replicas[r] + 1;
+        if (e->kind == PT_RECORD_PLAN && e->plan && pt_inputs_plan_devices(e->plan) > need)
+            need = pt_inputs_plan_devices(e->plan);
     }
     return need;
-}
-
-static pt_topology *local_topology(int devices)
-{
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    int64_t mem = pages > 0 && page > 0 ? (int64_t)pages * page / devices : CAL_FALLBACK_MEMORY;
-    pt_link link = {CAL_LOCAL_LINK_BPS, CAL_LOCAL_LINK_LATENCY};
-    pt_topology *t = pt_topology_uniform(1, devices, mem, link, link);
-    if (!t)
-        return NULL;
-    snprintf(t->name, sizeof t->name, "local");
-    /* as pipetop run's: the agents share this machine's cores */
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    for (int d = 0; d < devices; d++)
-        t->devices[d].node_cores = cpus > 0 ? (int)cpus : 0;
-    return t;
 }
 
 static void print_link(const char *name, const pt_cal_link *l)
@@ -152,18 +121,7 @@ int pt_cmd_calibrate(int argc, char **argv)
         return 2;
     }
     char dir[CAL_PATH_MAX], rec_path[CAL_PATH_MAX], path[CAL_PATH_MAX + 32];
-    if (is_dir(run)) {
-        snprintf(dir, sizeof dir, "%s", run);
-        snprintf(rec_path, sizeof rec_path, "%s/%s", run, PT_RECORD_FILE);
-    } else {
-        snprintf(rec_path, sizeof rec_path, "%s", run);
-        snprintf(dir, sizeof dir, "%s", run);
-        char *slash = strrchr(dir, '/');
-        if (slash)
-            *slash = '\0';
-        else
-            snprintf(dir, sizeof dir, ".");
-    }
+    pt_inputs_run_paths(run, rec_path, dir, sizeof dir);
     pt_error err = {0};
     pt_record *rec = NULL;
     pt_profile *base = NULL, *cal = NULL;
@@ -192,7 +150,7 @@ int pt_cmd_calibrate(int argc, char **argv)
     if (topo_path) {
         if (pt_topology_load(topo_path, &topo, &err) < 0)
             goto fail;
-    } else if (!(topo = local_topology(plan_devices(rec)))) {
+    } else if (!(topo = pt_inputs_local_topology(plan_devices(rec)))) {
         fprintf(stderr, "pipetop calibrate: out of memory\n");
         goto done;
     }

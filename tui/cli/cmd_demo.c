@@ -5,20 +5,16 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "protocol/datadir.h"
-#include "protocol/model.h"
-#include "tui/cli/cmd_console.h"
 #include "protocol/opts.h"
 #include "tui/cli/commands.h"
-#include "tui/console/console.h"
-#include "tui/record/live.h"
+#include "tui/cli/inputs.h"
+#include "tui/cli/launch.h"
 
 #define DEMO_MODEL    "fmnist-mlp-deep"
 #define DEMO_TOPOLOGY "local-cpu-4"
 #define DEMO_PLANNER  "dapple"
 #define DEMO_AGENTS   4
 #define DEMO_GLOBAL   64
-#define PATH_CAP      4096
 
 static const char usage_text[] =
     "usage: pipetop demo [--data D] [--steps N] [--planner NAME] [--theme NAME]\n"
@@ -63,7 +59,7 @@ int pt_cmd_demo(int argc, char **argv)
     lo.topology = DEMO_TOPOLOGY;
     lo.planner = planner;
     lo.global = DEMO_GLOBAL;
-    lo.unit_mb = PT_CONSOLE_MB_MIN;
+    lo.unit_mb = PT_INPUTS_MB_MIN;
     lo.live = 1;
     lo.spawn = 1;
     lo.agents = DEMO_AGENTS;
@@ -73,5 +69,6 @@ int pt_cmd_demo(int argc, char **argv)
     lo.theme = theme;
     lo.no_mouse = no_mouse;
     lo.exit_after = exit_after;
-    return pt_console_launch_cmd("demo", view, &lo);
+    lo.view = view;
+    return pt_console_launch_cmd("demo", &lo);
 }

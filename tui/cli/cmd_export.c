@@ -8,14 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "planner/cost.h"
 #include "planner/schedule.h"
 #include "planner/simulate.h"
+#include "protocol/fileio.h"
 #include "protocol/opts.h"
-#include "tui/cli/cmd_console.h"
+#include "tui/cli/inputs.h"
 #include "tui/cli/commands.h"
 #include "tui/export/export.h"
 #include "tui/export/theme.h"
@@ -71,25 +71,28 @@ static int parse_steps(const char *s, int64_t *first, int64_t *last)
     return 0;
 }
 
-/* Streams one output to path through a temporary file renamed at the end. */
+/* One output: the trace, or the SVG when svg is set. */
+typedef struct output {
+    const pt_export_set *set;
+    const pt_theme *theme;
+    const pt_export_svg_opts *svg;
+    pt_export_counts *counts;
+} output;
+
+static int write_output(FILE *f, void *user, pt_error *err)
+{
+    const output *o = user;
+    setvbuf(f, NULL, _IOFBF, EXPORT_BUF);
+    return o->svg ? pt_export_svg_write(o->set, o->theme, o->svg, f, err)
+                  : pt_export_trace_write(o->set, f, o->counts, err);
+}
+
+/* Streams one output to path (a temporary file renamed when complete). */
 static int write_out(const char *path, const pt_export_set *set, const pt_theme *theme,
                      const pt_export_svg_opts *svg, pt_export_counts *counts, pt_error *err)
 {
-    char tmp[EXPORT_PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return pt_error_set(err, PT_EIO, "%s: %s", path, strerror(errno));
-    setvbuf(f, NULL, _IOFBF, EXPORT_BUF);
-    int rc = svg ? pt_export_svg_write(set, theme, svg, f, err)
-                 : pt_export_trace_write(set, f, counts, err);
-    if (fclose(f) != 0 && rc == 0)
-        rc = pt_error_set(err, PT_EIO, "%s: %s", path, strerror(errno));
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = pt_error_set(err, PT_EIO, "%s: %s", path, strerror(errno));
-    if (rc < 0)
-        unlink(tmp);
-    return rc;
+    output o = {set, theme, svg, counts};
+    return pt_file_save_stream(path, write_output, &o, err);
 }
 
 /* The generation of the newest op in [t0, t1] (the whole set when t1 <= t0). */
@@ -115,34 +118,21 @@ static int64_t shown_generation(const pt_export_set *set, double t0, double t1)
 static int predicted_set(const char *record, int64_t gen, int64_t iters, pt_export_set *out,
                          double *iter_s, pt_error *err)
 {
-    char dir[EXPORT_PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", record);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = 0;
-    else
-        snprintf(dir, sizeof dir, ".");
+    char path[EXPORT_PATH_MAX], dir[EXPORT_PATH_MAX];
+    pt_inputs_run_paths(record, path, dir, sizeof dir);
     pt_record *rec = NULL;
-    pt_plan *plan = NULL;
-    pt_model_spec *spec = NULL;
-    pt_profile *prof = NULL;
-    pt_topology *topo = NULL;
-    pt_program prog;
-    memset(&prog, 0, sizeof prog);
-    pt_cost *cost = NULL;
-    pt_sim *sim = NULL;
+    pt_inputs in = {0};
+    pt_program prog = {0};
     pt_sim_result res;
     memset(&res, 0, sizeof res);
     pt_tline tl;
     memset(&tl, 0, sizeof tl);
     int rc = pt_record_load(record, &rec, err);
     if (rc == 0)
-        rc = pt_console_record_inputs(rec, dir, gen, &plan, &spec, &prof, &topo, err);
-    if (rc == 0 && !plan)
+        rc = pt_inputs_from_record(rec, dir, gen, &in, err);
+    if (rc == 0 && !in.plan)
         rc = pt_error_set(err, PT_EINVAL, "%s: --compare: the record holds no plan", record);
-    if (rc == 0 && ((rc = pt_sched_build(plan, prof, NULL, &prog, err)) < 0 ||
-                    (rc = pt_cost_new(prof, topo, &cost, err)) < 0 || (rc = pt_sim_new(&sim)) < 0 ||
-                    (rc = pt_sim_run(sim, &prog, cost, &res, err)) < 0))
+    if (rc == 0 && (rc = pt_inputs_simulate(&in, &prog, &res, err)) < 0)
         pt_error_prefix(err, "--compare");
     if (rc == 0 && (rc = pt_tline_from_sim(&tl, &prog, &res)) < 0)
         pt_error_set(err, rc, "out of memory");
@@ -163,140 +153,162 @@ static int predicted_set(const char *record, int64_t gen, int64_t iters, pt_expo
         *iter_s = res.iter_s / (double)wc;
     }
     pt_tline_release(&tl);
-    pt_sim_free(&sim);
-    pt_cost_free(&cost);
     pt_program_release(&prog);
-    pt_plan_free(&plan);
-    pt_model_spec_free(&spec);
-    pt_profile_free(&prof);
-    pt_topology_free(&topo);
+    pt_inputs_release(&in);
     pt_record_free(&rec);
     return rc;
 }
 
-int pt_cmd_export(int argc, char **argv)
+/* What the command line asked for. */
+typedef struct export_args {
+    const char *run, *steps, *trace, *svg, *theme_name;
+    int width, compare, chosen; /* chosen: --steps or --last */
+    int64_t last_n;
+    pt_export_select sel;
+    pt_theme theme;
+    char path[EXPORT_PATH_MAX]; /* the record */
+} export_args;
+
+/* Parses and checks the options: -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, export_args *a)
 {
-    const char *run = NULL, *steps = NULL;
-    const char *trace = NULL, *svg = NULL, *theme_name = NULL;
-    int width = 0, compare = 0;
-    int64_t last_n = 0;
     pt_opt opts[] = {
-        {"RUN", PT_OPT_ARG, &run, 1, 1, 0, NULL, "a run.ndjson, or a run folder holding one"},
-        {"trace", PT_OPT_STRING, &trace, 0, 0, 0, "OUT.json", "trace-event JSON"},
-        {"svg", PT_OPT_STRING, &svg, 0, 0, 0, "OUT.svg",
+        {"RUN", PT_OPT_ARG, &a->run, 1, 1, 0, NULL, "a run.ndjson, or a run folder holding one"},
+        {"trace", PT_OPT_STRING, &a->trace, 0, 0, 0, "OUT.json", "trace-event JSON"},
+        {"svg", PT_OPT_STRING, &a->svg, 0, 0, 0, "OUT.svg",
          "SVG picture (--theme for its colours, --width in pixels)"},
-        {"steps", PT_OPT_STRING, &steps, 0, 0, 0, "A:B",
+        {"steps", PT_OPT_STRING, &a->steps, 0, 0, 0, "A:B",
          "only steps A to B (inclusive; A: or :B leave an end open)"},
-        {"last", PT_OPT_INT64, &last_n, 1, EXPORT_LAST_MAX, 0, "N",
+        {"last", PT_OPT_INT64, &a->last_n, 1, EXPORT_LAST_MAX, 0, "N",
          "only the last N iterations (default for the SVG: 4)"},
-        {"theme", PT_OPT_STRING, &theme_name, 0, 0, 0, "NAME",
+        {"theme", PT_OPT_STRING, &a->theme_name, 0, 0, 0, "NAME",
          "SVG colours: a theme file or a name in themes/ (default: white slide colours)"},
-        {"width", PT_OPT_INT, &width, SVG_WIDTH_MIN, SVG_WIDTH_MAX, 0, "PX", "SVG width in pixels"},
-        {"compare", PT_OPT_FLAG, &compare, 0, 0, 0, NULL,
+        {"width", PT_OPT_INT, &a->width, SVG_WIDTH_MIN, SVG_WIDTH_MAX, 0, "PX",
+         "SVG width in pixels"},
+        {"compare", PT_OPT_FLAG, &a->compare, 0, 0, 0, NULL,
          "SVG: the prediction above the measurement, one time axis"},
     };
     int rc = pt_opts_command("export", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
                              usage_text, NULL);
     if (rc >= 0)
         return rc;
-    if (!trace && !svg) {
-        fprintf(stderr, "pipetop export: give --trace and/or --svg\n");
-        return 2;
-    }
-    if (compare && !svg) {
-        fprintf(stderr, "pipetop export: --compare draws into the SVG: give --svg\n");
-        return 2;
-    }
-    pt_export_select sel = {0, -1, last_n};
-    if (steps && last_n > 0) {
-        fprintf(stderr, "pipetop export: --steps and --last: give one of them\n");
-        return 2;
-    }
-    if (steps && parse_steps(steps, &sel.first, &sel.last) < 0) {
+    const char *why = !a->trace && !a->svg        ? "give --trace and/or --svg"
+                      : a->compare && !a->svg     ? "--compare draws into the SVG: give --svg"
+                      : a->steps && a->last_n > 0 ? "--steps and --last: give one of them"
+                                                  : NULL;
+    a->sel = (pt_export_select){0, -1, a->last_n};
+    if (!why && a->steps && parse_steps(a->steps, &a->sel.first, &a->sel.last) < 0) {
         fprintf(stderr,
                 "pipetop export: --steps: \"%s\" is not A:B (steps, A <= B; A: or :B open)\n",
-                steps);
+                a->steps);
         return 2;
     }
-    int chosen = steps || last_n > 0;
-    if (!trace && !chosen)
-        sel.last_n = SVG_LAST_DEF; /* the SVG alone: read only what it shows */
-    pt_theme theme;
+    if (why) {
+        fprintf(stderr, "pipetop export: %s\n", why);
+        return 2;
+    }
+    a->chosen = a->steps || a->last_n > 0;
+    if (!a->trace && !a->chosen)
+        a->sel.last_n = SVG_LAST_DEF; /* the SVG alone: read only what it shows */
     pt_error err = {0};
-    if (svg && theme_name && pt_theme_find(theme_name, &theme, &err) < 0) {
+    if (a->svg && a->theme_name && pt_theme_find(a->theme_name, &a->theme, &err) < 0) {
         fprintf(stderr, "pipetop export: %s\n", err.msg);
         return 1;
     }
-    char path[EXPORT_PATH_MAX];
-    struct stat st;
-    if (stat(run, &st) == 0 && S_ISDIR(st.st_mode))
-        snprintf(path, sizeof path, "%s/run.ndjson", run);
-    else
-        snprintf(path, sizeof path, "%s", run);
+    char dir[EXPORT_PATH_MAX];
+    pt_inputs_run_paths(a->run, a->path, dir, sizeof dir);
+    return -1;
+}
 
-    pt_export_set set;
-    if (pt_export_load_run(path, &sel, &set, &err) < 0) {
+static int export_trace(const export_args *a, const pt_export_set *set)
+{
+    pt_export_counts c;
+    pt_error err = {0};
+    if (write_out(a->trace, set, NULL, NULL, &c, &err) < 0) {
         fprintf(stderr, "pipetop export: %s\n", err.msg);
         return 1;
     }
+    printf("%s: %" PRId64 " iterations (steps %" PRId64 "-%" PRId64 "), %" PRId64
+           " op events, %" PRId64 " bubbles, %" PRId64 " flows, %" PRId64
+           " memory counters, %d stage replicas, %.3f ms\n",
+           a->trace, set->iterations, set->first_step, set->last_step, c.ops, c.bubbles, c.flows,
+           c.counters, set->row_count, (set->t1 - set->t0) * 1e3);
+    if (set->unmatched_sends > 0)
+        printf("%s: %" PRId64 " sends without a receive in the steps chosen\n", a->trace,
+               set->unmatched_sends);
+    return 0;
+}
+
+/* --compare: the prediction of the shown generation above the measurement. */
+static int add_prediction(const export_args *a, const pt_export_set *set, pt_export_svg_opts *o,
+                          pt_export_set *pred, char *plabel, char *mlabel, size_t cap)
+{
+    int64_t shown = !a->chosen && a->trace
+                        ? (set->iterations < SVG_LAST_DEF ? set->iterations : SVG_LAST_DEF)
+                        : set->iterations;
+    double t0 = o->t1 > o->t0 ? o->t0 : set->t0, t1 = o->t1 > o->t0 ? o->t1 : set->t1, iter_s = 0;
+    pt_error err = {0};
+    if (predicted_set(a->path, shown_generation(set, o->t0, o->t1), shown > 0 ? shown : 1, pred,
+                      &iter_s, &err) < 0) {
+        fprintf(stderr, "pipetop export: %s\n", err.msg);
+        return 1;
+    }
+    snprintf(plabel, cap, "predicted (simulator): %.3f ms per iteration", iter_s * 1e3);
+    snprintf(mlabel, cap, "measured: %lld iterations in %.3f ms", (long long)shown,
+             (t1 - t0) * 1e3);
+    o->compare = pred;
+    o->compare_label = plabel;
+    o->label = mlabel;
+    return 0;
+}
+
+static int export_svg(const export_args *a, const pt_export_set *set)
+{
+    pt_export_svg_opts o = {.width_px = a->width};
+    pt_export_set pred;
+    memset(&pred, 0, sizeof pred);
+    char plabel[128], mlabel[128];
     int status = 0;
+    pt_error err = {0};
+    if (!a->chosen && a->trace && pt_export_last_window(set, SVG_LAST_DEF, &o.t0, &o.t1) < 0) {
+        fprintf(stderr, "pipetop export: out of memory\n");
+        status = 1;
+    } else if (a->compare) {
+        status = add_prediction(a, set, &o, &pred, plabel, mlabel, sizeof plabel);
+    }
+    if (status == 0 &&
+        write_out(a->svg, set, a->theme_name ? &a->theme : NULL, &o, NULL, &err) < 0) {
+        fprintf(stderr, "pipetop export: %s\n", err.msg);
+        status = 1;
+    } else if (status == 0) {
+        printf("%s: %d stage replicas, %.3f ms shown%s\n", a->svg, set->row_count,
+               ((o.t1 > o.t0 ? o.t1 - o.t0 : set->t1 - set->t0)) * 1e3,
+               a->compare ? ", the prediction above" : "");
+    }
+    pt_export_set_release(&pred);
+    return status;
+}
+
+int pt_cmd_export(int argc, char **argv)
+{
+    export_args a;
+    memset(&a, 0, sizeof a);
+    int status = parse_args(argc, argv, &a);
+    if (status >= 0)
+        return status;
+    pt_export_set set;
+    pt_error err = {0};
+    if (pt_export_load_run(a.path, &a.sel, &set, &err) < 0) {
+        fprintf(stderr, "pipetop export: %s\n", err.msg);
+        return 1;
+    }
+    status = 0;
     if (set.ops == 0)
-        fprintf(stderr, "pipetop export: %s: no op events in the steps chosen\n", path);
-    if (trace) {
-        pt_export_counts c;
-        if (write_out(trace, &set, NULL, NULL, &c, &err) < 0) {
-            fprintf(stderr, "pipetop export: %s\n", err.msg);
-            status = 1;
-        } else {
-            printf("%s: %" PRId64 " iterations (steps %" PRId64 "-%" PRId64 "), %" PRId64
-                   " op events, %" PRId64 " bubbles, %" PRId64 " flows, %" PRId64
-                   " memory counters, %d stage replicas, %.3f ms\n",
-                   trace, set.iterations, set.first_step, set.last_step, c.ops, c.bubbles, c.flows,
-                   c.counters, set.row_count, (set.t1 - set.t0) * 1e3);
-            if (set.unmatched_sends > 0)
-                printf("%s: %" PRId64 " sends without a receive in the steps chosen\n", trace,
-                       set.unmatched_sends);
-        }
-    }
-    if (svg && status == 0) {
-        pt_export_svg_opts o = {.width_px = width};
-        pt_export_set pred;
-        memset(&pred, 0, sizeof pred);
-        char plabel[128], mlabel[128];
-        if (!chosen && trace && pt_export_last_window(&set, SVG_LAST_DEF, &o.t0, &o.t1) < 0) {
-            fprintf(stderr, "pipetop export: out of memory\n");
-            status = 1;
-        } else if (compare) {
-            int64_t shown = !chosen && trace
-                                ? (set.iterations < SVG_LAST_DEF ? set.iterations : SVG_LAST_DEF)
-                                : set.iterations;
-            double t0 = o.t1 > o.t0 ? o.t0 : set.t0, t1 = o.t1 > o.t0 ? o.t1 : set.t1, iter_s = 0;
-            if (predicted_set(path, shown_generation(&set, o.t0, o.t1), shown > 0 ? shown : 1,
-                              &pred, &iter_s, &err) < 0) {
-                fprintf(stderr, "pipetop export: %s\n", err.msg);
-                status = 1;
-            } else {
-                snprintf(plabel, sizeof plabel, "predicted (simulator): %.3f ms per iteration",
-                         iter_s * 1e3);
-                snprintf(mlabel, sizeof mlabel, "measured: %lld iterations in %.3f ms",
-                         (long long)shown, (t1 - t0) * 1e3);
-                o.compare = &pred;
-                o.compare_label = plabel;
-                o.label = mlabel;
-            }
-        }
-        if (status != 0) {
-            /* said above */
-        } else if (write_out(svg, &set, theme_name ? &theme : NULL, &o, NULL, &err) < 0) {
-            fprintf(stderr, "pipetop export: %s\n", err.msg);
-            status = 1;
-        } else {
-            printf("%s: %d stage replicas, %.3f ms shown%s\n", svg, set.row_count,
-                   ((o.t1 > o.t0 ? o.t1 - o.t0 : set.t1 - set.t0)) * 1e3,
-                   compare ? ", the prediction above" : "");
-        }
-        pt_export_set_release(&pred);
-    }
+        fprintf(stderr, "pipetop export: %s: no op events in the steps chosen\n", a.path);
+    if (a.trace)
+        status = export_trace(&a, &set);
+    if (a.svg && status == 0)
+        status = export_svg(&a, &set);
     pt_export_set_release(&set);
     return status;
 }

@@ -1,9 +1,9 @@
 /* pipetop run: a distributed training run on this machine. Validates the
  * plan against the model, the topology and memory, spawns one
  * pipetop-agent per stage replica, drives them through the run controller
- * (tui/run.h) and prints measured figures next to the simulator's
+ * (tui/control/run.h) and prints measured figures next to the simulator's
  * prediction for the same plan. --resume under another plan finds and
- * imports its checkpoint through tui/run_ckpt.h. */
+ * imports its checkpoint through tui/control/run_ckpt.h. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -26,6 +26,7 @@
 #include "planner/planner.h"
 #include "planner/schedule.h"
 #include "planner/simulate.h"
+#include "protocol/clock.h"
 #include "protocol/datadir.h"
 #include "protocol/fileio.h"
 #include "protocol/model.h"
@@ -37,20 +38,20 @@
 #include "protocol/opts.h"
 #include "tui/cli/cli_error.h"
 #include "tui/cli/commands.h"
+#include "tui/cli/inputs.h"
 #include "tui/record/progress.h"
 #include "tui/control/run_ckpt.h"
 #include "tui/control/run.h"
 #include "tui/control/run_report.h"
 #include "tui/control/session.h"
 
-#define DEFAULT_SEED    1
-#define DEFAULT_MB_SIZE 16
-#define DEFAULT_PLANNER "gpipe"
-#define PROFILE_REPEATS "5"
-#define PROFILE_WARMUP  "2"
-#define STAGE_REPEATS                                                                              \
-    "15" /* rounds of an in-place stage profile: a median robust to preemption                     \
-          */
+#define DEFAULT_SEED        1
+#define DEFAULT_MB_SIZE     16
+#define DEFAULT_PLANNER     "gpipe"
+#define PROFILE_REPEATS     "5"
+#define PROFILE_WARMUP      "2"
+#define STAGE_REPEATS       "15" /* rounds of an in-place stage profile: robust to preemption */
+#define PROFILE_ARGS_MAX    24
 #define REGISTER_TIMEOUT_MS 30000
 #define EXTERNAL_WAIT_MS    300000 /* --external: how long agents started by hand may take */
 #define ASSIGN_TIMEOUT_MS   120000
@@ -60,12 +61,8 @@
 #define PLAIN_LINE_MS       1000
 #define REAP_SLEEP_MS       20
 #define PATH_CAP            4096
-/* The local topology: one node, devices sharing this machine's memory,
- * linked through the loopback interface. */
-#define LOCAL_LINK_BPS     2e9   /* bytes/s through ZeroMQ over loopback */
-#define LOCAL_LINK_LATENCY 50e-6 /* seconds */
-#define MAX_ITERS          (1LL << 40)
-#define EXIT_SIGNAL_BASE   128 /* exit status after a stop on a signal: 128 + its number */
+#define MAX_ITERS           (1LL << 40)
+#define EXIT_SIGNAL_BASE    128 /* exit status after a stop on a signal: 128 + its number */
 
 typedef struct run_args {
     const char *plan, *model, *data, *topology, *profile, *ckpt_dir, *resume, *run_dir, *schedule,
@@ -77,10 +74,7 @@ typedef struct run_args {
 
 typedef struct run_ctx {
     run_args a;
-    pt_model_spec *spec;
-    pt_plan *plan;
-    pt_topology *topo;
-    pt_profile *profile;
+    pt_inputs in; /* model, plan, topology, profile (tui/cli/inputs.h) */
     pt_program prog;
     pt_cost *cost;
     pt_sim *sim;
@@ -109,13 +103,6 @@ static void on_sigint(int sig)
     if (!g_signal_no)
         g_signal_no = sig;
     g_interrupt++;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static const char usage_text[] =
@@ -272,13 +259,13 @@ static void fail_json(run_ctx *c, const char *reason)
 /* Waits for a child with a bound; returns its wait status or -1 (killed). */
 static int wait_child(pid_t pid, int timeout_ms)
 {
-    double end = now_s() + timeout_ms / 1e3;
+    double end = pt_clock_s() + timeout_ms / 1e3;
     int st = 0;
     for (;;) {
         pid_t r = waitpid(pid, &st, WNOHANG);
         if (r == pid)
             return st;
-        if (r < 0 || now_s() > end) {
+        if (r < 0 || pt_clock_s() > end) {
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
             return -1;
@@ -288,27 +275,62 @@ static int wait_child(pid_t pid, int timeout_ms)
     }
 }
 
-/* Measures the model's profile with `pipetop profile` in a child process,
- * with the BLAS threads each of `workers` agents will have, so the
- * prediction is for the conditions the agents run in. With plan_path, each
+/* An argv built by option names (for `pipetop profile` in a child). */
+typedef struct argv_list {
+    char *v[PROFILE_ARGS_MAX + 1];
+    int n;
+} argv_list;
+
+static void arg(argv_list *l, const char *name, const char *value)
+{
+    if (l->n + 2 > PROFILE_ARGS_MAX)
+        return; /* PROFILE_ARGS_MAX holds every option below */
+    l->v[l->n++] = (char *)name;
+    if (value)
+        l->v[l->n++] = (char *)value;
+    l->v[l->n] = NULL;
+}
+
+/* Measures the model's profile with `pipetop profile` in a child process:
+ * a fresh process, so the profile runs with the BLAS threads each of
+ * `workers` agents will have and in memory of its own, as the agents do,
+ * with its output in a log and a bound on its time, and nothing of this
+ * controller's state (threads, sockets) around it. With plan_path, each
  * stage is measured whole and in place, every stage replica at once as the
  * agents will run (`pipetop profile --plan P --beside`), into
  * RUN/profile.json; without, layer by layer into RUN/<name>. */
 static int measure_profile(run_ctx *c, int mb, int workers, const char *plan_path, const char *name,
                            pt_error *err)
 {
-    char dir[PATH_CAP], self[PATH_CAP + 16], out[PATH_CAP + 32], log[PATH_CAP + 32], batch[16];
+    char dir[PATH_CAP], self[PATH_CAP + 16], out[PATH_CAP + 32], log[PATH_CAP + 32], batch[16],
+        th[16];
     if (pt_exe_dir(dir, sizeof dir) < 0)
         return pt_error_set(err, PT_EIO, "cannot find this program's folder (/proc/self/exe)");
     snprintf(self, sizeof self, "%s/pipetop", dir);
     snprintf(out, sizeof out, "%s/%s", c->run_dir, name);
     snprintf(log, sizeof log, "%s/%s.log", c->run_dir, plan_path ? "profile" : "profile-layers");
     snprintf(batch, sizeof batch, "%d", mb);
+    snprintf(th, sizeof th, "%d", pt_agent_threads(workers));
+    argv_list av = {{self, "profile"}, 2};
+    arg(&av, "--model", c->a.model);
+    arg(&av, "--batch", batch);
+    arg(&av, "--out", out);
+    arg(&av, "--repeats", plan_path ? STAGE_REPEATS : PROFILE_REPEATS);
+    arg(&av, "--warmup", PROFILE_WARMUP);
+    /* an op of a replicated stage covers fewer rows, and on small layers its
+     * time is not linear in them (docs/formats.md, "Rows per op") */
+    arg(&av, "--fixed-share", NULL);
+    if (!getenv("OPENBLAS_NUM_THREADS"))
+        arg(&av, "--threads", th);
+    if (plan_path) {
+        arg(&av, "--plan", plan_path);
+        arg(&av, "--beside", NULL);
+    }
     if (plan_path)
         say(c, "profiling %s's stages in place at micro-batch %d, beside each other ...\n",
-            c->spec->name, mb);
+            c->in.spec->name, mb);
     else
-        say(c, "profiling %s at micro-batch %d on this machine ...\n", c->spec->name, mb);
+        say(c, "profiling %s at micro-batch %d on this machine ...\n", c->in.spec->name, mb);
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0)
@@ -320,51 +342,14 @@ static int measure_profile(run_ctx *c, int mb, int workers, const char *plan_pat
             dup2(fd, STDERR_FILENO);
             close(fd);
         }
-        char th[16];
-        snprintf(th, sizeof th, "%d", pt_agent_threads(workers));
-        /* --fixed-share: an op of a replicated stage covers fewer rows, and
-         * on small layers its time is not linear in them (docs/formats.md,
-         * "Rows per op") */
-        char *argv[20] = {self,           "profile",       "--model",  (char *)c->a.model,
-                          "--batch",      batch,           "--out",    out,
-                          "--repeats",    PROFILE_REPEATS, "--warmup", PROFILE_WARMUP,
-                          "--fixed-share"};
-        int k = 13;
-        if (!getenv("OPENBLAS_NUM_THREADS")) {
-            argv[k++] = "--threads";
-            argv[k++] = th;
-        }
-        if (plan_path) {
-            argv[9] = STAGE_REPEATS;
-            argv[k++] = "--plan";
-            argv[k++] = (char *)plan_path;
-            argv[k++] = "--beside";
-        }
-        argv[k] = NULL;
-        execv(self, argv);
+        execv(self, av.v);
         _exit(127);
     }
     int st = wait_child(pid, PROFILE_TIMEOUT_MS);
     if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
         return pt_error_set(err, PT_EIO, "pipetop profile failed (see %s)", log);
-    return pt_profile_load(out, &c->profile, err);
-}
-
-static int local_topology(run_ctx *c, int devices, pt_error *err)
-{
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    int64_t mem = pages > 0 && page > 0 ? (int64_t)pages * page / devices : (1LL << 30);
-    pt_link link = {LOCAL_LINK_BPS, LOCAL_LINK_LATENCY};
-    c->topo = pt_topology_uniform(1, devices, mem, link, link);
-    if (!c->topo)
-        return pt_error_set(err, PT_ENOMEM, "local topology of %d devices: out of memory", devices);
-    snprintf(c->topo->name, sizeof c->topo->name, "local");
-    /* the agents share this machine's cores: the simulator slows their compute
-     * when there are more agents than cores (each runs pt_agent_threads) */
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    for (int d = 0; d < devices; d++)
-        c->topo->devices[d].node_cores = cpus > 0 ? (int)cpus : 0;
-    return 0;
+    pt_profile_free(&c->in.profile);
+    return pt_profile_load(out, &c->in.profile, err);
 }
 
 /* The planned stages' devices with the layers cut into --chunks chunks each
@@ -373,20 +358,22 @@ static int interleave(run_ctx *c, pt_error *err)
 {
     pt_cost *cost = NULL;
     pt_plan *p = NULL;
-    int rc = pt_cost_new(c->profile, c->topo, &cost, err);
+    int rc = pt_cost_new(c->in.profile, c->in.topo, &cost, err);
     if (rc == 0)
-        rc = pt_plan_rechunk(c->plan, cost, c->plan->schedule,
+        rc = pt_plan_rechunk(c->in.plan, cost, c->in.plan->schedule,
                              c->a.chunks ? c->a.chunks : PT_PLAN_CHUNKS_DEFAULT, &p, err);
     pt_cost_free(&cost);
     if (rc < 0)
         return pt_error_prefix(err, "--chunks");
-    pt_plan_free(&c->plan);
-    c->plan = p;
+    pt_plan_free(&c->in.plan);
+    c->in.plan = p;
     return 0;
 }
 
-static int quick_plan(run_ctx *c, pt_error *err)
+static int quick_plan(void *user, pt_inputs *in, pt_error *err)
 {
+    run_ctx *c = user;
+    (void)in; /* c->in */
     pt_sched_kind kind;
     if (pt_sched_kind_parse(c->a.schedule, &kind) < 0)
         return pt_error_set(err, PT_EINVAL, "--schedule: unknown schedule \"%s\"", c->a.schedule);
@@ -397,39 +384,67 @@ static int quick_plan(run_ctx *c, pt_error *err)
     o.microbatch_sizes[0] = c->a.mb_size;
     o.microbatch_size_count = 1;
     pt_planner_report rep;
-    int rc = pt_planner_run(planner, c->profile, c->topo, c->a.mb_size * c->a.microbatches, &o,
-                            &c->plan, &rep, err);
+    int rc = pt_planner_run(planner, c->in.profile, c->in.topo, c->a.mb_size * c->a.microbatches,
+                            &o, &c->in.plan, &rep, err);
     if (rc < 0)
         return rc;
     char chose[96] = "";
-    if (c->plan->stage_count != c->a.stages) {
+    if (c->in.plan->stage_count != c->a.stages) {
         /* the planner picks its own depth (only gpipe takes a stage count):
          * --stages is what the user asked for, so split into that many */
         snprintf(chose, sizeof chose,
                  "; %s chose %d stages, split into the %d of --stages by gpipe", planner,
-                 c->plan->stage_count, c->a.stages);
-        pt_plan_free(&c->plan);
-        if ((rc = pt_planner_run("gpipe", c->profile, c->topo, c->a.mb_size * c->a.microbatches, &o,
-                                 &c->plan, &rep, err)) < 0)
+                 c->in.plan->stage_count, c->a.stages);
+        pt_plan_free(&c->in.plan);
+        if ((rc = pt_planner_run("gpipe", c->in.profile, c->in.topo,
+                                 c->a.mb_size * c->a.microbatches, &o, &c->in.plan, &rep, err)) < 0)
             return rc;
-        if (c->plan->stage_count != c->a.stages)
+        if (c->in.plan->stage_count != c->a.stages)
             return pt_error_set(err, PT_EINVAL,
                                 "--stages %d: the model cannot be split into %d stages here",
                                 c->a.stages, c->a.stages);
     }
-    c->plan->schedule = kind;
+    c->in.plan->schedule = kind;
     if (c->a.policy)
-        c->plan->policy = c->a.policy[0];
-    c->plan->microbatch_size = c->a.mb_size;
-    c->plan->microbatch_count = c->a.microbatches;
+        c->in.plan->policy = c->a.policy[0];
+    c->in.plan->microbatch_size = c->a.mb_size;
+    c->in.plan->microbatch_count = c->a.microbatches;
     if (pt_sched_kind_has(kind, PT_SCHED_OPT_CHUNKS) && (rc = interleave(c, err)) < 0)
         return rc;
     char path[PATH_CAP + 16];
     snprintf(path, sizeof path, "%s/plan.json", c->run_dir);
     say(c, "planned with %s: %d stages, schedule %s, %d x %d samples (%s)%s\n", planner,
-        c->plan->stage_count, pt_sched_kind_name(kind), c->plan->microbatch_count,
-        c->plan->microbatch_size, path, chose);
-    return pt_plan_save(c->plan, path, err);
+        c->in.plan->stage_count, pt_sched_kind_name(kind), c->in.plan->microbatch_count,
+        c->in.plan->microbatch_size, path, chose);
+    return pt_plan_save(c->in.plan, path, err);
+}
+
+/* Before anything slow: the run folder, and a data set the model can read. */
+static int check_data(void *user, pt_inputs *in, pt_error *err)
+{
+    run_ctx *c = user;
+    pt_dataset *ds = NULL;
+    int rc = pt_run_dir_make(c->a.run_dir, NULL, c->run_dir, sizeof c->run_dir, err);
+    if (rc < 0 || (rc = pt_dataset_open(c->a.data, in->spec, PT_DATA_TRAIN, 1, &ds, err)) < 0)
+        return rc;
+    c->data_count = pt_dataset_count(ds);
+    pt_dataset_free(&ds);
+    return 0;
+}
+
+/* The default profile is measured here: each stage of the plan whole, in
+ * place, beside the others; before the quick form has planned, layer by
+ * layer on as many devices as it offers. */
+static int measured(void *user, pt_inputs *in, pt_error *err)
+{
+    run_ctx *c = user;
+    if (!in->plan)
+        return measure_profile(c, c->a.mb_size, c->a.stages * c->a.replicas, NULL,
+                               "profile-layers.json", err);
+    char plan_path[PATH_CAP + 16];
+    snprintf(plan_path, sizeof plan_path, "%s/plan.json", c->run_dir);
+    return measure_profile(c, in->plan->microbatch_size, pt_plan_device_count(in->plan),
+                           c->a.plan ? c->a.plan : plan_path, "profile.json", err);
 }
 
 /* Everything that can be refused before an agent starts. */
@@ -441,71 +456,30 @@ static int prepare(run_ctx *c, pt_error *err)
         return pt_error_set(err, PT_EINVAL,
                             "--reattach needs --external and --key: only agents started by hand "
                             "outlive their console, and they trust only a console with its key");
-    if ((rc = pt_model_spec_find(a->model, &c->spec, err)) < 0 ||
-        (rc = pt_run_dir_make(a->run_dir, NULL, c->run_dir, sizeof c->run_dir, err)) < 0)
+    pt_inputs_opts io = {.model = a->model,
+                         .plan = a->plan,
+                         .topology = a->topology,
+                         .local_devices = a->plan ? 0 : a->stages * a->replicas,
+                         .profile = a->profile,
+                         .check_model = check_data,
+                         .make_profile = measured,
+                         .make_plan = quick_plan,
+                         .user = c};
+    if ((rc = pt_inputs_resolve(&io, &c->in, err)) < 0)
         return rc;
-    pt_dataset *ds = NULL;
-    if ((rc = pt_dataset_open(a->data, c->spec, PT_DATA_TRAIN, 1, &ds, err)) < 0)
-        return rc;
-    c->data_count = pt_dataset_count(ds);
-    pt_dataset_free(&ds);
-    if (a->plan && (rc = pt_plan_load(a->plan, &c->plan, err)) < 0)
-        return rc;
-    int devices = a->plan ? 0 : a->stages * a->replicas;
-    for (int s = 0; c->plan && s < c->plan->stage_count; s++)
-        for (int j = 0; j < c->plan->stages[s].replica_count; j++)
-            if (c->plan->stages[s].replicas[j] + 1 > devices)
-                devices = c->plan->stages[s].replicas[j] + 1;
-    if (a->topology)
-        rc = pt_topology_load(a->topology, &c->topo, err);
-    else
-        rc = local_topology(c, devices > 0 ? devices : 1, err);
-    if (rc < 0)
-        return rc;
-    int mb = c->plan ? c->plan->microbatch_size : a->mb_size;
-    /* The default profile is measured in place: each stage of the plan whole,
-     * beside the others (the quick form first plans on a layer-by-layer
-     * profile, then measures its plan's stages). A given profile is a path,
-     * or a name in profiles/ as --model takes names. */
-    if (a->profile) {
-        char buf[PT_DATADIR_PATH_MAX];
-        rc = pt_profile_load(pt_datadir_resolve("profiles", a->profile, ".json", buf, sizeof buf),
-                             &c->profile, err);
-    } else if (c->plan) {
-        rc = measure_profile(c, mb, pt_plan_device_count(c->plan), a->plan, "profile.json", err);
-    } else {
-        rc = measure_profile(c, mb, devices, NULL, "profile-layers.json", err);
-    }
-    if (rc < 0 || (rc = pt_profile_check(c->profile, c->spec, "profile", err)) < 0)
-        return rc;
-    if (!c->plan) {
-        if ((rc = quick_plan(c, err)) < 0)
-            return rc;
-        if (!a->profile) {
-            char plan_path[PATH_CAP + 16];
-            snprintf(plan_path, sizeof plan_path, "%s/plan.json", c->run_dir);
-            pt_profile_free(&c->profile);
-            rc = measure_profile(c, mb, pt_plan_device_count(c->plan), plan_path, "profile.json",
-                                 err);
-            if (rc < 0 || (rc = pt_profile_check(c->profile, c->spec, "profile", err)) < 0)
-                return rc;
-        }
-    }
     const char *src = a->plan ? a->plan : "plan";
-    if ((rc = pt_plan_check(c->plan, c->spec, c->topo, src, err)) < 0)
-        return rc;
-    if ((rc = pt_cost_check_memory(c->plan, c->profile, c->topo, err)) < 0)
+    if ((rc = pt_cost_check_memory(c->in.plan, c->in.profile, c->in.topo, err)) < 0)
         return pt_error_prefix(err, src);
-    if ((rc = pt_sched_build(c->plan, c->profile, NULL, &c->prog, err)) < 0 ||
+    if ((rc = pt_sched_build(c->in.plan, c->in.profile, NULL, &c->prog, err)) < 0 ||
         (rc = pt_sched_validate(&c->prog, err)) < 0)
         return pt_error_prefix(err, src);
-    int64_t global = (int64_t)c->plan->microbatch_size * c->plan->microbatch_count;
+    int64_t global = (int64_t)c->in.plan->microbatch_size * c->in.plan->microbatch_count;
     if (global > c->data_count)
         return pt_error_set(err, PT_EINVAL,
                             "%s: a global batch of %lld samples is more than the "
                             "%lld of data set %s",
                             src, (long long)global, (long long)c->data_count, a->data);
-    if ((rc = pt_cost_new(c->profile, c->topo, &c->cost, err)) < 0 ||
+    if ((rc = pt_cost_new(c->in.profile, c->in.topo, &c->cost, err)) < 0 ||
         (rc = pt_sim_new(&c->sim)) < 0 ||
         (rc = pt_sim_run(c->sim, &c->prog, c->cost, &c->pred, err)) < 0)
         return rc;
@@ -517,7 +491,7 @@ static int prepare(run_ctx *c, pt_error *err)
     if (c->steps % wc) {
         int64_t rounded = (c->steps / wc + 1) * wc;
         say(c, "note: schedule %s runs %d iterations per program; %lld steps become %lld\n",
-            pt_sched_kind_name(c->plan->schedule), wc, (long long)c->steps, (long long)rounded);
+            pt_sched_kind_name(c->in.plan->schedule), wc, (long long)c->steps, (long long)rounded);
         c->steps = rounded;
     }
     if (a->resume) {
@@ -652,10 +626,10 @@ static void show_steps(run_ctx *c)
         if (c->bar) {
             pt_progress_update(c->bar, k + 1 - c->resume_step, fields);
         } else if (!c->a.json &&
-                   (now_s() - c->last_line_s >= PLAIN_LINE_MS / 1e3 || k + 1 == c->target)) {
+                   (pt_clock_s() - c->last_line_s >= PLAIN_LINE_MS / 1e3 || k + 1 == c->target)) {
             printf("step %lld/%lld  %s\n", (long long)k + 1, (long long)c->target, fields);
             fflush(stdout);
-            c->last_line_s = now_s();
+            c->last_line_s = pt_clock_s();
         }
     }
 }
@@ -679,7 +653,7 @@ static int adopt(run_ctx *c, const pt_run_job *job, pt_error *err)
     for (int w = 0; rc == 0 && w < n; w++)
         list[w] = names[w];
     if (rc == 0)
-        rc = pt_run_adopt(c->run, c->plan, job, gen, list, c->resume_step, c->target, err);
+        rc = pt_run_adopt(c->run, c->in.plan, job, gen, list, c->resume_step, c->target, err);
     if (rc == 0)
         say(c, "picked up generation %lld of %s\n", (long long)gen, c->a.reattach);
     free(names);
@@ -714,11 +688,11 @@ static void skip_unheard(run_ctx *c)
 
 static int train(run_ctx *c, pt_error *err)
 {
-    pt_run_job job = {c->spec, c->a.data, c->a.seed, c->ckpt_dir[0] ? c->ckpt_dir : NULL,
+    pt_run_job job = {c->in.spec, c->a.data, c->a.seed, c->ckpt_dir[0] ? c->ckpt_dir : NULL,
                       c->a.ckpt_every};
     int rc = c->a.reattach
                  ? adopt(c, &job, err)
-                 : pt_run_assign(c->run, c->plan, &job, c->resume_step, ASSIGN_TIMEOUT_MS, err);
+                 : pt_run_assign(c->run, c->in.plan, &job, c->resume_step, ASSIGN_TIMEOUT_MS, err);
     if (rc < 0)
         return rc;
     if (c->a.reattach) /* heartbeats told the steps done before the adoption */
@@ -763,15 +737,15 @@ static char *summary_extra(run_ctx *c)
     if (!o)
         return NULL;
     cJSON_AddStringToObject(o, "run_dir", c->run_dir);
-    cJSON_AddStringToObject(o, "schedule", pt_sched_kind_name(c->plan->schedule));
+    cJSON_AddStringToObject(o, "schedule", pt_sched_kind_name(c->in.plan->schedule));
     /* what the prediction stands on: "measured", "analytic", "imported" or
      * "calibrated from RUN" (docs/formats.md, "Calibrated profiles") */
     char origin[PT_PROFILE_TEXT_MAX + 32];
-    const pt_profile_origin *g = &c->profile->origin;
+    const pt_profile_origin *g = &c->in.profile->origin;
     if (!strcmp(g->kind, "calibrated"))
         snprintf(origin, sizeof origin, "calibrated from %s", g->run);
     else
-        snprintf(origin, sizeof origin, "%s", g->kind[0] ? g->kind : c->profile->source);
+        snprintf(origin, sizeof origin, "%s", g->kind[0] ? g->kind : c->in.profile->source);
     cJSON_AddStringToObject(o, "profile_origin", origin);
     cJSON_AddNumberToObject(o, "first_step", (double)c->resume_step);
     cJSON_AddNumberToObject(o, "steps", (double)c->steps);
@@ -838,10 +812,10 @@ static void cleanup(run_ctx *c)
     pt_sim_free(&c->sim);
     pt_cost_free(&c->cost);
     pt_program_release(&c->prog);
-    pt_profile_free(&c->profile);
-    pt_topology_free(&c->topo);
-    pt_plan_free(&c->plan);
-    pt_model_spec_free(&c->spec);
+    pt_profile_free(&c->in.profile);
+    pt_topology_free(&c->in.topo);
+    pt_plan_free(&c->in.plan);
+    pt_model_spec_free(&c->in.spec);
 }
 
 /* Removes path and, for a folder, what it holds (not following links). */
@@ -876,6 +850,104 @@ static void discard_run_dir(const run_ctx *c, int existed)
     remove_tree(c->run_dir, 0);
 }
 
+/* The controller for the prepared run: its report, the session and the
+ * agents' settings. 0, or 1 after saying why. */
+static int open_run(run_ctx *c)
+{
+    pt_error err = {0};
+    int rc = 0;
+    pt_run_config cfg = {c->run_dir,
+                         c->a.control_bind,
+                         c->a.telemetry_bind,
+                         c->workers,
+                         on_note,
+                         c,
+                         interrupted_twice,
+                         NULL,
+                         c->a.key,
+                         c->a.allow,
+                         !c->a.external,
+                         !c->a.external};
+    c->report = pt_run_report_new(c->in.plan, c->resume_step, c->steps);
+    if (!c->report || (rc = pt_run_create(&cfg, &c->run, &err)) < 0) {
+        pt_cli_error("run", c->a.json, rc < 0 ? rc : PT_ENOMEM, "%s",
+                     err.msg[0] ? err.msg : "out of memory");
+        fail_json(c, err.msg);
+        return 1;
+    }
+    c->s = pt_run_session(c->run);
+    c->next_step_out = c->resume_step;
+    if (c->a.reattach && (c->first_heard = malloc((size_t)c->workers * sizeof *c->first_heard)))
+        for (int w = 0; w < c->workers; w++)
+            c->first_heard[w] = -1;
+    if (pt_run_set_agents(c->run, c->a.stall_ms, c->ckpt_dir[0] ? c->ckpt_dir : NULL, &err) < 0) {
+        fprintf(stderr, "pipetop run: %s\n", err.msg);
+        fail_json(c, err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+static void say_start(run_ctx *c)
+{
+    say(c,
+        "run %s: %s, %d stages, %d stage replicas, schedule %s, %d x %d samples, steps "
+        "%lld..%lld; predicted %.3f ms per iteration\n",
+        c->run_dir, c->in.spec->name, c->in.plan->stage_count, c->workers,
+        pt_sched_kind_name(c->in.plan->schedule), c->in.plan->microbatch_count,
+        c->in.plan->microbatch_size, (long long)c->resume_step, (long long)c->target - 1,
+        c->pred.iter_s * 1e3);
+    json_event(c,
+               "{\"event\":\"start\",\"run_dir\":\"%s\",\"workers\":%d,\"first_step\":%lld,"
+               "\"steps\":%lld,\"predicted_iteration_ms\":%.6g}",
+               c->run_dir, c->workers, (long long)c->resume_step, (long long)c->steps,
+               c->pred.iter_s * 1e3);
+}
+
+/* A run that stopped on an error: the agents end, the user learns why and
+ * where to resume, and the record says so. */
+static void report_failure(run_ctx *c, int rc, const pt_error *err)
+{
+    pt_progress_finish(&c->bar, NULL);
+    char msg[PT_ERROR_MAX + 64];
+    snprintf(msg, sizeof msg, "%s", err->msg[0] ? err->msg : pt_strerror(rc));
+    pt_run_end(c->run, "the run stopped");
+    char hint[2 * PATH_CAP + 96] = "";
+    if (c->ckpt_dir[0] && pt_session_committed_step(c->s) >= 0)
+        snprintf(hint, sizeof hint, "last checkpoint: step %lld in %s (resume with --resume %s)",
+                 (long long)pt_session_committed_step(c->s), c->ckpt_dir, c->ckpt_dir);
+    if (c->a.json) { /* one object: the failure and where to resume */
+        pt_cli_error("run", 1, rc, "stopped: %s%s%s", msg, hint[0] ? "; " : "", hint);
+    } else {
+        pt_cli_error("run", 0, rc, "stopped: %s", msg);
+        if (hint[0])
+            pt_cli_error("run", 0, rc, "%s", hint);
+    }
+    char fields[PT_ERROR_MAX + 128];
+    cJSON *j = cJSON_CreateString(msg);
+    char *q = j ? cJSON_PrintUnformatted(j) : NULL;
+    snprintf(fields, sizeof fields, "{\"reason\":%s}", q ? q : "\"?\"");
+    free(q);
+    cJSON_Delete(j);
+    pt_session_record(c->s, "failed", fields);
+    fail_json(c, msg);
+}
+
+/* Stopped cleanly at one step with its checkpoint, but not done: a script
+ * or scheduler must not take it for a finished run. Returns the status. */
+static int interrupted_status(run_ctx *c)
+{
+    if (!g_signal_no)
+        return 0;
+    fprintf(stderr, "pipetop run: interrupted by %s: stopped at step %lld",
+            g_signal_no == SIGTERM ? "SIGTERM" : "SIGINT", (long long)pt_session_stop_step(c->s));
+    if (c->ckpt_dir[0] && pt_session_committed_step(c->s) >= 0)
+        fprintf(stderr, ", checkpoint step %lld in %s (resume with --resume %s)",
+                (long long)pt_session_committed_step(c->s), c->ckpt_dir, c->ckpt_dir);
+    fprintf(stderr, "\n");
+    return EXIT_SIGNAL_BASE + g_signal_no;
+}
+
 int pt_cmd_run(int argc, char **argv)
 {
     run_ctx c;
@@ -898,35 +970,7 @@ int pt_cmd_run(int argc, char **argv)
         cleanup(&c);
         return 1;
     }
-    pt_run_config rc_cfg = {c.run_dir,
-                            c.a.control_bind,
-                            c.a.telemetry_bind,
-                            c.workers,
-                            on_note,
-                            &c,
-                            interrupted_twice,
-                            NULL,
-                            c.a.key,
-                            c.a.allow,
-                            !c.a.external,
-                            !c.a.external};
-    c.report = pt_run_report_new(c.plan, c.resume_step, c.steps);
-    if (!c.report || (rc = pt_run_create(&rc_cfg, &c.run, &err)) < 0) {
-        pt_cli_error("run", c.a.json, rc < 0 ? rc : PT_ENOMEM, "%s",
-                     err.msg[0] ? err.msg : "out of memory");
-        fail_json(&c, err.msg);
-        cleanup(&c);
-        return 1;
-    }
-    c.s = pt_run_session(c.run);
-    c.next_step_out = c.resume_step;
-    if (c.a.reattach && (c.first_heard = malloc((size_t)c.workers * sizeof *c.first_heard)))
-        for (int w = 0; w < c.workers; w++)
-            c.first_heard[w] = -1;
-    if ((rc = pt_run_set_agents(c.run, c.a.stall_ms, c.ckpt_dir[0] ? c.ckpt_dir : NULL, &err)) <
-        0) {
-        fprintf(stderr, "pipetop run: %s\n", err.msg);
-        fail_json(&c, err.msg);
+    if (open_run(&c) != 0) {
         cleanup(&c);
         return 1;
     }
@@ -938,67 +982,21 @@ int pt_cmd_run(int argc, char **argv)
     sigaction(SIGTERM, &sa, &old_term);
     g_interrupt = 0;
     g_signal_no = 0;
-    say(&c,
-        "run %s: %s, %d stages, %d stage replicas, schedule %s, %d x %d samples, steps "
-        "%lld..%lld; predicted %.3f ms per iteration\n",
-        c.run_dir, c.spec->name, c.plan->stage_count, c.workers,
-        pt_sched_kind_name(c.plan->schedule), c.plan->microbatch_count, c.plan->microbatch_size,
-        (long long)c.resume_step, (long long)c.target - 1, c.pred.iter_s * 1e3);
-    json_event(&c,
-               "{\"event\":\"start\",\"run_dir\":\"%s\",\"workers\":%d,\"first_step\":%lld,"
-               "\"steps\":%lld,\"predicted_iteration_ms\":%.6g}",
-               c.run_dir, c.workers, (long long)c.resume_step, (long long)c.steps,
-               c.pred.iter_s * 1e3);
+    say_start(&c);
     int bound_ms = c.a.external ? EXTERNAL_WAIT_MS : REGISTER_TIMEOUT_MS;
     if ((rc = start_agents(&c, &err)) == 0 && (rc = pt_run_wait_agents(c.run, bound_ms, &err)) == 0)
         rc = train(&c, &err);
+    int status = 1;
     if (rc < 0) {
-        pt_progress_finish(&c.bar, NULL);
-        char msg[PT_ERROR_MAX + 64];
-        snprintf(msg, sizeof msg, "%s", err.msg[0] ? err.msg : pt_strerror(rc));
-        pt_run_end(c.run, "the run stopped");
-        char hint[2 * PATH_CAP + 96] = "";
-        if (c.ckpt_dir[0] && pt_session_committed_step(c.s) >= 0)
-            snprintf(hint, sizeof hint,
-                     "last checkpoint: step %lld in %s (resume with --resume %s)",
-                     (long long)pt_session_committed_step(c.s), c.ckpt_dir, c.ckpt_dir);
-        if (c.a.json) /* one object: the failure and where to resume */
-            pt_cli_error("run", 1, rc, "stopped: %s%s%s", msg, hint[0] ? "; " : "", hint);
-        else {
-            pt_cli_error("run", 0, rc, "stopped: %s", msg);
-            if (hint[0])
-                pt_cli_error("run", 0, rc, "%s", hint);
-        }
-        char fields[PT_ERROR_MAX + 128];
-        cJSON *j = cJSON_CreateString(msg);
-        char *q = j ? cJSON_PrintUnformatted(j) : NULL;
-        snprintf(fields, sizeof fields, "{\"reason\":%s}", q ? q : "\"?\"");
-        free(q);
-        cJSON_Delete(j);
-        pt_session_record(c.s, "failed", fields);
-        fail_json(&c, msg);
-        sigaction(SIGINT, &old_int, NULL);
-        sigaction(SIGTERM, &old_term, NULL);
-        cleanup(&c);
-        return 1;
+        report_failure(&c, rc, &err);
+    } else {
+        pt_run_end(c.run, "the run is over");
+        finish_report(&c);
     }
-    pt_run_end(c.run, "the run is over");
-    finish_report(&c);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
-    int status = 0;
-    if (g_signal_no) {
-        /* stopped cleanly at one step with its checkpoint, but not done: a
-         * script or scheduler must not take it for a finished run */
-        fprintf(stderr, "pipetop run: interrupted by %s: stopped at step %lld",
-                g_signal_no == SIGTERM ? "SIGTERM" : "SIGINT",
-                (long long)pt_session_stop_step(c.s));
-        if (c.ckpt_dir[0] && pt_session_committed_step(c.s) >= 0)
-            fprintf(stderr, ", checkpoint step %lld in %s (resume with --resume %s)",
-                    (long long)pt_session_committed_step(c.s), c.ckpt_dir, c.ckpt_dir);
-        fprintf(stderr, "\n");
-        status = EXIT_SIGNAL_BASE + g_signal_no;
-    }
+    if (rc == 0)
+        status = interrupted_status(&c);
     cleanup(&c);
     return status;
 }

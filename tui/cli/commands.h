@@ -1,4 +1,4 @@
-/* Sub-commands of the pipetop program. Each lives in tui/cmd_<name>.c, takes
+/* Sub-commands of the pipetop program. Each lives in tui/cli/cmd_<name>.c, takes
  * argv as main does (argv[0] is the command name), prints its own --help,
  * and returns the process exit status (0 ok, 1 failure, 2 usage error). */
 #ifndef PT_TUI_COMMANDS_H
@@ -22,14 +22,15 @@ int pt_cmd_sim(int argc, char **argv);
 int pt_cmd_import_profile(int argc, char **argv);
 int pt_cmd_export_profile(int argc, char **argv);
 int pt_cmd_validate(int argc, char **argv);
-/* `pipetop run`: a distributed run with local agents (tui/cmd_run.c). */
+/* `pipetop run`: a distributed run with local agents (tui/cli/cmd_run.c). */
 int pt_cmd_run(int argc, char **argv);
-/* `pipetop keys`: a CURVE key pair (tui/cmd_keys.c). */
+/* `pipetop keys`: a CURVE key pair (tui/cli/cmd_keys.c). */
 int pt_cmd_keys(int argc, char **argv);
-/* `pipetop calibrate`: fit a profile to a run record (tui/cmd_calibrate.c). */
+/* `pipetop calibrate`: fit a profile to a run record (tui/cli/cmd_calibrate.c). */
 int pt_cmd_calibrate(int argc, char **argv);
 
-/* Console commands (tui/cmd_export.c, tui/cmd_console.c). */
+/* Console commands (tui/cli/cmd_console.c, cmd_demo.c, cmd_replay.c,
+ * cmd_status.c; the export of a record, tui/cli/cmd_export.c). */
 int pt_cmd_export(int argc, char **argv);
 int pt_cmd_console(int argc, char **argv);
 int pt_cmd_demo(int argc, char **argv);
