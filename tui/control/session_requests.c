@@ -131,13 +131,13 @@ int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err)
     if (p->resume_step > 0 && !p->checkpoint_dir)
         return pt_error_set(err, PT_EINVAL, "session: resume step %lld needs a checkpoint folder",
                             (long long)p->resume_step);
-    char *plan_json = pt_plan_to_json(p->plan), *model_json = pt_model_spec_to_json(p->model);
+    /* the plan and model cross the wire as one text each, made once here and
+     * embedded as the same bytes in every worker's assign */
+    char *plan_json = NULL, *model_json = NULL;
     pt_msg_peer *peers = NULL;
-    int rc = 0;
-    if (!plan_json || !model_json) {
-        rc = pt_error_set(err, PT_ENOMEM, "session: out of memory");
+    int rc = pt_msg_assign_texts(p->plan, p->model, &plan_json, &model_json, err);
+    if (rc < 0)
         goto done;
-    }
     if ((rc = map_workers(s, p, err)) < 0)
         goto done;
     s->hold_lo = s->hold_hi = 0; /* a stop left unanswered belongs to the old generation */
