@@ -108,11 +108,16 @@ static void print_text(const pt_plan *plan, const pt_topology *topo, const pt_pr
         o.t0 = res->measure_lo;
         o.t1 = res->measure_lo + res->iter_s;
     }
-    size_t need = pt_timeline_ascii(prog, res, &o, NULL, 0);
+    pt_tline tl = {0};
+    if (pt_tline_from_sim(&tl, prog, res) < 0)
+        return;
+    size_t need = pt_timeline_ascii(&tl, &o, NULL, 0);
     char *text = malloc(need + 1);
+    if (text)
+        pt_timeline_ascii(&tl, &o, text, need + 1);
+    pt_tline_release(&tl);
     if (!text)
         return;
-    pt_timeline_ascii(prog, res, &o, text, need + 1);
     printf("\ntimeline (%s)\n%s", prog->synchronous ? "one iteration" : "one steady window", text);
     free(text);
     (void)plan;

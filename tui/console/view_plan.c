@@ -8,6 +8,7 @@
 
 #include "planner/planner.h"
 #include "tui/console/ui.h"
+#include "tui/export/timeline_ascii.h"
 
 #define NAME_MIN_COLS 8
 #define NAME_MAX_COLS 22
@@ -84,8 +85,8 @@ static void draw_layer(pt_ui *ui, const pt_profile *prof, int layer, int y, int 
         pt_theme_key key;
         char glyph;
         const char *unit;
-    } col[3] = {{"F", L->fwd_ms, max_f, PT_THEME_FWD, '=', "ms"},
-                {"B", L->bwd_ms, max_b, PT_THEME_BWD, '#', "ms"},
+    } col[3] = {{"F", L->fwd_ms, max_f, PT_THEME_FWD, pt_timeline_fill(PT_PAINT_FWD), "ms"},
+                {"B", L->bwd_ms, max_b, PT_THEME_BWD, pt_timeline_fill(PT_PAINT_BWD), "ms"},
                 {"M", (double)(L->param_bytes + L->act_bytes) / (1024.0 * 1024.0), max_m,
                  PT_THEME_MEM_WEIGHTS, 'w', "M"}};
     for (int k = 0; k < 3 && cx + 2 < x + w; k++) {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tui/export/gantt.h"
+#include "tui/export/timeline_ascii.h"
 #include "tui/console/ui.h"
 
 #define LABEL_COLS            6 /* "s12r3 " */
@@ -28,9 +28,9 @@ typedef struct timeline_view {
 /* Its panels. */
 enum { PANEL_MAIN, PANEL_PRED, PANEL_INFO };
 
-static attr_t cell_attr(pt_ui *ui, const pt_gantt_cell *c)
+static attr_t cell_attr(pt_ui *ui, const pt_timeline_cell *c)
 {
-    if (c->paint == PT_GANTT_NONE)
+    if (c->paint == PT_TIMELINE_BLANK)
         return ui->attr[PT_THEME_DIM];
     if (c->paint == PT_PAINT_BUBBLE || c->paint == PT_PAINT_WAIT)
         return ui->attr[PT_THEME_BUBBLE];
@@ -68,10 +68,10 @@ static void row_lines(int avail, int rows, int *compute, int *comm)
 
 /* The fill of the block whose number sits at cell c: its paint's fill (a
  * number cell is always a compute block). */
-static char block_fill(const pt_gantt_cell *cells, int width, int c)
+static char block_fill(const pt_timeline_cell *cells, int width, int c)
 {
     (void)width;
-    return cells[c].paint == PT_GANTT_NONE ? ' ' : pt_paint_fill(cells[c].paint);
+    return cells[c].paint == PT_TIMELINE_BLANK ? ' ' : pt_timeline_fill(cells[c].paint);
 }
 
 static void draw_chart(pt_ui *ui, timeline_view *v, const pt_rect *r, const pt_tline *tl,
@@ -91,9 +91,9 @@ static void draw_chart(pt_ui *ui, timeline_view *v, const pt_rect *r, const pt_t
     window(v, tl, common, &t0, &t1);
     char axis[CELLS_MAX + 1];
     if (common > 0) /* times from the chart's own start: one axis for both */
-        pt_gantt_axis(t0 - tl->t0, t1 - tl->t0, width, axis);
+        pt_timeline_axis(t0 - tl->t0, t1 - tl->t0, width, axis);
     else
-        pt_gantt_axis(t0, t1, width, axis);
+        pt_timeline_axis(t0, t1, width, axis);
     pt_ui_text(in.y, in.x, in.w, ui->attr[PT_THEME_DIM], 1, "%*s%s", LABEL_COLS, "", axis);
     int avail = in.h - 1;
     int compute, comm;
@@ -103,7 +103,7 @@ static void draw_chart(pt_ui *ui, timeline_view *v, const pt_rect *r, const pt_t
     if (v->scroll > tl->row_count - visible)
         v->scroll = tl->row_count - visible > 0 ? tl->row_count - visible : 0;
     int scroll = tl->row_count > visible ? v->scroll : 0;
-    pt_gantt_cell cells[CELLS_MAX];
+    pt_timeline_cell cells[CELLS_MAX];
     int y = in.y + 1;
     for (int k = 0; k < visible && scroll + k < tl->row_count; k++) {
         int row = scroll + k;
@@ -118,8 +118,8 @@ static void draw_chart(pt_ui *ui, timeline_view *v, const pt_rect *r, const pt_t
             else
                 pt_ui_text(y, in.x, LABEL_COLS, 0, 1, "%s", "");
             if (line <= 1 || lane_comm)
-                pt_gantt_row(tl, row, lane_comm ? PT_LANE_COMM : PT_LANE_COMPUTE, t0, t1, width,
-                             tl->t0, tl->t1, cells);
+                pt_timeline_cells(tl, row, lane_comm ? PT_LANE_COMM : PT_LANE_COMPUTE, t0, t1,
+                                  width, tl->t0, tl->t1, cells);
             for (int c = 0; c < width; c++) {
                 attr_t a = cell_attr(ui, &cells[c]);
                 /* a taller row repeats its blocks; the numbers only once */
@@ -172,11 +172,8 @@ static void info_line(const pt_ui *ui, const timeline_view *v, int measured, int
 static void draw_info(pt_ui *ui, const timeline_view *v, const pt_rect *r, int measured)
 {
     int y = r->y;
-    pt_ui_text(y++, r->x, r->w, ui->attr[PT_THEME_DIM], 1, "%s",
-               r->w >= INFO_LEGEND_LONG_COLS
-                   ? " 3=== fwd  3### bwd  3+++ recompute  > send act  < send grad  * all-reduce  "
-                     "^ optimizer  . bubble"
-                   : " 3=== fwd 3### bwd 3+++ recomp > act < grad * allreduce ^ opt . bubble");
+    pt_ui_text(y++, r->x, r->w, ui->attr[PT_THEME_DIM], 1, " %s",
+               pt_timeline_legend(r->w < INFO_LEGEND_LONG_COLS, 0));
     if (y >= r->y + r->h)
         return;
     char line[256];

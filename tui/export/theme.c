@@ -299,12 +299,6 @@ int pt_color_to_8(pt_color c)
     return best;
 }
 
-static const char paint_fill[PT_PAINT_COUNT] = {
-    [PT_PAINT_FWD] = '=',       [PT_PAINT_BWD] = '#',        [PT_PAINT_RECOMPUTE] = '+',
-    [PT_PAINT_BWD_INPUT] = '%', [PT_PAINT_BWD_WEIGHT] = '~', [PT_PAINT_COMM] = '>',
-    [PT_PAINT_ALLREDUCE] = '*', [PT_PAINT_OPTSTEP] = '^',    [PT_PAINT_WAIT] = ' ',
-    [PT_PAINT_BUBBLE] = '.',
-};
 static const pt_theme_key paint_key[PT_PAINT_COUNT] = {
     [PT_PAINT_FWD] = PT_THEME_FWD,
     [PT_PAINT_BWD] = PT_THEME_BWD,
@@ -317,11 +311,6 @@ static const pt_theme_key paint_key[PT_PAINT_COUNT] = {
     [PT_PAINT_WAIT] = PT_THEME_BUBBLE,
     [PT_PAINT_BUBBLE] = PT_THEME_BUBBLE,
 };
-
-char pt_paint_fill(int paint)
-{
-    return paint >= 0 && paint < PT_PAINT_COUNT ? paint_fill[paint] : '?';
-}
 
 pt_theme_key pt_paint_theme_key(int paint)
 {

@@ -9,9 +9,10 @@
  * paints that background everywhere and writes plain text in that
  * foreground. Timeline blocks and bars use a colour as background either way.
  *
- * State is never told by colour alone: the fills below tell forward,
- * backward, recompute, bubble, communication, all-reduce and optimizer
- * blocks apart on a monochrome terminal too. */
+ * State is never told by colour alone: the text Gantt's fills
+ * (tui/export/timeline_ascii.h) tell forward, backward, recompute, bubble,
+ * communication, all-reduce and optimizer blocks apart on a monochrome
+ * terminal too. */
 #ifndef PT_TUI_THEME_H
 #define PT_TUI_THEME_H
 
@@ -102,12 +103,9 @@ int pt_color_to_256(pt_color c);
 int pt_color_to_8(pt_color c);
 
 /* How a paint class of protocol/op.h (an op kind's pt_op_paint_of, or
- * PT_PAINT_BUBBLE) is shown: the one mapping from paint to theme key, used
- * by the console's timeline and the SVG export alike, and the fill character
- * that tells blocks apart without colour ("3===" forward, "3###" backward,
- * "3+++" recompute, '>' send, '*' all-reduce, '^' optimizer, '.' bubble,
- * ' ' a receive wait). */
+ * PT_PAINT_BUBBLE) is coloured: the one mapping from paint to theme key,
+ * used by the console's timeline and the SVG export alike (its glyph is
+ * pt_timeline_fill's). */
 pt_theme_key pt_paint_theme_key(int paint); /* PT_THEME_TEXT when out of range */
-char pt_paint_fill(int paint);              /* '?' when out of range */
 
 #endif

@@ -1,4 +1,4 @@
-/* ASCII Gantt chart of a timeline (see timeline_ascii.h). */
+/* The text Gantt drawer (see timeline_ascii.h). */
 #include "tui/export/timeline_ascii.h"
 
 #include <math.h>
@@ -6,62 +6,125 @@
 #include <stdio.h>
 #include <string.h>
 
-char pt_timeline_glyph(int kind)
+#define AXIS_TICK_CELLS 12
+#define AXIS_UNIT_CELLS 3 /* " ms" */
+
+/* The glyph set, one fill per paint class. */
+static const char paint_fill[PT_PAINT_COUNT] = {
+    [PT_PAINT_FWD] = '=',       [PT_PAINT_BWD] = '#',        [PT_PAINT_RECOMPUTE] = '+',
+    [PT_PAINT_BWD_INPUT] = '%', [PT_PAINT_BWD_WEIGHT] = '~', [PT_PAINT_COMM] = '>',
+    [PT_PAINT_ALLREDUCE] = '*', [PT_PAINT_OPTSTEP] = '^',    [PT_PAINT_WAIT] = ' ',
+    [PT_PAINT_BUBBLE] = '.',
+};
+
+char pt_timeline_fill(int paint)
 {
-    const pt_op_info *info = pt_op_info_of(kind);
-    return info && info->lane != PT_LANE_WAIT ? info->glyph : '.';
+    return paint >= 0 && paint < PT_PAINT_COUNT ? paint_fill[paint] : '?';
 }
 
-/* Cells whose midpoints fall in [start, end): [*lo, *hi), clipped to the row. */
-static void cell_span(double start, double end, double t0, double dt, int width, int *lo, int *hi)
+const char *pt_timeline_legend(int narrow, int split)
 {
-    double a = ceil((start - t0) / dt - 0.5), b = ceil((end - t0) / dt - 0.5);
-    *lo = a < 0 ? 0 : a > width ? width : (int)a;
-    *hi = b < 0 ? 0 : b > width ? width : (int)b;
+    if (split)
+        return narrow ? "3%%% input grad 3~~~ weight grad"
+                      : "backward split: 3%%% input gradient  3~~~ weight gradient";
+    return narrow ? "3=== fwd 3### bwd 3+++ recomp > act < grad * allreduce ^ opt . bubble"
+                  : "3=== fwd  3### bwd  3+++ recompute  > send act  < send grad  * all-reduce  "
+                    "^ optimizer  . bubble";
 }
 
-void pt_timeline_row(const pt_program *prog, const pt_sim_result *res, int w, double t0, double t1,
-                     int width, char *row)
+/* Cell range [*c0, *c1) a span covers; 0 when outside the window. */
+static int cells(double s, double e, double t0, double t1, int width, int *c0, int *c1)
 {
-    memset(row, '.', (size_t)width);
-    row[width] = '\0';
-    if (!(t1 > t0) || w < 0 || w >= prog->worker_count)
+    if (e <= t0 || s >= t1 || t1 <= t0 || e <= s) /* an op that took no time drew nothing */
+        return 0;
+    double per = (t1 - t0) / width;
+    int a = (int)floor((s - t0) / per), b = (int)ceil((e - t0) / per);
+    if (a < 0)
+        a = 0;
+    if (b > width)
+        b = width;
+    if (b <= a)
+        b = a + 1;
+    if (a >= width)
+        return 0;
+    *c0 = a;
+    *c1 = b;
+    return 1;
+}
+
+/* A span's fill: a send shows which way its data flows (the op's glyph). */
+static char span_fill(int op)
+{
+    const pt_op_info *info = pt_op_info_of(op);
+    return info && (info->facts & PT_OPK_SEND) ? info->glyph : pt_timeline_fill(pt_op_paint_of(op));
+}
+
+void pt_timeline_cells(const pt_tline *tl, int row, int lane, double t0, double t1, int width,
+                       double busy_lo, double busy_hi, pt_timeline_cell *out)
+{
+    for (int c = 0; c < width; c++)
+        out[c] = (pt_timeline_cell){' ', PT_TIMELINE_BLANK};
+    if (width <= 0 || t1 <= t0)
         return;
-    double dt = (t1 - t0) / width;
-    const pt_worker *x = &prog->workers[w];
-    /* communication first, so compute in the same cell wins */
-    for (int i = x->op_begin; i < x->op_end; i++) {
-        const pt_sim_event *ev = &res->events[i];
-        if (ev->lane != PT_LANE_COMM || ev->end <= t0 || ev->start >= t1)
+    int b0, b1;
+    if (lane == PT_LANE_COMPUTE && cells(busy_lo, busy_hi, t0, t1, width, &b0, &b1))
+        for (int c = b0; c < b1; c++)
+            out[c] = (pt_timeline_cell){pt_timeline_fill(PT_PAINT_BUBBLE), PT_PAINT_BUBBLE};
+    for (int64_t i = 0; i < tl->count; i++) {
+        const pt_tl_span *s = &tl->spans[i];
+        int c0, c1;
+        if (s->row != row || s->lane != lane || !cells(s->start, s->end, t0, t1, width, &c0, &c1))
             continue;
-        int lo, hi;
-        cell_span(ev->start, ev->end, t0, dt, width, &lo, &hi);
-        for (int c = lo; c < hi; c++)
-            row[c] = pt_timeline_glyph(prog->ops[i].kind);
-    }
-    for (int i = x->op_begin; i < x->op_end; i++) {
-        const pt_sim_event *ev = &res->events[i];
-        const pt_op *op = &prog->ops[i];
-        if (!pt_op_is_compute(op->kind) || ev->end <= t0 || ev->start >= t1 || ev->end <= ev->start)
-            continue;
-        int lo, hi;
-        cell_span(ev->start, ev->end, t0, dt, width, &lo, &hi);
-        if (lo == hi) { /* shorter than a cell: still visible in the cell it starts in */
-            lo = (int)((ev->start > t0 ? ev->start - t0 : 0) / dt);
-            if (lo >= width)
-                lo = width - 1;
-            hi = lo + 1;
-        }
-        char g = pt_timeline_glyph(op->kind);
-        row[lo] = g;
-        for (int c = lo + 1; c < hi; c++)
-            row[c] = g >= 'A' && g <= 'Z' ? (char)(g - 'A' + 'a') : g;
-        if (pt_op_has_one_mb(op->kind)) {
+        pt_op_paint g = pt_op_paint_of(s->op);
+        for (int c = c0; c < c1; c++)
+            out[c] = (pt_timeline_cell){span_fill(s->op), (uint8_t)g};
+        if (lane == PT_LANE_COMPUTE && s->mb >= 0) {
             char num[16];
-            int n = snprintf(num, sizeof num, "%d", op->mb);
-            if (n > 0 && hi - lo >= n + 1)
-                memcpy(row + lo + 1, num, (size_t)n);
+            int n = snprintf(num, sizeof num, "%d", s->mb);
+            /* the label starts the block when it fits; a block that began
+             * left of the window still shows it when there is room */
+            if (n <= c1 - c0)
+                for (int k = 0; k < n; k++)
+                    out[c0 + k].ch = num[k];
         }
+    }
+}
+
+void pt_timeline_row(const pt_tline *tl, int row, double t0, double t1, int width, char *out)
+{
+    pt_timeline_cell comp[PT_TIMELINE_MAX_WIDTH], comm[PT_TIMELINE_MAX_WIDTH];
+    if (width > PT_TIMELINE_MAX_WIDTH)
+        width = PT_TIMELINE_MAX_WIDTH;
+    pt_timeline_cells(tl, row, PT_LANE_COMPUTE, t0, t1, width, t0, t1, comp);
+    pt_timeline_cells(tl, row, PT_LANE_COMM, t0, t1, width, t0, t1, comm);
+    for (int c = 0; c < width; c++) {
+        int idle = comp[c].paint == PT_TIMELINE_BLANK || comp[c].paint == PT_PAINT_BUBBLE;
+        out[c] = idle && comm[c].paint != PT_TIMELINE_BLANK ? comm[c].ch : comp[c].ch;
+    }
+    out[width > 0 ? width : 0] = '\0';
+}
+
+void pt_timeline_axis(double t0, double t1, int width, char *out)
+{
+    memset(out, ' ', (size_t)(width > 0 ? width : 0));
+    out[width > 0 ? width : 0] = 0;
+    if (width <= 0 || t1 <= t0)
+        return;
+    /* the unit takes the last cells (" ms"); a tick whose label would run
+     * into it is left out whole rather than cut or overwritten */
+    int room = width >= AXIS_UNIT_CELLS + 2 ? width - AXIS_UNIT_CELLS : width;
+    for (int c = 0; c < width; c += AXIS_TICK_CELLS) {
+        double t = t0 + (t1 - t0) * c / width;
+        char lab[24];
+        int n = snprintf(lab, sizeof lab, "|%.*f", t1 - t0 < 0.01 ? 2 : 1, t * 1e3);
+        if (c > 0 && c + n > room)
+            break;
+        for (int k = 0; k < n && c + k < width; k++)
+            out[c + k] = lab[k];
+    }
+    if (room < width) {
+        out[width - 2] = 'm';
+        out[width - 1] = 's';
     }
 }
 
@@ -83,55 +146,41 @@ static void put(out *o, const char *fmt, ...)
         o->len += (size_t)n;
 }
 
-size_t pt_timeline_ascii(const pt_program *prog, const pt_sim_result *res,
-                         const pt_timeline_opts *opts, char *buf, size_t cap)
+size_t pt_timeline_ascii(const pt_tline *tl, const pt_timeline_opts *opts, char *buf, size_t cap)
 {
     pt_timeline_opts o = opts ? *opts : (pt_timeline_opts){0};
-    if (o.width <= 0)
-        o.width = PT_TIMELINE_DEFAULT_WIDTH;
-    if (o.width < PT_TIMELINE_MIN_WIDTH)
-        o.width = PT_TIMELINE_MIN_WIDTH;
-    if (o.width > PT_TIMELINE_MAX_WIDTH)
-        o.width = PT_TIMELINE_MAX_WIDTH;
+    o.width = o.width <= 0                      ? PT_TIMELINE_DEFAULT_WIDTH
+              : o.width < PT_TIMELINE_MIN_WIDTH ? PT_TIMELINE_MIN_WIDTH
+              : o.width > PT_TIMELINE_MAX_WIDTH ? PT_TIMELINE_MAX_WIDTH
+                                                : o.width;
     if (!(o.t1 > o.t0)) {
         o.t0 = 0;
-        o.t1 = res->makespan_s;
+        o.t1 = tl->t1;
     }
     out w = {buf, cap, 0};
     if (cap > 0)
         buf[0] = '\0';
     char label[32], row[PT_TIMELINE_MAX_WIDTH + 1];
-    int width = o.width;
-    int label_w = 0;
-    for (int k = 0; k < prog->worker_count; k++) {
-        int n = snprintf(label, sizeof label, "s%dr%d", prog->workers[k].stage,
-                         prog->workers[k].replica);
-        if (n > label_w)
-            label_w = n;
+    int label_w = 0, split = 0;
+    for (int k = 0; k < tl->row_count; k++) {
+        int n = snprintf(label, sizeof label, "s%dr%d", tl->rows[k].stage, tl->rows[k].replica);
+        label_w = n > label_w ? n : label_w;
     }
+    for (int64_t i = 0; i < tl->count && !split; i++)
+        split = tl->spans[i].op == PT_OP_BWD_INPUT;
     if (o.axis) {
-        char left[32], right[32];
-        snprintf(left, sizeof left, "%.3f ms", o.t0 * 1e3);
-        snprintf(right, sizeof right, "%.3f ms", o.t1 * 1e3);
-        int gap = width + 2 - (int)strlen(left) - (int)strlen(right);
-        put(&w, "%*s %s%*s%s\n", label_w, "", left, gap > 1 ? gap : 1, "", right);
+        pt_timeline_axis(o.t0, o.t1, o.width, row);
+        put(&w, "%*s  %s\n", label_w, "", row);
     }
-    for (int k = 0; k < prog->worker_count; k++) {
-        snprintf(label, sizeof label, "s%dr%d", prog->workers[k].stage, prog->workers[k].replica);
-        pt_timeline_row(prog, res, k, o.t0, o.t1, width, row);
+    for (int k = 0; k < tl->row_count; k++) {
+        snprintf(label, sizeof label, "s%dr%d", tl->rows[k].stage, tl->rows[k].replica);
+        pt_timeline_row(tl, k, o.t0, o.t1, o.width, row);
         put(&w, "%-*s |%s|\n", label_w, label, row);
     }
     if (o.legend) {
-        put(&w,
-            "%*s  F forward  B backward  R recompute  O optimizer step  > activation sent  "
-            "< gradient sent  A all-reduce  . idle\n",
-            label_w, "");
-        int split = 0;
-        for (int i = 0; i < prog->op_count && !split; i++)
-            split = prog->ops[i].kind == PT_OP_BWD_INPUT;
+        put(&w, "%*s  %s\n", label_w, "", pt_timeline_legend(0, 0));
         if (split)
-            put(&w, "%*s  backward split: %c input gradient  %c weight gradient\n", label_w, "",
-                pt_timeline_glyph(PT_OP_BWD_INPUT), pt_timeline_glyph(PT_OP_BWD_WEIGHT));
+            put(&w, "%*s  %s\n", label_w, "", pt_timeline_legend(0, 1));
     }
     return w.len;
 }
