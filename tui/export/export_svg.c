@@ -173,51 +173,60 @@ static void draw_rows(FILE *f, const pt_export_set *set, double t0, double t1, d
     }
 }
 
-int pt_export_svg_write(const pt_export_set *set, const pt_theme *theme,
-                        const pt_export_svg_opts *opts, FILE *f, pt_error *err)
+/* The geometry and colours of one picture, worked out once. */
+typedef struct svg_page {
+    int width, height;
+    double t0, t1; /* the set's window */
+    double a0, a1; /* the axis: the window, or 0 to the longer of both with a comparison */
+    double plot_x, plot_w, px_per_s;
+    int rows_y, ay; /* where the set's rows and the axis start */
+    char fg[8], dim[8], bubble[8], bg[8];
+} svg_page;
+
+static void page_layout(const pt_export_set *set, const pt_theme *theme,
+                        const pt_export_svg_opts *opts, svg_page *pg)
 {
-    pt_theme slide;
-    if (!theme) {
-        pt_theme_parse(slide_colors, "built-in", &slide, NULL);
-        theme = &slide;
-    }
-    int width = opts && opts->width_px > 0 ? opts->width_px : SVG_WIDTH_DEF;
-    double t0 = set->t0, t1 = set->t1;
+    pg->width = opts && opts->width_px > 0 ? opts->width_px : SVG_WIDTH_DEF;
+    pg->t0 = set->t0;
+    pg->t1 = set->t1;
     if (opts && opts->t1 > opts->t0) {
-        t0 = opts->t0;
-        t1 = opts->t1;
+        pg->t0 = opts->t0;
+        pg->t1 = opts->t1;
     }
-    if (t1 <= t0)
-        t1 = t0 + 1e-3;
+    if (pg->t1 <= pg->t0)
+        pg->t1 = pg->t0 + 1e-3;
     const pt_export_set *cmp = opts ? opts->compare : NULL;
     /* with a comparison both sections start at 0 on one axis as long as the
      * longer of them; alone the axis keeps the set's own times */
-    double a0 = t0, a1 = t1;
+    pg->a0 = pg->t0;
+    pg->a1 = pg->t1;
     if (cmp) {
         double cspan = cmp->t1 - cmp->t0;
-        a0 = 0;
-        a1 = fmax(t1 - t0, cspan > 0 ? cspan : 0);
+        pg->a0 = 0;
+        pg->a1 = fmax(pg->t1 - pg->t0, cspan > 0 ? cspan : 0);
     }
-    const char *title = opts && opts->title ? opts->title : set->title;
-    double plot_x = SVG_LABEL_PX, plot_w = width - SVG_LABEL_PX - 2 * SVG_MARGIN_PX;
-    if (plot_w < 40)
-        plot_w = 40;
+    pg->plot_x = SVG_LABEL_PX;
+    pg->plot_w = pg->width - SVG_LABEL_PX - 2 * SVG_MARGIN_PX;
+    if (pg->plot_w < 40)
+        pg->plot_w = 40;
     int band = SVG_ROW_PX + SVG_COMM_PX + SVG_ROW_GAP_PX;
-    int lrows = legend_rows(set, cmp, plot_w);
+    int lrows = legend_rows(set, cmp, pg->plot_w);
     int cmp_h = cmp ? SVG_SECTION_PX + cmp->row_count * band + SVG_SECTION_PX : 0;
-    int rows_y = SVG_TOP_PX + cmp_h;
-    int ay = rows_y + set->row_count * band + 4;
-    int height = ay + SVG_AXIS_PX + lrows * SVG_LEGEND_ROW + SVG_MARGIN_PX;
-    double px_per_s = plot_w / (a1 - a0);
-
-    char fg[8], dim[8], bubble[8], bg[8];
+    pg->rows_y = SVG_TOP_PX + cmp_h;
+    pg->ay = pg->rows_y + set->row_count * band + 4;
+    pg->height = pg->ay + SVG_AXIS_PX + lrows * SVG_LEGEND_ROW + SVG_MARGIN_PX;
+    pg->px_per_s = pg->plot_w / (pg->a1 - pg->a0);
     pt_color tc = theme->color[PT_THEME_TEXT];
-    hex(tc, fg, "#202020");
-    hex(theme->color[PT_THEME_DIM], dim, "#808080");
-    hex(theme->color[PT_THEME_BUBBLE], bubble, "#c8c8c8");
+    hex(tc, pg->fg, "#202020");
+    hex(theme->color[PT_THEME_DIM], pg->dim, "#808080");
+    hex(theme->color[PT_THEME_BUBBLE], pg->bubble, "#c8c8c8");
     double lum = tc.set ? (0.2126 * tc.r + 0.7152 * tc.g + 0.0722 * tc.b) / 255.0 : 0;
-    snprintf(bg, sizeof bg, "%s", lum > SVG_LIGHT_TEXT ? "#1c1c1c" : "#ffffff");
+    snprintf(pg->bg, sizeof pg->bg, "%s", lum > SVG_LIGHT_TEXT ? "#1c1c1c" : "#ffffff");
+}
 
+/* The document's head: size, fill patterns, background. */
+static void put_head(FILE *f, const svg_page *pg)
+{
     fprintf(f,
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
@@ -238,50 +247,63 @@ int pt_export_svg_write(const pt_export_set *set, const pt_theme *theme,
             "<circle cx=\"2\" cy=\"2\" r=\"0.7\" fill=\"%s\"/></pattern>\n"
             "</defs>\n"
             "<rect class=\"background\" x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n",
-            width, height, width, height, SVG_FONT_PX, dim, width, height, bg);
-    if (title && *title) {
-        /* the largest font that fits the width, then cut */
-        size_t n = strlen(title);
-        double avail = width - 2 * SVG_MARGIN_PX, px = SVG_TITLE_PX;
-        while (px > SVG_TITLE_MIN_PX && text_w(n, px) > avail)
-            px -= 0.5;
-        size_t fit = (size_t)(avail / (px * SVG_CHAR_EM));
-        fprintf(f, "<text class=\"title\" x=\"%d\" y=\"20\" fill=\"%s\" font-size=\"%.1f\">",
-                SVG_MARGIN_PX, fg, px);
-        put_escaped(f, title, n <= fit ? n : (fit > 3 ? fit - 3 : 0));
+            pg->width, pg->height, pg->width, pg->height, SVG_FONT_PX, pg->dim, pg->width,
+            pg->height, pg->bg);
+}
+
+/* The title in the largest font that fits the width, then cut. */
+static void put_title(FILE *f, const svg_page *pg, const char *title)
+{
+    if (!title || !*title)
+        return;
+    size_t n = strlen(title);
+    double avail = pg->width - 2 * SVG_MARGIN_PX, px = SVG_TITLE_PX;
+    while (px > SVG_TITLE_MIN_PX && text_w(n, px) > avail)
+        px -= 0.5;
+    size_t fit = (size_t)(avail / (px * SVG_CHAR_EM));
+    fprintf(f, "<text class=\"title\" x=\"%d\" y=\"20\" fill=\"%s\" font-size=\"%.1f\">",
+            SVG_MARGIN_PX, pg->fg, px);
+    put_escaped(f, title, n <= fit ? n : (fit > 3 ? fit - 3 : 0));
+    fputs(n <= fit ? "</text>\n" : "...</text>\n", f);
+}
+
+/* The comparison above: its section labels and its rows. */
+static void put_comparison(FILE *f, const svg_page *pg, const pt_export_svg_opts *opts,
+                           const pt_theme *theme)
+{
+    const pt_export_set *cmp = opts->compare;
+    const char *labels[2] = {opts->compare_label ? opts->compare_label : "predicted",
+                             opts->label ? opts->label : "measured"};
+    int ys[2] = {SVG_TOP_PX + SVG_SECTION_PX - 6, pg->rows_y - 6};
+    for (int k = 0; k < 2; k++) {
+        size_t n = strlen(labels[k]), fit = (size_t)(pg->plot_w / (SVG_FONT_PX * SVG_CHAR_EM));
+        fprintf(f, "<text class=\"section\" x=\"%.1f\" y=\"%d\" fill=\"%s\">", pg->plot_x, ys[k],
+                pg->fg);
+        put_escaped(f, labels[k], n <= fit ? n : (fit > 3 ? fit - 3 : 0));
         fputs(n <= fit ? "</text>\n" : "...</text>\n", f);
     }
-    if (cmp) {
-        const char *labels[2] = {opts->compare_label ? opts->compare_label : "predicted",
-                                 opts->label ? opts->label : "measured"};
-        int ys[2] = {SVG_TOP_PX + SVG_SECTION_PX - 6, rows_y - 6};
-        for (int k = 0; k < 2; k++) {
-            size_t n = strlen(labels[k]), fit = (size_t)(plot_w / (SVG_FONT_PX * SVG_CHAR_EM));
-            fprintf(f, "<text class=\"section\" x=\"%.1f\" y=\"%d\" fill=\"%s\">", plot_x, ys[k],
-                    fg);
-            put_escaped(f, labels[k], n <= fit ? n : (fit > 3 ? fit - 3 : 0));
-            fputs(n <= fit ? "</text>\n" : "...</text>\n", f);
-        }
-        draw_rows(f, cmp, cmp->t0, cmp->t0 + (a1 - a0), px_per_s, plot_x, plot_w,
-                  SVG_TOP_PX + SVG_SECTION_PX, theme, fg, bubble);
-    }
-    draw_rows(f, set, t0, t1, px_per_s, plot_x, plot_w, rows_y, theme, fg, bubble);
-    /* axis: ticks at round times in ms; a label that would leave the plot
-     * is anchored at its end (or start) instead of its middle */
-    double span_ms = (a1 - a0) * 1e3, step = tick_step(span_ms, SVG_TICKS_MAX);
+    draw_rows(f, cmp, cmp->t0, cmp->t0 + (pg->a1 - pg->a0), pg->px_per_s, pg->plot_x, pg->plot_w,
+              SVG_TOP_PX + SVG_SECTION_PX, theme, pg->fg, pg->bubble);
+}
+
+/* The axis: ticks at round times in ms; a label that would leave the plot
+ * is anchored at its end (or start) instead of its middle. */
+static void put_axis(FILE *f, const svg_page *pg)
+{
+    double span_ms = (pg->a1 - pg->a0) * 1e3, step = tick_step(span_ms, SVG_TICKS_MAX);
     int decimals = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\"/>\n", plot_x, ay,
-            plot_x + plot_w, ay, dim);
-    double first = ceil(a0 * 1e3 / step - 1e-9) * step;
-    for (double t = first; t <= a1 * 1e3 + step * 1e-6; t += step) {
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\"/>\n", pg->plot_x,
+            pg->ay, pg->plot_x + pg->plot_w, pg->ay, pg->dim);
+    double first = ceil(pg->a0 * 1e3 / step - 1e-9) * step;
+    for (double t = first; t <= pg->a1 * 1e3 + step * 1e-6; t += step) {
         if (fabs(t) < step * 1e-6)
             t = 0; /* no "-0" from the rounding of the first tick */
-        double x = plot_x + (t / 1e3 - a0) * px_per_s;
+        double x = pg->plot_x + (t / 1e3 - pg->a0) * pg->px_per_s;
         char label[32];
         int n = snprintf(label, sizeof label, "%.*f", decimals, t);
         double half = text_w((size_t)n, SVG_FONT_PX) / 2;
         const char *anchor = "middle";
-        if (x + half > width - 2)
+        if (x + half > pg->width - 2)
             anchor = "end";
         else if (x - half < 2)
             anchor = "start";
@@ -289,38 +311,64 @@ int pt_export_svg_write(const pt_export_set *set, const pt_theme *theme,
                 "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\"/>"
                 "<text class=\"tick\" x=\"%.1f\" y=\"%d\" fill=\"%s\" "
                 "text-anchor=\"%s\">%s</text>\n",
-                x, ay, x, ay + 5, dim, x, ay + 17, fg, anchor, label);
+                x, pg->ay, x, pg->ay + 5, pg->dim, x, pg->ay + 17, pg->fg, anchor, label);
     }
     fprintf(f,
             "<text class=\"axis-title\" x=\"%.1f\" y=\"%d\" fill=\"%s\" "
             "text-anchor=\"middle\">time (ms)</text>\n",
-            plot_x + plot_w / 2, ay + 32, fg);
-    /* legend, wrapped to the plot's width */
+            pg->plot_x + pg->plot_w / 2, pg->ay + 32, pg->fg);
+}
+
+/* The legend, wrapped to the plot's width. */
+static void put_legend(FILE *f, const svg_page *pg, const pt_export_set *set,
+                       const pt_export_set *cmp, const pt_theme *theme)
+{
     double lx = 0;
-    int ly = ay + SVG_AXIS_PX;
+    int ly = pg->ay + SVG_AXIS_PX;
     for (int k = 0; k < LEGEND_N; k++) {
         if (!legend_shown(set, cmp, k))
             continue;
         double w = SVG_SWATCH_PX + 4 + text_w(strlen(legend_names[k]), SVG_FONT_PX) + 14;
-        if (lx > 0 && lx + w > plot_w) {
+        if (lx > 0 && lx + w > pg->plot_w) {
             lx = 0;
             ly += SVG_LEGEND_ROW;
         }
-        double x = plot_x + lx;
+        double x = pg->plot_x + lx;
         char col[8];
         hex(theme->color[pt_paint_theme_key(legend_paint[k])], col, "#a0a0a0");
         const char *pat = paint_pattern[legend_paint[k]];
         fprintf(f,
                 "<g class=\"legend\"><rect x=\"%.1f\" y=\"%d\" width=\"%d\" height=\"12\" "
                 "fill=\"%s\" stroke=\"#000\" stroke-width=\"0.4\"/>",
-                x, ly, SVG_SWATCH_PX, legend_paint[k] == PT_PAINT_BUBBLE ? bubble : col);
+                x, ly, SVG_SWATCH_PX, legend_paint[k] == PT_PAINT_BUBBLE ? pg->bubble : col);
         if (pat)
             fprintf(f, "<rect x=\"%.1f\" y=\"%d\" width=\"%d\" height=\"12\" fill=\"url(#%s)\"/>",
                     x, ly, SVG_SWATCH_PX, pat);
         fprintf(f, "<text x=\"%.1f\" y=\"%d\" fill=\"%s\">%s</text></g>\n", x + SVG_SWATCH_PX + 4,
-                ly + 10, fg, legend_names[k]);
+                ly + 10, pg->fg, legend_names[k]);
         lx += w;
     }
+}
+
+int pt_export_svg_write(const pt_export_set *set, const pt_theme *theme,
+                        const pt_export_svg_opts *opts, FILE *f, pt_error *err)
+{
+    pt_theme slide;
+    if (!theme) {
+        pt_theme_parse(slide_colors, "built-in", &slide, NULL);
+        theme = &slide;
+    }
+    svg_page pg;
+    page_layout(set, theme, opts, &pg);
+    const pt_export_set *cmp = opts ? opts->compare : NULL;
+    put_head(f, &pg);
+    put_title(f, &pg, opts && opts->title ? opts->title : set->title);
+    if (cmp)
+        put_comparison(f, &pg, opts, theme);
+    draw_rows(f, set, pg.t0, pg.t1, pg.px_per_s, pg.plot_x, pg.plot_w, pg.rows_y, theme, pg.fg,
+              pg.bubble);
+    put_axis(f, &pg);
+    put_legend(f, &pg, set, cmp, theme);
     fputs("</svg>\n", f);
     if (ferror(f))
         return pt_error_set(err, PT_EIO, "export: cannot write the SVG: %s", strerror(errno));
