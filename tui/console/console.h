@@ -1,5 +1,5 @@
-/* The ncurses console: views over a data source (tui/source.h), the plan
- * editor (tui/plan_edit.h) and the run store (tui/store.h).
+/* The ncurses console: views over a data source (tui/record/source.h), the plan
+ * editor (tui/console/plan_edit.h) and the run store (tui/record/store.h).
  *
  * The loop polls the source on every turn, redraws at most
  * config.refresh_hz times a second and only when something changed (data,

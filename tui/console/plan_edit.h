@@ -41,7 +41,7 @@ int pt_plan_edit_new(const pt_plan *plan, const pt_profile *profile, const pt_to
 /* NULL-safe; sets *e_p = NULL. */
 void pt_plan_edit_free(pt_plan_edit **e_p);
 /* Predicts with other costs from now on (a calibrated profile and its
- * topology, tui/live.h): copies both (the editor owns the copies) and
+ * topology, tui/record/live.h): copies both (the editor owns the copies) and
  * re-simulates the current plan; undo history is kept. Refused, leaving the
  * editor as it was, when the profile's layer count or the topology's devices
  * do not fit the current plan. */

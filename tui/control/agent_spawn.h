@@ -1,5 +1,5 @@
 /* Starting local pipetop-agent processes: the run controller's spawn
- * (tui/run.h), which `pipetop run` and the console's live source both use;
+ * (tui/control/run.h), which `pipetop run` and the console's live source both use;
  * `pipetop run` also sizes its profiling child with pt_agent_threads. */
 #ifndef PT_TUI_AGENT_SPAWN_H
 #define PT_TUI_AGENT_SPAWN_H

@@ -2,15 +2,15 @@
  * `pipetop run` (which prints over it) and by the console's live source
  * (which feeds the store from it). No terminal code.
  *
- * It owns a session (tui/session.h) and, when asked, the local agent
- * processes (tui/agent_spawn.h), and does for both callers:
+ * It owns a session (tui/control/session.h) and, when asked, the local agent
+ * processes (tui/control/agent_spawn.h), and does for both callers:
  * - the run folder (pt_run_dir_make) with its record run.ndjson and the
  *   agents' logs agent-<name>.log;
  * - spawning agents, or waiting for agents started elsewhere, until enough
  *   have registered;
  * - mapping a plan's workers onto agents (pt_run_map: the one policy);
  * - assign (a new generation), start, the two-round stop at one step,
- *   checkpoint commits (tui/run_ckpt.h), restart under a new plan resuming at
+ *   checkpoint commits (tui/control/run_ckpt.h), restart under a new plan resuming at
  *   the step the stop committed;
  * - reaping agent processes (an end nobody asked for marks the agent dead)
  *   and ending them (bye, a bounded wait, then SIGKILL).

@@ -1,5 +1,5 @@
 /* Run checkpoints: the console's commit, --resume lookup and import. See
- * tui/run_ckpt.h. */
+ * tui/control/run_ckpt.h. */
 #include "tui/control/run_ckpt.h"
 
 #include <dirent.h>

@@ -7,7 +7,7 @@
  *       stage-<s>.json      each stage's manifest: the index entries of its layers
  *       index.json          written last, by the console, from the manifests
  *
- * Used by the run controller (tui/run.h: the commit hook of its session)
+ * Used by the run controller (tui/control/run.h: the commit hook of its session)
  * and `pipetop run` (--resume).
  * Like `pipetop train`, this command-side helper uses runtime/checkpoint.h. */
 #ifndef PT_TUI_RUN_CKPT_H

@@ -1,4 +1,4 @@
-/* Measured vs predicted figures of a run; see tui/run_report.h. */
+/* Measured vs predicted figures of a run; see tui/control/run_report.h. */
 #include "tui/control/run_report.h"
 
 #include <cjson/cJSON.h>

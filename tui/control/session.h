@@ -1,7 +1,7 @@
 /* The console side of a distributed run: a session that coordinates agents
  * (DESIGN.md's diagram: console ROUTER <-> agent DEALER for control, agent
  * PUB -> console SUB for telemetry). No terminal code. The run controller
- * (tui/run.h) owns one and drives it for `pipetop run` and the console's
+ * (tui/control/run.h) owns one and drives it for `pipetop run` and the console's
  * live source; the ncurses console draws what it tracks.
  *
  * What it does:

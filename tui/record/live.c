@@ -1,4 +1,4 @@
-/* The live data source: an adapter from the run controller (tui/run.h) to
+/* The live data source: an adapter from the run controller (tui/control/run.h) to
  * the console's store (see live.h). */
 #include "tui/record/live.h"
 

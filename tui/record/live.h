@@ -1,4 +1,4 @@
-/* The live data source: an adapter over the run controller (tui/run.h)
+/* The live data source: an adapter over the run controller (tui/control/run.h)
  * with agents that this console spawns (pipetop demo) or that connect from
  * elsewhere (pipetop --agents N). It waits for the agents, assigns the plan,
  * starts training, and feeds the session's telemetry into the console's

@@ -92,7 +92,7 @@ void pt_store_note(pt_store *s, const char *fmt, ...) __attribute__((format(prin
 void pt_store_set_now(pt_store *s, int64_t now_ns);
 
 /* ---- reading */
-/* The newest calibration of the cost model from the run (tui/live.h): a
+/* The newest calibration of the cost model from the run (tui/record/live.h): a
  * profile and topology fitted on generation gen, taken over (freed by the
  * store, which keeps only the newest; NULL-safe: a NULL profile or topology
  * frees the other and changes nothing). */
