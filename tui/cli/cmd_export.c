@@ -123,6 +123,7 @@ static int predicted_set(const char *record, int64_t gen, int64_t iters, pt_expo
     pt_record *rec = NULL;
     pt_inputs in = {0};
     pt_program prog = {0};
+    pt_sim *sim = NULL;
     pt_sim_result res;
     memset(&res, 0, sizeof res);
     pt_tline tl;
@@ -132,7 +133,7 @@ static int predicted_set(const char *record, int64_t gen, int64_t iters, pt_expo
         rc = pt_inputs_from_record(rec, dir, gen, &in, err);
     if (rc == 0 && !in.plan)
         rc = pt_error_set(err, PT_EINVAL, "%s: --compare: the record holds no plan", record);
-    if (rc == 0 && (rc = pt_inputs_simulate(&in, &prog, &res, err)) < 0)
+    if (rc == 0 && (rc = pt_inputs_simulate(&in, &sim, &prog, &res, err)) < 0)
         pt_error_prefix(err, "--compare");
     if (rc == 0 && (rc = pt_tline_from_sim(&tl, &prog, &res)) < 0)
         pt_error_set(err, rc, "out of memory");
@@ -154,6 +155,7 @@ static int predicted_set(const char *record, int64_t gen, int64_t iters, pt_expo
     }
     pt_tline_release(&tl);
     pt_program_release(&prog);
+    pt_sim_free(&sim);
     pt_inputs_release(&in);
     pt_record_free(&rec);
     return rc;

@@ -57,15 +57,17 @@ static int predict_current(const pt_record *rec, const char *dir, const pt_plan 
 {
     pt_inputs in;
     pt_program prog = {0};
+    pt_sim *sim = NULL;
     pt_sim_result res;
     int rc = pt_inputs_from_record(rec, dir, INT64_MAX, &in, NULL);
     if (rc == 0 && (!current || !in.plan || !in.profile || !in.topo))
         rc = PT_ENOTFOUND;
-    if (rc == 0 && (rc = pt_inputs_simulate(&in, &prog, &res, NULL)) == 0) {
+    if (rc == 0 && (rc = pt_inputs_simulate(&in, &sim, &prog, &res, NULL)) == 0) {
         *iter_ms = res.iter_s * 1e3;
         *bubble = res.bubble_frac;
     }
     pt_program_release(&prog);
+    pt_sim_free(&sim);
     pt_inputs_release(&in);
     return rc;
 }

@@ -120,19 +120,19 @@ int pt_inputs_resolve(const pt_inputs_opts *o, pt_inputs *in, pt_error *err)
     return pt_plan_check(in->plan, in->spec, in->topo, o->plan ? o->plan : "plan", err);
 }
 
-int pt_inputs_simulate(const pt_inputs *in, pt_program *prog, pt_sim_result *res, pt_error *err)
+int pt_inputs_simulate(const pt_inputs *in, pt_sim **sim, pt_program *prog, pt_sim_result *res,
+                       pt_error *err)
 {
-    pt_cost *cost = NULL;
-    pt_sim *sim = NULL;
+    *sim = NULL;
     if (in->profile->layer_count != in->plan->layer_count)
         return pt_error_set(err, PT_EINVAL, "the profile has %d layers, the plan %d",
                             in->profile->layer_count, in->plan->layer_count);
+    pt_cost *cost = NULL;
     int rc = pt_cost_new(in->profile, in->topo, &cost, err);
-    if (rc == 0 && (rc = pt_sim_new(&sim)) < 0)
+    if (rc == 0 && (rc = pt_sim_new(sim)) < 0)
         pt_error_set(err, rc, "out of memory");
     if (rc == 0)
-        rc = pt_sim_plan(sim, in->plan, cost, NULL, prog, res, err);
-    pt_sim_free(&sim);
+        rc = pt_sim_plan(*sim, in->plan, cost, NULL, prog, res, err);
     pt_cost_free(&cost);
     return rc;
 }

@@ -81,8 +81,11 @@ int pt_inputs_plan_with(const char *planner, const pt_profile *prof, const pt_to
                         int global, pt_plan **out, pt_error *err);
 
 /* The simulator's prediction of in->plan on in->profile and in->topo:
- * *prog (released by the caller, also on failure) and *res. */
-int pt_inputs_simulate(const pt_inputs *in, pt_program *prog, pt_sim_result *res, pt_error *err);
+ * *prog and *res. res's arrays (workers, events) belong to *sim, a new
+ * simulator the caller frees (pt_sim_free) once it is done with them; the
+ * caller releases *prog. Both are to be released on failure too. */
+int pt_inputs_simulate(const pt_inputs *in, pt_sim **sim, pt_program *prog, pt_sim_result *res,
+                       pt_error *err);
 
 /* RUN as commands take it (a run.ndjson or a folder holding one): the
  * record's path and its folder, each into cap bytes. */
