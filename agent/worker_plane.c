@@ -509,8 +509,8 @@ int pt_wk_build_run(pt_agent_worker *w, const pt_msg *m, pt_error *err)
     r->last_saved = -1;
     r->ns_base = pt_exec_now_ns() - pt_msg_now_ns();
     int rc;
-    if ((rc = pt_model_spec_parse(as->model_json, "assign.model", &r->spec, err)) < 0 ||
-        (rc = pt_plan_parse(as->plan_json, "assign.plan", &r->plan, err)) < 0 ||
+    if ((rc = pt_model_spec_copy(as->model, &r->spec, err)) < 0 ||
+        (rc = pt_plan_copy(as->plan, &r->plan, err)) < 0 ||
         (rc = pt_plan_check(r->plan, r->spec, NULL, "assign.plan", err)) < 0 ||
         (rc = pt_sched_build(r->plan, NULL, NULL, &r->prog, err)) < 0)
         return rc;

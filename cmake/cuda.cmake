@@ -75,7 +75,7 @@ if(PT_WERROR)
   target_compile_options(pt_cuda_module PRIVATE $<$<COMPILE_LANGUAGE:C>:-Werror>
     $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Werror>)
 endif()
-target_include_directories(pt_cuda_module PRIVATE ${CMAKE_SOURCE_DIR})
+pt_include_set(pt_cuda_module ${PT_INC_runtime})
 target_link_libraries(pt_cuda_module PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt
                       Threads::Threads ${CMAKE_DL_LIBS})
 if(PT_HAVE_NCCL)

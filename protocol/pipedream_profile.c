@@ -912,11 +912,8 @@ int pt_pipedream_save(const pt_profile *profile, const char *path, pt_error *err
 {
     if (!profile || !path)
         return pt_error_set(err, PT_EINVAL, "%s: nothing to write", path ? path : "(null)");
-    char *text = pt_pipedream_to_text(profile);
-    if (!text)
-        return pt_error_set(err, profile->layer_count > 0 ? PT_ENOMEM : PT_EINVAL,
-                            "%s: cannot write a profile of %d layers", path, profile->layer_count);
-    int rc = pt_file_write_atomic(path, text, strlen(text), err);
-    free(text);
-    return rc;
+    if (profile->layer_count <= 0)
+        return pt_error_set(err, PT_EINVAL, "%s: cannot write a profile of %d layers", path,
+                            profile->layer_count);
+    return pt_file_save_text(path, pt_pipedream_to_text(profile), err);
 }

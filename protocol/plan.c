@@ -87,6 +87,12 @@ void pt_plan_free(pt_plan **plan_p)
     *plan_p = NULL;
 }
 
+int pt_plan_copy(const pt_plan *plan, pt_plan **out, pt_error *err)
+{
+    *out = pt_plan_clone(plan);
+    return *out || !plan ? 0 : pt_error_set(err, PT_ENOMEM, "plan: out of memory");
+}
+
 pt_plan *pt_plan_clone(const pt_plan *plan)
 {
     if (!plan)
@@ -558,6 +564,18 @@ int pt_plan_parse(const char *json, const char *source, pt_plan **out, pt_error 
     int rc = pt_jr_parse(&jr, json, &root);
     if (rc < 0)
         return rc;
+    rc = pt_plan_from_tree(root, source, out, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int pt_plan_from_tree(const cJSON *root, const char *source, pt_plan **out, pt_error *err)
+{
+    *out = NULL;
+    pt_jr jr = {source, err};
+    int rc = pt_jr_check_root(&jr, root);
+    if (rc < 0)
+        return rc;
     pt_plan *p = NULL;
     const cJSON *mb, *stages;
     int n;
@@ -596,7 +614,6 @@ int pt_plan_parse(const char *json, const char *source, pt_plan **out, pt_error 
     }
     rc = validate(&jr, p);
 done:
-    cJSON_Delete(root);
     if (rc < 0)
         pt_plan_free(&p);
     *out = p;
@@ -656,6 +673,11 @@ static int add_stage(cJSON *arr, const pt_stage *st)
 
 char *pt_plan_to_json(const pt_plan *plan)
 {
+    return pt_jr_print_and_delete(pt_plan_to_tree(plan));
+}
+
+cJSON *pt_plan_to_tree(const pt_plan *plan)
+{
     if (!plan)
         return NULL;
     cJSON *root = cJSON_CreateObject();
@@ -692,7 +714,7 @@ char *pt_plan_to_json(const pt_plan *plan)
     for (int s = 0; s < plan->stage_count; s++)
         if (add_stage(stages, &plan->stages[s]) < 0)
             goto fail;
-    return pt_jr_print_and_delete(root);
+    return root;
 fail:
     cJSON_Delete(root);
     return NULL;
@@ -700,10 +722,5 @@ fail:
 
 int pt_plan_save(const pt_plan *plan, const char *path, pt_error *err)
 {
-    char *text = pt_plan_to_json(plan);
-    if (!text)
-        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
-    int rc = pt_file_write_atomic(path, text, strlen(text), err);
-    free(text);
-    return rc;
+    return pt_file_save_text(path, pt_plan_to_json(plan), err);
 }

@@ -464,12 +464,7 @@ char *pt_profile_to_json(const pt_profile *profile)
 
 int pt_profile_save(const pt_profile *profile, const char *path, pt_error *err)
 {
-    char *text = pt_profile_to_json(profile);
-    if (!text)
-        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
-    int rc = pt_file_write_atomic(path, text, strlen(text), err);
-    free(text);
-    return rc;
+    return pt_file_save_text(path, pt_profile_to_json(profile), err);
 }
 
 double pt_profile_fit_fixed_share(double t_full, int full_rows, double t_part, int part_rows)

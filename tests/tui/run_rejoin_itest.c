@@ -26,8 +26,8 @@
 #include "protocol/model.h"
 #include "protocol/plan.h"
 #include "tests/test.h"
-#include "tui/run.h"
-#include "tui/session.h"
+#include "tui/control/run.h"
+#include "tui/control/session.h"
 
 #define TEST_DIR        "run_rejoin_itest.d"
 #define AGENTS          3
