@@ -153,6 +153,7 @@ target_include_directories(pt_cuda_fake PRIVATE ${CMAKE_SOURCE_DIR} ${CUDAToolki
 set_target_properties(pt_cuda_fake PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 add_executable(cuda_fault_test ${CMAKE_SOURCE_DIR}/tests/gpu/cuda_fault.c)
 target_link_libraries(cuda_fault_test PRIVATE pt_runtime pt_cuda_fake)
+target_include_directories(cuda_fault_test PRIVATE ${CMAKE_SOURCE_DIR}) # a test: above every layer
 add_dependencies(cuda_fault_test pt_cuda_module)
 set(PT_FAULT_ENV "PT_SOURCE_DIR=${CMAKE_SOURCE_DIR};PT_BUILD_DIR=${CMAKE_BINARY_DIR};PIPETOP_CUDA_MODULE=$<TARGET_FILE:pt_cuda_module>")
 add_test(NAME cuda_fault_test COMMAND cuda_fault_test)
