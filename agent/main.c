@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -366,6 +367,7 @@ static void install_signals(void)
 int main(int argc, char **argv)
 {
     pt_blas_fixup_core(argv); /* may restart the process with faster BLAS kernels */
+    umask(077); /* checkpoints and logs are the user's alone, as the console's files */
     pt_agent_ctl ag;
     memset(&ag, 0, sizeof ag);
     int st = parse_args(argc, argv, &ag.a);

@@ -176,9 +176,13 @@ int pt_file_save_stream(const char *path, int (*write)(FILE *f, void *user, pt_e
     return commit_tmp(fd, tmp, path, err);
 }
 
+/* mode: the file's exact mode; FILE_MODE_UMASK: 0666 less the process's
+ * umask (pipetop and its agent set 077: docs/deploy.md, "Files"). */
+#define FILE_MODE_UMASK 0x10000u
+
 int pt_file_write_atomic(const char *path, const void *data, size_t len, pt_error *err)
 {
-    return pt_file_write_atomic_mode(path, data, len, 0644, err);
+    return pt_file_write_atomic_mode(path, data, len, FILE_MODE_UMASK, err);
 }
 
 int pt_file_write_atomic_mode(const char *path, const void *data, size_t len, unsigned mode,
@@ -187,9 +191,16 @@ int pt_file_write_atomic_mode(const char *path, const void *data, size_t len, un
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     unlink(tmp); /* a leftover of a crashed writer may carry a wider mode */
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, (mode_t)mode);
+    int exact = mode != FILE_MODE_UMASK;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, exact ? (mode_t)(mode & 07777) : 0666);
     if (fd < 0)
         return pt_error_set(err, PT_EIO, "%s: %s", tmp, strerror(errno));
+    if (exact && fchmod(fd, (mode_t)(mode & 07777)) != 0) { /* the umask takes no part */
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        return pt_error_set(err, PT_EIO, "%s: chmod: %s", tmp, strerror(e));
+    }
     const char *p = data;
     size_t left = len;
     while (left > 0) {
@@ -219,7 +230,7 @@ int pt_mkdir_p(const char *path, pt_error *err)
         if (buf[i] == '/' || buf[i] == '\0') {
             char c = buf[i];
             buf[i] = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST) /* the umask decides */
                 return pt_error_set(err, PT_EIO, "%s: mkdir: %s", buf, strerror(errno));
             buf[i] = c;
         }

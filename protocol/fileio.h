@@ -27,11 +27,14 @@ int pt_file_open_regular(const char *path, long long cap, int *fd, long long *si
 int pt_file_read(const char *path, char **out, size_t *len, pt_error *err);
 
 /* Writes len bytes to path via "<path>.tmp.<pid>", fsync, rename, and fsync
- * of the directory, so a crash leaves either the old or the new file. */
+ * of the directory, so a crash leaves either the old or the new file. The
+ * file's mode is 0666 less the umask (pipetop and its agent run with 077:
+ * 0600). */
 int pt_file_write_atomic(const char *path, const void *data, size_t len, pt_error *err);
 
-/* pt_file_write_atomic with the new file's mode (e.g. 0600 for a secret key:
- * the temporary file is created with it, so the data is never more readable). */
+/* pt_file_write_atomic with the new file's exact mode, the umask aside (0600
+ * for a secret key, 0644 for a public one: the temporary file is created
+ * with it, so the data is never more readable). */
 int pt_file_write_atomic_mode(const char *path, const void *data, size_t len, unsigned mode,
                               pt_error *err);
 
@@ -46,7 +49,7 @@ int pt_file_save_text(const char *path, char *text, pt_error *err);
 int pt_file_save_stream(const char *path, int (*write)(FILE *f, void *user, pt_error *err),
                         void *user, pt_error *err);
 
-/* mkdir -p; 0 or PT_EIO. */
+/* mkdir -p (modes 0777 less the umask: 0700 in pipetop); 0 or PT_EIO. */
 int pt_mkdir_p(const char *path, pt_error *err);
 
 /* Whether rel names a place inside some folder when joined to it: not
