@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,4 +271,70 @@ int pt_path_join_inside(const char *root, const char *rel, char *out, size_t cap
     if (n < 0 || (size_t)n >= cap)
         return pt_error_set(err, PT_EINVAL, "%s/%s: path too long", root, rel);
     return 0;
+}
+
+/* ---- folder locks ---- */
+
+#define LOCKS_MAX 16 /* folders one process locks (a console restarting runs keeps one) */
+static struct {
+    char path[4096];
+    int fd;
+} held_locks[LOCKS_MAX];
+static int held_count;
+
+static long lock_pid(int fd)
+{
+    char buf[32] = "";
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    return n > 0 ? strtol(buf, NULL, 10) : 0;
+}
+
+int pt_dir_lock(const char *dir, pt_error *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, PT_DIR_LOCK_FILE) >= (int)sizeof path)
+        return pt_error_set(err, PT_EINVAL, "%s: name too long", dir);
+    for (int i = 0; i < held_count; i++)
+        if (!strcmp(held_locks[i].path, path))
+            return 0;
+    if (held_count == LOCKS_MAX)
+        return pt_error_set(err, PT_ERANGE, "%s: more than %d folders locked", dir, LOCKS_MAX);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return pt_error_set(err, PT_EIO, "%s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        long pid = lock_pid(fd);
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return pt_error_set(err, PT_ESTATE,
+                                "%s is in use by another run (pid %ld holds %s): give another "
+                                "--run-dir, or wait for it to end",
+                                dir, pid, path);
+        return pt_error_set(err, PT_EIO, "%s: flock: %s", path, strerror(e));
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        int e = errno;
+        close(fd);
+        return pt_error_set(err, PT_EIO, "%s: %s", path, strerror(e));
+    }
+    snprintf(held_locks[held_count].path, sizeof held_locks[0].path, "%s", path);
+    held_locks[held_count++].fd = fd;
+    return 0;
+}
+
+int pt_dir_lock_holder(const char *dir, long *pid)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, PT_DIR_LOCK_FILE);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return 0;
+    int held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    if (pid)
+        *pid = held ? lock_pid(fd) : 0;
+    close(fd); /* also drops the shared lock when it was taken */
+    return held;
 }

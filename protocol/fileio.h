@@ -52,6 +52,18 @@ int pt_file_save_stream(const char *path, int (*write)(FILE *f, void *user, pt_e
 /* mkdir -p (modes 0777 less the umask: 0700 in pipetop); 0 or PT_EIO. */
 int pt_mkdir_p(const char *path, pt_error *err);
 
+/* Locks folder dir for this process (flock on dir/PT_DIR_LOCK_FILE, which
+ * holds the holder's pid): a run folder belongs to one run at a time. The
+ * lock lasts until the process ends (the descriptor is close-on-exec, so
+ * processes it starts do not hold it); taking it again in the same process
+ * is a no-op. PT_ESTATE, err naming the holder's pid, when another process
+ * holds it; PT_EIO when the lock file cannot be made. */
+#define PT_DIR_LOCK_FILE ".lock"
+int pt_dir_lock(const char *dir, pt_error *err);
+/* Whether some process holds dir's lock: 1 and *pid (not NULL) its pid
+ * (0 if unknown), 0 when none does (or dir has no lock file). */
+int pt_dir_lock_holder(const char *dir, long *pid);
+
 /* Whether rel names a place inside some folder when joined to it: not
  * empty, not absolute, no ".." component (components are split at '/').
  * 0, or PT_EINVAL with why (a phrase, static) in *why when not NULL. For
