@@ -44,7 +44,12 @@
 /* Heartbeat period of the console, and how many periods of silence make an
  * agent dead: the heartbeat bound is their product. The agent uses the same
  * figures for the console (agent/agent.h). */
-#define PT_SESSION_HEARTBEAT_MS      250
+#define PT_SESSION_HEARTBEAT_MS 250
+/* Refused handshakes are reported (record and listener) at most this often,
+ * at most PT_SESSION_REFUSALS_TOLD clients at a time (a flood is counted,
+ * not printed line by line). */
+#define PT_SESSION_REFUSALS_MS       1000
+#define PT_SESSION_REFUSALS_TOLD     8
 #define PT_SESSION_MISSED_HEARTBEATS 12
 /* Default bind addresses: loopback, ephemeral port. */
 #define PT_SESSION_DEFAULT_BIND "tcp://127.0.0.1:*"

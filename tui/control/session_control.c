@@ -594,6 +594,41 @@ static int drain_control(pt_session *s, pt_error *err)
     return 0;
 }
 
+/* Refused handshakes, at most every PT_SESSION_REFUSALS_MS: each refused
+ * client (public key and address) once, in the record and to the listener,
+ * then only a count of those past the ZAP handler's table. A refused
+ * client never reaches the session otherwise: its handshake fails. */
+static void report_refusals(pt_session *s, int64_t now)
+{
+    if (!s->zap || now - s->refusals_told_ns < (int64_t)PT_SESSION_REFUSALS_MS * NS_PER_MS)
+        return;
+    s->refusals_told_ns = now;
+    pt_zap_refusal r[PT_SESSION_REFUSALS_TOLD];
+    int64_t untold = 0;
+    int n = pt_zap_take_refusals(s->zap, r, PT_SESSION_REFUSALS_TOLD, &untold);
+    for (int k = 0; k < n; k++) {
+        char why[PT_MSG_TEXT_MAX];
+        if (r[k].key[0])
+            snprintf(why, sizeof why,
+                     "handshake refused: public key %s from %s: %s (%lld tries so far)", r[k].key,
+                     r[k].address[0] ? r[k].address : "?", r[k].why, (long long)r[k].count);
+        else
+            snprintf(why, sizeof why, "handshake refused: a client from %s: %s (%lld tries so far)",
+                     r[k].address[0] ? r[k].address : "?", r[k].why, (long long)r[k].count);
+        session_record_rejected(s, "control", NULL, why);
+        session_note(s, PT_NOTE_REJECTED, -1, NULL, 0, why);
+    }
+    if (untold > s->refusals_untold) {
+        char why[PT_MSG_TEXT_MAX];
+        snprintf(why, sizeof why,
+                 "handshake refused: %lld more handshakes from clients past the first %d",
+                 (long long)(untold - s->refusals_untold), PT_ZAP_REFUSALS_MAX);
+        s->refusals_untold = untold;
+        session_record_rejected(s, "control", NULL, why);
+        session_note(s, PT_NOTE_REJECTED, -1, NULL, 0, why);
+    }
+}
+
 int pt_session_poll(pt_session *s, int timeout_ms, pt_error *err)
 {
     if (!s)
@@ -612,6 +647,7 @@ int pt_session_poll(pt_session *s, int timeout_ms, pt_error *err)
             s->next_hb_ns = now + (int64_t)s->hb_ms * NS_PER_MS;
         }
         check_silence(s, now);
+        report_refusals(s, now);
         int64_t until = deadline < s->next_hb_ns ? deadline : s->next_hb_ns;
         long wait_ms = until > now ? (long)((until - now + NS_PER_MS - 1) / NS_PER_MS) : 0;
         zmq_pollitem_t items[2] = {{s->router, 0, ZMQ_POLLIN, 0}, {s->sub, 0, ZMQ_POLLIN, 0}};

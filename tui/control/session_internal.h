@@ -53,7 +53,9 @@ typedef struct request {
 struct pt_session {
     uint64_t run_token; /* the data plane's (runtime/comm.h), random per session; 0: not yet */
     void *ctx, *router, *sub;
-    pt_zap *zap; /* NULL: no CURVE */
+    pt_zap *zap;              /* NULL: no CURVE */
+    int64_t refusals_told_ns; /* when refused handshakes were last reported */
+    int64_t refusals_untold;  /* refused clients only counted, as of that report */
     char public_key[PT_KEY_Z85_LEN + 1];
     bound_name *bound;
     int nbound, boundcap;
