@@ -56,6 +56,35 @@ void session_record_rejected(pt_session *s, const char *channel, const char *age
         pt_record_write_rejected(s->rec, channel, agent, reason);
 }
 
+void session_rejected_summary(pt_session *s, int64_t now)
+{
+    if (now - s->reject_window_ns < (int64_t)PT_SESSION_REJECT_WINDOW_MS * NS_PER_MS)
+        return;
+    if (s->reject_quiet > 0) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "%lld more messages refused in %d s, counted but not written one by one",
+                 (long long)s->reject_quiet, PT_SESSION_REJECT_WINDOW_MS / 1000);
+        session_record_rejected(s, "control", NULL, why);
+        session_note(s, PT_NOTE_REJECTED, -1, NULL, 0, why);
+    }
+    s->reject_window_ns = now;
+    s->reject_lines = s->reject_quiet = 0;
+}
+
+void session_say_rejected(pt_session *s, int i, const char *channel, const char *agent,
+                          const char *reason)
+{
+    session_rejected_summary(s, pt_msg_now_ns());
+    if (s->reject_lines >= PT_SESSION_REJECT_LINES) {
+        s->reject_quiet++;
+        return;
+    }
+    s->reject_lines++;
+    session_record_rejected(s, channel, agent, reason);
+    session_note(s, PT_NOTE_REJECTED, i, NULL, 0, reason);
+}
+
 void session_set_state(pt_session *s, int i, pt_agent_state st)
 {
     agent_entry *e = &s->agents[i];
@@ -233,6 +262,9 @@ void pt_session_destroy(pt_session **s_p)
     pt_zap_stop(&s->zap);
     if (s->ctx)
         zmq_ctx_term(s->ctx);
+    s->reject_window_ns = 0; /* the last window's count goes in the record too */
+    s->listener = NULL;
+    session_rejected_summary(s, pt_msg_now_ns());
     pt_record_writer_close(&s->rec);
     pt_telemetry_rx_destroy(&s->rx);
     free(s->agents);

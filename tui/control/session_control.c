@@ -9,6 +9,8 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "protocol/quote.h"
+
 /* ---- sending ---------------------------------------------------------------- */
 
 /* Encodes and queues m for agent i (its seq and agent id are filled in). */
@@ -254,8 +256,7 @@ void session_reject(pt_session *s, int i, const char *channel, const char *agent
     } else {
         s->counts.telemetry_rejected++;
     }
-    session_record_rejected(s, channel, agent, reason);
-    session_note(s, PT_NOTE_REJECTED, i, NULL, 0, reason);
+    session_say_rejected(s, i, channel, agent, reason);
 }
 
 /* The key a name is bound to before it registered ("" none). */
@@ -367,7 +368,12 @@ static void on_error(pt_session *s, int i, const pt_msg *m, int64_t now)
         session_drop_requests_of(s, i);
         session_set_state(s, i, PT_AGENT_FAILED);
     }
-    session_note(s, PT_NOTE_ERROR, i, m, 0, m->u.error.reason);
+    /* the agent's own words, quoted and cut: not pipetop's */
+    char said[PT_QUOTE_SHOWN_MAX * 4 + 8], text[PT_MSG_TEXT_MAX + 64], d[PT_ERROR_MAX];
+    session_describe(&e->pub, d, sizeof d);
+    snprintf(text, sizeof text, "%s reported: %s", d,
+             pt_quote(m->u.error.reason, said, sizeof said));
+    session_note(s, PT_NOTE_ERROR, i, m, 0, text);
 }
 
 static void on_bye(pt_session *s, int i, const pt_msg *m, int64_t now)
@@ -437,6 +443,21 @@ static void take_register(pt_session *s, int i, const pt_msg *m, int64_t now, co
                  pt_agent_state_name(s->agents[i].pub.state));
         session_reject(s, i, "control", m->agent, why);
         return;
+    }
+    if (i < 0 && key && key[0]) {
+        /* a key serves the agents of one node at most (keys may be shared
+         * there): it cannot fill the table with invented names */
+        int held = 0;
+        for (int j = 0; j < s->n; j++)
+            held += session_live(&s->agents[j]) && !strcmp(s->agents[j].pub.public_key, key);
+        if (held >= PT_SESSION_NAMES_PER_KEY) {
+            snprintf(why, sizeof why,
+                     "control (register) as %s: its key already holds %d live names, the most "
+                     "one key may (the agents of one node)",
+                     m->agent, held);
+            session_reject(s, -1, "control", NULL, why);
+            return;
+        }
     }
     s->counts.control_received++;
     session_record_frame(s, PT_RECORD_RECV, "control", 0, body, len);
@@ -536,8 +557,7 @@ static int over_budget(pt_session *s, const char *ident, size_t ident_len, size_
         snprintf(why, sizeof why,
                  "control: %s sends more than %d bytes/s; its messages are dropped unread",
                  i >= 0 ? id : "a sender not registered", PT_SESSION_PEER_BYTES_PER_S);
-        session_record_rejected(s, "control", i >= 0 ? id : NULL, why);
-        session_note(s, PT_NOTE_REJECTED, i, NULL, 0, why);
+        session_say_rejected(s, i, "control", i >= 0 ? id : NULL, why);
     }
     return 1;
 }
@@ -648,6 +668,7 @@ int pt_session_poll(pt_session *s, int timeout_ms, pt_error *err)
         }
         check_silence(s, now);
         report_refusals(s, now);
+        session_rejected_summary(s, now);
         int64_t until = deadline < s->next_hb_ns ? deadline : s->next_hb_ns;
         long wait_ms = until > now ? (long)((until - now + NS_PER_MS - 1) / NS_PER_MS) : 0;
         zmq_pollitem_t items[2] = {{s->router, 0, ZMQ_POLLIN, 0}, {s->sub, 0, ZMQ_POLLIN, 0}};
