@@ -366,7 +366,8 @@ static void install_signals(void)
 int main(int argc, char **argv)
 {
     pt_blas_fixup_core(argv); /* may restart the process with faster BLAS kernels */
-    umask(077); /* checkpoints and logs are the user's alone, as the console's files */
+    umask(077);          /* checkpoints and logs are the user's alone, as the console's files */
+    pt_fd_limit_raise(); /* its peers' connections, its data rings' files */
     pt_agent_ctl ag;
     memset(&ag, 0, sizeof ag);
     int st = parse_args(argc, argv, &ag.a);

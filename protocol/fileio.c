@@ -4,9 +4,11 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -337,4 +339,41 @@ int pt_dir_lock_holder(const char *dir, long *pid)
         *pid = held ? lock_pid(fd) : 0;
     close(fd); /* also drops the shared lock when it was taken */
     return held;
+}
+
+/* ---- descriptors ---- */
+
+static int reserved_fd[PT_FD_RESERVE];
+static int reserved_n;
+
+int pt_fd_reserve(int n)
+{
+    if (n > PT_FD_RESERVE)
+        n = PT_FD_RESERVE;
+    while (reserved_n < n) {
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return PT_EIO;
+        reserved_fd[reserved_n++] = fd;
+    }
+    return 0;
+}
+
+void pt_fd_reserve_release(void)
+{
+    while (reserved_n > 0)
+        close(reserved_fd[--reserved_n]);
+}
+
+long pt_fd_limit_raise(void)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0)
+        return -1;
+    if (r.rlim_cur < r.rlim_max) {
+        r.rlim_cur = r.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &r) != 0)
+            return -1;
+    }
+    return r.rlim_cur == RLIM_INFINITY ? LONG_MAX : (long)r.rlim_cur;
 }

@@ -52,6 +52,20 @@ int pt_file_save_stream(const char *path, int (*write)(FILE *f, void *user, pt_e
 /* mkdir -p (modes 0777 less the umask: 0700 in pipetop); 0 or PT_EIO. */
 int pt_mkdir_p(const char *path, pt_error *err);
 
+/* Descriptors held in reserve (a process-wide few, open on /dev/null), so
+ * that the writes that must not fail -- a checkpoint's commit, the run
+ * record -- find descriptors even when a flood of connections has taken
+ * every other one: pt_fd_reserve_release closes them just before such a
+ * write, pt_fd_reserve takes them again after (as many as it can now;
+ * it is called again later). 0, or PT_EIO when it got fewer than n. */
+#define PT_FD_RESERVE 16
+int pt_fd_reserve(int n);
+void pt_fd_reserve_release(void);
+
+/* Raises this process's descriptor limit (RLIMIT_NOFILE) to its hard limit;
+ * the new soft limit, or -1. */
+long pt_fd_limit_raise(void);
+
 /* Locks folder dir for this process (flock on dir/PT_DIR_LOCK_FILE, which
  * holds the holder's pid): a run folder belongs to one run at a time. The
  * lock lasts until the process ends (the descriptor is close-on-exec, so

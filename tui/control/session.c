@@ -4,9 +4,11 @@
 #include "tui/control/session_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "protocol/fileio.h"
@@ -208,6 +210,7 @@ int pt_session_create(const pt_session_config *cfg, pt_session **out, pt_error *
     pt_session *s = calloc(1, sizeof *s);
     if (!s)
         return pt_error_set(err, PT_ENOMEM, "session: out of memory");
+    s->commit_pipe[0] = s->commit_pipe[1] = -1;
     s->hb_ms = cfg->heartbeat_ms ? cfg->heartbeat_ms : PT_SESSION_HEARTBEAT_MS;
     s->missed = cfg->missed_heartbeats ? cfg->missed_heartbeats : PT_SESSION_MISSED_HEARTBEATS;
     s->stall_ms = s->missed * s->hb_ms;
@@ -231,6 +234,21 @@ int pt_session_create(const pt_session_config *cfg, pt_session **out, pt_error *
         goto fail;
     }
     zmq_setsockopt(s->sub, ZMQ_SUBSCRIBE, "", 0);
+    /* A connection that never finishes its handshake (a keyless flood of
+     * TCP connects) holds a descriptor until this ends it, not libzmq's
+     * 30 s. The checkpoint commits run in a process of their own, whose
+     * descriptors a flood cannot take (session_ckpt.c); the record's file
+     * is open from the start. */
+    int hs_ms = PT_SESSION_HANDSHAKE_MS;
+    zmq_setsockopt(s->router, ZMQ_HANDSHAKE_IVL, &hs_ms, sizeof hs_ms);
+    zmq_setsockopt(s->sub, ZMQ_HANDSHAKE_IVL, &hs_ms, sizeof hs_ms);
+    pt_fd_limit_raise();
+    if (pipe(s->commit_pipe) != 0) {
+        s->commit_pipe[0] = s->commit_pipe[1] = -1; /* commits then run in this process */
+    } else { /* the agents this console starts must not hold it */
+        fcntl(s->commit_pipe[0], F_SETFD, FD_CLOEXEC);
+        fcntl(s->commit_pipe[1], F_SETFD, FD_CLOEXEC);
+    }
     if ((rc = setup_trust(s, cfg, err)) < 0)
         goto fail;
     if ((rc =
@@ -266,6 +284,9 @@ void pt_session_destroy(pt_session **s_p)
     s->listener = NULL;
     session_rejected_summary(s, pt_msg_now_ns());
     pt_record_writer_close(&s->rec);
+    for (int k = 0; k < 2; k++)
+        if (s->commit_pipe[k] >= 0)
+            close(s->commit_pipe[k]);
     pt_telemetry_rx_destroy(&s->rx);
     free(s->agents);
     free(s->reqs);

@@ -81,6 +81,7 @@ struct pt_session {
     int worker_count, stage_count;
     char ckpt_dir[PT_MSG_PATH_MAX];
     int64_t committed;
+    int commit_pipe[2];                 /* the commit process's result (session_ckpt.c); -1: none */
     int64_t kept[PT_SESSION_CKPT_KEEP]; /* steps this session committed, newest last */
     int kept_n;
     pt_session_listener listener;
