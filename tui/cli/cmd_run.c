@@ -543,12 +543,19 @@ static int start_agents(run_ctx *c, pt_error *err)
     return rc;
 }
 
-/* The controller's cancel hook: a second ^C abandons whatever it waits for. */
+/* The controller's cancel hook: a second ^C abandons whatever it waits
+ * for; while it still waits for its agents there is nothing to stop at a
+ * step, so the first ^C or SIGTERM ends the wait. */
 static int interrupted_twice(void *user, pt_error *err)
 {
-    (void)user;
+    const run_ctx *c = user;
     if (g_interrupt > 1) {
         pt_error_set(err, PT_ESTATE, "interrupted twice: abandoning the run");
+        return 1;
+    }
+    if (g_interrupt && c && c->run && pt_run_get_state(c->run) == PT_RUN_WAITING) {
+        pt_error_set(err, PT_ESTATE, "interrupted by %s while waiting for the agents",
+                     g_signal_no == SIGTERM ? "SIGTERM" : "SIGINT");
         return 1;
     }
     return 0;
@@ -863,7 +870,7 @@ static int open_run(run_ctx *c)
                          on_note,
                          c,
                          interrupted_twice,
-                         NULL,
+                         c,
                          c->a.key,
                          c->a.allow,
                          !c->a.external,
