@@ -242,6 +242,16 @@ int pt_session_create(const pt_session_config *cfg, pt_session **out, pt_error *
     int hs_ms = PT_SESSION_HANDSHAKE_MS;
     zmq_setsockopt(s->router, ZMQ_HANDSHAKE_IVL, &hs_ms, sizeof hs_ms);
     zmq_setsockopt(s->sub, ZMQ_HANDSHAKE_IVL, &hs_ms, sizeof hs_ms);
+    /* A connection whose peer went silent (a cut network) is closed after
+     * the heartbeat bound, as the agent closes its side: the agent's
+     * reconnect under the same routing id is then taken, where a ROUTER
+     * holding the stale connection drops it (a 5 s cut lost a run). The
+     * routing id is the agent's name, bound to its key: a reconnect proves
+     * the key again. */
+    int hb_ivl = PT_SESSION_HEARTBEAT_MS,
+        hb_timeout = PT_SESSION_HEARTBEAT_MS * PT_SESSION_MISSED_HEARTBEATS;
+    zmq_setsockopt(s->router, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
+    zmq_setsockopt(s->router, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
     pt_fd_limit_raise();
     if (pipe(s->commit_pipe) != 0) {
         s->commit_pipe[0] = s->commit_pipe[1] = -1; /* commits then run in this process */
