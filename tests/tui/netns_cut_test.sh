@@ -74,7 +74,7 @@ last_step() { # the highest metrics step in the record, or -1
 }
 
 $inA timeout $RUN_S "$B/pipetop" run --plan "$plan" --model "$model" --data synthetic --seed 7 \
-    --iters 100000000 --json --profile "$tmp/profile.json" --external \
+    --iters 1000000 --json --profile "$tmp/profile.json" --external \
     --key "$tmp/keys/console.key" --allow "$tmp/keys/allow.txt" \
     --control-bind "tcp://$net.1:*" --telemetry-bind "tcp://$net.1:*" \
     --run-dir "$tmp/ns" --checkpoint-dir "$tmp/ns-ck" >"$tmp/ns.out" 2>"$tmp/ns.err" &

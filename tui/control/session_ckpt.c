@@ -74,13 +74,6 @@ int pt_session_stall_ms(const pt_session *s)
     return s ? s->stall_ms : 0;
 }
 
-/* The commit and the `latest` pointer, written by a child process: it
- * closes every descriptor the console holds (its connections among them),
- * so a flood of connections that took every other descriptor cannot make a
- * commit fail "Too many open files"; the result comes back over a pipe
- * made when the session started (s->commit_pipe). A failed commit's folder
- * is removed there too (*removed: 1 when it is gone), where there are the
- * descriptors to do it. */
 /* Closes every descriptor from fd on (close_range, else one by one). */
 static void close_from(int fd)
 {
@@ -98,33 +91,44 @@ typedef struct commit_result {
     char msg[PT_ERROR_MAX];
 } commit_result;
 
-static void commit_here(pt_session *s, const char *dir, int64_t n, commit_result *r)
+/* The commit and the `latest` pointer; a failed commit's folder removed
+ * when remove_failed (r->removed: 1 when it is gone). */
+static void commit_here(pt_session *s, const char *dir, int64_t n, int remove_failed,
+                        commit_result *r)
 {
     pt_error e = {0};
     r->rc = s->commit(s->commit_user, dir, n, s->stage_count, &e);
     if (r->rc == 0)
         r->rc = pt_ckpt_latest_save(s->ckpt_dir, n, &e);
-    r->removed = r->rc < 0 && remove_step_dir(dir);
+    r->removed = r->rc < 0 && remove_failed && remove_step_dir(dir);
     snprintf(r->msg, sizeof r->msg, "%s", e.msg);
 }
 
+/* The commit, here; when it fails, once more in a child process that
+ * closes every descriptor the console holds (its connections among them):
+ * a flood of connections can take every descriptor of this process (libzmq
+ * accepts into any that frees up, so none can be held in reserve), and the
+ * child has its own. The result comes back over a pipe made when the
+ * session started (s->commit_pipe). A commit that fails there too fails
+ * for another reason, and its folder is removed there, where there are the
+ * descriptors to do it. Only a failure pays for the fork: a run that
+ * checkpoints every few milliseconds forked faster than it heartbeated. */
 static int commit_apart(pt_session *s, const char *dir, int64_t n, int *removed, pt_error *err)
 {
     commit_result r = {0};
+    commit_here(s, dir, n, s->commit_pipe[0] < 0, &r);
     pid_t pid = -1;
-    if (s->commit_pipe[0] >= 0) {
+    if (r.rc < 0 && s->commit_pipe[0] >= 0) {
         fflush(NULL);
         pid = fork();
     }
     if (pid == 0) {
         dup2(s->commit_pipe[1], CHILD_RESULT_FD);
         close_from(CHILD_RESULT_FD + 1);
-        commit_here(s, dir, n, &r);
+        commit_here(s, dir, n, 1, &r);
         _exit(write(CHILD_RESULT_FD, &r, sizeof r) == (ssize_t)sizeof r ? 0 : 1);
     }
-    if (pid < 0) { /* no pipe, or no process: here */
-        commit_here(s, dir, n, &r);
-    } else {
+    if (pid > 0) {
         ssize_t got;
         do
             got = read(s->commit_pipe[0], &r, sizeof r);
