@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/long_train.sh [BUILD] [STEPS]: the shipped trainable models and the
+# scripts/long_train.sh [BUILD] [STEPS] ["NAME ..."]: the shipped trainable models and the
 # demo's configuration trained STEPS (default 2,000) iterations on their
 # default hyper-parameters, each printing its first, lowest, highest and
 # last loss and whether every loss was finite and the last 100 average
@@ -8,6 +8,7 @@
 set -u
 B=${1:-build}
 STEPS=${2:-2000}
+ONLY=${3:-} # names of the runs to make (default: all)
 P="$(cd "$B" && pwd)/pipetop"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -15,9 +16,10 @@ fail=0
 check() { # NAME ARGS...: a headless run, then its losses
     local name=$1
     shift
+    [ -z "$ONLY" ] || [[ " $ONLY " == *" $name "* ]] || return 0
     local t0=$SECONDS
     (cd "$tmp" && timeout 7200 "$P" run "$@" --iters "$STEPS" --headless --json \
-        --run-dir "$tmp/$name" >"$tmp/$name.json" 2>"$tmp/$name.err")
+        --run-dir "$tmp/run-$name" >"$tmp/$name.json" 2>"$tmp/$name.err")
     local rc=$?
     grep -o '"event":"step","step":[0-9]*,"loss":[^,}]*' "$tmp/$name.json" | awk -F'[:,]' \
         -v name="$name" -v rc=$rc -v steps="$STEPS" -v secs=$((SECONDS - t0)) '
