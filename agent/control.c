@@ -13,6 +13,7 @@
 #include "protocol/fileio.h"
 #include "runtime/comm_nccl.h"
 #include "runtime/trust.h"
+#include "runtime/zmq_watch.h"
 
 #define NS_PER_MS 1000000LL
 
@@ -254,30 +255,32 @@ static void handle_note(pt_agent_ctl *ag, const pt_wnote *n)
     }
 }
 
-/* The DEALER's monitor (a console restart, docs/deploy.md): a broken link
- * stops the heartbeats; a handshake after it (a console that proved the
- * key of --server-key, so the one this agent trusts) starts a new session:
- * its numbering starts again and the agent registers anew, telling it the
- * generation and step it is at through the heartbeat that follows. */
+/* The DEALER's events. A handshake the console refused ends that
+ * connection for good (libzmq does not retry it), so the agent says why and
+ * leaves rather than waiting out the console's silence. With a grace (a
+ * console restart, docs/deploy.md): a broken link, then a handshake that
+ * succeeds again, means a console holding the key picked this agent up:
+ * it registers again. */
 static void monitor_events(pt_agent_ctl *ag)
 {
-    for (;;) {
-        zmq_msg_t ev, addr;
-        zmq_msg_init(&ev);
-        if (zmq_msg_recv(&ev, ag->monitor, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&ev);
-            return;
-        }
-        zmq_msg_init(&addr);
-        zmq_msg_recv(&addr, ag->monitor, 0);
-        uint16_t id = 0;
-        if (zmq_msg_size(&ev) >= sizeof id)
-            memcpy(&id, zmq_msg_data(&ev), sizeof id);
-        zmq_msg_close(&ev);
-        zmq_msg_close(&addr);
+    int id;
+    int32_t value;
+    while (!ag->leaving && pt_zmq_watch_next(ag->monitor, &id, &value) == 1) {
         if (id == ZMQ_EVENT_DISCONNECTED) {
             ag->link_down = 1;
-        } else if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && ag->link_down) {
+        } else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
+                   id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+            char why[128];
+            pt_zmq_watch_describe(id, value, why, sizeof why);
+            ag->leaving = 4;
+            snprintf(ag->why, sizeof ag->why,
+                     "the console at %s refused this agent's handshake: %s: %s", ag->a.console, why,
+                     id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+                         ? "its public key is not on the console's allow-list (pipetop run "
+                           "--allow)"
+                         : "check --server-key (the console's public key) and --key");
+            fprintf(stderr, "pipetop-agent %s: %s\n", ag->id, ag->why);
+        } else if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && ag->link_down && ag->a.grace_ms > 0) {
             ag->link_down = 0;
             ag->rx_next = 0;
             ag->has_hb_in = 0;
@@ -294,6 +297,8 @@ static void monitor_events(pt_agent_ctl *ag)
                     (long long)done);
             pt_agent_ctl_register(ag);
             send_heartbeat(ag);
+        } else if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            ag->link_down = 0;
         }
     }
 }
@@ -332,7 +337,7 @@ void pt_agent_ctl_loop(pt_agent_ctl *ag)
         long wait_ms = (long)((ag->next_hb_ns - now + NS_PER_MS - 1) / NS_PER_MS);
         zmq_pollitem_t items[3] = {{ag->dealer, 0, ZMQ_POLLIN, 0},
                                    {ag->notify, 0, ZMQ_POLLIN, 0},
-                                   {ag->monitor, 0, ZMQ_POLLIN, 0}};
+                                   {pt_zmq_watch_socket(ag->monitor), 0, ZMQ_POLLIN, 0}};
         int n = zmq_poll(items, ag->monitor ? 3 : 2, wait_ms);
         forgive_own_stall(ag, &started, now + (int64_t)wait_ms * NS_PER_MS);
         if (n < 0) {

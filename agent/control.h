@@ -45,11 +45,11 @@ typedef struct pt_agent_ctl {
     char server_key[PT_KEY_Z85_LEN + 1];
     /* Console restarts (CURVE and a grace only): the DEALER's monitor tells
      * when the link broke and when a console proved the key again. */
-    void *monitor;
-    int link_down;       /* disconnected since the last handshake */
-    int orphaned;        /* the console went silent during a run: in the grace period */
-    int64_t orphaned_ns; /* when */
-    uint64_t reattached; /* times a console picked this agent up again */
+    struct pt_zmq_watch *monitor; /* the DEALER's events (CURVE only) */
+    int link_down;                /* disconnected since the last handshake */
+    int orphaned;                 /* the console went silent during a run: in the grace period */
+    int64_t orphaned_ns;          /* when */
+    uint64_t reattached;          /* times a console picked this agent up again */
     uint64_t rejected, accepted;
     int leaving;                         /* 1 bye, 2 console lost, 3 signal */
     const volatile sig_atomic_t *signal; /* nonzero: a signal asks the agent to leave */

@@ -9,7 +9,8 @@
  * This file starts the control thread (agent/control.h: arguments, device,
  * keys, sockets) and runs its loop (agent/control.c) until the agent leaves.
  * Exit status: 0 after a bye or a signal, 1 when it could not start, 2 on a
- * usage error, 3 when the console went silent. */
+ * usage error, 3 when the console went silent, 4 when the console refused
+ * this agent's key or handshake. */
 #include <cblas.h>
 #include <errno.h>
 #include <limits.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -30,12 +32,13 @@
 #include "runtime/blas_core.h"
 #include "runtime/comm_nccl.h"
 #include "runtime/trust.h"
+#include "runtime/zmq_watch.h"
 
 #define EXIT_USAGE        2
 #define EXIT_NO_CONSOLE   3
+#define EXIT_REFUSED      4 /* the console refused this agent's key */
 #define THREADS_MAX       1024
 #define NOTIFY_EP_FMT     "inproc://pt-agent-notify-%p"
-#define MONITOR_EP_FMT    "inproc://pt-agent-monitor-%p"
 #define DEFAULT_DATA_BIND "tcp://127.0.0.1:*"
 #define MSG_FRAME_SLACK   4096 /* bytes beyond PT_MSG_MAX_BYTES a control frame may have */
 
@@ -238,17 +241,14 @@ static int open_sockets(pt_agent_ctl *ag)
         fprintf(stderr, "pipetop-agent: --key: %s\n", terr.msg);
         return -1;
     }
-    if (ag->curve && ag->a.grace_ms > 0) {
-        char mep[64];
-        snprintf(mep, sizeof mep, MONITOR_EP_FMT, (void *)ag);
-        ag->monitor = zmq_socket(ag->ctx, ZMQ_PAIR);
-        if (!ag->monitor ||
-            zmq_socket_monitor(ag->dealer, mep,
-                               ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0 ||
-            zmq_connect(ag->monitor, mep) != 0) {
-            fprintf(stderr, "pipetop-agent: control monitor: %s\n", zmq_strerror(errno));
-            return -1;
-        }
+    /* With CURVE, the DEALER's events: a refused key is said at once (libzmq
+     * never retries a refused handshake), and a console restart within the
+     * grace is picked up (agent/control.c) */
+    if (ag->curve &&
+        pt_zmq_watch_start(ag->ctx, ag->dealer, ZMQ_EVENT_DISCONNECTED | PT_WATCH_HANDSHAKE_EVENTS,
+                           &ag->monitor, &terr) < 0) {
+        fprintf(stderr, "pipetop-agent: control monitor: %s\n", terr.msg);
+        return -1;
     }
     if (zmq_connect(ag->dealer, ag->a.console) != 0) {
         fprintf(stderr, "pipetop-agent: --console %s: %s\n", ag->a.console, zmq_strerror(errno));
@@ -366,6 +366,8 @@ static void install_signals(void)
 int main(int argc, char **argv)
 {
     pt_blas_fixup_core(argv); /* may restart the process with faster BLAS kernels */
+    umask(077);          /* checkpoints and logs are the user's alone, as the console's files */
+    pt_fd_limit_raise(); /* its peers' connections, its data rings' files */
     pt_agent_ctl ag;
     memset(&ag, 0, sizeof ag);
     int st = parse_args(argc, argv, &ag.a);
@@ -425,15 +427,12 @@ int main(int argc, char **argv)
     fprintf(stderr,
             "pipetop-agent %s: leaving: %s; control messages: %llu accepted, %llu rejected\n",
             ag.id, ag.why, (unsigned long long)ag.accepted, (unsigned long long)ag.rejected);
-    if (ag.monitor) {
-        zmq_socket_monitor(ag.dealer, NULL, 0);
-        zmq_close(ag.monitor);
-    }
+    pt_zmq_watch_stop(&ag.monitor);
     zmq_close(ag.dealer);
     zmq_close(ag.notify);
     if (joined == 0) {
         zmq_ctx_term(ag.ctx); /* a worker that did not end may still hold sockets */
         pt_device_close(&ag.be);
     }
-    return ag.leaving == 2 ? EXIT_NO_CONSOLE : 0;
+    return ag.leaving == 2 ? EXIT_NO_CONSOLE : ag.leaving == 4 ? EXIT_REFUSED : 0;
 }

@@ -2,10 +2,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -176,9 +179,13 @@ int pt_file_save_stream(const char *path, int (*write)(FILE *f, void *user, pt_e
     return commit_tmp(fd, tmp, path, err);
 }
 
+/* mode: the file's exact mode; FILE_MODE_UMASK: 0666 less the process's
+ * umask (pipetop and its agent set 077: docs/deploy.md, "Files"). */
+#define FILE_MODE_UMASK 0x10000u
+
 int pt_file_write_atomic(const char *path, const void *data, size_t len, pt_error *err)
 {
-    return pt_file_write_atomic_mode(path, data, len, 0644, err);
+    return pt_file_write_atomic_mode(path, data, len, FILE_MODE_UMASK, err);
 }
 
 int pt_file_write_atomic_mode(const char *path, const void *data, size_t len, unsigned mode,
@@ -187,9 +194,16 @@ int pt_file_write_atomic_mode(const char *path, const void *data, size_t len, un
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     unlink(tmp); /* a leftover of a crashed writer may carry a wider mode */
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, (mode_t)mode);
+    int exact = mode != FILE_MODE_UMASK;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, exact ? (mode_t)(mode & 07777) : 0666);
     if (fd < 0)
         return pt_error_set(err, PT_EIO, "%s: %s", tmp, strerror(errno));
+    if (exact && fchmod(fd, (mode_t)(mode & 07777)) != 0) { /* the umask takes no part */
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        return pt_error_set(err, PT_EIO, "%s: chmod: %s", tmp, strerror(e));
+    }
     const char *p = data;
     size_t left = len;
     while (left > 0) {
@@ -219,7 +233,7 @@ int pt_mkdir_p(const char *path, pt_error *err)
         if (buf[i] == '/' || buf[i] == '\0') {
             char c = buf[i];
             buf[i] = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST) /* the umask decides */
                 return pt_error_set(err, PT_EIO, "%s: mkdir: %s", buf, strerror(errno));
             buf[i] = c;
         }
@@ -259,4 +273,107 @@ int pt_path_join_inside(const char *root, const char *rel, char *out, size_t cap
     if (n < 0 || (size_t)n >= cap)
         return pt_error_set(err, PT_EINVAL, "%s/%s: path too long", root, rel);
     return 0;
+}
+
+/* ---- folder locks ---- */
+
+#define LOCKS_MAX 16 /* folders one process locks (a console restarting runs keeps one) */
+static struct {
+    char path[4096];
+    int fd;
+} held_locks[LOCKS_MAX];
+static int held_count;
+
+static long lock_pid(int fd)
+{
+    char buf[32] = "";
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    return n > 0 ? strtol(buf, NULL, 10) : 0;
+}
+
+int pt_dir_lock(const char *dir, pt_error *err)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, PT_DIR_LOCK_FILE) >= (int)sizeof path)
+        return pt_error_set(err, PT_EINVAL, "%s: name too long", dir);
+    for (int i = 0; i < held_count; i++)
+        if (!strcmp(held_locks[i].path, path))
+            return 0;
+    if (held_count == LOCKS_MAX)
+        return pt_error_set(err, PT_ERANGE, "%s: more than %d folders locked", dir, LOCKS_MAX);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return pt_error_set(err, PT_EIO, "%s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        long pid = lock_pid(fd);
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return pt_error_set(err, PT_ESTATE,
+                                "%s is in use by another run (pid %ld holds %s): give another "
+                                "--run-dir, or wait for it to end",
+                                dir, pid, path);
+        return pt_error_set(err, PT_EIO, "%s: flock: %s", path, strerror(e));
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        int e = errno;
+        close(fd);
+        return pt_error_set(err, PT_EIO, "%s: %s", path, strerror(e));
+    }
+    snprintf(held_locks[held_count].path, sizeof held_locks[0].path, "%s", path);
+    held_locks[held_count++].fd = fd;
+    return 0;
+}
+
+int pt_dir_lock_holder(const char *dir, long *pid)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, PT_DIR_LOCK_FILE);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return 0;
+    int held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    if (pid)
+        *pid = held ? lock_pid(fd) : 0;
+    close(fd); /* also drops the shared lock when it was taken */
+    return held;
+}
+
+/* ---- descriptors ---- */
+
+static int reserved_fd[PT_FD_RESERVE];
+static int reserved_n;
+
+int pt_fd_reserve(int n)
+{
+    if (n > PT_FD_RESERVE)
+        n = PT_FD_RESERVE;
+    while (reserved_n < n) {
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return PT_EIO;
+        reserved_fd[reserved_n++] = fd;
+    }
+    return 0;
+}
+
+void pt_fd_reserve_release(void)
+{
+    while (reserved_n > 0)
+        close(reserved_fd[--reserved_n]);
+}
+
+long pt_fd_limit_raise(void)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0)
+        return -1;
+    if (r.rlim_cur < r.rlim_max) {
+        r.rlim_cur = r.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &r) != 0)
+            return -1;
+    }
+    return r.rlim_cur == RLIM_INFINITY ? LONG_MAX : (long)r.rlim_cur;
 }

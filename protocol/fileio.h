@@ -27,11 +27,14 @@ int pt_file_open_regular(const char *path, long long cap, int *fd, long long *si
 int pt_file_read(const char *path, char **out, size_t *len, pt_error *err);
 
 /* Writes len bytes to path via "<path>.tmp.<pid>", fsync, rename, and fsync
- * of the directory, so a crash leaves either the old or the new file. */
+ * of the directory, so a crash leaves either the old or the new file. The
+ * file's mode is 0666 less the umask (pipetop and its agent run with 077:
+ * 0600). */
 int pt_file_write_atomic(const char *path, const void *data, size_t len, pt_error *err);
 
-/* pt_file_write_atomic with the new file's mode (e.g. 0600 for a secret key:
- * the temporary file is created with it, so the data is never more readable). */
+/* pt_file_write_atomic with the new file's exact mode, the umask aside (0600
+ * for a secret key, 0644 for a public one: the temporary file is created
+ * with it, so the data is never more readable). */
 int pt_file_write_atomic_mode(const char *path, const void *data, size_t len, unsigned mode,
                               pt_error *err);
 
@@ -46,8 +49,34 @@ int pt_file_save_text(const char *path, char *text, pt_error *err);
 int pt_file_save_stream(const char *path, int (*write)(FILE *f, void *user, pt_error *err),
                         void *user, pt_error *err);
 
-/* mkdir -p; 0 or PT_EIO. */
+/* mkdir -p (modes 0777 less the umask: 0700 in pipetop); 0 or PT_EIO. */
 int pt_mkdir_p(const char *path, pt_error *err);
+
+/* Descriptors held in reserve (a process-wide few, open on /dev/null), so
+ * that the writes that must not fail -- a checkpoint's commit, the run
+ * record -- find descriptors even when a flood of connections has taken
+ * every other one: pt_fd_reserve_release closes them just before such a
+ * write, pt_fd_reserve takes them again after (as many as it can now;
+ * it is called again later). 0, or PT_EIO when it got fewer than n. */
+#define PT_FD_RESERVE 16
+int pt_fd_reserve(int n);
+void pt_fd_reserve_release(void);
+
+/* Raises this process's descriptor limit (RLIMIT_NOFILE) to its hard limit;
+ * the new soft limit, or -1. */
+long pt_fd_limit_raise(void);
+
+/* Locks folder dir for this process (flock on dir/PT_DIR_LOCK_FILE, which
+ * holds the holder's pid): a run folder belongs to one run at a time. The
+ * lock lasts until the process ends (the descriptor is close-on-exec, so
+ * processes it starts do not hold it); taking it again in the same process
+ * is a no-op. PT_ESTATE, err naming the holder's pid, when another process
+ * holds it; PT_EIO when the lock file cannot be made. */
+#define PT_DIR_LOCK_FILE ".lock"
+int pt_dir_lock(const char *dir, pt_error *err);
+/* Whether some process holds dir's lock: 1 and *pid (not NULL) its pid
+ * (0 if unknown), 0 when none does (or dir has no lock file). */
+int pt_dir_lock_holder(const char *dir, long *pid);
 
 /* Whether rel names a place inside some folder when joined to it: not
  * empty, not absolute, no ".." component (components are split at '/').

@@ -11,8 +11,7 @@
 
 #include "protocol/fileio.h"
 
-#define KEYFILE_MAGIC  "pipetop-key"
-#define LINE_MAX_SHOWN 40
+#define KEYFILE_MAGIC "pipetop-key"
 #define PT_ALLOWLIST_PATH_MAX                                                                      \
     4096 /* bytes of an allow-list path or an entry of it */ /* characters of a bad line quoted in \
                                                                 an error */
@@ -38,12 +37,14 @@ int pt_key_z85_valid(const char *s)
     return 1;
 }
 
-static int fail_line(pt_error *err, const char *source, int lineno, const char *what,
-                     const char *line, size_t n)
+/* A line that is not what was expected. Its text is never shown: a key
+ * file's lines hold secrets, and a file given in its place (a password
+ * file, say) holds someone else's; the line number and the field say
+ * enough to find it. */
+static int fail_line(pt_error *err, const char *source, int lineno, const char *what)
 {
-    return pt_error_set(err, PT_EPARSE, "%s: line %d: %s (\"%.*s%s\")", source, lineno, what,
-                        (int)(n < LINE_MAX_SHOWN ? n : LINE_MAX_SHOWN), line,
-                        n > LINE_MAX_SHOWN ? "..." : "");
+    return pt_error_set(err, PT_EPARSE, "%s: line %d: %s (the line's text is not shown)", source,
+                        lineno, what);
 }
 
 int pt_keyfile_parse(const char *text, size_t len, const char *source, pt_keyfile *out,
@@ -75,7 +76,7 @@ int pt_keyfile_parse(const char *text, size_t len, const char *source, pt_keyfil
         if (n == 0 || line[0] == '#')
             continue;
         if (memchr(line, '\0', n))
-            return fail_line(err, src, lineno, "a NUL byte", "", 0);
+            return fail_line(err, src, lineno, "a NUL byte");
         char word[16], value[64];
         size_t w = 0;
         while (w < n && line[w] != ' ' && line[w] != '\t')
@@ -84,25 +85,26 @@ int pt_keyfile_parse(const char *text, size_t len, const char *source, pt_keyfil
         while (v0 < n && (line[v0] == ' ' || line[v0] == '\t'))
             v0++;
         if (w >= sizeof word || n - v0 >= sizeof value || v0 == n)
-            return fail_line(err, src, lineno, "not \"WORD VALUE\"", line, n);
+            return fail_line(err, src, lineno, "not \"WORD VALUE\"");
         memcpy(word, line, w);
         word[w] = '\0';
         memcpy(value, line + v0, n - v0);
         value[n - v0] = '\0';
         if (!seen_magic) {
             if (strcmp(word, KEYFILE_MAGIC))
-                return fail_line(err, src, lineno, "the first line must be \"" KEYFILE_MAGIC " 1\"",
-                                 line, n);
+                return fail_line(err, src, lineno,
+                                 "the first line must be \"" KEYFILE_MAGIC " 1\"");
             if (strcmp(value, "1"))
                 return pt_error_set(err, PT_EUNSUPP,
-                                    "%s: line %d: version \"%s\" (this pipetop reads version %d)",
-                                    src, lineno, value, PT_KEYFILE_VERSION);
+                                    "%s: line %d: a version other than %d (this pipetop reads "
+                                    "version %d)",
+                                    src, lineno, PT_KEYFILE_VERSION, PT_KEYFILE_VERSION);
             seen_magic = 1;
             continue;
         }
         int is_public = !strcmp(word, "public"), is_secret = !strcmp(word, "secret");
         if (!is_public && !is_secret)
-            return fail_line(err, src, lineno, "unknown field (public, secret)", line, n);
+            return fail_line(err, src, lineno, "unknown field (public, secret)");
         if ((is_public && seen_public) || (is_secret && seen_secret))
             return pt_error_set(err, PT_EPARSE, "%s: line %d: %s: given twice", src, lineno, word);
         if (!pt_key_z85_valid(value))
@@ -151,6 +153,11 @@ int pt_keyfile_load(const char *path, pt_keyfile *out, pt_error *err)
     pt_keyfile k;
     if ((rc = pt_keyfile_parse(text, n, path, &k, err)) < 0)
         return rc;
+    if (st.st_uid != geteuid())
+        return pt_error_set(err, PT_EINVAL,
+                            "%s: owned by uid %u, not by this user (uid %u): a key file must be "
+                            "the user's own, as ssh requires",
+                            path, (unsigned)st.st_uid, (unsigned)geteuid());
     if (k.has_secret && (st.st_mode & 077))
         return pt_error_set(err, PT_EINVAL,
                             "%s: holds a secret key but its mode is %04o (readable or writable by "
@@ -231,6 +238,20 @@ static int agent_name_valid(const char *name)
     return 1;
 }
 
+/* A word that may name a key file: a path of printable characters with no
+ * ':' or '$' (what a password or shadow line has) and not longer than a
+ * path we keep. */
+static int key_file_like(const char *w)
+{
+    size_t n = strlen(w);
+    if (n == 0 || n >= PT_ALLOWLIST_PATH_MAX)
+        return 0;
+    for (; *w; w++)
+        if (*w < '!' || *w > '~' || *w == ':' || *w == '$')
+            return 0;
+    return 1;
+}
+
 int pt_allowlist_load_named(const char *path, char (*keys)[PT_KEY_Z85_LEN + 1],
                             char (*names)[PT_ALLOW_NAME_MAX], int cap, int *n, pt_error *err)
 {
@@ -269,9 +290,9 @@ int pt_allowlist_load_named(const char *path, char (*keys)[PT_KEY_Z85_LEN + 1],
             rest[strcspn(rest, " \t\r")] = '\0';
             if (!agent_name_valid(name)) {
                 rc = pt_error_set(err, PT_EPARSE,
-                                  "%s: line %d: agent=\"%s\" is not an agent name (1-%d "
-                                  "characters of [A-Za-z0-9._:@-])",
-                                  path, lineno, name, PT_ALLOW_NAME_MAX - 1);
+                                  "%s: line %d: agent=: not an agent name (1-%d characters of "
+                                  "[A-Za-z0-9._:@-])",
+                                  path, lineno, PT_ALLOW_NAME_MAX - 1);
                 break;
             }
         }
@@ -285,11 +306,25 @@ int pt_allowlist_load_named(const char *path, char (*keys)[PT_KEY_Z85_LEN + 1],
             snprintf(file, sizeof file, "%s%s", dir, line);
             arg = file;
         }
+        /* what a bad line holds is not shown (it may be a secret, or
+         * another file's text); a key file it names says what is wrong
+         * with it, under its own name */
         pt_error sub = {0};
-        if ((rc = pt_key_arg_public(arg, keys[*n], &sub)) < 0) {
+        if (!pt_key_z85_valid(line) && !key_file_like(line)) {
             rc = pt_error_set(err, PT_EPARSE,
-                              "%s: line %d: not a Z85 public key nor a readable key file (%s)",
-                              path, lineno, sub.msg);
+                              "%s: line %d: not a Z85 public key (%d characters) nor the name "
+                              "of a key file (the line's text is not shown)",
+                              path, lineno, PT_KEY_Z85_LEN);
+            break;
+        }
+        if ((rc = pt_key_arg_public(arg, keys[*n], &sub)) < 0) {
+            /* the key file's own words, without its name (the line's text) */
+            size_t skip = strlen(arg);
+            const char *why = !strncmp(sub.msg, arg, skip) && sub.msg[skip] == ':'
+                                  ? sub.msg + skip + 1 + (sub.msg[skip + 1] == ' ')
+                                  : pt_strerror(rc);
+            rc = pt_error_set(err, PT_EPARSE, "%s: line %d: the key file it names: %s", path,
+                              lineno, why);
             break;
         }
         if (names)

@@ -76,7 +76,10 @@ typedef struct pt_layer_shape {
 /* Limits that keep shape arithmetic exact and inputs from outside bounded. */
 #define PT_MODEL_DIM_MAX         (1 << 24) /* any size: out, vocab, dim, heads, classes, input dims */
 #define PT_MODEL_ELEMS_MAX       (1LL << 40) /* floats per sample of any activation */
-#define PT_MODEL_PARAMS_MAX      (1LL << 50) /* learnable floats of the whole model */
+/* Learnable floats of the whole model: 2^42 (4.4e12), above the largest
+ * models planned (GPT-3, 1.75e11; trillion-parameter ones), below what
+ * no machine could hold (2^48 floats is a petabyte of weights). */
+#define PT_MODEL_PARAMS_MAX (1LL << 42)
 #define PT_MODEL_LAYERS_MAX      4096        /* layers of one chain (top level or a body) */
 #define PT_MODEL_NESTING_MAX     8           /* residual bodies inside residual bodies */
 #define PT_LAYERNORM_EPS_DEFAULT 1e-5f

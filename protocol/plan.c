@@ -29,7 +29,7 @@ pt_optim_spec pt_optim_default(pt_optim_kind kind)
 {
     pt_optim_spec o = {0};
     o.kind = kind;
-    o.lr = kind == PT_OPTIM_ADAM ? 1e-3f : 0.02f;
+    o.lr = kind == PT_OPTIM_ADAM ? PT_OPTIM_ADAM_LR : PT_OPTIM_SGD_LR;
     o.momentum = 0.9f;
     o.beta1 = 0.9f;
     o.beta2 = 0.999f;

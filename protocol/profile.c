@@ -41,6 +41,8 @@ static const char *const sources[] = {"measured", "analytic", "imported", "calib
 #define US_PER_S     1e6 /* runtime.allreduce_latency_us */
 
 static const pt_jr_range NON_NEGATIVE = {0.0, INFINITY, 0, 0};
+/* A layer's time: finite, and at most a day (1e308 ms printed as "inf ms"). */
+static const pt_jr_range LAYER_MS = {0.0, PT_PROFILE_LAYER_MS_MAX, 0, 0};
 static const pt_jr_range SHARE = {0.0, 1.0, 0, 1}; /* [0, 1) */
 static const pt_jr_range POSITIVE = {0.0, INFINITY, 1, 0};
 #define KERNELS_MAX (1 << 24) /* launches per layer forward */
@@ -106,11 +108,11 @@ static int parse_layer(pt_jr *jr, const cJSON *obj, const char *path, int index,
     char def[PT_NAME_MAX];
     snprintf(def, sizeof def, "layer%d", index);
     if ((rc = pt_jr_str(jr, obj, path, "name", PT_JR_OPTIONAL, def, l->name, sizeof l->name)) < 0 ||
-        (rc = pt_jr_num(jr, obj, path, "fwd_ms", PT_JR_REQUIRED, 0, NON_NEGATIVE, &l->fwd_ms)) <
+        (rc = pt_jr_num(jr, obj, path, "fwd_ms", PT_JR_REQUIRED, 0, LAYER_MS, &l->fwd_ms)) <
             0 ||
-        (rc = pt_jr_num(jr, obj, path, "bwd_ms", PT_JR_REQUIRED, 0, NON_NEGATIVE, &l->bwd_ms)) <
+        (rc = pt_jr_num(jr, obj, path, "bwd_ms", PT_JR_REQUIRED, 0, LAYER_MS, &l->bwd_ms)) <
             0 ||
-        (rc = pt_jr_num(jr, obj, path, "recompute_ms", PT_JR_OPTIONAL, l->fwd_ms, NON_NEGATIVE,
+        (rc = pt_jr_num(jr, obj, path, "recompute_ms", PT_JR_OPTIONAL, l->fwd_ms, LAYER_MS,
                         &l->recompute_ms)) < 0 ||
         (rc = pt_jr_int64(jr, obj, path, "act_bytes", PT_JR_REQUIRED, 0, 0, PT_JSON_INT_MAX,
                           &l->act_bytes)) < 0 ||

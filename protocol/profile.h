@@ -8,6 +8,9 @@
 #include "protocol/model.h"
 #include "protocol/precision.h"
 
+/* The largest layer time a profile may state (ms): a day. */
+#define PT_PROFILE_LAYER_MS_MAX 86400000.0
+
 typedef struct pt_profile_layer {
     char name[PT_NAME_MAX];
     double fwd_ms;       /* forward time of one micro-batch, >= 0 */

@@ -597,6 +597,8 @@ struct pt_record {
     chunk *arena;
     int version;
     pt_record_summary sum;
+    int64_t skipped;     /* bad lines a lenient read passed over */
+    pt_error first_skip; /* the first one's error */
 };
 
 static int push(pt_record *r, const pt_record_entry *e)
@@ -616,8 +618,8 @@ static int push(pt_record *r, const pt_record_entry *e)
 /* Bytes between two progress reports while parsing. */
 #define RECORD_PROGRESS_BYTES (4 << 20)
 
-static int parse_text(const char *text, size_t len, const char *source, pt_record_progress progress,
-                      void *arg, pt_record **out, pt_error *err)
+static int parse_text(const char *text, size_t len, const char *source, int lenient,
+                      pt_record_progress progress, void *arg, pt_record **out, pt_error *err)
 {
     const char *src = source && *source ? source : "record";
     if (!out)
@@ -662,8 +664,16 @@ static int parse_text(const char *text, size_t len, const char *source, pt_recor
                 break; /* a truncated last line: the run was killed while writing */
         }
         pt_record_entry e;
-        if ((rc = parse_line(&c, line, n, &e, err)) < 0)
-            break;
+        if ((rc = parse_line(&c, line, n, &e, err)) < 0) {
+            /* a lenient read passes over a bad line after the session's, as
+             * the console passes over a bad frame: counted, the first kept */
+            if (!lenient || r->n == 0 || rc == PT_ENOMEM)
+                break;
+            if (!r->skipped++ && err)
+                r->first_skip = *err;
+            rc = 0;
+            continue;
+        }
         if (e.kind == PT_RECORD_SESSION)
             c.version = r->version = e.version;
         if (e.kind == PT_RECORD_PLAN)
@@ -691,7 +701,7 @@ static int parse_text(const char *text, size_t len, const char *source, pt_recor
 int pt_record_parse(const char *text, size_t len, const char *source, pt_record **out,
                     pt_error *err)
 {
-    return parse_text(text, len, source, NULL, NULL, out, err);
+    return parse_text(text, len, source, 0, NULL, NULL, out, err);
 }
 
 int pt_record_load(const char *path, pt_record **out, pt_error *err)
@@ -709,7 +719,7 @@ int pt_record_load_progress(const char *path, pt_record_progress progress, void 
     int rc = pt_file_read(path, &text, &len, err);
     if (rc < 0)
         return rc;
-    rc = parse_text(text, len, path, progress, arg, out, err);
+    rc = parse_text(text, len, path, 1, progress, arg, out, err);
     free(text);
     return rc;
 }
@@ -728,6 +738,15 @@ void pt_record_free(pt_record **rec_p)
     free(r->text);
     free(r);
     *rec_p = NULL;
+}
+
+int64_t pt_record_skipped(const pt_record *rec, pt_error *first)
+{
+    if (!rec)
+        return 0;
+    if (first && rec->skipped)
+        *first = rec->first_skip;
+    return rec->skipped;
 }
 
 int pt_record_version(const pt_record *rec)

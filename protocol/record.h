@@ -175,7 +175,11 @@ typedef struct pt_record_entry {
  * on failure *out is NULL. */
 int pt_record_parse(const char *text, size_t len, const char *source, pt_record **out,
                     pt_error *err);
-/* Reads and parses a file; errors start with its path. */
+/* Reads and parses a file; errors start with its path. Unlike
+ * pt_record_parse, a file read is lenient, as the console is with frames: a
+ * bad line after the session line is passed over and counted
+ * (pt_record_skipped), so that one damaged line does not make a whole run
+ * unreadable; the session line, and no memory, still fail. */
 int pt_record_load(const char *path, pt_record **out, pt_error *err);
 /* The same, calling progress(bytes parsed, bytes in all, arg) every few MiB
  * and once at the end, for large records (a 100 MB record takes seconds). */
@@ -183,6 +187,10 @@ typedef void (*pt_record_progress)(int64_t done, int64_t total, void *arg);
 int pt_record_load_progress(const char *path, pt_record_progress progress, void *arg,
                             pt_record **out, pt_error *err);
 void pt_record_free(pt_record **rec_p); /* NULL-safe; sets *rec_p = NULL */
+
+/* Bad lines the read passed over; first (not NULL) gets the first one's
+ * error ("FILE:LINE: FIELD: REASON") when there was one. */
+int64_t pt_record_skipped(const pt_record *rec, pt_error *first);
 
 int pt_record_version(const pt_record *rec);
 int64_t pt_record_count(const pt_record *rec);

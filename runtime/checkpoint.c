@@ -146,6 +146,17 @@ static uint32_t crc_of(const void *data, size_t bytes)
     return (uint32_t)crc;
 }
 
+/* The index of the first element of v[0..n) that is not a finite number, or
+ * -1: a checkpoint never holds one (a diverged run stops before its next
+ * checkpoint, and a file that holds one is refused on load). */
+static int64_t first_nonfinite(const float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return i;
+    return -1;
+}
+
 int pt_ckpt_read_tensor(const char *dir, const pt_ckpt_tensor *t, float *host, pt_error *err)
 {
     char path[PATH_BYTES];
@@ -186,6 +197,12 @@ int pt_ckpt_read_tensor(const char *dir, const pt_ckpt_tensor *t, float *host, p
                             "(corrupt or replaced file)",
                             path, t->crc32, crc);
     to_little_endian(host, t->count);
+    int64_t nf = first_nonfinite(host, t->count);
+    if (nf >= 0)
+        return pt_error_set(err, PT_ERANGE,
+                            "%s: element %lld of tensor %s is %g, not a finite number (the crc "
+                            "matches: it was saved so); refusing to resume from it",
+                            path, (long long)nf, t->name, (double)host[nf]);
     return 0;
 }
 
@@ -197,6 +214,12 @@ static int write_tensor_file(const char *dir, const char *file, float *host, int
 {
     char path[PATH_BYTES];
     snprintf(path, sizeof path, "%s/%s", dir, file);
+    int64_t bad = first_nonfinite(host, count);
+    if (bad >= 0)
+        return pt_error_set(err, PT_ERANGE,
+                            "%s: element %lld of %lld is %g, not a finite number: a checkpoint "
+                            "of a diverged run is not written",
+                            path, (long long)bad, (long long)count, (double)host[bad]);
     to_little_endian(host, count);
     *crc = crc_of(host, (size_t)count * sizeof(float));
     return pt_file_write_atomic(path, host, (size_t)count * sizeof(float), err);

@@ -163,6 +163,12 @@ int pt_shm_ring_peek(pt_shm_ring *r, pt_shm_rec *rec);
  * a PAD was consumed (read tail again and retry). */
 #define PT_SHM_AGAIN 2
 int pt_shm_ring_peek_from(pt_shm_ring *r, uint64_t tail, pt_shm_rec *rec);
+/* Producer: overwrites the data area from its start with bytes (at most the
+ * capacity) and sets head and tail, as a faulty or hostile producer sharing
+ * the mapping could (the fuzz harness of the consumer). */
+void pt_shm_ring_forge(pt_shm_ring *r, uint64_t head, uint64_t tail, const void *bytes, size_t n);
+/* The ring's capacity in bytes (a power of two). */
+size_t pt_shm_ring_capacity(const pt_shm_ring *r);
 /* The ring's tail now (the receiver's count of consumed bytes). */
 uint64_t pt_shm_ring_tail(const pt_shm_ring *r);
 /* Producer: on, a consumer found asleep by a send is woken only when this is

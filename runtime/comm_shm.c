@@ -477,6 +477,19 @@ int pt_shm_ring_send_fill(pt_shm_ring *r, const unsigned char *hdr, size_t bytes
     return 0;
 }
 
+void pt_shm_ring_forge(pt_shm_ring *r, uint64_t head, uint64_t tail, const void *bytes, size_t n)
+{
+    memset(r->data, 0, r->cap);
+    memcpy(r->data, bytes, n < r->cap ? n : r->cap);
+    atomic_store(&r->ctl->tail, tail);
+    atomic_store(&r->ctl->head, head);
+}
+
+size_t pt_shm_ring_capacity(const pt_shm_ring *r)
+{
+    return r->cap;
+}
+
 /* ---- consumer ----------------------------------------------------------------- */
 
 int pt_shm_ring_peek(pt_shm_ring *r, pt_shm_rec *rec)
@@ -495,6 +508,8 @@ int pt_shm_ring_peek_from(pt_shm_ring *r, uint64_t tail, pt_shm_rec *rec)
     if (head == tail)
         return 0;
     size_t off = (size_t)(tail & (r->cap - 1));
+    if (off & (REC_ALIGN - 1)) /* a producer moved tail (it may): records start aligned */
+        return PT_EPARSE;
     const unsigned char *at = r->data + off;
     uint32_t type;
     uint64_t len;

@@ -116,8 +116,12 @@ static int alloc_buffers(pt_net *net, pt_error *err)
     }
     if (!net->params || !net->grads || !net->ws || (net->recompute && !net->shared_act) ||
         !net->slots || (net->has_loss && (!net->host_out || !net->host_labels)))
-        return pt_error_set(err, PT_ENOMEM, "net: out of memory for layers [%d,%d)", net->first,
-                            net->last);
+        return pt_error_set(err, PT_ENOMEM,
+                            "net: out of memory for layers [%d,%d): %lld weights and as many "
+                            "gradients (%.3g GiB), %lld floats of activations",
+                            net->first, net->last, (long long)n,
+                            2.0 * (double)n * sizeof(float) / (1 << 30),
+                            (long long)c->ws_floats);
     return 0;
 }
 

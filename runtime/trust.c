@@ -138,6 +138,12 @@ struct pt_zap {
     char (*keys)[PT_KEY_Z85_LEN + 1];
     int n_keys;
     int64_t allowed, refused;
+    /* the distinct refused clients (key, or "" for no CURVE, and address),
+     * each handed to pt_zap_take_refusals once; past the table's end only
+     * counted */
+    pt_zap_refusal seen[PT_ZAP_REFUSALS_MAX];
+    int n_seen, n_told;
+    int64_t untold; /* refusals of clients not in the table */
 };
 
 static int key_allowed(pt_zap *z, const char *z85)
@@ -150,13 +156,34 @@ static int key_allowed(pt_zap *z, const char *z85)
     return yes;
 }
 
-static void count(pt_zap *z, int ok)
+/* Remembers a refused client once (by key and address; the key is public). */
+static void note_refusal(pt_zap *z, const char *key, const char *address, const char *why)
+{
+    for (int i = 0; i < z->n_seen; i++)
+        if (!strcmp(z->seen[i].key, key) && !strcmp(z->seen[i].address, address)) {
+            z->seen[i].count++;
+            return;
+        }
+    if (z->n_seen == PT_ZAP_REFUSALS_MAX) {
+        z->untold++;
+        return;
+    }
+    pt_zap_refusal *r = &z->seen[z->n_seen++];
+    snprintf(r->key, sizeof r->key, "%s", key);
+    snprintf(r->address, sizeof r->address, "%s", address);
+    snprintf(r->why, sizeof r->why, "%s", why);
+    r->count = 1;
+}
+
+static void count(pt_zap *z, int ok, const char *key, const char *address, const char *why)
 {
     pthread_mutex_lock(&z->lock);
     if (ok)
         z->allowed++;
     else
         z->refused++;
+    if (!ok)
+        note_refusal(z, key, address, why);
     pthread_cond_broadcast(&z->changed);
     pthread_mutex_unlock(&z->lock);
 }
@@ -212,7 +239,13 @@ static void answer(pt_zap *z)
     /* Counted before the answer goes out: a peer can see the answer's effect
      * (its handshake done, a message through) before this thread runs again,
      * and whoever saw it then must find the handshake counted. */
-    count(z, ok);
+    /* the address (frame 3) as text, only printable bytes: it is shown */
+    char address[PT_ZAP_ADDRESS_MAX] = "", key[PT_KEY_Z85_LEN + 1] = "";
+    for (size_t i = 0; n > 3 && !truncated && i < len[3] && i + 1 < sizeof address; i++)
+        address[i] = frames[3][i] >= ' ' && frames[3][i] <= '~' ? frames[3][i] : '?';
+    if (!ok && !truncated && n == 7 && len[6] == CURVE_KEY_BYTES)
+        zmq_z85_encode(key, (const uint8_t *)frames[6], CURVE_KEY_BYTES);
+    count(z, ok, key, address, why);
     zmq_send(z->rep, ZAP_VERSION, 3, ZMQ_SNDMORE);
     zmq_send(z->rep, n > 1 ? frames[1] : "", id_len, ZMQ_SNDMORE);
     zmq_send(z->rep, code, 3, ZMQ_SNDMORE);
@@ -315,6 +348,18 @@ int64_t pt_zap_allowed_count(pt_zap *z)
     int64_t v = z->allowed;
     pthread_mutex_unlock(&z->lock);
     return v;
+}
+
+int pt_zap_take_refusals(pt_zap *z, pt_zap_refusal *out, int cap, int64_t *untold)
+{
+    pthread_mutex_lock(&z->lock);
+    int n = 0;
+    while (n < cap && z->n_told < z->n_seen)
+        out[n++] = z->seen[z->n_told++];
+    if (untold)
+        *untold = z->untold;
+    pthread_mutex_unlock(&z->lock);
+    return n;
 }
 
 int64_t pt_zap_refused_count(pt_zap *z)

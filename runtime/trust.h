@@ -66,6 +66,21 @@ int pt_zap_allow(pt_zap *zap, const char *public_z85, pt_error *err);
  * handshake's outcome (a message through, a failure event) finds it
  * counted. Thread-safe. */
 int64_t pt_zap_allowed_count(pt_zap *zap);
+/* A client whose handshake was refused: its public key (Z85, "" when it did
+ * not speak CURVE), its address as the kernel gave it, the reason, and how
+ * many handshakes it tried. */
+#define PT_ZAP_REFUSALS_MAX 64
+#define PT_ZAP_ADDRESS_MAX  64
+typedef struct pt_zap_refusal {
+    char key[PT_KEY_Z85_LEN + 1];
+    char address[PT_ZAP_ADDRESS_MAX];
+    char why[48];
+    int64_t count;
+} pt_zap_refusal;
+/* The refused clients not handed out yet, each distinct (key, address)
+ * once, up to cap into out; the number. *untold (not NULL): refusals of
+ * clients beyond the first PT_ZAP_REFUSALS_MAX, only counted. Any thread. */
+int pt_zap_take_refusals(pt_zap *z, pt_zap_refusal *out, int cap, int64_t *untold);
 int64_t pt_zap_refused_count(pt_zap *zap);
 
 /* Waits until at least n requests were refused or timeout_ms passed; 0 or

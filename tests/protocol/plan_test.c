@@ -122,7 +122,7 @@ static void test_round_trip_kinds(void)
 static void test_optimizer_defaults(void)
 {
     pt_optim_spec s = pt_optim_default(PT_OPTIM_SGD), a = pt_optim_default(PT_OPTIM_ADAM);
-    CHECK(s.kind == PT_OPTIM_SGD && s.lr == 0.02f && s.momentum == 0.9f);
+    CHECK(s.kind == PT_OPTIM_SGD && s.lr == 0.01f && s.momentum == 0.9f);
     CHECK(a.kind == PT_OPTIM_ADAM && a.lr == 1e-3f && a.beta1 == 0.9f && a.beta2 == 0.999f &&
           a.eps == 1e-8f);
     /* no optimizer: sgd defaults; adam with only lr: the other adam defaults */

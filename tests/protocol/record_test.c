@@ -251,6 +251,41 @@ static void test_write_failure_sticky(void)
     CHECK_STR_CONTAINS(err.msg, "run record /dev/full: cannot write the session line (No space");
 }
 
+/* One damaged line does not make a record unreadable (issue 25, item 9):
+ * the tools' read passes over it, counts it and keeps its error; the lines
+ * around it are read; the strict parser still refuses the file. */
+static void test_bad_line_skipped(void)
+{
+    const char *path = DIR "/damaged.ndjson";
+    pt_record_session ses = {"tcp://c", "tcp://t", 100, 6};
+    pt_record_writer *w = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_record_writer_open(path, &ses, &w, &err) == 0);
+    REQUIRE(pt_record_write_agent(w, "a1", "running", 3) == 0);
+    REQUIRE(pt_record_write_agent(w, "a2", "running", 4) == 0);
+    REQUIRE(pt_record_write_agent(w, "a3", "stopped", 5) == 0);
+    pt_record_writer_close(&w);
+    char *text = NULL;
+    size_t len = 0;
+    REQUIRE(pt_file_read(path, &text, &len, NULL) == 0);
+    char *second = strstr(text, "\"a2\"");
+    REQUIRE(second);
+    memcpy(second, "\x01\x02", 2); /* the a2 line is no longer JSON */
+    REQUIRE(pt_file_write_atomic(path, text, len, NULL) == 0);
+    pt_record *r = NULL;
+    CHECK(pt_record_parse(text, len, path, &r, &err) == PT_EPARSE);
+    free(text);
+    pt_error first = {0};
+    REQUIRE(pt_record_load(path, &r, &err) == 0);
+    CHECK(pt_record_skipped(r, &first) == 1);
+    CHECK_STR_CONTAINS(first.msg, DIR "/damaged.ndjson:3:");
+    CHECK(pt_record_count(r) == 3); /* session, a1, a3 */
+    const pt_record_entry *e = pt_record_at(r, 2);
+    REQUIRE(e);
+    CHECK(e->kind == PT_RECORD_AGENT && !strcmp(e->agent, "a3") && e->line == 4);
+    pt_record_free(&r);
+}
+
 PT_TEST_MAIN({"setup", setup}, {"round_trip", test_round_trip},
-             {"writer_refuses", test_writer_refuses}, {"version_one", test_version_one},
-             {"write_failure_sticky", test_write_failure_sticky})
+             {"bad_line_skipped", test_bad_line_skipped}, {"writer_refuses", test_writer_refuses},
+             {"version_one", test_version_one}, {"write_failure_sticky", test_write_failure_sticky})

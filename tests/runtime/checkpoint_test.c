@@ -611,6 +611,71 @@ static void test_handmade_weights(void)
     remove_dir(dir);
 }
 
+/* A checkpoint never holds a number that is not finite: a save of weights
+ * holding a NaN fails naming the file and leaves the previous checkpoint
+ * the one loaded; a tensor file holding an infinity, with the right crc
+ * (saved so), is refused on load. */
+static void test_nonfinite(void)
+{
+    pt_model_spec *spec = spec_of(MLP_JSON);
+    REQUIRE(spec);
+    const char *dir = fresh_dir();
+    REQUIRE(dir);
+    int L = spec->layer_count;
+    pt_net *net = make_net(spec, 0, L, 3), *other = make_net(spec, 0, L, 4);
+    pt_error err = {0};
+    REQUIRE(pt_ckpt_save(dir, spec, net, NULL, 1, 0, &err) == 0);
+    float *good = params_of(net);
+    const pt_backend *be = pt_net_backend(net);
+    float nan = NAN;
+    be->upload(be, pt_net_params(net) + 5, &nan, sizeof nan);
+    CHECK(pt_ckpt_save(dir, spec, net, NULL, 2, 0, &err) == PT_ERANGE);
+    CHECK_STR_CONTAINS(err.msg, "element 5 of");
+    CHECK_STR_CONTAINS(err.msg, "not a finite number");
+    pt_ckpt_info info;
+    err = (pt_error){0};
+    REQUIRE(pt_ckpt_load(dir, spec, other, NULL, &info, &err) == 0);
+    CHECK(info.step == 1);
+    float *got = params_of(other);
+    CHECK(same_floats(good, got, pt_net_param_count(net)));
+    free(got);
+    free(good);
+    remove_dir(dir);
+
+    /* a tensor file saved with an infinity in it, its crc matching */
+    static const char *json =
+        "{\"v\":1,\"name\":\"hand\",\"input\":{\"kind\":\"float\",\"shape\":[3]},\"layers\":["
+        "{\"type\":\"linear\",\"out\":2},{\"type\":\"softmax_xent\",\"classes\":2}]}";
+    pt_model_spec *hand = spec_of(json);
+    REQUIRE(hand);
+    dir = fresh_dir();
+    REQUIRE(dir);
+    float w[6] = {1, 2, INFINITY, 4, 5, 6}, b[2] = {-1, 0.5f};
+    char path[256], index[1024];
+    snprintf(path, sizeof path, "%s/w.bin", dir);
+    REQUIRE(pt_file_write_atomic(path, w, sizeof w, NULL) == 0);
+    snprintf(path, sizeof path, "%s/b.bin", dir);
+    REQUIRE(pt_file_write_atomic(path, b, sizeof b, NULL) == 0);
+    snprintf(index, sizeof index,
+             "{\"v\":1,\"model\":\"hand\",\"step\":0,\"layers\":[{\"index\":0,\"name\":"
+             "\"linear0\",\"tensors\":[{\"name\":\"weight\",\"file\":\"w.bin\",\"shape\":[3,2],"
+             "\"count\":6,\"crc32\":%lu},{\"name\":\"bias\",\"file\":\"b.bin\",\"shape\":[2],"
+             "\"count\":2,\"crc32\":%lu}]}]}",
+             crc32(0, (const Bytef *)w, sizeof w), crc32(0, (const Bytef *)b, sizeof b));
+    snprintf(path, sizeof path, "%s/index.json", dir);
+    REQUIRE(pt_file_write_atomic(path, index, strlen(index), NULL) == 0);
+    pt_net *hnet = make_net(hand, 0, 2, 9);
+    err = (pt_error){0};
+    CHECK(pt_ckpt_load(dir, hand, hnet, NULL, NULL, &err) == PT_ERANGE);
+    CHECK_STR_CONTAINS(err.msg, "element 2 of tensor weight is inf");
+    pt_net_destroy(&hnet);
+    pt_net_destroy(&net);
+    pt_net_destroy(&other);
+    pt_model_spec_free(&hand);
+    pt_model_spec_free(&spec);
+    remove_dir(dir);
+}
+
 PT_TEST_MAIN({"layouts_match_net", test_layouts_match_net},
              {"roundtrip_mlp_adam", test_roundtrip_mlp_adam},
              {"roundtrip_gpt_sgd", test_roundtrip_gpt_sgd},
@@ -618,4 +683,4 @@ PT_TEST_MAIN({"layouts_match_net", test_layouts_match_net},
              {"crash_before_index", test_crash_before_index}, {"corrupt_files", test_corrupt_files},
              {"bad_index_corpus", test_bad_index_corpus},
              {"mixed_steps_and_kinds", test_mixed_steps_and_kinds},
-             {"handmade_weights", test_handmade_weights})
+             {"handmade_weights", test_handmade_weights}, {"nonfinite", test_nonfinite})

@@ -15,6 +15,7 @@
 #include "protocol/topology.h"
 #include "tui/cli/commands.h"
 #include "tui/cli/inputs.h"
+#include "tui/record/replay.h"
 
 #define CAL_PATH_MAX 4096
 
@@ -128,7 +129,7 @@ int pt_cmd_calibrate(int argc, char **argv)
     pt_topology *topo = NULL, *ctopo = NULL;
     pt_cal_fit fit = {0};
     int status = 1;
-    if (pt_record_load(rec_path, &rec, &err) < 0)
+    if (pt_replay_load(rec_path, &rec, &err) < 0)
         goto fail;
     if (!base_path) {
         snprintf(path, sizeof path, "%s/profile.json", dir);

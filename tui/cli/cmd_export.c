@@ -305,8 +305,15 @@ int pt_cmd_export(int argc, char **argv)
         return 1;
     }
     status = 0;
-    if (set.ops == 0)
-        fprintf(stderr, "pipetop export: %s: no op events in the steps chosen\n", a.path);
+    if (set.ops == 0) {
+        /* a record of only its session line, or a --last/--steps window
+         * outside the run: an empty file would read as a run that did
+         * nothing */
+        fprintf(stderr, "pipetop export: %s: no op events in the steps chosen; nothing written\n",
+                a.path);
+        pt_export_set_release(&set);
+        return 1;
+    }
     if (a.trace)
         status = export_trace(&a, &set);
     if (a.svg && status == 0)

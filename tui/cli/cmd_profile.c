@@ -696,6 +696,10 @@ int pt_cmd_profile(int argc, char **argv)
     int status = parse_args(argc, argv, &a);
     if (status >= 0)
         return status;
+    if (getenv("PT_FAULT_PROFILE")) { /* tests: a measurement that fails */
+        fprintf(stderr, "pipetop profile: failed as asked ($PT_FAULT_PROFILE)\n");
+        return 1;
+    }
     pt_blas_fixup_core(NULL); /* may restart the process with faster BLAS kernels */
     if (a.threads > 0)
         openblas_set_num_threads(a.threads);

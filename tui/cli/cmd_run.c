@@ -299,6 +299,30 @@ static void arg(argv_list *l, const char *name, const char *value)
  * stage is measured whole and in place, every stage replica at once as the
  * agents will run (`pipetop profile --plan P --beside`), into
  * RUN/profile.json; without, layer by layer into RUN/<name>. */
+/* The last lines of a log file, as one line ('|' between them), in out. */
+static void log_tail(const char *path, char *out, size_t cap)
+{
+    char buf[PT_ERROR_MAX / 2];
+    size_t n = 0;
+    out[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long end = ftell(f);
+        fseek(f, end > (long)sizeof buf - 1 ? end - (long)sizeof buf + 1 : 0, SEEK_SET);
+        n = fread(buf, 1, sizeof buf - 1, f);
+    }
+    fclose(f);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        n--;
+    buf[n] = 0;
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] == '\n')
+            buf[i] = '|';
+    snprintf(out, cap, "%s", buf);
+}
+
 static int measure_profile(run_ctx *c, int mb, int workers, const char *plan_path, const char *name,
                            pt_error *err)
 {
@@ -346,8 +370,14 @@ static int measure_profile(run_ctx *c, int mb, int workers, const char *plan_pat
         _exit(127);
     }
     int st = wait_child(pid, PROFILE_TIMEOUT_MS);
-    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        return pt_error_set(err, PT_EIO, "pipetop profile failed (see %s)", log);
+    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        /* the log's end goes into the message: a run folder this run made
+         * is removed when it stops here, log and all */
+        char tail[PT_ERROR_MAX / 2];
+        log_tail(log, tail, sizeof tail);
+        return pt_error_set(err, PT_EIO, "pipetop profile failed (%s): %s",
+                            st < 0 ? "timed out" : "its last words follow", tail);
+    }
     pt_profile_free(&c->in.profile);
     return pt_profile_load(out, &c->in.profile, err);
 }
@@ -543,12 +573,19 @@ static int start_agents(run_ctx *c, pt_error *err)
     return rc;
 }
 
-/* The controller's cancel hook: a second ^C abandons whatever it waits for. */
+/* The controller's cancel hook: a second ^C abandons whatever it waits
+ * for; while it still waits for its agents there is nothing to stop at a
+ * step, so the first ^C or SIGTERM ends the wait. */
 static int interrupted_twice(void *user, pt_error *err)
 {
-    (void)user;
+    const run_ctx *c = user;
     if (g_interrupt > 1) {
         pt_error_set(err, PT_ESTATE, "interrupted twice: abandoning the run");
+        return 1;
+    }
+    if (g_interrupt && c && c->run && pt_run_get_state(c->run) == PT_RUN_WAITING) {
+        pt_error_set(err, PT_ESTATE, "interrupted by %s while waiting for the agents",
+                     g_signal_no == SIGTERM ? "SIGTERM" : "SIGINT");
         return 1;
     }
     return 0;
@@ -863,7 +900,7 @@ static int open_run(run_ctx *c)
                          on_note,
                          c,
                          interrupted_twice,
-                         NULL,
+                         c,
                          c->a.key,
                          c->a.allow,
                          !c->a.external,

@@ -11,6 +11,7 @@
 #include "planner/cost.h"
 #include "planner/schedule.h"
 #include "planner/simulate.h"
+#include "protocol/fileio.h"
 #include "protocol/opts.h"
 #include "tui/cli/cli_error.h"
 #include "tui/cli/commands.h"
@@ -20,7 +21,6 @@
 
 #define PATH_CAP      4096
 #define RUNS_DIR      "runs"
-#define STATUS_LIVE_S 10 /* a record written to this recently belongs to a running run */
 
 /* The newest runs/<name>/run.ndjson (names are timestamps, so the largest)
  * and its folder. */
@@ -73,8 +73,8 @@ static int predict_current(const pt_record *rec, const char *dir, const pt_plan 
 }
 
 /* Where a recorded run stands: "failed" (a failed entry), "finished" (a
- * summary), "running" (the record grew in the last STATUS_LIVE_S seconds),
- * else "stopped" (it ended without a summary: a console quit, a crash). */
+ * summary), "running" (a process holds the run folder's lock), else "ended
+ * without a closing line" (a console killed, a crash). */
 static const char *run_state(const pt_record *rec, const char *record)
 {
     int failed = 0, summary = 0;
@@ -87,10 +87,17 @@ static const char *run_state(const pt_record *rec, const char *record)
         return "failed";
     if (summary)
         return "finished";
-    struct stat st;
-    if (stat(record, &st) == 0 && time(NULL) - st.st_mtime <= STATUS_LIVE_S)
+    /* a live run holds its folder's lock (pt_run_dir_make) */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", record);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    if (pt_dir_lock_holder(dir, NULL))
         return "running";
-    return "stopped";
+    return "ended without a closing line";
 }
 
 static void add_number_or_null(cJSON *o, const char *k, double v)

@@ -30,7 +30,7 @@
 /* Reaches 85.8% test accuracy on Fashion-MNIST after one epoch of fmnist-mlp
  * (batch 64, momentum 0.9) and 87-88% after three; 0.05 reaches 85% too but
  * its first steps overshoot (docs/benchmarks.md). */
-#define DEFAULT_SGD_LR 0.02
+#define DEFAULT_SGD_LR PT_OPTIM_SGD_LR /* the plans' default (protocol/plan.h) */
 #define MAX_BATCH      65536
 #define MAX_THREADS    1024
 
@@ -107,7 +107,7 @@ static int parse_args(int argc, char **argv, train_args *a)
          "samples per step (default " PT_OPTS_STR(DEFAULT_BATCH) ")"},
         {"optimizer", PT_OPT_STRING, &a->optimizer, 0, 0, 0, "K",
          "sgd (with momentum, default) or adam"},
-        {"lr", PT_OPT_DOUBLE, &a->lr, 1e-12, 1e3, 0, "X", "learning rate (sgd 0.02, adam 0.001)"},
+        {"lr", PT_OPT_DOUBLE, &a->lr, 1e-12, 1e3, 0, "X", "learning rate (sgd 0.01, adam 0.001)"},
         {"momentum", PT_OPT_DOUBLE, &a->momentum, 0, 0.999999, 0, "X",
          "sgd momentum (default 0.9)"},
         {"weight-decay", PT_OPT_DOUBLE, &a->weight_decay, 0, 1e3, 0, "X",

@@ -1,6 +1,7 @@
 /* pipetop: plan, run and watch pipeline-parallel training. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "tui/cli/commands.h"
 
@@ -15,6 +16,10 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+    /* Run folders, records, plans, checkpoints and logs are the user's alone
+     * (0700 folders, 0600 files): another local user must not read a run's
+     * weights or its keys (docs/deploy.md, "Files"). */
+    umask(077);
     /* no sub-command (or only console options): the console */
     if (argc < 2 || (argv[1][0] == '-' && strcmp(argv[1], "--help") && strcmp(argv[1], "-h") &&
                      strcmp(argv[1], "--version")))

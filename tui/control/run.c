@@ -83,7 +83,10 @@ int pt_run_dir_make(const char *dir, const char *tag, char *out, size_t cap, pt_
     }
     if (n < 0 || (size_t)n >= cap)
         return pt_error_set(err, PT_EINVAL, "run folder %s: name too long", dir ? dir : "");
-    return pt_mkdir_p(out, err);
+    int rc = pt_mkdir_p(out, err);
+    /* one run per folder: a second would truncate the first's record while
+     * it writes at its old offset, and overwrite its plan and profile */
+    return rc < 0 ? rc : pt_dir_lock(out, err);
 }
 
 /* ---- agent processes */

@@ -67,7 +67,9 @@ typedef enum pt_run_state {
 const char *pt_run_state_name(pt_run_state state);
 
 /* Makes the run folder: dir when given, else runs/<YYYYmmdd-HHMMSS>[-tag]-<pid>
- * (tag NULL or "": none). The name goes to out (cap bytes). 0, or PT_EIO /
+ * (tag NULL or "": none), and locks it for this process (pt_dir_lock: a
+ * folder holds one run at a time). The name goes to out (cap bytes). 0, or
+ * PT_ESTATE (another process's run holds it: err names its pid), PT_EIO /
  * PT_EINVAL (name too long) with err set. */
 int pt_run_dir_make(const char *dir, const char *tag, char *out, size_t cap, pt_error *err);
 

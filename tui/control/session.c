@@ -4,9 +4,11 @@
 #include "tui/control/session_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "protocol/fileio.h"
@@ -54,6 +56,35 @@ void session_record_rejected(pt_session *s, const char *channel, const char *age
 {
     if (s->rec)
         pt_record_write_rejected(s->rec, channel, agent, reason);
+}
+
+void session_rejected_summary(pt_session *s, int64_t now)
+{
+    if (now - s->reject_window_ns < (int64_t)PT_SESSION_REJECT_WINDOW_MS * NS_PER_MS)
+        return;
+    if (s->reject_quiet > 0) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "%lld more messages refused in %d s, counted but not written one by one",
+                 (long long)s->reject_quiet, PT_SESSION_REJECT_WINDOW_MS / 1000);
+        session_record_rejected(s, "control", NULL, why);
+        session_note(s, PT_NOTE_REJECTED, -1, NULL, 0, why);
+    }
+    s->reject_window_ns = now;
+    s->reject_lines = s->reject_quiet = 0;
+}
+
+void session_say_rejected(pt_session *s, int i, const char *channel, const char *agent,
+                          const char *reason)
+{
+    session_rejected_summary(s, pt_msg_now_ns());
+    if (s->reject_lines >= PT_SESSION_REJECT_LINES) {
+        s->reject_quiet++;
+        return;
+    }
+    s->reject_lines++;
+    session_record_rejected(s, channel, agent, reason);
+    session_note(s, PT_NOTE_REJECTED, i, NULL, 0, reason);
 }
 
 void session_set_state(pt_session *s, int i, pt_agent_state st)
@@ -179,6 +210,7 @@ int pt_session_create(const pt_session_config *cfg, pt_session **out, pt_error *
     pt_session *s = calloc(1, sizeof *s);
     if (!s)
         return pt_error_set(err, PT_ENOMEM, "session: out of memory");
+    s->commit_pipe[0] = s->commit_pipe[1] = -1;
     s->hb_ms = cfg->heartbeat_ms ? cfg->heartbeat_ms : PT_SESSION_HEARTBEAT_MS;
     s->missed = cfg->missed_heartbeats ? cfg->missed_heartbeats : PT_SESSION_MISSED_HEARTBEATS;
     s->stall_ms = s->missed * s->hb_ms;
@@ -202,6 +234,31 @@ int pt_session_create(const pt_session_config *cfg, pt_session **out, pt_error *
         goto fail;
     }
     zmq_setsockopt(s->sub, ZMQ_SUBSCRIBE, "", 0);
+    /* A connection that never finishes its handshake (a keyless flood of
+     * TCP connects) holds a descriptor until this ends it, not libzmq's
+     * 30 s. The checkpoint commits run in a process of their own, whose
+     * descriptors a flood cannot take (session_ckpt.c); the record's file
+     * is open from the start. */
+    int hs_ms = PT_SESSION_HANDSHAKE_MS;
+    zmq_setsockopt(s->router, ZMQ_HANDSHAKE_IVL, &hs_ms, sizeof hs_ms);
+    zmq_setsockopt(s->sub, ZMQ_HANDSHAKE_IVL, &hs_ms, sizeof hs_ms);
+    /* A connection whose peer went silent (a cut network) is closed after
+     * the heartbeat bound, as the agent closes its side: the agent's
+     * reconnect under the same routing id is then taken, where a ROUTER
+     * holding the stale connection drops it (a 5 s cut lost a run). The
+     * routing id is the agent's name, bound to its key: a reconnect proves
+     * the key again. */
+    int hb_ivl = PT_SESSION_HEARTBEAT_MS,
+        hb_timeout = PT_SESSION_HEARTBEAT_MS * PT_SESSION_MISSED_HEARTBEATS;
+    zmq_setsockopt(s->router, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
+    zmq_setsockopt(s->router, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
+    pt_fd_limit_raise();
+    if (pipe(s->commit_pipe) != 0) {
+        s->commit_pipe[0] = s->commit_pipe[1] = -1; /* commits then run in this process */
+    } else { /* the agents this console starts must not hold it */
+        fcntl(s->commit_pipe[0], F_SETFD, FD_CLOEXEC);
+        fcntl(s->commit_pipe[1], F_SETFD, FD_CLOEXEC);
+    }
     if ((rc = setup_trust(s, cfg, err)) < 0)
         goto fail;
     if ((rc =
@@ -233,7 +290,13 @@ void pt_session_destroy(pt_session **s_p)
     pt_zap_stop(&s->zap);
     if (s->ctx)
         zmq_ctx_term(s->ctx);
+    s->reject_window_ns = 0; /* the last window's count goes in the record too */
+    s->listener = NULL;
+    session_rejected_summary(s, pt_msg_now_ns());
     pt_record_writer_close(&s->rec);
+    for (int k = 0; k < 2; k++)
+        if (s->commit_pipe[k] >= 0)
+            close(s->commit_pipe[k]);
     pt_telemetry_rx_destroy(&s->rx);
     free(s->agents);
     free(s->reqs);

@@ -44,7 +44,25 @@
 /* Heartbeat period of the console, and how many periods of silence make an
  * agent dead: the heartbeat bound is their product. The agent uses the same
  * figures for the console (agent/agent.h). */
-#define PT_SESSION_HEARTBEAT_MS      250
+#define PT_SESSION_HEARTBEAT_MS 250
+/* Refused handshakes are reported (record and listener) at most this often,
+ * at most PT_SESSION_REFUSALS_TOLD clients at a time (a flood is counted,
+ * not printed line by line). */
+#define PT_SESSION_REFUSALS_MS   1000
+#define PT_SESSION_REFUSALS_TOLD 8
+/* Refused messages (malformed, forged, misaddressed, ...) are each written
+ * to the record and told to the listener up to PT_SESSION_REJECT_LINES in
+ * every PT_SESSION_REJECT_WINDOW_MS; past that they are counted, and one
+ * line per window says how many. */
+#define PT_SESSION_REJECT_LINES     20
+#define PT_SESSION_REJECT_WINDOW_MS 10000
+/* Live agent names one CURVE key may hold (docs/deploy.md: a key per agent,
+ * or one shared by a node's agents): invented names past it are refused. */
+#define PT_SESSION_NAMES_PER_KEY 64
+/* A connection to the console's sockets must finish its handshake within
+ * this (libzmq's default is 30 s): a flood of connections that never speak
+ * holds descriptors this long at most. Agents finish theirs in ms. */
+#define PT_SESSION_HANDSHAKE_MS      5000
 #define PT_SESSION_MISSED_HEARTBEATS 12
 /* Default bind addresses: loopback, ephemeral port. */
 #define PT_SESSION_DEFAULT_BIND "tcp://127.0.0.1:*"

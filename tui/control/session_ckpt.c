@@ -3,7 +3,12 @@
  * written stops the run. */
 #include "tui/control/session_internal.h"
 
+#define CHILD_RESULT_FD 3 /* the commit process's one descriptor besides stdio */
+
 #include <dirent.h>
+#include <errno.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,11 +18,13 @@
 /* ---- checkpoints -------------------------------------------------------------- */
 
 /* Removes a step folder (plain files only, as agents write them). */
-static void remove_step_dir(const char *dir)
+/* Removes a step folder and what is in it: 1 when it is gone after, 0
+ * when it is still there (nothing to remove it with: no descriptor left). */
+static int remove_step_dir(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d)
-        return;
+        return access(dir, F_OK) != 0;
     struct dirent *de;
     char path[PT_MSG_PATH_MAX + 300];
     while ((de = readdir(d))) {
@@ -27,7 +34,7 @@ static void remove_step_dir(const char *dir)
         unlink(path);
     }
     closedir(d);
-    rmdir(dir);
+    return rmdir(dir) == 0 || access(dir, F_OK) != 0;
 }
 
 /* A run record that cannot be written stops the run: a record cut short
@@ -67,6 +74,74 @@ int pt_session_stall_ms(const pt_session *s)
     return s ? s->stall_ms : 0;
 }
 
+/* Closes every descriptor from fd on (close_range, else one by one). */
+static void close_from(int fd)
+{
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, (unsigned)fd, ~0U, 0) == 0)
+        return;
+#endif
+    long max = sysconf(_SC_OPEN_MAX);
+    for (long k = fd; k < max; k++)
+        close((int)k);
+}
+
+typedef struct commit_result {
+    int rc, removed;
+    char msg[PT_ERROR_MAX];
+} commit_result;
+
+/* The commit and the `latest` pointer; a failed commit's folder removed
+ * when remove_failed (r->removed: 1 when it is gone). */
+static void commit_here(pt_session *s, const char *dir, int64_t n, int remove_failed,
+                        commit_result *r)
+{
+    pt_error e = {0};
+    r->rc = s->commit(s->commit_user, dir, n, s->stage_count, &e);
+    if (r->rc == 0)
+        r->rc = pt_ckpt_latest_save(s->ckpt_dir, n, &e);
+    r->removed = r->rc < 0 && remove_failed && remove_step_dir(dir);
+    snprintf(r->msg, sizeof r->msg, "%s", e.msg);
+}
+
+/* The commit, here; when it fails, once more in a child process that
+ * closes every descriptor the console holds (its connections among them):
+ * a flood of connections can take every descriptor of this process (libzmq
+ * accepts into any that frees up, so none can be held in reserve), and the
+ * child has its own. The result comes back over a pipe made when the
+ * session started (s->commit_pipe). A commit that fails there too fails
+ * for another reason, and its folder is removed there, where there are the
+ * descriptors to do it. Only a failure pays for the fork: a run that
+ * checkpoints every few milliseconds forked faster than it heartbeated. */
+static int commit_apart(pt_session *s, const char *dir, int64_t n, int *removed, pt_error *err)
+{
+    commit_result r = {0};
+    commit_here(s, dir, n, s->commit_pipe[0] < 0, &r);
+    pid_t pid = -1;
+    if (r.rc < 0 && s->commit_pipe[0] >= 0) {
+        fflush(NULL);
+        pid = fork();
+    }
+    if (pid == 0) {
+        dup2(s->commit_pipe[1], CHILD_RESULT_FD);
+        close_from(CHILD_RESULT_FD + 1);
+        commit_here(s, dir, n, 1, &r);
+        _exit(write(CHILD_RESULT_FD, &r, sizeof r) == (ssize_t)sizeof r ? 0 : 1);
+    }
+    if (pid > 0) {
+        ssize_t got;
+        do
+            got = read(s->commit_pipe[0], &r, sizeof r);
+        while (got < 0 && errno == EINTR);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+        if (got != (ssize_t)sizeof r)
+            r = (commit_result){PT_EIO, 0, "checkpoint commit: its process said nothing"};
+    }
+    *removed = r.removed;
+    return r.rc < 0 ? pt_error_set(err, r.rc, "%s", r.msg) : 0;
+}
+
 void session_try_commit(pt_session *s)
 {
     if (!s->ckpt_dir[0] || !s->commit || s->worker_count == 0)
@@ -85,9 +160,8 @@ void session_try_commit(pt_session *s)
     snprintf(dir, sizeof dir, "%s/step-%lld", s->ckpt_dir, (long long)n);
     pt_error err = {0};
     int64_t t0 = pt_msg_now_ns();
-    int rc = s->commit(s->commit_user, dir, n, s->stage_count, &err);
-    if (rc == 0)
-        rc = pt_ckpt_latest_save(s->ckpt_dir, n, &err);
+    int removed = 0;
+    int rc = commit_apart(s, dir, n, &removed, &err);
     double commit_ms = (double)(pt_msg_now_ns() - t0) / 1e6;
     if (rc < 0) {
         /* A checkpoint that cannot be committed stops the run (it would go
@@ -97,9 +171,12 @@ void session_try_commit(pt_session *s)
         snprintf(text, sizeof text, "checkpoint step %lld: %s", (long long)n, err.msg);
         if (s->rec)
             pt_record_write_checkpoint_failed(s->rec, n, dir, text);
-        remove_step_dir(dir);
+        int gone = removed || remove_step_dir(dir);
+        /* what is on disk, as it is: latest still names the last commit */
         if (!s->fatal[0])
-            snprintf(s->fatal, sizeof s->fatal, "%.440s (the step folder was removed)", text);
+            snprintf(s->fatal, sizeof s->fatal, "%.400s (%s)", text,
+                     gone ? "the step folder was removed"
+                          : "the step folder is left on disk, not named by latest: remove it");
         session_note(s, PT_NOTE_ERROR, -1, NULL, n, text);
         return;
     }

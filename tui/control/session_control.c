@@ -9,6 +9,8 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "protocol/quote.h"
+
 /* ---- sending ---------------------------------------------------------------- */
 
 /* Encodes and queues m for agent i (its seq and agent id are filled in). */
@@ -254,8 +256,7 @@ void session_reject(pt_session *s, int i, const char *channel, const char *agent
     } else {
         s->counts.telemetry_rejected++;
     }
-    session_record_rejected(s, channel, agent, reason);
-    session_note(s, PT_NOTE_REJECTED, i, NULL, 0, reason);
+    session_say_rejected(s, i, channel, agent, reason);
 }
 
 /* The key a name is bound to before it registered ("" none). */
@@ -367,7 +368,12 @@ static void on_error(pt_session *s, int i, const pt_msg *m, int64_t now)
         session_drop_requests_of(s, i);
         session_set_state(s, i, PT_AGENT_FAILED);
     }
-    session_note(s, PT_NOTE_ERROR, i, m, 0, m->u.error.reason);
+    /* the agent's own words, quoted and cut: not pipetop's */
+    char said[PT_QUOTE_SHOWN_MAX * 4 + 8], text[PT_MSG_TEXT_MAX + 64], d[PT_ERROR_MAX];
+    session_describe(&e->pub, d, sizeof d);
+    snprintf(text, sizeof text, "%s reported: %s", d,
+             pt_quote(m->u.error.reason, said, sizeof said));
+    session_note(s, PT_NOTE_ERROR, i, m, 0, text);
 }
 
 static void on_bye(pt_session *s, int i, const pt_msg *m, int64_t now)
@@ -437,6 +443,21 @@ static void take_register(pt_session *s, int i, const pt_msg *m, int64_t now, co
                  pt_agent_state_name(s->agents[i].pub.state));
         session_reject(s, i, "control", m->agent, why);
         return;
+    }
+    if (i < 0 && key && key[0]) {
+        /* a key serves the agents of one node at most (keys may be shared
+         * there): it cannot fill the table with invented names */
+        int held = 0;
+        for (int j = 0; j < s->n; j++)
+            held += session_live(&s->agents[j]) && !strcmp(s->agents[j].pub.public_key, key);
+        if (held >= PT_SESSION_NAMES_PER_KEY) {
+            snprintf(why, sizeof why,
+                     "control (register) as %s: its key already holds %d live names, the most "
+                     "one key may (the agents of one node)",
+                     m->agent, held);
+            session_reject(s, -1, "control", NULL, why);
+            return;
+        }
     }
     s->counts.control_received++;
     session_record_frame(s, PT_RECORD_RECV, "control", 0, body, len);
@@ -536,8 +557,7 @@ static int over_budget(pt_session *s, const char *ident, size_t ident_len, size_
         snprintf(why, sizeof why,
                  "control: %s sends more than %d bytes/s; its messages are dropped unread",
                  i >= 0 ? id : "a sender not registered", PT_SESSION_PEER_BYTES_PER_S);
-        session_record_rejected(s, "control", i >= 0 ? id : NULL, why);
-        session_note(s, PT_NOTE_REJECTED, i, NULL, 0, why);
+        session_say_rejected(s, i, "control", i >= 0 ? id : NULL, why);
     }
     return 1;
 }
@@ -594,6 +614,41 @@ static int drain_control(pt_session *s, pt_error *err)
     return 0;
 }
 
+/* Refused handshakes, at most every PT_SESSION_REFUSALS_MS: each refused
+ * client (public key and address) once, in the record and to the listener,
+ * then only a count of those past the ZAP handler's table. A refused
+ * client never reaches the session otherwise: its handshake fails. */
+static void report_refusals(pt_session *s, int64_t now)
+{
+    if (!s->zap || now - s->refusals_told_ns < (int64_t)PT_SESSION_REFUSALS_MS * NS_PER_MS)
+        return;
+    s->refusals_told_ns = now;
+    pt_zap_refusal r[PT_SESSION_REFUSALS_TOLD];
+    int64_t untold = 0;
+    int n = pt_zap_take_refusals(s->zap, r, PT_SESSION_REFUSALS_TOLD, &untold);
+    for (int k = 0; k < n; k++) {
+        char why[PT_MSG_TEXT_MAX];
+        if (r[k].key[0])
+            snprintf(why, sizeof why,
+                     "handshake refused: public key %s from %s: %s (%lld tries so far)", r[k].key,
+                     r[k].address[0] ? r[k].address : "?", r[k].why, (long long)r[k].count);
+        else
+            snprintf(why, sizeof why, "handshake refused: a client from %s: %s (%lld tries so far)",
+                     r[k].address[0] ? r[k].address : "?", r[k].why, (long long)r[k].count);
+        session_record_rejected(s, "control", NULL, why);
+        session_note(s, PT_NOTE_REJECTED, -1, NULL, 0, why);
+    }
+    if (untold > s->refusals_untold) {
+        char why[PT_MSG_TEXT_MAX];
+        snprintf(why, sizeof why,
+                 "handshake refused: %lld more handshakes from clients past the first %d",
+                 (long long)(untold - s->refusals_untold), PT_ZAP_REFUSALS_MAX);
+        s->refusals_untold = untold;
+        session_record_rejected(s, "control", NULL, why);
+        session_note(s, PT_NOTE_REJECTED, -1, NULL, 0, why);
+    }
+}
+
 int pt_session_poll(pt_session *s, int timeout_ms, pt_error *err)
 {
     if (!s)
@@ -612,6 +667,8 @@ int pt_session_poll(pt_session *s, int timeout_ms, pt_error *err)
             s->next_hb_ns = now + (int64_t)s->hb_ms * NS_PER_MS;
         }
         check_silence(s, now);
+        report_refusals(s, now);
+        session_rejected_summary(s, now);
         int64_t until = deadline < s->next_hb_ns ? deadline : s->next_hb_ns;
         long wait_ms = until > now ? (long)((until - now + NS_PER_MS - 1) / NS_PER_MS) : 0;
         zmq_pollitem_t items[2] = {{s->router, 0, ZMQ_POLLIN, 0}, {s->sub, 0, ZMQ_POLLIN, 0}};

@@ -53,7 +53,12 @@ typedef struct request {
 struct pt_session {
     uint64_t run_token; /* the data plane's (runtime/comm.h), random per session; 0: not yet */
     void *ctx, *router, *sub;
-    pt_zap *zap; /* NULL: no CURVE */
+    pt_zap *zap;              /* NULL: no CURVE */
+    int64_t refusals_told_ns; /* when refused handshakes were last reported */
+    /* refused messages written one by one in the window that began at
+     * reject_window_ns, and the ones only counted since */
+    int64_t reject_window_ns, reject_lines, reject_quiet;
+    int64_t refusals_untold; /* refused clients only counted, as of that report */
     char public_key[PT_KEY_Z85_LEN + 1];
     bound_name *bound;
     int nbound, boundcap;
@@ -76,6 +81,7 @@ struct pt_session {
     int worker_count, stage_count;
     char ckpt_dir[PT_MSG_PATH_MAX];
     int64_t committed;
+    int commit_pipe[2];                 /* the commit process's result (session_ckpt.c); -1: none */
     int64_t kept[PT_SESSION_CKPT_KEEP]; /* steps this session committed, newest last */
     int kept_n;
     pt_session_listener listener;
@@ -100,6 +106,14 @@ void session_record_frame(pt_session *s, pt_record_line_kind kind, const char *c
                           int64_t offset_ns, const char *data, size_t len);
 void session_record_rejected(pt_session *s, const char *channel, const char *agent,
                              const char *reason);
+/* A refused message's line in the record and note to the listener: the
+ * first PT_SESSION_REJECT_LINES of every PT_SESSION_REJECT_WINDOW_MS, then
+ * one line per window saying how many more were refused (a flood of junk
+ * is counted, not written 20,000 times); agent may be NULL. */
+void session_say_rejected(pt_session *s, int i, const char *channel, const char *agent,
+                          const char *reason);
+/* At a window's end: the line of the refusals only counted in it. */
+void session_rejected_summary(pt_session *s, int64_t now);
 void session_set_state(pt_session *s, int i, pt_agent_state st);
 void session_drop_requests_of(pt_session *s, int agent);
 /* session_control.c */

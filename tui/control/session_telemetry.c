@@ -31,8 +31,7 @@ static void handle_telemetry(pt_session *s, const char *body, size_t len, const 
     } else if ((rc = pt_telemetry_rx_observe(s->rx, &m, &err)) < 0)
         pt_msg_clear(&m);
     if (rc < 0) {
-        session_record_rejected(s, "telemetry", NULL, err.msg);
-        session_note(s, PT_NOTE_REJECTED, -1, NULL, 0, err.msg);
+        session_say_rejected(s, -1, "telemetry", NULL, err.msg);
         return;
     }
     int i = pt_session_find_agent(s, m.agent);

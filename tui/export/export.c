@@ -216,7 +216,8 @@ static int cmp_p2p(const void *a, const void *b)
     CMP_(gen)
     CMP_(step)
     CMP_(mb)
-    CMP_(to_stage) CMP_(down) CMP_(start)
+    CMP_(to_stage)
+    CMP_(down) CMP_(start)
 #undef CMP_
         return 0;
 }
@@ -301,7 +302,8 @@ static int add_flows(pt_export_set *set)
 /* Sorts the ops, spreads them over tracks, adds bubbles and flows. */
 static int normalise(pt_export_set *set, int64_t cap)
 {
-    qsort(set->spans, (size_t)set->count, sizeof *set->spans, cmp_track_order);
+    if (set->count > 0) /* spans is NULL in a record without op events */
+        qsort(set->spans, (size_t)set->count, sizeof *set->spans, cmp_track_order);
     set->ops = set->count;
     set->t0 = set->t1 = 0;
     for (int64_t i = 0; i < set->ops; i++) {

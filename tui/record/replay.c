@@ -151,16 +151,32 @@ static void on_load_progress(int64_t done, int64_t total, void *arg)
     pt_progress_update(arg, (int64_t)(done / MIB), NULL);
 }
 
+/* A record read with damaged lines is still read, and the user is told how
+ * much of it was passed over and why, once. */
+static void say_skipped(const pt_record *rec)
+{
+    pt_error first = {0};
+    int64_t n = pt_record_skipped(rec, &first);
+    if (n > 0)
+        fprintf(stderr, "pipetop: passed over %lld bad line%s of the record (the first: %s)\n",
+                (long long)n, n == 1 ? "" : "s", first.msg);
+}
+
 int pt_replay_load(const char *path, pt_record **out, pt_error *err)
 {
     struct stat st;
-    if (stat(path, &st) != 0 || st.st_size < PT_REPLAY_PROGRESS_BYTES)
-        return pt_record_load(path, out, err);
-    char label[128];
-    snprintf(label, sizeof label, "reading %s (MiB)", path);
-    pt_progress *p = pt_progress_new(stderr, label, (int64_t)(st.st_size / MIB), -1);
-    int rc = pt_record_load_progress(path, p ? on_load_progress : NULL, p, out, err);
-    pt_progress_finish(&p, rc < 0 ? "failed" : "done");
+    int rc;
+    if (stat(path, &st) != 0 || st.st_size < PT_REPLAY_PROGRESS_BYTES) {
+        rc = pt_record_load(path, out, err);
+    } else {
+        char label[128];
+        snprintf(label, sizeof label, "reading %s (MiB)", path);
+        pt_progress *p = pt_progress_new(stderr, label, (int64_t)(st.st_size / MIB), -1);
+        rc = pt_record_load_progress(path, p ? on_load_progress : NULL, p, out, err);
+        pt_progress_finish(&p, rc < 0 ? "failed" : "done");
+    }
+    if (rc == 0)
+        say_skipped(*out);
     return rc;
 }
 

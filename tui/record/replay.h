@@ -17,7 +17,8 @@ void pt_record_apply(pt_record *rec, int64_t i, pt_store *store);
 
 /* Loads a record (pt_record_load) with a progress bar on stderr when it is
  * at least PT_REPLAY_PROGRESS_BYTES large, so a big record never leaves the
- * terminal silent while it is read. */
+ * terminal silent while it is read, and a note on stderr of the damaged
+ * lines it passed over (pt_record_skipped), if any. */
 #define PT_REPLAY_PROGRESS_BYTES (16 << 20)
 int pt_replay_load(const char *path, pt_record **out, pt_error *err);
 
