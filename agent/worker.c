@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "protocol/clock.h"
 #include "agent/worker_internal.h"
 #include "runtime/backend_cuda.h"
 
@@ -450,14 +451,7 @@ int pt_agent_worker_destroy(pt_agent_worker **w_p, int timeout_ms)
     pt_agent_worker *w = *w_p;
     *w_p = NULL;
     pt_agent_worker_abort(w);
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * NS_PER_MS;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = pt_clock_deadline(CLOCK_MONOTONIC, timeout_ms);
     pthread_mutex_lock(&w->mu);
     while (!w->exited)
         if (pthread_cond_timedwait(&w->cv, &w->mu, &until) == ETIMEDOUT)

@@ -114,7 +114,7 @@ typedef struct run_state {
     int64_t last_saved; /* step of the newest checkpoint written by this run, -1 none */
     pt_msg_event *events;
     int nev, evcap;
-    int64_t ns_base;             /* pt_exec_now_ns() - pt_msg_now_ns() */
+    int64_t ns_base;             /* pt_clock_ns() - pt_msg_now_ns() */
     uint64_t run_token;          /* the assign's: every data frame carries it */
     size_t stash_bound, max_msg; /* bytes: early-arrival buffer, largest message */
     size_t coll_stash_bound;

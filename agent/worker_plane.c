@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "protocol/clock.h"
 #include "agent/worker_internal.h"
 #include "protocol/fileio.h"
 #include "runtime/backend_cuda.h"
@@ -507,7 +508,7 @@ int pt_wk_build_run(pt_agent_worker *w, const pt_msg *m, pt_error *err)
     r->gen = m->gen;
     r->run_token = m->u.assign.run_token;
     r->last_saved = -1;
-    r->ns_base = pt_exec_now_ns() - pt_msg_now_ns();
+    r->ns_base = pt_clock_ns() - pt_msg_now_ns();
     int rc;
     if ((rc = pt_model_spec_copy(as->model, &r->spec, err)) < 0 ||
         (rc = pt_plan_copy(as->plan, &r->plan, err)) < 0 ||

@@ -15,6 +15,19 @@ double pt_clock_s(void)
     return pt_clock_of_s(CLOCK_MONOTONIC);
 }
 
+struct timespec pt_clock_deadline(clockid_t id, int64_t ms)
+{
+    struct timespec t = {0, 0};
+    clock_gettime(id, &t);
+    t.tv_sec += (time_t)(ms / 1000);
+    t.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (t.tv_nsec >= NS_PER_S) {
+        t.tv_sec++;
+        t.tv_nsec -= NS_PER_S;
+    }
+    return t;
+}
+
 double pt_clock_of_s(clockid_t id)
 {
     struct timespec ts;

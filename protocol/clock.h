@@ -14,5 +14,9 @@ double pt_clock_s(void);
 /* Any clock in seconds (CLOCK_PROCESS_CPUTIME_ID, CLOCK_THREAD_CPUTIME_ID
  * for CPU time); 0 when the clock cannot be read. */
 double pt_clock_of_s(clockid_t id);
+/* The time ms milliseconds from now on clock id, as pthread_cond_timedwait
+ * takes it (CLOCK_MONOTONIC where the condition variable was made so,
+ * CLOCK_REALTIME otherwise). */
+struct timespec pt_clock_deadline(clockid_t id, int64_t ms);
 
 #endif

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "protocol/clock.h"
 #include "runtime/comm_internal.h"
 
 #define SEG_BITS 15 /* part = step << SEG_BITS | segment */
@@ -628,14 +629,7 @@ int pt_collective_wait(pt_collective *self, int timeout_ms, pt_error *err)
 {
     if (!self)
         return pt_error_set(err, PT_EINVAL, "collective: NULL argument");
-    struct timespec dl;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_sec += timeout_ms / 1000;
-    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
+    struct timespec dl = pt_clock_deadline(CLOCK_MONOTONIC, timeout_ms);
     pthread_mutex_lock(&self->mu);
     while (self->state == COLL_POSTED || self->state == COLL_RUNNING) {
         if (pthread_cond_timedwait(&self->cv, &self->mu, &dl) == ETIMEDOUT &&

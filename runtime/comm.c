@@ -3,6 +3,7 @@
  * rings (comm_shm.c) to peers on this host, the checks every arriving frame
  * passes, and a bounded stash of early arrivals keyed by (source, tag). See
  * runtime/comm.h. */
+#include "protocol/clock.h"
 #include "runtime/comm.h"
 
 #include <errno.h>
@@ -102,13 +103,6 @@ struct pt_comm {
     void *hook_user;
 };
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* One step of a spin: lets the sibling hyper-thread run and saves power. */
 static inline void cpu_relax(void)
 {
@@ -121,9 +115,7 @@ static inline void cpu_relax(void)
 
 int64_t pt_comm_internal_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return pt_clock_ns() / 1000000;
 }
 
 const char *pt_comm_tag_str(uint64_t tag, char *buf, size_t size)
@@ -458,9 +450,9 @@ int pt_comm_await_peers(pt_comm *self, int timeout_ms, int max_failures, pt_erro
     zmq_pollitem_t *items = calloc((size_t)self->size, sizeof *items);
     int *rank_of = calloc((size_t)self->size, sizeof *rank_of);
     int rc = items && rank_of ? 0 : pt_error_set(err, PT_ENOMEM, "comm: out of memory");
-    int64_t deadline = now_ns() + (int64_t)timeout_ms * 1000000;
+    int64_t deadline = pt_clock_ns() + (int64_t)timeout_ms * 1000000;
     while (rc == 0) {
-        int64_t now = now_ns(), wake = deadline;
+        int64_t now = pt_clock_ns(), wake = deadline;
         int n = 0, waiting = -1;
         for (int r = 0; r < self->size && rc == 0; r++) {
             peer_link *l = &self->link[r];
@@ -492,7 +484,7 @@ int pt_comm_await_peers(pt_comm *self, int timeout_ms, int max_failures, pt_erro
             rc = interrupted(self, "connect", err);
             break;
         }
-        now = now_ns();
+        now = pt_clock_ns();
         for (int i = 0; i < n && rc >= 0; i++)
             rc = read_watch(self, rank_of[i], now, err);
         rc = rc > 0 ? 0 : rc;
@@ -1103,7 +1095,7 @@ static int spin_until(pt_comm *c, int (*ready)(pt_comm *, const void *), const v
 {
     if (c->spin_max_ns <= 0)
         return 0;
-    int64_t t0 = now_ns();
+    int64_t t0 = pt_clock_ns();
     if (!core_free(c, t0))
         return 0;
     for (unsigned i = 1;; i++) {
@@ -1112,7 +1104,7 @@ static int spin_until(pt_comm *c, int (*ready)(pt_comm *, const void *), const v
             return 1;
         }
         cpu_relax();
-        if (!(i % SPIN_CLOCK_EVERY) && now_ns() - t0 >= c->spin_ns)
+        if (!(i % SPIN_CLOCK_EVERY) && pt_clock_ns() - t0 >= c->spin_ns)
             break;
     }
     c->spin_ns = c->spin_ns / 2 < SPIN_MIN_NS ? SPIN_MIN_NS : c->spin_ns / 2;
@@ -1144,7 +1136,7 @@ static int zmq_due(pt_comm *c, int src, int after_sleep)
 {
     if (after_sleep || !c->in_ring[src])
         return 1;
-    int64_t t = now_ns();
+    int64_t t = pt_clock_ns();
     if (t - c->zmq_checked_ns < ZMQ_CHECK_NS)
         return 0;
     c->zmq_checked_ns = t;

@@ -1,4 +1,5 @@
 /* The turn of the workers of one host (runtime/exec_host.h). */
+#include "protocol/clock.h"
 #include "runtime/exec_host.h"
 
 #include <errno.h>
@@ -76,13 +77,7 @@ int pt_exec_host_take(pt_exec_host *h, int op_index, const atomic_int *stop, pt_
         }
         if (pt_sched_host_op(p, h->host, h->next) == op_index)
             break;
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        t.tv_nsec += PT_EXEC_HOST_POLL_MS * 1000000L;
-        if (t.tv_nsec >= 1000000000L) {
-            t.tv_sec++;
-            t.tv_nsec -= 1000000000L;
-        }
+        struct timespec t = pt_clock_deadline(CLOCK_MONOTONIC, PT_EXEC_HOST_POLL_MS);
         pthread_cond_timedwait(&h->cv, &h->mu, &t);
     }
     pthread_mutex_unlock(&h->mu);

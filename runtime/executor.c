@@ -1,6 +1,7 @@
 /* The stage executor: follows the indices of the dry run (exec_plan.c) through
  * one worker's ops; weight versions and asynchronous all-reduces are the only
  * state it tracks as it goes. See runtime/executor.h. */
+#include "protocol/clock.h"
 #include "runtime/executor.h"
 #include "runtime/exec_host.h"
 
@@ -89,13 +90,6 @@ struct pt_exec {
     /* NCCL (cfg.nccl): where each message is enqueued, nccl_prepare's groups */
     int *nccl_groups;
 };
-
-int64_t pt_exec_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 uint64_t pt_exec_digest(const float *x, int64_t count)
 {
@@ -384,7 +378,7 @@ static void bwd_hook(void *user, int layer)
             if (layer > ex->ops[j].layer_lo)
                 break;
             ar_enqueue(ex, j);
-            ex->hook_ns[j] = pt_exec_now_ns();
+            ex->hook_ns[j] = pt_clock_ns();
             ex->hooked_upto = j + 1;
         }
         ex->hook_next++;
@@ -831,7 +825,7 @@ int pt_exec_run(pt_exec *ex, int64_t iteration_base, pt_exec_result *res, pt_err
         ex->wloss[t] = 0;
         ex->wcount[t] = 0;
     }
-    int64_t t_run = pt_exec_now_ns(), busy = 0;
+    int64_t t_run = pt_clock_ns(), busy = 0;
     pt_exec_event evs[PT_EXEC_WEIGHT_RUN_MAX];
     for (int i = 0; i < ex->n;) {
         if (ex->cfg.stop && atomic_load(ex->cfg.stop))
@@ -845,12 +839,12 @@ int pt_exec_run(pt_exec *ex, int64_t iteration_base, pt_exec_result *res, pt_err
         int rc = host_turn(ex, i, err);
         if (rc < 0)
             return op_error(ex, i, rc, err);
-        int64_t t0 = pt_exec_now_ns();
+        int64_t t0 = pt_clock_ns();
         evs[0].start_ns = t0;
         rc = msgs    ? nccl_messages(ex, i, g, evs, err)
              : g > 1 ? op_bwd_weights(ex, i, g, evs, err)
                      : exec_op(ex, i, iteration_base, evs, err);
-        int64_t t1 = pt_exec_now_ns();
+        int64_t t1 = pt_clock_ns();
         host_done(ex, rc);
         if (rc < 0)
             return op_error(ex, i, rc, err);
@@ -885,7 +879,7 @@ int pt_exec_run(pt_exec *ex, int64_t iteration_base, pt_exec_result *res, pt_err
         }
         res->versions_peak = ex->versions_peak;
         res->busy_ns = busy;
-        res->wall_ns = pt_exec_now_ns() - t_run;
+        res->wall_ns = pt_clock_ns() - t_run;
     }
     versions_begin(ex);
     ex->dirty = 0;

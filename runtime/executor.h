@@ -256,7 +256,5 @@ float *pt_exec_grad_buffer(pt_exec *ex, int i);
 /* FNV-1a 64 of count floats' bytes (host pointer): the weights digest. */
 uint64_t pt_exec_digest(const float *x, int64_t count);
 
-/* CLOCK_MONOTONIC in nanoseconds. */
-int64_t pt_exec_now_ns(void);
 
 #endif

@@ -1,4 +1,5 @@
 /* CURVE set-up and the ZAP handler (see trust.h). */
+#include "protocol/clock.h"
 #include "runtime/trust.h"
 
 #include <errno.h>
@@ -372,14 +373,7 @@ int64_t pt_zap_refused_count(pt_zap *z)
 
 int pt_zap_wait_refused(pt_zap *z, int64_t n, int timeout_ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = pt_clock_deadline(CLOCK_REALTIME, timeout_ms);
     int rc = 0;
     pthread_mutex_lock(&z->lock);
     while (z->refused < n && rc == 0)
