@@ -1,7 +1,7 @@
 /* DAPPLE's planner: partition, replication and placement minimising the
  * synchronous iteration latency (DAPPLE §IV).
  *
- * Objective (pt_planner_dapple_latency states it on a plan): the pipeline is
+ * Objective (pt_latency_critical_path, planner/latency.h, states it on a plan): the pipeline is
  * a chain of units, the stages and, between two stages, the boundary as its
  * own pseudo-stage (F = activation transfer, B = gradient transfer, both by
  * split-concat). With M micro-batches,
@@ -20,7 +20,7 @@
  * with RT_p = sum_{v>=p} (F_v + B_v)
  * with K_p micro-batches in flight (policy A: min(S - p, M); policy B:
  * min(2(S - p) - 1, M)), M - 1 = q K_p + rho and w_p = F_p + B_p (F_p while
- * q = 0; see loop_bound). Without communication the round trip never
+ * q = 0; see pt_latency_loop_bound). Without communication the round trip never
  * dominates and L is DAPPLE's (M + S - 1)(F + B); with slow links it charges
  * the bubbles that policy A leaves and that DAPPLE's pivot formula misses.
  * The pivot is the unit with the largest total, so L is the longest of these
@@ -63,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "planner/latency.h"
 #include "planner/plan_score.h"
 #include "planner/plan_util.h"
 #include "planner/planner.h"
@@ -545,18 +546,6 @@ static inline double dmax(double a, double b)
     return a > b ? a : b;
 }
 
-/* Lower bound on the end of a stage's last backward from the early-backward
- * order alone, for a stage with F + B = w, forward F, round trip RT (its w
- * and everything after it) and K micro-batches in flight: micro-batch j + K
- * starts only after j's backward, so j = qK + rho starts after q round trips;
- * once past warm-up, consecutive forwards are a forward and a backward apart
- * (rho more steps of w; of F inside warm-up); its own round trip ends it. */
-static inline double loop_bound(int M, int K, double RT, double w, double F)
-{
-    int q = (M - 1) / K, rho = (M - 1) % K;
-    return (q + 1) * RT + rho * (q > 0 ? w : F);
-}
-
 /* What the search keeps of a suffix plan (all "smaller is better"):
  * L  its latency (longest critical path);
  * H  the longest path ending at the suffix's front without an all-reduce
@@ -677,7 +666,8 @@ static dval prepend(const dval *x, double F, double B, double AR, int K, int M, 
     if (x)
         S = dmax(S, F + cf + x->G + cb);
     double drain = dmax(F + c.R, S) + M * B + (M - K) * F;
-    double core = dmax(dmax(M * w, loop_bound(M, K, w + c.R, w, F)), dmax(Y + c.R + B, drain));
+    double core =
+        dmax(dmax(M * w, pt_latency_loop_bound(M, K, w + c.R, w, F)), dmax(Y + c.R + B, drain));
     dval v;
     v.L = dmax(dmax(F + c.L, w + AR + c.H), dmax(core + AR, Y + c.Z));
     v.H = dmax(w + c.H, core);
@@ -1433,214 +1423,6 @@ static pt_plan *build_plan(dapple *D, int fin)
     return p;
 }
 
-static int stages_share_node(const pt_topology *t, const pt_stage *a, const pt_stage *b)
-{
-    int node = -1;
-    const pt_stage *st[2] = {a, b};
-    for (int k = 0; k < 2; k++)
-        for (int r = 0; r < st[k]->replica_count; r++) {
-            int d = st[k]->replicas[r];
-            if (d < 0 || d >= t->device_count)
-                return 0;
-            if (node < 0)
-                node = t->devices[d].node;
-            else if (t->devices[d].node != node)
-                return 0;
-        }
-    return 1;
-}
-
-static int slowest_device(const pt_topology *t, const pt_stage *st)
-{
-    int best = st->replicas[0];
-    for (int r = 1; r < st->replica_count; r++)
-        if (t->devices[st->replicas[r]].speed < t->devices[best].speed)
-            best = st->replicas[r];
-    return best;
-}
-
-int pt_planner_dapple_latency(const pt_cost *cost, const pt_plan *plan, double *latency_s,
-                              int *pivot, int *ending, pt_error *err)
-{
-    if (!cost || !plan || !latency_s)
-        return pt_error_set(err, PT_EINVAL, "dapple latency: a cost model and a plan are required");
-    const pt_topology *t = pt_cost_topology(cost);
-    const pt_profile *pr = pt_cost_profile(cost);
-    int S = plan->stage_count, U = 2 * S - 1, M = plan->microbatch_count, b = plan->microbatch_size;
-    if (S < 1 || M < 1 || b < 1)
-        return pt_error_set(err, PT_EINVAL, "plan: no stages or no micro-batches");
-    for (int s = 0; s < S; s++) {
-        const pt_stage *st = &plan->stages[s];
-        if (st->replica_count < 1 || st->first < 0 || st->last > pr->layer_count ||
-            st->last <= st->first)
-            return pt_error_set(err, PT_EINVAL, "plan: stages[%d]: layers or replicas invalid", s);
-        for (int r = 0; r < st->replica_count; r++)
-            if (st->replicas[r] < 0 || st->replicas[r] >= t->device_count)
-                return pt_error_set(err, PT_EINVAL, "plan: stages[%d].replicas[%d]: no device %d",
-                                    s, r, st->replicas[r]);
-    }
-    double *F = calloc((size_t)U * 3, sizeof *F);
-    if (!F)
-        return pt_error_set(err, PT_ENOMEM, "dapple latency: out of memory");
-    double *B = F + U, *AR = B + U;
-    for (int s = 0; s < S; s++) {
-        const pt_stage *st = &plan->stages[s];
-        int r = st->replica_count, rows = pu_rows_max(b, r), dev = slowest_device(t, st);
-        F[2 * s] = pt_cost_fwd_s(cost, st->first, st->last, rows, dev);
-        B[2 * s] = pt_cost_bwd_s(cost, st->first, st->last, rows, dev);
-        if (st->recompute)
-            B[2 * s] += pt_cost_recompute_s(cost, st->first, st->last, rows, dev);
-        int64_t P = pt_cost_param_bytes(cost, st->first, st->last);
-        AR[2 * s] = pt_cost_overlapped_bwd_allreduce_s(cost, st->replicas, r, st->first, st->last,
-                                                       rows, dev, 0) -
-                    pt_cost_bwd_s(cost, st->first, st->last, rows, dev) +
-                    pt_cost_opt_step_s(cost, P, plan->optimizer.kind, dev);
-        if (s + 1 < S) {
-            const pt_stage *nx = &plan->stages[s + 1];
-            pt_link l = stages_share_node(t, st, nx) ? t->intra : t->inter;
-            int64_t bytes = pr->layers[st->last - 1].act_bytes;
-            F[2 * s + 1] = pu_boundary_s(l, r, nx->replica_count, b, bytes, pr->microbatch);
-            B[2 * s + 1] = pu_boundary_s(l, nx->replica_count, r, b, bytes, pr->microbatch);
-        }
-    }
-    /* suffix work: RT[u] = sum over units v >= u of F_v + B_v */
-    double *RT = calloc((size_t)U + 1, sizeof *RT);
-    if (!RT) {
-        free(F);
-        return pt_error_set(err, PT_ENOMEM, "dapple latency: out of memory");
-    }
-    for (int u = U - 1; u >= 0; u--)
-        RT[u] = RT[u + 1] + F[u] + B[u];
-    /* first backward of micro-batch 0 at each stage, from its entry: after
-     * the warm-up forwards there and the first gradient from downstream */
-    double *S0 = calloc((size_t)S, sizeof *S0);
-    if (!S0) {
-        free(F);
-        free(RT);
-        return pt_error_set(err, PT_ENOMEM, "dapple latency: out of memory");
-    }
-    for (int st = S - 1; st >= 0; st--) {
-        int K = pt_cost_inflight(plan->schedule, plan->policy, S, st, M);
-        K = K < 1 ? 1 : K > M ? M : K;
-        int P = 2 * st;
-        S0[st] = K * F[P];
-        if (st + 1 < S)
-            S0[st] = dmax(S0[st], F[P] + F[P + 1] + S0[st + 1] + B[P + 2] + B[P + 1]);
-    }
-    double best = -INFINITY, pf = 0;
-    int bu = 0, bi = 0;
-    for (int p = 0; p < U; p++) {
-        double w = F[p] + B[p], core = M * w, Y = -INFINITY;
-        if (p % 2 == 0) {
-            int K = pt_cost_inflight(plan->schedule, plan->policy, S, p / 2, M);
-            if (K < 1)
-                K = 1;
-            if (K > M)
-                K = M;
-            Y = M * F[p] + (M - K) * B[p];
-            if (M > K && p + 1 < U)
-                Y = dmax(Y, F[p] + RT[p + 1] + (M - K) * w);
-            double drain = dmax(F[p] + RT[p + 1], S0[p / 2]) + M * B[p] + (M - K) * F[p];
-            core = dmax(dmax(core, loop_bound(M, K, RT[p], w, F[p])),
-                        dmax(Y + RT[p + 1] + B[p], drain));
-        }
-        /* endings at or before the pivot */
-        double back = 0;
-        for (int e = p; e >= 0; e--) {
-            if (e < p)
-                back += B[e];
-            if (e % 2)
-                continue;
-            double v = pf + core + back + AR[e];
-            if (v > best) {
-                best = v;
-                bu = p;
-                bi = e / 2;
-            }
-        }
-        /* endings after it: the last micro-batch goes down and back to e */
-        if (p % 2 == 0) {
-            double fwd = 0;
-            for (int v = p + 1; v < U; v++)
-                fwd += F[v];
-            double bk = 0;
-            for (int e = U - 1; e > p; e--) {
-                bk += B[e];
-                if (e % 2)
-                    continue;
-                double v = pf + Y + fwd + bk + AR[e];
-                if (v > best) {
-                    best = v;
-                    bu = p;
-                    bi = e / 2;
-                }
-            }
-        }
-        pf += F[p];
-    }
-    /* communication lanes: stage s sends M activations onward and M gradients
-     * back after its first forward; then the backwards down to e */
-    for (int st = 1; st < S; st++) {
-        int P = 2 * st;
-        double fsum = 0, back = 0;
-        for (int v = 0; v <= P; v++)
-            fsum += F[v];
-        double lane = (P + 1 < U ? F[P + 1] : 0) + B[P - 1];
-        for (int v = P - 2; v >= 0; v--) {
-            back += B[v];
-            if (v % 2)
-                continue;
-            double val = fsum + M * lane + back + AR[v];
-            if (val > best) {
-                best = val;
-                bu = P - 1;
-                bi = v / 2;
-            }
-        }
-    }
-    free(RT);
-    free(S0);
-    free(F);
-    *latency_s = best;
-    if (pivot)
-        *pivot = bu;
-    if (ending)
-        *ending = bi;
-    return 0;
-}
-
-/* Communication-to-computation ratio of a plan: mean boundary transfer over
- * the mean of a stage's forward and backward. */
-static double plan_acr(const pt_cost *cost, const pt_plan *p)
-{
-    if (p->stage_count < 2)
-        return 0;
-    const pt_topology *t = pt_cost_topology(cost);
-    const pt_profile *pr = pt_cost_profile(cost);
-    double comm = 0, comp = 0;
-    int b = p->microbatch_size;
-    for (int s = 0; s < p->stage_count; s++) {
-        const pt_stage *st = &p->stages[s];
-        int rows = pu_rows_max(b, st->replica_count), dev = slowest_device(t, st);
-        comp += (pt_cost_fwd_s(cost, st->first, st->last, rows, dev) +
-                 pt_cost_bwd_s(cost, st->first, st->last, rows, dev)) /
-                2;
-        if (s + 1 < p->stage_count) {
-            const pt_stage *nx = &p->stages[s + 1];
-            pt_link l = stages_share_node(t, st, nx) ? t->intra : t->inter;
-            int64_t bytes = pr->layers[st->last - 1].act_bytes;
-            double cf =
-                pu_boundary_s(l, st->replica_count, nx->replica_count, b, bytes, pr->microbatch);
-            double cb =
-                pu_boundary_s(l, nx->replica_count, st->replica_count, b, bytes, pr->microbatch);
-            comm += dmax(cf, cb);
-        }
-    }
-    comm /= p->stage_count - 1;
-    comp /= p->stage_count;
-    return comp > 0 ? comm / comp : INFINITY;
-}
-
 /* Whether every stage fits with the DP's convention (largest share of rows
  * against the smallest memory of its devices) under policy `policy`, turning
  * recomputation on for each stage that fits only with it, as the DP does. */
@@ -1673,7 +1455,7 @@ static int pool_push(dapple *D, pt_plan *plan)
     if (!plan)
         return 0;
     double L = INFINITY;
-    int rc = D->feasibility ? 0 : pt_planner_dapple_latency(D->cost, plan, &L, NULL, NULL, NULL);
+    int rc = D->feasibility ? 0 : pt_latency_critical_path(D->cost, plan, &L, NULL, NULL, NULL);
     if (D->feasibility || rc < 0) {
         pt_plan_free(&plan);
         return rc == PT_ENOMEM ? rc : 0;
@@ -1773,7 +1555,7 @@ static int seed(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan **
             }
             double L = INFINITY;
             if (plan_fits(D, p, policy) &&
-                pt_planner_dapple_latency(D->cost, p, &L, NULL, NULL, NULL) == 0) {
+                pt_latency_critical_path(D->cost, p, &L, NULL, NULL, NULL) == 0) {
                 if (L < quick[i])
                     quick[i] = L;
                 if (L < D->inc) {
@@ -1951,10 +1733,10 @@ int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int gl
         rc = pt_error_set(err, rc, "dapple: simulating the candidates failed");
         goto out;
     }
-    double acr = plan_acr(cost, plan);
+    double acr = pt_latency_comm_ratio(cost, plan);
     double L = 0;
     int pivot = 0, ending = 0;
-    pt_planner_dapple_latency(cost, plan, &L, &pivot, &ending, NULL);
+    pt_latency_critical_path(cost, plan, &L, &pivot, &ending, NULL);
     if (report) {
         report->objective_s = T;
         report->bound_s = bound;

@@ -6,7 +6,7 @@
  * chosen for the smallest simulated iteration time among those whose M
  * in-flight micro-batches fit memory (without recomputation on a tie):
  * candidates are simulated in the order of their critical-path bound
- * (pt_planner_dapple_latency, which for equal stages is (M+S-1)(F+B) and
+ * (pt_latency_critical_path, which for equal stages is (M+S-1)(F+B) and
  * never exceeds the simulated time) until the bound reaches the best
  * simulated time. Finally the partition is compared under every synchronous
  * kind the options allow (plan_score.h), and the fastest that fits is kept. */
@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "planner/latency.h"
 #include "planner/plan_score.h"
 #include "planner/plan_util.h"
 #include "planner/planner.h"
@@ -92,7 +93,7 @@ int pt_planner_gpipe(const pt_profile *profile, const pt_topology *topo, int glo
                 }
             }
             double L = INFINITY;
-            if (fits && pt_planner_dapple_latency(cost, p, &L, NULL, NULL, NULL) == 0) {
+            if (fits && pt_latency_critical_path(cost, p, &L, NULL, NULL, NULL) == 0) {
                 /* insertion by bound; earlier candidates first on a tie */
                 int j = nc++;
                 while (j > 0 && bound[j - 1] > L) {

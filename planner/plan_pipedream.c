@@ -38,7 +38,7 @@
  * where that fits, other micro-batch sizes are tried when it still does not,
  * and when no weight-stashing plan fits (or the stashing bound alone exceeds
  * every device) the planner falls back to PipeDream-2BW or PipeDream-Flush
- * (fallback() below) unless opts->no_fallback. */
+ * (pt_planner_run: planner/plan_compose.c) unless opts->no_fallback. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -668,203 +668,6 @@ static int stash_plan(const pt_profile *profile, const pt_topology *topo, int gl
     return 0;
 }
 
-/* The fallback when no weight-stashing plan fits, from PipeDream's authors'
- * PipeDream-2BW paper: PipeDream-2BW keeps two weight versions,
- * PipeDream-Flush one. Each
- * candidate is its own planner's search, not a new one: 2bw's search for
- * 2bw; dapple's for 1f1b-flush, whose op order is dapple's with policy A
- * (sched_1f1b.c), its plan relabelled and recomputing where the flush's
- * in-flight micro-batches need it. Both are simulated; the faster one that
- * fits is kept. */
-enum { FB_2BW, FB_FLUSH };
-static const pt_sched_kind fb_kind[PT_PLANNER_FALLBACK_ROWS] = {PT_SCHED_2BW, PT_SCHED_1F1B_FLUSH};
-
-/* pu_score for an asynchronous plan over ceil(2S/M) + 2 windows, the
- * generator's own count for reaching the steady state, without its floor of
- * PT_SCHED_MIN_WINDOWS: with M >= 2S (GPT-3 on 64 devices: 1,536 micro-batches
- * per window) that is 3 windows instead of 4, the same steady window after
- * the warm-up one, at three quarters of the cost. */
-static int score_steady(pu_scorer *sc, const pt_plan *plan, double *iter_s, int *fits,
-                        int64_t *peak, pt_error *err)
-{
-    int S = plan->stage_count, M = plan->microbatch_count;
-    pt_sched_opts so = {0};
-    so.windows = (2 * S + M - 1) / M + 2;
-    pt_sim_result res;
-    int rc = pt_sim_plan(sc->sim, plan, sc->cost, &so, &sc->prog, &res, err);
-    if (rc < 0)
-        return rc;
-    *iter_s = res.iter_s;
-    *fits = res.fits;
-    *peak = 0;
-    for (int w = 0; w < res.worker_count; w++)
-        if (res.workers[w].peak.total > *peak)
-            *peak = res.workers[w].peak.total;
-    return 0;
-}
-
-/* Plans candidate c into *plan and fills row; 0 (row->refused when its
- * planner found none, row->fits when it fits in the simulation), or
- * PT_ENOMEM. *need receives its planner's memory need on PT_ENOFIT, e
- * (not NULL) the reason when it has no plan. */
-static int fb_candidate(int c, const pt_profile *profile, const pt_topology *topo, int global_batch,
-                        const pt_planner_opts *opts, pu_scorer *sc, pt_plan **plan,
-                        pt_planner_report *rep, pt_planner_kind_row *row, int64_t *need,
-                        pt_error *e)
-{
-    pt_planner_opts o = *opts;
-    o.kinds = 0;
-    o.objective = PT_OBJECTIVE_DEFAULT;
-    o.dapple_policy = c == FB_FLUSH ? 'A' : 0; /* 1f1b-flush runs policy A's op order */
-    *row = (pt_planner_kind_row){.kind = fb_kind[c], .allowed = 1, .iter_s = NAN};
-    int rc = c == FB_2BW ? pt_planner_2bw(profile, topo, global_batch, &o, plan, rep, e)
-                         : pt_planner_dapple(profile, topo, global_batch, &o, plan, rep, e);
-    if (rc == PT_ENOMEM)
-        return rc;
-    if (rc < 0) {
-        row->refused = 1;
-        if (rc == PT_ENOFIT)
-            *need = rep->needed_memory_bytes;
-        snprintf(row->note, sizeof row->note, "%.95s", e->msg);
-        return 0;
-    }
-    int ok = 1;
-    const pt_planner_kind_row *same = NULL;
-    if (c == FB_FLUSH) {
-        int S = (*plan)->stage_count, changed = 0;
-        uint8_t *was = malloc((size_t)S);
-        if (!was)
-            return PT_ENOMEM;
-        for (int s = 0; s < S; s++)
-            was[s] = (uint8_t)(*plan)->stages[s].recompute;
-        (*plan)->schedule = PT_SCHED_1F1B_FLUSH;
-        (*plan)->policy = 'A';
-        ok = pu_recompute_where_needed(sc->cost, *plan);
-        for (int s = 0; s < S; s++)
-            changed |= was[s] != (*plan)->stages[s].recompute;
-        free(was);
-        /* dapple simulated this partition with these recomputing stages under
-         * policy A, the same program: its figures are this plan's */
-        for (int k = 0; k < rep->kind_count && !changed; k++)
-            if (rep->kinds[k].kind == PT_SCHED_DAPPLE && rep->kinds[k].policy == 'A' &&
-                !rep->kinds[k].refused && isfinite(rep->kinds[k].iter_s))
-                same = &rep->kinds[k];
-    }
-    double t = NAN;
-    int fits = 0;
-    int64_t peak = 0;
-    if (same) {
-        t = same->iter_s;
-        fits = same->fits;
-        peak = same->peak_memory_bytes;
-    } else if ((rc = c == FB_2BW ? score_steady(sc, *plan, &t, &fits, &peak, e)
-                                 : pu_score(sc, *plan, &t, &fits, &peak, e)) < 0) {
-        if (rc == PT_ENOMEM)
-            return rc;
-        row->refused = 1;
-        snprintf(row->note, sizeof row->note, "%.95s", e->msg);
-        pt_plan_free(plan);
-        return 0;
-    }
-    row->iter_s = t;
-    row->peak_memory_bytes = peak;
-    row->fits = fits && ok;
-    int S = (*plan)->stage_count, nrc = 0;
-    for (int s = 0; s < S; s++)
-        nrc += (*plan)->stages[s].recompute;
-    snprintf(row->note, sizeof row->note, "%d stage%s, micro-batch %d, %d recompute%s", S,
-             S > 1 ? "s" : "", (*plan)->microbatch_size, nrc, row->fits ? "" : ", does not fit");
-    return 0;
-}
-
-static int fallback(const pt_profile *profile, const pt_topology *topo, int global_batch,
-                    const pt_planner_opts *opts, const pt_cost *cost, int64_t stash_need,
-                    int proven, const char *stash_msg, pt_plan **out, pt_planner_report *report,
-                    pt_error *err)
-{
-    pt_plan *cand[PT_PLANNER_FALLBACK_ROWS] = {NULL, NULL};
-    pt_planner_kind_row rows[PT_PLANNER_FALLBACK_ROWS];
-    pt_error errs[PT_PLANNER_FALLBACK_ROWS] = {{0}, {0}};
-    /* each candidate's own report (why, evaluated); large, so not on the stack */
-    pt_planner_report *reps = calloc(PT_PLANNER_FALLBACK_ROWS, sizeof *reps);
-    int64_t need = stash_need;
-    pu_scorer sc;
-    int rc = reps && pu_scorer_init(&sc, cost) == 0 ? 0 : PT_ENOMEM;
-    if (rc < 0) {
-        free(reps);
-        return pt_error_set(err, rc, "pipedream: out of memory");
-    }
-    int best = -1;
-    for (int c = 0; c < PT_PLANNER_FALLBACK_ROWS && rc == 0; c++) {
-        int64_t n = 0;
-        rc = fb_candidate(c, profile, topo, global_batch, opts, &sc, &cand[c], &reps[c], &rows[c],
-                          &n, &errs[c]);
-        if (n > 0 && n < need)
-            need = n;
-        if (rc == 0 && rows[c].fits && (best < 0 || rows[c].iter_s < rows[best].iter_s))
-            best = c;
-    }
-    pu_scorer_release(&sc);
-    char nb[32], mb[32];
-    int64_t devmem = pu_topology_min_memory(topo);
-    pu_bytes_str(stash_need, nb, sizeof nb);
-    pu_bytes_str(devmem, mb, sizeof mb);
-    if (rc == 0 && best < 0) {
-        char detail[4 * PT_ERROR_MAX];
-        snprintf(detail, sizeof detail,
-                 "weight stashing needs %s%s per device (%s), and neither memory-lean kind fits: "
-                 "2bw: %s; 1f1b-flush: %s",
-                 proven ? ">= " : "", nb, stash_msg,
-                 rows[FB_2BW].refused ? errs[FB_2BW].msg : rows[FB_2BW].note,
-                 rows[FB_FLUSH].refused ? errs[FB_FLUSH].msg : rows[FB_FLUSH].note);
-        rc = pu_error_nofit(err, report, "pipedream", devmem, need, detail);
-    } else if (rc < 0) {
-        rc = pt_error_set(err, rc, "pipedream: out of memory");
-    }
-    if (rc == 0 && report) {
-        pt_planner_report *r = &reps[best];
-        double search = report->search_s;
-        pu_report_begin(report, "pipedream",
-                        "simulated iteration time of the memory-lean kind (weight stashing does "
-                        "not fit)");
-        report->objective_s = rows[best].iter_s;
-        report->iter_s = rows[best].iter_s;
-        report->peak_memory_bytes = pu_plan_peak_memory(cost, cand[best], NULL);
-        report->evaluated = reps[FB_2BW].evaluated + reps[FB_FLUSH].evaluated;
-        report->search_s = search;
-        report->stash_need_bytes = stash_need;
-        report->stash_need_proven = proven;
-        report->device_memory_bytes = devmem;
-        report->fallback_count = PT_PLANNER_FALLBACK_ROWS;
-        report->fallback_chosen = best;
-        memcpy(report->fallback, rows, sizeof rows);
-        pu_why(report,
-               "weight stashing needs %s%s per device (devices have %s), so it planned %s "
-               "instead (PipeDream-%s):",
-               proven ? ">= " : "", nb, mb, pt_sched_kind_name(fb_kind[best]),
-               best == FB_2BW ? "2BW" : "Flush");
-        for (int c = 0; c < PT_PLANNER_FALLBACK_ROWS; c++) {
-            char pb[32];
-            if (rows[c].refused)
-                pu_why(report, "%s %s found no plan", c ? ";" : "", pt_sched_kind_name(fb_kind[c]));
-            else
-                pu_why(report, "%s %s simulated %.3f ms, peak %s%s", c ? ";" : "",
-                       pt_sched_kind_name(fb_kind[c]), rows[c].iter_s * 1e3,
-                       pu_bytes_str(rows[c].peak_memory_bytes, pb, sizeof pb),
-                       rows[c].fits ? "" : " (does not fit)");
-        }
-        pu_why(report, ". %s's search: %s", best == FB_2BW ? "2bw" : "dapple", r->why);
-    }
-    if (rc == 0) {
-        *out = cand[best];
-        cand[best] = NULL;
-    }
-    for (int c = 0; c < PT_PLANNER_FALLBACK_ROWS; c++)
-        pt_plan_free(&cand[c]);
-    free(reps);
-    return rc;
-}
-
 static int64_t topology_max_memory(const pt_topology *topo)
 {
     int64_t m = 0;
@@ -892,28 +695,24 @@ int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int
     /* when even the bound over every partition exceeds the largest device,
      * no stashing plan can fit: the search would only confirm it */
     double bound = stash_bound(cost, topo, opts->optim);
-    int proven = bound > (double)topology_max_memory(topo);
-    int64_t need = (int64_t)ceil(bound);
-    pt_error serr = {0};
-    char msg[PT_ERROR_MAX];
-    if (proven) {
-        snprintf(msg, sizeof msg,
-                 "stage i of S keeps S-i weight versions, so whatever the partition some stage "
-                 "holds that much");
-    } else {
-        rc = stash_plan(profile, topo, global_batch, opts, out, report, &serr);
-        if (rc != PT_ENOFIT) {
-            if (rc < 0)
-                pt_error_set(err, rc, "%s", serr.msg);
-            pt_cost_free(&cost);
-            return rc;
-        }
-        need = report->needed_memory_bytes;
-        snprintf(msg, sizeof msg, "the least over its plans, recomputing where that fits");
-    }
-    report->search_s = 0;
-    rc = fallback(profile, topo, global_batch, opts, cost, need, proven, msg, out, report, err);
-    report->search_s = pu_now_s() - t0;
     pt_cost_free(&cost);
+    if (bound > (double)topology_max_memory(topo)) {
+        pu_report_begin(report, "pipedream", "slowest stage per micro-batch");
+        report->stash_need_bytes = (int64_t)ceil(bound);
+        report->stash_need_proven = 1;
+        report->device_memory_bytes = pu_topology_min_memory(topo);
+        report->search_s = pu_now_s() - t0;
+        return pu_error_nofit(err, report, "pipedream", pu_topology_min_memory(topo),
+                              report->stash_need_bytes,
+                              "weight stashing keeps the weight versions of every micro-batch "
+                              "in flight, so whatever the partition some stage holds that much");
+    }
+    rc = stash_plan(profile, topo, global_batch, opts, out, report, err);
+    if (rc == PT_ENOFIT) {
+        report->stash_need_bytes = report->needed_memory_bytes;
+        report->stash_need_proven = 0;
+        report->device_memory_bytes = pu_topology_min_memory(topo);
+    }
+    report->search_s = pu_now_s() - t0;
     return rc;
 }

@@ -153,6 +153,10 @@ typedef struct pt_planner_info {
     const char *summary; /* one line for help texts */
     pt_planner_fn run;
     pt_planner_objective paper; /* its paper's objective, or DEFAULT when it has none */
+    /* NULL, or what pt_planner_run plans instead when run returns PT_ENOFIT
+     * under the default objective without opts->no_fallback (pipedream:
+     * PipeDream-2BW or PipeDream-Flush); run's report is its input. */
+    pt_planner_fn fallback;
 } pt_planner_info;
 
 /* The registered planners, in table order; NULL past the end. */
@@ -208,27 +212,5 @@ int pt_planner_dp(const pt_profile *profile, const pt_topology *topo, int global
 int pt_planner_pipesgd(const pt_profile *profile, const pt_topology *topo, int global_batch,
                        const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
                        pt_error *err);
-
-/* DAPPLE's latency model evaluated on any plan (plan_dapple.c explains it):
- * the longest critical path
- *   max over pivots p and stages e <= p of
- *     sum_{v<p} F_v + core_p + sum_{e<=v<p} B_v + AR_e + OPT_e
- * over units (stages and the boundaries between them; a boundary is
- * intra-node when both stages sit on one node, otherwise costed at the
- * inter-node link), with core_p = M (F_p + B_p), and for a stage also at least
- * (q+1) RT_p + rho (F_p + B_p) where RT_p is its round trip (its F + B and
- * everything after it), M - 1 = q K_p + rho and K_p its in-flight
- * micro-batches under the plan's schedule and policy (pt_cost_inflight;
- * rho F_p when q = 0), bounds on the end of its last forward and on the drain
- * after its first backward (which waits for the warm-up forwards of every
- * stage from it to the last); plus, for each stage s > 0 and e < s, the path
- * through s's communication lane: sum_{v<=s} F_v + M (activation send of s +
- * gradient send of s to s-1) + sum_{e<=v<s} B_v + AR_e. plan_dapple.c
- * derives each term. Optimizer: plan->optimizer. Returns 0 and *latency_s,
- * or PT_EINVAL (err names the stage) when the plan does not match the cost
- * model. If pivot/ending are not NULL they receive the pivot unit (2s: stage
- * s, 2s+1: boundary s -> s+1) and the stage e of the longest path. */
-int pt_planner_dapple_latency(const pt_cost *cost, const pt_plan *plan, double *latency_s,
-                              int *pivot, int *ending, pt_error *err);
 
 #endif

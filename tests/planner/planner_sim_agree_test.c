@@ -37,6 +37,7 @@
 #include "planner/analytic.h"
 #include "planner/cost.h"
 #include "planner/interleave.h"
+#include "planner/latency.h"
 #include "planner/planner.h"
 #include "planner/simulate.h"
 #include "protocol/device.h"
@@ -215,7 +216,7 @@ static void test_agree(void)
                     /* the closed form the candidates are ordered by stays within the
                      * slack the scoring assumes above the simulated time */
                     double L = NAN;
-                    CHECK(pt_planner_dapple_latency(cost, plan, &L, NULL, NULL, NULL) == 0);
+                    CHECK(pt_latency_critical_path(cost, plan, &L, NULL, NULL, NULL) == 0);
                     CHECK_MSG(L <= sim_s * (1 + 0.10),
                               "%s %s on %s: critical path %.6f ms, more than 10%% above the "
                               "simulated %.6f ms",
