@@ -228,3 +228,98 @@ int pc_pipedream_fallback(const pt_profile *profile, const pt_topology *topo, in
     pt_cost_free(&cost);
     return rc;
 }
+
+/* Pure data parallelism on the same devices: 0 with *dp and dprep, or the dp
+ * planner's error (PT_ENOFIT: it does not fit; another code: no plan). */
+static int plan_dp(const pt_profile *profile, const pt_topology *topo, int global_batch,
+                   const pt_planner_opts *opts, pt_plan **dp, pt_planner_report *dprep,
+                   pt_error *derr)
+{
+    pt_planner_opts o = *opts;
+    o.kinds = 0;
+    o.stages = 0;
+    return pt_planner_dp(profile, topo, global_batch, &o, dp, dprep, derr);
+}
+
+/* The report of the plan returned being data parallelism's, the planner's
+ * own best (own_s, NAN: none fits) said in front of the dp planner's why. */
+static void take_dp(pt_planner_report *report, const pt_planner_report *dprep, double own_s,
+                    const char *own_why)
+{
+    char planner[sizeof report->planner], objective[sizeof report->objective];
+    snprintf(planner, sizeof planner, "%s", report->planner);
+    snprintf(objective, sizeof objective, "%s", report->objective);
+    double search = report->search_s;
+    long long evaluated = report->evaluated;
+    *report = *dprep;
+    snprintf(report->planner, sizeof report->planner, "%s", planner);
+    snprintf(report->objective, sizeof report->objective, "%s", objective);
+    report->search_s = search;
+    report->evaluated = evaluated;
+    report->why[0] = '\0';
+    if (isnan(own_s))
+        pu_why(report, "pure data parallelism: nothing of this planner's own space fits (%.200s). ",
+               own_why);
+    else
+        pu_why(report,
+               "pure data parallelism: this planner's best plan simulates %.3f ms, data "
+               "parallelism %.3f ms (the plan must be %.0f %% faster to be kept). ",
+               own_s * 1e3, dprep->iter_s * 1e3, PT_PLANNER_DP_MARGIN * 100);
+    pu_why(report, "dp: %s", dprep->why);
+    report->dp_state = PT_DP_COMPARED;
+    report->dp_kept = 1;
+    report->dp_iter_s = dprep->iter_s;
+}
+
+int pc_dp_floor(const pt_profile *profile, const pt_topology *topo, int global_batch,
+                const pt_planner_opts *opts, int rc, pt_plan **out, pt_planner_report *report,
+                pt_error *err)
+{
+    pt_planner_report *dprep = malloc(sizeof *dprep);
+    if (!dprep)
+        return pt_error_set(err, PT_ENOMEM, "planner: out of memory");
+    pt_plan *dp = NULL;
+    pt_error derr = {0};
+    int drc = plan_dp(profile, topo, global_batch, opts, &dp, dprep, &derr);
+    if (drc == PT_ENOMEM) {
+        free(dprep);
+        return pt_error_set(err, drc, "planner: out of memory");
+    }
+    char nb[32];
+    if (drc < 0) {
+        report->dp_state = drc == PT_ENOFIT ? PT_DP_NOFIT : PT_DP_IMPOSSIBLE;
+        report->dp_need_bytes = drc == PT_ENOFIT ? dprep->needed_memory_bytes : 0;
+        if (rc == 0 && drc == PT_ENOFIT)
+            pu_why(report,
+                   "; data parallelism does not fit: one replica of the whole model "
+                   "needs %s per device",
+                   pu_bytes_str(report->dp_need_bytes, nb, sizeof nb));
+        else if (rc == 0)
+            pu_why(report, "; no data-parallel plan to compare: %.300s", derr.msg);
+        free(dprep);
+        return rc;
+    }
+    report->dp_state = PT_DP_COMPARED;
+    report->dp_iter_s = dprep->iter_s;
+    if (rc == PT_ENOFIT && opts->stages > 0) { /* the stage count asked for has no plan */
+        free(dprep);
+        pt_plan_free(&dp);
+        return rc;
+    }
+    /* a stage count the user asked for is kept; otherwise the faster wins */
+    int own = rc == 0 &&
+              (opts->stages > 0 || report->iter_s <= dprep->iter_s * (1 - PT_PLANNER_DP_MARGIN));
+    if (rc == 0 && own) {
+        pu_why(report, "; %.2fx the speed of data parallelism (%.3f ms)",
+               dprep->iter_s / report->iter_s, dprep->iter_s * 1e3);
+    } else if (rc == 0 || rc == PT_ENOFIT) {
+        take_dp(report, dprep, rc == 0 ? report->iter_s : NAN, rc == 0 ? "" : err->msg);
+        pt_plan_free(out);
+        *out = dp;
+        dp = NULL;
+        rc = 0;
+    }
+    pt_plan_free(&dp);
+    free(dprep);
+    return rc;
+}

@@ -84,6 +84,10 @@ typedef struct pt_planner_opts {
      * that policy (pipedream's PipeDream-Flush candidate, whose op order is
      * policy A's, needs no policy B simulation); 0: both. */
     char dapple_policy;
+    /* 1: pt_planner_run returns the planner's own best plan even where pure
+     * data parallelism simulates faster (the data-parallel floor is off; for
+     * tests of a search itself); 0: the floor (pt_planner_report.dp_*). */
+    int no_dp_floor;
 } pt_planner_opts;
 
 /* Every synchronous kind of the table (built-in or registered). */
@@ -138,7 +142,25 @@ typedef struct pt_planner_report {
     int fallback_count, fallback_chosen, stash_need_proven;
     int64_t stash_need_bytes, device_memory_bytes;
     pt_planner_kind_row fallback[PT_PLANNER_FALLBACK_ROWS];
+    /* The data-parallel floor (pt_planner_run, default objective, planners
+     * with pt_planner_info.dp_floor): dp_state PT_DP_COMPARED with dp_iter_s
+     * the simulated iteration of pure data parallelism on the same devices
+     * (the dp planner's plan), and dp_kept 1 when the plan returned is that
+     * plan because the planner's own best was not PT_PLANNER_DP_MARGIN faster;
+     * PT_DP_NOFIT when data parallelism does not fit memory (dp_need_bytes
+     * per device, why says so); PT_DP_IMPOSSIBLE when it has no plan for
+     * another reason (why says which); PT_DP_NOT_COMPARED otherwise. */
+    int dp_state, dp_kept;
+    double dp_iter_s;
+    int64_t dp_need_bytes;
 } pt_planner_report;
+
+enum { PT_DP_NOT_COMPARED = 0, PT_DP_COMPARED, PT_DP_NOFIT, PT_DP_IMPOSSIBLE };
+
+/* A planner keeps its own plan over pure data parallelism only when the
+ * simulator runs it at least this fraction faster: within the cost model's
+ * error the simpler plan wins (docs/planners.md "The data-parallel floor"). */
+#define PT_PLANNER_DP_MARGIN 0.01
 
 /* A planner. Called by pt_planner_run with validated input (and the memory
  * limit already applied to topo); returns 0 with *out a new plan (owned by
@@ -157,6 +179,10 @@ typedef struct pt_planner_info {
      * under the default objective without opts->no_fallback (pipedream:
      * PipeDream-2BW or PipeDream-Flush); run's report is its input. */
     pt_planner_fn fallback;
+    /* 1: pt_planner_run compares the plan (default objective) with pure data
+     * parallelism on the same devices and returns the faster (the report's
+     * dp_* fields); 0 for dp and pipesgd themselves. */
+    int dp_floor;
 } pt_planner_info;
 
 /* The registered planners, in table order; NULL past the end. */

@@ -83,8 +83,8 @@ grep -q "PipeDream's optimizer's formulas): 54.7" <<<"$out" ||
 out=$("$PIPETOP" plan --planner dapple --objective dapple --profile "$PROF" \
     --topology topologies/dapple-config-c.json --batch 128 2>&1)
 [ $? -eq 0 ] || fail "--objective dapple: exit status: $out"
-grep -q "chose two-stage" <<<"$out" || fail "--objective dapple: no 15:1 choice: $out"
-grep -qE '^  1 +\[31,40\) +1 ' <<<"$out" || fail "--objective dapple: not 15:1: $out"
+grep -q "chose bipartition P:Q" <<<"$out" || fail "--objective dapple: no 15:1 choice: $out"
+grep -qE '^  1 +\[24,40\) +1 ' <<<"$out" || fail "--objective dapple: not 15:1: $out"
 out=$("$PIPETOP" plan --planner gpipe --objective dapple --profile "$PROF" --topology "$TOPO" \
     --batch 512 2>&1)
 [ $? -eq 1 ] && grep -q "objective 'dapple' is not its own" <<<"$out" ||

@@ -108,7 +108,10 @@ static void run_instance(const instance *in, int simulate)
     pt_plan *plan = NULL;
     pt_planner_report rep;
     pt_error err = {0};
-    int rc = pt_planner_run("dapple", pr, t, in->gbs, NULL, &plan, &rep, &err);
+    pt_planner_opts own;
+    pt_planner_opts_default(&own);
+    own.no_dp_floor = 1; /* the search itself, not the data-parallel floor */
+    int rc = pt_planner_run("dapple", pr, t, in->gbs, &own, &plan, &rep, &err);
     pt_cost *cost = NULL;
     REQUIRE(pt_cost_new(pr, t, &cost, &err) == 0);
     best_ctx c = {cost, INFINITY, 0, NULL, {0}, INFINITY, simulate, 0};
