@@ -39,6 +39,8 @@ static const char *const layout_name[LAYOUT_COUNT] = {"stage-major", "pipeline-m
 
 /* Candidates simulated, best closed form first. */
 #define BW_POOL 6
+/* Micro-batch sizes tried past BW_ALL_DEPTHS devices. */
+#define BW_SCALE_MB_CHOICES 6
 
 static inline int64_t imin64(int64_t a, int64_t b)
 {
@@ -189,28 +191,61 @@ static int next_width(int w, int wmax)
     return wmax <= 16 ? w - 1 : w / 2;
 }
 
+/* Depths tried: every one up to BW_ALL_DEPTHS devices; beyond, 1, 2, 3, 4,
+ * then growing by half, and the deepest, dmax = min(layers, devices), last. */
+#define BW_ALL_DEPTHS 64
+static int next_depth(int d, int dmax, int G)
+{
+    int n = G <= BW_ALL_DEPTHS || d < 4 ? d + 1 : d + d / 2;
+    return d < dmax && n > dmax ? dmax : n;
+}
+
+/* Whether every device has the same speed: then a depth's balanced
+ * partition is the same for every width and placement. */
+static int uniform_speed(const pt_topology *t)
+{
+    for (int d = 1; d < t->device_count; d++)
+        if (t->devices[d].speed != t->devices[0].speed)
+            return 0;
+    return 1;
+}
+
+/* The balanced partition of depth d (rec: with the recompute forward) for
+ * width w and a placement, into B->cuts; reused across widths and
+ * placements when speeds are uniform (*have says it is there). */
+static int partition(bw *B, int d, int w, int layout, int rec, int uniform, int *have)
+{
+    if (uniform && *have)
+        return 0;
+    for (int s = 0; s < d; s++) {
+        B->speeds[s] = INFINITY;
+        for (int p = 0; p < w; p++)
+            B->speeds[s] =
+                fmin(B->speeds[s], B->topo->devices[device_of(layout, d, w, s, p)].speed);
+    }
+    int rc = 0;
+    pu_balanced_partition(B->cost, B->profile->layer_count, d, uniform ? NULL : B->speeds, rec,
+                          B->cuts, &rc);
+    *have = rc == 0;
+    return rc;
+}
+
 static int search(bw *B, const int *mbs, int nmb)
 {
-    int N = B->profile->layer_count, G = B->topo->device_count;
-    for (int d = 1; d <= G && d <= N; d++) {
+    int N = B->profile->layer_count, G = B->topo->device_count, uniform = uniform_speed(B->topo);
+    int dmax = N < G ? N : G;
+    for (int d = 1; d <= dmax; d = next_depth(d, dmax, G)) {
         int wmax = G / d;
-        for (int w = wmax; w >= 1; w = next_width(w, wmax)) {
-            for (int layout = 0; layout < LAYOUT_COUNT; layout++) {
-                if (layout == LAYOUT_PIPELINE_MAJOR && (d == 1 || w == 1))
-                    continue; /* the same devices as stage-major */
-                for (int s = 0; s < d; s++) {
-                    B->speeds[s] = INFINITY;
-                    for (int p = 0; p < w; p++)
-                        B->speeds[s] = fmin(B->speeds[s],
-                                            B->topo->devices[device_of(layout, d, w, s, p)].speed);
-                }
-                for (int rec = 0; rec <= 1; rec++) {
-                    int rc = 0;
-                    pu_balanced_partition(B->cost, N, d, B->speeds, rec, B->cuts, &rc);
+        for (int rec = 0; rec <= 1; rec++) {
+            int have = 0;
+            for (int w = wmax; w >= 1; w = next_width(w, wmax))
+                for (int layout = 0; layout < LAYOUT_COUNT; layout++) {
+                    if (layout == LAYOUT_PIPELINE_MAJOR && (d == 1 || w == 1))
+                        continue; /* the same devices as stage-major */
+                    int rc = partition(B, d, w, layout, rec, uniform, &have);
                     if (rc < 0 || (rc = try_sizes(B, mbs, nmb, d, w, layout, rec)) < 0)
                         return rc;
                 }
-            }
         }
     }
     return 0;
@@ -237,16 +272,19 @@ static int pick(bw *B, int *best, double *iter_s, int *simulated, pt_error *err)
     if (pu_scorer_init(&sc, B->cost) < 0)
         return PT_ENOMEM;
     int rc = 0;
+    /* a large cluster's programs are large: the first fitting candidate, then
+     * more only while a quarter of the budget lasts */
+    long long budget =
+        B->topo->device_count > BW_ALL_DEPTHS ? PU_SCORE_OPS_BUDGET / 4 : PU_SCORE_OPS_BUDGET;
     *best = -1;
     *iter_s = INFINITY;
     *simulated = 0;
     for (int i = 0; i < B->npool && rc == 0; i++) {
-        if (*best >= 0 &&
-            (sc.ops >= PU_SCORE_OPS_BUDGET || B->pool_T[i] > *iter_s * (1 + PU_SCORE_BOUND_SLACK)))
+        if (*best >= 0 && (sc.ops >= budget || B->pool_T[i] > *iter_s * (1 + PU_SCORE_BOUND_SLACK)))
             break;
         double t = INFINITY;
         int fits = 0;
-        rc = pu_score(&sc, B->pool[i], &t, &fits, NULL, err);
+        rc = pu_score_steady(&sc, B->pool[i], &t, &fits, err);
         ++*simulated;
         if (rc == 0 && fits && t < *iter_s) {
             *iter_s = t;
@@ -312,7 +350,9 @@ int pt_planner_2bw(const pt_profile *profile, const pt_topology *topo, int globa
     B.speeds = malloc((size_t)G * sizeof *B.speeds);
     B.rcs = malloc((size_t)G);
     int mbs[PT_PLANNER_MB_CHOICES_MAX];
-    int nmb = pu_microbatch_candidates(opts, global_batch, PT_PLANNER_MB_CHOICES_MAX, mbs);
+    int nmb = pu_microbatch_candidates(
+        opts, global_batch, G > BW_ALL_DEPTHS ? BW_SCALE_MB_CHOICES : PT_PLANNER_MB_CHOICES_MAX,
+        mbs);
     if (!B.cuts || !B.devs || !B.speeds || !B.rcs || (rc = search(&B, mbs, nmb)) < 0) {
         rc = pt_error_set(err, rc < 0 ? rc : PT_ENOMEM, "2bw: out of memory");
         goto out;

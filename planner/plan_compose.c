@@ -23,30 +23,6 @@
 enum { FB_2BW, FB_FLUSH };
 static const pt_sched_kind fb_kind[PT_PLANNER_FALLBACK_ROWS] = {PT_SCHED_2BW, PT_SCHED_1F1B_FLUSH};
 
-/* pu_score for an asynchronous plan over ceil(2S/M) + 2 windows, the
- * generator's own count for reaching the steady state, without its floor of
- * PT_SCHED_MIN_WINDOWS: with M >= 2S (GPT-3 on 64 devices: 1,536 micro-batches
- * per window) that is 3 windows instead of 4, the same steady window after
- * the warm-up one, at three quarters of the cost. */
-static int score_steady(pu_scorer *sc, const pt_plan *plan, double *iter_s, int *fits,
-                        int64_t *peak, pt_error *err)
-{
-    int S = plan->stage_count, M = plan->microbatch_count;
-    pt_sched_opts so = {0};
-    so.windows = (2 * S + M - 1) / M + 2;
-    pt_sim_result res;
-    int rc = pt_sim_plan(sc->sim, plan, sc->cost, &so, &sc->prog, &res, err);
-    if (rc < 0)
-        return rc;
-    *iter_s = res.iter_s;
-    *fits = res.fits;
-    *peak = 0;
-    for (int w = 0; w < res.worker_count; w++)
-        if (res.workers[w].peak.total > *peak)
-            *peak = res.workers[w].peak.total;
-    return 0;
-}
-
 /* Plans candidate c into *plan and fills row; 0 (row->refused when its
  * planner found none, row->fits when it fits in the simulation), or
  * PT_ENOMEM. *need receives its planner's memory need on PT_ENOFIT, e
@@ -101,8 +77,14 @@ static int fb_candidate(int c, const pt_profile *profile, const pt_topology *top
         t = same->iter_s;
         fits = same->fits;
         peak = same->peak_memory_bytes;
-    } else if ((rc = c == FB_2BW ? score_steady(sc, *plan, &t, &fits, &peak, e)
-                                 : pu_score(sc, *plan, &t, &fits, &peak, e)) < 0) {
+    } else if (c == FB_2BW) {
+        /* the 2bw planner simulated its plan (the default windows) and kept it
+         * only fitting; its peak is the memory model's, which the simulator's
+         * equals */
+        t = rep->iter_s;
+        fits = 1;
+        peak = rep->peak_memory_bytes;
+    } else if ((rc = pu_score(sc, *plan, &t, &fits, &peak, e)) < 0) {
         if (rc == PT_ENOMEM)
             return rc;
         row->refused = 1;

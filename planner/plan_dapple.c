@@ -69,9 +69,6 @@
 #include "planner/planner.h"
 #include "planner/schedule.h"
 
-#define PT_STR_(x) #x
-#define PT_STR(x)  PT_STR_(x)
-
 /* Up to this many devices and DAPPLE_MAX_CUTS layers the search is exact
  * over every replica count and all three placement policies. Beyond that it
  * expands at most DAPPLE_BEAM states per layer (the most promising by their
@@ -80,6 +77,14 @@
  * replica counts 1, 2, 3, 4, 6, 8, 12, ... and Fresh and Append First. */
 #define DAPPLE_ALL_R_DEVICES 16
 #define DAPPLE_BEAM          128
+/* Above DAPPLE_ALL_R_DEVICES devices (the beam regime) the search keeps
+ * fewer states per layer, fewer stage boundaries and fewer micro-batch sizes,
+ * so a 1,024-device cluster plans in well under a second; on the shipped
+ * profiles over cluster-128x8 its plans simulate within a few per cent of the
+ * wider search's (docs/planners.md). */
+#define DAPPLE_SCALE_BEAM       32
+#define DAPPLE_SCALE_CUTS       48
+#define DAPPLE_SCALE_MB_CHOICES 4
 /* On large clusters, at most this many stage boundaries are considered:
  * above it the candidates are spaced by equal forward + backward work. */
 #define DAPPLE_MAX_CUTS 128
@@ -172,6 +177,7 @@ typedef struct dapple {
     /* per run */
     int M, b;
     char policy;              /* 'A' or 'B': in-flight micro-batches and memory */
+    char only_pol;            /* 'A' or 'B': search only that policy's runs (opts); 0: both */
     int mem_loose;            /* no stage of this run can exceed the smallest device memory */
     double inc;               /* best complete L so far (all runs) */
     int inc_entry;            /* its final entry in this run, -1 */
@@ -1311,15 +1317,16 @@ static int dapple_init(dapple *D, const pt_cost *cost, const pt_topology *topo, 
     D->cut_ok = calloc((size_t)D->N + 1, 1);
     if (!D->cut_ok)
         return PT_ENOMEM;
-    if (D->N <= DAPPLE_MAX_CUTS) {
+    int maxcuts = D->G > DAPPLE_ALL_R_DEVICES ? DAPPLE_SCALE_CUTS : DAPPLE_MAX_CUTS;
+    if (D->N <= maxcuts) {
         memset(D->cut_ok, 1, (size_t)D->N + 1);
     } else {
         /* boundaries nearest to equal shares of the forward + backward work */
         double total =
             pt_cost_fwd_s(cost, 0, D->N, D->pmb, -1) + pt_cost_bwd_s(cost, 0, D->N, D->pmb, -1);
         int j = 0;
-        for (int c = 1; c < DAPPLE_MAX_CUTS; c++) {
-            double target = total * c / DAPPLE_MAX_CUTS;
+        for (int c = 1; c < maxcuts; c++) {
+            double target = total * c / maxcuts;
             while (j < D->N && pt_cost_fwd_s(cost, 0, j + 1, D->pmb, -1) +
                                        pt_cost_bwd_s(cost, 0, j + 1, D->pmb, -1) <=
                                    target)
@@ -1334,7 +1341,9 @@ static int dapple_init(dapple *D, const pt_cost *cost, const pt_topology *topo, 
     if (nsc <= DAPPLE_STAGE_COST_MAX)
         D->sc = calloc(nsc, sizeof *D->sc);
     /* exact on small instances; a beam on large ones */
-    D->beam = D->G <= DAPPLE_ALL_R_DEVICES && D->N <= DAPPLE_MAX_CUTS ? 0 : DAPPLE_BEAM;
+    D->beam = D->G <= DAPPLE_ALL_R_DEVICES && D->N <= DAPPLE_MAX_CUTS ? 0
+              : D->G > DAPPLE_ALL_R_DEVICES                           ? DAPPLE_SCALE_BEAM
+                                                                      : DAPPLE_BEAM;
     D->ohcap = D->shcap = 1 << 12;
     D->ohash = malloc((size_t)D->ohcap * sizeof(int));
     D->shash = malloc((size_t)D->shcap * sizeof *D->shash);
@@ -1489,6 +1498,8 @@ static void pool_clear(dapple *D)
  * the plan when it beats the incumbent. */
 static int run_one(dapple *D, const int *mbs, int i, int global_batch, pt_plan **best_plan)
 {
+    if (D->only_pol && (i % 2 ? 'B' : 'A') != D->only_pol)
+        return 0;
     D->b = mbs[i / 2];
     D->policy = i % 2 ? 'B' : 'A';
     double before = D->inc;
@@ -1542,6 +1553,8 @@ static int seed(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan **
         for (int i = 0; i < 2 * nmb && rc == 0; i++) {
             int b = mbs[i / 2], r = G / S < b ? G / S : b;
             char policy = i % 2 ? 'B' : 'A';
+            if (D->only_pol && policy != D->only_pol)
+                continue;
             if (r < 1)
                 continue;
             for (int s = 0; s < S; s++) {
@@ -1652,8 +1665,12 @@ int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int gl
         goto out;
     }
     /* run_m sets D.b from the candidate; keep it in a local for clarity */
+    D.only_pol = opts->dapple_policy;
     int mbs[PT_PLANNER_MB_CHOICES_MAX];
-    int nmb = pu_microbatch_candidates(opts, global_batch, DAPPLE_MB_CHOICES, mbs);
+    int nmb = pu_microbatch_candidates(
+        opts, global_batch,
+        topo->device_count > DAPPLE_ALL_R_DEVICES ? DAPPLE_SCALE_MB_CHOICES : DAPPLE_MB_CHOICES,
+        mbs);
     pt_plan *plan = NULL;
     rc = search(&D, mbs, nmb, global_batch, &plan);
     if (rc < 0) {
@@ -1765,11 +1782,13 @@ int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int gl
             pu_why(report, "; large cluster: replica counts 1,2,3,4,6,8,12,..., fresh/append-first "
                            "placement");
         if (D.cuts_limited)
-            pu_why(report, "; " PT_STR(DAPPLE_MAX_CUTS) " candidate stage boundaries");
+            pu_why(report, "; %d candidate stage boundaries",
+                   D.G > DAPPLE_ALL_R_DEVICES ? DAPPLE_SCALE_CUTS : DAPPLE_MAX_CUTS);
         if (D.beam > 0)
-            pu_why(report, "; large instance: one plan per state and at most " PT_STR(
-                               DAPPLE_BEAM) " states per layer, so the best plan found, not "
-                                            "proven optimal");
+            pu_why(report,
+                   "; large instance: one plan per state and at most %d states per layer, so the "
+                   "best plan found, not proven optimal",
+                   D.beam);
     }
     *out = plan;
     rc = 0;

@@ -78,6 +78,7 @@ typedef struct pdlevel {
     int paper;           /* PipeDream's optimizer's formulas */
     double base_div;     /* paper: the one-stage sync is divided by this (D) */
     double opt_per_byte; /* level 1: optimizer step seconds per parameter byte (slowest device) */
+    int pow2;            /* replica counts (m * unit) only powers of two */
 } pdlevel;
 
 /* A round of m micro-batches on m replicas: each runs one (t), all-reduces
@@ -118,7 +119,8 @@ static inline double paper_stage(const pdlevel *L, int i, int j, int m, double d
 /* Whether m machines may replicate one stage. */
 static inline int rep_ok(const pdlevel *L, int m)
 {
-    return m == 1 || (int64_t)m * L->unit <= L->cap;
+    int64_t d = (int64_t)m * L->unit;
+    return m == 1 || (d <= L->cap && (!L->pow2 || (d & (d - 1)) == 0));
 }
 
 /* The best last stage [k, j) on mp of m machines, k in [i+1, j-1], into
@@ -155,8 +157,10 @@ static void solve_from(const pdlevel *L, int i, double *A, int *choice)
                 best = A[(size_t)j * stride + m - 1];
                 bc = -2;
             }
-            for (int mp = 1; mp < m && j - i >= 2 && rep_ok(L, mp); mp++)
-                best_split(L, i, j, m, mp, A, &best, &bc);
+            for (int mp = 1; mp < m && j - i >= 2 && (mp == 1 || (int64_t)mp * L->unit <= L->cap);
+                 mp++)
+                if (rep_ok(L, mp))
+                    best_split(L, i, j, m, mp, A, &best, &bc);
             A[(size_t)j * stride + m] = best;
             if (choice)
                 choice[(size_t)j * stride + m] = bc;
@@ -197,8 +201,10 @@ static void solve_from_paper(const pdlevel *L, int i, double *A, int *choice)
                 best = A[(size_t)j * stride + m - 1];
                 bc = -2;
             }
-            for (int mp = 1; mp < m && j - i >= 2 && rep_ok(L, mp); mp++)
-                paper_split(L, i, j, m, mp, A, &best, &bc);
+            for (int mp = 1; mp < m && j - i >= 2 && (mp == 1 || (int64_t)mp * L->unit <= L->cap);
+                 mp++)
+                if (rep_ok(L, mp))
+                    paper_split(L, i, j, m, mp, A, &best, &bc);
             A[(size_t)j * stride + m] = best;
             if (choice)
                 choice[(size_t)j * stride + m] = bc;
@@ -256,6 +262,7 @@ typedef struct pdsearch {
     const pt_cost *cost;
     const pt_topology *topo;
     int N, G, P, nodes, two_levels, m1, mbs, nst;
+    int *bnd; /* the DP's layer k is the model's layers up to bnd[k] (cut candidates) */
     double *T, *W, *C1, *C2, *A, *A1P, *A2;
     int *choice, *choice2;
     pdstage *st1, *st2, *fin;
@@ -265,6 +272,7 @@ typedef struct pdsearch {
 
 static void search_free(pdsearch *s)
 {
+    free(s->bnd);
     free(s->T);
     free(s->W);
     free(s->C1);
@@ -281,19 +289,51 @@ static void search_free(pdsearch *s)
 }
 
 /* The prefix tables and level 1 for micro-batch size mbs. */
-static int search_init(pdsearch *s, const pt_cost *cost, const pt_topology *topo, int mbs, int M,
-                       pt_optim_kind optim, int paper, int flat)
+/* The cut candidates of a coarse search: at most PD_COARSE_CUTS boundaries
+ * at equal shares of the forward + backward work (every boundary when the
+ * model has fewer layers); s->N becomes their count. 0 or PT_ENOMEM. */
+static int cut_candidates(pdsearch *s, int coarse)
 {
+    int n = s->N;
+    s->bnd = malloc(((size_t)n + 1) * sizeof *s->bnd);
+    if (!s->bnd)
+        return PT_ENOMEM;
+    if (!coarse || n <= PD_COARSE_CUTS) {
+        for (int k = 0; k <= n; k++)
+            s->bnd[k] = k;
+        return 0;
+    }
+    double total =
+        pt_cost_fwd_s(s->cost, 0, n, s->mbs, -1) + pt_cost_bwd_s(s->cost, 0, n, s->mbs, -1);
+    int k = 1;
+    s->bnd[0] = 0;
+    for (int l = 1; l < n && k < PD_COARSE_CUTS; l++) {
+        double w =
+            pt_cost_fwd_s(s->cost, 0, l, s->mbs, -1) + pt_cost_bwd_s(s->cost, 0, l, s->mbs, -1);
+        if (w >= total * k / PD_COARSE_CUTS)
+            s->bnd[k++] = l;
+    }
+    s->bnd[k] = n;
+    s->N = k;
+    return 0;
+}
+
+static int search_init(pdsearch *s, const pt_cost *cost, const pt_topology *topo, int mbs, int M,
+                       pt_optim_kind optim, int paper, int flags)
+{
+    int flat = (flags & PD_FLAT) != 0;
     memset(s, 0, sizeof *s);
     s->cost = cost;
     s->topo = topo;
     s->N = pt_cost_profile(cost)->layer_count;
+    s->mbs = mbs;
+    if (cut_candidates(s, flags & PD_COARSE) < 0)
+        return PT_ENOMEM;
     s->G = topo->device_count;
     s->P = pu_uniform_node_size(topo);
     s->nodes = topo->node_count;
     s->two_levels = s->nodes > 1 && s->P > 1 && !flat;
     s->m1 = s->two_levels ? s->P : s->G;
-    s->mbs = mbs;
     pt_link l1 = s->two_levels || s->nodes == 1 ? topo->intra : topo->inter;
     if (flat && s->nodes > 1 && s->P > 1) /* every device a machine, at the slower link */
         l1 = topo->inter.bandwidth < topo->intra.bandwidth ? topo->inter : topo->intra;
@@ -315,11 +355,12 @@ static int search_init(pdsearch *s, const pt_cost *cost, const pt_topology *topo
     s->off = s->gn + np1;
     double speed = pu_topology_min_speed(topo);
     for (int j = 0; j <= s->N; j++) {
-        s->T[j] = (pt_cost_fwd_s(cost, 0, j, mbs, -1) + pt_cost_bwd_s(cost, 0, j, mbs, -1)) / speed;
-        s->W[j] = (double)pt_cost_param_bytes(cost, 0, j);
+        int l = s->bnd[j];
+        s->T[j] = (pt_cost_fwd_s(cost, 0, l, mbs, -1) + pt_cost_bwd_s(cost, 0, l, mbs, -1)) / speed;
+        s->W[j] = (double)pt_cost_param_bytes(cost, 0, l);
     }
     for (int k = 1; k < s->N; k++) {
-        int64_t bytes = pt_cost_boundary_bytes(cost, k, mbs);
+        int64_t bytes = pt_cost_boundary_bytes(cost, s->bnd[k], mbs);
         s->C1[k] = paper ? 2.0 * (double)bytes / l1.bandwidth : pt_cost_link_s(l1, bytes);
         s->C2[k] = paper ? 2.0 * (double)bytes / topo->inter.bandwidth
                          : pt_cost_link_s(topo->inter, bytes);
@@ -339,7 +380,8 @@ static int search_init(pdsearch *s, const pt_cost *cost, const pt_topology *topo
                   NULL,
                   paper,
                   1.0,
-                  paper ? 0 : pt_cost_opt_step_s(cost, (int64_t)probe, optim, -1) / probe / speed};
+                  paper ? 0 : pt_cost_opt_step_s(cost, (int64_t)probe, optim, -1) / probe / speed,
+                  (flags & PD_POW2) != 0};
     return 0;
 }
 
@@ -391,7 +433,8 @@ static int solve_levels(pdsearch *s, double *objective)
                       s->A1P,
                       paper,
                       (double)s->P,
-                      0.0};
+                      0.0,
+                      s->L1.pow2};
     for (size_t c = 0; c < n2; c++)
         s->A2[c] = INFINITY;
     solve(&s->L2, 0, s->A2, s->choice2);
@@ -432,8 +475,8 @@ static pt_plan *search_plan(const pdsearch *s, int global_batch, pt_optim_kind o
     pt_plan *p = NULL;
     if (cuts && node_first && devs) {
         for (int k = 0; k < nst; k++)
-            cuts[k] = s->fin[k].first;
-        cuts[nst] = N;
+            cuts[k] = s->bnd[s->fin[k].first];
+        cuts[nst] = s->bnd[N];
         p = pu_plan_alloc(pt_cost_profile(s->cost), nst, cuts, PT_SCHED_PIPEDREAM, s->mbs,
                           global_batch / s->mbs, optim);
     }
@@ -459,11 +502,12 @@ static pt_plan *search_plan(const pdsearch *s, int global_batch, pt_optim_kind o
 }
 
 int pd_plan_for(const pt_cost *cost, const pt_topology *topo, int global_batch, int mbs,
-                pt_optim_kind optim, int paper, int flat, pdresult *res, char *levels_text,
+                pt_optim_kind optim, int paper, int flags, pdresult *res, char *levels_text,
                 size_t ltcap)
 {
     pdsearch s;
-    int rc = search_init(&s, cost, topo, mbs, global_batch / mbs, optim, paper, flat);
+    int flat = (flags & PD_FLAT) != 0;
+    int rc = search_init(&s, cost, topo, mbs, global_batch / mbs, optim, paper, flags);
     if (rc == 0)
         rc = s.two_levels ? solve_levels(&s, &res->objective) : solve_flat(&s, &res->objective);
     if (rc == 0 && !(res->plan = search_plan(&s, global_batch, optim)))
@@ -540,6 +584,7 @@ typedef struct pdpick {
     int planned;   /* sizes the search planned */
     int fitting;   /* of them, plans that fit memory */
     int64_t least; /* the least peak memory among the plans (recomputing where it fits) */
+    int too_long;  /* plans dropped: their round-robin program exceeds PD_RR_MB_MAX */
 } pdpick;
 
 /* Default objective: each size's plan recomputes where that fits; the
@@ -580,34 +625,78 @@ static void pick_paper(pdpick *pk, const pt_cost *cost, pdresult *r, int mbs)
     pt_plan_free(&r->plan);
 }
 
-/* Plans every size and picks; 0, or PT_ENOMEM. */
+/* Round-robin programs longer than this many micro-batches (rounds of
+ * every stage's replicas make the run a multiple of their least common
+ * multiple) are not planned: the runtime would run that many per program. */
+#define PD_RR_MB_MAX 4096
+/* Micro-batch sizes tried on a cluster past PD_FLAT_DEVICES. */
+#define PD_SCALE_SIZES 4
+
+/* The variants of the dynamic program planned for each size: on up to
+ * PD_FLAT_DEVICES devices the hierarchical one and (several nodes) the flat
+ * one, each with any replica counts and with powers of two only; beyond, one
+ * coarse search with powers of two. */
+static int pd_variants(const pt_topology *topo, int paper, int *out)
+{
+    int n = 0, small = topo->device_count <= PD_FLAT_DEVICES;
+    if (paper) {
+        out[n++] = 0;
+        return n;
+    }
+    if (!small) {
+        out[n++] = PD_COARSE | PD_POW2;
+        return n;
+    }
+    int flats = topo->node_count > 1 && pu_uniform_node_size(topo) > 1;
+    for (int flat = 0; flat <= flats; flat++)
+        for (int pow2 = 0; pow2 <= 1; pow2++)
+            out[n++] = (flat ? PD_FLAT : 0) | (pow2 ? PD_POW2 : 0);
+    return n;
+}
+
+/* Whether plan's round-robin program stays within PD_RR_MB_MAX micro-batches. */
+static int rr_short(const pt_plan *plan)
+{
+    int w = 0;
+    return pt_sched_window_count(plan, plan->microbatch_count, 0, &w, NULL) == 0 &&
+           (int64_t)w * plan->microbatch_count <= PD_RR_MB_MAX;
+}
+
+/* Plans every size and variant and picks; 0, or PT_ENOMEM. */
 static int pd_search(const pt_profile *profile, const pt_topology *topo, int global_batch,
                      const pt_planner_opts *opts, pu_scorer *sc, pdpick *pk, char *levels,
                      size_t ltcap, pt_error *err)
 {
     int paper = opts->objective == PT_OBJECTIVE_PIPEDREAM;
-    int sizes[PT_PLANNER_MB_CHOICES_MAX];
+    int sizes[PT_PLANNER_MB_CHOICES_MAX], variants[4];
     int n = pd_sizes(profile, global_batch, opts, paper, sizes);
-    int flats = !paper && topo->node_count > 1 && pu_uniform_node_size(topo) > 1 &&
-                topo->device_count <= PD_FLAT_DEVICES;
-    for (int c = 0; c < n; c++) {
-        for (int flat = 0; flat <= flats; flat++) {
+    int nv = pd_variants(topo, paper, variants), step = 1;
+    if (topo->device_count > PD_FLAT_DEVICES && n > PD_SCALE_SIZES)
+        step = (n + PD_SCALE_SIZES - 1) / PD_SCALE_SIZES;
+    for (int c = n - 1; c >= 0; c -= step) {
+        for (int v = 0; v < nv; v++) {
             pdresult r = {INFINITY, NULL};
-            char text[128];
-            int rc = pd_plan_for(sc->cost, topo, global_batch, sizes[c], opts->optim, paper, flat,
-                                 &r, text, sizeof text);
+            char text[96];
+            int rc = pd_plan_for(sc->cost, topo, global_batch, sizes[c], opts->optim, paper,
+                                 variants[v], &r, text, sizeof text);
             if (rc == PT_ENOMEM)
                 return rc;
             if (rc < 0 || !r.plan)
                 continue;
             pk->planned++;
+            if (!paper && !rr_short(r.plan)) {
+                pk->too_long++;
+                pt_plan_free(&r.plan);
+                continue;
+            }
             const pt_plan *kept = pk->best.plan;
             if (paper)
                 pick_paper(pk, sc->cost, &r, sizes[c]);
             else if ((rc = pick_simulated(pk, sc, &r, sizes[c], err)) < 0)
                 return rc;
             if (pk->best.plan != kept || !*levels)
-                snprintf(levels, ltcap, "%s", text);
+                snprintf(levels, ltcap, "%s%s", text,
+                         variants[v] & PD_POW2 ? ", replica counts powers of two" : "");
         }
     }
     return 0;
@@ -662,8 +751,11 @@ static void pd_report(pt_planner_report *report, const pt_cost *cost, const pdpi
            "steady state %.3f ms per iteration",
            pk->best.objective * 1e3, report->bound_s * 1e3, report->iter_s * 1e3);
     if (!paper)
-        pu_why(report, "; of %d micro-batch sizes planned (%d fit), the fastest simulated",
+        pu_why(report, "; of %d plans over the micro-batch sizes (%d fit), the fastest simulated",
                pk->planned, pk->fitting);
+    if (pk->too_long)
+        pu_why(report, " (%d dropped: their round-robin rounds need over %d micro-batches a run)",
+               pk->too_long, PD_RR_MB_MAX);
     pu_why_recompute(report, cost, (pt_plan *)p);
 }
 
@@ -689,7 +781,7 @@ static int stash_plan(const pt_profile *profile, const pt_topology *topo, int gl
         pt_cost_free(&cost);
         return pt_error_set(err, PT_ENOMEM, "pipedream: out of memory");
     }
-    pdpick pk = {{INFINITY, NULL}, NAN, 0, 0, 0, INT64_MAX};
+    pdpick pk = {{INFINITY, NULL}, NAN, 0, 0, 0, INT64_MAX, 0};
     char levels[128] = "";
     rc = pd_search(profile, topo, global_batch, opts, &sc, &pk, levels, sizeof levels, err);
     if (rc == PT_ENOMEM)

@@ -80,9 +80,9 @@ typedef struct pt_planner_opts {
      * fits memory; 1 keeps it strict: PT_ENOFIT naming the stashing need.
      * Other planners ignore it. */
     int no_fallback;
-    /* dapple: 'A' or 'B' simulates and picks among its own kind's rows only
-     * that policy (pipedream's PipeDream-Flush candidate, whose op order is
-     * policy A's, needs no policy B simulation); 0: both. */
+    /* dapple: 'A' or 'B' searches, simulates and picks among its own kind's
+     * rows only that policy (pipedream's PipeDream-Flush candidate, whose op
+     * order is policy A's, needs no policy B); 0: both. */
     char dapple_policy;
     /* 1: pt_planner_run returns the planner's own best plan even where pure
      * data parallelism simulates faster (the data-parallel floor is off; for

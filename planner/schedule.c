@@ -280,12 +280,12 @@ static int rr_window_step(const pt_plan *plan, int M)
     return step <= (1 << 20) ? (int)step : 0;
 }
 
-/* The windows the program covers: 1 for a synchronous kind, opts' count or
- * enough to reach the steady state for the others, rounded up to whole
- * rounds under round-robin. */
-static int window_count(const pt_plan *plan, const pt_sched_info *info, int M, int asked, int *out,
-                        pt_error *err)
+int pt_sched_window_count(const pt_plan *plan, int M, int asked, int *out, pt_error *err)
 {
+    const pt_sched_info *info = pt_sched_info_of(plan->schedule);
+    if (!info)
+        return pt_error_set(err, PT_EINVAL, "plan: schedule: kind %d has no generator",
+                            (int)plan->schedule);
     if (info->facts.flags & PT_SCHED_SYNCHRONOUS) {
         if (asked > 1)
             return pt_error_set(err, PT_EINVAL,
@@ -338,7 +338,7 @@ int pt_sched_build(const pt_plan *plan, const pt_profile *profile, const pt_sche
     if (rc < 0)
         goto fail;
     int windows = 1;
-    if ((rc = window_count(plan, info, M, o.windows, &windows, err)) < 0)
+    if ((rc = pt_sched_window_count(plan, M, o.windows, &windows, err)) < 0)
         goto fail;
     if ((int64_t)M * windows > (1 << 30)) {
         rc = pt_error_set(err, PT_ERANGE, "schedule %s: %d windows of %d micro-batches is too many",

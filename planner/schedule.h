@@ -238,6 +238,14 @@ static inline int64_t pt_sched_scale_bytes(int64_t mb_bytes, int rows, int profi
 int pt_sched_build(const pt_plan *plan, const pt_profile *profile, const pt_sched_opts *opts,
                    pt_program *prog, pt_error *err);
 
+/* The windows of M micro-batches pt_sched_build makes plan's program cover
+ * when opts asks for `asked` (0: the default): 1 for a synchronous kind;
+ * asked, or max(PT_SCHED_MIN_WINDOWS, ceil(2S/M) + 2), for an asynchronous
+ * one, rounded up to whole rounds of every stage under round-robin. 0 with
+ * *out, or PT_EINVAL / PT_ERANGE with err saying why (asked windows of a
+ * synchronous kind or mid-round, rounds past 2^20 windows). O(S). */
+int pt_sched_window_count(const pt_plan *plan, int M, int asked, int *out, pt_error *err);
+
 /* Hosts of a program: the number of independently running sequences (the
  * hosts, or the workers when host_count is 0), host h's op count and its k-th
  * op in issue order, and the host of worker w. O(1). */

@@ -389,7 +389,7 @@ static void test_widen(void)
     CHECK_MSG(rc == 0, "%s", err.msg);
     REQUIRE(rc == 0);
     CHECK(plan->microbatch_size < 4);
-    CHECK_STR_CONTAINS(rep.why, "micro-batch sizes planned");
+    CHECK_STR_CONTAINS(rep.why, "plans over the micro-batch sizes");
     pt_topology *lt = en_topology(1, 4, 10, limit);
     pt_cost *cost = NULL;
     REQUIRE(lt && pt_cost_new(pr, lt, &cost, &err) == 0);
