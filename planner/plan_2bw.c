@@ -193,7 +193,7 @@ static int next_width(int w, int wmax)
 
 /* Depths tried: every one up to BW_ALL_DEPTHS devices; beyond, 1, 2, 3, 4,
  * then growing by half, and the deepest, dmax = min(layers, devices), last. */
-#define BW_ALL_DEPTHS 64
+#define BW_ALL_DEPTHS 16
 static int next_depth(int d, int dmax, int G)
 {
     int n = G <= BW_ALL_DEPTHS || d < 4 ? d + 1 : d + d / 2;

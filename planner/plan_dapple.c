@@ -82,7 +82,10 @@
  * so a 1,024-device cluster plans in well under a second; on the shipped
  * profiles over cluster-128x8 its plans simulate within a few per cent of the
  * wider search's (docs/planners.md). */
-#define DAPPLE_SCALE_BEAM       32
+#define DAPPLE_SCALE_BEAM 32
+/* Stages the exact pass may evaluate (about 0.1 s of CPU per million); past
+ * it the search returns the best plan found so far, not a proven optimum. */
+#define DAPPLE_EXACT_BUDGET     1500000LL
 #define DAPPLE_SCALE_CUTS       48
 #define DAPPLE_SCALE_MB_CHOICES 4
 /* On large clusters, at most this many stage boundaries are considered:
@@ -186,10 +189,13 @@ typedef struct dapple {
     pt_plan *pool[DAPPLE_POOL]; /* earlier incumbents, owned (see pool_push) */
     double pool_L[DAPPLE_POOL];
     int npool;
-    int feasibility; /* stop at the first complete plan */
-    int greedy;      /* keep one entry per state (a quick first incumbent) */
-    int beam;        /* > 0: expand at most this many states per layer (large clusters) */
-    int beam_cut;    /* a run dropped states: the result is not proven optimal */
+    int feasibility;    /* stop at the first complete plan */
+    int greedy;         /* keep one entry per state (a quick first incumbent) */
+    int beam;           /* > 0: expand at most this many states per layer (large clusters) */
+    int beam_cut;       /* a run dropped states: the result is not proven optimal */
+    long long eval_cap; /* > 0: the exact pass stops past this many evaluated stages */
+    int budget_cut;     /* it stopped: the best plan found, not proven optimal */
+    int budget_beam;    /* the budget ran out in the one-plan pass: the rest ran a beam */
     struct beam_item *beam_items; /* scratch */
     int beam_cap;
     double run_best; /* best complete latency seen in this run */
@@ -1137,8 +1143,12 @@ static int run_m(dapple *D, int M)
             rc = expand(D, s, fr, fr + D->nodes, key + D->key_len);
             if (rc < 0 || (D->feasibility && D->found))
                 break;
+            if (D->eval_cap > 0 && D->evaluated > D->eval_cap) {
+                D->budget_cut = 1;
+                break;
+            }
         }
-        if (D->feasibility && D->found)
+        if ((D->feasibility && D->found) || D->budget_cut)
             break;
     }
 out:
@@ -1615,11 +1625,20 @@ static int search(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan 
                 order[j - 1] = t;
             }
         D->greedy = 1;
+        /* the one-plan-per-state pass within the work budget too: past it the
+         * rest of the search keeps the scale tier's beam of states per layer */
+        D->eval_cap = D->beam > 0 ? 0 : DAPPLE_EXACT_BUDGET;
         for (int k = 0; k < runs && rc == 0; k++) {
             int i = order[k];
             rc = run_one(D, mbs, i, global_batch, best_plan);
             if (D->run_best < quick[i])
                 quick[i] = D->run_best;
+            if (D->budget_cut) {
+                D->budget_cut = 0;
+                D->eval_cap = 0;
+                D->beam = DAPPLE_SCALE_BEAM;
+                D->budget_beam = 1;
+            }
         }
         D->greedy = 0;
         /* best first */
@@ -1633,7 +1652,11 @@ static int search(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan 
     /* on large instances the beam already makes the result a heuristic: the
      * one-entry pass is the search (and the feasibility search uses it too) */
     D->greedy = D->beam > 0;
-    for (int i = 0; i < runs && rc == 0 && !(D->beam > 0 && !D->feasibility); i++) {
+    /* the exact pass runs within a work budget (the greedy pass's plan, and
+     * every run's improvements, stay candidates) */
+    D->eval_cap = D->feasibility ? 0 : D->evaluated + DAPPLE_EXACT_BUDGET;
+    for (int i = 0; i < runs && rc == 0 && !D->budget_cut && !(D->beam > 0 && !D->feasibility);
+         i++) {
         rc = run_one(D, mbs, order[i], global_batch, best_plan);
         if (D->feasibility && D->found)
             break;
@@ -1784,6 +1807,14 @@ int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int gl
         if (D.cuts_limited)
             pu_why(report, "; %d candidate stage boundaries",
                    D.G > DAPPLE_ALL_R_DEVICES ? DAPPLE_SCALE_CUTS : DAPPLE_MAX_CUTS);
+        if (D.budget_beam)
+            pu_why(report, "; the exact search's work budget ran out: a beam of states per layer "
+                           "after it");
+        if (D.budget_cut)
+            pu_why(report,
+                   "; the exact search stopped after %lld stages evaluated: the best plan found, "
+                   "not proven optimal",
+                   D.eval_cap);
         if (D.beam > 0)
             pu_why(report,
                    "; large instance: one plan per state and at most %d states per layer, so the "

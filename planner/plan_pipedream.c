@@ -529,7 +529,7 @@ int pd_plan_for(const pt_cost *cost, const pt_topology *topo, int global_batch, 
  * every node of a level-2 stage the same sub-pipeline, so it cannot express
  * e.g. 15:1 on 4 x 4 (PipeDream's VGG-16 plan), and the simulator keeps the
  * faster. */
-#define PD_FLAT_DEVICES 64
+#define PD_FLAT_DEVICES 16
 
 /* A lower bound on the memory of any pipedream plan of the model over topo:
  * a replica of stage i holds V_i = ceil(R_i / r_i) weight versions
@@ -629,28 +629,30 @@ static void pick_paper(pdpick *pk, const pt_cost *cost, pdresult *r, int mbs)
  * every stage's replicas make the run a multiple of their least common
  * multiple) are not planned: the runtime would run that many per program. */
 #define PD_RR_MB_MAX 4096
-/* Micro-batch sizes tried on a cluster past PD_FLAT_DEVICES. */
+/* Micro-batch sizes tried (the candidates thinned evenly in log scale): up
+ * to PD_FLAT_DEVICES devices, and beyond. */
+#define PD_SIZES       8
 #define PD_SCALE_SIZES 4
 
-/* The variants of the dynamic program planned for each size: on up to
- * PD_FLAT_DEVICES devices the hierarchical one and (several nodes) the flat
- * one, each with any replica counts and with powers of two only; beyond, one
- * coarse search with powers of two. */
+/* The variants of the dynamic program planned for each size. Every one has
+ * at most PD_COARSE_CUTS candidate stage boundaries (all of them on models
+ * with fewer layers) under the default objective; PipeDream's objective plans
+ * every boundary and nothing else. Up to PD_FLAT_DEVICES devices the
+ * hierarchical search and (several nodes) the flat one, each with any
+ * replica counts and with powers of two only; up to 64 devices the
+ * hierarchical one both ways; beyond, the hierarchical one with powers of
+ * two. */
 static int pd_variants(const pt_topology *topo, int paper, int *out)
 {
-    int n = 0, small = topo->device_count <= PD_FLAT_DEVICES;
+    int n = 0, G = topo->device_count;
     if (paper) {
         out[n++] = 0;
         return n;
     }
-    if (!small) {
-        out[n++] = PD_COARSE | PD_POW2;
-        return n;
-    }
-    int flats = topo->node_count > 1 && pu_uniform_node_size(topo) > 1;
+    int flats = G <= PD_FLAT_DEVICES && topo->node_count > 1 && pu_uniform_node_size(topo) > 1;
     for (int flat = 0; flat <= flats; flat++)
-        for (int pow2 = 0; pow2 <= 1; pow2++)
-            out[n++] = (flat ? PD_FLAT : 0) | (pow2 ? PD_POW2 : 0);
+        for (int pow2 = G > 64; pow2 <= 1; pow2++)
+            out[n++] = PD_COARSE | (flat ? PD_FLAT : 0) | (pow2 ? PD_POW2 : 0);
     return n;
 }
 
@@ -671,8 +673,9 @@ static int pd_search(const pt_profile *profile, const pt_topology *topo, int glo
     int sizes[PT_PLANNER_MB_CHOICES_MAX], variants[4];
     int n = pd_sizes(profile, global_batch, opts, paper, sizes);
     int nv = pd_variants(topo, paper, variants), step = 1;
-    if (topo->device_count > PD_FLAT_DEVICES && n > PD_SCALE_SIZES)
-        step = (n + PD_SCALE_SIZES - 1) / PD_SCALE_SIZES;
+    int want = topo->device_count > PD_FLAT_DEVICES ? PD_SCALE_SIZES : PD_SIZES;
+    if (n > want)
+        step = (n + want - 1) / want;
     for (int c = n - 1; c >= 0; c -= step) {
         for (int v = 0; v < nv; v++) {
             pdresult r = {INFINITY, NULL};
