@@ -1219,6 +1219,121 @@ static int dapple_coarse_r(int r)
     return r == 1 || r == 3;
 }
 
+/* Node classes: nodes of the same size, smallest memory and slowest speed
+ * share one (the canonical occupancy keys count nodes per class). */
+static void dapple_classes(dapple *D, const pt_topology *topo)
+{
+    int nodes = D->nodes;
+    D->max_speed = 0;
+    for (int n = 0; n < nodes; n++) {
+        int64_t mem = INT64_MAX;
+        double sp = INFINITY;
+        int rep = -1;
+        for (int i = D->node_dev_off[n]; i < D->node_dev_off[n + 1]; i++) {
+            const pt_device *dv = &topo->devices[D->node_devs[i]];
+            if (dv->memory_bytes < mem)
+                mem = dv->memory_bytes;
+            if (dv->speed < sp) {
+                sp = dv->speed;
+                rep = D->node_devs[i];
+            }
+            if (dv->speed > D->max_speed)
+                D->max_speed = dv->speed;
+        }
+        int c;
+        for (c = 0; c < D->ncls; c++)
+            if (D->cls[c].size == D->node_size[n] && D->cls[c].mem == mem && D->cls[c].speed == sp)
+                break;
+        if (c == D->ncls) {
+            D->cls[c].size = D->node_size[n];
+            D->cls[c].mem = mem;
+            D->cls[c].speed = sp;
+            D->cls[c].rep_dev = rep;
+            D->ncls++;
+        }
+        D->node_class[n] = c;
+    }
+    D->key_len = 4;
+    for (int c = 0; c < D->ncls; c++) {
+        D->cls[c].key_off = D->key_len;
+        D->key_len += D->cls[c].size + 1;
+    }
+}
+
+/* The replica counts tried (every one up to DAPPLE_ALL_R_DEVICES devices,
+ * else dapple_coarse_r's) and the boundary memo. 0 or PT_ENOMEM. */
+static int dapple_replicas(dapple *D)
+{
+    D->rset = calloc((size_t)D->G, sizeof(int));
+    if (!D->rset)
+        return PT_ENOMEM;
+    for (int r = 1; r <= D->G; r++)
+        if (D->G <= DAPPLE_ALL_R_DEVICES || dapple_coarse_r(r))
+            D->rset[D->nr++] = r;
+    D->r_index = malloc(((size_t)D->G + 1) * sizeof(int));
+    D->bmemo = malloc((size_t)D->nr * D->nr * (size_t)(D->N + 1) * 2 * sizeof(double));
+    if (!D->r_index || !D->bmemo)
+        return PT_ENOMEM;
+    for (int r = 0; r <= D->G; r++)
+        D->r_index[r] = -1;
+    for (int i = 0; i < D->nr; i++)
+        D->r_index[D->rset[i]] = i;
+    D->npol = D->G <= DAPPLE_ALL_R_DEVICES ? POL_COUNT : POL_SF;
+    return 0;
+}
+
+/* Prefix sums of the profile's forward and backward ms: the share that
+ * scales with rows and the fixed share. 0 or PT_ENOMEM. */
+static int dapple_prefix(dapple *D)
+{
+    D->pf = malloc(((size_t)D->N + 1) * sizeof(double));
+    D->pw = malloc(((size_t)D->N + 1) * sizeof(double));
+    D->pb = malloc(((size_t)D->N + 1) * sizeof(double));
+    D->pfx = malloc(((size_t)D->N + 1) * sizeof(double));
+    D->pbx = malloc(((size_t)D->N + 1) * sizeof(double));
+    if (!D->pf || !D->pb || !D->pw || !D->pfx || !D->pbx)
+        return PT_ENOMEM;
+    D->pf[0] = D->pb[0] = D->pfx[0] = D->pbx[0] = 0;
+    for (int l = 0; l < D->N; l++) {
+        const pt_profile_layer *L = &D->prof->layers[l];
+        double fs = L->fixed_share > 0 && L->fixed_share < 1 ? L->fixed_share : 0;
+        D->pf[l + 1] = D->pf[l] + L->fwd_ms * (1 - fs);
+        D->pb[l + 1] = D->pb[l] + L->bwd_ms * (1 - fs);
+        D->pfx[l + 1] = D->pfx[l] + L->fwd_ms * fs;
+        D->pbx[l + 1] = D->pbx[l] + L->bwd_ms * fs;
+    }
+    return 0;
+}
+
+/* Where a stage may start or end: every boundary, or on many layers the
+ * candidates nearest to equal shares of the work. 0 or PT_ENOMEM. */
+static int dapple_cuts(dapple *D, const pt_cost *cost)
+{
+    D->cut_ok = calloc((size_t)D->N + 1, 1);
+    if (!D->cut_ok)
+        return PT_ENOMEM;
+    int maxcuts = D->G > DAPPLE_ALL_R_DEVICES ? DAPPLE_SCALE_CUTS : DAPPLE_MAX_CUTS;
+    if (D->N <= maxcuts) {
+        memset(D->cut_ok, 1, (size_t)D->N + 1);
+    } else {
+        /* boundaries nearest to equal shares of the forward + backward work */
+        double total =
+            pt_cost_fwd_s(cost, 0, D->N, D->pmb, -1) + pt_cost_bwd_s(cost, 0, D->N, D->pmb, -1);
+        int j = 0;
+        for (int c = 1; c < maxcuts; c++) {
+            double target = total * c / maxcuts;
+            while (j < D->N && pt_cost_fwd_s(cost, 0, j + 1, D->pmb, -1) +
+                                       pt_cost_bwd_s(cost, 0, j + 1, D->pmb, -1) <=
+                                   target)
+                j++;
+            D->cut_ok[j > 0 ? j : 1] = 1;
+        }
+        D->cut_ok[0] = D->cut_ok[D->N] = 1;
+        D->cuts_limited = 1;
+    }
+    return 0;
+}
+
 static int dapple_init(dapple *D, const pt_cost *cost, const pt_topology *topo, pt_optim_kind optim)
 {
     memset(D, 0, sizeof *D);
@@ -1254,98 +1369,10 @@ static int dapple_init(dapple *D, const pt_cost *cost, const pt_topology *topo, 
         D->node_devs[D->node_dev_off[n] + fill[n]++] = d;
     }
     free(fill);
-    /* node classes: same size, smallest memory and slowest speed */
-    D->max_speed = 0;
-    int pmax = 0;
-    for (int n = 0; n < nodes; n++) {
-        int64_t mem = INT64_MAX;
-        double sp = INFINITY;
-        int rep = -1;
-        for (int i = D->node_dev_off[n]; i < D->node_dev_off[n + 1]; i++) {
-            const pt_device *dv = &topo->devices[D->node_devs[i]];
-            if (dv->memory_bytes < mem)
-                mem = dv->memory_bytes;
-            if (dv->speed < sp) {
-                sp = dv->speed;
-                rep = D->node_devs[i];
-            }
-            if (dv->speed > D->max_speed)
-                D->max_speed = dv->speed;
-        }
-        int c;
-        for (c = 0; c < D->ncls; c++)
-            if (D->cls[c].size == D->node_size[n] && D->cls[c].mem == mem && D->cls[c].speed == sp)
-                break;
-        if (c == D->ncls) {
-            D->cls[c].size = D->node_size[n];
-            D->cls[c].mem = mem;
-            D->cls[c].speed = sp;
-            D->cls[c].rep_dev = rep;
-            D->ncls++;
-        }
-        D->node_class[n] = c;
-        if (D->node_size[n] > pmax)
-            pmax = D->node_size[n];
-    }
-    D->key_len = 4;
-    for (int c = 0; c < D->ncls; c++) {
-        D->cls[c].key_off = D->key_len;
-        D->key_len += D->cls[c].size + 1;
-    }
-    /* replica counts */
-    D->rset = calloc((size_t)D->G, sizeof(int));
-    if (!D->rset)
-        return PT_ENOMEM;
-    for (int r = 1; r <= D->G; r++)
-        if (D->G <= DAPPLE_ALL_R_DEVICES || dapple_coarse_r(r))
-            D->rset[D->nr++] = r;
-    D->r_index = malloc(((size_t)D->G + 1) * sizeof(int));
-    D->bmemo = malloc((size_t)D->nr * D->nr * (size_t)(D->N + 1) * 2 * sizeof(double));
-    if (!D->r_index || !D->bmemo)
-        return PT_ENOMEM;
-    for (int r = 0; r <= D->G; r++)
-        D->r_index[r] = -1;
-    for (int i = 0; i < D->nr; i++)
-        D->r_index[D->rset[i]] = i;
-    D->npol = D->G <= DAPPLE_ALL_R_DEVICES ? POL_COUNT : POL_SF;
-    D->pf = malloc(((size_t)D->N + 1) * sizeof(double));
-    D->pw = malloc(((size_t)D->N + 1) * sizeof(double));
-    D->pb = malloc(((size_t)D->N + 1) * sizeof(double));
-    D->pfx = malloc(((size_t)D->N + 1) * sizeof(double));
-    D->pbx = malloc(((size_t)D->N + 1) * sizeof(double));
-    if (!D->pf || !D->pb || !D->pw || !D->pfx || !D->pbx)
-        return PT_ENOMEM;
-    D->pf[0] = D->pb[0] = D->pfx[0] = D->pbx[0] = 0;
-    for (int l = 0; l < D->N; l++) {
-        const pt_profile_layer *L = &D->prof->layers[l];
-        double fs = L->fixed_share > 0 && L->fixed_share < 1 ? L->fixed_share : 0;
-        D->pf[l + 1] = D->pf[l] + L->fwd_ms * (1 - fs);
-        D->pb[l + 1] = D->pb[l] + L->bwd_ms * (1 - fs);
-        D->pfx[l + 1] = D->pfx[l] + L->fwd_ms * fs;
-        D->pbx[l + 1] = D->pbx[l] + L->bwd_ms * fs;
-    }
-    D->cut_ok = calloc((size_t)D->N + 1, 1);
-    if (!D->cut_ok)
-        return PT_ENOMEM;
-    int maxcuts = D->G > DAPPLE_ALL_R_DEVICES ? DAPPLE_SCALE_CUTS : DAPPLE_MAX_CUTS;
-    if (D->N <= maxcuts) {
-        memset(D->cut_ok, 1, (size_t)D->N + 1);
-    } else {
-        /* boundaries nearest to equal shares of the forward + backward work */
-        double total =
-            pt_cost_fwd_s(cost, 0, D->N, D->pmb, -1) + pt_cost_bwd_s(cost, 0, D->N, D->pmb, -1);
-        int j = 0;
-        for (int c = 1; c < maxcuts; c++) {
-            double target = total * c / maxcuts;
-            while (j < D->N && pt_cost_fwd_s(cost, 0, j + 1, D->pmb, -1) +
-                                       pt_cost_bwd_s(cost, 0, j + 1, D->pmb, -1) <=
-                                   target)
-                j++;
-            D->cut_ok[j > 0 ? j : 1] = 1;
-        }
-        D->cut_ok[0] = D->cut_ok[D->N] = 1;
-        D->cuts_limited = 1;
-    }
+    dapple_classes(D, topo);
+    int rc = dapple_replicas(D);
+    if (rc < 0 || (rc = dapple_prefix(D)) < 0 || (rc = dapple_cuts(D, cost)) < 0)
+        return rc;
     /* stage costs per layer, when small enough to keep (zeroed: gen 0 is never current) */
     size_t nsc = (size_t)(D->N + 1) * (size_t)D->nr * 2 * (size_t)D->ncls;
     if (nsc <= DAPPLE_STAGE_COST_MAX)
@@ -1667,6 +1694,134 @@ static int search(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan 
     return rc;
 }
 
+/* Nothing fits: the smallest uniform memory under which a plan exists, by
+ * doubling from the limit then bisecting to DAPPLE_NEED_REL_TOL (0: none up
+ * to 2^62), into *need. 0 or PT_ENOMEM. */
+static int memory_need(dapple *D, const int *mbs, int nmb, int global_batch, int64_t limit,
+                       int64_t *need)
+{
+    int64_t lo = limit, hi = limit > 0 ? limit : 1;
+    int feasible = 0, rc = 0;
+    pt_plan *probe = NULL;
+    D->feasibility = 1;
+    for (int it = 0; it < 62 && rc == 0 && !feasible && hi < INT64_MAX / 2; it++) {
+        hi *= 2;
+        D->mem_override = hi;
+        rc = search(D, mbs, nmb, global_batch, &probe);
+        pt_plan_free(&probe);
+        feasible = rc == 0 && D->found;
+    }
+    while (rc == 0 && feasible && (double)(hi - lo) > DAPPLE_NEED_REL_TOL * (double)hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        D->mem_override = mid;
+        rc = search(D, mbs, nmb, global_batch, &probe);
+        pt_plan_free(&probe);
+        if (D->found)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    *need = feasible ? hi : 0;
+    return rc;
+}
+
+/* The pool, best closed form first. */
+static void pool_sort(dapple *D)
+{
+    for (int i = 1; i < D->npool; i++)
+        for (int j = i; j > 0 && D->pool_L[j] < D->pool_L[j - 1]; j--) {
+            pt_plan *tp = D->pool[j];
+            double tl = D->pool_L[j];
+            D->pool[j] = D->pool[j - 1];
+            D->pool_L[j] = D->pool_L[j - 1];
+            D->pool[j - 1] = tp;
+            D->pool_L[j - 1] = tl;
+        }
+}
+
+/* Appends where the plan came from (the search's regime) to report->why. */
+static void why_regime(pt_planner_report *report, const dapple *D)
+{
+    if (D->G > DAPPLE_ALL_R_DEVICES)
+        pu_why(report, "; large cluster: replica counts 1,2,3,4,6,8,12,..., fresh/append-first "
+                       "placement");
+    if (D->cuts_limited)
+        pu_why(report, "; %d candidate stage boundaries",
+               D->G > DAPPLE_ALL_R_DEVICES ? DAPPLE_SCALE_CUTS : DAPPLE_MAX_CUTS);
+    if (D->budget_beam)
+        pu_why(report, "; the exact search's work budget ran out: a beam of states per layer "
+                       "after it");
+    if (D->budget_cut)
+        pu_why(report,
+               "; the exact search stopped after %lld stages evaluated: the best plan found, not "
+               "proven optimal",
+               D->eval_cap);
+    if (D->beam > 0)
+        pu_why(report,
+               "; large instance: one plan per state and at most %d states per layer, so the best "
+               "plan found, not proven optimal",
+               D->beam);
+}
+
+static void dapple_report(pt_planner_report *report, const dapple *D, const pt_cost *cost,
+                          const pt_plan *plan, int nmb, double T, double bound, int simulated)
+{
+    double acr = pt_latency_comm_ratio(cost, plan), L = 0;
+    int pivot = 0, ending = 0;
+    pt_latency_critical_path(cost, plan, &L, &pivot, &ending, NULL);
+    report->objective_s = T;
+    report->bound_s = bound;
+    report->iter_s = T;
+    report->peak_memory_bytes = pu_plan_peak_memory(cost, plan, NULL);
+    report->evaluated = D->evaluated;
+    pu_why(report, "M=%d micro-batches of %d (tried %d sizes); %d stage%s, replicas",
+           plan->microbatch_count, plan->microbatch_size, nmb, plan->stage_count,
+           plan->stage_count > 1 ? "s" : "");
+    for (int s = 0; s < plan->stage_count; s++)
+        pu_why(report, "%s%d", s ? ":" : " ", plan->stages[s].replica_count);
+    pu_why(report,
+           "; simulated best of %d final candidates (search bound %.3f ms, this plan's critical "
+           "path %.3f ms",
+           simulated, bound * 1e3, L * 1e3);
+    if (pivot % 2 == 0)
+        pu_why(report, ", pivot stage %d", pivot / 2);
+    else
+        pu_why(report, ", pivot the transfer between stages %d and %d", pivot / 2, pivot / 2 + 1);
+    pu_why(report, ", ending at stage %d's all-reduce and step)", ending);
+    pu_why(report, "; communication/computation %.2f", acr);
+    pu_why_kinds(report);
+    pu_why_recompute(report, cost, (pt_plan *)plan);
+    why_regime(report, D);
+}
+
+/* The final candidates (the DP's best and the incumbents before it),
+ * simulated in the order of their closed form (pu_pick): *out the fastest
+ * that fits. 0 or a PT_E* code. */
+static int pick_final(dapple *D, const pt_cost *cost, const pt_planner_opts *opts, pt_plan *plan,
+                      int nmb, pt_plan **out, pt_planner_report *report)
+{
+    double bound = D->inc;
+    if (pool_push(D, plan) < 0)
+        return PT_ENOMEM;
+    pool_sort(D);
+    pu_scorer sc;
+    if (pu_scorer_init(&sc, cost) < 0)
+        return PT_ENOMEM;
+    sc.only_policy = opts->dapple_policy;
+    double T = INFINITY;
+    int simulated = 0;
+    int bi = pu_pick(&sc, D->pool, D->pool_L, D->npool, opts->kinds, PT_SCHED_DAPPLE, report, &T,
+                     &simulated);
+    pu_scorer_release(&sc);
+    if (bi < 0)
+        return bi;
+    *out = D->pool[bi];
+    D->pool[bi] = NULL;
+    if (report)
+        dapple_report(report, D, cost, *out, nmb, T, bound, simulated);
+    return 0;
+}
+
 int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int global_batch,
                       const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
                       pt_error *err)
@@ -1682,148 +1837,30 @@ int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int gl
     if (rc < 0)
         return rc;
     dapple D;
-    rc = dapple_init(&D, cost, topo, opts->optim);
-    if (rc < 0) {
-        rc = pt_error_set(err, rc, "dapple: out of memory");
-        goto out;
-    }
-    /* run_m sets D.b from the candidate; keep it in a local for clarity */
-    D.only_pol = opts->dapple_policy;
-    int mbs[PT_PLANNER_MB_CHOICES_MAX];
-    int nmb = pu_microbatch_candidates(
-        opts, global_batch,
-        topo->device_count > DAPPLE_ALL_R_DEVICES ? DAPPLE_SCALE_MB_CHOICES : DAPPLE_MB_CHOICES,
-        mbs);
+    int mbs[PT_PLANNER_MB_CHOICES_MAX], nmb = 0;
     pt_plan *plan = NULL;
-    rc = search(&D, mbs, nmb, global_batch, &plan);
+    if ((rc = dapple_init(&D, cost, topo, opts->optim)) == 0) {
+        D.only_pol = opts->dapple_policy;
+        nmb = pu_microbatch_candidates(
+            opts, global_batch,
+            topo->device_count > DAPPLE_ALL_R_DEVICES ? DAPPLE_SCALE_MB_CHOICES : DAPPLE_MB_CHOICES,
+            mbs);
+        rc = search(&D, mbs, nmb, global_batch, &plan);
+    }
     if (rc < 0) {
         rc = pt_error_set(err, rc, "dapple: out of memory");
-        goto out;
-    }
-    if (!plan) {
-        /* nothing fits: find the smallest uniform memory under which a plan exists */
+    } else if (!plan) {
         int64_t limit =
             opts->memory_limit_bytes > 0 ? opts->memory_limit_bytes : pu_topology_min_memory(topo);
-        int64_t lo = limit, hi = limit > 0 ? limit : 1;
-        int feasible = 0;
-        pt_plan *probe = NULL;
-        D.feasibility = 1;
-        for (int it = 0; it < 62 && rc == 0 && !feasible && hi < INT64_MAX / 2; it++) {
-            hi *= 2;
-            D.mem_override = hi;
-            rc = search(&D, mbs, nmb, global_batch, &probe);
-            pt_plan_free(&probe);
-            feasible = rc == 0 && D.found;
-        }
-        while (rc == 0 && feasible && (double)(hi - lo) > DAPPLE_NEED_REL_TOL * (double)hi) {
-            int64_t mid = lo + (hi - lo) / 2;
-            D.mem_override = mid;
-            rc = search(&D, mbs, nmb, global_batch, &probe);
-            pt_plan_free(&probe);
-            if (D.found)
-                hi = mid;
-            else
-                lo = mid;
-        }
-        if (rc < 0) {
-            rc = pt_error_set(err, rc, "dapple: out of memory");
-            goto out;
-        }
-        rc = pu_error_nofit(err, report, "dapple", limit, feasible ? hi : 0,
-                            "every partition, replication and placement over the micro-batch "
-                            "sizes tried exceeds it");
-        goto out;
-    }
-    /* the final candidates, by their closed form: the DP's best and the
-     * incumbents before it, simulated in that order (pu_pick) */
-    double bound = D.inc;
-    if (pool_push(&D, plan) < 0) {
-        rc = pt_error_set(err, PT_ENOMEM, "dapple: out of memory");
-        goto out;
-    }
-    plan = NULL;
-    for (int i = 1; i < D.npool; i++)
-        for (int j = i; j > 0 && D.pool_L[j] < D.pool_L[j - 1]; j--) {
-            pt_plan *tp = D.pool[j];
-            double tl = D.pool_L[j];
-            D.pool[j] = D.pool[j - 1];
-            D.pool_L[j] = D.pool_L[j - 1];
-            D.pool[j - 1] = tp;
-            D.pool_L[j - 1] = tl;
-        }
-    pu_scorer sc;
-    if (pu_scorer_init(&sc, cost) < 0) {
-        rc = pt_error_set(err, PT_ENOMEM, "dapple: out of memory");
-        goto out;
-    }
-    sc.only_policy = opts->dapple_policy;
-    double T = INFINITY;
-    int simulated = 0;
-    int bi = pu_pick(&sc, D.pool, D.pool_L, D.npool, opts->kinds, PT_SCHED_DAPPLE, report, &T,
-                     &simulated);
-    if (bi < 0) {
-        rc = bi;
-    } else {
-        plan = D.pool[bi];
-        D.pool[bi] = NULL;
-    }
-    pu_scorer_release(&sc);
-    if (rc < 0) {
-        pt_plan_free(&plan);
+        int64_t need = 0;
+        rc = memory_need(&D, mbs, nmb, global_batch, limit, &need) < 0
+                 ? pt_error_set(err, PT_ENOMEM, "dapple: out of memory")
+                 : pu_error_nofit(err, report, "dapple", limit, need,
+                                  "every partition, replication and placement over the "
+                                  "micro-batch sizes tried exceeds it");
+    } else if ((rc = pick_final(&D, cost, opts, plan, nmb, out, report)) < 0) {
         rc = pt_error_set(err, rc, "dapple: simulating the candidates failed");
-        goto out;
     }
-    double acr = pt_latency_comm_ratio(cost, plan);
-    double L = 0;
-    int pivot = 0, ending = 0;
-    pt_latency_critical_path(cost, plan, &L, &pivot, &ending, NULL);
-    if (report) {
-        report->objective_s = T;
-        report->bound_s = bound;
-        report->iter_s = T;
-        report->peak_memory_bytes = pu_plan_peak_memory(cost, plan, NULL);
-        report->evaluated = D.evaluated;
-        pu_why(report, "M=%d micro-batches of %d (tried %d sizes); %d stage%s, replicas",
-               plan->microbatch_count, plan->microbatch_size, nmb, plan->stage_count,
-               plan->stage_count > 1 ? "s" : "");
-        for (int s = 0; s < plan->stage_count; s++)
-            pu_why(report, "%s%d", s ? ":" : " ", plan->stages[s].replica_count);
-        pu_why(report,
-               "; simulated best of %d final candidates (search bound %.3f ms, this plan's "
-               "critical path %.3f ms",
-               simulated, bound * 1e3, L * 1e3);
-        if (pivot % 2 == 0)
-            pu_why(report, ", pivot stage %d", pivot / 2);
-        else
-            pu_why(report, ", pivot the transfer between stages %d and %d", pivot / 2,
-                   pivot / 2 + 1);
-        pu_why(report, ", ending at stage %d's all-reduce and step)", ending);
-        pu_why(report, "; communication/computation %.2f", acr);
-        pu_why_kinds(report);
-        pu_why_recompute(report, cost, plan);
-        if (D.G > DAPPLE_ALL_R_DEVICES)
-            pu_why(report, "; large cluster: replica counts 1,2,3,4,6,8,12,..., fresh/append-first "
-                           "placement");
-        if (D.cuts_limited)
-            pu_why(report, "; %d candidate stage boundaries",
-                   D.G > DAPPLE_ALL_R_DEVICES ? DAPPLE_SCALE_CUTS : DAPPLE_MAX_CUTS);
-        if (D.budget_beam)
-            pu_why(report, "; the exact search's work budget ran out: a beam of states per layer "
-                           "after it");
-        if (D.budget_cut)
-            pu_why(report,
-                   "; the exact search stopped after %lld stages evaluated: the best plan found, "
-                   "not proven optimal",
-                   D.eval_cap);
-        if (D.beam > 0)
-            pu_why(report,
-                   "; large instance: one plan per state and at most %d states per layer, so the "
-                   "best plan found, not proven optimal",
-                   D.beam);
-    }
-    *out = plan;
-    rc = 0;
-out:
     if (report)
         report->search_s = pu_now_s() - t0;
     dapple_free(&D);
