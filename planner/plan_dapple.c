@@ -743,20 +743,28 @@ static double boundary(dapple *D, int intra, int src, int dst, int k, int64_t by
     return v;
 }
 
-/* Expands state s: every stage [k', k) on r devices placed by each policy. */
-static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
+/* What expand knows while it tries the stages ending at one state's layer. */
+typedef struct xctx {
+    int s, k, o, rfirst, bnode, free_total, nl;
+    double lmin;   /* smallest L among the live entries */
+    int64_t act_k; /* the activation crossing boundary k */
+    uint16_t *fr, *nf;
+    int32_t *key2;
+    /* the stage being tried: r replicas (rset[ri]) placed by pol */
+    int ri, r, rows, free_after, pol, target_occ;
+    dalloc a;
+    double cf, cb; /* its boundary to the suffix, forward and backward */
+} xctx;
+
+/* The state's entries still worth extending, into D->live; PT_ENOMEM. */
+static int live_entries(dapple *D, xctx *x)
 {
-    int k = D->s_k[s], o = D->s_occ[s];
-    int rfirst = D->o_rfirst[o], bnode = D->o_bnode[o], free_total = D->o_free[o];
-    /* a copy: occ_get may move D->o_fr */
-    memcpy(fr, D->o_fr + (size_t)o * D->nodes, (size_t)D->nodes * sizeof *fr);
-    /* the entries still worth extending */
-    int nl = 0;
-    double lmin = INFINITY; /* smallest L among them */
-    for (int e = D->s_head[s]; e >= 0; e = D->e_next[e]) {
+    x->nl = 0;
+    x->lmin = INFINITY;
+    for (int e = D->s_head[x->s]; e >= 0; e = D->e_next[e]) {
         if (!(D->e_L[e] < D->inc))
             continue;
-        if (nl == D->live_cap) {
+        if (x->nl == D->live_cap) {
             int nc = D->live_cap ? 2 * D->live_cap : 64;
             int *q = realloc(D->live, (size_t)nc * sizeof *q);
             if (!q)
@@ -764,213 +772,249 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
             D->live = q;
             D->live_cap = nc;
         }
-        D->live[nl++] = e;
-        if (D->e_L[e] < lmin)
-            lmin = D->e_L[e];
+        D->live[x->nl++] = e;
+        if (D->e_L[e] < x->lmin)
+            x->lmin = D->e_L[e];
     }
-    int *live = D->live;
-    if (!nl || free_total == 0)
+    return 0;
+}
+
+/* Placements already tried for one replica count at this state: a policy
+ * whose placement is canonically the same as an earlier one is skipped. */
+typedef struct xprev {
+    int n, same[POL_COUNT], rep[POL_COUNT], occ[POL_COUNT], one[POL_COUNT];
+    int64_t mem[POL_COUNT];
+} xprev;
+
+/* Places x->r devices by x->pol on the state's occupancy into x->a and
+ * x->target_occ: once per run per (occupancy, r, policy), the result kept in
+ * D->o_placed. 1 when the stage can be tried, 0 when not (no room, or a
+ * duplicate), PT_ENOMEM. */
+static int placement(dapple *D, xctx *x, xprev *pv)
+{
+    size_t pi = ((size_t)x->o * D->nr + x->ri) * POL_COUNT + x->pol;
+    x->target_occ = -1;
+    if (D->o_placed[pi].status == 1)
         return 0;
-    if (isfinite(D->inc) && D->M * prefix_work(D, k) / (D->max_speed * free_total) >= D->inc)
+    if (D->o_placed[pi].status == 2) {
+        const dplaced *m = &D->o_placed[pi];
+        x->target_occ = m->target_occ;
+        x->a = (dalloc){m->single_node, m->rep_dev, m->speed, m->mem, 0, m->cls};
+        return 1;
+    }
+    D->o_placed[pi].status = 1;
+    if (place(D, x->fr, x->bnode, x->r, x->pol, x->nf, &x->a) < 0)
         return 0;
-    int M = D->M, b = D->b;
-    int64_t act_k = k < D->N ? D->prof->layers[k - 1].act_bytes : 0;
-    for (int ri = 0; ri < D->nr; ri++) {
-        int r = D->rset[ri];
-        if (r > free_total || r > b)
+    int nb = x->a.single_node, same = x->rfirst > 0 && nb >= 0 && nb == x->bnode;
+    if (x->free_after > 0) {
+        make_key(D, x->r, x->nf, nb, x->key2);
+        x->target_occ = occ_get(D, x->key2, x->nf, x->r, nb, x->free_after);
+        if (x->target_occ < 0)
+            return PT_ENOMEM;
+    }
+    for (int q = 0; q < pv->n; q++)
+        if (pv->same[q] == same && pv->mem[q] == x->a.mem && pv->rep[q] == x->a.rep_dev &&
+            pv->occ[q] == x->target_occ && pv->one[q] == (nb >= 0))
+            return 0;
+    pv->same[pv->n] = same;
+    pv->mem[pv->n] = x->a.mem;
+    pv->rep[pv->n] = x->a.rep_dev;
+    pv->occ[pv->n] = x->target_occ;
+    pv->one[pv->n] = nb >= 0;
+    pv->n++;
+    dplaced *m = &D->o_placed[pi]; /* occ_get may have moved the array */
+    *m =
+        (dplaced){2, x->target_occ, x->a.single_node, x->a.rep_dev, x->a.cls, x->a.speed, x->a.mem};
+    return 1;
+}
+
+/* The stage [kp, k) on the placed devices: its B and AR (all-reduce outlasting
+ * its last backward, plus the step), from the per-layer memo when current. */
+static void stage_b_ar(dapple *D, const xctx *x, int kp, dstagecost *sc, double F, double *B,
+                       double *AR)
+{
+    if (sc && sc->gen == D->sc_gen) {
+        *B = sc->B;
+        *AR = sc->AR;
+        return;
+    }
+    pt_link arl = x->a.single_node >= 0 ? D->topo->intra : D->topo->inter;
+    *B = span_s(D->pb, D->pbx, kp, x->k, x->rows, D->pmb, x->a.speed);
+    int64_t P = pt_cost_param_bytes(D->cost, kp, x->k);
+    /* the all-reduce overlaps the stage's last backward; AR is the part that
+     * outlasts it, then the step */
+    *AR = pt_cost_overlapped_bwd_ring_s(D->cost, x->r, arl.latency, arl.bandwidth, kp, x->k,
+                                        x->rows, x->a.rep_dev, 0) -
+          pt_cost_bwd_s(D->cost, kp, x->k, x->rows, x->a.rep_dev) +
+          pt_cost_opt_step_s(D->cost, P, D->optim, x->a.rep_dev);
+    if (sc)
+        *sc = (dstagecost){F, *B, *AR, D->sc_gen};
+}
+
+/* Records a complete plan (kp == 0) as the new incumbent. -2 on no memory,
+ * else its entry. */
+static int new_incumbent(dapple *D, const dval *v, int sigma)
+{
+    int ne = new_entry(D, v, sigma);
+    if (ne < -1)
+        return ne;
+    D->inc = v->L;
+    D->inc_entry = ne;
+    if (D->nrun_fin == DAPPLE_POOL) {
+        memmove(D->run_fin, D->run_fin + 1, (DAPPLE_POOL - 1) * sizeof *D->run_fin);
+        D->nrun_fin--;
+    }
+    D->run_fin[D->nrun_fin++] = ne;
+    D->found = 1;
+    if (v->L < D->run_best)
+        D->run_best = v->L;
+    return ne;
+}
+
+/* Prepends the stage [kp, k) (F, B, AR) to every live entry that it fits
+ * (recomputing when only that fits) and keeps what is not dominated.
+ * 0, 1 when a feasibility search has its plan, PT_ENOMEM. */
+static int extend_entries(dapple *D, xctx *x, int kp, double F, double B, double AR, double lb_fwd)
+{
+    int M = D->M, target = -1;
+    double rec = -1; /* the stage's recompute forward, once needed */
+    for (int li = 0; li < x->nl; li++) {
+        int e = D->live[li], sigma = D->e_sigma[e];
+        int S = sigma + 1 + (kp > 0), i = kp > 0, recompute = 0;
+        double Be = B;
+        /* a stage that does not fit recomputes when that fits: it keeps only
+         * its input per micro-batch in flight and pays a second forward
+         * before each backward */
+        if (!D->mem_loose || D->mem_override > 0) {
+            int64_t mem = pu_stage_memory(D->cost, PT_SCHED_DAPPLE, D->policy, S, i, kp, x->k,
+                                          x->rows, M, 0, D->optim);
+            if (mem > x->a.mem) {
+                mem = pu_stage_memory(D->cost, PT_SCHED_DAPPLE, D->policy, S, i, kp, x->k, x->rows,
+                                      M, 1, D->optim);
+                if (mem > x->a.mem)
+                    continue;
+                if (rec < 0)
+                    rec = pt_cost_recompute_s(D->cost, kp, x->k, x->rows, x->a.rep_dev);
+                recompute = 1;
+                Be = B + rec;
+            }
+        }
+        int K = D->policy == 'B' ? 2 * sigma + 1 : sigma + 1; /* in flight */
+        K = K > M ? M : K;
+        dval suf = {D->e_L[e], D->e_H[e], D->e_R[e], D->e_Z[e], D->e_Q[e], D->e_G[e]};
+        dval v = prepend(sigma > 0 ? &suf : NULL, F, Be, AR, K, M, x->cf, x->cb);
+        if (v.L + lb_fwd >= D->inc)
+            continue;
+        int ne;
+        if (kp == 0) {
+            ne = new_incumbent(D, &v, sigma + 1);
+        } else {
+            if (target < 0 && (target = state_get(D, x->target_occ, kp)) < 0)
+                return PT_ENOMEM;
+            ne = front_insert(D, target, &v, sigma + 1);
+        }
+        if (ne < -1)
+            return PT_ENOMEM;
+        if (ne < 0)
+            continue;
+        D->e_parent[ne] = e;
+        D->e_first[ne] = kp;
+        D->e_last[ne] = x->k;
+        D->e_r[ne] = x->r;
+        D->e_pol[ne] = (uint8_t)x->pol;
+        D->e_rc[ne] = (uint8_t)recompute;
+        if (kp == 0 && D->feasibility)
+            return 1;
+    }
+    return 0;
+}
+
+/* Every first layer kp of the placed stage, from the largest that can still
+ * win down: 0, 1 (feasibility found), PT_ENOMEM. */
+static int expand_stage(dapple *D, xctx *x)
+{
+    int k = x->k, b = D->b, nb = x->a.single_node;
+    int kp_hi = 0;
+    if (x->free_after > 0 && k - 1 >= 1) {
+        kp_hi = prefix_cut(D, 1, k - 1, x->free_after);
+        if (kp_hi < 1)
+            kp_hi = 0; /* only the whole prefix as one stage can still win */
+    }
+    /* every stage still to come before kp runs its forward before this suffix
+     * starts (L' >= F + L), each on at most r_left replicas: lb_fwd =
+     * work_fwd(0, kp) * lb_scale bounds that delay */
+    int r_left = x->free_after < b ? x->free_after : b;
+    double lb_scale =
+        r_left > 0 ? b / (1000.0 * D->pmb * D->max_speed * r_left) * (1.0 - DAPPLE_BOUND_SLACK)
+                   : 0.0;
+    dstagecost *scrow =
+        D->sc ? D->sc + ((size_t)(x->ri * 2 + (nb >= 0)) * D->ncls + x->a.cls) * (D->N + 1) : NULL;
+    for (int kp = kp_hi; kp >= 0; kp--) {
+        if (kp > 0 && (x->free_after == 0 || !D->cut_ok[kp]))
+            continue;
+        dstagecost *sc = scrow ? &scrow[kp] : NULL;
+        double F = sc && sc->gen == D->sc_gen
+                       ? sc->F
+                       : span_s(D->pf, D->pfx, kp, k, x->rows, D->pmb, x->a.speed);
+        double lb_fwd = kp > 0 ? (D->pf[kp] - D->pf[0]) * lb_scale : 0.0;
+        if ((F + x->lmin + lb_fwd) * (1.0 - DAPPLE_BOUND_SLACK) >= D->inc) {
+            /* with r <= r_left, F grows by at least what lb_fwd loses as kp
+             * falls: no smaller kp can do better */
+            if (x->r <= r_left || kp == 0)
+                break;
+            continue;
+        }
+        double B, AR;
+        stage_b_ar(D, x, kp, sc, F, &B, &AR);
+        if (D->M * (F + B) + AR >= D->inc)
+            break; /* the stage only grows as kp falls */
+        D->evaluated++;
+        int rc = extend_entries(D, x, kp, F, B, AR, lb_fwd);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Expands state s: every stage [k', k) on r devices placed by each policy. */
+static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
+{
+    xctx x = {.s = s, .k = D->s_k[s], .o = D->s_occ[s], .fr = fr, .nf = nf, .key2 = key2};
+    x.rfirst = D->o_rfirst[x.o];
+    x.bnode = D->o_bnode[x.o];
+    x.free_total = D->o_free[x.o];
+    /* a copy: occ_get may move D->o_fr */
+    memcpy(fr, D->o_fr + (size_t)x.o * D->nodes, (size_t)D->nodes * sizeof *fr);
+    if (live_entries(D, &x) < 0)
+        return PT_ENOMEM;
+    if (!x.nl || x.free_total == 0)
+        return 0;
+    if (isfinite(D->inc) && D->M * prefix_work(D, x.k) / (D->max_speed * x.free_total) >= D->inc)
+        return 0;
+    x.act_k = x.k < D->N ? D->prof->layers[x.k - 1].act_bytes : 0;
+    for (x.ri = 0; x.ri < D->nr; x.ri++) {
+        x.r = D->rset[x.ri];
+        if (x.r > x.free_total || x.r > D->b)
             break;
-        int rows = pu_rows_max(b, r);
-        int free_after = free_total - r;
-        int nprev = 0, prev_same[POL_COUNT], prev_rep[POL_COUNT], prev_occ[POL_COUNT],
-            prev_one[POL_COUNT];
-        int64_t prev_mem[POL_COUNT];
-        for (int pol = 0; pol < D->npol; pol++) {
-            /* the occupancy is expanded at many layers: place each (r, policy)
-             * once per run and reuse the result (and the duplicate check) */
-            size_t pi = ((size_t)o * D->nr + ri) * POL_COUNT + pol;
-            dalloc a;
-            int target_occ = -1;
-            if (D->o_placed[pi].status == 0) {
-                D->o_placed[pi].status = 1;
-                if (place(D, fr, bnode, r, pol, nf, &a) < 0)
-                    continue;
-                int nb = a.single_node;
-                int same = rfirst > 0 && nb >= 0 && nb == bnode;
-                /* skip a policy whose placement is canonically the same as an earlier one */
-                if (free_after > 0) {
-                    make_key(D, r, nf, nb, key2);
-                    target_occ = occ_get(D, key2, nf, r, nb, free_after);
-                    if (target_occ < 0)
-                        return PT_ENOMEM;
-                }
-                int dup = 0;
-                for (int q = 0; q < nprev && !dup; q++)
-                    dup = prev_same[q] == same && prev_mem[q] == a.mem &&
-                          prev_rep[q] == a.rep_dev && prev_occ[q] == target_occ &&
-                          prev_one[q] == (nb >= 0);
-                if (dup)
-                    continue;
-                prev_same[nprev] = same;
-                prev_mem[nprev] = a.mem;
-                prev_rep[nprev] = a.rep_dev;
-                prev_occ[nprev] = target_occ;
-                prev_one[nprev] = nb >= 0;
-                nprev++;
-                dplaced *m = &D->o_placed[pi]; /* occ_get may have moved the array */
-                m->status = 2;
-                m->target_occ = target_occ;
-                m->single_node = a.single_node;
-                m->rep_dev = a.rep_dev;
-                m->cls = a.cls;
-                m->speed = a.speed;
-                m->mem = a.mem;
-            } else if (D->o_placed[pi].status == 1) {
+        x.rows = pu_rows_max(D->b, x.r);
+        x.free_after = x.free_total - x.r;
+        xprev pv = {0};
+        for (x.pol = 0; x.pol < D->npol; x.pol++) {
+            int rc = placement(D, &x, &pv);
+            if (rc < 0)
+                return rc;
+            if (rc == 0)
                 continue;
-            } else {
-                const dplaced *m = &D->o_placed[pi];
-                target_occ = m->target_occ;
-                a.single_node = m->single_node;
-                a.rep_dev = m->rep_dev;
-                a.cls = m->cls;
-                a.speed = m->speed;
-                a.mem = m->mem;
+            int nb = x.a.single_node, same = x.rfirst > 0 && nb >= 0 && nb == x.bnode;
+            x.cf = x.cb = 0;
+            if (x.rfirst > 0) {
+                x.cf = boundary(D, same, x.r, x.rfirst, x.k, x.act_k);
+                x.cb = boundary(D, same, x.rfirst, x.r, x.k, x.act_k);
             }
-            int nb = a.single_node;
-            int same = rfirst > 0 && nb >= 0 && nb == bnode;
-            pt_link arl = nb >= 0 ? D->topo->intra : D->topo->inter;
-            double cf = 0, cb = 0;
-            if (rfirst > 0) {
-                cf = boundary(D, same, r, rfirst, k, act_k);
-                cb = boundary(D, same, rfirst, r, k, act_k);
-            }
-            int kp_hi = k - 1;
-            if (free_after > 0 && kp_hi >= 1) {
-                kp_hi = prefix_cut(D, 1, kp_hi, free_after);
-                if (kp_hi < 1)
-                    kp_hi = 0; /* only the whole prefix as one stage can still win */
-            } else {
-                kp_hi = 0;
-            }
-            /* every stage still to come before kp runs its forward before
-             * this suffix starts (L' >= F + L), each on at most r_left
-             * replicas: lb_fwd = work_fwd(0, kp) * lb_scale bounds that delay */
-            int r_left = free_after < b ? free_after : b;
-            double lb_scale = r_left > 0 ? b / (1000.0 * D->pmb * D->max_speed * r_left) *
-                                               (1.0 - DAPPLE_BOUND_SLACK)
-                                         : 0.0;
-            dstagecost *scrow =
-                D->sc ? D->sc + ((size_t)(ri * 2 + (nb >= 0)) * D->ncls + a.cls) * (D->N + 1)
-                      : NULL;
-            for (int kp = kp_hi; kp >= 0; kp--) {
-                if (kp > 0 && (free_after == 0 || !D->cut_ok[kp]))
-                    continue;
-                dstagecost *sc = scrow ? &scrow[kp] : NULL;
-                double F = sc && sc->gen == D->sc_gen
-                               ? sc->F
-                               : span_s(D->pf, D->pfx, kp, k, rows, D->pmb, a.speed);
-                double lb_fwd = kp > 0 ? (D->pf[kp] - D->pf[0]) * lb_scale : 0.0;
-                if ((F + lmin + lb_fwd) * (1.0 - DAPPLE_BOUND_SLACK) >= D->inc) {
-                    /* with r <= r_left, F grows by at least what lb_fwd
-                     * loses as kp falls: no smaller kp can do better */
-                    if (r <= r_left || kp == 0)
-                        break;
-                    continue;
-                }
-                double B, AR;
-                if (sc && sc->gen == D->sc_gen) {
-                    B = sc->B;
-                    AR = sc->AR;
-                } else {
-                    B = span_s(D->pb, D->pbx, kp, k, rows, D->pmb, a.speed);
-                    int64_t P = pt_cost_param_bytes(D->cost, kp, k);
-                    /* the all-reduce overlaps the stage's last backward; AR is
-                     * the part that outlasts it, then the step */
-                    AR = pt_cost_overlapped_bwd_ring_s(D->cost, r, arl.latency, arl.bandwidth, kp,
-                                                       k, rows, a.rep_dev, 0) -
-                         pt_cost_bwd_s(D->cost, kp, k, rows, a.rep_dev) +
-                         pt_cost_opt_step_s(D->cost, P, D->optim, a.rep_dev);
-                    if (sc) {
-                        sc->F = F;
-                        sc->B = B;
-                        sc->AR = AR;
-                        sc->gen = D->sc_gen;
-                    }
-                }
-                double w = F + B;
-                if (M * w + AR >= D->inc)
-                    break; /* the stage only grows as kp falls */
-                D->evaluated++;
-                int target = -1;
-                double rec = -1; /* the stage's recompute forward, once needed */
-                for (int li = 0; li < nl; li++) {
-                    int e = live[li];
-                    int sigma = D->e_sigma[e];
-                    int S = sigma + 1 + (kp > 0), i = kp > 0;
-                    /* a stage that does not fit recomputes when that fits:
-                     * it keeps only its input per micro-batch in flight and
-                     * pays a second forward before each backward */
-                    int recompute = 0;
-                    double Be = B;
-                    if (!D->mem_loose || D->mem_override > 0) {
-                        int64_t mem = pu_stage_memory(D->cost, PT_SCHED_DAPPLE, D->policy, S, i, kp,
-                                                      k, rows, M, 0, D->optim);
-                        if (mem > a.mem) {
-                            mem = pu_stage_memory(D->cost, PT_SCHED_DAPPLE, D->policy, S, i, kp, k,
-                                                  rows, M, 1, D->optim);
-                            if (mem > a.mem)
-                                continue;
-                            if (rec < 0)
-                                rec = pt_cost_recompute_s(D->cost, kp, k, rows, a.rep_dev);
-                            recompute = 1;
-                            Be = B + rec;
-                        }
-                    }
-                    int K = D->policy == 'B' ? 2 * sigma + 1 : sigma + 1; /* in flight */
-                    if (K > M)
-                        K = M;
-                    dval suf = {D->e_L[e], D->e_H[e], D->e_R[e], D->e_Z[e], D->e_Q[e], D->e_G[e]};
-                    dval v = prepend(sigma > 0 ? &suf : NULL, F, Be, AR, K, M, cf, cb);
-                    double L = v.L;
-                    if (L + lb_fwd >= D->inc)
-                        continue;
-                    int ne;
-                    if (kp == 0) {
-                        ne = new_entry(D, &v, sigma + 1);
-                        if (ne < -1)
-                            return PT_ENOMEM;
-                        D->inc = L;
-                        D->inc_entry = ne;
-                        if (D->nrun_fin == DAPPLE_POOL) {
-                            memmove(D->run_fin, D->run_fin + 1,
-                                    (DAPPLE_POOL - 1) * sizeof *D->run_fin);
-                            D->nrun_fin--;
-                        }
-                        D->run_fin[D->nrun_fin++] = ne;
-                        D->found = 1;
-                        if (L < D->run_best)
-                            D->run_best = L;
-                    } else {
-                        if (target < 0) {
-                            target = state_get(D, target_occ, kp);
-                            if (target < 0)
-                                return PT_ENOMEM;
-                        }
-                        ne = front_insert(D, target, &v, sigma + 1);
-                        if (ne < -1)
-                            return PT_ENOMEM;
-                        if (ne < 0)
-                            continue;
-                    }
-                    D->e_parent[ne] = e;
-                    D->e_first[ne] = kp;
-                    D->e_last[ne] = k;
-                    D->e_r[ne] = r;
-                    D->e_pol[ne] = (uint8_t)pol;
-                    D->e_rc[ne] = (uint8_t)recompute;
-                    if (kp == 0 && D->feasibility)
-                        return 0;
-                }
-            }
+            if ((rc = expand_stage(D, &x)) < 0)
+                return rc;
+            if (rc == 1) /* a feasibility search found its plan */
+                return 0;
         }
     }
     return 0;
