@@ -23,9 +23,12 @@
  * fits: GPipe keeps all M micro-batches in flight, so even recomputing, each
  * stage holds its input for the whole global batch (M x b = GBS samples
  * whatever b), beside its weights, gradient and optimizer state; the stage
- * where their sum is largest is named. */
+ * where their sum is largest is named, and when no partition can help (the
+ * smallest activation between two layers, for the whole batch, exceeds the
+ * memory: every pipeline of two or more stages has a stage receiving at least
+ * that) it says so. */
 static void nofit_detail(const pt_cost *cost, const int *cuts, int S, int global_batch,
-                         pt_optim_kind optim, char *buf, size_t cap)
+                         pt_optim_kind optim, int64_t memory, char *buf, size_t cap)
 {
     int worst = 0;
     int64_t in_w = 0, st_w = 0;
@@ -39,15 +42,28 @@ static void nofit_detail(const pt_cost *cost, const int *cuts, int S, int global
             st_w = st;
         }
     }
-    char a[32], b[32];
+    int N = pt_cost_profile(cost)->layer_count, least_at = 1;
+    int64_t least = INT64_MAX;
+    for (int l = 1; l < N; l++) {
+        int64_t in = pt_cost_boundary_bytes(cost, l, global_batch);
+        if (in < least) {
+            least = in;
+            least_at = l;
+        }
+    }
+    char a[32], b[32], c[32], tail[160] = "more stages shrink only the latter";
+    if (N > 1 && least > memory)
+        snprintf(tail, sizeof tail,
+                 "no partition helps: the least activation between two layers (into layer %d) "
+                 "is %s for the whole batch",
+                 least_at, pu_bytes_str(least, c, sizeof c));
     snprintf(buf, cap,
-             "every micro-batch size tried, with and without recomputation, exceeds it: GPipe "
-             "keeps all M micro-batches in flight, so even recomputing, stage %d (layers [%d,%d) "
-             "of %d stages) holds its input for the whole global batch, %s whatever the "
-             "micro-batch size, beside %s of weights, gradient and optimizer state; more stages "
-             "shrink only the latter",
-             worst, cuts[worst], cuts[worst + 1], S, pu_bytes_str(in_w, a, sizeof a),
-             pu_bytes_str(st_w, b, sizeof b));
+             "every micro-batch size, with or without recomputation: GPipe keeps all M "
+             "micro-batches in flight, so a stage holds its input for the whole batch; stage %d "
+             "of %d (layers [%d,%d)) holds %s of input and %s of weights, gradient and optimizer "
+             "state; %s",
+             worst, S, cuts[worst], cuts[worst + 1], pu_bytes_str(in_w, a, sizeof a),
+             pu_bytes_str(st_w, b, sizeof b), tail);
 }
 
 /* The search's state: the partition, the candidates in the order of their
@@ -209,8 +225,9 @@ int pt_planner_gpipe(const pt_profile *profile, const pt_topology *topo, int glo
         goto out;
     }
     if (G.nc == 0) {
-        char detail[512];
-        nofit_detail(cost, G.cuts, S, global_batch, opts->optim, detail, sizeof detail);
+        char detail[768];
+        nofit_detail(cost, G.cuts, S, global_batch, opts->optim, pu_topology_min_memory(topo),
+                     detail, sizeof detail);
         rc = pu_error_nofit(err, report, "gpipe", pu_topology_min_memory(topo), G.need, detail);
     } else if ((rc = pick(&G, out, report)) < 0) {
         rc = pt_error_set(err, rc, "gpipe: simulating the candidates failed");

@@ -39,7 +39,7 @@ for name in ("overlapped DP", "bipartition P:Q", "G/2:G/2 straight", "straight p
     m = re.search(re.escape(name) + r"(?: [0-9]+:[0-9]+ cut [0-9]+| S=[0-9]+)? ([0-9.]+) ms", w)
     fam.append(m.group(1) if m else "-")
 choice = re.search(r"chose ([A-Za-z/:0-9 ]+?)(?: \(|$)", w)
-print("| %s | %s | %s %.1f | %.1f | %s | %s %s |" % (sys.argv[1].upper(), sys.argv[2], shape(d),
+print("| %s | %s | %s %.1f | %.1f | %s | %s: %s |" % (sys.argv[1].upper(), sys.argv[2], shape(d),
       d["simulated_iteration_ms"], b["simulated_iteration_ms"], " / ".join(fam),
       choice.group(1) if choice else "?", shape(p)))' "$c" "$m" "$GBS" "$d" "$b" "$p"
         done
