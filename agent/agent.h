@@ -1,9 +1,9 @@
 /* pipetop-agent: one process per device (DESIGN.md, agent/).
  *
- * Two threads. The control thread (agent/main.c) owns the DEALER to the
+ * Two threads. The control thread (agent/control.c) owns the DEALER to the
  * console: it registers, heartbeats both ways, checks and counts every
  * control message, and turns requests into commands for the worker. The
- * worker thread (agent/worker.c) owns everything of the run: it builds its
+ * worker thread (agent/worker*.c) owns everything of the run: it builds its
  * stage replica from an assign (net, optimizer, data feed, communicators,
  * executor), runs the schedule program iteration by iteration, publishes
  * telemetry on its PUB socket and saves checkpoints; it reports back to the

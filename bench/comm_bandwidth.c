@@ -31,6 +31,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "protocol/clock.h"
 #include "runtime/comm.h"
 
 #define MAX_P          4
@@ -51,13 +52,6 @@
  * use); the others are ZeroMQ alone (shared memory off), as remote peers. */
 typedef enum { T_SHM, T_INPROC, T_IPC, T_TCP, T_COUNT } transport;
 static const char *const tname[] = {"shm", "inproc", "ipc", "tcp"};
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 typedef struct world {
     int p;
@@ -149,7 +143,7 @@ static double p2p_run(world *w, size_t floats, int msgs, int zero_copy, float *s
     pt_comm *c = w->comm[0];
     pt_comm_zc zc;
     pt_comm_zc_init(&zc);
-    double t0 = now_s();
+    double t0 = pt_clock_s();
     for (int i = 0; i < msgs; i++) {
         uint64_t tag = pt_comm_tag(PT_COMM_USER, (uint32_t)i, 0);
         if (zero_copy)
@@ -159,7 +153,7 @@ static double p2p_run(world *w, size_t floats, int msgs, int zero_copy, float *s
     }
     float ack;
     j.rc |= pt_comm_recv(c, 1, pt_comm_tag(PT_COMM_USER, 0, 1), &ack, 1, NULL);
-    double t = now_s() - t0;
+    double t = pt_clock_s() - t0;
     j.rc |= pt_comm_zc_wait(&zc, TIMEOUT_MS);
     pthread_join(th, NULL);
     return j.rc ? -1.0 : t;
@@ -191,14 +185,14 @@ static double latency(world *w, int n)
     pthread_t th;
     pthread_create(&th, NULL, pong, &j);
     float v = 1;
-    double t0 = now_s();
+    double t0 = pt_clock_s();
     int ok = 1;
     for (int i = 0; i < n && ok; i++)
         ok = pt_comm_send(w->comm[0], 1, pt_comm_tag(PT_COMM_USER, (uint32_t)i, 2), &v, 1, NULL) ==
                  0 &&
              pt_comm_recv(w->comm[0], 1, pt_comm_tag(PT_COMM_USER, (uint32_t)i, 3), &v, 1, NULL) ==
                  0;
-    double t = now_s() - t0;
+    double t = pt_clock_s() - t0;
     pthread_join(th, NULL);
     return ok ? t / n / 2 : -1.0;
 }
@@ -232,11 +226,11 @@ static void *ar_thread(void *arg)
     j->rc[a->rank] |=
         pt_comm_allreduce(j->w->comm[a->rank], &g, j->buf[a->rank], j->count, PT_COMM_SUM, NULL);
     for (int i = 0; i < j->reps; i++) {
-        double t0 = now_s();
+        double t0 = pt_clock_s();
         j->rc[a->rank] |= pt_comm_allreduce(j->w->comm[a->rank], &g, j->buf[a->rank], j->count,
                                             PT_COMM_SUM, NULL);
         if (a->rank == 0)
-            j->rep_seconds[i] = now_s() - t0;
+            j->rep_seconds[i] = pt_clock_s() - t0;
     }
     return NULL;
 }
@@ -327,9 +321,9 @@ static int proc_allreduce(pt_comm *c, int rank, int p, size_t count, int reps, i
         rc |= proc_barrier(c, &g);
         struct rusage u0, u1;
         getrusage(RUSAGE_SELF, &u0);
-        double t0 = now_s();
+        double t0 = pt_clock_s();
         rc |= pt_comm_allreduce(c, &g, buf, count, PT_COMM_SUM, NULL);
-        double t1 = now_s();
+        double t1 = pt_clock_s();
         getrusage(RUSAGE_SELF, &u1);
         if (i >= 0) {
             t[i] = t1 - t0;
@@ -355,11 +349,11 @@ static int proc_latency(pt_comm *c, int rank, int p, size_t count, int reps, int
 {
     (void)p;
     float v = 1;
-    double t0 = now_s();
+    double t0 = pt_clock_s();
     int rc = 0, warm = count ? 1 : LAT_WARMUP, timed = count ? 0 : reps;
     for (int i = 0; i < warm + timed && rc == 0; i++) {
         if (i == warm)
-            t0 = now_s();
+            t0 = pt_clock_s();
         uint64_t ping = pt_comm_tag(PT_COMM_USER, (uint32_t)i, 2);
         uint64_t pong = pt_comm_tag(PT_COMM_USER, (uint32_t)i, 3);
         if (rank == 0)
@@ -367,7 +361,7 @@ static int proc_latency(pt_comm *c, int rank, int p, size_t count, int reps, int
         else if (rank == 1)
             rc = pt_comm_recv(c, 0, ping, &v, 1, NULL) | pt_comm_send(c, 0, pong, &v, 1, NULL);
     }
-    double half = (now_s() - t0) / (count ? 1 : reps) / (count ? 1 : 2);
+    double half = (pt_clock_s() - t0) / (count ? 1 : reps) / (count ? 1 : 2);
     if (rc || rank != 0)
         return rc;
     return put_rec(fd, rank, half, -1, -1, -1);
@@ -490,11 +484,11 @@ static double reduce_cost(size_t n)
     float *a = calloc(n, sizeof(float)), *b = calloc(n, sizeof(float));
     for (size_t i = 0; i < n; i++)
         b[i] = (float)(i % 7);
-    double t0 = now_s();
+    double t0 = pt_clock_s();
     for (int r = 0; r < REDUCE_REPS; r++)
         for (size_t i = 0; i < n; i++)
             a[i] += b[i];
-    double t = (now_s() - t0) / REDUCE_REPS;
+    double t = (pt_clock_s() - t0) / REDUCE_REPS;
     volatile float sink = a[n / 2];
     (void)sink;
     free(a);

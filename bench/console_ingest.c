@@ -24,10 +24,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "protocol/clock.h"
 #include "protocol/message.h"
 #include "protocol/telemetry.h"
-#include "tui/session.h"
-#include "tui/store.h"
+#include "tui/control/session.h"
+#include "tui/record/store.h"
 
 #define AGENTS          16
 #define DEFAULT_SECONDS 3.0
@@ -39,20 +40,6 @@
 #define DRAIN_S         2.0
 #define POLL_MS         1
 #define NS_PER_S        1e9
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / NS_PER_S;
-}
-
-static double thread_cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / NS_PER_S;
-}
 
 /* The events array text of one message: a stage's ops of one step. */
 static char *events_text(int agent, int batch, int64_t step)
@@ -99,7 +86,7 @@ static void bench_decode_store(double seconds, int batch)
     size_t cap = (size_t)batch * EVENT_TEXT_MAX + 256;
     char *msg = malloc(cap);
     int64_t seq[AGENTS] = {0}, events = 0, msgs = 0;
-    double t0 = now_s(), c0 = thread_cpu_s(), t = t0;
+    double t0 = pt_clock_s(), c0 = pt_clock_of_s(CLOCK_THREAD_CPUTIME_ID), t = t0;
     while (t - t0 < seconds) {
         for (int a = 0; a < AGENTS; a++) {
             int n = message(msg, cap, a, seq[a]++, ev[a]);
@@ -110,9 +97,9 @@ static void bench_decode_store(double seconds, int batch)
             }
             msgs++;
         }
-        t = now_s();
+        t = pt_clock_s();
     }
-    double wall = t - t0, cpu = thread_cpu_s() - c0;
+    double wall = t - t0, cpu = pt_clock_of_s(CLOCK_THREAD_CPUTIME_ID) - c0;
     printf("decode+store   %10.0f events/s  %8.0f msgs/s  (%lld events in %.2f s; %.0f events "
            "per CPU second)\n",
            events / wall, msgs / wall, (long long)events, wall, cpu > 0 ? events / cpu : 0);
@@ -174,8 +161,8 @@ static void *produce(void *arg)
     int64_t seq[AGENTS] = {0}, hb = 0, ctl_seq[AGENTS];
     for (int a = 0; a < AGENTS; a++)
         ctl_seq[a] = 1;
-    double t0 = now_s(), next_hb = t0, t = t0;
-    while ((t = now_s()) - t0 < p->seconds) {
+    double t0 = pt_clock_s(), next_hb = t0, t = t0;
+    while ((t = pt_clock_s()) - t0 < p->seconds) {
         if (t >= next_hb) {
             for (int a = 0; a < AGENTS; a++) {
                 snprintf(text, sizeof text,
@@ -222,8 +209,8 @@ static void on_note(void *user, const pt_session_note *n)
         return;
     k->events +=
         pt_store_events(k->store, n->msg->u.events.events, n->msg->u.events.count, n->msg->gen);
-    k->last_s = now_s();
-    k->last_cpu = thread_cpu_s();
+    k->last_s = pt_clock_s();
+    k->last_cpu = pt_clock_of_s(CLOCK_THREAD_CPUTIME_ID);
     if (k->first_s == 0) {
         k->first_s = k->last_s;
         k->first_cpu = k->last_cpu;
@@ -258,12 +245,12 @@ static void bench_session(const char *label, double seconds, int batch, double r
     atomic_store(&p.registered_ok, 1);
     /* poll like the console's loop until the producer is done and nothing
      * has arrived for DRAIN_S (or the backlog takes too long) */
-    double start = now_s();
+    double start = pt_clock_s();
     void *ret = NULL;
     int joined = 0;
     for (;;) {
         pt_session_poll(s, POLL_MS, NULL);
-        double t = now_s();
+        double t = pt_clock_s();
         if (!joined && t - start > seconds + 1.0 && pthread_tryjoin_np(th, &ret) == 0)
             joined = 1;
         if (joined && t - (k.last_s > 0 ? k.last_s : start) > DRAIN_S)

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "protocol/clock.h"
 #include "protocol/fileio.h"
 #include "protocol/message.h"
 #include "protocol/model.h"
@@ -31,13 +32,6 @@ extern char **environ;
 #define COPY_GAP_NS  1000000LL
 #define PATH_CAP     4096
 #define AGENTS_MAX   1024
-
-static double wall_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static double child_cpu_s(void)
 {
@@ -147,7 +141,7 @@ static int build(const char *src, const char *dst, double target_mb)
 /* Runs argv, returns its wall time (and CPU time in *cpu); -1 on failure. */
 static double timed(char *const argv[], double *cpu)
 {
-    double c0 = child_cpu_s(), t0 = wall_s();
+    double c0 = child_cpu_s(), t0 = pt_clock_s();
     pid_t pid;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -159,7 +153,7 @@ static double timed(char *const argv[], double *cpu)
     posix_spawn_file_actions_destroy(&fa);
     int st = 0;
     waitpid(pid, &st, 0);
-    double t = wall_s() - t0;
+    double t = pt_clock_s() - t0;
     *cpu = child_cpu_s() - c0;
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? t : -1;
 }
@@ -200,12 +194,12 @@ int main(int argc, char **argv)
     snprintf(trace, sizeof trace, "%s/trace.json", dir);
     snprintf(svg, sizeof svg, "%s/trace.svg", dir);
     pt_mkdir_p(dir, NULL);
-    double t0 = wall_s();
+    double t0 = pt_clock_s();
     int copies = build(src, rec, target);
     if (copies < 0)
         return 1;
     printf("record: %s, %.1f MB (%d copies of %s), built in %.1f s\n", rec, file_mb(rec), copies,
-           src, wall_s() - t0);
+           src, pt_clock_s() - t0);
     char *lastv[] = {(char *)pipetop, "export", rec,     "--last", (char *)last,
                      "--trace",       trace,    "--svg", svg,      NULL};
     double cpu = 0, t = timed(lastv, &cpu);

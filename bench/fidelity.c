@@ -76,26 +76,24 @@
 #include "protocol/profile.h"
 #include "protocol/record.h"
 #include "protocol/topology.h"
+#include "tui/cli/inputs.h"
 
-#define MB_SIZE         16 /* samples per micro-batch (pipetop run's default) */
-#define ITERS_FULL      30
-#define ITERS_QUICK     6
-#define TP_STEPS_FULL   200
-#define TP_STEPS_QUICK  10
-#define TP_BATCH        128 /* global batch of the throughput comparison */
-#define TP_MB           8   /* its micro-batches: 8 x 16 = 128 */
-#define TP_SHORT_ITERS  3   /* the short run whose CPU time is subtracted */
-#define LOCAL_LINK_BPS  2e9 /* pipetop run's local topology (tui/cmd_run.c) */
-#define LOCAL_LINK_LAT  50e-6
-#define FALLBACK_MEMORY (1LL << 30)
-#define PATH_CAP        4096
-#define CMD_CAP         (4 * PATH_CAP)
-#define LINE_CAP        (1 << 20)
-#define MAX_STAGES      4
-#define MAX_MODELS      4
-#define PLANS_MAX       32
-#define REPEATS_MAX     9
-#define REPEATS_FULL    3
+#define MB_SIZE        16 /* samples per micro-batch (pipetop run's default) */
+#define ITERS_FULL     30
+#define ITERS_QUICK    6
+#define TP_STEPS_FULL  200
+#define TP_STEPS_QUICK 10
+#define TP_BATCH       128 /* global batch of the throughput comparison */
+#define TP_MB          8   /* its micro-batches: 8 x 16 = 128 */
+#define TP_SHORT_ITERS 3   /* the short run whose CPU time is subtracted */
+#define PATH_CAP       4096
+#define CMD_CAP        (4 * PATH_CAP)
+#define LINE_CAP       (1 << 20)
+#define MAX_STAGES     4
+#define MAX_MODELS     4
+#define PLANS_MAX      32
+#define REPEATS_MAX    9
+#define REPEATS_FULL   3
 
 /* One plan of the matrix: schedule, stages, micro-batches, the replicated
  * stage (-1: none). */
@@ -262,20 +260,6 @@ static int run_cmd(const char *cmd, char *last, size_t cap)
     return st == -1 ? -1 : WEXITSTATUS(st);
 }
 
-static pt_topology *local_topology(int devices)
-{
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    int64_t mem = pages > 0 && page > 0 ? (int64_t)pages * page / devices : FALLBACK_MEMORY;
-    pt_link link = {LOCAL_LINK_BPS, LOCAL_LINK_LAT};
-    pt_topology *t = pt_topology_uniform(1, devices, mem, link, link);
-    if (!t)
-        return NULL;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    for (int d = 0; d < devices; d++)
-        t->devices[d].node_cores = cpus > 0 ? (int)cpus : 0;
-    return t;
-}
-
 /* Cuts S contiguous stages, each of at least one layer, so that the largest
  * stage's fwd + bwd in prof is the least it can be (dynamic programming over
  * the cut points, as the planners partition). The greedy cut at k/S of the
@@ -405,7 +389,7 @@ static int calibrate_run(plan_result *r)
     char path[PATH_CAP + 32];
     pt_error err = {0};
     pt_record *rec = NULL;
-    pt_topology *topo = local_topology(r->agents);
+    pt_topology *topo = pt_inputs_local_topology(r->agents);
     snprintf(path, sizeof path, "%s/profile.json", r->dir);
     int rc = topo ? pt_profile_load(path, &r->base, &err) : PT_ENOMEM;
     if (rc == 0 && apply_shares(r->base) < 0)
@@ -429,7 +413,7 @@ static int calibrate_run(plan_result *r)
 static int predict_default(plan_result *r)
 {
     pt_error err = {0};
-    pt_topology *topo = local_topology(r->agents);
+    pt_topology *topo = pt_inputs_local_topology(r->agents);
     pt_program prog = {0};
     pt_cost *cost = NULL;
     pt_sim *sim = NULL;
@@ -526,7 +510,7 @@ static int predict_from(const plan_result *i, const plan_result *j, int show, do
 {
     pt_error err = {0};
     pt_profile *prof = NULL;
-    pt_topology *topo = local_topology(i->agents), *ctopo = NULL;
+    pt_topology *topo = pt_inputs_local_topology(i->agents), *ctopo = NULL;
     pt_program prog = {0};
     pt_cost *cost = NULL;
     pt_sim *sim = NULL;

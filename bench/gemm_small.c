@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "protocol/clock.h"
 #include "runtime/blas_core.h"
 #include "runtime/gemm_small.h"
 #include "runtime/rng.h"
@@ -39,13 +40,6 @@ typedef struct mats {
     int layers, rows, in, out;
     float *x, *y, *w, *dy, *dx, *dw;
 } mats;
-
-static double thread_cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static float *rand_floats(pt_rng *rng, size_t n)
 {
@@ -86,10 +80,10 @@ static double time_calls(const shape *s, const mats *mt, pt_gemm_isa isa, int re
     for (int l = 0; l < mt->layers; l++) /* warm */
         call(s, mt, l, isa);
     for (int r = 0; r < reps; r++) {
-        double t0 = thread_cpu_s();
+        double t0 = pt_clock_of_s(CLOCK_THREAD_CPUTIME_ID);
         for (int i = 0; i < BURST_CALLS; i++)
             call(s, mt, i % mt->layers, isa);
-        double t = (thread_cpu_s() - t0) / BURST_CALLS;
+        double t = (pt_clock_of_s(CLOCK_THREAD_CPUTIME_ID) - t0) / BURST_CALLS;
         best = t < best ? t : best;
     }
     return best;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "protocol/clock.h"
 #include "runtime/blas_core.h"
 #include "runtime/net.h"
 #include "runtime/optim.h"
@@ -17,20 +18,6 @@
 
 #define WARMUP_STEPS 5
 #define POOL_BATCHES 64
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -93,18 +80,18 @@ int main(int argc, char **argv)
     double t_fwd = 0, t_bwd = 0, t_opt = 0, t_zero = 0, loss = 0, cpu0 = 0;
     for (int s = -WARMUP_STEPS; s < steps; s++) {
         if (s == 0)
-            cpu0 = cpu_s();
-        double t0 = now_s();
+            cpu0 = pt_clock_of_s(CLOCK_PROCESS_CPUTIME_ID);
+        double t0 = pt_clock_s();
         pt_net_zero_grads(net);
-        double t1 = now_s();
+        double t1 = pt_clock_s();
         int b = (s + WARMUP_STEPS) % POOL_BATCHES;
         pt_net_forward(net, 0, NULL, x + (size_t)b * batch * 784, batch, labels + b * batch, NULL,
                        &loss);
-        double t2 = now_s();
+        double t2 = pt_clock_s();
         pt_net_backward(net, 0, NULL, NULL, NULL, NULL);
-        double t3 = now_s();
+        double t3 = pt_clock_s();
         pt_optim_step(opt, pt_net_params(net), pt_net_grads(net));
-        double t4 = now_s();
+        double t4 = pt_clock_s();
         if (s >= 0) {
             t_zero += t1 - t0;
             t_fwd += t2 - t1;
@@ -113,7 +100,7 @@ int main(int argc, char **argv)
             t_step[s] = t4 - t0;
         }
     }
-    double cpu = cpu_s() - cpu0;
+    double cpu = pt_clock_of_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
     qsort(t_step, (size_t)steps, sizeof *t_step, cmp_double);
     double med = t_step[steps / 2], total = t_zero + t_fwd + t_bwd + t_opt;
     printf("model fmnist-mlp (784-1024-1024-1024-10), batch %d, %s, %d steps, "

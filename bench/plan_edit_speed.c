@@ -1,5 +1,5 @@
 /* plan_edit_speed: how long one edit in the console's plan view takes (the
- * check and re-simulation of tui/plan_edit.h), against the 50 ms budget, for
+ * check and re-simulation of tui/console/plan_edit.h), against the 50 ms budget, for
  * a 100-layer model in 8 stages on 16 devices (2 replicas each), 32
  * micro-batches, under every schedule kind. Each edit moves a stage boundary
  * back and forth, so every edit re-builds the program and re-simulates it.
@@ -12,7 +12,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "tui/plan_edit.h"
+#include "protocol/clock.h"
+#include "tui/console/plan_edit.h"
 
 #define DEFAULT_EDITS  200
 #define DEFAULT_LAYERS 100
@@ -21,13 +22,6 @@
 #define MICROBATCHES   32
 #define MB_SIZE        16
 #define DEVICE_GIB     80
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int main(int argc, char **argv)
 {
@@ -86,9 +80,9 @@ int main(int argc, char **argv)
         int done = 0;
         for (int i = 0; i < edits; i++) {
             int b = 1 + i % (STAGES - 1);
-            double t0 = now_s();
+            double t0 = pt_clock_s();
             int rc = pt_plan_edit_move_boundary(e, b, i % 2 ? -1 : 1, &err);
-            double dt = now_s() - t0;
+            double dt = pt_clock_s() - t0;
             if (rc < 0)
                 continue;
             total += dt;

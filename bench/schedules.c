@@ -28,6 +28,7 @@
 #include "planner/cost.h"
 #include "planner/schedule.h"
 #include "planner/simulate.h"
+#include "protocol/clock.h"
 #include "protocol/op.h"
 #include "runtime/data.h"
 #include "runtime/net.h"
@@ -71,13 +72,6 @@ static const kind_row kinds[] = {
     {"zb-h2", PT_SCHED_ZB_H2, NULL},
 };
 #define KIND_COUNT (int)(sizeof kinds / sizeof kinds[0])
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -125,19 +119,19 @@ static int time_layer(const pt_model_spec *spec, int l, int mb, pt_profile_layer
     float *d = l > 0 ? dx : NULL;
     double tf[PROFILE_REPS], tb[PROFILE_REPS], ti[PROFILE_REPS], tw[PROFILE_REPS], t;
     for (int r = 0; r < PROFILE_REPS; r++) {
-        t = now_s();
+        t = pt_clock_s();
         pt_net_forward(net, 0, NULL, x, mb, labels, NULL, NULL);
-        tf[r] = now_s() - t;
-        t = now_s();
+        tf[r] = pt_clock_s() - t;
+        t = pt_clock_s();
         pt_net_backward(net, 0, NULL, NULL, g, d);
-        tb[r] = now_s() - t;
+        tb[r] = pt_clock_s() - t;
         pt_net_forward(net, 0, NULL, x, mb, labels, NULL, NULL);
-        t = now_s();
+        t = pt_clock_s();
         pt_net_backward_input(net, 0, NULL, g, d);
-        ti[r] = now_s() - t;
-        t = now_s();
+        ti[r] = pt_clock_s() - t;
+        t = pt_clock_s();
         pt_net_backward_weight(net, 0, NULL, NULL);
-        tw[r] = now_s() - t;
+        tw[r] = pt_clock_s() - t;
     }
     int64_t off, count;
     pt_net_layer_range(net, l, &off, &count);
@@ -298,13 +292,13 @@ static int run_measured(const pt_model_spec *spec, const pt_program *prog, const
     double t[MAX_ITERS], b[MAX_ITERS];
     for (int it = 0; rc == 0 && it < WARMUP_ITERS + iters; it++) {
         memset(e->n, 0, sizeof e->n);
-        double t0 = now_s();
+        double t0 = pt_clock_s();
         if ((rc = pt_pipeline_run(pp, it, &err)) < 0) {
             fprintf(stderr, "schedules: %s\n", err.msg);
             break;
         }
         if (it >= WARMUP_ITERS) {
-            t[it - WARMUP_ITERS] = now_s() - t0;
+            t[it - WARMUP_ITERS] = pt_clock_s() - t0;
             b[it - WARMUP_ITERS] = bubble_of(e, prog);
         }
     }

@@ -12,24 +12,9 @@
 #include "planner/cost.h"
 #include "planner/schedule.h"
 #include "planner/simulate.h"
+#include "protocol/clock.h"
 
 #define MIN_SECONDS 0.3 /* CPU seconds to repeat each simulation for */
-
-/* Process CPU time: the simulator is single-threaded, and on a shared machine
- * wall time mostly measures the other processes. Wall time is printed too. */
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static double wall_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static pt_plan *make_plan(pt_sched_kind kind, int S, int M, int reps)
 {
@@ -72,23 +57,23 @@ static int run(pt_sched_kind kind, int S, int M, int reps)
     int rc = -1;
     if (!pf || !t || !plan || pt_cost_new(pf, t, &cost, &err) < 0 || pt_sim_new(&sim) < 0)
         goto out;
-    double t0 = cpu_s();
+    double t0 = pt_clock_of_s(CLOCK_PROCESS_CPUTIME_ID);
     if (pt_sched_build(plan, pf, NULL, &prog, &err) < 0)
         goto out;
-    double build_s = cpu_s() - t0;
+    double build_s = pt_clock_of_s(CLOCK_PROCESS_CPUTIME_ID) - t0;
     /* first run grows the simulator's buffers; the timed runs allocate nothing */
     if (pt_sim_run(sim, &prog, cost, &res, &err) < 0)
         goto out;
     int reps_run = 0;
-    t0 = cpu_s();
-    double w0 = wall_s(), el;
+    t0 = pt_clock_of_s(CLOCK_PROCESS_CPUTIME_ID);
+    double w0 = pt_clock_s(), el;
     do {
         if (pt_sim_run(sim, &prog, cost, &res, &err) < 0)
             goto out;
         reps_run++;
-        el = cpu_s() - t0;
+        el = pt_clock_of_s(CLOCK_PROCESS_CPUTIME_ID) - t0;
     } while (el < MIN_SECONDS);
-    double per = el / reps_run, wall = (wall_s() - w0) / reps_run;
+    double per = el / reps_run, wall = (pt_clock_s() - w0) / reps_run;
     printf("%-10s S %3d M %4d r %d  ops %8d  build %6.2f ms  simulate %7.2f ms cpu (%7.2f wall)  "
            "%5.1f M ops/s  (iter %.3f s, bubble %.3f)\n",
            pt_sched_kind_name(kind), S, M, reps, prog.op_count, build_s * 1e3, per * 1e3,

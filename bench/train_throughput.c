@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "protocol/clock.h"
 #include "protocol/model.h"
 #include "protocol/plan.h"
 #include "runtime/blas_core.h"
@@ -26,13 +27,6 @@
 #define DATA_SEED   7
 #define NET_SEED    1
 #define MAX_ARG_INT 1000000
-
-static double clock_s(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 typedef struct bench_args {
     const char *model;
@@ -128,8 +122,8 @@ int main(int argc, char **argv)
     for (int s = -a.warmup; s < a.steps; s++) {
         if (s == 0) {
             be->synchronize(be);
-            t0 = clock_s(CLOCK_MONOTONIC);
-            c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+            t0 = pt_clock_of_s(CLOCK_MONOTONIC);
+            c0 = pt_clock_of_s(CLOCK_PROCESS_CPUTIME_ID);
         }
         int b = (s + a.warmup) % BATCHES;
         pt_net_zero_grads(net);
@@ -144,7 +138,8 @@ int main(int argc, char **argv)
         pt_optim_step(optim, pt_net_params(net), pt_net_grads(net));
     }
     be->synchronize(be);
-    double dt = clock_s(CLOCK_MONOTONIC) - t0, cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    double dt = pt_clock_of_s(CLOCK_MONOTONIC) - t0,
+           cpu = pt_clock_of_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
     printf("pipetop %s batch %d threads %d (OpenBLAS core %s): %d steps in %.3f s, %.1f "
            "samples/s, %.3f ms/step; CPU time %.3f s, %.1f samples/CPU-s; last loss %.4f\n",
            spec->name, a.batch, a.threads, pt_blas_core_name(), a.steps, dt, a.steps * a.batch / dt,

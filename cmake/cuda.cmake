@@ -32,16 +32,16 @@ set(PT_HAVE_CUDA ON)
 # hold no CUDA code.
 set_property(TARGET pt_protocol pt_planner pt_runtime PROPERTY CUDA_ARCHITECTURES OFF)
 
+# NCCL: only its header is needed to build. The module does not link
+# libnccl.so.2; it opens it with dlopen the first time NCCL is asked for
+# (runtime/cuda/comm_nccl_cuda.c), so the CUDA backend loads without it.
 find_path(PT_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
-find_library(PT_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
-if(PT_NCCL_INCLUDE_DIR AND PT_NCCL_LIBRARY)
+if(PT_NCCL_INCLUDE_DIR)
   set(PT_HAVE_NCCL ON)
-  add_library(pt_nccl_lib UNKNOWN IMPORTED)
-  set_target_properties(pt_nccl_lib PROPERTIES IMPORTED_LOCATION ${PT_NCCL_LIBRARY}
-                        INTERFACE_INCLUDE_DIRECTORIES ${PT_NCCL_INCLUDE_DIR})
 endif()
 message(STATUS "pipetop: CUDA toolkit ${CUDAToolkit_VERSION} found; CUDA backend on "
-               "(sm ${CMAKE_CUDA_ARCHITECTURES}), NCCL ${PT_HAVE_NCCL}")
+               "(sm ${CMAKE_CUDA_ARCHITECTURES}), NCCL ${PT_HAVE_NCCL} (libnccl.so.2 opened at "
+               "run time)")
 
 # The CUDA module (runtime/cuda_module.h): the backend (runtime/cuda/
 # backend_cuda.cu) and NCCL (runtime/cuda/comm_nccl_cuda.c) in libpt_cuda.so,
@@ -75,12 +75,12 @@ if(PT_WERROR)
   target_compile_options(pt_cuda_module PRIVATE $<$<COMPILE_LANGUAGE:C>:-Werror>
     $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Werror>)
 endif()
-target_include_directories(pt_cuda_module PRIVATE ${CMAKE_SOURCE_DIR})
+pt_include_set(pt_cuda_module ${PT_INC_runtime})
 target_link_libraries(pt_cuda_module PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt
-                      Threads::Threads)
+                      Threads::Threads ${CMAKE_DL_LIBS})
 if(PT_HAVE_NCCL)
   target_compile_definitions(pt_cuda_module PRIVATE PT_HAVE_NCCL=1)
-  target_link_libraries(pt_cuda_module PRIVATE pt_nccl_lib)
+  target_include_directories(pt_cuda_module PRIVATE ${PT_NCCL_INCLUDE_DIR})
 endif()
 # -z defs: every symbol the module needs comes from a library it links (not
 # with the sanitizers, whose run-time symbols only the program provides).
@@ -92,9 +92,13 @@ install(TARGETS pt_cuda_module LIBRARY DESTINATION ${PT_CUDA_MODULE_SUBDIR})
 # The core only needs to know that a module was built beside it.
 target_compile_definitions(pt_runtime PRIVATE PT_HAVE_CUDA=1)
 
-# GPU tests: exit 77 (and print "no GPU visible") when no device is visible,
-# which ctest reports as skipped, never as passed.
+# GPU tests: exit 77 (and print why: "no GPU visible", or CUDA's own words)
+# when no device is visible, which ctest reports as skipped, never as passed.
+# Each is bounded at PT_GPU_TEST_TIMEOUT seconds (scripts/gpu-check.sh runs
+# them with its own, shorter, per-step bounds): a hang costs minutes of a lent
+# GPU, not the whole loan.
 set(PT_GPU_SKIP_CODE 77)
+set(PT_GPU_TEST_TIMEOUT 240)
 file(GLOB PT_GPU_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/gpu/*_gputest.c)
 foreach(src ${PT_GPU_TESTS})
   get_filename_component(name ${src} NAME_WE)
@@ -102,7 +106,7 @@ foreach(src ${PT_GPU_TESTS})
   target_link_libraries(${name} PRIVATE pt_tui)
   add_dependencies(${name} pt_cuda_module)
   add_test(NAME ${name} COMMAND ${name})
-  set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 600 SKIP_RETURN_CODE ${PT_GPU_SKIP_CODE}
+  set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT ${PT_GPU_TEST_TIMEOUT} SKIP_RETURN_CODE ${PT_GPU_SKIP_CODE}
     ENVIRONMENT "PT_SOURCE_DIR=${CMAKE_SOURCE_DIR};PT_BUILD_DIR=${CMAKE_BINARY_DIR};OPENBLAS_NUM_THREADS=1"
     WORKING_DIRECTORY ${CMAKE_BINARY_DIR})
 endforeach()
@@ -116,18 +120,45 @@ foreach(src ${PT_GPU_BENCH})
   add_dependencies(${name} pt_cuda_module)
 endforeach()
 
-# Dry runs of the GPU tests: the same code with a copy of the CPU backend in
-# place of the GPU (-DPT_GPU_DRY_RUN), so scripts/gpu-check.sh --dry-run can
-# exercise the test logic on a machine without one. Built, never registered.
+# Dry runs of the GPU tests: the same code with a CPU stand-in in place of
+# the GPU (-DPT_GPU_DRY_RUN), so scripts/gpu-check.sh --dry-run can exercise
+# the test logic on a machine without one, and tests/gpu/gpu_dryrun_faults.sh
+# shows each test failing when the stand-in computes something wrong.
 foreach(src ${PT_GPU_TESTS})
   get_filename_component(name ${src} NAME_WE)
-  add_executable(${name}_dryrun EXCLUDE_FROM_ALL ${src})
+  add_executable(${name}_dryrun ${src})
   target_compile_definitions(${name}_dryrun PRIVATE PT_GPU_DRY_RUN=1)
   target_link_libraries(${name}_dryrun PRIVATE pt_tui)
 endforeach()
+add_test(NAME gpu_dryrun_faults_test COMMAND bash ${CMAKE_SOURCE_DIR}/tests/gpu/gpu_dryrun_faults.sh)
+set_tests_properties(gpu_dryrun_faults_test PROPERTIES LABELS integration TIMEOUT 300
+  ENVIRONMENT "PT_SOURCE_DIR=${CMAKE_SOURCE_DIR};PT_BUILD_DIR=${CMAKE_BINARY_DIR};OPENBLAS_NUM_THREADS=1")
 
 # tests/cuda_module_test.sh: a module "of another build" (the wrong ABI) that
 # records being loaded (tests/runtime/cuda_module_stale.c).
 add_library(pt_cuda_stale_test MODULE ${CMAKE_SOURCE_DIR}/tests/runtime/cuda_module_stale.c)
 target_include_directories(pt_cuda_stale_test PRIVATE ${CMAKE_SOURCE_DIR})
 set_target_properties(pt_cuda_stale_test PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+
+# tests/gpu/cuda_fault.c: the real module on a fault-injecting stand-in for
+# the CUDA runtime, cuBLAS and NCCL (tests/gpu/cuda_fake.h), which the test
+# links so that its definitions come first in the symbol lookup of the
+# dlopen'ed module; NCCL is the same library, opened by path. They need the
+# toolkit's headers to build and no GPU to run; labelled integration, as
+# tests/cuda_module_test.sh is, because they load the CUDA libraries
+# (scripts/memcheck.sh runs the unit tests with no CUDA module to load).
+add_library(pt_cuda_fake SHARED ${CMAKE_SOURCE_DIR}/tests/gpu/cuda_fake.c)
+target_include_directories(pt_cuda_fake PRIVATE ${CMAKE_SOURCE_DIR} ${CUDAToolkit_INCLUDE_DIRS}
+                           ${PT_NCCL_INCLUDE_DIR})
+set_target_properties(pt_cuda_fake PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+add_executable(cuda_fault_test ${CMAKE_SOURCE_DIR}/tests/gpu/cuda_fault.c)
+target_link_libraries(cuda_fault_test PRIVATE pt_runtime pt_cuda_fake)
+target_include_directories(cuda_fault_test PRIVATE ${CMAKE_SOURCE_DIR}) # a test: above every layer
+add_dependencies(cuda_fault_test pt_cuda_module)
+set(PT_FAULT_ENV "PT_SOURCE_DIR=${CMAKE_SOURCE_DIR};PT_BUILD_DIR=${CMAKE_BINARY_DIR};PIPETOP_CUDA_MODULE=$<TARGET_FILE:pt_cuda_module>")
+add_test(NAME cuda_fault_test COMMAND cuda_fault_test)
+add_test(NAME cuda_fault_nonccl_test COMMAND cuda_fault_test nccl_missing)
+set_tests_properties(cuda_fault_test PROPERTIES LABELS integration TIMEOUT 120 ENVIRONMENT
+  "${PT_FAULT_ENV};PIPETOP_NCCL_LIBRARY=$<TARGET_FILE:pt_cuda_fake>")
+set_tests_properties(cuda_fault_nonccl_test PROPERTIES LABELS integration TIMEOUT 120 ENVIRONMENT
+  "${PT_FAULT_ENV};PIPETOP_NCCL_LIBRARY=${CMAKE_BINARY_DIR}/no-such-folder/libnccl.so.2")

@@ -1,5 +1,6 @@
 /* Cost model and memory model (see cost.h for the formulas). */
 #include "planner/cost.h"
+#include "planner/roofline.h"
 #include "planner/schedule.h"
 
 #include <stdio.h>
@@ -11,7 +12,8 @@
 #define MS_PER_S 1000.0
 
 struct pt_cost {
-    const pt_profile *profile;
+    const pt_profile *profile; /* what it charges: the caller's, or floored (owned) */
+    pt_profile *floored;       /* owned copy with the roofline floor folded in, or NULL */
     const pt_topology *topo;
     int n;                /* layers */
     int profile_mb;       /* samples the profile's times and bytes are for */
@@ -96,10 +98,21 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
     if (!c)
         return pt_error_set(err, PT_ENOMEM, "cost: out of memory");
     c->profile = profile;
+    if (profile->roofline.has) {
+        if (!(c->floored = pt_profile_copy(profile))) {
+            free(c);
+            return pt_error_set(err, PT_ENOMEM, "cost: out of memory");
+        }
+        pt_roofline_floor(c->floored);
+        c->profile = profile = c->floored;
+    }
     c->topo = topo;
     c->n = n;
     c->profile_mb = profile->microbatch;
-    c->opt_bw = profile->opt_bytes_per_s > 0 ? profile->opt_bytes_per_s : PT_COST_OPT_MEM_BW_BPS;
+    /* a calibrated rate first, else the profile's device's memory bandwidth */
+    c->opt_bw = profile->opt_bytes_per_s > 0 ? profile->opt_bytes_per_s
+                : profile->roofline.has      ? profile->roofline.mem_bandwidth
+                                             : PT_COST_OPT_MEM_BW_BPS;
     c->op_overhead_s = profile->op_overhead_ms > 0 ? profile->op_overhead_ms / 1000.0 : 0;
     c->sends_hold = profile->sends_hold != 0;
     c->recv_wake_s = profile->recv_wake_ms > 0 ? profile->recv_wake_ms / 1000.0 : 0;
@@ -127,19 +140,21 @@ int pt_cost_new(const pt_profile *profile, const pt_topology *topo, pt_cost **ou
     for (int l = 0; l < n; l++) {
         const pt_profile_layer *L = &profile->layers[l];
         double rec = L->recompute_ms > 0 ? L->recompute_ms : L->fwd_ms;
-        double fs = L->fixed_share > 0 && L->fixed_share < 1 ? L->fixed_share : 0, rs = 1 - fs;
-        c->fwd_ms[l + 1] = c->fwd_ms[l] + L->fwd_ms * rs;
-        c->bwd_ms[l + 1] = c->bwd_ms[l] + L->bwd_ms * rs;
-        c->rec_ms[l + 1] = c->rec_ms[l] + rec * rs;
-        c->fwd_fix[l + 1] = c->fwd_fix[l] + L->fwd_ms * fs;
-        c->bwd_fix[l + 1] = c->bwd_fix[l] + L->bwd_ms * fs;
-        c->rec_fix[l + 1] = c->rec_fix[l] + rec * fs;
+        double ff = pt_profile_layer_share(L, PT_PROFILE_PASS_FWD),
+               fb = pt_profile_layer_share(L, PT_PROFILE_PASS_BWD),
+               fr = pt_profile_layer_share(L, PT_PROFILE_PASS_RECOMPUTE);
+        c->fwd_ms[l + 1] = c->fwd_ms[l] + L->fwd_ms * (1 - ff);
+        c->bwd_ms[l + 1] = c->bwd_ms[l] + L->bwd_ms * (1 - fb);
+        c->rec_ms[l + 1] = c->rec_ms[l] + rec * (1 - fr);
+        c->fwd_fix[l + 1] = c->fwd_fix[l] + L->fwd_ms * ff;
+        c->bwd_fix[l + 1] = c->bwd_fix[l] + L->bwd_ms * fb;
+        c->rec_fix[l + 1] = c->rec_fix[l] + rec * fr;
         double bin, bw;
         pt_cost_split_bwd(L, &bin, &bw);
-        c->bin_ms[l + 1] = c->bin_ms[l] + bin * rs;
-        c->bw_ms[l + 1] = c->bw_ms[l] + bw * rs;
-        c->bin_fix[l + 1] = c->bin_fix[l] + bin * fs;
-        c->bw_fix[l + 1] = c->bw_fix[l] + bw * fs;
+        c->bin_ms[l + 1] = c->bin_ms[l] + bin * (1 - fb);
+        c->bw_ms[l + 1] = c->bw_ms[l] + bw * (1 - fb);
+        c->bin_fix[l + 1] = c->bin_fix[l] + bin * fb;
+        c->bw_fix[l + 1] = c->bw_fix[l] + bw * fb;
         if (pt_add_i64(c->param[l], L->param_bytes, &c->param[l + 1]) < 0 ||
             pt_add_i64(c->act[l], L->act_bytes, &c->act[l + 1]) < 0 ||
             pt_add_i64(c->saved[l], L->saved_bytes, &c->saved[l + 1]) < 0 ||
@@ -165,6 +180,7 @@ void pt_cost_free(pt_cost **cost_p)
         for (int k = 0; k < (*cost_p)->levels; k++)
             free((*cost_p)->scratch_max[k]);
     free((*cost_p)->scratch_max);
+    pt_profile_free(&(*cost_p)->floored);
     free(*cost_p);
     *cost_p = NULL;
 }
@@ -490,13 +506,25 @@ int pt_cost_optim_state_factor(pt_optim_kind optim)
     return optim == PT_OPTIM_ADAM ? 2 : 1;
 }
 
+int64_t pt_cost_optim_state_bytes(const pt_cost *c, int64_t param_bytes, pt_optim_kind optim)
+{
+    int prec = c ? c->profile->precision : PT_PRECISION_FP32;
+    int64_t per_param = pt_precision_master_bytes(prec) +
+                        (int64_t)PT_PRECISION_MOMENT_BYTES * pt_cost_optim_state_factor(optim);
+    int64_t x;
+    if (pt_mul_i64(param_bytes, per_param, &x) < 0)
+        return INT64_MAX;
+    return x / pt_precision_weight_bytes(prec);
+}
+
 double pt_cost_opt_step_s(const pt_cost *c, int64_t param_bytes, pt_optim_kind optim, int device)
 {
     if (!(c->opt_bw > 0) || param_bytes <= 0)
         return 0;
-    double passes =
-        PT_COST_OPT_BASE_PASSES + PT_COST_OPT_STATE_PASSES * pt_cost_optim_state_factor(optim);
-    return (double)param_bytes * passes / (c->opt_bw * speed_of(c, device));
+    double bytes =
+        (double)param_bytes * PT_COST_OPT_BASE_PASSES +
+        (double)pt_cost_optim_state_bytes(c, param_bytes, optim) * PT_COST_OPT_STATE_PASSES;
+    return bytes / (c->opt_bw * speed_of(c, device));
 }
 
 /* The kind's formulas from its table entry (protocol/sched_kind.h). */
@@ -543,7 +571,7 @@ void pt_cost_stage_memory(const pt_cost *c, const pt_mem_query *q, pt_mem *out)
     int V = kind->weight_versions(&shape);
     out->bytes[PT_MEM_WEIGHTS] = P;
     out->bytes[PT_MEM_GRADS] = (kind->flags & PT_SCHED_OVERLAP_ALLREDUCE) ? 2 * P : P;
-    out->bytes[PT_MEM_OPTIM] = pt_cost_optim_state_factor(q->optim) * P;
+    out->bytes[PT_MEM_OPTIM] = pt_cost_optim_state_bytes(c, P, q->optim);
     out->bytes[PT_MEM_ACTS] =
         scratch_b +
         (q->recompute ? K * (in_b + out_b + loss_b) + (act_b - out_b + saved_b - loss_b)
@@ -575,6 +603,13 @@ int pt_cost_plan_memory(const pt_cost *c, const pt_plan *plan, pt_error *err)
     if (!c || !plan)
         return pt_error_set(err, PT_EINVAL, "cost: a cost model and a plan are required");
     const pt_topology *t = c->topo;
+    if (plan->precision[0] && pt_precision_parse(plan->precision) != c->profile->precision)
+        return pt_error_set(err, PT_EINVAL,
+                            "plan: precision: %s, but the profile of '%s' is %s (make a %s "
+                            "profile: pipetop profile --analytic --precision %s)",
+                            plan->precision, c->profile->model,
+                            pt_precision_name(c->profile->precision), plan->precision,
+                            plan->precision);
     for (int s = 0; s < plan->stage_count; s++) {
         const pt_stage *st = &plan->stages[s];
         if (st->first < 0 || st->last > c->n || st->last <= st->first)

@@ -8,17 +8,26 @@
  *   speed(d), for the share of each layer's time that scales with rows; the
  *   profile's fixed_share of it is charged whatever the rows
  *   (pt_cost_rows_ms): t(rows) = t * (f + (1 - f) * rows / microbatch).
- *   With no fixed share (analytic profiles, files without the field) linear
- *   in rows, so a stage of r replicas is r times faster.
+ *   With no fixed share (files without the field and without a roofline)
+ *   linear in rows, so a stage of r replicas is r times faster.
+ * - the roofline floor (planner/roofline.h): a profile with a roofline (every
+ *   analytic profile, imports given a device description) has each layer's
+ *   times and fixed share raised, once, at pt_cost_new, so that no rows >= 1
+ *   is charged less than max(FLOPs / peak, bytes moved / memory bandwidth)
+ *   plus the layer's kernel launches. The figures below are of that floored
+ *   profile, which pt_cost_profile returns.
  * - point-to-point: latency + bytes / bandwidth of the link between the two
  *   devices (intra-node or inter-node); 0 on the same device.
  * - ring all-reduce of n bytes over p replicas: 2(p-1)·α + 2(p-1)/p · n/β,
  *   with α the largest latency and β the smallest bandwidth among the ring's
  *   neighbouring pairs (ring in the order given); 0 for p = 1.
  * - OPT_STEP: streams weights, gradients and optimizer state through device
- *   memory: bytes touched = param_bytes * (PT_COST_OPT_BASE_PASSES +
- *   PT_COST_OPT_STATE_PASSES * state_factor), at PT_COST_OPT_MEM_BW_BPS * speed
- *   (or the profile's opt_bytes_per_s, which calibration fits).
+ *   memory: bytes touched = param_bytes * PT_COST_OPT_BASE_PASSES +
+ *   PT_COST_OPT_STATE_PASSES * pt_cost_optim_state_bytes(param_bytes) (for an
+ *   fp32 profile param_bytes * (3 + 2 * state_factor)), at
+ *   PT_COST_OPT_MEM_BW_BPS * speed (or the profile's opt_bytes_per_s, which
+ *   calibration fits, else its roofline's memory bandwidth: the step is a
+ *   stream through device memory).
  * - no weight copies: a stashing FWD holds on to the array it read and an
  *   OPT_STEP steps out of place while the old version is still read
  *   (runtime/executor.c), so nothing beyond the ops above is charged.
@@ -52,7 +61,11 @@
  *   weights = P; stash = (V - 1) * P;
  *   grads = P, or 2P for kinds with PT_SCHED_OVERLAP_ALLREDUCE (pipesgd: one
  *           gradient being all-reduced while the next accumulates);
- *   optimizer state = state_factor * P (sgd with momentum 1, adam 2);
+ *   optimizer state = pt_cost_optim_state_bytes(P): the moments (sgd with
+ *           momentum 1, adam 2) in fp32 plus, in mixed precision (bf16,
+ *           fp16, fp8: protocol/precision.h), the fp32 master weights; so
+ *           weights + grads + state = 16 bytes per parameter with Adam in
+ *           fp32 (4 + 4 + 8) and in bf16 (2 + 2 + 12);
  *   activations = scratch_b + K * (in_b + act_b + saved_b) + J * keep_b
  *                 (J: micro-batches between BWD_INPUT and BWD_WEIGHT at the
  *                 peak, keep_b: pt_cost_keep_bytes; J = 0 unsplit), or with
@@ -86,7 +99,8 @@
  * rows) scaled to rows. Planners with closed forms use it too. */
 double pt_cost_rows_ms(double fixed_ms, double per_mb_ms, int rows, int profile_mb);
 
-/* Device-memory bandwidth an optimizer step streams at on a speed-1.0 device. */
+/* Device-memory bandwidth an optimizer step streams at on a speed-1.0 device
+ * when the profile names none (no calibrated rate, no roofline). */
 #define PT_COST_OPT_MEM_BW_BPS 500e9
 /* Passes over param_bytes an optimizer step makes regardless of the optimizer:
  * read weights, read gradients, write weights. */
@@ -132,6 +146,10 @@ int pt_cost_sends_hold(const pt_cost *cost);
  * agents than cores is mostly its wait for one. */
 double pt_cost_recv_wake_s(const pt_cost *cost);
 
+/* The profile the model charges: the one given to pt_cost_new, or, when it
+ * has a roofline, a copy with the floor folded into its layers' times and
+ * fixed shares (planner/roofline.h); same layers, bytes and names. Planners
+ * that keep their own prefix sums read the layers from here. */
 const pt_profile *pt_cost_profile(const pt_cost *cost);
 const pt_topology *pt_cost_topology(const pt_cost *cost);
 
@@ -219,8 +237,17 @@ double pt_cost_boundary_s(const pt_cost *cost, const int *src_devices, int src_r
 double pt_cost_opt_step_s(const pt_cost *cost, int64_t param_bytes, pt_optim_kind optim,
                           int device);
 
-/* Optimizer state per parameter byte: sgd (momentum) 1, adam 2. */
+/* Optimizer moments per parameter: sgd (momentum) 1, adam 2; also the
+ * optimizer state per parameter byte of an fp32 profile. For any profile
+ * use pt_cost_optim_state_bytes. */
 int pt_cost_optim_state_factor(pt_optim_kind optim);
+/* Bytes of optimizer state for param_bytes of the profile's weights: the
+ * fp32 moments plus, in mixed precision, the fp32 master copy (cost may be
+ * NULL: fp32). INT64_MAX when that overflows. */
+int64_t pt_cost_optim_state_bytes(const pt_cost *cost, int64_t param_bytes, pt_optim_kind optim);
+/* The largest pt_cost_optim_state_bytes per parameter byte of any precision
+ * (Adam in 16-bit mixed precision: (4 + 2 * 4) / 2), for bounds. */
+#define PT_COST_OPTIM_STATE_MAX 6
 /* Micro-batches whose activations stage i of S keeps at once under a kind:
  * its table entry's in-flight formula (protocol/sched_kind.h; gpipe M,
  * dapple A / 1f1b-flush / 2bw / pipesgd min(S-i, M), pipedream S-i as its
@@ -264,7 +291,8 @@ void pt_cost_replica_memory(const pt_cost *cost, const pt_plan *plan, int s, int
  * (an interleaved plan: the sum of the chunks a device holds).
  * Returns 0, PT_ENOFIT with err naming the first stage, replica, device,
  * the need (with its largest categories) and the limit, or PT_EINVAL when the
- * plan does not match the cost model (layer or device out of range). */
+ * plan does not match the cost model (layer or device out of range, or a
+ * stated precision that is not the profile's). */
 int pt_cost_plan_memory(const pt_cost *cost, const pt_plan *plan, pt_error *err);
 
 /* Same as pt_cost_plan_memory with a cost model built and freed inside. */

@@ -1120,7 +1120,7 @@ static int memory_loose(const dapple *D, int M)
         if (x > big)
             big = x;
     }
-    double bound = (double)P * (3 + pt_cost_optim_state_factor(D->optim)) +
+    double bound = (double)P * 3 + (double)pt_cost_optim_state_bytes(D->cost, P, D->optim) +
                    (double)M * ((double)big + (double)pt_cost_act_bytes(D->cost, 0, D->N, D->b) +
                                 (double)pt_cost_saved_bytes(D->cost, 0, D->N, D->b)) +
                    (double)pt_cost_scratch_bytes(D->cost, 0, D->N, D->b) + 2.0 * (double)big;
@@ -1340,11 +1340,12 @@ static int dapple_prefix(dapple *D)
     D->pf[0] = D->pb[0] = D->pfx[0] = D->pbx[0] = 0;
     for (int l = 0; l < D->N; l++) {
         const pt_profile_layer *L = &D->prof->layers[l];
-        double fs = L->fixed_share > 0 && L->fixed_share < 1 ? L->fixed_share : 0;
+        double fs = pt_profile_layer_share(L, PT_PROFILE_PASS_FWD),
+               bs = pt_profile_layer_share(L, PT_PROFILE_PASS_BWD);
         D->pf[l + 1] = D->pf[l] + L->fwd_ms * (1 - fs);
-        D->pb[l + 1] = D->pb[l] + L->bwd_ms * (1 - fs);
+        D->pb[l + 1] = D->pb[l] + L->bwd_ms * (1 - bs);
         D->pfx[l + 1] = D->pfx[l] + L->fwd_ms * fs;
-        D->pbx[l + 1] = D->pbx[l] + L->bwd_ms * fs;
+        D->pbx[l + 1] = D->pbx[l] + L->bwd_ms * bs;
     }
     return 0;
 }

@@ -34,8 +34,8 @@ static void nofit_detail(const pt_cost *cost, const int *cuts, int S, int global
     int64_t in_w = 0, st_w = 0;
     for (int s = 0; s < S; s++) {
         int64_t in = pt_cost_boundary_bytes(cost, cuts[s], global_batch);
-        int64_t st = pt_cost_param_bytes(cost, cuts[s], cuts[s + 1]) *
-                     (2 + pt_cost_optim_state_factor(optim));
+        int64_t P = pt_cost_param_bytes(cost, cuts[s], cuts[s + 1]);
+        int64_t st = 2 * P + pt_cost_optim_state_bytes(cost, P, optim);
         if (in + st > in_w + st_w || s == 0) {
             worst = s;
             in_w = in;

@@ -331,7 +331,7 @@ static void stash_drop(const pt_program *p, pt_sim *sim, wstate *st, int v)
 static int mem_bound_fits(const pt_program *p, const wstate *st, int64_t scratch)
 {
     int64_t per_mb, acts, held, bound;
-    int64_t versions = (int64_t)st->maxv + 3 + pt_cost_optim_state_factor(p->optim);
+    int64_t versions = (int64_t)st->maxv + 3 + PT_COST_OPTIM_STATE_MAX;
     return pt_add_i64(st->in_b, st->act_b, &per_mb) == 0 &&
            pt_add_i64(per_mb, st->out_b, &per_mb) == 0 &&
            pt_add_i64(per_mb, st->saved_b, &per_mb) == 0 &&
@@ -395,7 +395,7 @@ static int init_worker(const pt_program *p, pt_sim *sim, const pt_cost *cost, in
     if (st->host)
         st->host->worker_count++;
     st->cur[PT_MEM_WEIGHTS] = st->P;
-    st->cur[PT_MEM_OPTIM] = pt_cost_optim_state_factor(p->optim) * st->P;
+    st->cur[PT_MEM_OPTIM] = pt_cost_optim_state_bytes(cost, st->P, p->optim);
     /* the backward scratch is laid out once, for the worker's rows */
     st->cur[PT_MEM_ACTS] = scratch;
     /* received activations and the input gradient waiting to be sent (not the first

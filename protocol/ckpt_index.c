@@ -364,12 +364,7 @@ char *pt_ckpt_index_to_json(const pt_ckpt_index *ix)
 
 int pt_ckpt_index_save(const pt_ckpt_index *ix, const char *path, pt_error *err)
 {
-    char *json = pt_ckpt_index_to_json(ix);
-    if (!json)
-        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
-    int rc = pt_file_write_atomic(path, json, strlen(json), err);
-    free(json);
-    return rc;
+    return pt_file_save_text(path, pt_ckpt_index_to_json(ix), err);
 }
 
 /* ---- latest ---- */

@@ -31,6 +31,8 @@ const char *pt_strerror(int code)
         return "not allowed in this state";
     case PT_EDEADLOCK:
         return "schedule deadlocks";
+    case PT_EREFUSED:
+        return "refused by the peer";
     default:
         return "unknown error";
     }
@@ -63,6 +65,8 @@ const char *pt_error_code_name(int code)
         return "state";
     case PT_EDEADLOCK:
         return "deadlock";
+    case PT_EREFUSED:
+        return "refused";
     default:
         return "failed";
     }

@@ -21,7 +21,8 @@ enum {
     PT_ENOFIT = -8,    /* does not fit the device memory */
     PT_ETIMEOUT = -9,  /* a peer did not answer in time */
     PT_ESTATE = -10,   /* call not allowed in the current state */
-    PT_EDEADLOCK = -11 /* a schedule program that cannot complete */
+    PT_EDEADLOCK = -11, /* a schedule program that cannot complete */
+    PT_EREFUSED = -12   /* a peer refused this side's key or handshake */
 };
 
 #define PT_ERROR_MAX 512

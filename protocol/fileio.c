@@ -124,6 +124,58 @@ static void fsync_dir_of(const char *path)
     free(copy);
 }
 
+/* The end of every atomic write: fsync and close fd (the open temporary
+ * tmp), rename it over path and fsync the folder; tmp is removed on failure. */
+static int commit_tmp(int fd, const char *tmp, const char *path, pt_error *err)
+{
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return pt_error_set(err, PT_EIO, "%s: fsync: %s", tmp, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return pt_error_set(err, PT_EIO, "%s: rename: %s", path, strerror(e));
+    }
+    fsync_dir_of(path);
+    return 0;
+}
+
+int pt_file_save_text(const char *path, char *text, pt_error *err)
+{
+    if (!text)
+        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
+    int rc = pt_file_write_atomic(path, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
+int pt_file_save_stream(const char *path, int (*write)(FILE *f, void *user, pt_error *err),
+                        void *user, pt_error *err)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return pt_error_set(err, PT_EIO, "%s: %s", path, strerror(errno));
+    int rc = write(f, user, err);
+    if (fflush(f) != 0 && rc == 0)
+        rc = pt_error_set(err, PT_EIO, "%s: %s", path, strerror(errno));
+    if (rc < 0) {
+        fclose(f);
+        unlink(tmp);
+        return rc;
+    }
+    int fd = dup(fileno(f));
+    fclose(f);
+    if (fd < 0) {
+        unlink(tmp);
+        return pt_error_set(err, PT_EIO, "%s: %s", tmp, strerror(errno));
+    }
+    return commit_tmp(fd, tmp, path, err);
+}
+
 int pt_file_write_atomic(const char *path, const void *data, size_t len, pt_error *err)
 {
     return pt_file_write_atomic_mode(path, data, len, 0644, err);
@@ -153,18 +205,7 @@ int pt_file_write_atomic_mode(const char *path, const void *data, size_t len, un
         p += w;
         left -= (size_t)w;
     }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return pt_error_set(err, PT_EIO, "%s: fsync: %s", tmp, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return pt_error_set(err, PT_EIO, "%s: rename: %s", path, strerror(e));
-    }
-    fsync_dir_of(path);
-    return 0;
+    return commit_tmp(fd, tmp, path, err);
 }
 
 int pt_mkdir_p(const char *path, pt_error *err)

@@ -3,6 +3,7 @@
 #define PT_PROTOCOL_FILEIO_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "protocol/error.h"
 
@@ -33,6 +34,17 @@ int pt_file_write_atomic(const char *path, const void *data, size_t len, pt_erro
  * the temporary file is created with it, so the data is never more readable). */
 int pt_file_write_atomic_mode(const char *path, const void *data, size_t len, unsigned mode,
                               pt_error *err);
+
+/* The save of every format: text (malloc'd, taken over and freed; NULL
+ * reads as "out of memory", so a writer's result goes straight in) written
+ * to path with pt_file_write_atomic. */
+int pt_file_save_text(const char *path, char *text, pt_error *err);
+/* A save streamed through a FILE: write(f, user, err) fills a temporary
+ * file beside path ("<path>.tmp.<pid>"), which is flushed, fsynced and
+ * renamed over path when write returns 0 (and removed when it fails), so
+ * a reader sees the old file or the whole new one. */
+int pt_file_save_stream(const char *path, int (*write)(FILE *f, void *user, pt_error *err),
+                        void *user, pt_error *err);
 
 /* mkdir -p; 0 or PT_EIO. */
 int pt_mkdir_p(const char *path, pt_error *err);

@@ -76,10 +76,19 @@ int pt_jr_parse(pt_jr *jr, const char *text, cJSON **root)
         return pt_jr_fail(jr, PT_EPARSE, "", NULL, "not valid JSON near line %d, column %d", line,
                           col);
     }
-    if (!cJSON_IsObject(doc)) {
+    int rc = pt_jr_check_root(jr, doc);
+    if (rc < 0) {
         cJSON_Delete(doc);
-        return pt_jr_fail(jr, PT_EPARSE, "", NULL, "must be a JSON object ({...})");
+        return rc;
     }
+    *root = doc;
+    return 0;
+}
+
+int pt_jr_check_root(pt_jr *jr, const cJSON *doc)
+{
+    if (!cJSON_IsObject(doc))
+        return pt_jr_fail(jr, PT_EPARSE, "", NULL, "must be a JSON object ({...})");
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(doc, "v");
     int rc = 0;
     if (!v)
@@ -91,12 +100,7 @@ int pt_jr_parse(pt_jr *jr, const char *text, cJSON **root)
     else if (v->valuedouble != PT_FORMAT_VERSION)
         rc = pt_jr_fail(jr, PT_EINVAL, "", "v", "unsupported version %.15g (this build reads %d)",
                         v->valuedouble, PT_FORMAT_VERSION);
-    if (rc < 0) {
-        cJSON_Delete(doc);
-        return rc;
-    }
-    *root = doc;
-    return 0;
+    return rc;
 }
 
 int pt_jr_keys(pt_jr *jr, const cJSON *obj, const char *path, const char *const *known)

@@ -38,6 +38,9 @@ enum { PT_JR_OPTIONAL = 0, PT_JR_REQUIRED = 1 };
  * and the error is PT_EPARSE ("src: not valid JSON near line 3") or
  * PT_EINVAL for a missing or wrong version. */
 int pt_jr_parse(pt_jr *jr, const char *text, cJSON **root);
+/* The checks pt_jr_parse makes of a document already parsed (one embedded
+ * in another): an object, whose "v" is PT_FORMAT_VERSION. */
+int pt_jr_check_root(pt_jr *jr, const cJSON *doc);
 
 /* Records "source: path.key: reason" in jr->err and returns code. path may
  * be "" (root) and key NULL (the object itself). */

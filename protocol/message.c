@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "protocol/clock.h"
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
 #include "protocol/sched_kind.h"
@@ -85,12 +86,33 @@ const char *pt_msg_mem_name(int category)
     return category >= 0 && category < PT_MSG_MEM_COUNT ? mem_names[category] : NULL;
 }
 
+/* Compact, exact text of a tree we own, deleted. */
+static int tree_text(cJSON *tree, char **out)
+{
+    *out = tree ? pt_msg_internal_print_exact(tree) : NULL;
+    cJSON_Delete(tree);
+    return *out ? 0 : PT_ENOMEM;
+}
+
+int pt_msg_assign_texts(const pt_plan *plan, const pt_model_spec *model, char **plan_json,
+                        char **model_json, pt_error *err)
+{
+    *plan_json = *model_json = NULL;
+    if (!plan || !model)
+        return pt_error_set(err, PT_EINVAL, "message (assign): a plan and a model are needed");
+    if (tree_text(pt_plan_to_tree(plan), plan_json) < 0 ||
+        tree_text(pt_model_spec_to_tree(model), model_json) < 0) {
+        free(*plan_json);
+        *plan_json = NULL;
+        return pt_error_set(err, PT_ENOMEM, "message (assign): out of memory");
+    }
+    return 0;
+}
+
 int64_t pt_msg_now_ns(void)
 {
     static _Atomic int64_t origin;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    int64_t now = pt_clock_ns();
     int64_t o = atomic_load(&origin);
     if (o == 0) {
         int64_t want = now - 1; /* so the first reading is 1, and 0 means "unset" */
@@ -143,8 +165,8 @@ void pt_msg_clear(pt_msg *m)
     if (!m)
         return;
     if (m->type == PT_MSG_ASSIGN) {
-        free(m->u.assign.plan_json);
-        free(m->u.assign.model_json);
+        pt_plan_free(&m->u.assign.plan);
+        pt_model_spec_free(&m->u.assign.model);
         free(m->u.assign.peers);
     } else if (m->type == PT_MSG_EVENTS) {
         free(m->u.events.events);
@@ -336,17 +358,6 @@ char *pt_msg_internal_print_exact(cJSON *root)
     return copy;
 }
 
-static char *print_object(const cJSON *item)
-{
-    cJSON *dup = cJSON_Duplicate(item, 1);
-    if (!dup)
-        return NULL;
-    /* A detached copy: exact_numbers walks siblings, and dup has none. */
-    char *text = pt_msg_internal_print_exact(dup);
-    cJSON_Delete(dup);
-    return text;
-}
-
 static int check_peers(pt_jr *jr, const cJSON *o, pt_msg_assign *a)
 {
     const cJSON *peers;
@@ -391,11 +402,25 @@ static int check_peers(pt_jr *jr, const cJSON *o, pt_msg_assign *a)
     return 0;
 }
 
+/* The plan or model of an assign, read once from the message's tree; the
+ * encoder's check (pt_msg_encode) meets the texts it embedded verbatim
+ * (raw items) and takes them as they are: they are pt_msg_assign_texts's. */
+static int check_embedded(pt_jr *jr, const cJSON *o, const char *key, pt_plan **plan,
+                          pt_model_spec **model)
+{
+    const cJSON *item = pt_jr_item(o, key);
+    if (item && cJSON_IsRaw(item))
+        return 0;
+    TRY(pt_jr_object(jr, o, "", key, REQ, &item));
+    char src[PT_JPATH_MAX + 64];
+    snprintf(src, sizeof src, "%.200s: %s", jr->source, key);
+    int rc = plan ? pt_plan_from_tree(item, src, plan, jr->err)
+                  : pt_model_spec_from_tree(item, src, model, jr->err);
+    return rc;
+}
+
 static int check_assign(pt_jr *jr, const cJSON *o, pt_msg_assign *a)
 {
-    const cJSON *plan, *model;
-    TRY(pt_jr_object(jr, o, "", "plan", REQ, &plan));
-    TRY(pt_jr_object(jr, o, "", "model", REQ, &model));
     TRY(pt_jr_int(jr, o, "", "stage", REQ, 0, 0, IDX, &a->stage));
     TRY(pt_jr_int(jr, o, "", "replica", REQ, 0, 0, IDX, &a->replica));
     TRY(pt_jr_int(jr, o, "", "rank", REQ, 0, 0, PT_MSG_MAX_RANK - 1, &a->rank));
@@ -429,10 +454,9 @@ static int check_assign(pt_jr *jr, const cJSON *o, pt_msg_assign *a)
                               "must be 16 lower-case hexadecimal digits");
         a->run_token = strtoull(tok, NULL, 16);
     }
-    a->plan_json = print_object(plan);
-    a->model_json = print_object(model);
-    if (!a->plan_json || !a->model_json)
-        return pt_jr_fail(jr, PT_ENOMEM, "", "plan", "out of memory");
+    /* last: the assign's own fields are named first when they are wrong */
+    TRY(check_embedded(jr, o, "plan", &a->plan, NULL));
+    TRY(check_embedded(jr, o, "model", NULL, &a->model));
     return 0;
 }
 

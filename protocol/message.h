@@ -24,6 +24,8 @@
 #include <stdint.h>
 
 #include "protocol/error.h"
+#include "protocol/model.h"
+#include "protocol/plan.h"
 #include "protocol/op.h"
 
 #define PT_MSG_VERSION      1
@@ -104,8 +106,15 @@ typedef struct pt_msg_peer {
 } pt_msg_peer;
 
 typedef struct pt_msg_assign {
-    char *plan_json;    /* owned: the plan (protocol/plan.h) as JSON object text */
-    char *model_json;   /* owned: the model spec (protocol/model.h) as JSON object text */
+    /* The plan and the model. Sending: plan_json and model_json, the compact
+     * JSON object texts pt_msg_assign_texts made once for a generation,
+     * embedded verbatim in every worker's assign (borrowed: pt_msg_clear
+     * leaves them); when they are NULL, plan and model are written instead.
+     * Received: plan and model, parsed once from the message (owned, freed
+     * by pt_msg_clear); the texts are NULL. */
+    const char *plan_json, *model_json;
+    pt_plan *plan;
+    pt_model_spec *model;
     int stage, replica; /* what this agent runs (its first model chunk) */
     int chunks;     /* optional ("chunks", 1 absent; 0 reads as 1): the model chunks this agent runs
                        on its device, stages stage, stage + S, ... (S the plan's pipeline ranks) of
@@ -250,6 +259,13 @@ void pt_msg_init(pt_msg *m, pt_msg_type type, const char *agent);
 /* Frees what *m owns (plan/model text, peers, events) and zeroes it.
  * NULL-safe; safe on a zeroed or already cleared message. */
 void pt_msg_clear(pt_msg *m);
+
+/* The plan and model of a generation's assigns as compact JSON object
+ * texts with exact numbers, encoded once (no parse) and shared by every
+ * worker's pt_msg_assign (plan_json, model_json); the caller frees both.
+ * 0, or PT_ENOMEM / PT_EINVAL (a NULL plan or model) with both NULL. */
+int pt_msg_assign_texts(const pt_plan *plan, const pt_model_spec *model, char **plan_json,
+                        char **model_json, pt_error *err);
 
 /* Checks *m and writes it as compact JSON text: *out is a malloc'd,
  * NUL-terminated string the caller frees, *len (may be NULL) its length.

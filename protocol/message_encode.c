@@ -62,215 +62,283 @@ static cJSON *push_obj(builder *b, cJSON *arr)
     return c;
 }
 
-/* Embeds JSON object text as a member; PT_EINVAL names the key when the
- * text is not one JSON object. */
-static int add_embedded(builder *b, cJSON *o, const char *key, const char *text, pt_error *err)
+/* Embeds an assign's plan or model: its text from pt_msg_assign_texts,
+ * verbatim (the same bytes in every worker's assign, not parsed again), or,
+ * for a message that came with the struct (a decoded one), the struct
+ * written now. A text that is not an object's ("{...}") is refused. */
+static int add_embedded(builder *b, cJSON *o, const char *key, const char *text, cJSON *tree,
+                        pt_error *err)
 {
-    cJSON *item = text ? cJSON_Parse(text) : NULL;
-    if (!item || !cJSON_IsObject(item)) {
-        cJSON_Delete(item);
-        return pt_error_set(err, PT_EINVAL, "message (assign): %s: not a JSON object text", key);
+    char *made = NULL;
+    if (!text && tree)
+        text = made = pt_msg_internal_print_exact(tree);
+    cJSON_Delete(tree);
+    size_t n = text ? strlen(text) : 0;
+    while (n && strchr(" \t\r\n", text[n - 1]))
+        n--;
+    const char *t = text ? text + strspn(text, " \t\r\n") : NULL;
+    if (!t || !*t || *t != '{' || text[n - 1] != '}') {
+        free(made);
+        return text || made ? pt_error_set(err, PT_EINVAL,
+                                           "message (assign): %s: not a JSON object text", key)
+                            : pt_error_set(err, PT_EINVAL, "message (assign): %s: missing", key);
     }
-    if (!cJSON_AddItemToObject(o, key, item)) {
-        cJSON_Delete(item);
+    if (!cJSON_AddRawToObject(o, key, text))
         b->ok = 0;
+    free(made);
+    return 0;
+}
+
+/* ---- the body of each type -------------------------------------------------- */
+
+static int body_register(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
+{
+    const pt_msg_register *r = &m->u.reg;
+    add_str(b, o, "host", r->host);
+    add_int(b, o, "pid", r->pid);
+    add_int(b, o, "device", r->device);
+    add_opt_str(b, o, "device_name", r->device_name);
+    add_opt_str(b, o, "gpu_bus_id", r->gpu_bus_id);
+    add_str(b, o, "backend", r->backend);
+    add_int(b, o, "memory_bytes", r->memory_bytes);
+    if (r->cap_count < 0 || r->cap_count > PT_MSG_MAX_CAPS)
+        return pt_error_set(err, PT_ERANGE,
+                            "message (register): capabilities: %d entries, at most %d",
+                            r->cap_count, PT_MSG_MAX_CAPS);
+    cJSON *caps = add_arr(b, o, "capabilities");
+    for (int i = 0; caps && i < r->cap_count; i++) {
+        cJSON *c = cJSON_CreateString(r->caps[i]);
+        if (!c || !cJSON_AddItemToArray(caps, c)) {
+            cJSON_Delete(c);
+            b->ok = 0;
+        }
+    }
+    add_opt_str(b, o, "data_endpoint", r->data_endpoint);
+    return 0;
+}
+
+static int body_assign(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
+{
+    const pt_msg_assign *a = &m->u.assign;
+    cJSON *plan = a->plan_json ? NULL : pt_plan_to_tree(a->plan);
+    cJSON *model = a->model_json ? NULL : pt_model_spec_to_tree(a->model);
+    int rc = add_embedded(b, o, "plan", a->plan_json, plan, err);
+    if (rc < 0) {
+        cJSON_Delete(model);
+        return rc;
+    }
+    if ((rc = add_embedded(b, o, "model", a->model_json, model, err)) < 0)
+        return rc;
+    add_int(b, o, "stage", a->stage);
+    add_int(b, o, "replica", a->replica);
+    add_int(b, o, "rank", a->rank);
+    if (a->chunks > 1)
+        add_int(b, o, "chunks", a->chunks);
+    if (a->peer_count < 0 || a->peer_count > PT_MSG_MAX_PEERS || (a->peer_count && !a->peers))
+        return pt_error_set(err, PT_ERANGE, "message (assign): peers: %d entries, at most %d",
+                            a->peer_count, PT_MSG_MAX_PEERS);
+    cJSON *peers = add_arr(b, o, "peers");
+    for (int i = 0; peers && i < a->peer_count; i++) {
+        cJSON *p = push_obj(b, peers);
+        if (!p)
+            break;
+        add_int(b, p, "rank", a->peers[i].rank);
+        add_int(b, p, "stage", a->peers[i].stage);
+        add_int(b, p, "replica", a->peers[i].replica);
+        add_str(b, p, "endpoint", a->peers[i].endpoint);
+        add_opt_str(b, p, "key", a->peers[i].key);
+    }
+    add_str(b, o, "data", a->data);
+    add_int(b, o, "seed", a->seed);
+    add_opt_str(b, o, "checkpoint_dir", a->checkpoint_dir);
+    add_int(b, o, "checkpoint_every", a->checkpoint_every);
+    add_int(b, o, "resume_step", a->resume_step);
+    add_opt_str(b, o, "telemetry", a->telemetry);
+    add_opt_str(b, o, "nccl_id", a->nccl_id);
+    if (a->run_token) {
+        char tok[17];
+        snprintf(tok, sizeof tok, "%016llx", (unsigned long long)a->run_token);
+        add_str(b, o, "run_token", tok);
     }
     return 0;
 }
 
-static int build_body(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
+static int body_ack(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
 {
-    switch (m->type) {
-    case PT_MSG_REGISTER: {
-        const pt_msg_register *r = &m->u.reg;
-        add_str(b, o, "host", r->host);
-        add_int(b, o, "pid", r->pid);
-        add_int(b, o, "device", r->device);
-        add_opt_str(b, o, "device_name", r->device_name);
-        add_opt_str(b, o, "gpu_bus_id", r->gpu_bus_id);
-        add_str(b, o, "backend", r->backend);
-        add_int(b, o, "memory_bytes", r->memory_bytes);
-        if (r->cap_count < 0 || r->cap_count > PT_MSG_MAX_CAPS)
-            return pt_error_set(err, PT_ERANGE,
-                                "message (register): capabilities: %d entries, "
-                                "at most %d",
-                                r->cap_count, PT_MSG_MAX_CAPS);
-        cJSON *caps = add_arr(b, o, "capabilities");
-        for (int i = 0; caps && i < r->cap_count; i++) {
-            cJSON *s = cJSON_CreateString(r->caps[i]);
-            if (!s || !cJSON_AddItemToArray(caps, s)) {
-                cJSON_Delete(s);
-                b->ok = 0;
-            }
+    (void)err;
+    const char *of = pt_msg_type_name(m->u.ack.of);
+    add_str(b, o, "of", of ? of : "?");
+    if (m->u.ack.step != -1)
+        add_int(b, o, "step", m->u.ack.step);
+    return 0;
+}
+
+static int body_start(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
+{
+    (void)err;
+    add_int(b, o, "steps", m->u.start.steps);
+    return 0;
+}
+
+static int body_stop(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
+{
+    (void)err;
+    add_opt_str(b, o, "reason", m->u.stop.reason);
+    if (m->u.stop.hold && !cJSON_AddBoolToObject(o, "hold", 1))
+        b->ok = 0;
+    if (m->u.stop.at_step != -1)
+        add_int(b, o, "at_step", m->u.stop.at_step);
+    return 0;
+}
+
+static int body_bye(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
+{
+    (void)err;
+    add_opt_str(b, o, "reason", m->u.bye.reason);
+    return 0;
+}
+
+static int body_checkpoint(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
+{
+    (void)err;
+    if (m->u.checkpoint.step != -1)
+        add_int(b, o, "step", m->u.checkpoint.step);
+    return 0;
+}
+
+static int body_checkpoint_ack(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
+{
+    (void)err;
+    add_int(b, o, "step", m->u.checkpoint_ack.step);
+    add_str(b, o, "dir", m->u.checkpoint_ack.dir);
+    return 0;
+}
+
+static int body_heartbeat(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
+{
+    (void)err;
+    const pt_msg_heartbeat *h = &m->u.heartbeat;
+    add_int(b, o, "hb", h->hb);
+    add_int(b, o, "t_send", h->t_send);
+    if (h->has_echo) {
+        cJSON *e = add_obj(b, o, "echo");
+        if (e) {
+            add_int(b, e, "hb", h->echo_hb);
+            add_int(b, e, "t_orig", h->echo_t_orig);
+            add_int(b, e, "t_recv", h->echo_t_recv);
         }
-        add_opt_str(b, o, "data_endpoint", r->data_endpoint);
-        return 0;
     }
-    case PT_MSG_ASSIGN: {
-        const pt_msg_assign *a = &m->u.assign;
-        int rc = add_embedded(b, o, "plan", a->plan_json, err);
-        if (rc < 0 || (rc = add_embedded(b, o, "model", a->model_json, err)) < 0)
-            return rc;
-        add_int(b, o, "stage", a->stage);
-        add_int(b, o, "replica", a->replica);
-        add_int(b, o, "rank", a->rank);
-        if (a->chunks > 1)
-            add_int(b, o, "chunks", a->chunks);
-        if (a->peer_count < 0 || a->peer_count > PT_MSG_MAX_PEERS || (a->peer_count && !a->peers))
-            return pt_error_set(err, PT_ERANGE, "message (assign): peers: %d entries, at most %d",
-                                a->peer_count, PT_MSG_MAX_PEERS);
-        cJSON *peers = add_arr(b, o, "peers");
-        for (int i = 0; peers && i < a->peer_count; i++) {
-            cJSON *p = push_obj(b, peers);
-            if (!p)
-                break;
-            add_int(b, p, "rank", a->peers[i].rank);
-            add_int(b, p, "stage", a->peers[i].stage);
-            add_int(b, p, "replica", a->peers[i].replica);
-            add_str(b, p, "endpoint", a->peers[i].endpoint);
-            add_opt_str(b, p, "key", a->peers[i].key);
-        }
-        add_str(b, o, "data", a->data);
-        add_int(b, o, "seed", a->seed);
-        add_opt_str(b, o, "checkpoint_dir", a->checkpoint_dir);
-        add_int(b, o, "checkpoint_every", a->checkpoint_every);
-        add_int(b, o, "resume_step", a->resume_step);
-        add_opt_str(b, o, "telemetry", a->telemetry);
-        add_opt_str(b, o, "nccl_id", a->nccl_id);
-        if (a->run_token) {
-            char tok[17];
-            snprintf(tok, sizeof tok, "%016llx", (unsigned long long)a->run_token);
-            add_str(b, o, "run_token", tok);
-        }
-        return 0;
+    add_opt_str(b, o, "state", h->state);
+    if (h->step != -1)
+        add_int(b, o, "step", h->step);
+    if (h->data_dropped != -1)
+        add_int(b, o, "data_dropped", h->data_dropped);
+    return 0;
+}
+
+static int body_error(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
+{
+    (void)err;
+    if (m->u.error.stage != -1)
+        add_int(b, o, "stage", m->u.error.stage);
+    if (m->u.error.replica != -1)
+        add_int(b, o, "replica", m->u.error.replica);
+    if (m->u.error.code != 0)
+        add_int(b, o, "code", m->u.error.code);
+    add_str(b, o, "reason", m->u.error.reason);
+    return 0;
+}
+
+static int body_events(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
+{
+    const pt_msg_events *e = &m->u.events;
+    if (e->count < 0 || e->count > PT_MSG_MAX_EVENTS || (e->count && !e->events))
+        return pt_error_set(err, PT_ERANGE,
+                            "message (events): events: %d events in one batch, at most %d",
+                            e->count, PT_MSG_MAX_EVENTS);
+    cJSON *arr = add_arr(b, o, "events");
+    for (int i = 0; arr && i < e->count; i++) {
+        const pt_msg_event *v = &e->events[i];
+        if (!pt_op_info_of(v->op))
+            return pt_error_set(err, PT_EINVAL,
+                                "message (events): events[%d].op: %d is not an op kind", i,
+                                (int)v->op);
+        cJSON *x = push_obj(b, arr);
+        if (!x)
+            break;
+        add_int(b, x, "stage", v->stage);
+        add_int(b, x, "replica", v->replica);
+        add_int(b, x, "step", v->step);
+        add_int(b, x, "mb", v->mb);
+        add_str(b, x, "op", pt_op_name(v->op));
+        add_int(b, x, "version", v->version);
+        add_int(b, x, "start_ns", v->start_ns);
+        add_int(b, x, "end_ns", v->end_ns);
+        add_int(b, x, "bytes", v->bytes);
     }
-    case PT_MSG_ACK: {
-        const char *of = pt_msg_type_name(m->u.ack.of);
-        add_str(b, o, "of", of ? of : "?");
-        if (m->u.ack.step != -1)
-            add_int(b, o, "step", m->u.ack.step);
-        return 0;
-    }
-    case PT_MSG_START:
-        add_int(b, o, "steps", m->u.start.steps);
-        return 0;
-    case PT_MSG_STOP:
-        add_opt_str(b, o, "reason", m->u.stop.reason);
-        if (m->u.stop.hold && !cJSON_AddBoolToObject(o, "hold", 1))
+    return 0;
+}
+
+/* The loss of each step a fold covers (steps > 1). */
+static void add_losses(builder *b, cJSON *o, const pt_msg_metrics *x)
+{
+    add_int(b, o, "steps", x->steps);
+    cJSON *l = add_arr(b, o, "losses");
+    for (int k = 0; l && k < x->steps && k < PT_MSG_FOLD_MAX; k++) {
+        double v = x->losses[k];
+        cJSON *n = isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull();
+        if (!n || !cJSON_AddItemToArray(l, n)) {
+            cJSON_Delete(n);
             b->ok = 0;
-        if (m->u.stop.at_step != -1)
-            add_int(b, o, "at_step", m->u.stop.at_step);
-        return 0;
-    case PT_MSG_BYE:
-        add_opt_str(b, o, "reason", m->u.bye.reason);
-        return 0;
-    case PT_MSG_CHECKPOINT:
-        if (m->u.checkpoint.step != -1)
-            add_int(b, o, "step", m->u.checkpoint.step);
-        return 0;
-    case PT_MSG_CHECKPOINT_ACK:
-        add_int(b, o, "step", m->u.checkpoint_ack.step);
-        add_str(b, o, "dir", m->u.checkpoint_ack.dir);
-        return 0;
-    case PT_MSG_HEARTBEAT: {
-        const pt_msg_heartbeat *h = &m->u.heartbeat;
-        add_int(b, o, "hb", h->hb);
-        add_int(b, o, "t_send", h->t_send);
-        if (h->has_echo) {
-            cJSON *e = add_obj(b, o, "echo");
-            if (e) {
-                add_int(b, e, "hb", h->echo_hb);
-                add_int(b, e, "t_orig", h->echo_t_orig);
-                add_int(b, e, "t_recv", h->echo_t_recv);
-            }
         }
-        add_opt_str(b, o, "state", h->state);
-        if (h->step != -1)
-            add_int(b, o, "step", h->step);
-        if (h->data_dropped != -1)
-            add_int(b, o, "data_dropped", h->data_dropped);
-        return 0;
-    }
-    case PT_MSG_ERROR:
-        if (m->u.error.stage != -1)
-            add_int(b, o, "stage", m->u.error.stage);
-        if (m->u.error.replica != -1)
-            add_int(b, o, "replica", m->u.error.replica);
-        if (m->u.error.code != 0)
-            add_int(b, o, "code", m->u.error.code);
-        add_str(b, o, "reason", m->u.error.reason);
-        return 0;
-    case PT_MSG_EVENTS: {
-        const pt_msg_events *e = &m->u.events;
-        if (e->count < 0 || e->count > PT_MSG_MAX_EVENTS || (e->count && !e->events))
-            return pt_error_set(err, PT_ERANGE,
-                                "message (events): events: %d events in one "
-                                "batch, at most %d",
-                                e->count, PT_MSG_MAX_EVENTS);
-        cJSON *arr = add_arr(b, o, "events");
-        for (int i = 0; arr && i < e->count; i++) {
-            const pt_msg_event *v = &e->events[i];
-            if (!pt_op_info_of(v->op))
-                return pt_error_set(err, PT_EINVAL,
-                                    "message (events): events[%d].op: %d is not an op kind", i,
-                                    (int)v->op);
-            cJSON *x = push_obj(b, arr);
-            if (!x)
-                break;
-            add_int(b, x, "stage", v->stage);
-            add_int(b, x, "replica", v->replica);
-            add_int(b, x, "step", v->step);
-            add_int(b, x, "mb", v->mb);
-            add_str(b, x, "op", pt_op_name(v->op));
-            add_int(b, x, "version", v->version);
-            add_int(b, x, "start_ns", v->start_ns);
-            add_int(b, x, "end_ns", v->end_ns);
-            add_int(b, x, "bytes", v->bytes);
-        }
-        return 0;
-    }
-    case PT_MSG_METRICS: {
-        const pt_msg_metrics *x = &m->u.metrics;
-        add_int(b, o, "stage", x->stage);
-        add_int(b, o, "replica", x->replica);
-        add_int(b, o, "step", x->step);
-        add_num(b, o, "loss", x->loss);
-        add_num(b, o, "samples_per_s", x->samples_per_s);
-        add_num(b, o, "iter_ms", x->iter_ms);
-        if (x->steps > 1) {
-            add_int(b, o, "steps", x->steps);
-            cJSON *l = add_arr(b, o, "losses");
-            for (int k = 0; l && k < x->steps && k < PT_MSG_FOLD_MAX; k++) {
-                double v = x->losses[k];
-                cJSON *n = isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull();
-                if (!n || !cJSON_AddItemToArray(l, n)) {
-                    cJSON_Delete(n);
-                    b->ok = 0;
-                }
-            }
-        }
-        cJSON *mem = add_obj(b, o, "memory");
-        for (int k = 0; mem && k <= PT_MSG_MEM_COUNT; k++) {
-            cJSON *c = add_obj(b, mem, k < PT_MSG_MEM_COUNT ? pt_msg_mem_name(k) : "total");
-            if (!c)
-                break;
-            add_int(b, c, "cur", k < PT_MSG_MEM_COUNT ? x->mem_cur[k] : x->total_cur);
-            add_int(b, c, "peak", k < PT_MSG_MEM_COUNT ? x->mem_peak[k] : x->total_peak);
-        }
-        if (x->device_total > 0) {
-            cJSON *d = add_obj(b, o, "device");
-            if (d) {
-                add_int(b, d, "free", x->device_free);
-                add_int(b, d, "total", x->device_total);
-            }
-        }
-        return 0;
-    }
-    default:
-        return pt_error_set(err, PT_EINVAL, "message: type: %d is not a message type",
-                            (int)m->type);
     }
 }
+
+static int body_metrics(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
+{
+    (void)err;
+    const pt_msg_metrics *x = &m->u.metrics;
+    add_int(b, o, "stage", x->stage);
+    add_int(b, o, "replica", x->replica);
+    add_int(b, o, "step", x->step);
+    add_num(b, o, "loss", x->loss);
+    add_num(b, o, "samples_per_s", x->samples_per_s);
+    add_num(b, o, "iter_ms", x->iter_ms);
+    if (x->steps > 1)
+        add_losses(b, o, x);
+    cJSON *mem = add_obj(b, o, "memory");
+    for (int k = 0; mem && k <= PT_MSG_MEM_COUNT; k++) {
+        cJSON *c = add_obj(b, mem, k < PT_MSG_MEM_COUNT ? pt_msg_mem_name(k) : "total");
+        if (!c)
+            break;
+        add_int(b, c, "cur", k < PT_MSG_MEM_COUNT ? x->mem_cur[k] : x->total_cur);
+        add_int(b, c, "peak", k < PT_MSG_MEM_COUNT ? x->mem_peak[k] : x->total_peak);
+    }
+    if (x->device_total > 0) {
+        cJSON *d = add_obj(b, o, "device");
+        if (d) {
+            add_int(b, d, "free", x->device_free);
+            add_int(b, d, "total", x->device_total);
+        }
+    }
+    return 0;
+}
+
+typedef int (*body_writer)(builder *b, cJSON *o, const pt_msg *m, pt_error *err);
+static const body_writer write_body[PT_MSG_TYPE_COUNT] = {
+    [PT_MSG_REGISTER] = body_register,
+    [PT_MSG_ASSIGN] = body_assign,
+    [PT_MSG_ACK] = body_ack,
+    [PT_MSG_START] = body_start,
+    [PT_MSG_STOP] = body_stop,
+    [PT_MSG_BYE] = body_bye,
+    [PT_MSG_CHECKPOINT] = body_checkpoint,
+    [PT_MSG_CHECKPOINT_ACK] = body_checkpoint_ack,
+    [PT_MSG_HEARTBEAT] = body_heartbeat,
+    [PT_MSG_ERROR] = body_error,
+    [PT_MSG_EVENTS] = body_events,
+    [PT_MSG_METRICS] = body_metrics,
+};
 
 int pt_msg_encode(const pt_msg *m, char **out, size_t *len, pt_error *err)
 {
@@ -296,7 +364,9 @@ int pt_msg_encode(const pt_msg *m, char **out, size_t *len, pt_error *err)
     if (pt_msg_type_is_request(m->type) || pt_msg_internal_is_reply(m->type) ||
         (m->type == PT_MSG_ERROR && m->req != 0))
         add_int(&b, o, "req", m->req);
-    int rc = build_body(&b, o, m, err);
+    int rc = write_body[m->type]
+                 ? write_body[m->type](&b, o, m, err)
+                 : pt_error_set(err, PT_EINVAL, "message: type: %d has no body", (int)m->type);
     if (rc == 0 && !b.ok)
         rc = pt_error_set(err, PT_ENOMEM, "message: out of memory");
     if (rc == 0) {

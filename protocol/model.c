@@ -668,6 +668,19 @@ int pt_model_spec_parse(const char *json, const char *source, pt_model_spec **ou
     int rc = pt_jr_parse(&jr, json, &root);
     if (rc < 0)
         return rc;
+    rc = pt_model_spec_from_tree(root, source, out, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int pt_model_spec_from_tree(const cJSON *root, const char *source, pt_model_spec **out,
+                            pt_error *err)
+{
+    *out = NULL;
+    pt_jr jr = {source, err};
+    int rc = pt_jr_check_root(&jr, root);
+    if (rc < 0)
+        return rc;
     pt_model_spec *m = calloc(1, sizeof *m);
     pt_layer_shape *shapes = NULL;
     if (!m) {
@@ -697,7 +710,6 @@ int pt_model_spec_parse(const char *json, const char *source, pt_model_spec **ou
     rc = spec_shapes(&jr, m, shapes);
 done:
     free(shapes);
-    cJSON_Delete(root);
     if (rc < 0)
         pt_model_spec_free(&m);
     *out = m;
@@ -755,6 +767,11 @@ static cJSON *write_chain(const pt_layer_spec *layers, int n)
 
 char *pt_model_spec_to_json(const pt_model_spec *spec)
 {
+    return pt_jr_print_and_delete(pt_model_spec_to_tree(spec));
+}
+
+cJSON *pt_model_spec_to_tree(const pt_model_spec *spec)
+{
     if (!spec)
         return NULL;
     cJSON *root = cJSON_CreateObject();
@@ -777,17 +794,49 @@ char *pt_model_spec_to_json(const pt_model_spec *spec)
     for (int i = 0; i < spec->input_rank && i < PT_SHAPE_MAX; i++)
         cJSON_AddItemToArray(shape, cJSON_CreateNumber(spec->input[i]));
     cJSON_AddItemToObject(root, "layers", layers);
-    return pt_jr_print_and_delete(root);
+    return root;
 }
 
 int pt_model_spec_save(const pt_model_spec *spec, const char *path, pt_error *err)
 {
-    char *text = pt_model_spec_to_json(spec);
-    if (!text)
-        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
-    int rc = pt_file_write_atomic(path, text, strlen(text), err);
-    free(text);
-    return rc;
+    return pt_file_save_text(path, pt_model_spec_to_json(spec), err);
+}
+
+static int copy_chain(const pt_layer_spec *from, int n, pt_layer_spec **out)
+{
+    *out = NULL;
+    if (n <= 0)
+        return 0;
+    pt_layer_spec *l = calloc((size_t)n, sizeof *l);
+    if (!l)
+        return PT_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        l[i] = from[i];
+        l[i].body = NULL;
+        if (copy_chain(from[i].body, from[i].body_count, &l[i].body) < 0) {
+            free_chain(l, i);
+            return PT_ENOMEM;
+        }
+    }
+    *out = l;
+    return 0;
+}
+
+int pt_model_spec_copy(const pt_model_spec *spec, pt_model_spec **out, pt_error *err)
+{
+    *out = NULL;
+    if (!spec)
+        return 0;
+    pt_model_spec *m = malloc(sizeof *m);
+    if (!m)
+        return pt_error_set(err, PT_ENOMEM, "model: out of memory");
+    *m = *spec;
+    if (copy_chain(spec->layers, spec->layer_count, &m->layers) < 0) {
+        free(m);
+        return pt_error_set(err, PT_ENOMEM, "model: out of memory");
+    }
+    *out = m;
+    return 0;
 }
 
 void pt_model_spec_free(pt_model_spec **spec_p)

@@ -11,18 +11,22 @@
 
 #include "protocol/error.h"
 
-#define PT_NAME_MAX 64
+struct cJSON;
+
+#define PT_NAME_MAX  64
 #define PT_SHAPE_MAX 4
 
 typedef enum pt_layer_kind {
-    PT_LAYER_LINEAR,       /* y = x W + b over the last dimension; "out", "bias" (default true) */
-    PT_LAYER_RELU,         /* elementwise */
-    PT_LAYER_GELU,         /* elementwise, tanh approximation */
-    PT_LAYER_LAYERNORM,    /* over the last dimension, learned gain and bias; "eps" (1e-5) */
-    PT_LAYER_EMBEDDING,    /* token ids [T] -> [T, dim]; "vocab", "dim", "positional" (learned, default true) */
-    PT_LAYER_ATTENTION,    /* causal multi-head self-attention on [T, D]: "heads"; D % heads == 0 */
-    PT_LAYER_RESIDUAL,     /* y = x + body(x); "body": a chain whose output shape equals its input's */
-    PT_LAYER_SOFTMAX_XENT, /* softmax cross-entropy over the last dim, "classes"; must be the last layer */
+    PT_LAYER_LINEAR,    /* y = x W + b over the last dimension; "out", "bias" (default true) */
+    PT_LAYER_RELU,      /* elementwise */
+    PT_LAYER_GELU,      /* elementwise, tanh approximation */
+    PT_LAYER_LAYERNORM, /* over the last dimension, learned gain and bias; "eps" (1e-5) */
+    PT_LAYER_EMBEDDING, /* token ids [T] -> [T, dim]; "vocab", "dim", "positional" (learned, default
+                           true) */
+    PT_LAYER_ATTENTION, /* causal multi-head self-attention on [T, D]: "heads"; D % heads == 0 */
+    PT_LAYER_RESIDUAL,  /* y = x + body(x); "body": a chain whose output shape equals its input's */
+    PT_LAYER_SOFTMAX_XENT, /* softmax cross-entropy over the last dim, "classes"; must be the last
+                              layer */
     PT_LAYER_KIND_COUNT
 } pt_layer_kind;
 
@@ -33,14 +37,14 @@ int pt_layer_kind_parse(const char *name, pt_layer_kind *out);
 
 typedef struct pt_layer_spec {
     pt_layer_kind kind;
-    char name[PT_NAME_MAX]; /* from JSON "name", or made up as "<type><index>" ("linear0") */
-    int out;                /* linear: output features */
-    int bias;               /* linear: 1 when the layer has a bias */
-    int vocab, dim;         /* embedding */
-    int positional;         /* embedding: 1 for a learned positional table of seq_len rows */
-    int heads;              /* attention */
-    int classes;            /* softmax_xent */
-    float eps;              /* layernorm */
+    char name[PT_NAME_MAX];     /* from JSON "name", or made up as "<type><index>" ("linear0") */
+    int out;                    /* linear: output features */
+    int bias;                   /* linear: 1 when the layer has a bias */
+    int vocab, dim;             /* embedding */
+    int positional;             /* embedding: 1 for a learned positional table of seq_len rows */
+    int heads;                  /* attention */
+    int classes;                /* softmax_xent */
+    float eps;                  /* layernorm */
     struct pt_layer_spec *body; /* residual: owned array of body_count layers */
     int body_count;
 } pt_layer_spec;
@@ -53,10 +57,10 @@ typedef enum pt_input_kind {
 typedef struct pt_model_spec {
     char name[PT_NAME_MAX];
     pt_input_kind input_kind;
-    int input_rank;              /* 1..PT_SHAPE_MAX */
-    int input[PT_SHAPE_MAX];     /* per-sample input shape */
+    int input_rank;          /* 1..PT_SHAPE_MAX */
+    int input[PT_SHAPE_MAX]; /* per-sample input shape */
     int layer_count;
-    pt_layer_spec *layers;       /* owned */
+    pt_layer_spec *layers; /* owned */
 } pt_model_spec;
 
 /* Per-layer figures derived from a spec by shape inference: per-sample
@@ -64,17 +68,17 @@ typedef struct pt_model_spec {
 typedef struct pt_layer_shape {
     int rank;
     int dims[PT_SHAPE_MAX];
-    int64_t out_elems;     /* product of dims: floats per sample leaving the layer */
-    int64_t params;        /* learnable floats */
-    double fwd_flops;      /* per sample; backward is about twice this */
+    int64_t out_elems; /* product of dims: floats per sample leaving the layer */
+    int64_t params;    /* learnable floats */
+    double fwd_flops;  /* per sample; backward is about twice this */
 } pt_layer_shape;
 
 /* Limits that keep shape arithmetic exact and inputs from outside bounded. */
-#define PT_MODEL_DIM_MAX     (1 << 24)         /* any size: out, vocab, dim, heads, classes, input dims */
-#define PT_MODEL_ELEMS_MAX   (1LL << 40)       /* floats per sample of any activation */
-#define PT_MODEL_PARAMS_MAX  (1LL << 50)       /* learnable floats of the whole model */
-#define PT_MODEL_LAYERS_MAX  4096              /* layers of one chain (top level or a body) */
-#define PT_MODEL_NESTING_MAX 8                 /* residual bodies inside residual bodies */
+#define PT_MODEL_DIM_MAX         (1 << 24) /* any size: out, vocab, dim, heads, classes, input dims */
+#define PT_MODEL_ELEMS_MAX       (1LL << 40) /* floats per sample of any activation */
+#define PT_MODEL_PARAMS_MAX      (1LL << 50) /* learnable floats of the whole model */
+#define PT_MODEL_LAYERS_MAX      4096        /* layers of one chain (top level or a body) */
+#define PT_MODEL_NESTING_MAX     8           /* residual bodies inside residual bodies */
 #define PT_LAYERNORM_EPS_DEFAULT 1e-5f
 
 /* Forward FLOPs per element of the layer's output, for the layers whose cost
@@ -92,6 +96,11 @@ typedef struct pt_layer_shape {
  * a softmax_xent last layer. */
 int pt_model_spec_parse(const char *json, const char *source, pt_model_spec **out, pt_error *err);
 
+/* pt_model_spec_parse of a document already parsed (a model embedded in a
+ * message: protocol/message.h): root is a cJSON object. */
+int pt_model_spec_from_tree(const struct cJSON *root, const char *source, pt_model_spec **out,
+                            pt_error *err);
+
 /* Reads and parses a file; errors are prefixed with its path. */
 int pt_model_spec_load(const char *path, pt_model_spec **out, pt_error *err);
 
@@ -106,6 +115,10 @@ int pt_model_spec_find(const char *name, pt_model_spec **out, pt_error *err);
 /* Serialises to JSON text (caller frees with free()); NULL on no memory.
  * pt_model_spec_parse of the result gives back an equal spec. */
 char *pt_model_spec_to_json(const pt_model_spec *spec);
+/* The same as a cJSON tree the caller owns (cJSON_Delete); NULL on no memory. */
+struct cJSON *pt_model_spec_to_tree(const pt_model_spec *spec);
+/* Deep copy: 0 (*out NULL for a NULL spec) or PT_ENOMEM. */
+int pt_model_spec_copy(const pt_model_spec *spec, pt_model_spec **out, pt_error *err);
 
 /* Writes pt_model_spec_to_json atomically (temporary name, fsync, rename). */
 int pt_model_spec_save(const pt_model_spec *spec, const char *path, pt_error *err);

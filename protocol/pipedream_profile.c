@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "protocol/device.h"
 #include "protocol/fileio.h"
 
 #define SEP     " -- "
@@ -20,6 +21,8 @@
 #define NODE_TOKENS_MAX 4
 /* Sum of all activation sizes must stay below this so boundary sums fit int64. */
 #define ACT_TOTAL_MAX 4611686018427387904.0 /* 2^62 bytes */
+/* PyTorch's name of an embedding module, as PipeDream's profiler prints it. */
+#define EMBEDDING_PREFIX "Embedding("
 /* Digits that make a shortest round-trip decimal for a double. */
 #define DOUBLE_DIGITS_MAX 17
 
@@ -601,6 +604,26 @@ done:
     return rc;
 }
 
+/* When `device` names a device description, the profile gets its roofline
+ * (fp32: PipeDream profiles fp32 training): graph.txt knows no FLOPs and no
+ * activation traffic, so each layer is floored by its weights read once
+ * (none for an embedding, which gathers rows) and one kernel when it has
+ * forward time. No description of that name: no roofline. */
+static void add_roofline(pt_profile *p, const char *device)
+{
+    pt_device_desc d;
+    if (pt_device_find(device, &d, NULL) < 0)
+        return;
+    p->roofline = (pt_profile_roofline){1, pt_device_peak(&d, PT_PRECISION_FP32), d.mem_bandwidth,
+                                        d.launch_us};
+    for (int i = 0; i < p->layer_count; i++) {
+        pt_profile_layer *l = &p->layers[i];
+        l->weight_bytes =
+            strncmp(l->name, EMBEDDING_PREFIX, strlen(EMBEDDING_PREFIX)) ? l->param_bytes : 0;
+        l->kernels = l->fwd_ms > 0;
+    }
+}
+
 static int build_profile(parser *ps, const int *order, int layers, const pt_pipedream_options *opt,
                          pt_profile **out)
 {
@@ -669,6 +692,8 @@ static int build_profile(parser *ps, const int *order, int layers, const pt_pipe
     copy_name(p->device, opt && opt->device && *opt->device ? opt->device : "unknown");
     snprintf(p->source, sizeof p->source, "%s", "imported");
     p->microbatch = opt && opt->microbatch > 0 ? opt->microbatch : 1;
+    if (opt && opt->device && *opt->device)
+        add_roofline(p, opt->device);
     *out = p;
     return 0;
 }
@@ -887,11 +912,8 @@ int pt_pipedream_save(const pt_profile *profile, const char *path, pt_error *err
 {
     if (!profile || !path)
         return pt_error_set(err, PT_EINVAL, "%s: nothing to write", path ? path : "(null)");
-    char *text = pt_pipedream_to_text(profile);
-    if (!text)
-        return pt_error_set(err, profile->layer_count > 0 ? PT_ENOMEM : PT_EINVAL,
-                            "%s: cannot write a profile of %d layers", path, profile->layer_count);
-    int rc = pt_file_write_atomic(path, text, strlen(text), err);
-    free(text);
-    return rc;
+    if (profile->layer_count <= 0)
+        return pt_error_set(err, PT_EINVAL, "%s: cannot write a profile of %d layers", path,
+                            profile->layer_count);
+    return pt_file_save_text(path, pt_pipedream_to_text(profile), err);
 }

@@ -46,7 +46,10 @@
 typedef struct pt_pipedream_options {
     int microbatch;     /* samples the times are for; default 1 (the file does not say) */
     const char *model;  /* profile's model name; default "imported" */
-    const char *device; /* profile's device name; default "unknown" */
+    const char *device; /* profile's device name; default "unknown". When it names a device
+                           description (devices/NAME.json, pt_device_find), the profile gets
+                           its roofline: the cost model then floors each layer at its weights
+                           over the bandwidth plus a kernel launch (planner/roofline.h) */
 } pt_pipedream_options;
 
 /* Figures about the graph an import read, for messages. */

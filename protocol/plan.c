@@ -8,12 +8,13 @@
 
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
+#include "protocol/precision.h"
 
 /* the plan's bound on chunks is the kind table's (protocol/sched_kind.h) */
 _Static_assert(PT_PLAN_CHUNKS_MAX == PT_SCHED_CHUNKS_MAX, "one bound on model chunks per device");
 
-static const char *const plan_keys[] = {"v",        "model",     "layers", "microbatch",
-                                        "schedule", "optimizer", "stages", NULL};
+static const char *const plan_keys[] = {
+    "v", "model", "layers", "microbatch", "schedule", "optimizer", "stages", "precision", NULL};
 static const char *const mb_keys[] = {"size", "count", NULL};
 static const char *const sched_keys[] = {"kind",   "policy",      "vertical_sync",
                                          "chunks", "replication", NULL};
@@ -108,6 +109,12 @@ void pt_plan_free(pt_plan **plan_p)
     free(p->stages);
     free(p);
     *plan_p = NULL;
+}
+
+int pt_plan_copy(const pt_plan *plan, pt_plan **out, pt_error *err)
+{
+    *out = pt_plan_clone(plan);
+    return *out || !plan ? 0 : pt_error_set(err, PT_ENOMEM, "plan: out of memory");
 }
 
 pt_plan *pt_plan_clone(const pt_plan *plan)
@@ -460,6 +467,19 @@ static int read_float(pt_jr *jr, const cJSON *obj, const char *path, const char 
     return 0;
 }
 
+/* "precision": optional, a name of protocol/precision.h. */
+static int parse_precision(pt_jr *jr, const cJSON *root, pt_plan *p)
+{
+    const cJSON *item = pt_jr_item(root, "precision");
+    if (!item)
+        return 0;
+    if (!cJSON_IsString(item) || pt_precision_parse(item->valuestring) < 0)
+        return pt_jr_fail(jr, PT_EINVAL, "", "precision", "not a precision (%s)",
+                          pt_precision_names());
+    snprintf(p->precision, sizeof p->precision, "%s", item->valuestring);
+    return 0;
+}
+
 static int parse_optimizer(pt_jr *jr, const cJSON *root, pt_optim_spec *o)
 {
     const cJSON *obj;
@@ -613,6 +633,18 @@ int pt_plan_parse(const char *json, const char *source, pt_plan **out, pt_error 
     int rc = pt_jr_parse(&jr, json, &root);
     if (rc < 0)
         return rc;
+    rc = pt_plan_from_tree(root, source, out, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int pt_plan_from_tree(const cJSON *root, const char *source, pt_plan **out, pt_error *err)
+{
+    *out = NULL;
+    pt_jr jr = {source, err};
+    int rc = pt_jr_check_root(&jr, root);
+    if (rc < 0)
+        return rc;
     pt_plan *p = NULL;
     const cJSON *mb, *stages;
     int n;
@@ -634,7 +666,8 @@ int pt_plan_parse(const char *json, const char *source, pt_plan **out, pt_error 
         (rc = pt_jr_int(&jr, mb, "microbatch", "count", PT_JR_REQUIRED, 0, 1, PT_PLAN_MB_COUNT_MAX,
                         &p->microbatch_count)) < 0 ||
         (rc = parse_schedule(&jr, root, p)) < 0 ||
-        (rc = parse_optimizer(&jr, root, &p->optimizer)) < 0)
+        (rc = parse_optimizer(&jr, root, &p->optimizer)) < 0 ||
+        (rc = parse_precision(&jr, root, p)) < 0)
         goto done;
     if (n > p->layer_count) {
         rc = pt_jr_fail(&jr, PT_EINVAL, "", "stages",
@@ -650,7 +683,6 @@ int pt_plan_parse(const char *json, const char *source, pt_plan **out, pt_error 
     }
     rc = validate(&jr, p);
 done:
-    cJSON_Delete(root);
     if (rc < 0)
         pt_plan_free(&p);
     *out = p;
@@ -710,6 +742,11 @@ static int add_stage(cJSON *arr, const pt_stage *st)
 
 char *pt_plan_to_json(const pt_plan *plan)
 {
+    return pt_jr_print_and_delete(pt_plan_to_tree(plan));
+}
+
+cJSON *pt_plan_to_tree(const pt_plan *plan)
+{
     if (!plan)
         return NULL;
     cJSON *root = cJSON_CreateObject();
@@ -744,12 +781,14 @@ char *pt_plan_to_json(const pt_plan *plan)
             pt_replication_name(plan->replication) ? pt_replication_name(plan->replication) : "?"))
         goto fail;
     if (add_optimizer(root, &plan->optimizer) < 0 ||
+        (plan->precision[0] && pt_precision_parse(plan->precision) >= 0 &&
+         !cJSON_AddStringToObject(root, "precision", plan->precision)) ||
         !(stages = cJSON_AddArrayToObject(root, "stages")))
         goto fail;
     for (int s = 0; s < plan->stage_count; s++)
         if (add_stage(stages, &plan->stages[s]) < 0)
             goto fail;
-    return pt_jr_print_and_delete(root);
+    return root;
 fail:
     cJSON_Delete(root);
     return NULL;
@@ -757,10 +796,5 @@ fail:
 
 int pt_plan_save(const pt_plan *plan, const char *path, pt_error *err)
 {
-    char *text = pt_plan_to_json(plan);
-    if (!text)
-        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
-    int rc = pt_file_write_atomic(path, text, strlen(text), err);
-    free(text);
-    return rc;
+    return pt_file_save_text(path, pt_plan_to_json(plan), err);
 }

@@ -6,6 +6,8 @@
 #include <stdint.h>
 
 #include "protocol/error.h"
+
+struct cJSON;
 #include "protocol/model.h"
 #include "protocol/sched_kind.h"
 #include "protocol/topology.h"
@@ -62,6 +64,10 @@ typedef struct pt_plan {
     pt_replication replication; /* kinds with PT_SCHED_OPT_ROUND_ROBIN (pipedream); files default
                                    to round-robin there; pt_plan_new to split-concat */
     pt_optim_spec optimizer;
+    /* The precision the plan trains in (a name of protocol/precision.h); ""
+     * when the plan does not say, which means its profile's. A stated one
+     * must be the profile's (pt_cost_plan_memory checks). */
+    char precision[8];
 } pt_plan;
 
 #define PT_PLAN_LAYERS_MAX     (1 << 16) /* layers of the model a plan is for */
@@ -75,11 +81,16 @@ typedef struct pt_plan {
  * to layer_count, each non-empty, replicas >= 1 and no device used twice,
  * positive micro-batching, a known schedule. Same contract as the model spec. */
 int pt_plan_parse(const char *json, const char *source, pt_plan **out, pt_error *err);
+/* pt_plan_parse of a document already parsed (a plan embedded in a message:
+ * protocol/message.h): root is a cJSON object. */
+int pt_plan_from_tree(const struct cJSON *root, const char *source, pt_plan **out, pt_error *err);
 /* Reads and parses a file; errors are prefixed with its path. */
 int pt_plan_load(const char *path, pt_plan **out, pt_error *err);
 /* Serialises to JSON text (caller frees with free()); NULL on no memory.
  * pt_plan_parse of the result gives back an equal plan. */
 char *pt_plan_to_json(const pt_plan *plan);
+/* The same as a cJSON tree the caller owns (cJSON_Delete); NULL on no memory. */
+struct cJSON *pt_plan_to_tree(const pt_plan *plan);
 /* Writes pt_plan_to_json atomically (temporary name, fsync, rename). */
 int pt_plan_save(const pt_plan *plan, const char *path, pt_error *err);
 
@@ -100,6 +111,8 @@ pt_plan *pt_plan_new(int stage_count);
 int pt_plan_set_replicas(pt_plan *plan, int s, const int *devices, int count);
 /* Deep copy; NULL on no memory. */
 pt_plan *pt_plan_clone(const pt_plan *plan);
+/* The same with a status: 0 (*out NULL for a NULL plan) or PT_ENOMEM. */
+int pt_plan_copy(const pt_plan *plan, pt_plan **out, pt_error *err);
 /* Stage replicas of the plan, the workers of its program (an interleaved plan's
  * chunks each count: its devices are pt_plan_rank_count's stages' replicas). */
 int pt_plan_device_count(const pt_plan *plan);

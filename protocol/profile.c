@@ -9,23 +9,41 @@
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
 
-static const char *const profile_keys[] = {"v",          "model",       "device", "source",
-                                           "microbatch", "input_bytes", "layers", "origin",
-                                           "runtime",    NULL};
+static const char *const profile_keys[] = {"v",          "model",       "device",   "source",
+                                           "microbatch", "input_bytes", "layers",   "origin",
+                                           "runtime",    "precision",   "roofline", NULL};
+static const char *const roofline_keys[] = {"peak_flops", "mem_bandwidth", "launch_us", NULL};
 static const char *const origin_keys[] = {"kind", "run", "base", "date", "gen", NULL};
 static const char *const runtime_keys[] = {
     "op_overhead_ms",       "opt_gbytes_per_s",   "sends_hold",   "allreduce_gbytes_per_s",
     "allreduce_latency_us", "stash_gbytes_per_s", "recv_wake_ms", NULL};
-static const char *const layer_keys[] = {
-    "name",        "fwd_ms",        "bwd_ms",       "recompute_ms",  "act_bytes",  "param_bytes",
-    "saved_bytes", "scratch_bytes", "bwd_input_ms", "bwd_weight_ms", "keep_bytes", "fixed_share",
-    NULL};
+static const char *const layer_keys[] = {"name",
+                                         "fwd_ms",
+                                         "bwd_ms",
+                                         "recompute_ms",
+                                         "act_bytes",
+                                         "param_bytes",
+                                         "saved_bytes",
+                                         "scratch_bytes",
+                                         "bwd_input_ms",
+                                         "bwd_weight_ms",
+                                         "keep_bytes",
+                                         "fixed_share",
+                                         "flops",
+                                         "bytes",
+                                         "weight_bytes",
+                                         "kernels",
+                                         "bwd_fixed_share",
+                                         "recompute_fixed_share",
+                                         NULL};
 static const char *const sources[] = {"measured", "analytic", "imported", "calibrated", NULL};
 #define BYTES_PER_GB 1e9 /* runtime.opt_gbytes_per_s */
 #define US_PER_S     1e6 /* runtime.allreduce_latency_us */
 
 static const pt_jr_range NON_NEGATIVE = {0.0, INFINITY, 0, 0};
 static const pt_jr_range SHARE = {0.0, 1.0, 0, 1}; /* [0, 1) */
+static const pt_jr_range POSITIVE = {0.0, INFINITY, 1, 0};
+#define KERNELS_MAX (1 << 24) /* launches per layer forward */
 
 pt_profile *pt_profile_new(int layer_count)
 {
@@ -43,6 +61,30 @@ pt_profile *pt_profile_new(int layer_count)
     }
     p->layer_count = layer_count;
     p->origin.gen = -1;
+    p->precision = PT_PRECISION_FP32;
+    return p;
+}
+
+double pt_profile_layer_share(const pt_profile_layer *l, pt_profile_pass pass)
+{
+    double f = !l->pass_shares || pass == PT_PROFILE_PASS_FWD ? l->fixed_share
+               : pass == PT_PROFILE_PASS_BWD                  ? l->bwd_fixed_share
+                                                              : l->recompute_fixed_share;
+    return f > 0 && f < 1 ? f : 0;
+}
+
+pt_profile *pt_profile_copy(const pt_profile *src)
+{
+    if (!src)
+        return NULL;
+    pt_profile *p = pt_profile_new(src->layer_count);
+    if (!p)
+        return NULL;
+    pt_profile_layer *layers = p->layers;
+    *p = *src;
+    p->layers = layers;
+    if (src->layer_count > 0)
+        memcpy(layers, src->layers, (size_t)src->layer_count * sizeof *layers);
     return p;
 }
 
@@ -81,7 +123,21 @@ static int parse_layer(pt_jr *jr, const cJSON *obj, const char *path, int index,
         (rc = pt_jr_int64(jr, obj, path, "keep_bytes", PT_JR_OPTIONAL, 0, 0, PT_JSON_INT_MAX,
                           &l->keep_bytes)) < 0 ||
         (rc = pt_jr_num(jr, obj, path, "fixed_share", PT_JR_OPTIONAL, 0, SHARE, &l->fixed_share)) <
-            0)
+            0 ||
+        (rc = pt_jr_num(jr, obj, path, "flops", PT_JR_OPTIONAL, 0, NON_NEGATIVE, &l->flops)) < 0 ||
+        (rc = pt_jr_int64(jr, obj, path, "bytes", PT_JR_OPTIONAL, 0, 0, PT_JSON_INT_MAX,
+                          &l->bytes)) < 0 ||
+        (rc = pt_jr_int64(jr, obj, path, "weight_bytes", PT_JR_OPTIONAL, l->param_bytes, 0,
+                          PT_JSON_INT_MAX, &l->weight_bytes)) < 0 ||
+        (rc = pt_jr_int(jr, obj, path, "kernels", PT_JR_OPTIONAL, l->fwd_ms > 0, 0, KERNELS_MAX,
+                        &l->kernels)) < 0)
+        return rc;
+    l->pass_shares = cJSON_HasObjectItem(obj, "bwd_fixed_share") ||
+                     cJSON_HasObjectItem(obj, "recompute_fixed_share");
+    if ((rc = pt_jr_num(jr, obj, path, "bwd_fixed_share", PT_JR_OPTIONAL, l->fixed_share, SHARE,
+                        &l->bwd_fixed_share)) < 0 ||
+        (rc = pt_jr_num(jr, obj, path, "recompute_fixed_share", PT_JR_OPTIONAL, l->fixed_share,
+                        SHARE, &l->recompute_fixed_share)) < 0)
         return rc;
     int has_b = cJSON_HasObjectItem(obj, "bwd_input_ms"),
         has_w = cJSON_HasObjectItem(obj, "bwd_weight_ms");
@@ -131,6 +187,41 @@ static int parse_origin(pt_jr *jr, const cJSON *root, pt_profile *p)
     if (!strcmp(g->kind, "calibrated") && !g->run[0])
         return pt_jr_fail(jr, PT_EINVAL, "origin", "run",
                           "a calibrated profile must name the run it was fitted to");
+    return 0;
+}
+
+/* "precision": a name of protocol/precision.h, fp32 when absent. */
+static int parse_precision(pt_jr *jr, const cJSON *root, pt_profile *p)
+{
+    char name[16];
+    int rc = pt_jr_str(jr, root, "", "precision", PT_JR_OPTIONAL, "fp32", name, sizeof name);
+    if (rc == PT_ERANGE) /* longer than any name */
+        return pt_jr_fail(jr, PT_EINVAL, "", "precision", "unknown precision (%s)",
+                          pt_precision_names());
+    if (rc < 0)
+        return rc;
+    if ((p->precision = pt_precision_parse(name)) < 0)
+        return pt_jr_fail(jr, PT_EINVAL, "", "precision", "unknown precision \"%s\" (%s)", name,
+                          pt_precision_names());
+    return 0;
+}
+
+static int parse_roofline(pt_jr *jr, const cJSON *root, pt_profile *p)
+{
+    const cJSON *o = NULL;
+    int rc = pt_jr_object(jr, root, "", "roofline", PT_JR_OPTIONAL, &o);
+    if (rc < 0 || !o)
+        return rc;
+    pt_profile_roofline *r = &p->roofline;
+    if ((rc = pt_jr_keys(jr, o, "roofline", roofline_keys)) < 0 ||
+        (rc = pt_jr_num(jr, o, "roofline", "peak_flops", PT_JR_REQUIRED, 0, POSITIVE,
+                        &r->peak_flops)) < 0 ||
+        (rc = pt_jr_num(jr, o, "roofline", "mem_bandwidth", PT_JR_REQUIRED, 0, POSITIVE,
+                        &r->mem_bandwidth)) < 0 ||
+        (rc = pt_jr_num(jr, o, "roofline", "launch_us", PT_JR_OPTIONAL, 0, NON_NEGATIVE,
+                        &r->launch_us)) < 0)
+        return rc;
+    r->has = 1;
     return 0;
 }
 
@@ -204,7 +295,8 @@ int pt_profile_parse(const char *json, const char *source, pt_profile **out, pt_
                         p->source);
         goto done;
     }
-    if ((rc = parse_origin(&jr, root, p)) < 0 || (rc = parse_runtime(&jr, root, p)) < 0)
+    if ((rc = parse_origin(&jr, root, p)) < 0 || (rc = parse_runtime(&jr, root, p)) < 0 ||
+        (rc = parse_precision(&jr, root, p)) < 0 || (rc = parse_roofline(&jr, root, p)) < 0)
         goto done;
     int i = 0;
     for (const cJSON *e = arr->child; e && i < n; e = e->next, i++) {
@@ -264,6 +356,37 @@ static int add_origin(cJSON *root, const pt_profile_origin *g)
     return 0;
 }
 
+/* precision (when not fp32) and roofline (when the profile has one); -1 on
+ * no memory. */
+static int add_precision_roofline(cJSON *root, const pt_profile *p)
+{
+    if (p->precision != PT_PRECISION_FP32 && pt_precision_name(p->precision) &&
+        !cJSON_AddStringToObject(root, "precision", pt_precision_name(p->precision)))
+        return -1;
+    const pt_profile_roofline *r = &p->roofline;
+    if (!r->has)
+        return 0;
+    cJSON *o = cJSON_AddObjectToObject(root, "roofline");
+    if (!o || !pt_jr_add_number(o, "peak_flops", r->peak_flops) ||
+        !pt_jr_add_number(o, "mem_bandwidth", r->mem_bandwidth) ||
+        !pt_jr_add_number(o, "launch_us", r->launch_us))
+        return -1;
+    return 0;
+}
+
+/* A layer's roofline fields, written only for a profile with a roofline and
+ * only where they differ from what a reader assumes without them. */
+static int add_layer_roofline(cJSON *o, const pt_profile_layer *l)
+{
+    if ((l->flops > 0 && !pt_jr_add_number(o, "flops", l->flops)) ||
+        (l->bytes > 0 && !pt_jr_add_number(o, "bytes", (double)l->bytes)) ||
+        (l->weight_bytes != l->param_bytes &&
+         !pt_jr_add_number(o, "weight_bytes", (double)l->weight_bytes)) ||
+        (l->kernels != (l->fwd_ms > 0) && !pt_jr_add_number(o, "kernels", l->kernels)))
+        return -1;
+    return 0;
+}
+
 static int add_runtime(cJSON *root, const pt_profile *p)
 {
     if (!(p->op_overhead_ms > 0) && !(p->opt_bytes_per_s > 0) && !p->sends_hold &&
@@ -300,7 +423,8 @@ char *pt_profile_to_json(const pt_profile *profile)
     cJSON_AddStringToObject(root, "source", profile->source[0] ? profile->source : "measured");
     pt_jr_add_number(root, "microbatch", profile->microbatch);
     pt_jr_add_number(root, "input_bytes", (double)profile->input_bytes);
-    if (add_origin(root, &profile->origin) < 0 || add_runtime(root, profile) < 0) {
+    if (add_origin(root, &profile->origin) < 0 || add_runtime(root, profile) < 0 ||
+        add_precision_roofline(root, profile) < 0) {
         cJSON_Delete(root);
         cJSON_Delete(layers);
         return NULL;
@@ -325,8 +449,12 @@ char *pt_profile_to_json(const pt_profile *profile)
             !pt_jr_add_number(o, "scratch_bytes", (double)l->scratch_bytes) ||
             (l->keep_bytes > 0 && !pt_jr_add_number(o, "keep_bytes", (double)l->keep_bytes)) ||
             (l->fixed_share > 0 && !pt_jr_add_number(o, "fixed_share", l->fixed_share)) ||
+            (l->pass_shares &&
+             (!pt_jr_add_number(o, "bwd_fixed_share", l->bwd_fixed_share) ||
+              !pt_jr_add_number(o, "recompute_fixed_share", l->recompute_fixed_share))) ||
             (l->split && (!pt_jr_add_number(o, "bwd_input_ms", l->bwd_input_ms) ||
-                          !pt_jr_add_number(o, "bwd_weight_ms", l->bwd_weight_ms)))) {
+                          !pt_jr_add_number(o, "bwd_weight_ms", l->bwd_weight_ms))) ||
+            (profile->roofline.has && add_layer_roofline(o, l) < 0)) {
             cJSON_Delete(root);
             return NULL;
         }
@@ -336,12 +464,7 @@ char *pt_profile_to_json(const pt_profile *profile)
 
 int pt_profile_save(const pt_profile *profile, const char *path, pt_error *err)
 {
-    char *text = pt_profile_to_json(profile);
-    if (!text)
-        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
-    int rc = pt_file_write_atomic(path, text, strlen(text), err);
-    free(text);
-    return rc;
+    return pt_file_save_text(path, pt_profile_to_json(profile), err);
 }
 
 double pt_profile_fit_fixed_share(double t_full, int full_rows, double t_part, int part_rows)

@@ -6,6 +6,7 @@
 
 #include "protocol/error.h"
 #include "protocol/model.h"
+#include "protocol/precision.h"
 
 typedef struct pt_profile_layer {
     char name[PT_NAME_MAX];
@@ -39,9 +40,46 @@ typedef struct pt_profile_layer {
      * does not scale with rows (per-op dispatch, kernel launches, weight
      * reads), in [0, 1): the cost model charges t(rows) = t * (fixed_share +
      * (1 - fixed_share) * rows / microbatch). 0 when the file does not say
-     * (linear in rows). `pipetop profile` measures it from two row counts. */
+     * (linear in rows). `pipetop profile` measures it from two row counts.
+     * With pass_shares, it is the forward's alone and the backward (with
+     * its split halves) and the recomputed forward have their own
+     * (bwd_fixed_share, recompute_fixed_share, same range): the roofline
+     * floor (planner/roofline.h) gives each pass its own. Read them with
+     * pt_profile_layer_share. */
     double fixed_share;
+    int pass_shares;
+    double bwd_fixed_share, recompute_fixed_share;
+    /* What the roofline floor of the cost model (planner/cost.h) knows about
+     * the layer's forward at the profile's micro-batch; read only when the
+     * profile has a roofline. The backward is taken as twice each. */
+    double flops;         /* FLOPs, >= 0; 0: not known (no compute floor) */
+    int64_t bytes;        /* activation bytes read and written, which scale with rows, >= 0 */
+    int64_t weight_bytes; /* bytes read once whatever the rows (weights), >= 0; a file
+                             without the field: param_bytes */
+    int kernels;          /* kernel launches, >= 0; a file without the field: 1 when
+                             the layer has any forward time, else 0 */
 } pt_profile_layer;
+
+/* A layer's passes, for pt_profile_layer_share. */
+typedef enum pt_profile_pass {
+    PT_PROFILE_PASS_FWD,
+    PT_PROFILE_PASS_BWD, /* and its split halves */
+    PT_PROFILE_PASS_RECOMPUTE,
+    PT_PROFILE_PASSES
+} pt_profile_pass;
+
+/* The share of a pass's time that does not scale with rows: fixed_share,
+ * or the pass's own with pass_shares; a value outside [0, 1) reads as 0. */
+double pt_profile_layer_share(const pt_profile_layer *layer, pt_profile_pass pass);
+
+/* The device limits a profile's layers are floored by (the "roofline"
+ * object; has 0 when the file has none: no floor). */
+typedef struct pt_profile_roofline {
+    int has;
+    double peak_flops;    /* FLOP/s at the profile's precision, > 0 */
+    double mem_bandwidth; /* bytes/s, > 0 */
+    double launch_us;     /* least time per kernel, µs, >= 0 */
+} pt_profile_roofline;
 
 #define PT_PROFILE_TEXT_MAX 256 /* origin.run, origin.base, NUL included */
 
@@ -60,6 +98,11 @@ typedef struct pt_profile {
     char device[PT_NAME_MAX]; /* what it was measured on or derived for */
     char source[16];          /* "measured", "analytic", "imported" or "calibrated" */
     pt_profile_origin origin;
+    /* The precision the times are for and the bytes are in (pt_precision;
+     * "fp32" when the file does not say): the cost model charges the
+     * optimizer state and its master copy by it. */
+    int precision;
+    pt_profile_roofline roofline;
     /* Fitted by calibration from a run's ops (0: not known; the cost model
      * then charges no overhead and its default optimizer bandwidth). */
     double op_overhead_ms;  /* worker time spent between two consecutive ops, >= 0 */
@@ -102,9 +145,11 @@ int pt_profile_save(const pt_profile *profile, const char *path, pt_error *err);
  * (0 when the times are not positive or the rows do not differ). */
 #define PT_PROFILE_SHARE_MAX 0.95
 double pt_profile_fit_fixed_share(double t_full, int full_rows, double t_part, int part_rows);
-/* Allocates a zeroed profile with layer_count layers (origin.gen -1); NULL
- * on no memory. */
+/* Allocates a zeroed profile with layer_count layers (origin.gen -1,
+ * precision fp32, no roofline); NULL on no memory. */
 pt_profile *pt_profile_new(int layer_count);
+/* A deep copy (free with pt_profile_free); NULL on no memory or NULL. */
+pt_profile *pt_profile_copy(const pt_profile *profile);
 void pt_profile_free(pt_profile **profile_p);
 
 #endif

@@ -453,12 +453,7 @@ fail:
 
 int pt_topology_save(const pt_topology *topo, const char *path, pt_error *err)
 {
-    char *text = pt_topology_to_json(topo);
-    if (!text)
-        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
-    int rc = pt_file_write_atomic(path, text, strlen(text), err);
-    free(text);
-    return rc;
+    return pt_file_save_text(path, pt_topology_to_json(topo), err);
 }
 
 /* ---- helpers ----------------------------------------------------------- */

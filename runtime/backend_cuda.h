@@ -44,12 +44,20 @@ const char *pt_cuda_math_name(int math);
  * built. Never fails. Loads the module. */
 int pt_cuda_device_count(void);
 
+/* The number of CUDA devices visible, like pt_cuda_device_count, or
+ * PT_EUNSUPP with err saying why there is none to count: the module's load
+ * error, or CUDA's own words (cudaGetDeviceCount's error, e.g. a driver too
+ * old for this CUDA runtime). 0 means CUDA answered and found no device.
+ * Loads the module. */
+int pt_cuda_device_probe(pt_error *err);
+
 /* Creates a backend on device `device` (0-based) with its own stream and
  * cuBLAS handle. On success *out is a new backend (free with
  * pt_backend_cuda_destroy); on failure *out is NULL and the result is
- * PT_EUNSUPP (not built, the module or a library it needs did not load, or no
- * such device: err says which, with dlerror()'s words for a load), PT_ENOMEM
- * or PT_EIO (a CUDA or cuBLAS call failed; err names it). Loads the module. */
+ * PT_EUNSUPP (not built, the module or a library it needs did not load, CUDA
+ * cannot count its devices, or no such device: err says which, with
+ * dlerror()'s or CUDA's words), PT_ENOMEM or PT_EIO (a CUDA or cuBLAS call
+ * failed; err names it and has its status text). Loads the module. */
 int pt_backend_cuda_create(int device, pt_cuda_math math, const pt_backend **out, pt_error *err);
 
 /* Synchronises and frees the backend (NULL-safe; sets *be_p = NULL). Memory
@@ -70,9 +78,10 @@ void *pt_backend_cuda_stream(const pt_backend *be);
  * pt_cuda_device_bus_id). */
 int pt_cuda_device_name(int device, char *buf, size_t cap);
 
-/* CUDA and cuBLAS calls inside ops that failed so far (the table's void
- * entries cannot return them; each is also reported on stderr). Tests check
- * it stays 0. Always 0 without the backend. */
+/* CUDA and cuBLAS calls inside ops that failed so far, kernel launches and
+ * failed allocations (out of memory included) among them (the table's void
+ * entries cannot return them; each is also reported on stderr with CUDA's or
+ * cuBLAS's words). Tests check it stays 0. Always 0 without the backend. */
 int pt_cuda_error_count(void);
 
 /* The PCI bus id of the device ("00000000:19:00.0") into buf: what tells

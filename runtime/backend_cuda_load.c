@@ -21,8 +21,15 @@
 #endif
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static _Atomic(const pt_cuda_module *) g_module; /* set once, by load */
+static _Atomic(const pt_cuda_module *) g_module; /* set once, by load or pt_cuda_module_set */
 static pt_error g_why;                           /* why it is not, written by load */
+
+/* 1 when m is a table of this build (ABI number and sizes). */
+static int module_fits(const pt_cuda_module *m)
+{
+    return m && m->abi == PT_CUDA_MODULE_ABI && m->size == sizeof *m &&
+           m->backend_size == sizeof(pt_backend);
+}
 
 #ifdef PT_HAVE_CUDA
 static int is_file(const char *path)
@@ -84,8 +91,7 @@ static void load(void)
         return;
     }
     const pt_cuda_module *m = entry();
-    if (!m || m->abi != PT_CUDA_MODULE_ABI || m->size != sizeof *m ||
-        m->backend_size != sizeof(pt_backend)) {
+    if (!module_fits(m)) {
         pt_error_set(&g_why, PT_EIO,
                      "%.300s is the CUDA module of another pipetop build (module ABI %d, this "
                      "program's is %d)",
@@ -93,7 +99,9 @@ static void load(void)
         dlclose(h);
         return;
     }
-    atomic_store(&g_module, m);
+    const pt_cuda_module *none = NULL;
+    if (!atomic_compare_exchange_strong(&g_module, &none, m))
+        dlclose(h); /* a stand-in was set meanwhile (pt_cuda_module_set) */
 }
 #else
 static void load(void)
@@ -106,11 +114,28 @@ static void load(void)
 
 const pt_cuda_module *pt_cuda_module_get(pt_error *err)
 {
-    pthread_once(&g_once, load);
     const pt_cuda_module *m = atomic_load(&g_module);
+    if (m)
+        return m; /* loaded, or a stand-in set before the first load */
+    pthread_once(&g_once, load);
+    m = atomic_load(&g_module);
     if (!m && err)
         *err = g_why;
     return m;
+}
+
+int pt_cuda_module_set(const pt_cuda_module *m, pt_error *err)
+{
+    if (!module_fits(m))
+        return pt_error_set(
+            err, PT_EINVAL,
+            "cuda module stand-in: ABI %d, table of %zu bytes, backend of %zu; this "
+            "build has %d, %zu and %zu",
+            m ? m->abi : -1, m ? m->size : 0, m ? m->backend_size : 0, PT_CUDA_MODULE_ABI,
+            sizeof *m, sizeof(pt_backend));
+    const pt_cuda_module *none = NULL;
+    int ok = atomic_compare_exchange_strong(&g_module, &none, m);
+    return ok ? 0 : pt_error_set(err, PT_ESTATE, "cuda module: one is already loaded");
 }
 
 const pt_cuda_module *pt_cuda_module_loaded(void)
@@ -128,6 +153,15 @@ int pt_cuda_device_count(void)
 {
     const pt_cuda_module *m = pt_cuda_module_get(NULL);
     return m ? m->device_count() : 0;
+}
+
+int pt_cuda_device_probe(pt_error *err)
+{
+    pt_error why = {0};
+    const pt_cuda_module *m = pt_cuda_module_get(&why);
+    if (!m)
+        return pt_error_set(err, PT_EUNSUPP, "%s", why.msg);
+    return m->device_probe(err);
 }
 
 int pt_cuda_error_count(void)

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "runtime/comm_internal.h"
+#include "runtime/zmq_watch.h"
 
 /* Messages queued per socket before a send blocks. Above the 2^15 segments
  * one ring step may send before it receives, so an all-reduce never waits
@@ -31,6 +32,7 @@
 #define SPIN_CLOCK_EVERY 32
 #define ZMQ_CHECK_NS     1000000
 #define US_NS            1000
+#define SEQ_LINES_MAX    4 /* lines about dropped sequence numbers, per communicator */
 
 /* A message of several ring records, taken piece by piece. */
 typedef struct ring_partial {
@@ -42,6 +44,18 @@ typedef struct ring_partial {
     size_t total, done;
     zmq_msg_t m;
 } ring_partial;
+
+/* A PUSH socket's way to its peer: where it connects, and until a handshake
+ * succeeded, the watch on it and what the failed ones said. */
+typedef struct peer_link {
+    char *endpoint;      /* NULL: never talk to this rank */
+    pt_zmq_watch *watch; /* NULL once the handshake is confirmed (or none asked) */
+    int shaken;          /* a handshake succeeded */
+    int failed;          /* handshakes that failed (each socket replaced) */
+    int64_t retry_ns;    /* a failed socket's replacement connects from then on; 0 none due */
+    int last_event;      /* the last failure's ZMQ_EVENT_* and value */
+    int32_t last_value;
+} peer_link;
 
 typedef struct stash_slot {
     int src;
@@ -56,6 +70,7 @@ struct pt_comm {
     int own_ctx;
     void *pull;
     void **push;        /* [size]; NULL where not connected */
+    peer_link *link;    /* [size] */
     uint64_t *send_seq; /* [size] */
     int connected;
     char endpoint[PT_COMM_ENDPOINT_MAX];
@@ -81,6 +96,8 @@ struct pt_comm {
     int64_t idle_checked_ns;      /* when core_free last read the run queue */
     int core_free, cores;         /* its answer; online cores */
     int64_t zmq_checked_ns;       /* when a receive last read the PULL socket */
+    int seq_lines;                /* lines said about sequence drops (SEQ_LINES_MAX) */
+    int no_linger;                /* pt_comm_config.no_linger */
     pt_comm_socket_hook hook;     /* pt_comm_create_hooked; NULL none */
     void *hook_user;
 };
@@ -169,6 +186,12 @@ static void set_max_msg(void *sock, size_t max_payload)
 
 static void free_arrays(pt_comm *c)
 {
+    if (c->link)
+        for (int r = 0; r < c->size; r++) {
+            pt_zmq_watch_stop(&c->link[r].watch);
+            free(c->link[r].endpoint);
+        }
+    free(c->link);
     free(c->push);
     free(c->send_seq);
     free(c->recv_seq);
@@ -227,6 +250,7 @@ int pt_comm_create_hooked(const pt_comm_config *cfg, pt_comm_socket_hook hook, v
     c->timeout_ms = cfg->timeout_ms;
     c->token = cfg->run_token;
     c->gen = cfg->generation;
+    c->no_linger = cfg->no_linger;
     c->stash_limit = cfg->stash_limit_bytes ? cfg->stash_limit_bytes : PT_COMM_DEFAULT_STASH_BYTES;
     c->max_msg = cfg->max_msg_bytes ? cfg->max_msg_bytes : PT_COMM_DEFAULT_MAX_MSG;
     c->ring_bytes = cfg->shm_ring_bytes ? cfg->shm_ring_bytes : PT_COMM_DEFAULT_RING_BYTES;
@@ -246,6 +270,7 @@ int pt_comm_create_hooked(const pt_comm_config *cfg, pt_comm_socket_hook hook, v
     c->spin_ns = c->spin_max_ns;
     size_t n = (size_t)cfg->size;
     c->push = calloc(n, sizeof *c->push);
+    c->link = calloc(n, sizeof *c->link);
     c->send_seq = calloc(n, sizeof *c->send_seq);
     c->recv_seq = calloc(n, sizeof *c->recv_seq);
     c->local = calloc(n, 1);
@@ -255,8 +280,8 @@ int pt_comm_create_hooked(const pt_comm_config *cfg, pt_comm_socket_hook hook, v
     c->in_list = calloc(n, sizeof *c->in_list);
     c->partial = calloc(n, sizeof *c->partial);
     c->shared = pt_comm_shared_new();
-    if (!c->push || !c->send_seq || !c->recv_seq || !c->local || !c->shm_failed || !c->out_ring ||
-        !c->in_ring || !c->in_list || !c->partial || !c->shared)
+    if (!c->push || !c->link || !c->send_seq || !c->recv_seq || !c->local || !c->shm_failed ||
+        !c->out_ring || !c->in_ring || !c->in_list || !c->partial || !c->shared)
         goto fail_arrays;
 
     c->ctx = cfg->zmq_context;
@@ -314,6 +339,35 @@ const char *pt_comm_endpoint(const pt_comm *self)
     return self ? self->endpoint : "";
 }
 
+static int interrupted(const pt_comm *c, const char *what, pt_error *err);
+
+/* Opens rank r's PUSH socket to its link's endpoint, watched until its
+ * handshake is confirmed (pt_comm_await_peers). */
+static int open_push(pt_comm *c, int r, pt_error *err)
+{
+    peer_link *l = &c->link[r];
+    void *s = zmq_socket(c->ctx, ZMQ_PUSH);
+    if (!s)
+        return pt_error_set(err, PT_EIO, "comm: zmq_socket: %s", zmq_strerror(errno));
+    set_int_opt(s, ZMQ_SNDHWM, HWM_MSGS);
+    set_int_opt(s, ZMQ_SNDTIMEO, c->timeout_ms);
+    set_int_opt(s, ZMQ_LINGER, c->no_linger ? 0 : c->timeout_ms);
+    set_max_msg(s, c->max_msg);
+    int rc = c->hook ? c->hook(c->hook_user, s, r, err) : 0;
+    if (rc == 0)
+        rc = pt_zmq_watch_start(c->ctx, s, PT_WATCH_HANDSHAKE_EVENTS, &l->watch, err);
+    if (rc == 0 && zmq_connect(s, l->endpoint) != 0)
+        rc = pt_error_set(err, PT_EIO, "comm: rank %d: connect to rank %d at %s: %s", c->rank, r,
+                          l->endpoint, zmq_strerror(errno));
+    if (rc < 0) {
+        pt_zmq_watch_stop(&l->watch);
+        zmq_close(s);
+        return rc;
+    }
+    c->push[r] = s;
+    return 0;
+}
+
 int pt_comm_connect(pt_comm *self, const char *const *endpoints, pt_error *err)
 {
     if (!self || !endpoints)
@@ -328,29 +382,124 @@ int pt_comm_connect(pt_comm *self, const char *const *endpoints, pt_error *err)
     for (int r = 0; r < self->size; r++) {
         if (r == self->rank || !endpoints[r])
             continue;
-        void *s = zmq_socket(self->ctx, ZMQ_PUSH);
-        if (!s)
-            return pt_error_set(err, PT_EIO, "comm: zmq_socket: %s", zmq_strerror(errno));
-        set_int_opt(s, ZMQ_SNDHWM, HWM_MSGS);
-        set_int_opt(s, ZMQ_SNDTIMEO, self->timeout_ms);
-        set_int_opt(s, ZMQ_LINGER, self->timeout_ms);
-        set_max_msg(s, self->max_msg);
-        int hrc = self->hook ? self->hook(self->hook_user, s, r, err) : 0;
-        if (hrc < 0) {
-            zmq_close(s);
-            return hrc;
-        }
-        if (zmq_connect(s, endpoints[r]) != 0) {
-            int e = errno;
-            zmq_close(s);
-            return pt_error_set(err, PT_EIO, "comm: rank %d: connect to rank %d at %s: %s",
-                                self->rank, r, endpoints[r], zmq_strerror(e));
-        }
-        self->push[r] = s;
+        if (!(self->link[r].endpoint = strdup(endpoints[r])))
+            return pt_error_set(err, PT_ENOMEM, "comm: out of memory");
+        int rc = open_push(self, r, err);
+        if (rc < 0)
+            return rc;
         self->local[r] = (unsigned char)is_local(endpoints[r]);
     }
     self->connected = 1;
     return 0;
+}
+
+/* A failed handshake ends its connection for good: the socket is replaced
+ * after a pause that doubles with each failure. Nothing was sent on it. */
+static void replace_push(pt_comm *c, int r, int64_t now)
+{
+    peer_link *l = &c->link[r];
+    pt_zmq_watch_stop(&l->watch);
+    int linger0 = 0;
+    zmq_setsockopt(c->push[r], ZMQ_LINGER, &linger0, sizeof linger0);
+    zmq_close(c->push[r]);
+    c->push[r] = NULL;
+    int shift =
+        l->failed < PT_COMM_HANDSHAKE_BACKOFF_STEPS ? l->failed : PT_COMM_HANDSHAKE_BACKOFF_STEPS;
+    l->retry_ns = now + ((int64_t)PT_COMM_HANDSHAKE_RETRY_MS << shift) * 1000000;
+}
+
+/* The error for rank r whose handshake was not confirmed in time. */
+static int unconfirmed(pt_comm *c, int r, int timeout_ms, pt_error *err)
+{
+    peer_link *l = &c->link[r];
+    if (!l->failed)
+        return pt_error_set(err, PT_ETIMEOUT,
+                            "comm: rank %d: no handshake with rank %d at %s within %d ms (is the "
+                            "peer listening there?)",
+                            c->rank, r, l->endpoint, timeout_ms);
+    char why[128];
+    pt_zmq_watch_describe(l->last_event, l->last_value, why, sizeof why);
+    return pt_error_set(err, PT_EREFUSED,
+                        "comm: rank %d: rank %d at %s refused %d handshakes within %d ms, the "
+                        "last %s: it does not take this rank's key for this run and generation",
+                        c->rank, r, l->endpoint, l->failed, timeout_ms, why);
+}
+
+/* Reads rank r's watch: 1 confirmed, 0 nothing new or a failure handled,
+ * <0 error. */
+static int read_watch(pt_comm *c, int r, int64_t now, pt_error *err)
+{
+    peer_link *l = &c->link[r];
+    int ev;
+    int32_t val;
+    int got;
+    while (l->watch && (got = pt_zmq_watch_next(l->watch, &ev, &val)) != 0) {
+        if (got < 0)
+            return interrupted(c, "connect", err);
+        if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            l->shaken = 1;
+            pt_zmq_watch_stop(&l->watch);
+            return 1;
+        }
+        l->failed++;
+        l->last_event = ev;
+        l->last_value = val;
+        c->stats.handshakes_failed++;
+        replace_push(c, r, now);
+        return 0;
+    }
+    return 0;
+}
+
+int pt_comm_await_peers(pt_comm *self, int timeout_ms, int max_failures, pt_error *err)
+{
+    if (!self || timeout_ms <= 0)
+        return pt_error_set(err, PT_EINVAL, "comm: await peers: bad argument");
+    zmq_pollitem_t *items = calloc((size_t)self->size, sizeof *items);
+    int *rank_of = calloc((size_t)self->size, sizeof *rank_of);
+    int rc = items && rank_of ? 0 : pt_error_set(err, PT_ENOMEM, "comm: out of memory");
+    int64_t deadline = now_ns() + (int64_t)timeout_ms * 1000000;
+    while (rc == 0) {
+        int64_t now = now_ns(), wake = deadline;
+        int n = 0, waiting = -1;
+        for (int r = 0; r < self->size && rc == 0; r++) {
+            peer_link *l = &self->link[r];
+            if (!l->endpoint || l->shaken)
+                continue;
+            if (max_failures > 0 && l->failed >= max_failures)
+                rc = unconfirmed(self, r, timeout_ms, err);
+            else if (!self->push[r] && now >= l->retry_ns)
+                rc = open_push(self, r, err);
+            if (rc < 0)
+                break;
+            waiting = waiting < 0 ? r : waiting;
+            if (!self->push[r]) {
+                wake = l->retry_ns < wake ? l->retry_ns : wake;
+                continue;
+            }
+            items[n].socket = pt_zmq_watch_socket(l->watch);
+            items[n].events = ZMQ_POLLIN;
+            rank_of[n++] = r;
+        }
+        if (rc < 0 || waiting < 0)
+            break;
+        if (now >= deadline) {
+            rc = unconfirmed(self, waiting, timeout_ms, err);
+            break;
+        }
+        long ms = (long)((wake - now + 999999) / 1000000);
+        if (zmq_poll(items, n, ms > 0 ? ms : 1) < 0 && errno == ETERM) {
+            rc = interrupted(self, "connect", err);
+            break;
+        }
+        now = now_ns();
+        for (int i = 0; i < n && rc >= 0; i++)
+            rc = read_watch(self, rank_of[i], now, err);
+        rc = rc > 0 ? 0 : rc;
+    }
+    free(items);
+    free(rank_of);
+    return rc;
 }
 
 int pt_comm_open(const pt_comm_config *cfg, const char *const *endpoints, pt_comm **out,
@@ -406,6 +555,8 @@ void pt_comm_destroy(pt_comm **self_p)
         rmdir(c->shm_dir);
     int linger0 = 0;
     for (int r = 0; r < c->size; r++)
+        pt_zmq_watch_stop(&c->link[r].watch);
+    for (int r = 0; r < c->size; r++)
         if (c->push[r]) {
             /* After an interrupt nobody waits for queued messages. */
             if (atomic_load(&c->interrupted))
@@ -445,7 +596,7 @@ int pt_comm_set_timeout(pt_comm *self, int timeout_ms)
     for (int r = 0; r < self->size; r++)
         if (self->push[r]) {
             set_int_opt(self->push[r], ZMQ_SNDTIMEO, timeout_ms);
-            set_int_opt(self->push[r], ZMQ_LINGER, timeout_ms);
+            set_int_opt(self->push[r], ZMQ_LINGER, self->no_linger ? 0 : timeout_ms);
         }
     return 0;
 }
@@ -568,8 +719,12 @@ static void drop(uint64_t *counter, pt_comm *c)
  * next sequence number of that source. Counts what it refuses. */
 static int check_hdr(pt_comm *c, const wire_hdr *h, int via_ring)
 {
-    if (h->token != c->token || h->gen != c->gen) {
+    if (h->token != c->token) {
         drop(&c->stats.dropped_token, c);
+        return DROP;
+    }
+    if (h->gen != c->gen) { /* another generation's, of this run: late or early */
+        drop(&c->stats.dropped_generation, c);
         return DROP;
     }
     if (h->src >= (uint32_t)c->size || (int)h->src == c->rank ||
@@ -578,6 +733,18 @@ static int check_hdr(pt_comm *c, const wire_hdr *h, int via_ring)
         return DROP;
     }
     if (h->seq != c->recv_seq[h->src]) {
+        /* a few lines per communicator: a gap is a bug worth seeing, a
+         * replay flood is not worth a line each */
+        if (c->seq_lines < SEQ_LINES_MAX) {
+            char tb[64];
+            c->seq_lines++;
+            fprintf(stderr,
+                    "comm: rank %d: dropped a frame from rank %u: sequence %llu, expected %llu "
+                    "(%s, generation %llu%s)\n",
+                    c->rank, h->src, (unsigned long long)h->seq,
+                    (unsigned long long)c->recv_seq[h->src], pt_comm_tag_str(h->tag, tb, sizeof tb),
+                    (unsigned long long)h->gen, via_ring ? ", shared memory" : "");
+        }
         drop(&c->stats.dropped_seq, c);
         return DROP;
     }

@@ -113,6 +113,9 @@ typedef struct pt_comm_config {
     size_t max_msg_bytes;     /* largest payload accepted: ZMQ_MAXMSGSIZE on every socket */
     int shm;                  /* 0: shared memory to local peers unless PT_COMM_SHM=0; -1: off */
     size_t shm_ring_bytes;    /* capacity of each ring (default PT_COMM_DEFAULT_RING_BYTES) */
+    int no_linger;            /* 1: closing drops what is still queued to a peer at once, instead
+                                 of waiting up to the timeout for it to leave (for a caller that
+                                 closes only when every message was taken, or is lost anyway) */
 } pt_comm_config;
 
 /* Counters for telemetry and memory accounting. Bytes count headers and
@@ -121,14 +124,16 @@ typedef struct pt_comm_config {
 typedef struct pt_comm_stats {
     uint64_t bytes_sent, bytes_recv;
     uint64_t msgs_sent, msgs_recv;
-    uint64_t early_arrivals;    /* messages stashed because another one was wanted */
-    uint64_t bad_msgs;          /* frames dropped, all reasons: the sum of the five below */
-    uint64_t dropped_malformed; /* bad magic, header or payload size, parts */
-    uint64_t dropped_token;     /* wrong run token or generation */
-    uint64_t dropped_sender;    /* source out of range, this rank, or not the path it uses */
-    uint64_t dropped_seq;       /* not the next sequence number of its source (replay, gap) */
-    uint64_t dropped_overflow;  /* would have grown the stash past its bound */
+    uint64_t early_arrivals;     /* messages stashed because another one was wanted */
+    uint64_t bad_msgs;           /* frames dropped, all reasons: the sum of the six below */
+    uint64_t dropped_malformed;  /* bad magic, header or payload size, parts */
+    uint64_t dropped_token;      /* another run's token */
+    uint64_t dropped_generation; /* this run's token, another plan generation's */
+    uint64_t dropped_sender;     /* source out of range, this rank, or not the path it uses */
+    uint64_t dropped_seq;        /* not the next sequence number of its source (replay, gap) */
+    uint64_t dropped_overflow;   /* would have grown the stash past its bound */
     uint64_t shm_peers_out, shm_peers_in; /* peers reached / heard over shared memory */
+    uint64_t handshakes_failed;           /* PUSH handshakes refused or failed (socket replaced) */
     size_t stash_bytes;                   /* payload bytes waiting in the stash now */
     size_t stash_peak_bytes;              /* high-water mark of stash_bytes */
     size_t pool_bytes;                    /* send buffers kept for reuse, in flight or idle */
@@ -161,8 +166,24 @@ const char *pt_comm_endpoint(const pt_comm *self);
  * live peer: messages queue until it appears. May be called once. */
 int pt_comm_connect(pt_comm *self, const char *const *endpoints, pt_error *err);
 
+/* Waits until every PUSH socket pt_comm_connect opened has completed its
+ * handshake with the peer (CURVE: the peer's ZAP handler took this rank's
+ * key), so that what is sent next reaches a socket that accepts it. A
+ * refused or failed handshake ends that connection for good in libzmq, so
+ * its socket is replaced (nothing was sent on it) and tried again after
+ * PT_COMM_HANDSHAKE_RETRY_MS, doubling up to 2^PT_COMM_HANDSHAKE_BACKOFF_STEPS
+ * times that. Returns 0 when all are confirmed; PT_EREFUSED naming the peer,
+ * its endpoint and the refusal once a peer failed max_failures handshakes
+ * (0: no such bound); PT_ETIMEOUT naming the first unconfirmed peer after
+ * timeout_ms; PT_ESTATE after pt_comm_interrupt. Call it before the first
+ * send; calling it again returns at once for confirmed peers. */
+#define PT_COMM_HANDSHAKE_RETRY_MS      20
+#define PT_COMM_HANDSHAKE_BACKOFF_STEPS 5
+int pt_comm_await_peers(pt_comm *self, int timeout_ms, int max_failures, pt_error *err);
+
 /* Create and connect in one: binds endpoints[cfg->rank] (cfg->bind_endpoint
- * is ignored) and connects to the others, for when every endpoint is known
+ * is ignored) and connects to the others (without awaiting the handshakes),
+ * for when every endpoint is known
  * beforehand (fixed ports, ipc paths, inproc names). Same contract as
  * pt_comm_create + pt_comm_connect; on failure nothing is left open. */
 int pt_comm_open(const pt_comm_config *cfg, const char *const *endpoints, pt_comm **out,

@@ -156,6 +156,15 @@ typedef struct pt_shm_rec {
 /* The next record: 1 (in *rec, valid until consumed), 0 none yet, PT_EPARSE
  * a corrupt ring. */
 int pt_shm_ring_peek(pt_shm_ring *r, pt_shm_rec *rec);
+/* One look of pt_shm_ring_peek at the record at tail, a value of the ring's
+ * tail read earlier (exposed so a test can hold a receiver between reading
+ * tail and reading the record, where the producer's rewind of an empty ring
+ * raced it): the same returns, or PT_SHM_AGAIN when tail moved meanwhile or
+ * a PAD was consumed (read tail again and retry). */
+#define PT_SHM_AGAIN 2
+int pt_shm_ring_peek_from(pt_shm_ring *r, uint64_t tail, pt_shm_rec *rec);
+/* The ring's tail now (the receiver's count of consumed bytes). */
+uint64_t pt_shm_ring_tail(const pt_shm_ring *r);
 /* Producer: on, a consumer found asleep by a send is woken only when this is
  * called again with on = 0 (so a rank that sends to several peers in a row
  * is not preempted by the first it wakes); a sender whose ring is full

@@ -19,8 +19,12 @@ static const pt_cuda_module *nccl_module(pt_error *err)
         pt_error_set(err, PT_EUNSUPP, "nccl: %s", why.msg);
         return NULL;
     }
-    if (!m->nccl_id_new) {
+    if (!m->nccl_load) {
         pt_error_set(err, PT_EUNSUPP, "nccl: this pipetop was built without NCCL");
+        return NULL;
+    }
+    if (m->nccl_load(&why) < 0) {
+        pt_error_set(err, PT_EUNSUPP, "%s", why.msg);
         return NULL;
     }
     return m;
@@ -126,7 +130,7 @@ int pt_nccl_create(const char *hex_id, int nranks, int rank, const pt_backend *b
 static const pt_cuda_module *comm_module(const pt_nccl *self, pt_error *err)
 {
     const pt_cuda_module *m = self ? pt_cuda_module_loaded() : NULL;
-    if (!m || !m->nccl_id_new) {
+    if (!m || !m->nccl_load) {
         pt_error_set(err, PT_EINVAL, "nccl: no communicator");
         return NULL;
     }
@@ -178,32 +182,43 @@ static int check_peer(const pt_nccl *self, int peer, pt_error *err)
     return 0;
 }
 
-int pt_nccl_send(pt_nccl *self, int peer, const float *buf, size_t count, pt_error *err)
+int pt_nccl_p2p_group(pt_nccl *self, const pt_nccl_p2p *ops, int n, pt_error *err)
 {
     const pt_cuda_module *m = comm_module(self, err);
-    int rc = m ? check_peer(self, peer, err) : PT_EINVAL;
-    return rc < 0 ? rc : m->nccl_send(self, peer, buf, count, err);
+    if (!m)
+        return PT_EINVAL;
+    if (!ops || n < 1 || n > PT_NCCL_GROUP_MAX)
+        return pt_error_set(err, PT_EINVAL, "nccl: a group of %d operations (1..%d)", n,
+                            PT_NCCL_GROUP_MAX);
+    for (int i = 0; i < n; i++) {
+        int rc = check_peer(self, ops[i].peer, err);
+        if (rc < 0)
+            return rc;
+    }
+    return m->nccl_p2p(self, ops, n, err);
+}
+
+int pt_nccl_send(pt_nccl *self, int peer, const float *buf, size_t count, pt_error *err)
+{
+    pt_nccl_p2p op = {1, peer, (float *)buf, count}; /* a send only reads buf */
+    return pt_nccl_p2p_group(self, &op, 1, err);
 }
 
 int pt_nccl_recv(pt_nccl *self, int peer, float *buf, size_t count, pt_error *err)
 {
-    const pt_cuda_module *m = comm_module(self, err);
-    int rc = m ? check_peer(self, peer, err) : PT_EINVAL;
-    return rc < 0 ? rc : m->nccl_recv(self, peer, buf, count, err);
+    pt_nccl_p2p op = {0, peer, buf, count};
+    return pt_nccl_p2p_group(self, &op, 1, err);
 }
 
 int pt_nccl_exchange(pt_nccl *self, int to, const float *sbuf, int from, float *rbuf, size_t count,
                      pt_error *err)
 {
-    const pt_cuda_module *m = comm_module(self, err);
-    int rc = m ? check_peer(self, to, err) : PT_EINVAL;
-    if (rc == 0)
-        rc = check_peer(self, from, err);
-    return rc < 0 ? rc : m->nccl_exchange(self, to, sbuf, from, rbuf, count, err);
+    pt_nccl_p2p ops[2] = {{1, to, (float *)sbuf, count}, {0, from, rbuf, count}};
+    return pt_nccl_p2p_group(self, ops, 2, err);
 }
 
-int pt_nccl_wait(pt_nccl *self, pt_error *err)
+int pt_nccl_wait(pt_nccl *self, int timeout_ms, pt_error *err)
 {
     const pt_cuda_module *m = comm_module(self, err);
-    return m ? m->nccl_wait(self, err) : PT_EINVAL;
+    return m ? m->nccl_wait(self, timeout_ms > 0 ? timeout_ms : PT_NCCL_WAIT_MS, err) : PT_EINVAL;
 }

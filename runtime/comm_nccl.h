@@ -18,8 +18,24 @@
  * Ordering. NCCL operations are enqueued on the backend's stream and do not
  * wait for the host; a send and its matching receive must be issued in the
  * same order on both ranks (the schedule programs issue a pair's messages in
- * micro-batch order). Errors of an enqueued operation surface at the next
- * call that synchronises (a download, or pt_nccl_wait). */
+ * micro-batch order). A send or receive blocks its stream until the peer's
+ * matching call runs (for messages beyond NCCL's internal buffers, always
+ * assumed here), so calls that must progress together, such as a stage's
+ * send of one micro-batch's activations and its receive of another's
+ * gradient from the same neighbour, are enqueued as one group
+ * (pt_nccl_p2p_group; NCCL's "Point-to-point communication" guide).
+ *
+ * Errors. A failed enqueue is returned at once. Errors of an enqueued
+ * operation, and a peer that never answers, surface in pt_nccl_wait, which
+ * polls the stream (cudaStreamQuery) and NCCL's asynchronous error
+ * (ncclCommGetAsyncError) instead of blocking, and aborts the communicator
+ * (ncclCommAbort) on an error or at its timeout: a dead peer costs the
+ * timeout, never a hang. An aborted communicator fails every later call;
+ * destroy it.
+ *
+ * NCCL itself (libnccl.so.2) is opened at run time by the CUDA module the
+ * first time it is needed; without it the CUDA backend works and only the
+ * functions here say what did not load. */
 #ifndef PT_RUNTIME_COMM_NCCL_H
 #define PT_RUNTIME_COMM_NCCL_H
 
@@ -34,7 +50,10 @@
 
 _Static_assert(PT_NCCL_ID_HEX <= PT_MSG_NCCL_ID_MAX, "the assign message holds an NCCL id");
 
-/* 1 when the CUDA module loads and has NCCL (this loads the module). */
+#define PT_NCCL_WAIT_MS 30000 /* pt_nccl_wait's timeout when the caller has none */
+
+/* 1 when the CUDA module loads, was built with NCCL's header and opens
+ * libnccl.so.2 (this loads both). */
 int pt_nccl_built(void);
 
 /* Writes the 128 id bytes as 256 lower-case hex digits and a NUL. Returns 0,
@@ -83,7 +102,22 @@ int pt_nccl_size(const pt_nccl *self);
 /* buf (device, count floats) = the sum over ranks, in place. */
 int pt_nccl_allreduce(pt_nccl *self, float *buf, size_t count, pt_error *err);
 
-/* Point-to-point on device buffers; `peer` is a rank of this communicator. */
+/* One point-to-point operation of a group. */
+typedef struct pt_nccl_p2p {
+    int send;     /* 1: send buf to peer (buf is only read); 0: receive into buf */
+    int peer;     /* a rank of the communicator */
+    float *buf;   /* device, count floats */
+    size_t count; /* equal to the peer's matching call */
+} pt_nccl_p2p;
+
+/* Enqueues ops[0..n) (1 <= n <= PT_NCCL_GROUP_MAX) as one NCCL group: they
+ * progress together, and the stream goes on once all are done. Operations
+ * with the same peer and direction are matched in order. Returns 0, or
+ * PT_EINVAL (a bad peer or n; nothing enqueued) or PT_EIO (NCCL's words). */
+#define PT_NCCL_GROUP_MAX 64
+int pt_nccl_p2p_group(pt_nccl *self, const pt_nccl_p2p *ops, int n, pt_error *err);
+
+/* One send, one receive: groups of one. */
 int pt_nccl_send(pt_nccl *self, int peer, const float *buf, size_t count, pt_error *err);
 int pt_nccl_recv(pt_nccl *self, int peer, float *buf, size_t count, pt_error *err);
 
@@ -92,8 +126,11 @@ int pt_nccl_recv(pt_nccl *self, int peer, float *buf, size_t count, pt_error *er
 int pt_nccl_exchange(pt_nccl *self, int to, const float *sbuf, int from, float *rbuf, size_t count,
                      pt_error *err);
 
-/* Waits for everything enqueued on the communicator's stream and reports
- * an asynchronous NCCL error. */
-int pt_nccl_wait(pt_nccl *self, pt_error *err);
+/* Waits until everything enqueued on the communicator's stream is done,
+ * polling (see "Errors" above) for at most timeout_ms (<= 0:
+ * PT_NCCL_WAIT_MS). Returns 0; PT_EIO (a CUDA or asynchronous NCCL error;
+ * err has its words) or PT_ETIMEOUT (err says how long), after which the
+ * communicator is aborted. */
+int pt_nccl_wait(pt_nccl *self, int timeout_ms, pt_error *err);
 
 #endif

@@ -483,29 +483,44 @@ int pt_shm_ring_peek(pt_shm_ring *r, pt_shm_rec *rec)
 {
     for (;;) {
         uint64_t tail = atomic_load_explicit(&r->ctl->tail, memory_order_relaxed);
-        uint64_t head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
-        if (head == tail)
-            return 0;
-        size_t off = (size_t)(tail & (r->cap - 1));
-        const unsigned char *at = r->data + off;
-        uint32_t type;
-        uint64_t len;
-        memcpy(&type, at, 4);
-        memcpy(&len, at + 8, 8);
-        /* The producer is trusted only as far as the mapping goes. */
-        if (len > r->cap - off - REC_HDR ||
-            (type != REC_MSG && type != REC_CONT && type != REC_PAD))
-            return PT_EPARSE;
-        if (type == REC_PAD) {
-            pt_shm_ring_consume_to(r, tail + r->cap - off);
-            continue;
-        }
-        rec->type = type == REC_MSG ? PT_SHM_MSG : PT_SHM_CONT;
-        rec->data = at + REC_HDR;
-        rec->len = (size_t)len;
-        r->pending_tail = tail + rec_size((size_t)len);
-        return 1;
+        int rc = pt_shm_ring_peek_from(r, tail, rec);
+        if (rc != PT_SHM_AGAIN)
+            return rc;
     }
+}
+
+int pt_shm_ring_peek_from(pt_shm_ring *r, uint64_t tail, pt_shm_rec *rec)
+{
+    uint64_t head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
+    if (head == tail)
+        return 0;
+    size_t off = (size_t)(tail & (r->cap - 1));
+    const unsigned char *at = r->data + off;
+    uint32_t type;
+    uint64_t len;
+    memcpy(&type, at, 4);
+    memcpy(&len, at + 8, 8);
+    /* The producer may have moved tail itself (reserve's rewind of an empty
+     * ring consumes its own PAD) since tail was read, and written new
+     * records over the bytes at tail: what was read there is the record at
+     * tail only if tail is still there now. Once it is, the producer cannot
+     * move tail again while this record is unconsumed (it rewinds only an
+     * empty ring), so the record stays valid until consumed. */
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&r->ctl->tail, memory_order_relaxed) != tail)
+        return PT_SHM_AGAIN;
+    /* The producer is trusted only as far as the mapping goes. */
+    if (len > r->cap - off - REC_HDR || (type != REC_MSG && type != REC_CONT && type != REC_PAD))
+        return PT_EPARSE;
+    if (type == REC_PAD) {
+        pt_shm_ring_consume_to(r, tail + r->cap - off);
+        return PT_SHM_AGAIN;
+    }
+    rec->type = type == REC_MSG ? PT_SHM_MSG : PT_SHM_CONT;
+    rec->data = at + REC_HDR;
+    rec->len = (size_t)len;
+    r->pending_tail = tail + rec_size((size_t)len);
+    return 1;
 }
 
 void pt_shm_ring_consume(pt_shm_ring *r)
@@ -540,6 +555,11 @@ int pt_shm_ring_readable(const pt_shm_ring *r)
 {
     return atomic_load_explicit(&r->ctl->head, memory_order_acquire) !=
            atomic_load_explicit(&r->ctl->tail, memory_order_relaxed);
+}
+
+uint64_t pt_shm_ring_tail(const pt_shm_ring *r)
+{
+    return atomic_load_explicit(&r->ctl->tail, memory_order_acquire);
 }
 
 uint64_t pt_shm_ring_peer_count(const pt_shm_ring *r)

@@ -28,6 +28,7 @@
 #include "runtime/backend_cuda.h"
 #ifdef __cplusplus
 typedef struct pt_nccl pt_nccl; /* runtime/comm_nccl.h is C only (_Static_assert) */
+typedef struct pt_nccl_p2p pt_nccl_p2p;
 #else
 #include "runtime/comm_nccl.h"
 #endif
@@ -37,7 +38,7 @@ typedef struct pt_nccl pt_nccl; /* runtime/comm_nccl.h is C only (_Static_assert
 #define PT_CUDA_MODULE_ENTRY "pt_cuda_module_v1"
 /* Raised with every change to struct pt_cuda_module or struct pt_backend, so
  * that a module from another build is refused rather than called wrongly. */
-#define PT_CUDA_MODULE_ABI 1
+#define PT_CUDA_MODULE_ABI 2
 
 typedef struct pt_cuda_module {
     int abi;             /* PT_CUDA_MODULE_ABI as the module was built */
@@ -45,6 +46,8 @@ typedef struct pt_cuda_module {
     size_t backend_size; /* sizeof(pt_backend) as the module was built */
 
     /* ---- devices and backends (runtime/backend_cuda.h) ---- */
+    /* the number of devices, or PT_EUNSUPP with CUDA's words for why none */
+    int (*device_probe)(pt_error *err);
     int (*device_count)(void);
     int (*device_name)(int device, char *buf, size_t cap);
     int (*device_bus_id)(int device, char *buf, size_t cap);
@@ -58,8 +61,14 @@ typedef struct pt_cuda_module {
     int (*backend_mem_info)(const pt_backend *be, int64_t *free_bytes, int64_t *total_bytes);
 
     /* ---- NCCL (runtime/comm_nccl.h); every entry NULL in a module built
-     * without NCCL. The core has checked be is a CUDA backend, the ranks
-     * and the id, and that peers are ranks of the communicator. ---- */
+     * without NCCL's header. libnccl.so.2 is not linked: the module opens it
+     * the first time nccl_load is called ($PIPETOP_NCCL_LIBRARY names another
+     * file), so a machine without it still has the CUDA backend. The core
+     * calls nccl_load (0, or PT_EUNSUPP naming the library and dlerror()'s
+     * words) before any other entry below, and has checked be is a CUDA
+     * backend, the ranks, the id, and that peers are ranks of the
+     * communicator. ---- */
+    int (*nccl_load)(pt_error *err);
     /* id: PT_NCCL_ID_BYTES bytes (ncclUniqueId), written / read */
     int (*nccl_id_new)(unsigned char *id, pt_error *err);
     int (*nccl_create)(const unsigned char *id, int nranks, int rank, int device, void *stream,
@@ -69,11 +78,9 @@ typedef struct pt_cuda_module {
     int (*nccl_rank)(const pt_nccl *self);
     int (*nccl_size)(const pt_nccl *self);
     int (*nccl_allreduce)(pt_nccl *self, float *buf, size_t count, pt_error *err);
-    int (*nccl_send)(pt_nccl *self, int peer, const float *buf, size_t count, pt_error *err);
-    int (*nccl_recv)(pt_nccl *self, int peer, float *buf, size_t count, pt_error *err);
-    int (*nccl_exchange)(pt_nccl *self, int to, const float *sbuf, int from, float *rbuf,
-                         size_t count, pt_error *err);
-    int (*nccl_wait)(pt_nccl *self, pt_error *err);
+    /* ops[0..n) as one ncclGroupStart/ncclGroupEnd group */
+    int (*nccl_p2p)(pt_nccl *self, const pt_nccl_p2p *ops, int n, pt_error *err);
+    int (*nccl_wait)(pt_nccl *self, int timeout_ms, pt_error *err);
 } pt_cuda_module;
 
 /* The module's entry point, PT_CUDA_MODULE_ENTRY: a static table, never NULL. */
@@ -92,6 +99,14 @@ const pt_cuda_module *pt_cuda_module_get(pt_error *err);
 /* The module when an earlier call loaded it, else NULL; never loads it. A
  * CUDA backend or an NCCL communicator exists only once it is loaded. */
 const pt_cuda_module *pt_cuda_module_loaded(void);
+
+/* Makes m (static, never freed) the process's module, as if it had been
+ * loaded, for stand-ins: tests that drive the executor's NCCL path, or the
+ * GPU tests' dry runs, with a table whose backend is the CPU's and whose
+ * NCCL records and delivers on the host. It is checked like a loaded module
+ * (ABI number and sizes). Returns 0, PT_EINVAL (err: why m is refused) or
+ * PT_ESTATE when a module was already loaded or set (it stays). */
+int pt_cuda_module_set(const pt_cuda_module *m, pt_error *err);
 
 /* ---- the module's side (runtime/cuda/, built into libpt_cuda.so only) ---- */
 

@@ -12,6 +12,7 @@
 #include "runtime/backend_cuda.h"
 #include "runtime/comm_nccl.h"
 #include "runtime/exec_internal.h"
+#include "runtime/exec_nccl.h"
 
 #define FNV_OFFSET 1469598103934665603ull
 #define FNV_PRIME  1099511628211ull
@@ -76,6 +77,8 @@ struct pt_exec {
     int64_t *wcount;
     int dirty;
     int ready; /* every buffer allocated */
+    /* NCCL (cfg.nccl): where each message is enqueued, nccl_prepare's groups */
+    int *nccl_groups;
 };
 
 int64_t pt_exec_now_ns(void)
@@ -481,15 +484,12 @@ static int op_bwd(pt_exec *ex, int i, const pt_op *op, const pt_xop *x, pt_exec_
     return 0;
 }
 
-/* A message between stages: straight from/into the device buffer when the
- * host can address it, else through msg_host (download before a send, upload
- * after a receive). */
+/* A message between stages over ZeroMQ: straight from/into the device buffer
+ * when the host can address it, else through msg_host (download before a
+ * send, upload after a receive). NCCL messages go through nccl_messages. */
 static int exchange(pt_exec *ex, int send, int dst, uint64_t tag, float *buf, size_t count,
                     pt_error *err)
 {
-    if (ex->cfg.nccl)
-        return send ? pt_nccl_send(ex->cfg.nccl, dst, buf, count, err)
-                    : pt_nccl_recv(ex->cfg.nccl, dst, buf, count, err);
     if (!ex->staged)
         return send ? pt_comm_send(ex->cfg.comm, dst, tag, buf, count, err)
                     : pt_comm_recv(ex->cfg.comm, dst, tag, buf, count, err);
@@ -504,36 +504,124 @@ static int exchange(pt_exec *ex, int send, int dst, uint64_t tag, float *buf, si
     return rc;
 }
 
-static int op_exchange(pt_exec *ex, const pt_op *op, const pt_xop *x, int64_t base,
-                       pt_exec_event *ev, pt_error *err)
+/* The device floats of message op `op` (SEND/RECV): its rows of the buffer
+ * it reads or fills; *count floats. */
+static float *message_buf(pt_exec *ex, const pt_op *op, const pt_xop *x, size_t *count)
 {
     int lo = op->row_lo - ex->wk->row_lo, n = op->row_hi - op->row_lo;
-    int dst = ex->ranks[op->peer];
     float *buf;
     int64_t elems;
-    int send = op->kind == PT_OP_SEND_ACT || op->kind == PT_OP_SEND_GRAD;
-    pt_comm_kind kind =
-        op->kind == PT_OP_SEND_ACT || op->kind == PT_OP_RECV_ACT ? PT_COMM_ACT : PT_COMM_GRAD;
     switch (op->kind) {
     case PT_OP_SEND_ACT:
         elems = ex->out_elems;
-        buf = (float *)ex->slot_y[x->slot] + (int64_t)lo * elems;
+        buf = (float *)ex->slot_y[x->slot];
         break;
     case PT_OP_RECV_ACT:
         elems = ex->in_elems;
-        buf = ex->inbufs[x->buf] + (int64_t)lo * elems;
+        buf = ex->inbufs[x->buf];
         break;
     case PT_OP_SEND_GRAD:
         elems = ex->in_elems;
-        buf = ex->dxbufs[x->buf] + (int64_t)lo * elems;
+        buf = ex->dxbufs[x->buf];
         break;
     default: /* PT_OP_RECV_GRAD */
         elems = ex->out_elems;
-        buf = ex->dybufs[x->buf] + (int64_t)lo * elems;
+        buf = ex->dybufs[x->buf];
         break;
     }
-    ev->bytes = (int64_t)n * elems * (int64_t)sizeof(float);
-    return exchange(ex, send, dst, tag_of(ex, kind, op, base), buf, (size_t)(n * elems), err);
+    *count = (size_t)((int64_t)n * elems);
+    return buf + (int64_t)lo * elems;
+}
+
+static int is_send(pt_op_kind kind)
+{
+    return kind == PT_OP_SEND_ACT || kind == PT_OP_SEND_GRAD;
+}
+
+static int is_message(pt_op_kind kind)
+{
+    return is_send(kind) || kind == PT_OP_RECV_ACT || kind == PT_OP_RECV_GRAD;
+}
+
+static int op_exchange(pt_exec *ex, const pt_op *op, const pt_xop *x, int64_t base,
+                       pt_exec_event *ev, pt_error *err)
+{
+    size_t count;
+    float *buf = message_buf(ex, op, x, &count);
+    pt_comm_kind kind =
+        op->kind == PT_OP_SEND_ACT || op->kind == PT_OP_RECV_ACT ? PT_COMM_ACT : PT_COMM_GRAD;
+    ev->bytes = (int64_t)(count * sizeof(float));
+    return exchange(ex, is_send(op->kind), ex->ranks[op->peer], tag_of(ex, kind, op, base), buf,
+                    count, err);
+}
+
+/* ---- NCCL (runtime/comm_nccl.h) ---------------------------------------- */
+
+/* How long an NCCL wait may take: the communicator's bound when there is one. */
+static int nccl_timeout_ms(const pt_exec *ex)
+{
+    return ex->cfg.comm ? pt_comm_timeout_ms(ex->cfg.comm) : PT_NCCL_WAIT_MS;
+}
+
+/* With NCCL, a run of messages of the program: the SEND/RECV ops that
+ * follow one another from op i, which nccl_messages handles in one go. 0
+ * when op i is not a message or the messages go over ZeroMQ.
+ *
+ * Why. An NCCL send or receive holds its stream until the peer's matching
+ * call runs, unlike ZeroMQ's buffered sends, which the schedules' orders were
+ * made for: one by one, 1f1b-flush on 2 stages deadlocks (stage 0 runs
+ * SEND_ACT(1) then RECV_GRAD(0), stage 1 SEND_GRAD(0) then RECV_ACT(1), each
+ * send waiting for a receive queued behind the other's). So the messages of
+ * a run are enqueued as one group, and a send that would still block is
+ * deferred to a later group (runtime/exec_nccl.h; tests/runtime/
+ * exec_nccl_test.c replays every synchronous kind). */
+static int nccl_run(const pt_exec *ex, int i)
+{
+    if (!ex->cfg.nccl || !is_message(ex->ops[i].kind))
+        return 0;
+    int g = 1;
+    while (i + g < ex->n && g < PT_EXEC_WEIGHT_RUN_MAX && is_message(ex->ops[i + g].kind))
+        g++;
+    return g;
+}
+
+/* The run of messages i .. i+g-1 (nccl_run): the NCCL group the plan puts
+ * at op i (the run's messages not deferred, and messages of earlier runs
+ * deferred to it), then a wait that polls and aborts a communicator whose
+ * peer fails or never answers (pt_nccl_wait): no later op is queued behind
+ * a message that cannot complete. A run's messages are enqueued at the
+ * start of the run, so a deferred message's event has its own run's time. */
+static int nccl_messages(pt_exec *ex, int i, int g, pt_exec_event *ev, pt_error *err)
+{
+    for (int k = 0; k < g; k++) {
+        size_t count;
+        message_buf(ex, &ex->ops[i + k], &ex->plan.xop[i + k], &count);
+        ev[k].bytes = (int64_t)(count * sizeof(float));
+    }
+    const int *member = ex->nccl_groups + ex->n + 1;
+    int first = ex->nccl_groups[i], n = ex->nccl_groups[i + 1] - first;
+    if (n == 0)
+        return 0; /* every message of the run was deferred to a later group */
+    if (n > PT_NCCL_GROUP_MAX)
+        return pt_error_set(err, PT_EINVAL, "executor: a group of %d NCCL messages, at most %d", n,
+                            PT_NCCL_GROUP_MAX);
+    pt_nccl_p2p ops[PT_NCCL_GROUP_MAX];
+    for (int k = 0; k < n; k++) {
+        const pt_op *op = &ex->ops[member[first + k]];
+        ops[k].send = is_send(op->kind);
+        ops[k].peer = ex->ranks[op->peer];
+        ops[k].buf = message_buf(ex, op, &ex->plan.xop[member[first + k]], &ops[k].count);
+    }
+    int rc = pt_nccl_p2p_group(ex->cfg.nccl, ops, n, err);
+    return rc < 0 ? rc : pt_nccl_wait(ex->cfg.nccl, nccl_timeout_ms(ex), err);
+}
+
+/* The synchronous all-reduce of a gradient buffer on the replicas' NCCL
+ * communicator, waited for as nccl_messages does. */
+static int nccl_allreduce(pt_exec *ex, float *grads, int64_t count, pt_error *err)
+{
+    int rc = pt_nccl_allreduce(ex->cfg.nccl_replicas, grads, (size_t)count, err);
+    return rc < 0 ? rc : pt_nccl_wait(ex->cfg.nccl_replicas, nccl_timeout_ms(ex), err);
 }
 
 /* The synchronous all-reduce of a gradient buffer, through msg_host when the
@@ -541,7 +629,7 @@ static int op_exchange(pt_exec *ex, const pt_op *op, const pt_xop *x, int64_t ba
 static int allreduce(pt_exec *ex, float *grads, int64_t count, pt_error *err)
 {
     if (ex->cfg.nccl_replicas)
-        return pt_nccl_allreduce(ex->cfg.nccl_replicas, grads, (size_t)count, err);
+        return nccl_allreduce(ex, grads, count, err);
     if (!ex->staged)
         return pt_comm_allreduce(ex->cfg.comm, &ex->group, grads, (size_t)count, PT_COMM_SUM, err);
     size_t bytes = (size_t)count * sizeof(float);
@@ -732,7 +820,7 @@ int pt_exec_run(pt_exec *ex, int64_t iteration_base, pt_exec_result *res, pt_err
             return op_error(ex, i, pt_error_set(err, PT_ESTATE, "stopped"), err);
         if (ex->fifo_n)
             ar_pump(ex);
-        int g = weight_run(ex, i);
+        int msgs = nccl_run(ex, i), g = msgs ? msgs : weight_run(ex, i);
         memset(evs, 0, (size_t)g * sizeof evs[0]);
         for (int k = 0; k < g; k++)
             evs[k].used_version = -1;
@@ -741,7 +829,9 @@ int pt_exec_run(pt_exec *ex, int64_t iteration_base, pt_exec_result *res, pt_err
             return op_error(ex, i, rc, err);
         int64_t t0 = pt_exec_now_ns();
         evs[0].start_ns = t0;
-        rc = g > 1 ? op_bwd_weights(ex, i, g, evs, err) : exec_op(ex, i, iteration_base, evs, err);
+        rc = msgs    ? nccl_messages(ex, i, g, evs, err)
+             : g > 1 ? op_bwd_weights(ex, i, g, evs, err)
+                     : exec_op(ex, i, iteration_base, evs, err);
         int64_t t1 = pt_exec_now_ns();
         host_done(ex, rc);
         if (rc < 0)
@@ -846,13 +936,6 @@ static int check_config(pt_exec *ex, const pt_exec_config *cfg, pt_error *err)
                             "executor: worker %d: an optimizer over the net's %lld parameters is "
                             "required",
                             w, (long long)pt_net_param_count(net));
-    if ((cfg->nccl || cfg->nccl_replicas) && !pt_backend_is_cuda(pt_net_backend(net)))
-        return pt_error_set(err, PT_EINVAL,
-                            "executor: worker %d: NCCL communicators need the CUDA backend, not %s",
-                            w, pt_net_backend(net)->name);
-    if (cfg->nccl && pt_nccl_rank(cfg->nccl) != ex->ranks[w])
-        return pt_error_set(err, PT_EINVAL, "executor: worker %d: the NCCL rank is %d, not %d", w,
-                            pt_nccl_rank(cfg->nccl), ex->ranks[w]);
     if (ne->needs_comm && !cfg->comm)
         return pt_error_set(err, PT_EINVAL, "executor: worker %d: a communicator is required", w);
     if (cfg->comm && pt_comm_rank(cfg->comm) != ex->ranks[w])
@@ -876,6 +959,82 @@ static int check_config(pt_exec *ex, const pt_exec_config *cfg, pt_error *err)
         if (ex->ranks[r] < 0 || (cfg->comm && ex->ranks[r] >= pt_comm_size(cfg->comm)))
             return pt_error_set(err, PT_EINVAL, "executor: worker %d: rank of worker %d is %d", w,
                                 r, ex->ranks[r]);
+    return 0;
+}
+
+/* NCCL communicators of cfg checked against the executor (a CUDA backend,
+ * the worker's own rank, no host: chunks sharing a device share one stream
+ * and exchange over ZeroMQ), and the worker's NCCL groups (runtime/exec_nccl.h)
+ * into *groups: [n+1] offsets, group of op i = members [groups[i],
+ * groups[i+1]) of the relative op indices that follow; NULL without nccl. */
+static int nccl_prepare(pt_exec *ex, const pt_exec_config *cfg, int **groups, pt_error *err)
+{
+    *groups = NULL;
+    int w = ex->w;
+    if (!cfg->nccl && !cfg->nccl_replicas)
+        return 0;
+    if (!pt_backend_is_cuda(ex->be))
+        return pt_error_set(err, PT_EINVAL,
+                            "executor: worker %d: NCCL communicators need the CUDA backend, not %s",
+                            w, ex->be->name);
+    if (cfg->host)
+        return pt_error_set(err, PT_EINVAL,
+                            "executor: worker %d: chunks that share a device take turns on one "
+                            "stream; they exchange over ZeroMQ, not NCCL",
+                            w);
+    if (!cfg->nccl)
+        return 0;
+    if (pt_nccl_rank(cfg->nccl) != ex->ranks[w])
+        return pt_error_set(err, PT_EINVAL, "executor: worker %d: the NCCL rank is %d, not %d", w,
+                            pt_nccl_rank(cfg->nccl), ex->ranks[w]);
+    int *at = malloc(((size_t)ex->p->op_count + 1) * sizeof *at);
+    int *g = malloc(((size_t)2 * ex->n + 2) * sizeof *g);
+    int *fill = malloc(((size_t)ex->n + 1) * sizeof *fill); /* next free slot per group */
+    int rc = at && g && fill ? pt_exec_nccl_plan(ex->p, at, err) : PT_ENOMEM;
+    if (rc == 0) { /* counting sort of the worker's messages by where they are enqueued */
+        const int *mine = at + ex->wk->op_begin, base = ex->wk->op_begin;
+        memset(g, 0, ((size_t)ex->n + 1) * sizeof *g);
+        for (int i = 0; i < ex->n; i++)
+            if (mine[i] >= 0)
+                g[mine[i] - base + 1]++;
+        for (int i = 0; i < ex->n; i++)
+            g[i + 1] += g[i];
+        memcpy(fill, g, (size_t)ex->n * sizeof *fill);
+        for (int i = 0; i < ex->n; i++)
+            if (mine[i] >= 0)
+                g[ex->n + 1 + fill[mine[i] - base]++] = i;
+    } else if (rc == PT_ENOMEM) {
+        pt_error_set(err, rc, "executor: worker %d: out of memory", w);
+    } else {
+        char msg[PT_ERROR_MAX];
+        snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+        pt_error_set(err, rc, "executor: worker %d: %s", w, msg);
+    }
+    free(at);
+    free(fill);
+    if (rc < 0)
+        free(g);
+    else
+        *groups = g;
+    return rc;
+}
+
+int pt_exec_set_nccl(pt_exec *ex, struct pt_nccl *nccl, struct pt_nccl *nccl_replicas,
+                     pt_error *err)
+{
+    if (!ex)
+        return pt_error_set(err, PT_EINVAL, "executor: NULL argument");
+    pt_exec_config cfg = ex->cfg;
+    cfg.nccl = nccl;
+    cfg.nccl_replicas = nccl_replicas;
+    int *groups = NULL;
+    int rc = nccl_prepare(ex, &cfg, &groups, err);
+    if (rc < 0)
+        return rc;
+    free(ex->nccl_groups);
+    ex->nccl_groups = groups;
+    ex->cfg.nccl = nccl;
+    ex->cfg.nccl_replicas = nccl_replicas;
     return 0;
 }
 
@@ -1008,7 +1167,8 @@ int pt_exec_create(const pt_exec_config *cfg, pt_exec **out, pt_error *err)
                           ex->w, ex->p->mb_size, (1 << PT_EXEC_HOST_ROW_BITS) - 1);
         goto fail;
     }
-    if ((rc = check_config(ex, cfg, err)) < 0 || (rc = alloc_buffers(ex, err)) < 0)
+    if ((rc = check_config(ex, cfg, err)) < 0 || (rc = alloc_buffers(ex, err)) < 0 ||
+        (rc = nccl_prepare(ex, cfg, &ex->nccl_groups, err)) < 0)
         goto fail;
     int s = ex->wk->stage, r0 = ex->p->stage_worker[s], nr = ex->p->stage_worker[s + 1] - r0;
     if (nr > PT_COMM_MAX_GROUP) {
@@ -1067,6 +1227,7 @@ void pt_exec_destroy(pt_exec **ex_p)
     free(ex->x_host);
     free(ex->lab_host);
     free(ex->ranks);
+    free(ex->nccl_groups);
     pt_exec_plan_free(&ex->plan);
     free(ex);
     *ex_p = NULL;

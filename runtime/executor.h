@@ -201,6 +201,15 @@ typedef struct pt_exec pt_exec;
  * and the result is PT_EINVAL (err names what does not fit) or PT_ENOMEM. */
 int pt_exec_create(const pt_exec_config *cfg, pt_exec **out, pt_error *err);
 
+/* Replaces the executor's NCCL communicators (pt_exec_config.nccl and
+ * .nccl_replicas; NULL: that traffic goes over ZeroMQ), checked as
+ * pt_exec_create checks them (a CUDA backend, the worker's own rank). For a
+ * driver that makes the communicators after its executors (a test's
+ * in-process pipeline); between runs only. Returns 0 or PT_EINVAL, leaving
+ * the executor unchanged. */
+int pt_exec_set_nccl(pt_exec *ex, struct pt_nccl *nccl, struct pt_nccl *nccl_replicas,
+                     pt_error *err);
+
 /* Frees what the executor allocated (back to the net's arena). Waits (bounded
  * by the communicator's timeout) for an all-reduce still in flight on the
  * collective. NULL-safe; sets *ex_p = NULL. */

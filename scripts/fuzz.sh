@@ -2,8 +2,8 @@
 # scripts/fuzz.sh BUILD SECONDS JOBS: runs every libFuzzer harness of BUILD
 # (configured with clang and -DPT_FUZZ=ON) for SECONDS each, JOBS at a time,
 # from a copy of the seed corpus (tests/data/bad/<format>), so the checked-in
-# corpus is never written, and read-only over tests/data, models and
-# topologies: libFuzzer runs every one of those files once before it mutates,
+# corpus is never written, and read-only over tests/data, models,
+# topologies, devices and profiles: libFuzzer runs every one of those files once before it mutates,
 # which is what the <harness>_replay test of a build without libFuzzer does. Exits 1 when any harness crashes,
 # leaks or fails a property; the crashing input is left in BUILD/fuzz-out/.
 set -uo pipefail
@@ -26,7 +26,8 @@ run_one() { # run_one NAME: the harness over a private corpus copy
     local fmt="${name#fuzz_}"
     [[ -d tests/data/bad/$fmt ]] && cp -r "tests/data/bad/$fmt/." "$corpus/"
     "$build/$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-        -artifact_prefix="$out/$name/" "$corpus" tests/data models topologies >"$out/$name/log" 2>&1
+        -artifact_prefix="$out/$name/" "$corpus" tests/data models topologies devices profiles \
+        >"$out/$name/log" 2>&1
     local rc=$?
     if [[ $rc -ne 0 ]]; then
         echo "fuzz: $name FAILED (exit $rc); log: $out/$name/log" >&2

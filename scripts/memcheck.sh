@@ -81,15 +81,24 @@ for t in "${all[@]}"; do
 done
 ((${#tests[@]})) || { echo "memcheck: no tests found in $build" >&2; exit 1; }
 supp="$src/scripts/valgrind.supp" # glibc false positives, each explained there
+# each test's bound under valgrind (the slowest take a few minutes): a hang
+# ends with the test named, not at CI's limit
+MEMCHECK_BOUND_S=${MEMCHECK_BOUND_S:-1200}
 export PT_SOURCE_DIR="$src" PT_BUILD_DIR="$src/$build" OPENBLAS_NUM_THREADS=1 PT_MEMCHECK=1 build out supp
+export MEMCHECK_BOUND_S
 export PIPETOP_CUDA_MODULE="$out/no-cuda-module/libpt_cuda.so" # see above
 run_one() {
     local t="$1" start=$SECONDS args=()
     [[ -s $out/$t.args ]] && eval "args=($(<"$out/$t.args"))"
-    if (cd "$build" && valgrind --error-exitcode=99 --leak-check=no --track-origins=no \
-        --quiet --suppressions="$supp" "./$t" "${args[@]}") >"$out/$t.log" 2>&1; then
+    local rc=0
+    (cd "$build" && timeout -k 10 "$MEMCHECK_BOUND_S" valgrind --error-exitcode=99 \
+        --leak-check=no --track-origins=no --quiet --suppressions="$supp" "./$t" "${args[@]}") \
+        >"$out/$t.log" 2>&1 || rc=$?
+    if ((rc == 0)); then
         echo "memcheck: $t ok ($((SECONDS - start)) s)"
     else
+        ((rc == 124 || rc == 137)) &&
+            echo "memcheck: $t still running after $MEMCHECK_BOUND_S s under valgrind: ended" >&2
         echo "memcheck: $t FAILED; $out/$t.log:" >&2
         tail -40 "$out/$t.log" >&2
         return 1

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One-step set-up for a fresh Debian 12 machine:
-#   scripts/setup.sh main   install what is missing, build, run the main job:
-#                           the console demo on a terminal (4 local agents
-#                           training fmnist-mlp-deep under a DAPPLE plan), the
-#                           same run headless when there is no terminal
+#   scripts/setup.sh main   install what is missing, build the two programs
+#                           (pipetop, pipetop-agent and, with CUDA, their
+#                           module; no test), run the main job: the console
+#                           demo on a terminal (4 local agents training
+#                           fmnist-mlp-deep under a DAPPLE plan), the same run
+#                           headless when there is no terminal
 #   scripts/setup.sh test   install what is missing, build, run every test
 #                           (normal build, then the unit tests again under
 #                           -fsanitize=address,undefined and under valgrind,
@@ -114,7 +116,7 @@ wait_background() {
 
 case "$mode" in
 main)
-    build build all
+    build build programs
     if [[ -t 0 && -t 1 ]]; then
         exec build/pipetop demo
     fi

@@ -10,7 +10,11 @@
 #   of its build tree), a CPU profile still runs, and --device cuda fails
 #   naming the file and dlopen's reason, in pipetop and in pipetop-agent;
 # - the real module, found from the build tree, loads: on a machine without
-#   a GPU, --device cuda fails with "no GPU visible", not with a load error;
+#   a GPU, --device cuda fails with CUDA's own words for why (cudaGetDeviceCount's
+#   error where there is no driver; "no GPU visible" only where CUDA counted
+#   none), not with a load error;
+# - the module does not need libnccl.so.2 (it opens NCCL when asked for), and
+#   as root, with that library hidden, the module still loads;
 # - as root, with the CUDA libraries' folder hidden in a mount namespace of
 #   the test's own, a CPU run still trains and --device cuda names libcudart.
 # In a build without the CUDA toolkit --device cuda says so instead.
@@ -73,12 +77,22 @@ if [ "$have_cuda" -eq 1 ]; then
     grep -qF "cannot load the CUDA module $absent" <<<"$out" ||
         fail "pipetop-agent: no clear error for the absent module: $out"
 
-    # the real module from the build tree loads: the error, if any, is the GPU's
+    # the real module from the build tree loads: the error, if any, is the GPU's,
+    # in CUDA's words when there is no driver to count devices with
     out=$(cuda_profile "$BUILD/pipetop")
     rc=$?
     if [ "$rc" -ne 0 ]; then
-        grep -qE 'cuda: no GPU visible|cuda: no device' <<<"$out" ||
+        grep -qE 'cuda: no GPU visible|cuda: no device|cuda: cudaGetDeviceCount: ' <<<"$out" ||
             fail "--device cuda with the build's module: $out"
+        if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+            grep -q 'cuda: cudaGetDeviceCount: .*(cudaError' <<<"$out" ||
+                fail "no NVIDIA driver here, yet --device cuda does not give CUDA's reason: $out"
+        fi
+    fi
+
+    # NCCL is opened at run time, not linked
+    if readelf -d "$BUILD/libpt_cuda.so" | grep -q 'NEEDED.*libnccl'; then
+        fail "libpt_cuda.so needs libnccl: a machine without NCCL loses the CUDA backend"
     fi
 fi
 
@@ -111,6 +125,32 @@ if [ "$have_cuda" -eq 1 ] && [ -n "$cudart" ] && [ "$(id -u)" -eq 0 ] &&
     fi
 else
     echo "cuda module: not root, no unshare or no CUDA module: the check without the CUDA libraries skipped"
+fi
+
+# A machine without NCCL: as root, with libnccl.so.2 replaced by an empty file
+# in a mount namespace of the test's own, the module still loads (--device
+# cuda fails as it did above, for the GPU's reason, not for a library).
+nccl_lib=$(ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" { print $NF; exit }')
+if [ "$have_cuda" -eq 1 ] && [ -n "$nccl_lib" ] && [ "$(id -u)" -eq 0 ] &&
+    unshare -m true 2>/dev/null; then
+    nccl_real=$(readlink -f "$nccl_lib")
+    : >"$tmp/empty"
+    # shellcheck disable=SC2016 # expanded by the inner shell
+    out=$(cd "$tmp" && unshare -m bash -c 'mount --bind "$1" "$2" || exit 90
+        "$3/pipetop" profile --model fmnist-mlp --device cuda --batch 8 --out p.json && exit 92
+        exit 0' _ "$tmp/empty" "$nccl_real" "$BUILD" 2>&1)
+    case $? in
+    0)
+        grep -q "cannot load the CUDA module" <<<"$out" &&
+            fail "without libnccl.so.2 the CUDA module does not load: $out"
+        grep -qE 'cuda: no GPU visible|cuda: no device|cuda: cudaGetDeviceCount: ' <<<"$out" ||
+            fail "without libnccl.so.2: $out"
+        ;;
+    90) echo "cuda module: cannot hide $nccl_real (mount failed); that check skipped" ;;
+    *) fail "without libnccl.so.2, --device cuda: $out" ;;
+    esac
+else
+    echo "cuda module: not root, no unshare, no NCCL or no CUDA module: the check without NCCL skipped"
 fi
 
 # a program moved out of its build tree finds no module, says where it looked

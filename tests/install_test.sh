@@ -128,11 +128,13 @@ out=$(in_work "$tmp/bare/bin/pipetop" profile --analytic --model fmnist-mlp --de
 out=$(in_work env PIPETOP_DATA="$P/share/pipetop" "$tmp/bare/bin/pipetop" profile --analytic \
     --model fmnist-mlp --device cpu-local --batch 8 2>&1) || fail "PIPETOP_DATA not used: $out"
 
-# --device cuda: the installed module loads (the error, if any, is the GPU's);
+# --device cuda: the installed module loads (the error, if any, is the GPU's, in
+# CUDA's words where it cannot count devices);
 # bin/ alone has no module and says where it looked
 if [ -e "$BUILD/libpt_cuda.so" ]; then
     out=$(in_work "$P/bin/pipetop" profile --model fmnist-mlp --device cuda --batch 8 \
-        --out cuda.json 2>&1) || grep -qE 'cuda: no GPU visible|cuda: no device' <<<"$out" ||
+        --out cuda.json 2>&1) ||
+        grep -qE 'cuda: no GPU visible|cuda: no device|cuda: cudaGetDeviceCount: ' <<<"$out" ||
         fail "installed pipetop --device cuda: $out"
     out=$(in_work env PIPETOP_DATA="$P/share/pipetop" "$tmp/bare/bin/pipetop" profile \
         --model fmnist-mlp --device cuda --batch 8 --out cuda.json 2>&1) &&

@@ -6,9 +6,11 @@
 #define PT_TESTS_TEST_H
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int pt_test_failures_;
 
@@ -65,16 +67,50 @@ struct pt_test_case {
     void (*fn)(void);
 };
 
+/* The watchdog: a test binary ends itself, naming the case it was in,
+ * PT_TEST_WATCHDOG_S seconds after it started (CMake sets it per test to
+ * nine tenths of the test's ctest TIMEOUT), so a hang is reported by the
+ * test rather than left to ctest's kill. Every wait in a test has a bound
+ * of its own that fails with what it waited for; this only catches one
+ * that was missed. */
+static const char *volatile pt_test_case_now_ = "(set-up)";
+
+static inline void pt_test_watchdog_fired_(int sig)
+{
+    (void)sig;
+    static const char a[] = "watchdog: still in test case \"", b[] = "\" after PT_TEST_WATCHDOG_S "
+                                                                     "seconds: a wait without a "
+                                                                     "bound of its own; failing\n";
+    const char *c = pt_test_case_now_;
+    ssize_t n = write(STDERR_FILENO, a, sizeof a - 1);
+    n = write(STDERR_FILENO, c, strlen(c));
+    n = write(STDERR_FILENO, b, sizeof b - 1);
+    (void)n;
+    _exit(124);
+}
+
+static inline void pt_test_watchdog_arm_(void)
+{
+    const char *e = getenv("PT_TEST_WATCHDOG_S");
+    int s = e ? atoi(e) : 0;
+    if (s > 0) {
+        signal(SIGALRM, pt_test_watchdog_fired_);
+        alarm((unsigned)s);
+    }
+}
+
 /* Usage: PT_TEST_MAIN({"name", fn}, ...). An argument filters tests by name. */
 #define PT_TEST_MAIN(...)                                                                          \
     int main(int argc, char **argv)                                                                \
     {                                                                                              \
         static const struct pt_test_case cases[] = {__VA_ARGS__};                                  \
         int passed = 0, failed = 0;                                                                \
+        pt_test_watchdog_arm_();                                                                   \
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {                              \
             if (argc > 1 && !strstr(cases[i].name, argv[1]))                                       \
                 continue;                                                                          \
             int before = pt_test_failures_;                                                        \
+            pt_test_case_now_ = cases[i].name;                                                     \
             cases[i].fn();                                                                         \
             int ok = pt_test_failures_ == before;                                                  \
             printf("%s %s\n", ok ? "ok  " : "FAIL", cases[i].name);                                \

@@ -19,7 +19,8 @@ extern "C" {
 #define THREADS     256 /* threads per block of the elementwise kernels */
 #define MAX_BLOCKS  4096
 #define WARP        32
-#define COL_CHUNK   64 /* rows one thread of a column reduction sums */
+#define COL_CHUNK   64   /* rows one thread of a column reduction sums at a stretch */
+#define COL_BLOCKS  1024 /* row blocks of a column reduction (grid.y), which stride on */
 #define ALIGN_BYTES 256
 
 typedef struct cuda_ctx {
@@ -50,6 +51,19 @@ static void check(cudaError_t e, const char *what)
     }
 }
 
+/* Every kernel launch goes through LAUNCH. A launch returns nothing: a bad
+ * configuration (a grid dimension over the device's limit), a launch from a
+ * thread whose current device is another one, or no kernel image for this GPU
+ * is reported only through cudaGetLastError, which is read (and cleared)
+ * right after it, so the failure is counted and named by its kernel instead
+ * of leaving stale output behind. An earlier asynchronous error (sticky) is
+ * reported here too, at the first launch after it. */
+#define LAUNCH(kernel, grid, block, stream, ...)                                                   \
+    do {                                                                                           \
+        kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__);                                     \
+        check(cudaGetLastError(), #kernel " launch");                                              \
+    } while (0)
+
 static void check_blas(cublasStatus_t s, const char *what)
 {
     if (s != CUBLAS_STATUS_SUCCESS) {
@@ -77,15 +91,25 @@ static int blocks_for(int64_t n)
 
 /* ---- memory ------------------------------------------------------------ */
 
+/* NULL on any failure, which is counted and reported with its cause: out of
+ * memory (with the size asked for; not sticky, so it is cleared) reads
+ * differently from a device already broken by an earlier error (sticky),
+ * which every later call will report too. */
 static void *cu_alloc(const pt_backend *be, size_t bytes)
 {
-    check(cudaSetDevice(ctx_of(be)->device), "cudaSetDevice");
+    int device = ctx_of(be)->device;
+    check(cudaSetDevice(device), "cudaSetDevice");
     void *p = NULL;
     size_t rounded = (bytes + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES;
     if (rounded == 0)
         rounded = ALIGN_BYTES;
-    if (cudaMalloc(&p, rounded) != cudaSuccess) {
-        cudaGetLastError(); /* out of memory is not sticky: clear it */
+    cudaError_t e = cudaMalloc(&p, rounded);
+    if (e != cudaSuccess) {
+        if (e == cudaErrorMemoryAllocation)
+            cudaGetLastError();
+        char what[96];
+        snprintf(what, sizeof what, "cudaMalloc of %zu bytes on device %d", rounded, device);
+        check(e, what);
         return NULL;
     }
     return p;
@@ -165,8 +189,8 @@ static void cu_gemm_batched(const pt_backend *be, pt_trans ta, pt_trans tb, int 
         return;
     if (k <= 0) {
         for (int i = 0; i < batch; i++)
-            k_scale_matrix<<<blocks_for((int64_t)m * n), THREADS, 0, x->stream>>>(
-                m, n, beta, c + i * stride_c, ldc);
+            LAUNCH(k_scale_matrix, blocks_for((int64_t)m * n), THREADS, x->stream, m, n, beta,
+                   c + i * stride_c, ldc);
         return;
     }
     check_blas(cublasGemmStridedBatchedEx(x->blas, op_of(tb), op_of(ta), n, m, k, &alpha, b,
@@ -184,7 +208,7 @@ static void cu_gemm(const pt_backend *be, pt_trans ta, pt_trans tb, int m, int n
     if (m <= 0 || n <= 0)
         return;
     if (k <= 0) {
-        k_scale_matrix<<<blocks_for((int64_t)m * n), THREADS, 0, x->stream>>>(m, n, beta, c, ldc);
+        LAUNCH(k_scale_matrix, blocks_for((int64_t)m * n), THREADS, x->stream, m, n, beta, c, ldc);
         return;
     }
     check_blas(cublasGemmEx(x->blas, op_of(tb), op_of(ta), n, m, k, &alpha, b, CUDA_R_32F, ldb, a,
@@ -268,13 +292,13 @@ static double read_scalar(cuda_ctx *c)
 static void cu_axpy(const pt_backend *be, int64_t n, float alpha, const float *x, float *y)
 {
     if (n > 0)
-        k_axpy<<<blocks_for(n), THREADS, 0, ctx_of(be)->stream>>>(n, alpha, x, y);
+        LAUNCH(k_axpy, blocks_for(n), THREADS, ctx_of(be)->stream, n, alpha, x, y);
 }
 
 static void cu_scale(const pt_backend *be, int64_t n, float alpha, float *x)
 {
     if (n > 0)
-        k_scale<<<blocks_for(n), THREADS, 0, ctx_of(be)->stream>>>(n, alpha, x);
+        LAUNCH(k_scale, blocks_for(n), THREADS, ctx_of(be)->stream, n, alpha, x);
 }
 
 static void cu_fill(const pt_backend *be, int64_t n, float v, float *x)
@@ -284,13 +308,13 @@ static void cu_fill(const pt_backend *be, int64_t n, float v, float *x)
     if (v == 0.0f)
         check(cudaMemsetAsync(x, 0, (size_t)n * sizeof *x, ctx_of(be)->stream), "fill");
     else
-        k_fill<<<blocks_for(n), THREADS, 0, ctx_of(be)->stream>>>(n, v, x);
+        LAUNCH(k_fill, blocks_for(n), THREADS, ctx_of(be)->stream, n, v, x);
 }
 
 static void cu_add(const pt_backend *be, int64_t n, const float *a, const float *b, float *y)
 {
     if (n > 0)
-        k_add<<<blocks_for(n), THREADS, 0, ctx_of(be)->stream>>>(n, a, b, y);
+        LAUNCH(k_add, blocks_for(n), THREADS, ctx_of(be)->stream, n, a, b, y);
 }
 
 static double cu_dot(const pt_backend *be, int64_t n, const float *x, const float *y)
@@ -298,7 +322,7 @@ static double cu_dot(const pt_backend *be, int64_t n, const float *x, const floa
     cuda_ctx *c = ctx_of(be);
     check(cudaMemsetAsync(c->scalar, 0, sizeof(double), c->stream), "dot");
     if (n > 0)
-        k_dot<<<blocks_for(n), THREADS, 0, c->stream>>>(n, x, y, c->scalar);
+        LAUNCH(k_dot, blocks_for(n), THREADS, c->stream, n, x, y, c->scalar);
     return read_scalar(c);
 }
 
@@ -309,30 +333,42 @@ __global__ void k_add_row_vector(int rows, int cols, const float *v, float *y)
     GRID_STRIDE(i, (int64_t)rows * cols) y[i] += v[i % cols];
 }
 
-/* out[c] += sum over a chunk of COL_CHUNK rows; grid.y walks the chunks. */
+/* Column reductions over a rows x cols matrix: grid.x covers the columns,
+ * grid.y (at most COL_BLOCKS, far below CUDA's 65,535) blocks of rows, each
+ * thread summing chunks of COL_CHUNK rows of its column and striding on by
+ * gridDim.y chunks, so any number of rows is covered by one launch; one
+ * atomicAdd per thread. */
+static dim3 col_grid(int rows, int cols)
+{
+    int64_t chunks = ((int64_t)rows + COL_CHUNK - 1) / COL_CHUNK;
+    return dim3((unsigned)((cols + THREADS - 1) / THREADS),
+                (unsigned)(chunks < COL_BLOCKS ? (chunks > 0 ? chunks : 1) : COL_BLOCKS));
+}
+
+#define COL_ROWS(r, rows)                                                                          \
+    for (int64_t r0_ = (int64_t)blockIdx.y * COL_CHUNK; r0_ < (rows);                              \
+         r0_ += (int64_t)gridDim.y * COL_CHUNK)                                                    \
+        for (int64_t r = r0_, r1_ = min((int64_t)(rows), r0_ + COL_CHUNK); r < r1_; r++)
+
+/* out[c] += the sum of column c over this thread's row chunks */
 __global__ void k_col_sum(int rows, int cols, const float *x, float *out)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cols)
         return;
-    int r0 = blockIdx.y * COL_CHUNK, r1 = min(rows, r0 + COL_CHUNK);
     float s = 0.0f;
-    for (int r = r0; r < r1; r++)
-        s += x[(int64_t)r * cols + c];
+    COL_ROWS(r, rows)
+    {
+        s += x[r * cols + c];
+    }
     atomicAdd(&out[c], s);
-}
-
-static dim3 col_grid(int rows, int cols)
-{
-    return dim3((unsigned)((cols + THREADS - 1) / THREADS),
-                (unsigned)((rows + COL_CHUNK - 1) / COL_CHUNK));
 }
 
 static void cu_add_row_vector(const pt_backend *be, int rows, int cols, const float *v, float *y)
 {
     int64_t n = (int64_t)rows * cols;
     if (n > 0)
-        k_add_row_vector<<<blocks_for(n), THREADS, 0, ctx_of(be)->stream>>>(rows, cols, v, y);
+        LAUNCH(k_add_row_vector, blocks_for(n), THREADS, ctx_of(be)->stream, rows, cols, v, y);
 }
 
 static void cu_col_sum(const pt_backend *be, int rows, int cols, const float *x, float beta,
@@ -344,7 +380,7 @@ static void cu_col_sum(const pt_backend *be, int rows, int cols, const float *x,
     if (beta == 0.0f)
         check(cudaMemsetAsync(out, 0, (size_t)cols * sizeof *out, c->stream), "col_sum");
     if (rows > 0)
-        k_col_sum<<<col_grid(rows, cols), THREADS, 0, c->stream>>>(rows, cols, x, out);
+        LAUNCH(k_col_sum, col_grid(rows, cols), THREADS, c->stream, rows, cols, x, out);
 }
 
 /* ---- activations ------------------------------------------------------- */
@@ -392,25 +428,25 @@ __global__ void k_gelu_bwd(int64_t n, const float *x, const float *dy, float *dx
 static void cu_relu_fwd(const pt_backend *be, int64_t n, const float *x, float *y)
 {
     if (n > 0)
-        k_relu_fwd<<<blocks_for(n), THREADS, 0, ctx_of(be)->stream>>>(n, x, y);
+        LAUNCH(k_relu_fwd, blocks_for(n), THREADS, ctx_of(be)->stream, n, x, y);
 }
 
 static void cu_relu_bwd(const pt_backend *be, int64_t n, const float *y, const float *dy, float *dx)
 {
     if (n > 0)
-        k_relu_bwd<<<blocks_for(n), THREADS, 0, ctx_of(be)->stream>>>(n, y, dy, dx);
+        LAUNCH(k_relu_bwd, blocks_for(n), THREADS, ctx_of(be)->stream, n, y, dy, dx);
 }
 
 static void cu_gelu_fwd(const pt_backend *be, int64_t n, const float *x, float *y)
 {
     if (n > 0)
-        k_gelu_fwd<<<blocks_for(n), THREADS, 0, ctx_of(be)->stream>>>(n, x, y);
+        LAUNCH(k_gelu_fwd, blocks_for(n), THREADS, ctx_of(be)->stream, n, x, y);
 }
 
 static void cu_gelu_bwd(const pt_backend *be, int64_t n, const float *x, const float *dy, float *dx)
 {
     if (n > 0)
-        k_gelu_bwd<<<blocks_for(n), THREADS, 0, ctx_of(be)->stream>>>(n, x, dy, dx);
+        LAUNCH(k_gelu_bwd, blocks_for(n), THREADS, ctx_of(be)->stream, n, x, dy, dx);
 }
 
 /* ---- layernorm: one block per row -------------------------------------- */
@@ -467,11 +503,11 @@ __global__ void k_layernorm_dparams(int rows, int cols, const float *x, const fl
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cols)
         return;
-    int r0 = blockIdx.y * COL_CHUNK, r1 = min(rows, r0 + COL_CHUNK);
     float sg = 0.0f, sb = 0.0f;
-    for (int r = r0; r < r1; r++) {
-        float d = dy[(int64_t)r * cols + c];
-        sg += d * ((x[(int64_t)r * cols + c] - mean[r]) * rstd[r]);
+    COL_ROWS(r, rows)
+    {
+        float d = dy[r * cols + c];
+        sg += d * ((x[r * cols + c] - mean[r]) * rstd[r]);
         sb += d;
     }
     atomicAdd(&dgain[c], sg);
@@ -483,8 +519,8 @@ static void cu_layernorm_fwd(const pt_backend *be, int rows, int cols, float eps
                              float *rstd)
 {
     if (rows > 0 && cols > 0)
-        k_layernorm_fwd<<<rows, THREADS, 0, ctx_of(be)->stream>>>(cols, eps, x, gain, bias, y, mean,
-                                                                  rstd);
+        LAUNCH(k_layernorm_fwd, rows, THREADS, ctx_of(be)->stream, cols, eps, x, gain, bias, y,
+               mean, rstd);
 }
 
 static void cu_layernorm_bwd(const pt_backend *be, int rows, int cols, const float *x,
@@ -495,10 +531,10 @@ static void cu_layernorm_bwd(const pt_backend *be, int rows, int cols, const flo
     if (rows <= 0 || cols <= 0)
         return;
     if (dgain)
-        k_layernorm_dparams<<<col_grid(rows, cols), THREADS, 0, s>>>(rows, cols, x, dy, mean,
-                                                                     rstd, dgain, dbias);
+        LAUNCH(k_layernorm_dparams, col_grid(rows, cols), THREADS, s, rows, cols, x, dy, mean, rstd,
+               dgain, dbias);
     if (dx)
-        k_layernorm_dx<<<rows, THREADS, 0, s>>>(cols, x, dy, gain, mean, rstd, dx);
+        LAUNCH(k_layernorm_dx, rows, THREADS, s, cols, x, dy, gain, mean, rstd, dx);
 }
 
 /* ---- embedding --------------------------------------------------------- */
@@ -551,8 +587,8 @@ static int cu_embedding_fwd(const pt_backend *be, int n, int seq, int dim, int v
     int64_t tokens = (int64_t)n * seq;
     check(cudaMemsetAsync(c->flag, 0, sizeof(int), c->stream), "embedding");
     if (tokens * dim > 0)
-        k_embedding_fwd<<<blocks_for(tokens * dim), THREADS, 0, c->stream>>>(
-            tokens, seq, dim, vocab, ids, table, pos, y, c->flag);
+        LAUNCH(k_embedding_fwd, blocks_for(tokens * dim), THREADS, c->stream, tokens, seq, dim,
+               vocab, ids, table, pos, y, c->flag);
     return read_flag(c) ? PT_ERANGE : 0;
 }
 
@@ -561,8 +597,8 @@ static void cu_embedding_bwd(const pt_backend *be, int n, int seq, int dim, cons
 {
     int64_t tokens = (int64_t)n * seq;
     if (tokens * dim > 0)
-        k_embedding_bwd<<<blocks_for(tokens * dim), THREADS, 0, ctx_of(be)->stream>>>(
-            tokens, seq, dim, ids, dy, dtable, dpos);
+        LAUNCH(k_embedding_bwd, blocks_for(tokens * dim), THREADS, ctx_of(be)->stream, tokens, seq,
+               dim, ids, dy, dtable, dpos);
 }
 
 /* ---- causal attention softmax: one warp per row ------------------------ */
@@ -631,15 +667,15 @@ static unsigned row_blocks(int64_t rows)
 static void cu_attention_softmax_fwd(const pt_backend *be, int64_t rows, int seq, float *s)
 {
     if (rows > 0 && seq > 0)
-        k_attn_softmax_fwd<<<row_blocks(rows), THREADS, 0, ctx_of(be)->stream>>>(rows, seq, s);
+        LAUNCH(k_attn_softmax_fwd, row_blocks(rows), THREADS, ctx_of(be)->stream, rows, seq, s);
 }
 
 static void cu_attention_softmax_bwd(const pt_backend *be, int64_t rows, int seq, const float *p,
                                      const float *dp, float *ds)
 {
     if (rows > 0 && seq > 0)
-        k_attn_softmax_bwd<<<row_blocks(rows), THREADS, 0, ctx_of(be)->stream>>>(rows, seq, p, dp,
-                                                                                 ds);
+        LAUNCH(k_attn_softmax_bwd, row_blocks(rows), THREADS, ctx_of(be)->stream, rows, seq, p, dp,
+               ds);
 }
 
 /* ---- softmax cross-entropy: one block per row -------------------------- */
@@ -691,8 +727,8 @@ static int cu_softmax_xent_fwd(const pt_backend *be, int rows, int classes, cons
     check(cudaMemsetAsync(c->scalar, 0, sizeof(double), c->stream), "xent");
     check(cudaMemsetAsync(c->flag, 0, sizeof(int), c->stream), "xent");
     if (rows > 0)
-        k_xent_fwd<<<rows, THREADS, 0, c->stream>>>(classes, logits, labels, probs, c->scalar,
-                                                    c->flag);
+        LAUNCH(k_xent_fwd, rows, THREADS, c->stream, classes, logits, labels, probs, c->scalar,
+               c->flag);
     if (read_flag(c))
         return PT_ERANGE;
     *loss_sum = read_scalar(c);
@@ -704,8 +740,8 @@ static void cu_softmax_xent_bwd(const pt_backend *be, int rows, int classes, con
 {
     int64_t n = (int64_t)rows * classes;
     if (n > 0)
-        k_xent_bwd<<<blocks_for(n), THREADS, 0, ctx_of(be)->stream>>>(n, classes, probs, labels,
-                                                                      scale, dlogits);
+        LAUNCH(k_xent_bwd, blocks_for(n), THREADS, ctx_of(be)->stream, n, classes, probs, labels,
+               scale, dlogits);
 }
 
 /* ---- optimizers -------------------------------------------------------- */
@@ -740,17 +776,17 @@ static void cu_sgd_update(const pt_backend *be, int64_t n, float lr, float momen
                           const float *w, float *w_out, const float *g, float *v)
 {
     if (n > 0)
-        k_sgd<<<blocks_for(n), THREADS, 0, ctx_of(be)->stream>>>(n, lr, momentum, wd, w, w_out, g,
-                                                                 v);
+        LAUNCH(k_sgd, blocks_for(n), THREADS, ctx_of(be)->stream, n, lr, momentum, wd, w, w_out, g,
+               v);
 }
 
 static void cu_adam_update(const pt_backend *be, int64_t n, float lr, float beta1, float beta2,
-                           float eps, float wd, float bc1, float bc2, const float *w,
-                           float *w_out, const float *g, float *m, float *v)
+                           float eps, float wd, float bc1, float bc2, const float *w, float *w_out,
+                           const float *g, float *m, float *v)
 {
     if (n > 0)
-        k_adam<<<blocks_for(n), THREADS, 0, ctx_of(be)->stream>>>(
-            n, lr / bc1, beta1, beta2, eps, wd, 1.0f / sqrtf(bc2), w, w_out, g, m, v);
+        LAUNCH(k_adam, blocks_for(n), THREADS, ctx_of(be)->stream, n, lr / bc1, beta1, beta2, eps,
+               wd, 1.0f / sqrtf(bc2), w, w_out, g, m, v);
 }
 
 /* ---- the table and its life -------------------------------------------- */
@@ -789,14 +825,25 @@ static const pt_backend cuda_template = {
     cu_adam_update,
 };
 
-static int cu_device_count(void)
+/* The number of visible devices, or PT_EUNSUPP with CUDA's own words when
+ * it cannot tell (no driver, a driver too old for this runtime, ...): "no GPU
+ * visible" is said only when CUDA found none. */
+static int cu_device_probe(pt_error *err)
 {
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
         cudaGetLastError();
-        return 0;
+        return pt_error_set(err, PT_EUNSUPP, "cuda: cudaGetDeviceCount: %s (%s)",
+                            cudaGetErrorString(e), cudaGetErrorName(e));
     }
     return n;
+}
+
+static int cu_device_count(void)
+{
+    int n = cu_device_probe(NULL);
+    return n > 0 ? n : 0;
 }
 
 static int cu_device_name(int device, char *buf, size_t cap)
@@ -827,13 +874,52 @@ static void ctx_free(cuda_ctx *c)
     free(c);
 }
 
-static int cu_backend_create(int device, pt_cuda_math math, const pt_backend **out,
-                                      pt_error *err)
+/* The context's device, stream and device scalars: cudaSuccess, or the
+ * first failure with *what naming the call. */
+static cudaError_t ctx_init_cuda(cuda_ctx *c, const char **what)
+{
+    cudaError_t e;
+    *what = "cudaSetDevice";
+    if ((e = cudaSetDevice(c->device)) != cudaSuccess)
+        return e;
+    *what = "cudaStreamCreate";
+    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        c->stream = NULL;
+        return e;
+    }
+    *what = "cudaMalloc";
+    if ((e = cudaMalloc((void **)&c->scalar, sizeof(double))) != cudaSuccess) {
+        c->scalar = NULL;
+        return e;
+    }
+    if ((e = cudaMalloc((void **)&c->flag, sizeof(int))) != cudaSuccess)
+        c->flag = NULL;
+    return e;
+}
+
+/* The cuBLAS handle on the context's stream; its status, *what naming the
+ * call that failed. */
+static cublasStatus_t ctx_init_blas(cuda_ctx *c, const char **what)
+{
+    *what = "cublasCreate";
+    cublasStatus_t s = cublasCreate(&c->blas);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        c->blas = NULL;
+        return s;
+    }
+    *what = "cublasSetStream";
+    return cublasSetStream(c->blas, c->stream);
+}
+
+static int cu_backend_create(int device, pt_cuda_math math, const pt_backend **out, pt_error *err)
 {
     *out = NULL;
-    int count = cu_device_count();
+    int count = cu_device_probe(err);
+    if (count < 0)
+        return count;
     if (count == 0)
-        return pt_error_set(err, PT_EUNSUPP, "cuda: no GPU visible");
+        return pt_error_set(err, PT_EUNSUPP,
+                            "cuda: no GPU visible (cudaGetDeviceCount found none)");
     if (device < 0 || device >= count)
         return pt_error_set(err, PT_EUNSUPP, "cuda: no device %d (%d visible)", device, count);
     if ((int)math < PT_CUDA_FP32 || (int)math > PT_CUDA_BF16)
@@ -843,32 +929,24 @@ static int cu_backend_create(int device, pt_cuda_math math, const pt_backend **o
         return PT_ENOMEM;
     c->device = device;
     c->math = math;
-    cudaError_t e;
-    const char *what = "cudaSetDevice";
-    if ((e = cudaSetDevice(device)) != cudaSuccess)
-        goto fail;
-    what = "cudaStreamCreate";
-    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess)
-        goto fail;
-    what = "cudaMalloc";
-    if ((e = cudaMalloc((void **)&c->scalar, sizeof(double))) != cudaSuccess ||
-        (e = cudaMalloc((void **)&c->flag, sizeof(int))) != cudaSuccess)
-        goto fail;
-    if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS) {
+    const char *what = "";
+    cudaError_t e = ctx_init_cuda(c, &what);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
         ctx_free(c);
-        return pt_error_set(err, PT_EIO, "cuda: cuBLAS could not be initialised on device %d",
-                            device);
+        return pt_error_set(err, PT_EIO, "cuda: %s on device %d: %s", what, device,
+                            cudaGetErrorString(e));
+    }
+    cublasStatus_t bs = ctx_init_blas(c, &what);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        ctx_free(c);
+        return pt_error_set(err, PT_EIO, "cuda: %s on device %d: %s", what, device,
+                            cublasGetStatusString(bs));
     }
     c->table = cuda_template;
     c->table.ctx = c;
     *out = &c->table;
     return 0;
-fail:
-    cudaGetLastError();
-    ctx_free(c);
-    return pt_error_set(err, PT_EIO, "cuda: %s on device %d: %s", what, device,
-                        cudaGetErrorString(e));
 }
 
 static int cu_backend_is_cuda(const pt_backend *be)
@@ -915,8 +993,7 @@ static int cu_backend_bind(const pt_backend *be)
     return cudaSetDevice(ctx_of(be)->device) == cudaSuccess ? 0 : PT_EIO;
 }
 
-static int cu_backend_mem_info(const pt_backend *be, int64_t *free_bytes,
-                                        int64_t *total_bytes)
+static int cu_backend_mem_info(const pt_backend *be, int64_t *free_bytes, int64_t *total_bytes)
 {
     if (!cu_backend_is_cuda(be))
         return PT_EUNSUPP;
@@ -935,6 +1012,7 @@ static int cu_backend_mem_info(const pt_backend *be, int64_t *free_bytes,
 
 extern "C" void pt_cuda_module_fill_backend(pt_cuda_module *m)
 {
+    m->device_probe = cu_device_probe;
     m->device_count = cu_device_count;
     m->device_name = cu_device_name;
     m->device_bus_id = cu_device_bus_id;

@@ -224,10 +224,8 @@ static void make_assign(pt_msg *m, int64_t gen, int64_t req, const char *data_ep
     m->gen = gen;
     m->req = req;
     pt_msg_assign *a = &m->u.assign;
-    char *model = NULL;
-    pt_file_read(pt_test_path("tests/data/run/tiny-mlp.json"), &model, NULL, NULL);
-    a->plan_json = strdup(PLAN);
-    a->model_json = model;
+    pt_plan_parse(PLAN, "plan", &a->plan, NULL);
+    pt_model_spec_load(pt_test_path("tests/data/run/tiny-mlp.json"), &a->model, NULL);
     a->peer_count = 1;
     a->peers = calloc(1, sizeof *a->peers);
     snprintf(a->peers[0].endpoint, sizeof a->peers[0].endpoint, "%s", data_ep);

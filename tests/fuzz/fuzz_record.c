@@ -1,5 +1,5 @@
 /* Fuzz harness for the run-record reader (protocol/record.h) and its
- * replay into a store (tui/replay.h), libFuzzer or replay_main.c over the
+ * replay into a store (tui/record/replay.h), libFuzzer or replay_main.c over the
  * corpus. Properties, each an abort() when false: a refused input leaves no
  * record and an error naming the source and the line; an accepted one starts
  * with a session line of a readable version, every frame it holds decodes
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tui/replay.h"
-#include "tui/store.h"
+#include "tui/record/replay.h"
+#include "tui/record/store.h"
 
 #define FUZZ_RING 64 /* small, so the ring wraps */
 

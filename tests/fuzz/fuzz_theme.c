@@ -1,5 +1,5 @@
-/* Fuzz harness for the console's theme and settings files (tui/theme.h,
- * tui/config.h). Properties, each an abort() when false: a refused input
+/* Fuzz harness for the console's theme and settings files (tui/export/theme.h,
+ * tui/console/config.h). Properties, each an abort() when false: a refused input
  * leaves the defaults and an error naming the source; an accepted settings
  * file holds every value inside its documented range. */
 #include <stdint.h>
@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tui/config.h"
-#include "tui/theme.h"
+#include "tui/console/config.h"
+#include "tui/export/theme.h"
 
 static void fail(const char *what)
 {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "planner/analytic.h"
+#include "planner/cost.h"
 #include "protocol/device.h"
 #include "protocol/model.h"
 #include "protocol/profile.h"
@@ -267,7 +268,154 @@ static void test_bad_devices(void)
     CHECK_STR_CONTAINS(err.msg, "no-such-device");
 }
 
+/* gpt-1.3b (s 1024, h 2048, a 16, 24 layers) in bf16 on an H100 at
+ * micro-batch b = 2: each transformer layer (block<i>.attn, block<i>.mlp)
+ * keeps sbh(34 + 5as/h) bytes, Korthikanti et al.'s figure:
+ *   sbh = 1024 * 2 * 2048 = 4,194,304; 34 sbh = 142,606,336;
+ *   5as^2 b = 5 * 16 * 1024^2 * 2 = 167,772,160; total 310,378,496,
+ * and 34 sbh with selective recomputation; the cost model's activation
+ * figure for the 24 layers is 24 times that, at any rows. */
+static void test_korthikanti_gpt13b(void)
+{
+    const int64_t per_layer = 310378496, selective = 142606336;
+    CHECK(pt_analytic_korthikanti_bytes(1024, 2, 2048, 16, PT_ANALYTIC_RECOMPUTE_NONE) ==
+          per_layer);
+    CHECK(pt_analytic_korthikanti_bytes(1024, 2, 2048, 16, PT_ANALYTIC_RECOMPUTE_SELECTIVE) ==
+          selective);
+    CHECK(pt_analytic_korthikanti_bytes(1024, 2, 2048, 16, PT_ANALYTIC_RECOMPUTE_FULL) ==
+          2 * 4194304);
+    pt_model_spec *spec = NULL;
+    pt_device_desc h100;
+    pt_error err = {0};
+    REQUIRE(pt_model_spec_find("gpt-1.3b", &spec, &err) == 0);
+    REQUIRE(pt_device_find("h100-80gb", &h100, &err) == 0);
+    pt_link link = {1e11, 1e-6};
+    pt_topology *topo = pt_topology_uniform(1, 1, 80LL << 30, link, link);
+    REQUIRE(topo);
+    for (int sel = 0; sel <= 1; sel++) {
+        pt_analytic_options opt = {.precision = PT_PRECISION_BF16, .selective = sel};
+        pt_profile *p = NULL;
+        REQUIRE(pt_analytic_profile(spec, &h100, 2, &opt, &p, &err) == 0);
+        CHECK(p->precision == PT_PRECISION_BF16);
+        int64_t want = sel ? selective : per_layer;
+        int pairs = 0;
+        for (int i = 1; i + 1 < p->layer_count; i += 2) {
+            if (strstr(p->layers[i].name, ".attn") == NULL)
+                break;
+            const pt_profile_layer *a = &p->layers[i], *m = &p->layers[i + 1];
+            int64_t kept = a->act_bytes + a->saved_bytes + m->act_bytes + m->saved_bytes;
+            CHECK_MSG(kept == want, "%s: %lld bytes, Korthikanti %lld", a->name, (long long)kept,
+                      (long long)want);
+            pairs++;
+        }
+        CHECK(pairs == 24);
+        pt_cost *c = NULL;
+        REQUIRE(pt_cost_new(p, topo, &c, &err) == 0);
+        for (int rows = 1; rows <= 8; rows *= 2)
+            CHECK(pt_cost_act_bytes(c, 1, 49, rows) + pt_cost_saved_bytes(c, 1, 49, rows) ==
+                  24 * want * rows / 2);
+        pt_cost_free(&c);
+        pt_profile_free(&p);
+    }
+    pt_topology_free(&topo);
+    pt_model_spec_free(&spec);
+}
+
+/* Static memory per parameter of a whole-model stage: weights, gradients,
+ * optimizer state. Adam: 16 bytes in fp32 (4 + 4 + 8) and in bf16 (2 + 2 +
+ * 12: fp32 master weights and moments); sgd with momentum 12 in both (4 + 4
+ * + 4; 2 + 2 + 4 + 4). */
+static void test_static_bytes_per_parameter(void)
+{
+    pt_model_spec *spec = NULL;
+    pt_device_desc h100;
+    pt_error err = {0};
+    REQUIRE(pt_model_spec_find("gpt-1.3b", &spec, &err) == 0);
+    REQUIRE(pt_device_find("h100-80gb", &h100, &err) == 0);
+    pt_layer_shape *shapes = calloc((size_t)spec->layer_count, sizeof *shapes);
+    REQUIRE(shapes && pt_model_spec_shapes(spec, shapes, &err) == 0);
+    int64_t params = 0;
+    for (int i = 0; i < spec->layer_count; i++)
+        params += shapes[i].params;
+    free(shapes);
+    CHECK(params > 1400000000LL && params < 1450000000LL);
+    pt_link link = {1e11, 1e-6};
+    pt_topology *topo = pt_topology_uniform(1, 1, 80LL << 30, link, link);
+    const struct {
+        int precision;
+        pt_optim_kind optim;
+        int64_t bytes, weight;
+    } cases[] = {{PT_PRECISION_FP32, PT_OPTIM_ADAM, 16, 4},
+                 {PT_PRECISION_BF16, PT_OPTIM_ADAM, 16, 2},
+                 {PT_PRECISION_FP8, PT_OPTIM_ADAM, 16, 2},
+                 {PT_PRECISION_FP32, PT_OPTIM_SGD, 12, 4},
+                 {PT_PRECISION_BF16, PT_OPTIM_SGD, 12, 2}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        pt_analytic_options opt = {.precision = cases[k].precision};
+        pt_profile *p = NULL;
+        pt_cost *c = NULL;
+        REQUIRE(pt_analytic_profile(spec, &h100, 1, &opt, &p, &err) == 0);
+        REQUIRE(pt_cost_new(p, topo, &c, &err) == 0);
+        pt_mem_query q = {.kind = PT_SCHED_DAPPLE,
+                          .policy = 'A',
+                          .optim = cases[k].optim,
+                          .stage_count = 1,
+                          .first = 0,
+                          .last = p->layer_count,
+                          .rows = 1,
+                          .microbatches = 1};
+        pt_mem m;
+        pt_cost_stage_memory(c, &q, &m);
+        CHECK(m.bytes[PT_MEM_WEIGHTS] == cases[k].weight * params);
+        CHECK_MSG(
+            m.bytes[PT_MEM_WEIGHTS] + m.bytes[PT_MEM_GRADS] + m.bytes[PT_MEM_OPTIM] ==
+                cases[k].bytes * params,
+            "case %zu: %lld bytes for %lld parameters", k,
+            (long long)(m.bytes[PT_MEM_WEIGHTS] + m.bytes[PT_MEM_GRADS] + m.bytes[PT_MEM_OPTIM]),
+            (long long)params);
+        pt_cost_free(&c);
+        pt_profile_free(&p);
+    }
+    pt_topology_free(&topo);
+    pt_model_spec_free(&spec);
+}
+
+/* bf16 on tensor cores beats fp32 on a compute-bound layer by the peaks'
+ * ratio and halves the activation and weight bytes; a device without a
+ * precision's peak, and selective recomputation in the runtime's layout,
+ * are refused with the reason. */
+static void test_precisions(void)
+{
+    pt_model_spec *spec = NULL;
+    pt_device_desc h100, titan;
+    pt_error err = {0};
+    REQUIRE(pt_model_spec_find("gpt-1.3b", &spec, &err) == 0);
+    REQUIRE(pt_device_find("h100-80gb", &h100, &err) == 0);
+    REQUIRE(pt_device_find("titan-x", &titan, &err) == 0);
+    pt_analytic_options bf = {.precision = PT_PRECISION_BF16};
+    pt_profile *p32 = NULL, *p16 = NULL;
+    REQUIRE(pt_analytic_profile(spec, &h100, 4, NULL, &p32, &err) == 0);
+    REQUIRE(pt_analytic_profile(spec, &h100, 4, &bf, &p16, &err) == 0);
+    const pt_profile_layer *a = &p32->layers[2], *b = &p16->layers[2]; /* block0.mlp */
+    double launch = b->kernels * h100.launch_us / 1000;
+    CHECK_NEAR((a->fwd_ms - launch) / (b->fwd_ms - launch), 989.4 / 67, 1e-9);
+    CHECK(a->act_bytes == 2 * b->act_bytes && a->param_bytes == 2 * b->param_bytes);
+    CHECK(p16->roofline.has && p16->roofline.peak_flops == 989.4e12);
+    CHECK(p32->roofline.peak_flops == 67e12 && p32->precision == PT_PRECISION_FP32);
+    pt_profile *p = NULL;
+    CHECK(pt_analytic_profile(spec, &titan, 1, &bf, &p, &err) == PT_EINVAL && !p);
+    CHECK_STR_CONTAINS(err.msg, "titan-x: peaks.bf16");
+    pt_analytic_options sel = {.selective = 1};
+    CHECK(pt_analytic_profile(spec, &h100, 1, &sel, &p, &err) == PT_EINVAL && !p);
+    CHECK_STR_CONTAINS(err.msg, "selective");
+    pt_profile_free(&p32);
+    pt_profile_free(&p16);
+    pt_model_spec_free(&spec);
+}
+
 PT_TEST_MAIN({"mlp_by_hand", test_mlp_by_hand}, {"embedding_by_hand", test_embedding_by_hand},
              {"monotone_in_batch", test_monotone_in_batch}, {"faster_device", test_faster_device},
              {"bad_arguments", test_bad_arguments}, {"shipped_devices", test_shipped_devices},
-             {"bad_devices", test_bad_devices})
+             {"bad_devices", test_bad_devices}, {"korthikanti_gpt13b", test_korthikanti_gpt13b},
+             {"static_bytes_per_parameter", test_static_bytes_per_parameter},
+             {"precisions", test_precisions})

@@ -245,9 +245,12 @@ static void test_boundary_matches_simulator(void)
 
 /* The analytic model and the simulator's event tracking agree per category,
  * on in-flight micro-batches and on weight versions, for every kind. */
-static void test_memory_model_matches_simulator(void)
+/* ... in a precision: fp32, and bf16, whose optimizer state (fp32 master
+ * weights and moments) the simulator must charge as the model does. */
+static void memory_model_matches_simulator(int precision)
 {
     pt_profile *pf = ragged_profile();
+    pf->precision = precision;
     pt_topology *t = fx_topo(2, 8, 1e9, 1e-6);
     pt_cost *cost = NULL;
     pt_sim *sim = NULL;
@@ -331,6 +334,47 @@ static void test_memory_model_matches_simulator(void)
     pt_profile_free(&pf);
 }
 
+static void test_memory_model_matches_simulator(void)
+{
+    memory_model_matches_simulator(PT_PRECISION_FP32);
+    memory_model_matches_simulator(PT_PRECISION_BF16);
+}
+
+/* The optimizer step streams weights, gradients and state: (3 + 2k) passes
+ * over an fp32 profile's parameter bytes, and in bf16 three passes over the
+ * 2-byte weights plus two over the fp32 master weights and moments (4 + 4k
+ * bytes per parameter); at the roofline's bandwidth when the profile has
+ * one, times the device's speed. */
+static void test_opt_step(void)
+{
+    pt_topology *t = fx_topo(1, 2, 1e9, 0);
+    t->devices[1].speed = 2.5;
+    const double bw = 2e12;
+    const struct {
+        int precision;
+        pt_optim_kind optim;
+        double bytes; /* touched by a step over 4096 parameter bytes */
+        int64_t state;
+    } cases[] = {{PT_PRECISION_FP32, PT_OPTIM_SGD, 4096.0 * 5, 4096},
+                 {PT_PRECISION_FP32, PT_OPTIM_ADAM, 4096.0 * 7, 8192},
+                 /* 2048 parameters: 8 and 12 bytes of state each */
+                 {PT_PRECISION_BF16, PT_OPTIM_SGD, 4096.0 * 3 + 2 * 16384, 16384},
+                 {PT_PRECISION_BF16, PT_OPTIM_ADAM, 4096.0 * 3 + 2 * 24576, 24576}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        pt_profile *pf = ragged_profile();
+        pf->precision = cases[k].precision;
+        pf->roofline = (pt_profile_roofline){1, 1e15, bw, 0};
+        pt_cost *c = NULL;
+        REQUIRE(pt_cost_new(pf, t, &c, NULL) == 0);
+        CHECK(pt_cost_optim_state_bytes(c, 4096, cases[k].optim) == cases[k].state);
+        CHECK_NEAR(pt_cost_opt_step_s(c, 4096, cases[k].optim, 1), cases[k].bytes / (bw * 2.5),
+                   1e-18);
+        pt_cost_free(&c);
+        pt_profile_free(&pf);
+    }
+    pt_topology_free(&t);
+}
+
 static void test_check_memory(void)
 {
     pt_profile *pf = ragged_profile();
@@ -385,4 +429,4 @@ static void test_check_memory(void)
 PT_TEST_MAIN({"compute_times", test_compute_times}, {"fixed_share_rows", test_fixed_share_rows},
              {"links", test_links}, {"boundary_matches_simulator", test_boundary_matches_simulator},
              {"memory_model_matches_simulator", test_memory_model_matches_simulator},
-             {"check_memory", test_check_memory})
+             {"check_memory", test_check_memory}, {"opt_step", test_opt_step})

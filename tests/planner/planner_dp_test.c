@@ -11,8 +11,18 @@ static pt_profile *hand_profile(void)
     pt_profile *p = pt_profile_new(2);
     p->microbatch = 2;
     snprintf(p->model, sizeof p->model, "hand");
-    p->layers[0] = (pt_profile_layer){"a", 1, 2, 1, 1000, 1000000, 0, 0, 0, 0, 0, 0, 0};
-    p->layers[1] = (pt_profile_layer){"b", 2, 4, 2, 1000, 1000000, 0, 0, 0, 0, 0, 0, 0};
+    p->layers[0] = (pt_profile_layer){.name = "a",
+                                      .fwd_ms = 1,
+                                      .bwd_ms = 2,
+                                      .recompute_ms = 1,
+                                      .act_bytes = 1000,
+                                      .param_bytes = 1000000};
+    p->layers[1] = (pt_profile_layer){.name = "b",
+                                      .fwd_ms = 2,
+                                      .bwd_ms = 4,
+                                      .recompute_ms = 2,
+                                      .act_bytes = 1000,
+                                      .param_bytes = 1000000};
     p->input_bytes = 1000;
     return p;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "protocol/ckpt_index.h" /* index.json cases: tests/runtime/checkpoint_test.c */
+#include "protocol/device.h"
 #include "protocol/fileio.h"
 #include "protocol/model.h"
 #include "protocol/plan.h"
@@ -32,6 +33,15 @@ static int load_profile(const char *path, pt_error *err)
     int rc = pt_profile_load(path, &p, err);
     CHECK(p == NULL);
     pt_profile_free(&p);
+    return rc;
+}
+
+static int load_device(const char *path, pt_error *err)
+{
+    pt_device_desc d;
+    memset(&d, 0x5a, sizeof d);
+    int rc = pt_device_load(path, &d, err);
+    CHECK(d.name[0] == '\0' && d.peak_flops == 0); /* zeroed on failure */
     return rc;
 }
 
@@ -152,6 +162,11 @@ static void test_profile(void)
     run_format("profile", load_profile);
 }
 
+static void test_device(void)
+{
+    run_format("device", load_device);
+}
+
 static void test_topology(void)
 {
     run_format("topology", load_topology);
@@ -182,6 +197,6 @@ static void test_missing_file(void)
     CHECK_STR_CONTAINS(err.msg, "/nonexistent/plan.json");
 }
 
-PT_TEST_MAIN({"model", test_model}, {"profile", test_profile}, {"topology", test_topology},
-             {"plan", test_plan}, {"latest", test_latest}, {"record", test_record},
-             {"missing_file", test_missing_file})
+PT_TEST_MAIN({"model", test_model}, {"profile", test_profile}, {"device", test_device},
+             {"topology", test_topology}, {"plan", test_plan}, {"latest", test_latest},
+             {"record", test_record}, {"missing_file", test_missing_file})

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "protocol/ckpt_index.h"
+#include "protocol/device.h"
 #include "protocol/fileio.h"
 #include "protocol/model.h"
 #include "protocol/plan.h"
@@ -29,6 +30,9 @@ static int parse_as(const char *section, const char *json, pt_error *err)
         pt_topology *t = NULL;
         rc = pt_topology_parse(json, "formats.md", &t, err);
         pt_topology_free(&t);
+    } else if (!strcmp(section, "Device description")) {
+        pt_device_desc d;
+        rc = pt_device_parse(json, "formats.md", &d, err);
     } else if (!strcmp(section, "Checkpoint")) {
         pt_ckpt_index *ix = NULL;
         rc = pt_ckpt_index_parse(json, "formats.md", &ix, err);
@@ -50,8 +54,8 @@ static void test_examples_parse(void)
     char *text = NULL;
     pt_error err = {0};
     REQUIRE(pt_file_read(pt_test_path("docs/formats.md"), &text, NULL, &err) == 0);
-    const char *sections[] = {"Model spec", "Profile",    "Topology",
-                              "Plan",       "Checkpoint", "Run record"};
+    const char *sections[] = {"Model spec", "Profile",    "Topology",          "Plan",
+                              "Checkpoint", "Run record", "Device description"};
     enum { SECTIONS = sizeof sections / sizeof sections[0] };
     int found[SECTIONS] = {0};
     char section[64] = "";
@@ -110,5 +114,78 @@ static void test_schedule_kinds_listed(void)
     free(text);
 }
 
-PT_TEST_MAIN({"examples_parse", test_examples_parse},
+/* The text of section `name` ("## name" up to the next "## "). */
+static char *section_of(const char *text, const char *name)
+{
+    char head[80];
+    snprintf(head, sizeof head, "\n## %s\n", name);
+    const char *a = strstr(text, head);
+    if (!a)
+        return NULL;
+    const char *b = strstr(a + strlen(head), "\n## ");
+    size_t n = b ? (size_t)(b - a) : strlen(a);
+    char *out = malloc(n + 1);
+    if (out) {
+        memcpy(out, a, n);
+        out[n] = '\0';
+    }
+    return out;
+}
+
+/* Every key a reader accepts is in its section: the reader lists them in
+ * its "unknown field (known: ...)" error, which a key it does not know
+ * provokes; each must appear as `prefix.key` (or, holding an object, as
+ * one of its members `prefix.key.x`). */
+static void check_keys(const char *doc, const char *section, const char *prefix, const char *json)
+{
+    pt_error err = {0};
+    REQUIRE(parse_as(section, json, &err) < 0);
+    const char *known = strstr(err.msg, "known: ");
+    REQUIRE(known != NULL);
+    char *sec = section_of(doc, section);
+    REQUIRE(sec != NULL);
+    char list[PT_ERROR_MAX];
+    snprintf(list, sizeof list, "%s", known + strlen("known: "));
+    char *end = strchr(list, ')');
+    if (end)
+        *end = '\0';
+    int keys = 0;
+    for (char *save = NULL, *k = strtok_r(list, ", ", &save); k; k = strtok_r(NULL, ", ", &save)) {
+        /* a key holding an object may be documented by its members (`microbatch.size`) */
+        char want[160], member[160];
+        snprintf(want, sizeof want, "`%s%s`", prefix, k);
+        snprintf(member, sizeof member, "`%s%s.", prefix, k);
+        CHECK_MSG(strstr(sec, want) || strstr(sec, member),
+                  "docs/formats.md %s: %s is not documented", section, want);
+        keys++;
+    }
+    CHECK(keys >= 3);
+    free(sec);
+}
+
+#define LAYER "{\"name\": \"a\", \"fwd_ms\": 1, \"bwd_ms\": 2, \"act_bytes\": 4, \"param_bytes\": 8"
+#define PROFILE_HEAD                                                                               \
+    "{\"v\": 1, \"model\": \"m\", \"device\": \"d\", \"microbatch\": 1, \"input_bytes\": 0, "
+
+static void test_fields_documented(void)
+{
+    char *doc = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_file_read(pt_test_path("docs/formats.md"), &doc, NULL, &err) == 0);
+    check_keys(doc, "Profile", "", PROFILE_HEAD "\"layers\": [" LAYER "}], \"zzz\": 1}");
+    check_keys(doc, "Profile", "layers[i].", PROFILE_HEAD "\"layers\": [" LAYER ", \"zzz\": 1}]}");
+    check_keys(doc, "Profile", "roofline.",
+               PROFILE_HEAD "\"layers\": [" LAYER "}], \"roofline\": {\"zzz\": 1}}");
+    check_keys(doc, "Profile", "runtime.",
+               PROFILE_HEAD "\"layers\": [" LAYER "}], \"runtime\": {\"zzz\": 1}}");
+    check_keys(doc, "Device description", "",
+               "{\"v\": 1, \"name\": \"x\", \"peak_flops\": 1e12, \"mem_bandwidth\": 1e11, "
+               "\"memory_bytes\": 1, \"zzz\": 1}");
+    check_keys(doc, "Plan", "",
+               "{\"v\": 1, \"model\": \"m\", \"layers\": 1, \"microbatch\": {\"size\": 1, "
+               "\"count\": 1}, \"stages\": [{\"layers\": [0, 1], \"replicas\": [0]}], \"zzz\": 1}");
+    free(doc);
+}
+
+PT_TEST_MAIN({"examples_parse", test_examples_parse}, {"fields_documented", test_fields_documented},
              {"schedule_kinds_listed", test_schedule_kinds_listed})

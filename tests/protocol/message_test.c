@@ -13,9 +13,12 @@
 #include "tests/test.h"
 
 static const char *const plan_text =
-    "{\"v\":1,\"model\":\"fmnist-mlp\",\"layers\":8,\"stages\":[{\"layers\":[0,8],"
-    "\"replicas\":[0]}]}";
-static const char *const model_text = "{\"v\":1,\"name\":\"m\",\"layers\":[{\"type\":\"relu\"}]}";
+    "{\"v\":1,\"model\":\"m\",\"layers\":2,\"microbatch\":{\"size\":8,\"count\":2},"
+    "\"schedule\":{\"kind\":\"gpipe\"},\"optimizer\":{\"kind\":\"sgd\",\"lr\":0.05,"
+    "\"momentum\":0.9},\"stages\":[{\"layers\":[0,2],\"replicas\":[0]}]}";
+static const char *const model_text =
+    "{\"v\":1,\"name\":\"m\",\"input\":{\"kind\":\"float\",\"shape\":[4]},"
+    "\"layers\":[{\"type\":\"linear\",\"out\":2},{\"type\":\"softmax_xent\",\"classes\":2}]}";
 
 /* A message of each type with every field set away from its default. */
 static void make_message(pt_msg_type t, pt_msg *m)
@@ -44,8 +47,8 @@ static void make_message(pt_msg_type t, pt_msg *m)
     }
     case PT_MSG_ASSIGN: {
         pt_msg_assign *a = &m->u.assign;
-        a->plan_json = strdup(plan_text);
-        a->model_json = strdup(model_text);
+        CHECK(pt_plan_parse(plan_text, "plan", &a->plan, NULL) == 0);
+        CHECK(pt_model_spec_parse(model_text, "model", &a->model, NULL) == 0);
         a->stage = 1;
         a->replica = 2;
         a->rank = 5;
@@ -154,6 +157,15 @@ static int same_double(double a, double b)
     return (isnan(a) && isnan(b)) || a == b;
 }
 
+/* Two texts equal (both freed; NULL never equal). */
+static int same_json(char *a, char *b)
+{
+    int same = a && b && !strcmp(a, b);
+    free(a);
+    free(b);
+    return same;
+}
+
 static int msg_equal(const pt_msg *a, const pt_msg *b)
 {
     if (a->type != b->type || strcmp(a->agent, b->agent) || a->seq != b->seq || a->gen != b->gen ||
@@ -162,7 +174,8 @@ static int msg_equal(const pt_msg *a, const pt_msg *b)
     switch (a->type) {
     case PT_MSG_ASSIGN: {
         const pt_msg_assign *x = &a->u.assign, *y = &b->u.assign;
-        if (strcmp(x->plan_json, y->plan_json) || strcmp(x->model_json, y->model_json) ||
+        if (!same_json(pt_plan_to_json(x->plan), pt_plan_to_json(y->plan)) ||
+            !same_json(pt_model_spec_to_json(x->model), pt_model_spec_to_json(y->model)) ||
             x->stage != y->stage || x->replica != y->replica || x->rank != y->rank ||
             x->chunks != y->chunks || x->peer_count != y->peer_count || strcmp(x->data, y->data) ||
             x->seed != y->seed || strcmp(x->checkpoint_dir, y->checkpoint_dir) ||
@@ -894,7 +907,56 @@ static void test_metrics_fold(void)
     }
 }
 
-PT_TEST_MAIN({"round_trip_every_type", test_round_trip_every_type}, {"stop_forms", test_stop_forms},
+/* A generation's plan crosses the wire as one text: pt_msg_assign_texts
+ * makes it once (compact, exact), and each worker's assign embeds those
+ * bytes verbatim (a text spaced unlike cJSON's printer stays spaced as
+ * given, so nothing parsed and printed it again); the agent's decoder
+ * gives back the plan and the model. */
+static void test_plan_text_once(void)
+{
+    pt_plan *plan = NULL;
+    pt_model_spec *model = NULL;
+    REQUIRE(pt_plan_parse(plan_text, "plan", &plan, NULL) == 0);
+    REQUIRE(pt_model_spec_parse(model_text, "model", &model, NULL) == 0);
+    char *pj = NULL, *mj = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_msg_assign_texts(plan, model, &pj, &mj, &err) == 0);
+    CHECK(strchr(pj, '\n') == NULL && strchr(mj, '\n') == NULL); /* compact: one record line */
+    /* the same plan, spaced as cJSON never prints it */
+    char spaced[4096];
+    size_t k = 0;
+    for (const char *c = pj; *c && k + 2 < sizeof spaced; c++) {
+        spaced[k++] = *c;
+        if (*c == ',')
+            spaced[k++] = ' ';
+    }
+    spaced[k] = '\0';
+    for (int w = 0; w < 2; w++) {
+        pt_msg m, back;
+        make_message(PT_MSG_ASSIGN, &m);
+        pt_plan_free(&m.u.assign.plan);
+        pt_model_spec_free(&m.u.assign.model);
+        m.u.assign.plan_json = w ? spaced : pj;
+        m.u.assign.model_json = mj;
+        char *text = NULL;
+        REQUIRE(pt_msg_encode(&m, &text, NULL, &err) == 0);
+        CHECK_STR_CONTAINS(text, w ? spaced : pj);
+        REQUIRE(pt_msg_decode(text, strlen(text), "wire", &back, &err) == 0);
+        CHECK(back.u.assign.plan_json == NULL && back.u.assign.plan && back.u.assign.model);
+        CHECK(same_json(pt_plan_to_json(back.u.assign.plan), pt_plan_to_json(plan)));
+        CHECK(same_json(pt_model_spec_to_json(back.u.assign.model), pt_model_spec_to_json(model)));
+        pt_msg_clear(&back);
+        pt_msg_clear(&m);
+        free(text);
+    }
+    free(pj);
+    free(mj);
+    pt_plan_free(&plan);
+    pt_model_spec_free(&model);
+}
+
+PT_TEST_MAIN({"plan_text_once", test_plan_text_once},
+             {"round_trip_every_type", test_round_trip_every_type}, {"stop_forms", test_stop_forms},
              {"round_trip_defaults", test_round_trip_defaults},
              {"op_kinds_on_the_wire", test_op_kinds_on_the_wire},
              {"documented_examples", test_documented_examples}, {"bad_messages", test_bad_messages},

@@ -185,8 +185,30 @@ static void test_shipped_graphs(void)
         CHECK(!strcmp(p->model, shipped[s].name));
         CHECK(!strcmp(p->source, "imported"));
         CHECK(p->microbatch == 1); /* the file does not say */
+        CHECK(!p->roofline.has);   /* no device named: nothing to floor by */
         check_against_reference(path, p);
         pt_profile_free(&p);
+    }
+}
+
+/* The import named a device description (devices/pipedream-gpu.json), so
+ * both carry its roofline: V100 figures, each layer's weights read once
+ * (none for an embedding, which gathers rows) and one kernel when it has
+ * forward time. */
+static void check_roofline(const pt_profile *fresh, const pt_profile *committed, const char *path)
+{
+    const pt_profile_roofline *a = &fresh->roofline, *b = &committed->roofline;
+    CHECK_MSG(a->has && b->has, "%s: no roofline", path);
+    CHECK(a->peak_flops == b->peak_flops && a->mem_bandwidth == b->mem_bandwidth &&
+          a->launch_us == b->launch_us);
+    CHECK(b->peak_flops == 15.7e12 && b->mem_bandwidth == 900e9 && b->launch_us == 1);
+    for (int i = 0; i < fresh->layer_count && i < committed->layer_count; i++) {
+        const pt_profile_layer *x = &fresh->layers[i], *y = &committed->layers[i];
+        int embedding = !strncmp(y->name, "Embedding(", 10);
+        CHECK_MSG(x->weight_bytes == y->weight_bytes && x->kernels == y->kernels &&
+                      y->weight_bytes == (embedding ? 0 : y->param_bytes) &&
+                      y->kernels == (y->fwd_ms > 0) && y->flops == 0 && y->bytes == 0,
+                  "%s: layers[%d] roofline fields", path, i);
     }
 }
 
@@ -211,6 +233,7 @@ static void test_committed_json_is_current(void)
             CHECK_MSG(profiles_equal(fresh, committed, why, sizeof why), "%s: %s", jpath, why);
             CHECK(!strcmp(committed->model, shipped[s].name));
             CHECK(!strcmp(committed->device, "pipedream-gpu"));
+            check_roofline(fresh, committed, jpath);
         }
         pt_profile_free(&fresh);
         pt_profile_free(&committed);

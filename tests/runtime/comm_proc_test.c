@@ -9,6 +9,7 @@
  * ranks) on the same sizes and either side of its size bound. Also: a rank that sends and
  * closes at once still gets its message through its ring to a peer that looks only later. */
 #include <math.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,13 +18,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "protocol/clock.h"
 #include "runtime/comm.h"
 #include "runtime/comm_internal.h"
 #include "tests/runtime/ar_ref.h"
 #include "tests/test.h"
+#include "tests/wait_util.h"
 
 #define MAX_P      4
 #define TIMEOUT_MS 20000 /* generous: 2 shared cores, maybe under ASan */
+/* a run of all ranks, valgrind included (minutes there); only a hang meets it */
+#define PROC_BOUND_MS 900000
 
 typedef struct result {
     int rank, ok;
@@ -160,17 +165,34 @@ static int run_procs(int p, proc_body *body, const void *arg, result *res)
     memset(res, 0, sizeof *res * (size_t)p);
     /* Each rank writes one record (atomic: smaller than PIPE_BUF) and exits;
      * EOF once all have. */
-    while (read(fds[0], &one, sizeof one) == (ssize_t)sizeof one)
+    /* Each rank's calls are bounded by the communicator's timeout; this
+     * bounds the whole, valgrind included, and names what did not come. */
+    int64_t deadline = pt_wait_now_ms() + PROC_BOUND_MS;
+    while (got < p) {
+        struct pollfd pf = {fds[0], POLLIN, 0};
+        int64_t left = deadline - pt_wait_now_ms();
+        if (left <= 0 || poll(&pf, 1, (int)left) <= 0)
+            break;
+        if (read(fds[0], &one, sizeof one) != (ssize_t)sizeof one)
+            break;
         if (one.rank >= 0 && one.rank < p) {
             res[one.rank] = one;
             got++;
         }
+    }
     close(fds[0]);
     int rc = got == p ? 0 : -1;
+    if (rc < 0)
+        fprintf(stderr, "comm_proc_test: %d of %d ranks reported within %d ms\n", got, p,
+                PROC_BOUND_MS);
     for (int r = 0; r < p; r++) {
-        int st;
-        if (waitpid(pid[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        int left = (int)(deadline - pt_wait_now_ms());
+        int st = pt_wait_pid(pid[r], left > 0 ? left : 1);
+        if (st != 0) {
+            fprintf(stderr, "comm_proc_test: rank %d: exit %d (-1: still running, killed)\n", r,
+                    st);
             rc = -1;
+        }
     }
     char sock[160];
     for (int r = 0; r < p; r++) {
@@ -298,12 +320,11 @@ static void early_close_body(const void *arg, int rank, int p, const char *const
         res->shm_out = st.shm_peers_out;
     } else {
         const char *sock = eps[1] + strlen("ipc://");
-        struct timespec t0, t, pause = {0, 1000000};
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        struct timespec pause = {0, 1000000};
+        double t0 = pt_clock_s();
         do {
             nanosleep(&pause, NULL);
-            clock_gettime(CLOCK_MONOTONIC, &t);
-        } while (access(sock, F_OK) == 0 && t.tv_sec - t0.tv_sec < 10);
+        } while (access(sock, F_OK) == 0 && pt_clock_s() - t0 < 10);
         float w[3] = {0};
         if (access(sock, F_OK) == 0) {
             snprintf(err.msg, sizeof err.msg, "rank 1 did not close within 10 s");

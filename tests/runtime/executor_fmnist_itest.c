@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "protocol/clock.h"
 #include "tests/runtime/exec_common.h"
 
 #define FM_ITERS 3
@@ -39,13 +40,6 @@ static void even_cuts(int layers, int S, int *cuts)
     for (int s = 0; s <= S; s++)
         cuts[s] = 2 * (pairs * s / S);
     cuts[S] = layers;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* CPU seconds of the whole process so far (all threads): a figure that a
@@ -141,10 +135,10 @@ static void test_throughput(void)
         pt_error err = {0};
         REQUIRE(pt_pipeline_create(&pc, &pp, &err) == 0);
         REQUIRE(pt_pipeline_run(pp, 0, &err) == 0); /* warm-up */
-        double t0 = now_s(), c0 = cpu_s();
+        double t0 = pt_clock_s(), c0 = cpu_s();
         for (int k = 1; k <= iters; k++)
             CHECK(pt_pipeline_run(pp, k, &err) == 0);
-        double pipe_s = (now_s() - t0) / iters, pipe_cpu = (cpu_s() - c0) / iters;
+        double pipe_s = (pt_clock_s() - t0) / iters, pipe_cpu = (cpu_s() - c0) / iters;
         double busy = 0;
         int nw = prog.worker_count;
         for (int w = 0; w < nw; w++) {
@@ -167,7 +161,7 @@ static void test_throughput(void)
         free(idx);
         for (int k = 0; k <= iters; k++) {
             if (k == 1) { /* batch 0 warms up */
-                t0 = now_s();
+                t0 = pt_clock_s();
                 c0 = cpu_s();
             }
             pt_net_zero_grads(net);
@@ -175,7 +169,7 @@ static void test_throughput(void)
             pt_net_backward(net, 0, NULL, NULL, NULL, NULL);
             pt_optim_step(opt, pt_net_params(net), pt_net_grads(net));
         }
-        double single_s = (now_s() - t0) / iters, single_cpu = (cpu_s() - c0) / iters;
+        double single_s = (pt_clock_s() - t0) / iters, single_cpu = (cpu_s() - c0) / iters;
         for (int k = 0; k <= iters; k++)
             ec_batch_free(&bt[k]);
         pt_optim_destroy(&opt);

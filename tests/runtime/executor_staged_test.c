@@ -164,10 +164,12 @@ int main(int argc, char **argv)
                                                 {"gpt", test_gpt},
                                                 {"pipesgd", test_pipesgd}};
     int failed = 0;
+    pt_test_watchdog_arm_();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (argc > 1 && !strstr(cases[i].name, argv[1]))
             continue;
         int before = pt_test_failures_;
+        pt_test_case_now_ = cases[i].name;
         cases[i].fn();
         int ok = pt_test_failures_ == before;
         printf("%s %s\n", ok ? "ok  " : "FAIL", cases[i].name);

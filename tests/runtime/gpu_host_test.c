@@ -1,7 +1,8 @@
 /* The host side of the GPU runtime, checked on any machine: device names
  * (cpu, cuda:N[:PREC]) parse, print back and open; a CUDA device that is not
- * there (or a build without CUDA) is refused with PT_EUNSUPP and a message,
- * never taken for the CPU, and the CPU backend never loads the CUDA module;
+ * there (or a build without CUDA) is refused with PT_EUNSUPP and a message
+ * (CUDA's own words when it cannot count its devices), never taken for the
+ * CPU, and the CPU backend never loads the CUDA module;
  * NCCL ids survive the hex of the assign message
  * byte for byte, bad hex is refused naming the position, and the console's
  * rule for using NCCL holds. */
@@ -99,7 +100,16 @@ static void test_open(void)
         CHECK(why.code < 0 && why.msg[0]);
         CHECK_STR_CONTAINS(err.msg, why.msg);
     } else if (pt_cuda_device_count() == 0) {
-        CHECK_STR_CONTAINS(err.msg, "no GPU visible");
+        /* CUDA's own words when it cannot count (no driver, one too old), "no
+         * GPU visible" only when it counted none */
+        pt_error probe = {0};
+        if (pt_cuda_device_probe(&probe) < 0) {
+            CHECK_STR_CONTAINS(probe.msg, "cuda: cudaGetDeviceCount: ");
+            CHECK_STR_CONTAINS(err.msg, probe.msg);
+            CHECK_MSG(!strstr(err.msg, "no GPU visible"), "%s", err.msg);
+        } else {
+            CHECK_STR_CONTAINS(err.msg, "no GPU visible");
+        }
     } else {
         CHECK_STR_CONTAINS(err.msg, "no device");
     }

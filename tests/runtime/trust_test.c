@@ -11,18 +11,12 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "protocol/clock.h"
 #include "protocol/keyfile.h"
 #include "runtime/trust.h"
 #include "tests/test.h"
 
 #define WAIT_MS 10000 /* upper bound on any one handshake; the tests wait on events */
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 typedef struct rig {
     void *ctx, *server, *monitor;
@@ -119,8 +113,8 @@ static int next_failure(rig *r, int timeout_ms)
  * this server's key). 0 when none came within WAIT_MS. */
 static int failure_of_kind(rig *r, int want)
 {
-    int64_t end = now_ms() + WAIT_MS;
-    for (int64_t left = WAIT_MS; left > 0; left = end - now_ms()) {
+    int64_t end = (pt_clock_ns() / 1000000) + WAIT_MS;
+    for (int64_t left = WAIT_MS; left > 0; left = end - (pt_clock_ns() / 1000000)) {
         int ev = next_failure(r, (int)left);
         if (ev == want || ev == 0)
             return ev;

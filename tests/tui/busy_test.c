@@ -7,8 +7,8 @@
 
 #include "protocol/fileio.h"
 #include "tests/planner/sched_fixture.h"
-#include "tui/run_report.h"
-#include "tui/store.h"
+#include "tui/control/run_report.h"
+#include "tui/record/store.h"
 
 #define MS       1000000LL /* ns */
 #define STEPS    4

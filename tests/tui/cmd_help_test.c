@@ -11,7 +11,7 @@
 
 #include "protocol/opts.h"
 #include "tests/test.h"
-#include "tui/commands.h"
+#include "tui/cli/commands.h"
 
 #define ENTRIES_MAX 64
 #define NAME_CAP    64

@@ -68,7 +68,8 @@ tm_check "the new generation trains" tm_wait 60 'live gen 2, 4 agents'
 tm_check "the 'queued' message is gone once generation 2 trains" \
     tm_wait_gone 3 'queued: the run stops'
 tm_keys 2
-sleep 3
+gen2_recorded() { [ "$(record_step)" -ge $((resume + 2)) ] 2>/dev/null; }
+tm_check "generation 2's steps reach the record" poll_until 60 gen2_recorded
 tm_check "q exits with 0" tm_quit_ok
 
 # the record: generation 1 ends at step resume-1, generation 2 starts at resume

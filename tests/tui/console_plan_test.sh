@@ -60,8 +60,9 @@ tm_keys J
 tm_check "joining stage 0 is refused" tm_wait 5 'refused: stage 0 has no stage before it'
 tm_check "prediction unchanged by refused edits" test "$(predicted)" = "$after"
 tm_check "stage 0 unchanged by refused edits" test "$(stage0)" = "$range1"
-# a boundary moved past the next one empties a stage: refused
-for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do tm_keys '}'; done
+# a boundary moved past the next one empties a stage: refused (the model has
+# 34 layers, so 40 moves empty stage 1 whatever the planner chose)
+for i in $(seq 1 40); do tm_keys '}'; done
 tm_check "emptying a stage is refused" tm_wait 5 'refused: stage 1 would have no layers'
 # undo brings back the first plan and its prediction
 for i in $(seq 1 30); do tm_keys u; done
@@ -109,7 +110,6 @@ tm_keys b P
 tm_check "planner result and gain shown" tm_wait 20 'planner dapple: [0-9.]+ -> [0-9.]+ ms per iteration'
 
 tm_resize 200 60
-sleep 0.5
 tm_check "layout at 200x60" tm_layout_ok 200 60
 tm_check "wide layout puts the summary beside the layers" tm_wait 5 '┐┌─ prediction'
 tm_check "q exits with 0" tm_quit_ok

@@ -38,19 +38,18 @@ tm_resize 80 24
 tm_check "stage rows after resize to 80x24" tm_wait 5 '^│s3r0 '
 tm_check "layout at 80x24" tm_layout_ok 80 24
 tm_resize 200 60
-sleep 0.5
 tm_check "layout back at 200x60" tm_layout_ok 200 60
 
 # other views at both sizes
 for v in 1 3 4; do
     tm_keys $v
-    sleep 0.4
+    tm_settle 5 # the switch is drawn (two captures alike)
     tm_check "view $v layout at 200x60" tm_layout_ok 200 60
 done
 tm_resize 80 24
 for v in 1 3 4 2; do
     tm_keys $v
-    sleep 0.4
+    tm_settle 5
     tm_check "view $v layout at 80x24" tm_layout_ok 80 24
 done
 tm_keys 3

@@ -121,7 +121,23 @@ tm_check "F10 quits" tm_wait 20 '^EXITED 0'
 
 # ---- the simulator alone: global batch, refused options, pause, themes
 tm_start 100 30 "$PIPETOP --view plan"
-tm_check "plan view" tm_wait 15 'batch +64 samples = 8 micro-batches x 8'
+tm_check "plan view" tm_wait 15 'batch +64 samples = [0-9]+ micro-batch'
+# the planner's micro-batching follows the cost model: bring it to 8 x 8 with M / m first
+mb_count() {
+    tm_cap | grep -oE 'batch +64 samples = [0-9]+ micro' | grep -oE '[0-9]+ micro' | grep -oE '[0-9]+'
+}
+c=$(mb_count)
+while [ -n "$c" ] && [ "$c" -lt 8 ]; do
+    tm_keys M
+    c=$((c * 2))
+    tm_wait 5 "batch +64 samples = $c micro-batches" || break
+done
+while [ -n "$c" ] && [ "$c" -gt 8 ]; do
+    tm_keys m
+    c=$((c / 2))
+    tm_wait 5 "batch +64 samples = $c micro-batches" || break
+done
+tm_check "plan view at 8 micro-batches of 8" tm_wait 5 'batch +64 samples = 8 micro-batches x 8'
 tm_keys B
 tm_check "B keeps the global batch" tm_wait 5 'batch +64 samples = 4 micro-batches x 16'
 tm_check "B says so" tm_wait 2 'global batch kept'

@@ -3,7 +3,7 @@
 # steps through the kinds to zb-h1, A applies it and the run restarts as a
 # new generation whose agents run the split backward, and the live timeline
 # draws its two halves apart: B (BWD_INPUT) cells filled with '%', W
-# (BWD_WEIGHT) cells with '~' (tui/theme.c's fills), which no other kind
+# (BWD_WEIGHT) cells with '~' (tui/export/timeline_ascii.c's fills), which no other kind
 # paints; then the same for zb-h2. Then interleaved: the demo's 3 stages
 # joined to 2 (J; M = 8 is a multiple of 2), S re-cuts them into 2 chunks
 # per device ("interleaved v=2"), V makes it 3 and u takes it back, A

@@ -13,10 +13,10 @@
 #include "planner/cost.h"
 #include "planner/simulate.h"
 #include "protocol/fileio.h"
-#include "tui/export.h"
-#include "tui/replay.h"
-#include "tui/store.h"
-#include "tui/tline.h"
+#include "tui/export/export.h"
+#include "tui/record/replay.h"
+#include "tui/record/store.h"
+#include "tui/record/tline.h"
 #include "tests/tui/trace_check.h"
 
 #define US_TOL 0.0011 /* trace times are printed with 3 decimals of a microsecond */

@@ -1,47 +1,59 @@
 /* Layout of the console's panels: at every terminal size from 80x24 to
- * 300x100 and in every view, panels lie inside the screen, never overlap,
- * cover it completely (so large terminals are used), and each is large
- * enough to show a framed line of text. */
+ * 300x100 and in every view of the view table (timeline compared or not),
+ * panels lie inside the screen, never overlap, cover it completely (so large
+ * terminals are used), and each is large enough to show a framed line of
+ * text. */
+#include <string.h>
+
 #include "tests/test.h"
-#include "tui/layout.h"
+#include "tui/console/layout.h"
+#include "tui/console/ui.h"
+#include "tui/console/view.h"
 
 #include "protocol/error.h"
+
+/* The layout of view `name` with the timeline compared (split) or not. */
+static int lay(const char *name, int split, int rows, int cols, pt_layout *l)
+{
+    static pt_ui ui; /* layouts read the shared timeline mode only */
+    ui.tl.mode = split ? PT_TL_BOTH : PT_TL_MEASURED;
+    int v = pt_view_find(name);
+    CHECK_MSG(v >= 0, "no view %s", name);
+    return pt_view_layout(v, &ui, NULL, rows, cols, l);
+}
 
 /* A framed panel needs 2 border rows plus one of content and room for a title. */
 #define MIN_PANEL_ROWS 3
 #define MIN_PANEL_COLS 20
 
-static int expected_panels(pt_view v, int split)
+/* Panels (frame included) of the built-in views. */
+static int expected_panels(const char *name, int split)
 {
-    switch (v) {
-    case PT_VIEW_PLAN:
-        return 5;
-    case PT_VIEW_TIMELINE:
-        return split ? 5 : 4;
-    case PT_VIEW_STATS:
-        return 6;
-    default:
-        return 3;
-    }
+    static const struct {
+        const char *name;
+        int panels, split_panels;
+    } known[] = {
+        {"plan", 5, 5}, {"timeline", 4, 5}, {"stats", 6, 6}, {"agents", 3, 3}, {"help", 3, 3}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(known[i].name, name))
+            return split ? known[i].split_panels : known[i].panels;
+    return -1;
 }
 
-static int check_one(pt_view v, int split, int rows, int cols)
+static int check_one(const char *name, int split, int rows, int cols)
 {
     pt_layout l;
-    pt_layout_opts o = {split};
     int bad = 0;
-    if (pt_layout_compute(v, rows, cols, &o, &l) != 0)
+    if (lay(name, split, rows, cols, &l) != 0)
         return 1;
-    if (l.count != expected_panels(v, split))
+    if (l.count != expected_panels(name, split))
         bad++;
     long area = 0;
     for (int i = 0; i < l.count; i++) {
         const pt_rect *r = &l.rect[i];
         if (r->y < 0 || r->x < 0 || r->y + r->h > rows || r->x + r->w > cols)
             bad++;
-        int framed = l.id[i] != PT_PANEL_HEADER && l.id[i] != PT_PANEL_STATUS &&
-                     l.id[i] != PT_PANEL_TL_INFO; /* the info band is two unframed rows */
-        if (framed ? (r->h < MIN_PANEL_ROWS || r->w < MIN_PANEL_COLS) : r->h < 1)
+        if (l.framed[i] ? (r->h < MIN_PANEL_ROWS || r->w < MIN_PANEL_COLS) : r->h < 1)
             bad++;
         area += (long)r->h * r->w;
         for (int j = 0; j < i; j++)
@@ -52,19 +64,19 @@ static int check_one(pt_view v, int split, int rows, int cols)
     if (area != (long)rows * cols)
         bad++;
     if (bad)
-        fprintf(stderr, "layout %s split %d at %dx%d: %d problems\n", pt_view_name(v), split, cols,
-                rows, bad);
+        fprintf(stderr, "layout %s split %d at %dx%d: %d problems\n", name, split, cols, rows, bad);
     return bad;
 }
 
 static void test_all_sizes(void)
 {
     int failures = 0;
-    for (int v = 0; v < PT_VIEW_COUNT; v++)
+    CHECK(pt_view_count() == 5); /* every built-in view is checked */
+    for (int v = 0; v < pt_view_count(); v++)
         for (int split = 0; split <= 1; split++)
             for (int rows = 24; rows <= 100; rows++)
                 for (int cols = 80; cols <= 300; cols++)
-                    if (check_one((pt_view)v, split, rows, cols) && ++failures > 20)
+                    if (check_one(pt_view_at(v)->name, split, rows, cols) && ++failures > 20)
                         goto out;
 out:
     CHECK(failures == 0);
@@ -74,11 +86,11 @@ static void test_small_sizes_still_disjoint(void)
 {
     /* between the minimum and 80x24 the layout must still be disjoint and
      * inside the screen (panel size is allowed to shrink there) */
-    for (int v = 0; v < PT_VIEW_COUNT; v++)
+    for (int v = 0; v < pt_view_count(); v++)
         for (int rows = PT_LAYOUT_MIN_ROWS; rows < 24; rows++)
             for (int cols = PT_LAYOUT_MIN_COLS; cols < 80; cols++) {
                 pt_layout l;
-                REQUIRE(pt_layout_compute((pt_view)v, rows, cols, NULL, &l) == 0);
+                REQUIRE(lay(pt_view_at(v)->name, 0, rows, cols, &l) == 0);
                 long area = 0;
                 for (int i = 0; i < l.count; i++) {
                     const pt_rect *r = &l.rect[i];
@@ -95,11 +107,11 @@ static void test_small_sizes_still_disjoint(void)
 static void test_too_small(void)
 {
     pt_layout l;
-    CHECK(pt_layout_compute(PT_VIEW_PLAN, PT_LAYOUT_MIN_ROWS - 1, 80, NULL, &l) == PT_ERANGE);
-    CHECK(pt_layout_compute(PT_VIEW_PLAN, 24, PT_LAYOUT_MIN_COLS - 1, NULL, &l) == PT_ERANGE);
-    CHECK(pt_layout_find(&l, PT_PANEL_PLAN_LAYERS) == NULL);
-    CHECK(pt_layout_compute(PT_VIEW_COUNT, 24, 80, NULL, &l) == PT_EINVAL);
-    CHECK(pt_layout_compute(PT_VIEW_PLAN, 1, 1, NULL, &l) == PT_ERANGE);
+    CHECK(lay("plan", 0, PT_LAYOUT_MIN_ROWS - 1, 80, &l) == PT_ERANGE);
+    CHECK(lay("plan", 0, 24, PT_LAYOUT_MIN_COLS - 1, &l) == PT_ERANGE);
+    CHECK(pt_layout_find_name(&l, "plan-layers") == NULL);
+    CHECK(pt_view_layout(pt_view_count(), NULL, NULL, 24, 80, &l) == PT_EINVAL);
+    CHECK(lay("plan", 0, 1, 1, &l) == PT_ERANGE);
     CHECK(l.count == 0);
 }
 
@@ -108,19 +120,17 @@ static void test_wide_uses_room(void)
     /* side by side from PT_LAYOUT_WIDE_COLS: the layer list is not as wide as
      * the screen; stacked below it */
     pt_layout l;
-    REQUIRE(pt_layout_compute(PT_VIEW_PLAN, 60, 200, NULL, &l) == 0);
-    const pt_rect *layers = pt_layout_find(&l, PT_PANEL_PLAN_LAYERS);
+    REQUIRE(lay("plan", 0, 60, 200, &l) == 0);
+    const pt_rect *layers = pt_layout_find_name(&l, "plan-layers");
     REQUIRE(layers);
     CHECK(layers->w < 200 && layers->h == 58);
-    REQUIRE(pt_layout_compute(PT_VIEW_PLAN, 24, 80, NULL, &l) == 0);
-    layers = pt_layout_find(&l, PT_PANEL_PLAN_LAYERS);
+    REQUIRE(lay("plan", 0, 24, 80, &l) == 0);
+    layers = pt_layout_find_name(&l, "plan-layers");
     REQUIRE(layers);
     CHECK(layers->w == 80 && layers->h >= 10);
     /* split timeline: two Gantt panels of near-equal height */
-    pt_layout_opts o = {1};
-    REQUIRE(pt_layout_compute(PT_VIEW_TIMELINE, 60, 200, &o, &l) == 0);
-    const pt_rect *a = pt_layout_find(&l, PT_PANEL_TL_MAIN),
-                  *b = pt_layout_find(&l, PT_PANEL_TL_PRED);
+    REQUIRE(lay("timeline", 1, 60, 200, &l) == 0);
+    const pt_rect *a = pt_layout_find_name(&l, "tl-main"), *b = pt_layout_find_name(&l, "tl-pred");
     REQUIRE(a && b);
     CHECK(a->h - b->h <= 1 && b->h - a->h <= 1);
     CHECK(pt_rect_contains(a, 1, 0) && !pt_rect_contains(a, 0, 0));
@@ -137,11 +147,10 @@ static void test_common_sizes(void)
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         int cols = sizes[i][0], rows = sizes[i][1];
         pt_layout l;
-        pt_layout_opts split = {1};
-        REQUIRE(pt_layout_compute(PT_VIEW_TIMELINE, rows, cols, &split, &l) == 0);
-        const pt_rect *a = pt_layout_find(&l, PT_PANEL_TL_MAIN),
-                      *b = pt_layout_find(&l, PT_PANEL_TL_PRED),
-                      *info = pt_layout_find(&l, PT_PANEL_TL_INFO);
+        REQUIRE(lay("timeline", 1, rows, cols, &l) == 0);
+        const pt_rect *a = pt_layout_find_name(&l, "tl-main"),
+                      *b = pt_layout_find_name(&l, "tl-pred"),
+                      *info = pt_layout_find_name(&l, "tl-info");
         REQUIRE(a && b && info);
         if (cols >= PT_LAYOUT_WIDE_COLS) {
             CHECK_MSG(a->y == b->y && a->h == b->h && a->x + a->w == b->x,
@@ -152,14 +161,14 @@ static void test_common_sizes(void)
             CHECK_MSG(a->x == b->x && a->w == cols && a->y + a->h == b->y,
                       "%dx%d: compared charts not stacked", cols, rows);
         }
-        REQUIRE(pt_layout_compute(PT_VIEW_TIMELINE, rows, cols, NULL, &l) == 0);
-        a = pt_layout_find(&l, PT_PANEL_TL_MAIN);
-        info = pt_layout_find(&l, PT_PANEL_TL_INFO);
+        REQUIRE(lay("timeline", 0, rows, cols, &l) == 0);
+        a = pt_layout_find_name(&l, "tl-main");
+        info = pt_layout_find_name(&l, "tl-info");
         REQUIRE(a && info);
         CHECK(a->h == rows - 2 - info->h && a->w == cols);
-        for (int v = 0; v < PT_VIEW_COUNT; v++)
+        for (int v = 0; v < pt_view_count(); v++)
             for (int sp = 0; sp <= 1; sp++)
-                CHECK(check_one((pt_view)v, sp, rows, cols) == 0);
+                CHECK(check_one(pt_view_at(v)->name, sp, rows, cols) == 0);
     }
 }
 

@@ -11,7 +11,7 @@
 
 #include "planner/cost.h"
 #include "planner/simulate.h"
-#include "tui/plan_edit.h"
+#include "tui/console/plan_edit.h"
 
 #define GIB (1LL << 30)
 

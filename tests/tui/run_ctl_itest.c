@@ -1,4 +1,4 @@
-/* The run controller (tui/run.h) with real pipetop-agent processes, the one
+/* The run controller (tui/control/run.h) with real pipetop-agent processes, the one
  * implementation under both `pipetop run` and the console's live source:
  *
  * - a stop in the middle of a 3-stage pipelined run (one start "until
@@ -20,12 +20,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "protocol/clock.h"
 #include "protocol/fileio.h"
 #include "protocol/model.h"
 #include "protocol/plan.h"
 #include "tests/test.h"
-#include "tui/run.h"
-#include "tui/session.h"
+#include "tui/control/run.h"
+#include "tui/control/session.h"
 
 #define TEST_DIR      "run_ctl_itest.d"
 #define AGENTS        3
@@ -70,13 +71,6 @@ static void on_note(void *user, const pt_session_note *n)
             (n->msg->u.metrics.steps > 1 ? n->msg->u.metrics.steps - 1 : 0);
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void reset_first_steps(seen *sn)
 {
     for (int k = 0; k < AGENTS; k++)
@@ -87,8 +81,8 @@ static void reset_first_steps(seen *sn)
 static int64_t run_until_step(pt_run *run, int64_t goal)
 {
     pt_session *s = pt_run_session(run);
-    int64_t until = now_ms() + WAIT_MS;
-    while (pt_session_min_step(s) < goal && now_ms() < until &&
+    int64_t until = (pt_clock_ns() / 1000000) + WAIT_MS;
+    while (pt_session_min_step(s) < goal && (pt_clock_ns() / 1000000) < until &&
            pt_run_get_state(run) == PT_RUN_TRAINING)
         pt_run_poll(run, 5, NULL);
     return pt_session_min_step(s);
@@ -141,9 +135,9 @@ static void test_controller(void)
             if (a->step > max_seen)
                 max_seen = a->step;
         }
-        int64_t t0 = now_ms();
+        int64_t t0 = (pt_clock_ns() / 1000000);
         int rc = pt_run_stop(run, "test stop", STOP_BOUND_MS, &err);
-        int64_t took = now_ms() - t0;
+        int64_t took = (pt_clock_ns() / 1000000) - t0;
         CHECK_MSG(rc == 0, "round %d: stop: %s", round, err.msg);
         CHECK(pt_run_get_state(run) == PT_RUN_STOPPED);
         CHECK_MSG(took < STOP_BOUND_MS, "round %d: the stop took %lld ms", round, (long long)took);
@@ -193,8 +187,8 @@ static void test_controller(void)
     reset_first_steps(&sn);
     REQUIRE(pt_run_start(run, RESUME_STEPS, &err) == 0);
     CHECK(pt_run_target_step(run) == step + RESUME_STEPS);
-    int64_t until = now_ms() + WAIT_MS;
-    while (pt_run_get_state(run) == PT_RUN_TRAINING && now_ms() < until)
+    int64_t until = (pt_clock_ns() / 1000000) + WAIT_MS;
+    while (pt_run_get_state(run) == PT_RUN_TRAINING && (pt_clock_ns() / 1000000) < until)
         pt_run_poll(run, 20, NULL);
     CHECK_MSG(pt_run_get_state(run) == PT_RUN_FINISHED, "state %s",
               pt_run_state_name(pt_run_get_state(run)));
@@ -224,12 +218,12 @@ static void test_controller(void)
             victim = i;
     }
     REQUIRE(victim >= 0);
-    int64_t t0 = now_ms();
+    int64_t t0 = (pt_clock_ns() / 1000000);
     REQUIRE(kill((pid_t)pids[victim], SIGKILL) == 0);
-    until = now_ms() + WAIT_MS;
-    while (pt_run_get_state(run) == PT_RUN_TRAINING && now_ms() < until)
+    until = (pt_clock_ns() / 1000000) + WAIT_MS;
+    while (pt_run_get_state(run) == PT_RUN_TRAINING && (pt_clock_ns() / 1000000) < until)
         pt_run_poll(run, 20, NULL);
-    int64_t took = now_ms() - t0;
+    int64_t took = (pt_clock_ns() / 1000000) - t0;
     CHECK(pt_run_get_state(run) == PT_RUN_FAILED);
     CHECK_MSG(took < FAULT_BOUND_MS, "the failure took %lld ms", (long long)took);
     err.msg[0] = '\0';

@@ -149,8 +149,10 @@ int main(void)
     static const struct pt_test_case cases[] = {{"record_full", test_record_full},
                                                 {"checkpoint_full", test_checkpoint_full}};
     int failed = 0;
+    pt_test_watchdog_arm_();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int before = pt_test_failures_;
+        pt_test_case_now_ = cases[i].name;
         cases[i].fn();
         int ok = pt_test_failures_ == before;
         printf("%s %s\n", ok ? "ok  " : "FAIL", cases[i].name);

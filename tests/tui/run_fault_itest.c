@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 
 #include "tests/tui/run_util.h"
-#include "tui/session.h"
+#include "tui/control/session.h"
 
 #define DIR         "run_fault_itest.d"
 #define RUN_MS      120000

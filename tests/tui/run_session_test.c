@@ -1,4 +1,4 @@
-/* The console-side session (tui/session.h) against fake agents made of a
+/* The console-side session (tui/control/session.h) against fake agents made of a
  * DEALER and a PUB socket in this process: registration and the agent
  * table, clock offsets from heartbeats, rejection and counting of malformed,
  * misaddressed, out-of-order and stale control messages and telemetry,
@@ -20,8 +20,8 @@
 #include "protocol/plan.h"
 #include "runtime/comm_nccl.h"
 #include "tests/test.h"
-#include "tui/run.h"
-#include "tui/session.h"
+#include "tui/control/run.h"
+#include "tui/control/session.h"
 
 #define NS_PER_MS   1000000LL
 #define FAST_HB_MS  100
@@ -740,7 +740,7 @@ static pt_plan *plan_on(const int *devs, int n)
     return p;
 }
 
-/* The run controller's one mapping policy (tui/run.h, pt_run_map): the
+/* The run controller's one mapping policy (tui/control/run.h, pt_run_map): the
  * agent of the worker's device first, then agents of no device in order of
  * registration, never an agent of another device, each agent once; running
  * out is an error naming the stage, replica and device. */

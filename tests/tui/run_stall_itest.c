@@ -9,7 +9,7 @@
  * Each time no agent process is left, no partial checkpoint folder, and the
  * last checkpoint resumes to the weights of an uninterrupted run. */
 #include "tests/tui/fault_util.h"
-#include "tui/session.h"
+#include "tui/control/session.h"
 
 #define TDIR "run_stall_itest.d"
 /* The stop of the short stall, and a stall bound well above it. */
@@ -19,7 +19,7 @@
 #define HEARTBEAT_BOUND_MS (PT_SESSION_MISSED_HEARTBEATS * PT_SESSION_HEARTBEAT_MS)
 #define CKPT_EVERY         "20"
 #define EXIT_SIGTERM       (128 + SIGTERM)
-/* The console's wait for agents to leave after bye (tui/run.h PT_RUN_EXIT_MS)
+/* The console's wait for agents to leave after bye (tui/control/run.h PT_RUN_EXIT_MS)
  * and scheduling slack. */
 #define LEAVE_MS 15000
 

@@ -20,7 +20,7 @@
 #include "protocol/message.h"
 #include "runtime/trust.h"
 #include "tests/tui/run_util.h"
-#include "tui/session.h"
+#include "tui/control/session.h"
 
 #define TDIR        "run_trust_itest.d"
 #define RUN_MS      180000

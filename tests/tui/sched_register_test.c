@@ -20,7 +20,7 @@
 #include "protocol/profile.h"
 #include "protocol/topology.h"
 #include "tests/test.h"
-#include "tui/commands.h"
+#include "tui/cli/commands.h"
 
 /* ---- the new kind: one generator, one entry ----------------------------- */
 

@@ -1,4 +1,4 @@
-/* The session's side of CURVE (tui/session.h, docs/architecture.md
+/* The session's side of CURVE (tui/control/session.h, docs/architecture.md
  * "Trust"): a name belongs to a key. A register under a name the controller
  * bound to another key is refused; once an agent registered, nothing under
  * its name from another key is processed; without CURVE the session binds
@@ -12,8 +12,8 @@
 #include "runtime/trust.h"
 #include "tests/test.h"
 #include "protocol/fileio.h"
-#include "tui/run.h"
-#include "tui/session.h"
+#include "tui/control/run.h"
+#include "tui/control/session.h"
 
 #define WAIT_MS   10000
 #define RESEND_MS 200

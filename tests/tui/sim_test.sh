@@ -27,7 +27,7 @@ for kind in gpipe dapple 1f1b-flush pipedream 2bw pipesgd zb-h1 zb-h2; do
     done
     rows=$(grep -cE '^s[0-9]+r[0-9]+ +\|.{60}\|$' <<<"$out")
     [ "$rows" -eq 4 ] || fail "$kind: $rows timeline rows of width 60, want 4"
-    grep -q "F forward" <<<"$out" || fail "$kind: no legend"
+    grep -q "3=== fwd  3### bwd" <<<"$out" || fail "$kind: no legend"
     text_ms=$(awk '/^iteration/ {print $2}' <<<"$out")
     json=$("$PIPETOP" sim --plan "$tmp/plan.json" --profile "$D/profile.json" \
         --topology "$D/topology.json" --json)

@@ -10,8 +10,8 @@
 
 #include "protocol/record.h"
 #include "tests/test.h"
-#include "tui/replay.h"
-#include "tui/store.h"
+#include "tui/record/replay.h"
+#include "tui/record/store.h"
 
 #define SMALL       20000
 #define LARGE       200000

@@ -10,8 +10,9 @@
 #include <unistd.h>
 
 #include "protocol/fileio.h"
-#include "tui/config.h"
-#include "tui/theme.h"
+#include "tui/console/config.h"
+#include "tui/export/theme.h"
+#include "tui/export/timeline_ascii.h"
 
 static const char *const shipped[] = {"dark", "light", "mono", "okabe-ito"};
 
@@ -125,8 +126,8 @@ static void test_glyphs_distinct(void)
     for (int a = 0; a < PT_PAINT_COUNT; a++)
         for (int b = 0; b < a; b++)
             if (a != PT_PAINT_WAIT && b != PT_PAINT_WAIT) /* a wait is blank */
-                CHECK(pt_paint_fill(a) != pt_paint_fill(b));
-    CHECK(pt_paint_fill(PT_PAINT_COUNT) == '?');
+                CHECK(pt_timeline_fill(a) != pt_timeline_fill(b));
+    CHECK(pt_timeline_fill(PT_PAINT_COUNT) == '?');
     /* every op kind has a theme key of its own paint class, ops that compute
      * and idle time never share one */
     for (int k = 0; k < PT_OP_KIND_COUNT; k++)

@@ -1,11 +1,13 @@
-/* The ASCII timeline: the exact chart of a small pipeline a user must see,
- * rows of the requested width at any width, communication glyphs where only
- * communication runs, and snprintf-like sizing and truncation. */
+/* The text Gantt chart `pipetop sim` prints (tui/export/timeline_ascii.h,
+ * the console's drawer and glyphs): the exact chart of a small pipeline a
+ * user must see, rows of the requested width at any width, communication
+ * glyphs where only communication runs, and snprintf-like sizing and
+ * truncation. */
 #include <string.h>
 
 #include "tests/planner/sched_fixture.h"
 #include "tests/test.h"
-#include "tui/timeline_ascii.h"
+#include "tui/export/timeline_ascii.h"
 
 typedef struct fix {
     pt_plan *plan;
@@ -15,6 +17,7 @@ typedef struct fix {
     pt_sim *sim;
     pt_program prog;
     pt_sim_result res;
+    pt_tline tl; /* the simulator's timeline, as the chart draws it */
 } fix;
 
 static int setup(fix *f, pt_sched_kind kind, int S, int M, double bw)
@@ -26,11 +29,13 @@ static int setup(fix *f, pt_sched_kind kind, int S, int M, double bw)
     if (pt_cost_new(f->pf, f->topo, &f->cost, NULL) < 0 || pt_sim_new(&f->sim) < 0)
         return -1;
     pt_cost_set_opt_bandwidth(f->cost, 0);
-    return pt_sim_plan(f->sim, f->plan, f->cost, NULL, &f->prog, &f->res, NULL);
+    int rc = pt_sim_plan(f->sim, f->plan, f->cost, NULL, &f->prog, &f->res, NULL);
+    return rc < 0 ? rc : pt_tline_from_sim(&f->tl, &f->prog, &f->res);
 }
 
 static void teardown(fix *f)
 {
+    pt_tline_release(&f->tl);
     pt_program_release(&f->prog);
     pt_sim_free(&f->sim);
     pt_cost_free(&f->cost);
@@ -46,14 +51,14 @@ static void test_exact_chart(void)
     CHECK_NEAR(f.res.makespan_s, 9e-3, 1e-12);
     pt_timeline_opts o = {18, 0, 0, 0, 0}; /* half a millisecond per cell */
     char buf[512];
-    size_t n = pt_timeline_ascii(&f.prog, &f.res, &o, buf, sizeof buf);
+    size_t n = pt_timeline_ascii(&f.tl, &o, buf, sizeof buf);
     CHECK(n == strlen(buf));
-    CHECK_STR_CONTAINS(buf, "s0r0 |F0F1......B1bbB0bb|\n");
-    CHECK_STR_CONTAINS(buf, "s1r0 |..F0F1B1bbB0bb....|\n");
-    /* one-cell blocks keep their letter only */
+    CHECK_STR_CONTAINS(buf, "s0r0 |0=1=......1###0###|\n");
+    CHECK_STR_CONTAINS(buf, "s1r0 |..0=1=1###0###....|\n");
+    /* one-cell blocks show their micro-batch, two cells number and fill */
     o.width = 9;
-    pt_timeline_ascii(&f.prog, &f.res, &o, buf, sizeof buf);
-    CHECK_STR_CONTAINS(buf, "s0r0 |FF...B1B0|"); /* two cells: letter and number */
+    pt_timeline_ascii(&f.tl, &o, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "s0r0 |01...1#0#|");
     teardown(&f);
 }
 
@@ -63,10 +68,10 @@ static void test_rows_have_the_width(void)
     REQUIRE(setup(&f, PT_SCHED_DAPPLE, 4, 7, 1e8) == 0);
     for (int width = PT_TIMELINE_MIN_WIDTH; width <= 300; width += 17) {
         pt_timeline_opts o = {width, 0, 0, 1, 1};
-        size_t need = pt_timeline_ascii(&f.prog, &f.res, &o, NULL, 0);
+        size_t need = pt_timeline_ascii(&f.tl, &o, NULL, 0);
         char *buf = malloc(need + 1);
         REQUIRE(buf);
-        CHECK(pt_timeline_ascii(&f.prog, &f.res, &o, buf, need + 1) == need);
+        CHECK(pt_timeline_ascii(&f.tl, &o, buf, need + 1) == need);
         CHECK(strlen(buf) == need);
         int rows = 0;
         for (char *line = buf; *line;) {
@@ -82,7 +87,7 @@ static void test_rows_have_the_width(void)
             line = nl + 1;
         }
         CHECK(rows == f.prog.worker_count);
-        CHECK_STR_CONTAINS(buf, "F forward");
+        CHECK_STR_CONTAINS(buf, "3=== fwd  3### bwd");
         free(buf);
     }
     teardown(&f);
@@ -94,16 +99,17 @@ static void test_comm_glyphs(void)
     fix f;
     REQUIRE(setup(&f, PT_SCHED_GPIPE, 2, 2, 1e8) == 0); /* 1 MB at 100 MB/s: 10 ms per send */
     char row[401];
-    pt_timeline_row(&f.prog, &f.res, 0, 0, f.res.makespan_s, 400, row);
+    pt_timeline_row(&f.tl, 0, 0, f.res.makespan_s, 400, row);
     CHECK(strchr(row, '>') != NULL);
-    pt_timeline_row(&f.prog, &f.res, 1, 0, f.res.makespan_s, 400, row);
+    pt_timeline_row(&f.tl, 1, 0, f.res.makespan_s, 400, row);
     CHECK(strchr(row, '<') != NULL);
     CHECK(strchr(row, '>') == NULL); /* the last stage sends no activations */
-    /* every cell of a compute op is a compute glyph: F/B cells add up to busy time */
+    /* every cell of a compute op is a compute glyph: fill and number cells
+     * add up to busy time */
     int compute = 0;
-    pt_timeline_row(&f.prog, &f.res, 0, 0, f.res.makespan_s, 400, row);
+    pt_timeline_row(&f.tl, 0, 0, f.res.makespan_s, 400, row);
     for (int c = 0; c < 400; c++)
-        compute += strchr("FfBb0123456789", row[c]) != NULL;
+        compute += strchr("=#0123456789", row[c]) != NULL;
     CHECK_NEAR(compute / 400.0, f.res.workers[0].busy_frac, 2.5 * 4 / 400.0);
     teardown(&f);
 }
@@ -116,19 +122,19 @@ static void test_split_glyphs(void)
     REQUIRE(setup(&f, PT_SCHED_ZB_H1, 3, 4, FX_FAST_BPS) == 0);
     char buf[2048], row[201];
     pt_timeline_opts o = {120, 0, 0, 0, 1};
-    pt_timeline_ascii(&f.prog, &f.res, &o, buf, sizeof buf);
-    CHECK_STR_CONTAINS(buf, "backward split: I input gradient  W weight gradient");
-    for (int w = 0; w < f.prog.worker_count; w++) {
-        pt_timeline_row(&f.prog, &f.res, w, 0, f.res.makespan_s, 200, row);
-        CHECK_MSG(strchr(row, 'I') && strchr(row, 'W') && !strchr(row, 'B'), "worker %d: %.200s", w,
+    pt_timeline_ascii(&f.tl, &o, buf, sizeof buf);
+    CHECK_STR_CONTAINS(buf, "backward split: 3%%% input gradient  3~~~ weight gradient");
+    for (int w = 0; w < f.tl.row_count; w++) {
+        pt_timeline_row(&f.tl, w, 0, f.res.makespan_s, 200, row);
+        CHECK_MSG(strchr(row, '%') && strchr(row, '~') && !strchr(row, '#'), "row %d: %.200s", w,
                   row);
     }
     teardown(&f);
     REQUIRE(setup(&f, PT_SCHED_1F1B_FLUSH, 3, 4, FX_FAST_BPS) == 0);
-    pt_timeline_ascii(&f.prog, &f.res, &o, buf, sizeof buf);
+    pt_timeline_ascii(&f.tl, &o, buf, sizeof buf);
     CHECK(strstr(buf, "backward split") == NULL);
-    pt_timeline_row(&f.prog, &f.res, 0, 0, f.res.makespan_s, 200, row);
-    CHECK(strchr(row, 'B') && !strchr(row, 'I') && !strchr(row, 'W'));
+    pt_timeline_row(&f.tl, 0, 0, f.res.makespan_s, 200, row);
+    CHECK(strchr(row, '#') && !strchr(row, '%') && !strchr(row, '~'));
     teardown(&f);
 }
 
@@ -137,10 +143,10 @@ static void test_truncation(void)
     fix f;
     REQUIRE(setup(&f, PT_SCHED_GPIPE, 3, 4, FX_FAST_BPS) == 0);
     char full[2048], small[40];
-    size_t n = pt_timeline_ascii(&f.prog, &f.res, NULL, full, sizeof full);
+    size_t n = pt_timeline_ascii(&f.tl, NULL, full, sizeof full);
     CHECK(n == strlen(full));
     memset(small, 'x', sizeof small);
-    CHECK(pt_timeline_ascii(&f.prog, &f.res, NULL, small, sizeof small) == n);
+    CHECK(pt_timeline_ascii(&f.tl, NULL, small, sizeof small) == n);
     CHECK(small[sizeof small - 1] == '\0');
     CHECK(!strncmp(small, full, sizeof small - 1));
     teardown(&f);

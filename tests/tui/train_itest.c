@@ -29,8 +29,11 @@
 #include "protocol/profile.h"
 #include "runtime/checkpoint.h"
 #include "tests/test.h"
+#include "tests/wait_util.h"
 
 #define OUT_MAX (1 << 20)
+/* a 3-step run interrupted by ^C takes a second or two; a hang meets this */
+#define TRAIN_BOUND_MS 120000
 
 static char g_out[OUT_MAX];
 
@@ -204,10 +207,11 @@ static void test_ctrl_c_saves(void)
         _exit(127);
     }
     close(fds[1]);
-    FILE *in = fdopen(fds[0], "r");
+    pt_wait_lines in = {.fd = fds[0]};
     char line[4096];
-    int steps = 0, saw_end = 0;
-    while (fgets(line, sizeof line, in)) {
+    int steps = 0, saw_end = 0, got;
+    int64_t deadline = pt_wait_now_ms() + TRAIN_BOUND_MS;
+    while ((got = pt_wait_line(&in, line, sizeof line, deadline)) == 1) {
         if (strstr(line, "\"event\":\"step\"") && ++steps == 3)
             kill(pid, SIGINT);
         if (strstr(line, "\"event\":\"end\"")) {
@@ -216,10 +220,12 @@ static void test_ctrl_c_saves(void)
             CHECK_STR_CONTAINS(line, "\"test_accuracy\"");
         }
     }
-    fclose(in);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGINT); /* as `run` exits */
+    close(fds[0]);
+    CHECK_MSG(got == 0, "pipetop train: no end of its output within %d ms (%d steps seen)",
+              TRAIN_BOUND_MS, steps);
+    int st = pt_wait_pid(pid, TRAIN_BOUND_MS);
+    CHECK_MSG(st == 128 + SIGINT, "pipetop train after ^C: exit %d (-1: still running after %d ms)",
+              st, TRAIN_BOUND_MS);
     CHECK(saw_end);
     pt_ckpt_index *ix = NULL;
     pt_error err = {0};

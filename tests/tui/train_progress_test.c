@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "tests/test.h"
-#include "tui/progress.h"
+#include "tui/record/progress.h"
 
 static int count_char(const char *s, char c)
 {

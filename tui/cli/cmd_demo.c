@@ -1,0 +1,74 @@
+/* pipetop demo: the whole product on this machine alone. Plans
+ * fmnist-mlp-deep for 4 local CPU agents with the DAPPLE planner (analytic
+ * profile of devices/cpu-local.json, topology local-cpu-4), spawns the agents,
+ * trains on Fashion-MNIST and opens the console on the timeline view. */
+#include <stdio.h>
+#include <string.h>
+
+#include "protocol/opts.h"
+#include "tui/cli/commands.h"
+#include "tui/cli/inputs.h"
+#include "tui/cli/launch.h"
+
+#define DEMO_MODEL    "fmnist-mlp-deep"
+#define DEMO_TOPOLOGY "local-cpu-4"
+#define DEMO_PLANNER  "dapple"
+#define DEMO_AGENTS   4
+#define DEMO_GLOBAL   64
+
+static const char usage_text[] =
+    "usage: pipetop demo [--data D] [--steps N] [--planner NAME] [--theme NAME]\n"
+    "                    [--view plan|timeline|stats|agents] [--run-dir DIR]\n"
+    "Plans " DEMO_MODEL " for 4 local CPU agents with the DAPPLE planner, spawns\n"
+    "the agents (pipetop-agent), trains on Fashion-MNIST and opens the console on\n"
+    "the timeline view. In the plan view, edit the plan and press A to apply it:\n"
+    "the run checkpoints, stops, and resumes under the new plan at the same step.\n"
+    "q stops the agents and quits. The run is recorded in runs/<time>/ (replay it\n"
+    "with pipetop replay, export it with pipetop export).\n";
+
+int pt_cmd_demo(int argc, char **argv)
+{
+    const char *data = "fashion-mnist", *planner = DEMO_PLANNER, *theme = NULL, *view = "timeline",
+               *run_dir = NULL;
+    int64_t steps = 0;
+    double exit_after = 0;
+    int no_mouse = 0;
+    pt_opt opts[] = {
+        {"data", PT_OPT_STRING, &data, 0, 0, 0, "D",
+         "fashion-mnist (default), synthetic, or a path"},
+        {"steps", PT_OPT_INT64, &steps, 0, 1e12, 0, "N",
+         "stop after N steps (default: train until q)"},
+        {"planner", PT_OPT_STRING, &planner, 0, 0, 0, "NAME",
+         "planner for the first plan (default dapple)"},
+        {"theme", PT_OPT_STRING, &theme, 0, 0, 0, "NAME",
+         "colour theme (a file or a name in themes/)"},
+        {"view", PT_OPT_STRING, &view, 0, 0, 0, "V",
+         "view to start in: plan, timeline (default), stats or agents"},
+        {"run-dir", PT_OPT_STRING, &run_dir, 0, 0, 0, "DIR",
+         "record the run there (default runs/<time>/)"},
+        {"no-mouse", PT_OPT_FLAG, &no_mouse, 0, 0, 0, NULL, "ignore the mouse"},
+        {"exit-after", PT_OPT_DOUBLE, &exit_after, 0, 86400, 0, "X",
+         "quit after X seconds (scripted runs; 0: never)"},
+    };
+    int rc = pt_opts_command("demo", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+                             usage_text, NULL);
+    if (rc >= 0)
+        return rc;
+    pt_console_launch_opts lo = {0};
+    lo.model = DEMO_MODEL;
+    lo.topology = DEMO_TOPOLOGY;
+    lo.planner = planner;
+    lo.global = DEMO_GLOBAL;
+    lo.unit_mb = PT_INPUTS_MB_MIN;
+    lo.live = 1;
+    lo.spawn = 1;
+    lo.agents = DEMO_AGENTS;
+    lo.data = data;
+    lo.run_dir = run_dir;
+    lo.steps = steps;
+    lo.theme = theme;
+    lo.no_mouse = no_mouse;
+    lo.exit_after = exit_after;
+    lo.view = view;
+    return pt_console_launch_cmd("demo", &lo);
+}

@@ -1,0 +1,127 @@
+/* The console from the command line (see launch.h). */
+#include "tui/cli/launch.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tui/cli/inputs.h"
+#include "tui/console/console.h"
+#include "tui/record/live.h"
+#include "tui/record/source.h"
+
+#define PATH_CAP 4096
+
+int pt_console_check_view(const char *cmd, const char *name)
+{
+    if (pt_console_has_view(name))
+        return 0;
+    fprintf(stderr, "pipetop %s: --view: unknown view \"%s\"\n", cmd, name);
+    return -1;
+}
+
+int pt_console_launch_cmd(const char *cmd, pt_console_launch_opts *lo)
+{
+    if (pt_console_check_view(cmd, lo->view) < 0)
+        return 2;
+    pt_error err = {0};
+    int rc = pt_console_launch(lo, &err);
+    if (rc < 0) {
+        fprintf(stderr, "pipetop %s: %s\n", cmd, err.msg[0] ? err.msg : pt_strerror(rc));
+        return 1;
+    }
+    return 0;
+}
+
+/* The console's profile when none is given: analytic, at the plan's
+ * micro-batch (before there is a plan, at the unit the planner plans with). */
+static int analytic(void *user, pt_inputs *in, pt_error *err)
+{
+    const pt_console_launch_opts *o = user;
+    int mb = in->plan ? in->plan->microbatch_size : o->unit_mb;
+    if (in->profile && in->profile->microbatch == mb)
+        return 0;
+    pt_profile_free(&in->profile);
+    return pt_inputs_analytic_profile(in->spec, mb, &in->profile, err);
+}
+
+static int plan(void *user, pt_inputs *in, pt_error *err)
+{
+    const pt_console_launch_opts *o = user;
+    return pt_inputs_plan_with(o->planner, in->profile, in->topo, o->global, &in->plan, err);
+}
+
+/* Saves the inputs beside the live run's record, so pipetop replay predicts
+ * with what the run used. Best effort: the run goes on without them. */
+static void save_beside_record(const pt_source *src, const pt_profile *prof,
+                               const pt_topology *topo)
+{
+    char path[PATH_CAP + 32];
+    snprintf(path, sizeof path, "%.4000s/profile.json", pt_source_live_run_dir(src));
+    pt_profile_save(prof, path, NULL);
+    snprintf(path, sizeof path, "%.4000s/topology.json", pt_source_live_run_dir(src));
+    pt_topology_save(topo, path, NULL);
+}
+
+/* The live source: agents spawned here or awaited. */
+static int live_source(const pt_console_launch_opts *o, pt_inputs *in, pt_source **src,
+                       pt_error *err)
+{
+    if (o->spawn) {
+        /* the agents it spawns run on this machine: the topology's devices
+         * share its cores (the simulator's shared-core stretch, docs/formats.md) */
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        for (int d = 0; d < in->topo->device_count && cpus > 0; d++)
+            if (in->topo->devices[d].node_cores <= 0)
+                in->topo->devices[d].node_cores = (int)cpus;
+    }
+    pt_live_opts lo;
+    memset(&lo, 0, sizeof lo);
+    lo.plan = in->plan;
+    lo.model = in->spec;
+    lo.data = o->data;
+    lo.listen = o->listen;
+    lo.spawn = o->spawn;
+    lo.run_dir = o->run_dir;
+    lo.steps = o->steps;
+    lo.profile = in->profile;
+    lo.topology = in->topo;
+    lo.expect_agents = o->agents > 0 ? o->agents : pt_plan_agent_count(in->plan);
+    if (o->spawn && lo.expect_agents > in->topo->device_count)
+        lo.expect_agents = in->topo->device_count;
+    int rc = pt_source_live_new(&lo, src, err);
+    if (rc == 0)
+        save_beside_record(*src, in->profile, in->topo);
+    return rc;
+}
+
+int pt_console_launch(const pt_console_launch_opts *o, pt_error *err)
+{
+    pt_inputs in;
+    pt_source *src = NULL;
+    pt_inputs_opts io = {.model = o->model,
+                         .plan = o->plan,
+                         .topology = o->local_devices > 0 ? NULL : o->topology,
+                         .local_devices = o->local_devices,
+                         .profile = o->profile,
+                         .make_profile = analytic,
+                         .make_plan = plan,
+                         .user = (void *)o};
+    int rc = pt_inputs_resolve(&io, &in, err);
+    if (rc == 0 && o->agents > 0 && pt_plan_agent_count(in.plan) > o->agents)
+        rc = pt_error_set(err, PT_EINVAL, "the plan uses %d devices but --agents is %d",
+                          pt_plan_agent_count(in.plan), o->agents);
+    if (rc == 0 && o->live)
+        rc = live_source(o, &in, &src, err);
+    else if (rc == 0 && (rc = pt_source_sim_new(&src)) < 0)
+        pt_error_set(err, rc, "out of memory");
+    if (rc == 0) {
+        pt_console_opts co = {in.plan,  in.profile, in.topo,     in.spec->name, src,        o->view,
+                              o->theme, NULL,       o->no_mouse, o->exit_after, o->readonly};
+        src = NULL; /* the console owns it now */
+        rc = pt_console_run(&co, err);
+    }
+    pt_source_close(&src);
+    pt_inputs_release(&in);
+    return rc < 0 ? rc : 0;
+}

@@ -1,0 +1,793 @@
+/* The plan view: layers with their profile bars under stage headers, the
+ * prediction of the edited plan, and per-stage replicas and memory; every
+ * edit key goes through the plan editor, which re-simulates or refuses. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/planner.h"
+#include "tui/console/ui.h"
+#include "tui/export/timeline_ascii.h"
+
+#define NAME_MIN_COLS 8
+#define NAME_MAX_COLS 22
+#define VALUE_COLS    9 /* " 12.34ms " */
+#define PAGE_LINES    10
+#define SAVE_PATH     "plan-edited.json"
+
+/* The view's own state. */
+typedef struct plan_view {
+    int cursor;                /* layer under the cursor */
+    int scroll;                /* first list line shown */
+    int drag;                  /* boundary being dragged with the mouse, 0 none */
+    int replica;               /* replica the placement key moves */
+    char planner[PT_NAME_MAX]; /* what P runs */
+} plan_view;
+
+/* Its panels. */
+enum { PANEL_LAYERS, PANEL_SUMMARY, PANEL_STAGES };
+
+/* A list line is a stage header (layer < 0) or a layer row. */
+typedef struct line_ref {
+    int stage, layer;
+} line_ref;
+
+static int line_count(const pt_plan *p)
+{
+    return p->stage_count + p->layer_count;
+}
+
+static line_ref line_at(const pt_plan *p, int i)
+{
+    line_ref r = {-1, -1};
+    for (int s = 0; s < p->stage_count; s++) {
+        int n = p->stages[s].last - p->stages[s].first + 1;
+        if (i < n) {
+            r.stage = s;
+            r.layer = i == 0 ? -1 : p->stages[s].first + i - 1;
+            return r;
+        }
+        i -= n;
+    }
+    return r;
+}
+
+static int line_of_layer(const pt_plan *p, int layer)
+{
+    int i = 0;
+    for (int s = 0; s < p->stage_count; s++) {
+        if (layer < p->stages[s].last)
+            return i + 1 + layer - p->stages[s].first;
+        i += p->stages[s].last - p->stages[s].first + 1;
+    }
+    return 0;
+}
+
+static void draw_layer(pt_ui *ui, const pt_profile *prof, int layer, int y, int x, int w,
+                       double max_f, double max_b, double max_m, int selected)
+{
+    const pt_profile_layer *L = &prof->layers[layer];
+    int name_w = w / 5;
+    name_w = name_w < NAME_MIN_COLS   ? NAME_MIN_COLS
+             : name_w > NAME_MAX_COLS ? NAME_MAX_COLS
+                                      : name_w;
+    int fixed = 5 + name_w + 1 + 3 * (2 + VALUE_COLS);
+    int bar = (w - fixed) / 3;
+    if (bar < 2)
+        bar = 2;
+    attr_t base = selected ? ui->attr[PT_THEME_SELECT] : ui->attr[PT_THEME_TEXT];
+    pt_ui_text(y, x, w, base, 1, "%4d %-*.*s", layer, name_w, name_w, L->name);
+    int cx = x + 5 + name_w + 1;
+    struct {
+        const char *tag;
+        double v, max;
+        pt_theme_key key;
+        char glyph;
+        const char *unit;
+    } col[3] = {{"F", L->fwd_ms, max_f, PT_THEME_FWD, pt_timeline_fill(PT_PAINT_FWD), "ms"},
+                {"B", L->bwd_ms, max_b, PT_THEME_BWD, pt_timeline_fill(PT_PAINT_BWD), "ms"},
+                {"M", (double)(L->param_bytes + L->act_bytes) / (1024.0 * 1024.0), max_m,
+                 PT_THEME_MEM_WEIGHTS, 'w', "M"}};
+    for (int k = 0; k < 3 && cx + 2 < x + w; k++) {
+        pt_ui_text(y, cx, 2, base, 0, "%s ", col[k].tag);
+        int bw = bar;
+        if (cx + 2 + bw > x + w)
+            bw = x + w - cx - 2;
+        pt_ui_bar(ui, y, cx + 2, bw, col[k].max > 0 ? col[k].v / col[k].max : 0,
+                  ui->block[col[k].key], col[k].glyph);
+        int vx = cx + 2 + bw;
+        if (vx < x + w)
+            pt_ui_text(y, vx, x + w - vx, base, 0, "%6.2f%-2s", col[k].v, col[k].unit);
+        cx += 2 + bar + VALUE_COLS;
+    }
+}
+
+static void draw_stage_header(pt_ui *ui, const plan_view *v, const pt_plan *p, int s, int y, int x,
+                              int w)
+{
+    const pt_stage *st = &p->stages[s];
+    char devs[96] = "";
+    for (int r = 0; r < st->replica_count; r++) {
+        size_t n = strlen(devs);
+        if (n + 8 >= sizeof devs) {
+            snprintf(devs + n, sizeof devs - n, ",...");
+            break;
+        }
+        snprintf(devs + n, sizeof devs - n, "%s%sd%d", r ? "," : "",
+                 r == v->replica % st->replica_count &&
+                         s == pt_plan_edit_stage_of_layer(ui->edit, v->cursor)
+                     ? "*"
+                     : "",
+                 st->replicas[r]);
+    }
+    pt_plan_stage_info si;
+    char peak[24] = "";
+    if (pt_plan_edit_stage_info(ui->edit, s, &si) == 0)
+        pt_ui_bytes(si.peak_bytes, peak, sizeof peak);
+    pt_ui_text(y, x, w, ui->attr[PT_THEME_BOUNDARY], 1,
+               "== stage %d  layers %d-%d  x%d on %s%s  peak %s %s", s, st->first, st->last - 1,
+               st->replica_count, devs, st->recompute ? "  recompute" : "", peak,
+               "====================================================================");
+}
+
+static void draw_layers(pt_ui *ui, plan_view *v, const pt_rect *r)
+{
+    const pt_plan *p = pt_plan_edit_plan(ui->edit);
+    const pt_profile *prof = pt_plan_edit_profile(ui->edit);
+    char title[96];
+    snprintf(title, sizeof title, "plan: %s, %d layers, %d stages", p->model, p->layer_count,
+             p->stage_count);
+    pt_rect in = pt_ui_box(ui, r, title);
+    double max_f = 0, max_b = 0, max_m = 0;
+    for (int i = 0; i < prof->layer_count; i++) {
+        const pt_profile_layer *L = &prof->layers[i];
+        max_f = fmax(max_f, L->fwd_ms);
+        max_b = fmax(max_b, L->bwd_ms);
+        max_m = fmax(max_m, (double)(L->param_bytes + L->act_bytes) / (1024.0 * 1024.0));
+    }
+    int n = line_count(p), cur = line_of_layer(p, v->cursor);
+    if (cur < v->scroll + 1)
+        v->scroll = cur - 1 > 0 ? cur - 1 : 0;
+    if (cur >= v->scroll + in.h)
+        v->scroll = cur - in.h + 1;
+    if (v->scroll > n - in.h)
+        v->scroll = n - in.h > 0 ? n - in.h : 0;
+    for (int k = 0; k < in.h && v->scroll + k < n; k++) {
+        line_ref lr = line_at(p, v->scroll + k);
+        if (lr.layer < 0)
+            draw_stage_header(ui, v, p, lr.stage, in.y + k, in.x, in.w);
+        else
+            draw_layer(ui, prof, lr.layer, in.y + k, in.x, in.w, max_f, max_b, max_m,
+                       lr.layer == v->cursor);
+    }
+}
+
+#define MEASURED_STEPS 8 /* the running plan's measurement: median of its newest steps */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median iteration time of the newest steps of the running generation; 0
+ * when none. *n gets how many. */
+static double measured_iter_ms(pt_ui *ui, int *n)
+{
+    double v[MEASURED_STEPS];
+    int k = 0;
+    int64_t gen = pt_store_generation(ui->store);
+    for (int64_t i = pt_store_step_count(ui->store) - 1; i >= 0 && k < MEASURED_STEPS; i--) {
+        const pt_store_step *x = pt_store_step_at(ui->store, i);
+        if (x->gen != gen)
+            break;
+        if (x->iter_ms > 0)
+            v[k++] = x->iter_ms;
+    }
+    *n = k;
+    if (!k)
+        return 0;
+    qsort(v, (size_t)k, sizeof *v, cmp_double);
+    return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+}
+
+/* What the edited plan's prediction stands on: the calibration, else the
+ * profile's origin. */
+static void costs_label(pt_ui *ui, char *buf, size_t cap)
+{
+    int64_t gen;
+    if (pt_store_calibration(ui->store, NULL, NULL, &gen) > 0) {
+        snprintf(buf, cap, "calibrated g%lld", (long long)gen);
+        return;
+    }
+    const pt_profile *p = pt_plan_edit_profile(ui->edit);
+    snprintf(buf, cap, "%s", p->origin.kind[0] ? p->origin.kind : p->source);
+}
+
+/* The three figures, each labelled: the edited plan's prediction (with the
+ * costs it is made from), the running plan's prediction on the same costs,
+ * and the running plan's measurement. Narrow panels keep the figures and
+ * drop the costs label. */
+static void draw_iteration(pt_ui *ui, int *y, const pt_rect *in)
+{
+    const pt_sim_result *res = pt_plan_edit_result(ui->edit);
+    attr_t acc = ui->attr[PT_THEME_ACCENT], t = ui->attr[PT_THEME_TEXT];
+    char label[48], line[160];
+    costs_label(ui, label, sizeof label);
+    if (*y < in->y + in->h) {
+        if (snprintf(line, sizeof line, "iteration  %.3f ms predicted, %s", res->iter_s * 1e3,
+                     label) > in->w)
+            snprintf(line, sizeof line, "iteration  %.3f ms predicted", res->iter_s * 1e3);
+        pt_ui_text((*y)++, in->x, in->w, acc, 1, "%s", line);
+    }
+    const pt_plan *running = pt_store_plan(ui->store);
+    if (!running)
+        return;
+    double pred_s = 0;
+    pt_error err = {0};
+    if (*y < in->y + in->h) {
+        if (pt_plan_edit_predict(ui->edit, running, &pred_s, &err) == 0)
+            pt_ui_text((*y)++, in->x, in->w, t, 1, "running    %.3f ms predicted", pred_s * 1e3);
+        else
+            pt_ui_text((*y)++, in->x, in->w, t, 1, "running    not predicted: %s", err.msg);
+    }
+    int n;
+    double meas = measured_iter_ms(ui, &n);
+    if (*y < in->y + in->h) {
+        if (n > 0) {
+            if (snprintf(line, sizeof line, "running    %.3f ms measured (%d steps)", meas, n) >
+                in->w)
+                snprintf(line, sizeof line, "running    %.3f ms meas (%d)", meas, n);
+            pt_ui_text((*y)++, in->x, in->w, t, 1, "%s", line);
+        } else {
+            pt_ui_text((*y)++, in->x, in->w, t, 1, "running    not measured yet");
+        }
+    }
+}
+
+static void draw_summary(pt_ui *ui, const plan_view *v, const pt_rect *r)
+{
+    pt_rect in = pt_ui_box(ui, r, "prediction (simulator)");
+    const pt_plan *p = pt_plan_edit_plan(ui->edit);
+    const pt_sim_result *res = pt_plan_edit_result(ui->edit);
+    const pt_program *prog = pt_plan_edit_program(ui->edit);
+    attr_t t = ui->attr[PT_THEME_TEXT];
+    int y = in.y, w = in.w;
+    char pol[16] = "";
+    if (pt_sched_kind_has(p->schedule, PT_SCHED_OPT_POLICY))
+        snprintf(pol, sizeof pol, " policy %c", p->policy);
+    else if (pt_sched_kind_has(p->schedule, PT_SCHED_OPT_VSYNC) && p->vertical_sync)
+        snprintf(pol, sizeof pol, " vsync");
+    else if (p->chunks > 1)
+        snprintf(pol, sizeof pol, " v=%d", p->chunks);
+    char line0[128];
+    if (snprintf(line0, sizeof line0, "schedule   %s%s, %d stages, %d workers",
+                 pt_sched_kind_name(p->schedule), pol, p->stage_count, prog->worker_count) > w)
+        snprintf(line0, sizeof line0, "schedule   %s%s, %dst %dw", pt_sched_kind_name(p->schedule),
+                 pol, p->stage_count, prog->worker_count);
+    if (y < in.y + in.h)
+        pt_ui_text(y++, in.x, w, t, 1, "%s", line0);
+    /* the global batch first: edits keep it unless the user changes it */
+    if (snprintf(line0, sizeof line0, "batch      %d samples = %d micro-batches x %d",
+                 p->microbatch_count * p->microbatch_size, p->microbatch_count,
+                 p->microbatch_size) > w)
+        snprintf(line0, sizeof line0, "batch      %d = %d mb x %d",
+                 p->microbatch_count * p->microbatch_size, p->microbatch_count, p->microbatch_size);
+    if (y < in.y + in.h)
+        pt_ui_text(y++, in.x, w, t, 1, "%s", line0);
+    draw_iteration(ui, &y, &in);
+    if (y < in.y + in.h)
+        pt_ui_text(y++, in.x, w, t, 1, "throughput %.1f samples/s", res->throughput);
+    if (y < in.y + in.h)
+        pt_ui_text(y++, in.x, w, t, 1, "bubble     %.1f %%", res->bubble_frac * 100);
+    if (y < in.y + in.h) {
+        char need[24], have[24];
+        const pt_sim_worker *ww = res->worker_count ? &res->workers[res->worst_worker] : NULL;
+        if (ww)
+            pt_ui_text(y++, in.x, w, res->fits ? ui->attr[PT_THEME_OK] : ui->attr[PT_THEME_ERROR],
+                       1, "memory     %s (%s / %s)", res->fits ? "fits" : "DOES NOT FIT",
+                       pt_ui_bytes(ww->peak.total, need, sizeof need),
+                       pt_ui_bytes(ww->limit, have, sizeof have));
+    }
+    if (y < in.y + in.h)
+        pt_ui_text(y++, in.x, w, t, 1, "planner    %s (P runs it, o picks another)", v->planner);
+    if (y < in.y + in.h)
+        pt_ui_text(y++, in.x, w, ui->attr[PT_THEME_DIM], 1, "re-simulated in %.2f ms",
+                   pt_plan_edit_last_sim_s(ui->edit) * 1e3);
+}
+
+static void draw_stages(pt_ui *ui, const plan_view *v, const pt_rect *r)
+{
+    pt_rect in = pt_ui_box(
+        ui, r, r->w >= 42 ? "stages: memory vs device limit, busy" : "stages: memory/limit, busy");
+    const pt_plan *p = pt_plan_edit_plan(ui->edit);
+    int cur_stage = pt_plan_edit_stage_of_layer(ui->edit, v->cursor);
+    for (int s = 0; s < p->stage_count && s < in.h; s++) {
+        pt_plan_stage_info si;
+        if (pt_plan_edit_stage_info(ui->edit, s, &si) < 0)
+            continue;
+        char a[24], b[24], head[48];
+        int y = in.y + s;
+        attr_t t = s == cur_stage ? ui->attr[PT_THEME_ACCENT] : ui->attr[PT_THEME_TEXT];
+        int hn = snprintf(head, sizeof head, "s%d L%d-%d x%d ", s, p->stages[s].first,
+                          p->stages[s].last - 1, p->stages[s].replica_count);
+        pt_ui_text(y, in.x, in.w, t, 1, "%s", head);
+        double frac = si.limit_bytes > 0 ? (double)si.peak_bytes / (double)si.limit_bytes : 0;
+        char tail[64];
+        int tn = snprintf(tail, sizeof tail, " %s/%s busy %2.0f%%",
+                          pt_ui_bytes_short(si.peak_bytes, a, sizeof a),
+                          pt_ui_bytes_short(si.limit_bytes, b, sizeof b), si.busy_frac * 100);
+        int bw = in.w - hn - tn;
+        int bx = in.x + hn;
+        if (bw >= 3) {
+            pt_ui_bar(ui, y, bx, bw, frac,
+                      frac > 1 ? ui->block[PT_THEME_LIMIT] : ui->block[PT_THEME_MEM_ACTS], 'm');
+            bx += bw;
+        }
+        if (bx < in.x + in.w)
+            pt_ui_text(y, bx, in.x + in.w - bx, frac > 1 ? ui->attr[PT_THEME_ERROR] : t, 0, "%s",
+                       tail);
+    }
+}
+
+static void draw(pt_ui *ui, void *state)
+{
+    plan_view *v = state;
+    const pt_rect *layers = pt_layout_find(&ui->layout, PANEL_LAYERS);
+    const pt_rect *sum = pt_layout_find(&ui->layout, PANEL_SUMMARY);
+    const pt_rect *stg = pt_layout_find(&ui->layout, PANEL_STAGES);
+    if (!ui->edit) {
+        if (layers) {
+            pt_rect in = pt_ui_box(ui, layers, "plan");
+            pt_ui_text(in.y, in.x, in.w, ui->attr[PT_THEME_TEXT], 0,
+                       "no plan to edit: start with --plan, --profile and --topology, or replay "
+                       "a run record");
+        }
+        if (sum)
+            pt_ui_box(ui, sum, "prediction (simulator)");
+        if (stg)
+            pt_ui_box(ui, stg, "stages");
+        return;
+    }
+    if (v->cursor >= pt_plan_edit_plan(ui->edit)->layer_count)
+        v->cursor = pt_plan_edit_plan(ui->edit)->layer_count - 1;
+    if (layers)
+        draw_layers(ui, v, layers);
+    if (sum)
+        draw_summary(ui, v, sum);
+    if (stg)
+        draw_stages(ui, v, stg);
+}
+
+/* Reports an edit's outcome in the status line. */
+static void done(pt_ui *ui, int rc, const pt_error *err, const char *what)
+{
+    if (rc < 0) {
+        pt_ui_status(ui, 1, "refused: %s", err->msg[0] ? err->msg : pt_strerror(rc));
+        return;
+    }
+    const pt_sim_result *res = pt_plan_edit_result(ui->edit);
+    const pt_plan *p = pt_plan_edit_plan(ui->edit);
+    pt_ui_status(ui, 0, "%s: predicted iteration %.3f ms, bubble %.1f %%, batch %d = %d x %d", what,
+                 res->iter_s * 1e3, res->bubble_frac * 100,
+                 p->microbatch_count * p->microbatch_size, p->microbatch_count, p->microbatch_size);
+}
+
+static void run_planner(pt_ui *ui, plan_view *v)
+{
+    pt_plan_edit_gain g;
+    pt_error err = {0};
+    pt_ui_status(ui, 0, "running planner %s ...", v->planner);
+    int rc = pt_plan_edit_run_planner(ui->edit, v->planner, &g, &err);
+    if (rc < 0) {
+        pt_ui_status(ui, 1, "planner %s: %s", v->planner, err.msg);
+        return;
+    }
+    pt_ui_status(ui, 0,
+                 "planner %s: %.3f -> %.3f ms per iteration (%+.1f %%), %.0f -> %.0f samples/s",
+                 v->planner, g.old_iter_s * 1e3, g.new_iter_s * 1e3, -g.gain * 100,
+                 g.old_throughput, g.new_throughput);
+}
+
+static void next_planner(pt_ui *ui, plan_view *v)
+{
+    int n = pt_planner_count(), k = 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(pt_planner_get(i)->name, v->planner))
+            k = (i + 1) % n;
+    snprintf(v->planner, sizeof v->planner, "%s", pt_planner_get(k)->name);
+    pt_ui_status(ui, 0, "planner %s: %s (P runs it)", v->planner, pt_planner_get(k)->summary);
+}
+
+static void save_plan(pt_ui *ui)
+{
+    pt_error err = {0};
+    if (pt_plan_save(pt_plan_edit_plan(ui->edit), SAVE_PATH, &err) < 0)
+        pt_ui_status(ui, 1, "write: %s", err.msg);
+    else
+        pt_ui_status(ui, 0, "wrote the edited plan to %s", SAVE_PATH);
+}
+
+/* ---- keys: one handler per table entry ----------------------------------- */
+
+/* The stage under the cursor. */
+static int cur_stage(const pt_ui *ui, const plan_view *v)
+{
+    return pt_plan_edit_stage_of_layer(ui->edit, v->cursor);
+}
+
+static void k_cursor(pt_ui *ui, void *state, int ch)
+{
+    plan_view *v = state;
+    int last = pt_plan_edit_plan(ui->edit)->layer_count - 1;
+    int to = ch == KEY_UP || ch == 'k'     ? v->cursor - 1
+             : ch == KEY_DOWN || ch == 'j' ? v->cursor + 1
+             : ch == KEY_PPAGE             ? v->cursor - PAGE_LINES
+             : ch == KEY_NPAGE             ? v->cursor + PAGE_LINES
+             : ch == KEY_HOME              ? 0
+                                           : last;
+    v->cursor = to < 0 ? 0 : to > last ? last : to;
+}
+
+static void k_start(pt_ui *ui, void *state, int ch)
+{
+    plan_view *v = state;
+    int s = cur_stage(ui, v);
+    if (s == 0) {
+        pt_ui_status(ui, 1, "refused: stage 0 starts at layer 0; use { } to move its end");
+        return;
+    }
+    pt_error err = {0};
+    int rc = pt_plan_edit_move_boundary(ui->edit, s, ch == '[' ? -1 : 1, &err);
+    if (rc == 0)
+        v->cursor = pt_plan_edit_plan(ui->edit)->stages[s].first;
+    done(ui, rc, &err, "boundary moved");
+}
+
+static void k_end(pt_ui *ui, void *state, int ch)
+{
+    int s = cur_stage(ui, state);
+    if (s == pt_plan_edit_plan(ui->edit)->stage_count - 1) {
+        pt_ui_status(ui, 1,
+                     "refused: the last stage ends at the last layer; use [ ] to move its start");
+        return;
+    }
+    pt_error err = {0};
+    done(ui, pt_plan_edit_move_boundary(ui->edit, s + 1, ch == '{' ? -1 : 1, &err), &err,
+         "boundary moved");
+}
+
+static void k_split(pt_ui *ui, void *state, int ch)
+{
+    (void)ch;
+    pt_error err = {0};
+    done(ui, pt_plan_edit_split(ui->edit, ((plan_view *)state)->cursor, &err), &err, "stage split");
+}
+
+static void k_join(pt_ui *ui, void *state, int ch)
+{
+    (void)ch;
+    int s = cur_stage(ui, state);
+    if (s == 0) {
+        pt_ui_status(ui, 1, "refused: stage 0 has no stage before it to join");
+        return;
+    }
+    pt_error err = {0};
+    done(ui, pt_plan_edit_merge(ui->edit, s, &err), &err, "stages joined");
+}
+
+static void k_replicas(pt_ui *ui, void *state, int ch)
+{
+    pt_error err = {0};
+    done(ui, pt_plan_edit_replicas(ui->edit, cur_stage(ui, state), ch == '-' ? -1 : 1, &err), &err,
+         ch == '-' ? "replica removed" : "replica added");
+}
+
+static void k_replica(pt_ui *ui, void *state, int ch)
+{
+    (void)ch;
+    plan_view *v = state;
+    const pt_plan *p = pt_plan_edit_plan(ui->edit);
+    int s = cur_stage(ui, v);
+    v->replica = (v->replica + 1) % p->stages[s].replica_count;
+    pt_ui_status(ui, 0, "stage %d: replica %d selected (on device %d); d moves it", s, v->replica,
+                 p->stages[s].replicas[v->replica]);
+}
+
+static void k_place(pt_ui *ui, void *state, int ch)
+{
+    (void)ch;
+    plan_view *v = state;
+    const pt_plan *p = pt_plan_edit_plan(ui->edit);
+    int s = cur_stage(ui, v), r = v->replica % p->stages[s].replica_count;
+    int dev = (p->stages[s].replicas[r] + 1) % pt_plan_edit_topology(ui->edit)->device_count;
+    pt_error err = {0};
+    done(ui, pt_plan_edit_place(ui->edit, s, r, dev, &err), &err, "replica moved");
+}
+
+static void k_recompute(pt_ui *ui, void *state, int ch)
+{
+    (void)ch;
+    pt_error err = {0};
+    done(ui, pt_plan_edit_toggle_recompute(ui->edit, cur_stage(ui, state), &err), &err,
+         "recomputation toggled");
+}
+
+static void k_schedule(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    pt_error err = {0};
+    pt_sched_kind next =
+        (pt_sched_kind)((pt_plan_edit_plan(ui->edit)->schedule + 1) % pt_sched_kind_count());
+    done(ui, pt_plan_edit_schedule(ui->edit, next, &err), &err, "schedule changed");
+}
+
+static void k_policy(pt_ui *ui, void *state, int ch)
+{
+    (void)state;
+    pt_error err = {0};
+    if (ch == 'v') {
+        done(ui, pt_plan_edit_toggle_vsync(ui->edit, &err), &err, "vertical sync toggled");
+        return;
+    }
+    char policy = pt_plan_edit_plan(ui->edit)->policy == 'A' ? 'B' : 'A';
+    done(ui, pt_plan_edit_policy(ui->edit, policy, &err), &err, "policy changed");
+}
+
+/* One chunk more per device; past what the layers allow, back to the fewest. */
+static void k_chunks(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    const pt_plan *p = pt_plan_edit_plan(ui->edit);
+    int lo, hi, v = p->chunks + 1;
+    pt_sched_kind_chunks(p->schedule, &lo, &hi);
+    pt_error err = {0};
+    int rc = pt_plan_edit_chunks(ui->edit, v, &err);
+    if (rc == PT_EINVAL && lo < hi && v > lo) {
+        err = (pt_error){0};
+        rc = pt_plan_edit_chunks(ui->edit, lo, &err);
+    }
+    done(ui, rc, &err, "model chunks per device changed");
+}
+
+static void k_resplit(pt_ui *ui, void *state, int ch)
+{
+    (void)state;
+    pt_error err = {0};
+    int size = ch == 'B' ? 1 : ch == 'b' ? -1 : 0, count = ch == 'M' ? 1 : ch == 'm' ? -1 : 0;
+    done(ui, pt_plan_edit_resplit(ui->edit, size, count, &err), &err,
+         size ? "micro-batch size changed, global batch kept"
+              : "micro-batch count changed, global batch kept");
+}
+
+/* The global batch changes only here: the count follows, or the size when
+ * halving an odd count. */
+static void k_global(pt_ui *ui, void *state, int ch)
+{
+    (void)state;
+    const pt_plan *p = pt_plan_edit_plan(ui->edit);
+    int size = p->microbatch_size, count = p->microbatch_count;
+    if (ch == 'G')
+        count *= 2;
+    else if (count % 2 == 0)
+        count /= 2;
+    else
+        size /= 2;
+    if (size < 1) {
+        pt_ui_status(ui, 1, "refused: the global batch is 1 sample already");
+        return;
+    }
+    pt_error err = {0};
+    done(ui, pt_plan_edit_microbatch(ui->edit, size, count, &err), &err, "global batch changed");
+}
+
+static void k_undo(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    pt_error err = {0};
+    done(ui, pt_plan_edit_undo(ui->edit, &err), &err, "undone");
+}
+
+static void k_planner(pt_ui *ui, void *state, int ch)
+{
+    if (ch == 'P')
+        run_planner(ui, state);
+    else
+        next_planner(ui, state);
+}
+
+static void k_save(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    save_plan(ui);
+}
+
+/* Apply & restart: the source checkpoints, stops and re-assigns inside its
+ * next poll, holding the loop while it does; the screen says so first. */
+static void k_apply(pt_ui *ui, void *state, int ch)
+{
+    (void)state, (void)ch;
+    if (!ui->edit) {
+        pt_ui_status(ui, 1, "apply & restart: there is no plan to apply");
+        return;
+    }
+    if (!ui->src || !ui->src->vt->apply) {
+        pt_ui_status(ui, 1, "apply & restart needs a live run (this console shows a %s)",
+                     ui->src ? ui->src->vt->kind : "simulation");
+        return;
+    }
+    if (!pt_plan_edit_fits(ui->edit)) {
+        pt_ui_status(ui, 1, "apply & restart refused: the edited plan does not fit memory");
+        return;
+    }
+    pt_error err = {0};
+    pt_ui_status(ui, 0, "apply & restart: checkpointing and stopping the run ...");
+    pt_ui_redraw(ui);
+    if (ui->src->vt->apply(ui->src, pt_plan_edit_plan(ui->edit), &err) < 0)
+        pt_ui_status(ui, 1, "apply & restart refused: %s", err.msg);
+    else
+        pt_ui_status(ui, 0, "apply & restart: %s", err.msg[0] ? err.msg : "restarted");
+    pt_ui_redraw(ui);
+}
+
+#define EDIT "edit the plan"
+
+static const pt_view_key keys[] = {
+    {{KEY_UP, KEY_DOWN, 'j', 'k', KEY_PPAGE, KEY_NPAGE, KEY_HOME, KEY_END},
+     "Up Down j k",
+     "move the cursor over the layers (PgUp PgDn Home End)",
+     k_cursor,
+     NULL},
+    {{'[', ']'},
+     "[ ]",
+     "move the boundary at the start of the cursor's stage up / down",
+     k_start,
+     EDIT},
+    {{'{', '}'},
+     "{ }",
+     "move the boundary at the end of the cursor's stage up / down",
+     k_end,
+     EDIT},
+    {{'s'}, "s", "split: a new stage starts at the cursor's layer", k_split, EDIT},
+    {{'J'}, "J", "join the cursor's stage with the one before it", k_join, EDIT},
+    {{'+', '=', '-'}, "+ -", "one replica more / less for the cursor's stage", k_replicas, EDIT},
+    {{'r'}, "r", "select the stage's next replica", k_replica, NULL},
+    {{'d'}, "d", "move the selected replica to the next device", k_place, EDIT},
+    {{'c'}, "c", "recomputation on / off for the cursor's stage", k_recompute, EDIT},
+    {{'S'},
+     "S",
+     "next schedule kind (every kind in turn; pipetop sim --help lists them)",
+     k_schedule,
+     EDIT},
+    {{'a', 'v'},
+     "a v",
+     "dapple's warm-up policy A / B; pipedream's vertical sync on / off",
+     k_policy,
+     EDIT},
+    {{'V'},
+     "V",
+     "interleaved: one more model chunk per device, v (back to 2 past what the layers allow)",
+     k_chunks,
+     EDIT},
+    {{'b', 'B'},
+     "b B",
+     "micro-batch size halved / doubled (the count follows: batch kept)",
+     k_resplit,
+     EDIT},
+    {{'m', 'M'},
+     "m M",
+     "fewer / more micro-batches (the size follows: batch kept)",
+     k_resplit,
+     EDIT},
+    {{'g', 'G'}, "g G", "global batch halved / doubled", k_global, EDIT},
+    {{'u'}, "u", "undo the last edit", k_undo, EDIT},
+    {{'P'}, "P", "run the planner and fill the plan (shows the gain)", k_planner, EDIT},
+    {{'o'}, "o", "next planner", k_planner, NULL},
+    {{'A'},
+     "A",
+     "apply & restart: checkpoint, stop, re-assign, resume (live runs)",
+     k_apply,
+     "restart the run"},
+    {{'w'}, "w", "write the edited plan to " SAVE_PATH, k_save, EDIT},
+    {{0}, "mouse", "click a layer to select it; drag a stage header to a layer", NULL, NULL},
+    {{0}, NULL, NULL, NULL, NULL},
+};
+
+/* Without a plan to edit, the keys are not the view's. */
+static int key(pt_ui *ui, void *state, int ch)
+{
+    (void)state;
+    return ui->edit || ch == 'A' ? 0 : -1;
+}
+
+static int mouse(pt_ui *ui, void *state, const pt_mouse *m)
+{
+    plan_view *v = state;
+    int y = m->y, x = m->x, pressed = m->pressed, released = m->released;
+    const pt_rect *r = pt_layout_find(&ui->layout, PANEL_LAYERS);
+    if (!ui->edit || !r || !pt_rect_contains(r, y, x) || y == r->y || y == r->y + r->h - 1)
+        return 0;
+    const pt_plan *p = pt_plan_edit_plan(ui->edit);
+    int i = v->scroll + (y - r->y - 1);
+    if (i < 0 || i >= line_count(p))
+        return 0;
+    line_ref lr = line_at(p, i);
+    if (pressed && !released && lr.layer < 0) {
+        v->drag = lr.stage; /* dragging the boundary at the start of this stage */
+        return 1;
+    }
+    if (released && v->drag > 0) {
+        int b = v->drag;
+        v->drag = 0;
+        int layer = lr.layer >= 0 ? lr.layer : p->stages[lr.stage].first;
+        pt_error err = {0};
+        done(ui, pt_plan_edit_set_boundary(ui->edit, b, layer, &err), &err, "boundary moved");
+        return 1;
+    }
+    v->drag = 0;
+    if (lr.layer >= 0)
+        v->cursor = lr.layer;
+    else
+        v->cursor = p->stages[lr.stage].first;
+    return 1;
+}
+
+/* ---- the class --------------------------------------------------------------- */
+
+/* Rows the summary/stages band takes when stacked. */
+#define BAND_MIN_ROWS 7
+#define BAND_MAX_ROWS 14
+/* Height of the summary panel in the wide (side-by-side) layout. */
+#define SUMMARY_ROWS 12
+
+static int clampi(int v, int lo, int hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+static void layout(const pt_ui *ui, const void *state, pt_rect b, pt_layout *l)
+{
+    (void)ui, (void)state;
+    if (b.w >= PT_LAYOUT_WIDE_COLS) {
+        /* layers on the left, summary over stages on the right */
+        int left = b.w * 11 / 20;
+        int sum_h = clampi(SUMMARY_ROWS, 1, b.h / 2);
+        pt_layout_add(l, PANEL_LAYERS, "plan-layers", 1, pt_rect_of(b.y, b.x, b.h, left));
+        pt_layout_add(l, PANEL_SUMMARY, "plan-summary", 1,
+                      pt_rect_of(b.y, b.x + left, sum_h, b.w - left));
+        pt_layout_add(l, PANEL_STAGES, "plan-stages", 1,
+                      pt_rect_of(b.y + sum_h, b.x + left, b.h - sum_h, b.w - left));
+        return;
+    }
+    /* stacked: layers on top, a band of summary | stages below */
+    int band = clampi(b.h * 2 / 5, BAND_MIN_ROWS, BAND_MAX_ROWS);
+    if (band > b.h - 3)
+        band = b.h / 2;
+    int half = b.w / 2;
+    pt_layout_add(l, PANEL_LAYERS, "plan-layers", 1, pt_rect_of(b.y, b.x, b.h - band, b.w));
+    pt_layout_add(l, PANEL_SUMMARY, "plan-summary", 1,
+                  pt_rect_of(b.y + b.h - band, b.x, band, half));
+    pt_layout_add(l, PANEL_STAGES, "plan-stages", 1,
+                  pt_rect_of(b.y + b.h - band, b.x + half, band, b.w - half));
+}
+
+static void init(pt_ui *ui, void *state)
+{
+    plan_view *v = state;
+    snprintf(v->planner, sizeof v->planner, "%s", ui->cfg.planner);
+}
+
+const pt_view_class pt_view_plan = {
+    .name = "plan",
+    .hotkeys = "1",
+    .hints = "[ ] move boundary  +/- replicas  S schedule  V chunks  b/B m/M micro-batches  "
+             "P planner  A apply  ? help  q quit",
+    .keys = keys,
+    .state_size = sizeof(plan_view),
+    .init = init,
+    .layout = layout,
+    .draw = draw,
+    .key = key,
+    .mouse = mouse,
+};

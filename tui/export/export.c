@@ -1,0 +1,770 @@
+/* The export set: op spans normalised for trace and picture (see export.h). */
+#include "tui/export/export.h"
+#include "tui/record/replay.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "protocol/fileio.h"
+#include "protocol/record.h"
+#include "protocol/sched_kind.h"
+
+#define ROWS_TRACKED 64 /* rows whose track counts the set keeps (tracks[][]) */
+
+void pt_export_set_release(pt_export_set *set)
+{
+    if (!set)
+        return;
+    free(set->spans);
+    free(set->rows);
+    free(set->agents);
+    free(set->mem);
+    memset(set, 0, sizeof *set);
+}
+
+/* ---- normalising --------------------------------------------------------------- */
+
+static int cmp_track_order(const void *a, const void *b)
+{
+    const pt_export_span *x = a, *y = b;
+    if (x->row != y->row)
+        return x->row < y->row ? -1 : 1;
+    if (x->lane != y->lane)
+        return x->lane < y->lane ? -1 : 1;
+    if (x->start != y->start)
+        return x->start < y->start ? -1 : 1;
+    return (x->end > y->end) - (x->end < y->end);
+}
+
+/* Every (row, lane) spread over as few tracks as keep its slices apart:
+ * a span goes to the first track whose last slice ended by its start. */
+static void assign_tracks(pt_export_set *set)
+{
+    double ends[PT_EXPORT_TRACKS_MAX];
+    int n = 0;
+    for (int64_t i = 0; i < set->ops; i++) {
+        pt_export_span *s = &set->spans[i];
+        if (i == 0 || s->row != s[-1].row || s->lane != s[-1].lane)
+            n = 0;
+        int t = 0;
+        while (t < n && ends[t] > s->start)
+            t++;
+        if (t == n) {
+            if (n < PT_EXPORT_TRACKS_MAX)
+                n++;
+            else
+                t = n - 1; /* beyond any real schedule: the last track takes it */
+        }
+        ends[t] = s->end;
+        s->track = t;
+        set->extra_tracks += t > 0;
+        if (s->row < ROWS_TRACKED && set->tracks[s->row][s->lane] < t + 1)
+            set->tracks[s->row][s->lane] = t + 1;
+    }
+}
+
+typedef struct iter_key {
+    int64_t gen, step;
+    double lo, hi;
+} iter_key;
+
+static int cmp_iter_key(const void *a, const void *b)
+{
+    const iter_key *x = a, *y = b;
+    if (x->gen != y->gen)
+        return x->gen < y->gen ? -1 : 1;
+    return (x->step > y->step) - (x->step < y->step);
+}
+
+static int cmp_iter_lo(const void *a, const void *b)
+{
+    double x = ((const iter_key *)a)->lo, y = ((const iter_key *)b)->lo;
+    return (x > y) - (x < y);
+}
+
+/* The time the iterations occupy, as disjoint intervals sorted by time:
+ * *out (caller frees) gets *n of them; *iters the (gen, step) count. */
+static int iteration_union(const pt_export_set *set, iter_key **out, int64_t *n, int64_t *iters)
+{
+    iter_key *k = malloc(sizeof *k * (size_t)(set->ops ? set->ops : 1));
+    if (!k)
+        return PT_ENOMEM;
+    for (int64_t i = 0; i < set->ops; i++) {
+        const pt_export_span *s = &set->spans[i];
+        k[i] = (iter_key){s->gen, s->step, s->start, s->end};
+    }
+    qsort(k, (size_t)set->ops, sizeof *k, cmp_iter_key);
+    int64_t m = 0;
+    for (int64_t i = 0; i < set->ops; i++) {
+        if (m > 0 && k[m - 1].gen == k[i].gen && k[m - 1].step == k[i].step) {
+            if (k[i].lo < k[m - 1].lo)
+                k[m - 1].lo = k[i].lo;
+            if (k[i].hi > k[m - 1].hi)
+                k[m - 1].hi = k[i].hi;
+        } else {
+            k[m++] = k[i];
+        }
+    }
+    *iters = m;
+    qsort(k, (size_t)m, sizeof *k, cmp_iter_lo);
+    int64_t u = 0;
+    for (int64_t i = 0; i < m; i++) {
+        if (u > 0 && k[i].lo <= k[u - 1].hi) {
+            if (k[i].hi > k[u - 1].hi)
+                k[u - 1].hi = k[i].hi;
+        } else {
+            k[u++] = k[i];
+        }
+    }
+    *out = k;
+    *n = u;
+    return 0;
+}
+
+static int push_span(pt_export_set *set, int64_t *cap, const pt_export_span *s)
+{
+    if (set->count == *cap) {
+        int64_t c = *cap ? *cap * 2 : 1024;
+        pt_export_span *q = realloc(set->spans, sizeof *q * (size_t)c);
+        if (!q)
+            return PT_ENOMEM;
+        set->spans = q;
+        *cap = c;
+    }
+    set->spans[set->count++] = *s;
+    return 0;
+}
+
+static int add_gap(pt_export_set *set, int64_t *cap, int row, double a, double b,
+                   const pt_export_span *near)
+{
+    pt_export_span g;
+    memset(&g, 0, sizeof g);
+    g.start = a;
+    g.end = b;
+    g.row = row;
+    g.stage = set->rows[row].stage;
+    g.replica = set->rows[row].replica;
+    g.mb = -1;
+    g.version = -1;
+    g.agent = near ? near->agent : -1;
+    g.step = near ? near->step : 0;
+    g.gen = near ? near->gen : 0;
+    g.op = PT_OP_KIND_COUNT;
+    g.lane = PT_LANE_COMPUTE;
+    set->bubbles++;
+    return push_span(set, cap, &g);
+}
+
+/* Appends the bubbles: per row, the union of the iterations minus the union
+ * of the row's compute spans (ops are sorted by row, lane, start). */
+static int add_bubbles(pt_export_set *set, int64_t *cap)
+{
+    iter_key *u = NULL;
+    int64_t nu = 0;
+    int rc = iteration_union(set, &u, &nu, &set->iterations);
+    int64_t ops = set->ops, i = 0;
+    for (int row = 0; row < set->row_count && rc == 0; row++) {
+        while (i < ops && (set->spans[i].row < row ||
+                           (set->spans[i].row == row && set->spans[i].lane != PT_LANE_COMPUTE)))
+            i++;
+        int64_t j = i, end = i;
+        while (end < ops && set->spans[end].row == row && set->spans[end].lane == PT_LANE_COMPUTE)
+            end++;
+        double cover = -INFINITY;
+        for (int64_t k = 0; k < nu && rc == 0; k++) {
+            double t = u[k].lo > cover ? u[k].lo : cover;
+            pt_export_span prev;
+            int have_prev = j > i;
+            if (have_prev)
+                prev = set->spans[j - 1];
+            while (j < end && set->spans[j].start < u[k].hi && rc == 0) {
+                pt_export_span s = set->spans[j]; /* push_span may move the array */
+                if (s.start > t)
+                    rc = add_gap(set, cap, row, t, s.start, &s);
+                if (s.end > t)
+                    t = s.end;
+                if (s.end > cover)
+                    cover = s.end;
+                prev = s;
+                have_prev = 1;
+                j++;
+            }
+            if (t < u[k].hi && rc == 0)
+                rc = add_gap(set, cap, row, t, u[k].hi, have_prev ? &prev : NULL);
+        }
+        i = end;
+    }
+    free(u);
+    return rc;
+}
+
+typedef struct p2p_key {
+    int64_t gen, step, idx;
+    int32_t mb, to_stage, down;
+    double start;
+} p2p_key;
+
+static int cmp_p2p(const void *a, const void *b)
+{
+    const p2p_key *x = a, *y = b;
+#define CMP_(f)                                                                                    \
+    if (x->f != y->f)                                                                              \
+        return x->f < y->f ? -1 : 1;
+    CMP_(gen)
+    CMP_(step)
+    CMP_(mb)
+    CMP_(to_stage) CMP_(down) CMP_(start)
+#undef CMP_
+        return 0;
+}
+
+static int same_p2p(const p2p_key *x, const p2p_key *y)
+{
+    return x->gen == y->gen && x->step == y->step && x->mb == y->mb && x->to_stage == y->to_stage &&
+           x->down == y->down;
+}
+
+/* Pairs every SEND with a RECV of the same transfer (see export.h). */
+static int add_flows(pt_export_set *set)
+{
+    int64_t ns = 0, nr = 0;
+    for (int64_t i = 0; i < set->ops; i++) {
+        unsigned f = pt_op_facts(set->spans[i].op);
+        ns += (f & PT_OPK_P2P) && (f & PT_OPK_SEND);
+        nr += (f & PT_OPK_P2P) && (f & PT_OPK_RECV);
+    }
+    p2p_key *s = malloc(sizeof *s * (size_t)(ns + 1)), *r = malloc(sizeof *r * (size_t)(nr + 1));
+    char *used = calloc((size_t)(nr + 1), 1);
+    if (!s || !r || !used) {
+        free(s);
+        free(r);
+        free(used);
+        return PT_ENOMEM;
+    }
+    ns = nr = 0;
+    for (int64_t i = 0; i < set->ops; i++) {
+        const pt_export_span *x = &set->spans[i];
+        unsigned f = pt_op_facts(x->op);
+        if (!(f & PT_OPK_P2P))
+            continue;
+        int next = (f & PT_OPK_NEXT) != 0;
+        p2p_key k = {x->gen, x->step, i, x->mb, x->stage, 0, x->start};
+        if (f & PT_OPK_SEND) {
+            k.to_stage = x->stage + (next ? 1 : -1);
+            k.down = next;
+            s[ns++] = k;
+        } else {
+            k.down = !next;
+            r[nr++] = k;
+        }
+    }
+    qsort(s, (size_t)ns, sizeof *s, cmp_p2p);
+    qsort(r, (size_t)nr, sizeof *r, cmp_p2p);
+    int64_t a = 0, c = 0;
+    while (a < ns) {
+        int64_t b = a;
+        while (b < ns && same_p2p(&s[b], &s[a]))
+            b++;
+        while (c < nr && cmp_p2p(&r[c], &s[a]) < 0 && !same_p2p(&r[c], &s[a]))
+            c++;
+        int64_t d = c;
+        while (d < nr && same_p2p(&r[d], &s[a]))
+            d++;
+        for (int64_t x = a; x < b; x++) {
+            int64_t pick = -1;
+            for (int pass = 0; pass < 2 && pick < 0; pass++)
+                for (int64_t y = c; y < d && pick < 0; y++)
+                    if (!used[y] &&
+                        (pass == 1 || set->spans[r[y].idx].bytes == set->spans[s[x].idx].bytes))
+                        pick = y;
+            if (pick < 0) {
+                set->unmatched_sends++;
+                continue;
+            }
+            used[pick] = 1;
+            set->flows++;
+            set->spans[s[x].idx].flow = set->flows;
+            set->spans[r[pick].idx].flow = set->flows;
+        }
+        a = b;
+        c = d;
+    }
+    free(s);
+    free(r);
+    free(used);
+    return 0;
+}
+
+/* Sorts the ops, spreads them over tracks, adds bubbles and flows. */
+static int normalise(pt_export_set *set, int64_t cap)
+{
+    qsort(set->spans, (size_t)set->count, sizeof *set->spans, cmp_track_order);
+    set->ops = set->count;
+    set->t0 = set->t1 = 0;
+    for (int64_t i = 0; i < set->ops; i++) {
+        const pt_export_span *s = &set->spans[i];
+        if (i == 0 || s->start < set->t0)
+            set->t0 = s->start;
+        if (i == 0 || s->end > set->t1)
+            set->t1 = s->end;
+        if (set->first_step < 0 || s->step < set->first_step)
+            set->first_step = s->step;
+        if (s->step > set->last_step)
+            set->last_step = s->step;
+    }
+    assign_tracks(set);
+    int rc = add_flows(set);
+    if (rc == 0)
+        rc = add_bubbles(set, &cap);
+    return rc;
+}
+
+/* Index of (stage, replica) in the sorted rows, added when absent. */
+static int row_of(pt_export_set *set, int *cap, int stage, int replica)
+{
+    int lo = 0, hi = set->row_count;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        const pt_tl_row *r = &set->rows[mid];
+        if (r->stage < stage || (r->stage == stage && r->replica < replica))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < set->row_count && set->rows[lo].stage == stage && set->rows[lo].replica == replica)
+        return lo;
+    if (set->row_count == *cap) {
+        int c = *cap ? *cap * 2 : 16;
+        pt_tl_row *q = realloc(set->rows, sizeof *q * (size_t)c);
+        if (!q)
+            return PT_ENOMEM;
+        set->rows = q;
+        *cap = c;
+    }
+    memmove(set->rows + lo + 1, set->rows + lo, sizeof *set->rows * (size_t)(set->row_count - lo));
+    set->rows[lo] = (pt_tl_row){stage, replica};
+    set->row_count++;
+    return lo;
+}
+
+/* Row indices of the spans, once every row is known. */
+static void fill_rows(pt_export_set *set)
+{
+    int cap = set->row_count;
+    for (int64_t i = 0; i < set->count; i++)
+        set->spans[i].row = row_of(set, &cap, set->spans[i].stage, set->spans[i].replica);
+}
+
+int pt_export_from_tline(const pt_tline *tl, const pt_export_mem *mem, int64_t mem_count,
+                         pt_export_set *set)
+{
+    memset(set, 0, sizeof *set);
+    set->first_step = set->last_step = -1;
+    int rcap = 0;
+    int64_t cap = 0;
+    for (int r = 0; r < tl->row_count; r++)
+        if (row_of(set, &rcap, tl->rows[r].stage, tl->rows[r].replica) < 0)
+            goto nomem;
+    for (int64_t i = 0; i < tl->count; i++) {
+        const pt_tl_span *t = &tl->spans[i];
+        pt_export_span s;
+        memset(&s, 0, sizeof s);
+        s.start = t->start - tl->t0;
+        s.end = t->end - tl->t0;
+        s.step = t->step;
+        s.mb = t->mb;
+        s.version = -1;
+        s.bytes = t->bytes;
+        s.stage = tl->rows[t->row].stage;
+        s.replica = tl->rows[t->row].replica;
+        s.agent = -1;
+        s.op = t->op;
+        s.lane = t->lane;
+        if (push_span(set, &cap, &s) < 0)
+            goto nomem;
+    }
+    fill_rows(set);
+    if (mem_count > 0 && mem) {
+        if (!(set->mem = malloc(sizeof *mem * (size_t)mem_count)))
+            goto nomem;
+        memcpy(set->mem, mem, sizeof *mem * (size_t)mem_count);
+        for (int64_t i = 0; i < mem_count; i++)
+            set->mem[i].t -= tl->t0;
+        set->mem_count = mem_count;
+    }
+    if (normalise(set, cap) < 0)
+        goto nomem;
+    return 0;
+nomem:
+    pt_export_set_release(set);
+    return PT_ENOMEM;
+}
+
+/* ---- run records ---------------------------------------------------------------- */
+
+/* An agent's clock offset in one generation: its last estimate. */
+typedef struct agent_gen {
+    const char *agent;
+    int64_t gen, offset_ns;
+} agent_gen;
+
+typedef struct order_key {
+    int64_t gen, step, order;
+} order_key;
+
+static int cmp_order_gs(const void *a, const void *b)
+{
+    const order_key *x = a, *y = b;
+    if (x->gen != y->gen)
+        return x->gen < y->gen ? -1 : 1;
+    if (x->step != y->step)
+        return x->step < y->step ? -1 : 1;
+    return (x->order > y->order) - (x->order < y->order);
+}
+
+static int cmp_order(const void *a, const void *b)
+{
+    int64_t x = ((const order_key *)a)->order, y = ((const order_key *)b)->order;
+    return (x > y) - (x < y);
+}
+
+static int is_telemetry(const pt_record_entry *e)
+{
+    return e->kind == PT_RECORD_RECV && e->channel && !strcmp(e->channel, "telemetry") &&
+           (e->msg_type == PT_MSG_EVENTS || e->msg_type == PT_MSG_METRICS) && e->agent;
+}
+
+/* The (gen, step) pairs wanted, sorted by (gen, step), from the selection.
+ * *n 0 with *all set: every step in [sel->first, sel->last]. */
+static int select_iterations(const pt_record *rec, const pt_export_select *sel, order_key **out,
+                             int64_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (!sel || sel->last_n <= 0)
+        return 0;
+    int64_t cap = 1024, m = 0;
+    order_key *k = malloc(sizeof *k * (size_t)cap);
+    if (!k)
+        return PT_ENOMEM;
+    for (int64_t i = 0; i < pt_record_count(rec); i++) {
+        const pt_record_entry *e = pt_record_at(rec, i);
+        if (!is_telemetry(e) || e->step < 0)
+            continue;
+        for (int64_t st = e->step; st <= e->step_last; st++) {
+            if (m > 0 && k[m - 1].gen == e->gen && k[m - 1].step == st)
+                continue;
+            if (m == cap) {
+                order_key *q = realloc(k, sizeof *k * (size_t)(cap *= 2));
+                if (!q) {
+                    free(k);
+                    return PT_ENOMEM;
+                }
+                k = q;
+            }
+            k[m++] = (order_key){e->gen, st, i};
+        }
+    }
+    qsort(k, (size_t)m, sizeof *k, cmp_order_gs);
+    int64_t u = 0;
+    for (int64_t i = 0; i < m; i++)
+        if (u == 0 || k[u - 1].gen != k[i].gen || k[u - 1].step != k[i].step)
+            k[u++] = k[i];
+    qsort(k, (size_t)u, sizeof *k, cmp_order);
+    int64_t keep = sel->last_n < u ? sel->last_n : u;
+    memmove(k, k + (u - keep), sizeof *k * (size_t)keep);
+    qsort(k, (size_t)keep, sizeof *k, cmp_order_gs);
+    *out = k;
+    *n = keep;
+    return 0;
+}
+
+static int wanted(const pt_export_select *sel, const order_key *keys, int64_t nkeys, int64_t gen,
+                  int64_t step)
+{
+    if (sel && sel->last_n > 0) {
+        order_key q = {gen, step, 0};
+        int64_t lo = 0, hi = nkeys;
+        while (lo < hi) {
+            int64_t mid = (lo + hi) / 2;
+            const order_key *x = &keys[mid];
+            if (x->gen < gen || (x->gen == gen && x->step < step))
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        (void)q;
+        return lo < nkeys && keys[lo].gen == gen && keys[lo].step == step;
+    }
+    if (!sel)
+        return 1;
+    return step >= sel->first && (sel->last < 0 || step <= sel->last);
+}
+
+static int agent_index(pt_export_set *set, int *cap, const char *name)
+{
+    for (int i = set->agent_count - 1; i >= 0; i--)
+        if (!strcmp(set->agents[i], name))
+            return i;
+    if (set->agent_count == *cap) {
+        int c = *cap ? *cap * 2 : 16;
+        char(*q)[PT_MSG_ID_MAX] = realloc(set->agents, sizeof *q * (size_t)c);
+        if (!q)
+            return PT_ENOMEM;
+        set->agents = q;
+        *cap = c;
+    }
+    snprintf(set->agents[set->agent_count], PT_MSG_ID_MAX, "%s", name);
+    return set->agent_count++;
+}
+
+static int64_t offset_of(const agent_gen *ag, int n, const char *agent, int64_t gen,
+                         int64_t fallback)
+{
+    for (int i = n - 1; i >= 0; i--)
+        if (ag[i].gen == gen && !strcmp(ag[i].agent, agent))
+            return ag[i].offset_ns;
+    return fallback;
+}
+
+/* The last plan of generation gen (or the newest one before it) and the
+ * run summary's prediction, for the title. */
+static void make_title(pt_export_set *set, const pt_record *rec, int64_t gen, double meas_ms)
+{
+    const pt_plan *plan = NULL;
+    double pred_ms = NAN;
+    for (int64_t i = 0; i < pt_record_count(rec); i++) {
+        const pt_record_entry *e = pt_record_at(rec, i);
+        if (e->kind == PT_RECORD_PLAN && e->plan && (e->gen <= gen || !plan))
+            plan = e->plan;
+        if (e->kind == PT_RECORD_SUMMARY && e->json) {
+            cJSON *j = cJSON_Parse(e->json);
+            const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "predicted_iteration_ms");
+            if (cJSON_IsNumber(p))
+                pred_ms = p->valuedouble;
+            cJSON_Delete(j);
+        }
+    }
+    char stages[128] = "";
+    size_t at = 0;
+    for (int s = 0; plan && s < plan->stage_count && at + 8 < sizeof stages; s++)
+        at += (size_t)snprintf(stages + at, sizeof stages - at, "%s%d", s ? "," : "",
+                               plan->stages[s].replica_count);
+    char pred[48] = "";
+    if (!isnan(pred_ms))
+        snprintf(pred, sizeof pred, ", predicted %.2f ms", pred_ms);
+    if (plan)
+        snprintf(set->title, sizeof set->title,
+                 "%s | %d stages (replicas %s) | %s, %d x %d | gen %lld, steps %lld-%lld: "
+                 "measured %.2f ms/iteration%s",
+                 plan->model, plan->stage_count, stages, pt_sched_kind_name(plan->schedule),
+                 plan->microbatch_count, plan->microbatch_size, (long long)gen,
+                 (long long)set->first_step, (long long)set->last_step, meas_ms, pred);
+}
+
+/* Adds the selected events and memory samples of the record to set. */
+static int gather(const pt_record *rec, const pt_export_select *sel, const order_key *keys,
+                  int64_t nkeys, pt_export_set *set, int64_t *cap, int64_t *max_gen, pt_error *err)
+{
+    int nag = 0, agcap = 0, acap = 0, rcap = 0;
+    agent_gen *ag = NULL;
+    int rc = 0;
+    for (int64_t i = 0; i < pt_record_count(rec) && rc == 0; i++) {
+        const pt_record_entry *e = pt_record_at(rec, i);
+        if (!is_telemetry(e))
+            continue;
+        int k = nag - 1;
+        while (k >= 0 && !(ag[k].gen == e->gen && !strcmp(ag[k].agent, e->agent)))
+            k--;
+        if (k < 0) {
+            if (nag == agcap) {
+                agcap = agcap ? agcap * 2 : 16;
+                agent_gen *q = realloc(ag, sizeof *q * (size_t)agcap);
+                if (!q) {
+                    rc = PT_ENOMEM;
+                    break;
+                }
+                ag = q;
+            }
+            k = nag++;
+            ag[k].agent = e->agent;
+            ag[k].gen = e->gen;
+        }
+        ag[k].offset_ns = e->offset_ns;
+    }
+    int64_t origin = INT64_MAX;
+    /* two passes: the origin (earliest selected start), then the spans */
+    for (int pass = 0; pass < 2 && rc == 0; pass++)
+        for (int64_t i = 0; i < pt_record_count(rec) && rc == 0; i++) {
+            const pt_record_entry *e = pt_record_at(rec, i);
+            if (!is_telemetry(e))
+                continue;
+            int any = 0;
+            for (int64_t st = e->step; st <= e->step_last && !any; st++)
+                any = wanted(sel, keys, nkeys, e->gen, st);
+            if (!any || (pass == 0 && e->msg_type != PT_MSG_EVENTS))
+                continue;
+            pt_msg m;
+            if ((rc = pt_record_msg(rec, i, &m, err)) < 0)
+                break;
+            int64_t off = offset_of(ag, nag, e->agent, e->gen, e->offset_ns);
+            int ai = pass ? agent_index(set, &acap, e->agent) : 0;
+            if (ai < 0)
+                rc = PT_ENOMEM;
+            if (e->msg_type == PT_MSG_EVENTS)
+                for (int k = 0; k < m.u.events.count && rc == 0; k++) {
+                    const pt_msg_event *ev = &m.u.events.events[k];
+                    if (!wanted(sel, keys, nkeys, e->gen, ev->step))
+                        continue;
+                    if (pass == 0) {
+                        if (ev->start_ns - off < origin)
+                            origin = ev->start_ns - off;
+                        continue;
+                    }
+                    pt_export_span s;
+                    memset(&s, 0, sizeof s);
+                    s.start = (double)(ev->start_ns - off - origin) * 1e-9;
+                    s.end = (double)(ev->end_ns - off - origin) * 1e-9;
+                    s.step = ev->step;
+                    s.gen = e->gen;
+                    s.version = ev->version;
+                    s.bytes = ev->bytes;
+                    s.mb = ev->mb;
+                    s.stage = ev->stage;
+                    s.replica = ev->replica;
+                    s.agent = ai;
+                    s.op = (uint8_t)ev->op;
+                    s.lane = (uint8_t)pt_op_lane(ev->op);
+                    if (e->gen > *max_gen)
+                        *max_gen = e->gen;
+                    if (row_of(set, &rcap, s.stage, s.replica) < 0 || push_span(set, cap, &s) < 0)
+                        rc = PT_ENOMEM;
+                }
+            else if (pass == 1 && origin != INT64_MAX) {
+                const pt_msg_metrics *mt = &m.u.metrics;
+                pt_export_mem *q = realloc(set->mem, sizeof *q * (size_t)(set->mem_count + 1));
+                if (!q) {
+                    rc = PT_ENOMEM;
+                } else {
+                    set->mem = q;
+                    pt_export_mem *x = &set->mem[set->mem_count++];
+                    x->t = (double)(e->t - origin) * 1e-9;
+                    x->stage = mt->stage;
+                    x->replica = mt->replica;
+                    memcpy(x->bytes, mt->mem_cur, sizeof x->bytes);
+                    x->total = mt->total_cur;
+                }
+            }
+            pt_msg_clear(&m);
+        }
+    free(ag);
+    if (rc == PT_ENOMEM)
+        pt_error_set(err, rc, "export: out of memory");
+    return rc;
+}
+
+int pt_export_load_run(const char *record_path, const pt_export_select *sel, pt_export_set *set,
+                       pt_error *err)
+{
+    memset(set, 0, sizeof *set);
+    set->first_step = set->last_step = -1;
+    pt_record *rec = NULL;
+    int rc = pt_replay_load(record_path, &rec, err);
+    if (rc < 0)
+        return rc;
+    order_key *keys = NULL;
+    int64_t nkeys = 0, cap = 0, max_gen = 0;
+    if ((rc = select_iterations(rec, sel, &keys, &nkeys)) < 0)
+        pt_error_set(err, rc, "export: out of memory");
+    if (rc == 0)
+        rc = gather(rec, sel, keys, nkeys, set, &cap, &max_gen, err);
+    free(keys);
+    if (rc == 0) {
+        fill_rows(set);
+        if ((rc = normalise(set, cap)) < 0)
+            pt_error_set(err, rc, "export: out of memory");
+    }
+    if (rc == 0) {
+        /* measured: the mean time an iteration of the newest generation occupies */
+        double sum = 0;
+        int64_t n = 0;
+        iter_key *u = NULL;
+        int64_t nu = 0, iters = 0;
+        if (iteration_union(set, &u, &nu, &iters) == 0) {
+            for (int64_t k = 0; k < nu; k++)
+                sum += u[k].hi - u[k].lo;
+            n = iters;
+        }
+        free(u);
+        make_title(set, rec, max_gen, n ? sum / (double)n * 1e3 : 0);
+    }
+    pt_record_free(&rec);
+    if (rc < 0)
+        pt_export_set_release(set);
+    return rc;
+}
+
+int pt_export_write(const char *path, const char *text, size_t len, pt_error *err)
+{
+    return pt_file_write_atomic(path, text, len, err);
+}
+
+int pt_export_last_window(const pt_export_set *set, int64_t n, double *t0, double *t1)
+{
+    *t0 = set->t0;
+    *t1 = set->t1;
+    iter_key *u = malloc(sizeof *u * (size_t)(set->ops ? set->ops : 1));
+    if (!u)
+        return PT_ENOMEM;
+    for (int64_t i = 0; i < set->ops; i++) {
+        const pt_export_span *s = &set->spans[i];
+        u[i] = (iter_key){s->gen, s->step, s->start, s->end};
+    }
+    qsort(u, (size_t)set->ops, sizeof *u, cmp_iter_key);
+    int64_t m = 0;
+    for (int64_t i = 0; i < set->ops; i++) {
+        if (m > 0 && u[m - 1].gen == u[i].gen && u[m - 1].step == u[i].step) {
+            if (u[i].lo < u[m - 1].lo)
+                u[m - 1].lo = u[i].lo;
+            if (u[i].hi > u[m - 1].hi)
+                u[m - 1].hi = u[i].hi;
+        } else {
+            u[m++] = u[i];
+        }
+    }
+    qsort(u, (size_t)m, sizeof *u, cmp_iter_lo);
+    if (n > 0 && m > n) {
+        *t0 = u[m - n].lo;
+        for (int64_t i = m - n; i < m; i++)
+            if (u[i].hi > *t1)
+                *t1 = u[i].hi;
+    }
+    free(u);
+    return 0;
+}
+
+int pt_export_set_to_text(pt_export_set *set, pt_export_writer write, void *arg, char **out,
+                          size_t *len, pt_error *err)
+{
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (!f) {
+        pt_export_set_release(set);
+        return pt_error_set(err, PT_ENOMEM, "export: out of memory");
+    }
+    int rc = write(set, f, arg, err);
+    fclose(f);
+    pt_export_set_release(set);
+    if (rc < 0) {
+        free(text);
+        return rc;
+    }
+    *out = text;
+    if (len)
+        *len = n;
+    return 0;
+}

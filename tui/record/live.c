@@ -1,0 +1,395 @@
+/* The live data source: an adapter from the run controller (tui/control/run.h) to
+ * the console's store (see live.h). */
+#include "tui/record/live.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/calibrate.h"
+#include "protocol/fileio.h"
+#include "protocol/record.h"
+#include "tui/control/run.h"
+#include "tui/control/session.h"
+
+#define PATH_CAP      4096
+#define LIVE_DIR_TAG  "console" /* default run folders: runs/<stamp>-console-<pid> */
+#define LIVE_CKPT_DIR "ckpt"
+#define NS_PER_MS     1000000LL
+
+typedef enum live_state {
+    L_WAIT,   /* waiting for agents to register */
+    L_RUN,    /* assigned and started */
+    L_DONE,   /* finished the steps it was started for */
+    L_FAILED, /* a worker failed; the failure is in the store's note */
+} live_state;
+
+typedef struct live {
+    pt_source base;
+    pt_run *run;
+    pt_session *s;   /* the controller's */
+    pt_store *store; /* bound at the first poll */
+    pt_plan *plan;
+    pt_model_spec *model;
+    char data[PT_MSG_PATH_MAX];
+    char run_dir[PATH_CAP], ckpt_dir[PATH_CAP + 16];
+    int expect;
+    live_state state;
+    int64_t steps, seed, ckpt_every, resume;
+    int64_t last_refresh_ns;
+    pt_plan *pending;     /* an applied plan: the next poll stops the run and restarts under it */
+    pt_profile *cal_base; /* calibration's base (NULL: none) */
+    pt_topology *topo;
+    int64_t cal_for_gen; /* the generation cal_next counts for */
+    int64_t cal_next;    /* its steps in the store before the next fit */
+    int64_t cal_done;    /* the newest generation calibrated (0: none) */
+} live;
+
+static const char *const live_keys[][2] = {{NULL, NULL}};
+
+/* ---- the agent table into the store */
+
+static void refresh_agents(live *l)
+{
+    if (!l->store)
+        return;
+    for (int i = 0; i < pt_session_agent_count(l->s); i++) {
+        const pt_session_agent *a = pt_session_agent_at(l->s, i);
+        pt_store_agent row;
+        memset(&row, 0, sizeof row);
+        snprintf(row.id, sizeof row.id, "%s", a->id);
+        snprintf(row.host, sizeof row.host, "%s", a->host);
+        snprintf(row.device, sizeof row.device, "%s",
+                 a->device_name[0] ? a->device_name : a->backend);
+        row.device_index = a->device;
+        row.pid = a->pid;
+        row.stage = a->stage;
+        row.replica = a->replica;
+        snprintf(row.state, sizeof row.state, "%s", pt_agent_state_name(a->state));
+        row.step = a->step;
+        row.last_heard_ns = a->last_heard_ns;
+        row.hb_age_ms = pt_session_heartbeat_age_ms(l->s, i);
+        pt_rx_counts c;
+        pt_session_agent_telemetry(l->s, i, &c);
+        row.dropped = c.dropped;
+        snprintf(row.last_error, sizeof row.last_error, "%s", a->last_error);
+        pt_store_set_agent(l->store, &row);
+    }
+}
+
+static void on_note(void *user, const pt_session_note *n)
+{
+    live *l = user;
+    if (!l->store)
+        return;
+    switch (n->kind) {
+    case PT_NOTE_EVENTS:
+        pt_store_events(l->store, n->msg->u.events.events, n->msg->u.events.count, n->msg->gen);
+        break;
+    case PT_NOTE_METRICS:
+        pt_store_metrics(l->store, &n->msg->u.metrics, n->msg->gen, pt_msg_now_ns());
+        break;
+    case PT_NOTE_CHECKPOINT:
+        pt_store_note(l->store, "checkpoint of step %lld committed", (long long)n->step);
+        break;
+    case PT_NOTE_DEAD:
+    case PT_NOTE_ERROR:
+        pt_store_note(l->store, "%s", n->text ? n->text : "an agent failed");
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- plan to agents */
+
+static int assign(live *l, const pt_plan *plan, int64_t resume, pt_error *err)
+{
+    pt_run_job job = {l->model, l->data, l->seed, l->ckpt_dir, l->ckpt_every};
+    int rc = pt_run_assign(l->run, plan, &job, resume, PT_LIVE_WAIT_MS, err);
+    if (rc == 0 && l->store)
+        pt_store_set_plan(l->store, plan, pt_session_generation(l->s));
+    return rc;
+}
+
+/* Steps left to run from `done`: 0 (start: until stopped) when the run has
+ * no end; -1 when it has done all it should. One start covers them all: a
+ * stop brings every agent to one step by itself (pt_session_stop). */
+static int64_t steps_left(const live *l, int64_t done)
+{
+    if (l->steps <= 0)
+        return 0;
+    return l->steps > done ? l->steps - done : -1;
+}
+
+/* Stops the run at one step on every stage (the stop saves and commits a
+ * checkpoint there, within about an iteration), re-assigns under l->pending
+ * resuming at the committed step. */
+static int restart(live *l, pt_error *err)
+{
+    pt_plan *next = l->pending;
+    l->pending = NULL;
+    int64_t step = -1;
+    int rc = pt_run_restart(l->run, next, PT_LIVE_WAIT_MS, &step, err);
+    if (rc < 0) {
+        pt_plan_free(&next);
+        return rc;
+    }
+    pt_store_set_plan(l->store, next, pt_session_generation(l->s));
+    pt_plan_free(&l->plan);
+    l->plan = next;
+    l->resume = step;
+    pt_store_note(
+        l->store, "apply & restart: generation %lld resumes at step %lld from %s/step-%lld",
+        (long long)pt_session_generation(l->s), (long long)step, l->ckpt_dir, (long long)step);
+    return 0;
+}
+
+/* ---- calibration */
+
+/* Steps of generation gen in the store (they are stored in order). */
+static int64_t gen_steps(const pt_store *st, int64_t gen)
+{
+    int64_t n = 0;
+    for (int64_t i = pt_store_step_count(st) - 1; i >= 0; i--) {
+        const pt_store_step *x = pt_store_step_at(st, i);
+        if (x->gen != gen)
+            break;
+        n += x->reports > 0;
+    }
+    return n;
+}
+
+static void save_calibration(const live *l, const pt_profile *p, const pt_topology *t, int64_t gen,
+                             char *path, size_t cap)
+{
+    char tp[PATH_CAP + 64];
+    snprintf(path, cap, "%.4000s/calibrated-gen-%lld.json", l->run_dir, (long long)gen);
+    snprintf(tp, sizeof tp, "%.4000s/calibrated-gen-%lld-topology.json", l->run_dir,
+             (long long)gen);
+    if (pt_profile_save(p, path, NULL) < 0 || pt_topology_save(t, tp, NULL) < 0)
+        snprintf(path, cap, "%s", "(not saved)");
+}
+
+/* Fits the running generation once it has enough steps (live.h). */
+static void maybe_calibrate(live *l)
+{
+    int64_t gen = pt_session_generation(l->s);
+    if (!l->cal_base || gen <= 0 || l->cal_done == gen)
+        return;
+    if (l->cal_for_gen != gen) {
+        l->cal_for_gen = gen;
+        l->cal_next = PT_LIVE_CAL_STEPS;
+    }
+    int64_t n = gen_steps(l->store, gen);
+    if (n < l->cal_next)
+        return;
+    l->cal_next = n + PT_LIVE_CAL_RETRY;
+    char path[PATH_CAP + 64];
+    snprintf(path, sizeof path, "%.4000s/%s", l->run_dir, PT_RECORD_FILE);
+    pt_record *rec = NULL;
+    pt_profile *cal = NULL;
+    pt_topology *ctopo = NULL;
+    pt_cal_fit fit = {0};
+    pt_error err = {0};
+    pt_cal_opts o = {gen, -1, l->run_dir, "the console's profile", ""};
+    int rc = pt_record_load(path, &rec, &err);
+    if (rc == 0)
+        rc = pt_calibrate(rec, l->cal_base, l->topo, &o, &cal, &fit, &err);
+    if (rc == 0)
+        rc = pt_cal_topology(&fit, l->topo, &ctopo, &err);
+    pt_record_free(&rec);
+    if (rc < 0) { /* too few op events yet: tried again PT_LIVE_CAL_RETRY steps later */
+        pt_profile_free(&cal);
+        pt_cal_fit_clear(&fit);
+        return;
+    }
+    save_calibration(l, cal, ctopo, gen, path, sizeof path);
+    pt_store_set_calibration(l->store, cal, ctopo, gen);
+    pt_cal_fit_clear(&fit);
+    l->cal_done = gen;
+}
+
+/* ---- vtable */
+
+static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeout_ms)
+{
+    live *l = src->impl;
+    int first = !l->store;
+    l->store = store;
+    if (first) {
+        pt_store_set_plan(store, l->plan, 0);
+        pt_store_note(store, "waiting for %d agents to register (run folder %s)", l->expect,
+                      l->run_dir);
+    }
+    pt_error err = {0};
+    if (pt_run_poll(l->run, timeout_ms, &err) < 0) {
+        pt_store_note(store, "session: %s", err.msg);
+        return PT_EIO;
+    }
+    if (now_ns - l->last_refresh_ns >= PT_LIVE_REFRESH_MS * NS_PER_MS) {
+        refresh_agents(l);
+        l->last_refresh_ns = now_ns;
+    }
+    pt_run_state rs = pt_run_get_state(l->run);
+    if (l->state == L_WAIT && rs == PT_RUN_READY) {
+        pt_store_note(store, "%d agents registered: assigning the plan and starting", l->expect);
+        if (assign(l, l->plan, 0, &err) < 0 || pt_run_start(l->run, steps_left(l, 0), &err) < 0) {
+            l->state = L_FAILED;
+            pt_store_note(store, "could not start the run: %s", err.msg);
+        } else {
+            l->state = L_RUN;
+            pt_store_note(store, "training (generation %lld, run folder %s)",
+                          (long long)pt_session_generation(l->s), l->run_dir);
+        }
+        refresh_agents(l);
+    }
+    if ((l->state == L_WAIT || l->state == L_RUN) && rs == PT_RUN_FAILED) {
+        pt_run_failure(l->run, &err);
+        l->state = L_FAILED;
+        pt_store_note(store, "the run failed: %s", err.msg);
+    }
+    if (l->state == L_RUN && l->pending) {
+        int rc = restart(l, &err);
+        int64_t n = steps_left(l, l->resume);
+        if (rc == 0 && n >= 0)
+            rc = pt_run_start(l->run, n, &err);
+        else if (rc == 0)
+            rs = PT_RUN_FINISHED;
+        if (rc < 0) {
+            l->state = L_FAILED;
+            pt_store_note(store, "the run stopped: %s", err.msg);
+        }
+        refresh_agents(l);
+    }
+    if (l->state == L_RUN)
+        maybe_calibrate(l);
+    if (l->state == L_RUN && rs == PT_RUN_FINISHED) {
+        l->state = L_DONE;
+        pt_store_note(store, "the run finished its %lld steps", (long long)l->steps);
+        refresh_agents(l);
+    }
+    return 0;
+}
+
+static int live_apply(pt_source *src, const pt_plan *plan, pt_error *err)
+{
+    live *l = src->impl;
+    if (l->state != L_RUN)
+        return pt_error_set(err, PT_ESTATE, "the run is not training (%s)",
+                            l->state == L_WAIT     ? "still waiting for agents"
+                            : l->state == L_FAILED ? "it failed"
+                                                   : "it finished");
+    if (pt_run_failure(l->run, err))
+        return PT_ESTATE;
+    if (plan->layer_count != l->plan->layer_count)
+        return pt_error_set(err, PT_EINVAL, "the plan has %d layers, the model %d",
+                            plan->layer_count, l->plan->layer_count);
+    int workers = pt_plan_agent_count(plan);
+    int *agents = calloc((size_t)workers, sizeof *agents);
+    if (!agents)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    int rc = pt_run_map(l->run, plan, agents, err); /* refuse before touching the run */
+    free(agents);
+    if (rc < 0)
+        return rc;
+    pt_plan *c = pt_plan_clone(plan); /* a later apply replaces a queued one */
+    if (!c)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    pt_plan_free(&l->pending);
+    l->pending = c;
+    pt_error_set(err, 0,
+                 "queued: the run stops at one step on every stage, checkpoints there and "
+                 "resumes under the new plan");
+    return 0;
+}
+
+static void live_describe(pt_source *src, char *buf, size_t cap)
+{
+    live *l = src->impl;
+    static const char *const names[] = {"waiting for agents", "live", "done", "failed"};
+    snprintf(buf, cap, "%s gen %lld, %d agents", names[l->state],
+             (long long)pt_session_generation(l->s), pt_session_agent_count(l->s));
+}
+
+static void live_close(pt_source *src)
+{
+    live *l = src->impl;
+    if (l->run) {
+        if (l->state == L_RUN)
+            pt_run_stop(l->run, "console quit", PT_LIVE_EXIT_MS, NULL);
+        pt_run_end(l->run, "console quit");
+        pt_run_destroy(&l->run);
+    }
+    pt_plan_free(&l->plan);
+    pt_plan_free(&l->pending);
+    pt_model_spec_free(&l->model);
+    pt_profile_free(&l->cal_base);
+    pt_topology_free(&l->topo);
+    free(l);
+}
+
+static const pt_source_vt live_vt = {"live",        live_poll, live_apply, NULL,
+                                     live_describe, live_keys, live_close};
+
+int pt_source_live_new(const pt_live_opts *o, pt_source **out, pt_error *err)
+{
+    *out = NULL;
+    if (!o || !o->plan || !o->model)
+        return pt_error_set(err, PT_EINVAL, "live: needs a plan and a model");
+    live *l = calloc(1, sizeof *l);
+    if (!l)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    l->base.vt = &live_vt;
+    l->base.impl = l;
+    l->expect = o->expect_agents > 0 ? o->expect_agents : pt_plan_agent_count(o->plan);
+    l->steps = o->steps;
+    l->seed = o->seed > 0 ? o->seed : 1;
+    l->ckpt_every = o->checkpoint_every;
+    snprintf(l->data, sizeof l->data, "%s", o->data ? o->data : "fashion-mnist");
+    int rc = 0;
+    char *mj = pt_model_spec_to_json(o->model);
+    l->plan = pt_plan_clone(o->plan);
+    if (!mj || !l->plan)
+        rc = pt_error_set(err, PT_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = pt_model_spec_parse(mj, "model", &l->model, err);
+    free(mj);
+    if (rc == 0 && o->profile && o->topology) {
+        char *pj = pt_profile_to_json(o->profile), *tj = pt_topology_to_json(o->topology);
+        rc = pj && tj ? pt_profile_parse(pj, "profile", &l->cal_base, err)
+                      : pt_error_set(err, PT_ENOMEM, "out of memory");
+        if (rc == 0)
+            rc = pt_topology_parse(tj, "topology", &l->topo, err);
+        free(pj);
+        free(tj);
+    }
+    if (rc == 0)
+        rc = pt_run_dir_make(o->run_dir, LIVE_DIR_TAG, l->run_dir, sizeof l->run_dir, err);
+    snprintf(l->ckpt_dir, sizeof l->ckpt_dir, "%.4000s/%s", l->run_dir, LIVE_CKPT_DIR);
+    char plan_path[PATH_CAP + 32];
+    snprintf(plan_path, sizeof plan_path, "%.4000s/plan.json", l->run_dir);
+    if (rc == 0)
+        rc = pt_mkdir_p(l->ckpt_dir, err);
+    if (rc == 0)
+        rc = pt_plan_save(l->plan, plan_path, err);
+    pt_run_config cfg = {l->run_dir, o->listen, NULL, l->expect, on_note,  l,
+                         NULL,       NULL,      NULL, NULL,      o->spawn, o->spawn};
+    if (rc == 0 && (rc = pt_run_create(&cfg, &l->run, err)) == 0)
+        l->s = pt_run_session(l->run);
+    if (rc == 0)
+        rc = pt_run_set_agents(l->run, 0, l->ckpt_dir, err);
+    if (rc == 0 && o->spawn)
+        rc = pt_run_spawn(l->run, NULL, err);
+    if (rc < 0) {
+        live_close(&l->base);
+        return rc;
+    }
+    *out = &l->base;
+    return 0;
+}
+
+const char *pt_source_live_run_dir(const pt_source *src)
+{
+    return src && src->vt == &live_vt ? ((const live *)src->impl)->run_dir : NULL;
+}
