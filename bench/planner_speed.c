@@ -7,6 +7,10 @@
  *        planner_speed --profile P.json --topology T.json --batch GBS [--planners a,b]
  *                      [--memory-limit GiB]
  *        planner_speed --gpt3 [--planners a,b]
+ *        planner_speed --cluster [TOPOLOGY] [--planners a,b]
+ * The fourth times every planner (default all but pipesgd) on every shipped
+ * profile at global batch 128 and on GPT-3 (adam, 1,536) over TOPOLOGY
+ * (default cluster-128x8): one row each, CPU seconds, target 1 s.
  * The second form times the planners on a real profile and topology. The
  * third is issue 9's case: GPT-3 (models/gpt3, analytic on h100-80gb at
  * micro-batch 1) over the 64 H100s of topologies/h100-8x8.json at global
@@ -186,6 +190,85 @@ static int run_gpt3(const char *planners)
     return 0;
 }
 
+/* The shipped profiles (profiles/), for --cluster. */
+static const char *const shipped[] = {"alexnet",    "densenet121",  "gnmt",
+                                      "gnmt_large", "inception_v3", "resnet101",
+                                      "resnet18",   "resnet50",     "vgg16"};
+#define BENCH_CLUSTER_BATCH 128
+
+/* One planner on one input: a row with its CPU seconds; returns them. */
+static double time_one(const char *name, const char *label, const pt_profile *p,
+                       const pt_topology *t, int gbs, const pt_planner_opts *o)
+{
+    pt_plan *plan = NULL;
+    pt_planner_report rep = {0};
+    pt_error err = {0};
+    clock_t c0 = clock();
+    int rc = pt_planner_run(name, p, t, gbs, o, &plan, &rep, &err);
+    double cpu = (double)(clock() - c0) / CLOCKS_PER_SEC;
+    print_row(label, p->layer_count, t->device_count, gbs, rc, plan, &rep, cpu, &err);
+    pt_plan_free(&plan);
+    return cpu;
+}
+
+/* --cluster: every planner of the list on every shipped profile at global
+ * batch 128 and on GPT-3 (analytic on h100-80gb, micro-batch 1, adam, global
+ * batch 1536) over one topology (default cluster-128x8); target: each under
+ * 1 s of CPU. Ends with the most CPU seconds of any row. */
+static int run_cluster(const char *topo_name, const char *planners)
+{
+    char path[4096], list[256];
+    pt_topology *t = NULL;
+    pt_error err = {0};
+    if (pt_datadir_lookup("topology", "topologies", "PT_TOPOLOGIES_DIR", topo_name, path,
+                          sizeof path, &err) < 0 ||
+        pt_topology_load(path, &t, &err) < 0) {
+        fprintf(stderr, "planner_speed: %s\n", err.msg);
+        return 1;
+    }
+    double worst = 0;
+    int n = (int)(sizeof shipped / sizeof *shipped);
+    for (int k = 0; k <= n; k++) {
+        pt_profile *p = NULL;
+        pt_model_spec *spec = NULL;
+        pt_device_desc dev;
+        pt_planner_opts o;
+        pt_planner_opts_default(&o);
+        int gbs = BENCH_CLUSTER_BATCH;
+        if (k < n) {
+            if (pt_profile_load(
+                    pt_datadir_resolve("profiles", shipped[k], ".json", path, sizeof path), &p,
+                    &err) < 0)
+                goto fail;
+        } else {
+            if (pt_model_spec_find("gpt3", &spec, &err) < 0 ||
+                pt_device_find("h100-80gb", &dev, &err) < 0 ||
+                pt_analytic_profile(spec, &dev, 1, NULL, &p, &err) < 0)
+                goto fail;
+            pt_model_spec_free(&spec);
+            o.optim = PT_OPTIM_ADAM;
+            gbs = BENCH_GPT3_BATCH;
+        }
+        snprintf(list, sizeof list, "%s", planners);
+        for (char *name = strtok(list, ","); name; name = strtok(NULL, ",")) {
+            char label[40];
+            snprintf(label, sizeof label, "%s/%.20s", name, k < n ? shipped[k] : "gpt3");
+            double cpu = time_one(name, label, p, t, gbs, &o);
+            worst = cpu > worst ? cpu : worst;
+        }
+        pt_profile_free(&p);
+        continue;
+    fail:
+        fprintf(stderr, "planner_speed: %s\n", err.msg);
+        pt_model_spec_free(&spec);
+        pt_topology_free(&t);
+        return 1;
+    }
+    printf("most CPU of any row: %.3f s\n", worst);
+    pt_topology_free(&t);
+    return 0;
+}
+
 /* The --profile form: every planner of the list on one real input. */
 static int run_real(const char *prof_path, const char *topo_path, int gbs, double mem_gib,
                     const char *planners)
@@ -226,6 +309,7 @@ int main(int argc, char **argv)
     int devices[BENCH_MAX_LIST] = {8, 64, 1024}, nd = 3;
     const char *planners = "dapple,pipedream";
     int planners_given = 0, gpt3_only = 0;
+    const char *cluster = NULL;
     int per_device = 2;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--layers") && i + 1 < argc)
@@ -237,6 +321,8 @@ int main(int argc, char **argv)
             planners_given = 1;
         } else if (!strcmp(argv[i], "--gpt3"))
             gpt3_only = 1;
+        else if (!strcmp(argv[i], "--cluster"))
+            cluster = i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : "cluster-128x8";
         else if (!strcmp(argv[i], "--batch-per-device") && i + 1 < argc)
             per_device = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--profile") && i + 1 < argc)
@@ -253,7 +339,8 @@ int main(int argc, char **argv)
                     "[--batch-per-device K]\n"
                     "       planner_speed --profile P --topology T --batch GBS [--planners a,b] "
                     "[--memory-limit GiB]\n"
-                    "       planner_speed --gpt3 [--planners a,b]\n");
+                    "       planner_speed --gpt3 [--planners a,b]\n"
+                    "       planner_speed --cluster [TOPOLOGY] [--planners a,b]\n");
             return 2;
         }
         if (nl < 1 || nd < 1 || per_device < 1) {
@@ -270,6 +357,8 @@ int main(int argc, char **argv)
            "wall s", "cpu s", "plan (stages: replicas)", "objective");
     if (prof_path)
         return run_real(prof_path, topo_path, real_gbs, mem_gib, planners);
+    if (cluster)
+        return run_cluster(cluster, planners_given ? planners : "dapple,pipedream,2bw,gpipe,dp");
     const char *gpt3_planners = planners_given ? planners : "dapple,pipedream,2bw";
     if (gpt3_only)
         return run_gpt3(gpt3_planners);

@@ -642,19 +642,29 @@ static int recv_wake(const pt_program *prog, const cev *v, int64_t n, const int6
     return 0;
 }
 
-static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topology *topo,
-                      const cev *v, int64_t n, int skip, acc *st, pt_cal_fit *fit, pt_error *err)
+/* The samples of one fit: the program's events and what they add up to. */
+typedef struct fit_ctx {
+    const pt_program *prog;
+    const pt_cost *cost;
+    const pt_topology *topo;
+    const cev *v;
+    int64_t n;
+    acc *st;
+    int async_ar, sends_hold;
+    const double *stretch;
+    svec sends, ars, gaps;
+    int64_t used;
+    int oom;
+} fit_ctx;
+
+/* The first step of every worker (allocated), for the warm-up skip; *skip
+ * shrinks so that it never leaves a worker without steps. NULL when out of
+ * memory. */
+static int64_t *first_steps(const pt_program *prog, const cev *v, int64_t n, int *skip)
 {
-    int async_ar = pt_sched_kind_has(prog->kind, PT_SCHED_OVERLAP_ALLREDUCE);
-    svec sends = {0}, ars = {0}, gaps = {0};
-    int64_t used = 0;
-    int oom = 0;
-    fit->first_step = INT64_MAX;
-    fit->last_step = -1;
-    /* first step of every worker, for the warm-up skip */
     int64_t *first = malloc((size_t)prog->worker_count * sizeof *first);
     if (!first)
-        return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+        return NULL;
     for (int w = 0; w < prog->worker_count; w++)
         first[w] = INT64_MAX;
     int64_t last_step = -1;
@@ -664,163 +674,156 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
         if (v[i].step > last_step)
             last_step = v[i].step;
     }
-    /* the skip never leaves a worker without steps */
     for (int w = 0; w < prog->worker_count; w++)
-        if (first[w] != INT64_MAX && first[w] + skip > last_step)
-            skip = (int)(last_step - first[w]);
-    if (skip < 0)
-        skip = 0;
-    fit->sends_hold = sends_hold(v, n);
-    stepfig *keep = NULL;
-    int64_t nkeep = 0;
-    double *stretch = malloc((size_t)prog->worker_count * sizeof *stretch);
-    if (!stretch || measured_stretch(prog, topo, v, n, first, skip, stretch) < 0 ||
-        pick_steps(v, n, first, skip, &keep, &nkeep) < 0) {
-        free(first);
-        free(stretch);
-        return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
-    }
-    fit->steps_used = nkeep;
-    if (recv_wake(prog, v, n, first, skip, keep, nkeep, &fit->recv_wake_ms, &fit->recv_waits) < 0) {
-        free(first);
-        free(stretch);
-        free(keep);
-        return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
-    }
+        if (first[w] != INT64_MAX && first[w] + *skip > last_step)
+            *skip = (int)(last_step - first[w]);
+    if (*skip < 0)
+        *skip = 0;
+    return first;
+}
 
-    for (int64_t i = 0; i < n;) {
-        /* one worker's one step: v[i, j) */
-        int64_t j = i;
-        while (j < n && v[j].worker == v[i].worker && v[j].step == v[i].step)
-            j++;
-        int w = v[i].worker;
-        const pt_worker *x = &prog->workers[w];
-        acc *a = &st[x->stage];
-        if (v[i].step < first[w] + skip || !kept(keep, nkeep, v[i].step)) {
-            i = j;
+/* A send's sample: its bytes, on or off its node. */
+static void add_send_sample(fit_ctx *f, const pt_worker *x, const cev *e, double c, double d)
+{
+    if (e->bytes <= 0)
+        return;
+    const pt_program *prog = f->prog;
+    int peer_stage = x->stage + ((pt_op_facts(e->op) & PT_OPK_NEXT) ? 1 : -1);
+    int peer = peer_stage >= 0 && peer_stage < prog->stage_count
+                   ? prog->workers[prog->stage_worker[peer_stage]].device
+                   : x->device;
+    int same_node = f->topo->devices[x->device].node == f->topo->devices[peer].node;
+    f->oom |= svec_add(&f->sends, same_node, (double)e->bytes, c, d);
+}
+
+/* The k-th collective of this step on this stage: the shortest replica's
+ * time, which waited least for the others. */
+static void add_ar_sample(fit_ctx *f, const pt_worker *x, const cev *e, double c, int ar_ord)
+{
+    int r = x->replica_count;
+    if (r <= 1 || x->replica != 0)
+        return;
+    double best = -1;
+    for (int q = 0; q < r; q++) {
+        double dq = ar_span(f->v, f->n, f->prog->stage_worker[x->stage] + q, e->step, ar_ord);
+        if (dq >= 0 && (best < 0 || dq < best))
+            best = dq;
+    }
+    if (best >= 0)
+        f->oom |= svec_add(&f->ars, 2.0 * (r - 1), 2.0 * (r - 1) / r * (double)e->bytes, c, best);
+}
+
+/* One op's sample into its stage's accumulator (or the links'); a split
+ * backward's halves add to *split_s, counted in *split_n. */
+static void add_op_sample(fit_ctx *f, int w, const cev *e, double c, double slow, int *ar_ord,
+                          double *split_s, int *split_n)
+{
+    const pt_worker *x = &f->prog->workers[w];
+    acc *a = &f->st[x->stage];
+    const pt_cost *cost = f->cost;
+    int rows = x->row_hi - x->row_lo;
+    double d = (double)(e->end - e->start) / NS_PER_S;
+    switch (e->op) {
+    case PT_OP_FWD:
+        f->oom |= svec_add(&a->fwd, 0, 0, c, d);
+        a->fwd_b += slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
+        break;
+    case PT_OP_BWD:
+        f->oom |= svec_add(&a->bwd, 0, 0, c, d);
+        a->bwd_b += slow * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
+        break;
+    case PT_OP_BWD_INPUT:
+        /* a split backward is fitted as whole backwards: the step's
+         * halves summed, one sample per micro-batch (fit_step) */
+        *split_s += d;
+        (*split_n)++;
+        a->bwd_b += slow * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
+        break;
+    case PT_OP_BWD_WEIGHT:
+        *split_s += d;
+        break;
+    case PT_OP_RECOMPUTE:
+        f->oom |= svec_add(&a->rec, 0, 0, c, d);
+        a->rec_b += slow * pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
+        break;
+    case PT_OP_OPT_STEP: {
+        f->oom |= svec_add(&a->opt, 0, 0, c, d);
+        /* time = slow * touched / (bw * speed) */
+        int64_t P = pt_cost_param_bytes(cost, x->first, x->last);
+        double speed = f->topo->devices[x->device].speed;
+        a->touched = (double)P *
+                     (PT_COST_OPT_BASE_PASSES +
+                      PT_COST_OPT_STATE_PASSES * pt_cost_optim_state_factor(f->prog->optim)) /
+                     speed * slow;
+        break;
+    }
+    case PT_OP_SEND_ACT:
+    case PT_OP_SEND_GRAD:
+        add_send_sample(f, x, e, c, d);
+        break;
+    case PT_OP_ALLREDUCE:
+        add_ar_sample(f, x, e, c, *ar_ord);
+        (*ar_ord)++;
+        break;
+    default:
+        break;
+    }
+}
+
+/* One worker's one kept step, events v[i, j). */
+static void fit_step(fit_ctx *f, int64_t i, int64_t j)
+{
+    const cev *v = f->v;
+    int w = v[i].worker;
+    acc *a = &f->st[f->prog->workers[w].stage];
+    double slow = f->stretch[w];
+    a->slow_sum += slow;
+    a->slow_n++;
+    int64_t cursor = -1, issued = 0; /* end of the last blocking op; ops since */
+    double c = (double)w * PT_CAL_STEP_KEY + (double)v[i].step; /* this worker-step */
+    int ar_ord = 0, split_n = 0;
+    double split_s = 0;
+    for (int64_t k = i; k < j; k++) {
+        const cev *e = &v[k];
+        f->used++;
+        add_op_sample(f, w, e, c, slow, &ar_ord, &split_s, &split_n);
+        issued++;
+        if (!blocks(e->op, f->async_ar, f->sends_hold))
             continue;
+        /* a collective starts when its last member joins, so the time
+         * before it is partly waiting: no gap is measured there */
+        if (cursor >= 0 && e->op != PT_OP_ALLREDUCE) {
+            /* one sample per op issued: a step's mean is then its
+             * gap time over its ops */
+            int64_t g = e->start - cursor;
+            double per = (g > 0 ? (double)g / NS_PER_S : 0) / (double)issued;
+            for (int64_t q = 0; q < issued; q++)
+                f->oom |= svec_add(&f->gaps, 0, 0, c, per);
         }
-        if (v[i].step < fit->first_step)
-            fit->first_step = v[i].step;
-        if (v[i].step > fit->last_step)
-            fit->last_step = v[i].step;
-        int rows = x->row_hi - x->row_lo;
-        double slow = stretch[w];
-        a->slow_sum += slow;
-        a->slow_n++;
-        int64_t cursor = -1, issued = 0; /* end of the last blocking op; ops since */
-        double c = (double)w * PT_CAL_STEP_KEY + (double)v[i].step; /* this worker-step */
-        int ar_ord = 0, split_n = 0;
-        double split_s = 0;
-        for (int64_t k = i; k < j; k++) {
-            const cev *e = &v[k];
-            double d = (double)(e->end - e->start) / NS_PER_S;
-            used++;
-            switch (e->op) {
-            case PT_OP_FWD:
-                oom |= svec_add(&a->fwd, 0, 0, c, d);
-                a->fwd_b += slow * pt_cost_fwd_s(cost, x->first, x->last, rows, x->device);
-                break;
-            case PT_OP_BWD:
-                oom |= svec_add(&a->bwd, 0, 0, c, d);
-                a->bwd_b += slow * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
-                break;
-            case PT_OP_BWD_INPUT:
-                /* a split backward is fitted as whole backwards: the step's
-                 * halves summed, one sample per micro-batch (below) */
-                split_s += d;
-                split_n++;
-                a->bwd_b += slow * pt_cost_bwd_s(cost, x->first, x->last, rows, x->device);
-                break;
-            case PT_OP_BWD_WEIGHT:
-                split_s += d;
-                break;
-            case PT_OP_RECOMPUTE:
-                oom |= svec_add(&a->rec, 0, 0, c, d);
-                a->rec_b += slow * pt_cost_recompute_s(cost, x->first, x->last, rows, x->device);
-                break;
-            case PT_OP_OPT_STEP: {
-                oom |= svec_add(&a->opt, 0, 0, c, d);
-                /* time = slow * touched / (bw * speed) */
-                int64_t P = pt_cost_param_bytes(cost, x->first, x->last);
-                double speed = topo->devices[x->device].speed;
-                a->touched = (double)P *
-                             (PT_COST_OPT_BASE_PASSES +
-                              PT_COST_OPT_STATE_PASSES * pt_cost_optim_state_factor(prog->optim)) /
-                             speed * slow;
-                break;
-            }
-            case PT_OP_SEND_ACT:
-            case PT_OP_SEND_GRAD:
-                if (e->bytes > 0) {
-                    int peer_stage = x->stage + ((pt_op_facts(e->op) & PT_OPK_NEXT) ? 1 : -1);
-                    int peer = peer_stage >= 0 && peer_stage < prog->stage_count
-                                   ? prog->workers[prog->stage_worker[peer_stage]].device
-                                   : x->device;
-                    int same_node = topo->devices[x->device].node == topo->devices[peer].node;
-                    oom |= svec_add(&sends, same_node, (double)e->bytes, c, d);
-                }
-                break;
-            case PT_OP_ALLREDUCE: {
-                /* the k-th collective of this step on this stage: the
-                 * shortest replica's time, which waited least for the others */
-                int r = x->replica_count;
-                if (r > 1 && x->replica == 0) {
-                    double best = -1;
-                    for (int q = 0; q < r; q++) {
-                        double dq =
-                            ar_span(v, n, prog->stage_worker[x->stage] + q, e->step, ar_ord);
-                        if (dq >= 0 && (best < 0 || dq < best))
-                            best = dq;
-                    }
-                    if (best >= 0)
-                        oom |= svec_add(&ars, 2.0 * (r - 1), 2.0 * (r - 1) / r * (double)e->bytes,
-                                        c, best);
-                }
-                ar_ord++;
-                break;
-            }
-            default:
-                break;
-            }
-            issued++;
-            if (!blocks(e->op, async_ar, fit->sends_hold))
-                continue;
-            /* a collective starts when its last member joins, so the time
-             * before it is partly waiting: no gap is measured there */
-            if (cursor >= 0 && e->op != PT_OP_ALLREDUCE) {
-                /* one sample per op issued: a step's mean is then its
-                 * gap time over its ops */
-                int64_t g = e->start - cursor;
-                double per = (g > 0 ? (double)g / NS_PER_S : 0) / (double)issued;
-                for (int64_t q = 0; q < issued; q++)
-                    oom |= svec_add(&gaps, 0, 0, c, per);
-            }
-            cursor = e->end;
-            issued = 0;
-        }
-        for (int q = 0; q < split_n; q++)
-            oom |= svec_add(&a->bwd, 0, 0, c, split_s / split_n);
-        i = j;
+        cursor = e->end;
+        issued = 0;
     }
-    free(first);
-    free(keep);
-    free(stretch);
-    if (oom) {
-        free(sends.v);
-        free(ars.v);
-        free(gaps.v);
-        return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+    for (int q = 0; q < split_n; q++)
+        f->oom |= svec_add(&a->bwd, 0, 0, c, split_s / split_n);
+}
+
+/* The links' fits from the sends' and collectives' samples; frees them. */
+static int fit_links(fit_ctx *f, pt_cal_fit *fit, pt_error *err)
+{
+    const pt_topology *topo = f->topo;
+    int oom = f->oom;
+    if (!oom) {
+        fit->events = f->used;
+        fit->gaps = f->gaps.n;
+        fit->op_overhead_ms = f->gaps.n > 0 ? mean_of(&f->gaps) * MS_PER_S : 0;
     }
-    fit->events = used;
-    fit->gaps = gaps.n;
-    fit->op_overhead_ms = gaps.n > 0 ? mean_of(&gaps) * MS_PER_S : 0;
     ls2 intra = {0}, inter = {0}, ar = {0};
     sends_ctx sc = {&intra, &inter};
-    oom = svec_groups(&sends, add_send, &sc) < 0 || svec_groups(&ars, add_link, &ar) < 0;
-    free(sends.v);
-    free(ars.v);
-    free(gaps.v);
+    if (!oom)
+        oom = svec_groups(&f->sends, add_send, &sc) < 0 || svec_groups(&f->ars, add_link, &ar) < 0;
+    free(f->sends.v);
+    free(f->ars.v);
+    free(f->gaps.v);
     if (oom)
         return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
     fit_link(&intra, topo->intra, &fit->intra);
@@ -829,6 +832,56 @@ static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topo
      * sender's copy) says nothing of it */
     fit_link(&ar, topo->intra, &fit->allreduce);
     return 0;
+}
+
+static int fit_events(const pt_program *prog, const pt_cost *cost, const pt_topology *topo,
+                      const cev *v, int64_t n, int skip, acc *st, pt_cal_fit *fit, pt_error *err)
+{
+    fit->first_step = INT64_MAX;
+    fit->last_step = -1;
+    int64_t *first = first_steps(prog, v, n, &skip);
+    if (!first)
+        return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+    fit->sends_hold = sends_hold(v, n);
+    stepfig *keep = NULL;
+    int64_t nkeep = 0;
+    double *stretch = malloc((size_t)prog->worker_count * sizeof *stretch);
+    if (!stretch || measured_stretch(prog, topo, v, n, first, skip, stretch) < 0 ||
+        pick_steps(v, n, first, skip, &keep, &nkeep) < 0 ||
+        recv_wake(prog, v, n, first, skip, keep, nkeep, &fit->recv_wake_ms, &fit->recv_waits) < 0) {
+        free(first);
+        free(stretch);
+        free(keep);
+        return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+    }
+    fit->steps_used = nkeep;
+    fit_ctx f = {.prog = prog,
+                 .cost = cost,
+                 .topo = topo,
+                 .v = v,
+                 .n = n,
+                 .st = st,
+                 .async_ar = pt_sched_kind_has(prog->kind, PT_SCHED_OVERLAP_ALLREDUCE),
+                 .sends_hold = fit->sends_hold,
+                 .stretch = stretch};
+    for (int64_t i = 0; i < n;) {
+        /* one worker's one step: v[i, j) */
+        int64_t j = i;
+        while (j < n && v[j].worker == v[i].worker && v[j].step == v[i].step)
+            j++;
+        if (v[i].step >= first[v[i].worker] + skip && kept(keep, nkeep, v[i].step)) {
+            if (v[i].step < fit->first_step)
+                fit->first_step = v[i].step;
+            if (v[i].step > fit->last_step)
+                fit->last_step = v[i].step;
+            fit_step(&f, i, j);
+        }
+        i = j;
+    }
+    free(first);
+    free(keep);
+    free(stretch);
+    return fit_links(&f, fit, err);
 }
 
 /* Scales the layers of one stage so its prediction equals the measurement. */
@@ -866,6 +919,83 @@ static void scale_layers(pt_profile *p, const pt_profile *base, const pt_cal_sta
         else
             o->recompute_ms = rec * s->fwd_scale;
     }
+}
+
+/* Stage s's measured means against its base predictions; scales its layers
+ * in p. */
+static int fit_stage(const pt_program *prog, const pt_topology *topo, const pt_profile *base,
+                     int64_t gen, int skip, int s, acc *a, pt_profile *p, pt_cal_fit *fit,
+                     pt_error *err)
+{
+    const pt_worker *x = &prog->workers[prog->stage_worker[s]];
+    pt_cal_stage *c = &fit->stages[s];
+    c->first = x->first;
+    c->last = x->last;
+    c->replicas = x->replica_count;
+    c->fwd_ops = (int)a->fwd.n;
+    c->bwd_ops = (int)a->bwd.n;
+    c->rec_ops = (int)a->rec.n;
+    c->opt_ops = (int)a->opt.n;
+    if (a->fwd.n == 0 || a->bwd.n == 0)
+        return pt_error_set(err, PT_EINVAL,
+                            "calibrate: generation %lld: stage %d has no %s measured (after "
+                            "%d warm-up steps)",
+                            (long long)gen, s, pt_op_name(a->fwd.n == 0 ? PT_OP_FWD : PT_OP_BWD),
+                            skip);
+    c->fwd_ms = mean_of(&a->fwd) * MS_PER_S;
+    c->bwd_ms = mean_of(&a->bwd) * MS_PER_S;
+    c->rec_ms = a->rec.n ? mean_of(&a->rec) * MS_PER_S : 0;
+    c->opt_ms = a->opt.n ? mean_of(&a->opt) * MS_PER_S : 0;
+    c->fwd_base_ms = a->fwd_b / (double)a->fwd.n * MS_PER_S;
+    c->bwd_base_ms = a->bwd_b / (double)a->bwd.n * MS_PER_S;
+    c->rec_base_ms = a->rec.n ? a->rec_b / (double)a->rec.n * MS_PER_S : 0;
+    if (c->fwd_ms < 0 || c->bwd_ms < 0 || c->rec_ms < 0 || c->opt_ms < 0)
+        return pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
+    c->fwd_scale = stage_scale(c->fwd_ms, c->fwd_base_ms);
+    c->bwd_scale = stage_scale(c->bwd_ms, c->bwd_base_ms);
+    c->rec_scale = a->rec.n ? stage_scale(c->rec_ms, c->rec_base_ms) : 1;
+    /* a measured op covers rows samples; the profile's unit is its micro-batch */
+    int rows = x->row_hi - x->row_lo;
+    double speed = topo->devices[x->device].speed;
+    double share = rows > 0 ? (double)base->microbatch / rows : 1;
+    scale_layers(p, base, c, c->fwd_ms, c->bwd_ms, c->rec_ms, share, speed);
+    return 0;
+}
+
+/* The optimizer's bytes per second: least squares of the stages' mean times
+ * through the origin against bytes touched; 0 when none was measured. */
+static double fit_optimizer(const pt_program *prog, const acc *st, const pt_cal_fit *fit)
+{
+    double opt_xy = 0, opt_xx = 0;
+    for (int s = 0; s < prog->stage_count; s++)
+        if (st[s].opt.n > 0) {
+            double t = fit->stages[s].opt_ms / MS_PER_S;
+            opt_xy += st[s].touched * t;
+            opt_xx += st[s].touched * st[s].touched;
+        }
+    return opt_xy > 0 ? opt_xx / opt_xy : 0;
+}
+
+/* The calibrated profile's origin and the runtime constants of the fit. */
+static void calibrated_profile(pt_profile *p, const pt_cal_fit *fit, const pt_cal_opts *o,
+                               int64_t gen)
+{
+    snprintf(p->source, sizeof p->source, "calibrated");
+    memset(&p->origin, 0, sizeof p->origin);
+    snprintf(p->origin.kind, sizeof p->origin.kind, "calibrated");
+    snprintf(p->origin.run, sizeof p->origin.run, "%s", o->run ? o->run : "");
+    snprintf(p->origin.base, sizeof p->origin.base, "%s", o->base ? o->base : "");
+    snprintf(p->origin.date, sizeof p->origin.date, "%s", o->date ? o->date : "");
+    p->origin.gen = gen;
+    p->op_overhead_ms = fit->op_overhead_ms;
+    p->sends_hold = fit->sends_hold;
+    p->recv_wake_ms = fit->recv_wake_ms;
+    if (fit->allreduce.how != PT_CAL_LINK_NONE) {
+        p->ar_bytes_per_s = fit->allreduce.link.bandwidth;
+        p->ar_latency_s = fit->allreduce.link.latency;
+    }
+    if (fit->opt_bytes_per_s > 0)
+        p->opt_bytes_per_s = fit->opt_bytes_per_s;
 }
 
 int pt_calibrate(const pt_record *rec, const pt_profile *base, const pt_topology *topo,
@@ -928,73 +1058,11 @@ int pt_calibrate(const pt_record *rec, const pt_profile *base, const pt_topology
         p->layers = layers;
         memcpy(p->layers, base->layers, (size_t)base->layer_count * sizeof *p->layers);
     }
-    for (int s = 0; s < prog.stage_count; s++) {
-        acc *a = &st[s];
-        const pt_worker *x = &prog.workers[prog.stage_worker[s]];
-        pt_cal_stage *c = &fit->stages[s];
-        c->first = x->first;
-        c->last = x->last;
-        c->replicas = x->replica_count;
-        c->fwd_ops = (int)a->fwd.n;
-        c->bwd_ops = (int)a->bwd.n;
-        c->rec_ops = (int)a->rec.n;
-        c->opt_ops = (int)a->opt.n;
-        if (a->fwd.n == 0 || a->bwd.n == 0) {
-            rc = pt_error_set(err, PT_EINVAL,
-                              "calibrate: generation %lld: stage %d has no %s measured (after "
-                              "%d warm-up steps)",
-                              (long long)gen, s, pt_op_name(a->fwd.n == 0 ? PT_OP_FWD : PT_OP_BWD),
-                              skip);
+    for (int s = 0; s < prog.stage_count; s++)
+        if ((rc = fit_stage(&prog, topo, base, gen, skip, s, &st[s], p, fit, err)) < 0)
             goto done;
-        }
-        c->fwd_ms = mean_of(&st[s].fwd) * MS_PER_S;
-        c->bwd_ms = mean_of(&st[s].bwd) * MS_PER_S;
-        c->rec_ms = a->rec.n ? mean_of(&st[s].rec) * MS_PER_S : 0;
-        c->opt_ms = a->opt.n ? mean_of(&st[s].opt) * MS_PER_S : 0;
-        c->fwd_base_ms = a->fwd_b / (double)a->fwd.n * MS_PER_S;
-        c->bwd_base_ms = a->bwd_b / (double)a->bwd.n * MS_PER_S;
-        c->rec_base_ms = a->rec.n ? a->rec_b / (double)a->rec.n * MS_PER_S : 0;
-        if (c->fwd_ms < 0 || c->bwd_ms < 0 || c->rec_ms < 0 || c->opt_ms < 0) {
-            rc = pt_error_set(err, PT_ENOMEM, "calibrate: out of memory");
-            goto done;
-        }
-        c->fwd_scale = stage_scale(c->fwd_ms, c->fwd_base_ms);
-        c->bwd_scale = stage_scale(c->bwd_ms, c->bwd_base_ms);
-        c->rec_scale = a->rec.n ? stage_scale(c->rec_ms, c->rec_base_ms) : 1;
-        /* a measured op covers rows samples; the profile's unit is its micro-batch */
-        int rows = x->row_hi - x->row_lo;
-        double speed = topo->devices[x->device].speed;
-        double share = rows > 0 ? (double)base->microbatch / rows : 1;
-        scale_layers(p, base, c, c->fwd_ms, c->bwd_ms, c->rec_ms, share, speed);
-    }
-    /* optimizer: least squares of the stages' mean times through the origin
-     * against bytes touched */
-    {
-        double opt_xy = 0, opt_xx = 0;
-        for (int s = 0; s < prog.stage_count; s++)
-            if (st[s].opt.n > 0) {
-                double t = fit->stages[s].opt_ms / MS_PER_S;
-                opt_xy += st[s].touched * t;
-                opt_xx += st[s].touched * st[s].touched;
-            }
-        fit->opt_bytes_per_s = opt_xy > 0 ? opt_xx / opt_xy : 0;
-    }
-    snprintf(p->source, sizeof p->source, "calibrated");
-    memset(&p->origin, 0, sizeof p->origin);
-    snprintf(p->origin.kind, sizeof p->origin.kind, "calibrated");
-    snprintf(p->origin.run, sizeof p->origin.run, "%s", o.run ? o.run : "");
-    snprintf(p->origin.base, sizeof p->origin.base, "%s", o.base ? o.base : "");
-    snprintf(p->origin.date, sizeof p->origin.date, "%s", o.date ? o.date : "");
-    p->origin.gen = gen;
-    p->op_overhead_ms = fit->op_overhead_ms;
-    p->sends_hold = fit->sends_hold;
-    p->recv_wake_ms = fit->recv_wake_ms;
-    if (fit->allreduce.how != PT_CAL_LINK_NONE) {
-        p->ar_bytes_per_s = fit->allreduce.link.bandwidth;
-        p->ar_latency_s = fit->allreduce.link.latency;
-    }
-    if (fit->opt_bytes_per_s > 0)
-        p->opt_bytes_per_s = fit->opt_bytes_per_s;
+    fit->opt_bytes_per_s = fit_optimizer(&prog, st, fit);
+    calibrated_profile(p, fit, &o, gen);
 done:
     for (int s = 0; st && s < prog.stage_count; s++)
         acc_free(&st[s]);

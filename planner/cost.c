@@ -674,13 +674,20 @@ int pt_cost_check_memory(const pt_plan *plan, const pt_profile *profile, const p
 void pt_cost_replica_memory(const pt_cost *cost, const pt_plan *plan, int s, int r, pt_mem *out)
 {
     const pt_stage *st = &plan->stages[s];
-    int lo, hi;
+    int lo, hi, S = plan->stage_count;
     pt_sched_rows(plan->microbatch_size, st->replica_count, r, &lo, &hi);
+    if (pt_plan_round_robin(plan)) {
+        /* whole micro-batches, pt_plan_rr_inflight of them (and as many stashed
+         * versions): what the kind's formulas give stage s of s + that many */
+        lo = 0;
+        hi = plan->microbatch_size;
+        S = s + pt_plan_rr_inflight(plan, s);
+    }
     pt_mem_query q = {plan->schedule,
                       plan->policy,
                       plan->vertical_sync,
                       plan->optimizer.kind,
-                      plan->stage_count,
+                      S,
                       s,
                       st->first,
                       st->last,

@@ -1,7 +1,7 @@
 /* DAPPLE's planner: partition, replication and placement minimising the
  * synchronous iteration latency (DAPPLE §IV).
  *
- * Objective (pt_planner_dapple_latency states it on a plan): the pipeline is
+ * Objective (pt_latency_critical_path, planner/latency.h, states it on a plan): the pipeline is
  * a chain of units, the stages and, between two stages, the boundary as its
  * own pseudo-stage (F = activation transfer, B = gradient transfer, both by
  * split-concat). With M micro-batches,
@@ -20,7 +20,7 @@
  * with RT_p = sum_{v>=p} (F_v + B_v)
  * with K_p micro-batches in flight (policy A: min(S - p, M); policy B:
  * min(2(S - p) - 1, M)), M - 1 = q K_p + rho and w_p = F_p + B_p (F_p while
- * q = 0; see loop_bound). Without communication the round trip never
+ * q = 0; see pt_latency_loop_bound). Without communication the round trip never
  * dominates and L is DAPPLE's (M + S - 1)(F + B); with slow links it charges
  * the bubbles that policy A leaves and that DAPPLE's pivot formula misses.
  * The pivot is the unit with the largest total, so L is the longest of these
@@ -63,13 +63,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "planner/latency.h"
 #include "planner/plan_score.h"
 #include "planner/plan_util.h"
 #include "planner/planner.h"
 #include "planner/schedule.h"
-
-#define PT_STR_(x) #x
-#define PT_STR(x)  PT_STR_(x)
 
 /* Up to this many devices and DAPPLE_MAX_CUTS layers the search is exact
  * over every replica count and all three placement policies. Beyond that it
@@ -79,6 +77,17 @@
  * replica counts 1, 2, 3, 4, 6, 8, 12, ... and Fresh and Append First. */
 #define DAPPLE_ALL_R_DEVICES 16
 #define DAPPLE_BEAM          128
+/* Above DAPPLE_ALL_R_DEVICES devices (the beam regime) the search keeps
+ * fewer states per layer, fewer stage boundaries and fewer micro-batch sizes,
+ * so a 1,024-device cluster plans in well under a second; on the shipped
+ * profiles over cluster-128x8 its plans simulate within a few per cent of the
+ * wider search's (docs/planners.md). */
+#define DAPPLE_SCALE_BEAM 32
+/* Stages the exact pass may evaluate (about 0.1 s of CPU per million); past
+ * it the search returns the best plan found so far, not a proven optimum. */
+#define DAPPLE_EXACT_BUDGET     1500000LL
+#define DAPPLE_SCALE_CUTS       48
+#define DAPPLE_SCALE_MB_CHOICES 4
 /* On large clusters, at most this many stage boundaries are considered:
  * above it the candidates are spaced by equal forward + backward work. */
 #define DAPPLE_MAX_CUTS 128
@@ -171,6 +180,7 @@ typedef struct dapple {
     /* per run */
     int M, b;
     char policy;              /* 'A' or 'B': in-flight micro-batches and memory */
+    char only_pol;            /* 'A' or 'B': search only that policy's runs (opts); 0: both */
     int mem_loose;            /* no stage of this run can exceed the smallest device memory */
     double inc;               /* best complete L so far (all runs) */
     int inc_entry;            /* its final entry in this run, -1 */
@@ -179,10 +189,13 @@ typedef struct dapple {
     pt_plan *pool[DAPPLE_POOL]; /* earlier incumbents, owned (see pool_push) */
     double pool_L[DAPPLE_POOL];
     int npool;
-    int feasibility; /* stop at the first complete plan */
-    int greedy;      /* keep one entry per state (a quick first incumbent) */
-    int beam;        /* > 0: expand at most this many states per layer (large clusters) */
-    int beam_cut;    /* a run dropped states: the result is not proven optimal */
+    int feasibility;    /* stop at the first complete plan */
+    int greedy;         /* keep one entry per state (a quick first incumbent) */
+    int beam;           /* > 0: expand at most this many states per layer (large clusters) */
+    int beam_cut;       /* a run dropped states: the result is not proven optimal */
+    long long eval_cap; /* > 0: the exact pass stops past this many evaluated stages */
+    int budget_cut;     /* it stopped: the best plan found, not proven optimal */
+    int budget_beam;    /* the budget ran out in the one-plan pass: the rest ran a beam */
     struct beam_item *beam_items; /* scratch */
     int beam_cap;
     double run_best; /* best complete latency seen in this run */
@@ -545,18 +558,6 @@ static inline double dmax(double a, double b)
     return a > b ? a : b;
 }
 
-/* Lower bound on the end of a stage's last backward from the early-backward
- * order alone, for a stage with F + B = w, forward F, round trip RT (its w
- * and everything after it) and K micro-batches in flight: micro-batch j + K
- * starts only after j's backward, so j = qK + rho starts after q round trips;
- * once past warm-up, consecutive forwards are a forward and a backward apart
- * (rho more steps of w; of F inside warm-up); its own round trip ends it. */
-static inline double loop_bound(int M, int K, double RT, double w, double F)
-{
-    int q = (M - 1) / K, rho = (M - 1) % K;
-    return (q + 1) * RT + rho * (q > 0 ? w : F);
-}
-
 /* What the search keeps of a suffix plan (all "smaller is better"):
  * L  its latency (longest critical path);
  * H  the longest path ending at the suffix's front without an all-reduce
@@ -677,7 +678,8 @@ static dval prepend(const dval *x, double F, double B, double AR, int K, int M, 
     if (x)
         S = dmax(S, F + cf + x->G + cb);
     double drain = dmax(F + c.R, S) + M * B + (M - K) * F;
-    double core = dmax(dmax(M * w, loop_bound(M, K, w + c.R, w, F)), dmax(Y + c.R + B, drain));
+    double core =
+        dmax(dmax(M * w, pt_latency_loop_bound(M, K, w + c.R, w, F)), dmax(Y + c.R + B, drain));
     dval v;
     v.L = dmax(dmax(F + c.L, w + AR + c.H), dmax(core + AR, Y + c.Z));
     v.H = dmax(w + c.H, core);
@@ -741,20 +743,28 @@ static double boundary(dapple *D, int intra, int src, int dst, int k, int64_t by
     return v;
 }
 
-/* Expands state s: every stage [k', k) on r devices placed by each policy. */
-static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
+/* What expand knows while it tries the stages ending at one state's layer. */
+typedef struct xctx {
+    int s, k, o, rfirst, bnode, free_total, nl;
+    double lmin;   /* smallest L among the live entries */
+    int64_t act_k; /* the activation crossing boundary k */
+    uint16_t *fr, *nf;
+    int32_t *key2;
+    /* the stage being tried: r replicas (rset[ri]) placed by pol */
+    int ri, r, rows, free_after, pol, target_occ;
+    dalloc a;
+    double cf, cb; /* its boundary to the suffix, forward and backward */
+} xctx;
+
+/* The state's entries still worth extending, into D->live; PT_ENOMEM. */
+static int live_entries(dapple *D, xctx *x)
 {
-    int k = D->s_k[s], o = D->s_occ[s];
-    int rfirst = D->o_rfirst[o], bnode = D->o_bnode[o], free_total = D->o_free[o];
-    /* a copy: occ_get may move D->o_fr */
-    memcpy(fr, D->o_fr + (size_t)o * D->nodes, (size_t)D->nodes * sizeof *fr);
-    /* the entries still worth extending */
-    int nl = 0;
-    double lmin = INFINITY; /* smallest L among them */
-    for (int e = D->s_head[s]; e >= 0; e = D->e_next[e]) {
+    x->nl = 0;
+    x->lmin = INFINITY;
+    for (int e = D->s_head[x->s]; e >= 0; e = D->e_next[e]) {
         if (!(D->e_L[e] < D->inc))
             continue;
-        if (nl == D->live_cap) {
+        if (x->nl == D->live_cap) {
             int nc = D->live_cap ? 2 * D->live_cap : 64;
             int *q = realloc(D->live, (size_t)nc * sizeof *q);
             if (!q)
@@ -762,213 +772,249 @@ static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
             D->live = q;
             D->live_cap = nc;
         }
-        D->live[nl++] = e;
-        if (D->e_L[e] < lmin)
-            lmin = D->e_L[e];
+        D->live[x->nl++] = e;
+        if (D->e_L[e] < x->lmin)
+            x->lmin = D->e_L[e];
     }
-    int *live = D->live;
-    if (!nl || free_total == 0)
+    return 0;
+}
+
+/* Placements already tried for one replica count at this state: a policy
+ * whose placement is canonically the same as an earlier one is skipped. */
+typedef struct xprev {
+    int n, same[POL_COUNT], rep[POL_COUNT], occ[POL_COUNT], one[POL_COUNT];
+    int64_t mem[POL_COUNT];
+} xprev;
+
+/* Places x->r devices by x->pol on the state's occupancy into x->a and
+ * x->target_occ: once per run per (occupancy, r, policy), the result kept in
+ * D->o_placed. 1 when the stage can be tried, 0 when not (no room, or a
+ * duplicate), PT_ENOMEM. */
+static int placement(dapple *D, xctx *x, xprev *pv)
+{
+    size_t pi = ((size_t)x->o * D->nr + x->ri) * POL_COUNT + x->pol;
+    x->target_occ = -1;
+    if (D->o_placed[pi].status == 1)
         return 0;
-    if (isfinite(D->inc) && D->M * prefix_work(D, k) / (D->max_speed * free_total) >= D->inc)
+    if (D->o_placed[pi].status == 2) {
+        const dplaced *m = &D->o_placed[pi];
+        x->target_occ = m->target_occ;
+        x->a = (dalloc){m->single_node, m->rep_dev, m->speed, m->mem, 0, m->cls};
+        return 1;
+    }
+    D->o_placed[pi].status = 1;
+    if (place(D, x->fr, x->bnode, x->r, x->pol, x->nf, &x->a) < 0)
         return 0;
-    int M = D->M, b = D->b;
-    int64_t act_k = k < D->N ? D->prof->layers[k - 1].act_bytes : 0;
-    for (int ri = 0; ri < D->nr; ri++) {
-        int r = D->rset[ri];
-        if (r > free_total || r > b)
+    int nb = x->a.single_node, same = x->rfirst > 0 && nb >= 0 && nb == x->bnode;
+    if (x->free_after > 0) {
+        make_key(D, x->r, x->nf, nb, x->key2);
+        x->target_occ = occ_get(D, x->key2, x->nf, x->r, nb, x->free_after);
+        if (x->target_occ < 0)
+            return PT_ENOMEM;
+    }
+    for (int q = 0; q < pv->n; q++)
+        if (pv->same[q] == same && pv->mem[q] == x->a.mem && pv->rep[q] == x->a.rep_dev &&
+            pv->occ[q] == x->target_occ && pv->one[q] == (nb >= 0))
+            return 0;
+    pv->same[pv->n] = same;
+    pv->mem[pv->n] = x->a.mem;
+    pv->rep[pv->n] = x->a.rep_dev;
+    pv->occ[pv->n] = x->target_occ;
+    pv->one[pv->n] = nb >= 0;
+    pv->n++;
+    dplaced *m = &D->o_placed[pi]; /* occ_get may have moved the array */
+    *m =
+        (dplaced){2, x->target_occ, x->a.single_node, x->a.rep_dev, x->a.cls, x->a.speed, x->a.mem};
+    return 1;
+}
+
+/* The stage [kp, k) on the placed devices: its B and AR (all-reduce outlasting
+ * its last backward, plus the step), from the per-layer memo when current. */
+static void stage_b_ar(dapple *D, const xctx *x, int kp, dstagecost *sc, double F, double *B,
+                       double *AR)
+{
+    if (sc && sc->gen == D->sc_gen) {
+        *B = sc->B;
+        *AR = sc->AR;
+        return;
+    }
+    pt_link arl = x->a.single_node >= 0 ? D->topo->intra : D->topo->inter;
+    *B = span_s(D->pb, D->pbx, kp, x->k, x->rows, D->pmb, x->a.speed);
+    int64_t P = pt_cost_param_bytes(D->cost, kp, x->k);
+    /* the all-reduce overlaps the stage's last backward; AR is the part that
+     * outlasts it, then the step */
+    *AR = pt_cost_overlapped_bwd_ring_s(D->cost, x->r, arl.latency, arl.bandwidth, kp, x->k,
+                                        x->rows, x->a.rep_dev, 0) -
+          pt_cost_bwd_s(D->cost, kp, x->k, x->rows, x->a.rep_dev) +
+          pt_cost_opt_step_s(D->cost, P, D->optim, x->a.rep_dev);
+    if (sc)
+        *sc = (dstagecost){F, *B, *AR, D->sc_gen};
+}
+
+/* Records a complete plan (kp == 0) as the new incumbent. -2 on no memory,
+ * else its entry. */
+static int new_incumbent(dapple *D, const dval *v, int sigma)
+{
+    int ne = new_entry(D, v, sigma);
+    if (ne < -1)
+        return ne;
+    D->inc = v->L;
+    D->inc_entry = ne;
+    if (D->nrun_fin == DAPPLE_POOL) {
+        memmove(D->run_fin, D->run_fin + 1, (DAPPLE_POOL - 1) * sizeof *D->run_fin);
+        D->nrun_fin--;
+    }
+    D->run_fin[D->nrun_fin++] = ne;
+    D->found = 1;
+    if (v->L < D->run_best)
+        D->run_best = v->L;
+    return ne;
+}
+
+/* Prepends the stage [kp, k) (F, B, AR) to every live entry that it fits
+ * (recomputing when only that fits) and keeps what is not dominated.
+ * 0, 1 when a feasibility search has its plan, PT_ENOMEM. */
+static int extend_entries(dapple *D, xctx *x, int kp, double F, double B, double AR, double lb_fwd)
+{
+    int M = D->M, target = -1;
+    double rec = -1; /* the stage's recompute forward, once needed */
+    for (int li = 0; li < x->nl; li++) {
+        int e = D->live[li], sigma = D->e_sigma[e];
+        int S = sigma + 1 + (kp > 0), i = kp > 0, recompute = 0;
+        double Be = B;
+        /* a stage that does not fit recomputes when that fits: it keeps only
+         * its input per micro-batch in flight and pays a second forward
+         * before each backward */
+        if (!D->mem_loose || D->mem_override > 0) {
+            int64_t mem = pu_stage_memory(D->cost, PT_SCHED_DAPPLE, D->policy, S, i, kp, x->k,
+                                          x->rows, M, 0, D->optim);
+            if (mem > x->a.mem) {
+                mem = pu_stage_memory(D->cost, PT_SCHED_DAPPLE, D->policy, S, i, kp, x->k, x->rows,
+                                      M, 1, D->optim);
+                if (mem > x->a.mem)
+                    continue;
+                if (rec < 0)
+                    rec = pt_cost_recompute_s(D->cost, kp, x->k, x->rows, x->a.rep_dev);
+                recompute = 1;
+                Be = B + rec;
+            }
+        }
+        int K = D->policy == 'B' ? 2 * sigma + 1 : sigma + 1; /* in flight */
+        K = K > M ? M : K;
+        dval suf = {D->e_L[e], D->e_H[e], D->e_R[e], D->e_Z[e], D->e_Q[e], D->e_G[e]};
+        dval v = prepend(sigma > 0 ? &suf : NULL, F, Be, AR, K, M, x->cf, x->cb);
+        if (v.L + lb_fwd >= D->inc)
+            continue;
+        int ne;
+        if (kp == 0) {
+            ne = new_incumbent(D, &v, sigma + 1);
+        } else {
+            if (target < 0 && (target = state_get(D, x->target_occ, kp)) < 0)
+                return PT_ENOMEM;
+            ne = front_insert(D, target, &v, sigma + 1);
+        }
+        if (ne < -1)
+            return PT_ENOMEM;
+        if (ne < 0)
+            continue;
+        D->e_parent[ne] = e;
+        D->e_first[ne] = kp;
+        D->e_last[ne] = x->k;
+        D->e_r[ne] = x->r;
+        D->e_pol[ne] = (uint8_t)x->pol;
+        D->e_rc[ne] = (uint8_t)recompute;
+        if (kp == 0 && D->feasibility)
+            return 1;
+    }
+    return 0;
+}
+
+/* Every first layer kp of the placed stage, from the largest that can still
+ * win down: 0, 1 (feasibility found), PT_ENOMEM. */
+static int expand_stage(dapple *D, xctx *x)
+{
+    int k = x->k, b = D->b, nb = x->a.single_node;
+    int kp_hi = 0;
+    if (x->free_after > 0 && k - 1 >= 1) {
+        kp_hi = prefix_cut(D, 1, k - 1, x->free_after);
+        if (kp_hi < 1)
+            kp_hi = 0; /* only the whole prefix as one stage can still win */
+    }
+    /* every stage still to come before kp runs its forward before this suffix
+     * starts (L' >= F + L), each on at most r_left replicas: lb_fwd =
+     * work_fwd(0, kp) * lb_scale bounds that delay */
+    int r_left = x->free_after < b ? x->free_after : b;
+    double lb_scale =
+        r_left > 0 ? b / (1000.0 * D->pmb * D->max_speed * r_left) * (1.0 - DAPPLE_BOUND_SLACK)
+                   : 0.0;
+    dstagecost *scrow =
+        D->sc ? D->sc + ((size_t)(x->ri * 2 + (nb >= 0)) * D->ncls + x->a.cls) * (D->N + 1) : NULL;
+    for (int kp = kp_hi; kp >= 0; kp--) {
+        if (kp > 0 && (x->free_after == 0 || !D->cut_ok[kp]))
+            continue;
+        dstagecost *sc = scrow ? &scrow[kp] : NULL;
+        double F = sc && sc->gen == D->sc_gen
+                       ? sc->F
+                       : span_s(D->pf, D->pfx, kp, k, x->rows, D->pmb, x->a.speed);
+        double lb_fwd = kp > 0 ? (D->pf[kp] - D->pf[0]) * lb_scale : 0.0;
+        if ((F + x->lmin + lb_fwd) * (1.0 - DAPPLE_BOUND_SLACK) >= D->inc) {
+            /* with r <= r_left, F grows by at least what lb_fwd loses as kp
+             * falls: no smaller kp can do better */
+            if (x->r <= r_left || kp == 0)
+                break;
+            continue;
+        }
+        double B, AR;
+        stage_b_ar(D, x, kp, sc, F, &B, &AR);
+        if (D->M * (F + B) + AR >= D->inc)
+            break; /* the stage only grows as kp falls */
+        D->evaluated++;
+        int rc = extend_entries(D, x, kp, F, B, AR, lb_fwd);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Expands state s: every stage [k', k) on r devices placed by each policy. */
+static int expand(dapple *D, int s, uint16_t *fr, uint16_t *nf, int32_t *key2)
+{
+    xctx x = {.s = s, .k = D->s_k[s], .o = D->s_occ[s], .fr = fr, .nf = nf, .key2 = key2};
+    x.rfirst = D->o_rfirst[x.o];
+    x.bnode = D->o_bnode[x.o];
+    x.free_total = D->o_free[x.o];
+    /* a copy: occ_get may move D->o_fr */
+    memcpy(fr, D->o_fr + (size_t)x.o * D->nodes, (size_t)D->nodes * sizeof *fr);
+    if (live_entries(D, &x) < 0)
+        return PT_ENOMEM;
+    if (!x.nl || x.free_total == 0)
+        return 0;
+    if (isfinite(D->inc) && D->M * prefix_work(D, x.k) / (D->max_speed * x.free_total) >= D->inc)
+        return 0;
+    x.act_k = x.k < D->N ? D->prof->layers[x.k - 1].act_bytes : 0;
+    for (x.ri = 0; x.ri < D->nr; x.ri++) {
+        x.r = D->rset[x.ri];
+        if (x.r > x.free_total || x.r > D->b)
             break;
-        int rows = pu_rows_max(b, r);
-        int free_after = free_total - r;
-        int nprev = 0, prev_same[POL_COUNT], prev_rep[POL_COUNT], prev_occ[POL_COUNT],
-            prev_one[POL_COUNT];
-        int64_t prev_mem[POL_COUNT];
-        for (int pol = 0; pol < D->npol; pol++) {
-            /* the occupancy is expanded at many layers: place each (r, policy)
-             * once per run and reuse the result (and the duplicate check) */
-            size_t pi = ((size_t)o * D->nr + ri) * POL_COUNT + pol;
-            dalloc a;
-            int target_occ = -1;
-            if (D->o_placed[pi].status == 0) {
-                D->o_placed[pi].status = 1;
-                if (place(D, fr, bnode, r, pol, nf, &a) < 0)
-                    continue;
-                int nb = a.single_node;
-                int same = rfirst > 0 && nb >= 0 && nb == bnode;
-                /* skip a policy whose placement is canonically the same as an earlier one */
-                if (free_after > 0) {
-                    make_key(D, r, nf, nb, key2);
-                    target_occ = occ_get(D, key2, nf, r, nb, free_after);
-                    if (target_occ < 0)
-                        return PT_ENOMEM;
-                }
-                int dup = 0;
-                for (int q = 0; q < nprev && !dup; q++)
-                    dup = prev_same[q] == same && prev_mem[q] == a.mem &&
-                          prev_rep[q] == a.rep_dev && prev_occ[q] == target_occ &&
-                          prev_one[q] == (nb >= 0);
-                if (dup)
-                    continue;
-                prev_same[nprev] = same;
-                prev_mem[nprev] = a.mem;
-                prev_rep[nprev] = a.rep_dev;
-                prev_occ[nprev] = target_occ;
-                prev_one[nprev] = nb >= 0;
-                nprev++;
-                dplaced *m = &D->o_placed[pi]; /* occ_get may have moved the array */
-                m->status = 2;
-                m->target_occ = target_occ;
-                m->single_node = a.single_node;
-                m->rep_dev = a.rep_dev;
-                m->cls = a.cls;
-                m->speed = a.speed;
-                m->mem = a.mem;
-            } else if (D->o_placed[pi].status == 1) {
+        x.rows = pu_rows_max(D->b, x.r);
+        x.free_after = x.free_total - x.r;
+        xprev pv = {0};
+        for (x.pol = 0; x.pol < D->npol; x.pol++) {
+            int rc = placement(D, &x, &pv);
+            if (rc < 0)
+                return rc;
+            if (rc == 0)
                 continue;
-            } else {
-                const dplaced *m = &D->o_placed[pi];
-                target_occ = m->target_occ;
-                a.single_node = m->single_node;
-                a.rep_dev = m->rep_dev;
-                a.cls = m->cls;
-                a.speed = m->speed;
-                a.mem = m->mem;
+            int nb = x.a.single_node, same = x.rfirst > 0 && nb >= 0 && nb == x.bnode;
+            x.cf = x.cb = 0;
+            if (x.rfirst > 0) {
+                x.cf = boundary(D, same, x.r, x.rfirst, x.k, x.act_k);
+                x.cb = boundary(D, same, x.rfirst, x.r, x.k, x.act_k);
             }
-            int nb = a.single_node;
-            int same = rfirst > 0 && nb >= 0 && nb == bnode;
-            pt_link arl = nb >= 0 ? D->topo->intra : D->topo->inter;
-            double cf = 0, cb = 0;
-            if (rfirst > 0) {
-                cf = boundary(D, same, r, rfirst, k, act_k);
-                cb = boundary(D, same, rfirst, r, k, act_k);
-            }
-            int kp_hi = k - 1;
-            if (free_after > 0 && kp_hi >= 1) {
-                kp_hi = prefix_cut(D, 1, kp_hi, free_after);
-                if (kp_hi < 1)
-                    kp_hi = 0; /* only the whole prefix as one stage can still win */
-            } else {
-                kp_hi = 0;
-            }
-            /* every stage still to come before kp runs its forward before
-             * this suffix starts (L' >= F + L), each on at most r_left
-             * replicas: lb_fwd = work_fwd(0, kp) * lb_scale bounds that delay */
-            int r_left = free_after < b ? free_after : b;
-            double lb_scale = r_left > 0 ? b / (1000.0 * D->pmb * D->max_speed * r_left) *
-                                               (1.0 - DAPPLE_BOUND_SLACK)
-                                         : 0.0;
-            dstagecost *scrow =
-                D->sc ? D->sc + ((size_t)(ri * 2 + (nb >= 0)) * D->ncls + a.cls) * (D->N + 1)
-                      : NULL;
-            for (int kp = kp_hi; kp >= 0; kp--) {
-                if (kp > 0 && (free_after == 0 || !D->cut_ok[kp]))
-                    continue;
-                dstagecost *sc = scrow ? &scrow[kp] : NULL;
-                double F = sc && sc->gen == D->sc_gen
-                               ? sc->F
-                               : span_s(D->pf, D->pfx, kp, k, rows, D->pmb, a.speed);
-                double lb_fwd = kp > 0 ? (D->pf[kp] - D->pf[0]) * lb_scale : 0.0;
-                if ((F + lmin + lb_fwd) * (1.0 - DAPPLE_BOUND_SLACK) >= D->inc) {
-                    /* with r <= r_left, F grows by at least what lb_fwd
-                     * loses as kp falls: no smaller kp can do better */
-                    if (r <= r_left || kp == 0)
-                        break;
-                    continue;
-                }
-                double B, AR;
-                if (sc && sc->gen == D->sc_gen) {
-                    B = sc->B;
-                    AR = sc->AR;
-                } else {
-                    B = span_s(D->pb, D->pbx, kp, k, rows, D->pmb, a.speed);
-                    int64_t P = pt_cost_param_bytes(D->cost, kp, k);
-                    /* the all-reduce overlaps the stage's last backward; AR is
-                     * the part that outlasts it, then the step */
-                    AR = pt_cost_overlapped_bwd_ring_s(D->cost, r, arl.latency, arl.bandwidth, kp,
-                                                       k, rows, a.rep_dev, 0) -
-                         pt_cost_bwd_s(D->cost, kp, k, rows, a.rep_dev) +
-                         pt_cost_opt_step_s(D->cost, P, D->optim, a.rep_dev);
-                    if (sc) {
-                        sc->F = F;
-                        sc->B = B;
-                        sc->AR = AR;
-                        sc->gen = D->sc_gen;
-                    }
-                }
-                double w = F + B;
-                if (M * w + AR >= D->inc)
-                    break; /* the stage only grows as kp falls */
-                D->evaluated++;
-                int target = -1;
-                double rec = -1; /* the stage's recompute forward, once needed */
-                for (int li = 0; li < nl; li++) {
-                    int e = live[li];
-                    int sigma = D->e_sigma[e];
-                    int S = sigma + 1 + (kp > 0), i = kp > 0;
-                    /* a stage that does not fit recomputes when that fits:
-                     * it keeps only its input per micro-batch in flight and
-                     * pays a second forward before each backward */
-                    int recompute = 0;
-                    double Be = B;
-                    if (!D->mem_loose || D->mem_override > 0) {
-                        int64_t mem = pu_stage_memory(D->cost, PT_SCHED_DAPPLE, D->policy, S, i, kp,
-                                                      k, rows, M, 0, D->optim);
-                        if (mem > a.mem) {
-                            mem = pu_stage_memory(D->cost, PT_SCHED_DAPPLE, D->policy, S, i, kp, k,
-                                                  rows, M, 1, D->optim);
-                            if (mem > a.mem)
-                                continue;
-                            if (rec < 0)
-                                rec = pt_cost_recompute_s(D->cost, kp, k, rows, a.rep_dev);
-                            recompute = 1;
-                            Be = B + rec;
-                        }
-                    }
-                    int K = D->policy == 'B' ? 2 * sigma + 1 : sigma + 1; /* in flight */
-                    if (K > M)
-                        K = M;
-                    dval suf = {D->e_L[e], D->e_H[e], D->e_R[e], D->e_Z[e], D->e_Q[e], D->e_G[e]};
-                    dval v = prepend(sigma > 0 ? &suf : NULL, F, Be, AR, K, M, cf, cb);
-                    double L = v.L;
-                    if (L + lb_fwd >= D->inc)
-                        continue;
-                    int ne;
-                    if (kp == 0) {
-                        ne = new_entry(D, &v, sigma + 1);
-                        if (ne < -1)
-                            return PT_ENOMEM;
-                        D->inc = L;
-                        D->inc_entry = ne;
-                        if (D->nrun_fin == DAPPLE_POOL) {
-                            memmove(D->run_fin, D->run_fin + 1,
-                                    (DAPPLE_POOL - 1) * sizeof *D->run_fin);
-                            D->nrun_fin--;
-                        }
-                        D->run_fin[D->nrun_fin++] = ne;
-                        D->found = 1;
-                        if (L < D->run_best)
-                            D->run_best = L;
-                    } else {
-                        if (target < 0) {
-                            target = state_get(D, target_occ, kp);
-                            if (target < 0)
-                                return PT_ENOMEM;
-                        }
-                        ne = front_insert(D, target, &v, sigma + 1);
-                        if (ne < -1)
-                            return PT_ENOMEM;
-                        if (ne < 0)
-                            continue;
-                    }
-                    D->e_parent[ne] = e;
-                    D->e_first[ne] = kp;
-                    D->e_last[ne] = k;
-                    D->e_r[ne] = r;
-                    D->e_pol[ne] = (uint8_t)pol;
-                    D->e_rc[ne] = (uint8_t)recompute;
-                    if (kp == 0 && D->feasibility)
-                        return 0;
-                }
-            }
+            if ((rc = expand_stage(D, &x)) < 0)
+                return rc;
+            if (rc == 1) /* a feasibility search found its plan */
+                return 0;
         }
     }
     return 0;
@@ -1141,8 +1187,12 @@ static int run_m(dapple *D, int M)
             rc = expand(D, s, fr, fr + D->nodes, key + D->key_len);
             if (rc < 0 || (D->feasibility && D->found))
                 break;
+            if (D->eval_cap > 0 && D->evaluated > D->eval_cap) {
+                D->budget_cut = 1;
+                break;
+            }
         }
-        if (D->feasibility && D->found)
+        if ((D->feasibility && D->found) || D->budget_cut)
             break;
     }
 out:
@@ -1213,6 +1263,122 @@ static int dapple_coarse_r(int r)
     return r == 1 || r == 3;
 }
 
+/* Node classes: nodes of the same size, smallest memory and slowest speed
+ * share one (the canonical occupancy keys count nodes per class). */
+static void dapple_classes(dapple *D, const pt_topology *topo)
+{
+    int nodes = D->nodes;
+    D->max_speed = 0;
+    for (int n = 0; n < nodes; n++) {
+        int64_t mem = INT64_MAX;
+        double sp = INFINITY;
+        int rep = -1;
+        for (int i = D->node_dev_off[n]; i < D->node_dev_off[n + 1]; i++) {
+            const pt_device *dv = &topo->devices[D->node_devs[i]];
+            if (dv->memory_bytes < mem)
+                mem = dv->memory_bytes;
+            if (dv->speed < sp) {
+                sp = dv->speed;
+                rep = D->node_devs[i];
+            }
+            if (dv->speed > D->max_speed)
+                D->max_speed = dv->speed;
+        }
+        int c;
+        for (c = 0; c < D->ncls; c++)
+            if (D->cls[c].size == D->node_size[n] && D->cls[c].mem == mem && D->cls[c].speed == sp)
+                break;
+        if (c == D->ncls) {
+            D->cls[c].size = D->node_size[n];
+            D->cls[c].mem = mem;
+            D->cls[c].speed = sp;
+            D->cls[c].rep_dev = rep;
+            D->ncls++;
+        }
+        D->node_class[n] = c;
+    }
+    D->key_len = 4;
+    for (int c = 0; c < D->ncls; c++) {
+        D->cls[c].key_off = D->key_len;
+        D->key_len += D->cls[c].size + 1;
+    }
+}
+
+/* The replica counts tried (every one up to DAPPLE_ALL_R_DEVICES devices,
+ * else dapple_coarse_r's) and the boundary memo. 0 or PT_ENOMEM. */
+static int dapple_replicas(dapple *D)
+{
+    D->rset = calloc((size_t)D->G, sizeof(int));
+    if (!D->rset)
+        return PT_ENOMEM;
+    for (int r = 1; r <= D->G; r++)
+        if (D->G <= DAPPLE_ALL_R_DEVICES || dapple_coarse_r(r))
+            D->rset[D->nr++] = r;
+    D->r_index = malloc(((size_t)D->G + 1) * sizeof(int));
+    D->bmemo = malloc((size_t)D->nr * D->nr * (size_t)(D->N + 1) * 2 * sizeof(double));
+    if (!D->r_index || !D->bmemo)
+        return PT_ENOMEM;
+    for (int r = 0; r <= D->G; r++)
+        D->r_index[r] = -1;
+    for (int i = 0; i < D->nr; i++)
+        D->r_index[D->rset[i]] = i;
+    D->npol = D->G <= DAPPLE_ALL_R_DEVICES ? POL_COUNT : POL_SF;
+    return 0;
+}
+
+/* Prefix sums of the profile's forward and backward ms: the share that
+ * scales with rows and the fixed share. 0 or PT_ENOMEM. */
+static int dapple_prefix(dapple *D)
+{
+    D->pf = malloc(((size_t)D->N + 1) * sizeof(double));
+    D->pw = malloc(((size_t)D->N + 1) * sizeof(double));
+    D->pb = malloc(((size_t)D->N + 1) * sizeof(double));
+    D->pfx = malloc(((size_t)D->N + 1) * sizeof(double));
+    D->pbx = malloc(((size_t)D->N + 1) * sizeof(double));
+    if (!D->pf || !D->pb || !D->pw || !D->pfx || !D->pbx)
+        return PT_ENOMEM;
+    D->pf[0] = D->pb[0] = D->pfx[0] = D->pbx[0] = 0;
+    for (int l = 0; l < D->N; l++) {
+        const pt_profile_layer *L = &D->prof->layers[l];
+        double fs = pt_profile_layer_share(L, PT_PROFILE_PASS_FWD),
+               bs = pt_profile_layer_share(L, PT_PROFILE_PASS_BWD);
+        D->pf[l + 1] = D->pf[l] + L->fwd_ms * (1 - fs);
+        D->pb[l + 1] = D->pb[l] + L->bwd_ms * (1 - bs);
+        D->pfx[l + 1] = D->pfx[l] + L->fwd_ms * fs;
+        D->pbx[l + 1] = D->pbx[l] + L->bwd_ms * bs;
+    }
+    return 0;
+}
+
+/* Where a stage may start or end: every boundary, or on many layers the
+ * candidates nearest to equal shares of the work. 0 or PT_ENOMEM. */
+static int dapple_cuts(dapple *D, const pt_cost *cost)
+{
+    D->cut_ok = calloc((size_t)D->N + 1, 1);
+    if (!D->cut_ok)
+        return PT_ENOMEM;
+    int maxcuts = D->G > DAPPLE_ALL_R_DEVICES ? DAPPLE_SCALE_CUTS : DAPPLE_MAX_CUTS;
+    if (D->N <= maxcuts) {
+        memset(D->cut_ok, 1, (size_t)D->N + 1);
+    } else {
+        /* boundaries nearest to equal shares of the forward + backward work */
+        double total =
+            pt_cost_fwd_s(cost, 0, D->N, D->pmb, -1) + pt_cost_bwd_s(cost, 0, D->N, D->pmb, -1);
+        int j = 0;
+        for (int c = 1; c < maxcuts; c++) {
+            double target = total * c / maxcuts;
+            while (j < D->N && pt_cost_fwd_s(cost, 0, j + 1, D->pmb, -1) +
+                                       pt_cost_bwd_s(cost, 0, j + 1, D->pmb, -1) <=
+                                   target)
+                j++;
+            D->cut_ok[j > 0 ? j : 1] = 1;
+        }
+        D->cut_ok[0] = D->cut_ok[D->N] = 1;
+        D->cuts_limited = 1;
+    }
+    return 0;
+}
+
 static int dapple_init(dapple *D, const pt_cost *cost, const pt_topology *topo, pt_optim_kind optim)
 {
     memset(D, 0, sizeof *D);
@@ -1248,104 +1414,18 @@ static int dapple_init(dapple *D, const pt_cost *cost, const pt_topology *topo, 
         D->node_devs[D->node_dev_off[n] + fill[n]++] = d;
     }
     free(fill);
-    /* node classes: same size, smallest memory and slowest speed */
-    D->max_speed = 0;
-    int pmax = 0;
-    for (int n = 0; n < nodes; n++) {
-        int64_t mem = INT64_MAX;
-        double sp = INFINITY;
-        int rep = -1;
-        for (int i = D->node_dev_off[n]; i < D->node_dev_off[n + 1]; i++) {
-            const pt_device *dv = &topo->devices[D->node_devs[i]];
-            if (dv->memory_bytes < mem)
-                mem = dv->memory_bytes;
-            if (dv->speed < sp) {
-                sp = dv->speed;
-                rep = D->node_devs[i];
-            }
-            if (dv->speed > D->max_speed)
-                D->max_speed = dv->speed;
-        }
-        int c;
-        for (c = 0; c < D->ncls; c++)
-            if (D->cls[c].size == D->node_size[n] && D->cls[c].mem == mem && D->cls[c].speed == sp)
-                break;
-        if (c == D->ncls) {
-            D->cls[c].size = D->node_size[n];
-            D->cls[c].mem = mem;
-            D->cls[c].speed = sp;
-            D->cls[c].rep_dev = rep;
-            D->ncls++;
-        }
-        D->node_class[n] = c;
-        if (D->node_size[n] > pmax)
-            pmax = D->node_size[n];
-    }
-    D->key_len = 4;
-    for (int c = 0; c < D->ncls; c++) {
-        D->cls[c].key_off = D->key_len;
-        D->key_len += D->cls[c].size + 1;
-    }
-    /* replica counts */
-    D->rset = calloc((size_t)D->G, sizeof(int));
-    if (!D->rset)
-        return PT_ENOMEM;
-    for (int r = 1; r <= D->G; r++)
-        if (D->G <= DAPPLE_ALL_R_DEVICES || dapple_coarse_r(r))
-            D->rset[D->nr++] = r;
-    D->r_index = malloc(((size_t)D->G + 1) * sizeof(int));
-    D->bmemo = malloc((size_t)D->nr * D->nr * (size_t)(D->N + 1) * 2 * sizeof(double));
-    if (!D->r_index || !D->bmemo)
-        return PT_ENOMEM;
-    for (int r = 0; r <= D->G; r++)
-        D->r_index[r] = -1;
-    for (int i = 0; i < D->nr; i++)
-        D->r_index[D->rset[i]] = i;
-    D->npol = D->G <= DAPPLE_ALL_R_DEVICES ? POL_COUNT : POL_SF;
-    D->pf = malloc(((size_t)D->N + 1) * sizeof(double));
-    D->pw = malloc(((size_t)D->N + 1) * sizeof(double));
-    D->pb = malloc(((size_t)D->N + 1) * sizeof(double));
-    D->pfx = malloc(((size_t)D->N + 1) * sizeof(double));
-    D->pbx = malloc(((size_t)D->N + 1) * sizeof(double));
-    if (!D->pf || !D->pb || !D->pw || !D->pfx || !D->pbx)
-        return PT_ENOMEM;
-    D->pf[0] = D->pb[0] = D->pfx[0] = D->pbx[0] = 0;
-    for (int l = 0; l < D->N; l++) {
-        const pt_profile_layer *L = &D->prof->layers[l];
-        double fs = pt_profile_layer_share(L, PT_PROFILE_PASS_FWD),
-               bs = pt_profile_layer_share(L, PT_PROFILE_PASS_BWD);
-        D->pf[l + 1] = D->pf[l] + L->fwd_ms * (1 - fs);
-        D->pb[l + 1] = D->pb[l] + L->bwd_ms * (1 - bs);
-        D->pfx[l + 1] = D->pfx[l] + L->fwd_ms * fs;
-        D->pbx[l + 1] = D->pbx[l] + L->bwd_ms * bs;
-    }
-    D->cut_ok = calloc((size_t)D->N + 1, 1);
-    if (!D->cut_ok)
-        return PT_ENOMEM;
-    if (D->N <= DAPPLE_MAX_CUTS) {
-        memset(D->cut_ok, 1, (size_t)D->N + 1);
-    } else {
-        /* boundaries nearest to equal shares of the forward + backward work */
-        double total =
-            pt_cost_fwd_s(cost, 0, D->N, D->pmb, -1) + pt_cost_bwd_s(cost, 0, D->N, D->pmb, -1);
-        int j = 0;
-        for (int c = 1; c < DAPPLE_MAX_CUTS; c++) {
-            double target = total * c / DAPPLE_MAX_CUTS;
-            while (j < D->N && pt_cost_fwd_s(cost, 0, j + 1, D->pmb, -1) +
-                                       pt_cost_bwd_s(cost, 0, j + 1, D->pmb, -1) <=
-                                   target)
-                j++;
-            D->cut_ok[j > 0 ? j : 1] = 1;
-        }
-        D->cut_ok[0] = D->cut_ok[D->N] = 1;
-        D->cuts_limited = 1;
-    }
+    dapple_classes(D, topo);
+    int rc = dapple_replicas(D);
+    if (rc < 0 || (rc = dapple_prefix(D)) < 0 || (rc = dapple_cuts(D, cost)) < 0)
+        return rc;
     /* stage costs per layer, when small enough to keep (zeroed: gen 0 is never current) */
     size_t nsc = (size_t)(D->N + 1) * (size_t)D->nr * 2 * (size_t)D->ncls;
     if (nsc <= DAPPLE_STAGE_COST_MAX)
         D->sc = calloc(nsc, sizeof *D->sc);
     /* exact on small instances; a beam on large ones */
-    D->beam = D->G <= DAPPLE_ALL_R_DEVICES && D->N <= DAPPLE_MAX_CUTS ? 0 : DAPPLE_BEAM;
+    D->beam = D->G <= DAPPLE_ALL_R_DEVICES && D->N <= DAPPLE_MAX_CUTS ? 0
+              : D->G > DAPPLE_ALL_R_DEVICES                           ? DAPPLE_SCALE_BEAM
+                                                                      : DAPPLE_BEAM;
     D->ohcap = D->shcap = 1 << 12;
     D->ohash = malloc((size_t)D->ohcap * sizeof(int));
     D->shash = malloc((size_t)D->shcap * sizeof *D->shash);
@@ -1434,214 +1514,6 @@ static pt_plan *build_plan(dapple *D, int fin)
     return p;
 }
 
-static int stages_share_node(const pt_topology *t, const pt_stage *a, const pt_stage *b)
-{
-    int node = -1;
-    const pt_stage *st[2] = {a, b};
-    for (int k = 0; k < 2; k++)
-        for (int r = 0; r < st[k]->replica_count; r++) {
-            int d = st[k]->replicas[r];
-            if (d < 0 || d >= t->device_count)
-                return 0;
-            if (node < 0)
-                node = t->devices[d].node;
-            else if (t->devices[d].node != node)
-                return 0;
-        }
-    return 1;
-}
-
-static int slowest_device(const pt_topology *t, const pt_stage *st)
-{
-    int best = st->replicas[0];
-    for (int r = 1; r < st->replica_count; r++)
-        if (t->devices[st->replicas[r]].speed < t->devices[best].speed)
-            best = st->replicas[r];
-    return best;
-}
-
-int pt_planner_dapple_latency(const pt_cost *cost, const pt_plan *plan, double *latency_s,
-                              int *pivot, int *ending, pt_error *err)
-{
-    if (!cost || !plan || !latency_s)
-        return pt_error_set(err, PT_EINVAL, "dapple latency: a cost model and a plan are required");
-    const pt_topology *t = pt_cost_topology(cost);
-    const pt_profile *pr = pt_cost_profile(cost);
-    int S = plan->stage_count, U = 2 * S - 1, M = plan->microbatch_count, b = plan->microbatch_size;
-    if (S < 1 || M < 1 || b < 1)
-        return pt_error_set(err, PT_EINVAL, "plan: no stages or no micro-batches");
-    for (int s = 0; s < S; s++) {
-        const pt_stage *st = &plan->stages[s];
-        if (st->replica_count < 1 || st->first < 0 || st->last > pr->layer_count ||
-            st->last <= st->first)
-            return pt_error_set(err, PT_EINVAL, "plan: stages[%d]: layers or replicas invalid", s);
-        for (int r = 0; r < st->replica_count; r++)
-            if (st->replicas[r] < 0 || st->replicas[r] >= t->device_count)
-                return pt_error_set(err, PT_EINVAL, "plan: stages[%d].replicas[%d]: no device %d",
-                                    s, r, st->replicas[r]);
-    }
-    double *F = calloc((size_t)U * 3, sizeof *F);
-    if (!F)
-        return pt_error_set(err, PT_ENOMEM, "dapple latency: out of memory");
-    double *B = F + U, *AR = B + U;
-    for (int s = 0; s < S; s++) {
-        const pt_stage *st = &plan->stages[s];
-        int r = st->replica_count, rows = pu_rows_max(b, r), dev = slowest_device(t, st);
-        F[2 * s] = pt_cost_fwd_s(cost, st->first, st->last, rows, dev);
-        B[2 * s] = pt_cost_bwd_s(cost, st->first, st->last, rows, dev);
-        if (st->recompute)
-            B[2 * s] += pt_cost_recompute_s(cost, st->first, st->last, rows, dev);
-        int64_t P = pt_cost_param_bytes(cost, st->first, st->last);
-        AR[2 * s] = pt_cost_overlapped_bwd_allreduce_s(cost, st->replicas, r, st->first, st->last,
-                                                       rows, dev, 0) -
-                    pt_cost_bwd_s(cost, st->first, st->last, rows, dev) +
-                    pt_cost_opt_step_s(cost, P, plan->optimizer.kind, dev);
-        if (s + 1 < S) {
-            const pt_stage *nx = &plan->stages[s + 1];
-            pt_link l = stages_share_node(t, st, nx) ? t->intra : t->inter;
-            int64_t bytes = pr->layers[st->last - 1].act_bytes;
-            F[2 * s + 1] = pu_boundary_s(l, r, nx->replica_count, b, bytes, pr->microbatch);
-            B[2 * s + 1] = pu_boundary_s(l, nx->replica_count, r, b, bytes, pr->microbatch);
-        }
-    }
-    /* suffix work: RT[u] = sum over units v >= u of F_v + B_v */
-    double *RT = calloc((size_t)U + 1, sizeof *RT);
-    if (!RT) {
-        free(F);
-        return pt_error_set(err, PT_ENOMEM, "dapple latency: out of memory");
-    }
-    for (int u = U - 1; u >= 0; u--)
-        RT[u] = RT[u + 1] + F[u] + B[u];
-    /* first backward of micro-batch 0 at each stage, from its entry: after
-     * the warm-up forwards there and the first gradient from downstream */
-    double *S0 = calloc((size_t)S, sizeof *S0);
-    if (!S0) {
-        free(F);
-        free(RT);
-        return pt_error_set(err, PT_ENOMEM, "dapple latency: out of memory");
-    }
-    for (int st = S - 1; st >= 0; st--) {
-        int K = pt_cost_inflight(plan->schedule, plan->policy, S, st, M);
-        K = K < 1 ? 1 : K > M ? M : K;
-        int P = 2 * st;
-        S0[st] = K * F[P];
-        if (st + 1 < S)
-            S0[st] = dmax(S0[st], F[P] + F[P + 1] + S0[st + 1] + B[P + 2] + B[P + 1]);
-    }
-    double best = -INFINITY, pf = 0;
-    int bu = 0, bi = 0;
-    for (int p = 0; p < U; p++) {
-        double w = F[p] + B[p], core = M * w, Y = -INFINITY;
-        if (p % 2 == 0) {
-            int K = pt_cost_inflight(plan->schedule, plan->policy, S, p / 2, M);
-            if (K < 1)
-                K = 1;
-            if (K > M)
-                K = M;
-            Y = M * F[p] + (M - K) * B[p];
-            if (M > K && p + 1 < U)
-                Y = dmax(Y, F[p] + RT[p + 1] + (M - K) * w);
-            double drain = dmax(F[p] + RT[p + 1], S0[p / 2]) + M * B[p] + (M - K) * F[p];
-            core = dmax(dmax(core, loop_bound(M, K, RT[p], w, F[p])),
-                        dmax(Y + RT[p + 1] + B[p], drain));
-        }
-        /* endings at or before the pivot */
-        double back = 0;
-        for (int e = p; e >= 0; e--) {
-            if (e < p)
-                back += B[e];
-            if (e % 2)
-                continue;
-            double v = pf + core + back + AR[e];
-            if (v > best) {
-                best = v;
-                bu = p;
-                bi = e / 2;
-            }
-        }
-        /* endings after it: the last micro-batch goes down and back to e */
-        if (p % 2 == 0) {
-            double fwd = 0;
-            for (int v = p + 1; v < U; v++)
-                fwd += F[v];
-            double bk = 0;
-            for (int e = U - 1; e > p; e--) {
-                bk += B[e];
-                if (e % 2)
-                    continue;
-                double v = pf + Y + fwd + bk + AR[e];
-                if (v > best) {
-                    best = v;
-                    bu = p;
-                    bi = e / 2;
-                }
-            }
-        }
-        pf += F[p];
-    }
-    /* communication lanes: stage s sends M activations onward and M gradients
-     * back after its first forward; then the backwards down to e */
-    for (int st = 1; st < S; st++) {
-        int P = 2 * st;
-        double fsum = 0, back = 0;
-        for (int v = 0; v <= P; v++)
-            fsum += F[v];
-        double lane = (P + 1 < U ? F[P + 1] : 0) + B[P - 1];
-        for (int v = P - 2; v >= 0; v--) {
-            back += B[v];
-            if (v % 2)
-                continue;
-            double val = fsum + M * lane + back + AR[v];
-            if (val > best) {
-                best = val;
-                bu = P - 1;
-                bi = v / 2;
-            }
-        }
-    }
-    free(RT);
-    free(S0);
-    free(F);
-    *latency_s = best;
-    if (pivot)
-        *pivot = bu;
-    if (ending)
-        *ending = bi;
-    return 0;
-}
-
-/* Communication-to-computation ratio of a plan: mean boundary transfer over
- * the mean of a stage's forward and backward. */
-static double plan_acr(const pt_cost *cost, const pt_plan *p)
-{
-    if (p->stage_count < 2)
-        return 0;
-    const pt_topology *t = pt_cost_topology(cost);
-    const pt_profile *pr = pt_cost_profile(cost);
-    double comm = 0, comp = 0;
-    int b = p->microbatch_size;
-    for (int s = 0; s < p->stage_count; s++) {
-        const pt_stage *st = &p->stages[s];
-        int rows = pu_rows_max(b, st->replica_count), dev = slowest_device(t, st);
-        comp += (pt_cost_fwd_s(cost, st->first, st->last, rows, dev) +
-                 pt_cost_bwd_s(cost, st->first, st->last, rows, dev)) /
-                2;
-        if (s + 1 < p->stage_count) {
-            const pt_stage *nx = &p->stages[s + 1];
-            pt_link l = stages_share_node(t, st, nx) ? t->intra : t->inter;
-            int64_t bytes = pr->layers[st->last - 1].act_bytes;
-            double cf =
-                pu_boundary_s(l, st->replica_count, nx->replica_count, b, bytes, pr->microbatch);
-            double cb =
-                pu_boundary_s(l, nx->replica_count, st->replica_count, b, bytes, pr->microbatch);
-            comm += dmax(cf, cb);
-        }
-    }
-    comm /= p->stage_count - 1;
-    comp /= p->stage_count;
-    return comp > 0 ? comm / comp : INFINITY;
-}
-
 /* Whether every stage fits with the DP's convention (largest share of rows
  * against the smallest memory of its devices) under policy `policy`, turning
  * recomputation on for each stage that fits only with it, as the DP does. */
@@ -1674,7 +1546,7 @@ static int pool_push(dapple *D, pt_plan *plan)
     if (!plan)
         return 0;
     double L = INFINITY;
-    int rc = D->feasibility ? 0 : pt_planner_dapple_latency(D->cost, plan, &L, NULL, NULL, NULL);
+    int rc = D->feasibility ? 0 : pt_latency_critical_path(D->cost, plan, &L, NULL, NULL, NULL);
     if (D->feasibility || rc < 0) {
         pt_plan_free(&plan);
         return rc == PT_ENOMEM ? rc : 0;
@@ -1708,6 +1580,8 @@ static void pool_clear(dapple *D)
  * the plan when it beats the incumbent. */
 static int run_one(dapple *D, const int *mbs, int i, int global_batch, pt_plan **best_plan)
 {
+    if (D->only_pol && (i % 2 ? 'B' : 'A') != D->only_pol)
+        return 0;
     D->b = mbs[i / 2];
     D->policy = i % 2 ? 'B' : 'A';
     double before = D->inc;
@@ -1761,6 +1635,8 @@ static int seed(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan **
         for (int i = 0; i < 2 * nmb && rc == 0; i++) {
             int b = mbs[i / 2], r = G / S < b ? G / S : b;
             char policy = i % 2 ? 'B' : 'A';
+            if (D->only_pol && policy != D->only_pol)
+                continue;
             if (r < 1)
                 continue;
             for (int s = 0; s < S; s++) {
@@ -1774,7 +1650,7 @@ static int seed(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan **
             }
             double L = INFINITY;
             if (plan_fits(D, p, policy) &&
-                pt_planner_dapple_latency(D->cost, p, &L, NULL, NULL, NULL) == 0) {
+                pt_latency_critical_path(D->cost, p, &L, NULL, NULL, NULL) == 0) {
                 if (L < quick[i])
                     quick[i] = L;
                 if (L < D->inc) {
@@ -1821,11 +1697,20 @@ static int search(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan 
                 order[j - 1] = t;
             }
         D->greedy = 1;
+        /* the one-plan-per-state pass within the work budget too: past it the
+         * rest of the search keeps the scale tier's beam of states per layer */
+        D->eval_cap = D->beam > 0 ? 0 : DAPPLE_EXACT_BUDGET;
         for (int k = 0; k < runs && rc == 0; k++) {
             int i = order[k];
             rc = run_one(D, mbs, i, global_batch, best_plan);
             if (D->run_best < quick[i])
                 quick[i] = D->run_best;
+            if (D->budget_cut) {
+                D->budget_cut = 0;
+                D->eval_cap = 0;
+                D->beam = DAPPLE_SCALE_BEAM;
+                D->budget_beam = 1;
+            }
         }
         D->greedy = 0;
         /* best first */
@@ -1839,7 +1724,11 @@ static int search(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan 
     /* on large instances the beam already makes the result a heuristic: the
      * one-entry pass is the search (and the feasibility search uses it too) */
     D->greedy = D->beam > 0;
-    for (int i = 0; i < runs && rc == 0 && !(D->beam > 0 && !D->feasibility); i++) {
+    /* the exact pass runs within a work budget (the greedy pass's plan, and
+     * every run's improvements, stay candidates) */
+    D->eval_cap = D->feasibility ? 0 : D->evaluated + DAPPLE_EXACT_BUDGET;
+    for (int i = 0; i < runs && rc == 0 && !D->budget_cut && !(D->beam > 0 && !D->feasibility);
+         i++) {
         rc = run_one(D, mbs, order[i], global_batch, best_plan);
         if (D->feasibility && D->found)
             break;
@@ -1848,6 +1737,134 @@ static int search(dapple *D, const int *mbs, int nmb, int global_batch, pt_plan 
     if (rc < 0)
         pt_plan_free(best_plan);
     return rc;
+}
+
+/* Nothing fits: the smallest uniform memory under which a plan exists, by
+ * doubling from the limit then bisecting to DAPPLE_NEED_REL_TOL (0: none up
+ * to 2^62), into *need. 0 or PT_ENOMEM. */
+static int memory_need(dapple *D, const int *mbs, int nmb, int global_batch, int64_t limit,
+                       int64_t *need)
+{
+    int64_t lo = limit, hi = limit > 0 ? limit : 1;
+    int feasible = 0, rc = 0;
+    pt_plan *probe = NULL;
+    D->feasibility = 1;
+    for (int it = 0; it < 62 && rc == 0 && !feasible && hi < INT64_MAX / 2; it++) {
+        hi *= 2;
+        D->mem_override = hi;
+        rc = search(D, mbs, nmb, global_batch, &probe);
+        pt_plan_free(&probe);
+        feasible = rc == 0 && D->found;
+    }
+    while (rc == 0 && feasible && (double)(hi - lo) > DAPPLE_NEED_REL_TOL * (double)hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        D->mem_override = mid;
+        rc = search(D, mbs, nmb, global_batch, &probe);
+        pt_plan_free(&probe);
+        if (D->found)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    *need = feasible ? hi : 0;
+    return rc;
+}
+
+/* The pool, best closed form first. */
+static void pool_sort(dapple *D)
+{
+    for (int i = 1; i < D->npool; i++)
+        for (int j = i; j > 0 && D->pool_L[j] < D->pool_L[j - 1]; j--) {
+            pt_plan *tp = D->pool[j];
+            double tl = D->pool_L[j];
+            D->pool[j] = D->pool[j - 1];
+            D->pool_L[j] = D->pool_L[j - 1];
+            D->pool[j - 1] = tp;
+            D->pool_L[j - 1] = tl;
+        }
+}
+
+/* Appends where the plan came from (the search's regime) to report->why. */
+static void why_regime(pt_planner_report *report, const dapple *D)
+{
+    if (D->G > DAPPLE_ALL_R_DEVICES)
+        pu_why(report, "; large cluster: replica counts 1,2,3,4,6,8,12,..., fresh/append-first "
+                       "placement");
+    if (D->cuts_limited)
+        pu_why(report, "; %d candidate stage boundaries",
+               D->G > DAPPLE_ALL_R_DEVICES ? DAPPLE_SCALE_CUTS : DAPPLE_MAX_CUTS);
+    if (D->budget_beam)
+        pu_why(report, "; the exact search's work budget ran out: a beam of states per layer "
+                       "after it");
+    if (D->budget_cut)
+        pu_why(report,
+               "; the exact search stopped after %lld stages evaluated: the best plan found, not "
+               "proven optimal",
+               D->eval_cap);
+    if (D->beam > 0)
+        pu_why(report,
+               "; large instance: one plan per state and at most %d states per layer, so the best "
+               "plan found, not proven optimal",
+               D->beam);
+}
+
+static void dapple_report(pt_planner_report *report, const dapple *D, const pt_cost *cost,
+                          const pt_plan *plan, int nmb, double T, double bound, int simulated)
+{
+    double acr = pt_latency_comm_ratio(cost, plan), L = 0;
+    int pivot = 0, ending = 0;
+    pt_latency_critical_path(cost, plan, &L, &pivot, &ending, NULL);
+    report->objective_s = T;
+    report->bound_s = bound;
+    report->iter_s = T;
+    report->peak_memory_bytes = pu_plan_peak_memory(cost, plan, NULL);
+    report->evaluated = D->evaluated;
+    pu_why(report, "M=%d micro-batches of %d (tried %d sizes); %d stage%s, replicas",
+           plan->microbatch_count, plan->microbatch_size, nmb, plan->stage_count,
+           plan->stage_count > 1 ? "s" : "");
+    for (int s = 0; s < plan->stage_count; s++)
+        pu_why(report, "%s%d", s ? ":" : " ", plan->stages[s].replica_count);
+    pu_why(report,
+           "; simulated best of %d final candidates (search bound %.3f ms, this plan's critical "
+           "path %.3f ms",
+           simulated, bound * 1e3, L * 1e3);
+    if (pivot % 2 == 0)
+        pu_why(report, ", pivot stage %d", pivot / 2);
+    else
+        pu_why(report, ", pivot the transfer between stages %d and %d", pivot / 2, pivot / 2 + 1);
+    pu_why(report, ", ending at stage %d's all-reduce and step)", ending);
+    pu_why(report, "; communication/computation %.2f", acr);
+    pu_why_kinds(report);
+    pu_why_recompute(report, cost, (pt_plan *)plan);
+    why_regime(report, D);
+}
+
+/* The final candidates (the DP's best and the incumbents before it),
+ * simulated in the order of their closed form (pu_pick): *out the fastest
+ * that fits. 0 or a PT_E* code. */
+static int pick_final(dapple *D, const pt_cost *cost, const pt_planner_opts *opts, pt_plan *plan,
+                      int nmb, pt_plan **out, pt_planner_report *report)
+{
+    double bound = D->inc;
+    if (pool_push(D, plan) < 0)
+        return PT_ENOMEM;
+    pool_sort(D);
+    pu_scorer sc;
+    if (pu_scorer_init(&sc, cost) < 0)
+        return PT_ENOMEM;
+    sc.only_policy = opts->dapple_policy;
+    double T = INFINITY;
+    int simulated = 0;
+    int bi = pu_pick(&sc, D->pool, D->pool_L, D->npool, opts->kinds, PT_SCHED_DAPPLE, report, &T,
+                     &simulated);
+    pu_scorer_release(&sc);
+    if (bi < 0)
+        return bi;
+    *out = D->pool[bi];
+    D->pool[bi] = NULL;
+    if (report)
+        dapple_report(report, D, cost, *out, nmb, T, bound, simulated);
+    return 0;
 }
 
 int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int global_batch,
@@ -1865,134 +1882,30 @@ int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int gl
     if (rc < 0)
         return rc;
     dapple D;
-    rc = dapple_init(&D, cost, topo, opts->optim);
-    if (rc < 0) {
-        rc = pt_error_set(err, rc, "dapple: out of memory");
-        goto out;
-    }
-    /* run_m sets D.b from the candidate; keep it in a local for clarity */
-    int mbs[PT_PLANNER_MB_CHOICES_MAX];
-    int nmb = pu_microbatch_candidates(opts, global_batch, DAPPLE_MB_CHOICES, mbs);
+    int mbs[PT_PLANNER_MB_CHOICES_MAX], nmb = 0;
     pt_plan *plan = NULL;
-    rc = search(&D, mbs, nmb, global_batch, &plan);
+    if ((rc = dapple_init(&D, cost, topo, opts->optim)) == 0) {
+        D.only_pol = opts->dapple_policy;
+        nmb = pu_microbatch_candidates(
+            opts, global_batch,
+            topo->device_count > DAPPLE_ALL_R_DEVICES ? DAPPLE_SCALE_MB_CHOICES : DAPPLE_MB_CHOICES,
+            mbs);
+        rc = search(&D, mbs, nmb, global_batch, &plan);
+    }
     if (rc < 0) {
         rc = pt_error_set(err, rc, "dapple: out of memory");
-        goto out;
-    }
-    if (!plan) {
-        /* nothing fits: find the smallest uniform memory under which a plan exists */
+    } else if (!plan) {
         int64_t limit =
             opts->memory_limit_bytes > 0 ? opts->memory_limit_bytes : pu_topology_min_memory(topo);
-        int64_t lo = limit, hi = limit > 0 ? limit : 1;
-        int feasible = 0;
-        pt_plan *probe = NULL;
-        D.feasibility = 1;
-        for (int it = 0; it < 62 && rc == 0 && !feasible && hi < INT64_MAX / 2; it++) {
-            hi *= 2;
-            D.mem_override = hi;
-            rc = search(&D, mbs, nmb, global_batch, &probe);
-            pt_plan_free(&probe);
-            feasible = rc == 0 && D.found;
-        }
-        while (rc == 0 && feasible && (double)(hi - lo) > DAPPLE_NEED_REL_TOL * (double)hi) {
-            int64_t mid = lo + (hi - lo) / 2;
-            D.mem_override = mid;
-            rc = search(&D, mbs, nmb, global_batch, &probe);
-            pt_plan_free(&probe);
-            if (D.found)
-                hi = mid;
-            else
-                lo = mid;
-        }
-        if (rc < 0) {
-            rc = pt_error_set(err, rc, "dapple: out of memory");
-            goto out;
-        }
-        rc = pu_error_nofit(err, report, "dapple", limit, feasible ? hi : 0,
-                            "every partition, replication and placement over the micro-batch "
-                            "sizes tried exceeds it");
-        goto out;
-    }
-    /* the final candidates, by their closed form: the DP's best and the
-     * incumbents before it, simulated in that order (pu_pick) */
-    double bound = D.inc;
-    if (pool_push(&D, plan) < 0) {
-        rc = pt_error_set(err, PT_ENOMEM, "dapple: out of memory");
-        goto out;
-    }
-    plan = NULL;
-    for (int i = 1; i < D.npool; i++)
-        for (int j = i; j > 0 && D.pool_L[j] < D.pool_L[j - 1]; j--) {
-            pt_plan *tp = D.pool[j];
-            double tl = D.pool_L[j];
-            D.pool[j] = D.pool[j - 1];
-            D.pool_L[j] = D.pool_L[j - 1];
-            D.pool[j - 1] = tp;
-            D.pool_L[j - 1] = tl;
-        }
-    pu_scorer sc;
-    if (pu_scorer_init(&sc, cost) < 0) {
-        rc = pt_error_set(err, PT_ENOMEM, "dapple: out of memory");
-        goto out;
-    }
-    sc.only_policy = opts->dapple_policy;
-    double T = INFINITY;
-    int simulated = 0;
-    int bi = pu_pick(&sc, D.pool, D.pool_L, D.npool, opts->kinds, PT_SCHED_DAPPLE, report, &T,
-                     &simulated);
-    if (bi < 0) {
-        rc = bi;
-    } else {
-        plan = D.pool[bi];
-        D.pool[bi] = NULL;
-    }
-    pu_scorer_release(&sc);
-    if (rc < 0) {
-        pt_plan_free(&plan);
+        int64_t need = 0;
+        rc = memory_need(&D, mbs, nmb, global_batch, limit, &need) < 0
+                 ? pt_error_set(err, PT_ENOMEM, "dapple: out of memory")
+                 : pu_error_nofit(err, report, "dapple", limit, need,
+                                  "every partition, replication and placement over the "
+                                  "micro-batch sizes tried exceeds it");
+    } else if ((rc = pick_final(&D, cost, opts, plan, nmb, out, report)) < 0) {
         rc = pt_error_set(err, rc, "dapple: simulating the candidates failed");
-        goto out;
     }
-    double acr = plan_acr(cost, plan);
-    double L = 0;
-    int pivot = 0, ending = 0;
-    pt_planner_dapple_latency(cost, plan, &L, &pivot, &ending, NULL);
-    if (report) {
-        report->objective_s = T;
-        report->bound_s = bound;
-        report->iter_s = T;
-        report->peak_memory_bytes = pu_plan_peak_memory(cost, plan, NULL);
-        report->evaluated = D.evaluated;
-        pu_why(report, "M=%d micro-batches of %d (tried %d sizes); %d stage%s, replicas",
-               plan->microbatch_count, plan->microbatch_size, nmb, plan->stage_count,
-               plan->stage_count > 1 ? "s" : "");
-        for (int s = 0; s < plan->stage_count; s++)
-            pu_why(report, "%s%d", s ? ":" : " ", plan->stages[s].replica_count);
-        pu_why(report,
-               "; simulated best of %d final candidates (search bound %.3f ms, this plan's "
-               "critical path %.3f ms",
-               simulated, bound * 1e3, L * 1e3);
-        if (pivot % 2 == 0)
-            pu_why(report, ", pivot stage %d", pivot / 2);
-        else
-            pu_why(report, ", pivot the transfer between stages %d and %d", pivot / 2,
-                   pivot / 2 + 1);
-        pu_why(report, ", ending at stage %d's all-reduce and step)", ending);
-        pu_why(report, "; communication/computation %.2f", acr);
-        pu_why_kinds(report);
-        pu_why_recompute(report, cost, plan);
-        if (D.G > DAPPLE_ALL_R_DEVICES)
-            pu_why(report, "; large cluster: replica counts 1,2,3,4,6,8,12,..., fresh/append-first "
-                           "placement");
-        if (D.cuts_limited)
-            pu_why(report, "; " PT_STR(DAPPLE_MAX_CUTS) " candidate stage boundaries");
-        if (D.beam > 0)
-            pu_why(report, "; large instance: one plan per state and at most " PT_STR(
-                               DAPPLE_BEAM) " states per layer, so the best plan found, not "
-                                            "proven optimal");
-    }
-    *out = plan;
-    rc = 0;
-out:
     if (report)
         report->search_s = pu_now_s() - t0;
     dapple_free(&D);

@@ -46,6 +46,22 @@ int pu_score(pu_scorer *sc, const pt_plan *plan, double *iter_s, int *fits, int6
     return 0;
 }
 
+int pu_score_steady(pu_scorer *sc, const pt_plan *plan, double *iter_s, int *fits, pt_error *err)
+{
+    int S = plan->stage_count, M = plan->microbatch_count;
+    pt_sched_opts so = {0};
+    so.windows = (2 * S + M - 1) / M + 2;
+    pt_sim_result res;
+    int rc = pt_sim_plan(sc->sim, plan, sc->cost, &so, &sc->prog, &res, err);
+    if (rc < 0)
+        return rc;
+    sc->ops += sc->prog.op_count;
+    sc->sims++;
+    *iter_s = res.iter_s;
+    *fits = res.fits;
+    return 0;
+}
+
 int pu_kind_allowed(uint32_t mask, int kind, int own)
 {
     if (kind == own)

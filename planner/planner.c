@@ -5,22 +5,23 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "planner/plan_compose.h"
 #include "planner/plan_util.h"
 
 /* One line per planner; a new planner is a file and a line here. */
 static const pt_planner_info planners[] = {
     {"dapple", "DAPPLE: partition, replication and placement minimising synchronous latency",
-     pt_planner_dapple, PT_OBJECTIVE_DAPPLE},
+     pt_planner_dapple, PT_OBJECTIVE_DAPPLE, NULL, 1},
     {"pipedream", "PipeDream: hierarchical DP minimising the slowest stage (asynchronous)",
-     pt_planner_pipedream, PT_OBJECTIVE_PIPEDREAM},
+     pt_planner_pipedream, PT_OBJECTIVE_PIPEDREAM, pc_pipedream_fallback, 1},
     {"2bw", "PipeDream-2BW: depth x width, micro-batch and recomputation under memory",
-     pt_planner_2bw, PT_OBJECTIVE_DEFAULT},
+     pt_planner_2bw, PT_OBJECTIVE_DEFAULT, NULL, 1},
     {"gpipe", "GPipe: balanced contiguous partition into --stages stages", pt_planner_gpipe,
-     PT_OBJECTIVE_DEFAULT},
+     PT_OBJECTIVE_DEFAULT, NULL, 1},
     {"dp", "data parallelism: one stage on every device, all-reduce overlapping the backward",
-     pt_planner_dp, PT_OBJECTIVE_DEFAULT},
+     pt_planner_dp, PT_OBJECTIVE_DEFAULT, NULL, 0},
     {"pipesgd", "Pipe-SGD: data parallelism with the all-reduce overlapped (width two)",
-     pt_planner_pipesgd, PT_OBJECTIVE_DEFAULT},
+     pt_planner_pipesgd, PT_OBJECTIVE_DEFAULT, NULL, 0},
 };
 
 #define PLANNER_COUNT ((int)(sizeof planners / sizeof planners[0]))
@@ -230,6 +231,12 @@ int pt_planner_run(const char *name, const pt_profile *profile, const pt_topolog
     if (!report)
         report = &local;
     rc = info->run(profile, topo, global_batch, opts, out, report, err);
+    if (rc == PT_ENOFIT && info->fallback && opts->objective == PT_OBJECTIVE_DEFAULT &&
+        !opts->no_fallback)
+        rc = info->fallback(profile, topo, global_batch, opts, out, report, err);
+    if (info->dp_floor && !opts->no_dp_floor && opts->objective == PT_OBJECTIVE_DEFAULT &&
+        (rc == 0 || rc == PT_ENOFIT))
+        rc = pc_dp_floor(profile, topo, global_batch, opts, rc, out, report, err);
     pt_topology_free(&limited);
     return rc;
 }

@@ -80,10 +80,14 @@ typedef struct pt_planner_opts {
      * fits memory; 1 keeps it strict: PT_ENOFIT naming the stashing need.
      * Other planners ignore it. */
     int no_fallback;
-    /* dapple: 'A' or 'B' simulates and picks among its own kind's rows only
-     * that policy (pipedream's PipeDream-Flush candidate, whose op order is
-     * policy A's, needs no policy B simulation); 0: both. */
+    /* dapple: 'A' or 'B' searches, simulates and picks among its own kind's
+     * rows only that policy (pipedream's PipeDream-Flush candidate, whose op
+     * order is policy A's, needs no policy B); 0: both. */
     char dapple_policy;
+    /* 1: pt_planner_run returns the planner's own best plan even where pure
+     * data parallelism simulates faster (the data-parallel floor is off; for
+     * tests of a search itself); 0: the floor (pt_planner_report.dp_*). */
+    int no_dp_floor;
 } pt_planner_opts;
 
 /* Every synchronous kind of the table (built-in or registered). */
@@ -138,7 +142,25 @@ typedef struct pt_planner_report {
     int fallback_count, fallback_chosen, stash_need_proven;
     int64_t stash_need_bytes, device_memory_bytes;
     pt_planner_kind_row fallback[PT_PLANNER_FALLBACK_ROWS];
+    /* The data-parallel floor (pt_planner_run, default objective, planners
+     * with pt_planner_info.dp_floor): dp_state PT_DP_COMPARED with dp_iter_s
+     * the simulated iteration of pure data parallelism on the same devices
+     * (the dp planner's plan), and dp_kept 1 when the plan returned is that
+     * plan because the planner's own best was not PT_PLANNER_DP_MARGIN faster;
+     * PT_DP_NOFIT when data parallelism does not fit memory (dp_need_bytes
+     * per device, why says so); PT_DP_IMPOSSIBLE when it has no plan for
+     * another reason (why says which); PT_DP_NOT_COMPARED otherwise. */
+    int dp_state, dp_kept;
+    double dp_iter_s;
+    int64_t dp_need_bytes;
 } pt_planner_report;
+
+enum { PT_DP_NOT_COMPARED = 0, PT_DP_COMPARED, PT_DP_NOFIT, PT_DP_IMPOSSIBLE };
+
+/* A planner keeps its own plan over pure data parallelism only when the
+ * simulator runs it at least this fraction faster: within the cost model's
+ * error the simpler plan wins (docs/planners.md "The data-parallel floor"). */
+#define PT_PLANNER_DP_MARGIN 0.01
 
 /* A planner. Called by pt_planner_run with validated input (and the memory
  * limit already applied to topo); returns 0 with *out a new plan (owned by
@@ -153,6 +175,14 @@ typedef struct pt_planner_info {
     const char *summary; /* one line for help texts */
     pt_planner_fn run;
     pt_planner_objective paper; /* its paper's objective, or DEFAULT when it has none */
+    /* NULL, or what pt_planner_run plans instead when run returns PT_ENOFIT
+     * under the default objective without opts->no_fallback (pipedream:
+     * PipeDream-2BW or PipeDream-Flush); run's report is its input. */
+    pt_planner_fn fallback;
+    /* 1: pt_planner_run compares the plan (default objective) with pure data
+     * parallelism on the same devices and returns the faster (the report's
+     * dp_* fields); 0 for dp and pipesgd themselves. */
+    int dp_floor;
 } pt_planner_info;
 
 /* The registered planners, in table order; NULL past the end. */
@@ -208,27 +238,5 @@ int pt_planner_dp(const pt_profile *profile, const pt_topology *topo, int global
 int pt_planner_pipesgd(const pt_profile *profile, const pt_topology *topo, int global_batch,
                        const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
                        pt_error *err);
-
-/* DAPPLE's latency model evaluated on any plan (plan_dapple.c explains it):
- * the longest critical path
- *   max over pivots p and stages e <= p of
- *     sum_{v<p} F_v + core_p + sum_{e<=v<p} B_v + AR_e + OPT_e
- * over units (stages and the boundaries between them; a boundary is
- * intra-node when both stages sit on one node, otherwise costed at the
- * inter-node link), with core_p = M (F_p + B_p), and for a stage also at least
- * (q+1) RT_p + rho (F_p + B_p) where RT_p is its round trip (its F + B and
- * everything after it), M - 1 = q K_p + rho and K_p its in-flight
- * micro-batches under the plan's schedule and policy (pt_cost_inflight;
- * rho F_p when q = 0), bounds on the end of its last forward and on the drain
- * after its first backward (which waits for the warm-up forwards of every
- * stage from it to the last); plus, for each stage s > 0 and e < s, the path
- * through s's communication lane: sum_{v<=s} F_v + M (activation send of s +
- * gradient send of s to s-1) + sum_{e<=v<s} B_v + AR_e. plan_dapple.c
- * derives each term. Optimizer: plan->optimizer. Returns 0 and *latency_s,
- * or PT_EINVAL (err names the stage) when the plan does not match the cost
- * model. If pivot/ending are not NULL they receive the pivot unit (2s: stage
- * s, 2s+1: boundary s -> s+1) and the stage e of the longest path. */
-int pt_planner_dapple_latency(const pt_cost *cost, const pt_plan *plan, double *latency_s,
-                              int *pivot, int *ending, pt_error *err);
 
 #endif

@@ -117,215 +117,301 @@ static int check_op(const pt_program *p, int w, int i, pt_error *err)
     const pt_worker *y = &p->workers[op->peer];
     if (op->row_lo < y->row_lo || op->row_hi > y->row_hi)
         return fail(err, PT_EINVAL, p, i, "rows outside the peer's share");
+    if (!pt_sched_owns(p, x, op->mb) || !pt_sched_owns(p, y, op->mb))
+        return fail(err, PT_EINVAL, p, i,
+                    "round-robin: the micro-batch is not this replica's or the peer's");
     if (op->bytes < 0)
         return fail(err, PT_EINVAL, p, i, "negative bytes");
     return 0;
 }
 
-static int all_bwd_done(const vstate *v, const pt_op *op)
+/* Whether every micro-batch of [mb, mb_end) the worker runs has its backward
+ * done (round-robin: the worker runs only its own, pt_sched_owns). */
+static int all_bwd_done(const pt_program *p, const pt_worker *x, const vstate *v, const pt_op *op)
 {
     for (int m = op->mb; m < op->mb_end; m++)
-        if (v->mb[m].bwd < 0)
+        if (pt_sched_owns(p, x, m) && v->mb[m].bwd < 0)
             return 0;
     return 1;
+}
+
+/* One worker's walk through its ops (check_worker). */
+typedef struct wcheck {
+    const pt_program *p;
+    const pt_worker *x;
+    vstate *v;
+    int rows, newest;
+    /* completed reductions of [reduced_lo, reduced_hi), reduced_layers of the
+     * worker's layers, consumed by a step; the reduction being issued: its
+     * range and the layer its next bucket must end at (-1: none in progress);
+     * unwaited asynchronous ones in v->fifo[fifo_h, fifo_t) */
+    int reduced_lo, reduced_hi, reduced_layers;
+    int iss_lo, iss_hi, iss_next, fifo_h, fifo_t;
+} wcheck;
+
+static int version_ok(const wcheck *c, const pt_op *op)
+{
+    return op->version <= c->v->max_version && c->v->made[op->version];
+}
+
+/* RECV_ACT, FWD, SEND_ACT, RECV_GRAD, SEND_GRAD: order and rows. */
+static int on_data(wcheck *c, int i, pt_error *err)
+{
+    const pt_program *p = c->p;
+    const pt_op *op = &p->ops[i];
+    mbstate *m = &c->v->mb[op->mb];
+    int n = op->row_hi - op->row_lo;
+    switch (op->kind) {
+    case PT_OP_RECV_ACT:
+        if (m->fwd >= 0)
+            return fail(err, PT_EINVAL, p, i, "activation received after its FWD");
+        m->rows_in += n;
+        return 0;
+    case PT_OP_FWD:
+        if (m->fwd >= 0)
+            return fail(err, PT_EINVAL, p, i, "second FWD of the micro-batch");
+        if (c->x->stage > 0 && m->rows_in != c->rows)
+            return fail(err, PT_EINVAL, p, i, "FWD before all its input rows are received");
+        if (!version_ok(c, op))
+            return fail(err, PT_EINVAL, p, i, "reads a weight version not produced yet");
+        m->fwd = i;
+        m->version = op->version;
+        m->flags = op->flags & PT_OPF_STASH;
+        return 0;
+    case PT_OP_SEND_ACT:
+        if (m->fwd < 0)
+            return fail(err, PT_EINVAL, p, i, "activation sent before its FWD");
+        m->rows_out += n;
+        return 0;
+    case PT_OP_RECV_GRAD:
+        if (m->bin >= 0)
+            return fail(err, PT_EINVAL, p, i, "gradient received after its BWD");
+        m->rows_gin += n;
+        return 0;
+    default: /* PT_OP_SEND_GRAD */
+        if (m->bin < 0)
+            return fail(err, PT_EINVAL, p, i, "gradient sent before its BWD");
+        m->rows_gout += n;
+        return 0;
+    }
+}
+
+/* RECOMPUTE, BWD, BWD_INPUT, BWD_WEIGHT: between the FWD and the end, on the
+ * FWD's version. */
+static int on_bwd(wcheck *c, int i, pt_error *err)
+{
+    const pt_program *p = c->p;
+    const pt_op *op = &p->ops[i];
+    mbstate *m = &c->v->mb[op->mb];
+    int stash = op->flags & PT_OPF_STASH;
+    if (op->kind == PT_OP_RECOMPUTE) {
+        if (!c->x->recompute)
+            return fail(err, PT_EINVAL, p, i, "RECOMPUTE on a worker that keeps activations");
+        if (m->fwd < 0 || m->bin >= 0 || m->rec >= 0)
+            return fail(err, PT_EINVAL, p, i, "RECOMPUTE not once between FWD and BWD");
+        if (op->version != m->version || stash != m->flags)
+            return fail(err, PT_EINVAL, p, i, "RECOMPUTE reads another version than its FWD");
+        m->rec = i;
+        return 0;
+    }
+    if (op->kind == PT_OP_BWD_WEIGHT) {
+        /* the weight half of a split backward: after its BWD_INPUT, any later slot */
+        if (m->bin < 0 || p->ops[m->bin].kind != PT_OP_BWD_INPUT)
+            return fail(err, PT_EINVAL, p, i, "BWD_WEIGHT without an earlier BWD_INPUT");
+        if (m->bwd >= 0)
+            return fail(err, PT_EINVAL, p, i, "second BWD_WEIGHT of the micro-batch");
+    } else {
+        if (m->fwd < 0)
+            return fail(err, PT_EINVAL, p, i, "BWD before its FWD");
+        if (m->bin >= 0)
+            return fail(err, PT_EINVAL, p, i, "second BWD of the micro-batch");
+        if (c->x->recompute && m->rec < 0)
+            return fail(err, PT_EINVAL, p, i, "BWD without RECOMPUTE on a recomputing worker");
+        if (c->x->stage + 1 < p->stage_count && m->rows_gin != c->rows)
+            return fail(err, PT_EINVAL, p, i, "BWD before all its gradient rows are received");
+    }
+    if (op->version != m->version || stash != m->flags)
+        return fail(err, PT_EINVAL, p, i,
+                    op->kind == PT_OP_BWD_WEIGHT
+                        ? "BWD_WEIGHT reads another weight version than its FWD"
+                        : "BWD reads another weight version than its FWD");
+    if (!stash && !version_ok(c, op))
+        return fail(err, PT_EINVAL, p, i, "reads a weight version not produced yet");
+    if (op->kind != PT_OP_BWD_WEIGHT)
+        m->bin = i;
+    if (op->kind != PT_OP_BWD_INPUT)
+        m->bwd = i;
+    return 0;
+}
+
+/* An asynchronous all-reduce joins the unwaited ones: at most two gradient
+ * ranges may be unwaited at once (Pipe-SGD's width two). */
+static int queue_async(wcheck *c, int i, pt_error *err)
+{
+    const pt_program *p = c->p;
+    const int32_t *fifo = c->v->fifo;
+    int ranges = 0;
+    for (int q = c->fifo_h; q < c->fifo_t; q++)
+        ranges += q == c->fifo_h || p->ops[fifo[q]].mb != p->ops[fifo[q - 1]].mb;
+    ranges += c->fifo_t == c->fifo_h || p->ops[fifo[c->fifo_t - 1]].mb != p->ops[i].mb;
+    if (ranges > 2)
+        return fail(err, PT_EINVAL, p, i, "all-reduces of more than two gradient ranges unwaited");
+    c->v->fifo[c->fifo_t++] = i;
+    return 0;
+}
+
+/* A completed reduction of layers [a, b) of [lo, hi). */
+static void reduced(wcheck *c, int lo, int hi, int layers)
+{
+    if (c->reduced_lo != lo || c->reduced_hi != hi)
+        c->reduced_layers = 0;
+    c->reduced_lo = lo;
+    c->reduced_hi = hi;
+    c->reduced_layers += layers;
+}
+
+static int on_allreduce(wcheck *c, int i, pt_error *err)
+{
+    const pt_program *p = c->p;
+    const pt_worker *x = c->x;
+    const pt_op *op = &p->ops[i];
+    if (!all_bwd_done(p, x, c->v, op))
+        return fail(err, PT_EINVAL, p, i, "all-reduce before every BWD it covers");
+    int a = op->layer_lo, b = op->layer_hi;
+    if (b <= a) {
+        a = x->first;
+        b = x->last;
+    }
+    if (a < x->first || b > x->last)
+        return fail(err, PT_EINVAL, p, i, "bucket outside the worker's layers");
+    if (c->iss_next < 0) {
+        if (b != x->last)
+            return fail(err, PT_EINVAL, p, i,
+                        "first bucket of a reduction does not end at the worker's last layer "
+                        "(buckets go last layer first)");
+        c->iss_lo = op->mb;
+        c->iss_hi = op->mb_end;
+    } else if (op->mb != c->iss_lo || op->mb_end != c->iss_hi || b != c->iss_next) {
+        return fail(err, PT_EINVAL, p, i,
+                    "bucket does not continue the reduction in progress (same micro-batches, "
+                    "ending where the previous bucket began)");
+    }
+    c->iss_next = a == x->first ? -1 : a;
+    if (op->flags & PT_OPF_ASYNC)
+        return queue_async(c, i, err);
+    reduced(c, op->mb, op->mb_end, b - a);
+    return 0;
+}
+
+static int on_ar_wait(wcheck *c, int i, pt_error *err)
+{
+    const pt_program *p = c->p;
+    const pt_op *op = &p->ops[i];
+    if (c->fifo_h == c->fifo_t)
+        return fail(err, PT_EINVAL, p, i, "waits for no asynchronous all-reduce");
+    const pt_op *a = &p->ops[c->v->fifo[c->fifo_h++]];
+    if (a->mb != op->mb || a->mb_end != op->mb_end)
+        return fail(err, PT_EINVAL, p, i,
+                    "waits for another range than the oldest asynchronous all-reduce");
+    reduced(c, a->mb, a->mb_end,
+            a->layer_hi > a->layer_lo ? a->layer_hi - a->layer_lo : c->x->last - c->x->first);
+    return 0;
+}
+
+static int on_step(wcheck *c, int i, pt_error *err)
+{
+    const pt_program *p = c->p;
+    const pt_worker *x = c->x;
+    const pt_op *op = &p->ops[i];
+    if (!all_bwd_done(p, x, c->v, op))
+        return fail(err, PT_EINVAL, p, i, "OPT_STEP before every BWD it covers");
+    for (int u = op->mb; u < op->mb_end; u++)
+        if (c->v->mb[u].covered++)
+            return fail(err, PT_EINVAL, p, i, "applies a micro-batch's gradient twice");
+    if (x->replica_count > 1 && (c->reduced_lo != op->mb || c->reduced_hi != op->mb_end ||
+                                 c->reduced_layers != x->last - x->first))
+        return fail(err, PT_EINVAL, p, i,
+                    "replicated stage steps without a completed all-reduce of all its layers' "
+                    "gradients of the same micro-batches");
+    c->reduced_lo = c->reduced_hi = -1;
+    c->reduced_layers = 0;
+    if (op->version <= c->newest || op->version > c->v->max_version)
+        return fail(err, PT_EINVAL, p, i, "produced version is not newer than the last");
+    c->newest = op->version;
+    c->v->made[c->newest] = 1;
+    return 0;
+}
+
+/* After the walk: every micro-batch the worker runs went all the way. */
+static int check_complete(const wcheck *c, int w, pt_error *err)
+{
+    const pt_program *p = c->p;
+    const pt_worker *x = c->x;
+    int S = p->stage_count;
+    for (int u = 0; u < p->mb_count; u++) {
+        const mbstate *m = &c->v->mb[u];
+        const char *why = NULL;
+        if (!pt_sched_owns(p, x, u)) {
+            if (m->fwd >= 0 || m->bin >= 0 || m->bwd >= 0 || m->rows_in || m->rows_gin)
+                why = "is another replica's (round-robin) but runs here";
+        } else if (m->fwd >= 0 && m->bin >= 0 && m->bwd < 0) {
+            why = "has a BWD_INPUT but no BWD_WEIGHT";
+        } else if (m->fwd < 0 || m->bwd < 0) {
+            why = "has no FWD or no BWD";
+        } else if (x->stage + 1 < S && m->rows_out != c->rows) {
+            why = "does not send all its output rows";
+        } else if (x->stage > 0 && m->rows_gout != c->rows) {
+            why = "does not send all its input-gradient rows";
+        } else if (p->synchronous && m->covered != 1) {
+            why = "is not applied by exactly one OPT_STEP";
+        }
+        if (why)
+            return pt_error_set(err, PT_EINVAL,
+                                "schedule: worker %d (stage %d replica %d): micro-batch %d %s", w,
+                                x->stage, x->replica, u, why);
+    }
+    return 0;
 }
 
 /* Dependency order and versions on one worker. */
 static int check_worker(const pt_program *p, int w, vstate *v, pt_error *err)
 {
     const pt_worker *x = &p->workers[w];
-    int rows = x->row_hi - x->row_lo, S = p->stage_count, rc;
+    wcheck c = {p,  x, v, x->row_hi - x->row_lo, p->initial_versions - 1, -1, -1, 0, -1, -1,
+                -1, 0, 0};
     for (int m = 0; m < p->mb_count; m++)
         v->mb[m] = (mbstate){-1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0};
     memset(v->made, 0, (size_t)v->max_version + 1);
     for (int u = 0; u < p->initial_versions && u <= v->max_version; u++)
         v->made[u] = 1;
-    int newest = p->initial_versions - 1;
-    /* completed reductions of [reduced_lo, reduced_hi), reduced_layers of the worker's
-     * layers, consumed by a step; the reduction being issued: its range and the layer
-     * its next bucket must end at (-1: none in progress); unwaited asynchronous ones */
-    int reduced_lo = -1, reduced_hi = -1, reduced_layers = 0;
-    int iss_lo = -1, iss_hi = -1, iss_next = -1, fifo_h = 0, fifo_t = 0;
-    int32_t *fifo = v->fifo;
     for (int i = x->op_begin; i < x->op_end; i++) {
-        const pt_op *op = &p->ops[i];
-        if ((rc = check_op(p, w, i, err)) < 0)
+        int rc = check_op(p, w, i, err);
+        if (rc < 0)
             return rc;
-        mbstate *m = &v->mb[op->mb];
-        int n = op->row_hi - op->row_lo;
-        switch (op->kind) {
-        case PT_OP_RECV_ACT:
-            if (m->fwd >= 0)
-                return fail(err, PT_EINVAL, p, i, "activation received after its FWD");
-            m->rows_in += n;
-            break;
-        case PT_OP_FWD:
-            if (m->fwd >= 0)
-                return fail(err, PT_EINVAL, p, i, "second FWD of the micro-batch");
-            if (x->stage > 0 && m->rows_in != rows)
-                return fail(err, PT_EINVAL, p, i, "FWD before all its input rows are received");
-            if (op->version > v->max_version || !v->made[op->version])
-                return fail(err, PT_EINVAL, p, i, "reads a weight version not produced yet");
-            m->fwd = i;
-            m->version = op->version;
-            m->flags = op->flags & PT_OPF_STASH;
-            break;
-        case PT_OP_SEND_ACT:
-            if (m->fwd < 0)
-                return fail(err, PT_EINVAL, p, i, "activation sent before its FWD");
-            m->rows_out += n;
-            break;
-        case PT_OP_RECV_GRAD:
-            if (m->bin >= 0)
-                return fail(err, PT_EINVAL, p, i, "gradient received after its BWD");
-            m->rows_gin += n;
-            break;
+        switch (p->ops[i].kind) {
         case PT_OP_RECOMPUTE:
-            if (!x->recompute)
-                return fail(err, PT_EINVAL, p, i, "RECOMPUTE on a worker that keeps activations");
-            if (m->fwd < 0 || m->bin >= 0 || m->rec >= 0)
-                return fail(err, PT_EINVAL, p, i, "RECOMPUTE not once between FWD and BWD");
-            if (op->version != m->version || (op->flags & PT_OPF_STASH) != m->flags)
-                return fail(err, PT_EINVAL, p, i, "RECOMPUTE reads another version than its FWD");
-            m->rec = i;
-            break;
         case PT_OP_BWD:
         case PT_OP_BWD_INPUT:
-            if (m->fwd < 0)
-                return fail(err, PT_EINVAL, p, i, "BWD before its FWD");
-            if (m->bin >= 0)
-                return fail(err, PT_EINVAL, p, i, "second BWD of the micro-batch");
-            if (x->recompute && m->rec < 0)
-                return fail(err, PT_EINVAL, p, i, "BWD without RECOMPUTE on a recomputing worker");
-            if (x->stage + 1 < S && m->rows_gin != rows)
-                return fail(err, PT_EINVAL, p, i, "BWD before all its gradient rows are received");
-            if (op->version != m->version || (op->flags & PT_OPF_STASH) != m->flags)
-                return fail(err, PT_EINVAL, p, i, "BWD reads another weight version than its FWD");
-            if (!(op->flags & PT_OPF_STASH) &&
-                (op->version > v->max_version || !v->made[op->version]))
-                return fail(err, PT_EINVAL, p, i, "reads a weight version not produced yet");
-            m->bin = i;
-            if (op->kind == PT_OP_BWD)
-                m->bwd = i;
-            break;
         case PT_OP_BWD_WEIGHT:
-            /* the weight half of a split backward: after its BWD_INPUT, any later slot */
-            if (m->bin < 0 || p->ops[m->bin].kind != PT_OP_BWD_INPUT)
-                return fail(err, PT_EINVAL, p, i, "BWD_WEIGHT without an earlier BWD_INPUT");
-            if (m->bwd >= 0)
-                return fail(err, PT_EINVAL, p, i, "second BWD_WEIGHT of the micro-batch");
-            if (op->version != m->version || (op->flags & PT_OPF_STASH) != m->flags)
-                return fail(err, PT_EINVAL, p, i,
-                            "BWD_WEIGHT reads another weight version than its FWD");
-            if (!(op->flags & PT_OPF_STASH) &&
-                (op->version > v->max_version || !v->made[op->version]))
-                return fail(err, PT_EINVAL, p, i, "reads a weight version not produced yet");
-            m->bwd = i;
+            rc = on_bwd(&c, i, err);
             break;
-        case PT_OP_SEND_GRAD:
-            if (m->bin < 0)
-                return fail(err, PT_EINVAL, p, i, "gradient sent before its BWD");
-            m->rows_gout += n;
+        case PT_OP_ALLREDUCE:
+            rc = on_allreduce(&c, i, err);
             break;
-        case PT_OP_ALLREDUCE: {
-            if (!all_bwd_done(v, op))
-                return fail(err, PT_EINVAL, p, i, "all-reduce before every BWD it covers");
-            int a = op->layer_lo, b = op->layer_hi;
-            if (b <= a) {
-                a = x->first;
-                b = x->last;
-            }
-            if (a < x->first || b > x->last)
-                return fail(err, PT_EINVAL, p, i, "bucket outside the worker's layers");
-            if (iss_next < 0) {
-                if (b != x->last)
-                    return fail(err, PT_EINVAL, p, i,
-                                "first bucket of a reduction does not end at the worker's last "
-                                "layer (buckets go last layer first)");
-                iss_lo = op->mb;
-                iss_hi = op->mb_end;
-            } else if (op->mb != iss_lo || op->mb_end != iss_hi || b != iss_next) {
-                return fail(err, PT_EINVAL, p, i,
-                            "bucket does not continue the reduction in progress (same "
-                            "micro-batches, ending where the previous bucket began)");
-            }
-            iss_next = a == x->first ? -1 : a;
-            if (op->flags & PT_OPF_ASYNC) {
-                /* distinct micro-batch ranges among the unwaited ones and this one */
-                int ranges = 0;
-                for (int q = fifo_h; q < fifo_t; q++)
-                    ranges += q == fifo_h || p->ops[fifo[q]].mb != p->ops[fifo[q - 1]].mb;
-                ranges += fifo_t == fifo_h || p->ops[fifo[fifo_t - 1]].mb != op->mb;
-                if (ranges > 2)
-                    return fail(err, PT_EINVAL, p, i,
-                                "all-reduces of more than two gradient ranges unwaited");
-                fifo[fifo_t++] = i;
-                break;
-            }
-            if (reduced_lo != op->mb || reduced_hi != op->mb_end)
-                reduced_layers = 0;
-            reduced_lo = op->mb;
-            reduced_hi = op->mb_end;
-            reduced_layers += b - a;
+        case PT_OP_AR_WAIT:
+            rc = on_ar_wait(&c, i, err);
             break;
-        }
-        case PT_OP_AR_WAIT: {
-            if (fifo_h == fifo_t)
-                return fail(err, PT_EINVAL, p, i, "waits for no asynchronous all-reduce");
-            const pt_op *a = &p->ops[fifo[fifo_h++]];
-            if (a->mb != op->mb || a->mb_end != op->mb_end)
-                return fail(err, PT_EINVAL, p, i,
-                            "waits for another range than the oldest "
-                            "asynchronous all-reduce");
-            if (reduced_lo != a->mb || reduced_hi != a->mb_end)
-                reduced_layers = 0;
-            reduced_lo = a->mb;
-            reduced_hi = a->mb_end;
-            reduced_layers +=
-                a->layer_hi > a->layer_lo ? a->layer_hi - a->layer_lo : x->last - x->first;
-            break;
-        }
         case PT_OP_OPT_STEP:
-            if (!all_bwd_done(v, op))
-                return fail(err, PT_EINVAL, p, i, "OPT_STEP before every BWD it covers");
-            for (int u = op->mb; u < op->mb_end; u++)
-                if (v->mb[u].covered++)
-                    return fail(err, PT_EINVAL, p, i, "applies a micro-batch's gradient twice");
-            if (x->replica_count > 1 && (reduced_lo != op->mb || reduced_hi != op->mb_end ||
-                                         reduced_layers != x->last - x->first))
-                return fail(err, PT_EINVAL, p, i,
-                            "replicated stage steps without a completed all-reduce of all its "
-                            "layers' gradients of the same micro-batches");
-            reduced_lo = reduced_hi = -1;
-            reduced_layers = 0;
-            if (op->version <= newest || op->version > v->max_version)
-                return fail(err, PT_EINVAL, p, i, "produced version is not newer than the last");
-            newest = op->version;
-            v->made[newest] = 1;
+            rc = on_step(&c, i, err);
+            break;
+        default:
+            rc = on_data(&c, i, err);
             break;
         }
+        if (rc < 0)
+            return rc;
     }
-    for (int u = 0; u < p->mb_count; u++) {
-        const mbstate *m = &v->mb[u];
-        char what[96];
-        const char *why = NULL;
-        if (m->fwd >= 0 && m->bin >= 0 && m->bwd < 0)
-            why = "has a BWD_INPUT but no BWD_WEIGHT";
-        else if (m->fwd < 0 || m->bwd < 0)
-            why = "has no FWD or no BWD";
-        else if (x->stage + 1 < S && m->rows_out != rows)
-            why = "does not send all its output rows";
-        else if (x->stage > 0 && m->rows_gout != rows)
-            why = "does not send all its input-gradient rows";
-        else if (p->synchronous && m->covered != 1)
-            why = "is not applied by exactly one OPT_STEP";
-        if (why) {
-            snprintf(what, sizeof what, "micro-batch %d %s", u, why);
-            return pt_error_set(err, PT_EINVAL, "schedule: worker %d (stage %d replica %d): %s", w,
-                                x->stage, x->replica, what);
-        }
-    }
-    return 0;
+    return check_complete(&c, w, err);
 }
 
 /* Replicas of a stage must issue the same collectives in the same order. */

@@ -81,7 +81,7 @@ static int check_plan(const pt_plan *plan, const pt_profile *profile, int M, pt_
         expect = st->last;
         if (st->replica_count < 1 || !st->replicas)
             return pt_error_set(err, PT_EINVAL, "plan: stages[%d].replicas: none", s);
-        if (st->replica_count > plan->microbatch_size)
+        if (st->replica_count > plan->microbatch_size && !pt_plan_round_robin(plan))
             return pt_error_set(err, PT_EINVAL,
                                 "plan: stages[%d].replicas: %d replicas cannot split a "
                                 "micro-batch of %d samples",
@@ -153,6 +153,7 @@ static int setup(pt_program *p, const pt_plan *plan, const pt_profile *pf, int M
     p->kind = plan->schedule;
     p->policy = plan->policy == 'B' ? 'B' : 'A';
     p->vertical_sync = plan->vertical_sync ? 1 : 0;
+    p->round_robin = pt_plan_round_robin(plan);
     p->synchronous = (info->facts.flags & PT_SCHED_SYNCHRONOUS) != 0;
     p->optim = plan->optimizer.kind;
     p->stage_count = S;
@@ -179,7 +180,12 @@ static int setup(pt_program *p, const pt_plan *plan, const pt_profile *pf, int M
             x->device = st->replicas[r];
             x->first = st->first;
             x->last = st->last;
-            pt_sched_rows(plan->microbatch_size, st->replica_count, r, &x->row_lo, &x->row_hi);
+            if (p->round_robin) { /* whole micro-batches */
+                x->row_lo = 0;
+                x->row_hi = plan->microbatch_size;
+            } else {
+                pt_sched_rows(plan->microbatch_size, st->replica_count, r, &x->row_lo, &x->row_hi);
+            }
             x->replica_count = st->replica_count;
             x->recompute = st->recompute ? 1 : 0;
             x->param_bytes = params;
@@ -250,6 +256,70 @@ static void make_empty(pt_program *p)
     p->mb_count = 0;
 }
 
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Windows of M micro-batches a round-robin program's length must be a
+ * multiple of (every stage's replicas divide its micro-batches): L / gcd(M, L)
+ * for L the least common multiple of the replica counts; 0 when above 2^20. */
+static int rr_window_step(const pt_plan *plan, int M)
+{
+    int64_t L = 1;
+    for (int s = 0; s < plan->stage_count && L <= (1 << 20); s++) {
+        int64_t r = plan->stages[s].replica_count;
+        L = L / gcd64(L, r) * r;
+    }
+    int64_t step = L / gcd64(L, M);
+    return step <= (1 << 20) ? (int)step : 0;
+}
+
+int pt_sched_window_count(const pt_plan *plan, int M, int asked, int *out, pt_error *err)
+{
+    const pt_sched_info *info = pt_sched_info_of(plan->schedule);
+    if (!info)
+        return pt_error_set(err, PT_EINVAL, "plan: schedule: kind %d has no generator",
+                            (int)plan->schedule);
+    if (info->facts.flags & PT_SCHED_SYNCHRONOUS) {
+        if (asked > 1)
+            return pt_error_set(err, PT_EINVAL,
+                                "schedule %s: windows: a synchronous schedule covers one "
+                                "iteration, not %d",
+                                info->facts.name, asked);
+        *out = 1;
+        return 0;
+    }
+    int w = asked;
+    if (w <= 0) {
+        w = (2 * plan->stage_count + M - 1) / M + 2;
+        if (w < PT_SCHED_MIN_WINDOWS)
+            w = PT_SCHED_MIN_WINDOWS;
+    }
+    if (pt_plan_round_robin(plan)) {
+        int step = rr_window_step(plan, M);
+        if (step == 0)
+            return pt_error_set(err, PT_ERANGE,
+                                "schedule %s: replication: round-robin rounds of these replica "
+                                "counts need more than 2^20 windows of %d micro-batches",
+                                info->facts.name, M);
+        if (asked > 0 && w % step)
+            return pt_error_set(err, PT_EINVAL,
+                                "schedule %s: windows: %d windows of %d micro-batches do not end "
+                                "on a whole round-robin round of every stage (a multiple of %d "
+                                "windows does)",
+                                info->facts.name, w, M, step);
+        w = (w + step - 1) / step * step;
+    }
+    *out = w;
+    return 0;
+}
+
 int pt_sched_build(const pt_plan *plan, const pt_profile *profile, const pt_sched_opts *opts,
                    pt_program *prog, pt_error *err)
 {
@@ -268,22 +338,8 @@ int pt_sched_build(const pt_plan *plan, const pt_profile *profile, const pt_sche
     if (rc < 0)
         goto fail;
     int windows = 1;
-    if (info->facts.flags & PT_SCHED_SYNCHRONOUS) {
-        if (o.windows > 1) {
-            rc = pt_error_set(err, PT_EINVAL,
-                              "schedule %s: windows: a synchronous schedule covers one iteration, "
-                              "not %d",
-                              info->facts.name, o.windows);
-            goto fail;
-        }
-    } else if (o.windows > 0) {
-        windows = o.windows;
-    } else {
-        int S = plan->stage_count;
-        windows = (2 * S + M - 1) / M + 2;
-        if (windows < PT_SCHED_MIN_WINDOWS)
-            windows = PT_SCHED_MIN_WINDOWS;
-    }
+    if ((rc = pt_sched_window_count(plan, M, o.windows, &windows, err)) < 0)
+        goto fail;
     if ((int64_t)M * windows > (1 << 30)) {
         rc = pt_error_set(err, PT_ERANGE, "schedule %s: %d windows of %d micro-batches is too many",
                           info->facts.name, windows, M);
@@ -354,9 +410,15 @@ int pt_sched_gen_op(pt_program *prog, int kind, int flags, int mb, int mb_end, i
     return 0;
 }
 
-/* Emits one op per replica of stage `s` whose rows overlap [lo, hi). */
+/* Emits one op per replica of stage `s` whose rows overlap [lo, hi); under
+ * round-robin one op to the replica whose turn mb is. */
 static int exchange(pt_program *p, int kind, int s, int mb, int lo, int hi, int64_t per_pm)
 {
+    if (p->round_robin) {
+        int k = p->stage_worker[s] + mb % (p->stage_worker[s + 1] - p->stage_worker[s]);
+        return pt_sched_gen_op(p, kind, 0, mb, mb + 1, -1, k, lo, hi,
+                               pt_sched_scale_bytes(per_pm, hi - lo, p->profile_mb));
+    }
     for (int k = p->stage_worker[s]; k < p->stage_worker[s + 1]; k++) {
         int a = p->workers[k].row_lo > lo ? p->workers[k].row_lo : lo;
         int b = p->workers[k].row_hi < hi ? p->workers[k].row_hi : hi;

@@ -37,13 +37,19 @@
  *   its program order. When host_count is 0 every worker is alone on its
  *   device.
  *
- * Replicated stages use DAPPLE's split-concat in every kind: a micro-batch of
+ * Replicated stages use DAPPLE's split-concat by default: a micro-batch of
  * b samples entering a stage of r replicas is split into r contiguous row
  * ranges (pt_sched_rows); replica j of stage s sends to replica k of stage s+1
  * exactly the rows in both ranges (one-to-many, many-to-one, many-to-many),
- * gradients flow back the same way. PipeDream's round-robin of whole
- * micro-batches over replicas is NOT used, so every replica of a stage runs
- * every micro-batch and weight-version counts do not depend on replication.
+ * gradients flow back the same way; every replica runs every micro-batch.
+ * A kind with PT_SCHED_OPT_ROUND_ROBIN on a round-robin plan
+ * (pt_plan_round_robin; prog->round_robin) runs PipeDream's replication
+ * instead: replica j of a stage of r replicas runs whole micro-batches
+ * j, j+r, j+2r, ... (all b rows; pt_sched_owns), micro-batch k goes from
+ * replica k mod r_s of stage s to replica k mod r_{s+1} of stage s+1, and the
+ * replicas' all-reduce and step cover the round [t·r, (t+1)·r) of micro-batches
+ * they ran one each of. The program then covers a multiple of every stage's r
+ * micro-batches.
  *
  * Weight versions: FWD/BWD/RECOMPUTE carry the version they read, OPT_STEP the
  * version it produces (it reads the newest version on that worker and applies
@@ -111,6 +117,7 @@ typedef struct pt_program {
     pt_sched_kind kind;
     char policy;          /* kinds with PT_SCHED_OPT_POLICY: 'A' or 'B' */
     int vertical_sync;    /* kinds with PT_SCHED_OPT_VSYNC */
+    int round_robin;      /* 1: replicated stages take whole micro-batches round-robin */
     int synchronous;      /* 1: one iteration ending in a flush (PT_SCHED_SYNCHRONOUS) */
     pt_optim_kind optim;  /* optimizer, for its state and step cost */
     int stage_count;      /* S */
@@ -202,6 +209,13 @@ static inline void pt_sched_rows(int b, int r, int j, int *lo, int *hi)
     *hi = (int)((int64_t)b * (j + 1) / r);
 }
 
+/* Whether worker x runs micro-batch mb: always under split-concat; under
+ * round-robin when mb is its turn (mb mod r = its replica). */
+static inline int pt_sched_owns(const pt_program *p, const pt_worker *x, int mb)
+{
+    return !p->round_robin || mb % x->replica_count == x->replica;
+}
+
 /* Bytes of `rows` samples of a tensor of `mb_bytes` bytes per profile
  * micro-batch of `profile_mb` samples (floor). Used for every SEND/RECV so both
  * ends agree. */
@@ -214,11 +228,23 @@ static inline int64_t pt_sched_scale_bytes(int64_t mb_bytes, int rows, int profi
  * an earlier build (its buffers are reused, so re-building on every keystroke
  * does not allocate once capacity suffices). profile gives the bytes of
  * activations, gradients and parameters; NULL leaves every bytes field 0.
+ * A round-robin program's default window count is the smallest at least the
+ * usual one whose micro-batches are a multiple of every stage's replicas.
  * On error prog is left empty (op_count 0, worker_count 0) but keeps its
  * buffers, and err names the field: a stage whose replica count exceeds the
- * micro-batch size, 2bw with M < S, a profile whose layer count differs. */
+ * micro-batch size (split-concat), 2bw with M < S, a profile whose layer
+ * count differs, round-robin windows whose micro-batches some stage's
+ * replicas do not divide. */
 int pt_sched_build(const pt_plan *plan, const pt_profile *profile, const pt_sched_opts *opts,
                    pt_program *prog, pt_error *err);
+
+/* The windows of M micro-batches pt_sched_build makes plan's program cover
+ * when opts asks for `asked` (0: the default): 1 for a synchronous kind;
+ * asked, or max(PT_SCHED_MIN_WINDOWS, ceil(2S/M) + 2), for an asynchronous
+ * one, rounded up to whole rounds of every stage under round-robin. 0 with
+ * *out, or PT_EINVAL / PT_ERANGE with err saying why (asked windows of a
+ * synchronous kind or mid-round, rounds past 2^20 windows). O(S). */
+int pt_sched_window_count(const pt_plan *plan, int M, int asked, int *out, pt_error *err);
 
 /* Hosts of a program: the number of independently running sequences (the
  * hosts, or the workers when host_count is 0), host h's op count and its k-th

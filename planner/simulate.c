@@ -598,153 +598,205 @@ static double op_duration(const pt_program *p, pt_sim *sim, const pt_cost *cost,
     }
 }
 
-static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_error *err)
+/* one pass of the event loop: the program, its simulation state and the
+ * cost constants every op reads */
+typedef struct run_ctx {
+    const pt_program *p;
+    pt_sim *sim;
+    const pt_cost *cost;
+    int top;
+    double gap, recv_wake;
+    int hold;
+} run_ctx;
+
+enum { STEP_DONE = 0, STEP_BLOCKED = 1 };
+
+static int step_send(run_ctx *c, int i, int w)
 {
-    int top = 0;
-    const double gap = pt_cost_op_overhead_s(cost);
-    const int hold = pt_cost_sends_hold(cost);
-    const double recv_wake = pt_cost_recv_wake_s(cost);
-    for (int i = 0; i < p->op_count; i++)
-        sim->arrival[i] = -1;
-    for (int k = 0; k < sim->ar_first[p->stage_count]; k++)
-        sim->insts[k] = (inst){0, 0, 0, 0};
-    const int hosted = p->host_count > 0, nh = pt_sched_host_count(p);
-    for (int h = nh - 1; h >= 0; h--) {
-        sim->hpc[h] = 0;
-        sim->stack[top++] = h;
-        if (hosted)
-            sim->lanes[h] = (lanes){0, 0, 0};
+    pt_sim *sim = c->sim;
+    const pt_op *op = &c->p->ops[i];
+    wstate *st = &sim->ws[w];
+    if (op->kind == PT_OP_SEND_ACT)
+        st->hook_rows = 0;
+    int j = sim->match[i];
+    double start = st->ready > st->comm_free ? st->ready : st->comm_free;
+    double end =
+        start + pt_cost_p2p_s(c->cost, c->p->workers[w].device, sim->devs[op->peer], op->bytes);
+    st->comm_free = end;
+    if (c->hold && end > st->ready)
+        st->ready = end;
+    sim->events[i].start = start;
+    sim->events[i].end = end;
+    /* a receiver already waiting returns recv_wake after the send ends */
+    sim->arrival[j] = end + c->recv_wake;
+    if (sim->ws[op->peer].blocked == j)
+        wake(c->p, sim, &c->top, op->peer);
+    return STEP_DONE;
+}
+
+static int step_recv(run_ctx *c, int i, int w)
+{
+    pt_sim *sim = c->sim;
+    wstate *st = &sim->ws[w];
+    st->hook_rows = 0;
+    if (sim->arrival[i] < 0) {
+        st->blocked = i;
+        return STEP_BLOCKED;
     }
-    while (top > 0) {
-        int h = sim->stack[--top], len = pt_sched_host_len(p, h);
-        while (sim->hpc[h] < len) {
-            int i = pt_sched_host_op(p, h, sim->hpc[h]);
-            int w = sim->events[i].worker;
-            const pt_worker *x = &p->workers[w];
-            wstate *st = &sim->ws[w];
-            int r = x->replica_count;
-            if (hosted) { /* the device's lanes, as the host's previous op left them */
-                st->ready = sim->lanes[h].ready;
-                st->comp_free = sim->lanes[h].comp_free;
-                st->comm_free = sim->lanes[h].comm_free;
-            }
-            const pt_op *op = &p->ops[i];
-            pt_sim_event *ev = &sim->events[i];
-            ev->lane = (uint8_t)pt_op_lane(op->kind);
-            switch (op->kind) {
-            case PT_OP_SEND_ACT:
-            case PT_OP_SEND_GRAD: {
-                if (op->kind == PT_OP_SEND_ACT)
-                    st->hook_rows = 0;
-                int j = sim->match[i];
-                double start = st->ready > st->comm_free ? st->ready : st->comm_free;
-                double end = start + pt_cost_p2p_s(cost, x->device, sim->devs[op->peer], op->bytes);
-                st->comm_free = end;
-                if (hold && end > st->ready)
-                    st->ready = end;
-                ev->start = start;
-                ev->end = end;
-                /* a receiver already waiting returns recv_wake after the send ends */
-                sim->arrival[j] = end + recv_wake;
-                if (sim->ws[op->peer].blocked == j)
-                    wake(p, sim, &top, op->peer);
-                break;
-            }
-            case PT_OP_RECV_ACT:
-            case PT_OP_RECV_GRAD:
-                st->hook_rows = 0;
-                if (sim->arrival[i] < 0) {
-                    st->blocked = i;
-                    goto blocked;
-                }
-                ev->start = st->ready;
-                if (sim->arrival[i] > st->ready)
-                    st->ready = sim->arrival[i];
-                ev->end = st->ready;
-                break;
-            case PT_OP_ALLREDUCE: {
-                int k = sim->match[i];
-                inst *in = &sim->insts[k];
-                if (!st->joined) {
-                    st->joined = 1;
-                    /* a hooked bucket is ready once the BWD has run its layers, which
-                     * come last in the backward's order: layers [layer_lo, last) */
-                    double ready = st->ready;
-                    if ((op->flags & PT_OPF_ASYNC) && st->hook_rows > 0 &&
-                        op->layer_hi > op->layer_lo)
-                        ready = st->hook_start + pt_cost_bwd_s(cost, op->layer_lo, x->last,
-                                                               st->hook_rows, x->device);
-                    if (in->count == 0 || ready > in->start)
-                        in->start = ready;
-                    if (++in->count == r) {
-                        int s = x->stage;
-                        if (k > sim->ar_first[s] && sim->insts[k - 1].end > in->start)
-                            in->start = sim->insts[k - 1].end;
-                        in->end =
-                            in->start +
-                            pt_cost_allreduce_s(cost, sim->devs + p->stage_worker[s], r, op->bytes);
-                        in->done = 1;
-                        for (int u = p->stage_worker[s]; u < p->stage_worker[s + 1]; u++) {
-                            int b = sim->ws[u].blocked;
-                            if (b >= 0 && (pt_op_facts(p->ops[b].kind) & PT_OPK_COLLECTIVE) &&
-                                sim->match[b] == k)
-                                wake(p, sim, &top, u);
-                        }
-                    }
-                }
-                if (!(op->flags & PT_OPF_ASYNC)) {
-                    if (!in->done) {
-                        st->blocked = i;
-                        goto blocked;
-                    }
-                    if (in->end > st->ready)
-                        st->ready = in->end;
-                }
-                st->joined = 0;
-                break;
-            }
-            case PT_OP_AR_WAIT: {
-                st->hook_rows = 0;
-                int k = sim->match[i];
-                if (k < 0)
-                    return pt_error_set(err, PT_EINVAL,
-                                        "simulate: op %d: AR_WAIT without an asynchronous "
-                                        "ALLREDUCE before it",
-                                        i);
-                if (!sim->insts[k].done) {
-                    st->blocked = i;
-                    goto blocked;
-                }
-                ev->start = st->ready;
-                if (sim->insts[k].end > st->ready)
-                    st->ready = sim->insts[k].end;
-                ev->end = st->ready;
-                break;
-            }
-            default: {
-                double start = st->ready > st->comp_free ? st->ready : st->comp_free;
-                double end = start + op_duration(p, sim, cost, w, op);
-                st->hook_start = start;
-                st->hook_rows = op->kind == PT_OP_BWD ? op->row_hi - op->row_lo : 0;
-                ev->start = start;
-                ev->end = end;
-                st->comp_free = st->ready = end;
-                st->busy += end - start;
-                mem_op(p, sim, w, i);
-                break;
-            }
-            }
-            /* the runtime's time between two ops (dispatch, messaging,
-             * telemetry): the next op of this worker starts that much later */
-            st->ready += gap;
-            st->pc++;
-            sim->hpc[h]++;
-            if (hosted)
-                sim->lanes[h] = (lanes){st->ready, st->comp_free, st->comm_free};
+    sim->events[i].start = st->ready;
+    if (sim->arrival[i] > st->ready)
+        st->ready = sim->arrival[i];
+    sim->events[i].end = st->ready;
+    return STEP_DONE;
+}
+
+/* worker w joins all-reduce instance k; the last of the stage's r replicas to
+ * join starts it (after the stage's previous instance) and wakes the waiters */
+static void join_allreduce(run_ctx *c, int i, int w, int k)
+{
+    const pt_program *p = c->p;
+    pt_sim *sim = c->sim;
+    const pt_op *op = &p->ops[i];
+    const pt_worker *x = &p->workers[w];
+    wstate *st = &sim->ws[w];
+    inst *in = &sim->insts[k];
+    st->joined = 1;
+    /* a hooked bucket is ready once the BWD has run its layers, which
+     * come last in the backward's order: layers [layer_lo, last) */
+    double ready = st->ready;
+    if ((op->flags & PT_OPF_ASYNC) && st->hook_rows > 0 && op->layer_hi > op->layer_lo)
+        ready = st->hook_start +
+                pt_cost_bwd_s(c->cost, op->layer_lo, x->last, st->hook_rows, x->device);
+    if (in->count == 0 || ready > in->start)
+        in->start = ready;
+    if (++in->count < x->replica_count)
+        return;
+    int s = x->stage;
+    if (k > sim->ar_first[s] && sim->insts[k - 1].end > in->start)
+        in->start = sim->insts[k - 1].end;
+    in->end = in->start + pt_cost_allreduce_s(c->cost, sim->devs + p->stage_worker[s],
+                                              x->replica_count, op->bytes);
+    in->done = 1;
+    for (int u = p->stage_worker[s]; u < p->stage_worker[s + 1]; u++) {
+        int b = sim->ws[u].blocked;
+        if (b >= 0 && (pt_op_facts(p->ops[b].kind) & PT_OPK_COLLECTIVE) && sim->match[b] == k)
+            wake(p, sim, &c->top, u);
+    }
+}
+
+static int step_allreduce(run_ctx *c, int i, int w)
+{
+    pt_sim *sim = c->sim;
+    const pt_op *op = &c->p->ops[i];
+    wstate *st = &sim->ws[w];
+    int k = sim->match[i];
+    inst *in = &sim->insts[k];
+    if (!st->joined)
+        join_allreduce(c, i, w, k);
+    if (!(op->flags & PT_OPF_ASYNC)) {
+        if (!in->done) {
+            st->blocked = i;
+            return STEP_BLOCKED;
         }
-    blocked:;
+        if (in->end > st->ready)
+            st->ready = in->end;
     }
-    int stuck = 0;
+    st->joined = 0;
+    return STEP_DONE;
+}
+
+static int step_ar_wait(run_ctx *c, int i, int w, pt_error *err)
+{
+    pt_sim *sim = c->sim;
+    wstate *st = &sim->ws[w];
+    st->hook_rows = 0;
+    int k = sim->match[i];
+    if (k < 0)
+        return pt_error_set(err, PT_EINVAL,
+                            "simulate: op %d: AR_WAIT without an asynchronous "
+                            "ALLREDUCE before it",
+                            i);
+    if (!sim->insts[k].done) {
+        st->blocked = i;
+        return STEP_BLOCKED;
+    }
+    sim->events[i].start = st->ready;
+    if (sim->insts[k].end > st->ready)
+        st->ready = sim->insts[k].end;
+    sim->events[i].end = st->ready;
+    return STEP_DONE;
+}
+
+static int step_compute(run_ctx *c, int i, int w)
+{
+    pt_sim *sim = c->sim;
+    const pt_op *op = &c->p->ops[i];
+    wstate *st = &sim->ws[w];
+    double start = st->ready > st->comp_free ? st->ready : st->comp_free;
+    double end = start + op_duration(c->p, sim, c->cost, w, op);
+    st->hook_start = start;
+    st->hook_rows = op->kind == PT_OP_BWD ? op->row_hi - op->row_lo : 0;
+    sim->events[i].start = start;
+    sim->events[i].end = end;
+    st->comp_free = st->ready = end;
+    st->busy += end - start;
+    mem_op(c->p, sim, w, i);
+    return STEP_DONE;
+}
+
+static int step_op(run_ctx *c, int i, int w, pt_error *err)
+{
+    const pt_op *op = &c->p->ops[i];
+    c->sim->events[i].lane = (uint8_t)pt_op_lane(op->kind);
+    switch (op->kind) {
+    case PT_OP_SEND_ACT:
+    case PT_OP_SEND_GRAD:
+        return step_send(c, i, w);
+    case PT_OP_RECV_ACT:
+    case PT_OP_RECV_GRAD:
+        return step_recv(c, i, w);
+    case PT_OP_ALLREDUCE:
+        return step_allreduce(c, i, w);
+    case PT_OP_AR_WAIT:
+        return step_ar_wait(c, i, w, err);
+    default:
+        return step_compute(c, i, w);
+    }
+}
+
+/* runs host h's ops until it ends or blocks; <0 on an error */
+static int run_host(run_ctx *c, int h, pt_error *err)
+{
+    const pt_program *p = c->p;
+    pt_sim *sim = c->sim;
+    const int hosted = p->host_count > 0, len = pt_sched_host_len(p, h);
+    while (sim->hpc[h] < len) {
+        int i = pt_sched_host_op(p, h, sim->hpc[h]);
+        int w = sim->events[i].worker;
+        wstate *st = &sim->ws[w];
+        if (hosted) { /* the device's lanes, as the host's previous op left them */
+            st->ready = sim->lanes[h].ready;
+            st->comp_free = sim->lanes[h].comp_free;
+            st->comm_free = sim->lanes[h].comm_free;
+        }
+        int rc = step_op(c, i, w, err);
+        if (rc != STEP_DONE)
+            return rc;
+        /* the runtime's time between two ops (dispatch, messaging,
+         * telemetry): the next op of this worker starts that much later */
+        st->ready += c->gap;
+        st->pc++;
+        sim->hpc[h]++;
+        if (hosted)
+            sim->lanes[h] = (lanes){st->ready, st->comp_free, st->comm_free};
+    }
+    return STEP_DONE;
+}
+
+/* the hosts that never finished, named by the op each waits on */
+static int deadlock_error(const pt_program *p, const pt_sim *sim, pt_error *err)
+{
+    int stuck = 0, nh = pt_sched_host_count(p);
     char msg[PT_ERROR_MAX] = "", buf[160];
     size_t len = 0;
     for (int h = 0; h < nh; h++) {
@@ -762,6 +814,34 @@ static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_
         return pt_error_set(err, PT_EDEADLOCK, "simulate: deadlock: %d workers blocked: %.400s",
                             stuck, msg);
     return 0;
+}
+
+static int run_events(const pt_program *p, pt_sim *sim, const pt_cost *cost, pt_error *err)
+{
+    run_ctx c = {p,
+                 sim,
+                 cost,
+                 0,
+                 pt_cost_op_overhead_s(cost),
+                 pt_cost_recv_wake_s(cost),
+                 pt_cost_sends_hold(cost)};
+    for (int i = 0; i < p->op_count; i++)
+        sim->arrival[i] = -1;
+    for (int k = 0; k < sim->ar_first[p->stage_count]; k++)
+        sim->insts[k] = (inst){0, 0, 0, 0};
+    const int hosted = p->host_count > 0, nh = pt_sched_host_count(p);
+    for (int h = nh - 1; h >= 0; h--) {
+        sim->hpc[h] = 0;
+        sim->stack[c.top++] = h;
+        if (hosted)
+            sim->lanes[h] = (lanes){0, 0, 0};
+    }
+    while (c.top > 0) {
+        int rc = run_host(&c, sim->stack[--c.top], err);
+        if (rc < 0)
+            return rc;
+    }
+    return deadlock_error(p, sim, err);
 }
 
 static double overlap(double a, double b, double lo, double hi)

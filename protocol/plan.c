@@ -16,7 +16,8 @@ _Static_assert(PT_PLAN_CHUNKS_MAX == PT_SCHED_CHUNKS_MAX, "one bound on model ch
 static const char *const plan_keys[] = {
     "v", "model", "layers", "microbatch", "schedule", "optimizer", "stages", "precision", NULL};
 static const char *const mb_keys[] = {"size", "count", NULL};
-static const char *const sched_keys[] = {"kind", "policy", "vertical_sync", "chunks", NULL};
+static const char *const sched_keys[] = {"kind",   "policy",      "vertical_sync",
+                                         "chunks", "replication", NULL};
 static const char *const sgd_keys[] = {"kind", "lr", "momentum", "weight_decay", NULL};
 static const char *const adam_keys[] = {"kind", "lr",           "beta1", "beta2",
                                         "eps",  "weight_decay", NULL};
@@ -57,6 +58,29 @@ pt_plan *pt_plan_new(int stage_count)
     p->chunks = 1;
     p->optimizer = pt_optim_default(PT_OPTIM_SGD);
     return p;
+}
+
+int pt_plan_round_robin(const pt_plan *plan)
+{
+    return plan && plan->replication == PT_REPL_ROUND_ROBIN &&
+           pt_sched_kind_has(plan->schedule, PT_SCHED_OPT_ROUND_ROBIN);
+}
+
+int pt_plan_rr_inflight(const pt_plan *plan, int s)
+{
+    int64_t R = 0;
+    for (int v = s; v < plan->stage_count; v++)
+        R += plan->stages[v].replica_count;
+    int r = plan->stages[s].replica_count;
+    return (int)((R + r - 1) / r);
+}
+
+const char *pt_replication_name(pt_replication replication)
+{
+    static const char *const names[] = {
+        [PT_REPL_SPLIT_CONCAT] = "split-concat", [PT_REPL_ROUND_ROBIN] = "round-robin"};
+    int k = (int)replication;
+    return k >= 0 && k < (int)(sizeof names / sizeof *names) ? names[k] : NULL;
 }
 
 int pt_plan_set_replicas(pt_plan *plan, int s, const int *devices, int count)
@@ -259,7 +283,7 @@ static int check_stages(pt_jr *jr, const pt_plan *p)
                 return pt_jr_fail(jr, PT_ERANGE, rpath, NULL, "must be in [0, %d) (got %d)",
                                   PT_PLAN_DEVICE_MAX, st->replicas[r]);
             }
-        if (st->replica_count > p->microbatch_size)
+        if (st->replica_count > p->microbatch_size && !pt_plan_round_robin(p))
             return pt_jr_fail(jr, PT_EINVAL, path, "replicas",
                               "%d replicas share a micro-batch of %d samples; each needs at "
                               "least one",
@@ -336,6 +360,32 @@ static int check_chunks(pt_jr *jr, const pt_plan *p)
     return 0;
 }
 
+/* Round-robin replication: only kinds that read it; not with vertical sync
+ * once a stage is replicated (a version is a round of that stage's replicas,
+ * not a point of stage 0's history). */
+static int check_replication(pt_jr *jr, const pt_plan *p)
+{
+    if (p->replication != PT_REPL_SPLIT_CONCAT && p->replication != PT_REPL_ROUND_ROBIN)
+        return pt_jr_fail(jr, PT_EINVAL, "schedule", "replication", "unknown value %d",
+                          (int)p->replication);
+    if (p->replication == PT_REPL_ROUND_ROBIN &&
+        !pt_sched_kind_has(p->schedule, PT_SCHED_OPT_ROUND_ROBIN)) {
+        char list[256];
+        pt_sched_kind_list(PT_SCHED_OPT_ROUND_ROBIN, list, sizeof list);
+        return pt_jr_fail(jr, PT_EINVAL, "schedule", "replication",
+                          "round-robin: only the %s schedule hands whole micro-batches to replicas",
+                          list);
+    }
+    int replicated = 0;
+    for (int s = 0; s < p->stage_count; s++)
+        replicated |= p->stages[s].replica_count > 1;
+    if (pt_plan_round_robin(p) && p->vertical_sync && replicated)
+        return pt_jr_fail(jr, PT_EINVAL, "schedule", "vertical_sync",
+                          "not with round-robin replication of a replicated stage (set "
+                          "\"replication\": \"split-concat\")");
+    return 0;
+}
+
 static int validate(pt_jr *jr, const pt_plan *p)
 {
     if (p->layer_count < 1 || p->layer_count > PT_PLAN_LAYERS_MAX)
@@ -360,7 +410,7 @@ static int validate(pt_jr *jr, const pt_plan *p)
                           p->layer_count);
     int rc;
     if ((rc = check_optimizer(jr, &p->optimizer)) < 0 || (rc = check_stages(jr, p)) < 0 ||
-        (rc = check_chunks(jr, p)) < 0)
+        (rc = check_chunks(jr, p)) < 0 || (rc = check_replication(jr, p)) < 0)
         return rc;
     return check_devices(jr, p);
 }
@@ -508,6 +558,25 @@ static int parse_schedule(pt_jr *jr, const cJSON *root, pt_plan *p)
         if ((rc = pt_jr_int(jr, obj, "schedule", "chunks", PT_JR_REQUIRED, PT_PLAN_CHUNKS_DEFAULT,
                             lo, hi, &p->chunks)) < 0)
             return rc;
+    }
+    p->replication = pt_sched_kind_has(p->schedule, PT_SCHED_OPT_ROUND_ROBIN)
+                         ? PT_REPL_ROUND_ROBIN
+                         : PT_REPL_SPLIT_CONCAT;
+    if (pt_jr_item(obj, "replication")) {
+        if (!pt_sched_kind_has(p->schedule, PT_SCHED_OPT_ROUND_ROBIN))
+            return option_refused(jr, "replication", PT_SCHED_OPT_ROUND_ROBIN,
+                                  "a choice of replication");
+        char rep[16];
+        if ((rc = pt_jr_str(jr, obj, "schedule", "replication", PT_JR_REQUIRED, NULL, rep,
+                            sizeof rep)) < 0)
+            return rc;
+        if (!strcmp(rep, "split-concat"))
+            p->replication = PT_REPL_SPLIT_CONCAT;
+        else if (!strcmp(rep, "round-robin"))
+            p->replication = PT_REPL_ROUND_ROBIN;
+        else
+            return pt_jr_fail(jr, PT_EINVAL, "schedule", "replication",
+                              "must be \"split-concat\" or \"round-robin\" (got \"%s\")", rep);
     }
     p->vertical_sync = 0;
     if (pt_jr_item(obj, "vertical_sync")) {
@@ -705,6 +774,11 @@ cJSON *pt_plan_to_tree(const pt_plan *plan)
         goto fail;
     if (pt_sched_kind_has(plan->schedule, PT_SCHED_OPT_CHUNKS) &&
         !pt_jr_add_number(sched, "chunks", plan->chunks))
+        goto fail;
+    if (pt_sched_kind_has(plan->schedule, PT_SCHED_OPT_ROUND_ROBIN) &&
+        !cJSON_AddStringToObject(
+            sched, "replication",
+            pt_replication_name(plan->replication) ? pt_replication_name(plan->replication) : "?"))
         goto fail;
     if (add_optimizer(root, &plan->optimizer) < 0 ||
         (plan->precision[0] && pt_precision_parse(plan->precision) >= 0 &&

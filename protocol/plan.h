@@ -33,6 +33,19 @@ typedef struct pt_optim_spec {
 #define PT_OPTIM_ADAM_LR 1e-3f
 pt_optim_spec pt_optim_default(pt_optim_kind kind);
 
+/* How the replicas of a stage share the micro-batches. */
+typedef enum pt_replication {
+    /* DAPPLE's split-concat: every micro-batch is split over the stage's
+     * replicas in contiguous row ranges (pt_sched_rows); every replica runs
+     * every micro-batch. Every kind. */
+    PT_REPL_SPLIT_CONCAT = 0,
+    /* PipeDream's runtime: replica j of a stage of r takes whole micro-batches
+     * j, j+r, j+2r, ...; the replicas synchronise (all-reduce, step) once per
+     * round of r micro-batches, averaging their gradients. Kinds with
+     * PT_SCHED_OPT_ROUND_ROBIN (pipedream), where it is the default. */
+    PT_REPL_ROUND_ROBIN = 1,
+} pt_replication;
+
 typedef struct pt_stage {
     int first, last;   /* layers [first, last) of the model */
     int replica_count; /* >= 1 */
@@ -54,6 +67,8 @@ typedef struct pt_plan {
                                device; stages then holds the S·v chunks in model order, chunk c of
                                pipeline rank d being stages[d + c·S], whose replicas are stages[d]'s
                                devices; 1 for every other kind */
+    pt_replication replication; /* kinds with PT_SCHED_OPT_ROUND_ROBIN (pipedream); files default
+                                   to round-robin there; pt_plan_new to split-concat */
     pt_optim_spec optimizer;
     /* The precision the plan trains in (a name of protocol/precision.h); ""
      * when the plan does not say, which means its profile's. A stated one
@@ -113,6 +128,19 @@ int pt_plan_rank_count(const pt_plan *plan);
  * pt_plan_rank_count stages (an interleaved plan's agent holds every chunk
  * of its device); pt_plan_device_count for any other plan. */
 int pt_plan_agent_count(const pt_plan *plan);
+/* 1 when the plan's replicated stages take whole micro-batches round-robin:
+ * its kind reads "replication" (PT_SCHED_OPT_ROUND_ROBIN) and it is
+ * round-robin; 0 for split-concat (every other plan). */
+int pt_plan_round_robin(const pt_plan *plan);
+/* Micro-batches a replica of stage s holds in flight in an asynchronous
+ * round-robin pipeline: ceil(R_s / r_s), R_s the replicas of stages s..S-1
+ * and r_s its own (PipeDream's runtime admits (R_s - 1) / r_s warm-up
+ * micro-batches per replica before its first backward, plus the one in
+ * flight; S - s for a straight pipeline). The plan must be valid. */
+int pt_plan_rr_inflight(const pt_plan *plan, int s);
+/* "split-concat" or "round-robin" (NULL for another value). */
+const char *pt_replication_name(pt_replication replication);
+
 /* NULL-safe; frees the plan and its stages and sets *plan_p = NULL. */
 void pt_plan_free(pt_plan **plan_p);
 

@@ -114,9 +114,11 @@ int pt_sched_kind_versions_stash(const pt_sched_shape *q);
     X(1F1B_FLUSH, "1f1b-flush", PT_SCHED_SYNCHRONOUS, pt_sched_kind_inflight_1f1b,                 \
       pt_sched_kind_versions_one, NULL, 1, 1, pt_sched_gen_1f1b_flush,                             \
       "PipeDream-Flush: S-i warm-up forwards, 1F1B, flush per mini-batch")                         \
-    X(PIPEDREAM, "pipedream", PT_SCHED_OPT_VSYNC, pt_sched_kind_inflight_async,                    \
-      pt_sched_kind_versions_stash, NULL, 1, 1, pt_sched_gen_pipedream,                            \
-      "asynchronous 1F1B, step after every backward, weight stashing (S-i versions)")            \
+    X(PIPEDREAM, "pipedream", PT_SCHED_OPT_VSYNC | PT_SCHED_OPT_ROUND_ROBIN,                       \
+      pt_sched_kind_inflight_async, pt_sched_kind_versions_stash, NULL, 1, 1,                      \
+      pt_sched_gen_pipedream,                                                                      \
+      "asynchronous 1F1B, weight stashing; a replicated stage takes whole micro-batches "          \
+      "round-robin and synchronises once per round (or split-concat: step after every backward)")  \
     X(2BW, "2bw", 0, pt_sched_kind_inflight_1f1b, pt_sched_kind_versions_two, NULL, 1, 1,          \
       pt_sched_gen_2bw,                                                                            \
       "1F1B without flush, gradients coalesced over M micro-batches, two weight versions")         \
@@ -157,8 +159,12 @@ enum {
     /* Reads the plan's "chunks" (interleaved): v model chunks per device, the
      * plan's stages being the S·v chunks in model order (docs/architecture.md). */
     PT_SCHED_OPT_CHUNKS = 16,
+    /* Reads the plan's "replication" (pipedream): a replicated stage takes
+     * whole micro-batches round-robin (PipeDream's runtime) or splits each
+     * micro-batch over its replicas (DAPPLE's split-concat, every other kind). */
+    PT_SCHED_OPT_ROUND_ROBIN = 32,
 };
-#define PT_SCHED_FLAGS_ALL 31u
+#define PT_SCHED_FLAGS_ALL 63u
 
 typedef enum pt_sched_kind {
 #define PT_SCHED_ENUM_(ID, name, flags, inflight, versions, hold, cmin, cmax, generator, summary)  \

@@ -269,7 +269,7 @@ static int step(dry *d, int i)
     case PT_OP_ALLREDUCE: {
         int g = d->group[op->mb];
         for (int m = op->mb; m < op->mb_end; m++) {
-            if (d->state[m] != MB_BWD)
+            if (d->state[m] != MB_BWD && pt_sched_owns(d->p, wk, m))
                 return fail(d, i, "all-reduces gradients of a backward not yet run");
             if (d->group[m] != g)
                 return fail(d, i, "covers micro-batches of different optimizer steps");
@@ -305,8 +305,8 @@ static int step(dry *d, int i)
         return 0;
     }
     case PT_OP_OPT_STEP: {
-        for (int m = op->mb; m < op->mb_end; m++)
-            if (d->state[m] != MB_BWD)
+        for (int m = op->mb; m < op->mb_end; m++) /* round-robin: this replica's share */
+            if (d->state[m] != MB_BWD && pt_sched_owns(d->p, wk, m))
                 return fail(d, i, "applies gradients of a backward not yet run");
         if (d->group_buf[i] < 0)
             return fail(d, i, "no gradient to apply");

@@ -215,8 +215,28 @@ static int grads_finite(pt_exec *ex, const float *grads, int64_t iteration, pt_e
  * stashes, hold the live weights, the step writes the new weights into an
  * array of their own and the old ones stay where they are, as a kept
  * version (out of place: no copy); else it steps in place. */
+/* Round-robin replication (planner/schedule.h): the loss of every
+ * micro-batch is scaled for the last stage's step, which covers r_last
+ * micro-batches (exec_plan.c's step_samples), so a step of stage i, whose
+ * all-reduce summed the gradients of its round's r_i micro-batches, rescales
+ * by r_last / r_i: every stage then applies the mean gradient of the round it
+ * synchronised, as PipeDream's replicas averaging through
+ * DistributedDataParallel do. 1 for every other program. */
+static float rr_step_scale(const pt_exec *ex)
+{
+    const pt_program *p = ex->p;
+    if (!p->round_robin)
+        return 1.0f;
+    int S = p->stage_count;
+    int r_last = p->stage_worker[S] - p->stage_worker[S - 1];
+    return (float)r_last / (float)ex->wk->replica_count;
+}
+
 static int opt_step(pt_exec *ex, int i, const pt_op *op, float *grads, pt_error *err)
 {
+    float g = rr_step_scale(ex);
+    if (g != 1.0f)
+        ex->be->scale(ex->be, ex->pcount, g, grads);
     int held = 0;
     for (int j = 0; j < ex->live_n; j++)
         held += ex->plan.last_read[ex->live_list[j]] > i;

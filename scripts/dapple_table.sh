@@ -5,7 +5,47 @@
 # (--kinds sync), the paper-faithful plan (--objective dapple) and the dp
 # baseline, each scored by the simulator (pipetop plan prints it).
 # usage: scripts/dapple_table.sh [PIPETOP] [GLOBAL_BATCH]
+#        scripts/dapple_table.sh --decisions [PIPETOP] [GLOBAL_BATCH]
+# The second form prints the docs/planners.md table "DAPPLE's decisions":
+# ResNet-50, VGG-16 and GNMT (gnmt_large) on each configuration, the default
+# dapple plan against dp (both simulated) and --objective dapple's choice with
+# its own latency of each candidate family (its report's why).
 set -eu
+if [ "${1:-}" = "--decisions" ]; then
+    PIPETOP=${2:-build/pipetop}
+    GBS=${3:-128}
+    echo "| config | profile | default dapple (sim ms) | dp (sim ms) | --objective dapple: DP / best P:Q / G/2:G/2 / straight (its ms) | its choice |"
+    echo "| --- | --- | --- | ---: | --- | --- |"
+    for c in a b c; do
+        for m in resnet50 vgg16 gnmt_large; do
+            t=topologies/dapple-config-$c.json
+            f=profiles/$m.json
+            d=$("$PIPETOP" plan --planner dapple --profile "$f" --topology "$t" --batch "$GBS" \
+                --json 2>/dev/null)
+            b=$("$PIPETOP" plan --planner dp --profile "$f" --topology "$t" --batch "$GBS" \
+                --json 2>/dev/null)
+            p=$("$PIPETOP" plan --planner dapple --objective dapple --profile "$f" \
+                --topology "$t" --batch "$GBS" --json 2>/dev/null)
+            python3 -c '
+import json, re, sys
+d, b, p = (json.loads(x) for x in sys.argv[4:7])
+def shape(j):
+    s = j["plan"]["stages"]
+    r = ":".join(str(len(x["replicas"])) for x in s)
+    return ("DP " + r) if len(s) == 1 else r
+w = p["why"]
+fam = []
+for name in ("overlapped DP", "bipartition P:Q", "G/2:G/2 straight", "straight pipeline"):
+    m = re.search(re.escape(name) + r"(?: [0-9]+:[0-9]+ cut [0-9]+| S=[0-9]+)? ([0-9.]+) ms", w)
+    fam.append(m.group(1) if m else "-")
+choice = re.search(r"chose ([A-Za-z/:0-9 ]+?)(?: \(|$)", w)
+print("| %s | %s | %s %.1f | %.1f | %s | %s: %s |" % (sys.argv[1].upper(), sys.argv[2], shape(d),
+      d["simulated_iteration_ms"], b["simulated_iteration_ms"], " / ".join(fam),
+      choice.group(1) if choice else "?", shape(p)))' "$c" "$m" "$GBS" "$d" "$b" "$p"
+        done
+    done
+    exit 0
+fi
 PIPETOP=${1:-build/pipetop}
 GBS=${2:-128}
 shape() { # plan JSON on stdin -> "8:8 b16" and the simulated ms

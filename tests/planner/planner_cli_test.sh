@@ -53,6 +53,29 @@ for p in dapple pipedream 2bw gpipe dp pipesgd; do
 done
 grep -qE '^  dp +1 \(16\) .* 1\.00x' <<<"$out" || fail "compare: dp is not 1.00x: $out"
 
+# SOSP'19 clusters (docs/planners.md "PipeDream's Table 1"): ResNet-50 at 128
+# samples per GPU is data parallel for every planner; VGG-16 at 64 per GPU is a
+# hybrid faster than data parallelism for pipedream and dapple
+for c in a b; do
+    out=$("$PIPETOP" plan --compare --profile profiles/resnet50.json \
+        --topology topologies/sosp-cluster-$c.json --batch 2048 2>&1)
+    [ $? -eq 0 ] || fail "sosp-$c resnet50: exit status: $out"
+    for p in dapple pipedream 2bw gpipe dp; do
+        grep -qE "^  $p +1 \(16\) .* 1\.00x" <<<"$out" || fail "sosp-$c resnet50: $p is not DP: $out"
+    done
+    out=$("$PIPETOP" plan --compare --profile profiles/vgg16.json \
+        --topology topologies/sosp-cluster-$c.json --batch 1024 2>&1)
+    [ $? -eq 0 ] || fail "sosp-$c vgg16: exit status: $out"
+    for p in dapple pipedream; do
+        line=$(grep -E "^  $p " <<<"$out")
+        speedup=$(awk '{for (i = 1; i <= NF; i++) if ($i ~ /x$/) {sub("x", "", $i); print $i}}' \
+            <<<"$line" | head -1)
+        stages=$(awk '{print $2}' <<<"$line")
+        awk -v s="$speedup" -v n="$stages" 'BEGIN {exit !(n >= 2 && s > 1.0)}' ||
+            fail "sosp-$c vgg16: $p is not a hybrid faster than DP: $line"
+    done
+done
+
 # bad input
 "$PIPETOP" plan --planner nope --profile "$PROF" --topology "$TOPO" --batch 8 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "unknown planner: exit status"
@@ -83,8 +106,8 @@ grep -q "PipeDream's optimizer's formulas): 54.7" <<<"$out" ||
 out=$("$PIPETOP" plan --planner dapple --objective dapple --profile "$PROF" \
     --topology topologies/dapple-config-c.json --batch 128 2>&1)
 [ $? -eq 0 ] || fail "--objective dapple: exit status: $out"
-grep -q "chose two-stage" <<<"$out" || fail "--objective dapple: no 15:1 choice: $out"
-grep -qE '^  1 +\[31,40\) +1 ' <<<"$out" || fail "--objective dapple: not 15:1: $out"
+grep -q "chose bipartition P:Q" <<<"$out" || fail "--objective dapple: no 15:1 choice: $out"
+grep -qE '^  1 +\[24,40\) +1 ' <<<"$out" || fail "--objective dapple: not 15:1: $out"
 out=$("$PIPETOP" plan --planner gpipe --objective dapple --profile "$PROF" --topology "$TOPO" \
     --batch 512 2>&1)
 [ $? -eq 1 ] && grep -q "objective 'dapple' is not its own" <<<"$out" ||

@@ -13,6 +13,7 @@
  * recomputes exactly when it fits only that way, paying the recompute
  * forward); on the last instances, whose layers save several times their
  * output for the backward, the best plan recomputes some stage. */
+#include "planner/latency.h"
 #include "planner/planner.h"
 #include "planner/simulate.h"
 #include "tests/planner/planner_enum.h"
@@ -107,7 +108,10 @@ static void run_instance(const instance *in, int simulate)
     pt_plan *plan = NULL;
     pt_planner_report rep;
     pt_error err = {0};
-    int rc = pt_planner_run("dapple", pr, t, in->gbs, NULL, &plan, &rep, &err);
+    pt_planner_opts own;
+    pt_planner_opts_default(&own);
+    own.no_dp_floor = 1; /* the search itself, not the data-parallel floor */
+    int rc = pt_planner_run("dapple", pr, t, in->gbs, &own, &plan, &rep, &err);
     pt_cost *cost = NULL;
     REQUIRE(pt_cost_new(pr, t, &cost, &err) == 0);
     best_ctx c = {cost, INFINITY, 0, NULL, {0}, INFINITY, simulate, 0};
@@ -157,8 +161,8 @@ static void run_instance(const instance *in, int simulate)
         CHECK_MSG(pt_plan_check(plan, NULL, t, "plan", &e2) == 0, "%s", e2.msg);
         CHECK_MSG(pt_cost_plan_memory(cost, plan, &e2) == 0, "%s", e2.msg);
         double lib = 0;
-        CHECK(pt_planner_dapple_latency(cost, plan, &lib, NULL, NULL, NULL) == 0);
-        CHECK_MSG(en_rel(lib, L) < 1e-9, "pt_planner_dapple_latency %.9g vs %.9g", lib, L);
+        CHECK(pt_latency_critical_path(cost, plan, &lib, NULL, NULL, NULL) == 0);
+        CHECK_MSG(en_rel(lib, L) < 1e-9, "pt_latency_critical_path %.9g vs %.9g", lib, L);
         if (simulate) {
             pt_sim_result res;
             REQUIRE(pt_sim_plan(c.sim, plan, cost, NULL, &c.prog, &res, &e2) == 0);
@@ -224,7 +228,7 @@ static void test_closed_form_equal_stages(void)
     p->microbatch_count = 8;
     double L = 0;
     int pivot = -1, ending = -1;
-    CHECK(pt_planner_dapple_latency(cost, p, &L, &pivot, &ending, NULL) == 0);
+    CHECK(pt_latency_critical_path(cost, p, &L, &pivot, &ending, NULL) == 0);
     CHECK_NEAR(L, (8 + 4 - 1) * 5e-3, 1e-12);
     CHECK(ending == 0);
     pt_plan_free(&p);

@@ -5,15 +5,19 @@
  * with one all-reduce after the backward by exactly what the cost model
  * predicts: (B + allreduce(P)) - pt_cost_overlapped_bwd_allreduce_s.
  *
- * agree: for every shipped profile x topology, the predicted iteration of
- * dp, dapple, gpipe and pipedream equals the simulated iteration of the plan
- * they return within 2 % (pipedream: the steady state of its asynchronous
- * program; the test prints how far its DP's figure is from it). dapple and gpipe score their final
- * candidates with the simulator, in the order of their closed form (DAPPLE's critical path), which
- * must not exceed the simulated time of the plan returned by more than the 10 % the scoring allows
- * (PU_SCORE_BOUND_SLACK); the test prints how far below and above it is. On the 1,024-device
- * cluster dapple takes seconds per profile, so there only three profiles are planned unless
- * PT_AGREE_ALL=1.
+ * agree: for every shipped profile x topology x global batch 128 and 1,024,
+ * the predicted iteration of dp, dapple, gpipe, pipedream and 2bw equals the
+ * simulated iteration of the plan they return within 2 % (pipedream, 2bw:
+ * the steady state of their asynchronous programs), and each plan simulates
+ * no slower than pure data parallelism on the same devices x 1.005 (the
+ * data-parallel floor), or data parallelism does not fit memory and the
+ * report says so. dapple and gpipe score their final candidates with the
+ * simulator, in the order of their closed form (DAPPLE's critical path),
+ * which must not exceed the simulated time of the plan returned by more than
+ * the slack the scoring allows (PU_SCORE_BOUND_SLACK); the test prints how
+ * far below and above it is, and how far pipedream's dynamic program's figure
+ * is from its simulated steady state. PT_AGREE_TOPO=NAME plans one topology;
+ * PT_AGREE_TIME=1 prints each plan's and simulation's CPU seconds.
  *
  * kinds: dapple and gpipe allowed every synchronous kind return the kind
  * (and policy) that an independent simulation of every synchronous kind of
@@ -30,13 +34,17 @@
  * no_fallback finds nothing and says so; by default it plans 2bw or
  * 1f1b-flush (the faster simulated of the two that fit), which fits by the
  * simulator and whose reported time is the simulator's within 2 %. */
+#include <dirent.h>
 #include <math.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "planner/analytic.h"
 #include "planner/cost.h"
 #include "planner/interleave.h"
+#include "planner/latency.h"
+#include "planner/plan_score.h"
 #include "planner/planner.h"
 #include "planner/simulate.h"
 #include "protocol/device.h"
@@ -48,14 +56,41 @@
 
 #define GBS 128
 
-static const char *const profiles[] = {"alexnet",    "densenet121",  "gnmt",
-                                       "gnmt_large", "inception_v3", "resnet101",
-                                       "resnet18",   "resnet50",     "vgg16"};
-static const char *const topologies[] = {
-    "dapple-config-a", "dapple-config-b",     "dapple-config-c",     "dgx1-v100-x8", "h100-8x8",
-    "local-cpu-4",     "pipedream-cluster-a", "pipedream-cluster-b", "cluster-128x8"};
-#define NP ((int)(sizeof profiles / sizeof *profiles))
-#define NT ((int)(sizeof topologies / sizeof *topologies))
+/* The shipped profiles and topologies: every NAME.json of profiles/ and
+ * topologies/, read from the tree so that a file added there is planned
+ * here too. */
+#define MAX_SHIPPED 64
+static char profiles[MAX_SHIPPED][64], topologies[MAX_SHIPPED][64];
+static int NP, NT;
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b);
+}
+
+/* The names (without .json) of dir's JSON files, sorted; their count. */
+static int list_shipped(const char *rel, char names[][64])
+{
+    DIR *d = opendir(pt_test_path(rel));
+    CHECK_MSG(d, "cannot list %s", rel);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len <= 5 || len - 5 >= 64 || strcmp(e->d_name + len - 5, ".json"))
+            continue;
+        CHECK(n < MAX_SHIPPED);
+        if (n == MAX_SHIPPED)
+            break;
+        memcpy(names[n], e->d_name, len - 5);
+        names[n++][len - 5] = 0;
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], by_name);
+    return n;
+}
 
 static pt_profile *load_profile(const char *name)
 {
@@ -129,11 +164,6 @@ static void test_overlap(void)
     pt_topology_free(&t);
 }
 
-static int big_cluster_profile(const char *profile)
-{
-    return !strcmp(profile, "resnet50") || !strcmp(profile, "vgg16") || !strcmp(profile, "gnmt");
-}
-
 /* Under AddressSanitizer (CI's sanitizer stage, where test_agree took 62 s
  * of this test's 77 and was that stage's longest test) test_agree takes half
  * the (topology, profile) pairs, in a checkerboard: every topology and every
@@ -150,22 +180,156 @@ static int big_cluster_profile(const char *profile)
 #define AGREE_HALF 0
 #endif
 
+#define NK 5
+static const char *const agree_planners[NK] = {"dp", "dapple", "gpipe", "pipedream", "2bw"};
+
+/* What test_agree gathers over its cases. */
+typedef struct agree_stats {
+    double worst[NK], bound_gap[NK], bound_over[NK], floor_worst[NK];
+    int compared[NK], within[NK], nofit_dp[NK], kept_dp[NK], fell_back, pairs;
+} agree_stats;
+
+/* The checks on one planner's plan (k > 0) against its simulated time sim_s
+ * and data parallelism's dp_s (NAN: dp found no plan; dp_rc its code). */
+static void check_plan(int k, const char *where, const pt_plan *plan, const pt_planner_report *rep,
+                       const pt_cost *cost, double sim_s, double dp_s, int dp_rc, agree_stats *a)
+{
+    if (isnan(dp_s)) {
+        /* the floor's memory reason, or another the report names */
+        a->nofit_dp[k]++;
+        CHECK_MSG(rep->dp_state == (dp_rc == PT_ENOFIT ? PT_DP_NOFIT : PT_DP_IMPOSSIBLE),
+                  "%s %s: dp found no plan (%d) but the report says %d", agree_planners[k], where,
+                  dp_rc, rep->dp_state);
+        if (dp_rc == PT_ENOFIT)
+            CHECK_STR_CONTAINS(rep->why, "data parallelism does not fit");
+    } else {
+        double r = sim_s / dp_s;
+        if (r > a->floor_worst[k])
+            a->floor_worst[k] = r;
+        a->kept_dp[k] += rep->dp_kept;
+        CHECK_MSG(sim_s <= dp_s * 1.005,
+                  "%s %s: its plan simulates %.3f ms, data parallelism %.3f ms", agree_planners[k],
+                  where, sim_s * 1e3, dp_s * 1e3);
+        CHECK(rep->dp_state == PT_DP_COMPARED && fabs(rep->dp_iter_s - dp_s) <= 1e-9 * dp_s);
+    }
+    if (k == 3 && rep->fallback_count > 0) {
+        /* weight stashing does not fit: a 2bw or 1f1b-flush plan */
+        a->fell_back++;
+        CHECK(plan->schedule == PT_SCHED_2BW || plan->schedule == PT_SCHED_1F1B_FLUSH ||
+              rep->dp_kept);
+    } else if (k == 3 && !rep->dp_kept) {
+        /* pipedream: its DP's slowest stage x M against the steady state */
+        double gap = (rep->bound_s - sim_s) / sim_s;
+        a->bound_gap[k] = fmin(a->bound_gap[k], gap);
+        a->bound_over[k] = fmax(a->bound_over[k], gap);
+        a->within[k] += fabs(gap) <= 0.02;
+        CHECK(plan->schedule == PT_SCHED_PIPEDREAM && pt_plan_round_robin(plan));
+    }
+    if ((k == 1 || k == 2) && !rep->dp_kept) {
+        /* the closed form the candidates are ordered by stays within the
+         * slack the scoring assumes above the simulated time */
+        double L = NAN;
+        CHECK(pt_latency_critical_path(cost, plan, &L, NULL, NULL, NULL) == 0);
+        CHECK_MSG(L <= sim_s * (1 + PU_SCORE_BOUND_SLACK),
+                  "%s %s: critical path %.6f ms, more than %.0f%% above the simulated %.6f ms",
+                  agree_planners[k], where, L * 1e3, PU_SCORE_BOUND_SLACK * 100, sim_s * 1e3);
+        double gap = (L - sim_s) / sim_s;
+        a->bound_gap[k] = fmin(a->bound_gap[k], gap);
+        a->bound_over[k] = fmax(a->bound_over[k], gap);
+        a->within[k] += fabs(gap) <= 0.02;
+        CHECK(plan->schedule == (k == 1 ? PT_SCHED_DAPPLE : PT_SCHED_GPIPE));
+    }
+}
+
+/* Every planner on one profile, topology and global batch. */
+static void agree_case(pt_sim *sim, const char *prof, const char *topo, const pt_profile *p,
+                       const pt_topology *t, const pt_cost *cost, int gbs, agree_stats *a)
+{
+    char where[96];
+    snprintf(where, sizeof where, "%.40s on %.40s at %d", prof, topo, gbs);
+    double dp_s = NAN;
+    int dp_rc = 0;
+    for (int k = 0; k < NK; k++) {
+        pt_planner_opts o;
+        pt_planner_opts_default(&o);
+        pt_plan *plan = NULL;
+        pt_planner_report rep;
+        pt_error err = {0};
+        clock_t c0 = clock();
+        int rc = pt_planner_run(agree_planners[k], p, t, gbs, &o, &plan, &rep, &err);
+        double c1 = (double)(clock() - c0) / CLOCKS_PER_SEC;
+        if (k == 0)
+            dp_rc = rc;
+        if (rc == PT_ENOFIT || (k == 0 && rc == PT_EINVAL)) /* nothing fits: nothing to compare */
+            continue;
+        CHECK_MSG(rc == 0, "%s %s: %s", agree_planners[k], where, err.msg);
+        if (rc < 0)
+            continue;
+        clock_t c2 = clock();
+        double sim_s = simulate(sim, plan, cost, 0);
+        if (getenv("PT_AGREE_TIME"))
+            fprintf(stderr, "%-10s %-40s plan %.3f s sim %.3f s\n", agree_planners[k], where, c1,
+                    (double)(clock() - c2) / CLOCKS_PER_SEC);
+        double dev = (rep.iter_s - sim_s) / sim_s;
+        a->compared[k]++;
+        if (fabs(dev) > fabs(a->worst[k]))
+            a->worst[k] = dev;
+        CHECK_MSG(fabs(dev) <= 0.02, "%s %s: planner %.3f ms, simulator %.3f ms (%+.1f%%)",
+                  agree_planners[k], where, rep.iter_s * 1e3, sim_s * 1e3, dev * 100);
+        if (k == 0)
+            dp_s = sim_s;
+        else
+            check_plan(k, where, plan, &rep, cost, sim_s, dp_s, dp_rc, a);
+        pt_plan_free(&plan);
+    }
+}
+
+static void print_stats(const agree_stats *a)
+{
+    for (int k = 0; k < NK; k++) {
+        printf("  %s: worst planner vs simulator %+.2f%% over %d plans", agree_planners[k],
+               a->worst[k] * 100, a->compared[k]);
+        if (k > 0)
+            printf("; slowest against data parallelism %.3fx (dp kept %d times, dp did not fit "
+                   "%d times)",
+                   a->floor_worst[k], a->kept_dp[k], a->nofit_dp[k]);
+        if (k > 0 && k < 4)
+            printf("; its %s from %.1f%% below to %.1f%% above the simulated time (within 2%% "
+                   "in %d)",
+                   k == 3 ? "DP's slowest stage x M" : "plans' critical path",
+                   -a->bound_gap[k] * 100, a->bound_over[k] * 100, a->within[k]);
+        printf("\n");
+    }
+    printf("  pipedream: %d of its plans fell back to 2bw or 1f1b-flush (stashing does not fit)\n",
+           a->fell_back);
+}
+
+/* Every shipped profile x topology x global batch 128 and 1,024: each
+ * planner's prediction is the simulator's (2 %), and its plan simulates no
+ * slower than pure data parallelism on the same devices x 1.005 (the
+ * data-parallel floor) or data parallelism does not fit and the report says
+ * so. Under AddressSanitizer (AGREE_HALF) half the (topology, profile) pairs,
+ * in a checkerboard, unless PT_AGREE_ALL=1. */
 static void test_agree(void)
 {
-    static const char *const planners[] = {"dp", "dapple", "gpipe", "pipedream"};
-#define NK 4
+    static const int batches[] = {128, 1024};
     pt_sim *sim = NULL;
     REQUIRE(pt_sim_new(&sim) == 0);
-    double worst[NK] = {0}, bound_gap[NK] = {0}, bound_over[NK] = {0};
-    int compared[NK] = {0}, within[NK] = {0}, fell_back = 0;
+    agree_stats a = {0};
     const char *all = getenv("PT_AGREE_ALL");
-    int every = all && *all == '1', pairs = 0;
+    int every = all && *all == '1';
+    NP = list_shipped("profiles", profiles);
+    NT = list_shipped("topologies", topologies);
+    CHECK(NP >= 9 && NT >= 14);
     for (int ti = 0; ti < NT; ti++) {
+        const char *only = getenv("PT_AGREE_TOPO");
+        if (only && strcmp(only, topologies[ti]))
+            continue;
         pt_topology *t = load_topology(topologies[ti]);
         for (int pi = 0; pi < NP && t; pi++) {
             if (AGREE_HALF && !every && (ti + pi) % 2)
                 continue;
-            pairs++;
+            a.pairs++;
             pt_profile *p = load_profile(profiles[pi]);
             pt_cost *cost = NULL;
             pt_error err = {0};
@@ -174,83 +338,17 @@ static void test_agree(void)
                 pt_profile_free(&p);
                 continue;
             }
-            int big = !strcmp(topologies[ti], "cluster-128x8");
-            int kmax = big && !every && !big_cluster_profile(profiles[pi]) ? 1 : NK;
-            for (int k = 0; k < kmax; k++) {
-                pt_planner_opts o;
-                pt_planner_opts_default(&o);
-                pt_plan *plan = NULL;
-                pt_planner_report rep;
-                int rc = pt_planner_run(planners[k], p, t, GBS, &o, &plan, &rep, &err);
-                if (rc == PT_ENOFIT) /* nothing fits: nothing to compare */
-                    continue;
-                CHECK_MSG(rc == 0, "%s %s on %s: %s", planners[k], profiles[pi], topologies[ti],
-                          err.msg);
-                if (rc < 0)
-                    continue;
-                double sim_s = simulate(sim, plan, cost, 0);
-                double dev = (rep.iter_s - sim_s) / sim_s;
-                compared[k]++;
-                if (fabs(dev) > fabs(worst[k]))
-                    worst[k] = dev;
-                CHECK_MSG(fabs(dev) <= 0.02,
-                          "%s %s on %s: planner %.3f ms, simulator %.3f ms (%+.1f%%)", planners[k],
-                          profiles[pi], topologies[ti], rep.iter_s * 1e3, sim_s * 1e3, dev * 100);
-                if (k == 3 && rep.fallback_count > 0) {
-                    /* weight stashing does not fit: a 2bw or 1f1b-flush plan, which
-                     * the simulator runs within the same 2 % (checked above) */
-                    fell_back++;
-                    CHECK(plan->schedule == PT_SCHED_2BW || plan->schedule == PT_SCHED_1F1B_FLUSH);
-                } else if (k == 3) {
-                    /* pipedream: its DP's slowest stage x M against the steady state */
-                    double gap = (rep.bound_s - sim_s) / sim_s;
-                    if (gap < bound_gap[k])
-                        bound_gap[k] = gap;
-                    if (gap > bound_over[k])
-                        bound_over[k] = gap;
-                    within[k] += fabs(gap) <= 0.02;
-                    CHECK(plan->schedule == PT_SCHED_PIPEDREAM);
-                }
-                if (k == 1 || k == 2) {
-                    /* the closed form the candidates are ordered by stays within the
-                     * slack the scoring assumes above the simulated time */
-                    double L = NAN;
-                    CHECK(pt_planner_dapple_latency(cost, plan, &L, NULL, NULL, NULL) == 0);
-                    CHECK_MSG(L <= sim_s * (1 + 0.10),
-                              "%s %s on %s: critical path %.6f ms, more than 10%% above the "
-                              "simulated %.6f ms",
-                              planners[k], profiles[pi], topologies[ti], L * 1e3, sim_s * 1e3);
-                    double gap = (L - sim_s) / sim_s;
-                    if (gap < bound_gap[k])
-                        bound_gap[k] = gap;
-                    if (gap > bound_over[k])
-                        bound_over[k] = gap;
-                    within[k] += fabs(gap) <= 0.02;
-                    CHECK(plan->schedule == (k == 1 ? PT_SCHED_DAPPLE : PT_SCHED_GPIPE));
-                }
-                pt_plan_free(&plan);
-            }
+            for (int b = 0; b < 2; b++)
+                agree_case(sim, profiles[pi], topologies[ti], p, t, cost, batches[b], &a);
             pt_cost_free(&cost);
             pt_profile_free(&p);
         }
         pt_topology_free(&t);
     }
-    for (int k = 0; k < NK; k++) {
-        printf("  %s: worst planner vs simulator %+.2f%% over %d plans (%d profiles x %d "
-               "topologies)",
-               planners[k], worst[k] * 100, compared[k], NP, NT);
-        if (k > 0)
-            printf("; its %s from %.1f%% below to %.1f%% above the simulated time (within 2%% "
-                   "in %d)",
-                   k == 3 ? "DP's slowest stage x M" : "plans' critical path", -bound_gap[k] * 100,
-                   bound_over[k] * 100, within[k]);
-        printf("\n");
-    }
-#undef NK
-    printf("  pipedream: %d of its plans fell back to 2bw or 1f1b-flush (stashing does not fit)\n",
-           fell_back);
-    CHECK(pairs == (AGREE_HALF && !every ? (NP * NT + 1) / 2 : NP * NT));
-    CHECK(compared[0] == pairs); /* dp plans every case */
+    print_stats(&a);
+    if (!getenv("PT_AGREE_TOPO"))
+        CHECK(a.pairs == (AGREE_HALF && !every ? (NP * NT + 1) / 2 : NP * NT));
+    CHECK(a.compared[0] == 2 * a.pairs); /* dp plans every case */
     pt_sim_free(&sim);
 }
 
@@ -340,6 +438,7 @@ static void test_kinds(void)
         pt_planner_opts o;
         pt_planner_opts_default(&o);
         o.kinds = PT_PLANNER_KINDS_SYNC;
+        o.no_dp_floor = 1; /* the kind choice itself */
         /* a memory limit on every device, which the planner and the simulator see */
         for (int d = 0; d < t->device_count && cases[c].mem_gib > 0; d++)
             t->devices[d].memory_bytes = (int64_t)(cases[c].mem_gib * 1073741824.0);

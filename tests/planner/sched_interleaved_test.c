@@ -328,6 +328,7 @@ static void test_planner_chooses_chunks(void)
     REQUIRE(pf && topo);
     pt_planner_opts o;
     pt_planner_opts_default(&o);
+    o.no_dp_floor = 1; /* the kind choice itself, not the data-parallel floor */
     o.kinds = (1u << PT_SCHED_1F1B_FLUSH) | (1u << PT_SCHED_INTERLEAVED);
     o.microbatch_sizes[0] = 4;
     o.microbatch_size_count = 1;

@@ -158,6 +158,9 @@ typedef struct ec_case {
     /* interleaved: 1, one communicator rank per device shared by its chunks (the
      * layout of an agent hosting all its device's chunks, pt_pipeline_config.host_comm) */
     int host_comm;
+    /* pipedream: 1, replicated stages take whole micro-batches round-robin
+     * (PT_REPL_ROUND_ROBIN); 0 split-concat */
+    int round_robin;
 } ec_case;
 
 static inline pt_optim_spec ec_optim(pt_optim_kind kind)
@@ -197,6 +200,7 @@ static inline pt_plan *ec_plan(const ec_case *c, int layer_count)
     plan->policy = c->policy ? c->policy : 'A';
     plan->vertical_sync = c->vsync;
     plan->chunks = c->chunks > 1 ? c->chunks : 1;
+    plan->replication = c->round_robin ? PT_REPL_ROUND_ROBIN : PT_REPL_SPLIT_CONCAT;
     plan->optimizer = ec_optim(c->optim);
     return plan;
 }
@@ -480,6 +484,102 @@ static inline void ec_ref_pipedream(const pt_model_spec *spec, const pt_dataset 
         for (int v = 0; v <= N; v++)
             pt_net_version_free(net[i], &ver[i][v]);
         free(ver[i]);
+        pt_optim_destroy(&opt[i]);
+        pt_net_destroy(&net[i]);
+    }
+    for (int i = 0; i <= S; i++) {
+        free(act[i]);
+        free(grad[i]);
+    }
+    free(idx);
+    pt_net_destroy(&whole);
+}
+
+/* PipeDream's round-robin replication over N micro-batches (a multiple of
+ * every reps[i]): replica j of stage i runs micro-batches j, j + r_i, ...;
+ * stage i's u-th update applies the mean of the gradients of round u,
+ * micro-batches [u·r_i, (u+1)·r_i), each the mean over its b samples; the
+ * t-th micro-batch of a replica (k = t·r_i + j) reads the weights after
+ * t - K_i + 1 updates, K_i = ceil(R_i / r_i) in flight per replica, R_i the
+ * replicas of stages i..S-1 (PipeDream's runtime: (R_i - 1) / r_i warm-up
+ * micro-batches). With every r_i = 1 this is ec_ref_pipedream. */
+static inline void ec_ref_pipedream_rr(const pt_model_spec *spec, const pt_dataset *ds,
+                                       const int *cuts, int S, const int *reps, int b, int M, int N,
+                                       pt_optim_kind ok, ec_weights *out)
+{
+    pt_net *whole = ec_whole_net(spec, 1);
+    pt_net *net[8];
+    pt_optim *opt[8];
+    float **ver[8], *acc[8];
+    int K[8], R = 0;
+    pt_optim_spec os = ec_optim(ok);
+    for (int i = S - 1; i >= 0; i--) {
+        R += reps[i];
+        K[i] = (R + reps[i] - 1) / reps[i];
+    }
+    for (int i = 0; i < S; i++) {
+        pt_net_config nc = pt_net_config_default(spec);
+        nc.first = cuts[i];
+        nc.last = cuts[i + 1];
+        nc.max_batch = b;
+        nc.seed = INIT_SEED;
+        pt_net_create(spec, &nc, &net[i], NULL);
+        pt_optim_create(&os, pt_net_arena(net[i]), pt_net_param_count(net[i]), &opt[i], NULL);
+        ver[i] = calloc((size_t)N / reps[i] + 1, sizeof(float *));
+        ver[i][0] = pt_net_version_new(net[i], PT_MEM_STASH, NULL);
+        acc[i] = calloc((size_t)pt_net_param_count(net[i]) + 1, sizeof(float));
+    }
+    int64_t B = (int64_t)b * M;
+    int64_t *idx = malloc((size_t)B * sizeof *idx);
+    float *act[9], *grad[9];
+    for (int i = 0; i <= S; i++) {
+        int64_t e = i == 0 ? pt_net_in_elems(net[0]) : pt_net_out_elems(net[i - 1]);
+        act[i] = malloc((size_t)(b * e) * sizeof(float));
+        grad[i] = malloc((size_t)(b * e) * sizeof(float));
+    }
+    for (int k = 0; k < N; k++) {
+        ec_batch bt;
+        ec_batch_indices(pt_dataset_count(ds), B, k / M, idx);
+        ec_load(ds, idx + (k % M) * b, b, &bt);
+        memcpy(act[0], bt.x, (size_t)(b * pt_net_in_elems(net[0])) * sizeof(float));
+        int u[8];
+        for (int i = 0; i < S; i++) {
+            int t = k / reps[i];
+            u[i] = t - K[i] + 1 > 0 ? t - K[i] + 1 : 0;
+            const float *y;
+            pt_net_zero_grads(net[i]);
+            pt_net_forward(net[i], 0, ver[i][u[i]], act[i], b, i == S - 1 ? bt.labels : NULL, &y,
+                           NULL);
+            if (i < S - 1)
+                memcpy(act[i + 1], y, (size_t)(b * pt_net_out_elems(net[i])) * sizeof(float));
+        }
+        for (int i = S - 1; i >= 0; i--)
+            pt_net_backward(net[i], 0, ver[i][u[i]], NULL, i == S - 1 ? NULL : grad[i + 1],
+                            i > 0 ? grad[i] : NULL);
+        for (int i = 0; i < S; i++) {
+            int64_t n = pt_net_param_count(net[i]);
+            const float *g = pt_net_grads(net[i]);
+            for (int64_t e = 0; e < n; e++)
+                acc[i][e] += g[e];
+            if ((k + 1) % reps[i])
+                continue;
+            int round = k / reps[i];
+            for (int64_t e = 0; e < n; e++)
+                acc[i][e] /= (float)reps[i];
+            ver[i][round + 1] = pt_net_version_new(net[i], PT_MEM_STASH, ver[i][round]);
+            pt_optim_step(opt[i], ver[i][round + 1], acc[i]);
+            memset(acc[i], 0, (size_t)n * sizeof(float));
+        }
+        ec_batch_free(&bt);
+    }
+    out->count = pt_net_param_count(whole);
+    out->w = malloc((size_t)out->count * sizeof(float));
+    for (int i = 0; i < S; i++) {
+        ec_gather(net[i], ver[i][N / reps[i]], whole, out);
+        for (int v = 0; v <= N / reps[i]; v++)
+            pt_net_version_free(net[i], &ver[i][v]);
+        free(ver[i]);
+        free(acc[i]);
         pt_optim_destroy(&opt[i]);
         pt_net_destroy(&net[i]);
     }

@@ -48,8 +48,8 @@ static int check_versions(const char *name, const ec_run *r, int w)
             continue;
         }
         if (fwd[e->mb] < 0) {
-            CHECK_MSG(0, "%s: worker %d: %s of mb %d before its FWD", name, w,
-                      pt_op_name(e->kind), e->mb);
+            CHECK_MSG(0, "%s: worker %d: %s of mb %d before its FWD", name, w, pt_op_name(e->kind),
+                      e->mb);
             continue;
         }
         const pt_exec_event *f = &ev[fwd[e->mb]];
@@ -60,10 +60,25 @@ static int check_versions(const char *name, const ec_run *r, int w)
                   (unsigned long long)f->weights_digest);
         bwds += e->kind == PT_OP_BWD;
     }
-    CHECK_MSG(bwds == p->mb_count, "%s: worker %d ran %d backwards of %d", name, w, bwds,
-              p->mb_count);
+    int mine = 0;
+    for (int m = 0; m < p->mb_count; m++)
+        mine += pt_sched_owns(p, &p->workers[w], m);
+    CHECK_MSG(bwds == mine, "%s: worker %d ran %d backwards of %d", name, w, bwds, mine);
     free(fwd);
     return most;
+}
+
+static int pt_sched_min_int(int a, int b)
+{
+    return a < b ? a : b;
+}
+
+/* ceil(R_s / r_s) from the program's stages (the rule, not the generator). */
+static int pt_ec_rr_inflight(const pt_program *p, int s)
+{
+    int r = p->stage_worker[s + 1] - p->stage_worker[s];
+    int R = p->worker_count - p->stage_worker[s];
+    return (R + r - 1) / r;
 }
 
 static int64_t stash_peak(ec_run *r, int w)
@@ -113,8 +128,8 @@ static void run_pipedream(const char *name, const int *cuts, int S, const int *r
                 /* PipeDream: one array per micro-batch in flight, the newest
                  * of them the current weights (a stash holds what its forward
                  * read; the step after it goes out of place) */
-                CHECK_MSG(most == K, "%s: worker %d held at most %d versions, expected %d",
-                          name, w, most, K);
+                CHECK_MSG(most == K, "%s: worker %d held at most %d versions, expected %d", name, w,
+                          most, K);
             } else {
                 /* vertical sync: micro-batch k reads version k-S+1 everywhere, so
                  * stage i > 0 also keeps the i-1 versions between that and its
@@ -151,6 +166,105 @@ static void test_pipedream(void)
     run_pipedream("pipedream S=3", cuts3, 3, NULL, NULL, 0, PT_OPTIM_SGD);
     run_pipedream("pipedream S=4 adam", cuts4, 4, NULL, NULL, 0, PT_OPTIM_ADAM);
     run_pipedream("pipedream S=3 middle x2 recompute", cuts3, 3, mid2, rc_mid, 0, PT_OPTIM_SGD);
+}
+
+/* Round-robin replication, as PipeDream's runtime replicates a stage: each
+ * round's replicas run distinct whole micro-batches (one each: together the
+ * round), the replicas' weights are bit-identical after every round's step
+ * (the digest each OPT_STEP reports), every replica holds (R_i - 1) / r_i + 1
+ * weight versions, and the weights after the run are the reference's
+ * (ec_ref_pipedream_rr: each round's mean gradient; control: the reference
+ * one round of every stage short). */
+static void run_pipedream_rr(const char *name, const int *cuts, int S, const int *reps,
+                             const int *rc, pt_optim_kind ok)
+{
+    pt_model_spec spec = ec_mlp();
+    pt_dataset *ds = ec_data(&spec);
+    REQUIRE(ds);
+    ec_case c = {.name = name,
+                 .kind = PT_SCHED_PIPEDREAM,
+                 .stages = S,
+                 .cuts = cuts,
+                 .replicas = reps,
+                 .recompute = rc,
+                 .mb_size = 4,
+                 .mb_count = 6,
+                 .windows = 4,
+                 .optim = ok,
+                 .round_robin = 1};
+    ec_run r;
+    int code = ec_run_case(&c, &spec, ds, 1, &r);
+    CHECK_MSG(code == 0, "%s: run failed (%d)", name, code);
+    if (code == 0) {
+        const pt_program *p = &r.prog;
+        int N = p->mb_count, L = 6; /* a multiple of every replica count used here */
+        CHECK(p->round_robin && N % L == 0);
+        ec_weights want, short_by_one;
+        ec_ref_pipedream_rr(&spec, ds, cuts, S, reps, c.mb_size, c.mb_count, N, ok, &want);
+        ec_ref_pipedream_rr(&spec, ds, cuts, S, reps, c.mb_size, c.mb_count, N - L, ok,
+                            &short_by_one);
+        ec_check_equal(name, &r.w, &want, &short_by_one);
+        CHECK_MSG(r.replicas_equal, "%s: replicas of a stage differ", name);
+        for (int s = 0; s < S; s++) {
+            int w0 = p->stage_worker[s], rs = reps[s];
+            const ec_events *e = r.events;
+            /* the FWD micro-batches of round u over the replicas, and the
+             * digest after each replica's u-th step */
+            int seen[64] = {0}, steps0 = 0;
+            for (int w = w0; w < w0 + rs; w++) {
+                int k = 0;
+                for (int i = 0; i < e->n[w]; i++) {
+                    const pt_exec_event *ev = &e->ev[w][i];
+                    if (ev->kind == PT_OP_FWD) {
+                        CHECK(ev->row_lo == 0 && ev->row_hi == c.mb_size);
+                        CHECK_MSG(ev->mb < 64 && !seen[ev->mb]++,
+                                  "%s: micro-batch %d run twice on stage %d", name, ev->mb, s);
+                        CHECK_MSG(ev->mb % rs == w - w0, "%s: stage %d replica %d ran mb %d", name,
+                                  s, w - w0, ev->mb);
+                    }
+                    if (ev->kind != PT_OP_OPT_STEP)
+                        continue;
+                    CHECK(ev->mb == k * rs && ev->mb_end == (k + 1) * rs);
+                    /* replica w's k-th step equals replica 0's k-th */
+                    int j = 0, found = 0;
+                    for (int i0 = 0; i0 < e->n[w0] && !found; i0++)
+                        if (e->ev[w0][i0].kind == PT_OP_OPT_STEP && j++ == k) {
+                            found = 1;
+                            CHECK_MSG(e->ev[w0][i0].weights_digest == ev->weights_digest,
+                                      "%s: stage %d replica %d differs after round %d", name, s,
+                                      w - w0, k);
+                        }
+                    CHECK(found);
+                    k++;
+                }
+                if (w == w0)
+                    steps0 = k;
+                int most = check_versions(name, &r, w);
+                int K = pt_sched_min_int(pt_ec_rr_inflight(p, s), N / rs);
+                CHECK_MSG(most == K, "%s: worker %d held %d versions, PipeDream %d", name, w, most,
+                          K);
+            }
+            CHECK_MSG(steps0 == N / rs, "%s: stage %d synchronised %d times for %d rounds", name, s,
+                      steps0, N / rs);
+            for (int m = 0; m < N && m < 64; m++)
+                CHECK_MSG(seen[m] == 1, "%s: stage %d ran micro-batch %d %d times", name, s, m,
+                          seen[m]);
+        }
+        free(want.w);
+        free(short_by_one.w);
+    }
+    ec_run_free(&r);
+    pt_dataset_free(&ds);
+}
+
+static void test_pipedream_rr(void)
+{
+    run_pipedream_rr("pipedream rr 2:1", (const int[]){0, 4, 8}, 2, (const int[]){2, 1}, NULL,
+                     PT_OPTIM_SGD);
+    run_pipedream_rr("pipedream rr 1:3:2 adam", cuts3, 3, (const int[]){1, 3, 2}, NULL,
+                     PT_OPTIM_ADAM);
+    run_pipedream_rr("pipedream rr 2:3:1 recompute", cuts3, 3, (const int[]){2, 3, 1}, rc_mid,
+                     PT_OPTIM_SGD);
 }
 
 static void test_pipedream_vsync(void)
@@ -268,6 +382,6 @@ static void test_pipesgd_buffers(void)
     pt_program_release(&prog);
 }
 
-PT_TEST_MAIN({"pipedream", test_pipedream}, {"pipedream_vsync", test_pipedream_vsync},
-             {"2bw", test_2bw}, {"pipesgd", test_pipesgd},
-             {"pipesgd_buffers", test_pipesgd_buffers})
+PT_TEST_MAIN({"pipedream", test_pipedream}, {"pipedream_rr", test_pipedream_rr},
+             {"pipedream_vsync", test_pipedream_vsync}, {"2bw", test_2bw},
+             {"pipesgd", test_pipesgd}, {"pipesgd_buffers", test_pipesgd_buffers})
