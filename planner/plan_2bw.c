@@ -333,7 +333,7 @@ int pt_planner_2bw(const pt_profile *profile, const pt_topology *topo, int globa
                    pt_error *err)
 {
     *out = NULL;
-    double t0 = pu_now_s();
+    double t0 = pt_clock_s();
     pu_report_begin(report, "2bw",
                     "simulated steady-state iteration time (search: its closed form) under the "
                     "memory limit");
@@ -381,7 +381,7 @@ int pt_planner_2bw(const pt_profile *profile, const pt_topology *topo, int globa
     rc = 0;
 out:
     if (report)
-        report->search_s = pu_now_s() - t0;
+        report->search_s = pt_clock_s() - t0;
     bw_free(&B);
     pt_cost_free(&cost);
     return rc;

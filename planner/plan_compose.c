@@ -195,7 +195,7 @@ int pc_pipedream_fallback(const pt_profile *profile, const pt_topology *topo, in
                           const pt_planner_opts *opts, pt_plan **out, pt_planner_report *report,
                           pt_error *err)
 {
-    double t0 = pu_now_s(), searched = report->search_s;
+    double t0 = pt_clock_s(), searched = report->search_s;
     pt_cost *cost = NULL;
     int rc = pt_cost_new(profile, topo, &cost, err);
     if (rc < 0)
@@ -206,7 +206,7 @@ int pc_pipedream_fallback(const pt_profile *profile, const pt_topology *topo, in
     report->search_s = 0;
     rc = fallback(profile, topo, global_batch, opts, cost, report->stash_need_bytes, proven, msg,
                   out, report, err);
-    report->search_s = searched + pu_now_s() - t0;
+    report->search_s = searched + pt_clock_s() - t0;
     pt_cost_free(&cost);
     return rc;
 }

@@ -1874,7 +1874,7 @@ int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int gl
     if (opts->objective == PT_OBJECTIVE_DAPPLE)
         return pt_planner_dapple_paper(profile, topo, global_batch, opts, out, report, err);
     *out = NULL;
-    double t0 = pu_now_s();
+    double t0 = pt_clock_s();
     pu_report_begin(report, "dapple",
                     "simulated iteration time (search bound: DAPPLE's critical path)");
     pt_cost *cost = NULL;
@@ -1907,7 +1907,7 @@ int pt_planner_dapple(const pt_profile *profile, const pt_topology *topo, int gl
         rc = pt_error_set(err, rc, "dapple: simulating the candidates failed");
     }
     if (report)
-        report->search_s = pu_now_s() - t0;
+        report->search_s = pt_clock_s() - t0;
     dapple_free(&D);
     pt_cost_free(&cost);
     return rc;

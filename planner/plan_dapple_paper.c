@@ -546,7 +546,7 @@ int pt_planner_dapple_paper(const pt_profile *profile, const pt_topology *topo, 
                             pt_error *err)
 {
     *out = NULL;
-    double t0 = pu_now_s();
+    double t0 = pt_clock_s();
     pu_report_begin(report, "dapple",
                     "DAPPLE's released planner: its pipeline latency vs its overlapped DP");
     pt_cost *cost = NULL;
@@ -587,7 +587,7 @@ int pt_planner_dapple_paper(const pt_profile *profile, const pt_topology *topo, 
     if (rc == 0 && report)
         report_paper(report, &D, best, w, p);
     if (report)
-        report->search_s = pu_now_s() - t0;
+        report->search_s = pt_clock_s() - t0;
     for (int k = 0; k < CAND_KINDS; k++)
         cand_free(&best[k]);
     dpp_free(&D);

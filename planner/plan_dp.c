@@ -53,7 +53,7 @@ static int plan_dp_kind(const pt_profile *profile, const pt_topology *topo, int 
 {
     *out = NULL;
     const char *name = pipesgd ? "pipesgd" : "dp";
-    double t0 = pu_now_s();
+    double t0 = pt_clock_s();
     pu_report_begin(report, name,
                     pipesgd ? "iteration time max(t_update + t_compute, t_comm) (Pipe-SGD)"
                             : "iteration time t_update + t_compute + t_comm (all-reduce overlapped "
@@ -133,7 +133,7 @@ static int plan_dp_kind(const pt_profile *profile, const pt_topology *topo, int 
         if (pipesgd)
             pu_why(report, "; the all-reduce hides behind the next step's compute%s",
                    best_t.comm > best_t.update + best_t.compute ? " only partly (comm-bound)" : "");
-        report->search_s = pu_now_s() - t0;
+        report->search_s = pt_clock_s() - t0;
     }
     *out = p;
     free(devs);

@@ -198,7 +198,7 @@ int pt_planner_gpipe(const pt_profile *profile, const pt_topology *topo, int glo
                      pt_error *err)
 {
     *out = NULL;
-    double t0 = pu_now_s();
+    double t0 = pt_clock_s();
     pu_report_begin(report, "gpipe", "slowest stage: forward + backward per micro-batch");
     int N = profile->layer_count, D = topo->device_count;
     int S = opts->stages > 0 ? opts->stages : (N < D ? N : D);
@@ -236,7 +236,7 @@ out:
     for (int i = 0; i < G.nc; i++)
         pt_plan_free(&G.cand[i]);
     if (report)
-        report->search_s = pu_now_s() - t0;
+        report->search_s = pt_clock_s() - t0;
     free(speeds);
     free(G.cuts);
     pt_cost_free(&cost);

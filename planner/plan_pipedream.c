@@ -848,7 +848,7 @@ static int stash_plan(const pt_profile *profile, const pt_topology *topo, int gl
                       pt_error *err)
 {
     *out = NULL;
-    double t0 = pu_now_s();
+    double t0 = pt_clock_s();
     int paper = opts->objective == PT_OBJECTIVE_PIPEDREAM;
     pu_report_begin(report, "pipedream",
                     paper ? "slowest stage per micro-batch (PipeDream's optimizer's formulas)"
@@ -878,7 +878,7 @@ static int stash_plan(const pt_profile *profile, const pt_topology *topo, int gl
     if (rc == 0 && report)
         pd_report(report, cost, &pk, levels, paper);
     if (report)
-        report->search_s = pu_now_s() - t0;
+        report->search_s = pt_clock_s() - t0;
     if (rc == 0) {
         *out = pk.best.plan;
         pk.best.plan = NULL;
@@ -904,7 +904,7 @@ int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int
     *out = NULL;
     if (opts->objective == PT_OBJECTIVE_PIPEDREAM || opts->no_fallback)
         return stash_plan(profile, topo, global_batch, opts, out, report, err);
-    double t0 = pu_now_s();
+    double t0 = pt_clock_s();
     pt_planner_report local;
     if (!report)
         report = &local;
@@ -921,7 +921,7 @@ int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int
         report->stash_need_bytes = (int64_t)ceil(bound);
         report->stash_need_proven = 1;
         report->device_memory_bytes = pu_topology_min_memory(topo);
-        report->search_s = pu_now_s() - t0;
+        report->search_s = pt_clock_s() - t0;
         return pu_error_nofit(err, report, "pipedream", pu_topology_min_memory(topo),
                               report->stash_need_bytes,
                               "weight stashing keeps the weight versions of every micro-batch "
@@ -933,6 +933,6 @@ int pt_planner_pipedream(const pt_profile *profile, const pt_topology *topo, int
         report->stash_need_proven = 0;
         report->device_memory_bytes = pu_topology_min_memory(topo);
     }
-    report->search_s = pu_now_s() - t0;
+    report->search_s = pt_clock_s() - t0;
     return rc;
 }

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "protocol/clock.h"
 #include "planner/cost.h"
 #include "planner/planner.h"
 #include "protocol/error.h"
@@ -17,9 +18,6 @@
  * divisor of global_batch, thinned to at most `max` (<= PT_PLANNER_MB_CHOICES_MAX)
  * spread evenly in log scale and always keeping the smallest and largest. */
 int pu_microbatch_candidates(const pt_planner_opts *opts, int global_batch, int max, int *out);
-
-/* Seconds since an arbitrary origin (monotonic clock). */
-double pu_now_s(void);
 
 /* Rows of the largest share when b samples are split over r replicas
  * (pt_sched_rows): ceil(b / r). */
