@@ -140,6 +140,21 @@ add_library(pt_cuda_stale_test MODULE ${CMAKE_SOURCE_DIR}/tests/runtime/cuda_mod
 target_include_directories(pt_cuda_stale_test PRIVATE ${CMAKE_SOURCE_DIR})
 set_target_properties(pt_cuda_stale_test PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 
+# tests/gpu/cuda_standin_module.c: a CUDA module for agent processes on a
+# machine without a GPU (a copy of the CPU backend per stand-in device, NCCL
+# through files), which tests/gpu/gpu_run.sh names with
+# $PIPETOP_CUDA_MODULE so that `pipetop run` starts GPU agents end to end.
+add_library(pt_cuda_standin MODULE ${CMAKE_SOURCE_DIR}/tests/gpu/cuda_standin_module.c
+  ${CMAKE_SOURCE_DIR}/runtime/backend_cpu.c ${CMAKE_SOURCE_DIR}/runtime/blas_core.c
+  ${CMAKE_SOURCE_DIR}/runtime/gemm_small.c ${CMAKE_SOURCE_DIR}/protocol/error.c)
+pt_include_set(pt_cuda_standin ${PT_INC_runtime})
+set_target_properties(pt_cuda_standin PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}
+  C_VISIBILITY_PRESET hidden)
+target_link_libraries(pt_cuda_standin PRIVATE PkgConfig::OPENBLAS Threads::Threads m)
+add_test(NAME gpu_run_test COMMAND bash ${CMAKE_SOURCE_DIR}/tests/watchdog.sh ${CMAKE_SOURCE_DIR}/tests/gpu/gpu_run.sh)
+set_tests_properties(gpu_run_test PROPERTIES LABELS integration TIMEOUT 120 ENVIRONMENT
+  "PT_SOURCE_DIR=${CMAKE_SOURCE_DIR};PT_BUILD_DIR=${CMAKE_BINARY_DIR};PIPETOP_CUDA_MODULE=$<TARGET_FILE:pt_cuda_standin>;PT_TEST_WATCHDOG_S=108")
+
 # tests/gpu/cuda_fault.c: the real module on a fault-injecting stand-in for
 # the CUDA runtime, cuBLAS and NCCL (tests/gpu/cuda_fake.h), which the test
 # links so that its definitions come first in the symbol lookup of the

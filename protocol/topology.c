@@ -16,9 +16,12 @@
 #define DEFAULT_DEVICE_BASE "dev"
 
 static const char *const topo_keys[] = {"v", "name", "nodes", "links", NULL};
-static const char *const node_keys[] = {"name",   "devices", "count", "device",
-                                        "repeat", "cores",   NULL};
-static const char *const device_keys[] = {"name", "memory_gib", "speed", NULL};
+static const char *const node_keys[] = {"name",   "devices", "count", "gpus",
+                                        "device", "repeat",  "cores", NULL};
+static const char *const device_keys[] = {"name",    "memory_gib", "speed",
+                                          "compute", "precision",  NULL};
+/* A GPU's matrix-product precisions; the first is the default. */
+static const char *const precisions[] = {"fp32", "tf32", "bf16", NULL};
 static const char *const links_keys[] = {"intra", "inter", NULL};
 static const char *const link_keys[] = {"bandwidth_gbps", "latency_us", NULL};
 
@@ -50,9 +53,42 @@ static pt_topology *alloc_topology(int nodes, int devices)
 
 /* ---- parsing ----------------------------------------------------------- */
 
+/* A device's "compute" ("cpu" or "cuda:N") and "precision" (a GPU's);
+ * gpus: the template of a "gpus" node, whose copies are GPUs. */
+static int parse_compute(pt_jr *jr, const cJSON *obj, const char *path, int gpus, pt_device *d)
+{
+    char text[32], prec[16];
+    int rc = pt_jr_str(jr, obj, path, "compute", PT_JR_OPTIONAL, "cpu", text, sizeof text);
+    if (rc < 0 || (rc = pt_jr_str(jr, obj, path, "precision", PT_JR_OPTIONAL, precisions[0], prec,
+                                  sizeof prec)) < 0)
+        return rc;
+    d->compute[0] = d->precision[0] = '\0';
+    if (strcmp(text, "cpu") != 0) {
+        char *end = NULL;
+        long n = strncmp(text, "cuda:", 5) == 0 ? strtol(text + 5, &end, 10) : -1;
+        if (!end || end == text + 5 || *end || n < 0 || n > PT_TOPOLOGY_GPU_MAX)
+            return pt_jr_fail(jr, PT_EINVAL, path, "compute",
+                              "\"%s\" is neither \"cpu\" nor \"cuda:N\" with N in [0, %d]", text,
+                              PT_TOPOLOGY_GPU_MAX);
+        snprintf(d->compute, sizeof d->compute, "cuda:%ld", n);
+    }
+    int k = 0;
+    while (precisions[k] && strcmp(precisions[k], prec) != 0)
+        k++;
+    if (!precisions[k])
+        return pt_jr_fail(jr, PT_EINVAL, path, "precision", "\"%s\" is not one of fp32, tf32, bf16",
+                          prec);
+    if (k > 0 && !d->compute[0] && !gpus)
+        return pt_jr_fail(jr, PT_EINVAL, path, "precision",
+                          "%s needs a GPU (\"compute\": \"cuda:N\")", prec);
+    if (k > 0)
+        memcpy(d->precision, precisions[k], strlen(precisions[k]) + 1); /* 5 of 8 bytes */
+    return 0;
+}
+
 /* Reads one device object at path; a missing name becomes def_name. */
 static int parse_device(pt_jr *jr, const cJSON *obj, const char *path, const char *def_name,
-                        pt_device *d)
+                        int gpus, pt_device *d)
 {
     int rc = pt_jr_is_object(jr, obj, path);
     if (rc < 0 || (rc = pt_jr_keys(jr, obj, path, device_keys)) < 0)
@@ -70,7 +106,7 @@ static int parse_device(pt_jr *jr, const cJSON *obj, const char *path, const cha
         return pt_jr_fail(jr, PT_ERANGE, path, "memory_gib", "must be at least one byte (got %g)",
                           gib);
     d->speed = speed;
-    return 0;
+    return parse_compute(jr, obj, path, gpus, d);
 }
 
 /* What one entry of "nodes" expands to: repeat nodes of count devices. */
@@ -78,6 +114,7 @@ typedef struct node_entry {
     const cJSON *obj;
     const cJSON *devices; /* the "devices" array, or NULL for count + device */
     int count, repeat;
+    int gpus; /* count + device given as "gpus": copy j computes on cuda:j */
 } node_entry;
 
 static int measure_node(pt_jr *jr, const cJSON *obj, const char *path, node_entry *e)
@@ -92,6 +129,14 @@ static int measure_node(pt_jr *jr, const cJSON *obj, const char *path, node_entr
     const cJSON *devices = pt_jr_item(obj, "devices");
     const cJSON *count = pt_jr_item(obj, "count");
     const cJSON *device = pt_jr_item(obj, "device");
+    const char *count_key = "count";
+    if (pt_jr_item(obj, "gpus")) {
+        if (count)
+            return pt_jr_fail(jr, PT_EINVAL, path, "gpus", "give \"count\" or \"gpus\", not both");
+        count = pt_jr_item(obj, "gpus");
+        count_key = "gpus";
+        e->gpus = 1;
+    }
     if (devices && (count || device))
         return pt_jr_fail(jr, PT_EINVAL, path, NULL,
                           "give either \"devices\" or \"count\" with \"device\", not both");
@@ -112,8 +157,8 @@ static int measure_node(pt_jr *jr, const cJSON *obj, const char *path, node_entr
     if (!count)
         return pt_jr_fail(jr, PT_EINVAL, path, "count", "missing (\"device\" needs \"count\")");
     e->devices = NULL;
-    return pt_jr_int(jr, obj, path, "count", PT_JR_REQUIRED, 0, 1, PT_TOPOLOGY_DEVICES_MAX,
-                     &e->count);
+    int cap = e->gpus ? PT_TOPOLOGY_GPU_MAX + 1 : PT_TOPOLOGY_DEVICES_MAX;
+    return pt_jr_int(jr, obj, path, count_key, PT_JR_REQUIRED, 0, 1, cap, &e->count);
 }
 
 /* Parses the devices of entry e into out[0..e->count) with node index node. */
@@ -126,7 +171,7 @@ static int parse_node_devices(pt_jr *jr, const node_entry *e, const char *path, 
             char dpath[PT_JPATH_MAX], def[PT_NAME_MAX];
             pt_jr_join_index(dpath, sizeof dpath, path, "devices", j);
             snprintf(def, sizeof def, DEFAULT_DEVICE_BASE "%d", j);
-            if ((rc = parse_device(jr, d, dpath, def, &out[j])) < 0)
+            if ((rc = parse_device(jr, d, dpath, def, 0, &out[j])) < 0)
                 return rc;
         }
         return 0;
@@ -134,9 +179,12 @@ static int parse_node_devices(pt_jr *jr, const node_entry *e, const char *path, 
     char dpath[PT_JPATH_MAX];
     pt_jr_join(dpath, sizeof dpath, path, "device");
     pt_device tmpl;
-    if ((rc = parse_device(jr, pt_jr_item(e->obj, "device"), dpath, DEFAULT_DEVICE_BASE, &tmpl)) <
-        0)
+    if ((rc = parse_device(jr, pt_jr_item(e->obj, "device"), dpath, DEFAULT_DEVICE_BASE, e->gpus,
+                           &tmpl)) < 0)
         return rc;
+    if (e->gpus && tmpl.compute[0])
+        return pt_jr_fail(jr, PT_EINVAL, dpath, "compute",
+                          "not with \"gpus\" (copy j computes on cuda:j)");
     size_t base_len = strlen(tmpl.name);
     for (int j = 0; j < e->count; j++) {
         out[j] = tmpl;
@@ -146,6 +194,8 @@ static int parse_node_devices(pt_jr *jr, const node_entry *e, const char *path, 
             return pt_jr_fail(jr, PT_ERANGE, dpath, "name",
                               "\"%s\" is too long to number its %d copies", tmpl.name, e->count);
         memcpy(out[j].name + base_len, idx, (size_t)n + 1);
+        if (e->gpus)
+            snprintf(out[j].compute, sizeof out[j].compute, "cuda:%d", j);
     }
     return 0;
 }
@@ -324,14 +374,16 @@ int pt_topology_load(const char *path, pt_topology **out, pt_error *err)
 
 /* ---- writing ----------------------------------------------------------- */
 
-static cJSON *device_json(const pt_device *d, const char *name)
+static cJSON *device_json(const pt_device *d, const char *name, int with_compute)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return NULL;
     if (!cJSON_AddStringToObject(o, "name", name) ||
         !pt_jr_add_number(o, "memory_gib", (double)d->memory_bytes / PT_BYTES_PER_GIB) ||
-        !pt_jr_add_number(o, "speed", d->speed)) {
+        !pt_jr_add_number(o, "speed", d->speed) ||
+        (with_compute && d->compute[0] && !cJSON_AddStringToObject(o, "compute", d->compute)) ||
+        (d->precision[0] && !cJSON_AddStringToObject(o, "precision", d->precision))) {
         cJSON_Delete(o);
         return NULL;
     }
@@ -339,7 +391,9 @@ static cJSON *device_json(const pt_device *d, const char *name)
 }
 
 /* Whether devices d[0..k) are one template named base0, base1, ... with equal
- * memory and speed, so the node can be written as "count" + "device". */
+ * memory, speed and precision, so the node can be written as "count" +
+ * "device" (1: every one on the CPU) or "gpus" + "device" (2: device j on
+ * cuda:j); else 0. */
 static int uniform_devices(const pt_device *d, int k, char *base, size_t cap)
 {
     size_t len = strlen(d[0].name);
@@ -351,10 +405,17 @@ static int uniform_devices(const pt_device *d, int k, char *base, size_t cap)
         char want[PT_NAME_MAX + 16];
         snprintf(want, sizeof want, "%s%d", base, j);
         if (strcmp(want, d[j].name) || d[j].memory_bytes != d[0].memory_bytes ||
-            d[j].speed != d[0].speed)
+            d[j].speed != d[0].speed || strcmp(d[j].precision, d[0].precision))
             return 0;
     }
-    return 1;
+    int gpus = 1, cpus = 1;
+    for (int j = 0; j < k; j++) {
+        char want[PT_TOPOLOGY_COMPUTE_MAX + 16];
+        snprintf(want, sizeof want, "cuda:%d", j);
+        gpus &= strcmp(want, d[j].compute) == 0;
+        cpus &= d[j].compute[0] == '\0';
+    }
+    return cpus ? 1 : gpus ? 2 : 0;
 }
 
 static cJSON *link_json(pt_link l)
@@ -387,9 +448,10 @@ static cJSON *node_json(const pt_topology *topo, int node, int first, int k)
         (k > 0 && d[0].node_cores > 0 && !pt_jr_add_number(o, "cores", d[0].node_cores)))
         goto fail;
     char base[PT_NAME_MAX];
-    if (k > 1 && uniform_devices(d, k, base, sizeof base)) {
-        cJSON *dev = device_json(&d[0], base);
-        if (!pt_jr_add_number(o, "count", k) || !dev) {
+    int uniform = k > 1 ? uniform_devices(d, k, base, sizeof base) : 0;
+    if (uniform) {
+        cJSON *dev = device_json(&d[0], base, 0);
+        if (!pt_jr_add_number(o, uniform == 2 ? "gpus" : "count", k) || !dev) {
             cJSON_Delete(dev);
             goto fail;
         }
@@ -400,7 +462,7 @@ static cJSON *node_json(const pt_topology *topo, int node, int first, int k)
     if (!arr)
         goto fail;
     for (int j = 0; j < k; j++) {
-        cJSON *dev = device_json(&d[j], d[j].name);
+        cJSON *dev = device_json(&d[j], d[j].name, 1);
         if (!dev)
             goto fail;
         cJSON_AddItemToArray(arr, dev);
@@ -496,4 +558,20 @@ pt_link pt_topology_link(const pt_topology *topo, int dev_a, int dev_b)
     if (dev_a < 0 || dev_b < 0 || dev_a >= topo->device_count || dev_b >= topo->device_count)
         return topo->inter;
     return topo->devices[dev_a].node == topo->devices[dev_b].node ? topo->intra : topo->inter;
+}
+
+int pt_topology_device_spec(const pt_topology *topo, int dev, char *buf, size_t cap)
+{
+    if (!topo || dev < 0 || dev >= topo->device_count)
+        return PT_ERANGE;
+    const pt_device *d = &topo->devices[dev];
+    int n = d->compute[0]
+                ? snprintf(buf, cap, "%s%s%s", d->compute, d->precision[0] ? ":" : "", d->precision)
+                : snprintf(buf, cap, "cpu");
+    return n < 0 || (size_t)n >= cap ? PT_ERANGE : n;
+}
+
+int pt_topology_device_is_gpu(const pt_topology *topo, int dev)
+{
+    return topo && dev >= 0 && dev < topo->device_count && topo->devices[dev].compute[0] != '\0';
 }

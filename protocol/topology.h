@@ -7,6 +7,10 @@
 #include "protocol/error.h"
 #include "protocol/model.h"
 
+#define PT_TOPOLOGY_COMPUTE_MAX   16 /* "cuda:4095" */
+#define PT_TOPOLOGY_PRECISION_MAX 8
+#define PT_TOPOLOGY_GPU_MAX       4095 /* highest cuda:N */
+
 typedef struct pt_device {
     char name[PT_NAME_MAX];
     int node;             /* index into the topology's nodes */
@@ -16,6 +20,13 @@ typedef struct pt_device {
      * the node's "cores"; 0 when its devices do not share compute. Every
      * device of a node holds the same value. */
     int node_cores;
+    /* Where its agent computes: "" (the CPU) or "cuda:N", GPU N of its node
+     * (the device's "compute", or copy N of a node's "gpus"). Two devices
+     * of a node naming the same GPU share it. */
+    char compute[PT_TOPOLOGY_COMPUTE_MAX];
+    /* The GPU's matrix-product precision: "" (fp32), "tf32" or "bf16";
+     * "" on the CPU. */
+    char precision[PT_TOPOLOGY_PRECISION_MAX];
 } pt_device;
 
 typedef struct pt_link {
@@ -71,6 +82,12 @@ double pt_topology_oversubscription(const pt_topology *topo, int dev, int worker
 /* The link between two devices: intra when both sit on one node, else inter
  * (also inter for an index out of range). */
 pt_link pt_topology_link(const pt_topology *topo, int dev_a, int dev_b);
+/* The --device text of the agent of device `dev`: "cpu", or "cuda:N" with
+ * ":tf32"/":bf16" appended for those precisions. Returns the length, or
+ * PT_ERANGE (dev out of range, or cap too small). */
+int pt_topology_device_spec(const pt_topology *topo, int dev, char *buf, size_t cap);
+/* Whether device `dev` computes on a GPU. */
+int pt_topology_device_is_gpu(const pt_topology *topo, int dev);
 /* NULL-safe; frees what the record owns and sets *topo_p = NULL. */
 void pt_topology_free(pt_topology **topo_p);
 

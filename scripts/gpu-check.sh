@@ -119,6 +119,7 @@ if [[ $do_build == 1 ]]; then
         targets+=("${t}_gputest")
         [[ $dry == 1 ]] && targets+=("${t}_gputest_dryrun")
     done
+    [[ $dry == 1 ]] && targets+=(pt_cuda_standin)
     cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$build/gpu-check.build.log" 2>&1 ||
         { tail -40 "$build/gpu-check.build.log"; exit 1; }
     note "built in $((SECONDS - t_build)) s"
@@ -264,6 +265,30 @@ if run_step "train" 120 "$work/train.log" "$pipetop" train --model "$model" --da
     [[ -n "$sps" ]] && meas_ms=$(awk -v b="$batch" -v s="$sps" 'BEGIN{printf "%.3f", b / s * 1000}')
 fi
 
+# ---- pipetop run on a topology of cuda:N devices ----------------------------------
+# On the GPU: two stages sharing cuda:0 in bf16 (one GPU: the host path). Dry
+# run: two stand-in GPUs of their own (libpt_cuda_standin.so), the NCCL path.
+run_line=""
+if [[ $dry == 1 ]]; then
+    run_env=(env "PIPETOP_CUDA_MODULE=$build/libpt_cuda_standin.so" "TMPDIR=$work")
+    gpus='{"name":"host","gpus":2,"device":{"name":"gpu","memory_gib":16}}'
+else
+    run_env=(env)
+    gpus='{"name":"host","devices":[{"name":"a","memory_gib":141,"compute":"cuda:0","precision":"bf16"},{"name":"b","memory_gib":141,"compute":"cuda:0","precision":"bf16"}]}'
+fi
+printf '{"v":1,"name":"gpus","nodes":[%s],"links":{"intra":{"bandwidth_gbps":400,"latency_us":5}}}\n' \
+    "$gpus" >"$work/gpus.json"
+note "pipetop run on GPU agents ($((SECONDS - t_start)) s)"
+if run_step "run" 120 "$work/run.log" "${run_env[@]}" "$pipetop" run --model gpt-tiny \
+    --data synthetic --topology "$work/gpus.json" --stages 2 --schedule 1f1b-flush \
+    --microbatches 4 --iters 4 --headless --json --run-dir "$work/run"; then
+    regs=$(grep -o '"type":"register".*"backend":"[^"]*"' "$work/run/run.ndjson" |
+        grep -o '"device_name":"[^"]*"' | cut -d'"' -f4 | paste -sd, -)
+    ncalls=$(cat "$work"/pt-standin-nccl-*/log 2>/dev/null | wc -l)
+    run_line="2 agents on: $regs; 4 steps done$([[ $dry == 1 ]] && echo ", $ncalls stand-in NCCL calls")"
+    [[ $(grep -o '"device_name"' "$work/run/run.ndjson" | wc -l) -ge 2 ]] || run_line=""
+fi
+
 # ---- the table --------------------------------------------------------------------
 out="$work/table.txt"
 {
@@ -285,6 +310,14 @@ out="$work/table.txt"
     fi
     echo
     peak=$(grep "^PEAK" "$gemm_log" | grep -o '[0-9.]* TFLOP/s' | cut -d' ' -f1 || true)
+    echo "pipetop run, 2 stages of gpt-tiny on GPU agents (topology of cuda:N devices)"
+    if [[ -n "$run_line" ]]; then
+        echo "  $run_line"
+    else
+        echo "  MISSING: the run failed or its agents did not register on GPUs ($work/run.log)"
+        fail=1
+    fi
+    echo
     echo "$model training on $device (Adam, micro-batch $batch, $steps_n steps)"
     if [[ -n "$sps" && -n "$losses" ]]; then
         echo "  $losses"

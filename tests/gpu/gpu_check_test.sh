@@ -73,14 +73,21 @@ cat >"$fake/pipetop" <<'EOF'
 # pipetop's commands as gpu-check calls them; the loss of every step is $STUB_LOSS
 cmd=$1
 shift
-out=""
+out="" rundir=""
 while [ $# -gt 0 ]; do
     [ "$1" = --out ] && out=$2
+    [ "$1" = --run-dir ] && rundir=$2
     shift
 done
 case $cmd in
 profile | plan) echo '{}' >"$out" ;;
 sim) echo '{"iteration_ms":20.0}' ;;
+run)
+    mkdir -p "$rundir"
+    for d in 0 1; do
+        echo "{\"kind\":\"recv\",\"msg\":{\"type\":\"register\",\"device\":$d,\"device_name\":\"stub GPU $d\",\"backend\":\"cuda\"}}"
+    done >"$rundir/run.ndjson"
+    ;;
 train)
     for s in 1 2 3 4 5 6 7 8 9 10 11 12; do
         echo "{\"event\":\"step\",\"step\":$s,\"loss\":${STUB_LOSS:-5.5},\"samples_per_s\":400}"
@@ -97,6 +104,8 @@ timeout 120 "$check" --dry-run --no-build --build "$fake" >"$tmp/good.out" 2>&1 
 grep -q "result: PASS" "$tmp/good.out" || fail "good run: no PASS"
 grep -qE "MISSING|\(no .* lines" "$tmp/good.out" && fail "good run: a section is empty: $(cat "$tmp/good.out")"
 grep -q "12 steps, loss 5.5 -> 5.5, all finite" "$tmp/good.out" || fail "good run: no loss line"
+grep -q "2 agents on: stub GPU 0,stub GPU 1; 4 steps done" "$tmp/good.out" ||
+    fail "good run: no line of pipetop run on GPU agents"
 
 # a hanging test program: stopped at its timeout (4 s here), named, the rest still run
 t0=$SECONDS

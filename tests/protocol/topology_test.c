@@ -27,7 +27,8 @@ static int topo_equal(const pt_topology *a, const pt_topology *b)
     for (int i = 0; i < a->device_count; i++) {
         const pt_device *x = &a->devices[i], *y = &b->devices[i];
         if (strcmp(x->name, y->name) || x->node != y->node || x->memory_bytes != y->memory_bytes ||
-            x->speed != y->speed || x->node_cores != y->node_cores)
+            x->speed != y->speed || x->node_cores != y->node_cores ||
+            strcmp(x->compute, y->compute) || strcmp(x->precision, y->precision))
             return 0;
     }
     for (int i = 0; i < a->node_count; i++)
@@ -309,6 +310,47 @@ static void test_shared_cores(void)
     pt_topology_free(&t);
 }
 
+/* GPU devices: "gpus" numbers cuda:0.. per node, "compute" names one, two
+ * devices may share a GPU; each has its agent's --device text, and the
+ * record writes back to itself (the gpus form kept). */
+static void test_gpus(void)
+{
+    const char *json = "{\"v\":1,\"name\":\"g\",\"nodes\":["
+                       "{\"name\":\"a\",\"gpus\":2,\"repeat\":2,"
+                       "\"device\":{\"name\":\"h\",\"memory_gib\":141,\"precision\":\"bf16\"}},"
+                       "{\"name\":\"b\",\"devices\":[{\"memory_gib\":80,\"compute\":\"cuda:3\"},"
+                       "{\"memory_gib\":80,\"compute\":\"cuda:3\",\"precision\":\"tf32\"},"
+                       "{\"memory_gib\":64}]}],"
+                       "\"links\":{\"intra\":{\"bandwidth_gbps\":3600,\"latency_us\":2},"
+                       "\"inter\":{\"bandwidth_gbps\":400,\"latency_us\":5}}}";
+    pt_topology *t = NULL;
+    pt_error err = {0};
+    CHECK_MSG(pt_topology_parse(json, "g.json", &t, &err) == 0, "%s", err.msg);
+    REQUIRE(t != NULL);
+    REQUIRE(t->device_count == 7);
+    static const char *const want[] = {"cuda:0:bf16", "cuda:1:bf16", "cuda:0:bf16", "cuda:1:bf16",
+                                       "cuda:3",      "cuda:3:tf32", "cpu"};
+    for (int d = 0; d < 7; d++) {
+        char spec[32];
+        CHECK(pt_topology_device_spec(t, d, spec, sizeof spec) == (int)strlen(want[d]));
+        CHECK_MSG(!strcmp(spec, want[d]), "device %d: %s, want %s", d, spec, want[d]);
+        CHECK(pt_topology_device_is_gpu(t, d) == (d < 6));
+    }
+    char small[4];
+    CHECK(pt_topology_device_spec(t, 0, small, sizeof small) == PT_ERANGE);
+    CHECK(pt_topology_device_spec(t, 7, small, sizeof small) == PT_ERANGE);
+    CHECK(!pt_topology_device_is_gpu(t, -1) && !pt_topology_device_is_gpu(NULL, 0));
+    char *text = pt_topology_to_json(t);
+    REQUIRE(text != NULL);
+    CHECK(strstr(text, "\"gpus\"") != NULL);
+    pt_topology *back = NULL;
+    CHECK_MSG(pt_topology_parse(text, "back", &back, &err) == 0, "%s", err.msg);
+    CHECK(back && topo_equal(t, back));
+    free(text);
+    pt_topology_free(&back);
+    pt_topology_free(&t);
+}
+
 /* A record built by hand without node names still writes. */
 static void test_no_node_names(void)
 {
@@ -347,4 +389,4 @@ PT_TEST_MAIN({"example", test_example},
              {"shipped", test_shipped}, {"shipped_figures", test_shipped_figures},
              {"uniform", test_uniform}, {"round_trip_random", test_round_trip_random},
              {"no_node_names", test_no_node_names}, {"shared_cores", test_shared_cores},
-             {"save_load", test_save_load})
+             {"save_load", test_save_load}, {"gpus", test_gpus})

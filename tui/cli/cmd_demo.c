@@ -19,17 +19,20 @@
 static const char usage_text[] =
     "usage: pipetop demo [--data D] [--steps N] [--planner NAME] [--theme NAME]\n"
     "                    [--view plan|timeline|stats|agents] [--run-dir DIR]\n"
+    "                    [--topology T]\n"
     "Plans " DEMO_MODEL " for 4 local CPU agents with the DAPPLE planner, spawns\n"
     "the agents (pipetop-agent), trains on Fashion-MNIST and opens the console on\n"
-    "the timeline view. In the plan view, edit the plan and press A to apply it:\n"
-    "the run checkpoints, stops, and resumes under the new plan at the same step.\n"
+    "the timeline view (--topology: on its devices instead, GPU agents for its\n"
+    "\"compute\": \"cuda:N\" devices). In the plan view, edit the plan and press A\n"
+    "to apply it: the run checkpoints, stops, and resumes under the new plan at the\n"
+    "same step.\n"
     "q stops the agents and quits. The run is recorded in runs/<time>/ (replay it\n"
     "with pipetop replay, export it with pipetop export).\n";
 
 int pt_cmd_demo(int argc, char **argv)
 {
     const char *data = "fashion-mnist", *planner = DEMO_PLANNER, *theme = NULL, *view = "timeline",
-               *run_dir = NULL;
+               *run_dir = NULL, *topology = DEMO_TOPOLOGY;
     int64_t steps = 0;
     double exit_after = 0;
     int no_mouse = 0;
@@ -47,6 +50,9 @@ int pt_cmd_demo(int argc, char **argv)
         {"run-dir", PT_OPT_STRING, &run_dir, 0, 0, 0, "DIR",
          "record the run there (default runs/<time>/)"},
         {"no-mouse", PT_OPT_FLAG, &no_mouse, 0, 0, 0, NULL, "ignore the mouse"},
+        {"topology", PT_OPT_STRING, &topology, 0, 0, 0, "T",
+         "devices to start the agents on, at most 4 (default " DEMO_TOPOLOGY
+         "; devices with\n\"compute\": \"cuda:N\" get GPU agents)"},
         {"exit-after", PT_OPT_DOUBLE, &exit_after, 0, 86400, 0, "X",
          "quit after X seconds (scripted runs; 0: never)"},
     };
@@ -56,7 +62,7 @@ int pt_cmd_demo(int argc, char **argv)
         return rc;
     pt_console_launch_opts lo = {0};
     lo.model = DEMO_MODEL;
-    lo.topology = DEMO_TOPOLOGY;
+    lo.topology = topology;
     lo.planner = planner;
     lo.global = DEMO_GLOBAL;
     lo.unit_mb = PT_INPUTS_MB_MIN;

@@ -568,7 +568,7 @@ static int start_agents(run_ctx *c, pt_error *err)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
     for (int w = 0; w < c->workers; w++)
         devices[w] = c->prog.workers[w].device;
-    int rc = pt_run_spawn(c->run, devices, err);
+    int rc = pt_run_spawn_on(c->run, devices, c->in.topo, err);
     free(devices);
     return rc;
 }

@@ -1,6 +1,7 @@
 /* The agents view: one row per agent with its process (pid, CPU %, RSS read
  * from /proc when it runs on this machine), host, device, stage replica,
- * state, heartbeat age, telemetry dropped and the last error; a filter and a
+ * state, heartbeat age, telemetry dropped, the device's free/total memory
+ * (a GPU's from the driver) and the last error; a filter and a
  * sort key, as in htop. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,9 +180,9 @@ static void draw(pt_ui *ui, void *state)
         return;
     }
     pt_ui_text(in.y, in.x, in.w, ui->attr[PT_THEME_HEADER], 1,
-               "%-10s %7s %5s %7s %-12s %-16s %-6s %-10s %9s %7s %6s  %s", "agent", "pid", "cpu%",
-               "rss", "host", "device", "stage", "state", "heartbeat", "dropped", "step",
-               "last error");
+               "%-10s %7s %5s %7s %-12s %-16s %-6s %-10s %9s %7s %6s %13s  %s", "agent", "pid",
+               "cpu%", "rss", "host", "device", "stage", "state", "heartbeat", "dropped", "step",
+               "free/memory", "last error");
     int rows = in.h - 1;
     if (v->scroll > shown - rows)
         v->scroll = shown - rows > 0 ? shown - rows : 0;
@@ -190,7 +191,7 @@ static void draw(pt_ui *ui, void *state)
         const pt_store_agent *a = pt_store_agent_at(ui->store, idx);
         const proc_sample_t *pr = &v->proc[idx];
         char stage[16] = "-", hb[32] = "-", step[24] = "-", pid[24] = "-", cpu[16] = "-",
-             rss[24] = "-", dev[PT_MSG_NAME_MAX + 16];
+             rss[24] = "-", dev[PT_MSG_NAME_MAX + 16], mem[40] = "-";
         if (a->stage >= 0)
             snprintf(stage, sizeof stage, "s%dr%d", a->stage, a->replica);
         int64_t age = a->hb_age_ms;
@@ -207,11 +208,18 @@ static void draw(pt_ui *ui, void *state)
         if (pr->rss >= 0)
             pt_ui_bytes_short(pr->rss, rss, sizeof rss);
         snprintf(dev, sizeof dev, "%s:%d", a->device[0] ? a->device : "?", a->device_index);
+        if (a->mem_total > 0) {
+            char fr[16] = "?", tot[16];
+            if (a->mem_free >= 0)
+                pt_ui_bytes_short(a->mem_free, fr, sizeof fr);
+            pt_ui_bytes_short(a->mem_total, tot, sizeof tot);
+            snprintf(mem, sizeof mem, "%s/%s", fr, tot);
+        }
         int y = in.y + 1 + k;
         pt_ui_text(y, in.x, in.w, ui->attr[PT_THEME_TEXT], 1,
-                   "%-10.10s %7s %5s %7s %-12.12s %-16.16s %-6s %-10s %9s %7llu %6s  %s", a->id,
-                   pid, cpu, rss, a->host, dev, stage, "", hb, (unsigned long long)a->dropped, step,
-                   a->last_error);
+                   "%-10.10s %7s %5s %7s %-12.12s %-16.16s %-6s %-10s %9s %7llu %6s %13s  %s",
+                   a->id, pid, cpu, rss, a->host, dev, stage, "", hb,
+                   (unsigned long long)a->dropped, step, mem, a->last_error);
         pt_ui_text(y, in.x + STATE_COL, 10, ui->attr[state_key(a->state)], 0, "%-10.10s", a->state);
     }
     if (shown == 0)

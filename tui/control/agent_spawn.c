@@ -48,7 +48,7 @@ static void exec_agent(const char *bin, const pt_session *s, const char *name, c
         dup2(nul, STDIN_FILENO);
         close(nul);
     }
-    char *argv[24];
+    char *argv[26];
     int k = 0;
     argv[k++] = (char *)bin;
     argv[k++] = "--console";
@@ -56,6 +56,10 @@ static void exec_agent(const char *bin, const pt_session *s, const char *name, c
     argv[k++] = "--telemetry";
     argv[k++] = (char *)pt_session_telemetry_endpoint(s);
     argv[k++] = "--device";
+    if (x && x->compute) {
+        argv[k++] = (char *)x->compute;
+        argv[k++] = "--index";
+    }
     argv[k++] = (char *)dev;
     argv[k++] = "--name";
     argv[k++] = (char *)name;

@@ -29,6 +29,9 @@ typedef struct pt_agent_spawn_extra {
     const char *checkpoint_root; /* --checkpoint-root; NULL: not passed */
     int comm_timeout_ms;         /* --comm-timeout-ms; 0: not passed */
     const char *data_bind;       /* --data-bind (an ipc:// endpoint); NULL: not passed */
+    const char *compute;         /* where it computes, "cuda:N[:PREC]" (topology's device spec):
+                                    passed as --device with the index as --index; NULL: --device
+                                    INDEX alone (the CPU) */
 } pt_agent_spawn_extra;
 
 /* Forks and execs one agent (bin) connected to the session's control and

@@ -121,6 +121,11 @@ const char *pt_run_agent_name(const pt_run *r, int k)
 
 int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
 {
+    return pt_run_spawn_on(r, devices, NULL, err);
+}
+
+int pt_run_spawn_on(pt_run *r, const int *devices, const pt_topology *topo, pt_error *err)
+{
     if (r->nspawn || r->pids)
         return pt_error_set(err, PT_ESTATE, "run: agents were started already");
     char bin[PATH_CAP + 32];
@@ -162,11 +167,14 @@ int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
         }
         char data_ep[IPC_DIR_CAP + NAME_CAP + 16];
         snprintf(data_ep, sizeof data_ep, "ipc://%s/%s%s", r->ipc_dir, name, PT_RUN_IPC_DATA_EXT);
-        pt_agent_spawn_extra x = {curve ? key_file : NULL,
-                                  r->agent_ckpt_root[0] ? r->agent_ckpt_root : NULL,
-                                  r->comm_timeout_ms, r->ipc_dir[0] ? data_ep : NULL};
-        if ((rc = pt_agent_spawn(bin, r->s, name, devices ? devices[k] : k, threads, log, &x,
-                                 &r->pids[k], err)) < 0)
+        int dev = devices ? devices[k] : k;
+        char spec[PT_TOPOLOGY_COMPUTE_MAX + PT_TOPOLOGY_PRECISION_MAX + 2];
+        int gpu = pt_topology_device_is_gpu(topo, dev) &&
+                  pt_topology_device_spec(topo, dev, spec, sizeof spec) > 0;
+        pt_agent_spawn_extra x = {
+            curve ? key_file : NULL, r->agent_ckpt_root[0] ? r->agent_ckpt_root : NULL,
+            r->comm_timeout_ms, r->ipc_dir[0] ? data_ep : NULL, gpu ? spec : NULL};
+        if ((rc = pt_agent_spawn(bin, r->s, name, dev, threads, log, &x, &r->pids[k], err)) < 0)
             return rc;
         r->nspawn = k + 1;
     }

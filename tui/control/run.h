@@ -35,6 +35,7 @@
 #include "protocol/error.h"
 #include "protocol/model.h"
 #include "protocol/plan.h"
+#include "protocol/topology.h"
 #include "tui/control/session.h"
 
 /* Agents' time to leave after bye before they are killed. */
@@ -142,6 +143,12 @@ int pt_run_set_agents(pt_run *run, int stall_ms, const char *checkpoint_root, pt
  * this program) / PT_EIO (fork) / PT_ESTATE (called twice); agents already
  * started are ended by pt_run_end / pt_run_destroy. */
 int pt_run_spawn(pt_run *run, const int *devices, pt_error *err);
+
+/* pt_run_spawn where topo (NULL: as pt_run_spawn) says where each device
+ * computes: an agent whose device has "compute": "cuda:N" is started with
+ * --device cuda:N[:PREC] --index D (pt_topology_device_spec), one on the CPU
+ * with --device D. */
+int pt_run_spawn_on(pt_run *run, const int *devices, const pt_topology *topo, pt_error *err);
 
 /* The ipc folder of a local_ipc run ("" none). */
 const char *pt_run_ipc_dir(const pt_run *run);

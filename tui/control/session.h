@@ -94,6 +94,7 @@ typedef struct pt_session_agent {
     int device; /* index in the topology, -1 none */
     char device_name[PT_MSG_NAME_MAX];
     char backend[PT_MSG_NAME_MAX];
+    int64_t memory_bytes; /* its device's memory as it registered (0: unknown) */
     char data_endpoint[PT_MSG_ENDPOINT_MAX];
     char gpu_bus_id[PT_MSG_NAME_MAX]; /* its GPU ("" on the CPU) */
     int has_nccl;                     /* it offered the "nccl" capability */

@@ -199,6 +199,7 @@ static void on_register(pt_session *s, int i, const pt_msg *m, int64_t now)
     e->pub.device = r->device;
     snprintf(e->pub.device_name, sizeof e->pub.device_name, "%s", r->device_name);
     snprintf(e->pub.backend, sizeof e->pub.backend, "%s", r->backend);
+    e->pub.memory_bytes = r->memory_bytes;
     snprintf(e->pub.data_endpoint, sizeof e->pub.data_endpoint, "%s", r->data_endpoint);
     snprintf(e->pub.gpu_bus_id, sizeof e->pub.gpu_bus_id, "%s", r->gpu_bus_id);
     e->pub.has_nccl = 0;

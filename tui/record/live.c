@@ -62,6 +62,12 @@ static void refresh_agents(live *l)
         snprintf(row.device, sizeof row.device, "%s",
                  a->device_name[0] ? a->device_name : a->backend);
         row.device_index = a->device;
+        row.mem_total = a->memory_bytes;
+        row.mem_free = -1;
+        if (a->has_metrics && a->metrics.device_total > 0) {
+            row.mem_total = a->metrics.device_total;
+            row.mem_free = a->metrics.device_free;
+        }
         row.pid = a->pid;
         row.stage = a->stage;
         row.replica = a->replica;
@@ -380,7 +386,7 @@ int pt_source_live_new(const pt_live_opts *o, pt_source **out, pt_error *err)
     if (rc == 0)
         rc = pt_run_set_agents(l->run, 0, l->ckpt_dir, err);
     if (rc == 0 && o->spawn)
-        rc = pt_run_spawn(l->run, NULL, err);
+        rc = pt_run_spawn_on(l->run, NULL, l->topo, err);
     if (rc < 0) {
         live_close(&l->base);
         return rc;

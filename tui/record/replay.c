@@ -22,6 +22,7 @@ static pt_store_agent agent_row(pt_store *store, const char *id)
     memset(&a, 0, sizeof a);
     snprintf(a.id, sizeof a.id, "%s", id);
     a.device_index = -1;
+    a.mem_free = -1;
     a.stage = a.replica = -1;
     a.step = -1;
     a.last_heard_ns = -1;
@@ -56,12 +57,17 @@ static void apply_msg(pt_record *r, int64_t i, pt_store *store)
         pt_store_metrics(store, &m.u.metrics, m.gen, e->t);
         if (m.u.metrics.step > a.step)
             a.step = m.u.metrics.step;
+        if (m.u.metrics.device_total > 0) {
+            a.mem_total = m.u.metrics.device_total;
+            a.mem_free = m.u.metrics.device_free;
+        }
         break;
     case PT_MSG_REGISTER:
         snprintf(a.host, sizeof a.host, "%s", m.u.reg.host);
         snprintf(a.device, sizeof a.device, "%s",
                  m.u.reg.device_name[0] ? m.u.reg.device_name : m.u.reg.backend);
         a.device_index = m.u.reg.device;
+        a.mem_total = m.u.reg.memory_bytes;
         a.pid = m.u.reg.pid;
         break;
     case PT_MSG_ERROR:

@@ -52,6 +52,8 @@ typedef struct pt_store_agent {
     char host[PT_MSG_HOST_MAX];
     char device[PT_MSG_NAME_MAX]; /* device name or backend */
     int device_index;
+    int64_t mem_total; /* its device's memory, bytes; 0: unknown */
+    int64_t mem_free;  /* the driver's free figure (GPU agents' metrics); -1: unknown */
     int64_t pid;
     int stage, replica; /* -1: not assigned */
     char state[PT_STORE_STATE_MAX];
