@@ -17,6 +17,8 @@ int pt_cmd_train(int argc, char **argv);
 int pt_cmd_profile(int argc, char **argv);
 /* `pipetop profile --analytic ...`; pt_cmd_profile hands over on --analytic. */
 int pt_cmd_profile_analytic(int argc, char **argv);
+/* `pipetop profile --torch ...` (tui/cli/cmd_profile_torch.c); likewise. */
+int pt_cmd_profile_torch(int argc, char **argv);
 int pt_cmd_plan(int argc, char **argv);
 int pt_cmd_sim(int argc, char **argv);
 int pt_cmd_import_profile(int argc, char **argv);
