@@ -125,11 +125,19 @@ def saved_bytes(seg, ins, outs_of, exclude):
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        outs = outs_of(seg, ins)
+        outs = outs_of(seg, fresh(ins))
     skip = set(exclude)
     for t in tensors(ins) + tensors(outs):
         skip.add(t.storage().data_ptr())
     return sum(n for p, n in saved.items() if p not in skip)
+
+
+def fresh(ins):
+    """Non-leaf copies of the leaves that require grad: a layer may work in
+    place on its input (ResNet's ReLU(inplace=True)), which autograd refuses
+    on a leaf. The copy is made before the clock starts."""
+    return tuple(t.clone() if isinstance(t, torch.Tensor) and t.requires_grad else t
+                 for t in ins)
 
 
 def time_layer(seg, ins, grads, a, clock):
@@ -142,7 +150,8 @@ def time_layer(seg, ins, grads, a, clock):
         for t in ins:
             if isinstance(t, torch.Tensor):
                 t.grad = None
-        f_ms, outs = clock.time_ms(lambda: seg(*ins))
+        x = fresh(ins)
+        f_ms, outs = clock.time_ms(lambda: seg(*x))
         outs_t = [t for t in tensors(outs) if t.requires_grad]
         b_ms = 0.0
         if outs_t:
@@ -194,7 +203,7 @@ def profile(a):
     for i, (fqn, seg) in enumerate(zip(c.layers, c.segments)):
         ins = detached(vals, grad=i > 0)
         with torch.no_grad():
-            outs = seg(*ins)
+            outs = seg(*fresh(ins))
         grads = [torch.randn_like(t) * 1e-2 for t in tensors(outs) if t.is_floating_point()]
         f_ms, b_ms = time_layer(seg, ins, grads, a, clock)
         sv = saved_bytes(seg, ins, lambda s, v: s(*v), exclude)

@@ -9,7 +9,7 @@ import math
 import torch
 from torch import nn
 
-VOCAB, DIM, HEADS, BLOCKS, CONTEXT = 64, 32, 4, 3, 16
+VOCAB, DIM, HEADS, BLOCKS, CONTEXT = 64, 32, 4, 6, 16
 
 
 class Block(nn.Module):
