@@ -28,6 +28,8 @@ int pt_cmd_validate(int argc, char **argv);
 int pt_cmd_run(int argc, char **argv);
 /* `pipetop keys`: a CURVE key pair (tui/cli/cmd_keys.c). */
 int pt_cmd_keys(int argc, char **argv);
+/* `pipetop import-trace`: profiler traces as a run (tui/cli/cmd_import_trace.c). */
+int pt_cmd_import_trace(int argc, char **argv);
 /* `pipetop export-plan`: a plan for a PyTorch framework (tui/cli/cmd_export_plan.c). */
 int pt_cmd_export_plan(int argc, char **argv);
 /* `pipetop calibrate`: fit a profile to a run record (tui/cli/cmd_calibrate.c). */
