@@ -320,7 +320,8 @@ int pt_agent_worker_start(const pt_agent_worker_config *cfg, pt_agent_worker **o
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&w->cv, &ca);
     pthread_condattr_destroy(&ca);
-    if (pthread_create(&w->th, NULL, thread_main, w) != 0) {
+    snprintf(w->observe_dir, sizeof w->observe_dir, "%s", cfg->observe ? cfg->observe : "");
+    if (pthread_create(&w->th, NULL, cfg->observe ? pt_wk_observe_main : thread_main, w) != 0) {
         pthread_mutex_destroy(&w->mu);
         pthread_cond_destroy(&w->cv);
         free(w);

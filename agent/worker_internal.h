@@ -131,7 +131,8 @@ struct pt_agent_worker {
     char tel_connected[PT_MSG_ENDPOINT_MAX];
     void *ctx;
     char notify_ep[PT_MSG_ENDPOINT_MAX];
-    char ckpt_root[PT_MSG_PATH_MAX]; /* checkpoints only under here (absolute) */
+    char ckpt_root[PT_MSG_PATH_MAX];   /* checkpoints only under here (absolute) */
+    char observe_dir[PT_MSG_PATH_MAX]; /* --observe: relay a PyTorch run (agent/observe.c) */
     int comm_timeout_ms;
     const pt_backend *be; /* NULL: the CPU backend */
     int curve;            /* key and server_key set: every socket talks CURVE */
@@ -197,6 +198,11 @@ int pt_wk_folds_pending(const pt_agent_worker *w);
 int pt_wk_events_wanted(const pt_agent_worker *w, int64_t start, int64_t done, int64_t after,
                         int64_t target);
 void pt_wk_publish_metrics(pt_agent_worker *w, const pt_exec_result *res, int64_t first_step);
+/* Adds one step's metrics of chunk c to its fold, sent when due. */
+void pt_wk_fold_metrics(pt_agent_worker *w, int c, const pt_msg_metrics *mt);
+
+/* ---- agent/observe.c: the worker of pipetop-agent --observe */
+void *pt_wk_observe_main(void *arg);
 
 /* ---- agent/worker_ckpt.c: checkpoints of the run's chunks */
 int pt_wk_load_resume(pt_agent_worker *w, int64_t step, pt_error *err);

@@ -29,6 +29,7 @@ typedef struct pt_agent_spawn_extra {
     const char *checkpoint_root; /* --checkpoint-root; NULL: not passed */
     int comm_timeout_ms;         /* --comm-timeout-ms; 0: not passed */
     const char *data_bind;       /* --data-bind (an ipc:// endpoint); NULL: not passed */
+    const char *observe;         /* --observe DIR (relay a PyTorch run); NULL: not passed */
 } pt_agent_spawn_extra;
 
 /* Forks and execs one agent (bin) connected to the session's control and

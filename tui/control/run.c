@@ -56,6 +56,7 @@ struct pt_run {
     char ipc_dir[IPC_DIR_CAP];  /* local_ipc: the sockets' folder (0700), "" none */
     /* what spawned agents are given (pt_run_set_agents) */
     char agent_ckpt_root[PATH_CAP]; /* "" none */
+    char observe_dir[PATH_CAP];     /* pt_run_set_observe ("" none) */
     int comm_timeout_ms;            /* 0: the agent's default */
 };
 
@@ -116,6 +117,11 @@ const char *pt_run_agent_name(const pt_run *r, int k)
     return r && r->names && k >= 0 && k < r->nspawn ? r->names[k] : NULL;
 }
 
+void pt_run_set_observe(pt_run *r, const char *dir)
+{
+    snprintf(r->observe_dir, sizeof r->observe_dir, "%s", dir ? dir : "");
+}
+
 int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
 {
     if (r->nspawn || r->pids)
@@ -161,7 +167,8 @@ int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
         snprintf(data_ep, sizeof data_ep, "ipc://%s/%s%s", r->ipc_dir, name, PT_RUN_IPC_DATA_EXT);
         pt_agent_spawn_extra x = {curve ? key_file : NULL,
                                   r->agent_ckpt_root[0] ? r->agent_ckpt_root : NULL,
-                                  r->comm_timeout_ms, r->ipc_dir[0] ? data_ep : NULL};
+                                  r->comm_timeout_ms, r->ipc_dir[0] ? data_ep : NULL,
+                                  r->observe_dir[0] ? r->observe_dir : NULL};
         if ((rc = pt_agent_spawn(bin, r->s, name, devices ? devices[k] : k, threads, log, &x,
                                  &r->pids[k], err)) < 0)
             return rc;
