@@ -3,7 +3,9 @@
 Measures an nn.Module layer by layer (pipetop_torch.chain) and writes a
 pipetop profile (docs/formats.md, "Profile"): per layer the forward and
 backward time of one micro-batch (the median of --repeats after --warmup;
-CUDA events on a GPU, the wall clock on the CPU), the parameter bytes (a
+CUDA events on a GPU; on the CPU the wall clock, or with --clock cpu the
+process's CPU time, which other work on a shared machine does not inflate),
+the parameter bytes (a
 parameter two layers read counts once, at the first), the bytes of the
 values that leave the layer (act_bytes), and the bytes its forward saves for
 the backward besides its input, its output, parameters and buffers
@@ -27,6 +29,7 @@ from . import chain
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 DEVICE_MAX = 63
+CLOCKS = ("wall", "cpu")
 
 
 def parse_args(argv):
@@ -47,6 +50,9 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=0, metavar="N",
                    help="torch.set_num_threads (default: torch's own)")
     p.add_argument("--device", default="cpu", metavar="D", help="cpu or cuda[:N]")
+    p.add_argument("--clock", default="wall", choices=CLOCKS,
+                   help="on the CPU: wall (default) or cpu (the process's CPU time, all its "
+                        "threads: with --threads 1 the wall time of an idle core)")
     p.add_argument("--dtype", default="fp32", choices=sorted(DTYPES))
     p.add_argument("--name", default="", metavar="NAME",
                    help="the model's name in the profile (default: the factory's)")
@@ -56,6 +62,8 @@ def parse_args(argv):
         a.shape = tuple(int(x) for x in a.input.split(","))
     except ValueError:
         p.error(f"--input {a.input!r}: a shape is integers separated by commas")
+    if a.clock == "cpu" and not a.device.startswith("cpu"):
+        p.error(f"--clock cpu: --device {a.device} is timed with CUDA events")
     if not a.shape or min(a.shape) < 1 or a.batch < 1 or a.repeats < 1 or a.warmup < 0:
         p.error("--input, --batch and --repeats must be positive, --warmup >= 0")
     a.name = a.name or a.module.rpartition(":")[2].rpartition(".")[2]
@@ -65,10 +73,12 @@ def parse_args(argv):
 
 
 class Clock:
-    """Times a callable: CUDA events on a GPU, perf_counter on the CPU."""
+    """Times a callable: CUDA events on a GPU; on the CPU perf_counter, or
+    process_time with kind "cpu"."""
 
-    def __init__(self, device):
+    def __init__(self, device, kind="wall"):
         self.cuda = device.type == "cuda"
+        self.now = time.process_time if kind == "cpu" else time.perf_counter
 
     def time_ms(self, fn):
         if self.cuda:
@@ -78,9 +88,9 @@ class Clock:
             b.record()
             torch.cuda.synchronize()
             return a.elapsed_time(b), out
-        t0 = time.perf_counter()
+        t0 = self.now()
         out = fn()
-        return (time.perf_counter() - t0) * 1e3, out
+        return (self.now() - t0) * 1e3, out
 
 
 def tensors(vals):
@@ -198,7 +208,7 @@ def profile(a):
     c = chain.Chain(model, [f for f in a.layers.split(",") if f] or None)
     x = make_input(a, device, dtype)
     exclude = [t.storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())]
-    clock = Clock(device)
+    clock = Clock(device, a.clock)
     layers, vals = [], (x,)
     for i, (fqn, seg) in enumerate(zip(c.layers, c.segments)):
         ins = detached(vals, grad=i > 0)

@@ -29,7 +29,7 @@ static const char usage_text[] =
     "weights. See docs/torch.md.\n\n";
 
 typedef struct torch_args {
-    const char *module, *input, *layers, *device, *precision, *name, *out, *python;
+    const char *module, *input, *layers, *device, *clock, *precision, *name, *out, *python;
     int batch, tokens, repeats, warmup, threads, json;
 } torch_args;
 
@@ -52,6 +52,9 @@ static int parse(int argc, char **argv, torch_args *a)
         {"threads", PT_OPT_INT, &a->threads, 1, 1024, 0, "N", "torch threads (default: torch's)"},
         {"device", PT_OPT_STRING, &a->device, 0, 0, 0, "D",
          "cpu (default) or cuda[:N] (timed with CUDA events)"},
+        {"clock", PT_OPT_STRING, &a->clock, 0, 0, 0, "C",
+         "on the CPU: wall (default) or cpu, the process's CPU time, which other work on a "
+         "shared machine does not inflate"},
         {"precision", PT_OPT_STRING, &a->precision, 0, 0, 0, "P", "fp32 (default), bf16 or fp16"},
         {"name", PT_OPT_STRING, &a->name, 0, 0, 0, "NAME",
          "the model's name in the profile (default: the factory's)"},
@@ -68,6 +71,10 @@ static int parse(int argc, char **argv, torch_args *a)
     if (!a->module || !a->input || !a->batch) {
         fprintf(stderr, "pipetop profile: --torch needs --input SHAPE and --batch B (see "
                         "pipetop profile --torch M:F --help)\n");
+        return 2;
+    }
+    if (a->clock && strcmp(a->clock, "wall") != 0 && strcmp(a->clock, "cpu") != 0) {
+        fprintf(stderr, "pipetop profile: --clock \"%s\": wall or cpu\n", a->clock);
         return 2;
     }
     return -1;
@@ -100,9 +107,10 @@ static int bridge_args(const torch_args *a, const char *out, char num[][TORCH_IN
         }
     const char *strs[][2] = {{"--layers", a->layers},
                              {"--device", a->device},
+                             {"--clock", a->clock},
                              {"--dtype", a->precision},
                              {"--name", a->name}};
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (strs[i][1]) {
             v[k++] = strs[i][0];
             v[k++] = strs[i][1];
