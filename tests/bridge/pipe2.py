@@ -7,12 +7,17 @@ torch.distributed.pipelining does ("PP:1F3") and, under `pipetop console
 --observe DIR` (PIPETOP_OBSERVE=DIR), streams it to the console.
 
     python3 pipe2.py --iters 4 --microbatches 4 [--trace DIR] [--schedule gpipe]
-                     [--seconds S]
+                     [--seconds S] [--split EXPORT.json]
+
+--split takes the stages' FQNs, the micro-batching and the schedule from
+`pipetop export-plan PLAN --to torch --out EXPORT.json` (docs/torch.md): a
+2-rank plan, 1f1b-flush or gpipe, no data parallelism.
 
 --trace DIR profiles each rank with torch.profiler and writes DIR/rank<r>.json.
 """
 
 import argparse
+import json
 import os
 import socket
 import time
@@ -89,7 +94,7 @@ def train(rank, a):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=rank,
                             world_size=2)
-    part = split(gpt_model.gpt(), PARTS)[rank]
+    part = split(gpt_model.gpt(), a.parts)[rank]
     opt = torch.optim.SGD(part.parameters(), lr=0.05)
     mon = Monitor(rank=rank)
     dist.barrier()
@@ -111,6 +116,21 @@ def train(rank, a):
     dist.destroy_process_group()
 
 
+def load_split(p, a):
+    """a.parts, a.mb, a.microbatches and a.schedule from an export's JSON."""
+    with open(a.split) as f:
+        e = json.load(f)
+    kinds = {"1f1b-flush": "1f1b", "gpipe": "gpipe"}
+    if e.get("pipeline_ranks") != 2 or e.get("data_parallel") != 1:
+        p.error(f"{a.split}: this example runs 2 pipeline ranks without data parallelism")
+    if e.get("schedule_kind") not in kinds:
+        p.error(f"{a.split}: schedule_kind {e.get('schedule_kind')!r}: this example runs "
+                "1f1b-flush or gpipe")
+    a.parts = e["module_fqns_per_stage"]
+    a.mb, a.microbatches = e["microbatch_size"], e["n_microbatches"]
+    a.schedule = kinds[e["schedule_kind"]]
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--iters", type=int, default=4)
@@ -119,7 +139,14 @@ def main():
     p.add_argument("--mb", type=int, default=2, help="samples per micro-batch")
     p.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe"])
     p.add_argument("--trace", default="")
+    p.add_argument("--split", default="", metavar="EXPORT.json",
+                   help="the stages, micro-batches and schedule of an export-plan --to torch")
     a = p.parse_args()
+    a.parts = PARTS
+    if a.trace:
+        os.makedirs(a.trace, exist_ok=True)
+    if a.split:
+        load_split(p, a)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         a.port = s.getsockname()[1]
