@@ -280,15 +280,7 @@ static void observe_assign(pt_agent_worker *w, obs *o, pt_msg *m)
         fprintf(stderr, " %d", o->stages[c]);
     if (rc == 0)
         fprintf(stderr, " of %d; waiting for a Monitor on %s\n", as->plan->stage_count, o->path);
-    pthread_mutex_lock(&w->mu);
-    w->gen = m->gen;
-    w->done = as->resume_step;
-    w->built = rc == 0;
-    w->running = 0;
-    w->nckpt = 0;
-    snprintf(w->state, sizeof w->state, "%s", rc == 0 ? "ready" : "failed");
-    pthread_mutex_unlock(&w->mu);
-    pt_wk_notify(w, &n);
+    pt_wk_assigned(w, m->gen, as->resume_step, rc, &n);
 }
 
 /* The commands the control thread set; 1 when one was served (look again),
@@ -370,15 +362,7 @@ void *pt_wk_observe_main(void *arg)
                 (unsigned long long)o.refused);
     free(w->r.events);
     w->r.events = NULL;
-    if (w->pub)
-        zmq_close(w->pub);
-    if (w->notify)
-        zmq_close(w->notify);
-    w->pub = w->notify = NULL;
-    pthread_mutex_lock(&w->mu);
-    w->exited = 1;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
+    pt_wk_exit(w);
     return NULL;
 }
 

@@ -173,15 +173,20 @@ static void handle_assign(pt_agent_worker *w, pt_msg *m)
                  err.msg[0] ? err.msg : pt_strerror(rc));
         pt_wk_teardown(w);
     }
+    pt_wk_assigned(w, m->gen, rc == 0 ? m->u.assign.resume_step : 0, rc, &n);
+}
+
+void pt_wk_assigned(pt_agent_worker *w, int64_t gen, int64_t done, int rc, const pt_wnote *n)
+{
     pthread_mutex_lock(&w->mu);
-    w->gen = m->gen;
-    w->done = rc == 0 ? m->u.assign.resume_step : 0;
+    w->gen = gen;
+    w->done = done;
     w->built = rc == 0;
     w->running = 0;
     w->nckpt = 0;
     snprintf(w->state, sizeof w->state, "%s", rc == 0 ? "ready" : "failed");
     pthread_mutex_unlock(&w->mu);
-    pt_wk_notify(w, &n);
+    pt_wk_notify(w, n);
 }
 
 static void *thread_main(void *arg)
@@ -278,6 +283,12 @@ static void *thread_main(void *arg)
     pthread_mutex_unlock(&w->mu);
     pt_wk_flush_metrics(w);
     pt_wk_teardown(w);
+    pt_wk_exit(w);
+    return NULL;
+}
+
+void pt_wk_exit(pt_agent_worker *w)
+{
     if (w->pub)
         zmq_close(w->pub);
     if (w->notify)
@@ -287,7 +298,6 @@ static void *thread_main(void *arg)
     w->exited = 1;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
-    return NULL;
 }
 
 /* ---- the control thread's side ------------------------------------------------------- */

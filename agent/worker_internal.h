@@ -189,6 +189,13 @@ void pt_wk_notify_simple(pt_agent_worker *w, int kind, int64_t req, int64_t step
 void pt_wk_sleep_ms(int ms);
 void pt_wk_set_state(pt_agent_worker *w, const char *st);
 
+/* An assign answered: generation gen built (rc 0: "ready", done iterations
+ * done) or not ("failed"), then n goes to the control thread. */
+void pt_wk_assigned(pt_agent_worker *w, int64_t gen, int64_t done, int rc, const pt_wnote *n);
+/* The worker thread's last act: closes its PUB and notify sockets and marks
+ * it exited (w->exited, broadcast on w->cv). */
+void pt_wk_exit(pt_agent_worker *w);
+
 /* ---- agent/worker_telemetry.c: events and metrics on the PUB socket */
 void pt_wk_connect_telemetry(pt_agent_worker *w, const char *ep);
 void pt_wk_on_op(void *user, const pt_exec_event *ev);

@@ -32,6 +32,20 @@ if ! "$PY" -c 'import torch' 2>/dev/null; then
     exit 1
 fi
 
+# bridge_tmux: the console's tmux helpers too (tests/tui/tmux_lib.sh); at
+# the end the tmux servers go, and the training in process group $train_pid
+# when a test started one (set -m) and left it running
+train_pid=""
+bridge_tmux() {
+    . "$PT_SOURCE_DIR/tests/tui/tmux_lib.sh"
+    trap bridge_end EXIT
+}
+bridge_end() {
+    [ -n "$train_pid" ] && kill -- "-$train_pid" 2>/dev/null
+    rm -rf "$tmp"
+    tm_cleanup
+}
+
 summary() {
     echo "$checks checks, $failures failures"
     [ "$failures" -eq 0 ]

@@ -10,8 +10,7 @@
 # imports the same way, also under a --label pattern; and bad traces are
 # refused naming file, field and reason (tests/data/bad/torch_trace).
 . "$(dirname "$0")/bridge_lib.sh"
-. "$PT_SOURCE_DIR/tests/tui/tmux_lib.sh"
-trap 'rm -rf "$tmp"; tm_cleanup' EXIT
+bridge_tmux
 
 # import_and_check NAME RUN_DIR TRACES... [-- IMPORT-OPTIONS...]
 import_and_check() {

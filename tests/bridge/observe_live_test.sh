@@ -9,14 +9,7 @@
 # training goes on without it). The socket folder is 0700, its sockets 0600,
 # and an agent refuses a folder others can reach.
 . "$(dirname "$0")/bridge_lib.sh"
-. "$PT_SOURCE_DIR/tests/tui/tmux_lib.sh"
-train_pid=""
-cleanup() {
-    [ -n "$train_pid" ] && kill -- "-$train_pid" 2>/dev/null
-    rm -rf "$tmp"
-    tm_cleanup
-}
-trap cleanup EXIT
+bridge_tmux
 obs="$TM_DIR/obs"
 K="$PT_SOURCE_DIR/tests/data/torch"
 

@@ -8,14 +8,7 @@
 # end the console with status 0 and the training must end with status 0.
 # Every other command must exit 0. The promised files must be there.
 . "$(dirname "$0")/bridge_lib.sh"
-. "$PT_SOURCE_DIR/tests/tui/tmux_lib.sh"
-train_pid=""
-cleanup() {
-    [ -n "$train_pid" ] && kill -- "-$train_pid" 2>/dev/null
-    rm -rf "$tmp"
-    tm_cleanup
-}
-trap cleanup EXIT
+bridge_tmux
 work="$tmp/clone"
 mkdir -p "$work/tests"
 for d in models devices topologies themes profiles; do
