@@ -86,7 +86,15 @@ typedef struct pt_agent_worker_config {
      * resumed from); an assign's checkpoint_dir is a folder inside it, never
      * absolute, never through "..". Copied; must not be NULL. */
     const char *checkpoint_root;
+    /* --observe DIR: relay a PyTorch run's Monitor instead of training
+     * (agent/observe.c); NULL: train. Copied. */
+    const char *observe;
 } pt_agent_worker_config;
+
+/* --observe DIR: 0 when DIR is a folder of this user's with mode 0700 (no
+ * one else can reach the sockets in it), else -1 after saying why on
+ * stderr (agent/observe.c). */
+int pt_agent_observe_dir_ok(const char *dir);
 
 /* Starts the worker thread. On success *out owns it. PT_ENOMEM / PT_EIO. */
 int pt_agent_worker_start(const pt_agent_worker_config *cfg, pt_agent_worker **out, pt_error *err);

@@ -18,6 +18,7 @@
 typedef struct pt_agent_args {
     const char *console, *telemetry, *name, *data_bind, *key_path, *server_key_arg;
     const char *checkpoint_root;
+    const char *observe; /* --observe DIR: relay a PyTorch run (agent/observe.c) */
     int device, threads, comm_timeout_ms, grace_ms;
     pt_device_spec compute; /* --device cpu|cuda:N: where the worker computes */
     int device_given;       /* --device or --index was given */

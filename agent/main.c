@@ -129,6 +129,9 @@ static int parse_args(int argc, char **argv, pt_agent_args *a)
          "with --key: keep training this long after the console went silent,\n"
          "for a console with the same key to pick the run up (default " PT_OPTS_STR(
              PT_AGENT_CONSOLE_GRACE_MS) ")"},
+        {"observe", PT_OPT_STRING, &a->observe, 0, 0, 0, "DIR",
+         "relay a PyTorch run instead of training: its pipetop_torch.Monitor\n"
+         "writes to DIR/rank-<r>.sock (DIR: mode 0700; docs/torch.md)"},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = pt_opts_parse_program("pipetop-agent", argc, argv, opts, n, stderr);
@@ -155,6 +158,8 @@ static int parse_args(int argc, char **argv, pt_agent_args *a)
     }
     if (pt_opts_find(opts, n, "index")->seen)
         a->device = index;
+    if (a->observe && pt_agent_observe_dir_ok(a->observe) < 0)
+        return EXIT_USAGE;
     if (!a->console) {
         fprintf(stderr, "pipetop-agent: --console is required (see --help)\n");
         return EXIT_USAGE;
@@ -270,7 +275,8 @@ static int open_sockets(pt_agent_ctl *ag)
                                  ag->be,
                                  ag->curve ? &ag->key : NULL,
                                  ag->curve ? ag->server_key : NULL,
-                                 root};
+                                 root,
+                                 ag->a.observe};
     pt_error err = {0};
     if (pt_agent_worker_start(&wc, &ag->worker, &err) < 0) {
         fprintf(stderr, "pipetop-agent: %s\n", err.msg);

@@ -174,15 +174,20 @@ static void handle_assign(pt_agent_worker *w, pt_msg *m)
                  err.msg[0] ? err.msg : pt_strerror(rc));
         pt_wk_teardown(w);
     }
+    pt_wk_assigned(w, m->gen, rc == 0 ? m->u.assign.resume_step : 0, rc, &n);
+}
+
+void pt_wk_assigned(pt_agent_worker *w, int64_t gen, int64_t done, int rc, const pt_wnote *n)
+{
     pthread_mutex_lock(&w->mu);
-    w->gen = m->gen;
-    w->done = rc == 0 ? m->u.assign.resume_step : 0;
+    w->gen = gen;
+    w->done = done;
     w->built = rc == 0;
     w->running = 0;
     w->nckpt = 0;
     snprintf(w->state, sizeof w->state, "%s", rc == 0 ? "ready" : "failed");
     pthread_mutex_unlock(&w->mu);
-    pt_wk_notify(w, &n);
+    pt_wk_notify(w, n);
 }
 
 static void *thread_main(void *arg)
@@ -279,6 +284,12 @@ static void *thread_main(void *arg)
     pthread_mutex_unlock(&w->mu);
     pt_wk_flush_metrics(w);
     pt_wk_teardown(w);
+    pt_wk_exit(w);
+    return NULL;
+}
+
+void pt_wk_exit(pt_agent_worker *w)
+{
     if (w->pub)
         zmq_close(w->pub);
     if (w->notify)
@@ -288,7 +299,6 @@ static void *thread_main(void *arg)
     w->exited = 1;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
-    return NULL;
 }
 
 /* ---- the control thread's side ------------------------------------------------------- */
@@ -321,7 +331,8 @@ int pt_agent_worker_start(const pt_agent_worker_config *cfg, pt_agent_worker **o
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&w->cv, &ca);
     pthread_condattr_destroy(&ca);
-    if (pthread_create(&w->th, NULL, thread_main, w) != 0) {
+    snprintf(w->observe_dir, sizeof w->observe_dir, "%s", cfg->observe ? cfg->observe : "");
+    if (pthread_create(&w->th, NULL, cfg->observe ? pt_wk_observe_main : thread_main, w) != 0) {
         pthread_mutex_destroy(&w->mu);
         pthread_cond_destroy(&w->cv);
         free(w);

@@ -131,7 +131,8 @@ struct pt_agent_worker {
     char tel_connected[PT_MSG_ENDPOINT_MAX];
     void *ctx;
     char notify_ep[PT_MSG_ENDPOINT_MAX];
-    char ckpt_root[PT_MSG_PATH_MAX]; /* checkpoints only under here (absolute) */
+    char ckpt_root[PT_MSG_PATH_MAX];   /* checkpoints only under here (absolute) */
+    char observe_dir[PT_MSG_PATH_MAX]; /* --observe: relay a PyTorch run (agent/observe.c) */
     int comm_timeout_ms;
     const pt_backend *be; /* NULL: the CPU backend */
     int curve;            /* key and server_key set: every socket talks CURVE */
@@ -188,6 +189,13 @@ void pt_wk_notify_simple(pt_agent_worker *w, int kind, int64_t req, int64_t step
 void pt_wk_sleep_ms(int ms);
 void pt_wk_set_state(pt_agent_worker *w, const char *st);
 
+/* An assign answered: generation gen built (rc 0: "ready", done iterations
+ * done) or not ("failed"), then n goes to the control thread. */
+void pt_wk_assigned(pt_agent_worker *w, int64_t gen, int64_t done, int rc, const pt_wnote *n);
+/* The worker thread's last act: closes its PUB and notify sockets and marks
+ * it exited (w->exited, broadcast on w->cv). */
+void pt_wk_exit(pt_agent_worker *w);
+
 /* ---- agent/worker_telemetry.c: events and metrics on the PUB socket */
 void pt_wk_connect_telemetry(pt_agent_worker *w, const char *ep);
 void pt_wk_on_op(void *user, const pt_exec_event *ev);
@@ -197,6 +205,11 @@ int pt_wk_folds_pending(const pt_agent_worker *w);
 int pt_wk_events_wanted(const pt_agent_worker *w, int64_t start, int64_t done, int64_t after,
                         int64_t target);
 void pt_wk_publish_metrics(pt_agent_worker *w, const pt_exec_result *res, int64_t first_step);
+/* Adds one step's metrics of chunk c to its fold, sent when due. */
+void pt_wk_fold_metrics(pt_agent_worker *w, int c, const pt_msg_metrics *mt);
+
+/* ---- agent/observe.c: the worker of pipetop-agent --observe */
+void *pt_wk_observe_main(void *arg);
 
 /* ---- agent/worker_ckpt.c: checkpoints of the run's chunks */
 int pt_wk_load_resume(pt_agent_worker *w, int64_t step, pt_error *err);

@@ -192,6 +192,13 @@ int pt_wk_events_wanted(const pt_agent_worker *w, int64_t start, int64_t done, i
 static void publish_chunk_metrics(pt_agent_worker *w, const chunk *ch, const pt_exec_result *res,
                                   int64_t first_step);
 
+void pt_wk_fold_metrics(pt_agent_worker *w, int c, const pt_msg_metrics *mt)
+{
+    fold_metrics(w, c, mt);
+    if (pt_msg_now_ns() - w->fold_sent_ns >= FOLD_FLUSH_MS * NS_PER_MS)
+        pt_wk_flush_metrics(w);
+}
+
 /* One metrics message per window and chunk (each chunk its stage's memory). */
 void pt_wk_publish_metrics(pt_agent_worker *w, const pt_exec_result *res, int64_t first_step)
 {

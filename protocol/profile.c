@@ -13,7 +13,8 @@ static const char *const profile_keys[] = {"v",          "model",       "device"
                                            "microbatch", "input_bytes", "layers",   "origin",
                                            "runtime",    "precision",   "roofline", NULL};
 static const char *const roofline_keys[] = {"peak_flops", "mem_bandwidth", "launch_us", NULL};
-static const char *const origin_keys[] = {"kind", "run", "base", "date", "gen", NULL};
+static const char *const origin_keys[] = {"kind", "run",       "base",   "date",
+                                          "gen",  "framework", "module", NULL};
 static const char *const runtime_keys[] = {
     "op_overhead_ms",       "opt_gbytes_per_s",   "sends_hold",   "allreduce_gbytes_per_s",
     "allreduce_latency_us", "stash_gbytes_per_s", "recv_wake_ms", NULL};
@@ -180,7 +181,11 @@ static int parse_origin(pt_jr *jr, const cJSON *root, pt_profile *p)
         (rc = pt_jr_str(jr, o, "origin", "date", PT_JR_OPTIONAL, NULL, g->date, sizeof g->date)) <
             0 ||
         (rc = pt_jr_int64(jr, o, "origin", "gen", PT_JR_OPTIONAL, -1, 0, PT_JSON_INT_MAX,
-                          &g->gen)) < 0)
+                          &g->gen)) < 0 ||
+        (rc = pt_jr_str(jr, o, "origin", "framework", PT_JR_OPTIONAL, NULL, g->framework,
+                        sizeof g->framework)) < 0 ||
+        (rc = pt_jr_str(jr, o, "origin", "module", PT_JR_OPTIONAL, NULL, g->module,
+                        sizeof g->module)) < 0)
         return rc;
     if (!is_source(g->kind))
         return pt_jr_fail(jr, PT_EINVAL, "origin", "kind",
@@ -353,7 +358,9 @@ static int add_origin(cJSON *root, const pt_profile_origin *g)
         (g->run[0] && !cJSON_AddStringToObject(o, "run", g->run)) ||
         (g->base[0] && !cJSON_AddStringToObject(o, "base", g->base)) ||
         (g->date[0] && !cJSON_AddStringToObject(o, "date", g->date)) ||
-        (g->gen >= 0 && !pt_jr_add_number(o, "gen", (double)g->gen)))
+        (g->gen >= 0 && !pt_jr_add_number(o, "gen", (double)g->gen)) ||
+        (g->framework[0] && !cJSON_AddStringToObject(o, "framework", g->framework)) ||
+        (g->module[0] && !cJSON_AddStringToObject(o, "module", g->module)))
         return -1;
     return 0;
 }

@@ -94,6 +94,11 @@ typedef struct pt_profile_origin {
     char base[PT_PROFILE_TEXT_MAX]; /* calibrated: the profile giving the layers' weights */
     char date[32];                  /* UTC, ISO 8601 ("2026-12-01T08:30:00Z"); "" none */
     int64_t gen;                    /* calibrated: the plan generation fitted; -1 none */
+    /* measured by another framework (pipetop profile --torch): its name and
+     * version ("torch 2.4.0") and what it measured ("torchvision.models:
+     * resnet50"); "" none */
+    char framework[64];
+    char module[PT_PROFILE_TEXT_MAX];
 } pt_profile_origin;
 
 typedef struct pt_profile {

@@ -22,9 +22,12 @@ jobs="$(nproc 2>/dev/null || echo 2)"
 packages=(cmake gcc make pkg-config libcjson-dev libzmq3-dev libopenblas-dev libncurses-dev
           zlib1g-dev dataset-fashion-mnist tmux openmpi-bin libopenmpi-dev
           librsvg2-bin)
-# test mode also needs clang (libFuzzer harnesses) and valgrind (memcheck)
+# test mode also needs clang (libFuzzer harnesses) and valgrind (memcheck),
+# and Debian's PyTorch for /usr/bin/python3 (the PyTorch bridge's tests,
+# tests/bridge: python3-torch, and torchvision for ResNet-50; the python3 first
+# on PATH may be another interpreter: the bridge runs /usr/bin/python3)
 if [[ "$mode" == test ]]; then
-    packages+=(clang valgrind)
+    packages+=(clang valgrind python3-torch python3-torchvision)
 fi
 
 missing=()

@@ -36,6 +36,7 @@ P="$tmp/prefix"
 for f in bin/pipetop bin/pipetop-agent share/pipetop/models/fmnist-mlp.json \
     share/pipetop/devices/cpu-local.json share/pipetop/topologies/local-cpu-4.json \
     share/pipetop/themes/dark.theme share/pipetop/profiles/vgg16.json \
+    share/pipetop/bridge/pipetop_torch/__init__.py \
     share/doc/pipetop/architecture.md share/doc/pipetop/README.md; do
     [ -e "$P/$f" ] || fail "not installed: $f"
 done

@@ -96,6 +96,11 @@ static void test_round_trip_random(void)
         snprintf(p->device, sizeof p->device, "dev \"%d\"\t", trial); /* needs escaping */
         snprintf(p->source, sizeof p->source, "%s", trial % 2 ? "analytic" : "imported");
         p->microbatch = 1 + rand_r(&seed) % 1024;
+        if (trial % 3 == 0) { /* measured by another framework (pipetop profile --torch) */
+            snprintf(p->origin.kind, sizeof p->origin.kind, "measured");
+            snprintf(p->origin.framework, sizeof p->origin.framework, "torch 1.13.%d", trial);
+            snprintf(p->origin.module, sizeof p->origin.module, "models:gpt_%d", trial);
+        }
         p->input_bytes = ((int64_t)rand_r(&seed) << 22) + rand_r(&seed);
         for (int i = 0; i < n; i++) {
             pt_profile_layer *l = &p->layers[i];
@@ -117,6 +122,8 @@ static void test_round_trip_random(void)
         CHECK_MSG(pt_profile_parse(json, "rt", &back, &err) == 0, "%s", err.msg);
         if (back) {
             CHECK(profile_equal(p, back));
+            CHECK(!strcmp(back->origin.framework, p->origin.framework) &&
+                  !strcmp(back->origin.module, p->origin.module));
             char *again = pt_profile_to_json(back);
             CHECK(again && !strcmp(again, json));
             free(again);

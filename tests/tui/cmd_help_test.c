@@ -104,4 +104,11 @@ static void test_profile_analytic(void)
     check_command("profile --analytic", pt_cmd_profile, 3, argv);
 }
 
-PT_TEST_MAIN({"every_command", test_every_command}, {"profile_analytic", test_profile_analytic})
+static void test_profile_torch(void)
+{
+    char *argv[] = {"profile", "--torch", "m:f", "--help", NULL};
+    check_command("profile --torch", pt_cmd_profile, 4, argv);
+}
+
+PT_TEST_MAIN({"every_command", test_every_command}, {"profile_analytic", test_profile_analytic},
+             {"profile_torch", test_profile_torch})

@@ -29,7 +29,7 @@ int pt_cmd_console(int argc, char **argv)
 {
     const char *model = DEFAULT_MODEL, *topology = DEFAULT_TOPOLOGY, *profile = NULL,
                *plan_path = NULL, *planner = DEFAULT_PLANNER, *theme = NULL, *view = "plan",
-               *listen = NULL, *data = "fashion-mnist";
+               *listen = NULL, *data = "fashion-mnist", *observe = NULL;
     int global = DEFAULT_GLOBAL, no_mouse = 0, agents = 0, readonly = 0;
     double exit_after = 0;
     pt_opt opts[] = {
@@ -60,6 +60,9 @@ int pt_cmd_console(int argc, char **argv)
          "quit after X seconds (scripted runs; 0: never)"},
         {"readonly", PT_OPT_FLAG, &readonly, 0, 0, 0, NULL,
          "monitoring only: no plan edits, no apply & restart (q still quits)"},
+        {"observe", PT_OPT_STRING, &observe, 0, 0, 0, "DIR",
+         "watch a PyTorch run live (read-only): needs --plan and --profile;\n"
+         "run the training with PIPETOP_OBSERVE=DIR (docs/torch.md)"},
     };
     int rc = pt_opts_command("console", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
                              console_usage, NULL);
@@ -77,7 +80,11 @@ int pt_cmd_console(int argc, char **argv)
     lo.planner = planner;
     lo.global = global;
     lo.unit_mb = DEFAULT_MB;
-    lo.live = agents > 0 || listen;
+    lo.live = agents > 0 || listen || observe;
+    lo.observe = observe;
+    lo.spawn = observe != NULL;
+    if (observe && !pt_opts_find(opts, (int)(sizeof opts / sizeof opts[0]), "topology")->seen)
+        lo.topology = NULL; /* a local topology of the plan's devices */
     lo.agents = agents;
     lo.listen = listen;
     lo.data = data;

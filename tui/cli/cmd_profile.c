@@ -635,7 +635,8 @@ static int parse_args(int argc, char **argv, profile_args *a)
 {
     *a = (profile_args){
         .batch = DEFAULT_BATCH, .repeats = DEFAULT_REPEATS, .warmup = DEFAULT_WARMUP};
-    int analytic = 0; /* pt_cmd_profile hands --analytic over before parsing */
+    int analytic = 0; /* pt_cmd_profile hands --analytic and --torch over before parsing */
+    const char *torch = NULL;
     pt_opt opts[] = {
         {"model", PT_OPT_STRING, &a->model, 0, 0, 0, "M",
          "model spec: a path or a name in models/"},
@@ -669,6 +670,8 @@ static int parse_args(int argc, char **argv, profile_args *a)
         {"analytic", PT_OPT_FLAG, &analytic, 0, 0, 0, NULL,
          "derive the profile from FLOPs and a device description instead\n"
          "(see pipetop profile --analytic --help)"},
+        {"torch", PT_OPT_STRING, &torch, 0, 0, 0, "M:F",
+         "measure a PyTorch module instead (see pipetop profile --torch M:F\n--help)"},
     };
     int rc = pt_opts_command("profile", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
                              usage_text, NULL);
@@ -688,7 +691,10 @@ static int parse_args(int argc, char **argv, profile_args *a)
 int pt_cmd_profile(int argc, char **argv)
 {
     /* Analytic profiles (from FLOPs and a device description) live in
-     * tui/cli/cmd_profile_analytic.c. */
+     * tui/cli/cmd_profile_analytic.c, PyTorch modules' in cmd_profile_torch.c. */
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "--torch", 7) && (argv[i][7] == '\0' || argv[i][7] == '='))
+            return pt_cmd_profile_torch(argc, argv);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--analytic"))
             return pt_cmd_profile_analytic(argc, argv);

@@ -67,7 +67,7 @@ int pt_cmd_replay(int argc, char **argv)
     }
     pt_console_opts co = {in.plan,  in.profile, in.topo, in.spec ? in.spec->name : NULL,
                           src,      view,       theme,   NULL,
-                          no_mouse, exit_after, 0};
+                          no_mouse, exit_after, 0,       NULL};
     rc = pt_console_run(&co, &err);
     if (rc < 0)
         fprintf(stderr, "pipetop replay: %s\n", err.msg);

@@ -18,6 +18,10 @@ const pt_command pt_commands[] = {
     {"demo", pt_cmd_demo, "plan, spawn 4 local agents, train Fashion-MNIST, watch it live"},
     {"replay", pt_cmd_replay, "play a recorded run in the console (speed, pause, step)"},
     {"status", pt_cmd_status, "one snapshot of a run from its record (--json for scripts)"},
+    {"import-trace", pt_cmd_import_trace,
+     "a PyTorch run's profiler traces (one per rank) as a run folder to replay"},
+    {"export-plan", pt_cmd_export_plan,
+     "write a plan for torch.distributed.pipelining, torchtitan, DeepSpeed or Megatron"},
     {"keys", pt_cmd_keys, "make a CURVE key pair (NAME.key, NAME.pub) for authenticated runs"},
     {NULL, NULL, NULL},
 };

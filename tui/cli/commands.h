@@ -17,6 +17,8 @@ int pt_cmd_train(int argc, char **argv);
 int pt_cmd_profile(int argc, char **argv);
 /* `pipetop profile --analytic ...`; pt_cmd_profile hands over on --analytic. */
 int pt_cmd_profile_analytic(int argc, char **argv);
+/* `pipetop profile --torch ...` (tui/cli/cmd_profile_torch.c); likewise. */
+int pt_cmd_profile_torch(int argc, char **argv);
 int pt_cmd_plan(int argc, char **argv);
 int pt_cmd_sim(int argc, char **argv);
 int pt_cmd_import_profile(int argc, char **argv);
@@ -26,6 +28,10 @@ int pt_cmd_validate(int argc, char **argv);
 int pt_cmd_run(int argc, char **argv);
 /* `pipetop keys`: a CURVE key pair (tui/cli/cmd_keys.c). */
 int pt_cmd_keys(int argc, char **argv);
+/* `pipetop import-trace`: profiler traces as a run (tui/cli/cmd_import_trace.c). */
+int pt_cmd_import_trace(int argc, char **argv);
+/* `pipetop export-plan`: a plan for a PyTorch framework (tui/cli/cmd_export_plan.c). */
+int pt_cmd_export_plan(int argc, char **argv);
 /* `pipetop calibrate`: fit a profile to a run record (tui/cli/cmd_calibrate.c). */
 int pt_cmd_calibrate(int argc, char **argv);
 

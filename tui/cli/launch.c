@@ -1,11 +1,16 @@
 /* The console from the command line (see launch.h). */
 #include "tui/cli/launch.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "protocol/datadir.h"
 #include "tui/cli/inputs.h"
+#include "tui/cli/torch_bridge.h"
 #include "tui/console/console.h"
 #include "tui/record/live.h"
 #include "tui/record/source.h"
@@ -63,6 +68,58 @@ static void save_beside_record(const pt_source *src, const pt_profile *prof,
     pt_topology_save(topo, path, NULL);
 }
 
+/* An observed PyTorch run's inputs: the plan it runs and the profile that
+ * names its layers, a stand-in model of those names (torch_bridge.h), the
+ * topology given or a local one of the plan's devices. */
+static int observe_inputs(const pt_console_launch_opts *o, pt_inputs *in, pt_error *err)
+{
+    memset(in, 0, sizeof *in);
+    if (!o->plan || !o->profile)
+        return pt_error_set(err, PT_EINVAL,
+                            "--observe needs --plan (the plan the run runs: pipetop export-plan's) "
+                            "and --profile (its profile: pipetop profile --torch's)");
+    char path[PT_DATADIR_PATH_MAX];
+    int rc = pt_plan_load(o->plan, &in->plan, err);
+    if (rc == 0)
+        rc = pt_profile_load(pt_datadir_resolve("profiles", o->profile, ".json", path, sizeof path),
+                             &in->profile, err);
+    if (rc == 0 && o->local_devices <= 0 && o->topology)
+        rc = pt_topology_load(
+            pt_datadir_resolve("topologies", o->topology, ".json", path, sizeof path), &in->topo,
+            err);
+    else if (rc == 0 && !(in->topo = pt_inputs_local_topology(pt_inputs_plan_devices(in->plan))))
+        rc = pt_error_set(err, PT_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = pt_torch_standin_model(in->profile, &in->spec, err);
+    if (rc == 0)
+        rc = pt_profile_check(in->profile, in->spec, o->profile, err);
+    return rc == 0 ? pt_plan_check(in->plan, in->spec, in->topo, o->plan, err) : rc;
+}
+
+/* --observe DIR, made mode 0700 when missing; an existing one must be this
+ * user's folder of mode 0700 (its sockets are the run's way in). The
+ * absolute path into out. */
+static int observe_dir(const char *dir, char *out, size_t cap, pt_error *err)
+{
+    struct stat st;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return pt_error_set(err, PT_EIO, "--observe %s: %s", dir, strerror(errno));
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() ||
+        (st.st_mode & 0777) != 0700)
+        return pt_error_set(err, PT_EINVAL,
+                            "--observe %s: not a folder of yours with mode 0700 (no one else may "
+                            "reach the sockets in it)",
+                            dir);
+    char *abs = realpath(dir, NULL);
+    if (!abs || strlen(abs) >= cap) {
+        free(abs);
+        return pt_error_set(err, PT_EINVAL, "--observe %s: path too long", dir);
+    }
+    snprintf(out, cap, "%s", abs);
+    free(abs);
+    return 0;
+}
+
 /* The live source: agents spawned here or awaited. */
 static int live_source(const pt_console_launch_opts *o, pt_inputs *in, pt_source **src,
                        pt_error *err)
@@ -89,7 +146,11 @@ static int live_source(const pt_console_launch_opts *o, pt_inputs *in, pt_source
     lo.expect_agents = o->agents > 0 ? o->agents : pt_plan_agent_count(in->plan);
     if (o->spawn && lo.expect_agents > in->topo->device_count)
         lo.expect_agents = in->topo->device_count;
-    int rc = pt_source_live_new(&lo, src, err);
+    char dir[PATH_CAP];
+    int rc = o->observe ? observe_dir(o->observe, dir, sizeof dir, err) : 0;
+    lo.observe_dir = o->observe ? dir : NULL;
+    if (rc == 0)
+        rc = pt_source_live_new(&lo, src, err);
     if (rc == 0)
         save_beside_record(*src, in->profile, in->topo);
     return rc;
@@ -107,7 +168,7 @@ int pt_console_launch(const pt_console_launch_opts *o, pt_error *err)
                          .make_profile = analytic,
                          .make_plan = plan,
                          .user = (void *)o};
-    int rc = pt_inputs_resolve(&io, &in, err);
+    int rc = o->observe ? observe_inputs(o, &in, err) : pt_inputs_resolve(&io, &in, err);
     if (rc == 0 && o->agents > 0 && pt_plan_agent_count(in.plan) > o->agents)
         rc = pt_error_set(err, PT_EINVAL, "the plan uses %d devices but --agents is %d",
                           pt_plan_agent_count(in.plan), o->agents);
@@ -116,8 +177,18 @@ int pt_console_launch(const pt_console_launch_opts *o, pt_error *err)
     else if (rc == 0 && (rc = pt_source_sim_new(&src)) < 0)
         pt_error_set(err, rc, "out of memory");
     if (rc == 0) {
-        pt_console_opts co = {in.plan,  in.profile, in.topo,     in.spec->name, src,        o->view,
-                              o->theme, NULL,       o->no_mouse, o->exit_after, o->readonly};
+        pt_console_opts co = {in.plan,
+                              in.profile,
+                              in.topo,
+                              in.spec->name,
+                              src,
+                              o->view,
+                              o->theme,
+                              NULL,
+                              o->no_mouse,
+                              o->exit_after,
+                              o->readonly || o->observe,
+                              o->observe ? PT_LIVE_OBSERVED_WHY : NULL};
         src = NULL; /* the console owns it now */
         rc = pt_console_run(&co, err);
     }

@@ -31,6 +31,10 @@ typedef struct pt_console_launch_opts {
     int no_mouse;
     double exit_after;
     int readonly; /* --readonly: monitoring only (pt_console_opts.readonly) */
+    /* --observe DIR: watch a PyTorch run (docs/torch.md): plan and profile
+     * as given (both required; model is not read), agents spawned to relay
+     * the run's Monitors from DIR (made mode 0700), read-only. NULL: not. */
+    const char *observe;
 } pt_console_launch_opts;
 
 /* Loads or derives model, topology, profile and plan, checks the plan

@@ -412,7 +412,7 @@ static void handle_mouse(pt_ui *ui)
     for (const pt_view_key *k = c->keys; k && k->label && !edits; k++)
         edits = k->edits != NULL;
     if (ui->readonly && edits && (m.pressed || m.released))
-        pt_ui_status(ui, 1, "read-only console (--readonly): the plan cannot be edited");
+        pt_ui_status(ui, 1, "%s: the plan cannot be edited", ui->readonly_why);
     else if (c->mouse)
         c->mouse(ui, ui->state[ui->view], &m);
     ui->dirty = 1;
@@ -430,8 +430,7 @@ static int view_key(pt_ui *ui, int ch)
     const pt_view_key *refused = NULL;
     if (hook == 0 && pt_view_keys_run(c->keys, ui, st, ch, ui->readonly, &refused)) {
         if (refused)
-            pt_ui_status(ui, 1, "read-only console (--readonly): '%c' would %s; refused", ch,
-                         refused->edits);
+            pt_ui_status(ui, 1, "%s: '%c' would %s; refused", ui->readonly_why, ch, refused->edits);
         return 1;
     }
     int v = pt_view_by_hotkey(ch);
@@ -507,6 +506,7 @@ static int setup(pt_ui *ui, const pt_console_opts *o, char *config_path, size_t 
         return pt_error_set(err, PT_EINVAL, "console: no view named \"%s\"", o->start_view);
     ui->prev_view = ui->view;
     ui->readonly = o->readonly;
+    ui->readonly_why = o->readonly_why ? o->readonly_why : "read-only console (--readonly)";
     ui->global_keys = global_keys;
     ui->redraw = draw;
     ui->tl.mode = ui->cfg.timeline_split ? PT_TL_BOTH : PT_TL_MEASURED;

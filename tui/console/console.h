@@ -30,6 +30,9 @@ typedef struct pt_console_opts {
     int no_mouse;
     double exit_after_s; /* > 0: quit by itself after this long (tests, demos) */
     int readonly;        /* monitoring only: plan edits and apply & restart are refused */
+    /* what a refused edit says, with readonly (NULL: "read-only console
+     * (--readonly)"); an observed PyTorch run says why it cannot restart */
+    const char *readonly_why;
 } pt_console_opts;
 
 /* Runs the console until the user quits. Returns 0, or a negative PT_E*

@@ -61,6 +61,7 @@ typedef struct pt_ui {
     int paused;           /* display frozen (the source still polls, training goes on) */
     int64_t frozen_steps; /* steps the header shows while paused */
     int readonly;         /* --readonly: keys that edit the plan or act on the run are refused */
+    const char *readonly_why; /* what a refusal says (pt_console_opts.readonly_why) */
     /* Draws the screen now (set by the console): for an action that blocks
      * the loop (apply & restart) to show that it started. */
     void (*redraw)(pt_ui *ui);

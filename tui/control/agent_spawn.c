@@ -87,6 +87,10 @@ static void exec_agent(const char *bin, const pt_session *s, const char *name, c
         argv[k++] = "--data-bind";
         argv[k++] = (char *)x->data_bind;
     }
+    if (x && x->observe) {
+        argv[k++] = "--observe";
+        argv[k++] = (char *)x->observe;
+    }
     argv[k] = NULL;
     execv(bin, argv);
     _exit(127);

@@ -32,6 +32,7 @@ typedef struct pt_agent_spawn_extra {
     const char *compute;         /* where it computes, "cuda:N[:PREC]" (topology's device spec):
                                     passed as --device with the index as --index; NULL: --device
                                     INDEX alone (the CPU) */
+    const char *observe;         /* --observe DIR (relay a PyTorch run); NULL: not passed */
 } pt_agent_spawn_extra;
 
 /* Forks and execs one agent (bin) connected to the session's control and

@@ -56,6 +56,7 @@ struct pt_run {
     char ipc_dir[IPC_DIR_CAP];  /* local_ipc: the sockets' folder (0700), "" none */
     /* what spawned agents are given (pt_run_set_agents) */
     char agent_ckpt_root[PATH_CAP]; /* "" none */
+    char observe_dir[PATH_CAP];     /* pt_run_set_observe ("" none) */
     int comm_timeout_ms;            /* 0: the agent's default */
 };
 
@@ -119,6 +120,11 @@ const char *pt_run_agent_name(const pt_run *r, int k)
     return r && r->names && k >= 0 && k < r->nspawn ? r->names[k] : NULL;
 }
 
+void pt_run_set_observe(pt_run *r, const char *dir)
+{
+    snprintf(r->observe_dir, sizeof r->observe_dir, "%s", dir ? dir : "");
+}
+
 int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
 {
     return pt_run_spawn_on(r, devices, NULL, err);
@@ -171,9 +177,12 @@ int pt_run_spawn_on(pt_run *r, const int *devices, const pt_topology *topo, pt_e
         char spec[PT_TOPOLOGY_COMPUTE_MAX + PT_TOPOLOGY_PRECISION_MAX + 2];
         int gpu = pt_topology_device_is_gpu(topo, dev) &&
                   pt_topology_device_spec(topo, dev, spec, sizeof spec) > 0;
-        pt_agent_spawn_extra x = {
-            curve ? key_file : NULL, r->agent_ckpt_root[0] ? r->agent_ckpt_root : NULL,
-            r->comm_timeout_ms, r->ipc_dir[0] ? data_ep : NULL, gpu ? spec : NULL};
+        pt_agent_spawn_extra x = {curve ? key_file : NULL,
+                                  r->agent_ckpt_root[0] ? r->agent_ckpt_root : NULL,
+                                  r->comm_timeout_ms,
+                                  r->ipc_dir[0] ? data_ep : NULL,
+                                  gpu ? spec : NULL,
+                                  r->observe_dir[0] ? r->observe_dir : NULL};
         if ((rc = pt_agent_spawn(bin, r->s, name, dev, threads, log, &x, &r->pids[k], err)) < 0)
             return rc;
         r->nspawn = k + 1;

@@ -134,6 +134,11 @@ int pt_run_create(const pt_run_config *cfg, pt_run **out, pt_error *err);
  * err naming the folder. */
 int pt_run_set_agents(pt_run *run, int stall_ms, const char *checkpoint_root, pt_error *err);
 
+/* Agents pt_run_spawn starts after this relay a PyTorch run's Monitor
+ * (pipetop-agent --observe dir, docs/torch.md) instead of training. dir
+ * NULL: they train. The string is copied. */
+void pt_run_set_observe(pt_run *run, const char *dir);
+
 /* Starts the agents the controller waits for on this machine, agent k under
  * a name random per run (pt_run_agent_name: "w<k>-" and 12 hex digits from
  * getrandom, so no other key holder can guess it and register first) as

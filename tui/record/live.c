@@ -37,7 +37,9 @@ typedef struct live {
     live_state state;
     int64_t steps, seed, ckpt_every, resume;
     int64_t last_refresh_ns;
-    pt_plan *pending;     /* an applied plan: the next poll stops the run and restarts under it */
+    pt_plan *pending; /* an applied plan: the next poll stops the run and restarts under it */
+    int observed;     /* the agents relay a PyTorch run (pt_live_opts.observe_dir) */
+    char observe_dir[PATH_CAP];
     pt_profile *cal_base; /* calibration's base (NULL: none) */
     pt_topology *topo;
     int64_t cal_for_gen; /* the generation cal_next counts for */
@@ -111,7 +113,7 @@ static void on_note(void *user, const pt_session_note *n)
 
 static int assign(live *l, const pt_plan *plan, int64_t resume, pt_error *err)
 {
-    pt_run_job job = {l->model, l->data, l->seed, l->ckpt_dir, l->ckpt_every};
+    pt_run_job job = {l->model, l->data, l->seed, l->observed ? NULL : l->ckpt_dir, l->ckpt_every};
     int rc = pt_run_assign(l->run, plan, &job, resume, PT_LIVE_WAIT_MS, err);
     if (rc == 0 && l->store)
         pt_store_set_plan(l->store, plan, pt_session_generation(l->s));
@@ -245,8 +247,14 @@ static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeou
             pt_store_note(store, "could not start the run: %s", err.msg);
         } else {
             l->state = L_RUN;
-            pt_store_note(store, "training (generation %lld, run folder %s)",
-                          (long long)pt_session_generation(l->s), l->run_dir);
+            if (l->observed)
+                pt_store_note(store,
+                              "observing: run the training with PIPETOP_OBSERVE=%s (run "
+                              "folder %s)",
+                              l->observe_dir, l->run_dir);
+            else
+                pt_store_note(store, "training (generation %lld, run folder %s)",
+                              (long long)pt_session_generation(l->s), l->run_dir);
         }
         refresh_agents(l);
     }
@@ -281,6 +289,8 @@ static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeou
 static int live_apply(pt_source *src, const pt_plan *plan, pt_error *err)
 {
     live *l = src->impl;
+    if (l->observed)
+        return pt_error_set(err, PT_ESTATE, "%s", PT_LIVE_OBSERVED_WHY);
     if (l->state != L_RUN)
         return pt_error_set(err, PT_ESTATE, "the run is not training (%s)",
                             l->state == L_WAIT     ? "still waiting for agents"
@@ -375,7 +385,9 @@ int pt_source_live_new(const pt_live_opts *o, pt_source **out, pt_error *err)
     snprintf(l->ckpt_dir, sizeof l->ckpt_dir, "%.4000s/%s", l->run_dir, LIVE_CKPT_DIR);
     char plan_path[PATH_CAP + 32];
     snprintf(plan_path, sizeof plan_path, "%.4000s/plan.json", l->run_dir);
-    if (rc == 0)
+    l->observed = o->observe_dir != NULL;
+    snprintf(l->observe_dir, sizeof l->observe_dir, "%s", o->observe_dir ? o->observe_dir : "");
+    if (rc == 0 && !l->observed)
         rc = pt_mkdir_p(l->ckpt_dir, err);
     if (rc == 0)
         rc = pt_plan_save(l->plan, plan_path, err);
@@ -384,7 +396,9 @@ int pt_source_live_new(const pt_live_opts *o, pt_source **out, pt_error *err)
     if (rc == 0 && (rc = pt_run_create(&cfg, &l->run, err)) == 0)
         l->s = pt_run_session(l->run);
     if (rc == 0)
-        rc = pt_run_set_agents(l->run, 0, l->ckpt_dir, err);
+        rc = pt_run_set_agents(l->run, 0, l->observed ? NULL : l->ckpt_dir, err);
+    if (rc == 0 && l->observed)
+        pt_run_set_observe(l->run, o->observe_dir);
     if (rc == 0 && o->spawn)
         rc = pt_run_spawn_on(l->run, NULL, l->topo, err);
     if (rc < 0) {

@@ -55,7 +55,15 @@ typedef struct pt_live_opts {
     int64_t checkpoint_every;    /* 0: only on stop (apply & restart) */
     const pt_profile *profile;   /* copied; the base of calibration; NULL: no calibration */
     const pt_topology *topology; /* copied; needed with profile */
+    /* An observed PyTorch run (docs/torch.md): the spawned agents relay its
+     * processes' Monitors from sockets in this folder (pipetop-agent
+     * --observe) instead of training; no checkpoints, and apply & restart
+     * refuses with PT_LIVE_OBSERVED_WHY. NULL: agents train. */
+    const char *observe_dir;
 } pt_live_opts;
+
+#define PT_LIVE_OBSERVED_WHY                                                                       \
+    "an observed run cannot be restarted from here: it runs in its own PyTorch processes"
 
 /* Creates the controller (run folder with ckpt/ and plan.json, the session
  * with its run record) and, with spawn, the agents. On failure *out is NULL
