@@ -112,6 +112,14 @@ static int set_kind(fit_ctx *x, pt_sched_kind kind)
     x->plan->schedule = kind;
     x->plan->policy = 'A';
     x->plan->vertical_sync = 0;
+    if (x->plan->replication == PT_REPL_ROUND_ROBIN &&
+        !pt_sched_kind_has(kind, PT_SCHED_OPT_ROUND_ROBIN)) {
+        change(x->ch,
+               "schedule.replication: round-robin -> split-concat: %s splits every micro-batch "
+               "over a stage's replicas",
+               pt_sched_kind_name(kind));
+        x->plan->replication = PT_REPL_SPLIT_CONCAT;
+    }
     return 0;
 }
 
