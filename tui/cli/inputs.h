@@ -99,4 +99,13 @@ void pt_inputs_run_paths(const char *run, char *record, char *dir, size_t cap);
 int pt_inputs_from_record(const pt_record *rec, const char *dir, int64_t gen, pt_inputs *in,
                           pt_error *err);
 
+/* What a recorded run's generation is predicted with (tui/record/figures.h,
+ * the one definition): pt_inputs_from_record, then the run folder's newest
+ * calibration fitted on a generation up to the plan's, in place of the
+ * profile and topology, when one loads and the plan fits its devices.
+ * *plan_gen: the plan's generation (-1: no plan); *cal_gen: the
+ * calibration's (-1: none, the run's own profile stands). */
+int pt_inputs_from_run(const pt_record *rec, const char *dir, int64_t gen, pt_inputs *in,
+                       int64_t *plan_gen, int64_t *cal_gen, pt_error *err);
+
 #endif
