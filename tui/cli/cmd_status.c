@@ -47,25 +47,6 @@ static int newest_run(char *out, char *dir, size_t cap)
     return 0;
 }
 
-/* The prediction of the run's current plan (tui/record/figures.h: its
- * generation's plan, with the run folder's newest calibration up to it, else
- * with the profile and topology the run was predicted with): 0 and *pred,
- * or a negative code (no plan in the record, or it does not simulate). */
-static int predict_current(const pt_record *rec, const char *dir, const pt_store *store,
-                           pt_fig_pred *pred)
-{
-    pt_inputs in;
-    int64_t plan_gen, cal_gen;
-    int rc =
-        pt_inputs_from_run(rec, dir, pt_store_generation(store), &in, &plan_gen, &cal_gen, NULL);
-    if (rc == 0 && (!pt_store_plan(store) || !in.plan || !in.profile || !in.topo))
-        rc = PT_ENOTFOUND;
-    if (rc == 0)
-        rc = pt_fig_predict(in.plan, in.profile, in.topo, cal_gen, pred, NULL);
-    pt_inputs_release(&in);
-    return rc;
-}
-
 /* Where a recorded run stands: "failed" (a failed entry), "finished" (a
  * summary), "running" (the record grew in the last STATUS_LIVE_S seconds),
  * else "stopped" (it ended without a summary: a console quit, a crash). */
@@ -126,8 +107,8 @@ static int take(snapshot *s, pt_error *err)
     pt_record_summarize(s->rec, &s->sum);
     s->steps = pt_store_step_count(s->store);
     s->last = s->steps ? pt_store_step_at(s->store, s->steps - 1) : NULL;
-    pt_fig_measure_store(s->store, -1, &s->meas);
-    s->have_pred = predict_current(s->rec, s->dir, s->store, &s->pred) == 0;
+    if (pt_inputs_run_figures(s->rec, s->dir, -1, &s->meas, &s->pred, &s->have_pred) < 0)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
     s->state = run_state(s->rec, s->record);
     for (int i = 0; i < pt_store_agent_count(s->store); i++)
         s->running += !strcmp(pt_store_agent_at(s->store, i)->state, "running");

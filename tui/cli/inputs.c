@@ -12,6 +12,7 @@
 #include "protocol/datadir.h"
 #include "protocol/device.h"
 #include "tui/record/figures.h"
+#include "tui/record/replay.h"
 
 pt_topology *pt_inputs_local_topology(int devices)
 {
@@ -222,5 +223,33 @@ int pt_inputs_from_run(const pt_record *rec, const char *dir, int64_t gen, pt_in
     pt_topology_free(&in->topo);
     in->profile = p;
     in->topo = t;
+    return 0;
+}
+
+int pt_inputs_run_figures(pt_record *rec, const char *dir, int64_t gen, pt_fig_meas *meas,
+                          pt_fig_pred *pred, int *have_pred)
+{
+    *have_pred = 0;
+    pt_store *st = NULL;
+    if (pt_store_new(1, &st) < 0)
+        return PT_ENOMEM;
+    for (int64_t i = 0; i < pt_record_count(rec); i++) {
+        const pt_record_entry *e = pt_record_at(rec, i);
+        if (gen >= 0 && e->kind == PT_RECORD_PLAN && e->gen > gen)
+            break;
+        if (!(e->kind == PT_RECORD_RECV && e->msg_type == PT_MSG_EVENTS))
+            pt_record_apply(rec, i, st);
+    }
+    pt_fig_measure_store(st, -1, meas);
+    pt_inputs in = {0};
+    int64_t plan_gen, cal_gen;
+    if (pt_store_plan(st) &&
+        pt_inputs_from_run(rec, dir, pt_store_generation(st), &in, &plan_gen, &cal_gen, NULL) ==
+            0 &&
+        in.plan && in.profile && in.topo &&
+        pt_fig_predict(in.plan, in.profile, in.topo, cal_gen, pred, NULL) == 0)
+        *have_pred = 1;
+    pt_inputs_release(&in);
+    pt_store_free(&st);
     return 0;
 }
