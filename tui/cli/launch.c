@@ -116,8 +116,17 @@ int pt_console_launch(const pt_console_launch_opts *o, pt_error *err)
     else if (rc == 0 && (rc = pt_source_sim_new(&src)) < 0)
         pt_error_set(err, rc, "out of memory");
     if (rc == 0) {
-        pt_console_opts co = {in.plan,  in.profile, in.topo,     in.spec->name, src,        o->view,
-                              o->theme, NULL,       o->no_mouse, o->exit_after, o->readonly};
+        pt_console_opts co = {.plan = in.plan,
+                              .profile = in.profile,
+                              .topology = in.topo,
+                              .model_name = in.spec->name,
+                              .source = src,
+                              .start_view = o->view,
+                              .theme = o->theme,
+                              .no_mouse = o->no_mouse,
+                              .exit_after_s = o->exit_after,
+                              .readonly = o->readonly,
+                              .run_dir = src ? pt_source_live_run_dir(src) : NULL};
         src = NULL; /* the console owns it now */
         rc = pt_console_run(&co, err);
     }

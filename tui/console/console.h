@@ -30,6 +30,10 @@ typedef struct pt_console_opts {
     int no_mouse;
     double exit_after_s; /* > 0: quit by itself after this long (tests, demos) */
     int readonly;        /* monitoring only: plan edits and apply & restart are refused */
+    /* A replayed run's folder: the plan view predicts each generation with
+     * its newest calibrated-gen-K.json up to it (tui/record/figures.h), as
+     * status does. NULL: none. */
+    const char *run_dir;
 } pt_console_opts;
 
 /* Runs the console until the user quits. Returns 0, or a negative PT_E*
