@@ -130,12 +130,14 @@ static int parse_args(int argc, char **argv, run_args *a)
         {"json", PT_OPT_FLAG, &a->json, 0, 0, 0, NULL,
          "JSON lines on stdout; the last is the summary"},
         {"checkpoint-dir", PT_OPT_STRING, &a->ckpt_dir, 0, 0, 0, "DIR",
-         "save per-layer checkpoints there (on stop, and every K)"},
+         "save per-layer checkpoints there (on stop, and every K;\n"
+         "default: RUN-DIR/ckpt)"},
         {"checkpoint-every", PT_OPT_INT64, &a->ckpt_every, 1, (double)MAX_ITERS, 0, "K",
          "steps between checkpoints"},
         {"resume", PT_OPT_STRING, &a->resume, 0, 0, 0, "DIR",
          "continue from a checkpoint (a run's checkpoint folder or\n"
-         "one of its step-N folders), under this plan"},
+         "one of its step-N folders), under this plan; checkpoints\n"
+         "go to this run's folder (--run-dir), not to DIR"},
         {"topology", PT_OPT_STRING, &a->topology, 0, 0, 0, "T",
          "topology file (default: one node, one CPU device per\n"
          "stage replica)"},
@@ -510,10 +512,18 @@ static int prepare(run_ctx *c, pt_error *err)
         c->steps = rounded;
     }
     if (a->resume) {
+        /* a resumed run checkpoints into its own folder (the step it starts
+         * from imported there), never into the run it resumed from, unless
+         * --checkpoint-dir names that one */
         char root[PATH_CAP];
         if ((rc = pt_run_ckpt_find(a->resume, root, sizeof root, &c->resume_step, err)) < 0)
             return rc;
-        snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", a->ckpt_dir ? a->ckpt_dir : root);
+        if (a->ckpt_dir)
+            snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", a->ckpt_dir);
+        else
+            snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%.4000s/ckpt", c->run_dir);
+        if ((rc = pt_mkdir_p(c->ckpt_dir, err)) < 0)
+            return rc;
         if ((rc = pt_run_ckpt_check_target(c->ckpt_dir, c->resume_step, err)) < 0 ||
             (rc = pt_run_ckpt_import(root, c->ckpt_dir, c->resume_step, err)) < 0)
             return rc;

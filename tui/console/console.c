@@ -151,6 +151,38 @@ static void draw_header(pt_ui *ui)
     }
 }
 
+/* Lines a message longer than the status row may take, over the bottom of
+ * the view for as long as it shows. */
+#define STATUS_LINES_MAX 4
+
+/* The status message in full: cut between words into lines of the row's
+ * width, the last on the status row and the ones before it above it. */
+static void status_wrapped(pt_ui *ui, const pt_rect *r, attr_t attr)
+{
+    const char *at[STATUS_LINES_MAX];
+    int len[STATUS_LINES_MAX], n = 0, w = r->w > 8 ? r->w : 8;
+    for (const char *p = ui->status; *p && n < STATUS_LINES_MAX;) {
+        int k = (int)strlen(p);
+        if (k > w && n < STATUS_LINES_MAX - 1) {
+            k = w;
+            while (k > w / 2 && p[k] != ' ')
+                k--;
+            if (p[k] != ' ')
+                k = w;
+        }
+        at[n] = p;
+        len[n++] = k;
+        p += k;
+        while (*p == ' ')
+            p++;
+    }
+    for (int i = 0; i < n; i++) {
+        int y = r->y - (n - 1 - i);
+        if (y >= 1)
+            pt_ui_text(y, 0, r->w, attr, 1, "%.*s", len[i], at[i]);
+    }
+}
+
 /* What the status row says while the display is paused, when no message
  * of the user's own is up: the pause, for as long as it lasts. */
 #define PAUSED_LINE "display paused: every figure is as Z found it; training goes on; Z resumes"
@@ -172,8 +204,7 @@ static void draw_status(pt_ui *ui)
     int64_t age = ui->now_ns - ui->status_ns;
     if (ui->status[0] && age < PT_UI_STATUS_NS &&
         (age < PT_UI_STATUS_MIN_NS || !(fresh_note && ui->note_seq > ui->status_note_seq))) {
-        pt_ui_text(r->y, 0, r->w, ui->attr[ui->status_error ? PT_THEME_ERROR : PT_THEME_STATUS], 1,
-                   "%s", ui->status);
+        status_wrapped(ui, r, ui->attr[ui->status_error ? PT_THEME_ERROR : PT_THEME_STATUS]);
         return;
     }
     if (fresh_note) {

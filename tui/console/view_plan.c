@@ -23,6 +23,9 @@ typedef struct plan_view {
     int drag;                  /* boundary being dragged with the mouse, 0 none */
     int replica;               /* replica the placement key moves */
     char planner[PT_NAME_MAX]; /* what P runs */
+    int kind_cursor;           /* the kind S visited last (applied or skipped); -1: none */
+    int kind_of_plan;          /* the plan's kind when S left it there */
+    int kind_before_chunks;    /* the kind V goes back to from interleaved */
 } plan_view;
 
 /* Its panels. */
@@ -525,13 +528,33 @@ static void k_recompute(pt_ui *ui, void *state, int ch)
          "recomputation toggled");
 }
 
+/* S: the next kind after the one S visited last, whether the plan took it
+ * or not, so S visits every kind in turn and comes back to the first; a
+ * kind is applied with every stage boundary kept (pt_plan_edit_kind), or
+ * named as skipped with the whole reason. */
 static void k_schedule(pt_ui *ui, void *state, int ch)
 {
-    (void)state, (void)ch;
+    (void)ch;
+    plan_view *v = state;
+    int n = pt_sched_kind_count(), kind = (int)pt_plan_edit_plan(ui->edit)->schedule;
+    if (v->kind_cursor < 0 || kind != v->kind_of_plan) /* moved by another key: start there */
+        v->kind_cursor = kind;
+    int next = (v->kind_cursor + 1) % n;
+    v->kind_cursor = next;
     pt_error err = {0};
-    pt_sched_kind next =
-        (pt_sched_kind)((pt_plan_edit_plan(ui->edit)->schedule + 1) % pt_sched_kind_count());
-    done(ui, pt_plan_edit_schedule(ui->edit, next, &err), &err, "schedule changed");
+    int rc = pt_plan_edit_kind(ui->edit, (pt_sched_kind)next, &err);
+    v->kind_of_plan = (int)pt_plan_edit_plan(ui->edit)->schedule;
+    char what[96];
+    snprintf(what, sizeof what, "schedule %s (%d of %d kinds, S next)",
+             pt_sched_kind_name((pt_sched_kind)next), next + 1, n);
+    if (rc == 0) {
+        done(ui, rc, &err, what);
+        return;
+    }
+    pt_ui_status(ui, 1, "S: %s (%d of %d kinds) skipped, the plan stays %s: %s",
+                 pt_sched_kind_name((pt_sched_kind)next), next + 1, n,
+                 pt_sched_kind_name((pt_sched_kind)v->kind_of_plan),
+                 err.msg[0] ? err.msg : pt_strerror(rc));
 }
 
 static void k_policy(pt_ui *ui, void *state, int ch)
@@ -546,20 +569,40 @@ static void k_policy(pt_ui *ui, void *state, int ch)
     done(ui, pt_plan_edit_policy(ui->edit, policy, &err), &err, "policy changed");
 }
 
-/* One chunk more per device; past what the layers allow, back to the fewest. */
+/* V, the key that re-cuts: into interleaved (2 chunks per device) from any
+ * other kind, then one chunk more per device, and past what the layers (or
+ * the kind) allow back to one stage per device under the kind it came from.
+ * The boundaries move, as asked. */
 static void k_chunks(pt_ui *ui, void *state, int ch)
 {
-    (void)state, (void)ch;
+    (void)ch;
+    plan_view *v = state;
     const pt_plan *p = pt_plan_edit_plan(ui->edit);
-    int lo, hi, v = p->chunks + 1;
+    int lo, hi, rc;
     pt_sched_kind_chunks(p->schedule, &lo, &hi);
     pt_error err = {0};
-    int rc = pt_plan_edit_chunks(ui->edit, v, &err);
-    if (rc == PT_EINVAL && lo < hi && v > lo) {
-        err = (pt_error){0};
-        rc = pt_plan_edit_chunks(ui->edit, lo, &err);
+    if (lo == hi) {
+        v->kind_before_chunks = (int)p->schedule;
+        for (int k = 0; k < pt_sched_kind_count(); k++) {
+            int klo, khi;
+            pt_sched_kind_chunks((pt_sched_kind)k, &klo, &khi);
+            if (klo < khi) {
+                done(ui, pt_plan_edit_schedule(ui->edit, (pt_sched_kind)k, &err), &err,
+                     "interleaved: the layers re-cut into model chunks per device");
+                return;
+            }
+        }
+        pt_ui_status(ui, 1, "V: no schedule kind takes model chunks");
+        return;
     }
-    done(ui, rc, &err, "model chunks per device changed");
+    rc = pt_plan_edit_chunks(ui->edit, p->chunks + 1, &err);
+    if (rc == PT_EINVAL) {
+        err = (pt_error){0};
+        rc = pt_plan_edit_schedule(ui->edit, (pt_sched_kind)v->kind_before_chunks, &err);
+        done(ui, rc, &err, "one stage per device again: the layers re-cut");
+        return;
+    }
+    done(ui, rc, &err, "model chunks per device changed: the layers re-cut");
 }
 
 static void k_resplit(pt_ui *ui, void *state, int ch)
@@ -614,8 +657,8 @@ static void k_save(pt_ui *ui, void *state, int ch)
     save_plan(ui);
 }
 
-/* Apply & restart: the source checkpoints, stops and re-assigns inside its
- * next poll, holding the loop while it does; the screen says so first. */
+/* Apply & restart: the source checkpoints, stops and re-assigns beside the
+ * loop (tui/record/live.h), so keys and the screen stay live meanwhile. */
 static void k_apply(pt_ui *ui, void *state, int ch)
 {
     (void)state, (void)ch;
@@ -668,7 +711,8 @@ static const pt_view_key keys[] = {
     {{'c'}, "c", "recomputation on / off for the cursor's stage", k_recompute, EDIT},
     {{'S'},
      "S",
-     "next schedule kind (every kind in turn; pipetop sim --help lists them)",
+     "next schedule kind, every kind in turn, stage boundaries kept (a kind the plan cannot "
+     "take is skipped with the reason)",
      k_schedule,
      EDIT},
     {{'a', 'v'},
@@ -678,7 +722,8 @@ static const pt_view_key keys[] = {
      EDIT},
     {{'V'},
      "V",
-     "interleaved: one more model chunk per device, v (back to 2 past what the layers allow)",
+     "re-cut the layers: interleaved with 2 model chunks per device, then one more, then back "
+     "to one stage per device",
      k_chunks,
      EDIT},
     {{'b', 'B'},
@@ -787,6 +832,8 @@ static void init(pt_ui *ui, void *state)
 {
     plan_view *v = state;
     snprintf(v->planner, sizeof v->planner, "%s", ui->cfg.planner);
+    v->kind_cursor = -1;
+    v->kind_before_chunks = (int)PT_SCHED_1F1B_FLUSH;
 }
 
 const pt_view_class pt_view_plan = {

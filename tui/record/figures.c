@@ -22,7 +22,7 @@ void pt_fig_pred_label(const pt_profile *p, int64_t cal_gen, pt_fig_pred *out)
         snprintf(out->origin, sizeof out->origin, "%s", kind[0] ? kind : "unknown");
     if (cal_gen >= 0) {
         snprintf(out->label, sizeof out->label, "calibrated g%lld", (long long)cal_gen);
-        snprintf(out->brief, sizeof out->brief, "cal g%lld", (long long)cal_gen);
+        snprintf(out->brief, sizeof out->brief, "calibrated g%lld", (long long)cal_gen);
     } else if (out->calibrated) {
         snprintf(out->label, sizeof out->label, "%.90s", out->origin);
         snprintf(out->brief, sizeof out->brief, "calibrated");

@@ -37,7 +37,7 @@ typedef struct pt_fig_pred {
     char kind[16];                 /* "calibrated" or "analytic" */
     char origin[PT_FIG_LABEL_MAX]; /* the profile's origin */
     char label[PT_FIG_LABEL_MAX];  /* "calibrated g2", "analytic, measured profile" */
-    char brief[32];                /* the label in a few columns: "cal g2", "analytic" */
+    char brief[32];                /* the label in a few columns: "calibrated g2", "analytic" */
 } pt_fig_pred;
 
 /* The measured figure of one generation (protocol/figures.h). */
