@@ -8,14 +8,14 @@ set -u
 . "${PT_SOURCE_DIR:?}/tests/tui/tmux_lib.sh"
 
 predicted() {
-    tm_cap | grep -oE 'iteration +[0-9.]+ ms predicted' | grep -oE '[0-9]+\.[0-9]+'
+    tm_cap | grep -oE 'predicted +[0-9.]+ ms' | grep -oE '[0-9]+\.[0-9]+'
 }
 stage0() {
     tm_cap | grep -oE '== stage 0 +layers [0-9]+-[0-9]+' | grep -oE '[0-9]+-[0-9]+$'
 }
 
 tm_start 100 30 "$PIPETOP console --readonly --view plan"
-tm_check "plan view appears" tm_wait 15 'iteration +[0-9.]+ ms predicted'
+tm_check "plan view appears" tm_wait 15 'predicted +[0-9.]+ ms'
 before=$(predicted)
 range0=$(stage0)
 tm_check "stage 0 shown" test -n "$range0"

@@ -202,9 +202,10 @@ static void running_lines(pt_ui *ui, sum_line *v, int *n)
         snprintf(l->text, sizeof l->text, "predicted  -");
     }
     l = add_line(v, n, 1, acc);
-    if (!f->running)
+    if (!f->running) {
         snprintf(l->text, sizeof l->text, "measured   - (nothing runs: a simulation)");
-    else if (f->meas.steps > 0) {
+        snprintf(l->brief, sizeof l->brief, "measured   - (nothing runs)");
+    } else if (f->meas.steps > 0) {
         snprintf(l->text, sizeof l->text, "measured   %.3f ms/iteration (%s)", f->meas.iter_ms,
                  f->meas.label);
         snprintf(l->brief, sizeof l->brief, "measured   %.3f ms (med %d)", f->meas.iter_ms,
@@ -224,8 +225,11 @@ static void running_lines(pt_ui *ui, sum_line *v, int *n)
                  f->res.fits ? "fits" : "DOES NOT FIT",
                  pt_ui_bytes(w->peak.total, need, sizeof need),
                  pt_ui_bytes(w->limit, have, sizeof have));
+        snprintf(l->brief, sizeof l->brief, "memory     %s %s/%s", f->res.fits ? "fits" : "NO FIT",
+                 pt_ui_bytes_short(w->peak.total, need, sizeof need),
+                 pt_ui_bytes_short(w->limit, have, sizeof have));
     }
-    l = add_line(v, n, 6, t);
+    l = add_line(v, n, 7, t);
     snprintf(l->text, sizeof l->text, "throughput %.1f samples/s predicted", f->res.throughput);
     snprintf(l->brief, sizeof l->brief, "throughput %.1f/s", f->res.throughput);
 }
@@ -239,7 +243,7 @@ static void edited_line(pt_ui *ui, sum_line *v, int *n)
     sum_line *l = add_line(v, n, 4, ui->attr[PT_THEME_WARN]);
     snprintf(l->text, sizeof l->text, "edited:    %.3f ms, bubble %.1f %%, %s (A applies it)",
              res->iter_s * 1e3, res->bubble_frac * 100, res->fits ? "fits" : "DOES NOT FIT");
-    snprintf(l->brief, sizeof l->brief, "edited:    %.3f ms, bubble %.1f %%, %s", res->iter_s * 1e3,
+    snprintf(l->brief, sizeof l->brief, "edited:    %.3f ms, bub %.1f%%, %s", res->iter_s * 1e3,
              res->bubble_frac * 100, res->fits ? "fits" : "NO FIT");
 }
 
@@ -260,7 +264,7 @@ static void plan_lines(pt_ui *ui, const pt_plan *p, sum_line *v, int *n)
     snprintf(l->brief, sizeof l->brief, "schedule   %s%s, %dst", pt_sched_kind_name(p->schedule),
              pol, p->stage_count);
     /* the global batch: edits keep it unless the user changes it */
-    l = add_line(v, n, 7, t);
+    l = add_line(v, n, 6, t);
     snprintf(l->text, sizeof l->text, "batch      %d samples = %d micro-batches x %d",
              p->microbatch_count * p->microbatch_size, p->microbatch_count, p->microbatch_size);
     snprintf(l->brief, sizeof l->brief, "batch      %d = %d mb x %d",
