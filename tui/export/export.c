@@ -216,7 +216,8 @@ static int cmp_p2p(const void *a, const void *b)
     CMP_(step)
     CMP_(mb)
     CMP_(to_stage)
-    CMP_(down) CMP_(start)
+    CMP_(down)
+    CMP_(start)
 #undef CMP_
         return 0;
 }
@@ -299,6 +300,10 @@ static int add_flows(pt_export_set *set)
 }
 
 /* ---- clocks ------------------------------------------------------------------ */
+
+/* A receive ends at least this long after its send started (no transfer is
+ * quicker), so an arrow's ends never sit on a slice's boundary. */
+#define CLOCK_MARGIN_S 2e-6
 
 /* One agent in one generation: its spans share one clock offset. */
 typedef struct clock_node {
@@ -427,7 +432,9 @@ static int align_clocks(pt_export_set *set)
             continue;
         int a = node_of(&nodes, &nn, &ncap, sd->agent, sd->gen);
         int b = a < 0 ? a : node_of(&nodes, &nn, &ncap, rv->agent, rv->gen);
-        rc = b < 0 ? b : a == b ? 0 : edge_add(&edges, &ne, &ecap, a, b, sd->start - rv->end);
+        rc = b < 0    ? b
+             : a == b ? 0
+                      : edge_add(&edges, &ne, &ecap, a, b, sd->start - rv->end + CLOCK_MARGIN_S);
     }
     free(pair);
     if (rc >= 0 && nn > 0) {
