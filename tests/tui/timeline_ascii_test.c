@@ -124,7 +124,7 @@ static void test_split_glyphs(void)
     char buf[2048], row[201];
     pt_timeline_opts o = {120, 0, 0, 0, 1};
     pt_timeline_ascii(&f.tl, &o, buf, sizeof buf);
-    CHECK_STR_CONTAINS(buf, "3% in-grad 3~ w-grad");
+    CHECK_STR_CONTAINS(buf, "3%%% bwd input grad  3~~~ bwd weight grad");
     for (int w = 0; w < f.tl.row_count; w++) {
         pt_timeline_row(&f.tl, w, 0, f.res.makespan_s, 200, row);
         CHECK_MSG(strchr(row, '%') && strchr(row, '~') && !strchr(row, '#'), "row %d: %.200s", w,
