@@ -511,28 +511,22 @@ static int prepare(run_ctx *c, pt_error *err)
             pt_sched_kind_name(c->in.plan->schedule), wc, (long long)c->steps, (long long)rounded);
         c->steps = rounded;
     }
+    /* checkpoints go into the run's own folder unless --checkpoint-dir says
+     * where: a resumed run never into the run it resumed from (the step it
+     * starts from is imported into its folder) */
+    if (a->resume || a->ckpt_dir || a->ckpt_every) {
+        if (a->ckpt_dir)
+            snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", a->ckpt_dir);
+        else
+            snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%.4000s/ckpt", c->run_dir);
+        if ((rc = pt_mkdir_p(c->ckpt_dir, err)) < 0)
+            return rc;
+    }
     if (a->resume) {
-        /* a resumed run checkpoints into its own folder (the step it starts
-         * from imported there), never into the run it resumed from, unless
-         * --checkpoint-dir names that one */
         char root[PATH_CAP];
-        if ((rc = pt_run_ckpt_find(a->resume, root, sizeof root, &c->resume_step, err)) < 0)
-            return rc;
-        if (a->ckpt_dir)
-            snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", a->ckpt_dir);
-        else
-            snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%.4000s/ckpt", c->run_dir);
-        if ((rc = pt_mkdir_p(c->ckpt_dir, err)) < 0)
-            return rc;
-        if ((rc = pt_run_ckpt_check_target(c->ckpt_dir, c->resume_step, err)) < 0 ||
+        if ((rc = pt_run_ckpt_find(a->resume, root, sizeof root, &c->resume_step, err)) < 0 ||
+            (rc = pt_run_ckpt_check_target(c->ckpt_dir, c->resume_step, err)) < 0 ||
             (rc = pt_run_ckpt_import(root, c->ckpt_dir, c->resume_step, err)) < 0)
-            return rc;
-    } else if (a->ckpt_dir || a->ckpt_every) {
-        if (a->ckpt_dir)
-            snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", a->ckpt_dir);
-        else
-            snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%.4000s/ckpt", c->run_dir);
-        if ((rc = pt_mkdir_p(c->ckpt_dir, err)) < 0)
             return rc;
     }
     c->target = c->resume_step + c->steps;
@@ -766,11 +760,7 @@ static char *summary_extra(run_ctx *c)
     /* what the prediction stands on (tui/record/figures.h): "measured",
      * "analytic", "imported" or "calibrated from RUN" (docs/formats.md,
      * "Calibrated profiles"), and the label every screen gives it */
-    cJSON_AddStringToObject(o, "profile_origin", c->fig.origin);
-    cJSON_AddStringToObject(o, "predicted_kind", c->fig.kind);
-    cJSON_AddStringToObject(o, "predicted_label", c->fig.label);
-    if (c->fig.cal_gen >= 0)
-        cJSON_AddNumberToObject(o, "calibration_generation", (double)c->fig.cal_gen);
+    pt_fig_json(o, NULL, &c->fig);
     cJSON_AddNumberToObject(o, "first_step", (double)c->resume_step);
     cJSON_AddNumberToObject(o, "steps", (double)c->steps);
     cJSON_AddNumberToObject(o, "last_step", (double)pt_session_min_step(c->s));

@@ -159,22 +159,7 @@ static void print_json(const snapshot *s)
         add_number_or_null(o, "loss", s->last->loss);
         cJSON_AddNumberToObject(o, "samples_per_s", s->last->samples_per_s);
     }
-    if (s->meas.steps > 0) {
-        cJSON_AddNumberToObject(o, "measured_iteration_ms", s->meas.iter_ms);
-        cJSON_AddNumberToObject(o, "steps_measured", s->meas.steps);
-        cJSON_AddStringToObject(o, "measured_label", s->meas.label);
-    }
-    if (s->have_pred) {
-        cJSON_AddNumberToObject(o, "predicted_iteration_ms", s->pred.iter_ms);
-        cJSON_AddNumberToObject(o, "predicted_bubble_frac", s->pred.bubble_frac);
-        cJSON_AddStringToObject(o, "predicted_kind", s->pred.kind);
-        cJSON_AddStringToObject(o, "predicted_label", s->pred.label);
-        cJSON_AddStringToObject(o, "profile_origin", s->pred.origin);
-        if (s->pred.cal_gen >= 0)
-            cJSON_AddNumberToObject(o, "calibration_generation", (double)s->pred.cal_gen);
-        if (s->meas.steps > 0 && s->pred.iter_ms > 0)
-            cJSON_AddNumberToObject(o, "relative_error", s->meas.iter_ms / s->pred.iter_ms - 1);
-    }
+    pt_fig_json(o, &s->meas, s->have_pred ? &s->pred : NULL);
     if (pt_store_plan(s->store))
         json_plan(o, pt_store_plan(s->store));
     cJSON_AddNumberToObject(o, "events", (double)s->sum.events);

@@ -66,7 +66,8 @@ const pt_run_figures *pt_run_report_figures(pt_run_report *r);
  * predicted_iteration_ms, relative_error and per stage replica busy,
  * bubble, peak_memory (bytes by category and total) and the predicted
  * figures. extra_json, when not NULL, is an object text whose members are
- * added (run directory, checkpoint, counts). */
+ * added, replacing any the report has (run directory, checkpoint, counts,
+ * the headline prediction's labels). */
 void pt_run_report_print(pt_run_report *r, const pt_sim_result *pred, const char *pred_label,
                          FILE *out);
 char *pt_run_report_json(pt_run_report *r, const pt_sim_result *pred, const char *extra_json);

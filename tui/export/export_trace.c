@@ -45,16 +45,7 @@ static void put_figures(FILE *f, const pt_export_set *set)
         return;
     if (set->title[0])
         cJSON_AddStringToObject(o, "title", set->title);
-    if (set->has_meas) {
-        cJSON_AddNumberToObject(o, "measured_iteration_ms", set->meas.iter_ms);
-        cJSON_AddStringToObject(o, "measured_label", set->meas.label);
-    }
-    if (set->has_pred) {
-        cJSON_AddNumberToObject(o, "predicted_iteration_ms", set->pred.iter_ms);
-        cJSON_AddStringToObject(o, "predicted_kind", set->pred.kind);
-        cJSON_AddStringToObject(o, "predicted_label", set->pred.label);
-        cJSON_AddStringToObject(o, "profile_origin", set->pred.origin);
-    }
+    pt_fig_json(o, set->has_meas ? &set->meas : NULL, set->has_pred ? &set->pred : NULL);
     char *t = cJSON_PrintUnformatted(o);
     if (t)
         fprintf(f, "\"otherData\":%s,", t);

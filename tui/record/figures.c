@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <cjson/cJSON.h>
+
 #include "planner/cost.h"
 
 #define PATH_CAP 4096
@@ -154,4 +156,40 @@ int pt_fig_measure_store(const pt_store *s, int64_t upto, pt_fig_meas *out)
     out->last_step = k ? v[k - 1].step : -1;
     pt_fig_iter_label(out->steps, out->label, sizeof out->label);
     return 0;
+}
+
+static void put_number(cJSON *o, const char *k, double v)
+{
+    if (cJSON_GetObjectItemCaseSensitive(o, k))
+        cJSON_ReplaceItemInObjectCaseSensitive(o, k, cJSON_CreateNumber(v));
+    else
+        cJSON_AddNumberToObject(o, k, v);
+}
+
+static void put_string(cJSON *o, const char *k, const char *v)
+{
+    if (cJSON_GetObjectItemCaseSensitive(o, k))
+        cJSON_ReplaceItemInObjectCaseSensitive(o, k, cJSON_CreateString(v));
+    else
+        cJSON_AddStringToObject(o, k, v);
+}
+
+void pt_fig_json(cJSON *o, const pt_fig_meas *m, const pt_fig_pred *p)
+{
+    if (m && m->steps > 0) {
+        put_number(o, "measured_iteration_ms", m->iter_ms);
+        put_number(o, "steps_measured", m->steps);
+        put_string(o, "measured_label", m->label);
+    }
+    if (p) {
+        put_number(o, "predicted_iteration_ms", p->iter_ms);
+        put_number(o, "predicted_bubble_frac", p->bubble_frac);
+        put_string(o, "predicted_kind", p->kind);
+        put_string(o, "predicted_label", p->label);
+        put_string(o, "profile_origin", p->origin);
+        if (p->cal_gen >= 0)
+            put_number(o, "calibration_generation", (double)p->cal_gen);
+    }
+    if (m && m->steps > 0 && p && p->iter_ms > 0)
+        put_number(o, "relative_error", m->iter_ms / p->iter_ms - 1);
 }

@@ -82,6 +82,15 @@ int pt_fig_calibration_load(const char *run_dir, int64_t gen, int layer_count, p
  * its metrics. 0 with *out set (iter_ms 0 and steps 0 when no step counts). */
 int pt_fig_measure_store(const pt_store *s, int64_t upto, pt_fig_meas *out);
 
+/* The figures as JSON members of o, the one encoding `status --json`,
+ * `run`'s summary and the trace's "otherData" share (docs/formats.md):
+ * measured_iteration_ms, steps_measured, measured_label (m not NULL, with a
+ * step); predicted_iteration_ms, predicted_bubble_frac, predicted_kind,
+ * predicted_label, profile_origin, calibration_generation (p not NULL); and
+ * relative_error with both. A member o already has is replaced. */
+struct cJSON;
+void pt_fig_json(struct cJSON *o, const pt_fig_meas *m, const pt_fig_pred *p);
+
 /* Stage replicas that report metrics for one step of plan (each chunk of
  * an interleaved plan is one). */
 int pt_fig_reporters(const pt_plan *plan);
