@@ -111,6 +111,6 @@ tm_check "planner result and gain shown" tm_wait 20 'planner dapple: [0-9.]+ -> 
 
 tm_resize 200 60
 tm_check "layout at 200x60" tm_layout_ok 200 60
-tm_check "wide layout puts the summary beside the layers" tm_wait 5 '┐┌─ prediction'
+tm_check "wide layout puts the summary beside the layers" tm_wait 5 '┐┌─ plan: prediction'
 tm_check "q exits with 0" tm_quit_ok
 tm_summary

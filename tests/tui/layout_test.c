@@ -174,8 +174,9 @@ static void test_common_sizes(void)
 
 /* From 80x24 up, the panels that carry the headline figures have the room
  * for the lines that must stay (the views keep them by importance): the
- * plan summary's predicted, measured, bubble, memory-fit, edited and
- * schedule lines at the width of their short forms (38 columns), the
+ * plan summary's predicted, measured, bubble and memory-fit lines and the
+ * edited plan's two (or the schedule and batch without an edit) at the width
+ * of their short forms (38 columns), the
  * timeline's legend and figures rows, the stats view's iteration line above
  * one stage row. */
 #define PLAN_MUST_LINES  6

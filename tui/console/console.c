@@ -47,8 +47,8 @@ static void header_times(const pt_ui *ui, int level, char *buf, size_t cap)
         snprintf(m, sizeof m, level < 2 ? "%.3f" : "%.2f", f->meas.iter_ms);
     if (f->have_pred)
         snprintf(p, sizeof p, level < 2 ? "%.3f" : "%.2f", f->pred.iter_ms);
-    if (f->meas.steps <= 0 && !f->have_pred)
-        buf[0] = 0;
+    if (!f->running || (f->meas.steps <= 0 && !f->have_pred))
+        buf[0] = 0; /* nothing runs: the plan view has the prediction */
     else if (level == 0)
         snprintf(buf, cap, "iter %s ms meas, %s pred", m, p);
     else if (level == 1)
@@ -99,7 +99,8 @@ static void header_summary(const pt_ui *ui, int level, char *buf, size_t cap)
         snprintf(buf, cap, "%s%s", paused, fig);
 }
 
-#define HEADER_LEVELS 4
+#define HEADER_LEVELS    4
+#define HEADER_FULL_TABS 2 /* summary levels tried before the tabs shorten */
 
 static void draw_header(pt_ui *ui)
 {
@@ -115,11 +116,11 @@ static void draw_header(pt_ui *ui)
      * only the shown view's tab named, then shorter summaries */
     char right[PT_SOURCE_DESC_MAX + 160];
     int compact = 0, level = 0, tabs_w = 0, len = 0;
-    for (int attempt = 0; attempt < 2 * HEADER_LEVELS; attempt++) {
-        compact = attempt > 0;
-        level = attempt > 0 ? attempt - 1 : 0;
-        if (level >= HEADER_LEVELS)
-            level = HEADER_LEVELS - 1;
+    /* full tabs with the full summary or without the model's name, then
+     * compact tabs with ever shorter summaries */
+    for (int attempt = 0; attempt < HEADER_FULL_TABS + HEADER_LEVELS; attempt++) {
+        compact = attempt >= HEADER_FULL_TABS;
+        level = compact ? attempt - HEADER_FULL_TABS : attempt;
         tabs_w = 8;
         for (int v = 0; v < views; v++)
             tabs_w += (compact && v != ui->view ? 1 : 2 + (int)strlen(pt_view_at(v)->name)) + 1;

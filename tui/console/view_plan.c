@@ -229,21 +229,42 @@ static void running_lines(pt_ui *ui, sum_line *v, int *n)
                  pt_ui_bytes_short(w->peak.total, need, sizeof need),
                  pt_ui_bytes_short(w->limit, have, sizeof have));
     }
-    l = add_line(v, n, 7, t);
+    l = add_line(v, n, 8, t);
     snprintf(l->text, sizeof l->text, "throughput %.1f samples/s predicted", f->res.throughput);
     snprintf(l->brief, sizeof l->brief, "throughput %.1f/s", f->res.throughput);
 }
 
-/* The edited plan, apart from the running one: only when they differ. */
-static void edited_line(pt_ui *ui, sum_line *v, int *n)
+/* " policy A", " vsync", " v=2": what the plan's kind reads besides its name. */
+static void kind_options(const pt_plan *p, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    if (pt_sched_kind_has(p->schedule, PT_SCHED_OPT_POLICY))
+        snprintf(buf, cap, " policy %c", p->policy);
+    else if (pt_sched_kind_has(p->schedule, PT_SCHED_OPT_VSYNC) && p->vertical_sync)
+        snprintf(buf, cap, " vsync");
+    else if (p->chunks > 1)
+        snprintf(buf, cap, " v=%d", p->chunks);
+}
+
+/* The edited plan, apart from the running one and only while they differ:
+ * what it is, then what it would do. */
+static void edited_lines(pt_ui *ui, sum_line *v, int *n)
 {
     if (!ui->fig.edited)
         return;
+    const pt_plan *p = pt_plan_edit_plan(ui->edit);
     const pt_sim_result *res = pt_plan_edit_result(ui->edit);
+    char opt[16];
+    kind_options(p, opt, sizeof opt);
     sum_line *l = add_line(v, n, 4, ui->attr[PT_THEME_WARN]);
-    snprintf(l->text, sizeof l->text, "edited:    %.3f ms, bubble %.1f %%, %s (A applies it)",
+    snprintf(l->text, sizeof l->text, "edited:    %s%s, %d stages (A applies it)",
+             pt_sched_kind_name(p->schedule), opt, p->stage_count);
+    snprintf(l->brief, sizeof l->brief, "edited:    %s%s, %d stages",
+             pt_sched_kind_name(p->schedule), opt, p->stage_count);
+    l = add_line(v, n, 5, ui->attr[PT_THEME_WARN]);
+    snprintf(l->text, sizeof l->text, "           %.3f ms predicted, bubble %.1f %%, %s",
              res->iter_s * 1e3, res->bubble_frac * 100, res->fits ? "fits" : "DOES NOT FIT");
-    snprintf(l->brief, sizeof l->brief, "edited:    %.3f ms, bub %.1f%%, %s", res->iter_s * 1e3,
+    snprintf(l->brief, sizeof l->brief, "           %.3f ms, bub %.1f%%, %s", res->iter_s * 1e3,
              res->bubble_frac * 100, res->fits ? "fits" : "NO FIT");
 }
 
@@ -251,20 +272,15 @@ static void edited_line(pt_ui *ui, sum_line *v, int *n)
 static void plan_lines(pt_ui *ui, const pt_plan *p, sum_line *v, int *n)
 {
     attr_t t = ui->attr[PT_THEME_TEXT];
-    char pol[16] = "";
-    if (pt_sched_kind_has(p->schedule, PT_SCHED_OPT_POLICY))
-        snprintf(pol, sizeof pol, " policy %c", p->policy);
-    else if (pt_sched_kind_has(p->schedule, PT_SCHED_OPT_VSYNC) && p->vertical_sync)
-        snprintf(pol, sizeof pol, " vsync");
-    else if (p->chunks > 1)
-        snprintf(pol, sizeof pol, " v=%d", p->chunks);
-    sum_line *l = add_line(v, n, 5, t);
+    char pol[16];
+    kind_options(p, pol, sizeof pol);
+    sum_line *l = add_line(v, n, 6, t);
     snprintf(l->text, sizeof l->text, "schedule   %s%s, %d stages, %d workers",
              pt_sched_kind_name(p->schedule), pol, p->stage_count, pt_plan_device_count(p));
     snprintf(l->brief, sizeof l->brief, "schedule   %s%s, %dst", pt_sched_kind_name(p->schedule),
              pol, p->stage_count);
     /* the global batch: edits keep it unless the user changes it */
-    l = add_line(v, n, 6, t);
+    l = add_line(v, n, 7, t);
     snprintf(l->text, sizeof l->text, "batch      %d samples = %d micro-batches x %d",
              p->microbatch_count * p->microbatch_size, p->microbatch_count, p->microbatch_size);
     snprintf(l->brief, sizeof l->brief, "batch      %d = %d mb x %d",
@@ -286,11 +302,11 @@ static void draw_summary(pt_ui *ui, const plan_view *v, const pt_rect *r)
     int n = 0;
     plan_lines(ui, p, lines, &n);
     running_lines(ui, lines, &n);
-    edited_line(ui, lines, &n);
-    sum_line *l = add_line(lines, &n, 8, ui->attr[PT_THEME_TEXT]);
+    edited_lines(ui, lines, &n);
+    sum_line *l = add_line(lines, &n, 9, ui->attr[PT_THEME_TEXT]);
     snprintf(l->text, sizeof l->text, "planner    %s (P runs it, o picks another)", v->planner);
     snprintf(l->brief, sizeof l->brief, "planner    %s (P runs it)", v->planner);
-    l = add_line(lines, &n, 9, ui->attr[PT_THEME_DIM]);
+    l = add_line(lines, &n, 10, ui->attr[PT_THEME_DIM]);
     snprintf(l->text, sizeof l->text, "re-simulated in %.2f ms",
              pt_plan_edit_last_sim_s(ui->edit) * 1e3);
     /* the in.h most important lines, in reading order */

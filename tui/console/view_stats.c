@@ -200,7 +200,7 @@ static void graph(pt_ui *ui, int whole, const pt_rect *r, const char *title, ste
                       (long long)a->step, (long long)b->step, zoom, bars ? "" : "  * raw o smooth",
                       refs);
     if (fn > in.w) /* narrow: the same words, shorter */
-        snprintf(foot, sizeof foot, "%*s %lld..%lld%s%s%s", AXIS_COLS - 1, "", (long long)a->step,
+        snprintf(foot, sizeof foot, " step %lld..%lld%s%s%s", (long long)a->step,
                  (long long)b->step, zoom, bars ? "" : " *raw oavg", refs);
     pt_ui_text(in.y + h, in.x, in.w, ui->attr[PT_THEME_DIM], 1, "%s", foot);
     free(cols);
