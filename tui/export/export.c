@@ -202,7 +202,7 @@ static int add_bubbles(pt_export_set *set, int64_t *cap)
 
 typedef struct p2p_key {
     int64_t gen, step, idx;
-    int32_t mb, to_stage, down;
+    int32_t mb, to_stage, down, replica;
     double start;
 } p2p_key;
 
@@ -217,15 +217,66 @@ static int cmp_p2p(const void *a, const void *b)
     CMP_(mb)
     CMP_(to_stage)
     CMP_(down)
+    CMP_(replica)
     CMP_(start)
 #undef CMP_
-        return 0;
+    return 0;
 }
 
 static int same_p2p(const p2p_key *x, const p2p_key *y)
 {
     return x->gen == y->gen && x->step == y->step && x->mb == y->mb && x->to_stage == y->to_stage &&
            x->down == y->down;
+}
+
+/* Links a SEND and a RECV by a new flow id. */
+static void link_flow(pt_export_set *set, const p2p_key *snd, const p2p_key *rcv)
+{
+    set->flows++;
+    set->spans[snd->idx].flow = set->flows;
+    set->spans[rcv->idx].flow = set->flows;
+}
+
+/* The pieces of one transfer (sends s[0..ns), receives r[0..nr), each
+ * sorted by replica, then time): split-concat cuts a micro-batch's rows
+ * into pieces in row order, each sender replica sending its pieces in that
+ * order and each receiver replica receiving its pieces in it, so the p-th
+ * send of the sorted list is the p-th receive. 0, or -1 (nothing linked)
+ * when the two lists do not match piece by piece (counts or bytes). */
+static int pair_pieces(pt_export_set *set, const p2p_key *s, int64_t ns, const p2p_key *r,
+                       int64_t nr, char *used)
+{
+    if (ns != nr)
+        return -1;
+    for (int64_t p = 0; p < ns; p++)
+        if (set->spans[s[p].idx].bytes != set->spans[r[p].idx].bytes)
+            return -1;
+    for (int64_t p = 0; p < ns; p++) {
+        used[p] = 1;
+        link_flow(set, &s[p], &r[p]);
+    }
+    return 0;
+}
+
+/* The fallback for a transfer cut short (a receive outside the record):
+ * each send takes the first unused receive with its bytes, else any. */
+static void pair_by_bytes(pt_export_set *set, const p2p_key *s, int64_t ns, const p2p_key *r,
+                          int64_t nr, char *used)
+{
+    for (int64_t x = 0; x < ns; x++) {
+        int64_t pick = -1;
+        for (int pass = 0; pass < 2 && pick < 0; pass++)
+            for (int64_t y = 0; y < nr && pick < 0; y++)
+                if (!used[y] &&
+                    (pass == 1 || set->spans[r[y].idx].bytes == set->spans[s[x].idx].bytes))
+                    pick = y;
+        if (pick < 0) {
+            set->unmatched_sends++;
+            continue;
+        }
+        used[pick] = 1;
+        link_flow(set, &s[x], &r[pick]);
+    }
 }
 
 /* Pairs every SEND with a RECV of the same transfer (see export.h). */
@@ -252,7 +303,7 @@ static int add_flows(pt_export_set *set)
         if (!(f & PT_OPK_P2P))
             continue;
         int next = (f & PT_OPK_NEXT) != 0;
-        p2p_key k = {x->gen, x->step, i, x->mb, x->stage, 0, x->start};
+        p2p_key k = {x->gen, x->step, i, x->mb, x->stage, 0, x->replica, x->start};
         if (f & PT_OPK_SEND) {
             k.to_stage = x->stage + (next ? 1 : -1);
             k.down = next;
@@ -274,22 +325,8 @@ static int add_flows(pt_export_set *set)
         int64_t d = c;
         while (d < nr && same_p2p(&r[d], &s[a]))
             d++;
-        for (int64_t x = a; x < b; x++) {
-            int64_t pick = -1;
-            for (int pass = 0; pass < 2 && pick < 0; pass++)
-                for (int64_t y = c; y < d && pick < 0; y++)
-                    if (!used[y] &&
-                        (pass == 1 || set->spans[r[y].idx].bytes == set->spans[s[x].idx].bytes))
-                        pick = y;
-            if (pick < 0) {
-                set->unmatched_sends++;
-                continue;
-            }
-            used[pick] = 1;
-            set->flows++;
-            set->spans[s[x].idx].flow = set->flows;
-            set->spans[r[pick].idx].flow = set->flows;
-        }
+        if (pair_pieces(set, s + a, b - a, r + c, d - c, used + c) < 0)
+            pair_by_bytes(set, s + a, b - a, r + c, d - c, used + c);
         a = b;
         c = d;
     }

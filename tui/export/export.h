@@ -14,8 +14,10 @@
  *   the selected iterations occupy (protocol/op.h's definition), so they
  *   never overlap an op or each other;
  * - every SEND is paired with the RECV of the same generation, step,
- *   micro-batch and direction on the neighbouring stage (equal bytes first,
- *   in time order), as a flow.
+ *   micro-batch and direction on the neighbouring stage, as a flow
+ *   (split-concat pieces in row order: sends by sender replica then time,
+ *   receives by receiver replica then time; equal bytes first when those
+ *   lists differ).
  *
  * Trace: {"displayTimeUnit":"ms","traceEvents":[...]} with one process per
  * stage (pid = stage + 1), one thread per replica, lane and extra track
