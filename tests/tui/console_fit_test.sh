@@ -1,7 +1,8 @@
 #!/bin/bash
 # Every view at 80x24, driven in tmux on the recorded run tests/data/run-dapple4
-# (and the agents view, whose own fitting is the agents view's), and a
-# zero-bubble timeline at its default zoom:
+# (and the agents view, whose columns shrink and drop to fit; its filter finds
+# a device and a stage as the row shows them), and a zero-bubble timeline at
+# its default zoom:
 # - no line is wider than 80 columns and every framed line keeps both its
 #   borders (a line that starts with a border ends with one);
 # - the header keeps every figure (step, loss, throughput, measured and
@@ -52,9 +53,29 @@ tm_keys 2
 tm_check "80x24 timeline" tm_wait 5 'measured timeline'
 view_ok timeline
 tm_check "80x24 timeline: footer keeps both times" tm_wait 2 'meas [0-9]+\.[0-9]+.* pred [0-9]+\.[0-9]+'
-legend_all() { tm_cap | grep -E 'fwd' | grep -F '%' | grep -F '~' | grep -F '>' | grep -F '<' |
-    grep -F '*' | grep -F '^' | grep -qF '.'; }
+# every glyph a chart paints (tui/export/timeline_ascii.c's fills and the
+# sends' '<' '>'; the wait's blank aside) in the legend and in docs/console.md's table
+GLYPHS=$( (grep -oE "\[PT_PAINT_[A-Z_]+\] = '[^ ']'" "$PT_SOURCE_DIR/tui/export/timeline_ascii.c" |
+    grep -oE "'.'" | tr -d "'"; printf '<\n>\n') | sort -u | tr -d '\n')
+legend_all() { # the legend row names each glyph
+    local row g miss=""
+    row=$(tm_cap | grep -E ' fwd ' | tail -n1)
+    for ((k = 0; k < ${#GLYPHS}; k++)); do
+        g=${GLYPHS:k:1}
+        grep -qF -- "$g" <<<"$row" || miss="$miss$g"
+    done
+    [ ${#GLYPHS} -ge 10 ] && [ -z "$miss" ] || { echo "legend misses '$miss' of '$GLYPHS': $row" >&2; return 1; }
+}
+docs_all() { # docs/console.md's glyph table has a row for each
+    local g miss=""
+    for ((k = 0; k < ${#GLYPHS}; k++)); do
+        g=${GLYPHS:k:1}
+        grep -qF -- "| \`$g\` |" "$PT_SOURCE_DIR/docs/console.md" || miss="$miss$g"
+    done
+    [ -z "$miss" ] || { echo "docs/console.md misses '$miss' of '$GLYPHS'" >&2; return 1; }
+}
 tm_check "80x24 timeline: the legend names every glyph" legend_all
+tm_check "docs/console.md's table names every glyph" docs_all
 tm_check "80x24 timeline: the key bar is whole" keybar_whole
 tm_keys 3
 tm_check "80x24 stats" tm_wait 5 'busy/bubble'
@@ -63,6 +84,16 @@ tm_check "80x24 stats: iteration times" tm_wait 2 'iter(ation)? [0-9.]+ (ms )?me
 tm_keys 4
 tm_check "80x24 agents" tm_wait 5 'agents'
 view_ok agents
+tm_check "80x24 agents: heartbeat and step kept" tm_wait 2 '^│agent .* (heartbeat|hb|heartb~) .* step '
+rows_of() { tm_cap | grep -cE '^│w[0-9]+ '; }
+tm_keys / c p u : 1 Enter
+tm_check "80x24 agents: the filter finds a device as shown (cpu:1)" tm_wait 5 'filter "cpu:1"'
+tm_check "80x24 agents: cpu:1 leaves w1 alone" test "$(rows_of)" = 1 -a -n "$(tm_cap | grep -E '^│w1 ')"
+tm_keys / BSpace BSpace BSpace BSpace BSpace s 2 Enter
+tm_check "80x24 agents: the filter finds a stage (s2)" tm_wait 5 'filter "s2"'
+tm_check "80x24 agents: s2 leaves w2 alone" test "$(rows_of)" = 1 -a -n "$(tm_cap | grep -E '^│w2 ')"
+tm_keys / Escape
+tm_check "80x24 agents: Esc clears the filter" tm_wait 5 'agents: 4, sorted'
 tm_keys F1
 tm_check "80x24 help" tm_wait 5 '^│everywhere'
 view_ok help

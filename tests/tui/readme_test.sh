@@ -72,8 +72,9 @@ tm_check "runs/first/ckpt holds no step of the second run" test ! -e "$work/runs
 
 # one run, one set of figures, wherever it is looked at
 figures_agree() { # RUN [TAG]: every place shows RUN's figures alike (TAG: no run summary)
-    local run=$1 f="$TM_DIR/fig-$1$2" sum=("summary=$TM_DIR/summary-$1")
-    [ -n "$2" ] && sum=()
+    local run=$1 tag=${2-}
+    local f="$TM_DIR/fig-$run$tag" sum=("summary=$TM_DIR/summary-$run")
+    [ -n "$tag" ] && sum=()
     (cd "$work" && build/pipetop status "runs/$run") >"$f.status" 2>&1
     (cd "$work" && build/pipetop status --json "runs/$run") >"$f.json" 2>&1
     (cd "$work" && build/pipetop export "runs/$run" --svg "$f.svg" --compare) >"$f.export" 2>&1
@@ -86,7 +87,7 @@ figures_agree() { # RUN [TAG]: every place shows RUN's figures alike (TAG: no ru
     tm_wait 60 'measured +[0-9]' && tm_settle 5
     tm_cap >"$f.replay"
     tm_quit_ok
-    python3 "$PT_SOURCE_DIR/tests/tui/figures_agree.py" "$run$2" "${sum[@]}" \
+    python3 "$PT_SOURCE_DIR/tests/tui/figures_agree.py" "$run$tag" "${sum[@]}" \
         "status=$f.status" "json=$f.json" "replay=$f.replay" "svg=$f.svg" "${more[@]}"
 }
 tm_check "runs/first: one figure everywhere" figures_agree first
