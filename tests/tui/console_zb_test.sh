@@ -17,20 +17,25 @@ RUN="$TM_DIR/run"
 
 # plan view: S until the edited plan (or, unedited, the running one) is of
 # kind $1 (at most one turn of the table)
-sched_line() {
-    tm_cap | grep -oE '(edited: +|schedule +)[a-z0-9-]+[^│]*' | head -1
+sched_line() { # the edited plan's kind line when there is an edit, else the running plan's
+    local s
+    s=$(tm_cap)
+    grep -oE 'edited: +[a-z0-9-]+,[^│]*' <<<"$s" | head -1 | grep . ||
+        grep -oE 'schedule +[a-z0-9-]+[^│]*' <<<"$s" | head -1
 }
+s_mark() { tm_cap | grep -oE '[a-z0-9-]+ \([0-9]+ of [0-9]+ kinds' | tail -n1; }
 switch_to() {
     local kind=$1 i before j
     tm_keys 1
     tm_wait 20 'plan: fmnist-mlp-deep, 34 layers' || return 1
     for ((i = 0; i < 16; i++)); do
         sched_line | grep -qE "^(edited: +|schedule +)$kind," && return 0
-        before=$(sched_line)
+        before=$(s_mark)
         tm_keys S
-        # one S at a time: the console may lag behind its keys while it trains
+        # one S at a time: the console may lag behind its keys while it trains;
+        # each press names the kind it reached or skipped ("K (i of N kinds")
         for ((j = 0; j < 100; j++)); do
-            [ "$(sched_line)" != "$before" ] && break
+            [ "$(s_mark)" != "$before" ] && break
             sleep 0.2
         done
     done
