@@ -54,7 +54,8 @@ tm_check "80x24 timeline" tm_wait 5 'measured timeline'
 view_ok timeline
 tm_check "80x24 timeline: footer keeps both times" tm_wait 2 'meas [0-9]+\.[0-9]+.* pred [0-9]+\.[0-9]+'
 # every glyph a chart paints (tui/export/timeline_ascii.c's fills and the
-# sends' '<' '>'; the wait's blank aside) in the legend and in docs/console.md's table
+# sends' '<' '>'; the wait's blank aside) in the legend (timeline_cells_test
+# holds docs/console.md's list to the same set)
 GLYPHS=$( (grep -oE "\[PT_PAINT_[A-Z_]+\] = '[^ ']'" "$PT_SOURCE_DIR/tui/export/timeline_ascii.c" |
     grep -oE "'.'" | tr -d "'"; printf '<\n>\n') | sort -u | tr -d '\n')
 legend_all() { # the legend row names each glyph
@@ -66,16 +67,7 @@ legend_all() { # the legend row names each glyph
     done
     [ ${#GLYPHS} -ge 10 ] && [ -z "$miss" ] || { echo "legend misses '$miss' of '$GLYPHS': $row" >&2; return 1; }
 }
-docs_all() { # docs/console.md's glyph table has a row for each
-    local g miss=""
-    for ((k = 0; k < ${#GLYPHS}; k++)); do
-        g=${GLYPHS:k:1}
-        grep -qF -- "| \`$g\` |" "$PT_SOURCE_DIR/docs/console.md" || miss="$miss$g"
-    done
-    [ -z "$miss" ] || { echo "docs/console.md misses '$miss' of '$GLYPHS'" >&2; return 1; }
-}
 tm_check "80x24 timeline: the legend names every glyph" legend_all
-tm_check "docs/console.md's table names every glyph" docs_all
 tm_check "80x24 timeline: the key bar is whole" keybar_whole
 tm_keys 3
 tm_check "80x24 stats" tm_wait 5 'busy/bubble'
