@@ -386,11 +386,11 @@ char *pt_run_report_json(pt_run_report *r, const pt_sim_result *pred, const char
             while (it) {
                 cJSON *next = it->next;
                 cJSON_DetachItemViaPointer(e, it);
-                /* a member the report has is replaced: one key, one value */
-                if (cJSON_GetObjectItemCaseSensitive(o, it->string))
-                    cJSON_ReplaceItemInObjectCaseSensitive(o, it->string, it);
-                else
-                    cJSON_AddItemToObject(o, it->string, it);
+                /* a member the report has is replaced: one key, one value
+                 * (deleted, then added: cJSON's replace frees the key it is
+                 * given when that is the new item's own) */
+                cJSON_DeleteItemFromObjectCaseSensitive(o, it->string);
+                cJSON_AddItemToObject(o, it->string, it);
                 it = next;
             }
         }
