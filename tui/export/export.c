@@ -399,10 +399,10 @@ static int edge_add(clock_edge **v, int *n, int *cap, int a, int b, double need)
     return 0;
 }
 
-/* The corrections: from the first clock of each generation, along the
- * transfers, each neighbour moved as little as its bounds allow (none when
- * the recorded offsets already keep every transfer causal). */
-static void clock_solve(clock_node *nodes, int nn, const clock_edge *e, int ne)
+/* The corrections when the transfers' bounds contradict each other: from
+ * the first clock of each generation, along the transfers, each neighbour
+ * moved as little as its own bound allows. */
+static void clock_solve_tree(clock_node *nodes, int nn, const clock_edge *e, int ne)
 {
     for (int root = 0; root < nn; root++) {
         if (nodes[root].set)
@@ -426,6 +426,40 @@ static void clock_solve(clock_node *nodes, int nn, const clock_edge *e, int ne)
                 moved = 1;
             }
         }
+    }
+}
+
+/* The corrections: every bound at once, as a system of difference
+ * constraints (adj[b] - adj[a] in [lo, hi]) solved by Bellman-Ford from a
+ * source 0 away from every clock, which gives the largest solution <= 0:
+ * no clock moves when the recorded offsets keep every transfer causal, and
+ * each moves back only as far as some chain of transfers needs. A tree of
+ * transfers alone (the fallback) leaves the others unchecked: with a
+ * replicated stage the clocks form cycles, and a receive on another edge
+ * of one still ended before its send started. */
+static void clock_solve(clock_node *nodes, int nn, const clock_edge *e, int ne)
+{
+    for (int i = 0; i < nn; i++)
+        nodes[i].adj = 0;
+    int changed = 1;
+    for (int round = 0; changed && round <= nn; round++) {
+        changed = 0;
+        for (int i = 0; i < ne; i++) {
+            int a = e[i].a, b = e[i].b;
+            if (isfinite(e[i].hi) && nodes[a].adj + e[i].hi < nodes[b].adj - 1e-12) {
+                nodes[b].adj = nodes[a].adj + e[i].hi;
+                changed = 1;
+            }
+            if (isfinite(e[i].lo) && nodes[b].adj - e[i].lo < nodes[a].adj - 1e-12) {
+                nodes[a].adj = nodes[b].adj - e[i].lo;
+                changed = 1;
+            }
+        }
+    }
+    if (changed) { /* a contradiction (a cycle of bounds): the tree instead */
+        for (int i = 0; i < nn; i++)
+            nodes[i].adj = 0, nodes[i].set = 0;
+        clock_solve_tree(nodes, nn, e, ne);
     }
 }
 
