@@ -35,7 +35,7 @@ shot() {
 # the record's path as the screens print it: relative, the same on every machine
 tm_start $COLS $ROWS "$PIPETOP replay '$root/tests/data/run-dapple4' --end --view plan --theme mono --no-mouse"
 : >"$out"
-shot "1 plan: layers under stage headers, the prediction, memory per stage" 'iteration +[0-9.]+ ms'
+shot "1 plan: layers under stage headers, the running plan's figures, memory per stage" 'measured +[0-9.]+ ms'
 shot "2 timeline: the last iterations, one row per stage replica" 2 '^│s3r0 '
 shot "2 timeline, p p: measured and predicted side by side on one axis" p p '┌─ predicted timeline'
 shot "3 stats: throughput and loss, busy and memory per stage replica" p 3 'memory, bar = device limit'

@@ -45,7 +45,7 @@ tm_keys 3
 tm_check "stats: the loss plot" tm_wait 20 '─ loss ─'
 tm_check "stats: the loss has values" loss_plotted
 tm_keys 1
-tm_check "plan view" tm_wait 10 'iteration +[0-9.]+ ms predicted'
+tm_check "plan view" tm_wait 10 'predicted +[0-9.]+ ms/iteration'
 tm_keys A
 tm_check "apply & restart refused: observed" tm_wait 10 \
     "an observed run cannot be restarted from here: it runs in its own PyTorch processes: 'A' would restart the run; refused"

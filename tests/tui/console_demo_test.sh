@@ -62,7 +62,8 @@ tm_check "edit accepted" tm_wait 10 'boundary moved'
 tm_keys A
 tm_check "apply queued" tm_wait 10 'apply & restart: queued'
 tm_check "restarted as generation 2" tm_wait 120 'generation 2 resumes at step [0-9]+'
-resume=$(tm_cap | grep -oE 'generation 2 resumes at step [0-9]+' | grep -oE '[0-9]+$')
+# the screen that showed it: the message passes once generation 2 trains
+resume=$(grep -oE 'generation 2 resumes at step [0-9]+' <<<"$TM_MATCH" | grep -oE '[0-9]+$')
 tm_check "the new generation trains" tm_wait 60 'live gen 2, 4 agents'
 # the queued message went when the state changed (the restart's note replaced it)
 tm_check "the 'queued' message is gone once generation 2 trains" \

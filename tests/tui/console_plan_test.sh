@@ -8,14 +8,14 @@ set -u
 . "${PT_SOURCE_DIR:?}/tests/tui/tmux_lib.sh"
 
 predicted() { # the predicted iteration time shown, in ms
-    tm_cap | grep -oE 'iteration +[0-9.]+ ms predicted' | grep -oE '[0-9]+\.[0-9]+'
+    tm_cap | grep -oE 'predicted +[0-9.]+ ms' | grep -oE '[0-9]+\.[0-9]+'
 }
 stage0() { # "layers A-B" of stage 0's header
     tm_cap | grep -oE '== stage 0 +layers [0-9]+-[0-9]+' | grep -oE '[0-9]+-[0-9]+$'
 }
 
 tm_start 80 24 "$PIPETOP --view plan"
-tm_check "plan view appears" tm_wait 15 'iteration +[0-9.]+ ms predicted'
+tm_check "plan view appears" tm_wait 15 'predicted +[0-9.]+ ms'
 tm_check "layout at 80x24" tm_layout_ok 80 24
 before=$(predicted)
 range0=$(stage0)
@@ -25,7 +25,7 @@ tm_check "stage 0 shown" test -n "$range0"
 # alternates linear and (nearly free) relu layers, so of two moves one takes a
 # linear layer across and must change the prediction.
 tm_keys '}'
-tm_check "edit reported" tm_wait 5 'boundary moved: predicted iteration'
+tm_check "edit reported" tm_wait 5 'boundary moved; plan: [0-9.]+ ms predicted'
 range1=$(stage0)
 tm_check "stage 0 grew by one layer ($range0 -> $range1)" \
     test "${range1%-*}" = "${range0%-*}" -a "${range1#*-}" -eq $((${range0#*-} + 1))
@@ -66,7 +66,7 @@ for i in $(seq 1 40); do tm_keys '}'; done
 tm_check "emptying a stage is refused" tm_wait 5 'refused: stage 1 would have no layers'
 # undo brings back the first plan and its prediction
 for i in $(seq 1 30); do tm_keys u; done
-tm_check "undo restores the first prediction" tm_wait 5 "iteration +$before ms predicted"
+tm_check "undo restores the first prediction" tm_wait 5 "predicted +$before ms"
 
 # the mouse (SGR reports, as xterm sends them): drag stage 1's header onto
 # layer 2's row, so stage 0 becomes layers 0-1; a click on a tab switches views
@@ -95,7 +95,7 @@ done
 tm_check "stage 1 header and layer 2 on screen" test -n "$hdr" -a -n "$row"
 tm_check "dragging the boundary moves it" test "$dragged" = 1
 tm_keys u
-tm_check "undo after the drag" tm_wait 5 "iteration +$before ms predicted"
+tm_check "undo after the drag" tm_wait 5 "predicted +$before ms"
 mouse press 30 0
 mouse release 30 0
 tm_check "clicking the stats tab opens the stats view" tm_wait 5 'throughput \(samples/s\)'
@@ -111,6 +111,6 @@ tm_check "planner result and gain shown" tm_wait 20 'planner dapple: [0-9.]+ -> 
 
 tm_resize 200 60
 tm_check "layout at 200x60" tm_layout_ok 200 60
-tm_check "wide layout puts the summary beside the layers" tm_wait 5 '┐┌─ prediction'
+tm_check "wide layout puts the summary beside the layers" tm_wait 5 '┐┌─ plan: prediction'
 tm_check "q exits with 0" tm_quit_ok
 tm_summary

@@ -44,12 +44,13 @@ tm_check "80x24: header figures" header_figures
 tm_check "80x24: layout" tm_layout_ok 80 24
 tm_keys 2
 tm_check "80x24: timeline footer keeps both times" \
-    tm_wait 5 'meas [0-9]+\.[0-9]+ ms +pred [0-9]+\.[0-9]+ ms'
+    tm_wait 5 'meas [0-9]+\.[0-9]+.* pred [0-9]+\.[0-9]+'
 tm_check "80x24: axis ticks not overwritten by the unit" axis_clean
 h80=$(row_height 0)
 tm_keys 1
-plan_figures() { # the edited plan's prediction and the running plan's measurement
-    tm_wait 5 'iteration +[0-9.]+ ms pred' && tm_wait 5 'running +[0-9.]+ ms meas'
+plan_figures() { # the running plan's prediction and measurement, bubble and memory fit
+    tm_wait 5 'predicted +[0-9.]+ ms' && tm_wait 5 'measured +[0-9.]+ ms' &&
+        tm_wait 5 'bubble +[0-9.]+ %' && tm_wait 5 'memory +fits'
 }
 tm_check "80x24: plan view keeps predicted and measured" plan_figures
 tm_check "80x24: the global batch is shown" tm_wait 5 'batch +32 (samples|=) '

@@ -5,8 +5,9 @@
 # draws its two halves apart: B (BWD_INPUT) cells filled with '%', W
 # (BWD_WEIGHT) cells with '~' (tui/export/timeline_ascii.c's fills), which no other kind
 # paints; then the same for zb-h2. Then interleaved: the demo's 3 stages
-# joined to 2 (J; M = 8 is a multiple of 2), S re-cuts them into 2 chunks
-# per device ("interleaved v=2"), V makes it 3 and u takes it back, A
+# joined to 2 (J; M = 8 is a multiple of 2), V re-cuts them into 2 chunks
+# per device ("interleaved v=2"; S, which keeps every boundary, skips
+# interleaved), V makes it 3 and u takes it back, A
 # restarts the run on the same 4 agents, one per device each running its
 # device's chunks, and the timeline shows the chunk stages s2 and s3 (which
 # only the interleaved plan has) computing. q ends the console.
@@ -14,25 +15,31 @@ set -u
 . "${PT_SOURCE_DIR:?}/tests/tui/tmux_lib.sh"
 RUN="$TM_DIR/run"
 
-# plan view: S until the schedule line names $1 (at most one turn of the table)
-sched_line() {
-    tm_cap | grep -oE 'schedule +[^│]*' | head -1
+# plan view: S until the edited plan (or, unedited, the running one) is of
+# kind $1 (at most one turn of the table)
+sched_line() { # the edited plan's kind line when there is an edit, else the running plan's
+    local s
+    s=$(tm_cap)
+    grep -oE 'edited: +[a-z0-9-]+,[^│]*' <<<"$s" | head -1 | grep . ||
+        grep -oE 'schedule +[a-z0-9-]+[^│]*' <<<"$s" | head -1
 }
+s_mark() { tm_cap | grep -oE '[a-z0-9-]+ \([0-9]+ of [0-9]+ kinds' | tail -n1; }
 switch_to() {
     local kind=$1 i before j
     tm_keys 1
     tm_wait 20 'plan: fmnist-mlp-deep, 34 layers' || return 1
     for ((i = 0; i < 16; i++)); do
-        tm_cap | grep -qE "schedule +$kind," && return 0
-        before=$(sched_line)
+        sched_line | grep -qE "^(edited: +|schedule +)$kind," && return 0
+        before=$(s_mark)
         tm_keys S
-        # one S at a time: the console may lag behind its keys while it trains
+        # one S at a time: the console may lag behind its keys while it trains;
+        # each press names the kind it reached or skipped ("K (i of N kinds")
         for ((j = 0; j < 100; j++)); do
-            [ "$(sched_line)" != "$before" ] && break
+            [ "$(s_mark)" != "$before" ] && break
             sleep 0.2
         done
     done
-    tm_cap | grep -qE "schedule +$kind,"
+    sched_line | grep -qE "^(edited: +|schedule +)$kind,"
 }
 
 # rows of stage $1 in the timeline, computing (a forward or backward cell)
@@ -92,12 +99,12 @@ join_to_two() {
     return 1
 }
 tm_check "J: 2 stages" join_to_two
-tm_check "plan view reaches interleaved v=2 with S" switch_to "interleaved v=2"
-tm_check "interleaved: 4 chunk stages on the 2 ranks" tm_wait 10 'interleaved v=2, 4 stages'
 tm_keys V
-tm_check "V: 3 chunks per device" tm_wait 10 'schedule +interleaved v=3, 6 stages'
+tm_check "V: interleaved, 4 chunk stages on the 2 ranks" tm_wait 10 'edited: +interleaved v=2, 4 stages'
+tm_keys V
+tm_check "V: 3 chunks per device" tm_wait 10 'edited: +interleaved v=3, 6 stages'
 tm_keys u
-tm_check "u: back to 2 chunks" tm_wait 10 'schedule +interleaved v=2, 4 stages'
+tm_check "u: back to 2 chunks" tm_wait 10 'edited: +interleaved v=2, 4 stages'
 tm_keys A
 gen=$((gen + 1))
 tm_check "interleaved: apply queued" tm_wait 10 'apply & restart: queued'

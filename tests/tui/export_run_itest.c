@@ -2,8 +2,10 @@
  * shape (fmnist-mlp-deep in 4 stages under DAPPLE) and a plan with a
  * replicated middle stage (split-concat transfers). In each trace no two
  * slices of a track overlap, every SEND has its flow to the RECV of the
- * neighbouring stage with the same generation, step and micro-batch, and
- * every slice carries step, generation (and ops micro-batch and agent);
+ * neighbouring stage with the same generation, step and micro-batch, starting
+ * in the SEND and ending inside that RECV, never before it starts (the
+ * agents' clock offsets put right by the transfers), and every slice carries step, generation (and
+ * ops micro-batch and agent);
  * --last N and --steps A:B export exactly those iterations. */
 #include "tests/tui/run_util.h"
 #include "tests/tui/trace_check.h"
@@ -67,6 +69,7 @@ static void check_run(const char *run)
     CHECK(r.no_args == 0);
     CHECK(r.sends > 0 && r.sends == r.recvs);
     CHECK(r.sends_with_flow == r.sends && r.bad_flows == 0);
+    CHECK(r.backward_flows == 0);
     CHECK(!strstr(line, "without a receive"));
     /* the agent is named in the slices' args: worker 0's, by the name the
      * run gave it (random per run; the record's plan line says which) */

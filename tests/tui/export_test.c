@@ -374,6 +374,79 @@ static void test_trace_of_run_record(void)
     CHECK_STR_CONTAINS(err.msg, "/nonexistent/run.ndjson");
 }
 
+/* The ts of the first op slice of agent `agent` in a trace (us), or NAN. */
+static double first_ts(const char *text, const char *agent)
+{
+    cJSON *j = cJSON_Parse(text);
+    double best = NAN;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "traceEvents"))
+    {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(e, "args");
+        if (!strcmp(tc_str(e, "ph"), "X") && strcmp(tc_str(e, "cat"), "bubble") &&
+            !strcmp(tc_str(a, "agent"), agent) && (isnan(best) || tc_num(e, "ts") < best))
+            best = tc_num(e, "ts");
+    }
+    cJSON_Delete(j);
+    return best;
+}
+
+/* An agent's clock offset wrong by 20 ms (the console's heartbeat estimate on
+ * a loaded host gets it wrong by milliseconds) makes its receives end before
+ * their sends start; the export puts that clock right by the transfers: every
+ * flow still starts inside its SEND and ends inside its RECV, never before it
+ * starts, and the agent's ops land within a few milliseconds of where the
+ * record's own offsets put them. */
+static void test_clock_alignment(void)
+{
+    char *text = NULL;
+    REQUIRE(pt_file_read(record_path(), &text, NULL, NULL) == 0);
+    const char *skewed = "export_test_skewed.ndjson";
+    FILE *f = fopen(skewed, "w");
+    REQUIRE(f);
+    int moved = 0;
+    for (char *line = text, *nl; *line; line = nl + 1) {
+        nl = strchr(line, '\n');
+        if (!nl)
+            nl = line + strlen(line);
+        char *off = strstr(line, "\"offset_ns\":");
+        if (off && off < nl && strstr(line, "\"channel\":\"telemetry\"") &&
+            strstr(line, "\"agent\":\"w2\"") && strstr(line, "\"agent\":\"w2\"") < nl) {
+            char *end = NULL;
+            long long v = strtoll(off + 12, &end, 10);
+            fprintf(f, "%.*s%lld%.*s\n", (int)(off + 12 - line), line, v + 20000000LL,
+                    (int)(nl - end), end);
+            moved++;
+        } else {
+            fprintf(f, "%.*s\n", (int)(nl - line), line);
+        }
+        if (!*nl)
+            break;
+    }
+    fclose(f);
+    free(text);
+    CHECK(moved > 0);
+    pt_export_set set;
+    char *orig = trace_of(record_path(), NULL, &set);
+    pt_export_set_release(&set);
+    char *sk = trace_of(skewed, NULL, &set);
+    pt_export_set_release(&set);
+    REQUIRE(orig && sk);
+    tc_result r;
+    REQUIRE(tc_check(sk, &r) == 0);
+    CHECK_MSG(r.sends > 0 && r.sends_with_flow == r.sends && r.bad_flows == 0,
+              "%ld sends, %ld with a flow, %ld bad flows (%ld backward)", r.sends,
+              r.sends_with_flow, r.bad_flows, r.backward_flows);
+    CHECK(r.backward_flows == 0 && r.overlaps == 0);
+    /* w2 against w1: back to within 5 ms of the record's own offsets */
+    double d0 = first_ts(orig, "w2") - first_ts(orig, "w1");
+    double d1 = first_ts(sk, "w2") - first_ts(sk, "w1");
+    CHECK_MSG(fabs(d1 - d0) < 5000, "w2 - w1: %.0f us in the record, %.0f us skewed by 20 ms", d0,
+              d1);
+    free(orig);
+    free(sk);
+}
+
 /* Two slices of one lane that overlap go to two tracks; neither moves. */
 static void test_overlap_tracks(void)
 {
@@ -677,6 +750,6 @@ static void test_split_backward(void)
 PT_TEST_MAIN({"split_backward", test_split_backward},
              {"trace_of_simulation", test_trace_of_simulation},
              {"trace_of_run_record", test_trace_of_run_record},
-             {"overlap_tracks", test_overlap_tracks}, {"replay_steps", test_replay_steps},
-             {"replay_generations", test_replay_generations}, {"record_errors", test_record_errors},
-             {"store_ring", test_store_ring})
+             {"clock_alignment", test_clock_alignment}, {"overlap_tracks", test_overlap_tracks},
+             {"replay_steps", test_replay_steps}, {"replay_generations", test_replay_generations},
+             {"record_errors", test_record_errors}, {"store_ring", test_store_ring})

@@ -29,7 +29,8 @@ counts = {"v", "stages", "stage", "replica", "replicas", "device", "devices", "w
           "loss", "relative_error", "global_batch", "speedup_over_dp", "size", "count", "first",
           "last", "weights", "grads", "optim", "acts", "stash", "buffers", "comm", "total",
           "workers", "received", "duplicates", "malformed", "stale", "control_rejected",
-          "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "seed"}
+          "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "seed", "steps_measured",
+          "calibration_generation"}
 unit = re.compile(r".*_(ms|bytes|per_s|frac)$")
 bad = []
 def walk(o, path, in_bytes):

@@ -172,6 +172,39 @@ static void test_common_sizes(void)
     }
 }
 
-PT_TEST_MAIN({"all_sizes", test_all_sizes}, {"common_sizes", test_common_sizes},
-             {"small_sizes", test_small_sizes_still_disjoint}, {"too_small", test_too_small},
-             {"wide_uses_room", test_wide_uses_room})
+/* From 80x24 up, the panels that carry the headline figures have the room
+ * for the lines that must stay (the views keep them by importance): the
+ * plan summary's predicted, measured, bubble and memory-fit lines and the
+ * edited plan's two (or the schedule and batch without an edit) at the width
+ * of their short forms (38 columns), the
+ * timeline's legend and figures rows, the stats view's iteration line above
+ * one stage row. */
+#define PLAN_MUST_LINES  6
+#define PLAN_BRIEF_COLS  38
+#define TL_INFO_ROWS_MIN 2
+static void test_room_for_figures(void)
+{
+    for (int rows = 24; rows <= 60; rows++)
+        for (int cols = 80; cols <= 200; cols++) {
+            pt_layout l;
+            REQUIRE(lay("plan", 0, rows, cols, &l) == 0);
+            const pt_rect *sum = pt_layout_find_name(&l, "plan-summary");
+            REQUIRE(sum);
+            CHECK_MSG(sum->h - 2 >= PLAN_MUST_LINES && sum->w - 2 >= PLAN_BRIEF_COLS,
+                      "%dx%d: plan summary %dx%d inside", cols, rows, sum->w - 2, sum->h - 2);
+            for (int split = 0; split <= 1; split++) {
+                REQUIRE(lay("timeline", split, rows, cols, &l) == 0);
+                const pt_rect *info = pt_layout_find_name(&l, "tl-info");
+                REQUIRE(info);
+                CHECK(info->h >= TL_INFO_ROWS_MIN && info->w == cols);
+            }
+            REQUIRE(lay("stats", 0, rows, cols, &l) == 0);
+            const pt_rect *busy = pt_layout_find_name(&l, "st-busy");
+            REQUIRE(busy);
+            CHECK(busy->h - 2 >= 2);
+        }
+}
+
+PT_TEST_MAIN({"all_sizes", test_all_sizes}, {"room_for_figures", test_room_for_figures},
+             {"common_sizes", test_common_sizes}, {"small_sizes", test_small_sizes_still_disjoint},
+             {"too_small", test_too_small}, {"wide_uses_room", test_wide_uses_room})

@@ -402,7 +402,72 @@ static void test_chunks(void)
     pt_profile_free(&prof);
 }
 
+/* "layers a-b" of every stage and their devices: the cut of the plan. */
+static void cut_of(const pt_plan *p, char *out, size_t cap)
+{
+    size_t at = 0;
+    out[0] = 0;
+    for (int s = 0; s < p->stage_count && at + 32 < cap; s++)
+        at += (size_t)snprintf(out + at, cap - at, "%d-%d@%d ", p->stages[s].first,
+                               p->stages[s].last, p->stages[s].replicas[0]);
+}
+
+/* The kind alone (the console's S): every kind is taken or refused with a
+ * reason, and no stage boundary or device ever changes; interleaved is
+ * refused on a plan of one stage per device (naming V, which re-cuts), and
+ * a one-chunk kind on an interleaved plan; the prediction is the
+ * simulator's for the plan with just the kind changed. */
+static void test_kind_keeps_boundaries(void)
+{
+    pt_profile *prof = make_profile(12);
+    pt_topology *topo = make_topo(3, 16 * GIB);
+    int cuts[] = {0, 3, 7, 12};
+    pt_plan *plan = make_plan(12, 3, cuts);
+    plan->microbatch_count = 6;
+    pt_plan_edit *e = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_plan_edit_new(plan, prof, topo, &e, &err) == 0);
+    char cut0[256], cut[256];
+    cut_of(pt_plan_edit_plan(e), cut0, sizeof cut0);
+    int taken = 0;
+    for (int k = 0; k < pt_sched_kind_count(); k++) {
+        err = (pt_error){0};
+        int rc = pt_plan_edit_kind(e, (pt_sched_kind)k, &err);
+        cut_of(pt_plan_edit_plan(e), cut, sizeof cut);
+        CHECK_MSG(!strcmp(cut, cut0), "%s moved the cut: %s -> %s",
+                  pt_sched_kind_name((pt_sched_kind)k), cut0, cut);
+        if (rc == 0) {
+            taken++;
+            const pt_plan *p = pt_plan_edit_plan(e);
+            CHECK(p->schedule == (pt_sched_kind)k);
+            CHECK(fabs(pt_plan_edit_result(e)->iter_s - reference_iter(p, prof, topo)) < 1e-12);
+        } else {
+            CHECK_MSG(err.msg[0], "%s refused without a reason",
+                      pt_sched_kind_name((pt_sched_kind)k));
+        }
+        if (k == PT_SCHED_INTERLEAVED) {
+            CHECK(rc == PT_EINVAL);
+            CHECK_STR_CONTAINS(err.msg, "V re-cuts");
+        }
+    }
+    CHECK(taken >= pt_sched_kind_count() - 1); /* all but interleaved, on this plan */
+    /* on an interleaved plan (V's re-cut) only interleaved stays */
+    REQUIRE(pt_plan_edit_schedule(e, PT_SCHED_INTERLEAVED, &err) == 0);
+    cut_of(pt_plan_edit_plan(e), cut0, sizeof cut0);
+    err = (pt_error){0};
+    CHECK(pt_plan_edit_kind(e, PT_SCHED_1F1B_FLUSH, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "model chunks");
+    CHECK(pt_plan_edit_kind(e, PT_SCHED_INTERLEAVED, &err) == 0);
+    cut_of(pt_plan_edit_plan(e), cut, sizeof cut);
+    CHECK(!strcmp(cut, cut0));
+    pt_plan_edit_free(&e);
+    pt_plan_free(&plan);
+    pt_topology_free(&topo);
+    pt_profile_free(&prof);
+}
+
 PT_TEST_MAIN({"boundary_moves", test_boundary_moves_match_simulator},
+             {"kind_keeps_boundaries", test_kind_keeps_boundaries},
              {"global_batch_kept", test_global_batch_kept},
              {"invalid_edits", test_invalid_edits_refused},
              {"all_partitions", test_all_partitions_reachable},

@@ -133,7 +133,9 @@ static void test_kill_agent(void)
     double loss[3];
     int ordered = 0;
     CHECK(ru_step_losses(DIR "/run2.out", step, loss, 3, &ordered) == 3 && ordered);
-    CHECK(latest_step(DIR "/ck") == step + 3);
+    /* into its own run folder: the folder it resumed from is left as it was */
+    CHECK(latest_step(DIR "/run2/ckpt") == step + 3);
+    CHECK(latest_step(DIR "/ck") == step);
 }
 
 /* An agent that stops answering without its process ending (SIGSTOP) is a

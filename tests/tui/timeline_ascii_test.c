@@ -55,10 +55,11 @@ static void test_exact_chart(void)
     CHECK(n == strlen(buf));
     CHECK_STR_CONTAINS(buf, "s0r0 |0=1=......1###0###|\n");
     CHECK_STR_CONTAINS(buf, "s1r0 |..0=1=1###0###....|\n");
-    /* one-cell blocks show their micro-batch, two cells number and fill */
+    /* a one-cell block shows its micro-batch unless the number would touch
+     * another one ("01" would read as one number): then it keeps its fill */
     o.width = 9;
     pt_timeline_ascii(&f.tl, &o, buf, sizeof buf);
-    CHECK_STR_CONTAINS(buf, "s0r0 |01...1#0#|");
+    CHECK_STR_CONTAINS(buf, "s0r0 |0=...1#0#|");
     teardown(&f);
 }
 
@@ -87,7 +88,7 @@ static void test_rows_have_the_width(void)
             line = nl + 1;
         }
         CHECK(rows == f.prog.worker_count);
-        CHECK_STR_CONTAINS(buf, "3=== fwd  3### bwd");
+        CHECK(strstr(buf, "fwd") && strstr(buf, "%") && strstr(buf, "~") && strstr(buf, "bubble"));
         free(buf);
     }
     teardown(&f);
@@ -115,7 +116,7 @@ static void test_comm_glyphs(void)
 }
 
 /* A split backward (zb-h1) draws its halves with their own glyphs, on every
- * stage, and the legend names them; an unsplit program has neither. */
+ * stage, and the legend names them; an unsplit program draws neither. */
 static void test_split_glyphs(void)
 {
     fix f;
@@ -123,7 +124,7 @@ static void test_split_glyphs(void)
     char buf[2048], row[201];
     pt_timeline_opts o = {120, 0, 0, 0, 1};
     pt_timeline_ascii(&f.tl, &o, buf, sizeof buf);
-    CHECK_STR_CONTAINS(buf, "backward split: 3%%% input gradient  3~~~ weight gradient");
+    CHECK_STR_CONTAINS(buf, "3%%% bwd input grad  3~~~ bwd weight grad");
     for (int w = 0; w < f.tl.row_count; w++) {
         pt_timeline_row(&f.tl, w, 0, f.res.makespan_s, 200, row);
         CHECK_MSG(strchr(row, '%') && strchr(row, '~') && !strchr(row, '#'), "row %d: %.200s", w,
@@ -131,8 +132,6 @@ static void test_split_glyphs(void)
     }
     teardown(&f);
     REQUIRE(setup(&f, PT_SCHED_1F1B_FLUSH, 3, 4, FX_FAST_BPS) == 0);
-    pt_timeline_ascii(&f.tl, &o, buf, sizeof buf);
-    CHECK(strstr(buf, "backward split") == NULL);
     pt_timeline_row(&f.tl, 0, 0, f.res.makespan_s, 200, row);
     CHECK(strchr(row, '#') && !strchr(row, '%') && !strchr(row, '~'));
     teardown(&f);

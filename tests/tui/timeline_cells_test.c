@@ -1,8 +1,10 @@
 /* The text Gantt's character cells (tui/export/timeline_ascii.h, the one
  * drawer of the console and `pipetop sim`): blocks start with their micro-batch
  * number and are filled with their kind's glyph, idle cells inside the
- * shown iterations are bubbles, communication sits on its own lane, and a
- * label that does not fit is left out rather than overwriting neighbours. */
+ * shown iterations are bubbles, communication sits on its own lane, a
+ * label that does not fit is left out rather than overwriting neighbours, no
+ * two labels ever touch (zooming in brings the left-out ones back), and the
+ * legend and docs/console.md name every glyph a chart can hold. */
 #include "tests/test.h"
 
 #include "tui/export/timeline_ascii.h"
@@ -71,8 +73,98 @@ static void test_labels_that_do_not_fit(void)
     char s[7];
     pt_timeline_cells(&tl, 0, PT_LANE_COMPUTE, 0, 6, 6, 0, 4, c);
     cells_str(c, 6, s);
-    CHECK_MSG(!strcmp(s, "=134  "), "row '%s'", s);
+    /* "4" would touch "13": left out, its block keeps its fill */
+    CHECK_MSG(!strcmp(s, "=13#  "), "row '%s'", s);
     pt_tline_release(&tl);
+}
+
+/* A zb-h1-like run of short blocks (micro-batches 8 to 23, three blocks of
+ * a cell and a half each): at no width do two numbers touch (every run of
+ * digits is one whole micro-batch number: "89" or "1011" would be two), and
+ * wider cells show more numbers until every one is there. */
+static void test_labels_never_touch(void)
+{
+    pt_tline tl;
+    memset(&tl, 0, sizeof tl);
+    REQUIRE(pt_tline_row(&tl, 0, 0) == 0);
+    int ops[3] = {PT_OP_FWD, PT_OP_BWD_INPUT, PT_OP_BWD_WEIGHT};
+    for (int k = 0; k < 48; k++)
+        add(&tl, 0, ops[k % 3], 8 + k / 3, k * 1.5, (k + 1) * 1.5);
+    int shown_prev = -1;
+    for (int width = 24; width <= 384; width *= 2) {
+        pt_timeline_cell c[400];
+        char s[401];
+        pt_timeline_cells(&tl, 0, PT_LANE_COMPUTE, 0, 72, width, 0, 72, c);
+        cells_str(c, width, s);
+        int shown = 0, bad = 0;
+        for (int i = 0; i < width;) {
+            if (s[i] < '0' || s[i] > '9') {
+                i++;
+                continue;
+            }
+            int v = 0, j = i;
+            for (; j < width && s[j] >= '0' && s[j] <= '9'; j++)
+                v = v * 10 + (s[j] - '0');
+            bad |= v < 8 || v > 23 || j - i > 2;
+            shown++;
+            i = j;
+        }
+        CHECK_MSG(!bad, "width %d: numbers run together: %s", width, s);
+        CHECK_MSG(shown >= shown_prev, "width %d shows %d numbers, narrower %d", width, shown,
+                  shown_prev);
+        shown_prev = shown;
+    }
+    CHECK_MSG(shown_prev == 48, "the widest chart shows %d of 48 numbers", shown_prev);
+    pt_tline_release(&tl);
+}
+
+/* Every glyph a chart can hold (every paint's fill but the blank of waits,
+ * and each send's own glyph) is in every form of the legend and in
+ * docs/console.md's list of glyphs. */
+static void test_legend_and_docs(void)
+{
+    char glyphs[32] = "";
+    int n = 0;
+    for (int p = 0; p < PT_PAINT_COUNT; p++) {
+        char g = pt_timeline_fill(p);
+        if (g != ' ' && !strchr(glyphs, g))
+            glyphs[n++] = g;
+    }
+    for (int k = 0; k < PT_OP_KIND_COUNT; k++) {
+        char g = pt_op_info_of(k)->glyph;
+        if ((pt_op_facts(k) & PT_OPK_SEND) && !strchr(glyphs, g))
+            glyphs[n++] = g;
+    }
+    CHECK(strchr(glyphs, '%') && strchr(glyphs, '~') && strchr(glyphs, '>') && strchr(glyphs, '<'));
+    int widths[3] = {1000, 80, 10};
+    for (int w = 0; w < 3; w++) {
+        const char *leg = pt_timeline_legend(widths[w]);
+        CHECK(w == 2 || (int)strlen(leg) <= widths[w]);
+        for (int i = 0; i < n; i++)
+            CHECK_MSG(strchr(leg, glyphs[i]), "legend at %d lacks '%c': %s", widths[w], glyphs[i],
+                      leg);
+    }
+    char path[1024];
+    snprintf(path, sizeof path, "%s/docs/console.md", getenv("PT_SOURCE_DIR"));
+    FILE *f = fopen(path, "r");
+    REQUIRE(f);
+    char line[2048], list[2048] = "";
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "State is never told by colour alone") || list[0]) {
+            strncat(list, line, sizeof list - strlen(list) - 1);
+            if (strchr(line, '.') && strstr(list, "bubble"))
+                break;
+        }
+    fclose(f);
+    REQUIRE(list[0]);
+    for (int i = 0; i < n; i++) {
+        /* as the docs quote it: `>` alone, or a block `3===` */
+        char alone[8], block[8];
+        snprintf(alone, sizeof alone, "`%c`", glyphs[i]);
+        snprintf(block, sizeof block, "%c%c`", glyphs[i], glyphs[i]);
+        CHECK_MSG(strstr(list, alone) || strstr(list, block),
+                  "docs/console.md's glyph list lacks '%c'", glyphs[i]);
+    }
 }
 
 static void test_axis(void)
@@ -91,4 +183,6 @@ static void test_axis(void)
 }
 
 PT_TEST_MAIN({"compute_row", test_compute_row},
-             {"labels_that_do_not_fit", test_labels_that_do_not_fit}, {"axis", test_axis})
+             {"labels_that_do_not_fit", test_labels_that_do_not_fit},
+             {"labels_never_touch", test_labels_never_touch},
+             {"legend_and_docs", test_legend_and_docs}, {"axis", test_axis})

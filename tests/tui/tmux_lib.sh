@@ -67,11 +67,14 @@ tm_resize() {
 }
 
 # tm_wait SECONDS EGREP-PATTERN: polls the screen until the pattern shows;
-# 0 when it did, 1 on timeout.
+# 0 when it did (TM_MATCH: that screen, for a figure of a passing message),
+# 1 on timeout.
+TM_MATCH=""
 tm_wait() {
     local secs=$1 pat=$2 i
     for ((i = 0; i < secs * 5; i++)); do
-        tm_cap | grep -qE -- "$pat" && return 0
+        TM_MATCH=$(tm_cap)
+        grep -qE -- "$pat" <<<"$TM_MATCH" && return 0
         sleep 0.2
     done
     return 1

@@ -1,7 +1,8 @@
 /* Checks of an exported Chrome trace that hold for any run: no two slices
  * of a track overlap, and every SEND slice starts a flow ("s" inside it)
  * that ends ("f", bound to the enclosing slice) inside a RECV slice of the
- * neighbouring stage for the same generation, step and micro-batch. */
+ * neighbouring stage for the same generation, step and micro-batch, never
+ * before it starts. */
 #ifndef PT_TESTS_TUI_TRACE_CHECK_H
 #define PT_TESTS_TUI_TRACE_CHECK_H
 
@@ -19,6 +20,7 @@ typedef struct tc_slice {
 
 typedef struct tc_result {
     long slices, ops, bubbles, overlaps, sends, recvs, sends_with_flow, bad_flows, no_args;
+    long backward_flows; /* flows whose "f" is earlier than their "s" (counted in bad_flows too) */
     long tracks;
 } tc_result;
 
@@ -130,6 +132,10 @@ static int tc_check(const char *text, tc_result *r)
                 tc_num(a, "gen") == tc_num(b, "gen") &&
                 /* activations flow down the pipeline, gradients up */
                 (tc_is(from->ev, "SEND_ACT") ? to->pid == from->pid + 1 : to->pid == from->pid - 1);
+        }
+        if (f && tc_num(f, "ts") < tc_num(e, "ts") - TC_US_TOL) {
+            r->backward_flows++;
+            ok = 0;
         }
         if (ok)
             r->sends_with_flow++;

@@ -120,7 +120,7 @@ static void test_registered_view_shows(const char *self)
     tmux("send-keys -t t k k k");
     CHECK(shows("scratch view: 3 keys")); /* its key table, its own state */
     tmux("send-keys -t t 1");
-    CHECK(shows("iteration")); /* the plan view */
+    CHECK(shows("re-simulated in")); /* the plan view (its summary's last line) */
     tmux("send-keys -t t 6");
     CHECK(shows("scratch view: 3 keys")); /* its hot key; the state kept */
     tmux("send-keys -t t '?'");

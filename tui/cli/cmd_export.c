@@ -112,11 +112,13 @@ static int64_t shown_generation(const pt_export_set *set, double t0, double t1)
     return gen;
 }
 
-/* The simulator's timeline of generation gen's plan, repeated for `iters`
- * iterations (each program is one iteration, or one window of an
- * asynchronous kind, after the one before), as an export set. */
+/* The simulator's timeline of generation gen's plan (predicted as every
+ * other place predicts it: tui/record/figures.h), repeated for at least
+ * `iters` iterations, each program (one iteration, or one window of an
+ * asynchronous kind) after the one before, from 0: every copy starts at an
+ * iteration boundary. */
 static int predicted_set(const char *record, int64_t gen, int64_t iters, pt_export_set *out,
-                         double *iter_s, pt_error *err)
+                         pt_error *err)
 {
     char path[EXPORT_PATH_MAX], dir[EXPORT_PATH_MAX];
     pt_inputs_run_paths(record, path, dir, sizeof dir);
@@ -128,9 +130,10 @@ static int predicted_set(const char *record, int64_t gen, int64_t iters, pt_expo
     memset(&res, 0, sizeof res);
     pt_tline tl;
     memset(&tl, 0, sizeof tl);
+    int64_t plan_gen, cal_gen;
     int rc = pt_record_load(record, &rec, err);
     if (rc == 0)
-        rc = pt_inputs_from_record(rec, dir, gen, &in, err);
+        rc = pt_inputs_from_run(rec, dir, gen, &in, &plan_gen, &cal_gen, err);
     if (rc == 0 && !in.plan)
         rc = pt_error_set(err, PT_EINVAL, "%s: --compare: the record holds no plan", record);
     if (rc == 0 && (rc = pt_inputs_simulate(&in, &sim, &prog, &res, err)) < 0)
@@ -138,7 +141,7 @@ static int predicted_set(const char *record, int64_t gen, int64_t iters, pt_expo
     if (rc == 0 && (rc = pt_tline_from_sim(&tl, &prog, &res)) < 0)
         pt_error_set(err, rc, "out of memory");
     if (rc == 0) {
-        double period = res.iter_s > 0 ? res.iter_s : res.makespan_s;
+        double period = res.makespan_s > 0 ? res.makespan_s : res.iter_s;
         int64_t one = tl.count, wc = prog.window_count > 0 ? prog.window_count : 1;
         int64_t copies = (iters + wc - 1) / wc;
         for (int64_t k = 1; k < copies && rc == 0; k++)
@@ -146,17 +149,35 @@ static int predicted_set(const char *record, int64_t gen, int64_t iters, pt_expo
                 pt_tl_span sp = tl.spans[i];
                 sp.start += (double)k * period;
                 sp.end += (double)k * period;
-                sp.step += k;
+                sp.step += k * wc;
                 rc = pt_tline_add(&tl, &sp);
             }
         if (rc == 0 && (rc = pt_export_from_tline(&tl, NULL, 0, out)) < 0)
             pt_error_set(err, rc, "out of memory");
-        *iter_s = res.iter_s / (double)wc;
     }
     pt_tline_release(&tl);
     pt_program_release(&prog);
     pt_sim_free(&sim);
     pt_inputs_release(&in);
+    pt_record_free(&rec);
+    return rc;
+}
+
+/* The headline figures of generation gen of the record (the ones status
+ * prints: tui/record/figures.h) into the set's title and trace. */
+static int set_figures(const char *record, int64_t gen, pt_export_set *set, pt_error *err)
+{
+    char path[EXPORT_PATH_MAX], dir[EXPORT_PATH_MAX];
+    pt_inputs_run_paths(record, path, dir, sizeof dir);
+    pt_record *rec = NULL;
+    pt_fig_meas meas;
+    pt_fig_pred pred;
+    int have_pred = 0;
+    int rc = pt_record_load(record, &rec, err);
+    if (rc == 0 && (rc = pt_inputs_run_figures(rec, dir, gen, &meas, &pred, &have_pred)) < 0)
+        pt_error_set(err, rc, "out of memory");
+    if (rc == 0)
+        pt_export_set_figures(set, &meas, have_pred ? &pred : NULL);
     pt_record_free(&rec);
     return rc;
 }
@@ -241,23 +262,31 @@ static int export_trace(const export_args *a, const pt_export_set *set)
     return 0;
 }
 
-/* --compare: the prediction of the shown generation above the measurement. */
+/* --compare: the prediction of the shown generation above the measurement,
+ * each from the start of its first iteration, both labelled with the
+ * figures status prints. */
 static int add_prediction(const export_args *a, const pt_export_set *set, pt_export_svg_opts *o,
                           pt_export_set *pred, char *plabel, char *mlabel, size_t cap)
 {
     int64_t shown = !a->chosen && a->trace
                         ? (set->iterations < SVG_LAST_DEF ? set->iterations : SVG_LAST_DEF)
                         : set->iterations;
-    double t0 = o->t1 > o->t0 ? o->t0 : set->t0, t1 = o->t1 > o->t0 ? o->t1 : set->t1, iter_s = 0;
     pt_error err = {0};
     if (predicted_set(a->path, shown_generation(set, o->t0, o->t1), shown > 0 ? shown : 1, pred,
-                      &iter_s, &err) < 0) {
+                      &err) < 0) {
         fprintf(stderr, "pipetop export: %s\n", err.msg);
         return 1;
     }
-    snprintf(plabel, cap, "predicted (simulator): %.3f ms per iteration", iter_s * 1e3);
-    snprintf(mlabel, cap, "measured: %lld iterations in %.3f ms", (long long)shown,
-             (t1 - t0) * 1e3);
+    if (set->has_pred)
+        snprintf(plabel, cap, "predicted: %.3f ms/iteration (%s)", set->pred.iter_ms,
+                 set->pred.label);
+    else
+        snprintf(plabel, cap, "predicted (simulator)");
+    if (set->has_meas)
+        snprintf(mlabel, cap, "measured: %.3f ms/iteration (%s); %lld iterations shown",
+                 set->meas.iter_ms, set->meas.label, (long long)shown);
+    else
+        snprintf(mlabel, cap, "measured: %lld iterations shown", (long long)shown);
     o->compare = pred;
     o->compare_label = plabel;
     o->label = mlabel;
@@ -269,7 +298,7 @@ static int export_svg(const export_args *a, const pt_export_set *set)
     pt_export_svg_opts o = {.width_px = a->width};
     pt_export_set pred;
     memset(&pred, 0, sizeof pred);
-    char plabel[128], mlabel[128];
+    char plabel[256], mlabel[256];
     int status = 0;
     pt_error err = {0};
     if (!a->chosen && a->trace && pt_export_last_window(set, SVG_LAST_DEF, &o.t0, &o.t1) < 0) {
@@ -302,6 +331,11 @@ int pt_cmd_export(int argc, char **argv)
     pt_error err = {0};
     if (pt_export_load_run(a.path, &a.sel, &set, &err) < 0) {
         fprintf(stderr, "pipetop export: %s\n", err.msg);
+        return 1;
+    }
+    if (set_figures(a.path, set.ops ? shown_generation(&set, 0, 0) : -1, &set, &err) < 0) {
+        fprintf(stderr, "pipetop export: %s\n", err.msg);
+        pt_export_set_release(&set);
         return 1;
     }
     status = 0;

@@ -65,9 +65,16 @@ int pt_cmd_replay(int argc, char **argv)
         pt_inputs_release(&in);
         return 1;
     }
-    pt_console_opts co = {in.plan,  in.profile, in.topo, in.spec ? in.spec->name : NULL,
-                          src,      view,       theme,   NULL,
-                          no_mouse, exit_after, 0,       NULL};
+    pt_console_opts co = {.plan = in.plan,
+                          .profile = in.profile,
+                          .topology = in.topo,
+                          .model_name = in.spec ? in.spec->name : NULL,
+                          .source = src,
+                          .start_view = view,
+                          .theme = theme,
+                          .no_mouse = no_mouse,
+                          .exit_after_s = exit_after,
+                          .run_dir = dir};
     rc = pt_console_run(&co, &err);
     if (rc < 0)
         fprintf(stderr, "pipetop replay: %s\n", err.msg);

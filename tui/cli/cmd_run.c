@@ -39,6 +39,7 @@
 #include "tui/cli/cli_error.h"
 #include "tui/cli/commands.h"
 #include "tui/cli/inputs.h"
+#include "tui/record/figures.h"
 #include "tui/record/progress.h"
 #include "tui/control/run_ckpt.h"
 #include "tui/control/run.h"
@@ -79,6 +80,7 @@ typedef struct run_ctx {
     pt_cost *cost;
     pt_sim *sim;
     pt_sim_result pred;
+    pt_fig_pred fig; /* the summary's headline prediction and its label */
     int64_t data_count;
     char run_dir[PATH_CAP], ckpt_dir[PATH_CAP];
     int64_t resume_step, steps, target;
@@ -128,12 +130,14 @@ static int parse_args(int argc, char **argv, run_args *a)
         {"json", PT_OPT_FLAG, &a->json, 0, 0, 0, NULL,
          "JSON lines on stdout; the last is the summary"},
         {"checkpoint-dir", PT_OPT_STRING, &a->ckpt_dir, 0, 0, 0, "DIR",
-         "save per-layer checkpoints there (on stop, and every K)"},
+         "save per-layer checkpoints there (on stop, and every K;\n"
+         "default: RUN-DIR/ckpt)"},
         {"checkpoint-every", PT_OPT_INT64, &a->ckpt_every, 1, (double)MAX_ITERS, 0, "K",
          "steps between checkpoints"},
         {"resume", PT_OPT_STRING, &a->resume, 0, 0, 0, "DIR",
          "continue from a checkpoint (a run's checkpoint folder or\n"
-         "one of its step-N folders), under this plan"},
+         "one of its step-N folders), under this plan; checkpoints\n"
+         "go to this run's folder (--run-dir), not to DIR"},
         {"topology", PT_OPT_STRING, &a->topology, 0, 0, 0, "T",
          "topology file (default: one node, one CPU device per\n"
          "stage replica)"},
@@ -477,6 +481,18 @@ static int measured(void *user, pt_inputs *in, pt_error *err)
                            c->a.plan ? c->a.plan : plan_path, "profile.json", err);
 }
 
+/* The profile and topology the prediction is made from, beside the run's
+ * record, so status, replay, export and calibrate predict with what this
+ * run did (tui/record/figures.h), on any machine. */
+static int save_inputs(run_ctx *c, pt_error *err)
+{
+    char path[PATH_CAP + 32];
+    snprintf(path, sizeof path, "%s/profile.json", c->run_dir);
+    int rc = pt_profile_save(c->in.profile, path, err);
+    snprintf(path, sizeof path, "%s/topology.json", c->run_dir);
+    return rc < 0 ? rc : pt_topology_save(c->in.topo, path, err);
+}
+
 /* Everything that can be refused before an agent starts. */
 static int prepare(run_ctx *c, pt_error *err)
 {
@@ -511,7 +527,8 @@ static int prepare(run_ctx *c, pt_error *err)
                             src, (long long)global, (long long)c->data_count, a->data);
     if ((rc = pt_cost_new(c->in.profile, c->in.topo, &c->cost, err)) < 0 ||
         (rc = pt_sim_new(&c->sim)) < 0 ||
-        (rc = pt_sim_run(c->sim, &c->prog, c->cost, &c->pred, err)) < 0)
+        (rc = pt_sim_run(c->sim, &c->prog, c->cost, &c->pred, err)) < 0 ||
+        (rc = save_inputs(c, err)) < 0)
         return rc;
     c->workers = pt_sched_host_count(&c->prog); /* one agent per device */
     /* how many steps, in whole programs (asynchronous kinds cover several iterations) */
@@ -524,20 +541,22 @@ static int prepare(run_ctx *c, pt_error *err)
             pt_sched_kind_name(c->in.plan->schedule), wc, (long long)c->steps, (long long)rounded);
         c->steps = rounded;
     }
-    if (a->resume) {
-        char root[PATH_CAP];
-        if ((rc = pt_run_ckpt_find(a->resume, root, sizeof root, &c->resume_step, err)) < 0)
-            return rc;
-        snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", a->ckpt_dir ? a->ckpt_dir : root);
-        if ((rc = pt_run_ckpt_check_target(c->ckpt_dir, c->resume_step, err)) < 0 ||
-            (rc = pt_run_ckpt_import(root, c->ckpt_dir, c->resume_step, err)) < 0)
-            return rc;
-    } else if (a->ckpt_dir || a->ckpt_every) {
+    /* checkpoints go into the run's own folder unless --checkpoint-dir says
+     * where: a resumed run never into the run it resumed from (the step it
+     * starts from is imported into its folder) */
+    if (a->resume || a->ckpt_dir || a->ckpt_every) {
         if (a->ckpt_dir)
             snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", a->ckpt_dir);
         else
             snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%.4000s/ckpt", c->run_dir);
         if ((rc = pt_mkdir_p(c->ckpt_dir, err)) < 0)
+            return rc;
+    }
+    if (a->resume) {
+        char root[PATH_CAP];
+        if ((rc = pt_run_ckpt_find(a->resume, root, sizeof root, &c->resume_step, err)) < 0 ||
+            (rc = pt_run_ckpt_check_target(c->ckpt_dir, c->resume_step, err)) < 0 ||
+            (rc = pt_run_ckpt_import(root, c->ckpt_dir, c->resume_step, err)) < 0)
             return rc;
     }
     c->target = c->resume_step + c->steps;
@@ -775,15 +794,10 @@ static char *summary_extra(run_ctx *c)
         return NULL;
     cJSON_AddStringToObject(o, "run_dir", c->run_dir);
     cJSON_AddStringToObject(o, "schedule", pt_sched_kind_name(c->in.plan->schedule));
-    /* what the prediction stands on: "measured", "analytic", "imported" or
-     * "calibrated from RUN" (docs/formats.md, "Calibrated profiles") */
-    char origin[PT_PROFILE_TEXT_MAX + 32];
-    const pt_profile_origin *g = &c->in.profile->origin;
-    if (!strcmp(g->kind, "calibrated"))
-        snprintf(origin, sizeof origin, "calibrated from %s", g->run);
-    else
-        snprintf(origin, sizeof origin, "%s", g->kind[0] ? g->kind : c->in.profile->source);
-    cJSON_AddStringToObject(o, "profile_origin", origin);
+    /* what the prediction stands on (tui/record/figures.h): "measured",
+     * "analytic", "imported" or "calibrated from RUN" (docs/formats.md,
+     * "Calibrated profiles"), and the label every screen gives it */
+    pt_fig_json(o, NULL, &c->fig);
     cJSON_AddNumberToObject(o, "first_step", (double)c->resume_step);
     cJSON_AddNumberToObject(o, "steps", (double)c->steps);
     cJSON_AddNumberToObject(o, "last_step", (double)pt_session_min_step(c->s));
@@ -817,8 +831,39 @@ static char *summary_extra(run_ctx *c)
     return text;
 }
 
+/* The summary's prediction as every other place makes it
+ * (tui/record/figures.h): the run folder's newest calibration up to this
+ * generation, when it holds one, else the profile the run was given. */
+static void headline_prediction(run_ctx *c)
+{
+    pt_profile *p = NULL;
+    pt_topology *t = NULL;
+    int64_t cal_gen = -1, gen = pt_session_generation(c->s);
+    pt_sim *sim = NULL;
+    pt_program prog = {0};
+    pt_sim_result res;
+    if (pt_fig_calibration_load(c->run_dir, gen, c->in.plan->layer_count, &p, &t, &cal_gen) == 0 &&
+        pt_fig_simulate(c->in.plan, p, t, &sim, &prog, &res, NULL) == 0) {
+        pt_sim_free(&c->sim);
+        pt_program_release(&c->prog);
+        c->sim = sim;
+        c->prog = prog;
+        c->pred = res;
+        sim = NULL;
+        memset(&prog, 0, sizeof prog);
+    } else {
+        cal_gen = -1;
+    }
+    pt_fig_pred_from(&c->pred, p ? p : c->in.profile, cal_gen, &c->fig);
+    pt_sim_free(&sim);
+    pt_program_release(&prog);
+    pt_profile_free(&p);
+    pt_topology_free(&t);
+}
+
 static void finish_report(run_ctx *c)
 {
+    headline_prediction(c);
     char *extra = summary_extra(c);
     char *json = pt_run_report_json(c->report, &c->pred, extra);
     if (json)
@@ -827,7 +872,7 @@ static void finish_report(run_ctx *c)
         if (json)
             printf("%s\n", json);
     } else {
-        pt_run_report_print(c->report, &c->pred, stdout);
+        pt_run_report_print(c->report, &c->pred, c->fig.label, stdout);
         if (c->ckpt_dir[0] && pt_session_committed_step(c->s) >= 0)
             printf("\ncheckpoint: step %lld in %s (resume with --resume %s)\n",
                    (long long)pt_session_committed_step(c->s), c->ckpt_dir, c->ckpt_dir);

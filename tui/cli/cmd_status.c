@@ -8,7 +8,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "planner/cost.h"
 #include "planner/schedule.h"
 #include "planner/simulate.h"
 #include "protocol/fileio.h"
@@ -16,6 +15,7 @@
 #include "tui/cli/cli_error.h"
 #include "tui/cli/commands.h"
 #include "tui/cli/inputs.h"
+#include "tui/record/figures.h"
 #include "tui/record/replay.h"
 #include "tui/record/store.h"
 
@@ -46,30 +46,6 @@ static int newest_run(char *out, char *dir, size_t cap)
     snprintf(out, cap, "%s/%s/run.ndjson", RUNS_DIR, best);
     snprintf(dir, cap, "%s/%s", RUNS_DIR, best);
     return 0;
-}
-
-/* The prediction of a run's current plan (its newest generation's, as
- * replay finds it with the profile and topology of its folder): 0 and *iter_ms,
- * *bubble set, or a negative code (no plan in the record, or it does not
- * simulate). */
-static int predict_current(const pt_record *rec, const char *dir, const pt_plan *current,
-                           double *iter_ms, double *bubble)
-{
-    pt_inputs in;
-    pt_program prog = {0};
-    pt_sim *sim = NULL;
-    pt_sim_result res;
-    int rc = pt_inputs_from_record(rec, dir, INT64_MAX, &in, NULL);
-    if (rc == 0 && (!current || !in.plan || !in.profile || !in.topo))
-        rc = PT_ENOTFOUND;
-    if (rc == 0 && (rc = pt_inputs_simulate(&in, &sim, &prog, &res, NULL)) == 0) {
-        *iter_ms = res.iter_s * 1e3;
-        *bubble = res.bubble_frac;
-    }
-    pt_program_release(&prog);
-    pt_sim_free(&sim);
-    pt_inputs_release(&in);
-    return rc;
 }
 
 /* Where a recorded run stands: "failed" (a failed entry), "finished" (a
@@ -116,7 +92,8 @@ typedef struct snapshot {
     pt_record_summary sum;
     const pt_store_step *last;
     int64_t steps;
-    double pred_ms, pred_bubble;
+    pt_fig_meas meas;
+    pt_fig_pred pred;
     int have_pred, running;
     const char *state;
 } snapshot;
@@ -138,9 +115,8 @@ static int take(snapshot *s, pt_error *err)
     pt_record_summarize(s->rec, &s->sum);
     s->steps = pt_store_step_count(s->store);
     s->last = s->steps ? pt_store_step_at(s->store, s->steps - 1) : NULL;
-    s->pred_ms = s->pred_bubble = NAN;
-    s->have_pred =
-        predict_current(s->rec, s->dir, pt_store_plan(s->store), &s->pred_ms, &s->pred_bubble) == 0;
+    if (pt_inputs_run_figures(s->rec, s->dir, -1, &s->meas, &s->pred, &s->have_pred) < 0)
+        return pt_error_set(err, PT_ENOMEM, "out of memory");
     s->state = run_state(s->rec, s->record);
     for (int i = 0; i < pt_store_agent_count(s->store); i++)
         s->running += !strcmp(pt_store_agent_at(s->store, i)->state, "running");
@@ -190,14 +166,8 @@ static void print_json(const snapshot *s)
         cJSON_AddNumberToObject(o, "last_step", (double)s->last->step);
         add_number_or_null(o, "loss", s->last->loss);
         cJSON_AddNumberToObject(o, "samples_per_s", s->last->samples_per_s);
-        cJSON_AddNumberToObject(o, "measured_iteration_ms", s->last->iter_ms);
     }
-    if (s->have_pred) {
-        cJSON_AddNumberToObject(o, "predicted_iteration_ms", s->pred_ms);
-        cJSON_AddNumberToObject(o, "predicted_bubble_frac", s->pred_bubble);
-        if (s->last && s->pred_ms > 0)
-            cJSON_AddNumberToObject(o, "relative_error", s->last->iter_ms / s->pred_ms - 1);
-    }
+    pt_fig_json(o, &s->meas, s->have_pred ? &s->pred : NULL);
     if (pt_store_plan(s->store))
         json_plan(o, pt_store_plan(s->store));
     cJSON_AddNumberToObject(o, "events", (double)s->sum.events);
@@ -221,10 +191,13 @@ static void print_text(const snapshot *s)
                pt_sched_kind_name(plan->schedule), plan->microbatch_count, plan->microbatch_size,
                (long long)pt_store_generation(s->store));
     if (s->last)
-        printf("step %lld  loss %.4f  %.1f samples/s  %.3f ms/iteration\n",
-               (long long)s->last->step, s->last->loss, s->last->samples_per_s, s->last->iter_ms);
+        printf("step %lld  loss %.4f  %.1f samples/s\n", (long long)s->last->step, s->last->loss,
+               s->last->samples_per_s);
+    if (s->meas.steps > 0)
+        printf("measured %.3f ms/iteration (%s)\n", s->meas.iter_ms, s->meas.label);
     if (s->have_pred)
-        printf("predicted %.3f ms/iteration, bubble %.1f %%\n", s->pred_ms, s->pred_bubble * 100);
+        printf("predicted %.3f ms/iteration (%s), bubble %.1f %%\n", s->pred.iter_ms, s->pred.label,
+               s->pred.bubble_frac * 100);
     for (int i = 0; i < pt_store_agent_count(s->store); i++) {
         const pt_store_agent *a = pt_store_agent_at(s->store, i);
         printf("agent %-8s %-10s pid %-7lld s%dr%d %-9s step %lld dropped %llu %s\n", a->id,

@@ -11,6 +11,8 @@
 #include "planner/planner.h"
 #include "protocol/datadir.h"
 #include "protocol/device.h"
+#include "tui/record/figures.h"
+#include "tui/record/replay.h"
 
 pt_topology *pt_inputs_local_topology(int devices)
 {
@@ -123,18 +125,7 @@ int pt_inputs_resolve(const pt_inputs_opts *o, pt_inputs *in, pt_error *err)
 int pt_inputs_simulate(const pt_inputs *in, pt_sim **sim, pt_program *prog, pt_sim_result *res,
                        pt_error *err)
 {
-    *sim = NULL;
-    if (in->profile->layer_count != in->plan->layer_count)
-        return pt_error_set(err, PT_EINVAL, "the profile has %d layers, the plan %d",
-                            in->profile->layer_count, in->plan->layer_count);
-    pt_cost *cost = NULL;
-    int rc = pt_cost_new(in->profile, in->topo, &cost, err);
-    if (rc == 0 && (rc = pt_sim_new(sim)) < 0)
-        pt_error_set(err, rc, "out of memory");
-    if (rc == 0)
-        rc = pt_sim_plan(*sim, in->plan, cost, NULL, prog, res, err);
-    pt_cost_free(&cost);
-    return rc;
+    return pt_fig_simulate(in->plan, in->profile, in->topo, sim, prog, res, err);
 }
 
 void pt_inputs_run_paths(const char *run, char *record, char *dir, size_t cap)
@@ -206,4 +197,59 @@ int pt_inputs_from_record(const pt_record *rec, const char *dir, int64_t gen, pt
     pt_topology_free(&in->topo);
     in->topo = pt_inputs_local_topology(pt_inputs_plan_devices(in->plan));
     return in->topo ? 0 : pt_error_set(err, PT_ENOMEM, "out of memory");
+}
+
+int pt_inputs_from_run(const pt_record *rec, const char *dir, int64_t gen, pt_inputs *in,
+                       int64_t *plan_gen, int64_t *cal_gen, pt_error *err)
+{
+    *cal_gen = -1;
+    *plan_gen = -1;
+    int rc = pt_inputs_from_record(rec, dir, gen, in, err);
+    if (rc < 0 || !in->plan)
+        return rc;
+    *plan_gen = plan_entry(rec, gen)->gen;
+    pt_profile *p = NULL;
+    pt_topology *t = NULL;
+    if (pt_fig_calibration_load(dir, *plan_gen, in->plan->layer_count, &p, &t, cal_gen) < 0)
+        return 0;
+    if (pt_plan_check(in->plan, NULL, t, "plan", NULL) < 0) {
+        /* fitted on another set of devices: the run's own inputs stand */
+        pt_profile_free(&p);
+        pt_topology_free(&t);
+        *cal_gen = -1;
+        return 0;
+    }
+    pt_profile_free(&in->profile);
+    pt_topology_free(&in->topo);
+    in->profile = p;
+    in->topo = t;
+    return 0;
+}
+
+int pt_inputs_run_figures(pt_record *rec, const char *dir, int64_t gen, pt_fig_meas *meas,
+                          pt_fig_pred *pred, int *have_pred)
+{
+    *have_pred = 0;
+    pt_store *st = NULL;
+    if (pt_store_new(1, &st) < 0)
+        return PT_ENOMEM;
+    for (int64_t i = 0; i < pt_record_count(rec); i++) {
+        const pt_record_entry *e = pt_record_at(rec, i);
+        if (gen >= 0 && e->kind == PT_RECORD_PLAN && e->gen > gen)
+            break;
+        if (!(e->kind == PT_RECORD_RECV && e->msg_type == PT_MSG_EVENTS))
+            pt_record_apply(rec, i, st);
+    }
+    pt_fig_measure_store(st, -1, meas);
+    pt_inputs in = {0};
+    int64_t plan_gen, cal_gen;
+    if (pt_store_plan(st) &&
+        pt_inputs_from_run(rec, dir, pt_store_generation(st), &in, &plan_gen, &cal_gen, NULL) ==
+            0 &&
+        in.plan && in.profile && in.topo &&
+        pt_fig_predict(in.plan, in.profile, in.topo, cal_gen, pred, NULL) == 0)
+        *have_pred = 1;
+    pt_inputs_release(&in);
+    pt_store_free(&st);
+    return 0;
 }

@@ -22,6 +22,7 @@
 #include "protocol/profile.h"
 #include "protocol/record.h"
 #include "protocol/topology.h"
+#include "tui/record/figures.h"
 
 /* The local topology: one node whose devices share this machine's memory
  * (split evenly) and cores, linked as pipetop charges ZeroMQ over loopback. */
@@ -98,5 +99,21 @@ void pt_inputs_run_paths(const char *run, char *record, char *dir, size_t cap);
  * plan's devices. A record without a plan leaves in->plan NULL and returns 0. */
 int pt_inputs_from_record(const pt_record *rec, const char *dir, int64_t gen, pt_inputs *in,
                           pt_error *err);
+
+/* What a recorded run's generation is predicted with (tui/record/figures.h,
+ * the one definition): pt_inputs_from_record, then the run folder's newest
+ * calibration fitted on a generation up to the plan's, in place of the
+ * profile and topology, when one loads and the plan fits its devices.
+ * *plan_gen: the plan's generation (-1: no plan); *cal_gen: the
+ * calibration's (-1: none, the run's own profile stands). */
+int pt_inputs_from_run(const pt_record *rec, const char *dir, int64_t gen, pt_inputs *in,
+                       int64_t *plan_gen, int64_t *cal_gen, pt_error *err);
+
+/* The headline figures of a recorded run (tui/record/figures.h) as of the
+ * end of generation gen (< 0: the newest): measured from its metrics,
+ * predicted as pt_inputs_from_run makes it (*have_pred 0 when the record
+ * has no plan or it does not simulate). 0 or PT_ENOMEM. */
+int pt_inputs_run_figures(pt_record *rec, const char *dir, int64_t gen, pt_fig_meas *meas,
+                          pt_fig_pred *pred, int *have_pred);
 
 #endif

@@ -177,18 +177,18 @@ int pt_console_launch(const pt_console_launch_opts *o, pt_error *err)
     else if (rc == 0 && (rc = pt_source_sim_new(&src)) < 0)
         pt_error_set(err, rc, "out of memory");
     if (rc == 0) {
-        pt_console_opts co = {in.plan,
-                              in.profile,
-                              in.topo,
-                              in.spec->name,
-                              src,
-                              o->view,
-                              o->theme,
-                              NULL,
-                              o->no_mouse,
-                              o->exit_after,
-                              o->readonly || o->observe,
-                              o->observe ? PT_LIVE_OBSERVED_WHY : NULL};
+        pt_console_opts co = {.plan = in.plan,
+                              .profile = in.profile,
+                              .topology = in.topo,
+                              .model_name = in.spec->name,
+                              .source = src,
+                              .start_view = o->view,
+                              .theme = o->theme,
+                              .no_mouse = o->no_mouse,
+                              .exit_after_s = o->exit_after,
+                              .readonly = o->readonly || o->observe,
+                              .readonly_why = o->observe ? PT_LIVE_OBSERVED_WHY : NULL,
+                              .run_dir = src ? pt_source_live_run_dir(src) : NULL};
         src = NULL; /* the console owns it now */
         rc = pt_console_run(&co, err);
     }

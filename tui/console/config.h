@@ -13,7 +13,7 @@
 #define PT_CONFIG_PATH_MAX    1024
 #define PT_CONFIG_REFRESH_MIN 1 /* redraws per second */
 #define PT_CONFIG_REFRESH_MAX 60
-#define PT_CONFIG_REFRESH_DEF 10
+#define PT_CONFIG_REFRESH_DEF 4 /* legible live: a timeline that moves 10 times a second is not */
 #define PT_CONFIG_ITERS_DEF   2 /* iterations the timeline shows */
 #define PT_CONFIG_ITERS_MAX   64
 #define PT_CONFIG_SPEED_MIN   0.01 /* replay speed factor */

@@ -37,25 +37,48 @@ static void layout(pt_ui *ui)
     pt_view_layout(ui->view, ui, ui->state[ui->view], ui->rows, ui->cols, &ui->layout);
 }
 
+/* The iteration times of the header: measured (tui/record/figures.h, of
+ * the running generation) and predicted (of the running plan). */
+static void header_times(const pt_ui *ui, int level, char *buf, size_t cap)
+{
+    const pt_ui_figures *f = &ui->fig;
+    char m[32] = "-", p[32] = "-";
+    if (f->meas.steps > 0)
+        snprintf(m, sizeof m, level < 2 ? "%.3f" : "%.2f", f->meas.iter_ms);
+    if (f->have_pred)
+        snprintf(p, sizeof p, level < 2 ? "%.3f" : "%.2f", f->pred.iter_ms);
+    if (!f->running || (f->meas.steps <= 0 && !f->have_pred))
+        buf[0] = 0; /* nothing runs: the plan view has the prediction */
+    else if (level == 0)
+        snprintf(buf, cap, "iter %s ms meas, %s pred", m, p);
+    else if (level == 1)
+        snprintf(buf, cap, "%s/%s ms", m, p);
+    else
+        snprintf(buf, cap, "%s/%sms", m, p);
+}
+
 /* The run summary of the header at a level of detail: 0 full, higher levels
  * shorten labels and drop the model and the source's words, never the
- * figures (step, loss, throughput). */
+ * figures (step, loss, throughput, measured / predicted iteration time). */
 static void header_summary(const pt_ui *ui, int level, char *buf, size_t cap)
 {
     char src[PT_SOURCE_DESC_MAX] = "";
-    if (ui->src && ui->src->vt->describe)
+    if (ui->paused)
+        snprintf(src, sizeof src, "%s", ui->frozen_desc);
+    else if (ui->src && ui->src->vt->describe)
         ui->src->vt->describe(ui->src, src, sizeof src);
     int64_t n = pt_store_step_count(ui->store);
-    if (ui->paused && ui->frozen_steps < n)
-        n = ui->frozen_steps;
     const pt_store_step *st = n ? pt_store_step_at(ui->store, n - 1) : NULL;
-    char fig[96] = "";
+    char fig[160] = "", times[64];
+    header_times(ui, level, times, sizeof times);
     if (st) {
         char loss[32] = "";
         if (!isnan(st->loss))
             snprintf(loss, sizeof loss, level < 2 ? " loss %.4f" : " L %.3f", st->loss);
-        snprintf(fig, sizeof fig, level < 2 ? "step %lld%s %.0f/s" : "s%lld%s %.0f/s",
-                 (long long)st->step, loss, st->samples_per_s);
+        snprintf(fig, sizeof fig, level < 2 ? "step %lld%s %.0f/s%s%s" : "s%lld%s %.0f/s%s%s",
+                 (long long)st->step, loss, st->samples_per_s, times[0] ? " " : "", times);
+    } else {
+        snprintf(fig, sizeof fig, "%s", times);
     }
     const char *paused = ui->paused ? (level < 2 ? "PAUSED | " : "PAUSED ") : "";
     const char *model = ui->model_name ? ui->model_name : "";
@@ -76,7 +99,8 @@ static void header_summary(const pt_ui *ui, int level, char *buf, size_t cap)
         snprintf(buf, cap, "%s%s", paused, fig);
 }
 
-#define HEADER_LEVELS 4
+#define HEADER_LEVELS    4
+#define HEADER_FULL_TABS 2 /* summary levels tried before the tabs shorten */
 
 static void draw_header(pt_ui *ui)
 {
@@ -92,11 +116,11 @@ static void draw_header(pt_ui *ui)
      * only the shown view's tab named, then shorter summaries */
     char right[PT_SOURCE_DESC_MAX + 160];
     int compact = 0, level = 0, tabs_w = 0, len = 0;
-    for (int attempt = 0; attempt < 2 * HEADER_LEVELS; attempt++) {
-        compact = attempt > 0;
-        level = attempt > 0 ? attempt - 1 : 0;
-        if (level >= HEADER_LEVELS)
-            level = HEADER_LEVELS - 1;
+    /* full tabs with the full summary or without the model's name, then
+     * compact tabs with ever shorter summaries */
+    for (int attempt = 0; attempt < HEADER_FULL_TABS + HEADER_LEVELS; attempt++) {
+        compact = attempt >= HEADER_FULL_TABS;
+        level = compact ? attempt - HEADER_FULL_TABS : attempt;
         tabs_w = 8;
         for (int v = 0; v < views; v++)
             tabs_w += (compact && v != ui->view ? 1 : 2 + (int)strlen(pt_view_at(v)->name)) + 1;
@@ -128,11 +152,52 @@ static void draw_header(pt_ui *ui)
     }
 }
 
+/* Lines a message longer than the status row may take, over the bottom of
+ * the view for as long as it shows. */
+#define STATUS_LINES_MAX 4
+
+/* The status message in full: cut between words into lines of the row's
+ * width, the last on the status row and the ones before it above it. */
+static void status_wrapped(pt_ui *ui, const pt_rect *r, attr_t attr)
+{
+    const char *at[STATUS_LINES_MAX];
+    int len[STATUS_LINES_MAX], n = 0, w = r->w > 8 ? r->w : 8;
+    for (const char *p = ui->status; *p && n < STATUS_LINES_MAX;) {
+        int k = (int)strlen(p);
+        if (k > w && n < STATUS_LINES_MAX - 1) {
+            k = w;
+            while (k > w / 2 && p[k] != ' ')
+                k--;
+            if (p[k] != ' ')
+                k = w;
+        }
+        at[n] = p;
+        len[n++] = k;
+        p += k;
+        while (*p == ' ')
+            p++;
+    }
+    for (int i = 0; i < n; i++) {
+        int y = r->y - (n - 1 - i);
+        if (y >= 1)
+            pt_ui_text(y, 0, r->w, attr, 1, "%.*s", len[i], at[i]);
+    }
+}
+
+/* What the status row says while the display is paused, when no message
+ * of the user's own is up: the pause, for as long as it lasts. */
+#define PAUSED_LINE "display paused: every figure is as Z found it; training goes on; Z resumes"
+
 static void draw_status(pt_ui *ui)
 {
     const pt_rect *r = pt_layout_find(&ui->layout, PT_PANEL_STATUS);
     if (!r)
         return;
+    if (ui->paused && !(ui->status[0] && ui->now_ns - ui->status_ns < PT_UI_STATUS_NS &&
+                        strcmp(ui->status, PAUSED_LINE))) {
+        pt_ui_text(r->y, 0, r->w, ui->attr[PT_THEME_STATUS], 1, "%s", PAUSED_LINE);
+        return;
+    }
     const char *note = pt_store_last_note(ui->store);
     /* a message goes when it expires or when the source reports a state
      * change after it (the run restarted, an agent died): the newer wins */
@@ -140,8 +205,7 @@ static void draw_status(pt_ui *ui)
     int64_t age = ui->now_ns - ui->status_ns;
     if (ui->status[0] && age < PT_UI_STATUS_NS &&
         (age < PT_UI_STATUS_MIN_NS || !(fresh_note && ui->note_seq > ui->status_note_seq))) {
-        pt_ui_text(r->y, 0, r->w, ui->attr[ui->status_error ? PT_THEME_ERROR : PT_THEME_STATUS], 1,
-                   "%s", ui->status);
+        status_wrapped(ui, r, ui->attr[ui->status_error ? PT_THEME_ERROR : PT_THEME_STATUS]);
         return;
     }
     if (fresh_note) {
@@ -151,9 +215,28 @@ static void draw_status(pt_ui *ui)
     /* a replay's own keys come first: they are what its user reaches for */
     const pt_view_class *c = pt_view_at(ui->view);
     int replay = ui->src && !strcmp(ui->src->vt->kind, "replay");
-    pt_ui_text(r->y, 0, r->w, ui->attr[PT_THEME_DIM], 1, "%s%s",
-               replay ? "replay: space pause  n/N step  ,/. generation  R rewind  e end | " : "",
-               c->hints ? c->hints : "? help  q quit");
+    char all[PT_UI_STATUS_MAX], bar[PT_UI_STATUS_MAX];
+    snprintf(all, sizeof all, "%s%s",
+             replay ? "replay: space pause  n/N step  ,/. generation  R rewind  e end  " : "",
+             c->hints ? c->hints : "? help  q quit");
+    pt_ui_text(r->y, 0, r->w, ui->attr[PT_THEME_DIM], 1, "%s",
+               pt_ui_fit_hints(all, r->w, bar, sizeof bar));
+}
+
+/* Predicts with (profile, topo) from now on: the editor's costs, and so
+ * the running plan's prediction; cal_gen the run's calibration they are
+ * (-1: the base profile). 0, or the editor's refusal in err. */
+static int use_costs(pt_ui *ui, const pt_profile *p, const pt_topology *t, int64_t cal_gen,
+                     pt_error *err)
+{
+    if (!ui->edit || !p || !t)
+        return PT_EINVAL;
+    int rc = pt_plan_edit_set_costs(ui->edit, p, t, err);
+    if (rc == 0) {
+        ui->cost_cal_gen = cal_gen;
+        ui->cost_seq++;
+    }
+    return rc;
 }
 
 /* A calibration the source put in the store (tui/record/live.h) becomes the plan
@@ -170,7 +253,7 @@ static int take_calibration(pt_ui *ui, int seen, int *said)
         return n;
     if (n != seen) {
         pt_error err = {0};
-        if (pt_plan_edit_set_costs(ui->edit, p, t, &err) < 0) {
+        if (use_costs(ui, p, t, gen, &err) < 0) {
             pt_ui_status(ui, 1, "calibration of generation %lld not used: %s", (long long)gen,
                          err.msg);
             *said = n;
@@ -190,6 +273,7 @@ static int take_calibration(pt_ui *ui, int seen, int *said)
 static void draw(pt_ui *ui)
 {
     layout(ui);
+    pt_ui_figures_update(ui);
     erase();
     if (ui->rows < PT_LAYOUT_MIN_ROWS || ui->cols < PT_LAYOUT_MIN_COLS) {
         pt_ui_text(0, 0, ui->cols, A_BOLD, 0, "terminal too small: %dx%d, need %dx%d", ui->cols,
@@ -276,14 +360,30 @@ static void export_shown(pt_ui *ui)
                      measured ? "measured" : "predicted", trace, svg);
 }
 
+/* Z: the views go on reading a copy of the store as it is now, and the
+ * header the source's words as they are now, so every figure on the screen
+ * stays as it was while the source keeps filling the live store. */
 static void toggle_pause(pt_ui *ui)
 {
-    ui->paused = !ui->paused;
-    ui->frozen_steps = pt_store_step_count(ui->store);
-    if (ui->paused)
-        pt_ui_status(ui, 0, "display paused: training goes on; Z resumes");
-    else
-        pt_ui_status(ui, 0, "display resumed");
+    if (!ui->paused) {
+        pt_store *frozen = NULL;
+        if (pt_store_clone(ui->live, &frozen) < 0) {
+            pt_ui_status(ui, 1, "pause: out of memory");
+            return;
+        }
+        ui->frozen_desc[0] = 0;
+        if (ui->src && ui->src->vt->describe)
+            ui->src->vt->describe(ui->src, ui->frozen_desc, sizeof ui->frozen_desc);
+        ui->store = frozen;
+        ui->paused = 1;
+        ui->frozen_steps = pt_store_step_count(frozen);
+        pt_ui_status(ui, 0, PAUSED_LINE);
+        return;
+    }
+    pt_store_free(&ui->store);
+    ui->store = ui->live;
+    ui->paused = 0;
+    pt_ui_status(ui, 0, "display resumed");
 }
 
 /* "x", "F5", "Left": a key as the user pressed it, for messages. */
@@ -312,6 +412,19 @@ static void follow_generation(pt_ui *ui)
         return;
     ui->shown_gen = gen;
     pt_error err = {0};
+    /* the costs as the live console had them then: the run folder's newest
+     * calibration up to this generation (tui/record/figures.h), else the
+     * base profile */
+    pt_profile *p = NULL;
+    pt_topology *t = NULL;
+    int64_t cal_gen = -1;
+    if (pt_fig_calibration_load(ui->run_dir, gen, plan->layer_count, &p, &t, &cal_gen) < 0 ||
+        use_costs(ui, p, t, cal_gen, &err) < 0) {
+        if (ui->cost_cal_gen >= 0)
+            use_costs(ui, ui->base_profile, ui->base_topology, -1, &err);
+    }
+    pt_profile_free(&p);
+    pt_topology_free(&t);
     if (pt_plan_edit_replace(ui->edit, plan, &err) < 0)
         pt_ui_status(ui, 1, "generation %lld's plan cannot be shown: %s", (long long)gen, err.msg);
 }
@@ -496,6 +609,11 @@ static int setup(pt_ui *ui, const pt_console_opts *o, char *config_path, size_t 
         return rc;
     if (pt_store_new(0, &ui->store) < 0)
         return pt_error_set(err, PT_ENOMEM, "console: out of memory");
+    ui->live = ui->store;
+    ui->cost_cal_gen = -1;
+    ui->base_profile = o->profile;
+    ui->base_topology = o->topology;
+    ui->run_dir = o->run_dir;
     if (o->plan && o->profile && o->topology &&
         (rc = pt_plan_edit_new(o->plan, o->profile, o->topology, &ui->edit, err)) < 0)
         return rc;
@@ -526,8 +644,12 @@ static void teardown(pt_ui *ui)
         free(ui->state[i]);
         ui->state[i] = NULL;
     }
+    pt_ui_figures_release(ui);
     pt_plan_edit_free(&ui->edit);
-    pt_store_free(&ui->store);
+    if (ui->store != ui->live)
+        pt_store_free(&ui->store);
+    pt_store_free(&ui->live);
+    ui->store = NULL;
     pt_tline_release(&ui->tl.meas);
     pt_tline_release(&ui->tl.pred);
 }
@@ -580,16 +702,17 @@ int pt_console_run(const pt_console_opts *o, pt_error *err)
         mouseinterval(0);
     }
     pt_ui_colors_init(&ui);
-    int64_t frame_ns = NS_PER_S / (ui.cfg.refresh_hz > 0 ? ui.cfg.refresh_hz : 10);
+    int64_t frame_ns =
+        NS_PER_S / (ui.cfg.refresh_hz > 0 ? ui.cfg.refresh_hz : PT_CONFIG_REFRESH_DEF);
     int64_t last_draw = 0, start = pt_clock_ns();
     uint64_t seen_store = 0, seen_edit = 0;
-    int src_rc = 0, seen_cal = 0, said_cal = 0;
+    int src_rc = 0, seen_cal = 0, said_cal = 0, keyed = 0;
     while (!ui.quit && !g_quit_signal) {
         ui.now_ns = pt_clock_ns();
         if (o->exit_after_s > 0 && ui.now_ns - start > (int64_t)(o->exit_after_s * NS_PER_S))
             break;
         if (ui.src) {
-            src_rc = ui.src->vt->poll(ui.src, ui.store, ui.now_ns, 0);
+            src_rc = ui.src->vt->poll(ui.src, ui.live, ui.now_ns, 0);
             if (src_rc < 0) {
                 pt_ui_status(&ui, 1, "the data source failed (%s); q quits", pt_strerror(src_rc));
                 src_rc = 0;
@@ -618,7 +741,10 @@ int pt_console_run(const pt_console_opts *o, pt_error *err)
             ui.dirty = 1;
         int64_t wait_ms = IDLE_WAIT_MS;
         if (ui.dirty) {
-            int64_t due = last_draw + frame_ns - ui.now_ns;
+            /* data redraws at most refresh_hz a second (legible live); a
+             * key's answer is drawn at once */
+            int64_t due = keyed ? 0 : last_draw + frame_ns - ui.now_ns;
+            keyed = 0;
             if (due <= 0) {
                 draw(&ui);
                 last_draw = ui.now_ns;
@@ -631,6 +757,7 @@ int pt_console_run(const pt_console_opts *o, pt_error *err)
         int ch = getch();
         while (ch != ERR && !ui.quit) {
             handle_key(&ui, ch);
+            keyed = 1;
             follow_generation(&ui); /* a replay key may have moved to another generation */
             timeout(0);
             ch = getch();

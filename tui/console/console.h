@@ -33,6 +33,10 @@ typedef struct pt_console_opts {
     /* what a refused edit says, with readonly (NULL: "read-only console
      * (--readonly)"); an observed PyTorch run says why it cannot restart */
     const char *readonly_why;
+    /* A replayed run's folder: the plan view predicts each generation with
+     * its newest calibrated-gen-K.json up to it (tui/record/figures.h), as
+     * status does. NULL: none. */
+    const char *run_dir;
 } pt_console_opts;
 
 /* Runs the console until the user quits. Returns 0, or a negative PT_E*

@@ -535,6 +535,33 @@ int pt_plan_edit_schedule(pt_plan_edit *e, pt_sched_kind kind, pt_error *err)
     return commit(e, p, 1, err);
 }
 
+int pt_plan_edit_kind(pt_plan_edit *e, pt_sched_kind kind, pt_error *err)
+{
+    const char *name = pt_sched_kind_name(kind);
+    if (!name)
+        return pt_error_set(err, PT_EINVAL, "no schedule kind %d", (int)kind);
+    const pt_plan *cur = e->cur.plan;
+    int lo, hi, v = cur->chunks > 1 ? cur->chunks : 1;
+    pt_sched_kind_chunks(kind, &lo, &hi);
+    if (v < lo)
+        return pt_error_set(err, PT_EINVAL,
+                            "%s runs %d to %d model chunks on each device and this plan has one "
+                            "stage per device; S keeps every stage boundary, so it skips %s (V "
+                            "re-cuts the layers into %d chunks per device: the boundaries move)",
+                            name, lo, hi, name, lo);
+    if (v > hi)
+        return pt_error_set(err, PT_EINVAL,
+                            "this plan is %d model chunks on each of %d devices, which %s cannot "
+                            "run; S keeps every stage boundary, so it skips %s (V past the most "
+                            "chunks goes back to one stage per device: the boundaries move)",
+                            v, pt_plan_rank_count(cur), name, name);
+    pt_plan *p = clone_or_fail(e, err);
+    if (!p)
+        return PT_ENOMEM;
+    p->schedule = kind;
+    return commit(e, p, 1, err);
+}
+
 int pt_plan_edit_chunks(pt_plan_edit *e, int v, pt_error *err)
 {
     pt_sched_kind kind = e->cur.plan->schedule;

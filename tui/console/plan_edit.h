@@ -98,6 +98,14 @@ int pt_plan_edit_place(pt_plan_edit *e, int stage, int replica, int device, pt_e
  * the same devices, v the plan's when it has a valid one, else the kind's
  * fewest; leaving such a kind re-cuts them into one stage per device. */
 int pt_plan_edit_schedule(pt_plan_edit *e, pt_sched_kind kind, pt_error *err);
+/* Sets the schedule kind and nothing else: every stage boundary, replica
+ * and the micro-batching stay (policy and vertical sync kept for the kinds
+ * that read them). A kind the plan cannot run as it is cut (interleaved on
+ * a plan of one stage per device, or a one-chunk kind on an interleaved
+ * plan) is refused with the reason and what re-cuts it (pt_plan_edit_schedule,
+ * pt_plan_edit_chunks), as is one the checks refuse; the plan is then
+ * unchanged. */
+int pt_plan_edit_kind(pt_plan_edit *e, pt_sched_kind kind, pt_error *err);
 /* Sets v, the model chunks per device, re-cutting the layers (pt_plan_rechunk):
  * PT_EUNSUPP when the kind takes no chunks, PT_EINVAL when v is outside its
  * range or the layers are fewer than S·v; the plan is unchanged on error. */

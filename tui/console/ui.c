@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "planner/schedule.h"
@@ -198,15 +199,97 @@ const char *pt_ui_bytes_short(int64_t bytes, char *buf, int cap)
     return buf;
 }
 
+/* 1 when a and b are the same plan (their encodings agree). */
+static int same_plan(const pt_plan *a, const pt_plan *b)
+{
+    if (a == b)
+        return 1;
+    if (!a || !b)
+        return 0;
+    char *x = pt_plan_to_json(a), *y = pt_plan_to_json(b);
+    int same = x && y && !strcmp(x, y);
+    free(x);
+    free(y);
+    return same;
+}
+
+void pt_ui_figures_release(pt_ui *ui)
+{
+    pt_sim_free(&ui->fig.sim);
+    pt_program_release(&ui->fig.prog);
+    memset(&ui->fig, 0, sizeof ui->fig);
+}
+
+/* The running plan's prediction with the editor's current costs. */
+static void predict_running(pt_ui *ui)
+{
+    pt_ui_figures *f = &ui->fig;
+    pt_sim_free(&f->sim);
+    pt_program_release(&f->prog);
+    f->have_pred = 0;
+    f->pred_seq++;
+    if (!f->plan || !ui->edit)
+        return;
+    const pt_profile *prof = pt_plan_edit_profile(ui->edit);
+    if (pt_fig_simulate(f->plan, prof, pt_plan_edit_topology(ui->edit), &f->sim, &f->prog, &f->res,
+                        NULL) == 0) {
+        pt_fig_pred_from(&f->res, prof, ui->cost_cal_gen, &f->pred);
+        f->have_pred = 1;
+    } else {
+        pt_sim_free(&f->sim);
+        pt_program_release(&f->prog);
+    }
+}
+
+void pt_ui_figures_update(pt_ui *ui)
+{
+    pt_ui_figures *f = &ui->fig;
+    uint64_t sv = pt_store_version(ui->store), ev = ui->edit ? pt_plan_edit_version(ui->edit) : 0;
+    const pt_plan *sp = pt_store_plan(ui->store);
+    int64_t gen = pt_store_generation(ui->store);
+    if (sv != f->store_version || f->sim == NULL)
+        pt_fig_measure_store(ui->store, -1, &f->meas);
+    int plan_moved = sp != f->store_plan || gen != f->gen || (!sp && ev != f->edit_version);
+    if (plan_moved || ui->cost_seq != f->cost_seq || (!f->have_pred && ev != f->edit_version)) {
+        f->running = sp != NULL;
+        f->plan = sp ? sp : ui->edit ? pt_plan_edit_plan(ui->edit) : NULL;
+        predict_running(ui);
+    }
+    if (plan_moved || ev != f->edit_version)
+        f->edited = f->running && ui->edit && !same_plan(pt_plan_edit_plan(ui->edit), sp);
+    f->store_version = sv;
+    f->edit_version = ev;
+    f->cost_seq = ui->cost_seq;
+    f->gen = gen;
+    f->store_plan = sp;
+}
+
+const pt_sim_worker *pt_ui_pred_worker(const pt_ui *ui, int stage, int replica)
+{
+    const pt_ui_figures *f = &ui->fig;
+    if (!f->have_pred)
+        return NULL;
+    for (int w = 0; w < f->prog.worker_count && w < f->res.worker_count; w++)
+        if (f->prog.workers[w].stage == stage && f->prog.workers[w].replica == replica)
+            return &f->res.workers[w];
+    return NULL;
+}
+
 void pt_ui_timelines(pt_ui *ui)
 {
     pt_ui_tlines *tl = &ui->tl;
-    if (ui->edit && tl->pred_version != pt_plan_edit_version(ui->edit)) {
-        pt_tline_from_sim(&tl->pred, pt_plan_edit_program(ui->edit), pt_plan_edit_result(ui->edit));
-        tl->pred_version = pt_plan_edit_version(ui->edit);
+    pt_ui_figures_update(ui);
+    /* the predicted timeline is the running plan's: an edit shows in it only
+     * when nothing runs (the editor's plan is then the running one) */
+    uint64_t pv = ui->fig.pred_seq;
+    if (pv != tl->pred_version) {
+        pt_tline_clear(&tl->pred);
+        if (ui->fig.have_pred)
+            pt_tline_from_sim(&tl->pred, &ui->fig.prog, &ui->fig.res);
+        tl->pred_version = pv;
     }
     uint64_t v = pt_store_version(ui->store) * 131 + (uint64_t)tl->iters;
-    if (v == tl->meas_version || (ui->paused && tl->meas.count > 0))
+    if (v == tl->meas_version)
         return;
     int64_t last = pt_store_last_step(ui->store);
     pt_tline_clear(&tl->meas);
@@ -224,4 +307,51 @@ void pt_ui_redraw(pt_ui *ui)
 {
     if (ui->redraw)
         ui->redraw(ui);
+}
+
+/* A hint that always stays on the key bar: help and quit. */
+static int hint_kept(const char *item, size_t n)
+{
+    return (n >= 6 && !strncmp(item, "? help", 6)) || (n >= 6 && !strncmp(item, "q quit", 6));
+}
+
+const char *pt_ui_fit_hints(const char *hints, int w, char *out, size_t cap)
+{
+    /* items are separated by two spaces */
+    const char *item[PT_UI_HINTS_MAX];
+    size_t len[PT_UI_HINTS_MAX];
+    int n = 0;
+    for (const char *p = hints; *p && n < PT_UI_HINTS_MAX;) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        const char *e = strstr(p, "  ");
+        size_t k = e ? (size_t)(e - p) : strlen(p);
+        item[n] = p;
+        len[n++] = k;
+        p += k;
+    }
+    int used = 0;
+    for (int i = 0; i < n; i++)
+        if (hint_kept(item[i], len[i]))
+            used += (int)len[i] + 2;
+    char keep[PT_UI_HINTS_MAX] = {0};
+    for (int i = 0; i < n; i++)
+        if (!hint_kept(item[i], len[i]) && used + (int)len[i] + 2 <= w + 2) {
+            keep[i] = 1;
+            used += (int)len[i] + 2;
+        }
+    size_t at = 0;
+    out[0] = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            if (pass == 0 ? !keep[i] : !hint_kept(item[i], len[i]))
+                continue;
+            int k = snprintf(out + at, cap - at, "%s%.*s", at ? "  " : "", (int)len[i], item[i]);
+            if (k < 0 || (size_t)k >= cap - at)
+                return out;
+            at += (size_t)k;
+        }
+    return out;
 }

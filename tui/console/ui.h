@@ -14,6 +14,7 @@
 #include "tui/console/view.h"
 #include "tui/console/plan_edit.h"
 #include "tui/record/source.h"
+#include "tui/record/figures.h"
 #include "tui/record/store.h"
 #include "tui/export/theme.h"
 #include "tui/record/tline.h"
@@ -41,6 +42,29 @@ typedef struct pt_ui_tlines {
     pt_tl_mode mode; /* which the timeline view shows (and x exports) */
 } pt_ui_tlines;
 
+/* The headline figures the views show (tui/record/figures.h, the one
+ * definition): the measured iteration time of the store's current
+ * generation and the prediction of the running plan (the store's current
+ * plan; the editor's when nothing runs), made with the editor's costs (the
+ * run's calibration once there is one). The edited plan is kept apart: it
+ * changes only `edited` and the plan editor's own figures. */
+typedef struct pt_ui_figures {
+    pt_fig_meas meas;
+    pt_fig_pred pred;
+    int have_pred;
+    const pt_plan *plan; /* the running plan (the store's or the editor's); NULL: none */
+    int running;         /* 1: a run's plan (the store has one); 0: only the editor's */
+    int edited;          /* 1: the editor's plan is not the running one */
+    pt_sim *sim;         /* the running plan's simulation: timeline, busy, memory */
+    pt_program prog;
+    pt_sim_result res;
+    uint64_t pred_seq; /* moves with every new prediction */
+    /* what they were computed from */
+    uint64_t store_version, edit_version, cost_seq;
+    int64_t gen;
+    const pt_plan *store_plan;
+} pt_ui_figures;
+
 /* What the views share; each view's own state is its own struct
  * (tui/console/view.h). */
 typedef struct pt_ui {
@@ -60,17 +84,27 @@ typedef struct pt_ui {
     const char *config_path;                        /* where settings are saved; NULL: nowhere */
     int paused;           /* display frozen (the source still polls, training goes on) */
     int64_t frozen_steps; /* steps the header shows while paused */
-    int readonly;         /* --readonly: keys that edit the plan or act on the run are refused */
+    char frozen_desc[PT_SOURCE_DESC_MAX]; /* the source's words as the pause found them */
+    int readonly; /* --readonly: keys that edit the plan or act on the run are refused */
     const char *readonly_why; /* what a refusal says (pt_console_opts.readonly_why) */
     /* Draws the screen now (set by the console): for an action that blocks
      * the loop (apply & restart) to show that it started. */
     void (*redraw)(pt_ui *ui);
-    /* data */
+    /* data: the views read `store`, which is the live store, or while the
+     * display is paused a copy of it as the pause found it (the source
+     * keeps filling `live`) */
     pt_store *store;
+    pt_store *live;
     pt_source *src;
     pt_plan_edit *edit; /* NULL when there is no profile / topology */
     const char *model_name;
     pt_ui_tlines tl;
+    pt_ui_figures fig;
+    const pt_profile *base_profile; /* the costs the console started with (borrowed) */
+    const pt_topology *base_topology;
+    const char *run_dir;  /* a replayed run's folder (its calibrations); NULL none */
+    uint64_t cost_seq;    /* moves when the editor's costs change (a calibration taken) */
+    int64_t cost_cal_gen; /* the run's calibration the costs are (-1: the base profile) */
     /* status line */
     char status[PT_UI_STATUS_MAX];
     int status_error;
@@ -100,9 +134,20 @@ const char *pt_ui_bytes(int64_t bytes, char *buf, int cap);
 /* "1.2G" / "12.0M" / "512K": for narrow columns. */
 const char *pt_ui_bytes_short(int64_t bytes, char *buf, int cap);
 
-/* Rebuilds ui->tl.meas and ui->tl.pred when the store or the edited plan
- * changed since (the measured one stays while the display is paused). */
+/* Rebuilds ui->tl.meas and ui->tl.pred (the running plan's prediction,
+ * pt_ui_figures) when the store or the running plan changed since. */
 void pt_ui_timelines(pt_ui *ui);
+/* Brings ui->fig up to date (cheap when nothing changed). */
+void pt_ui_figures_update(pt_ui *ui);
+/* Frees what ui->fig holds. */
+void pt_ui_figures_release(pt_ui *ui);
+/* The running plan's simulated worker of (stage, replica), or NULL. */
+const pt_sim_worker *pt_ui_pred_worker(const pt_ui *ui, int stage, int replica);
+/* The key bar for w columns: hints are items two spaces apart; "? help"
+ * and "q quit" always stay (last), the others in their order while they
+ * fit, so the bar is never cut in the middle of a key. Returns out. */
+#define PT_UI_HINTS_MAX 32
+const char *pt_ui_fit_hints(const char *hints, int w, char *out, size_t cap);
 /* Draws the screen through ui->redraw, when the console set it. */
 void pt_ui_redraw(pt_ui *ui);
 

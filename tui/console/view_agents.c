@@ -1,8 +1,9 @@
 /* The agents view: one row per agent with its process (pid, CPU %, RSS read
  * from /proc when it runs on this machine), host, device, stage replica,
- * state, heartbeat age, telemetry dropped, the device's free/total memory
- * (a GPU's from the driver) and the last error; a filter and a
- * sort key, as in htop. */
+ * state, heartbeat age, telemetry dropped, step, the device's free/total
+ * memory (a GPU's from the driver) and the last error; a filter
+ * (on every column that names something) and a sort key, as in htop. Columns
+ * shrink, then drop, to fit the screen (AGENT_COLS). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +13,40 @@
 
 #define NS_PER_MS      1000000LL
 #define PROC_SAMPLE_NS 1000000000LL /* CPU % is measured over about a second */
-/* column of the state field in a row (after agent, pid, cpu%, rss, host, device, stage) */
-#define STATE_COL (10 + 1 + 7 + 1 + 5 + 1 + 7 + 1 + 12 + 1 + 16 + 1 + 6 + 1)
+
+/* The table's columns: X(id, heading, short heading, width, narrowest,
+ * right-aligned, drop rank). A narrow screen first shrinks columns toward their narrowest
+ * (a cut cell ends with '~'), then drops the ones of the lowest drop rank
+ * (the title says how many are hidden); last error takes what is left. */
+#define AGENT_COLS(X)                                                                              \
+    X(COL_AGENT, "agent", "agent", 10, 6, 0, 9)                                                    \
+    X(COL_PID, "pid", "pid", 7, 5, 1, 3)                                                           \
+    X(COL_CPU, "cpu%", "cpu%", 5, 4, 1, 4)                                                         \
+    X(COL_RSS, "rss", "rss", 7, 5, 1, 2)                                                           \
+    X(COL_HOST, "host", "host", 12, 4, 0, 5)                                                       \
+    X(COL_DEVICE, "device", "dev", 16, 5, 0, 7)                                                    \
+    X(COL_STAGE, "stage", "stg", 6, 4, 0, 8)                                                       \
+    X(COL_STATE, "state", "state", 10, 8, 0, 9)                                                    \
+    X(COL_HB, "heartbeat", "hb", 9, 7, 1, 6)                                                       \
+    X(COL_DROPPED, "dropped", "drop", 7, 4, 1, 1)                                                  \
+    X(COL_STEP, "step", "step", 6, 4, 1, 6)                                                        \
+    X(COL_MEM, "free/memory", "free/memory", 13, 11, 1, 5)                                         \
+    X(COL_ERROR, "last error", "error", 0, 10, 0, 0)
+
+#define COL_ENUM_(id, head, brief, w, min, right, rank) id,
+enum { AGENT_COLS(COL_ENUM_) COL_COUNT };
+#undef COL_ENUM_
+
+typedef struct agent_col {
+    const char *head, *brief; /* brief: when head is wider than the column */
+    int w, min, right, rank;
+} agent_col;
+
+#define COL_ROW_(id, head, brief, w, min, right, rank) {head, brief, w, min, right, rank},
+static const agent_col cols[COL_COUNT] = {AGENT_COLS(COL_ROW_)};
+#undef COL_ROW_
+
+#define CELL_MAX 520 /* the longest: last error (PT_MSG_TEXT_MAX) */
 
 #define AGENTS_MAX 256 /* agents whose process figures the view keeps */
 
@@ -110,13 +143,6 @@ static void proc_update(const pt_ui *ui, agents_view *v, int i, int64_t pid)
 
 static const char *const sort_names[SORT_COUNT] = {"agent", "stage", "cpu", "rss", "state"};
 
-static int matches(const agents_view *v, const pt_store_agent *a)
-{
-    const char *f = v->filter;
-    return !f[0] || strstr(a->id, f) || strstr(a->host, f) || strstr(a->device, f) ||
-           strstr(a->state, f);
-}
-
 /* qsort has no user pointer */
 static const pt_ui *g_sort_ui;
 static const agents_view *g_sort_view;
@@ -150,6 +176,125 @@ static int by_key(const void *pa, const void *pb)
     return d < 0 ? -1 : d > 0;
 }
 
+/* The cells of agent idx's row, as shown (full text; fit cuts them). */
+static void row_cells(const pt_ui *ui, const agents_view *v, int idx, char cell[][CELL_MAX])
+{
+    const pt_store_agent *a = pt_store_agent_at(ui->store, idx);
+    for (int c = 0; c < COL_COUNT; c++)
+        snprintf(cell[c], CELL_MAX, "-");
+    snprintf(cell[COL_AGENT], CELL_MAX, "%s", a->id);
+    snprintf(cell[COL_HOST], CELL_MAX, "%s", a->host);
+    snprintf(cell[COL_DEVICE], CELL_MAX, "%s:%d", a->device[0] ? a->device : "?", a->device_index);
+    if (a->stage >= 0)
+        snprintf(cell[COL_STAGE], CELL_MAX, "s%dr%d", a->stage, a->replica);
+    snprintf(cell[COL_STATE], CELL_MAX, "%s", a->state);
+    int64_t age = a->hb_age_ms;
+    if (age < 0 && a->last_heard_ns >= 0)
+        age = (pt_store_now(ui->store) - a->last_heard_ns) / NS_PER_MS;
+    if (age >= 0)
+        snprintf(cell[COL_HB], CELL_MAX, "%lld ms", (long long)age);
+    snprintf(cell[COL_DROPPED], CELL_MAX, "%llu", (unsigned long long)a->dropped);
+    if (a->step >= 0)
+        snprintf(cell[COL_STEP], CELL_MAX, "%lld", (long long)a->step);
+    if (a->pid > 0)
+        snprintf(cell[COL_PID], CELL_MAX, "%lld", (long long)a->pid);
+    const proc_sample_t *pr = idx < AGENTS_MAX ? &v->proc[idx] : NULL;
+    if (pr && pr->cpu_pct >= 0)
+        snprintf(cell[COL_CPU], CELL_MAX, "%.0f", pr->cpu_pct);
+    if (pr && pr->rss >= 0)
+        pt_ui_bytes_short(pr->rss, cell[COL_RSS], CELL_MAX);
+    if (a->mem_total > 0) { /* free unknown (a CPU): "?" */
+        char fr[16] = "?", tot[16];
+        if (a->mem_free >= 0)
+            pt_ui_bytes_short(a->mem_free, fr, sizeof fr);
+        pt_ui_bytes_short(a->mem_total, tot, sizeof tot);
+        snprintf(cell[COL_MEM], CELL_MAX, "%s/%s", fr, tot);
+    }
+    snprintf(cell[COL_ERROR], CELL_MAX, "%s", a->last_error);
+}
+
+/* The filter looks at every column that names something: agent, host,
+ * device, stage and state, as the row shows them ("cpu:1", "s2r0"). */
+static int matches(const agents_view *v, char cell[][CELL_MAX])
+{
+    static const int named[] = {COL_AGENT, COL_HOST, COL_DEVICE, COL_STAGE, COL_STATE};
+    if (!v->filter[0])
+        return 1;
+    for (size_t k = 0; k < sizeof named / sizeof named[0]; k++)
+        if (strstr(cell[named[k]], v->filter))
+            return 1;
+    return 0;
+}
+
+/* Room the shown columns take at these widths: one space between columns. */
+static int cols_room(const int width[COL_COUNT])
+{
+    int room = -1;
+    for (int c = 0; c < COL_COUNT; c++)
+        if (width[c] > 0)
+            room += width[c] + 1;
+    return room;
+}
+
+/* Widths (0: hidden) for w columns of room; returns how many are hidden.
+ * Last error is sized at its narrowest here and gets the rest after. */
+static int fit_cols(int w, int width[COL_COUNT])
+{
+    for (int c = 0; c < COL_COUNT; c++)
+        width[c] = c == COL_ERROR ? cols[c].min : cols[c].w;
+    for (int rank = 0; rank < 10 && cols_room(width) > w; rank++)
+        for (int c = 0; c < COL_COUNT; c++) {
+            int over = cols_room(width) - w, give = width[c] - cols[c].min;
+            if (cols[c].rank == rank && over > 0 && give > 0)
+                width[c] -= give < over ? give : over;
+        }
+    int hidden = 0;
+    for (int rank = 0; rank < 10 && cols_room(width) > w; rank++)
+        for (int c = 0; c < COL_COUNT; c++)
+            if (cols[c].rank == rank && width[c] > 0 && cols_room(width) > w) {
+                width[c] = 0;
+                hidden++;
+            }
+    if (width[COL_ERROR] > 0)
+        width[COL_ERROR] += w - cols_room(width);
+    return hidden;
+}
+
+/* cell into exactly width columns (ASCII cells; a cut one ends with '~'). */
+static void put_cell(char *out, const char *cell, int width, int right)
+{
+    int len = (int)strlen(cell);
+    if (len > width) {
+        memcpy(out, cell, (size_t)(width - 1));
+        out[width - 1] = '~';
+    } else {
+        int pad = width - len;
+        memset(out, ' ', (size_t)width);
+        memcpy(out + (right ? pad : 0), cell, (size_t)len);
+    }
+    out[width] = 0;
+}
+
+/* The row of the shown columns into line; *state_x: where the state cell
+ * starts (-1: hidden). */
+static void join_cells(char cell[][CELL_MAX], const int width[COL_COUNT], char *line, size_t cap,
+                       int *state_x)
+{
+    size_t n = 0;
+    *state_x = -1;
+    line[0] = 0;
+    for (int c = 0; c < COL_COUNT; c++) {
+        if (width[c] <= 0 || n + (size_t)width[c] + 2 > cap)
+            continue;
+        if (n)
+            line[n++] = ' ';
+        if (c == COL_STATE)
+            *state_x = (int)n;
+        put_cell(line + n, cell[c], width[c], cols[c].right);
+        n += (size_t)width[c];
+    }
+}
+
 static void draw(pt_ui *ui, void *state)
 {
     agents_view *v = state;
@@ -159,68 +304,51 @@ static void draw(pt_ui *ui, void *state)
     int n = pt_store_agent_count(ui->store);
     int order[AGENTS_MAX];
     int shown = 0;
+    char cell[COL_COUNT][CELL_MAX];
     for (int i = 0; i < n && i < AGENTS_MAX; i++) {
-        const pt_store_agent *a = pt_store_agent_at(ui->store, i);
-        proc_update(ui, v, i, a->pid);
-        if (matches(v, a))
+        proc_update(ui, v, i, pt_store_agent_at(ui->store, i)->pid);
+        row_cells(ui, v, i, cell);
+        if (matches(v, cell))
             order[shown++] = i;
     }
     g_sort_ui = ui;
     g_sort_view = v;
     qsort(order, (size_t)shown, sizeof order[0], by_key);
-    char title[160];
-    snprintf(title, sizeof title, "agents: %d%s%s%s, sorted by %s", n,
+    int width[COL_COUNT];
+    int hidden = fit_cols(r->w - 2, width);
+    char title[200], more[48] = "";
+    if (hidden)
+        snprintf(more, sizeof more, ", %d col%s hidden", hidden, hidden > 1 ? "s" : "");
+    snprintf(title, sizeof title, "agents: %d%s%s%s, sorted by %s%s", n,
              v->filter[0] || v->filter_edit ? ", filter \"" : "", v->filter,
              v->filter[0] || v->filter_edit ? (v->filter_edit ? "_\"" : "\"") : "",
-             sort_names[v->sort]);
+             sort_names[v->sort], more);
     pt_rect in = pt_ui_box(ui, r, title);
     if (n == 0) {
         pt_ui_text(in.y, in.x, in.w, ui->attr[PT_THEME_DIM], 0, "no agents (%s)",
                    ui->src ? ui->src->vt->kind : "simulation");
         return;
     }
-    pt_ui_text(in.y, in.x, in.w, ui->attr[PT_THEME_HEADER], 1,
-               "%-10s %7s %5s %7s %-12s %-16s %-6s %-10s %9s %7s %6s %13s  %s", "agent", "pid",
-               "cpu%", "rss", "host", "device", "stage", "state", "heartbeat", "dropped", "step",
-               "free/memory", "last error");
+    char line[1024];
+    int state_x;
+    for (int c = 0; c < COL_COUNT; c++)
+        snprintf(cell[c], CELL_MAX, "%s",
+                 (int)strlen(cols[c].head) > width[c] ? cols[c].brief : cols[c].head);
+    join_cells(cell, width, line, sizeof line, &state_x);
+    pt_ui_text(in.y, in.x, in.w, ui->attr[PT_THEME_HEADER], 1, "%s", line);
     int rows = in.h - 1;
     if (v->scroll > shown - rows)
         v->scroll = shown - rows > 0 ? shown - rows : 0;
     for (int k = 0; k < rows && v->scroll + k < shown; k++) {
-        int idx = order[v->scroll + k];
-        const pt_store_agent *a = pt_store_agent_at(ui->store, idx);
-        const proc_sample_t *pr = &v->proc[idx];
-        char stage[16] = "-", hb[32] = "-", step[24] = "-", pid[24] = "-", cpu[16] = "-",
-             rss[24] = "-", dev[PT_MSG_NAME_MAX + 16], mem[40] = "-";
-        if (a->stage >= 0)
-            snprintf(stage, sizeof stage, "s%dr%d", a->stage, a->replica);
-        int64_t age = a->hb_age_ms;
-        if (age < 0 && a->last_heard_ns >= 0)
-            age = (pt_store_now(ui->store) - a->last_heard_ns) / NS_PER_MS;
-        if (age >= 0)
-            snprintf(hb, sizeof hb, "%lld ms", (long long)age);
-        if (a->step >= 0)
-            snprintf(step, sizeof step, "%lld", (long long)a->step);
-        if (a->pid > 0)
-            snprintf(pid, sizeof pid, "%lld", (long long)a->pid);
-        if (pr->cpu_pct >= 0)
-            snprintf(cpu, sizeof cpu, "%.0f", pr->cpu_pct);
-        if (pr->rss >= 0)
-            pt_ui_bytes_short(pr->rss, rss, sizeof rss);
-        snprintf(dev, sizeof dev, "%s:%d", a->device[0] ? a->device : "?", a->device_index);
-        if (a->mem_total > 0) {
-            char fr[16] = "?", tot[16];
-            if (a->mem_free >= 0)
-                pt_ui_bytes_short(a->mem_free, fr, sizeof fr);
-            pt_ui_bytes_short(a->mem_total, tot, sizeof tot);
-            snprintf(mem, sizeof mem, "%s/%s", fr, tot);
-        }
-        int y = in.y + 1 + k;
-        pt_ui_text(y, in.x, in.w, ui->attr[PT_THEME_TEXT], 1,
-                   "%-10.10s %7s %5s %7s %-12.12s %-16.16s %-6s %-10s %9s %7llu %6s %13s  %s",
-                   a->id, pid, cpu, rss, a->host, dev, stage, "", hb,
-                   (unsigned long long)a->dropped, step, mem, a->last_error);
-        pt_ui_text(y, in.x + STATE_COL, 10, ui->attr[state_key(a->state)], 0, "%-10.10s", a->state);
+        int idx = order[v->scroll + k], y = in.y + 1 + k;
+        row_cells(ui, v, idx, cell);
+        join_cells(cell, width, line, sizeof line, &state_x);
+        pt_ui_text(y, in.x, in.w, ui->attr[PT_THEME_TEXT], 1, "%s", line);
+        if (state_x >= 0 && state_x < in.w) /* the state in its colour, over its cell */
+            pt_ui_text(y, in.x + state_x,
+                       width[COL_STATE] < in.w - state_x ? width[COL_STATE] : in.w - state_x,
+                       ui->attr[state_key(pt_store_agent_at(ui->store, idx)->state)], 0, "%.*s",
+                       width[COL_STATE], line + state_x);
     }
     if (shown == 0)
         pt_ui_text(in.y + 1, in.x, in.w, ui->attr[PT_THEME_DIM], 0, "no agent matches \"%s\"",
@@ -268,8 +396,8 @@ static void k_filter(pt_ui *ui, void *state, int ch)
     (void)ch;
     ((agents_view *)state)->filter_edit = 1;
     pt_ui_status(ui, 0,
-                 "filter agents: type text (id, host, device, state), Enter keeps it, Esc clears "
-                 "it");
+                 "filter agents: type text (agent, host, device, stage, state), Enter keeps it, "
+                 "Esc clears it");
 }
 
 static void k_sort(pt_ui *ui, void *state, int ch)
@@ -284,7 +412,7 @@ static const pt_view_key keys[] = {
     {{KEY_UP, KEY_DOWN}, "Up Down", "scroll the agent table", k_scroll, NULL},
     {{'/', KEY_F(4)},
      "/ F4",
-     "filter: type text (id, host, device, state); Enter keeps, Esc clears",
+     "filter: type text (agent, host, device, stage, state); Enter keeps, Esc clears",
      k_filter,
      NULL},
     {{'s', KEY_F(6)}, "s F6", "next sort key: agent, stage, cpu, rss, state", k_sort, NULL},

@@ -20,15 +20,39 @@ typedef struct lines {
     int line, y, from;
 } lines;
 
+static void put_line(lines *l, attr_t attr, const char *key, const char *what, int n)
+{
+    if (l->line >= l->from && l->y < l->in.y + l->in.h)
+        pt_ui_text(l->y++, l->in.x, l->in.w, attr, 1, "  %-*s %.*s", KEY_COLS, key, n, what);
+    l->line++;
+}
+
+/* A key's line; a description wider than the panel goes on under itself,
+ * cut between words, so no help line is ever cut off. */
 static void emit(lines *l, attr_t attr, const char *key, const char *what)
 {
-    if (l->line >= l->from && l->y < l->in.y + l->in.h) {
-        if (key)
-            pt_ui_text(l->y++, l->in.x, l->in.w, attr, 1, "  %-*s %s", KEY_COLS, key, what);
-        else
+    if (!key) {
+        if (l->line >= l->from && l->y < l->in.y + l->in.h)
             pt_ui_text(l->y++, l->in.x, l->in.w, attr, 1, "%s", what);
+        l->line++;
+        return;
     }
-    l->line++;
+    int room = l->in.w - (KEY_COLS + 3);
+    if (room < 8)
+        room = 8;
+    while ((int)strlen(what) > room) {
+        int cut = room;
+        while (cut > room / 2 && what[cut] != ' ')
+            cut--;
+        if (what[cut] != ' ')
+            cut = room;
+        put_line(l, attr, key, what, cut);
+        key = "";
+        what += cut;
+        while (*what == ' ')
+            what++;
+    }
+    put_line(l, attr, key, what, (int)strlen(what));
 }
 
 static void section(lines *l, const char *title, const pt_view_key *keys)
@@ -63,6 +87,11 @@ static void draw(pt_ui *ui, void *state)
     }
     if (v->scroll > 0 && l.line - v->scroll < l.in.h)
         v->scroll = l.line - l.in.h > 0 ? l.line - l.in.h : 0;
+    /* more below: said on the bottom border, as the views' lists do */
+    int below = l.line - v->scroll - l.in.h;
+    if (below > 0 && r->w > 24)
+        pt_ui_text(r->y + r->h - 1, r->x + r->w - 22, 20, ui->attr[PT_THEME_DIM], 0,
+                   " v %d more (Down) ", below);
 }
 
 static void k_scroll(pt_ui *ui, void *state, int ch)

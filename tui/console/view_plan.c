@@ -23,6 +23,9 @@ typedef struct plan_view {
     int drag;                  /* boundary being dragged with the mouse, 0 none */
     int replica;               /* replica the placement key moves */
     char planner[PT_NAME_MAX]; /* what P runs */
+    int kind_cursor;           /* the kind S visited last (applied or skipped); -1: none */
+    int kind_of_plan;          /* the plan's kind when S left it there */
+    int kind_before_chunks;    /* the kind V goes back to from interleaved */
 } plan_view;
 
 /* Its panels. */
@@ -163,144 +166,173 @@ static void draw_layers(pt_ui *ui, plan_view *v, const pt_rect *r)
     }
 }
 
-#define MEASURED_STEPS 8 /* the running plan's measurement: median of its newest steps */
+/* One line of the summary panel: its text (the long form, and a short one
+ * for narrow panels) and how much it matters when rows are few (0 first). */
+typedef struct sum_line {
+    char text[160], brief[96];
+    attr_t attr;
+    int prio;
+} sum_line;
 
-static int cmp_double(const void *a, const void *b)
+enum { SUM_LINES_MAX = 12 };
+
+static sum_line *add_line(sum_line *v, int *n, int prio, attr_t attr)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    sum_line *l = &v[(*n)++];
+    l->text[0] = l->brief[0] = 0;
+    l->attr = attr;
+    l->prio = prio;
+    return l;
 }
 
-/* Median iteration time of the newest steps of the running generation; 0
- * when none. *n gets how many. */
-static double measured_iter_ms(pt_ui *ui, int *n)
+/* The running plan's figures, as every screen shows them
+ * (tui/record/figures.h): predicted with its label, measured with its
+ * statistic, bubble and memory of the running plan's simulation. */
+static void running_lines(pt_ui *ui, sum_line *v, int *n)
 {
-    double v[MEASURED_STEPS];
-    int k = 0;
-    int64_t gen = pt_store_generation(ui->store);
-    for (int64_t i = pt_store_step_count(ui->store) - 1; i >= 0 && k < MEASURED_STEPS; i--) {
-        const pt_store_step *x = pt_store_step_at(ui->store, i);
-        if (x->gen != gen)
-            break;
-        if (x->iter_ms > 0)
-            v[k++] = x->iter_ms;
+    const pt_ui_figures *f = &ui->fig;
+    attr_t t = ui->attr[PT_THEME_TEXT], acc = ui->attr[PT_THEME_ACCENT];
+    sum_line *l = add_line(v, n, 0, acc);
+    if (f->have_pred) {
+        snprintf(l->text, sizeof l->text, "predicted  %.3f ms/iteration (%s)", f->pred.iter_ms,
+                 f->pred.label);
+        snprintf(l->brief, sizeof l->brief, "predicted  %.3f ms (%s)", f->pred.iter_ms,
+                 f->pred.brief);
+    } else {
+        snprintf(l->text, sizeof l->text, "predicted  -");
     }
-    *n = k;
-    if (!k)
-        return 0;
-    qsort(v, (size_t)k, sizeof *v, cmp_double);
-    return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
-}
-
-/* What the edited plan's prediction stands on: the calibration, else the
- * profile's origin. */
-static void costs_label(pt_ui *ui, char *buf, size_t cap)
-{
-    int64_t gen;
-    if (pt_store_calibration(ui->store, NULL, NULL, &gen) > 0) {
-        snprintf(buf, cap, "calibrated g%lld", (long long)gen);
+    l = add_line(v, n, 1, acc);
+    if (!f->running) {
+        snprintf(l->text, sizeof l->text, "measured   - (nothing runs: a simulation)");
+        snprintf(l->brief, sizeof l->brief, "measured   - (nothing runs)");
+    } else if (f->meas.steps > 0) {
+        snprintf(l->text, sizeof l->text, "measured   %.3f ms/iteration (%s)", f->meas.iter_ms,
+                 f->meas.label);
+        snprintf(l->brief, sizeof l->brief, "measured   %.3f ms (med %d)", f->meas.iter_ms,
+                 f->meas.steps);
+    } else
+        snprintf(l->text, sizeof l->text, "measured   not yet (%s)", f->meas.label);
+    if (!f->have_pred)
         return;
+    l = add_line(v, n, 2, t);
+    snprintf(l->text, sizeof l->text, "bubble     %.1f %% predicted", f->res.bubble_frac * 100);
+    snprintf(l->brief, sizeof l->brief, "bubble     %.1f %%", f->res.bubble_frac * 100);
+    const pt_sim_worker *w = f->res.worker_count ? &f->res.workers[f->res.worst_worker] : NULL;
+    if (w) {
+        char need[24], have[24];
+        l = add_line(v, n, 3, f->res.fits ? ui->attr[PT_THEME_OK] : ui->attr[PT_THEME_ERROR]);
+        snprintf(l->text, sizeof l->text, "memory     %s (%s / %s)",
+                 f->res.fits ? "fits" : "DOES NOT FIT",
+                 pt_ui_bytes(w->peak.total, need, sizeof need),
+                 pt_ui_bytes(w->limit, have, sizeof have));
+        snprintf(l->brief, sizeof l->brief, "memory     %s %s/%s", f->res.fits ? "fits" : "NO FIT",
+                 pt_ui_bytes_short(w->peak.total, need, sizeof need),
+                 pt_ui_bytes_short(w->limit, have, sizeof have));
     }
-    const pt_profile *p = pt_plan_edit_profile(ui->edit);
-    snprintf(buf, cap, "%s", p->origin.kind[0] ? p->origin.kind : p->source);
+    l = add_line(v, n, 8, t);
+    snprintf(l->text, sizeof l->text, "throughput %.1f samples/s predicted", f->res.throughput);
+    snprintf(l->brief, sizeof l->brief, "throughput %.1f/s", f->res.throughput);
 }
 
-/* The three figures, each labelled: the edited plan's prediction (with the
- * costs it is made from), the running plan's prediction on the same costs,
- * and the running plan's measurement. Narrow panels keep the figures and
- * drop the costs label. */
-static void draw_iteration(pt_ui *ui, int *y, const pt_rect *in)
+/* " policy A", " vsync", " v=2": what the plan's kind reads besides its name. */
+static void kind_options(const pt_plan *p, char *buf, size_t cap)
 {
-    const pt_sim_result *res = pt_plan_edit_result(ui->edit);
-    attr_t acc = ui->attr[PT_THEME_ACCENT], t = ui->attr[PT_THEME_TEXT];
-    char label[48], line[160];
-    costs_label(ui, label, sizeof label);
-    if (*y < in->y + in->h) {
-        if (snprintf(line, sizeof line, "iteration  %.3f ms predicted, %s", res->iter_s * 1e3,
-                     label) > in->w)
-            snprintf(line, sizeof line, "iteration  %.3f ms predicted", res->iter_s * 1e3);
-        pt_ui_text((*y)++, in->x, in->w, acc, 1, "%s", line);
-    }
-    const pt_plan *running = pt_store_plan(ui->store);
-    if (!running)
+    buf[0] = 0;
+    if (pt_sched_kind_has(p->schedule, PT_SCHED_OPT_POLICY))
+        snprintf(buf, cap, " policy %c", p->policy);
+    else if (pt_sched_kind_has(p->schedule, PT_SCHED_OPT_VSYNC) && p->vertical_sync)
+        snprintf(buf, cap, " vsync");
+    else if (p->chunks > 1)
+        snprintf(buf, cap, " v=%d", p->chunks);
+}
+
+/* The edited plan, apart from the running one and only while they differ:
+ * what it is, then what it would do. */
+static void edited_lines(pt_ui *ui, sum_line *v, int *n)
+{
+    if (!ui->fig.edited)
         return;
-    double pred_s = 0;
-    pt_error err = {0};
-    if (*y < in->y + in->h) {
-        if (pt_plan_edit_predict(ui->edit, running, &pred_s, &err) == 0)
-            pt_ui_text((*y)++, in->x, in->w, t, 1, "running    %.3f ms predicted", pred_s * 1e3);
-        else
-            pt_ui_text((*y)++, in->x, in->w, t, 1, "running    not predicted: %s", err.msg);
-    }
-    int n;
-    double meas = measured_iter_ms(ui, &n);
-    if (*y < in->y + in->h) {
-        if (n > 0) {
-            if (snprintf(line, sizeof line, "running    %.3f ms measured (%d steps)", meas, n) >
-                in->w)
-                snprintf(line, sizeof line, "running    %.3f ms meas (%d)", meas, n);
-            pt_ui_text((*y)++, in->x, in->w, t, 1, "%s", line);
-        } else {
-            pt_ui_text((*y)++, in->x, in->w, t, 1, "running    not measured yet");
-        }
-    }
-}
-
-static void draw_summary(pt_ui *ui, const plan_view *v, const pt_rect *r)
-{
-    pt_rect in = pt_ui_box(ui, r, "prediction (simulator)");
     const pt_plan *p = pt_plan_edit_plan(ui->edit);
     const pt_sim_result *res = pt_plan_edit_result(ui->edit);
-    const pt_program *prog = pt_plan_edit_program(ui->edit);
+    char opt[16];
+    kind_options(p, opt, sizeof opt);
+    sum_line *l = add_line(v, n, 4, ui->attr[PT_THEME_WARN]);
+    snprintf(l->text, sizeof l->text, "edited:    %s%s, %d stages (A applies it)",
+             pt_sched_kind_name(p->schedule), opt, p->stage_count);
+    snprintf(l->brief, sizeof l->brief, "edited:    %s%s, %d stages",
+             pt_sched_kind_name(p->schedule), opt, p->stage_count);
+    l = add_line(v, n, 5, ui->attr[PT_THEME_WARN]);
+    snprintf(l->text, sizeof l->text, "           %.3f ms predicted, bubble %.1f %%, %s",
+             res->iter_s * 1e3, res->bubble_frac * 100, res->fits ? "fits" : "DOES NOT FIT");
+    snprintf(l->brief, sizeof l->brief, "           %.3f ms, bub %.1f%%, %s", res->iter_s * 1e3,
+             res->bubble_frac * 100, res->fits ? "fits" : "NO FIT");
+}
+
+/* The plan the summary describes: its schedule and batch. */
+static void plan_lines(pt_ui *ui, const pt_plan *p, sum_line *v, int *n)
+{
     attr_t t = ui->attr[PT_THEME_TEXT];
-    int y = in.y, w = in.w;
-    char pol[16] = "";
-    if (pt_sched_kind_has(p->schedule, PT_SCHED_OPT_POLICY))
-        snprintf(pol, sizeof pol, " policy %c", p->policy);
-    else if (pt_sched_kind_has(p->schedule, PT_SCHED_OPT_VSYNC) && p->vertical_sync)
-        snprintf(pol, sizeof pol, " vsync");
-    else if (p->chunks > 1)
-        snprintf(pol, sizeof pol, " v=%d", p->chunks);
-    char line0[128];
-    if (snprintf(line0, sizeof line0, "schedule   %s%s, %d stages, %d workers",
-                 pt_sched_kind_name(p->schedule), pol, p->stage_count, prog->worker_count) > w)
-        snprintf(line0, sizeof line0, "schedule   %s%s, %dst %dw", pt_sched_kind_name(p->schedule),
-                 pol, p->stage_count, prog->worker_count);
-    if (y < in.y + in.h)
-        pt_ui_text(y++, in.x, w, t, 1, "%s", line0);
-    /* the global batch first: edits keep it unless the user changes it */
-    if (snprintf(line0, sizeof line0, "batch      %d samples = %d micro-batches x %d",
-                 p->microbatch_count * p->microbatch_size, p->microbatch_count,
-                 p->microbatch_size) > w)
-        snprintf(line0, sizeof line0, "batch      %d = %d mb x %d",
-                 p->microbatch_count * p->microbatch_size, p->microbatch_count, p->microbatch_size);
-    if (y < in.y + in.h)
-        pt_ui_text(y++, in.x, w, t, 1, "%s", line0);
-    draw_iteration(ui, &y, &in);
-    if (y < in.y + in.h)
-        pt_ui_text(y++, in.x, w, t, 1, "throughput %.1f samples/s", res->throughput);
-    if (y < in.y + in.h)
-        pt_ui_text(y++, in.x, w, t, 1, "bubble     %.1f %%", res->bubble_frac * 100);
-    if (y < in.y + in.h) {
-        char need[24], have[24];
-        const pt_sim_worker *ww = res->worker_count ? &res->workers[res->worst_worker] : NULL;
-        if (ww)
-            pt_ui_text(y++, in.x, w, res->fits ? ui->attr[PT_THEME_OK] : ui->attr[PT_THEME_ERROR],
-                       1, "memory     %s (%s / %s)", res->fits ? "fits" : "DOES NOT FIT",
-                       pt_ui_bytes(ww->peak.total, need, sizeof need),
-                       pt_ui_bytes(ww->limit, have, sizeof have));
+    char pol[16];
+    kind_options(p, pol, sizeof pol);
+    sum_line *l = add_line(v, n, 6, t);
+    snprintf(l->text, sizeof l->text, "schedule   %s%s, %d stages, %d workers",
+             pt_sched_kind_name(p->schedule), pol, p->stage_count, pt_plan_device_count(p));
+    snprintf(l->brief, sizeof l->brief, "schedule   %s%s, %dst", pt_sched_kind_name(p->schedule),
+             pol, p->stage_count);
+    /* the global batch: edits keep it unless the user changes it */
+    l = add_line(v, n, 7, t);
+    snprintf(l->text, sizeof l->text, "batch      %d samples = %d micro-batches x %d",
+             p->microbatch_count * p->microbatch_size, p->microbatch_count, p->microbatch_size);
+    snprintf(l->brief, sizeof l->brief, "batch      %d = %d mb x %d",
+             p->microbatch_count * p->microbatch_size, p->microbatch_count, p->microbatch_size);
+}
+
+/* The summary: the running plan's predicted and measured figures, then the
+ * edited plan's apart ("edited: ..."), then the rest. Rows are given by
+ * importance when the panel is short (80x24 keeps the predicted, measured,
+ * bubble, memory, edited and schedule lines) and drawn in reading order. */
+static void draw_summary(pt_ui *ui, const plan_view *v, const pt_rect *r)
+{
+    pt_ui_figures_update(ui);
+    pt_rect in = pt_ui_box(ui, r,
+                           ui->fig.running ? "running plan: predicted, measured"
+                                           : "plan: prediction (simulator)");
+    const pt_plan *p = ui->fig.plan ? ui->fig.plan : pt_plan_edit_plan(ui->edit);
+    sum_line lines[SUM_LINES_MAX];
+    int n = 0;
+    plan_lines(ui, p, lines, &n);
+    running_lines(ui, lines, &n);
+    edited_lines(ui, lines, &n);
+    sum_line *l = add_line(lines, &n, 9, ui->attr[PT_THEME_TEXT]);
+    snprintf(l->text, sizeof l->text, "planner    %s (P runs it, o picks another)", v->planner);
+    snprintf(l->brief, sizeof l->brief, "planner    %s (P runs it)", v->planner);
+    l = add_line(lines, &n, 10, ui->attr[PT_THEME_DIM]);
+    snprintf(l->text, sizeof l->text, "re-simulated in %.2f ms",
+             pt_plan_edit_last_sim_s(ui->edit) * 1e3);
+    /* the in.h most important lines, in reading order */
+    int y = in.y;
+    for (int i = 0; i < n; i++) {
+        int better = 0;
+        for (int k = 0; k < n; k++)
+            better += lines[k].prio < lines[i].prio;
+        if (better >= in.h)
+            continue;
+        const char *text =
+            (int)strlen(lines[i].text) > in.w && lines[i].brief[0] ? lines[i].brief : lines[i].text;
+        pt_ui_text(y++, in.x, in.w, lines[i].attr, 1, "%s", text);
     }
-    if (y < in.y + in.h)
-        pt_ui_text(y++, in.x, w, t, 1, "planner    %s (P runs it, o picks another)", v->planner);
-    if (y < in.y + in.h)
-        pt_ui_text(y++, in.x, w, ui->attr[PT_THEME_DIM], 1, "re-simulated in %.2f ms",
-                   pt_plan_edit_last_sim_s(ui->edit) * 1e3);
 }
 
 static void draw_stages(pt_ui *ui, const plan_view *v, const pt_rect *r)
 {
-    pt_rect in = pt_ui_box(
-        ui, r, r->w >= 42 ? "stages: memory vs device limit, busy" : "stages: memory/limit, busy");
+    /* the editor's plan: named as the edited one when it is not the running one */
+    pt_ui_figures_update(ui);
+    const char *title =
+        ui->fig.edited
+            ? (r->w >= 46 ? "edited: stages, memory vs device limit, busy"
+                          : "edited: memory/limit, busy")
+            : (r->w >= 42 ? "stages: memory vs device limit, busy" : "stages: memory/limit, busy");
+    pt_rect in = pt_ui_box(ui, r, title);
     const pt_plan *p = pt_plan_edit_plan(ui->edit);
     int cur_stage = pt_plan_edit_stage_of_layer(ui->edit, v->cursor);
     for (int s = 0; s < p->stage_count && s < in.h; s++) {
@@ -369,9 +401,11 @@ static void done(pt_ui *ui, int rc, const pt_error *err, const char *what)
     }
     const pt_sim_result *res = pt_plan_edit_result(ui->edit);
     const pt_plan *p = pt_plan_edit_plan(ui->edit);
-    pt_ui_status(ui, 0, "%s: predicted iteration %.3f ms, bubble %.1f %%, batch %d = %d x %d", what,
-                 res->iter_s * 1e3, res->bubble_frac * 100,
-                 p->microbatch_count * p->microbatch_size, p->microbatch_count, p->microbatch_size);
+    pt_ui_figures_update(ui);
+    pt_ui_status(ui, 0, "%s; %s %.3f ms predicted, bubble %.1f %%, batch %d = %d x %d%s", what,
+                 ui->fig.running ? "edited:" : "plan:", res->iter_s * 1e3, res->bubble_frac * 100,
+                 p->microbatch_count * p->microbatch_size, p->microbatch_count, p->microbatch_size,
+                 ui->fig.edited ? " (not applied: A applies it)" : "");
 }
 
 static void run_planner(pt_ui *ui, plan_view *v)
@@ -514,13 +548,33 @@ static void k_recompute(pt_ui *ui, void *state, int ch)
          "recomputation toggled");
 }
 
+/* S: the next kind after the one S visited last, whether the plan took it
+ * or not, so S visits every kind in turn and comes back to the first; a
+ * kind is applied with every stage boundary kept (pt_plan_edit_kind), or
+ * named as skipped with the whole reason. */
 static void k_schedule(pt_ui *ui, void *state, int ch)
 {
-    (void)state, (void)ch;
+    (void)ch;
+    plan_view *v = state;
+    int n = pt_sched_kind_count(), kind = (int)pt_plan_edit_plan(ui->edit)->schedule;
+    if (v->kind_cursor < 0 || kind != v->kind_of_plan) /* moved by another key: start there */
+        v->kind_cursor = kind;
+    int next = (v->kind_cursor + 1) % n;
+    v->kind_cursor = next;
     pt_error err = {0};
-    pt_sched_kind next =
-        (pt_sched_kind)((pt_plan_edit_plan(ui->edit)->schedule + 1) % pt_sched_kind_count());
-    done(ui, pt_plan_edit_schedule(ui->edit, next, &err), &err, "schedule changed");
+    int rc = pt_plan_edit_kind(ui->edit, (pt_sched_kind)next, &err);
+    v->kind_of_plan = (int)pt_plan_edit_plan(ui->edit)->schedule;
+    char what[96];
+    snprintf(what, sizeof what, "schedule %s (%d of %d kinds, S next)",
+             pt_sched_kind_name((pt_sched_kind)next), next + 1, n);
+    if (rc == 0) {
+        done(ui, rc, &err, what);
+        return;
+    }
+    pt_ui_status(ui, 1, "S: %s (%d of %d kinds) skipped, the plan stays %s: %s",
+                 pt_sched_kind_name((pt_sched_kind)next), next + 1, n,
+                 pt_sched_kind_name((pt_sched_kind)v->kind_of_plan),
+                 err.msg[0] ? err.msg : pt_strerror(rc));
 }
 
 static void k_policy(pt_ui *ui, void *state, int ch)
@@ -535,20 +589,40 @@ static void k_policy(pt_ui *ui, void *state, int ch)
     done(ui, pt_plan_edit_policy(ui->edit, policy, &err), &err, "policy changed");
 }
 
-/* One chunk more per device; past what the layers allow, back to the fewest. */
+/* V, the key that re-cuts: into interleaved (2 chunks per device) from any
+ * other kind, then one chunk more per device, and past what the layers (or
+ * the kind) allow back to one stage per device under the kind it came from.
+ * The boundaries move, as asked. */
 static void k_chunks(pt_ui *ui, void *state, int ch)
 {
-    (void)state, (void)ch;
+    (void)ch;
+    plan_view *v = state;
     const pt_plan *p = pt_plan_edit_plan(ui->edit);
-    int lo, hi, v = p->chunks + 1;
+    int lo, hi, rc;
     pt_sched_kind_chunks(p->schedule, &lo, &hi);
     pt_error err = {0};
-    int rc = pt_plan_edit_chunks(ui->edit, v, &err);
-    if (rc == PT_EINVAL && lo < hi && v > lo) {
-        err = (pt_error){0};
-        rc = pt_plan_edit_chunks(ui->edit, lo, &err);
+    if (lo == hi) {
+        v->kind_before_chunks = (int)p->schedule;
+        for (int k = 0; k < pt_sched_kind_count(); k++) {
+            int klo, khi;
+            pt_sched_kind_chunks((pt_sched_kind)k, &klo, &khi);
+            if (klo < khi) {
+                done(ui, pt_plan_edit_schedule(ui->edit, (pt_sched_kind)k, &err), &err,
+                     "interleaved: the layers re-cut into model chunks per device");
+                return;
+            }
+        }
+        pt_ui_status(ui, 1, "V: no schedule kind takes model chunks");
+        return;
     }
-    done(ui, rc, &err, "model chunks per device changed");
+    rc = pt_plan_edit_chunks(ui->edit, p->chunks + 1, &err);
+    if (rc == PT_EINVAL) {
+        err = (pt_error){0};
+        rc = pt_plan_edit_schedule(ui->edit, (pt_sched_kind)v->kind_before_chunks, &err);
+        done(ui, rc, &err, "one stage per device again: the layers re-cut");
+        return;
+    }
+    done(ui, rc, &err, "model chunks per device changed: the layers re-cut");
 }
 
 static void k_resplit(pt_ui *ui, void *state, int ch)
@@ -603,8 +677,8 @@ static void k_save(pt_ui *ui, void *state, int ch)
     save_plan(ui);
 }
 
-/* Apply & restart: the source checkpoints, stops and re-assigns inside its
- * next poll, holding the loop while it does; the screen says so first. */
+/* Apply & restart: the source checkpoints, stops and re-assigns beside the
+ * loop (tui/record/live.h), so keys and the screen stay live meanwhile. */
 static void k_apply(pt_ui *ui, void *state, int ch)
 {
     (void)state, (void)ch;
@@ -657,7 +731,8 @@ static const pt_view_key keys[] = {
     {{'c'}, "c", "recomputation on / off for the cursor's stage", k_recompute, EDIT},
     {{'S'},
      "S",
-     "next schedule kind (every kind in turn; pipetop sim --help lists them)",
+     "next schedule kind, every kind in turn, stage boundaries kept (a kind the plan cannot "
+     "take is skipped with the reason)",
      k_schedule,
      EDIT},
     {{'a', 'v'},
@@ -667,7 +742,8 @@ static const pt_view_key keys[] = {
      EDIT},
     {{'V'},
      "V",
-     "interleaved: one more model chunk per device, v (back to 2 past what the layers allow)",
+     "re-cut the layers: interleaved with 2 model chunks per device, then one more, then back "
+     "to one stage per device",
      k_chunks,
      EDIT},
     {{'b', 'B'},
@@ -739,7 +815,7 @@ static int mouse(pt_ui *ui, void *state, const pt_mouse *m)
 #define BAND_MIN_ROWS 7
 #define BAND_MAX_ROWS 14
 /* Height of the summary panel in the wide (side-by-side) layout. */
-#define SUMMARY_ROWS 12
+#define SUMMARY_ROWS 13
 
 static int clampi(int v, int lo, int hi)
 {
@@ -776,6 +852,8 @@ static void init(pt_ui *ui, void *state)
 {
     plan_view *v = state;
     snprintf(v->planner, sizeof v->planner, "%s", ui->cfg.planner);
+    v->kind_cursor = -1;
+    v->kind_before_chunks = (int)PT_SCHED_1F1B_FLUSH;
 }
 
 const pt_view_class pt_view_plan = {

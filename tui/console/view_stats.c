@@ -195,10 +195,31 @@ static void graph(pt_ui *ui, int whole, const pt_rect *r, const char *title, ste
         snprintf(zoom, sizeof zoom, " all, z recent");
     else
         snprintf(zoom, sizeof zoom, "%s", first > 0 ? " z all" : "");
-    pt_ui_text(in.y + h, in.x, in.w, ui->attr[PT_THEME_DIM], 1, "%*s step %lld..%lld%s%s%s",
-               AXIS_COLS - 1, "", (long long)a->step, (long long)b->step, zoom,
-               bars ? "" : "  * raw o smooth", refs);
+    char foot[256];
+    int fn = snprintf(foot, sizeof foot, "%*s step %lld..%lld%s%s%s", AXIS_COLS - 1, "",
+                      (long long)a->step, (long long)b->step, zoom, bars ? "" : "  * raw o smooth",
+                      refs);
+    if (fn > in.w) /* narrow: the same words, shorter */
+        snprintf(foot, sizeof foot, " step %lld..%lld%s%s%s", (long long)a->step,
+                 (long long)b->step, zoom, bars ? "" : " *raw oavg", refs);
+    pt_ui_text(in.y + h, in.x, in.w, ui->attr[PT_THEME_DIM], 1, "%s", foot);
     free(cols);
+}
+
+/* The headline iteration times (tui/record/figures.h), as the header,
+ * plan view and timeline footer show them. */
+static void iteration_line(pt_ui *ui, int y, int x, int w)
+{
+    const pt_ui_figures *f = &ui->fig;
+    char m[32] = "-", p[32] = "-", line[160];
+    if (f->meas.steps > 0)
+        snprintf(m, sizeof m, "%.3f", f->meas.iter_ms);
+    if (f->have_pred)
+        snprintf(p, sizeof p, "%.3f", f->pred.iter_ms);
+    if (snprintf(line, sizeof line, "iteration %s ms measured (med %d), %s predicted (%s)", m,
+                 f->meas.steps, p, f->have_pred ? f->pred.brief : "-") > w)
+        snprintf(line, sizeof line, "iter %s meas, %s pred ms", m, p);
+    pt_ui_text(y, x, w, ui->attr[PT_THEME_ACCENT], 1, "%s", line);
 }
 
 static void draw_busy(pt_ui *ui, const pt_rect *r)
@@ -209,6 +230,8 @@ static void draw_busy(pt_ui *ui, const pt_rect *r)
     const pt_tline *pred = &ui->tl.pred;
     const pt_tline *rows = tl->row_count ? tl : pred;
     int y = in.y;
+    if (in.h > 0)
+        iteration_line(ui, y++, in.x, in.w);
     /* busy as protocol/op.h defines it, the figure `pipetop run` prints */
     double *busy_of = tl->count ? malloc(sizeof *busy_of * (size_t)tl->row_count) : NULL;
     int measured = busy_of && pt_tline_busy_fracs(tl, busy_of) == 0;
@@ -217,13 +240,10 @@ static void draw_busy(pt_ui *ui, const pt_rect *r)
         double busy = -1, pbusy = -1;
         if (measured)
             busy = busy_of[row];
-        if (ui->edit) {
-            const pt_program *prog = pt_plan_edit_program(ui->edit);
-            const pt_sim_result *res = pt_plan_edit_result(ui->edit);
-            for (int w = 0; w < prog->worker_count; w++)
-                if (prog->workers[w].stage == tr->stage && prog->workers[w].replica == tr->replica)
-                    pbusy = res->workers[w].busy_frac;
-        }
+        /* the running plan's prediction, never the edited plan's */
+        const pt_sim_worker *pw = pt_ui_pred_worker(ui, tr->stage, tr->replica);
+        if (pw)
+            pbusy = pw->busy_frac;
         double shown = busy >= 0 ? busy : pbusy;
         pt_ui_text(y, in.x, 7, ui->attr[PT_THEME_TEXT], 1, "s%dr%d", tr->stage, tr->replica);
         char m[16] = "  -", p[16] = "  -", tail[64];
@@ -244,9 +264,9 @@ static void draw_busy(pt_ui *ui, const pt_rect *r)
 
 static int64_t stage_limit(pt_ui *ui, int stage, int replica)
 {
-    if (!ui->edit)
+    if (!ui->edit || !ui->fig.plan)
         return 0;
-    const pt_plan *p = pt_plan_edit_plan(ui->edit);
+    const pt_plan *p = ui->fig.plan;
     const pt_topology *t = pt_plan_edit_topology(ui->edit);
     if (stage < 0 || stage >= p->stage_count || replica >= p->stages[stage].replica_count)
         return 0;
@@ -256,7 +276,9 @@ static int64_t stage_limit(pt_ui *ui, int stage, int replica)
 
 static void draw_memory(pt_ui *ui, const pt_rect *r)
 {
-    pt_rect in = pt_ui_box(ui, r, "memory, bar = device limit: w g o a s c");
+    pt_rect in = pt_ui_box(ui, r,
+                           r->w >= 44 ? "memory, bar = device limit: w g o a s c"
+                                      : "memory/limit: w g o a s c");
     int y = in.y;
     pt_ui_timelines(ui);
     const pt_tline *rows = ui->tl.meas.row_count ? &ui->tl.meas : &ui->tl.pred;
@@ -268,15 +290,14 @@ static void draw_memory(pt_ui *ui, const pt_rect *r)
             memcpy(bytes, m->peak, sizeof bytes);
             total = m->total_peak;
         }
-        if (ui->edit) {
-            pt_plan_stage_info si;
-            if (pt_plan_edit_stage_info(ui->edit, s, &si) == 0) {
-                pred_total = si.peak_bytes;
-                if (!m) {
-                    for (int k = 0; k < PT_MSG_MEM_COUNT; k++)
-                        bytes[k] = si.peak.bytes[k];
-                    total = si.peak_bytes;
-                }
+        /* the running plan's prediction, never the edited plan's */
+        const pt_sim_worker *pw = pt_ui_pred_worker(ui, s, rep);
+        if (pw) {
+            pred_total = pw->peak.total;
+            if (!m) {
+                for (int k = 0; k < PT_MSG_MEM_COUNT && k < PT_MEM_KIND_COUNT; k++)
+                    bytes[k] = pw->peak.bytes[k];
+                total = pw->peak.total;
             }
         }
         int64_t limit = stage_limit(ui, s, rep);
@@ -288,6 +309,10 @@ static void draw_memory(pt_ui *ui, const pt_rect *r)
         int tn = snprintf(tail, sizeof tail, " %s/%s%s %s%s", pt_ui_bytes_short(total, a, sizeof a),
                           limit ? pt_ui_bytes_short(limit, b, sizeof b) : "?", pct,
                           m ? "pred " : "(pred)",
+                          m && pred_total ? pt_ui_bytes_short(pred_total, c, sizeof c) : "");
+        if (in.w - 7 - tn < 6) /* narrow: the percentage goes, the bar stays */
+            tn = snprintf(tail, sizeof tail, " %s/%s %s%s", pt_ui_bytes_short(total, a, sizeof a),
+                          limit ? pt_ui_bytes_short(limit, b, sizeof b) : "?", m ? "p " : "(p)",
                           m && pred_total ? pt_ui_bytes_short(pred_total, c, sizeof c) : "");
         int bw = in.w - 7 - tn;
         int64_t scale = limit > total ? limit : total;
@@ -363,7 +388,8 @@ static void draw(pt_ui *ui, void *state)
     const pt_rect *lo = pt_layout_find(&ui->layout, PANEL_LOSS);
     const pt_rect *bu = pt_layout_find(&ui->layout, PANEL_BUSY);
     const pt_rect *me = pt_layout_find(&ui->layout, PANEL_MEMORY);
-    double pred = ui->edit ? pt_plan_edit_result(ui->edit)->throughput : 0;
+    pt_ui_figures_update(ui);
+    double pred = ui->fig.have_pred ? ui->fig.pred.throughput : 0;
     if (tp)
         graph(ui, whole, tp, "throughput (samples/s)", v_throughput, 1, PT_THEME_THROUGHPUT, pred);
     if (lo)

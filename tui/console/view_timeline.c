@@ -8,15 +8,14 @@
 #include "tui/export/timeline_ascii.h"
 #include "tui/console/ui.h"
 
-#define LABEL_COLS            6 /* "s12r3 " */
-#define ZOOM_STEP             1.5
-#define ZOOM_MAX              512.0
-#define PAN_FRACTION          0.1 /* of the shown width per key */
-#define ITERS_MAX             64
-#define CELLS_MAX             1024
-#define INFO_LEVELS           3
-#define INFO_LEGEND_LONG_COLS 100
-#define ROW_LINES_MAX         8 /* compute-lane lines of one row on a tall screen */
+#define LABEL_COLS    6 /* "s12r3 " */
+#define ZOOM_STEP     1.5
+#define ZOOM_MAX      512.0
+#define PAN_FRACTION  0.1 /* of the shown width per key */
+#define ITERS_MAX     64
+#define CELLS_MAX     1024
+#define INFO_LEVELS   4
+#define ROW_LINES_MAX 8 /* compute-lane lines of one row on a tall screen */
 
 /* The view's own state: the window it shows. */
 typedef struct timeline_view {
@@ -138,25 +137,34 @@ static void draw_chart(pt_ui *ui, timeline_view *v, const pt_rect *r, const pt_t
 }
 
 /* The footer's figures line at a level of detail: labels shorten as the
- * level rises, the figures (times, step, zoom) stay. */
+ * level rises, the figures (the measured and predicted iteration time of
+ * tui/record/figures.h, step, zoom) stay. */
 static void info_line(const pt_ui *ui, const timeline_view *v, int measured, int level, char *buf,
                       size_t cap)
 {
-    char pred[64] = "", meas[64] = "";
-    const char *unit = level == 0 ? " ms/iter" : " ms";
-    if (ui->edit)
-        snprintf(pred, sizeof pred, "%s %.3f%s", level == 0 ? "predicted" : "pred",
-                 pt_plan_edit_result(ui->edit)->iter_s * 1e3, unit);
-    int64_t n = pt_store_step_count(ui->store);
-    if (n)
-        snprintf(meas, sizeof meas, "%s %.3f%s", level == 0 ? "measured" : "meas",
-                 pt_store_step_at(ui->store, n - 1)->iter_ms, unit);
+    const pt_ui_figures *f = &ui->fig;
+    char pred[160] = "", meas[160] = "";
+    if (f->have_pred)
+        snprintf(pred, sizeof pred,
+                 level == 0   ? "predicted %.3f ms/iter (%s)"
+                 : level == 1 ? "pred %.3f ms (%s)"
+                              : "pred %.3f",
+                 f->pred.iter_ms, level == 0 ? f->pred.label : f->pred.brief);
+    if (f->meas.steps > 0 && level == 0)
+        snprintf(meas, sizeof meas, "measured %.3f ms/iter (%s)", f->meas.iter_ms, f->meas.label);
+    else if (f->meas.steps > 0 && level == 1)
+        snprintf(meas, sizeof meas, "meas %.3f ms (med %d)", f->meas.iter_ms, f->meas.steps);
+    else if (f->meas.steps > 0)
+        snprintf(meas, sizeof meas, "meas %.3f", f->meas.iter_ms);
     int64_t last = pt_store_last_step(ui->store);
     const char *mode = ui->tl.mode == PT_TL_BOTH        ? "both"
                        : ui->tl.mode == PT_TL_PREDICTED ? "predicted"
                                                         : "measured";
-    if (!measured)
-        snprintf(buf, cap, level < 2 ? " %s | zoom %.1fx | %s  %s" : " %s %.1fx %s %s",
+    if (level >= 3)
+        snprintf(buf, cap, " %.3f/%.3f ms %.1fx", f->meas.steps > 0 ? f->meas.iter_ms : 0.0,
+                 f->have_pred ? f->pred.iter_ms : 0.0, v->zoom);
+    else if (!measured)
+        snprintf(buf, cap, level < 2 ? " %s | zoom %.1fx | %s  %s" : " %s%.1fx %s %s",
                  level < 2 ? mode : "", v->zoom, pred, meas);
     else if (level == 0)
         snprintf(buf, cap, " %s | last %d iterations up to step %lld | zoom %.1fx | %s  %s", mode,
@@ -165,15 +173,14 @@ static void info_line(const pt_ui *ui, const timeline_view *v, int measured, int
         snprintf(buf, cap, " %s | %d it to step %lld | %.1fx | %s  %s", mode, ui->tl.iters,
                  (long long)last, v->zoom, meas, pred);
     else
-        snprintf(buf, cap, " %dit..%lld %.1fx %s %s", ui->tl.iters, (long long)last, v->zoom, meas,
-                 pred);
+        snprintf(buf, cap, " %dit..%lld %.1fx %s %s ms", ui->tl.iters, (long long)last, v->zoom,
+                 meas, pred);
 }
 
 static void draw_info(pt_ui *ui, const timeline_view *v, const pt_rect *r, int measured)
 {
     int y = r->y;
-    pt_ui_text(y++, r->x, r->w, ui->attr[PT_THEME_DIM], 1, " %s",
-               pt_timeline_legend(r->w < INFO_LEGEND_LONG_COLS, 0));
+    pt_ui_text(y++, r->x, r->w, ui->attr[PT_THEME_DIM], 1, " %s", pt_timeline_legend(r->w - 1));
     if (y >= r->y + r->h)
         return;
     char line[256];

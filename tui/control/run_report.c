@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "planner/schedule.h"
+#include "protocol/figures.h"
 
 typedef struct cell {
     int64_t busy_ns;
@@ -175,12 +176,6 @@ int pt_run_report_step(const pt_run_report *r, int64_t step, double *loss, doubl
     return rows > 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Step index k counts in the figures: every worker reported its metrics,
  * and it is not the left-out first step `skip` (-1: none). */
 static int measured_step(const pt_run_report *r, int64_t k, int64_t skip)
@@ -257,9 +252,9 @@ const pt_run_figures *pt_run_report_figures(pt_run_report *r)
         f->peak_total = p[PT_MSG_MEM_COUNT];
     }
     free(meas);
+    /* the headline figure as protocol/figures.h defines it: per complete
+     * step its slowest worker, the generation's first step left out there */
     for (int64_t k = 0; slow && k < r->steps; k++) {
-        if (skip_first && k == k0)
-            continue;
         double m = -1;
         for (int w = 0; w < r->workers; w++) {
             const cell *c = &r->cells[(int64_t)w * r->steps + k];
@@ -273,14 +268,12 @@ const pt_run_figures *pt_run_report_figures(pt_run_report *r)
         if (m >= 0)
             slow[ns++] = m;
     }
-    r->fig.steps_measured = ns;
-    r->fig.iteration_ms = r->fig.mean_iteration_ms = 0;
-    for (int64_t k = 0; k < ns; k++)
-        r->fig.mean_iteration_ms += slow[k] / (double)ns;
-    if (ns > 0) {
-        qsort(slow, (size_t)ns, sizeof *slow, cmp_double);
-        r->fig.iteration_ms = ns % 2 ? slow[ns / 2] : 0.5 * (slow[ns / 2 - 1] + slow[ns / 2]);
-    }
+    int used = 0;
+    r->fig.iteration_ms = pt_fig_iter_ms(slow, ns, &used);
+    r->fig.steps_measured = used;
+    r->fig.mean_iteration_ms = 0;
+    for (int64_t k = ns - used; k < ns; k++)
+        r->fig.mean_iteration_ms += slow[k] / (double)used;
     free(slow);
     r->fig.worker_count = r->workers;
     r->fig.workers = r->wf;
@@ -292,12 +285,15 @@ static double rel_err(double measured, double predicted)
     return predicted > 0 ? (measured - predicted) / predicted : NAN;
 }
 
-void pt_run_report_print(pt_run_report *r, const pt_sim_result *pred, FILE *out)
+void pt_run_report_print(pt_run_report *r, const pt_sim_result *pred, const char *pred_label,
+                         FILE *out)
 {
     const pt_run_figures *f = pt_run_report_figures(r);
     double p_ms = pred ? pred->iter_s * 1e3 : 0;
-    fprintf(out, "\niteration time: measured %.3f ms (median of %d steps), predicted %.3f ms",
-            f->iteration_ms, f->steps_measured, p_ms);
+    char label[PT_FIG_LABEL_MAX];
+    fprintf(out, "\niteration time: measured %.3f ms (%s), predicted %.3f ms%s%s%s",
+            f->iteration_ms, pt_fig_iter_label(f->steps_measured, label, sizeof label), p_ms,
+            pred_label ? " (" : "", pred_label ? pred_label : "", pred_label ? ")" : "");
     if (p_ms > 0 && f->steps_measured > 0)
         fprintf(out, ", relative error %+.1f%%", 100 * rel_err(f->iteration_ms, p_ms));
     fprintf(out, "\n\n%-9s %10s %10s %8s %8s %8s %8s %12s %12s\n", "stage/rep", "iter ms",
@@ -354,6 +350,9 @@ char *pt_run_report_json(pt_run_report *r, const pt_sim_result *pred, const char
     add_num(o, "predicted_iteration_ms", p_ms);
     add_num(o, "relative_error", rel_err(f->iteration_ms, p_ms));
     cJSON_AddNumberToObject(o, "steps_measured", f->steps_measured);
+    char label[PT_FIG_LABEL_MAX];
+    cJSON_AddStringToObject(o, "measured_label",
+                            pt_fig_iter_label(f->steps_measured, label, sizeof label));
     if (pred)
         add_num(o, "predicted_bubble_frac", pred->bubble_frac);
     cJSON *arr = cJSON_AddArrayToObject(o, "stages");
@@ -387,6 +386,10 @@ char *pt_run_report_json(pt_run_report *r, const pt_sim_result *pred, const char
             while (it) {
                 cJSON *next = it->next;
                 cJSON_DetachItemViaPointer(e, it);
+                /* a member the report has is replaced: one key, one value
+                 * (deleted, then added: cJSON's replace frees the key it is
+                 * given when that is the new item's own) */
+                cJSON_DeleteItemFromObjectCaseSensitive(o, it->string);
                 cJSON_AddItemToObject(o, it->string, it);
                 it = next;
             }

@@ -9,8 +9,9 @@
  * for, leaving out the first of them when there are at least two (it pays
  * for first-touch allocation and connection set-up, which the simulator
  * does not model):
- *   iteration time of the pipeline = median over steps of the slowest
- *   worker's iteration time; busy and bubble of a worker as protocol/op.h
+ *   iteration time of the pipeline = protocol/figures.h's measured
+ *   iteration time (the median of the newest steps' slowest worker's
+ *   iteration time); busy and bubble of a worker as protocol/op.h
  *   defines them (its compute time / the time the steps' spans occupy),
  *   which is what the console's stats view shows for the same steps. */
 #ifndef PT_TUI_RUN_REPORT_H
@@ -50,7 +51,7 @@ typedef struct pt_run_worker_figures {
 
 typedef struct pt_run_figures {
     int steps_measured;
-    double iteration_ms;      /* median of the slowest worker's per step; 0 when none */
+    double iteration_ms;      /* protocol/figures.h's measured iteration time; 0 when none */
     double mean_iteration_ms; /* the mean of the same steps (a loaded host's bursts move it) */
     int worker_count;
     pt_run_worker_figures *workers; /* owned by the report */
@@ -59,13 +60,16 @@ typedef struct pt_run_figures {
 /* Computes the measured figures (valid until the next call or free). */
 const pt_run_figures *pt_run_report_figures(pt_run_report *r);
 
-/* The summary next to the prediction: a table (human) or one JSON object
+/* The summary next to the prediction (pred_label, when not NULL, says what
+ * the prediction stands on: tui/record/figures.h): a table (human) or one JSON object
  * (caller frees; NULL on no memory) with measured_iteration_ms,
  * predicted_iteration_ms, relative_error and per stage replica busy,
  * bubble, peak_memory (bytes by category and total) and the predicted
  * figures. extra_json, when not NULL, is an object text whose members are
- * added (run directory, checkpoint, counts). */
-void pt_run_report_print(pt_run_report *r, const pt_sim_result *pred, FILE *out);
+ * added, replacing any the report has (run directory, checkpoint, counts,
+ * the headline prediction's labels). */
+void pt_run_report_print(pt_run_report *r, const pt_sim_result *pred, const char *pred_label,
+                         FILE *out);
 char *pt_run_report_json(pt_run_report *r, const pt_sim_result *pred, const char *extra_json);
 
 #endif

@@ -2,7 +2,6 @@
 #include "tui/export/export.h"
 #include "tui/record/replay.h"
 
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,7 +202,7 @@ static int add_bubbles(pt_export_set *set, int64_t *cap)
 
 typedef struct p2p_key {
     int64_t gen, step, idx;
-    int32_t mb, to_stage, down;
+    int32_t mb, to_stage, down, replica;
     double start;
 } p2p_key;
 
@@ -217,15 +216,67 @@ static int cmp_p2p(const void *a, const void *b)
     CMP_(step)
     CMP_(mb)
     CMP_(to_stage)
-    CMP_(down) CMP_(start)
+    CMP_(down)
+    CMP_(replica)
+    CMP_(start)
 #undef CMP_
-        return 0;
+    return 0;
 }
 
 static int same_p2p(const p2p_key *x, const p2p_key *y)
 {
     return x->gen == y->gen && x->step == y->step && x->mb == y->mb && x->to_stage == y->to_stage &&
            x->down == y->down;
+}
+
+/* Links a SEND and a RECV by a new flow id. */
+static void link_flow(pt_export_set *set, const p2p_key *snd, const p2p_key *rcv)
+{
+    set->flows++;
+    set->spans[snd->idx].flow = set->flows;
+    set->spans[rcv->idx].flow = set->flows;
+}
+
+/* The pieces of one transfer (sends s[0..ns), receives r[0..nr), each
+ * sorted by replica, then time): split-concat cuts a micro-batch's rows
+ * into pieces in row order, each sender replica sending its pieces in that
+ * order and each receiver replica receiving its pieces in it, so the p-th
+ * send of the sorted list is the p-th receive. 0, or -1 (nothing linked)
+ * when the two lists do not match piece by piece (counts or bytes). */
+static int pair_pieces(pt_export_set *set, const p2p_key *s, int64_t ns, const p2p_key *r,
+                       int64_t nr, char *used)
+{
+    if (ns != nr)
+        return -1;
+    for (int64_t p = 0; p < ns; p++)
+        if (set->spans[s[p].idx].bytes != set->spans[r[p].idx].bytes)
+            return -1;
+    for (int64_t p = 0; p < ns; p++) {
+        used[p] = 1;
+        link_flow(set, &s[p], &r[p]);
+    }
+    return 0;
+}
+
+/* The fallback for a transfer cut short (a receive outside the record):
+ * each send takes the first unused receive with its bytes, else any. */
+static void pair_by_bytes(pt_export_set *set, const p2p_key *s, int64_t ns, const p2p_key *r,
+                          int64_t nr, char *used)
+{
+    for (int64_t x = 0; x < ns; x++) {
+        int64_t pick = -1;
+        for (int pass = 0; pass < 2 && pick < 0; pass++)
+            for (int64_t y = 0; y < nr && pick < 0; y++)
+                if (!used[y] &&
+                    (pass == 1 || set->spans[r[y].idx].bytes == set->spans[s[x].idx].bytes))
+                    pick = y;
+        if (pick < 0) {
+            set->unmatched_sends++;
+            continue;
+        }
+        used[pick] = 1;
+        link_flow(set, &s[x], &r[pick]);
+    }
 }
 
 /* Pairs every SEND with a RECV of the same transfer (see export.h). */
@@ -252,7 +303,7 @@ static int add_flows(pt_export_set *set)
         if (!(f & PT_OPK_P2P))
             continue;
         int next = (f & PT_OPK_NEXT) != 0;
-        p2p_key k = {x->gen, x->step, i, x->mb, x->stage, 0, x->start};
+        p2p_key k = {x->gen, x->step, i, x->mb, x->stage, 0, x->replica, x->start};
         if (f & PT_OPK_SEND) {
             k.to_stage = x->stage + (next ? 1 : -1);
             k.down = next;
@@ -274,22 +325,8 @@ static int add_flows(pt_export_set *set)
         int64_t d = c;
         while (d < nr && same_p2p(&r[d], &s[a]))
             d++;
-        for (int64_t x = a; x < b; x++) {
-            int64_t pick = -1;
-            for (int pass = 0; pass < 2 && pick < 0; pass++)
-                for (int64_t y = c; y < d && pick < 0; y++)
-                    if (!used[y] &&
-                        (pass == 1 || set->spans[r[y].idx].bytes == set->spans[s[x].idx].bytes))
-                        pick = y;
-            if (pick < 0) {
-                set->unmatched_sends++;
-                continue;
-            }
-            used[pick] = 1;
-            set->flows++;
-            set->spans[s[x].idx].flow = set->flows;
-            set->spans[r[pick].idx].flow = set->flows;
-        }
+        if (pair_pieces(set, s + a, b - a, r + c, d - c, used + c) < 0)
+            pair_by_bytes(set, s + a, b - a, r + c, d - c, used + c);
         a = b;
         c = d;
     }
@@ -299,12 +336,216 @@ static int add_flows(pt_export_set *set)
     return 0;
 }
 
-/* Sorts the ops, spreads them over tracks, adds bubbles and flows. */
+/* ---- clocks ------------------------------------------------------------------ */
+
+/* A receive ends at least this long after its send started (no transfer is
+ * quicker), so an arrow's ends never sit on a slice's boundary. */
+#define CLOCK_MARGIN_S 2e-6
+
+/* One agent in one generation: its spans share one clock offset. */
+typedef struct clock_node {
+    int32_t agent;
+    int64_t gen;
+    double adj; /* seconds added to its spans */
+    int set;
+} clock_node;
+
+/* What the transfers between two clocks allow: x = adj[b] - adj[a] in
+ * [lo, hi] keeps every receive's end at or after its send's start. */
+typedef struct clock_edge {
+    int a, b;
+    double lo, hi;
+} clock_edge;
+
+static int node_of(clock_node **v, int *n, int *cap, int32_t agent, int64_t gen)
+{
+    for (int i = 0; i < *n; i++)
+        if ((*v)[i].agent == agent && (*v)[i].gen == gen)
+            return i;
+    if (*n == *cap) {
+        int c = *cap ? *cap * 2 : 16;
+        clock_node *q = realloc(*v, sizeof *q * (size_t)c);
+        if (!q)
+            return PT_ENOMEM;
+        *v = q;
+        *cap = c;
+    }
+    (*v)[*n] = (clock_node){agent, gen, 0, 0};
+    return (*n)++;
+}
+
+static int edge_add(clock_edge **v, int *n, int *cap, int a, int b, double need)
+{
+    /* kept as a < b: a transfer b -> a bounds x from above */
+    int flip = a > b;
+    int lo = flip ? b : a, hi = flip ? a : b;
+    for (int i = 0; i < *n; i++)
+        if ((*v)[i].a == lo && (*v)[i].b == hi) {
+            if (flip && -need < (*v)[i].hi)
+                (*v)[i].hi = -need;
+            else if (!flip && need > (*v)[i].lo)
+                (*v)[i].lo = need;
+            return 0;
+        }
+    if (*n == *cap) {
+        int c = *cap ? *cap * 2 : 16;
+        clock_edge *q = realloc(*v, sizeof *q * (size_t)c);
+        if (!q)
+            return PT_ENOMEM;
+        *v = q;
+        *cap = c;
+    }
+    (*v)[(*n)++] = (clock_edge){lo, hi, flip ? -INFINITY : need, flip ? -need : INFINITY};
+    return 0;
+}
+
+/* The corrections when the transfers' bounds contradict each other: from
+ * the first clock of each generation, along the transfers, each neighbour
+ * moved as little as its own bound allows. */
+static void clock_solve_tree(clock_node *nodes, int nn, const clock_edge *e, int ne)
+{
+    for (int root = 0; root < nn; root++) {
+        if (nodes[root].set)
+            continue;
+        nodes[root].set = 1;
+        for (int moved = 1; moved;) {
+            moved = 0;
+            for (int i = 0; i < ne; i++) {
+                int a = e[i].a, b = e[i].b;
+                if (nodes[a].set == nodes[b].set)
+                    continue;
+                double x = e[i].lo <= e[i].hi ? (0 < e[i].lo   ? e[i].lo
+                                                 : 0 > e[i].hi ? e[i].hi
+                                                               : 0)
+                                              : 0.5 * (e[i].lo + e[i].hi);
+                if (nodes[a].set)
+                    nodes[b].adj = nodes[a].adj + x;
+                else
+                    nodes[a].adj = nodes[b].adj - x;
+                nodes[a].set = nodes[b].set = 1;
+                moved = 1;
+            }
+        }
+    }
+}
+
+/* The corrections: every bound at once, as a system of difference
+ * constraints (adj[b] - adj[a] in [lo, hi]) solved by Bellman-Ford from a
+ * source 0 away from every clock, which gives the largest solution <= 0:
+ * no clock moves when the recorded offsets keep every transfer causal, and
+ * each moves back only as far as some chain of transfers needs. A tree of
+ * transfers alone (the fallback) leaves the others unchecked: with a
+ * replicated stage the clocks form cycles, and a receive on another edge
+ * of one still ended before its send started. */
+static void clock_solve(clock_node *nodes, int nn, const clock_edge *e, int ne)
+{
+    for (int i = 0; i < nn; i++)
+        nodes[i].adj = 0;
+    int changed = 1;
+    for (int round = 0; changed && round <= nn; round++) {
+        changed = 0;
+        for (int i = 0; i < ne; i++) {
+            int a = e[i].a, b = e[i].b;
+            if (isfinite(e[i].hi) && nodes[a].adj + e[i].hi < nodes[b].adj - 1e-12) {
+                nodes[b].adj = nodes[a].adj + e[i].hi;
+                changed = 1;
+            }
+            if (isfinite(e[i].lo) && nodes[b].adj - e[i].lo < nodes[a].adj - 1e-12) {
+                nodes[a].adj = nodes[b].adj - e[i].lo;
+                changed = 1;
+            }
+        }
+    }
+    if (changed) { /* a contradiction (a cycle of bounds): the tree instead */
+        for (int i = 0; i < nn; i++)
+            nodes[i].adj = 0, nodes[i].set = 0;
+        clock_solve_tree(nodes, nn, e, ne);
+    }
+}
+
+/* The flow's pair: for id f, snd[f] and rcv[f] (span indices); *out
+ * (caller frees) holds 2 * (flows + 1) entries. */
+static int flow_pairs(const pt_export_set *set, int64_t **out)
+{
+    int64_t *p = malloc(sizeof *p * (size_t)(2 * (set->flows + 1)));
+    if (!p)
+        return PT_ENOMEM;
+    for (int64_t i = 0; i < 2 * (set->flows + 1); i++)
+        p[i] = -1;
+    for (int64_t i = 0; i < set->ops; i++) {
+        const pt_export_span *x = &set->spans[i];
+        if (x->flow > 0 && x->flow <= set->flows)
+            p[2 * x->flow + ((pt_op_facts(x->op) & PT_OPK_SEND) ? 0 : 1)] = i;
+    }
+    *out = p;
+    return 0;
+}
+
+/* Agents' clocks are put on the console's by an offset estimated from
+ * heartbeats, which a loaded host gets wrong by milliseconds: enough for a
+ * receive to end before its send began. Each (agent, generation) clock is
+ * moved by the least that makes every transfer causal (a receive ends no
+ * earlier than its send starts), solved along the transfers between
+ * neighbours. Then the set starts at 0 again. */
+static int align_clocks(pt_export_set *set)
+{
+    int64_t *pair = NULL;
+    clock_node *nodes = NULL;
+    clock_edge *edges = NULL;
+    int nn = 0, ncap = 0, ne = 0, ecap = 0;
+    int rc = set->flows > 0 ? flow_pairs(set, &pair) : 0;
+    for (int64_t f = 1; rc >= 0 && pair && f <= set->flows; f++) {
+        int64_t si = pair[2 * f], ri = pair[2 * f + 1];
+        if (si < 0 || ri < 0)
+            continue;
+        const pt_export_span *sd = &set->spans[si], *rv = &set->spans[ri];
+        if (sd->agent < 0 || rv->agent < 0 || sd->gen != rv->gen)
+            continue;
+        int a = node_of(&nodes, &nn, &ncap, sd->agent, sd->gen);
+        int b = a < 0 ? a : node_of(&nodes, &nn, &ncap, rv->agent, rv->gen);
+        rc = b < 0    ? b
+             : a == b ? 0
+                      : edge_add(&edges, &ne, &ecap, a, b, sd->start - rv->end + CLOCK_MARGIN_S);
+    }
+    free(pair);
+    if (rc >= 0 && nn > 0) {
+        clock_solve(nodes, nn, edges, ne);
+        double t0 = INFINITY;
+        for (int64_t i = 0; i < set->ops; i++) {
+            pt_export_span *x = &set->spans[i];
+            for (int k = 0; x->agent >= 0 && k < nn; k++)
+                if (nodes[k].agent == x->agent && nodes[k].gen == x->gen) {
+                    x->start += nodes[k].adj;
+                    x->end += nodes[k].adj;
+                    break;
+                }
+            t0 = x->start < t0 ? x->start : t0;
+        }
+        for (int64_t i = 0; i < set->ops && t0 != 0; i++) {
+            set->spans[i].start -= t0;
+            set->spans[i].end -= t0;
+        }
+        for (int64_t i = 0; i < set->mem_count && t0 != 0; i++)
+            set->mem[i].t -= t0;
+        qsort(set->spans, (size_t)set->ops, sizeof *set->spans, cmp_track_order);
+    }
+    free(nodes);
+    free(edges);
+    return rc < 0 ? PT_ENOMEM : 0;
+}
+
+/* Sorts the ops, pairs sends with receives (and puts the clocks right by
+ * them), spreads them over tracks, adds bubbles. */
 static int normalise(pt_export_set *set, int64_t cap)
 {
     if (set->count > 0) /* spans is NULL in a record without op events */
         qsort(set->spans, (size_t)set->count, sizeof *set->spans, cmp_track_order);
     set->ops = set->count;
+    int rc = add_flows(set);
+    if (rc == 0)
+        rc = align_clocks(set);
+    if (rc < 0)
+        return rc;
     set->t0 = set->t1 = 0;
     for (int64_t i = 0; i < set->ops; i++) {
         const pt_export_span *s = &set->spans[i];
@@ -318,10 +559,7 @@ static int normalise(pt_export_set *set, int64_t cap)
             set->last_step = s->step;
     }
     assign_tracks(set);
-    int rc = add_flows(set);
-    if (rc == 0)
-        rc = add_bubbles(set, &cap);
-    return rc;
+    return add_bubbles(set, &cap);
 }
 
 /* Index of (stage, replica) in the sorted rows, added when absent. */
@@ -532,39 +770,45 @@ static int64_t offset_of(const agent_gen *ag, int n, const char *agent, int64_t 
     return fallback;
 }
 
-/* The last plan of generation gen (or the newest one before it) and the
- * run summary's prediction, for the title. */
-static void make_title(pt_export_set *set, const pt_record *rec, int64_t gen, double meas_ms)
+/* The last plan of generation gen (or the newest one before it), for the
+ * title; the figures follow when the caller has them (pt_export_set_figures). */
+static void make_title(pt_export_set *set, const pt_record *rec, int64_t gen)
 {
     const pt_plan *plan = NULL;
-    double pred_ms = NAN;
     for (int64_t i = 0; i < pt_record_count(rec); i++) {
         const pt_record_entry *e = pt_record_at(rec, i);
         if (e->kind == PT_RECORD_PLAN && e->plan && (e->gen <= gen || !plan))
             plan = e->plan;
-        if (e->kind == PT_RECORD_SUMMARY && e->json) {
-            cJSON *j = cJSON_Parse(e->json);
-            const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "predicted_iteration_ms");
-            if (cJSON_IsNumber(p))
-                pred_ms = p->valuedouble;
-            cJSON_Delete(j);
-        }
     }
     char stages[128] = "";
     size_t at = 0;
     for (int s = 0; plan && s < plan->stage_count && at + 8 < sizeof stages; s++)
         at += (size_t)snprintf(stages + at, sizeof stages - at, "%s%d", s ? "," : "",
                                plan->stages[s].replica_count);
-    char pred[48] = "";
-    if (!isnan(pred_ms))
-        snprintf(pred, sizeof pred, ", predicted %.2f ms", pred_ms);
     if (plan)
         snprintf(set->title, sizeof set->title,
-                 "%s | %d stages (replicas %s) | %s, %d x %d | gen %lld, steps %lld-%lld: "
-                 "measured %.2f ms/iteration%s",
+                 "%s | %d stages (replicas %s) | %s, %d x %d | gen %lld, steps %lld-%lld",
                  plan->model, plan->stage_count, stages, pt_sched_kind_name(plan->schedule),
                  plan->microbatch_count, plan->microbatch_size, (long long)gen,
-                 (long long)set->first_step, (long long)set->last_step, meas_ms, pred);
+                 (long long)set->first_step, (long long)set->last_step);
+}
+
+void pt_export_set_figures(pt_export_set *set, const pt_fig_meas *meas, const pt_fig_pred *pred)
+{
+    set->has_meas = meas && meas->steps > 0;
+    set->has_pred = pred != NULL;
+    if (set->has_meas)
+        set->meas = *meas;
+    if (set->has_pred)
+        set->pred = *pred;
+    size_t n = strlen(set->title);
+    if (set->has_meas && n + 1 < sizeof set->title)
+        n += (size_t)snprintf(set->title + n, sizeof set->title - n,
+                              "%smeasured %.3f ms/iteration (%s)", n ? ": " : "", meas->iter_ms,
+                              meas->label);
+    if (set->has_pred && n + 1 < sizeof set->title)
+        snprintf(set->title + n, sizeof set->title - n, "%spredicted %.3f ms (%s)",
+                 n ? (set->has_meas ? ", " : ": ") : "", pred->iter_ms, pred->label);
 }
 
 /* Adds the selected events and memory samples of the record to set. */
@@ -689,20 +933,8 @@ int pt_export_load_run(const char *record_path, const pt_export_select *sel, pt_
         if ((rc = normalise(set, cap)) < 0)
             pt_error_set(err, rc, "export: out of memory");
     }
-    if (rc == 0) {
-        /* measured: the mean time an iteration of the newest generation occupies */
-        double sum = 0;
-        int64_t n = 0;
-        iter_key *u = NULL;
-        int64_t nu = 0, iters = 0;
-        if (iteration_union(set, &u, &nu, &iters) == 0) {
-            for (int64_t k = 0; k < nu; k++)
-                sum += u[k].hi - u[k].lo;
-            n = iters;
-        }
-        free(u);
-        make_title(set, rec, max_gen, n ? sum / (double)n * 1e3 : 0);
-    }
+    if (rc == 0)
+        make_title(set, rec, max_gen);
     pt_record_free(&rec);
     if (rc < 0)
         pt_export_set_release(set);

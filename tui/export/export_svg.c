@@ -288,7 +288,7 @@ static void put_comparison(FILE *f, const svg_page *pg, const pt_export_svg_opts
 
 /* The axis: ticks at round times in ms; a label that would leave the plot
  * is anchored at its end (or start) instead of its middle. */
-static void put_axis(FILE *f, const svg_page *pg)
+static void put_axis(FILE *f, const svg_page *pg, int compared)
 {
     double span_ms = (pg->a1 - pg->a0) * 1e3, step = tick_step(span_ms, SVG_TICKS_MAX);
     int decimals = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
@@ -315,8 +315,9 @@ static void put_axis(FILE *f, const svg_page *pg)
     }
     fprintf(f,
             "<text class=\"axis-title\" x=\"%.1f\" y=\"%d\" fill=\"%s\" "
-            "text-anchor=\"middle\">time (ms)</text>\n",
-            pg->plot_x + pg->plot_w / 2, pg->ay + 32, pg->fg);
+            "text-anchor=\"middle\">%s</text>\n",
+            pg->plot_x + pg->plot_w / 2, pg->ay + 32, pg->fg,
+            compared ? "time from the start of each section's first iteration (ms)" : "time (ms)");
 }
 
 /* The legend, wrapped to the plot's width. */
@@ -367,7 +368,7 @@ int pt_export_svg_write(const pt_export_set *set, const pt_theme *theme,
         put_comparison(f, &pg, opts, theme);
     draw_rows(f, set, pg.t0, pg.t1, pg.px_per_s, pg.plot_x, pg.plot_w, pg.rows_y, theme, pg.fg,
               pg.bubble);
-    put_axis(f, &pg);
+    put_axis(f, &pg, cmp != NULL);
     put_legend(f, &pg, set, cmp, theme);
     fputs("</svg>\n", f);
     if (ferror(f))

@@ -1,4 +1,5 @@
 /* The Chrome trace-event writer of an export set (see export.h). */
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -31,6 +32,25 @@ static void put_id(FILE *f, const char *s)
 {
     for (; *s; s++)
         fputc(isalnum((unsigned char)*s) || strchr("._-:", *s) ? *s : '?', f);
+}
+
+/* The run's headline figures (export.h) as the trace's "otherData", which
+ * Perfetto and chrome://tracing show as the trace's metadata. */
+static void put_figures(FILE *f, const pt_export_set *set)
+{
+    if (!set->has_meas && !set->has_pred && !set->title[0])
+        return;
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return;
+    if (set->title[0])
+        cJSON_AddStringToObject(o, "title", set->title);
+    pt_fig_json(o, set->has_meas ? &set->meas : NULL, set->has_pred ? &set->pred : NULL);
+    char *t = cJSON_PrintUnformatted(o);
+    if (t)
+        fprintf(f, "\"otherData\":%s,", t);
+    free(t);
+    cJSON_Delete(o);
 }
 
 /* The separator before an event: none before the first. */
@@ -79,9 +99,46 @@ static int cmp_flow(const void *a, const void *b)
     return ((pt_op_facts(y->op) & PT_OPK_SEND) != 0) - ((pt_op_facts(x->op) & PT_OPK_SEND) != 0);
 }
 
-/* Flow events: "s" inside the SEND slice, "f" (bound to the enclosing
- * slice) inside the RECV slice, at their midpoints so the binding is never
- * a question of which slice a boundary belongs to. */
+/* A point this far inside a slice's end binds to it in every viewer (a
+ * point on a boundary may bind to the neighbour): half a microsecond, or
+ * half the slice when it is shorter. */
+#define FLOW_INSET_S 0.5e-6
+
+static double inset(const pt_export_span *s)
+{
+    double half = (s->end - s->start) / 2;
+    return half < FLOW_INSET_S ? half : FLOW_INSET_S;
+}
+
+/* Where a transfer's arrow starts and ends: at the SEND's end, or where the
+ * data was received when that came first (the sender's thread may lose its
+ * core between handing the data over and noting its end), and at the
+ * RECV's end: never ending before it starts, "s" inside the SEND slice, "f"
+ * (bound to the enclosing slice) inside the RECV slice. */
+static void flow_times(const pt_export_span *snd, const pt_export_span *rcv, double *from,
+                       double *to)
+{
+    double leave = snd->end < rcv->end ? snd->end : rcv->end;
+    *from = leave - inset(snd);
+    if (*from < snd->start)
+        *from = snd->start;
+    *to = rcv->end - inset(rcv);
+    if (*to < *from)
+        *to = *from;
+}
+
+static void put_flow(FILE *f, const pt_export_span *s, int start, double t)
+{
+    lead(f, 0);
+    fprintf(f,
+            "{\"name\":\"%s\",\"cat\":\"transfer\",\"ph\":\"%s\",\"id\":%lld,"
+            "\"ts\":%.3f,\"pid\":%d,\"tid\":%d%s}",
+            pt_op_info_of(s->op)->glyph == '>' ? "activation" : "gradient", start ? "s" : "f",
+            (long long)s->flow, t * PT_EXPORT_US_PER_S, s->stage + 1,
+            tid_of(s->replica, s->lane, s->track), start ? "" : ",\"bp\":\"e\"");
+}
+
+/* Flow events of every paired SEND and RECV (flow_times). */
 static int put_flows(FILE *f, const pt_export_set *set)
 {
     if (set->flows == 0)
@@ -94,16 +151,14 @@ static int put_flows(FILE *f, const pt_export_set *set)
         if (set->spans[i].flow > 0 && n < 2 * set->flows)
             p[n++] = &set->spans[i];
     qsort(p, (size_t)n, sizeof *p, cmp_flow);
-    for (int64_t i = 0; i < n; i++) {
-        const pt_export_span *s = p[i];
-        int start = (pt_op_facts(s->op) & PT_OPK_SEND) != 0;
-        lead(f, 0);
-        fprintf(f,
-                "{\"name\":\"%s\",\"cat\":\"transfer\",\"ph\":\"%s\",\"id\":%lld,"
-                "\"ts\":%.3f,\"pid\":%d,\"tid\":%d%s}",
-                pt_op_info_of(s->op)->glyph == '>' ? "activation" : "gradient", start ? "s" : "f",
-                (long long)s->flow, (s->start + s->end) / 2 * PT_EXPORT_US_PER_S, s->stage + 1,
-                tid_of(s->replica, s->lane, s->track), start ? "" : ",\"bp\":\"e\"");
+    for (int64_t i = 0; i + 1 < n; i++) {
+        if (p[i]->flow != p[i + 1]->flow)
+            continue;
+        double from, to;
+        flow_times(p[i], p[i + 1], &from, &to);
+        put_flow(f, p[i], 1, from);
+        put_flow(f, p[i + 1], 0, to);
+        i++;
     }
     free(p);
     return 0;
@@ -113,7 +168,9 @@ int pt_export_trace_write(const pt_export_set *set, FILE *f, pt_export_counts *c
                           pt_error *err)
 {
     pt_export_counts c = {0};
-    fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", f);
+    fputs("{\"displayTimeUnit\":\"ms\",", f);
+    put_figures(f, set);
+    fputs("\"traceEvents\":[", f);
     int first = 1;
     int last_stage = -1;
     for (int r = 0; r < set->row_count; r++) {

@@ -22,14 +22,53 @@ char pt_timeline_fill(int paint)
     return paint >= 0 && paint < PT_PAINT_COUNT ? paint_fill[paint] : '?';
 }
 
-const char *pt_timeline_legend(int narrow, int split)
+/* The legend, one entry per glyph a chart can hold (the fills above and
+ * the sends' own glyphs), each with a long and a short name; the micro-batch
+ * number that starts a block comes first. */
+typedef struct legend_entry {
+    const char *glyph, *wide, *narrow;
+} legend_entry;
+
+static const legend_entry legend[] = {
+    {"3===", "fwd", "fwd"},
+    {"3###", "bwd", "bwd"},
+    {"3+++", "recompute", "rcmp"},
+    {"3%%%", "bwd input grad", "in-grad"},
+    {"3~~~", "bwd weight grad", "w-grad"},
+    {">", "send act", "act"},
+    {"<", "send grad", "grad"},
+    {"*", "all-reduce", "allred"},
+    {"^", "optimizer", "opt"},
+    {".", "bubble", "bubble"},
+};
+
+/* The three forms, widest first: "3=== fwd  3### bwd ...", "3= fwd 3# bwd
+ * ...", "= fwd # bwd ..." (every glyph in each). */
+static const char *legend_form(int form)
 {
-    if (split)
-        return narrow ? "3%%% input grad 3~~~ weight grad"
-                      : "backward split: 3%%% input gradient  3~~~ weight gradient";
-    return narrow ? "3=== fwd 3### bwd 3+++ recomp > act < grad * allreduce ^ opt . bubble"
-                  : "3=== fwd  3### bwd  3+++ recompute  > send act  < send grad  * all-reduce  "
-                    "^ optimizer  . bubble";
+    static char text[3][256];
+    if (!text[form][0]) {
+        size_t at = 0;
+        for (size_t i = 0; i < sizeof legend / sizeof legend[0]; i++) {
+            const legend_entry *e = &legend[i];
+            const char *g = e->glyph;
+            int glen = form == 0 ? (int)strlen(g) : g[0] == '3' ? 2 : 1;
+            if (form == 2 && g[0] == '3')
+                g++, glen = 1;
+            at += (size_t)snprintf(text[form] + at, sizeof text[form] - at, "%s%.*s %s",
+                                   i ? (form == 0 ? "  " : " ") : "", glen, g,
+                                   form == 0 ? e->wide : e->narrow);
+        }
+    }
+    return text[form];
+}
+
+const char *pt_timeline_legend(int width)
+{
+    for (int form = 0; form < 2; form++)
+        if ((int)strlen(legend_form(form)) <= width)
+            return legend_form(form);
+    return legend_form(2);
 }
 
 /* Cell range [*c0, *c1) a span covers; 0 when outside the window. */
@@ -59,9 +98,17 @@ static char span_fill(int op)
     return info && (info->facts & PT_OPK_SEND) ? info->glyph : pt_timeline_fill(pt_op_paint_of(op));
 }
 
+/* 1 when cell c holds a micro-batch label's digit. */
+static int is_label(const unsigned char *labelled, int width, int c)
+{
+    return c >= 0 && c < width && labelled[c];
+}
+
 void pt_timeline_cells(const pt_tline *tl, int row, int lane, double t0, double t1, int width,
                        double busy_lo, double busy_hi, pt_timeline_cell *out)
 {
+    if (width > PT_TIMELINE_MAX_WIDTH)
+        width = PT_TIMELINE_MAX_WIDTH;
     for (int c = 0; c < width; c++)
         out[c] = (pt_timeline_cell){' ', PT_TIMELINE_BLANK};
     if (width <= 0 || t1 <= t0)
@@ -70,22 +117,43 @@ void pt_timeline_cells(const pt_tline *tl, int row, int lane, double t0, double 
     if (lane == PT_LANE_COMPUTE && cells(busy_lo, busy_hi, t0, t1, width, &b0, &b1))
         for (int c = b0; c < b1; c++)
             out[c] = (pt_timeline_cell){pt_timeline_fill(PT_PAINT_BUBBLE), PT_PAINT_BUBBLE};
+    /* the fills first, each cell remembering the span that painted it last */
+    int64_t owner[PT_TIMELINE_MAX_WIDTH];
+    unsigned char labelled[PT_TIMELINE_MAX_WIDTH];
+    memset(labelled, 0, (size_t)width);
+    for (int c = 0; c < width; c++)
+        owner[c] = -1;
     for (int64_t i = 0; i < tl->count; i++) {
         const pt_tl_span *s = &tl->spans[i];
         int c0, c1;
         if (s->row != row || s->lane != lane || !cells(s->start, s->end, t0, t1, width, &c0, &c1))
             continue;
         pt_op_paint g = pt_op_paint_of(s->op);
-        for (int c = c0; c < c1; c++)
+        for (int c = c0; c < c1; c++) {
             out[c] = (pt_timeline_cell){span_fill(s->op), (uint8_t)g};
-        if (lane == PT_LANE_COMPUTE && s->mb >= 0) {
-            char num[16];
-            int n = snprintf(num, sizeof num, "%d", s->mb);
-            /* the label starts the block when it fits; a block that began
-             * left of the window still shows it when there is room */
-            if (n <= c1 - c0)
-                for (int k = 0; k < n; k++)
-                    out[c0 + k].ch = num[k];
+            owner[c] = i;
+        }
+    }
+    if (lane != PT_LANE_COMPUTE)
+        return;
+    /* then the micro-batch numbers: one starts its block where the whole
+     * number lies on cells its block still owns and no other number touches
+     * it on either side; else it is left out (a zoom shows it) */
+    for (int64_t i = 0; i < tl->count; i++) {
+        const pt_tl_span *s = &tl->spans[i];
+        int c0, c1;
+        if (s->row != row || s->lane != lane || s->mb < 0 ||
+            !cells(s->start, s->end, t0, t1, width, &c0, &c1))
+            continue;
+        char num[16];
+        int n = snprintf(num, sizeof num, "%d", s->mb), own = 1;
+        for (int k = 0; k < n && own; k++)
+            own = c0 + k < c1 && owner[c0 + k] == i;
+        if (!own || is_label(labelled, width, c0 - 1) || is_label(labelled, width, c0 + n))
+            continue;
+        for (int k = 0; k < n; k++) {
+            out[c0 + k].ch = num[k];
+            labelled[c0 + k] = 1;
         }
     }
 }
@@ -161,13 +229,11 @@ size_t pt_timeline_ascii(const pt_tline *tl, const pt_timeline_opts *opts, char 
     if (cap > 0)
         buf[0] = '\0';
     char label[32], row[PT_TIMELINE_MAX_WIDTH + 1];
-    int label_w = 0, split = 0;
+    int label_w = 0;
     for (int k = 0; k < tl->row_count; k++) {
         int n = snprintf(label, sizeof label, "s%dr%d", tl->rows[k].stage, tl->rows[k].replica);
         label_w = n > label_w ? n : label_w;
     }
-    for (int64_t i = 0; i < tl->count && !split; i++)
-        split = tl->spans[i].op == PT_OP_BWD_INPUT;
     if (o.axis) {
         pt_timeline_axis(o.t0, o.t1, o.width, row);
         put(&w, "%*s  %s\n", label_w, "", row);
@@ -177,10 +243,7 @@ size_t pt_timeline_ascii(const pt_tline *tl, const pt_timeline_opts *opts, char 
         pt_timeline_row(tl, k, o.t0, o.t1, o.width, row);
         put(&w, "%-*s |%s|\n", label_w, label, row);
     }
-    if (o.legend) {
-        put(&w, "%*s  %s\n", label_w, "", pt_timeline_legend(0, 0));
-        if (split)
-            put(&w, "%*s  %s\n", label_w, "", pt_timeline_legend(0, 1));
-    }
+    if (o.legend)
+        put(&w, "%*s  %s\n", label_w, "", pt_timeline_legend(PT_TIMELINE_MAX_WIDTH));
     return w.len;
 }

@@ -4,12 +4,16 @@
  * layouts use it without a terminal.
  *
  * Glyphs (state is never told by colour alone): a compute block starts with
- * its micro-batch number when the number fits and is filled with its kind's
- * fill ("3===" forward, "3###" backward, "3+++" recompute, "%%%" a split
- * backward's input gradient, "~~~" its weight gradient, "^^" an optimizer
- * step); a send shows which way its data flows ('>' activations, '<'
- * gradients), an all-reduce is '*', and idle cells between the first and last
- * activity shown are bubbles ('.'). Cells outside any data stay blank. */
+ * its micro-batch number and is filled with its kind's fill ("3===" forward,
+ * "3###" backward, "3+++" recompute, "3%%%" a split backward's input
+ * gradient, "3~~~" its weight gradient, "^^" an optimizer step); a send
+ * shows which way its data flows ('>' activations, '<' gradients), an
+ * all-reduce is '*', and idle cells between the first and last activity
+ * shown are bubbles ('.'). Cells outside any data stay blank. A number is
+ * drawn only where all of it lies on its own block and no other number
+ * touches it, so numbers never run together: at a zoom where blocks are
+ * narrower than their numbers, some are left out (zooming in shows them).
+ * The legend (pt_timeline_legend) names every glyph. */
 #ifndef PT_TUI_TIMELINE_ASCII_H
 #define PT_TUI_TIMELINE_ASCII_H
 
@@ -30,9 +34,10 @@ typedef struct pt_timeline_cell {
 
 /* The fill of a paint class ('=' forward ...); '?' out of range. */
 char pt_timeline_fill(int paint);
-/* The legend of the glyphs, one line; narrow: the short form. split: the
- * split backward's halves too. Static text. */
-const char *pt_timeline_legend(int narrow, int split);
+/* The legend of every glyph a chart can hold, in one line of at most width
+ * columns when a form fits ("3=== fwd  3### bwd  ...", else "3= fwd 3#
+ * bwd ...", else the shortest "= fwd # bwd ..."). Static text. */
+const char *pt_timeline_legend(int width);
 
 /* Rasterises `row` of tl, lane PT_LANE_COMPUTE or PT_LANE_COMM, over the
  * time window [t0, t1) into out[0..width). Bubbles are drawn inside

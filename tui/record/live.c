@@ -2,6 +2,8 @@
  * the console's store (see live.h). */
 #include "tui/record/live.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +47,35 @@ typedef struct live {
     int64_t cal_for_gen; /* the generation cal_next counts for */
     int64_t cal_next;    /* its steps in the store before the next fit */
     int64_t cal_done;    /* the newest generation calibrated (0: none) */
+    /* apply & restart runs beside the console's loop: while `restarting`,
+     * the restart thread alone drives the controller (and its session), and
+     * what the session tells arrives in `held`, which the loop moves into the
+     * store; the loop never waits for the stop, the commit or the assign */
+    int restarting;
+    pthread_t restarter;
+    atomic_int restart_done;
+    pthread_mutex_t held_lock;
+    struct held *held;
+    int held_n, held_cap;
+    pt_plan *restart_plan; /* the plan being applied */
+    int restart_rc;
+    int64_t restart_step;
+    pt_error restart_err;
+    atomic_int closing; /* the console quits: a restart in flight gives up */
+    int64_t shown_gen;  /* the session's generation and agents, as the loop last read them */
+    int shown_agents;
 } live;
+
+/* What the session told while a restart held the controller. */
+typedef struct held {
+    pt_session_note_kind kind;
+    int64_t gen;
+    pt_msg_metrics metrics;
+    pt_msg_event *events; /* owned */
+    int count;
+    char text[PT_STORE_NOTE_MAX];
+    int64_t t_ns;
+} held;
 
 static const char *const live_keys[][2] = {{NULL, NULL}};
 
@@ -85,11 +115,72 @@ static void refresh_agents(live *l)
     }
 }
 
+/* Keeps a note for the loop (the restart thread's side). */
+static void hold(live *l, const pt_session_note *n)
+{
+    held h;
+    memset(&h, 0, sizeof h);
+    h.kind = n->kind;
+    h.t_ns = pt_msg_now_ns();
+    if (n->msg)
+        h.gen = n->msg->gen;
+    if (n->kind == PT_NOTE_METRICS) {
+        h.metrics = n->msg->u.metrics;
+    } else if (n->kind == PT_NOTE_EVENTS) {
+        h.count = n->msg->u.events.count;
+        if (!(h.events = malloc(sizeof *h.events * (size_t)h.count)))
+            return;
+        memcpy(h.events, n->msg->u.events.events, sizeof *h.events * (size_t)h.count);
+    } else if (n->kind == PT_NOTE_CHECKPOINT) {
+        snprintf(h.text, sizeof h.text, "checkpoint of step %lld committed", (long long)n->step);
+    } else if (n->kind == PT_NOTE_DEAD || n->kind == PT_NOTE_ERROR) {
+        snprintf(h.text, sizeof h.text, "%s", n->text ? n->text : "an agent failed");
+    } else {
+        return;
+    }
+    pthread_mutex_lock(&l->held_lock);
+    if (l->held_n == l->held_cap) {
+        int cap = l->held_cap ? 2 * l->held_cap : 64;
+        held *q = realloc(l->held, sizeof *q * (size_t)cap);
+        if (!q) {
+            pthread_mutex_unlock(&l->held_lock);
+            free(h.events);
+            return;
+        }
+        l->held = q;
+        l->held_cap = cap;
+    }
+    l->held[l->held_n++] = h;
+    pthread_mutex_unlock(&l->held_lock);
+}
+
+/* Moves what the restart thread held into the store (the loop's side). */
+static void drain(live *l)
+{
+    pthread_mutex_lock(&l->held_lock);
+    for (int i = 0; i < l->held_n; i++) {
+        held *h = &l->held[i];
+        if (h->kind == PT_NOTE_EVENTS)
+            pt_store_events(l->store, h->events, h->count, h->gen);
+        else if (h->kind == PT_NOTE_METRICS)
+            pt_store_metrics(l->store, &h->metrics, h->gen, h->t_ns);
+        else
+            pt_store_note(l->store, "%s", h->text);
+        free(h->events);
+    }
+    l->held_n = 0;
+    pthread_mutex_unlock(&l->held_lock);
+}
+
 static void on_note(void *user, const pt_session_note *n)
 {
     live *l = user;
     if (!l->store)
         return;
+    if (l->restarting) { /* the restart thread's call: the loop owns the store */
+        hold(l, n);
+        return;
+    }
     switch (n->kind) {
     case PT_NOTE_EVENTS:
         pt_store_events(l->store, n->msg->u.events.events, n->msg->u.events.count, n->msg->gen);
@@ -130,19 +221,64 @@ static int64_t steps_left(const live *l, int64_t done)
     return l->steps > done ? l->steps - done : -1;
 }
 
-/* Stops the run at one step on every stage (the stop saves and commits a
- * checkpoint there, within about an iteration), re-assigns under l->pending
- * resuming at the committed step. */
-static int restart(live *l, pt_error *err)
+/* The restart thread: stops the run at one step on every stage (the stop
+ * saves and commits a checkpoint there, within about an iteration) and
+ * re-assigns under the plan resuming at the committed step, polling the
+ * session (heartbeats included) while it waits. */
+static void *restart_main(void *arg)
 {
-    pt_plan *next = l->pending;
+    live *l = arg;
+    l->restart_rc =
+        pt_run_restart(l->run, l->restart_plan, PT_LIVE_WAIT_MS, &l->restart_step, &l->restart_err);
+    atomic_store(&l->restart_done, 1);
+    return NULL;
+}
+
+/* The cancel hook of the controller's waits: the console is quitting. */
+static int cancelled(void *user, pt_error *err)
+{
+    live *l = user;
+    if (!atomic_load(&l->closing))
+        return 0;
+    pt_error_set(err, PT_ESTATE, "the console quit");
+    return 1;
+}
+
+/* Starts applying l->pending beside the loop. */
+static int restart_begin(live *l, pt_error *err)
+{
+    l->restart_plan = l->pending;
     l->pending = NULL;
-    int64_t step = -1;
-    int rc = pt_run_restart(l->run, next, PT_LIVE_WAIT_MS, &step, err);
-    if (rc < 0) {
-        pt_plan_free(&next);
-        return rc;
+    l->restart_rc = 0;
+    l->restart_step = -1;
+    memset(&l->restart_err, 0, sizeof l->restart_err);
+    atomic_store(&l->restart_done, 0);
+    l->restarting = 1;
+    if (pthread_create(&l->restarter, NULL, restart_main, l) != 0) {
+        l->restarting = 0;
+        pt_plan_free(&l->restart_plan);
+        return pt_error_set(err, PT_EIO, "apply & restart: cannot start its thread");
     }
+    pt_store_note(l->store, "apply & restart: stopping at one step, checkpointing, re-assigning "
+                            "(the console stays live)");
+    return 0;
+}
+
+/* The restart thread ended: the new generation starts (the loop's side).
+ * 0, or the restart's error. */
+static int restart_end(live *l, pt_error *err)
+{
+    pthread_join(l->restarter, NULL);
+    l->restarting = 0;
+    drain(l);
+    pt_plan *next = l->restart_plan;
+    l->restart_plan = NULL;
+    if (l->restart_rc < 0) {
+        pt_plan_free(&next);
+        *err = l->restart_err;
+        return l->restart_rc;
+    }
+    int64_t step = l->restart_step;
     pt_store_set_plan(l->store, next, pt_session_generation(l->s));
     pt_plan_free(&l->plan);
     l->plan = next;
@@ -231,6 +367,24 @@ static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeou
                       l->run_dir);
     }
     pt_error err = {0};
+    if (l->restarting) {
+        drain(l);
+        if (!atomic_load(&l->restart_done))
+            return 0; /* the restart thread drives the controller meanwhile */
+        int rc = restart_end(l, &err);
+        int64_t n = steps_left(l, l->resume);
+        if (rc == 0 && n >= 0)
+            rc = pt_run_start(l->run, n, &err);
+        else if (rc == 0) {
+            l->state = L_DONE;
+            pt_store_note(store, "the run finished its %lld steps", (long long)l->steps);
+        }
+        if (rc < 0) {
+            l->state = L_FAILED;
+            pt_store_note(store, "the run stopped: %s", err.msg);
+        }
+        refresh_agents(l);
+    }
     if (pt_run_poll(l->run, timeout_ms, &err) < 0) {
         pt_store_note(store, "session: %s", err.msg);
         return PT_EIO;
@@ -263,18 +417,12 @@ static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeou
         l->state = L_FAILED;
         pt_store_note(store, "the run failed: %s", err.msg);
     }
+    l->shown_gen = pt_session_generation(l->s);
+    l->shown_agents = pt_session_agent_count(l->s);
     if (l->state == L_RUN && l->pending) {
-        int rc = restart(l, &err);
-        int64_t n = steps_left(l, l->resume);
-        if (rc == 0 && n >= 0)
-            rc = pt_run_start(l->run, n, &err);
-        else if (rc == 0)
-            rs = PT_RUN_FINISHED;
-        if (rc < 0) {
-            l->state = L_FAILED;
-            pt_store_note(store, "the run stopped: %s", err.msg);
-        }
-        refresh_agents(l);
+        if (restart_begin(l, &err) < 0)
+            pt_store_note(store, "%s", err.msg);
+        return 0;
     }
     if (l->state == L_RUN)
         maybe_calibrate(l);
@@ -291,6 +439,10 @@ static int live_apply(pt_source *src, const pt_plan *plan, pt_error *err)
     live *l = src->impl;
     if (l->observed)
         return pt_error_set(err, PT_ESTATE, "%s", PT_LIVE_OBSERVED_WHY);
+    if (l->restarting)
+        return pt_error_set(err, PT_ESTATE,
+                            "a restart is in progress (the run stops, checkpoints and resumes "
+                            "first; apply again once it trains)");
     if (l->state != L_RUN)
         return pt_error_set(err, PT_ESTATE, "the run is not training (%s)",
                             l->state == L_WAIT     ? "still waiting for agents"
@@ -324,13 +476,25 @@ static void live_describe(pt_source *src, char *buf, size_t cap)
 {
     live *l = src->impl;
     static const char *const names[] = {"waiting for agents", "live", "done", "failed"};
-    snprintf(buf, cap, "%s gen %lld, %d agents", names[l->state],
-             (long long)pt_session_generation(l->s), pt_session_agent_count(l->s));
+    /* the figures the loop last read: the session may be the restart thread's now */
+    snprintf(buf, cap, "%s gen %lld, %d agents", l->restarting ? "restarting" : names[l->state],
+             (long long)l->shown_gen, l->shown_agents);
 }
 
 static void live_close(pt_source *src)
 {
     live *l = src->impl;
+    if (l->restarting) { /* the restart gives up at its next wait */
+        atomic_store(&l->closing, 1);
+        pthread_join(l->restarter, NULL);
+        l->restarting = 0;
+        drain(l);
+        pt_plan_free(&l->restart_plan);
+    }
+    for (int i = 0; i < l->held_n; i++)
+        free(l->held[i].events);
+    free(l->held);
+    pthread_mutex_destroy(&l->held_lock);
     if (l->run) {
         if (l->state == L_RUN)
             pt_run_stop(l->run, "console quit", PT_LIVE_EXIT_MS, NULL);
@@ -358,6 +522,7 @@ int pt_source_live_new(const pt_live_opts *o, pt_source **out, pt_error *err)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
     l->base.vt = &live_vt;
     l->base.impl = l;
+    pthread_mutex_init(&l->held_lock, NULL);
     l->expect = o->expect_agents > 0 ? o->expect_agents : pt_plan_agent_count(o->plan);
     l->steps = o->steps;
     l->seed = o->seed > 0 ? o->seed : 1;
@@ -392,7 +557,7 @@ int pt_source_live_new(const pt_live_opts *o, pt_source **out, pt_error *err)
     if (rc == 0)
         rc = pt_plan_save(l->plan, plan_path, err);
     pt_run_config cfg = {l->run_dir, o->listen, NULL, l->expect, on_note,  l,
-                         NULL,       NULL,      NULL, NULL,      o->spawn, o->spawn};
+                         cancelled,  l,         NULL, NULL,      o->spawn, o->spawn};
     if (rc == 0 && (rc = pt_run_create(&cfg, &l->run, err)) == 0)
         l->s = pt_run_session(l->run);
     if (rc == 0)

@@ -9,11 +9,14 @@
  * one common step (the session's two-round stop, docs/protocol.md "Stopping
  * at one step"). Apply & restart (pt_source_vt.apply) refuses, leaving the
  * run as it is, when the run is not training or the plan needs a device no
- * live agent has; otherwise on the next poll the source stops the agents
- * (each saves its layers: a checkpoint), waits until
- * the checkpoint is committed, assigns the new plan as a new generation
- * resuming from that step, and starts again. Closing stops the run and ends every agent it spawned
- * (bye, a bounded wait, then SIGKILL).
+ * live agent has; otherwise from the next poll on a thread of its own stops
+ * the agents (each saves its layers: a checkpoint), waits until the
+ * checkpoint is committed and assigns the new plan as a new generation
+ * resuming from that step, while the console's loop goes on (keys, redraws;
+ * what the session hears meanwhile is handed to the store by the loop's
+ * polls), and the poll after it ended starts the run again. While it runs
+ * the thread alone drives the controller; a second apply is refused. Closing stops the run and ends
+ * every agent it spawned (bye, a bounded wait, then SIGKILL).
  *
  * Calibration: once each generation has PT_LIVE_CAL_STEPS steps in the
  * store, the source fits the cost model to that generation's ops in the run

@@ -467,3 +467,50 @@ int pt_store_timeline(const pt_store *s, int64_t first_step, int64_t last_step,
         *origin_ns = origin == INT64_MAX ? 0 : origin;
     return 0;
 }
+
+/* A copy of n elements of size sz (NULL for none); *ok cleared on no memory. */
+static void *dup_array(const void *src, size_t n, size_t sz, int *ok)
+{
+    if (!src || n == 0)
+        return NULL;
+    void *d = malloc(n * sz);
+    if (!d)
+        *ok = 0;
+    else
+        memcpy(d, src, n * sz);
+    return d;
+}
+
+int pt_store_clone(const pt_store *s, pt_store **out)
+{
+    *out = NULL;
+    pt_store *c = malloc(sizeof *c);
+    if (!c)
+        return PT_ENOMEM;
+    *c = *s;
+    int ok = 1;
+    c->ring = dup_array(s->ring, (size_t)s->ring_cap, sizeof *s->ring, &ok);
+    c->steps = dup_array(s->steps, (size_t)s->step_cap, sizeof *s->steps, &ok);
+    c->mem = dup_array(s->mem, PT_STORE_MEM_SAMPLES, sizeof *s->mem, &ok);
+    c->mem_latest = dup_array(s->mem_latest, (size_t)s->mem_latest_cap, sizeof *s->mem_latest, &ok);
+    c->agents = dup_array(s->agents, (size_t)s->agent_cap, sizeof *s->agents, &ok);
+    c->agent_slots = dup_array(s->agent_slots, (size_t)s->agent_slot_n, sizeof(int), &ok);
+    c->plan = NULL;
+    c->cal_profile = NULL;
+    c->cal_topo = NULL;
+    if (ok && s->plan && !(c->plan = pt_plan_clone(s->plan)))
+        ok = 0;
+    if (ok && s->cal_profile) {
+        char *pj = pt_profile_to_json(s->cal_profile), *tj = pt_topology_to_json(s->cal_topo);
+        ok = pj && tj && pt_profile_parse(pj, "calibration", &c->cal_profile, NULL) == 0 &&
+             pt_topology_parse(tj, "calibration", &c->cal_topo, NULL) == 0;
+        free(pj);
+        free(tj);
+    }
+    if (!ok || !c->ring || !c->mem) {
+        pt_store_free(&c);
+        return PT_ENOMEM;
+    }
+    *out = c;
+    return 0;
+}

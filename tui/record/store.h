@@ -67,6 +67,9 @@ typedef struct pt_store_agent {
 /* span_cap: ring size (0: PT_STORE_SPANS_DEFAULT). *out owns a new store. */
 int pt_store_new(int64_t span_cap, pt_store **out);
 void pt_store_free(pt_store **s_p); /* NULL-safe */
+/* A deep copy of s as it is now (a paused display reads it while s goes
+ * on filling). 0, or PT_ENOMEM with *out NULL. */
+int pt_store_clone(const pt_store *s, pt_store **out);
 /* Forgets everything (agents, plan, series, spans). */
 void pt_store_reset(pt_store *s);
 
