@@ -24,7 +24,7 @@ timeout 300 "$PIPETOP" run --plan "$plan" --model "$model" --data synthetic --it
     --run-dir good >run.out 2>run.err || fail "run: exit $?: $(tail -3 run.err)"
 
 # a damaged line in the middle: read, counted, named
-mkdir bad && cp good/*.json bad/ && cp good/run.ndjson bad/run.ndjson
+cp -r good bad
 lines=$(wc -l <bad/run.ndjson)
 [ "$lines" -gt 8 ] || fail "the run's record has only $lines lines"
 sed -i '5s/.*/{"type": garbage/' bad/run.ndjson

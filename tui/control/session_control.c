@@ -445,9 +445,11 @@ static void take_register(pt_session *s, int i, const pt_msg *m, int64_t now, co
         session_reject(s, i, "control", m->agent, why);
         return;
     }
-    if (i < 0 && key && key[0]) {
+    if (i < 0 && key && key[0] && strcmp(bound_key(s, m->agent), key) != 0) {
         /* a key serves the agents of one node at most (keys may be shared
-         * there): it cannot fill the table with invented names */
+         * there): it cannot fill the table with invented names (names the
+         * console bound to the key, as those of simulated agents sharing one
+         * process's key, are not invented) */
         int held = 0;
         for (int j = 0; j < s->n; j++)
             held += session_live(&s->agents[j]) && !strcmp(s->agents[j].pub.public_key, key);
