@@ -21,6 +21,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "planner/schedule.h"
 #include "protocol/plan.h"
@@ -660,7 +661,10 @@ static inline int ec_run_case(const ec_case *c, const pt_model_spec *spec, const
                              .init_seed = INIT_SEED,
                              .data = ds,
                              .data_seed = DATA_SEED,
-                             .timeout_ms = 20000,
+                             /* a message's wait: under valgrind (PT_MEMCHECK,
+                                scripts/memcheck.sh) 20 s were seen to pass on
+                                a loaded machine before a 4-stage zb-h1 peer sent */
+                             .timeout_ms = getenv("PT_MEMCHECK") ? 180000 : 20000,
                              .on_op = ec_on_op,
                              .user = r->events,
                              .digest = 1,

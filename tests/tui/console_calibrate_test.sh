@@ -1,5 +1,5 @@
 #!/bin/bash
-# pipetop demo, driven in tmux: after PT_LIVE_CAL_STEPS steps of generation 1
+# pipetop demo, driven in tmux: after --calibrate-after steps of generation 1
 # the console calibrates the cost model from the run by itself (the status
 # line says so, the run folder gets the calibrated profile), and the plan
 # view's running plan is then predicted from it, labelled "calibrated g1",
@@ -12,9 +12,11 @@ set -u
 . "${PT_SOURCE_DIR:?}/tests/tui/tmux_lib.sh"
 RUN="$TM_DIR/run"
 
-tm_start 120 40 "$PIPETOP demo --data synthetic --run-dir '$RUN'"
+tm_start 120 40 "$PIPETOP demo --data synthetic --calibrate-after 200 --run-dir '$RUN'"
 tm_check "agents register and train" tm_wait 120 'live gen 1, 4 agents \| step [0-9]+'
 tm_keys 1
+# 200 steps (not the default 10) leave a loaded machine time to draw the
+# plan view before the fit: CI saw the console starved past step 10
 tm_check "before calibration: analytic, the profile's origin named" \
     tm_wait 20 'predicted +[0-9.]+ ms.*\(analytic'
 tm_check "the console calibrates by itself (status line)" tm_wait 120 'calibrated on generation 1'

@@ -31,50 +31,31 @@ static const char usage_text[] =
 
 int pt_cmd_demo(int argc, char **argv)
 {
-    const char *data = "fashion-mnist", *planner = DEMO_PLANNER, *theme = NULL, *view = "timeline",
-               *run_dir = NULL, *topology = DEMO_TOPOLOGY;
-    int64_t steps = 0;
-    double exit_after = 0;
-    int no_mouse = 0;
-    pt_opt opts[] = {
-        {"data", PT_OPT_STRING, &data, 0, 0, 0, "D",
-         "fashion-mnist (default), synthetic, or a path"},
-        {"steps", PT_OPT_INT64, &steps, 0, 1e12, 0, "N",
-         "stop after N steps (default: train until q)"},
-        {"planner", PT_OPT_STRING, &planner, 0, 0, 0, "NAME",
-         "planner for the first plan (default dapple)"},
-        {"theme", PT_OPT_STRING, &theme, 0, 0, 0, "NAME",
-         "colour theme (a file or a name in themes/)"},
-        {"view", PT_OPT_STRING, &view, 0, 0, 0, "V",
-         "view to start in: plan, timeline (default), stats or agents"},
-        {"run-dir", PT_OPT_STRING, &run_dir, 0, 0, 0, "DIR",
-         "record the run there (default runs/<time>/)"},
-        {"no-mouse", PT_OPT_FLAG, &no_mouse, 0, 0, 0, NULL, "ignore the mouse"},
-        {"topology", PT_OPT_STRING, &topology, 0, 0, 0, "T",
-         "devices to start the agents on, at most 4 (default " DEMO_TOPOLOGY
-         "; devices with\n\"compute\": \"cuda:N\" get GPU agents)"},
-        {"exit-after", PT_OPT_DOUBLE, &exit_after, 0, 86400, 0, "X",
-         "quit after X seconds (scripted runs; 0: never)"},
-    };
-    int rc = pt_opts_command("demo", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
-                             usage_text, NULL);
-    if (rc >= 0)
-        return rc;
     pt_console_launch_opts lo = {0};
     lo.model = DEMO_MODEL;
-    lo.topology = topology;
-    lo.planner = planner;
+    lo.topology = DEMO_TOPOLOGY;
+    lo.planner = DEMO_PLANNER;
     lo.global = DEMO_GLOBAL;
     lo.unit_mb = PT_INPUTS_MB_MIN;
     lo.live = 1;
     lo.spawn = 1;
     lo.agents = DEMO_AGENTS;
-    lo.data = data;
-    lo.run_dir = run_dir;
-    lo.steps = steps;
-    lo.theme = theme;
-    lo.no_mouse = no_mouse;
-    lo.exit_after = exit_after;
-    lo.view = view;
+    lo.data = "fashion-mnist";
+    lo.calibrate_after = PT_LIVE_CAL_STEPS;
+    lo.view = "timeline";
+    pt_opt opts[] = {
+        PT_CONSOLE_COMMON_OPTS(lo, "timeline"),
+        {"steps", PT_OPT_INT64, &lo.steps, 0, 1e12, 0, "N",
+         "stop after N steps (default: train until q)"},
+        {"run-dir", PT_OPT_STRING, &lo.run_dir, 0, 0, 0, "DIR",
+         "record the run there (default runs/<time>/)"},
+        {"topology", PT_OPT_STRING, &lo.topology, 0, 0, 0, "T",
+         "devices to start the agents on, at most 4 (default " DEMO_TOPOLOGY
+         "; devices with\n\"compute\": \"cuda:N\" get GPU agents)"},
+    };
+    int rc = pt_opts_command("demo", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
+                             usage_text, NULL);
+    if (rc >= 0)
+        return rc;
     return pt_console_launch_cmd("demo", &lo);
 }

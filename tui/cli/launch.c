@@ -141,6 +141,7 @@ static int live_source(const pt_console_launch_opts *o, pt_inputs *in, pt_source
     lo.spawn = o->spawn;
     lo.run_dir = o->run_dir;
     lo.steps = o->steps;
+    lo.cal_steps = o->calibrate_after > 0 ? o->calibrate_after : -1;
     lo.profile = in->profile;
     lo.topology = in->topo;
     lo.expect_agents = o->agents > 0 ? o->agents : pt_plan_agent_count(in->plan);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "protocol/error.h"
+#include "tui/record/live.h" /* PT_LIVE_CAL_STEPS */
 
 /* What pt_console_launch sets up: inputs by name or path, and where training
  * comes from (none: the simulator only; live: agents, spawned or external). */
@@ -30,12 +31,38 @@ typedef struct pt_console_launch_opts {
     const char *theme;
     int no_mouse;
     double exit_after;
-    int readonly; /* --readonly: monitoring only (pt_console_opts.readonly) */
+    int readonly;            /* --readonly: monitoring only (pt_console_opts.readonly) */
+    int64_t calibrate_after; /* live: steps before a generation is calibrated (0: never) */
     /* --observe DIR: watch a PyTorch run (docs/torch.md): plan and profile
      * as given (both required; model is not read), agents spawned to relay
      * the run's Monitors from DIR (made mode 0700), read-only. NULL: not. */
     const char *observe;
 } pt_console_launch_opts;
+
+/* The options `pipetop console` and `pipetop demo` both take, bound to the
+ * fields of lo (a pt_console_launch_opts variable in scope): one table, put
+ * inside each command's pt_opt initializer, with the literal default of
+ * --view for its help. lo.view, lo.data and lo.planner hold the command's
+ * defaults before the options are parsed (lo.calibrate_after
+ * PT_LIVE_CAL_STEPS, tui/record/live.h); lo.theme, lo.no_mouse and
+ * lo.exit_after start at zero. */
+// clang-format off
+#define PT_CONSOLE_COMMON_OPTS(lo, view_default)                                                   \
+    {"planner", PT_OPT_STRING, &(lo).planner, 0, 0, 0, "NAME",                                     \
+     "planner for the first plan (default dapple)"},                                               \
+    {"data", PT_OPT_STRING, &(lo).data, 0, 0, 0, "D",                                              \
+     "live runs: fashion-mnist (default), synthetic, or a path"},                                  \
+    {"theme", PT_OPT_STRING, &(lo).theme, 0, 0, 0, "NAME",                                         \
+     "colour theme (a file or a name in themes/)"},                                                \
+    {"view", PT_OPT_STRING, &(lo).view, 0, 0, 0, "V",                                              \
+     "view to start in: plan, timeline, stats or agents (default " view_default ")"},              \
+    {"no-mouse", PT_OPT_FLAG, &(lo).no_mouse, 0, 0, 0, NULL, "ignore the mouse"},                  \
+    {"exit-after", PT_OPT_DOUBLE, &(lo).exit_after, 0, 86400, 0, "X",                              \
+     "quit after X seconds (scripted runs; 0: never)"},                                            \
+    {"calibrate-after", PT_OPT_INT64, &(lo).calibrate_after, 0, 1e12, 0, "N",                      \
+     "live runs: fit the cost model after N steps of each generation\n"                            \
+     "(default " PT_OPTS_STR(PT_LIVE_CAL_STEPS) "; 0: never)"}
+// clang-format on
 
 /* Loads or derives model, topology, profile and plan, checks the plan
  * against them, starts the source and runs the console until it quits. A

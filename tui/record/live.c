@@ -47,6 +47,7 @@ typedef struct live {
     int64_t cal_for_gen; /* the generation cal_next counts for */
     int64_t cal_next;    /* its steps in the store before the next fit */
     int64_t cal_done;    /* the newest generation calibrated (0: none) */
+    int64_t cal_steps;   /* pt_live_opts.cal_steps, resolved (< 0: never) */
     /* apply & restart runs beside the console's loop: while `restarting`,
      * the restart thread alone drives the controller (and its session), and
      * what the session tells arrives in `held`, which the loop moves into the
@@ -319,11 +320,11 @@ static void save_calibration(const live *l, const pt_profile *p, const pt_topolo
 static void maybe_calibrate(live *l)
 {
     int64_t gen = pt_session_generation(l->s);
-    if (!l->cal_base || gen <= 0 || l->cal_done == gen)
+    if (!l->cal_base || l->cal_steps < 0 || gen <= 0 || l->cal_done == gen)
         return;
     if (l->cal_for_gen != gen) {
         l->cal_for_gen = gen;
-        l->cal_next = PT_LIVE_CAL_STEPS;
+        l->cal_next = l->cal_steps;
     }
     int64_t n = gen_steps(l->store, gen);
     if (n < l->cal_next)
@@ -527,6 +528,7 @@ int pt_source_live_new(const pt_live_opts *o, pt_source **out, pt_error *err)
     l->steps = o->steps;
     l->seed = o->seed > 0 ? o->seed : 1;
     l->ckpt_every = o->checkpoint_every;
+    l->cal_steps = o->cal_steps ? o->cal_steps : PT_LIVE_CAL_STEPS;
     snprintf(l->data, sizeof l->data, "%s", o->data ? o->data : "fashion-mnist");
     int rc = 0;
     char *mj = pt_model_spec_to_json(o->model);

@@ -18,7 +18,7 @@
  * the thread alone drives the controller; a second apply is refused. Closing stops the run and ends
  * every agent it spawned (bye, a bounded wait, then SIGKILL).
  *
- * Calibration: once each generation has PT_LIVE_CAL_STEPS steps in the
+ * Calibration: once each generation has cal_steps (default PT_LIVE_CAL_STEPS) steps in the
  * store, the source fits the cost model to that generation's ops in the run
  * record (planner/calibrate.h, against the profile and topology it was given)
  * and hands the calibrated profile and topology to the store
@@ -58,6 +58,8 @@ typedef struct pt_live_opts {
     int64_t checkpoint_every;    /* 0: only on stop (apply & restart) */
     const pt_profile *profile;   /* copied; the base of calibration; NULL: no calibration */
     const pt_topology *topology; /* copied; needed with profile */
+    int64_t cal_steps;           /* steps of a generation before it is calibrated:
+                                    0: PT_LIVE_CAL_STEPS; < 0: never */
     /* An observed PyTorch run (docs/torch.md): the spawned agents relay its
      * processes' Monitors from sockets in this folder (pipetop-agent
      * --observe) instead of training; no checkpoints, and apply & restart
