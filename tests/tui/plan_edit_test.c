@@ -199,6 +199,35 @@ static void test_all_partitions_reachable(void)
     pt_profile_free(&prof);
 }
 
+/* A split and a merge keep what the plan says besides its stages: the
+ * replication of a round-robin pipedream plan and the stated precision
+ * (they were dropped, turning such a plan into split-concat). */
+static void test_split_merge_keep_plan_fields(void)
+{
+    pt_profile *prof = make_profile(8);
+    pt_topology *topo = make_topo(4, 16 * GIB);
+    int cuts[] = {0, 4, 8};
+    pt_plan *plan = make_plan(8, 2, cuts);
+    plan->schedule = PT_SCHED_PIPEDREAM;
+    plan->replication = PT_REPL_ROUND_ROBIN;
+    snprintf(plan->precision, sizeof plan->precision, "%s", pt_precision_name(prof->precision));
+    pt_plan_edit *e = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_plan_edit_new(plan, prof, topo, &e, &err) == 0);
+    REQUIRE(pt_plan_edit_split(e, 6, &err) == 0);
+    CHECK(pt_plan_edit_plan(e)->stage_count == 3);
+    CHECK(pt_plan_edit_plan(e)->replication == PT_REPL_ROUND_ROBIN);
+    CHECK(strcmp(pt_plan_edit_plan(e)->precision, pt_precision_name(prof->precision)) == 0);
+    REQUIRE(pt_plan_edit_merge(e, 2, &err) == 0);
+    CHECK(pt_plan_edit_plan(e)->stage_count == 2);
+    CHECK(pt_plan_edit_plan(e)->replication == PT_REPL_ROUND_ROBIN);
+    CHECK(strcmp(pt_plan_edit_plan(e)->precision, pt_precision_name(prof->precision)) == 0);
+    pt_plan_edit_free(&e);
+    pt_plan_free(&plan);
+    pt_topology_free(&topo);
+    pt_profile_free(&prof);
+}
+
 static void test_replicas_split_merge_place(void)
 {
     pt_profile *prof = make_profile(8);
@@ -472,5 +501,6 @@ PT_TEST_MAIN({"boundary_moves", test_boundary_moves_match_simulator},
              {"invalid_edits", test_invalid_edits_refused},
              {"all_partitions", test_all_partitions_reachable},
              {"replicas_split_merge_place", test_replicas_split_merge_place},
+             {"split_merge_keep_plan_fields", test_split_merge_keep_plan_fields},
              {"memory_refusal", test_memory_refusal}, {"planner_gain", test_planner_gain},
              {"chunks", test_chunks})

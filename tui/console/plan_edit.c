@@ -337,6 +337,28 @@ static int free_device(const pt_plan *p, const pt_topology *t, int node)
     return best;
 }
 
+/* A new plan of stage_count empty stages with everything else of cur (model,
+ * layers, micro-batching, schedule and its options, replication, optimizer,
+ * precision; chunks stay pt_plan_new's 1).
+ * NULL: out of memory. */
+static pt_plan *plan_like(const pt_plan *cur, int stage_count)
+{
+    pt_plan *p = pt_plan_new(stage_count);
+    if (!p)
+        return NULL;
+    memcpy(p->model, cur->model, sizeof p->model);
+    p->layer_count = cur->layer_count;
+    p->microbatch_size = cur->microbatch_size;
+    p->microbatch_count = cur->microbatch_count;
+    p->schedule = cur->schedule;
+    p->policy = cur->policy;
+    p->vertical_sync = cur->vertical_sync;
+    p->optimizer = cur->optimizer;
+    p->replication = cur->replication;
+    memcpy(p->precision, cur->precision, sizeof p->precision);
+    return p;
+}
+
 int pt_plan_edit_split(pt_plan_edit *e, int layer, pt_error *err)
 {
     const pt_plan *cur = e->cur.plan;
@@ -349,18 +371,10 @@ int pt_plan_edit_split(pt_plan_edit *e, int layer, pt_error *err)
     if (dev < 0)
         return pt_error_set(err, PT_ENOTFOUND, "no free device for a new stage (all %d in use)",
                             e->topo->device_count);
-    pt_plan *p = pt_plan_new(cur->stage_count + 1);
+    pt_plan *p = plan_like(cur, cur->stage_count + 1);
     if (!p)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
     pt_stage *st = p->stages;
-    memcpy(p->model, cur->model, sizeof p->model);
-    p->layer_count = cur->layer_count;
-    p->microbatch_size = cur->microbatch_size;
-    p->microbatch_count = cur->microbatch_count;
-    p->schedule = cur->schedule;
-    p->policy = cur->policy;
-    p->vertical_sync = cur->vertical_sync;
-    p->optimizer = cur->optimizer;
     int rc = 0;
     for (int i = 0, j = 0; i < cur->stage_count && rc == 0; i++) {
         const pt_stage *c = &cur->stages[i];
@@ -391,17 +405,9 @@ int pt_plan_edit_merge(pt_plan_edit *e, int b, pt_error *err)
     if (b < 1 || b >= cur->stage_count)
         return pt_error_set(err, PT_EINVAL, "no boundary %d to remove (the plan has %d stages)", b,
                             cur->stage_count);
-    pt_plan *p = pt_plan_new(cur->stage_count - 1);
+    pt_plan *p = plan_like(cur, cur->stage_count - 1);
     if (!p)
         return pt_error_set(err, PT_ENOMEM, "out of memory");
-    memcpy(p->model, cur->model, sizeof p->model);
-    p->layer_count = cur->layer_count;
-    p->microbatch_size = cur->microbatch_size;
-    p->microbatch_count = cur->microbatch_count;
-    p->schedule = cur->schedule;
-    p->policy = cur->policy;
-    p->vertical_sync = cur->vertical_sync;
-    p->optimizer = cur->optimizer;
     int rc = 0;
     for (int i = 0, j = 0; i < cur->stage_count && rc == 0; i++) {
         const pt_stage *c = &cur->stages[i];
