@@ -16,16 +16,6 @@ static double elems(int rank, const int *dims)
     return n;
 }
 
-/* A tensor named prefix + name; a name past PT_LAYER_TENSOR_NAME_MAX is cut
- * (the bodies' prefixes are checked, residual_tensors). */
-static void add(pt_layer_tensors *t, const char *name, int rank, int64_t d0, int64_t d1)
-{
-    char full[PT_LAYER_TENSOR_NAME_MAX];
-    if (snprintf(full, sizeof full, "%s%s", t->prefix, name) < 0)
-        full[0] = 0;
-    t->add(t->user, full, rank, d0, d1);
-}
-
 /* ---- linear ------------------------------------------------------------ */
 
 static const char *const linear_keys[] = {"type", "name", "out", "bias", NULL};
@@ -67,9 +57,9 @@ static int linear_tensors(pt_layer_tensors *t, const pt_layer_spec *l, int depth
                           const int *dims, pt_error *err)
 {
     (void)depth, (void)err;
-    add(t, "weight", 2, rank > 0 ? dims[rank - 1] : 0, l->out);
+    pt_layer_tensor_add(t, "weight", 2, rank > 0 ? dims[rank - 1] : 0, l->out);
     if (l->bias)
-        add(t, "bias", 1, l->out, 0);
+        pt_layer_tensor_add(t, "bias", 1, l->out, 0);
     return 0;
 }
 
@@ -169,8 +159,8 @@ static int layernorm_tensors(pt_layer_tensors *t, const pt_layer_spec *l, int de
 {
     (void)l, (void)depth, (void)err;
     int64_t last = rank > 0 ? dims[rank - 1] : 0;
-    add(t, "gain", 1, last, 0);
-    add(t, "bias", 1, last, 0);
+    pt_layer_tensor_add(t, "gain", 1, last, 0);
+    pt_layer_tensor_add(t, "bias", 1, last, 0);
     return 0;
 }
 
@@ -242,9 +232,9 @@ static int embedding_tensors(pt_layer_tensors *t, const pt_layer_spec *l, int de
     (void)depth;
     if (rank >= PT_SHAPE_MAX)
         return pt_error_set(err, PT_EINVAL, "%s: input of rank %d is too deep", l->name, rank);
-    add(t, "table", 2, l->vocab, l->dim);
+    pt_layer_tensor_add(t, "table", 2, l->vocab, l->dim);
     if (l->positional)
-        add(t, "pos", 2, dims[0], l->dim);
+        pt_layer_tensor_add(t, "pos", 2, dims[0], l->dim);
     return 0;
 }
 
@@ -333,10 +323,10 @@ static int attention_tensors(pt_layer_tensors *t, const pt_layer_spec *l, int de
 {
     (void)l, (void)depth, (void)err;
     int64_t last = rank > 0 ? dims[rank - 1] : 0;
-    add(t, "wqkv", 2, last, 3 * last);
-    add(t, "bqkv", 1, 3 * last, 0);
-    add(t, "wo", 2, last, last);
-    add(t, "bo", 1, last, 0);
+    pt_layer_tensor_add(t, "wqkv", 2, last, 3 * last);
+    pt_layer_tensor_add(t, "bqkv", 1, 3 * last, 0);
+    pt_layer_tensor_add(t, "wo", 2, last, last);
+    pt_layer_tensor_add(t, "bo", 1, last, 0);
     return 0;
 }
 
@@ -467,8 +457,8 @@ static int residual_tensors(pt_layer_tensors *t, const pt_layer_spec *l, int dep
         pt_layer_tensors sub = *t;
         int n = snprintf(sub.prefix, sizeof sub.prefix, "%sbody.%d.", t->prefix, b);
         if (n < 0 || n + 16 >= (int)sizeof sub.prefix)
-            return pt_error_set(err, PT_EINVAL, "%s: its tensors' names are too long (%s)",
-                                l->name, sub.prefix);
+            return pt_error_set(err, PT_EINVAL, "%s: its tensors' names are too long (%s)", l->name,
+                                sub.prefix);
         int rc = pt_layer_tensors_of(&sub, &l->body[b], depth + 1, &rank, dims, err);
         if (rc < 0)
             return rc;

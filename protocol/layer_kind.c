@@ -115,6 +115,14 @@ int pt_layer_tensors_of(pt_layer_tensors *t, const pt_layer_spec *l, int depth, 
     return rc < 0 ? rc : pt_layer_out_shape(l, depth, rank, dims, err);
 }
 
+void pt_layer_tensor_add(pt_layer_tensors *t, const char *name, int rank, int64_t d0, int64_t d1)
+{
+    char full[PT_LAYER_TENSOR_NAME_MAX];
+    if (snprintf(full, sizeof full, "%s%s", t->prefix, name) < 0)
+        full[0] = 0;
+    t->add(t->user, full, rank, d0, d1);
+}
+
 int pt_layer_check_size(pt_jr *jr, const char *path, const char *key, int v)
 {
     if (v < 1)

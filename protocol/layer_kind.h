@@ -125,6 +125,9 @@ int pt_layer_tensors_of(pt_layer_tensors *t, const pt_layer_spec *l, int depth, 
 
 /* ---- for writing a kind's facts ---- */
 
+/* Adds tensor t->prefix + name (a name past PT_LAYER_TENSOR_NAME_MAX is cut;
+ * a body's prefix is checked where it is made). */
+void pt_layer_tensor_add(pt_layer_tensors *t, const char *name, int rank, int64_t d0, int64_t d1);
 /* 0, or PT_ERANGE unless 1 <= v <= PT_MODEL_DIM_MAX (path and key named). */
 int pt_layer_check_size(pt_jr *jr, const char *path, const char *key, int v);
 /* Floats per sample of a shape, and the shape as "[a,b]". */
