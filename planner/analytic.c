@@ -6,161 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* What the layout rules need: element bytes and which layout. */
-typedef struct layout_ctx {
-    double e;      /* bytes per activation element */
-    int megatron;  /* Megatron-LM's layout (Korthikanti et al.), else the runtime's */
-    int selective; /* megatron: selective recomputation of the attention core */
-} layout_ctx;
+#include "protocol/layer_kind.h"
 
-/* Per sample, in bytes: what a layer keeps for its backward besides its
- * input and output, its backward scratch, its split-backward hold besides
- * its own output gradient; its forward kernel launches. */
-typedef struct layer_mem {
-    double saved, scratch, keep;
-    int kernels;
-} layer_mem;
-
-/* 1 when a layer of this spec has parameters. */
-static int has_params(const pt_layer_spec *l)
-{
-    switch (l->kind) {
-    case PT_LAYER_LINEAR:
-    case PT_LAYER_LAYERNORM:
-    case PT_LAYER_EMBEDDING:
-    case PT_LAYER_ATTENTION:
-        return 1;
-    case PT_LAYER_RESIDUAL:
-        for (int j = 0; j < l->body_count; j++)
-            if (has_params(&l->body[j]))
-                return 1;
-        return 0;
-    default:
-        return 0;
-    }
-}
-
-static double elems(int rank, const int *dims)
-{
-    double n = 1;
-    for (int i = 0; i < rank; i++)
-        n *= dims[i];
-    return n;
-}
-
-/* Attention on [T, D] with H heads: Q, K, V and the context, TD each, and
- * per head the T x T probabilities (the runtime) or, in Megatron's layout,
- * the softmax output, its dropout mask (one byte) and the dropout output,
- * which selective recomputation recomputes instead of keeping. */
-static void attention_memory(const layout_ctx *x, double T, double D, double H, layer_mem *m)
-{
-    double qkvc = (PT_ANALYTIC_QKV + 1) * T * D * x->e, probs = H * T * T;
-    if (!x->megatron) {
-        m->saved = m->scratch = qkvc + probs * x->e;
-    } else {
-        m->saved = qkvc + (x->selective ? 0 : probs * (2 * x->e + PT_ANALYTIC_MASK_BYTES));
-        m->scratch = qkvc + probs * x->e;
-    }
-    m->kernels = PT_ANALYTIC_ATTENTION_KERNELS + x->megatron; /* + the probabilities' dropout */
-}
-
-static void layer_memory(const layout_ctx *x, const pt_layer_spec *l, int *rank, int *dims,
-                         layer_mem *m);
-
-/* A residual: its body's inner outputs, saved bytes and (megatron) the
- * dropout mask before the addition; scratch: the body's input gradients but
- * the first, plus its largest scratch. */
-static void residual_memory(const layout_ctx *x, const pt_layer_spec *l, int *rank, int *dims,
-                            layer_mem *m)
-{
-    double in = elems(*rank, dims), inner = 0, kept = 0, grads = 0, widest = 0;
-    int kernels = 1; /* the addition */
-    for (int j = 0; j < l->body_count; j++) {
-        layer_mem b;
-        if (j > 0)
-            grads += elems(*rank, dims) * x->e;
-        layer_memory(x, &l->body[j], rank, dims, &b);
-        if (j + 1 < l->body_count) {
-            double out = elems(*rank, dims) * x->e;
-            inner += out;
-            /* the output gradient of an inner body layer with parameters */
-            if (has_params(&l->body[j]))
-                m->keep += out;
-        }
-        m->keep += b.keep;
-        kept += b.saved;
-        kernels += b.kernels;
-        if (b.scratch > widest)
-            widest = b.scratch;
-    }
-    /* the runtime keeps the body's output besides its input; Megatron's fused
-     * bias-dropout-add keeps a one-byte mask */
-    m->saved = inner + kept + (x->megatron ? in * PT_ANALYTIC_MASK_BYTES : in * x->e);
-    m->scratch = grads + widest;
-    m->kernels = kernels;
-}
-
-/* The layout rules of analytic.h for one layer with input shape (rank,
- * dims); writes its output shape. */
-static void layer_memory(const layout_ctx *x, const pt_layer_spec *l, int *rank, int *dims,
-                         layer_mem *m)
-{
-    double in = elems(*rank, dims);
-    int last = dims[*rank - 1];
-    memset(m, 0, sizeof *m);
-    m->kernels = 1;
-    switch (l->kind) {
-    case PT_LAYER_LINEAR:
-        dims[*rank - 1] = l->out;
-        break;
-    case PT_LAYER_EMBEDDING:
-        dims[1] = l->dim;
-        *rank = 2;
-        m->kernels = 1 + (l->positional != 0);
-        if (x->megatron) /* the embedding dropout's mask */
-            m->saved = elems(*rank, dims) * PT_ANALYTIC_MASK_BYTES;
-        break;
-    case PT_LAYER_LAYERNORM:
-        /* a mean and 1/std per row; Korthikanti et al. leave them out */
-        m->saved = x->megatron ? 0 : PT_ANALYTIC_LAYERNORM_STATS * (in / last) * x->e;
-        break;
-    case PT_LAYER_ATTENTION:
-        attention_memory(x, dims[0], dims[1], l->heads, m);
-        break;
-    case PT_LAYER_SOFTMAX_XENT:
-        /* one int32 label per row; Megatron also keeps the fp32 logits */
-        m->saved = (in / last) * PT_ANALYTIC_LABEL_BYTES + (x->megatron ? in * 4 : 0);
-        break;
-    case PT_LAYER_RESIDUAL:
-        residual_memory(x, l, rank, dims, m);
-        break;
-    default: /* relu, gelu: the chain keeps their input and output */
-        break;
-    }
-}
-
-/* The core of each attention layer in [first body layer...]: FLOPs and
- * bytes per sample its forward spends on the scores and the probabilities
- * (what selective recomputation runs again in the backward). */
-static void attention_core(const pt_layer_spec *l, int rank, const int *dims, double e,
-                           double *flops, double *bytes, int *kernels)
-{
-    int r = rank, d[PT_SHAPE_MAX];
-    memcpy(d, dims, sizeof d);
-    const pt_layer_spec *body = l->kind == PT_LAYER_RESIDUAL ? l->body : l;
-    int count = l->kind == PT_LAYER_RESIDUAL ? l->body_count : 1;
-    layout_ctx plain = {e, 0, 0};
-    for (int j = 0; j < count; j++) {
-        if (body[j].kind == PT_LAYER_ATTENTION && r == 2) {
-            double T = d[0], D = d[1], H = body[j].heads;
-            *flops += PT_ANALYTIC_ATTENTION_CORE_FLOPS * T * T * D;
-            *bytes += PT_ANALYTIC_ATTENTION_CORE_PASSES * H * T * T * e;
-            *kernels += PT_ANALYTIC_ATTENTION_CORE_KERNELS;
-        }
-        layer_mem ignore;
-        layer_memory(&plain, &body[j], &r, d, &ignore);
-    }
-}
+/* The layout rules of analytic.h, per layer kind, are its facts
+ * (protocol/layer_kind.h: pt_layer_memory, pt_layer_core, pt_layer_has_params). */
+typedef pt_layer_layout layout_ctx;
+typedef pt_layer_mem layer_mem;
 
 static double cost_ms(double flops, double bytes, double flop_rate, double bandwidth)
 {
@@ -225,15 +76,15 @@ static int fill_layer(const run *r, const layer_in *li, pt_profile_layer *l)
     layer_mem m;
     int rank = li->rank, dims[PT_SHAPE_MAX];
     memcpy(dims, li->dims, sizeof dims);
-    layer_memory(&r->x, li->spec, &rank, dims, &m);
+    pt_layer_memory(&r->x, li->spec, &rank, dims, &m);
     double b = r->b, out = (double)li->shape->out_elems, params = (double)li->shape->params;
-    int embedding = li->spec->kind == PT_LAYER_EMBEDDING;
+    int embedding = (pt_layer_kind_flags(li->spec->kind) & PT_LKF_TOKENS) != 0;
     /* an embedding reads only the rows it gathers */
     double weights_read = embedding && out * b < params ? out * b : params;
     double act_traffic = (li->in_elems + out) * b * r->x.e;
     double bytes = act_traffic + weights_read * r->wbytes, flops = li->shape->fwd_flops * b;
     double launch = r->dev->launch_us / PT_ANALYTIC_US_PER_MS;
-    int kernels_bwd = has_params(li->spec) ? 2 * m.kernels : m.kernels;
+    int kernels_bwd = pt_layer_has_params(li->spec) ? 2 * m.kernels : m.kernels;
     snprintf(l->name, sizeof l->name, "%s", li->spec->name);
     l->fwd_ms = cost_ms(flops, bytes, r->flop_rate, r->dev->mem_bandwidth) + m.kernels * launch;
     l->bwd_ms = cost_ms(PT_ANALYTIC_BWD_FACTOR * flops, PT_ANALYTIC_BWD_FACTOR * bytes,
@@ -243,7 +94,7 @@ static int fill_layer(const run *r, const layer_in *li, pt_profile_layer *l)
     if (r->x.selective) {
         double cf = 0, cb = 0;
         int ck = 0;
-        attention_core(li->spec, li->rank, li->dims, r->x.e, &cf, &cb, &ck);
+        pt_layer_core(li->spec, li->rank, li->dims, r->x.e, &cf, &cb, &ck);
         if (ck > 0)
             l->bwd_ms += cost_ms(cf * b, cb * b, r->flop_rate, r->dev->mem_bandwidth) + ck * launch;
     }
@@ -264,7 +115,8 @@ static int fill_layer(const run *r, const layer_in *li, pt_profile_layer *l)
         bytes_of(params * r->wbytes, &l->param_bytes) < 0 ||
         bytes_of(m.saved * b, &l->saved_bytes) < 0 ||
         bytes_of(m.scratch * b, &l->scratch_bytes) < 0 ||
-        bytes_of(((has_params(li->spec) ? out * r->x.e : 0) + m.keep) * b, &l->keep_bytes) < 0)
+        bytes_of(((pt_layer_has_params(li->spec) ? out * r->x.e : 0) + m.keep) * b,
+                 &l->keep_bytes) < 0)
         return PT_ERANGE;
     return 0;
 }
@@ -287,7 +139,7 @@ static int profile_layers(const pt_model_spec *spec, const pt_layer_shape *shape
                                 "2^53 bytes at batch %g",
                                 spec->name, i, spec->layers[i].name, r->b);
         layer_mem ignore;
-        layer_memory(&r->x, li.spec, &li.rank, li.dims, &ignore);
+        pt_layer_memory(&r->x, li.spec, &li.rank, li.dims, &ignore);
         li.in_elems = (double)shapes[i].out_elems;
     }
     return 0;

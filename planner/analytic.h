@@ -80,6 +80,7 @@
 #include "planner/roofline.h"
 #include "protocol/device.h"
 #include "protocol/error.h"
+#include "protocol/layer_kind.h"
 #include "protocol/model.h"
 #include "protocol/profile.h"
 
@@ -91,24 +92,10 @@
 /* Backward work relative to forward: an input gradient and a weight
  * gradient; the roofline floor's figure, so the two cannot differ. */
 #define PT_ANALYTIC_BWD_FACTOR PT_ROOFLINE_BWD_FACTOR
-/* Layernorm keeps a mean and a 1/std per row; attention keeps Q, K and V. */
-#define PT_ANALYTIC_LAYERNORM_STATS 2
-#define PT_ANALYTIC_QKV             3
-/* A dropout mask keeps one byte per element (Megatron-LM). */
-#define PT_ANALYTIC_MASK_BYTES 1
-/* A label or a token id is an int32. */
-#define PT_ANALYTIC_LABEL_BYTES 4
-#define PT_ANALYTIC_TOKEN_BYTES 4
-/* Attention's forward kernels: QKV, Q K^T, softmax, P V, output projection. */
-#define PT_ANALYTIC_ATTENTION_KERNELS 5
-/* Its core (what selective recomputation runs again): Q K^T and P V, 2 T^2 D
- * FLOPs each per sample; the scores written, read and written by the
- * softmax, read by P V; three kernels. */
-#define PT_ANALYTIC_ATTENTION_CORE_FLOPS   4.0
-#define PT_ANALYTIC_ATTENTION_CORE_PASSES  4.0
-#define PT_ANALYTIC_ATTENTION_CORE_KERNELS 3
-#define PT_ANALYTIC_MS_PER_S               1000.0
-#define PT_ANALYTIC_US_PER_MS              1000.0
+/* The per-kind layout figures (PT_ANALYTIC_QKV, _MASK_BYTES, _LABEL_BYTES,
+ * _ATTENTION_*, ...) are with the layer kinds' facts, protocol/layer_kind.h. */
+#define PT_ANALYTIC_MS_PER_S  1000.0
+#define PT_ANALYTIC_US_PER_MS 1000.0
 /* Largest byte count a profile holds exactly (2^53, integers in JSON). */
 #define PT_ANALYTIC_BYTES_MAX 9007199254740992.0
 

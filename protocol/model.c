@@ -1,7 +1,7 @@
 /* Model spec: parser, writer, shape inference (docs/formats.md, "Model spec").
  *
- * Each layer kind is one row of `kinds`: its JSON name, its fields, and how it
- * reads, writes and infers shapes. A new layer kind is a new row. */
+ * The chains of layers; each layer's own fields, shape and figures are its
+ * kind's facts (protocol/layer_kind.h), reached through pt_layer_facts_of. */
 #include "protocol/model.h"
 
 #include <math.h>
@@ -13,394 +13,15 @@
 #include "protocol/datadir.h"
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
+#include "protocol/layer_kind.h"
 
-/* Shape flowing through a chain during inference, with where it sits. */
-typedef struct shape_ctx {
-    pt_jr *jr;
-    const pt_model_spec *spec;
-    int64_t params_total; /* running sum, checked against PT_MODEL_PARAMS_MAX */
-} shape_ctx;
-
-typedef struct kind_ops {
-    const char *name;
-    const char *const *keys; /* every field the layer object may hold */
-    int (*parse)(pt_jr *jr, const cJSON *obj, const char *path, int depth, pt_layer_spec *l);
-    int (*write)(cJSON *obj, const pt_layer_spec *l); /* 0 or PT_ENOMEM */
-    /* io holds the input shape on entry and the layer's figures on return. */
-    int (*shape)(shape_ctx *c, const pt_layer_spec *l, const char *path, int depth,
-                 pt_layer_shape *io);
-} kind_ops;
-
-static const kind_ops *ops_of(pt_layer_kind kind);
-static int parse_chain(pt_jr *jr, const cJSON *arr, int n, const char *path, int depth,
-                       pt_layer_spec **out);
-static cJSON *write_chain(const pt_layer_spec *layers, int n);
-static int shape_chain(shape_ctx *c, const pt_layer_spec *layers, int n, const char *path,
-                       int depth, pt_layer_shape *io, pt_layer_shape *each);
-
-/* ---- shape helpers ---------------------------------------------------- */
-
-static int64_t elems_of(const pt_layer_shape *s)
-{
-    int64_t n = 1;
-    for (int i = 0; i < s->rank; i++)
-        n *= s->dims[i];
-    return n;
-}
-
-static void format_shape(char *out, size_t cap, const pt_layer_shape *s)
-{
-    size_t n = (size_t)snprintf(out, cap, "[");
-    for (int i = 0; i < s->rank && n < cap; i++)
-        n += (size_t)snprintf(out + n, cap - n, "%s%d", i ? "," : "", s->dims[i]);
-    if (n < cap)
-        snprintf(out + n, cap - n, "]");
-}
-
-static int check_size(pt_jr *jr, const char *path, const char *key, int v)
-{
-    if (v < 1)
-        return pt_jr_fail(jr, PT_ERANGE, path, key, "must be > 0 (got %d)", v);
-    if (v > PT_MODEL_DIM_MAX)
-        return pt_jr_fail(jr, PT_ERANGE, path, key, "must be <= %d (got %d)", PT_MODEL_DIM_MAX, v);
-    return 0;
-}
-
-static int add_params(shape_ctx *c, const char *path, int64_t params)
+static int add_params(pt_layer_shape_ctx *c, const char *path, int64_t params)
 {
     if (params > PT_MODEL_PARAMS_MAX - c->params_total)
         return pt_jr_fail(c->jr, PT_ERANGE, path, NULL, "the model has more than %lld parameters",
                           (long long)PT_MODEL_PARAMS_MAX);
     c->params_total += params;
     return 0;
-}
-
-/* ---- linear ------------------------------------------------------------ */
-
-static const char *const linear_keys[] = {"type", "name", "out", "bias", NULL};
-
-static int linear_parse(pt_jr *jr, const cJSON *obj, const char *path, int depth, pt_layer_spec *l)
-{
-    (void)depth;
-    int rc = pt_jr_int(jr, obj, path, "out", PT_JR_REQUIRED, 0, 1, PT_MODEL_DIM_MAX, &l->out);
-    if (rc == 0)
-        rc = pt_jr_bool(jr, obj, path, "bias", PT_JR_OPTIONAL, 1, &l->bias);
-    return rc;
-}
-
-static int linear_write(cJSON *obj, const pt_layer_spec *l)
-{
-    if (!pt_jr_add_number(obj, "out", l->out))
-        return PT_ENOMEM;
-    if (!l->bias && !cJSON_AddFalseToObject(obj, "bias"))
-        return PT_ENOMEM;
-    return 0;
-}
-
-static int linear_shape(shape_ctx *c, const pt_layer_spec *l, const char *path, int depth,
-                        pt_layer_shape *io)
-{
-    (void)depth;
-    int rc = check_size(c->jr, path, "out", l->out);
-    if (rc < 0)
-        return rc;
-    int64_t in = io->dims[io->rank - 1];
-    int64_t rows = elems_of(io) / in;
-    io->dims[io->rank - 1] = l->out;
-    io->params = in * l->out + (l->bias ? l->out : 0);
-    io->fwd_flops = 2.0 * (double)in * l->out * (double)rows;
-    return 0;
-}
-
-/* ---- relu, gelu -------------------------------------------------------- */
-
-static const char *const plain_keys[] = {"type", "name", NULL};
-
-static int plain_parse(pt_jr *jr, const cJSON *obj, const char *path, int depth, pt_layer_spec *l)
-{
-    (void)jr, (void)obj, (void)path, (void)depth, (void)l;
-    return 0;
-}
-
-static int plain_write(cJSON *obj, const pt_layer_spec *l)
-{
-    (void)obj, (void)l;
-    return 0;
-}
-
-static int relu_shape(shape_ctx *c, const pt_layer_spec *l, const char *path, int depth,
-                      pt_layer_shape *io)
-{
-    (void)c, (void)l, (void)path, (void)depth;
-    io->fwd_flops = PT_FLOPS_RELU_PER_ELEM * (double)elems_of(io);
-    return 0;
-}
-
-static int gelu_shape(shape_ctx *c, const pt_layer_spec *l, const char *path, int depth,
-                      pt_layer_shape *io)
-{
-    (void)c, (void)l, (void)path, (void)depth;
-    io->fwd_flops = PT_FLOPS_GELU_PER_ELEM * (double)elems_of(io);
-    return 0;
-}
-
-/* ---- layernorm --------------------------------------------------------- */
-
-static const char *const layernorm_keys[] = {"type", "name", "eps", NULL};
-
-static int layernorm_parse(pt_jr *jr, const cJSON *obj, const char *path, int depth,
-                           pt_layer_spec *l)
-{
-    (void)depth;
-    double eps;
-    pt_jr_range r = {0.0, 1.0, 1, 1};
-    int rc = pt_jr_num(jr, obj, path, "eps", PT_JR_OPTIONAL, PT_LAYERNORM_EPS_DEFAULT, r, &eps);
-    if (rc == 0)
-        l->eps = (float)eps;
-    if (rc == 0 && !(l->eps > 0.0f))
-        rc = pt_jr_fail(jr, PT_ERANGE, path, "eps", "must be > 0 (got %g)", eps);
-    return rc;
-}
-
-static int layernorm_write(cJSON *obj, const pt_layer_spec *l)
-{
-    if (l->eps != PT_LAYERNORM_EPS_DEFAULT &&
-        !pt_jr_add_number(obj, "eps", pt_jr_short_float(l->eps)))
-        return PT_ENOMEM;
-    return 0;
-}
-
-static int layernorm_shape(shape_ctx *c, const pt_layer_spec *l, const char *path, int depth,
-                           pt_layer_shape *io)
-{
-    (void)depth;
-    if (!(l->eps > 0.0f && l->eps < 1.0f))
-        return pt_jr_fail(c->jr, PT_ERANGE, path, "eps", "must be in (0, 1) (got %g)",
-                          (double)l->eps);
-    io->params = 2LL * io->dims[io->rank - 1];
-    io->fwd_flops = PT_FLOPS_LAYERNORM_PER_ELEM * (double)elems_of(io);
-    return 0;
-}
-
-/* ---- embedding --------------------------------------------------------- */
-
-static const char *const embedding_keys[] = {"type", "name", "vocab", "dim", "positional", NULL};
-
-static int embedding_parse(pt_jr *jr, const cJSON *obj, const char *path, int depth,
-                           pt_layer_spec *l)
-{
-    (void)depth;
-    int rc = pt_jr_int(jr, obj, path, "vocab", PT_JR_REQUIRED, 0, 1, PT_MODEL_DIM_MAX, &l->vocab);
-    if (rc == 0)
-        rc = pt_jr_int(jr, obj, path, "dim", PT_JR_REQUIRED, 0, 1, PT_MODEL_DIM_MAX, &l->dim);
-    if (rc == 0)
-        rc = pt_jr_bool(jr, obj, path, "positional", PT_JR_OPTIONAL, 1, &l->positional);
-    return rc;
-}
-
-static int embedding_write(cJSON *obj, const pt_layer_spec *l)
-{
-    if (!pt_jr_add_number(obj, "vocab", l->vocab) || !pt_jr_add_number(obj, "dim", l->dim))
-        return PT_ENOMEM;
-    if (!l->positional && !cJSON_AddFalseToObject(obj, "positional"))
-        return PT_ENOMEM;
-    return 0;
-}
-
-static int embedding_shape(shape_ctx *c, const pt_layer_spec *l, const char *path, int depth,
-                           pt_layer_shape *io)
-{
-    int rc;
-    if ((rc = check_size(c->jr, path, "vocab", l->vocab)) < 0 ||
-        (rc = check_size(c->jr, path, "dim", l->dim)) < 0)
-        return rc;
-    /* Where an embedding may stand is checked by the chain; here io is the
-     * model input, [T] token ids. */
-    if (depth > 0 || io->rank != 1)
-        return pt_jr_fail(c->jr, PT_EINVAL, path, "type",
-                          "embedding must be the first layer of a tokens model");
-    int64_t t = io->dims[0];
-    io->rank = 2;
-    io->dims[1] = l->dim;
-    io->params = (int64_t)l->vocab * l->dim + (l->positional ? t * l->dim : 0);
-    io->fwd_flops = l->positional ? (double)t * l->dim : 0.0;
-    return 0;
-}
-
-/* ---- attention --------------------------------------------------------- */
-
-static const char *const attention_keys[] = {"type", "name", "heads", NULL};
-
-static int attention_parse(pt_jr *jr, const cJSON *obj, const char *path, int depth,
-                           pt_layer_spec *l)
-{
-    (void)depth;
-    return pt_jr_int(jr, obj, path, "heads", PT_JR_REQUIRED, 0, 1, PT_MODEL_DIM_MAX, &l->heads);
-}
-
-static int attention_write(cJSON *obj, const pt_layer_spec *l)
-{
-    return pt_jr_add_number(obj, "heads", l->heads) ? 0 : PT_ENOMEM;
-}
-
-static int attention_shape(shape_ctx *c, const pt_layer_spec *l, const char *path, int depth,
-                           pt_layer_shape *io)
-{
-    (void)depth;
-    int rc = check_size(c->jr, path, "heads", l->heads);
-    if (rc < 0)
-        return rc;
-    if (io->rank != 2) {
-        char s[64];
-        format_shape(s, sizeof s, io);
-        return pt_jr_fail(c->jr, PT_EINVAL, path, "type", "attention needs a [T,D] input (got %s)",
-                          s);
-    }
-    double t = io->dims[0];
-    int64_t d = io->dims[1];
-    if (d % l->heads != 0)
-        return pt_jr_fail(c->jr, PT_EINVAL, path, "heads",
-                          "%d heads do not divide the model width %lld", l->heads, (long long)d);
-    /* Wqkv [D,3D] + bias 3D, Wo [D,D] + bias D. */
-    io->params = d * 3 * d + 3 * d + d * d + d;
-    /* QKV projection, scores Q K^T and weights x V (T x T x D each), output projection. */
-    io->fwd_flops = 2.0 * t * (double)d * 3.0 * (double)d + 2.0 * t * t * (double)d * 2.0 +
-                    2.0 * t * (double)d * (double)d;
-    return 0;
-}
-
-/* ---- residual ---------------------------------------------------------- */
-
-static const char *const residual_keys[] = {"type", "name", "body", NULL};
-
-static int residual_parse(pt_jr *jr, const cJSON *obj, const char *path, int depth,
-                          pt_layer_spec *l)
-{
-    if (depth + 1 > PT_MODEL_NESTING_MAX)
-        return pt_jr_fail(jr, PT_ERANGE, path, "body", "residual bodies nested more than %d deep",
-                          PT_MODEL_NESTING_MAX);
-    const cJSON *arr;
-    int n;
-    int rc = pt_jr_array(jr, obj, path, "body", PT_JR_REQUIRED, 1, &arr, &n);
-    if (rc < 0)
-        return rc;
-    char bpath[PT_JPATH_MAX];
-    pt_jr_join(bpath, sizeof bpath, path, "body");
-    if (n > PT_MODEL_LAYERS_MAX)
-        return pt_jr_fail(jr, PT_ERANGE, bpath, NULL, "more than %d layers", PT_MODEL_LAYERS_MAX);
-    rc = parse_chain(jr, arr, n, bpath, depth + 1, &l->body);
-    if (rc == 0)
-        l->body_count = n;
-    return rc;
-}
-
-static int residual_write(cJSON *obj, const pt_layer_spec *l)
-{
-    cJSON *body = write_chain(l->body, l->body_count);
-    if (!body)
-        return PT_ENOMEM;
-    cJSON_AddItemToObject(obj, "body", body);
-    return 0;
-}
-
-static int residual_shape(shape_ctx *c, const pt_layer_spec *l, const char *path, int depth,
-                          pt_layer_shape *io)
-{
-    char bpath[PT_JPATH_MAX];
-    pt_jr_join(bpath, sizeof bpath, path, "body");
-    if (!l->body || l->body_count < 1)
-        return pt_jr_fail(c->jr, PT_EINVAL, bpath, NULL, "must not be empty");
-    if (depth + 1 > PT_MODEL_NESTING_MAX)
-        return pt_jr_fail(c->jr, PT_ERANGE, bpath, NULL, "residual bodies nested more than %d deep",
-                          PT_MODEL_NESTING_MAX);
-    pt_layer_shape out = *io;
-    int rc = shape_chain(c, l->body, l->body_count, bpath, depth + 1, &out, NULL);
-    if (rc < 0)
-        return rc;
-    int same = out.rank == io->rank;
-    for (int i = 0; same && i < io->rank; i++)
-        same = out.dims[i] == io->dims[i];
-    if (!same) {
-        char a[64], b[64];
-        format_shape(a, sizeof a, io);
-        format_shape(b, sizeof b, &out);
-        return pt_jr_fail(c->jr, PT_EINVAL, bpath, NULL,
-                          "changes the shape %s to %s; a residual body must keep it", a, b);
-    }
-    io->params = out.params;
-    io->fwd_flops = out.fwd_flops + PT_FLOPS_RESIDUAL_PER_ELEM * (double)elems_of(io);
-    return 0;
-}
-
-/* ---- softmax_xent ------------------------------------------------------ */
-
-static const char *const softmax_keys[] = {"type", "name", "classes", NULL};
-
-static int softmax_parse(pt_jr *jr, const cJSON *obj, const char *path, int depth, pt_layer_spec *l)
-{
-    (void)depth;
-    return pt_jr_int(jr, obj, path, "classes", PT_JR_REQUIRED, 0, 2, PT_MODEL_DIM_MAX, &l->classes);
-}
-
-static int softmax_write(cJSON *obj, const pt_layer_spec *l)
-{
-    return pt_jr_add_number(obj, "classes", l->classes) ? 0 : PT_ENOMEM;
-}
-
-static int softmax_shape(shape_ctx *c, const pt_layer_spec *l, const char *path, int depth,
-                         pt_layer_shape *io)
-{
-    (void)depth;
-    if (l->classes < 2 || l->classes > PT_MODEL_DIM_MAX)
-        return pt_jr_fail(c->jr, PT_ERANGE, path, "classes", "must be in [2, %d] (got %d)",
-                          PT_MODEL_DIM_MAX, l->classes);
-    int last = io->dims[io->rank - 1];
-    if (last != l->classes)
-        return pt_jr_fail(c->jr, PT_EINVAL, path, "classes",
-                          "%d classes but the layer before gives %d features", l->classes, last);
-    io->fwd_flops = PT_FLOPS_SOFTMAX_XENT_PER_ELEM * (double)elems_of(io);
-    return 0;
-}
-
-/* ---- the table --------------------------------------------------------- */
-
-static const kind_ops kinds[PT_LAYER_KIND_COUNT] = {
-    [PT_LAYER_LINEAR] = {"linear", linear_keys, linear_parse, linear_write, linear_shape},
-    [PT_LAYER_RELU] = {"relu", plain_keys, plain_parse, plain_write, relu_shape},
-    [PT_LAYER_GELU] = {"gelu", plain_keys, plain_parse, plain_write, gelu_shape},
-    [PT_LAYER_LAYERNORM] = {"layernorm", layernorm_keys, layernorm_parse, layernorm_write,
-                            layernorm_shape},
-    [PT_LAYER_EMBEDDING] = {"embedding", embedding_keys, embedding_parse, embedding_write,
-                            embedding_shape},
-    [PT_LAYER_ATTENTION] = {"attention", attention_keys, attention_parse, attention_write,
-                            attention_shape},
-    [PT_LAYER_RESIDUAL] = {"residual", residual_keys, residual_parse, residual_write,
-                           residual_shape},
-    [PT_LAYER_SOFTMAX_XENT] = {"softmax_xent", softmax_keys, softmax_parse, softmax_write,
-                               softmax_shape},
-};
-
-static const kind_ops *ops_of(pt_layer_kind kind)
-{
-    if ((int)kind < 0 || kind >= PT_LAYER_KIND_COUNT)
-        return NULL;
-    return &kinds[kind];
-}
-
-const char *pt_layer_kind_name(pt_layer_kind kind)
-{
-    const kind_ops *ops = ops_of(kind);
-    return ops ? ops->name : NULL;
-}
-
-int pt_layer_kind_parse(const char *name, pt_layer_kind *out)
-{
-    for (int k = 0; name && k < PT_LAYER_KIND_COUNT; k++)
-        if (!strcmp(kinds[k].name, name)) {
-            *out = (pt_layer_kind)k;
-            return 0;
-        }
-    return PT_ENOTFOUND;
 }
 
 /* ---- names ------------------------------------------------------------- */
@@ -452,12 +73,13 @@ static int parse_layer(pt_jr *jr, const cJSON *obj, const char *path, int index,
         char list[160] = "";
         size_t n = 0;
         for (int k = 0; k < PT_LAYER_KIND_COUNT && n < sizeof list; k++)
-            n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", k ? ", " : "", kinds[k].name);
+            n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", k ? ", " : "",
+                                  pt_layer_kind_name((pt_layer_kind)k));
         return pt_jr_fail(jr, PT_EINVAL, path, "type", "unknown layer type \"%s\" (known: %s)",
                           type, list);
     }
     l->kind = kind;
-    const kind_ops *ops = ops_of(kind);
+    const pt_layer_facts *ops = pt_layer_facts_of(kind);
     if ((rc = pt_jr_keys(jr, obj, path, ops->keys)) < 0)
         return rc;
     char def[PT_NAME_MAX];
@@ -469,8 +91,8 @@ static int parse_layer(pt_jr *jr, const cJSON *obj, const char *path, int index,
 }
 
 /* Parses n layer objects of arr (at path) into a new array *out. */
-static int parse_chain(pt_jr *jr, const cJSON *arr, int n, const char *path, int depth,
-                       pt_layer_spec **out)
+int pt_layer_parse_chain(pt_jr *jr, const cJSON *arr, int n, const char *path, int depth,
+                         pt_layer_spec **out)
 {
     *out = NULL;
     pt_layer_spec *layers = calloc((size_t)n, sizeof *layers);
@@ -552,11 +174,37 @@ static int parse_input(pt_jr *jr, const cJSON *root, pt_model_spec *m)
 
 /* ---- shape inference --------------------------------------------------- */
 
+/* Where layer i of a chain of n may stand: a layer reading tokens first in a
+ * tokens model, the loss last in the model, and only there. */
+static int check_place(pt_layer_shape_ctx *c, const pt_layer_spec *l, const char *lpath, int top,
+                       int i, int n)
+{
+    unsigned f = pt_layer_kind_flags(l->kind);
+    const char *name = pt_layer_kind_name(l->kind);
+    int tokens = c->spec && c->spec->input_kind == PT_INPUT_TOKENS;
+    if ((f & PT_LKF_TOKENS) && !(top && i == 0))
+        return pt_jr_fail(c->jr, PT_EINVAL, lpath, "type",
+                          "%s must be the first layer of the model", name);
+    if ((f & PT_LKF_TOKENS) && !tokens)
+        return pt_jr_fail(c->jr, PT_EINVAL, lpath, "type",
+                          "%s needs a tokens input (input.kind is float)", name);
+    if (top && i == 0 && tokens && !(f & PT_LKF_TOKENS))
+        return pt_jr_fail(c->jr, PT_EINVAL, lpath, "type",
+                          "a tokens model must start with an embedding layer (got %s)", name);
+    if ((f & PT_LKF_LOSS) && !(top && i == n - 1))
+        return pt_jr_fail(c->jr, PT_EINVAL, lpath, "type", "%s must be the last layer of the model",
+                          name);
+    if (top && i == n - 1 && !(f & PT_LKF_LOSS))
+        return pt_jr_fail(c->jr, PT_EINVAL, lpath, "type",
+                          "the last layer must be softmax_xent (got %s)", name);
+    return 0;
+}
+
 /* Infers the chain's shapes from io (its input); leaves io as its output
  * with params and fwd_flops summed over the chain. each (may be NULL)
  * receives every layer's own figures. */
-static int shape_chain(shape_ctx *c, const pt_layer_spec *layers, int n, const char *path,
-                       int depth, pt_layer_shape *io, pt_layer_shape *each)
+int pt_layer_shape_chain(pt_layer_shape_ctx *c, const pt_layer_spec *layers, int n,
+                         const char *path, int depth, pt_layer_shape *io, pt_layer_shape *each)
 {
     pt_layer_shape cur = *io;
     int64_t params = 0;
@@ -566,30 +214,15 @@ static int shape_chain(shape_ctx *c, const pt_layer_spec *layers, int n, const c
         const pt_layer_spec *l = &layers[i];
         char lpath[PT_JPATH_MAX];
         snprintf(lpath, sizeof lpath, "%s[%d]", path, i);
-        const kind_ops *ops = ops_of(l->kind);
-        if (!ops)
-            return pt_jr_fail(c->jr, PT_EINVAL, lpath, "type", "unknown layer kind %d",
-                              (int)l->kind);
-        int tokens = c->spec->input_kind == PT_INPUT_TOKENS;
-        if (l->kind == PT_LAYER_EMBEDDING && !(top && i == 0))
-            return pt_jr_fail(c->jr, PT_EINVAL, lpath, "type",
-                              "embedding must be the first layer of the model");
-        if (l->kind == PT_LAYER_EMBEDDING && !tokens)
-            return pt_jr_fail(c->jr, PT_EINVAL, lpath, "type",
-                              "embedding needs a tokens input (input.kind is float)");
-        if (top && i == 0 && tokens && l->kind != PT_LAYER_EMBEDDING)
-            return pt_jr_fail(c->jr, PT_EINVAL, lpath, "type",
-                              "a tokens model must start with an embedding layer (got %s)",
-                              ops->name);
-        if (l->kind == PT_LAYER_SOFTMAX_XENT && !(top && i == n - 1))
-            return pt_jr_fail(c->jr, PT_EINVAL, lpath, "type",
-                              "softmax_xent must be the last layer of the model");
-        if (top && i == n - 1 && l->kind != PT_LAYER_SOFTMAX_XENT)
-            return pt_jr_fail(c->jr, PT_EINVAL, lpath, "type",
-                              "the last layer must be softmax_xent (got %s)", ops->name);
+        const pt_layer_facts *ops = pt_layer_facts_of(l->kind);
+        int rc = ops ? check_place(c, l, lpath, top, i, n)
+                     : pt_jr_fail(c->jr, PT_EINVAL, lpath, "type", "unknown layer kind %d",
+                                  (int)l->kind);
+        if (rc < 0)
+            return rc;
         cur.params = 0;
         cur.fwd_flops = 0.0;
-        int rc = ops->shape(c, l, lpath, depth, &cur);
+        rc = ops->shape(c, l, lpath, depth, &cur);
         if (rc < 0)
             return rc;
         cur.out_elems = 1;
@@ -600,8 +233,9 @@ static int shape_chain(shape_ctx *c, const pt_layer_spec *layers, int n, const c
                                   (long long)PT_MODEL_ELEMS_MAX);
             cur.out_elems *= cur.dims[d];
         }
-        /* A residual's params are its body's, already counted there. */
-        if (l->kind != PT_LAYER_RESIDUAL && (rc = add_params(c, lpath, cur.params)) < 0)
+        /* A body's params are counted in the body. */
+        if (!(pt_layer_kind_flags(l->kind) & PT_LKF_BODY) &&
+            (rc = add_params(c, lpath, cur.params)) < 0)
             return rc;
         if (each)
             each[i] = cur;
@@ -638,8 +272,8 @@ static int spec_shapes(pt_jr *jr, const pt_model_spec *spec, pt_layer_shape *sha
     }
     if (spec->layer_count < 1 || !spec->layers)
         return pt_jr_fail(jr, PT_EINVAL, "layers", NULL, "must not be empty");
-    shape_ctx c = {jr, spec, 0};
-    return shape_chain(&c, spec->layers, spec->layer_count, "layers", 0, &io, shapes);
+    pt_layer_shape_ctx c = {jr, spec, 0};
+    return pt_layer_shape_chain(&c, spec->layers, spec->layer_count, "layers", 0, &io, shapes);
 }
 
 int pt_model_spec_shapes(const pt_model_spec *spec, pt_layer_shape *shapes, pt_error *err)
@@ -699,7 +333,7 @@ int pt_model_spec_from_tree(const cJSON *root, const char *source, pt_model_spec
         rc = pt_jr_fail(&jr, PT_ERANGE, "layers", NULL, "more than %d layers", PT_MODEL_LAYERS_MAX);
         goto done;
     }
-    if ((rc = parse_chain(&jr, arr, n, "layers", 0, &m->layers)) < 0)
+    if ((rc = pt_layer_parse_chain(&jr, arr, n, "layers", 0, &m->layers)) < 0)
         goto done;
     m->layer_count = n;
     shapes = calloc((size_t)n, sizeof *shapes);
@@ -738,14 +372,14 @@ int pt_model_spec_find(const char *name, pt_model_spec **out, pt_error *err)
 
 /* ---- writing ----------------------------------------------------------- */
 
-static cJSON *write_chain(const pt_layer_spec *layers, int n)
+cJSON *pt_layer_write_chain(const pt_layer_spec *layers, int n)
 {
     cJSON *arr = cJSON_CreateArray();
     if (!arr)
         return NULL;
     for (int i = 0; i < n; i++) {
         const pt_layer_spec *l = &layers[i];
-        const kind_ops *ops = ops_of(l->kind);
+        const pt_layer_facts *ops = pt_layer_facts_of(l->kind);
         cJSON *o = cJSON_CreateObject();
         if (!o || !ops) {
             cJSON_Delete(o);
@@ -755,7 +389,7 @@ static cJSON *write_chain(const pt_layer_spec *layers, int n)
         cJSON_AddItemToArray(arr, o);
         char def[PT_NAME_MAX];
         default_name(def, sizeof def, l->kind, i);
-        if (!cJSON_AddStringToObject(o, "type", ops->name) ||
+        if (!cJSON_AddStringToObject(o, "type", pt_layer_kind_name(l->kind)) ||
             (strcmp(l->name, def) && !cJSON_AddStringToObject(o, "name", l->name)) ||
             ops->write(o, l) < 0) {
             cJSON_Delete(arr);
@@ -777,7 +411,7 @@ cJSON *pt_model_spec_to_tree(const pt_model_spec *spec)
     cJSON *root = cJSON_CreateObject();
     cJSON *input = cJSON_CreateObject();
     cJSON *shape = cJSON_CreateArray();
-    cJSON *layers = write_chain(spec->layers, spec->layer_count);
+    cJSON *layers = pt_layer_write_chain(spec->layers, spec->layer_count);
     if (!root || !input || !shape || !layers) {
         cJSON_Delete(root);
         cJSON_Delete(input);

@@ -10,30 +10,35 @@
 #include <stdint.h>
 
 #include "protocol/error.h"
+#include "protocol/layer_kinds.h"
 
 struct cJSON;
 
 #define PT_NAME_MAX  64
 #define PT_SHAPE_MAX 4
 
+/* Facts of a layer kind (the flags of its line in protocol/layer_kinds.h). */
+#define PT_LKF_PARAMS 1u /* has learnable parameters of its own */
+#define PT_LKF_BODY                                                                                \
+    2u /* holds a body chain (spec body, body_count); its parameters are its body's */
+#define PT_LKF_TOKENS                                                                              \
+    4u                 /* reads token ids: the first layer of a tokens model, and reads only the   \
+                          rows of its table it gathers */
+#define PT_LKF_LOSS 8u /* the loss: the model's last layer, reads the labels ("classes") */
+
 typedef enum pt_layer_kind {
-    PT_LAYER_LINEAR,    /* y = x W + b over the last dimension; "out", "bias" (default true) */
-    PT_LAYER_RELU,      /* elementwise */
-    PT_LAYER_GELU,      /* elementwise, tanh approximation */
-    PT_LAYER_LAYERNORM, /* over the last dimension, learned gain and bias; "eps" (1e-5) */
-    PT_LAYER_EMBEDDING, /* token ids [T] -> [T, dim]; "vocab", "dim", "positional" (learned, default
-                           true) */
-    PT_LAYER_ATTENTION, /* causal multi-head self-attention on [T, D]: "heads"; D % heads == 0 */
-    PT_LAYER_RESIDUAL,  /* y = x + body(x); "body": a chain whose output shape equals its input's */
-    PT_LAYER_SOFTMAX_XENT, /* softmax cross-entropy over the last dim, "classes"; must be the last
-                              layer */
-    PT_LAYER_KIND_COUNT
+#define PT_LAYER_ENUM_(E, name, flags) PT_LAYER_##E,
+    PT_LAYER_LIST(PT_LAYER_ENUM_)
+#undef PT_LAYER_ENUM_
+        PT_LAYER_KIND_COUNT
 } pt_layer_kind;
 
 /* Name used in JSON ("linear", "relu", ...), or NULL for an invalid kind. */
 const char *pt_layer_kind_name(pt_layer_kind kind);
 /* Kind for a JSON name; returns 0 or PT_ENOTFOUND. */
 int pt_layer_kind_parse(const char *name, pt_layer_kind *out);
+/* The kind's PT_LKF_* flags; 0 for an invalid kind. */
+unsigned pt_layer_kind_flags(pt_layer_kind kind);
 
 typedef struct pt_layer_spec {
     pt_layer_kind kind;
@@ -74,14 +79,14 @@ typedef struct pt_layer_shape {
 } pt_layer_shape;
 
 /* Limits that keep shape arithmetic exact and inputs from outside bounded. */
-#define PT_MODEL_DIM_MAX         (1 << 24) /* any size: out, vocab, dim, heads, classes, input dims */
-#define PT_MODEL_ELEMS_MAX       (1LL << 40) /* floats per sample of any activation */
+#define PT_MODEL_DIM_MAX   (1 << 24)   /* any size: out, vocab, dim, heads, classes, input dims */
+#define PT_MODEL_ELEMS_MAX (1LL << 40) /* floats per sample of any activation */
 /* Learnable floats of the whole model: 2^42 (4.4e12), above the largest
  * models planned (GPT-3, 1.75e11; trillion-parameter ones), below what
  * no machine could hold (2^48 floats is a petabyte of weights). */
-#define PT_MODEL_PARAMS_MAX (1LL << 42)
-#define PT_MODEL_LAYERS_MAX      4096        /* layers of one chain (top level or a body) */
-#define PT_MODEL_NESTING_MAX     8           /* residual bodies inside residual bodies */
+#define PT_MODEL_PARAMS_MAX      (1LL << 42)
+#define PT_MODEL_LAYERS_MAX      4096 /* layers of one chain (top level or a body) */
+#define PT_MODEL_NESTING_MAX     8    /* residual bodies inside residual bodies */
 #define PT_LAYERNORM_EPS_DEFAULT 1e-5f
 
 /* Forward FLOPs per element of the layer's output, for the layers whose cost

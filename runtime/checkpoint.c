@@ -13,13 +13,13 @@
 
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
+#include "protocol/layer_kind.h"
 
 #define PATH_BYTES 4096
 /* Most parameter tensors one top-level layer may have (a residual body's included). */
 #define MAX_LAYER_TENSORS 256
 /* Alternative file names tried per tensor before giving up. */
 #define MAX_NAME_SLOTS 8
-#define MAX_NESTING    8
 
 /* ---- the tensors of a layer, from the spec ---- */
 
@@ -28,13 +28,13 @@ typedef struct tensor_list {
     int max, n;
 } tensor_list;
 
-static void add_tensor(tensor_list *tl, const char *prefix, const char *name, int rank, int64_t d0,
-                       int64_t d1)
+static void add_tensor(void *user, const char *name, int rank, int64_t d0, int64_t d1)
 {
+    tensor_list *tl = user;
     if (tl->n < tl->max) {
         pt_ckpt_tensor *t = &tl->out[tl->n];
         memset(t, 0, sizeof *t);
-        snprintf(t->name, sizeof t->name, "%s%s", prefix, name);
+        snprintf(t->name, sizeof t->name, "%s", name);
         t->rank = rank;
         t->shape[0] = d0;
         t->shape[1] = rank > 1 ? d1 : 0;
@@ -43,58 +43,17 @@ static void add_tensor(tensor_list *tl, const char *prefix, const char *name, in
     tl->n++;
 }
 
-/* Appends the tensors of a chain of layers to tl, propagating the per-sample
- * shape (rank, dims) through it, as runtime/layer.h lays parameters out. */
+/* Appends the tensors of a chain of layers to tl (each kind's facts say
+ * which: protocol/layer_kind.h), propagating the per-sample shape (rank,
+ * dims) through it. */
 static int chain_tensors(const pt_layer_spec *layers, int count, int *rank, int *dims,
-                         const char *prefix, int depth, tensor_list *tl, pt_error *err)
+                         tensor_list *tl, pt_error *err)
 {
-    if (depth > MAX_NESTING)
-        return pt_error_set(err, PT_EINVAL, "residual bodies nested deeper than %d", MAX_NESTING);
+    pt_layer_tensors t = {add_tensor, tl, ""};
     for (int i = 0; i < count; i++) {
-        const pt_layer_spec *l = &layers[i];
-        int64_t last = *rank > 0 ? dims[*rank - 1] : 0;
-        switch (l->kind) {
-        case PT_LAYER_LINEAR:
-            add_tensor(tl, prefix, "weight", 2, last, l->out);
-            if (l->bias)
-                add_tensor(tl, prefix, "bias", 1, l->out, 0);
-            dims[*rank - 1] = l->out;
-            break;
-        case PT_LAYER_LAYERNORM:
-            add_tensor(tl, prefix, "gain", 1, last, 0);
-            add_tensor(tl, prefix, "bias", 1, last, 0);
-            break;
-        case PT_LAYER_EMBEDDING:
-            add_tensor(tl, prefix, "table", 2, l->vocab, l->dim);
-            if (l->positional)
-                add_tensor(tl, prefix, "pos", 2, dims[0], l->dim);
-            if (*rank >= PT_SHAPE_MAX)
-                return pt_error_set(err, PT_EINVAL, "%s: input of rank %d is too deep", l->name,
-                                    *rank);
-            dims[(*rank)++] = l->dim;
-            break;
-        case PT_LAYER_ATTENTION:
-            add_tensor(tl, prefix, "wqkv", 2, last, 3 * last);
-            add_tensor(tl, prefix, "bqkv", 1, 3 * last, 0);
-            add_tensor(tl, prefix, "wo", 2, last, last);
-            add_tensor(tl, prefix, "bo", 1, last, 0);
-            break;
-        case PT_LAYER_RESIDUAL: {
-            int body_rank = *rank, body_dims[PT_SHAPE_MAX];
-            memcpy(body_dims, dims, sizeof body_dims);
-            for (int b = 0; b < l->body_count; b++) {
-                char sub[PT_CKPT_NAME_MAX];
-                snprintf(sub, sizeof sub, "%sbody.%d.", prefix, b);
-                int rc =
-                    chain_tensors(&l->body[b], 1, &body_rank, body_dims, sub, depth + 1, tl, err);
-                if (rc < 0)
-                    return rc;
-            }
-            break;
-        }
-        default: /* relu, gelu, softmax_xent: no parameters, shape unchanged */
-            break;
-        }
+        int rc = pt_layer_tensors_of(&t, &layers[i], 0, rank, dims, err);
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
@@ -107,11 +66,11 @@ int pt_ckpt_layer_tensors(const pt_model_spec *spec, int layer, pt_ckpt_tensor *
     int rank = spec->input_rank, dims[PT_SHAPE_MAX] = {0};
     memcpy(dims, spec->input, sizeof(int) * (size_t)rank);
     tensor_list none = {NULL, 0, 0};
-    int rc = chain_tensors(spec->layers, layer, &rank, dims, "", 0, &none, err);
+    int rc = chain_tensors(spec->layers, layer, &rank, dims, &none, err);
     if (rc < 0)
         return rc;
     tensor_list tl = {out, max, 0};
-    rc = chain_tensors(&spec->layers[layer], 1, &rank, dims, "", 0, &tl, err);
+    rc = chain_tensors(&spec->layers[layer], 1, &rank, dims, &tl, err);
     return rc < 0 ? rc : tl.n;
 }
 

@@ -222,13 +222,13 @@ void pt_data_order(int64_t n, uint64_t seed, int64_t epoch, int64_t *order)
     }
 }
 
-/* The classes of a model: those of its final softmax_xent layer. */
+/* The classes of a model: those of its final loss layer (softmax_xent). */
 static int model_classes(const pt_model_spec *spec)
 {
     if (spec->layer_count <= 0)
         return 0;
     const pt_layer_spec *last = &spec->layers[spec->layer_count - 1];
-    return last->kind == PT_LAYER_SOFTMAX_XENT ? last->classes : 0;
+    return pt_layer_kind_flags(last->kind) & PT_LKF_LOSS ? last->classes : 0;
 }
 
 int pt_dataset_open(const char *name, const pt_model_spec *spec, pt_data_split split, uint64_t seed,

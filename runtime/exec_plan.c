@@ -146,183 +146,239 @@ static int bwd_done(dry *d, int i, int mb)
     return 0;
 }
 
+/* The checks every op of a micro-batch's backward half makes: its state,
+ * stashing as in its forward, and the weight version it reads. */
+static int mb_op_ok(dry *d, int i, int state, const char *why)
+{
+    const pt_op *op = &d->p->ops[d->wk->op_begin + i];
+    int stash = op->flags & PT_OPF_STASH, rc;
+    if ((rc = want_state(d, i, op->mb, state, why)) < 0)
+        return rc;
+    if (!stash != !d->stashed[op->mb])
+        return fail(d, i, "stashing differs from the micro-batch's forward");
+    return stash ? 0 : read_version(d, i, op->version);
+}
+
+static int step_recv_act(dry *d, int i, const pt_op *op, pt_xop *x)
+{
+    int mb = op->mb, rc;
+    if ((rc = want_state(d, i, mb, MB_NONE, "activations arrive after the forward")) < 0)
+        return rc;
+    if (d->in[mb] < 0) {
+        d->in[mb] = pool_get(&d->ins);
+        d->in_rows[mb] = 0;
+    }
+    x->buf = d->in[mb];
+    d->in_rows[mb] += op->row_hi - op->row_lo;
+    return 0;
+}
+
+static int step_fwd(dry *d, int i, const pt_op *op, pt_xop *x)
+{
+    const pt_worker *wk = d->wk;
+    int mb = op->mb, rc;
+    if ((rc = want_state(d, i, mb, MB_NONE, "a second forward of the micro-batch")) < 0)
+        return rc;
+    if (wk->stage > 0) {
+        if (d->in[mb] < 0 || d->in_rows[mb] != d->rows)
+            return fail(d, i, "forward before all its input rows were received");
+        x->buf = d->in[mb];
+        pool_put(&d->ins, d->in[mb]);
+        d->in[mb] = -1;
+    }
+    if ((rc = read_version(d, i, op->version)) < 0)
+        return rc;
+    x->slot = d->slot[mb] = pool_get(&d->slots);
+    d->state[mb] = MB_FWD;
+    d->stashed[mb] = op->flags & PT_OPF_STASH ? 1 : 0;
+    if (wk->stage == d->p->stage_count - 1) {
+        int g = d->group[mb];
+        const pt_op *cover = g < d->n ? &d->p->ops[wk->op_begin + g] : NULL;
+        int count = cover && cover->kind == PT_OP_OPT_STEP ? cover->mb_end - cover->mb
+                                                           : d->p->mb_per_window;
+        x->step_samples = (int64_t)count * d->p->mb_size;
+    }
+    return 0;
+}
+
+static int step_recv_grad(dry *d, int i, const pt_op *op, pt_xop *x)
+{
+    int mb = op->mb, rc;
+    if ((rc = want_state(d, i, mb, MB_FWD, "a gradient for a micro-batch not in flight")) < 0)
+        return rc;
+    if (d->dy[mb] < 0) {
+        d->dy[mb] = pool_get(&d->dys);
+        d->dy_rows[mb] = 0;
+    }
+    x->buf = d->dy[mb];
+    d->dy_rows[mb] += op->row_hi - op->row_lo;
+    return 0;
+}
+
+/* BWD and BWD_INPUT. */
+static int step_bwd(dry *d, int i, const pt_op *op, pt_xop *x)
+{
+    const pt_worker *wk = d->wk;
+    int mb = op->mb, rc;
+    if ((rc = mb_op_ok(d, i, MB_FWD, "backward of a micro-batch not in flight")) < 0)
+        return rc;
+    if (wk->stage != d->p->stage_count - 1) {
+        if (d->dy[mb] < 0 || d->dy_rows[mb] != d->rows)
+            return fail(d, i, "backward before all its output gradients were received");
+        x->buf = d->dy[mb];
+        pool_put(&d->dys, d->dy[mb]);
+        d->dy[mb] = -1;
+    }
+    if (wk->stage > 0) {
+        x->buf2 = d->dx[mb] = pool_get(&d->dxs);
+        d->dx_rows[mb] = 0;
+    }
+    x->slot = d->slot[mb];
+    if (op->kind == PT_OP_BWD_INPUT) {
+        /* the slot (activations, stash) stays until the BWD_WEIGHT */
+        d->state[mb] = MB_BIN;
+        d->split_mb = mb;
+        return 0;
+    }
+    return bwd_done(d, i, mb);
+}
+
+static int step_bwd_weight(dry *d, int i, const pt_op *op, pt_xop *x)
+{
+    int mb = op->mb, stash = op->flags & PT_OPF_STASH, rc;
+    if ((rc = want_state(d, i, mb, MB_BIN, "weight gradient before its BWD_INPUT")) < 0)
+        return rc;
+    if (!stash != !d->stashed[mb])
+        return fail(d, i, "stashing differs from the micro-batch's forward");
+    if (d->wk->recompute && d->split_mb != mb)
+        return fail(d, i,
+                    "a recomputing stage runs the BWD_WEIGHT right after its BWD_INPUT (the "
+                    "recomputed activations are kept for one micro-batch)");
+    if (!stash && (rc = read_version(d, i, op->version)) < 0)
+        return rc;
+    x->slot = d->slot[mb];
+    return bwd_done(d, i, mb);
+}
+
+static int step_send_grad(dry *d, int i, const pt_op *op, pt_xop *x)
+{
+    int mb = op->mb;
+    if (d->state[mb] != MB_BIN && d->state[mb] != MB_BWD)
+        return fail(d, i, "sends a gradient before its backward");
+    if (d->dx[mb] < 0)
+        return fail(d, i, "sends more gradient rows than the backward produced");
+    x->buf = d->dx[mb];
+    d->dx_rows[mb] += op->row_hi - op->row_lo;
+    if (d->dx_rows[mb] >= d->rows) {
+        pool_put(&d->dxs, d->dx[mb]);
+        d->dx[mb] = -1;
+    }
+    return 0;
+}
+
+static int step_allreduce(dry *d, int i, const pt_op *op, pt_xop *x)
+{
+    const pt_worker *wk = d->wk;
+    int g = d->group[op->mb];
+    for (int m = op->mb; m < op->mb_end; m++) {
+        if (d->state[m] != MB_BWD && pt_sched_owns(d->p, wk, m))
+            return fail(d, i, "all-reduces gradients of a backward not yet run");
+        if (d->group[m] != g)
+            return fail(d, i, "covers micro-batches of different optimizer steps");
+    }
+    if (d->group_buf[g] < 0)
+        return fail(d, i, "no gradient to all-reduce");
+    x->gbuf = d->group_buf[g];
+    x->trivial = wk->replica_count < 2;
+    if (op->flags & PT_OPF_ASYNC) {
+        d->fifo[d->fifo_tail++] = i;
+        if (d->fifo_tail - d->fifo_head > d->plan->fifo_peak)
+            d->plan->fifo_peak = d->fifo_tail - d->fifo_head;
+        d->ar_pending[g]++;
+        if (!x->trivial)
+            d->plan->needs.needs_collective = 1;
+    } else {
+        d->ar_done[g] = 1;
+    }
+    return 0;
+}
+
+static int step_ar_wait(dry *d, int i, const pt_op *op, pt_xop *x)
+{
+    if (d->fifo_head == d->fifo_tail)
+        return fail(d, i, "waits with no asynchronous all-reduce outstanding");
+    const pt_op *a = &d->p->ops[d->wk->op_begin + d->fifo[d->fifo_head]];
+    if (a->mb != op->mb || a->mb_end != op->mb_end)
+        return fail(d, i, "waits for other micro-batches than the oldest all-reduce");
+    int g = d->group[a->mb];
+    d->fifo_head++;
+    d->ar_pending[g]--;
+    d->ar_done[g] = !d->ar_pending[g];
+    x->gbuf = d->group_buf[g];
+    x->trivial = d->wk->replica_count < 2;
+    return 0;
+}
+
+static int step_opt_step(dry *d, int i, const pt_op *op, pt_xop *x)
+{
+    const pt_worker *wk = d->wk;
+    for (int m = op->mb; m < op->mb_end; m++) /* round-robin: this replica's share */
+        if (d->state[m] != MB_BWD && pt_sched_owns(d->p, wk, m))
+            return fail(d, i, "applies gradients of a backward not yet run");
+    if (d->group_buf[i] < 0)
+        return fail(d, i, "no gradient to apply");
+    if (d->ar_pending[i])
+        return fail(d, i, "applies gradients whose all-reduce was not waited for");
+    if (wk->replica_count > 1 && !d->ar_done[i])
+        return fail(d, i, "applies gradients not all-reduced among the stage's replicas");
+    if (op->version <= d->newest)
+        return fail(d, i, "produces a version not newer than the current one");
+    d->produced[op->version] = 1;
+    d->newest = op->version;
+    x->gbuf = d->group_buf[i];
+    pool_put(&d->grads, d->group_buf[i]);
+    d->group_buf[i] = -1;
+    return 0;
+}
+
 /* One op of the dry run. */
 static int step(dry *d, int i)
 {
     const pt_op *op = &d->p->ops[d->wk->op_begin + i];
     pt_xop *x = &d->plan->xop[i];
-    const pt_worker *wk = d->wk;
-    int last = wk->stage == d->p->stage_count - 1, mb = op->mb, stash = op->flags & PT_OPF_STASH;
-    int rc;
+    int mb = op->mb, rc;
     if (op->kind == PT_OP_FWD || op->kind == PT_OP_RECOMPUTE || op->kind == PT_OP_BWD)
         d->split_mb = -1; /* overwrites a recomputing stage's shared activations */
     switch (op->kind) {
     case PT_OP_RECV_ACT:
-        if ((rc = want_state(d, i, mb, MB_NONE, "activations arrive after the forward")) < 0)
-            return rc;
-        if (d->in[mb] < 0) {
-            d->in[mb] = pool_get(&d->ins);
-            d->in_rows[mb] = 0;
-        }
-        x->buf = d->in[mb];
-        d->in_rows[mb] += op->row_hi - op->row_lo;
-        return 0;
+        return step_recv_act(d, i, op, x);
     case PT_OP_FWD:
-        if ((rc = want_state(d, i, mb, MB_NONE, "a second forward of the micro-batch")) < 0)
-            return rc;
-        if (wk->stage > 0) {
-            if (d->in[mb] < 0 || d->in_rows[mb] != d->rows)
-                return fail(d, i, "forward before all its input rows were received");
-            x->buf = d->in[mb];
-            pool_put(&d->ins, d->in[mb]);
-            d->in[mb] = -1;
-        }
-        if ((rc = read_version(d, i, op->version)) < 0)
-            return rc;
-        x->slot = d->slot[mb] = pool_get(&d->slots);
-        d->state[mb] = MB_FWD;
-        d->stashed[mb] = stash ? 1 : 0;
-        if (last) {
-            int g = d->group[mb];
-            const pt_op *cover = g < d->n ? &d->p->ops[wk->op_begin + g] : NULL;
-            int count = cover && cover->kind == PT_OP_OPT_STEP ? cover->mb_end - cover->mb
-                                                               : d->p->mb_per_window;
-            x->step_samples = (int64_t)count * d->p->mb_size;
-        }
-        return 0;
+        return step_fwd(d, i, op, x);
     case PT_OP_SEND_ACT:
         if ((rc = want_state(d, i, mb, MB_FWD, "sends activations not computed or released")) < 0)
             return rc;
         x->slot = d->slot[mb];
         return 0;
     case PT_OP_RECV_GRAD:
-        if ((rc = want_state(d, i, mb, MB_FWD, "a gradient for a micro-batch not in flight")) < 0)
-            return rc;
-        if (d->dy[mb] < 0) {
-            d->dy[mb] = pool_get(&d->dys);
-            d->dy_rows[mb] = 0;
-        }
-        x->buf = d->dy[mb];
-        d->dy_rows[mb] += op->row_hi - op->row_lo;
-        return 0;
+        return step_recv_grad(d, i, op, x);
     case PT_OP_RECOMPUTE:
-        if ((rc = want_state(d, i, mb, MB_FWD, "recompute of a micro-batch not in flight")) < 0)
-            return rc;
-        if (!stash != !d->stashed[mb])
-            return fail(d, i, "stashing differs from the micro-batch's forward");
-        if (!stash && (rc = read_version(d, i, op->version)) < 0)
+        if ((rc = mb_op_ok(d, i, MB_FWD, "recompute of a micro-batch not in flight")) < 0)
             return rc;
         x->slot = d->slot[mb];
         return 0;
     case PT_OP_BWD:
     case PT_OP_BWD_INPUT:
-        if ((rc = want_state(d, i, mb, MB_FWD, "backward of a micro-batch not in flight")) < 0)
-            return rc;
-        if (!stash != !d->stashed[mb])
-            return fail(d, i, "stashing differs from the micro-batch's forward");
-        if (!stash && (rc = read_version(d, i, op->version)) < 0)
-            return rc;
-        if (!last) {
-            if (d->dy[mb] < 0 || d->dy_rows[mb] != d->rows)
-                return fail(d, i, "backward before all its output gradients were received");
-            x->buf = d->dy[mb];
-            pool_put(&d->dys, d->dy[mb]);
-            d->dy[mb] = -1;
-        }
-        if (wk->stage > 0) {
-            x->buf2 = d->dx[mb] = pool_get(&d->dxs);
-            d->dx_rows[mb] = 0;
-        }
-        x->slot = d->slot[mb];
-        if (op->kind == PT_OP_BWD_INPUT) {
-            /* the slot (activations, stash) stays until the BWD_WEIGHT */
-            d->state[mb] = MB_BIN;
-            d->split_mb = mb;
-            return 0;
-        }
-        return bwd_done(d, i, mb);
+        return step_bwd(d, i, op, x);
     case PT_OP_BWD_WEIGHT:
-        if ((rc = want_state(d, i, mb, MB_BIN, "weight gradient before its BWD_INPUT")) < 0)
-            return rc;
-        if (!stash != !d->stashed[mb])
-            return fail(d, i, "stashing differs from the micro-batch's forward");
-        if (wk->recompute && d->split_mb != mb)
-            return fail(d, i,
-                        "a recomputing stage runs the BWD_WEIGHT right after its BWD_INPUT (the "
-                        "recomputed activations are kept for one micro-batch)");
-        if (!stash && (rc = read_version(d, i, op->version)) < 0)
-            return rc;
-        x->slot = d->slot[mb];
-        return bwd_done(d, i, mb);
+        return step_bwd_weight(d, i, op, x);
     case PT_OP_SEND_GRAD:
-        if (d->state[mb] != MB_BIN && d->state[mb] != MB_BWD)
-            return fail(d, i, "sends a gradient before its backward");
-        if (d->dx[mb] < 0)
-            return fail(d, i, "sends more gradient rows than the backward produced");
-        x->buf = d->dx[mb];
-        d->dx_rows[mb] += op->row_hi - op->row_lo;
-        if (d->dx_rows[mb] >= d->rows) {
-            pool_put(&d->dxs, d->dx[mb]);
-            d->dx[mb] = -1;
-        }
-        return 0;
-    case PT_OP_ALLREDUCE: {
-        int g = d->group[op->mb];
-        for (int m = op->mb; m < op->mb_end; m++) {
-            if (d->state[m] != MB_BWD && pt_sched_owns(d->p, wk, m))
-                return fail(d, i, "all-reduces gradients of a backward not yet run");
-            if (d->group[m] != g)
-                return fail(d, i, "covers micro-batches of different optimizer steps");
-        }
-        if (d->group_buf[g] < 0)
-            return fail(d, i, "no gradient to all-reduce");
-        x->gbuf = d->group_buf[g];
-        x->trivial = wk->replica_count < 2;
-        if (op->flags & PT_OPF_ASYNC) {
-            d->fifo[d->fifo_tail++] = i;
-            if (d->fifo_tail - d->fifo_head > d->plan->fifo_peak)
-                d->plan->fifo_peak = d->fifo_tail - d->fifo_head;
-            d->ar_pending[g]++;
-            if (!x->trivial)
-                d->plan->needs.needs_collective = 1;
-        } else {
-            d->ar_done[g] = 1;
-        }
-        return 0;
-    }
-    case PT_OP_AR_WAIT: {
-        if (d->fifo_head == d->fifo_tail)
-            return fail(d, i, "waits with no asynchronous all-reduce outstanding");
-        const pt_op *a = &d->p->ops[wk->op_begin + d->fifo[d->fifo_head]];
-        if (a->mb != op->mb || a->mb_end != op->mb_end)
-            return fail(d, i, "waits for other micro-batches than the oldest all-reduce");
-        int g = d->group[a->mb];
-        d->fifo_head++;
-        d->ar_pending[g]--;
-        d->ar_done[g] = !d->ar_pending[g];
-        x->gbuf = d->group_buf[g];
-        x->trivial = wk->replica_count < 2;
-        return 0;
-    }
-    case PT_OP_OPT_STEP: {
-        for (int m = op->mb; m < op->mb_end; m++) /* round-robin: this replica's share */
-            if (d->state[m] != MB_BWD && pt_sched_owns(d->p, wk, m))
-                return fail(d, i, "applies gradients of a backward not yet run");
-        if (d->group_buf[i] < 0)
-            return fail(d, i, "no gradient to apply");
-        if (d->ar_pending[i])
-            return fail(d, i, "applies gradients whose all-reduce was not waited for");
-        if (wk->replica_count > 1 && !d->ar_done[i])
-            return fail(d, i, "applies gradients not all-reduced among the stage's replicas");
-        if (op->version <= d->newest)
-            return fail(d, i, "produces a version not newer than the current one");
-        d->produced[op->version] = 1;
-        d->newest = op->version;
-        x->gbuf = d->group_buf[i];
-        pool_put(&d->grads, d->group_buf[i]);
-        d->group_buf[i] = -1;
-        return 0;
-    }
+        return step_send_grad(d, i, op, x);
+    case PT_OP_ALLREDUCE:
+        return step_allreduce(d, i, op, x);
+    case PT_OP_AR_WAIT:
+        return step_ar_wait(d, i, op, x);
+    case PT_OP_OPT_STEP:
+        return step_opt_step(d, i, op, x);
     }
     return fail(d, i, "unknown op kind");
 }

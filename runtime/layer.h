@@ -1,9 +1,10 @@
 /* Layers and chains of layers: the compute of a model, below pt_net.
  *
  * Most code uses runtime/net.h; this header is for writing layers. A layer
- * kind is one file runtime/layer_<kind>.c that defines a `pt_layer_ops`
- * and one line in the table of runtime/layers.c, indexed by pt_layer_kind
- * (protocol/model.h).
+ * kind is one line of protocol/layer_kinds.h; its compute is the
+ * `pt_layer_<name>_ops` its runtime file defines (runtime/layer_<name>.c),
+ * its facts (fields, shape, analytic cost, checkpoint tensors) its
+ * `pt_layer_<name>_facts` (protocol/layer_kind.h).
  *
  * Data layout. Every activation is a row-major float matrix of n samples
  * times the layer's per-sample element count (in_elems, out_elems); a token
@@ -241,8 +242,8 @@ static inline void pt_layer_same_shape(pt_layer *l)
 }
 
 /* The layer kinds' ops (runtime/layer_<kind>.c), registered in runtime/layers.c. */
-extern const pt_layer_ops pt_layer_linear_ops, pt_layer_relu_ops, pt_layer_gelu_ops,
-    pt_layer_layernorm_ops, pt_layer_embedding_ops, pt_layer_attention_ops, pt_layer_residual_ops,
-    pt_layer_xent_ops;
+#define PT_LAYER_OPS_DECL_(E, name, flags) extern const pt_layer_ops pt_layer_##name##_ops;
+PT_LAYER_LIST(PT_LAYER_OPS_DECL_)
+#undef PT_LAYER_OPS_DECL_
 
 #endif

@@ -77,9 +77,9 @@ static int residual_create(pt_layer *l, const pt_layer_spec *spec, int max_batch
     if (spec->body_count < 1 || !spec->body)
         return pt_error_set(err, PT_EINVAL, "body: a residual needs at least one layer");
     for (int i = 0; i < spec->body_count; i++)
-        if (spec->body[i].kind == PT_LAYER_SOFTMAX_XENT)
-            return pt_error_set(err, PT_EINVAL, "body[%d]: softmax_xent cannot be in a residual",
-                                i);
+        if (pt_layer_kind_flags(spec->body[i].kind) & PT_LKF_LOSS)
+            return pt_error_set(err, PT_EINVAL, "body[%d]: %s cannot be in a residual", i,
+                                pt_layer_kind_name(spec->body[i].kind));
     l->body = calloc(1, sizeof *l->body);
     if (!l->body)
         return pt_error_set(err, PT_ENOMEM, "out of memory");

@@ -36,7 +36,7 @@ static void xent_backward(const pt_layer *l, pt_layer_run *r)
         r->be->softmax_xent_bwd(r->be, rows, classes, r->y, r->labels, r->loss_scale, r->dx);
 }
 
-const pt_layer_ops pt_layer_xent_ops = {
+const pt_layer_ops pt_layer_softmax_xent_ops = {
     .name = "softmax_xent",
     .create = xent_create,
     .forward = xent_forward,

@@ -1,4 +1,4 @@
-/* The layer registry (one line per pt_layer_kind) and chains of layers:
+/* The layer registry (generated from protocol/layer_kinds.h) and chains of layers:
  * shape inference, block layout, forward and backward in order. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,10 +8,9 @@
 #include "runtime/rng.h"
 
 static const pt_layer_ops *const layer_table[PT_LAYER_KIND_COUNT] = {
-    [PT_LAYER_LINEAR] = &pt_layer_linear_ops,       [PT_LAYER_RELU] = &pt_layer_relu_ops,
-    [PT_LAYER_GELU] = &pt_layer_gelu_ops,           [PT_LAYER_LAYERNORM] = &pt_layer_layernorm_ops,
-    [PT_LAYER_EMBEDDING] = &pt_layer_embedding_ops, [PT_LAYER_ATTENTION] = &pt_layer_attention_ops,
-    [PT_LAYER_RESIDUAL] = &pt_layer_residual_ops,   [PT_LAYER_SOFTMAX_XENT] = &pt_layer_xent_ops,
+#define PT_LAYER_OPS_ROW_(E, name, flags) [PT_LAYER_##E] = &pt_layer_##name##_ops,
+    PT_LAYER_LIST(PT_LAYER_OPS_ROW_)
+#undef PT_LAYER_OPS_ROW_
 };
 
 const pt_layer_ops *pt_layer_ops_for(pt_layer_kind kind)
@@ -100,11 +99,10 @@ int pt_chain_create(pt_chain *c, const pt_layer_spec *specs, int count, int in_r
             pt_chain_destroy(c);
             return rc;
         }
-        if (specs[i].kind == PT_LAYER_SOFTMAX_XENT && i != count - 1) {
+        if ((pt_layer_kind_flags(specs[i].kind) & PT_LKF_LOSS) && i != count - 1) {
             pt_chain_destroy(c);
-            return pt_error_set(err, PT_EINVAL,
-                                "layers[%d] (%s): softmax_xent must be the last layer",
-                                first_index + i, specs[i].name);
+            return pt_error_set(err, PT_EINVAL, "layers[%d] (%s): %s must be the last layer",
+                                first_index + i, specs[i].name, l->ops->name);
         }
         l->param_offset = params;
         params += l->param_count;
@@ -181,7 +179,7 @@ int pt_chain_forward(const pt_chain *c, const pt_backend *be, int n, const float
         int rc = l->ops->forward(l, &r);
         if (rc < 0)
             return rc;
-        if (loss && l->spec.kind == PT_LAYER_SOFTMAX_XENT)
+        if (loss && (pt_layer_kind_flags(l->spec.kind) & PT_LKF_LOSS))
             *loss = r.loss;
         in = r.y;
     }

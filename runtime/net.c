@@ -120,8 +120,7 @@ static int alloc_buffers(pt_net *net, pt_error *err)
                             "net: out of memory for layers [%d,%d): %lld weights and as many "
                             "gradients (%.3g GiB), %lld floats of activations",
                             net->first, net->last, (long long)n,
-                            2.0 * (double)n * sizeof(float) / (1 << 30),
-                            (long long)c->ws_floats);
+                            2.0 * (double)n * sizeof(float) / (1 << 30), (long long)c->ws_floats);
     return 0;
 }
 
@@ -162,7 +161,7 @@ int pt_net_create(const pt_model_spec *spec, const pt_net_config *cfg, pt_net **
         goto fail;
     const pt_chain *c = &net->chain;
     const pt_layer *tail = &c->layers[c->count - 1];
-    if (tail->spec.kind == PT_LAYER_SOFTMAX_XENT) {
+    if (pt_layer_kind_flags(tail->spec.kind) & PT_LKF_LOSS) {
         net->has_loss = 1;
         net->classes = tail->spec.classes;
         net->label_count = tail->in_elems / tail->spec.classes;

@@ -11,20 +11,16 @@
 #include <zmq.h>
 
 #include "runtime/exec_host.h"
-#include "runtime/feed.h"
+#include "runtime/stage.h"
 
 typedef struct worker {
     pt_pipeline *pp;
     int w;
-    pt_exec_needs needs;
     const pt_backend *be; /* NULL: the default backend */
     int owns_be;
-    pt_net *net;
-    pt_optim *optim;
-    pt_feed *feed;
+    pt_stage_replica *st; /* net, optimizer, feed and (once wired) executor */
     pt_comm *comm;
     pt_collective *coll;
-    pt_exec *ex;
     pthread_t thread;
     int64_t base;
     int rc;
@@ -114,59 +110,41 @@ static int make_comms(pt_pipeline *pp, const pt_pipeline_config *cfg, const char
     return rc;
 }
 
-static int make_worker(pt_pipeline *pp, const pt_pipeline_config *cfg, worker *k, pt_error *err)
+/* The worker's stage (net, optimizer, feed) on its backend: the one it is
+ * given, or its own on cfg->device. */
+static int make_worker(const pt_pipeline *pp, const pt_pipeline_config *cfg, worker *k,
+                       pt_error *err)
 {
-    const pt_program *p = pp->prog;
-    int rc = pt_exec_needs_of(p, k->w, &k->needs, err);
-    if (rc < 0)
-        return rc;
-    pt_net_config nc = pt_net_config_default(cfg->spec);
-    nc.first = k->needs.first;
-    nc.last = k->needs.last;
-    nc.max_batch = k->needs.max_batch;
-    nc.max_slots = k->needs.max_slots > 0 ? k->needs.max_slots : 1;
-    nc.recompute = k->needs.recompute;
-    nc.seed = cfg->init_seed;
     if (cfg->backend) {
         k->be = cfg->backend;
     } else if (cfg->device) {
-        if ((rc = pt_device_open(cfg->device, &k->be, err)) < 0)
+        int rc = pt_device_open(cfg->device, &k->be, err);
+        if (rc < 0)
             return rc;
         k->owns_be = 1;
     }
-    nc.backend = k->be;
-    if ((rc = pt_net_create(cfg->spec, &nc, &k->net, err)) < 0)
-        return rc;
-    rc = pt_optim_create(&cfg->optim, pt_net_arena(k->net), pt_net_param_count(k->net), &k->optim,
-                         err);
-    if (rc < 0)
-        return rc;
-    if (k->needs.needs_input || k->needs.needs_labels) {
-        if (!cfg->data)
-            return pt_error_set(err, PT_EINVAL, "pipeline: stage %d needs a data set",
-                                k->needs.stage);
-        rc = pt_feed_create(cfg->data, cfg->data_seed, p->mb_size, p->mb_per_window, &k->feed, err);
-    }
-    return rc;
+    pt_stage_config sc = {.prog = pp->prog,
+                          .worker = k->w,
+                          .spec = cfg->spec,
+                          .optim = &cfg->optim,
+                          .backend = k->be,
+                          .init_seed = cfg->init_seed,
+                          .data = cfg->data,
+                          .data_seed = cfg->data_seed};
+    return pt_stage_create(&sc, &k->st, err);
 }
 
 static int make_exec(pt_pipeline *pp, const pt_pipeline_config *cfg, worker *k, pt_error *err)
 {
-    pt_exec_config ec = {.prog = pp->prog,
-                         .worker = k->w,
-                         .net = k->net,
-                         .optim = k->optim,
-                         .comm = k->comm,
-                         .coll = k->coll,
-                         .ranks = pp->ranks,
-                         .on_op = cfg->on_op,
-                         .user = cfg->user,
-                         .stop = &pp->stop,
-                         .digest = cfg->digest,
-                         .host = pp->hosts ? pp->hosts[pp->prog->worker_host[k->w]] : NULL};
-    if (k->feed)
-        ec.feed = pt_feed_as_exec(k->feed);
-    return pt_exec_create(&ec, &k->ex, err);
+    pt_stage_links links = {.comm = k->comm,
+                            .coll = k->coll,
+                            .ranks = pp->ranks,
+                            .host = pp->hosts ? pp->hosts[pp->prog->worker_host[k->w]] : NULL,
+                            .on_op = cfg->on_op,
+                            .user = cfg->user,
+                            .stop = &pp->stop,
+                            .digest = cfg->digest};
+    return pt_stage_wire(k->st, &links, err);
 }
 
 int pt_pipeline_create(const pt_pipeline_config *cfg, pt_pipeline **out, pt_error *err)
@@ -199,9 +177,12 @@ int pt_pipeline_create(const pt_pipeline_config *cfg, pt_pipeline **out, pt_erro
         pp->wk[w].pp = pp;
         pp->wk[w].w = w;
         rc = make_worker(pp, cfg, &pp->wk[w], err);
+        if (rc < 0)
+            break;
+        const pt_exec_needs *n = pt_stage_needs(pp->wk[w].st);
         use[w] = pp->nw > 1;
-        any_comm |= pp->wk[w].needs.needs_comm;
-        use[pp->nw + w] = pp->wk[w].needs.needs_collective;
+        any_comm |= n->needs_comm;
+        use[pp->nw + w] = n->needs_collective;
     }
     const pt_program *p = pp->prog;
     int hc = cfg->host_comm && p->host_count > 0, H = p->host_count;
@@ -273,13 +254,11 @@ void pt_pipeline_destroy(pt_pipeline **pp_p)
     pt_pipeline *pp = *pp_p;
     for (int w = 0; pp->wk && w < pp->nw; w++) {
         worker *k = &pp->wk[w];
-        pt_exec_destroy(&k->ex);
+        pt_stage_unwire(k->st); /* before the communicators it sent from */
         pt_collective_destroy(&k->coll);
         if (pp->own_comm)
             pt_comm_destroy(&k->comm);
-        pt_feed_destroy(&k->feed);
-        pt_optim_destroy(&k->optim);
-        pt_net_destroy(&k->net);
+        pt_stage_destroy(&k->st);
         if (k->owns_be)
             pt_device_close(&k->be);
     }
@@ -310,7 +289,7 @@ static void *run_worker(void *arg)
     if (k->rc < 0)
         pt_error_set(&k->err, k->rc, "pipeline: worker %d: cannot select its GPU", k->w);
     else
-        k->rc = pt_exec_run(k->ex, k->base, &k->res, &k->err);
+        k->rc = pt_exec_run(pt_stage_exec(k->st), k->base, &k->res, &k->err);
     if (k->rc < 0) {
         /* the first failure is the cause; others stop or time out because of it */
         pthread_mutex_lock(&pp->mu);
@@ -366,7 +345,7 @@ int pt_pipeline_run(pt_pipeline *pp, int64_t iteration_base, pt_error *err)
     }
     if (rc < 0)
         for (int w = 0; w < pp->nw; w++)
-            pt_exec_reset(pp->wk[w].ex);
+            pt_exec_reset(pt_stage_exec(pp->wk[w].st));
     return rc;
 }
 
@@ -377,7 +356,7 @@ double pt_pipeline_window_loss(const pt_pipeline *pp, int wdw)
     for (int w = 0; pp && w < pp->nw; w++) {
         double s;
         int64_t c;
-        pt_exec_window_loss(pp->wk[w].ex, wdw, &s, &c);
+        pt_exec_window_loss(pt_stage_exec(pp->wk[w].st), wdw, &s, &c);
         sum += s;
         count += c;
     }
@@ -391,17 +370,17 @@ int pt_pipeline_worker_count(const pt_pipeline *pp)
 
 pt_net *pt_pipeline_net(pt_pipeline *pp, int w)
 {
-    return pp && w >= 0 && w < pp->nw ? pp->wk[w].net : NULL;
+    return pp && w >= 0 && w < pp->nw ? pt_stage_net(pp->wk[w].st) : NULL;
 }
 
 pt_optim *pt_pipeline_optim(pt_pipeline *pp, int w)
 {
-    return pp && w >= 0 && w < pp->nw ? pp->wk[w].optim : NULL;
+    return pp && w >= 0 && w < pp->nw ? pt_stage_optim(pp->wk[w].st) : NULL;
 }
 
 pt_exec *pt_pipeline_exec(pt_pipeline *pp, int w)
 {
-    return pp && w >= 0 && w < pp->nw ? pp->wk[w].ex : NULL;
+    return pp && w >= 0 && w < pp->nw ? pt_stage_exec(pp->wk[w].st) : NULL;
 }
 
 pt_exec_result pt_pipeline_result(const pt_pipeline *pp, int w)
@@ -422,7 +401,7 @@ int pt_pipeline_get_layer(pt_pipeline *pp, int layer, int replica, float *host, 
             continue;
         if (replica < 0 || replica >= p->stage_worker[s + 1] - w0)
             return PT_ERANGE;
-        return pt_net_get_layer(pp->wk[w0 + replica].net, layer, NULL, host, count);
+        return pt_net_get_layer(pt_stage_net(pp->wk[w0 + replica].st), layer, NULL, host, count);
     }
     return PT_ERANGE;
 }

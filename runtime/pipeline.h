@@ -1,9 +1,9 @@
 /* An in-process pipeline: every worker of a schedule program as a thread of
  * this process, each with its own net, arena, optimizer, data feed and
  * communicator, the communicators connected over ZeroMQ (inproc by default).
- * Used by the tests, by `--local-threads` runs, and as the reference for what
- * an agent does with one worker (see pt_pipeline_create for the set-up, which
- * an agent repeats for its own worker over tcp).
+ * Used by the tests and by `--local-threads` runs. Each worker is assembled by
+ * runtime/stage.h (pt_stage_create, then pt_stage_wire over its
+ * communicators), the same code an agent runs for its own workers over tcp.
  *
  * Parameters start from the net's deterministic initialisation from
  * init_seed, so every replica of a stage starts equal and a stage starts with
@@ -58,10 +58,10 @@ typedef struct pt_pipeline_config {
 
 typedef struct pt_pipeline pt_pipeline;
 
-/* Builds every worker: pt_exec_needs_of, a net for its layers (own arena,
- * max_batch = its rows, max_slots = the program's micro-batches in flight,
- * recompute as planned), an optimizer, a data feed (stage 0 and the last
- * stage), communicators (a second one behind a pt_collective for workers with
+/* Builds every worker: its stage (runtime/stage.h: a net for its layers, own
+ * arena, max_batch = its rows, max_slots = the program's micro-batches in
+ * flight, recompute as planned; an optimizer; a data feed on stage 0 and the
+ * last stage), communicators (a second one behind a pt_collective for workers with
  * asynchronous all-reduces), connected all-to-all, and its executor. On
  * success *out owns the pipeline; on failure *out is NULL and err names the
  * worker and the reason (PT_EINVAL, PT_ENOMEM, PT_EIO). */

@@ -474,6 +474,82 @@ static int compare(const pt_profile *pr, const pt_topology *topo, int gbs, const
     return 0;
 }
 
+/* The flags of pt_cmd_plan that become planner options. */
+typedef struct plan_flags {
+    const char *mb, *optim, *objective, *kinds;
+    int stages, no_fallback;
+    double mem_gib;
+} plan_flags;
+
+/* The usage errors of pt_cmd_plan's arguments: 0, or 2 after saying which. */
+static int check_plan_args(const char *planner, const char *profile_path, const char *topo_path,
+                           int batch, int cmp, const char *out, int json)
+{
+    if (!profile_path || !topo_path || !batch || (!planner && !cmp)) {
+        pt_cli_error("plan", json, PT_CLI_USAGE, "%s (see pipetop plan --help)",
+                     !profile_path ? "--profile is required"
+                     : !topo_path  ? "--topology is required"
+                     : !batch      ? "--batch is required"
+                                   : "--planner or --compare is required");
+        return 2;
+    }
+    if (planner && cmp) {
+        pt_cli_error("plan", json, PT_CLI_USAGE, "give --planner or --compare, not both");
+        return 2;
+    }
+    if (cmp && out) {
+        pt_cli_error("plan", json, PT_CLI_USAGE, "--out needs --planner (one plan)");
+        return 2;
+    }
+    if (planner && !pt_planner_find(planner)) {
+        char names[256] = "";
+        for (int i = 0; i < pt_planner_count(); i++) {
+            size_t k = strlen(names);
+            snprintf(names + k, sizeof names - k, " %s", pt_planner_get(i)->name);
+        }
+        pt_cli_error("plan", json, PT_CLI_USAGE, "--planner: '%s' is not one of%s", planner, names);
+        return 2;
+    }
+    return 0;
+}
+
+/* The planner options of pt_cmd_plan's flags into *o: 0, or 2 after saying
+ * which flag is wrong. */
+static int plan_opts_of(const plan_flags *f, int cmp, int json, pt_planner_opts *o)
+{
+    pt_planner_opts_default(o);
+    o->stages = f->stages;
+    o->no_fallback = f->no_fallback;
+    if (f->mem_gib > 0)
+        o->memory_limit_bytes = (int64_t)(f->mem_gib * PLAN_GIB);
+    if (f->mb && parse_mb_list(f->mb, o, json) < 0)
+        return 2;
+    if (f->optim) {
+        if (!strcmp(f->optim, "adam"))
+            o->optim = PT_OPTIM_ADAM;
+        else if (strcmp(f->optim, "sgd")) {
+            pt_cli_error("plan", json, PT_CLI_USAGE, "--optimizer: '%s' is not sgd or adam",
+                         f->optim);
+            return 2;
+        }
+    }
+    if (f->kinds && parse_kinds(f->kinds, o) < 0)
+        return 2;
+    if (f->objective) {
+        if (pt_planner_objective_parse(f->objective, &o->objective) < 0) {
+            pt_cli_error("plan", json, PT_CLI_USAGE,
+                         "--objective: '%s' is not default, pipedream or dapple", f->objective);
+            return 2;
+        }
+        if (cmp && o->objective != PT_OBJECTIVE_DEFAULT) {
+            pt_cli_error("plan", json, PT_CLI_USAGE, "--objective %s needs --planner (one planner)",
+                         f->objective);
+            return 2;
+        }
+    }
+    return 0;
+}
+
 int pt_cmd_plan(int argc, char **argv)
 {
     const char *planner = NULL, *profile_path = NULL, *topo_path = NULL, *out = NULL;
@@ -523,64 +599,15 @@ int pt_cmd_plan(int argc, char **argv)
     int prc = pt_opts_command("plan", argc, argv, opts, n, usage_text, NULL);
     if (prc >= 0)
         return prc;
-    if (!profile_path || !topo_path || !batch || (!planner && !cmp)) {
-        pt_cli_error("plan", json, PT_CLI_USAGE, "%s (see pipetop plan --help)",
-                     !profile_path ? "--profile is required"
-                     : !topo_path  ? "--topology is required"
-                     : !batch      ? "--batch is required"
-                                   : "--planner or --compare is required");
+    if (check_plan_args(planner, profile_path, topo_path, batch, cmp, out, json))
         return 2;
-    }
-    if (planner && cmp) {
-        pt_cli_error("plan", json, PT_CLI_USAGE, "give --planner or --compare, not both");
-        return 2;
-    }
-    if (cmp && out) {
-        pt_cli_error("plan", json, PT_CLI_USAGE, "--out needs --planner (one plan)");
-        return 2;
-    }
-    if (planner && !pt_planner_find(planner)) {
-        char names[256] = "";
-        for (int i = 0; i < pt_planner_count(); i++) {
-            size_t k = strlen(names);
-            snprintf(names + k, sizeof names - k, " %s", pt_planner_get(i)->name);
-        }
-        pt_cli_error("plan", json, PT_CLI_USAGE, "--planner: '%s' is not one of%s", planner, names);
-        return 2;
-    }
     pt_planner_opts o;
-    pt_planner_opts_default(&o);
-    o.stages = stages;
-    o.no_fallback = no_fallback;
-    if (mem_gib > 0)
-        o.memory_limit_bytes = (int64_t)(mem_gib * PLAN_GIB);
-    if (mb && parse_mb_list(mb, &o, json) < 0)
-        return 2;
-    if (optim) {
-        if (!strcmp(optim, "adam"))
-            o.optim = PT_OPTIM_ADAM;
-        else if (strcmp(optim, "sgd")) {
-            pt_cli_error("plan", json, PT_CLI_USAGE, "--optimizer: '%s' is not sgd or adam", optim);
-            return 2;
-        }
-    }
-    if (kinds && parse_kinds(kinds, &o) < 0)
+    plan_flags f = {mb, optim, objective, kinds, stages, no_fallback, mem_gib};
+    if (plan_opts_of(&f, cmp, json, &o))
         return 2;
     char prof_buf[PT_DATADIR_PATH_MAX], topo_buf[PT_DATADIR_PATH_MAX];
     profile_path = pt_datadir_resolve("profiles", profile_path, ".json", prof_buf, sizeof prof_buf);
     topo_path = pt_datadir_resolve("topologies", topo_path, ".json", topo_buf, sizeof topo_buf);
-    if (objective) {
-        if (pt_planner_objective_parse(objective, &o.objective) < 0) {
-            pt_cli_error("plan", json, PT_CLI_USAGE,
-                         "--objective: '%s' is not default, pipedream or dapple", objective);
-            return 2;
-        }
-        if (cmp && o.objective != PT_OBJECTIVE_DEFAULT) {
-            pt_cli_error("plan", json, PT_CLI_USAGE, "--objective %s needs --planner (one planner)",
-                         objective);
-            return 2;
-        }
-    }
     pt_profile *pr = NULL;
     pt_topology *topo = NULL;
     pt_error err = {0};
