@@ -139,6 +139,43 @@ static void test_stats_of_a_prediction_is_the_simulator(void)
     }
 }
 
+/* A step whose loss was lost in telemetry (its metrics frame dropped) is
+ * known lost once the last stage has reported a later step, and only then:
+ * `pipetop run` prints steps in order and passes over such a step instead of
+ * waiting for it for ever (a dropped first frame held back every step line). */
+static void test_lost_step_is_known(void)
+{
+    pt_plan *plan = NULL;
+    pt_error err = {0};
+    REQUIRE(pt_plan_load(pt_test_path("tests/data/run/plan-a.json"), &plan, &err) == 0);
+    pt_run_report *rep = pt_run_report_new(plan, 0, STEPS);
+    REQUIRE(rep);
+    pt_msg_metrics m;
+    memset(&m, 0, sizeof m);
+    m.loss = 1.0;
+    m.samples_per_s = 100;
+    double loss, rate;
+    /* stage 1 (the last) reports step 0 late: nothing is lost yet */
+    m.stage = 0;
+    m.step = 0;
+    pt_run_report_metrics(rep, 0, &m);
+    CHECK(!pt_run_report_step(rep, 0, &loss, &rate));
+    CHECK(!pt_run_report_step_lost(rep, 0));
+    /* the last stage's step 0 frame is dropped; its steps 1 and 2 arrive */
+    m.stage = 1;
+    for (m.step = 1; m.step <= 2; m.step++)
+        pt_run_report_metrics(rep, 1, &m);
+    CHECK(pt_run_report_step_lost(rep, 0));
+    CHECK(pt_run_report_step(rep, 1, &loss, &rate) && loss == 1.0);
+    CHECK(!pt_run_report_step_lost(rep, 1));
+    /* its newest step, and one not reached yet, are not lost */
+    CHECK(!pt_run_report_step_lost(rep, 2));
+    CHECK(!pt_run_report_step_lost(rep, 3));
+    pt_run_report_free(&rep);
+    pt_plan_free(&plan);
+}
+
 PT_TEST_MAIN({"report_and_stats_agree", test_report_and_stats_agree},
+             {"lost_step_is_known", test_lost_step_is_known},
              {"stats_of_a_prediction_is_the_simulator",
               test_stats_of_a_prediction_is_the_simulator})

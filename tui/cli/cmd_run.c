@@ -668,12 +668,19 @@ static void on_note(void *user, const pt_session_note *n)
     }
 }
 
-/* Prints the steps whose loss is complete, in order. */
+/* Prints the steps whose loss is complete, in order; passes over those
+ * whose loss was lost in telemetry (pt_run_report_step_lost), which would
+ * otherwise hold back every later step line. */
 static void show_steps(run_ctx *c)
 {
     double loss, rate;
-    while (c->next_step_out < c->target &&
-           pt_run_report_step(c->report, c->next_step_out, &loss, &rate)) {
+    while (c->next_step_out < c->target) {
+        if (!pt_run_report_step(c->report, c->next_step_out, &loss, &rate)) {
+            if (!pt_run_report_step_lost(c->report, c->next_step_out))
+                break;
+            c->next_step_out++;
+            continue;
+        }
         int64_t k = c->next_step_out++;
         json_event(c, "{\"event\":\"step\",\"step\":%lld,\"loss\":%.9g,\"samples_per_s\":%.6g}",
                    (long long)k, loss, rate);

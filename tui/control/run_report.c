@@ -27,7 +27,8 @@ struct pt_run_report {
     int64_t *step_lo, *step_hi; /* per step: earliest start, latest end of any worker's event
                                    (console clock ns); lo > hi: no event yet */
     int64_t peak[PT_MSG_MEM_COUNT + 1];
-    int64_t *peaks; /* workers x (categories + total) */
+    int64_t *peaks;  /* workers x (categories + total) */
+    int64_t *newest; /* per worker: the newest step of its metrics (first - 1: none) */
     pt_run_figures fig;
     pt_run_worker_figures *wf;
 };
@@ -48,10 +49,11 @@ pt_run_report *pt_run_report_new(const pt_plan *plan, int64_t first_step, int64_
     r->cells = calloc((size_t)n * (size_t)r->steps, sizeof(cell));
     r->peaks = calloc((size_t)n * (PT_MSG_MEM_COUNT + 1), sizeof(int64_t));
     r->wf = calloc((size_t)n, sizeof *r->wf);
+    r->newest = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
     r->step_lo = malloc((size_t)r->steps * sizeof(int64_t));
     r->step_hi = malloc((size_t)r->steps * sizeof(int64_t));
     if (!r->stage_of || !r->replica_of || !r->rows || !r->cells || !r->peaks || !r->wf ||
-        !r->step_lo || !r->step_hi) {
+        !r->step_lo || !r->step_hi || !r->newest) {
         pt_run_report_free(&r);
         return NULL;
     }
@@ -70,6 +72,8 @@ pt_run_report *pt_run_report_new(const pt_plan *plan, int64_t first_step, int64_
     r->last_hi = w;
     for (int64_t k = 0; k < (int64_t)n * r->steps; k++)
         r->cells[k].loss = NAN;
+    for (int i = 0; i < n; i++)
+        r->newest[i] = first_step - 1;
     for (int64_t k = 0; k < r->steps; k++) {
         r->step_lo[k] = INT64_MAX;
         r->step_hi[k] = INT64_MIN;
@@ -90,6 +94,7 @@ void pt_run_report_free(pt_run_report **r_p)
     free(r->wf);
     free(r->step_lo);
     free(r->step_hi);
+    free(r->newest);
     free(r);
     *r_p = NULL;
 }
@@ -134,6 +139,8 @@ void pt_run_report_metrics(pt_run_report *r, int w, const pt_msg_metrics *m)
     if (!r)
         return;
     w = worker_of(r, m->stage, m->replica, w);
+    if (w >= 0 && w < r->workers && m->step > r->newest[w])
+        r->newest[w] = m->step;
     /* a fold stands for its steps, each with its own loss */
     int n = m->steps > 1 ? m->steps : 1;
     for (int k = 0; k < n; k++) {
@@ -174,6 +181,16 @@ int pt_run_report_step(const pt_run_report *r, int64_t step, double *loss, doubl
     *loss = rows > 0 ? sum / rows : NAN;
     *rate = isinf(slowest) ? 0 : slowest;
     return rows > 0;
+}
+
+int pt_run_report_step_lost(const pt_run_report *r, int64_t step)
+{
+    for (int w = r->last_lo; w < r->last_hi; w++) {
+        const cell *c = at((pt_run_report *)r, w, step);
+        if (c && !c->has_metrics && r->newest[w] > step)
+            return 1;
+    }
+    return 0;
 }
 
 /* Step index k counts in the figures: every worker reported its metrics,

@@ -40,6 +40,14 @@ void pt_run_report_metrics(pt_run_report *r, int w, const pt_msg_metrics *m);
  * samples/s: 1 once every last-stage replica reported it, else 0. */
 int pt_run_report_step(const pt_run_report *r, int64_t step, double *loss, double *samples_per_s);
 
+/* 1 when the step's loss can no longer complete: a last-stage replica has
+ * sent metrics of a later step but none of this one (telemetry is lossy: a
+ * frame published before the console's subscription reached the agent, or
+ * past a full queue, is dropped; an agent's frames arrive in order). 0
+ * otherwise. Who prints steps in order skips such a step instead of waiting
+ * for it for ever. */
+int pt_run_report_step_lost(const pt_run_report *r, int64_t step);
+
 typedef struct pt_run_worker_figures {
     int stage, replica;
     int steps;           /* steps measured */
