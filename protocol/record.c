@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
@@ -201,7 +202,8 @@ static void sum_msg(pt_record_summary *s, const pt_record_entry *e, const pt_msg
  * string "frame" when it held a line break) through pt_msg_decode. */
 static int check_frame(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
 {
-    static const char *const keys[] = {"t", "kind", "channel", "offset_ns", "len", "frame", NULL};
+    static const char *const keys[] = {"t",   "kind",  "channel", "offset_ns",
+                                       "len", "frame", "tail",    NULL};
     int rc;
     if (pt_jr_item(o, "msg"))
         return pt_jr_fail(jr, PT_EINVAL, "", "msg", "must be the last member of the line");
@@ -212,6 +214,13 @@ static int check_frame(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_e
     if ((rc = pt_jr_int64(jr, o, "", "offset_ns", PT_JR_REQUIRED, 0, -(PT_JSON_INT_MAX - 1),
                           PT_JSON_INT_MAX - 1, &e->offset_ns)) < 0)
         return rc;
+    int64_t tail = 0;
+    if ((rc = pt_jr_int64(jr, o, "", "tail", PT_JR_OPTIONAL, 0, 0, 1, &tail)) < 0)
+        return rc;
+    if (tail && (c->version < 3 || e->kind != PT_RECORD_RECV))
+        return pt_jr_fail(jr, PT_EINVAL, "", "tail",
+                          "only a received frame of a version-3 record is a tail frame");
+    e->tail = (int)tail;
     int64_t len = -1;
     if ((rc = pt_jr_int64(jr, o, "", "len", c->version >= 2 ? PT_JR_REQUIRED : PT_JR_OPTIONAL, -1,
                           0, PT_MSG_MAX_BYTES, &len)) < 0)
@@ -252,10 +261,11 @@ static int check_frame(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_e
         if (k == 0 || st > e->step_last)
             e->step_last = st;
     }
-    sum_msg(c->sum, e, &m);
+    if (!e->tail) /* a tail frame's events and sequence number came with its fold */
+        sum_msg(c->sum, e, &m);
     pt_rx_counts counts;
     if (c->rx && e->kind == PT_RECORD_RECV && !strcmp(e->channel, "telemetry") &&
-        pt_telemetry_rx_observe(c->rx, &m, NULL) != PT_ERANGE &&
+        (e->tail || pt_telemetry_rx_observe(c->rx, &m, NULL) != PT_ERANGE) &&
         pt_telemetry_rx_agent_counts(c->rx, m.agent, &counts) == 0)
         e->dropped = counts.dropped;
     pt_msg_clear(&m);
@@ -426,6 +436,121 @@ static int check_failed(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_
     return rc < 0 ? rc : get_str(c, jr, o, "", "reason", S_REQUIRED, REASON_MAX, &e->reason);
 }
 
+/* One op kind of a fold: [count, total_ns, min_ns, max_ns]. */
+static int fold_op(pt_jr *jr, const cJSON *item, pt_record_fold_op *op)
+{
+    char path[PT_JPATH_MAX];
+    snprintf(path, sizeof path, "ops.%s", item->string);
+    double v[4];
+    int n = cJSON_IsArray(item) ? cJSON_GetArraySize(item) : -1;
+    for (int i = 0; i < 4 && n == 4; i++) {
+        const cJSON *x = cJSON_GetArrayItem(item, i);
+        v[i] = cJSON_IsNumber(x) ? x->valuedouble : -1;
+        if (v[i] < 0 || v[i] > (double)(PT_JSON_INT_MAX - 1) || v[i] != floor(v[i]))
+            n = -1;
+    }
+    if (n != 4)
+        return pt_jr_fail(jr, PT_EINVAL, path, NULL,
+                          "must be [count, total_ns, min_ns, max_ns]: integers >= 0");
+    *op = (pt_record_fold_op){(int64_t)v[0], (int64_t)v[1], (int64_t)v[2], (int64_t)v[3]};
+    if (op->count < 1 || op->min_ns > op->max_ns || op->total_ns < op->max_ns ||
+        (double)op->total_ns > (double)op->count * (double)op->max_ns)
+        return pt_jr_fail(jr, PT_EINVAL, path, NULL,
+                          "count %lld, total %lld, min %lld, max %lld do not agree",
+                          (long long)op->count, (long long)op->total_ns, (long long)op->min_ns,
+                          (long long)op->max_ns);
+    return 0;
+}
+
+/* Observes the sequence numbers of the frames a fold stands for. */
+static void fold_seqs(const line_ctx *c, const cJSON *seqs, pt_record_entry *e)
+{
+    pt_msg m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.agent, sizeof m.agent, "%s", e->agent);
+    m.gen = e->gen;
+    m.type = PT_MSG_EVENTS;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, seqs)
+    {
+        m.seq = (int64_t)x->valuedouble;
+        pt_telemetry_rx_observe(c->rx, &m, NULL);
+    }
+    pt_rx_counts counts;
+    if (pt_telemetry_rx_agent_counts(c->rx, m.agent, &counts) == 0)
+        e->dropped = counts.dropped;
+}
+
+/* fold (version 3): one stage replica's op events of one step, summed. */
+static int check_fold(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
+{
+    static const char *const keys[] = {"t",       "kind", "gen",      "agent",  "stage",
+                                       "replica", "step", "start_ns", "end_ns", "busy_ns",
+                                       "seqs",    "ops",  NULL};
+    const int64_t big = PT_JSON_INT_MAX - 1;
+    pt_record_fold *f = arena_alloc(c->arena, sizeof *f);
+    const cJSON *seqs, *ops;
+    int nseq, rc;
+    if (!f)
+        return pt_jr_fail(jr, PT_ENOMEM, "", NULL, "out of memory");
+    memset(f, 0, sizeof *f);
+    if (c->version < 3)
+        return pt_jr_fail(jr, PT_EINVAL, "", "kind",
+                          "\"fold\" lines are of record version 3 (this record is version %d)",
+                          c->version);
+    if ((rc = pt_jr_keys(jr, o, "", keys)) < 0 || (rc = get_i64(jr, o, "gen", 0, &e->gen)) < 0 ||
+        (rc = get_str(c, jr, o, "", "agent", S_REQUIRED, PT_MSG_ID_MAX, &e->agent)) < 0 ||
+        (rc = pt_jr_int(jr, o, "", "stage", PT_JR_REQUIRED, 0, 0, PT_MSG_MAX_INDEX, &f->stage)) <
+            0 ||
+        (rc = pt_jr_int(jr, o, "", "replica", PT_JR_REQUIRED, 0, 0, PT_MSG_MAX_INDEX,
+                        &f->replica)) < 0 ||
+        (rc = get_i64(jr, o, "step", 0, &e->step)) < 0 ||
+        (rc = pt_jr_int64(jr, o, "", "start_ns", PT_JR_REQUIRED, 0, -big, big, &f->start_ns)) < 0 ||
+        (rc = pt_jr_int64(jr, o, "", "end_ns", PT_JR_REQUIRED, 0, f->start_ns, big, &f->end_ns)) <
+            0 ||
+        (rc = get_i64(jr, o, "busy_ns", 0, &f->busy_ns)) < 0 ||
+        (rc = pt_jr_array(jr, o, "", "seqs", PT_JR_REQUIRED, 1, &seqs, &nseq)) < 0 ||
+        (rc = pt_jr_object(jr, o, "", "ops", PT_JR_REQUIRED, &ops)) < 0)
+        return rc;
+    e->step_last = e->step;
+    f->frames = nseq;
+    for (int i = 0; i < nseq; i++) {
+        char path[PT_JPATH_MAX];
+        int v;
+        pt_jr_join_index(path, sizeof path, "", "seqs", i);
+        if ((rc = pt_jr_elem_int(jr, cJSON_GetArrayItem(seqs, i), path, 0, INT32_MAX, &v)) < 0)
+            return rc;
+    }
+    const cJSON *item;
+    cJSON_ArrayForEach(item, ops)
+    {
+        pt_op_kind k;
+        if (!item->string || pt_op_parse(item->string, &k) < 0)
+            return pt_jr_fail(jr, PT_EINVAL, "ops", item->string ? item->string : "?",
+                              "not an op kind");
+        if (f->ops[k].count)
+            return pt_jr_fail(jr, PT_EINVAL, "ops", item->string, "given twice");
+        if ((rc = fold_op(jr, item, &f->ops[k])) < 0)
+            return rc;
+        f->events += f->ops[k].count;
+    }
+    if (f->events == 0)
+        return pt_jr_fail(jr, PT_EINVAL, "", "ops", "empty (a fold holds at least one event)");
+    e->fold = f;
+    if (c->sum) {
+        pt_record_summary *s = c->sum;
+        if (s->events == 0 || f->start_ns < s->first_start_ns)
+            s->first_start_ns = f->start_ns;
+        if (s->events == 0 || f->end_ns > s->last_end_ns)
+            s->last_end_ns = f->end_ns;
+        s->events += f->events;
+        s->event_msgs += f->frames;
+    }
+    if (c->rx)
+        fold_seqs(c, seqs, e);
+    return 0;
+}
+
 /* The summary of `pipetop run` belongs to that command (docs/console.md):
  * any members, kept as text. */
 static int check_summary(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
@@ -460,6 +585,7 @@ static const check_fn checks[PT_RECORD_KIND_COUNT] = {
     [PT_RECORD_CHECKPOINT_FAILED] = check_checkpoint,
     [PT_RECORD_SUMMARY] = check_summary,
     [PT_RECORD_FAILED] = check_failed,
+    [PT_RECORD_FOLD] = check_fold,
 };
 
 /* Parses text[0..n) as one JSON value; NULL when it is not one. */
@@ -560,7 +686,7 @@ static int parse_line(const line_ctx *c, const char *line, size_t n, pt_record_e
     if (k < 0) {
         rc = pt_jr_fail(&jr, PT_EINVAL, "", "kind",
                         "unknown kind \"%s\" (known: session, plan, recv, sent, agent, dead, "
-                        "rejected, checkpoint, checkpoint_failed, summary, failed)",
+                        "rejected, checkpoint, checkpoint_failed, summary, failed, fold)",
                         kind);
         goto done;
     }
@@ -709,6 +835,53 @@ int pt_record_load(const char *path, pt_record **out, pt_error *err)
     return pt_record_load_progress(path, NULL, NULL, out, err);
 }
 
+/* A compressed record (gzip, docs/formats.md "Compression"): *text is
+ * replaced by what it inflates to. A stream that stops short (a run that is
+ * still writing, or was killed) gives what it holds up to there; the reader
+ * then drops a cut last line as in a plain record. */
+static int gunzip(const char *path, char **text, size_t *len, pt_error *err)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 15 + 32) != Z_OK)
+        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
+    size_t cap = *len * 8 + 4096, n = 0;
+    char *outbuf = malloc(cap);
+    int zr = Z_OK;
+    z.next_in = (Bytef *)*text;
+    z.avail_in = (uInt)*len;
+    while (outbuf && zr == Z_OK) {
+        if (cap - n < 4096) {
+            char *g = realloc(outbuf, cap * 2);
+            if (!g) {
+                free(outbuf);
+                outbuf = NULL;
+                break;
+            }
+            outbuf = g;
+            cap *= 2;
+        }
+        z.next_out = (Bytef *)outbuf + n;
+        z.avail_out = (uInt)(cap - n);
+        zr = inflate(&z, Z_NO_FLUSH);
+        n = cap - z.avail_out;
+        if (zr == Z_BUF_ERROR && z.avail_in > 0 && z.avail_out == 0)
+            zr = Z_OK; /* out of room only */
+    }
+    inflateEnd(&z);
+    if (!outbuf)
+        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
+    if (zr == Z_DATA_ERROR && n == 0) {
+        free(outbuf);
+        return pt_error_set(err, PT_EPARSE, "%s: not a gzip stream (%s)", path,
+                            z.msg ? z.msg : "data error");
+    }
+    free(*text);
+    *text = outbuf;
+    *len = n;
+    return 0;
+}
+
 int pt_record_load_progress(const char *path, pt_record_progress progress, void *arg,
                             pt_record **out, pt_error *err)
 {
@@ -719,6 +892,11 @@ int pt_record_load_progress(const char *path, pt_record_progress progress, void 
     int rc = pt_file_read(path, &text, &len, err);
     if (rc < 0)
         return rc;
+    if (len >= 2 && (unsigned char)text[0] == 0x1f && (unsigned char)text[1] == 0x8b &&
+        (rc = gunzip(path, &text, &len, err)) < 0) {
+        free(text);
+        return rc;
+    }
     rc = parse_text(text, len, path, 1, progress, arg, out, err);
     free(text);
     return rc;
