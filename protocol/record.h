@@ -12,10 +12,13 @@
  * pt_msg_decode, each plan with pt_plan_parse and pt_model_spec_parse; an
  * error reads "FILE:LINE: FIELD: REASON".
  *
- * Versions: the first line ("session") carries "v". Version 2 (written by
- * this build) stores frames verbatim with their length; version 1 (earlier
- * builds) stored a re-encoding without "len". Both are read; any other
- * version is refused. */
+ * Versions: the first line ("session") carries "v". Version 3 (written by
+ * this build) is version 2 with op events outside a full-detail window
+ * folded into "fold" lines (pt_record_fold_opts); version 2 stores every
+ * frame verbatim with its length; version 1 (earlier builds) stored a
+ * re-encoding without "len". All three are read; any other version is
+ * refused. With PT_RECORD_COMPRESS=1 in the environment the writer writes a
+ * gzip stream, flushed with every pt_record_flush. */
 #ifndef PT_PROTOCOL_RECORD_H
 #define PT_PROTOCOL_RECORD_H
 
@@ -220,7 +223,9 @@ typedef struct pt_record_fold {
  * on failure *out is NULL. */
 int pt_record_parse(const char *text, size_t len, const char *source, pt_record **out,
                     pt_error *err);
-/* Reads and parses a file; errors start with its path. Unlike
+/* Reads and parses a file; errors start with its path. A file that starts
+ * with the gzip magic bytes (PT_RECORD_COMPRESS=1 wrote it) is inflated
+ * first, up to where its stream stops (a run still writing, or killed). Unlike
  * pt_record_parse, a file read is lenient, as the console is with frames: a
  * bad line after the session line is passed over and counted
  * (pt_record_skipped), so that one damaged line does not make a whole run

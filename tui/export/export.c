@@ -991,8 +991,18 @@ int pt_export_load_run(const char *record_path, const pt_export_select *sel, pt_
     set->first_step = set->last_step = -1;
     pt_record *rec = NULL;
     int rc = pt_replay_load(record_path, &rec, err);
-    if (rc < 0)
-        return rc;
+    if (rc == 0)
+        rc = pt_export_from_record(rec, sel, set, err);
+    pt_record_free(&rec);
+    return rc;
+}
+
+int pt_export_from_record(const pt_record *rec, const pt_export_select *sel, pt_export_set *set,
+                          pt_error *err)
+{
+    memset(set, 0, sizeof *set);
+    set->first_step = set->last_step = -1;
+    int rc = 0;
     order_key *keys = NULL;
     int64_t nkeys = 0, cap = 0, max_gen = 0;
     if ((rc = select_iterations(rec, sel, &keys, &nkeys)) < 0)
@@ -1007,7 +1017,6 @@ int pt_export_load_run(const char *record_path, const pt_export_select *sel, pt_
     }
     if (rc == 0)
         make_title(set, rec, max_gen);
-    pt_record_free(&rec);
     if (rc < 0)
         pt_export_set_release(set);
     return rc;
