@@ -14,7 +14,8 @@
  *
  *   build/record_growth [--hours H] [--agents N] [--step-ms MS] [--mb M]
  *                       [--no-fold] [--gzip] [--dir DIR] [--pipetop PATH]
- * --gzip writes the record compressed (PT_RECORD_COMPRESS=1). */
+ * --gzip writes the record compressed (PT_RECORD_COMPRESS=1); --read-only
+ * times the readers on the record DIR holds, written by an earlier run. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,7 +40,7 @@
 
 typedef struct cfg {
     double hours, step_ms;
-    int agents, mb, fold;
+    int agents, mb, fold, read_only;
     const char *dir, *pipetop, *source;
 } cfg;
 
@@ -273,6 +274,8 @@ static int parse(int argc, char **argv, cfg *c)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--no-fold"))
             c->fold = 0;
+        else if (!strcmp(a, "--read-only"))
+            c->read_only = 1;
         else if (!strcmp(a, "--gzip"))
             setenv("PT_RECORD_COMPRESS", "1", 1); /* the writer's switch */
         else if (!v)
@@ -299,17 +302,17 @@ static int parse(int argc, char **argv, cfg *c)
 
 int main(int argc, char **argv)
 {
-    cfg c = {1.0, 57.0, 4, 8, 1, "/tmp/record_growth", NULL, DEMO_PLAN};
+    cfg c = {1.0, 57.0, 4, 8, 1, 0, "/tmp/record_growth", NULL, DEMO_PLAN};
     if (parse(argc, argv, &c) < 0) {
-        fprintf(stderr,
-                "usage: record_growth [--hours H] [--agents N>=4] [--step-ms MS] "
-                "[--mb M<=32] [--no-fold] [--gzip] [--dir DIR] [--pipetop PATH] [--source REC]\n");
+        fprintf(stderr, "usage: record_growth [--hours H] [--agents N>=4] [--step-ms MS] "
+                        "[--mb M<=32] [--no-fold] [--gzip] [--read-only] [--dir DIR] [--pipetop "
+                        "PATH] [--source REC]\n");
         return 2;
     }
     char path[PATH_CAP];
     snprintf(path, sizeof path, "%s/run.ndjson", c.dir);
     double t = now_s(), cpu = cpu_s();
-    int64_t steps = produce(&c, path);
+    int64_t steps = c.read_only ? 0 : produce(&c, path);
     if (steps < 0)
         return 1;
     double wr = now_s() - t;
