@@ -113,6 +113,12 @@ int pt_record_writer_failed(const pt_record_writer *w, pt_error *err);
  * kind or channel, PT_EIO when the file cannot be written. */
 int pt_record_write_frame(pt_record_writer *w, pt_record_line_kind kind, const char *channel,
                           int64_t offset_ns, const char *data, size_t len);
+/* pt_record_write_frame of a frame received on telemetry that the caller
+ * has decoded already (decoded: the message data[0..len) decodes to, as
+ * pt_msg_decode gave it): folding reads its events from it rather than
+ * decoding the frame a second time (the console's hot path). */
+int pt_record_write_telemetry(pt_record_writer *w, int64_t offset_ns, const char *data, size_t len,
+                              const pt_msg *decoded);
 
 /* One worker of a plan. */
 typedef struct pt_record_worker {

@@ -289,15 +289,33 @@ static int fold_event(pt_record_writer *w, pt_record_folder *f, const pt_msg *m,
     return rc;
 }
 
+static int fold_msg(pt_record_writer *w, pt_record_folder *f, const pt_msg *mp, int64_t offset_ns,
+                    const char *data, size_t len);
+
 int pt_record_folder_frame(pt_record_writer *w, pt_record_folder *f, int64_t offset_ns,
-                           const char *data, size_t len)
+                           const char *data, size_t len, const pt_msg *decoded)
 {
+    if (decoded)
+        return decoded->type == PT_MSG_EVENTS && decoded->u.events.count > 0
+                   ? fold_msg(w, f, decoded, offset_ns, data, len)
+                   : 0;
     pt_msg m;
     if (pt_msg_decode(data, len, "record", &m, NULL) < 0)
         return 0; /* written as it came: the reader says what is wrong with it */
+    int rc = m.type == PT_MSG_EVENTS && m.u.events.count > 0
+                 ? fold_msg(w, f, &m, offset_ns, data, len)
+                 : 0;
+    pt_msg_clear(&m);
+    return rc;
+}
+
+/* Folds events message m (data[0..len) as received) or says to write it
+ * whole: pt_record_folder_frame's result. */
+static int fold_msg(pt_record_writer *w, pt_record_folder *f, const pt_msg *mp, int64_t offset_ns,
+                    const char *data, size_t len)
+{
+    const pt_msg m = *mp; /* a shallow copy: the events stay the caller's */
     int rc = 0;
-    if (m.type != PT_MSG_EVENTS || m.u.events.count == 0)
-        goto done;
     if (m.gen != f->gen) { /* events of a generation no plan line started here */
         if ((rc = pt_record_folder_end(w, f)) < 0)
             goto done;
@@ -319,6 +337,5 @@ int pt_record_folder_frame(pt_record_writer *w, pt_record_folder *f, int64_t off
     if (rc == 0 && (rc = hold(f, &m, offset_ns, data, len)) == 0)
         rc = 1;
 done:
-    pt_msg_clear(&m);
     return rc;
 }

@@ -21,11 +21,12 @@ int pt_record_internal_channel_ok(const char *channel);
 typedef struct pt_record_folder pt_record_folder;
 int pt_record_folder_new(const pt_record_fold_opts *opts, pt_record_folder **out);
 void pt_record_folder_free(pt_record_folder **f_p); /* NULL-safe */
-/* A telemetry frame received with offset_ns: 1 when it was folded (and held
+/* A telemetry frame received with offset_ns (decoded: its message, already
+ * decoded by the caller; NULL: decoded here): 1 when it was folded (and held
  * for the tail window; nothing more to write), 0 when it is to be written as
  * it came, a negative PT_E* code on no memory or a failed write. */
 int pt_record_folder_frame(pt_record_writer *w, pt_record_folder *f, int64_t offset_ns,
-                           const char *data, size_t len);
+                           const char *data, size_t len, const pt_msg *decoded);
 /* A new generation starts at resume_step: the previous one's pending folds
  * and held frames are written first. */
 int pt_record_folder_plan(pt_record_writer *w, pt_record_folder *f, int64_t gen,

@@ -237,11 +237,26 @@ int pt_record_write_frame(pt_record_writer *w, pt_record_line_kind kind, const c
     if (w->failed_errno)
         return PT_EIO;
     if (w->fold && kind == PT_RECORD_RECV && !strcmp(channel, "telemetry")) {
-        int rc = pt_record_folder_frame(w, w->fold, offset_ns, data, len);
+        int rc = pt_record_folder_frame(w, w->fold, offset_ns, data, len, NULL);
         if (rc != 0)
             return rc < 0 ? rc : 0;
     }
     return pt_record_internal_put_frame(w, kind, channel, offset_ns, data, len, 0);
+}
+
+int pt_record_write_telemetry(pt_record_writer *w, int64_t offset_ns, const char *data, size_t len,
+                              const pt_msg *decoded)
+{
+    if (!w || !data || !decoded)
+        return PT_EINVAL;
+    if (w->failed_errno)
+        return PT_EIO;
+    if (w->fold) {
+        int rc = pt_record_folder_frame(w, w->fold, offset_ns, data, len, decoded);
+        if (rc != 0)
+            return rc < 0 ? rc : 0;
+    }
+    return pt_record_internal_put_frame(w, PT_RECORD_RECV, "telemetry", offset_ns, data, len, 0);
 }
 
 int pt_record_internal_put_frame(pt_record_writer *w, pt_record_line_kind kind, const char *channel,
