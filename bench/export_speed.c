@@ -67,6 +67,7 @@ static int build(const char *src, const char *dst, double target_mb)
         pt_record_free(&rec);
         return -1;
     }
+    pt_record_writer_set_fold(w, NULL, 1); /* the record of issue 12: every frame verbatim */
     for (int64_t i = 0; i < pt_record_count(rec); i++) {
         const pt_record_entry *e = pt_record_at(rec, i);
         if (e->kind != PT_RECORD_PLAN)

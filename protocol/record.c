@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
@@ -93,6 +94,30 @@ static void arena_free(chunk **a)
 }
 
 /* ---- one line, checked ------------------------------------------------------------ */
+
+/* out = a + b (cut to cap): the reader names every line's source, and
+ * snprintf for each of half a million lines was a tenth of a load. */
+static void cat2(char *out, size_t cap, const char *a, size_t amax, const char *b)
+{
+    size_t n = strnlen(a, amax < cap - 1 ? amax : cap - 1);
+    memcpy(out, a, n);
+    size_t m = strnlen(b, cap - 1 - n);
+    memcpy(out + n, b, m);
+    out[n + m] = '\0';
+}
+
+/* out = "SOURCE:LINE". */
+static void source_line(char *out, size_t cap, const char *source, int64_t line)
+{
+    char digits[24], *d = digits + sizeof digits;
+    uint64_t v = line < 0 ? 0 : (uint64_t)line;
+    *--d = '\0';
+    do
+        *--d = (char)('0' + v % 10);
+    while ((v /= 10) && d > digits + 1);
+    *--d = ':';
+    cat2(out, cap, source, 480, d);
+}
 
 /* What checking a line needs besides the line. */
 typedef struct line_ctx {
@@ -199,9 +224,12 @@ static void sum_msg(pt_record_summary *s, const pt_record_entry *e, const pt_msg
 
 /* recv, sent: the header, then the frame (verbatim after "msg", or as the
  * string "frame" when it held a line break) through pt_msg_decode. */
+static int frame_body(const line_ctx *c, pt_jr *jr, pt_record_entry *e, int64_t len);
+
 static int check_frame(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
 {
-    static const char *const keys[] = {"t", "kind", "channel", "offset_ns", "len", "frame", NULL};
+    static const char *const keys[] = {"t",   "kind",  "channel", "offset_ns",
+                                       "len", "frame", "tail",    NULL};
     int rc;
     if (pt_jr_item(o, "msg"))
         return pt_jr_fail(jr, PT_EINVAL, "", "msg", "must be the last member of the line");
@@ -212,6 +240,13 @@ static int check_frame(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_e
     if ((rc = pt_jr_int64(jr, o, "", "offset_ns", PT_JR_REQUIRED, 0, -(PT_JSON_INT_MAX - 1),
                           PT_JSON_INT_MAX - 1, &e->offset_ns)) < 0)
         return rc;
+    int64_t tail = 0;
+    if ((rc = pt_jr_int64(jr, o, "", "tail", PT_JR_OPTIONAL, 0, 0, 1, &tail)) < 0)
+        return rc;
+    if (tail && (c->version < 3 || e->kind != PT_RECORD_RECV))
+        return pt_jr_fail(jr, PT_EINVAL, "", "tail",
+                          "only a received frame of a version-3 record is a tail frame");
+    e->tail = (int)tail;
     int64_t len = -1;
     if ((rc = pt_jr_int64(jr, o, "", "len", c->version >= 2 ? PT_JR_REQUIRED : PT_JR_OPTIONAL, -1,
                           0, PT_MSG_MAX_BYTES, &len)) < 0)
@@ -228,12 +263,20 @@ static int check_frame(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_e
     }
     if (!e->frame)
         return pt_jr_fail(jr, PT_EINVAL, "", "msg", "missing (the frame)");
+    return frame_body(c, jr, e, len);
+}
+
+/* The frame of a recv/sent line (e->frame), its header read: its length
+ * (len, -1: not given) checked, decoded, noted in e and summed. */
+static int frame_body(const line_ctx *c, pt_jr *jr, pt_record_entry *e, int64_t len)
+{
+    int rc;
     if (len >= 0 && (size_t)len != e->frame_len)
         return pt_jr_fail(jr, PT_EINVAL, "", "len",
                           "%lld, but the frame holds %zu bytes (a cut or edited line)",
                           (long long)len, e->frame_len);
     char src[SOURCE_MAX + 8];
-    snprintf(src, sizeof src, "%s: msg", jr->source);
+    cat2(src, sizeof src, jr->source, SOURCE_MAX, ": msg");
     pt_msg m;
     if ((rc = pt_msg_decode(e->frame, e->frame_len, src, &m, jr->err)) < 0)
         return rc;
@@ -252,10 +295,11 @@ static int check_frame(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_e
         if (k == 0 || st > e->step_last)
             e->step_last = st;
     }
-    sum_msg(c->sum, e, &m);
+    if (!e->tail) /* a tail frame's events and sequence number came with its fold */
+        sum_msg(c->sum, e, &m);
     pt_rx_counts counts;
     if (c->rx && e->kind == PT_RECORD_RECV && !strcmp(e->channel, "telemetry") &&
-        pt_telemetry_rx_observe(c->rx, &m, NULL) != PT_ERANGE &&
+        (e->tail || pt_telemetry_rx_observe(c->rx, &m, NULL) != PT_ERANGE) &&
         pt_telemetry_rx_agent_counts(c->rx, m.agent, &counts) == 0)
         e->dropped = counts.dropped;
     pt_msg_clear(&m);
@@ -426,6 +470,121 @@ static int check_failed(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_
     return rc < 0 ? rc : get_str(c, jr, o, "", "reason", S_REQUIRED, REASON_MAX, &e->reason);
 }
 
+/* One op kind of a fold: [count, total_ns, min_ns, max_ns]. */
+static int fold_op(pt_jr *jr, const cJSON *item, pt_record_fold_op *op)
+{
+    char path[PT_JPATH_MAX];
+    snprintf(path, sizeof path, "ops.%s", item->string);
+    double v[4];
+    int n = cJSON_IsArray(item) ? cJSON_GetArraySize(item) : -1;
+    for (int i = 0; i < 4 && n == 4; i++) {
+        const cJSON *x = cJSON_GetArrayItem(item, i);
+        v[i] = cJSON_IsNumber(x) ? x->valuedouble : -1;
+        if (v[i] < 0 || v[i] > (double)(PT_JSON_INT_MAX - 1) || v[i] != floor(v[i]))
+            n = -1;
+    }
+    if (n != 4)
+        return pt_jr_fail(jr, PT_EINVAL, path, NULL,
+                          "must be [count, total_ns, min_ns, max_ns]: integers >= 0");
+    *op = (pt_record_fold_op){(int64_t)v[0], (int64_t)v[1], (int64_t)v[2], (int64_t)v[3]};
+    if (op->count < 1 || op->min_ns > op->max_ns || op->total_ns < op->max_ns ||
+        (double)op->total_ns > (double)op->count * (double)op->max_ns)
+        return pt_jr_fail(jr, PT_EINVAL, path, NULL,
+                          "count %lld, total %lld, min %lld, max %lld do not agree",
+                          (long long)op->count, (long long)op->total_ns, (long long)op->min_ns,
+                          (long long)op->max_ns);
+    return 0;
+}
+
+/* Observes the sequence numbers of the frames a fold stands for. */
+static void fold_seqs(const line_ctx *c, const cJSON *seqs, pt_record_entry *e)
+{
+    pt_msg m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.agent, sizeof m.agent, "%s", e->agent);
+    m.gen = e->gen;
+    m.type = PT_MSG_EVENTS;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, seqs)
+    {
+        m.seq = (int64_t)x->valuedouble;
+        pt_telemetry_rx_observe(c->rx, &m, NULL);
+    }
+    pt_rx_counts counts;
+    if (pt_telemetry_rx_agent_counts(c->rx, m.agent, &counts) == 0)
+        e->dropped = counts.dropped;
+}
+
+/* fold (version 3): one stage replica's op events of one step, summed. */
+static int check_fold(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
+{
+    static const char *const keys[] = {"t",       "kind", "gen",      "agent",  "stage",
+                                       "replica", "step", "start_ns", "end_ns", "busy_ns",
+                                       "seqs",    "ops",  NULL};
+    const int64_t big = PT_JSON_INT_MAX - 1;
+    pt_record_fold *f = arena_alloc(c->arena, sizeof *f);
+    const cJSON *seqs, *ops;
+    int nseq, rc;
+    if (!f)
+        return pt_jr_fail(jr, PT_ENOMEM, "", NULL, "out of memory");
+    memset(f, 0, sizeof *f);
+    if (c->version < 3)
+        return pt_jr_fail(jr, PT_EINVAL, "", "kind",
+                          "\"fold\" lines are of record version 3 (this record is version %d)",
+                          c->version);
+    if ((rc = pt_jr_keys(jr, o, "", keys)) < 0 || (rc = get_i64(jr, o, "gen", 0, &e->gen)) < 0 ||
+        (rc = get_str(c, jr, o, "", "agent", S_REQUIRED, PT_MSG_ID_MAX, &e->agent)) < 0 ||
+        (rc = pt_jr_int(jr, o, "", "stage", PT_JR_REQUIRED, 0, 0, PT_MSG_MAX_INDEX, &f->stage)) <
+            0 ||
+        (rc = pt_jr_int(jr, o, "", "replica", PT_JR_REQUIRED, 0, 0, PT_MSG_MAX_INDEX,
+                        &f->replica)) < 0 ||
+        (rc = get_i64(jr, o, "step", 0, &e->step)) < 0 ||
+        (rc = pt_jr_int64(jr, o, "", "start_ns", PT_JR_REQUIRED, 0, -big, big, &f->start_ns)) < 0 ||
+        (rc = pt_jr_int64(jr, o, "", "end_ns", PT_JR_REQUIRED, 0, f->start_ns, big, &f->end_ns)) <
+            0 ||
+        (rc = get_i64(jr, o, "busy_ns", 0, &f->busy_ns)) < 0 ||
+        (rc = pt_jr_array(jr, o, "", "seqs", PT_JR_REQUIRED, 1, &seqs, &nseq)) < 0 ||
+        (rc = pt_jr_object(jr, o, "", "ops", PT_JR_REQUIRED, &ops)) < 0)
+        return rc;
+    e->step_last = e->step;
+    f->frames = nseq;
+    for (int i = 0; i < nseq; i++) {
+        char path[PT_JPATH_MAX];
+        int v;
+        pt_jr_join_index(path, sizeof path, "", "seqs", i);
+        if ((rc = pt_jr_elem_int(jr, cJSON_GetArrayItem(seqs, i), path, 0, INT32_MAX, &v)) < 0)
+            return rc;
+    }
+    const cJSON *item;
+    cJSON_ArrayForEach(item, ops)
+    {
+        pt_op_kind k;
+        if (!item->string || pt_op_parse(item->string, &k) < 0)
+            return pt_jr_fail(jr, PT_EINVAL, "ops", item->string ? item->string : "?",
+                              "not an op kind");
+        if (f->ops[k].count)
+            return pt_jr_fail(jr, PT_EINVAL, "ops", item->string, "given twice");
+        if ((rc = fold_op(jr, item, &f->ops[k])) < 0)
+            return rc;
+        f->events += f->ops[k].count;
+    }
+    if (f->events == 0)
+        return pt_jr_fail(jr, PT_EINVAL, "", "ops", "empty (a fold holds at least one event)");
+    e->fold = f;
+    if (c->sum) {
+        pt_record_summary *s = c->sum;
+        if (s->events == 0 || f->start_ns < s->first_start_ns)
+            s->first_start_ns = f->start_ns;
+        if (s->events == 0 || f->end_ns > s->last_end_ns)
+            s->last_end_ns = f->end_ns;
+        s->events += f->events;
+        s->event_msgs += f->frames;
+    }
+    if (c->rx)
+        fold_seqs(c, seqs, e);
+    return 0;
+}
+
 /* The summary of `pipetop run` belongs to that command (docs/console.md):
  * any members, kept as text. */
 static int check_summary(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
@@ -460,19 +619,23 @@ static const check_fn checks[PT_RECORD_KIND_COUNT] = {
     [PT_RECORD_CHECKPOINT_FAILED] = check_checkpoint,
     [PT_RECORD_SUMMARY] = check_summary,
     [PT_RECORD_FAILED] = check_failed,
+    [PT_RECORD_FOLD] = check_fold,
 };
 
-/* Parses text[0..n) as one JSON value; NULL when it is not one. */
+/* Parses text[0..n) as one JSON value; NULL when it is not one (or more
+ * than one). Reads text in place: no copy, no NUL needed. */
 static cJSON *parse_exact(const char *text, size_t n)
 {
-    char *buf = malloc(n + 1);
-    if (!buf)
-        return NULL;
-    memcpy(buf, text, n);
-    buf[n] = '\0';
     const char *end = NULL;
-    cJSON *j = cJSON_ParseWithOpts(buf, &end, 1);
-    free(buf);
+    cJSON *j = cJSON_ParseWithLengthOpts(text, n, &end, 0);
+    if (!j)
+        return NULL;
+    while (end && end < text + n && (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n'))
+        end++;
+    if (end != text + n) {
+        cJSON_Delete(j);
+        return NULL;
+    }
     return j;
 }
 
@@ -498,6 +661,78 @@ static size_t frame_span(const char *line, size_t n, const char **frame, size_t 
     return (size_t)(m - line);
 }
 
+/* Reads lit at *p; 1 when it is there (and *p moves past it). */
+static int lit(const char **p, const char *end, const char *s)
+{
+    size_t n = strlen(s);
+    if ((size_t)(end - *p) < n || memcmp(*p, s, n) != 0)
+        return 0;
+    *p += n;
+    return 1;
+}
+
+/* An integer of at most 15 digits (below PT_JSON_INT_MAX), sign allowed
+ * when neg_ok; 1 when read. */
+static int lit_int(const char **p, const char *end, int neg_ok, int64_t *out)
+{
+    int neg = neg_ok && *p < end && **p == '-';
+    const char *q = *p + neg;
+    int64_t v = 0;
+    int n = 0;
+    while (q < end && *q >= '0' && *q <= '9' && n < 16) {
+        v = v * 10 + (*q++ - '0');
+        n++;
+    }
+    if (n == 0 || n > 15 || (n > 1 && (*p)[neg] == '0'))
+        return 0;
+    *out = neg ? -v : v;
+    *p = q;
+    return 1;
+}
+
+/* The header of a frame line exactly as this build's writer writes it,
+ * line[0..head) ({"t":T,"kind":K,"channel":C,"offset_ns":O,["tail":1,]"len":N),
+ * read without a JSON parse: half a million of them make an hour of the
+ * demo. 1 when it is one (e and *len filled), 0 when the line goes the
+ * general way (which also says what is wrong with it). */
+static int fast_header(const line_ctx *c, const char *line, size_t head, pt_record_entry *e,
+                       int64_t *len)
+{
+    const char *p = line, *end = line + head;
+    int64_t t, off, tail = 0;
+    if (c->version < 2 || !lit(&p, end, "{\"t\":") || !lit_int(&p, end, 0, &t) ||
+        !lit(&p, end, ",\"kind\":\""))
+        return 0;
+    if (lit(&p, end, "recv\""))
+        e->kind = PT_RECORD_RECV;
+    else if (lit(&p, end, "sent\""))
+        e->kind = PT_RECORD_SENT;
+    else
+        return 0;
+    if (!lit(&p, end, ",\"channel\":\""))
+        return 0;
+    if (lit(&p, end, "control\""))
+        e->channel = "control";
+    else if (e->kind == PT_RECORD_RECV && lit(&p, end, "telemetry\""))
+        e->channel = "telemetry";
+    else
+        return 0;
+    if (!lit(&p, end, ",\"offset_ns\":") || !lit_int(&p, end, 1, &off) || !lit(&p, end, ","))
+        return 0;
+    if (lit(&p, end, "\"tail\":1,")) {
+        if (c->version < 3 || e->kind != PT_RECORD_RECV)
+            return 0;
+        tail = 1;
+    }
+    if (!lit(&p, end, "\"len\":") || !lit_int(&p, end, 0, len) || *len > PT_MSG_MAX_BYTES ||
+        p != end)
+        return 0;
+    e->t = t;
+    e->offset_ns = off;
+    e->tail = (int)tail;
+    return 1;
+}
+
 static void entry_init(pt_record_entry *e, int64_t lineno)
 {
     memset(e, 0, sizeof *e);
@@ -511,12 +746,19 @@ static int parse_line(const line_ctx *c, const char *line, size_t n, pt_record_e
                       pt_error *err)
 {
     char src[SOURCE_MAX];
-    snprintf(src, sizeof src, "%.480s:%lld", c->source, (long long)c->lineno);
+    source_line(src, sizeof src, c->source, c->lineno);
     pt_jr jr = {src, err};
     entry_init(e, c->lineno);
     const char *frame = NULL;
     size_t flen = 0, head = frame_span(line, n, &frame, &flen);
     cJSON *root = NULL;
+    int64_t len = -1;
+    if (head > 0 && fast_header(c, line, head, e, &len)) {
+        e->frame = frame;
+        e->frame_len = flen;
+        return frame_body(c, &jr, e, len);
+    }
+    entry_init(e, c->lineno);
     if (head > 0) {
         /* the header alone: the line up to ,"msg": and a closing brace */
         char *h = malloc(head + 2);
@@ -560,7 +802,7 @@ static int parse_line(const line_ctx *c, const char *line, size_t n, pt_record_e
     if (k < 0) {
         rc = pt_jr_fail(&jr, PT_EINVAL, "", "kind",
                         "unknown kind \"%s\" (known: session, plan, recv, sent, agent, dead, "
-                        "rejected, checkpoint, checkpoint_failed, summary, failed)",
+                        "rejected, checkpoint, checkpoint_failed, summary, failed, fold)",
                         kind);
         goto done;
     }
@@ -618,20 +860,29 @@ static int push(pt_record *r, const pt_record_entry *e)
 /* Bytes between two progress reports while parsing. */
 #define RECORD_PROGRESS_BYTES (4 << 20)
 
-static int parse_text(const char *text, size_t len, const char *source, int lenient,
+/* owned: text is a malloc'd, NUL-terminated buffer the record takes over
+ * (freed here on failure), not copied: a large record is not held twice. */
+static int parse_text(const char *text, size_t len, int owned, const char *source, int lenient,
                       pt_record_progress progress, void *arg, pt_record **out, pt_error *err)
 {
     const char *src = source && *source ? source : "record";
-    if (!out)
+    if (!out) {
+        if (owned)
+            free((char *)text);
         return pt_error_set(err, PT_EINVAL, "%s: no output", src);
+    }
     *out = NULL;
     pt_record *r = calloc(1, sizeof *r);
-    if (!r || !(r->text = malloc(len + 1))) {
+    if (r && owned)
+        r->text = (char *)text;
+    else if (r && (r->text = malloc(len + 1)) && len)
+        memcpy(r->text, text, len);
+    if (!r || !r->text) {
+        if (owned)
+            free((char *)text);
         free(r);
         return pt_error_set(err, PT_ENOMEM, "%s: out of memory", src);
     }
-    if (len)
-        memcpy(r->text, text, len);
     r->text[len] = '\0';
     r->len = len;
     r->sum.first_step = r->sum.last_step = -1;
@@ -701,12 +952,66 @@ static int parse_text(const char *text, size_t len, const char *source, int leni
 int pt_record_parse(const char *text, size_t len, const char *source, pt_record **out,
                     pt_error *err)
 {
-    return parse_text(text, len, source, 0, NULL, NULL, out, err);
+    return parse_text(text, len, 0, source, 0, NULL, NULL, out, err);
 }
 
 int pt_record_load(const char *path, pt_record **out, pt_error *err)
 {
     return pt_record_load_progress(path, NULL, NULL, out, err);
+}
+
+/* A compressed record (gzip, docs/formats.md "Compression"): *text is
+ * replaced by what it inflates to. A stream that stops short (a run that is
+ * still writing, or was killed) gives what it holds up to there; the reader
+ * then drops a cut last line as in a plain record. */
+static int gunzip(const char *path, char **text, size_t *len, pt_error *err)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 15 + 32) != Z_OK)
+        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
+    size_t cap = *len * 8 + 4096, n = 0;
+    char *outbuf = malloc(cap);
+    int zr = Z_OK;
+    z.next_in = (Bytef *)*text;
+    z.avail_in = (uInt)*len;
+    while (outbuf && zr == Z_OK) {
+        if (n > (size_t)PT_FILE_READ_MAX) {
+            inflateEnd(&z);
+            free(outbuf);
+            return pt_error_set(err, PT_ERANGE, "%s: inflates to more than %lld bytes", path,
+                                (long long)PT_FILE_READ_MAX);
+        }
+        if (cap - n < 4096) {
+            char *g = realloc(outbuf, cap * 2);
+            if (!g) {
+                free(outbuf);
+                outbuf = NULL;
+                break;
+            }
+            outbuf = g;
+            cap *= 2;
+        }
+        z.next_out = (Bytef *)outbuf + n;
+        z.avail_out = (uInt)(cap - n - 1); /* one byte kept for the NUL */
+        zr = inflate(&z, Z_NO_FLUSH);
+        n = cap - 1 - z.avail_out;
+        if (zr == Z_BUF_ERROR && z.avail_in > 0 && z.avail_out == 0)
+            zr = Z_OK; /* out of room only */
+    }
+    inflateEnd(&z);
+    if (!outbuf)
+        return pt_error_set(err, PT_ENOMEM, "%s: out of memory", path);
+    if (zr == Z_DATA_ERROR && n == 0) {
+        free(outbuf);
+        return pt_error_set(err, PT_EPARSE, "%s: not a gzip stream (%s)", path,
+                            z.msg ? z.msg : "data error");
+    }
+    free(*text);
+    *text = outbuf;
+    *len = n;
+    outbuf[n] = '\0';
+    return 0;
 }
 
 int pt_record_load_progress(const char *path, pt_record_progress progress, void *arg,
@@ -719,9 +1024,12 @@ int pt_record_load_progress(const char *path, pt_record_progress progress, void 
     int rc = pt_file_read(path, &text, &len, err);
     if (rc < 0)
         return rc;
-    rc = parse_text(text, len, path, 1, progress, arg, out, err);
-    free(text);
-    return rc;
+    if (len >= 2 && (unsigned char)text[0] == 0x1f && (unsigned char)text[1] == 0x8b &&
+        (rc = gunzip(path, &text, &len, err)) < 0) {
+        free(text);
+        return rc;
+    }
+    return parse_text(text, len, 1, path, 1, progress, arg, out, err);
 }
 
 void pt_record_free(pt_record **rec_p)

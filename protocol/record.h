@@ -12,10 +12,13 @@
  * pt_msg_decode, each plan with pt_plan_parse and pt_model_spec_parse; an
  * error reads "FILE:LINE: FIELD: REASON".
  *
- * Versions: the first line ("session") carries "v". Version 2 (written by
- * this build) stores frames verbatim with their length; version 1 (earlier
- * builds) stored a re-encoding without "len". Both are read; any other
- * version is refused. */
+ * Versions: the first line ("session") carries "v". Version 3 (written by
+ * this build) is version 2 with op events outside a full-detail window
+ * folded into "fold" lines (pt_record_fold_opts); version 2 stores every
+ * frame verbatim with its length; version 1 (earlier builds) stored a
+ * re-encoding without "len". All three are read; any other version is
+ * refused. With PT_RECORD_COMPRESS=1 in the environment the writer writes a
+ * gzip stream, flushed with every pt_record_flush. */
 #ifndef PT_PROTOCOL_RECORD_H
 #define PT_PROTOCOL_RECORD_H
 
@@ -27,7 +30,7 @@
 #include "protocol/model.h"
 #include "protocol/plan.h"
 
-#define PT_RECORD_VERSION     2 /* what the writer writes */
+#define PT_RECORD_VERSION     3 /* what the writer writes */
 #define PT_RECORD_VERSION_MIN 1 /* the oldest the reader reads */
 #define PT_RECORD_FILE        "run.ndjson"
 
@@ -43,7 +46,8 @@
     X(CHECKPOINT, "checkpoint")                                                                    \
     X(CHECKPOINT_FAILED, "checkpoint_failed")                                                      \
     X(SUMMARY, "summary")                                                                          \
-    X(FAILED, "failed")
+    X(FAILED, "failed")                                                                            \
+    X(FOLD, "fold")
 
 typedef enum pt_record_line_kind {
 #define PT_RECORD_KIND_ENUM(id, name) PT_RECORD_##id,
@@ -69,7 +73,31 @@ typedef struct pt_record_session {
  * owns the writer; on failure *out is NULL and err names the path. */
 int pt_record_writer_open(const char *path, const pt_record_session *session,
                           pt_record_writer **out, pt_error *err);
-/* Flushes and closes. NULL-safe; sets *w_p = NULL. */
+/* Folding of op events (version 3; docs/formats.md, "Folded op events"):
+ * the events frames of a generation's first head_steps steps (from its
+ * resume step), of every step that is a multiple of `every` (0: none) and
+ * of its newest tail_steps steps are kept verbatim; every other step's op
+ * events become one "fold" line per stage replica (per op kind: count,
+ * total, min, max duration; the step's start, end and compute time). The
+ * newest steps' frames are held in memory and written, marked "tail", when
+ * the generation ends (a new plan) or the record is closed; their folds are
+ * written as the steps pass, so a crash loses the detail of the tail, not
+ * its summary. */
+typedef struct pt_record_fold_opts {
+    int64_t head_steps, tail_steps, every;
+} pt_record_fold_opts;
+#define PT_RECORD_FOLD_HEAD  32
+#define PT_RECORD_FOLD_TAIL  32
+#define PT_RECORD_FOLD_EVERY 500
+
+/* Folding on (opts; NULL: the defaults above) or off (off set). A new writer
+ * folds with the defaults unless the environment has PT_RECORD_FOLD=0 (the
+ * whole stream verbatim, as version 2 wrote it). Pending folds and held
+ * frames are written first. 0, PT_ENOMEM or PT_EIO. */
+int pt_record_writer_set_fold(pt_record_writer *w, const pt_record_fold_opts *opts, int off);
+
+/* Writes pending folds and held frames, flushes and closes. NULL-safe; sets
+ * *w_p = NULL. */
 void pt_record_writer_close(pt_record_writer **w_p);
 /* Pushes what was written to the file (a crash then loses no whole line). */
 int pt_record_flush(pt_record_writer *w);
@@ -85,6 +113,12 @@ int pt_record_writer_failed(const pt_record_writer *w, pt_error *err);
  * kind or channel, PT_EIO when the file cannot be written. */
 int pt_record_write_frame(pt_record_writer *w, pt_record_line_kind kind, const char *channel,
                           int64_t offset_ns, const char *data, size_t len);
+/* pt_record_write_frame of a frame received on telemetry that the caller
+ * has decoded already (decoded: the message data[0..len) decodes to, as
+ * pt_msg_decode gave it): folding reads its events from it rather than
+ * decoding the frame a second time (the console's hot path). */
+int pt_record_write_telemetry(pt_record_writer *w, int64_t offset_ns, const char *data, size_t len,
+                              const pt_msg *decoded);
 
 /* One worker of a plan. */
 typedef struct pt_record_worker {
@@ -166,7 +200,27 @@ typedef struct pt_record_entry {
     int heartbeat_ms, missed_heartbeats;
     /* summary: the members other than t and kind, as a JSON object text */
     const char *json;
+    /* recv (version 3): 1 for a frame of the tail window written after its
+     * fold (its events are counted by the fold; see pt_record_fold_opts) */
+    int tail;
+    /* fold: the summary of one stage replica's op events of one step (gen,
+     * agent, step and step_last are set too) */
+    const struct pt_record_fold *fold;
 } pt_record_entry;
+
+/* One op kind's events in a fold; durations in nanoseconds. */
+typedef struct pt_record_fold_op {
+    int64_t count, total_ns, min_ns, max_ns;
+} pt_record_fold_op;
+
+/* A "fold" line: times on the console's clock (the sender's offset applied). */
+typedef struct pt_record_fold {
+    int stage, replica;
+    int64_t start_ns, end_ns; /* the first event's start, the last one's end */
+    int64_t busy_ns;          /* time in compute ops; end - start - busy is the bubble */
+    int64_t events, frames;   /* events folded, frames they came in */
+    pt_record_fold_op ops[PT_OP_KIND_COUNT];
+} pt_record_fold;
 
 /* Parses record text (len bytes); source names it in errors ("SOURCE:LINE:
  * FIELD: REASON"). The first entry must be the session line. A last line
@@ -175,7 +229,9 @@ typedef struct pt_record_entry {
  * on failure *out is NULL. */
 int pt_record_parse(const char *text, size_t len, const char *source, pt_record **out,
                     pt_error *err);
-/* Reads and parses a file; errors start with its path. Unlike
+/* Reads and parses a file; errors start with its path. A file that starts
+ * with the gzip magic bytes (PT_RECORD_COMPRESS=1 wrote it) is inflated
+ * first, up to where its stream stops (a run still writing, or killed). Unlike
  * pt_record_parse, a file read is lenient, as the console is with frames: a
  * bad line after the session line is passed over and counted
  * (pt_record_skipped), so that one damaged line does not make a whole run

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <zlib.h>
 
 #include "protocol/fileio.h"
 #include "protocol/json_util.h"
@@ -20,7 +21,47 @@ struct pt_record_writer {
     int started;      /* the session line is out */
     int failed_errno; /* first write error (errno), 0 none: sticky, see pt_record_writer_failed */
     char path[PT_MSG_PATH_MAX];
+    pt_record_folder *fold; /* NULL: every frame verbatim */
+    z_stream *z;            /* NULL: plain text; else a gzip stream (docs/formats.md) */
+    int z_pending;          /* bytes went into z since its last flush */
+    unsigned char zbuf[64 << 10];
 };
+
+/* Deflates what z holds with flush (Z_NO_FLUSH, Z_SYNC_FLUSH, Z_FINISH) and
+ * writes the output. 0 or -1 (errno set by the write). */
+static int z_drain(pt_record_writer *w, int flush)
+{
+    do {
+        w->z->next_out = w->zbuf;
+        w->z->avail_out = sizeof w->zbuf;
+        int zr = deflate(w->z, flush);
+        if (zr == Z_STREAM_ERROR)
+            return -1;
+        size_t n = sizeof w->zbuf - w->z->avail_out;
+        if (n && fwrite(w->zbuf, 1, n, w->f) != n)
+            return -1;
+    } while (w->z->avail_out == 0);
+    return 0;
+}
+
+/* Appends data[0..len) to the record, through the compressor when there is
+ * one. 0 or -1 (errno set). */
+static int out(pt_record_writer *w, const void *data, size_t len)
+{
+    if (!w->z)
+        return fwrite(data, 1, len, w->f) == len ? 0 : -1;
+    w->z->next_in = (Bytef *)(uintptr_t)data;
+    w->z->avail_in = (uInt)len;
+    w->z_pending = 1;
+    int rc = z_drain(w, Z_NO_FLUSH);
+    w->z->avail_in = 0;
+    return rc;
+}
+
+static int outs(pt_record_writer *w, const char *s)
+{
+    return out(w, s, strlen(s));
+}
 
 /* Remembers the first failed write. A record cut in the middle must not
  * take more lines after the cut: a reader would take them for whole. */
@@ -41,14 +82,14 @@ int pt_record_writer_failed(const pt_record_writer *w, pt_error *err)
 }
 
 /* Checks a console line by the reader's rules, then appends it. */
-static int put_line(pt_record_writer *w, const char *text)
+int pt_record_internal_put_line(pt_record_writer *w, const char *text)
 {
     if (pt_record_internal_check(text, strlen(text), w->started) < 0)
         return PT_EINVAL;
     if (w->failed_errno)
         return PT_EIO;
     errno = 0;
-    if (fputs(text, w->f) == EOF || fputc('\n', w->f) == EOF)
+    if (outs(w, text) < 0 || out(w, "\n", 1) < 0)
         return io_failed(w);
     w->started = 1;
     return 0;
@@ -72,7 +113,7 @@ static int line_end(pt_record_writer *w, cJSON *o, int ok)
     cJSON_Delete(o);
     if (!text)
         return PT_ENOMEM;
-    int rc = put_line(w, text);
+    int rc = pt_record_internal_put_line(w, text);
     free(text);
     return rc;
 }
@@ -105,6 +146,17 @@ int pt_record_writer_open(const char *path, const pt_record_session *session,
         free(w);
         return pt_error_set(err, PT_EIO, "run record %s: %s", path, strerror(errno));
     }
+    const char *gz = getenv("PT_RECORD_COMPRESS");
+    if (gz && !strcmp(gz, "1")) {
+        /* gzip (window 15 + 16), level 6: a record compresses about 10 times */
+        if (!(w->z = calloc(1, sizeof *w->z)) ||
+            deflateInit2(w->z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+            free(w->z);
+            w->z = NULL;
+            pt_record_writer_close(&w);
+            return pt_error_set(err, PT_ENOMEM, "run record %s: out of memory", path);
+        }
+    }
     cJSON *o = line_begin("session");
     int ok = o && pt_jr_add_number(o, "v", PT_RECORD_VERSION) &&
              pt_jr_add_number(o, "unix_s", (double)time(NULL)) &&
@@ -118,17 +170,46 @@ int pt_record_writer_open(const char *path, const pt_record_session *session,
         return pt_error_set(err, rc, "run record %s: cannot write the session line (%s)", path,
                             e ? strerror(e) : pt_strerror(rc));
     }
+    const char *env = getenv("PT_RECORD_FOLD");
+    if ((rc = pt_record_writer_set_fold(w, NULL, env && !strcmp(env, "0"))) < 0) {
+        pt_record_writer_close(&w);
+        return pt_error_set(err, rc, "run record %s: out of memory", path);
+    }
     *out = w;
     return 0;
+}
+
+int pt_record_writer_set_fold(pt_record_writer *w, const pt_record_fold_opts *opts, int off)
+{
+    if (!w)
+        return PT_EINVAL;
+    int rc = w->fold ? pt_record_folder_end(w, w->fold) : 0;
+    pt_record_folder_free(&w->fold);
+    if (off)
+        return rc;
+    const pt_record_fold_opts def = {PT_RECORD_FOLD_HEAD, PT_RECORD_FOLD_TAIL,
+                                     PT_RECORD_FOLD_EVERY};
+    int r = pt_record_folder_new(opts ? opts : &def, &w->fold);
+    return rc < 0 ? rc : r;
 }
 
 void pt_record_writer_close(pt_record_writer **w_p)
 {
     if (!w_p || !*w_p)
         return;
-    if ((*w_p)->f)
-        fclose((*w_p)->f);
-    free(*w_p);
+    pt_record_writer *w = *w_p;
+    if (w->fold && w->f)
+        pt_record_folder_end(w, w->fold);
+    pt_record_folder_free(&w->fold);
+    if (w->z) {
+        if (w->f && !w->failed_errno)
+            z_drain(w, Z_FINISH);
+        deflateEnd(w->z);
+        free(w->z);
+    }
+    if (w->f)
+        fclose(w->f);
+    free(w);
     *w_p = NULL;
 }
 
@@ -139,6 +220,11 @@ int pt_record_flush(pt_record_writer *w)
     if (w->failed_errno)
         return PT_EIO;
     errno = 0;
+    if (w->z && w->z_pending) { /* a sync flush ends the deflate block: all of it reads back */
+        if (z_drain(w, Z_SYNC_FLUSH) < 0)
+            return io_failed(w);
+        w->z_pending = 0;
+    }
     return fflush(w->f) == 0 ? 0 : io_failed(w);
 }
 
@@ -150,18 +236,46 @@ int pt_record_write_frame(pt_record_writer *w, pt_record_line_kind kind, const c
         return PT_EINVAL;
     if (w->failed_errno)
         return PT_EIO;
+    if (w->fold && kind == PT_RECORD_RECV && !strcmp(channel, "telemetry")) {
+        int rc = pt_record_folder_frame(w, w->fold, offset_ns, data, len, NULL);
+        if (rc != 0)
+            return rc < 0 ? rc : 0;
+    }
+    return pt_record_internal_put_frame(w, kind, channel, offset_ns, data, len, 0);
+}
+
+int pt_record_write_telemetry(pt_record_writer *w, int64_t offset_ns, const char *data, size_t len,
+                              const pt_msg *decoded)
+{
+    if (!w || !data || !decoded)
+        return PT_EINVAL;
+    if (w->failed_errno)
+        return PT_EIO;
+    if (w->fold) {
+        int rc = pt_record_folder_frame(w, w->fold, offset_ns, data, len, decoded);
+        if (rc != 0)
+            return rc < 0 ? rc : 0;
+    }
+    return pt_record_internal_put_frame(w, PT_RECORD_RECV, "telemetry", offset_ns, data, len, 0);
+}
+
+int pt_record_internal_put_frame(pt_record_writer *w, pt_record_line_kind kind, const char *channel,
+                                 int64_t offset_ns, const char *data, size_t len, int tail)
+{
+    if (w->failed_errno)
+        return PT_EIO;
     errno = 0;
-    int n = fprintf(w->f,
-                    "{\"t\":%lld,\"kind\":\"%s\",\"channel\":\"%s\",\"offset_ns\":%lld,"
-                    "\"len\":%zu,",
-                    (long long)pt_msg_now_ns(), pt_record_kind_name(kind), channel,
-                    (long long)offset_ns, len);
-    if (n < 0)
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "{\"t\":%lld,\"kind\":\"%s\",\"channel\":\"%s\",\"offset_ns\":%lld,"
+                     "%s\"len\":%zu,",
+                     (long long)pt_msg_now_ns(), pt_record_kind_name(kind), channel,
+                     (long long)offset_ns, tail ? "\"tail\":1," : "", len);
+    if (n < 0 || (size_t)n >= sizeof head || out(w, head, (size_t)n) < 0)
         return io_failed(w);
     if (!memchr(data, '\n', len) && !memchr(data, '\r', len)) {
         /* the common case: the frame, byte for byte, as the last member */
-        if (fputs("\"msg\":", w->f) == EOF || fwrite(data, 1, len, w->f) != len ||
-            fputs("}\n", w->f) == EOF)
+        if (outs(w, "\"msg\":") < 0 || out(w, data, len) < 0 || outs(w, "}\n") < 0)
             return io_failed(w);
         return 0;
     }
@@ -170,7 +284,7 @@ int pt_record_write_frame(pt_record_writer *w, pt_record_line_kind kind, const c
     cJSON *s = copy ? (memcpy(copy, data, len), copy[len] = '\0', cJSON_CreateString(copy)) : NULL;
     char *text = s ? cJSON_PrintUnformatted(s) : NULL;
     int rc = text ? 0 : PT_ENOMEM;
-    if (text && fprintf(w->f, "\"frame\":%s}\n", text) < 0)
+    if (text && (outs(w, "\"frame\":") < 0 || outs(w, text) < 0 || outs(w, "}\n") < 0))
         rc = io_failed(w);
     free(text);
     cJSON_Delete(s);
@@ -196,6 +310,9 @@ int pt_record_write_plan(pt_record_writer *w, const pt_record_plan *p)
 {
     if (!w || !p || !p->plan || !p->model || (p->worker_count > 0 && !p->workers))
         return PT_EINVAL;
+    int frc = w->fold ? pt_record_folder_plan(w, w->fold, p->gen, p->resume_step) : 0;
+    if (frc < 0)
+        return frc;
     cJSON *o = line_begin("plan");
     int ok = o && pt_jr_add_number(o, "gen", (double)p->gen) &&
              add_json(o, "plan", pt_plan_to_json(p->plan)) &&

@@ -21,6 +21,11 @@ struct pt_telemetry_rx {
     int64_t gen;
     int n, cap;
     rx_agent **agents;
+    /* agent index by id: open addressing, slots hold index + 1 (0 empty), at
+     * most half full, so a frame finds its agent in constant time and a
+     * record of many agents reads in linear time */
+    int *slots;
+    int slot_n;                   /* a power of two, or 0 */
     uint64_t malformed_anonymous; /* no readable, known agent id */
 };
 
@@ -43,6 +48,7 @@ void pt_telemetry_rx_destroy(pt_telemetry_rx **self_p)
     for (int i = 0; i < rx->n; i++)
         free(rx->agents[i]);
     free(rx->agents);
+    free(rx->slots);
     free(rx);
     *self_p = NULL;
 }
@@ -53,12 +59,47 @@ void pt_telemetry_rx_set_generation(pt_telemetry_rx *self, int64_t gen)
         self->gen = gen;
 }
 
+static uint64_t id_hash(const char *id)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
+        h = (h ^ *p) * 1099511628211ULL;
+    return h;
+}
+
+/* The slot of id: the one holding it, or the empty one it would go to. */
+static int id_slot(const pt_telemetry_rx *rx, const char *id)
+{
+    unsigned mask = (unsigned)rx->slot_n - 1;
+    unsigned k = (unsigned)id_hash(id) & mask;
+    while (rx->slots[k] && strcmp(rx->agents[rx->slots[k] - 1]->id, id) != 0)
+        k = (k + 1) & mask;
+    return (int)k;
+}
+
 static rx_agent *find(const pt_telemetry_rx *rx, const char *id)
 {
+    if (!rx->slot_n)
+        return NULL;
+    int v = rx->slots[id_slot(rx, id)];
+    return v ? rx->agents[v - 1] : NULL;
+}
+
+/* Makes room for one more agent in the index. 0 or PT_ENOMEM. */
+static int index_reserve(pt_telemetry_rx *rx)
+{
+    if (2 * (rx->n + 1) <= rx->slot_n)
+        return 0;
+    int n = rx->slot_n ? 2 * rx->slot_n : 16;
+    int *slots = calloc((size_t)n, sizeof *slots);
+    if (!slots)
+        return PT_ENOMEM;
+    free(rx->slots);
+    rx->slots = slots;
+    rx->slot_n = n;
     for (int i = 0; i < rx->n; i++)
-        if (!strcmp(rx->agents[i]->id, id))
-            return rx->agents[i];
-    return NULL;
+        rx->slots[id_slot(rx, rx->agents[i]->id)] = i + 1;
+    return 0;
 }
 
 static rx_agent *find_or_add(pt_telemetry_rx *rx, const char *id)
@@ -74,11 +115,11 @@ static rx_agent *find_or_add(pt_telemetry_rx *rx, const char *id)
         rx->agents = grown;
         rx->cap = cap;
     }
-    a = calloc(1, sizeof *a);
-    if (!a)
+    if (index_reserve(rx) < 0 || !(a = calloc(1, sizeof *a)))
         return NULL;
     memcpy(a->id, id, strnlen(id, PT_MSG_ID_MAX - 1));
     rx->agents[rx->n++] = a;
+    rx->slots[id_slot(rx, a->id)] = rx->n;
     return a;
 }
 

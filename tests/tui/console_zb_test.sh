@@ -115,7 +115,8 @@ tm_check "interleaved: chunk stage s2 computes" stage_drawn 2 60
 tm_check "interleaved: chunk stage s3 computes" stage_drawn 3 60
 tm_check "interleaved: layout intact" tm_layout_ok 120 32
 tm_check "q exits with 0" tm_quit_ok
-rec="$RUN/run.ndjson"
+rec="$TM_DIR/run.txt" # the record's text (the demo writes it compressed: docs/formats.md)
+gzip -dcf "$RUN/run.ndjson" >"$rec"
 tm_check "the record has BWD_INPUT and BWD_WEIGHT events" \
     bash -c "grep -q 'BWD_INPUT' '$rec' && grep -q 'BWD_WEIGHT' '$rec'"
 # the interleaved plan's agents are its devices: as many as the replicas of its first 2

@@ -3,6 +3,7 @@
  * profile of devices/cpu-local.json, topology local-cpu-4), spawns the agents,
  * trains on Fashion-MNIST and opens the console on the timeline view. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "protocol/opts.h"
@@ -57,5 +58,8 @@ int pt_cmd_demo(int argc, char **argv)
                              usage_text, NULL);
     if (rc >= 0)
         return rc;
+    /* the demo runs for hours: its record is compressed (docs/formats.md,
+     * "Compression") unless the environment says otherwise */
+    setenv("PT_RECORD_COMPRESS", "1", 0);
     return pt_console_launch_cmd("demo", &lo);
 }

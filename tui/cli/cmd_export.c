@@ -19,6 +19,7 @@
 #include "tui/cli/commands.h"
 #include "tui/export/export.h"
 #include "tui/export/theme.h"
+#include "tui/record/replay.h"
 
 #define EXPORT_PATH_MAX 4096
 #define SVG_WIDTH_MIN   200
@@ -165,20 +166,19 @@ static int predicted_set(const char *record, int64_t gen, int64_t iters, pt_expo
 
 /* The headline figures of generation gen of the record (the ones status
  * prints: tui/record/figures.h) into the set's title and trace. */
-static int set_figures(const char *record, int64_t gen, pt_export_set *set, pt_error *err)
+static int set_figures(pt_record *rec, const char *record, int64_t gen, pt_export_set *set,
+                       pt_error *err)
 {
     char path[EXPORT_PATH_MAX], dir[EXPORT_PATH_MAX];
     pt_inputs_run_paths(record, path, dir, sizeof dir);
-    pt_record *rec = NULL;
     pt_fig_meas meas;
     pt_fig_pred pred;
     int have_pred = 0;
-    int rc = pt_record_load(record, &rec, err);
-    if (rc == 0 && (rc = pt_inputs_run_figures(rec, dir, gen, &meas, &pred, &have_pred)) < 0)
+    int rc = pt_inputs_run_figures(rec, dir, gen, &meas, &pred, &have_pred);
+    if (rc < 0)
         pt_error_set(err, rc, "out of memory");
     if (rc == 0)
         pt_export_set_figures(set, &meas, have_pred ? &pred : NULL);
-    pt_record_free(&rec);
     return rc;
 }
 
@@ -329,11 +329,16 @@ int pt_cmd_export(int argc, char **argv)
         return status;
     pt_export_set set;
     pt_error err = {0};
-    if (pt_export_load_run(a.path, &a.sel, &set, &err) < 0) {
+    pt_record *rec = NULL; /* read once, for the set and its figures */
+    if (pt_replay_load(a.path, &rec, &err) < 0 ||
+        pt_export_from_record(rec, &a.sel, &set, &err) < 0) {
         fprintf(stderr, "pipetop export: %s\n", err.msg);
+        pt_record_free(&rec);
         return 1;
     }
-    if (set_figures(a.path, set.ops ? shown_generation(&set, 0, 0) : -1, &set, &err) < 0) {
+    int frc = set_figures(rec, a.path, set.ops ? shown_generation(&set, 0, 0) : -1, &set, &err);
+    pt_record_free(&rec);
+    if (frc < 0) {
         fprintf(stderr, "pipetop export: %s\n", err.msg);
         pt_export_set_release(&set);
         return 1;

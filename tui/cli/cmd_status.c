@@ -19,8 +19,8 @@
 #include "tui/record/replay.h"
 #include "tui/record/store.h"
 
-#define PATH_CAP      4096
-#define RUNS_DIR      "runs"
+#define PATH_CAP 4096
+#define RUNS_DIR "runs"
 
 /* The newest runs/<name>/run.ndjson (names are timestamps, so the largest)
  * and its folder. */
@@ -115,8 +115,7 @@ static int take(snapshot *s, pt_error *err)
     pt_record_summarize(s->rec, &s->sum);
     s->steps = pt_store_step_count(s->store);
     s->last = s->steps ? pt_store_step_at(s->store, s->steps - 1) : NULL;
-    if (pt_inputs_run_figures(s->rec, s->dir, -1, &s->meas, &s->pred, &s->have_pred) < 0)
-        return pt_error_set(err, PT_ENOMEM, "out of memory");
+    pt_inputs_store_figures(s->rec, s->dir, s->store, &s->meas, &s->pred, &s->have_pred);
     s->state = run_state(s->rec, s->record);
     for (int i = 0; i < pt_store_agent_count(s->store); i++)
         s->running += !strcmp(pt_store_agent_at(s->store, i)->state, "running");

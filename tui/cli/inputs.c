@@ -240,6 +240,15 @@ int pt_inputs_run_figures(pt_record *rec, const char *dir, int64_t gen, pt_fig_m
         if (!(e->kind == PT_RECORD_RECV && e->msg_type == PT_MSG_EVENTS))
             pt_record_apply(rec, i, st);
     }
+    pt_inputs_store_figures(rec, dir, st, meas, pred, have_pred);
+    pt_store_free(&st);
+    return 0;
+}
+
+void pt_inputs_store_figures(pt_record *rec, const char *dir, const pt_store *st, pt_fig_meas *meas,
+                             pt_fig_pred *pred, int *have_pred)
+{
+    *have_pred = 0;
     pt_fig_measure_store(st, -1, meas);
     pt_inputs in = {0};
     int64_t plan_gen, cal_gen;
@@ -250,6 +259,4 @@ int pt_inputs_run_figures(pt_record *rec, const char *dir, int64_t gen, pt_fig_m
         pt_fig_predict(in.plan, in.profile, in.topo, cal_gen, pred, NULL) == 0)
         *have_pred = 1;
     pt_inputs_release(&in);
-    pt_store_free(&st);
-    return 0;
 }

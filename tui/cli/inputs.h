@@ -115,5 +115,10 @@ int pt_inputs_from_run(const pt_record *rec, const char *dir, int64_t gen, pt_in
  * has no plan or it does not simulate). 0 or PT_ENOMEM. */
 int pt_inputs_run_figures(pt_record *rec, const char *dir, int64_t gen, pt_fig_meas *meas,
                           pt_fig_pred *pred, int *have_pred);
+/* The same from st, a store the record's entries other than op events were
+ * applied to up to its end (pt_record_apply), as `status` has one: the
+ * record is not applied a second time. */
+void pt_inputs_store_figures(pt_record *rec, const char *dir, const pt_store *st, pt_fig_meas *meas,
+                             pt_fig_pred *pred, int *have_pred);
 
 #endif

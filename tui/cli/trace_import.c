@@ -546,6 +546,9 @@ static int write_head(rec_ctx *c, const pt_profile *profile, const char *path)
     const pt_ti_run *run = c->run;
     pt_record_session ses = {"import-trace", "import-trace", IMPORT_HB_MS, IMPORT_MISSED};
     int rc = pt_record_writer_open(path, &ses, &c->w, c->err);
+    /* an imported trace is read for its detail: every step verbatim */
+    if (rc == 0 && (rc = pt_record_writer_set_fold(c->w, NULL, 1)) < 0)
+        pt_error_set(c->err, rc, "out of memory");
     pt_model_spec *model = NULL;
     pt_record_worker *wk = calloc((size_t)run->ranks, sizeof *wk);
     if (rc == 0 && !wk)

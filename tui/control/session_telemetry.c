@@ -47,7 +47,8 @@ static void handle_telemetry(pt_session *s, const char *body, size_t len, const 
     } else {
         agent_entry *e = &s->agents[i];
         int64_t off = e->pub.clock_offset_ns;
-        session_record_frame(s, PT_RECORD_RECV, "telemetry", off, body, len);
+        if (s->rec) /* best-effort, as session_record_frame */
+            pt_record_write_telemetry(s->rec, off, body, len, &m);
         if (m.type == PT_MSG_METRICS) {
             e->pub.metrics = m.u.metrics;
             e->pub.has_metrics = 1;

@@ -649,7 +649,56 @@ nomem:
 typedef struct agent_gen {
     const char *agent;
     int64_t gen, offset_ns;
+    int seen; /* offset_ns set */
 } agent_gen;
+
+/* An open-addressing index (slots hold index + 1, 0 empty; at most half
+ * full), so that finding an agent costs the same with 4 agents or 1,024. */
+typedef struct name_ix {
+    int *slots;
+    int n; /* a power of two, or 0 */
+} name_ix;
+
+static unsigned name_hash(const char *name, int64_t gen)
+{
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)gen; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 1099511628211ULL;
+    return (unsigned)(h ^ (h >> 32));
+}
+
+/* The (agent, gen) pair's row in ag[0..), -1 when absent; *slot gets the
+ * slot it has or would have. */
+static int ag_find(const name_ix *ix, const agent_gen *ag, const char *agent, int64_t gen,
+                   unsigned *slot)
+{
+    unsigned mask = (unsigned)ix->n - 1, k = name_hash(agent, gen) & mask;
+    for (; ix->slots[k]; k = (k + 1) & mask) {
+        const agent_gen *x = &ag[ix->slots[k] - 1];
+        if (x->gen == gen && !strcmp(x->agent, agent))
+            break;
+    }
+    *slot = k;
+    return ix->slots[k] - 1;
+}
+
+/* Makes room in ix for count + 1 rows, re-indexing ag[0..count). 0 or PT_ENOMEM. */
+static int ag_reserve(name_ix *ix, const agent_gen *ag, int count)
+{
+    if (2 * (count + 1) <= ix->n)
+        return 0;
+    name_ix g = {calloc((size_t)(ix->n ? 2 * ix->n : 64), sizeof(int)), ix->n ? 2 * ix->n : 64};
+    if (!g.slots)
+        return PT_ENOMEM;
+    for (int i = 0; i < count; i++) {
+        unsigned k;
+        ag_find(&g, ag, ag[i].agent, ag[i].gen, &k);
+        g.slots[k] = i + 1;
+    }
+    free(ix->slots);
+    *ix = g;
+    return 0;
+}
 
 typedef struct order_key {
     int64_t gen, step, order;
@@ -744,30 +793,44 @@ static int wanted(const pt_export_select *sel, const order_key *keys, int64_t nk
     return step >= sel->first && (sel->last < 0 || step <= sel->last);
 }
 
-static int agent_index(pt_export_set *set, int *cap, const char *name)
+/* The agent's index in set->agents (added when new), looked up in ix (an
+ * index of (name, 0) rows, kept in step with set->agents). */
+static int agent_index(pt_export_set *set, int *cap, name_ix *ix, agent_gen **rows,
+                       const char *name)
 {
-    for (int i = set->agent_count - 1; i >= 0; i--)
-        if (!strcmp(set->agents[i], name))
-            return i;
+    unsigned k;
+    int i = ix->n ? ag_find(ix, *rows, name, 0, &k) : -1;
+    if (i >= 0)
+        return i;
     if (set->agent_count == *cap) {
         int c = *cap ? *cap * 2 : 16;
         char(*q)[PT_MSG_ID_MAX] = realloc(set->agents, sizeof *q * (size_t)c);
-        if (!q)
+        agent_gen *r = realloc(*rows, sizeof *r * (size_t)c);
+        if (r)
+            *rows = r;
+        if (q)
+            set->agents = q;
+        if (!q || !r)
             return PT_ENOMEM;
-        set->agents = q;
         *cap = c;
+        for (int j = 0; j < set->agent_count; j++) /* the names moved */
+            (*rows)[j].agent = set->agents[j];
     }
+    if (ag_reserve(ix, *rows, set->agent_count) < 0)
+        return PT_ENOMEM;
     snprintf(set->agents[set->agent_count], PT_MSG_ID_MAX, "%s", name);
+    (*rows)[set->agent_count] = (agent_gen){set->agents[set->agent_count], 0, 0, 0};
+    ag_find(ix, *rows, name, 0, &k);
+    ix->slots[k] = set->agent_count + 1;
     return set->agent_count++;
 }
 
-static int64_t offset_of(const agent_gen *ag, int n, const char *agent, int64_t gen,
+static int64_t offset_of(const name_ix *ix, const agent_gen *ag, const char *agent, int64_t gen,
                          int64_t fallback)
 {
-    for (int i = n - 1; i >= 0; i--)
-        if (ag[i].gen == gen && !strcmp(ag[i].agent, agent))
-            return ag[i].offset_ns;
-    return fallback;
+    unsigned k;
+    int i = ix->n ? ag_find(ix, ag, agent, gen, &k) : -1;
+    return i >= 0 ? ag[i].offset_ns : fallback;
 }
 
 /* The last plan of generation gen (or the newest one before it), for the
@@ -816,15 +879,17 @@ static int gather(const pt_record *rec, const pt_export_select *sel, const order
                   int64_t nkeys, pt_export_set *set, int64_t *cap, int64_t *max_gen, pt_error *err)
 {
     int nag = 0, agcap = 0, acap = 0, rcap = 0;
-    agent_gen *ag = NULL;
+    agent_gen *ag = NULL, *names = NULL;
+    name_ix agix = {0}, nameix = {0};
     int rc = 0;
     for (int64_t i = 0; i < pt_record_count(rec) && rc == 0; i++) {
         const pt_record_entry *e = pt_record_at(rec, i);
         if (!is_telemetry(e))
             continue;
-        int k = nag - 1;
-        while (k >= 0 && !(ag[k].gen == e->gen && !strcmp(ag[k].agent, e->agent)))
-            k--;
+        unsigned slot;
+        if ((rc = ag_reserve(&agix, ag, nag)) < 0)
+            break;
+        int k = ag_find(&agix, ag, e->agent, e->gen, &slot);
         if (k < 0) {
             if (nag == agcap) {
                 agcap = agcap ? agcap * 2 : 16;
@@ -838,8 +903,12 @@ static int gather(const pt_record *rec, const pt_export_select *sel, const order
             k = nag++;
             ag[k].agent = e->agent;
             ag[k].gen = e->gen;
+            ag[k].seen = 0;
+            agix.slots[slot] = k + 1;
         }
-        ag[k].offset_ns = e->offset_ns;
+        if (!e->tail || !ag[k].seen) /* a tail frame comes late: its offset is an old one */
+            ag[k].offset_ns = e->offset_ns;
+        ag[k].seen = 1;
     }
     int64_t origin = INT64_MAX;
     /* two passes: the origin (earliest selected start), then the spans */
@@ -856,8 +925,8 @@ static int gather(const pt_record *rec, const pt_export_select *sel, const order
             pt_msg m;
             if ((rc = pt_record_msg(rec, i, &m, err)) < 0)
                 break;
-            int64_t off = offset_of(ag, nag, e->agent, e->gen, e->offset_ns);
-            int ai = pass ? agent_index(set, &acap, e->agent) : 0;
+            int64_t off = offset_of(&agix, ag, e->agent, e->gen, e->offset_ns);
+            int ai = pass ? agent_index(set, &acap, &nameix, &names, e->agent) : 0;
             if (ai < 0)
                 rc = PT_ENOMEM;
             if (e->msg_type == PT_MSG_EVENTS)
@@ -907,6 +976,9 @@ static int gather(const pt_record *rec, const pt_export_select *sel, const order
             pt_msg_clear(&m);
         }
     free(ag);
+    free(agix.slots);
+    free(names);
+    free(nameix.slots);
     if (rc == PT_ENOMEM)
         pt_error_set(err, rc, "export: out of memory");
     return rc;
@@ -919,8 +991,18 @@ int pt_export_load_run(const char *record_path, const pt_export_select *sel, pt_
     set->first_step = set->last_step = -1;
     pt_record *rec = NULL;
     int rc = pt_replay_load(record_path, &rec, err);
-    if (rc < 0)
-        return rc;
+    if (rc == 0)
+        rc = pt_export_from_record(rec, sel, set, err);
+    pt_record_free(&rec);
+    return rc;
+}
+
+int pt_export_from_record(const pt_record *rec, const pt_export_select *sel, pt_export_set *set,
+                          pt_error *err)
+{
+    memset(set, 0, sizeof *set);
+    set->first_step = set->last_step = -1;
+    int rc = 0;
     order_key *keys = NULL;
     int64_t nkeys = 0, cap = 0, max_gen = 0;
     if ((rc = select_iterations(rec, sel, &keys, &nkeys)) < 0)
@@ -935,7 +1017,6 @@ int pt_export_load_run(const char *record_path, const pt_export_select *sel, pt_
     }
     if (rc == 0)
         make_title(set, rec, max_gen);
-    pt_record_free(&rec);
     if (rc < 0)
         pt_export_set_release(set);
     return rc;

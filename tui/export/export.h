@@ -42,6 +42,7 @@
 
 #include "protocol/error.h"
 #include "protocol/message.h"
+#include "protocol/record.h"
 #include "tui/export/theme.h"
 #include "tui/record/figures.h"
 #include "tui/record/tline.h"
@@ -116,6 +117,10 @@ void pt_export_set_release(pt_export_set *set);
  * error (naming the file), or PT_ENOMEM. */
 int pt_export_load_run(const char *record_path, const pt_export_select *sel, pt_export_set *set,
                        pt_error *err);
+/* The same for a record already read (a command that also reads its figures
+ * from it reads it once). 0 or PT_ENOMEM. */
+int pt_export_from_record(const pt_record *rec, const pt_export_select *sel, pt_export_set *set,
+                          pt_error *err);
 
 /* Builds the set of a timeline (from the simulator or the console's store);
  * mem may be NULL. 0 or PT_ENOMEM. */

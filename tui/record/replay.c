@@ -136,6 +136,13 @@ void pt_record_apply(pt_record *rec, int64_t i, pt_store *store)
         pt_store_set_agent(store, &a);
         break;
     }
+    case PT_RECORD_FOLD: { /* a folded step: the agent was heard; the timeline shows detail only */
+        pt_store_agent a = agent_row(store, e->agent);
+        a.last_heard_ns = e->t;
+        a.dropped = e->dropped;
+        pt_store_set_agent(store, &a);
+        break;
+    }
     case PT_RECORD_CHECKPOINT:
         pt_store_note(store, "checkpoint of step %lld committed", (long long)e->step);
         break;

@@ -29,6 +29,10 @@ struct pt_store {
     int64_t mem_head, mem_len;
     pt_store_mem *mem_latest; /* per (stage, replica) seen */
     int mem_latest_n, mem_latest_cap;
+    /* mem_latest by (stage, replica): open addressing as agent_slots, so a
+     * replay of many replicas' metrics stays linear */
+    int *mem_slots;
+    int mem_slot_n;
     pt_store_agent *agents;
     int agent_n, agent_cap;
     /* agent index by id: open addressing, slots hold index + 1 (0 empty),
@@ -77,6 +81,7 @@ void pt_store_free(pt_store **s_p)
     free(s->steps);
     free(s->mem);
     free(s->mem_latest);
+    free(s->mem_slots);
     free(s->agents);
     free(s->agent_slots);
     pt_plan_free(&s->plan);
@@ -121,6 +126,8 @@ void pt_store_reset(pt_store *s)
     s->step_n = 0;
     s->mem_head = s->mem_len = 0;
     s->mem_latest_n = 0;
+    if (s->mem_slots)
+        memset(s->mem_slots, 0, sizeof *s->mem_slots * (size_t)s->mem_slot_n);
     s->agent_n = 0;
     if (s->agent_slots)
         memset(s->agent_slots, 0, sizeof *s->agent_slots * (size_t)s->agent_slot_n);
@@ -168,11 +175,25 @@ int pt_store_events(pt_store *s, const pt_msg_event *ev, int count, int64_t gen)
     return added;
 }
 
+/* The slot of (stage, replica) in mem_slots: the one holding it, or the
+ * empty one it would go to. */
+static int mem_slot(const pt_store *s, int stage, int replica)
+{
+    unsigned mask = (unsigned)s->mem_slot_n - 1;
+    unsigned k = ((unsigned)stage * 2654435761u ^ (unsigned)replica * 40503u) & mask;
+    while (s->mem_slots[k] && (s->mem_latest[s->mem_slots[k] - 1].stage != stage ||
+                               s->mem_latest[s->mem_slots[k] - 1].replica != replica))
+        k = (k + 1) & mask;
+    return (int)k;
+}
+
 static pt_store_mem *mem_latest_slot(pt_store *s, int stage, int replica)
 {
-    for (int i = 0; i < s->mem_latest_n; i++)
-        if (s->mem_latest[i].stage == stage && s->mem_latest[i].replica == replica)
-            return &s->mem_latest[i];
+    if (s->mem_slot_n) {
+        int v = s->mem_slots[mem_slot(s, stage, replica)];
+        if (v)
+            return &s->mem_latest[v - 1];
+    }
     if (s->mem_latest_n == s->mem_latest_cap) {
         int cap = s->mem_latest_cap ? s->mem_latest_cap * 2 : 16;
         pt_store_mem *m = realloc(s->mem_latest, sizeof *m * (size_t)cap);
@@ -181,10 +202,22 @@ static pt_store_mem *mem_latest_slot(pt_store *s, int stage, int replica)
         s->mem_latest = m;
         s->mem_latest_cap = cap;
     }
+    if (2 * (s->mem_latest_n + 1) > s->mem_slot_n) {
+        int n = s->mem_slot_n ? 2 * s->mem_slot_n : 64;
+        int *slots = calloc((size_t)n, sizeof *slots);
+        if (!slots)
+            return NULL;
+        free(s->mem_slots);
+        s->mem_slots = slots;
+        s->mem_slot_n = n;
+        for (int i = 0; i < s->mem_latest_n; i++)
+            s->mem_slots[mem_slot(s, s->mem_latest[i].stage, s->mem_latest[i].replica)] = i + 1;
+    }
     pt_store_mem *m = &s->mem_latest[s->mem_latest_n++];
     memset(m, 0, sizeof *m);
     m->stage = stage;
     m->replica = replica;
+    s->mem_slots[mem_slot(s, stage, replica)] = s->mem_latest_n;
     return m;
 }
 
@@ -405,10 +438,10 @@ const pt_store_mem *pt_store_mem_at(const pt_store *s, int64_t i)
 }
 const pt_store_mem *pt_store_mem_latest(const pt_store *s, int stage, int replica)
 {
-    for (int i = 0; i < s->mem_latest_n; i++)
-        if (s->mem_latest[i].stage == stage && s->mem_latest[i].replica == replica)
-            return &s->mem_latest[i];
-    return NULL;
+    if (!s->mem_slot_n)
+        return NULL;
+    int v = s->mem_slots[mem_slot(s, stage, replica)];
+    return v ? &s->mem_latest[v - 1] : NULL;
 }
 const char *pt_store_last_note(const pt_store *s)
 {
@@ -495,6 +528,7 @@ int pt_store_clone(const pt_store *s, pt_store **out)
     c->mem_latest = dup_array(s->mem_latest, (size_t)s->mem_latest_cap, sizeof *s->mem_latest, &ok);
     c->agents = dup_array(s->agents, (size_t)s->agent_cap, sizeof *s->agents, &ok);
     c->agent_slots = dup_array(s->agent_slots, (size_t)s->agent_slot_n, sizeof(int), &ok);
+    c->mem_slots = dup_array(s->mem_slots, (size_t)s->mem_slot_n, sizeof(int), &ok);
     c->plan = NULL;
     c->cal_profile = NULL;
     c->cal_topo = NULL;
