@@ -51,10 +51,20 @@ static double elems(int rank, const int *dims)
 /* Attention on [T, D] with H heads: Q, K, V and the context, TD each, and
  * per head the T x T probabilities (the runtime) or, in Megatron's layout,
  * the softmax output, its dropout mask (one byte) and the dropout output,
- * which selective recomputation recomputes instead of keeping. */
-static void attention_memory(const layout_ctx *x, double T, double D, double H, layer_mem *m)
+ * which selective recomputation recomputes instead of keeping. A fused layer
+ * keeps instead each query row's softmax statistics (fp32) and its backward
+ * uses a delta per row for scratch; its dropout mask, in Megatron's layout,
+ * is regenerated from the generator's state, as FlashAttention's is. */
+static void attention_memory(const layout_ctx *x, double T, double D, double H, int fused,
+                             layer_mem *m)
 {
     double qkvc = (PT_ANALYTIC_QKV + 1) * T * D * x->e, probs = H * T * T;
+    if (fused) {
+        m->saved = qkvc + PT_ANALYTIC_ATTENTION_STATS * H * T * PT_ANALYTIC_STAT_BYTES;
+        m->scratch = qkvc + H * T * PT_ANALYTIC_STAT_BYTES;
+        m->kernels = PT_ANALYTIC_FUSED_ATTENTION_KERNELS;
+        return;
+    }
     if (!x->megatron) {
         m->saved = m->scratch = qkvc + probs * x->e;
     } else {
@@ -125,7 +135,7 @@ static void layer_memory(const layout_ctx *x, const pt_layer_spec *l, int *rank,
         m->saved = x->megatron ? 0 : PT_ANALYTIC_LAYERNORM_STATS * (in / last) * x->e;
         break;
     case PT_LAYER_ATTENTION:
-        attention_memory(x, dims[0], dims[1], l->heads, m);
+        attention_memory(x, dims[0], dims[1], l->heads, l->fused, m);
         break;
     case PT_LAYER_SOFTMAX_XENT:
         /* one int32 label per row; Megatron also keeps the fp32 logits */
@@ -139,11 +149,13 @@ static void layer_memory(const layout_ctx *x, const pt_layer_spec *l, int *rank,
     }
 }
 
-/* The core of each attention layer in [first body layer...]: FLOPs and
- * bytes per sample its forward spends on the scores and the probabilities
- * (what selective recomputation runs again in the backward). */
+/* The core of each attention layer in [first body layer...] that runs it
+ * again in its backward (every layer under selective recomputation, else the
+ * fused ones, whose backward recomputes the probabilities tile by tile):
+ * FLOPs and bytes per sample its forward spends on the scores and the
+ * probabilities. */
 static void attention_core(const pt_layer_spec *l, int rank, const int *dims, double e,
-                           double *flops, double *bytes, int *kernels)
+                           int selective, double *flops, double *bytes, int *kernels)
 {
     int r = rank, d[PT_SHAPE_MAX];
     memcpy(d, dims, sizeof d);
@@ -151,7 +163,7 @@ static void attention_core(const pt_layer_spec *l, int rank, const int *dims, do
     int count = l->kind == PT_LAYER_RESIDUAL ? l->body_count : 1;
     layout_ctx plain = {e, 0, 0};
     for (int j = 0; j < count; j++) {
-        if (body[j].kind == PT_LAYER_ATTENTION && r == 2) {
+        if (body[j].kind == PT_LAYER_ATTENTION && r == 2 && (selective || body[j].fused)) {
             double T = d[0], D = d[1], H = body[j].heads;
             *flops += PT_ANALYTIC_ATTENTION_CORE_FLOPS * T * T * D;
             *bytes += PT_ANALYTIC_ATTENTION_CORE_PASSES * H * T * T * e;
@@ -240,10 +252,10 @@ static int fill_layer(const run *r, const layer_in *li, pt_profile_layer *l)
                         r->flop_rate, r->dev->mem_bandwidth) +
                 kernels_bwd * launch;
     l->recompute_ms = l->fwd_ms;
-    if (r->x.selective) {
+    {
         double cf = 0, cb = 0;
         int ck = 0;
-        attention_core(li->spec, li->rank, li->dims, r->x.e, &cf, &cb, &ck);
+        attention_core(li->spec, li->rank, li->dims, r->x.e, r->x.selective, &cf, &cb, &ck);
         if (ck > 0)
             l->bwd_ms += cost_ms(cf * b, cb * b, r->flop_rate, r->dev->mem_bandwidth) + ck * launch;
     }

@@ -229,18 +229,25 @@ static int embedding_shape(shape_ctx *c, const pt_layer_spec *l, const char *pat
 
 /* ---- attention --------------------------------------------------------- */
 
-static const char *const attention_keys[] = {"type", "name", "heads", NULL};
+static const char *const attention_keys[] = {"type", "name", "heads", "fused", NULL};
 
 static int attention_parse(pt_jr *jr, const cJSON *obj, const char *path, int depth,
                            pt_layer_spec *l)
 {
     (void)depth;
-    return pt_jr_int(jr, obj, path, "heads", PT_JR_REQUIRED, 0, 1, PT_MODEL_DIM_MAX, &l->heads);
+    int rc = pt_jr_int(jr, obj, path, "heads", PT_JR_REQUIRED, 0, 1, PT_MODEL_DIM_MAX, &l->heads);
+    if (rc == 0)
+        rc = pt_jr_bool(jr, obj, path, "fused", PT_JR_OPTIONAL, 0, &l->fused);
+    return rc;
 }
 
 static int attention_write(cJSON *obj, const pt_layer_spec *l)
 {
-    return pt_jr_add_number(obj, "heads", l->heads) ? 0 : PT_ENOMEM;
+    if (!pt_jr_add_number(obj, "heads", l->heads))
+        return PT_ENOMEM;
+    if (l->fused && !cJSON_AddTrueToObject(obj, "fused"))
+        return PT_ENOMEM;
+    return 0;
 }
 
 static int attention_shape(shape_ctx *c, const pt_layer_spec *l, const char *path, int depth,

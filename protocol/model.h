@@ -23,7 +23,8 @@ typedef enum pt_layer_kind {
     PT_LAYER_LAYERNORM, /* over the last dimension, learned gain and bias; "eps" (1e-5) */
     PT_LAYER_EMBEDDING, /* token ids [T] -> [T, dim]; "vocab", "dim", "positional" (learned, default
                            true) */
-    PT_LAYER_ATTENTION, /* causal multi-head self-attention on [T, D]: "heads"; D % heads == 0 */
+    PT_LAYER_ATTENTION, /* causal multi-head self-attention on [T, D]: "heads"; D % heads == 0;
+                           "fused" (optional, false) */
     PT_LAYER_RESIDUAL,  /* y = x + body(x); "body": a chain whose output shape equals its input's */
     PT_LAYER_SOFTMAX_XENT, /* softmax cross-entropy over the last dim, "classes"; must be the last
                               layer */
@@ -43,6 +44,8 @@ typedef struct pt_layer_spec {
     int vocab, dim;             /* embedding */
     int positional;             /* embedding: 1 for a learned positional table of seq_len rows */
     int heads;                  /* attention */
+    int fused;                  /* attention: 1 for the tiled kernel that keeps only the softmax
+                                   statistics (runtime/attention_tiled.h), not the scores */
     int classes;                /* softmax_xent */
     float eps;                  /* layernorm */
     struct pt_layer_spec *body; /* residual: owned array of body_count layers */
@@ -74,14 +77,14 @@ typedef struct pt_layer_shape {
 } pt_layer_shape;
 
 /* Limits that keep shape arithmetic exact and inputs from outside bounded. */
-#define PT_MODEL_DIM_MAX         (1 << 24) /* any size: out, vocab, dim, heads, classes, input dims */
-#define PT_MODEL_ELEMS_MAX       (1LL << 40) /* floats per sample of any activation */
+#define PT_MODEL_DIM_MAX   (1 << 24)   /* any size: out, vocab, dim, heads, classes, input dims */
+#define PT_MODEL_ELEMS_MAX (1LL << 40) /* floats per sample of any activation */
 /* Learnable floats of the whole model: 2^42 (4.4e12), above the largest
  * models planned (GPT-3, 1.75e11; trillion-parameter ones), below what
  * no machine could hold (2^48 floats is a petabyte of weights). */
-#define PT_MODEL_PARAMS_MAX (1LL << 42)
-#define PT_MODEL_LAYERS_MAX      4096        /* layers of one chain (top level or a body) */
-#define PT_MODEL_NESTING_MAX     8           /* residual bodies inside residual bodies */
+#define PT_MODEL_PARAMS_MAX      (1LL << 42)
+#define PT_MODEL_LAYERS_MAX      4096 /* layers of one chain (top level or a body) */
+#define PT_MODEL_NESTING_MAX     8    /* residual bodies inside residual bodies */
 #define PT_LAYERNORM_EPS_DEFAULT 1e-5f
 
 /* Forward FLOPs per element of the layer's output, for the layers whose cost
