@@ -978,14 +978,13 @@ static void cu_attention_fused_fwd(const pt_backend *be, int n, int seq, int hea
     if (n <= 0 || seq <= 0)
         return;
     dim3 grid((unsigned)((seq + PT_ATTN_BR - 1) / PT_ATTN_BR), (unsigned)heads, (unsigned)n);
-    LAUNCH(k_attn_fused_fwd, grid, PT_ATTN_BR, ctx_of(be)->stream, seq, heads, head_dim, scale,
-           qkv, ctx, stats);
+    LAUNCH(k_attn_fused_fwd, grid, PT_ATTN_BR, ctx_of(be)->stream, seq, heads, head_dim, scale, qkv,
+           ctx, stats);
 }
 
 static void cu_attention_fused_bwd(const pt_backend *be, int n, int seq, int heads, int head_dim,
                                    float scale, const float *qkv, const float *ctx,
-                                   const float *stats, const float *dctx, float *delta,
-                                   float *dqkv)
+                                   const float *stats, const float *dctx, float *delta, float *dqkv)
 {
     if (n <= 0 || seq <= 0)
         return;
