@@ -17,7 +17,8 @@
  * softmax per row: m' = max(m, rowmax S), P = exp(S - m'), l = l e^(m - m') +
  * rowsum P, O = O e^(m - m') + P V; at the end O / l and lse = m + log l.
  * Nothing of size T x T is ever written: a tile lives in on-chip memory (here,
- * the stack).
+ * the stack: at most six tiles of PT_ATTN_BLOCK_MAX x PT_ATTN_HEAD_DIM_MAX
+ * floats, 192 KiB, in one call; callers run on threads with default stacks).
  *
  * Backward, three passes (three kernels on a GPU): delta_t = dO_t . O_t per
  * query row; per key block, over the query blocks that reach it, P = exp(S -
