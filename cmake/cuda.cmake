@@ -145,7 +145,8 @@ set_target_properties(pt_cuda_stale_test PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${C
 # through files), which tests/gpu/gpu_run.sh names with
 # $PIPETOP_CUDA_MODULE so that `pipetop run` starts GPU agents end to end.
 add_library(pt_cuda_standin MODULE ${CMAKE_SOURCE_DIR}/tests/gpu/cuda_standin_module.c
-  ${CMAKE_SOURCE_DIR}/runtime/backend_cpu.c ${CMAKE_SOURCE_DIR}/runtime/blas_core.c
+  ${CMAKE_SOURCE_DIR}/runtime/backend_cpu.c ${CMAKE_SOURCE_DIR}/runtime/attention_tiled.c
+  ${CMAKE_SOURCE_DIR}/runtime/blas_core.c
   ${CMAKE_SOURCE_DIR}/runtime/gemm_small.c ${CMAKE_SOURCE_DIR}/protocol/error.c)
 pt_include_set(pt_cuda_standin ${PT_INC_runtime})
 set_target_properties(pt_cuda_standin PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}

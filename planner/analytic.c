@@ -91,10 +91,12 @@ static int fill_layer(const run *r, const layer_in *li, pt_profile_layer *l)
                         r->flop_rate, r->dev->mem_bandwidth) +
                 kernels_bwd * launch;
     l->recompute_ms = l->fwd_ms;
-    if (r->x.selective) {
+    {
+        /* what the backward runs of the forward again: the attention core
+         * under selective recomputation, and always in a fused attention */
         double cf = 0, cb = 0;
         int ck = 0;
-        pt_layer_core(li->spec, li->rank, li->dims, r->x.e, &cf, &cb, &ck);
+        pt_layer_core(li->spec, li->rank, li->dims, r->x.e, r->x.selective, &cf, &cb, &ck);
         if (ck > 0)
             l->bwd_ms += cost_ms(cf * b, cb * b, r->flop_rate, r->dev->mem_bandwidth) + ck * launch;
     }

@@ -14,7 +14,8 @@
  *                 + k_i * launch
  *   bwd_ms      = 1000 * max(2 F_i * B / (peak_P * efficiency), 2 fwd bytes / mem_bandwidth)
  *                 + (2 k_i with parameters, else k_i) * launch
- *                 (+ the attention core's forward again under selective recomputation)
+ *                 (+ the attention core's forward again under selective recomputation,
+ *                 and always for a fused attention, whose backward recomputes it)
  *   recompute_ms = fwd_ms
  *   act_bytes   = out_i * e * B,   param_bytes = P_i * w,
  *   input_bytes = in_0 * B * (4 for token ids, else e)
@@ -26,7 +27,8 @@
  * Kernels per forward: 1 per linear, relu, gelu, layernorm, softmax_xent; an
  * embedding 1, 2 with a positional table; attention 5 (QKV, Q K^T, softmax,
  * P V, output projection), 6 in Megatron's layout (the probabilities'
- * dropout); a residual its body's plus 1 (the addition).
+ * dropout), 3 fused (QKV, the tiled core, output projection); a residual its
+ * body's plus 1 (the addition).
  *
  * The profile records its precision and a roofline (peak_P, the bandwidth,
  * the launch cost) with each layer's forward flops, activation bytes,
@@ -43,6 +45,10 @@
  *     layernorm  saved r * 2 * e (mean and 1/std per row)
  *     attention  [T, D], H heads: saved = scratch = (3TD (Q, K, V) + H T^2
  *                (probabilities) + TD (context)) * e
+ *     fused attention ("fused": true, runtime/attention_tiled.h), in both
+ *                layouts: saved 4TD * e + 2HT * 4 (each query row's
+ *                log-sum-exp and max, fp32), scratch 4TD * e + HT * 4 (the
+ *                backward's delta per row): no T^2 term
  *     softmax_xent  saved r * 4 (its labels, one int32 per row)
  *     residual   saved = its body's output (in_i * e) + the body's inner
  *                layers' outputs + the body layers' saved; scratch = the
@@ -67,7 +73,9 @@
  *   residual [layernorm, linear 4h, gelu, linear h]) then keeps, in
  *   act_bytes + saved_bytes, exactly sbh (34 + 5as/h) bytes without
  *   recomputation and 34 sbh with selective recomputation
- *   (pt_analytic_korthikanti_bytes; tests/planner/analytic_test.c).
+ *   (pt_analytic_korthikanti_bytes; tests/planner/analytic_test.c); with
+ *   fused attention, 34 sbh + 8 asb (the statistics) without recomputing
+ *   anything.
  *
  *   keep_bytes = (out_i * e for a layer with parameters + keep_i) * B: a
  *   split backward's output gradients, kept from B to W; for a residual

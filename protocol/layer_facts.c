@@ -247,18 +247,26 @@ const pt_layer_facts pt_layer_embedding_facts = {.keys = embedding_keys,
 
 /* ---- attention --------------------------------------------------------- */
 
-static const char *const attention_keys[] = {"type", "name", "heads", NULL};
+static const char *const attention_keys[] = {"type", "name", "heads", "fused", NULL};
 
 static int attention_parse(pt_jr *jr, const cJSON *obj, const char *path, int depth,
                            pt_layer_spec *l)
 {
     (void)depth;
-    return pt_jr_int(jr, obj, path, "heads", PT_JR_REQUIRED, 0, 1, PT_MODEL_DIM_MAX, &l->heads);
+    int rc = pt_jr_int(jr, obj, path, "heads", PT_JR_REQUIRED, 0, 1, PT_MODEL_DIM_MAX, &l->heads);
+    if (rc == 0)
+        rc = pt_jr_bool(jr, obj, path, "fused", PT_JR_OPTIONAL, 0, &l->fused);
+    return rc;
 }
 
+/* "fused" is written only when set: an unfused model's JSON is unchanged. */
 static int attention_write(cJSON *obj, const pt_layer_spec *l)
 {
-    return pt_jr_add_number(obj, "heads", l->heads) ? 0 : PT_ENOMEM;
+    if (!pt_jr_add_number(obj, "heads", l->heads))
+        return PT_ENOMEM;
+    if (l->fused && !cJSON_AddTrueToObject(obj, "fused"))
+        return PT_ENOMEM;
+    return 0;
 }
 
 static int attention_shape(pt_layer_shape_ctx *c, const pt_layer_spec *l, const char *path,
@@ -290,13 +298,22 @@ static int attention_shape(pt_layer_shape_ctx *c, const pt_layer_spec *l, const 
 /* Attention on [T, D] with H heads: Q, K, V and the context, TD each, and
  * per head the T x T probabilities (the runtime) or, in Megatron's layout,
  * the softmax output, its dropout mask (one byte) and the dropout output,
- * which selective recomputation recomputes instead of keeping. */
+ * which selective recomputation recomputes instead of keeping. A fused layer
+ * keeps instead each query row's softmax statistics (fp32) and its backward
+ * uses a delta per row for scratch; its dropout mask, in Megatron's layout,
+ * is regenerated from the generator's state, as FlashAttention's is. */
 static void attention_memory(const pt_layer_layout *x, const pt_layer_spec *l, int rank,
                              const int *dims, pt_layer_mem *m)
 {
     (void)rank;
     double T = dims[0], D = dims[1], H = l->heads;
     double qkvc = (PT_ANALYTIC_QKV + 1) * T * D * x->e, probs = H * T * T;
+    if (l->fused) {
+        m->saved = qkvc + PT_ANALYTIC_ATTENTION_STATS * H * T * PT_ANALYTIC_STAT_BYTES;
+        m->scratch = qkvc + H * T * PT_ANALYTIC_STAT_BYTES;
+        m->kernels = PT_ANALYTIC_FUSED_ATTENTION_KERNELS;
+        return;
+    }
     if (!x->megatron) {
         m->saved = m->scratch = qkvc + probs * x->e;
     } else {
@@ -306,11 +323,12 @@ static void attention_memory(const pt_layer_layout *x, const pt_layer_spec *l, i
     m->kernels = PT_ANALYTIC_ATTENTION_KERNELS + x->megatron; /* + the probabilities' dropout */
 }
 
-/* The scores and the probabilities (what selective recomputation runs again). */
+/* The scores and the probabilities: what selective recomputation runs
+ * again, and a fused layer's backward always (tile by tile). */
 static void attention_core(const pt_layer_spec *l, int rank, const int *dims, double e,
-                           double *flops, double *bytes, int *kernels)
+                           int selective, double *flops, double *bytes, int *kernels)
 {
-    if (rank != 2)
+    if (rank != 2 || !(selective || l->fused))
         return;
     double T = dims[0], D = dims[1], H = l->heads;
     *flops += PT_ANALYTIC_ATTENTION_CORE_FLOPS * T * T * D;
@@ -437,12 +455,12 @@ static void residual_memory(const pt_layer_layout *x, const pt_layer_spec *l, in
 }
 
 static void residual_core(const pt_layer_spec *l, int rank, const int *in_dims, double e,
-                          double *flops, double *bytes, int *kernels)
+                          int selective, double *flops, double *bytes, int *kernels)
 {
     int dims[PT_SHAPE_MAX];
     memcpy(dims, in_dims, sizeof dims);
     for (int j = 0; j < l->body_count; j++) {
-        pt_layer_core(&l->body[j], rank, dims, e, flops, bytes, kernels);
+        pt_layer_core(&l->body[j], rank, dims, e, selective, flops, bytes, kernels);
         if (pt_layer_out_shape(&l->body[j], 1, &rank, dims, NULL) < 0)
             return;
     }

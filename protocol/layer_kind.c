@@ -94,12 +94,12 @@ void pt_layer_memory(const pt_layer_layout *x, const pt_layer_spec *l, int *rank
     pt_layer_out_shape(l, 0, rank, dims, NULL); /* a valid spec: it fits */
 }
 
-void pt_layer_core(const pt_layer_spec *l, int rank, const int *dims, double e, double *flops,
-                   double *bytes, int *kernels)
+void pt_layer_core(const pt_layer_spec *l, int rank, const int *dims, double e, int selective,
+                   double *flops, double *bytes, int *kernels)
 {
     const pt_layer_facts *f = pt_layer_facts_of(l->kind);
     if (f && f->core)
-        f->core(l, rank, dims, e, flops, bytes, kernels);
+        f->core(l, rank, dims, e, selective, flops, bytes, kernels);
 }
 
 int pt_layer_tensors_of(pt_layer_tensors *t, const pt_layer_spec *l, int depth, int *rank,

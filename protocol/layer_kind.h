@@ -27,8 +27,14 @@
 /* A label or a token id is an int32. */
 #define PT_ANALYTIC_LABEL_BYTES 4
 #define PT_ANALYTIC_TOKEN_BYTES 4
-/* Attention's forward kernels: QKV, Q K^T, softmax, P V, output projection. */
-#define PT_ANALYTIC_ATTENTION_KERNELS 5
+/* Attention's forward kernels: QKV, Q K^T, softmax, P V, output projection;
+ * fused: QKV, the tiled core, output projection. */
+#define PT_ANALYTIC_ATTENTION_KERNELS       5
+#define PT_ANALYTIC_FUSED_ATTENTION_KERNELS 3
+/* A fused attention keeps per query row and head its softmax statistics
+ * (log-sum-exp and max, fp32, runtime/attention_tiled.h). */
+#define PT_ANALYTIC_ATTENTION_STATS 2
+#define PT_ANALYTIC_STAT_BYTES      4
 /* Its core (what selective recomputation runs again): Q K^T and P V, 2 T^2 D
  * FLOPs each per sample; the scores written, read and written by the
  * softmax, read by P V; three kernels. */
@@ -81,11 +87,12 @@ typedef struct pt_layer_facts {
      * kernels 1, on entry). NULL: nothing beyond input and output, one kernel. */
     void (*memory)(const pt_layer_layout *x, const pt_layer_spec *l, int rank, const int *dims,
                    pt_layer_mem *m);
-    /* Selective recomputation: FLOPs, bytes per sample and kernels its
-     * forward spends on what is recomputed in the backward, added to the
-     * three. NULL: none. */
-    void (*core)(const pt_layer_spec *l, int rank, const int *dims, double e, double *flops,
-                 double *bytes, int *kernels);
+    /* What its backward runs of its forward again, under selective
+     * recomputation (selective 1) or by its own design (a fused attention,
+     * whose backward recomputes the probabilities tile by tile): FLOPs,
+     * bytes per sample and kernels, added to the three. NULL: none. */
+    void (*core)(const pt_layer_spec *l, int rank, const int *dims, double e, int selective,
+                 double *flops, double *bytes, int *kernels);
     /* Its parameters as checkpoint tensors, in the order of its parameter
      * slice (runtime/layer.h), for input shape (rank, dims). 0 or a PT_E*
      * code with err naming why. NULL: none (no parameters). */
@@ -114,9 +121,10 @@ int pt_layer_out_shape(const pt_layer_spec *l, int depth, int *rank, int *dims, 
 void pt_layer_memory(const pt_layer_layout *x, const pt_layer_spec *l, int *rank, int *dims,
                      pt_layer_mem *m);
 
-/* Adds the selective-recomputation core of a layer (fields of `core`). */
-void pt_layer_core(const pt_layer_spec *l, int rank, const int *dims, double e, double *flops,
-                   double *bytes, int *kernels);
+/* Adds what a layer's backward recomputes of its forward (fields of `core`),
+ * selective 1 under selective recomputation. */
+void pt_layer_core(const pt_layer_spec *l, int rank, const int *dims, double e, int selective,
+                   double *flops, double *bytes, int *kernels);
 
 /* Appends a layer's checkpoint tensors to t for input (*rank, dims) and
  * advances the shape to its output. 0 or PT_EINVAL (err says why). */

@@ -16,7 +16,9 @@
  *   LAYERNORM     over the last dimension, learned gain and bias; "eps" (1e-5)
  *   EMBEDDING     token ids [T] -> [T, dim]; "vocab", "dim", "positional"
  *                 (a learned positional table, default true)
- *   ATTENTION     causal multi-head self-attention on [T, D]: "heads"; D % heads == 0
+ *   ATTENTION     causal multi-head self-attention on [T, D]: "heads"; D % heads == 0;
+ *                 "fused" (optional, false: the tiled kernel keeping only the softmax
+ *                 statistics, runtime/attention_tiled.h)
  *   RESIDUAL      y = x + body(x); "body": a chain whose output shape equals its input's
  *   SOFTMAX_XENT  softmax cross-entropy over the last dim, "classes"; the last layer
  *

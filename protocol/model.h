@@ -48,6 +48,8 @@ typedef struct pt_layer_spec {
     int vocab, dim;             /* embedding */
     int positional;             /* embedding: 1 for a learned positional table of seq_len rows */
     int heads;                  /* attention */
+    int fused;                  /* attention: 1 for the tiled kernel that keeps only the softmax
+                                   statistics (runtime/attention_tiled.h), not the scores */
     int classes;                /* softmax_xent */
     float eps;                  /* layernorm */
     struct pt_layer_spec *body; /* residual: owned array of body_count layers */

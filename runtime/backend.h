@@ -11,7 +11,7 @@
  * Pointwise kernels. Rather than building every layer out of tiny generic
  * elementwise ops, the table has one entry per fused kernel a layer needs
  * (relu_fwd, gelu_fwd, layernorm_fwd, attention_softmax_fwd, softmax_xent_fwd,
- * adam_update, ...). The CPU backend implements them as plain C loops in
+ * adam_update, attention_fused_fwd, ...). The CPU backend implements them as plain C loops in
  * backend_cpu.c; a CUDA backend supplies its own kernels for the same entries
  * and cuBLAS for gemm. A new layer that needs a new kernel adds an entry at
  * the end of struct pt_backend and implements it in every backend.
@@ -141,6 +141,23 @@ struct pt_backend {
     void (*adam_update)(const pt_backend *be, int64_t n, float lr, float beta1, float beta2,
                         float eps, float wd, float bc1, float bc2, const float *w, float *w_out,
                         const float *g, float *m, float *v);
+
+    /* ---- fused causal attention (runtime/attention_tiled.h) ---- */
+    /* Flash-attention forward on n samples of seq query rows, `heads` heads
+     * of head_dim (1..PT_ATTN_HEAD_DIM_MAX): ctx (n x seq x heads*head_dim)
+     * and the softmax statistics (n x heads x 2 x seq) from qkv (n x seq x
+     * 3*heads*head_dim, columns Q | K | V), both overwritten, with scores
+     * scale Q K^T; the layouts and the blocking are attention_tiled.h's. No
+     * seq x seq tensor exists in device memory. */
+    void (*attention_fused_fwd)(const pt_backend *be, int n, int seq, int heads, int head_dim,
+                                float scale, const float *qkv, float *ctx, float *stats);
+    /* Its backward from the forward's qkv, ctx and stats and dctx (the
+     * gradient of ctx): dqkv (n x seq x 3*heads*head_dim) overwritten, not
+     * overlapping the inputs; delta (n x heads x seq floats) is scratch. The
+     * probabilities are recomputed tile by tile from the statistics. */
+    void (*attention_fused_bwd)(const pt_backend *be, int n, int seq, int heads, int head_dim,
+                                float scale, const float *qkv, const float *ctx, const float *stats,
+                                const float *dctx, float *delta, float *dqkv);
 };
 
 /* The CPU backend (OpenBLAS for gemm, C loops for the rest). A static,

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "protocol/error.h"
+#include "runtime/attention_tiled.h"
 #include "runtime/backend.h"
 
 #define CPU_ALIGN_BYTES 64
@@ -418,8 +419,8 @@ static void cpu_sgd_update(const pt_backend *be, int64_t n, float lr, float mome
 }
 
 static void cpu_adam_update(const pt_backend *be, int64_t n, float lr, float beta1, float beta2,
-                            float eps, float wd, float bc1, float bc2, const float *w,
-                            float *w_out, const float *g, float *m, float *v)
+                            float eps, float wd, float bc1, float bc2, const float *w, float *w_out,
+                            const float *g, float *m, float *v)
 {
     (void)be;
     float step = lr / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
@@ -431,6 +432,25 @@ static void cpu_adam_update(const pt_backend *be, int64_t n, float lr, float bet
         v[i] = vi;
         w_out[i] = w[i] - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
     }
+}
+
+/* The tiled reference at the blocking a GPU kernel uses. */
+static void cpu_attention_fused_fwd(const pt_backend *be, int n, int seq, int heads, int head_dim,
+                                    float scale, const float *qkv, float *ctx, float *stats)
+{
+    (void)be;
+    pt_attn_shape a = {n, seq, heads, head_dim, scale, PT_ATTN_BR, PT_ATTN_BC};
+    pt_attn_tiled_fwd(&a, NULL, qkv, ctx, stats);
+}
+
+static void cpu_attention_fused_bwd(const pt_backend *be, int n, int seq, int heads, int head_dim,
+                                    float scale, const float *qkv, const float *ctx,
+                                    const float *stats, const float *dctx, float *delta,
+                                    float *dqkv)
+{
+    (void)be;
+    pt_attn_shape a = {n, seq, heads, head_dim, scale, PT_ATTN_BR, PT_ATTN_BC};
+    pt_attn_tiled_bwd(&a, NULL, qkv, ctx, stats, dctx, delta, dqkv);
 }
 
 static const pt_backend cpu_backend = {
@@ -465,6 +485,8 @@ static const pt_backend cpu_backend = {
     .softmax_xent_bwd = cpu_softmax_xent_bwd,
     .sgd_update = cpu_sgd_update,
     .adam_update = cpu_adam_update,
+    .attention_fused_fwd = cpu_attention_fused_fwd,
+    .attention_fused_bwd = cpu_attention_fused_bwd,
 };
 
 const pt_backend *pt_backend_cpu(void)

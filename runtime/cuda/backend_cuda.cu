@@ -13,6 +13,7 @@
 #include <string.h>
 
 extern "C" {
+#include "runtime/attention_tiled.h"
 #include "runtime/cuda_module.h"
 }
 
@@ -789,6 +790,216 @@ static void cu_adam_update(const pt_backend *be, int64_t n, float lr, float beta
                wd, 1.0f / sqrtf(bc2), w, w_out, g, m, v);
 }
 
+/* ---- fused causal attention (runtime/attention_tiled.h) -------------------
+ * The CPU reference's blocking and loop order: a block per (tile of rows,
+ * head, sample), a thread per row of the tile (a query row in the forward and
+ * dQ, a key in dK and dV), the other side's tiles in shared memory (2 x 32 x
+ * 128 floats, 32 KiB), the thread's own row and sums in registers (local
+ * memory past what registers hold). No T x T tensor is written. Kept simple
+ * over fast: no tensor cores, one warp per block. */
+
+#define ATTN_DH PT_ATTN_HEAD_DIM_MAX
+
+__device__ float attn_dot(const float *x, const float *y, int n)
+{
+    float s = 0.0f;
+    for (int d = 0; d < n; d++)
+        s += x[d] * y[d];
+    return s;
+}
+
+/* Rows k0.. (cols of them) of the Q, K or V columns at `col` of one head into
+ * a shared tile, by all the block's threads. */
+__device__ void attn_load(float (*tile)[ATTN_DH], const float *base, int64_t ld, int r0, int rows,
+                          int dh)
+{
+    for (int i = threadIdx.x; i < rows * dh; i += blockDim.x)
+        tile[i / dh][i % dh] = base[(int64_t)(r0 + i / dh) * ld + i % dh];
+}
+
+__global__ void k_attn_fused_fwd(int T, int H, int dh, float scale, const float *qkv, float *ctx,
+                                 float *stats)
+{
+    __shared__ float ks[PT_ATTN_BC][ATTN_DH], vs[PT_ATTN_BC][ATTN_DH];
+    int q0 = blockIdx.x * PT_ATTN_BR, h = blockIdx.y, s = blockIdx.z, t = q0 + threadIdx.x;
+    int D = H * dh, end = min(q0 + PT_ATTN_BR, T);
+    int64_t ld = 3 * (int64_t)D;
+    const float *base = qkv + (int64_t)s * T * ld + (int64_t)h * dh;
+    float q[ATTN_DH], o[ATTN_DH], sc[PT_ATTN_BC], m = -INFINITY, l = 0.0f;
+    bool live = t < T;
+    for (int d = 0; live && d < dh; d++) {
+        q[d] = base[(int64_t)t * ld + d];
+        o[d] = 0.0f;
+    }
+    for (int k0 = 0; k0 < end; k0 += PT_ATTN_BC) {
+        int cols = min(PT_ATTN_BC, T - k0);
+        __syncthreads();
+        attn_load(ks, base + D, ld, k0, cols, dh);
+        attn_load(vs, base + 2 * D, ld, k0, cols, dh);
+        __syncthreads();
+        if (!live || k0 > t)
+            continue;
+        int n = min(cols, t - k0 + 1);
+        float mx = m;
+        for (int c = 0; c < n; c++) {
+            sc[c] = scale * attn_dot(q, ks[c], dh);
+            mx = fmaxf(mx, sc[c]);
+        }
+        float corr = expf(m - mx);
+        l *= corr;
+        for (int d = 0; d < dh; d++)
+            o[d] *= corr;
+        for (int c = 0; c < n; c++) {
+            float p = expf(sc[c] - mx);
+            l += p;
+            for (int d = 0; d < dh; d++)
+                o[d] += p * vs[c][d];
+        }
+        m = mx;
+    }
+    if (!live)
+        return;
+    float *out = ctx + ((int64_t)s * T + t) * D + (int64_t)h * dh;
+    for (int d = 0; d < dh; d++)
+        out[d] = o[d] / l;
+    int64_t st = ((int64_t)s * H + h) * PT_ATTN_STATS * T;
+    stats[st + t] = m + logf(l);
+    stats[st + T + t] = m;
+}
+
+/* delta = dO . O per (sample, head, query row). */
+__global__ void k_attn_fused_delta(int64_t rows, int T, int H, int dh, const float *ctx,
+                                   const float *dctx, float *delta)
+{
+    GRID_STRIDE(i, rows)
+    {
+        int64_t t = i % T, sh = i / T, s = sh / H, h = sh % H;
+        int64_t at = (s * T + t) * H * dh + h * dh;
+        float sum = 0.0f;
+        for (int d = 0; d < dh; d++)
+            sum += dctx[at + d] * ctx[at + d];
+        delta[i] = sum;
+    }
+}
+
+/* dK and dV: a thread per key j of the tile, over the query tiles that reach it. */
+__global__ void k_attn_fused_bwd_kv(int T, int H, int dh, float scale, const float *qkv,
+                                    const float *stats, const float *dctx, const float *delta,
+                                    float *dqkv)
+{
+    __shared__ float qs[PT_ATTN_BR][ATTN_DH], dos[PT_ATTN_BR][ATTN_DH];
+    __shared__ float lse[PT_ATTN_BR], dl[PT_ATTN_BR];
+    int k0 = blockIdx.x * PT_ATTN_BC, h = blockIdx.y, s = blockIdx.z, j = k0 + threadIdx.x;
+    int D = H * dh;
+    int64_t ld = 3 * (int64_t)D, sh = (int64_t)s * H + h;
+    const float *base = qkv + (int64_t)s * T * ld + (int64_t)h * dh;
+    const float *dbase = dctx + (int64_t)s * T * D + (int64_t)h * dh;
+    float k[ATTN_DH], v[ATTN_DH], dk[ATTN_DH], dv[ATTN_DH];
+    bool live = j < T;
+    for (int d = 0; live && d < dh; d++) {
+        k[d] = base[(int64_t)j * ld + D + d];
+        v[d] = base[(int64_t)j * ld + 2 * D + d];
+        dk[d] = dv[d] = 0.0f;
+    }
+    for (int q0 = k0 / PT_ATTN_BR * PT_ATTN_BR; q0 < T; q0 += PT_ATTN_BR) {
+        int rows = min(PT_ATTN_BR, T - q0);
+        __syncthreads();
+        attn_load(qs, base, ld, q0, rows, dh);
+        attn_load(dos, dbase, D, q0, rows, dh);
+        for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+            lse[r] = stats[sh * PT_ATTN_STATS * T + q0 + r];
+            dl[r] = delta[sh * T + q0 + r];
+        }
+        __syncthreads();
+        for (int r = 0; live && r < rows; r++) {
+            if (q0 + r < j)
+                continue;
+            float p = expf(scale * attn_dot(qs[r], k, dh) - lse[r]);
+            float ds = p * (attn_dot(dos[r], v, dh) - dl[r]);
+            for (int d = 0; d < dh; d++) {
+                dv[d] += p * dos[r][d];
+                dk[d] += scale * ds * qs[r][d];
+            }
+        }
+    }
+    if (!live)
+        return;
+    float *out = dqkv + ((int64_t)s * T + j) * ld + (int64_t)h * dh;
+    for (int d = 0; d < dh; d++) {
+        out[D + d] = dk[d];
+        out[2 * D + d] = dv[d];
+    }
+}
+
+/* dQ: a thread per query row t of the tile, over the key tiles it reaches. */
+__global__ void k_attn_fused_bwd_q(int T, int H, int dh, float scale, const float *qkv,
+                                   const float *stats, const float *dctx, const float *delta,
+                                   float *dqkv)
+{
+    __shared__ float ks[PT_ATTN_BC][ATTN_DH], vs[PT_ATTN_BC][ATTN_DH];
+    int q0 = blockIdx.x * PT_ATTN_BR, h = blockIdx.y, s = blockIdx.z, t = q0 + threadIdx.x;
+    int D = H * dh, end = min(q0 + PT_ATTN_BR, T);
+    int64_t ld = 3 * (int64_t)D, sh = (int64_t)s * H + h;
+    const float *base = qkv + (int64_t)s * T * ld + (int64_t)h * dh;
+    float q[ATTN_DH], dout[ATTN_DH], dq[ATTN_DH], lse = 0.0f, dl = 0.0f;
+    bool live = t < T;
+    if (live) {
+        lse = stats[sh * PT_ATTN_STATS * T + t];
+        dl = delta[sh * T + t];
+    }
+    for (int d = 0; live && d < dh; d++) {
+        q[d] = base[(int64_t)t * ld + d];
+        dout[d] = dctx[((int64_t)s * T + t) * D + (int64_t)h * dh + d];
+        dq[d] = 0.0f;
+    }
+    for (int k0 = 0; k0 < end; k0 += PT_ATTN_BC) {
+        int cols = min(PT_ATTN_BC, T - k0);
+        __syncthreads();
+        attn_load(ks, base + D, ld, k0, cols, dh);
+        attn_load(vs, base + 2 * D, ld, k0, cols, dh);
+        __syncthreads();
+        for (int c = 0; live && c < cols && k0 + c <= t; c++) {
+            float p = expf(scale * attn_dot(q, ks[c], dh) - lse);
+            float ds = p * (attn_dot(dout, vs[c], dh) - dl);
+            for (int d = 0; d < dh; d++)
+                dq[d] += scale * ds * ks[c][d];
+        }
+    }
+    if (!live)
+        return;
+    float *out = dqkv + ((int64_t)s * T + t) * ld + (int64_t)h * dh;
+    for (int d = 0; d < dh; d++)
+        out[d] = dq[d];
+}
+
+static void cu_attention_fused_fwd(const pt_backend *be, int n, int seq, int heads, int head_dim,
+                                   float scale, const float *qkv, float *ctx, float *stats)
+{
+    if (n <= 0 || seq <= 0)
+        return;
+    dim3 grid((unsigned)((seq + PT_ATTN_BR - 1) / PT_ATTN_BR), (unsigned)heads, (unsigned)n);
+    LAUNCH(k_attn_fused_fwd, grid, PT_ATTN_BR, ctx_of(be)->stream, seq, heads, head_dim, scale, qkv,
+           ctx, stats);
+}
+
+static void cu_attention_fused_bwd(const pt_backend *be, int n, int seq, int heads, int head_dim,
+                                   float scale, const float *qkv, const float *ctx,
+                                   const float *stats, const float *dctx, float *delta, float *dqkv)
+{
+    if (n <= 0 || seq <= 0)
+        return;
+    cudaStream_t st = ctx_of(be)->stream;
+    int64_t rows = (int64_t)n * heads * seq;
+    LAUNCH(k_attn_fused_delta, blocks_for(rows), THREADS, st, rows, seq, heads, head_dim, ctx, dctx,
+           delta);
+    dim3 kv((unsigned)((seq + PT_ATTN_BC - 1) / PT_ATTN_BC), (unsigned)heads, (unsigned)n);
+    LAUNCH(k_attn_fused_bwd_kv, kv, PT_ATTN_BC, st, seq, heads, head_dim, scale, qkv, stats, dctx,
+           delta, dqkv);
+    dim3 q((unsigned)((seq + PT_ATTN_BR - 1) / PT_ATTN_BR), (unsigned)heads, (unsigned)n);
+    LAUNCH(k_attn_fused_bwd_q, q, PT_ATTN_BR, st, seq, heads, head_dim, scale, qkv, stats, dctx,
+           delta, dqkv);
+}
+
 /* ---- the table and its life -------------------------------------------- */
 
 static const pt_backend cuda_template = {
@@ -823,6 +1034,8 @@ static const pt_backend cuda_template = {
     cu_softmax_xent_bwd,
     cu_sgd_update,
     cu_adam_update,
+    cu_attention_fused_fwd,
+    cu_attention_fused_bwd,
 };
 
 /* The number of visible devices, or PT_EUNSUPP with CUDA's own words when

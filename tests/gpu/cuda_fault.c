@@ -171,6 +171,12 @@ static void op_attention(const pt_backend *be, bufs *x)
     be->attention_softmax_fwd(be, 12, 6, x->a);
     be->attention_softmax_bwd(be, 12, 6, x->a, x->b, x->c);
 }
+static void op_attention_fused(const pt_backend *be, bufs *x)
+{
+    /* 2 samples of 6 rows, 2 heads of 4: qkv 144 floats, ctx 96, stats 48 */
+    be->attention_fused_fwd(be, 2, 6, 2, 4, 0.5f, x->a, x->b, x->c);
+    be->attention_fused_bwd(be, 2, 6, 2, 4, 0.5f, x->a, x->b, x->c, x->d, x->e, x->f);
+}
 static void op_xent(const pt_backend *be, bufs *x)
 {
     double loss = 0;
@@ -201,6 +207,7 @@ static const struct {
              {"layernorm", op_layernorm},
              {"embedding", op_embedding},
              {"attention_softmax", op_attention},
+             {"attention_fused", op_attention_fused},
              {"softmax_xent", op_xent},
              {"sgd/adam", op_optim}};
 

@@ -209,7 +209,8 @@ static inline const pt_backend *gpu_round_backend(pt_cuda_math m, gpu_rounding r
  * "ln_split" (the input half of a split layernorm backward writes nothing),
  * "tall" (a column reduction over more rows than 65,535 blocks of 64 fails
  * to launch, as before issue 30), "coarse" (tf32/bf16 products keep only 5
- * mantissa bits of their inputs). */
+ * mantissa bits of their inputs), "attn_fused" (the fused attention's
+ * backward writes zeros). */
 static pt_backend gpu_dry_[3], gpu_dry_under_[3];
 static gpu_round_ctx gpu_dry_coarse_ = {18, GPU_ROUND_TRUNCATE};
 
@@ -275,6 +276,19 @@ static inline void gpu_dry_col_sum(const pt_backend *be, int rows, int cols, con
     }
     u->col_sum(u, rows, cols, x, beta, out);
 }
+
+static inline void gpu_dry_attention_fused_bwd(const pt_backend *be, int n, int seq, int heads,
+                                               int head_dim, float scale, const float *qkv,
+                                               const float *ctx, const float *stats,
+                                               const float *dctx, float *delta, float *dqkv)
+{
+    const pt_backend *u = gpu_dry_under(be);
+    if (gpu_dry_fault("attn_fused")) {
+        u->fill(u, (int64_t)n * seq * 3 * heads * head_dim, 0.0f, dqkv);
+        return;
+    }
+    u->attention_fused_bwd(u, n, seq, heads, head_dim, scale, qkv, ctx, stats, dctx, delta, dqkv);
+}
 #endif
 
 /* A CUDA backend on device 0 in math mode m (a failed CHECK and NULL when it
@@ -293,6 +307,7 @@ static inline const pt_backend *gpu_open(pt_cuda_math m)
     gpu_dry_[m].gemm_batched = gpu_dry_gemm_batched;
     gpu_dry_[m].layernorm_bwd = gpu_dry_layernorm_bwd;
     gpu_dry_[m].col_sum = gpu_dry_col_sum;
+    gpu_dry_[m].attention_fused_bwd = gpu_dry_attention_fused_bwd;
     return &gpu_dry_[m];
 #else
     const pt_backend *be = NULL;

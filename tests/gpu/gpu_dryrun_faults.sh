@@ -6,7 +6,8 @@
 #   layers    gemm_beta (beta = 1 overwrites), ln_split (a split layernorm
 #             backward's input half writes nothing), tall (column reductions
 #             over 4,194,241 rows do not launch), coarse (tf32/bf16 products
-#             keep 5 mantissa bits)
+#             keep 5 mantissa bits), attn_fused (the fused attention's backward
+#             writes zeros)
 #   pipeline  gemm_beta
 #   memory    leak (each allocation takes 64 MiB more than asked)
 #   nccl      nccl_drop (each message arrives with its last float off)
@@ -42,6 +43,7 @@ expect layers gemm_beta '^DRY-RUN op gemm beta=1.* FAIL$'
 expect layers ln_split '^DRY-RUN op col_sum, split layernorm bwd .* FAIL$'
 expect layers tall '^DRY-RUN op 4194241-row columns .* FAIL$'
 expect layers coarse '^DRY-RUN layer .* bf16 .* FAIL '
+expect layers attn_fused '^DRY-RUN op fused attention .* FAIL$'
 expect pipeline gemm_beta '^DRY-RUN pipeline .* FAIL$'
 expect memory leak '^DRY-RUN memory driver free fell .* FAIL$'
 expect nccl nccl_drop '^DRY-RUN nccl .* FAIL$'

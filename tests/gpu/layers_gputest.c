@@ -10,10 +10,14 @@
  * layernorm backward, and column reductions over more rows than a grid of
  * 65,535 row blocks covers; the optimizer kernels (SGD with momentum and
  * weight decay, Adam) over a few steps, and the reductions that return to the
- * host (dot, the loss). Prints one GPU-CHECK line per layer and mode, and
- * per op group, for scripts/gpu-check.sh. */
+ * host (dot, the loss). Fused attention (the tiled kernel, "fused": true)
+ * against the unfused layer on the GPU (fp32: 1e-5, bf16: 1e-2) and the CPU
+ * (fp32: 1e-4), at one to three tiles of rows and head dims 12 to 128, and
+ * the bytes it keeps for backward on the GPU against the planner's figure. Prints one GPU-CHECK
+ * line per layer and mode, and per op group, for scripts/gpu-check.sh. */
 #include <string.h>
 
+#include "planner/analytic.h"
 #include "protocol/model.h"
 #include "runtime/net.h"
 #include "runtime/optim.h"
@@ -22,8 +26,9 @@
 
 #define BATCH 6
 
-/* Tokens through a pre-LN GPT block and a head; an MLP with relu and a
- * classifier loss: together every layer kind. */
+/* Tokens through a pre-LN GPT block and a head; fused attention over three
+ * tiles of rows (70 > 2 x PT_ATTN_BR) at head dims 32 and 64; an MLP with
+ * relu and a classifier loss: together every layer kind. */
 static const char *const models[] = {
     "{\"v\":1,\"name\":\"gpu-gpt\",\"input\":{\"kind\":\"tokens\",\"shape\":[24]},\"layers\":["
     "{\"type\":\"embedding\",\"vocab\":67,\"dim\":48,\"positional\":true},"
@@ -36,6 +41,10 @@ static const char *const models[] = {
     "{\"type\":\"gelu\",\"name\":\"gelu\"},"
     "{\"type\":\"linear\",\"out\":67,\"name\":\"head\"},"
     "{\"type\":\"softmax_xent\",\"classes\":67}]}",
+    "{\"v\":1,\"name\":\"gpu-attn\",\"input\":[70,64],\"layers\":["
+    "{\"type\":\"attention\",\"heads\":2,\"fused\":true,\"name\":\"attn_fused2\"},"
+    "{\"type\":\"attention\",\"heads\":1,\"fused\":true,\"name\":\"attn_fused1\"},"
+    "{\"type\":\"softmax_xent\",\"classes\":64}]}",
     "{\"v\":1,\"name\":\"gpu-mlp\",\"input\":[40],\"layers\":["
     "{\"type\":\"linear\",\"out\":72},{\"type\":\"relu\"},"
     "{\"type\":\"linear\",\"out\":72,\"bias\":false},{\"type\":\"relu\"},"
@@ -227,6 +236,118 @@ static void test_layers(void)
                 compare_layer(spec, i, (pt_cuda_math)m, gpu);
             pt_model_spec_free(&spec);
         }
+        gpu_close(&gpu);
+    }
+}
+
+/* ---- fused attention against the unfused reference ---------------------- */
+
+#define FUSED_TOL_FP32 1e-5 /* fused vs unfused, both fp32 (issue 28) */
+
+/* A model of one attention layer on [T, D] before a loss, fused or not. */
+static pt_model_spec *attn_model(int T, int D, int H, int fused)
+{
+    char json[320];
+    snprintf(json, sizeof json,
+             "{\"v\":1,\"name\":\"attn-%s\",\"input\":[%d,%d],\"layers\":[{\"type\":"
+             "\"attention\",\"heads\":%d,\"fused\":%s},{\"type\":\"softmax_xent\","
+             "\"classes\":%d}]}",
+             fused ? "fused" : "unfused", T, D, H, fused ? "true" : "false", D);
+    pt_model_spec *spec = NULL;
+    pt_error err = {0};
+    int rc = pt_model_spec_parse(json, "test", &spec, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    return spec;
+}
+
+/* What the GPU's fused layer keeps for backward (measured on its arena)
+ * against the planner's analytic figure; 0 when equal. */
+static int fused_saved_check(const pt_model_spec *spec, const pt_backend *gpu, int64_t *saved,
+                             int64_t *predicted)
+{
+    pt_device_desc dev = {.peak_flops = 1e12, .mem_bandwidth = 1e11};
+    pt_profile *ap = NULL;
+    pt_error err = {0};
+    int64_t scratch = 0;
+    *saved = *predicted = -1;
+    if (pt_analytic_profile(spec, &dev, BATCH, NULL, &ap, &err) < 0 ||
+        pt_net_layer_memory(spec, 0, BATCH, gpu, saved, &scratch, &err) < 0) {
+        CHECK_MSG(0, "fused attention memory: %s", err.msg);
+        pt_profile_free(&ap);
+        return -1;
+    }
+    *predicted = ap->layers[0].saved_bytes;
+    int diff = *saved != *predicted || scratch != ap->layers[0].scratch_bytes;
+    pt_profile_free(&ap);
+    return diff;
+}
+
+/* The fused layer on the GPU against the unfused one on the GPU (the core
+ * alone differs: 1e-5 in fp32, 1e-2 in bf16) and, in fp32, on the CPU
+ * (1e-4, the layers' tolerance), at one, two and three tiles of rows; and,
+ * in fp32, the bytes it keeps for backward as the planner predicts. */
+static void check_fused(int T, int D, int H, pt_cuda_math math, const pt_backend *gpu)
+{
+    pt_model_spec *fs = attn_model(T, D, H, 1), *us = attn_model(T, D, H, 0);
+    layer_in li;
+    if (!fs || !us || make_inputs(us, 0, &li) < 0) {
+        pt_model_spec_free(&fs);
+        pt_model_spec_free(&us);
+        return;
+    }
+    layer_out gf, gu, cu;
+    double e_gpu[3] = {0}, e_cpu[3] = {0}, w_gpu = INFINITY, w_cpu = INFINITY;
+    if (run_layer(fs, 0, gpu, &li, &gf) == 0) {
+        if (run_layer(us, 0, gpu, &li, &gu) == 0) {
+            w_gpu = out_err(&gf, &gu, &li, e_gpu);
+            out_free(&gu);
+        }
+        if (run_layer(us, 0, NULL, &li, &cu) == 0) {
+            w_cpu = out_err(&gf, &cu, &li, e_cpu);
+            out_free(&cu);
+        }
+        out_free(&gf);
+    }
+    /* in bf16 the unfused core's products round their inputs and the fused
+     * kernel's do not: against the unrounded CPU only the figure is shown */
+    int fp32 = math == PT_CUDA_FP32;
+    double tol_gpu = fp32 ? FUSED_TOL_FP32 : gpu_tol(math);
+    int ok = w_gpu < tol_gpu && (!fp32 || w_cpu < TOL_FP32);
+    printf(GPU_TAG " op fused attention T %d D %d H %d %s vs unfused: gpu fwd %.2e dw %.2e dx %.2e "
+                   "tol %.0e; cpu fp32 fwd %.2e dw %.2e dx %.2e %s %s\n",
+           T, D, H, pt_cuda_math_name(math), e_gpu[0], e_gpu[1], e_gpu[2], tol_gpu, e_cpu[0],
+           e_cpu[1], e_cpu[2], fp32 ? "tol 1e-04" : "(shown)", ok ? "PASS" : "FAIL");
+    CHECK_MSG(ok,
+              "fused attention T %d %s: vs the GPU's unfused %.3e (tol %.0e), vs the CPU's %.3e", T,
+              pt_cuda_math_name(math), w_gpu, tol_gpu, w_cpu);
+    if (math == PT_CUDA_FP32) {
+        int64_t saved, predicted;
+        int diff = fused_saved_check(fs, gpu, &saved, &predicted);
+        printf(GPU_TAG " op fused attention T %d saved bytes %lld, predicted %lld %s\n", T,
+               (long long)saved, (long long)predicted, diff == 0 ? "PASS" : "FAIL");
+        CHECK_MSG(diff == 0, "fused attention T %d: saved %lld B, predicted %lld B", T,
+                  (long long)saved, (long long)predicted);
+    }
+    free(li.x);
+    free(li.dy);
+    free(li.labels);
+    pt_model_spec_free(&fs);
+    pt_model_spec_free(&us);
+}
+
+static void test_fused_attention(void)
+{
+    static const struct {
+        int T, D, H;
+    } shapes[] = {{24, 48, 4}, {64, 64, 2}, {72, 128, 1}, {96, 256, 2}};
+    /* regions of multiples of 64 bytes at BATCH samples: the figure is exact */
+    static const pt_cuda_math modes[] = {PT_CUDA_FP32, PT_CUDA_BF16};
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+        pt_cuda_math m = modes[k];
+        const pt_backend *gpu = gpu_open(m);
+        REQUIRE(gpu);
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            check_fused(shapes[i].T, shapes[i].D, shapes[i].H, m, gpu);
         gpu_close(&gpu);
     }
 }
@@ -500,6 +621,7 @@ int main(int argc, char **argv)
 {
     gpu_require("layers_gputest");
     static const struct pt_test_case cases[] = {{"layers", test_layers},
+                                                {"fused_attention", test_fused_attention},
                                                 {"kernels", test_kernels},
                                                 {"range_errors", test_range_errors},
                                                 {"optimizers", test_optimizers}};

@@ -273,11 +273,14 @@ static void test_bad_devices(void)
  * keeps sbh(34 + 5as/h) bytes, Korthikanti et al.'s figure:
  *   sbh = 1024 * 2 * 2048 = 4,194,304; 34 sbh = 142,606,336;
  *   5as^2 b = 5 * 16 * 1024^2 * 2 = 167,772,160; total 310,378,496,
- * and 34 sbh with selective recomputation; the cost model's activation
- * figure for the 24 layers is 24 times that, at any rows. */
+ * and 34 sbh with selective recomputation; with fused attention ("fused":
+ * true, nothing recomputed but inside the attention kernel) 34 sbh plus the
+ * softmax statistics, fp32 log-sum-exp and max per row and head:
+ * 8 asb = 262,144. The cost model's activation figure for the 24 layers is
+ * 24 times that, at any rows. */
 static void test_korthikanti_gpt13b(void)
 {
-    const int64_t per_layer = 310378496, selective = 142606336;
+    const int64_t per_layer = 310378496, selective = 142606336, fused = selective + 262144;
     CHECK(pt_analytic_korthikanti_bytes(1024, 2, 2048, 16, PT_ANALYTIC_RECOMPUTE_NONE) ==
           per_layer);
     CHECK(pt_analytic_korthikanti_bytes(1024, 2, 2048, 16, PT_ANALYTIC_RECOMPUTE_SELECTIVE) ==
@@ -292,12 +295,16 @@ static void test_korthikanti_gpt13b(void)
     pt_link link = {1e11, 1e-6};
     pt_topology *topo = pt_topology_uniform(1, 1, 80LL << 30, link, link);
     REQUIRE(topo);
-    for (int sel = 0; sel <= 1; sel++) {
+    for (int mode = 0; mode <= 2; mode++) {
+        int sel = mode == 1;
+        for (int i = 0; mode == 2 && i < spec->layer_count; i++)
+            for (int j = 0; j < spec->layers[i].body_count; j++)
+                spec->layers[i].body[j].fused = spec->layers[i].body[j].kind == PT_LAYER_ATTENTION;
         pt_analytic_options opt = {.precision = PT_PRECISION_BF16, .selective = sel};
         pt_profile *p = NULL;
         REQUIRE(pt_analytic_profile(spec, &h100, 2, &opt, &p, &err) == 0);
         CHECK(p->precision == PT_PRECISION_BF16);
-        int64_t want = sel ? selective : per_layer;
+        int64_t want = mode == 2 ? fused : sel ? selective : per_layer;
         int pairs = 0;
         for (int i = 1; i + 1 < p->layer_count; i += 2) {
             if (strstr(p->layers[i].name, ".attn") == NULL)

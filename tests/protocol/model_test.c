@@ -15,8 +15,8 @@ static int chain_equal(const pt_layer_spec *a, const pt_layer_spec *b, int n)
         const pt_layer_spec *x = &a[i], *y = &b[i];
         if (x->kind != y->kind || strcmp(x->name, y->name) || x->out != y->out ||
             x->bias != y->bias || x->vocab != y->vocab || x->dim != y->dim ||
-            x->positional != y->positional || x->heads != y->heads || x->classes != y->classes ||
-            x->eps != y->eps || x->body_count != y->body_count)
+            x->positional != y->positional || x->heads != y->heads || x->fused != y->fused ||
+            x->classes != y->classes || x->eps != y->eps || x->body_count != y->body_count)
             return 0;
         if (x->body_count && !chain_equal(x->body, y->body, x->body_count))
             return 0;
@@ -210,6 +210,7 @@ static void test_round_trip_options(void)
                        "{\"type\":\"residual\",\"body\":[{\"type\":\"layernorm\",\"eps\":1e-6},"
                        "{\"type\":\"residual\",\"body\":[{\"type\":\"linear\",\"out\":12,"
                        "\"bias\":false}]}]},"
+                       "{\"type\":\"attention\",\"heads\":3,\"fused\":true},"
                        "{\"type\":\"gelu\"},{\"type\":\"linear\",\"out\":50},"
                        "{\"type\":\"softmax_xent\",\"classes\":50}]}";
     pt_model_spec *m = NULL;
@@ -219,7 +220,8 @@ static void test_round_trip_options(void)
     CHECK(m->layers[1].body_count == 2 && m->layers[1].body[0].eps == 1e-6f);
     CHECK(m->layers[1].body[1].body[0].bias == 0);
     CHECK(!strcmp(m->layers[1].body[1].name, "residual1"));
-    pt_layer_shape s[5];
+    CHECK(m->layers[2].fused == 1 && m->layers[2].heads == 3);
+    pt_layer_shape s[6];
     REQUIRE(pt_model_spec_shapes(m, s, &err) == 0);
     CHECK(s[0].params == 50 * 12); /* no positional table */
     CHECK_NEAR(s[0].fwd_flops, 0, 0);

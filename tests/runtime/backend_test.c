@@ -294,7 +294,7 @@ static void test_defaults(void)
     CHECK(strcmp(pt_backend_cpu()->name, "cpu") == 0);
     /* every entry of the table is filled */
     const void *const *slots = (const void *const *)&pt_backend_cpu()->alloc;
-    const void *const *end = (const void *const *)(&pt_backend_cpu()->adam_update + 1);
+    const void *const *end = (const void *const *)(&pt_backend_cpu()->attention_fused_bwd + 1);
     for (const void *const *p = slots; p < end; p++)
         CHECK(*p != NULL);
 }

@@ -269,6 +269,19 @@ static void test_attention(void)
     free_fixture(&f);
 }
 
+/* The fused (tiled) attention's gradients against finite differences, on a
+ * sequence longer than one tile (T = 37 > PT_ATTN_BR = 32: a partial tile). */
+static void test_attention_fused(void)
+{
+    pt_layer_spec layers[1] = {L(PT_LAYER_ATTENTION)};
+    layers[0].heads = 2;
+    layers[0].fused = 1;
+    fixture f;
+    make_float_fixture(&f, "attention_fused", layers, 1, 2, (int[]){37, 6}, 2, 0);
+    check_model(&f, 1);
+    free_fixture(&f);
+}
+
 static void test_residual(void)
 {
     pt_layer_spec body[4] = {L(PT_LAYER_LAYERNORM), linear(5), L(PT_LAYER_GELU), linear(6)};
@@ -418,7 +431,7 @@ static void test_shape_errors(void)
 }
 
 PT_TEST_MAIN({"linear", test_linear}, {"relu_gelu", test_relu_gelu}, {"layernorm", test_layernorm},
-             {"attention", test_attention}, {"residual", test_residual},
-             {"softmax_xent", test_softmax_xent}, {"embedding", test_embedding},
-             {"bad_ids", test_bad_ids}, {"gpt_stack", test_gpt_stack}, {"mlp", test_mlp},
-             {"shape_errors", test_shape_errors})
+             {"attention", test_attention}, {"attention_fused", test_attention_fused},
+             {"residual", test_residual}, {"softmax_xent", test_softmax_xent},
+             {"embedding", test_embedding}, {"bad_ids", test_bad_ids},
+             {"gpt_stack", test_gpt_stack}, {"mlp", test_mlp}, {"shape_errors", test_shape_errors})

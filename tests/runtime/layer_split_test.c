@@ -271,6 +271,8 @@ static void test_each_layer(void)
                        .layers = &attn,
                        .layer_count = 1};
     check_split("attention alone", &a, 0, 1, 0, "BBWW");
+    attn.fused = 1;
+    check_split("fused attention alone", &a, 0, 1, 0, "BBWW");
     seen[PT_LAYER_ATTENTION] = 1;
     for (int k = 0; k < PT_LAYER_KIND_COUNT; k++)
         CHECK_MSG(seen[k], "layer kind %d (%s) not covered", k, pt_layer_ops_for(k)->name);

@@ -480,6 +480,62 @@ static void test_analytic_matches_measured(void)
     check_analytic(&small, 16);
 }
 
+/* Fused attention (issue 28): gpt-tiny with "fused": true on its attention
+ * layers. The planner's memory model (the analytic profile: each attention
+ * keeps its softmax statistics, no T x T probabilities) equals what each
+ * layer's net measures, and a profile of those predicted bytes predicts the
+ * executor's ACTS peak exactly, on a 2-stage 1F1B run and a 2-stage
+ * zero-bubble run (split backward: dqkv kept over the saved Q, K, V), in
+ * SGD and Adam. */
+static void test_gpt_tiny_fused(void)
+{
+    model md = model_shipped("gpt-tiny");
+    REQUIRE(md.spec);
+    int fused = 0;
+    for (int i = 0; i < md.spec->layer_count; i++)
+        for (int j = 0; j < md.spec->layers[i].body_count; j++)
+            if (md.spec->layers[i].body[j].kind == PT_LAYER_ATTENTION)
+                fused += md.spec->layers[i].body[j].fused = 1;
+    REQUIRE(fused >= 2);
+    model_cuts(&md);
+    const int mb = 16;
+    check_analytic(md.spec, 1);
+    check_analytic(md.spec, mb);
+    pt_profile *pf = real_profile(md.spec, mb), *ap = NULL;
+    pt_device_desc dev = {.peak_flops = 1e12, .mem_bandwidth = 1e11};
+    pt_error err = {0};
+    REQUIRE(pf && pt_analytic_profile(md.spec, &dev, mb, NULL, &ap, &err) == 0);
+    for (int l = 0; l < md.spec->layer_count; l++) {
+        pf->layers[l].saved_bytes = ap->layers[l].saved_bytes;
+        pf->layers[l].scratch_bytes = ap->layers[l].scratch_bytes;
+        pf->layers[l].keep_bytes = ap->layers[l].keep_bytes;
+    }
+    static const struct {
+        pt_sched_kind kind;
+        const char *name;
+        pt_optim_kind optim;
+    } runs[] = {{PT_SCHED_1F1B_FLUSH, "gpt-tiny fused: 1f1b-flush S=2 M=4", PT_OPTIM_SGD},
+                {PT_SCHED_ZB_H1, "gpt-tiny fused: zb-h1 S=2 M=4 adam", PT_OPTIM_ADAM}};
+    worst_acts = worst_total = 0;
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        ec_case c = {.name = runs[i].name,
+                     .kind = runs[i].kind,
+                     .policy = 'A',
+                     .stages = 2,
+                     .cuts = md.cuts[2],
+                     .mb_size = mb,
+                     .mb_count = 4,
+                     .windows = WINDOWS,
+                     .optim = runs[i].optim};
+        check_case(&c, &md, pf, 1);
+    }
+    printf("  gpt-tiny fused: worst ACTS error %.2f %%, worst total error %.2f %%\n",
+           100 * worst_acts, 100 * worst_total);
+    pt_profile_free(&ap);
+    pt_profile_free(&pf);
+    model_free(&md);
+}
+
 /* Interleaved: 2 devices of 2 chunks each (4 chunk stages), and with a
  * replicated rank; every chunk worker's peaks as predicted, on the small MLP
  * and on the shipped fmnist-mlp-deep and gpt-tiny (issue 10: every schedule
@@ -528,4 +584,5 @@ static void test_interleaved(void)
 
 PT_TEST_MAIN({"small_mlp", test_small_mlp}, {"fmnist_mlp_deep", test_fmnist_mlp_deep},
              {"gpt_tiny", test_gpt_tiny}, {"interleaved", test_interleaved},
-             {"analytic_matches_measured", test_analytic_matches_measured})
+             {"analytic_matches_measured", test_analytic_matches_measured},
+             {"gpt_tiny_fused", test_gpt_tiny_fused})
