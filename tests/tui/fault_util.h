@@ -201,8 +201,17 @@ static inline int fu_partial_folders(const char *ckdir)
         snprintf(ix, sizeof ix, "%s/%s/index.json", ckdir, de->d_name);
         long long n = atoll(de->d_name + 5);
         if (n > latest || stat(ix, &st) != 0) {
-            fprintf(stderr, "partial checkpoint folder %s/%s (latest %lld)\n", ckdir, de->d_name,
-                    (long long)latest);
+            fprintf(stderr, "partial checkpoint folder %s/%s (latest %lld), holding:", ckdir,
+                    de->d_name, (long long)latest);
+            char sub[1024];
+            snprintf(sub, sizeof sub, "%s/%s", ckdir, de->d_name);
+            DIR *in = opendir(sub);
+            for (struct dirent *f; in && (f = readdir(in));)
+                if (f->d_name[0] != '.')
+                    fprintf(stderr, " %s", f->d_name);
+            if (in)
+                closedir(in);
+            fprintf(stderr, "\n");
             bad++;
         }
     }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -635,6 +636,25 @@ static void test_plan_flow(void)
     CHECK_STR_CONTAINS(latest, "\"step\":2");
     free(latest);
 
+    /* a step only a wrote (b's acknowledgement never came) is gone at the
+     * next commit past it, and the record says so; a step ahead stays */
+    REQUIRE(mkdir("run_session_test.d/flow/ck/step-3", 0755) == 0);
+    REQUIRE(mkdir("run_session_test.d/flow/ck/step-5", 0755) == 0);
+    REQUIRE(pt_file_write_atomic("run_session_test.d/flow/ck/step-3/stage-0.json", "{}", 2, NULL) ==
+            0);
+    ckpt_ack(&a, st_a.req, 4);
+    ckpt_ack(&b, st_b.req, 4);
+    PUMP_UNTIL(s, x.commits >= 2);
+    CHECK(x.commits == 2 && x.commit_step == 4);
+    CHECK(access("run_session_test.d/flow/ck/step-3", F_OK) != 0);
+    CHECK(access("run_session_test.d/flow/ck/step-5", F_OK) == 0);
+    char *said = NULL;
+    REQUIRE(pt_file_read(rec, &said, NULL, NULL) == 0);
+    CHECK_STR_CONTAINS(said, "\"kind\":\"checkpoint_failed\",\"step\":3,");
+    CHECK_STR_CONTAINS(said, "never complete (not every worker acknowledged it) when step 4 was "
+                             "committed: its folder was removed");
+    free(said);
+
     /* finished steps come from heartbeats; "idle" ends the run */
     fake_heartbeat(&a, "idle", 3);
     fake_heartbeat(&b, "running", 2);
@@ -698,11 +718,11 @@ static void test_plan_flow(void)
     sp.agents = agents2;
     REQUIRE(pt_session_assign(s, &sp, &err) == 0);
     CHECK(pt_session_generation(s) == 2);
-    ckpt_ack(&a, st_a.req, 4); /* a still at generation 1 */
+    ckpt_ack(&a, st_a.req, 6); /* a still at generation 1 */
     PUMP_UNTIL(s, control_rejected(s) > k1.control_rejected);
     pt_session_counts_get(s, &k0);
     CHECK(k0.control_rejected == k1.control_rejected + 1);
-    CHECK(x.commits == 1);
+    CHECK(x.commits == 2);
 
     pt_msg_clear(&asg_a);
     pt_msg_clear(&asg_b);

@@ -10,6 +10,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -17,24 +18,82 @@
 
 /* ---- checkpoints -------------------------------------------------------------- */
 
-/* Removes a step folder (plain files only, as agents write them). */
-/* Removes a step folder and what is in it: 1 when it is gone after, 0
- * when it is still there (nothing to remove it with: no descriptor left). */
+/* Removes a step folder and the plain files in it (as agents write them):
+ * 1 when it is gone after, 0 when it is still there (no descriptor left to
+ * open it with, or a file that would not go). Each pass lists the names
+ * first and unlinks after, and a folder not empty after a pass (a listing
+ * that skipped an entry) gets another. */
 static int remove_step_dir(const char *dir)
 {
-    DIR *d = opendir(dir);
-    if (!d)
-        return access(dir, F_OK) != 0;
-    struct dirent *de;
-    char path[PT_MSG_PATH_MAX + 300];
-    while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-        unlink(path);
+    for (int pass = 0; pass < 3; pass++) {
+        DIR *d = opendir(dir);
+        if (!d)
+            return access(dir, F_OK) != 0;
+        char(*names)[256] = NULL;
+        int n = 0, cap = 0;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+                continue;
+            if (n == cap) {
+                int nc = cap ? 2 * cap : 16;
+                char(*g)[256] = realloc(names, (size_t)nc * sizeof *names);
+                if (!g)
+                    break;
+                names = g;
+                cap = nc;
+            }
+            snprintf(names[n++], sizeof names[0], "%s", de->d_name);
+        }
+        for (int k = 0; k < n; k++)
+            unlinkat(dirfd(d), names[k], 0);
+        closedir(d);
+        free(names);
+        if (rmdir(dir) == 0)
+            return 1;
+        int why = errno;
+        if (access(dir, F_OK) != 0)
+            return 1;
+        if (why != ENOTEMPTY && why != EEXIST)
+            return 0;
     }
-    closedir(d);
-    return rmdir(dir) == 0 || access(dir, F_OK) != 0;
+    return 0;
+}
+
+/* The step folders strictly between two commits (from, to): steps some
+ * worker wrote that never were complete (a worker's acknowledgement that
+ * did not come, a save that failed after another worker's). Commits only go
+ * forward, so none of them can be committed any more; they go, and the
+ * record says which, as failed checkpoints (a folder without its index
+ * would otherwise stay, looking like a checkpoint to whoever lists it). */
+static void remove_uncommitted(pt_session *s, int64_t from, int64_t to)
+{
+    DIR *d = opendir(s->ckpt_dir);
+    if (!d)
+        return;
+    int64_t gone[PT_SESSION_CKPT_KEEP * 4];
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < (int)(sizeof gone / sizeof gone[0])) {
+        char *end = NULL;
+        if (strncmp(de->d_name, "step-", 5) != 0 || de->d_name[5] < '0' || de->d_name[5] > '9')
+            continue;
+        long long k = strtoll(de->d_name + 5, &end, 10);
+        if (*end == '\0' && k > from && k < to)
+            gone[n++] = k;
+    }
+    closedir(d); /* names first, removal after: readdir over a changing folder may skip */
+    for (int k = 0; k < n; k++) {
+        char dir[PT_MSG_PATH_MAX + 32], why[200];
+        snprintf(dir, sizeof dir, "%s/step-%lld", s->ckpt_dir, (long long)gone[k]);
+        int removed = remove_step_dir(dir);
+        snprintf(why, sizeof why,
+                 "never complete (not every worker acknowledged it) when step %lld was "
+                 "committed: %s",
+                 (long long)to, removed ? "its folder was removed" : "its folder is left on disk");
+        if (s->rec)
+            pt_record_write_checkpoint_failed(s->rec, gone[k], dir, why);
+    }
 }
 
 /* A run record that cannot be written stops the run: a record cut short
@@ -180,6 +239,7 @@ void session_try_commit(pt_session *s)
         session_note(s, PT_NOTE_ERROR, -1, NULL, n, text);
         return;
     }
+    remove_uncommitted(s, s->committed, n);
     s->committed = n;
     if (s->rec)
         pt_record_write_checkpoint(s->rec, n, dir, commit_ms);
