@@ -108,6 +108,18 @@ pids+=($!)
 $inB "$B/pipetop-agent" --console "$ctl" --telemetry "$tel" --device 1 --name hand-b \
     >/dev/null 2>"$tmp/plainagent.err" &
 pids+=($!)
+# the stranger's refusal is in the record before the real agents start: the
+# run is short, and a refusal told after it ended would not be counted. (The
+# keyless agent fails the handshake on the mechanism, before the allow-list:
+# libzmq tells neither the console's ZAP handler nor, over this link, the
+# agent; that it never registers is checked below.)
+for _ in $(seq 1 $((RUN_S * 10))); do
+    grep -q '"reason":"handshake refused: public key' "$tmp/ns/run.ndjson" && break
+    kill -0 "$console" 2>/dev/null || break
+    sleep 0.1
+done
+grep -q '"reason":"handshake refused: public key' "$tmp/ns/run.ndjson" ||
+    fail "the stranger's handshake was not refused: $(grep -c rejected "$tmp/ns/run.ndjson") rejected lines"
 # the real agents: one per host
 $inA "$B/pipetop-agent" --console "$ctl" --telemetry "$tel" --device 0 --name hand-a \
     --data-bind "tcp://$net.1:*" --key "$tmp/keys/a.key" --server-key "$pub" \
@@ -126,7 +138,7 @@ st=$?
 summary=$(tail -1 "$tmp/ns.out")
 grep -q '"event":"summary"' <<<"$summary" || fail "no summary: $summary"
 refused=$(sed -n 's/.*"handshakes_refused":\([0-9]*\).*/\1/p' <<<"$summary")
-[ "${refused:-0}" -ge 2 ] || fail "handshakes refused: '${refused}' (want >= 2: stranger, plain)"
+[ "${refused:-0}" -ge 1 ] || fail "handshakes refused: '${refused}' (want >= 1: the stranger)"
 grep -q '"control_rejected":0' <<<"$summary" || fail "something was processed and rejected: $summary"
 rec="$tmp/ns/run.ndjson"
 grep -q '{"worker":0,"agent":"hand-a","stage":0' "$rec" || fail "worker 0 is not hand-a"
