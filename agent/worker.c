@@ -20,6 +20,9 @@
 #include "agent/worker_internal.h"
 #include "runtime/backend_cuda.h"
 
+/* How often an idle, wired worker answers its peers' requests to send again. */
+#define IDLE_PROGRESS_MS 500
+
 void pt_wk_set_state(pt_agent_worker *w, const char *st)
 {
     pthread_mutex_lock(&w->mu);
@@ -279,7 +282,19 @@ static void *thread_main(void *arg)
             pthread_mutex_lock(&w->mu);
             continue;
         }
-        pthread_cond_wait(&w->cv, &w->mu);
+        if (!w->r.wired || !w->r.comm) {
+            pthread_cond_wait(&w->cv, &w->mu);
+            continue;
+        }
+        /* wired and idle: peers may still ask for frames a broken
+         * connection lost (runtime/comm.h, "Resending"); they are answered
+         * between waits */
+        struct timespec until = pt_clock_deadline(CLOCK_MONOTONIC, IDLE_PROGRESS_MS);
+        if (pthread_cond_timedwait(&w->cv, &w->mu, &until) == ETIMEDOUT) {
+            pthread_mutex_unlock(&w->mu);
+            pt_comm_progress(w->r.comm, NULL);
+            pthread_mutex_lock(&w->mu);
+        }
     }
     pthread_mutex_unlock(&w->mu);
     pt_wk_flush_metrics(w);

@@ -126,6 +126,9 @@ static void coll_stats(run_state *r, pt_comm_stats *b)
         b->dropped_sender += x.dropped_sender;
         b->dropped_seq += x.dropped_seq;
         b->dropped_overflow += x.dropped_overflow;
+        b->resend_asked += x.resend_asked;
+        b->resent += x.resent;
+        b->resend_unserved += x.resend_unserved;
         if (x.stash_peak_bytes > b->stash_peak_bytes)
             b->stash_peak_bytes = x.stash_peak_bytes;
     }
@@ -188,7 +191,8 @@ void pt_wk_log_dropped(pt_agent_worker *w, uint64_t dropped)
     fprintf(stderr,
             "pipetop-agent %s: data plane dropped %llu frames (malformed %llu, token %llu, "
             "generation %llu, sender %llu, sequence %llu, over the %zu-byte early-arrival bound "
-            "%llu); early-arrival peak %zu bytes\n",
+            "%llu); early-arrival peak %zu bytes; frames asked for again %llu times, sent "
+            "again %llu (%llu asks not served)\n",
             w->id, (unsigned long long)dropped,
             (unsigned long long)(a.dropped_malformed + b.dropped_malformed),
             (unsigned long long)(a.dropped_token + b.dropped_token),
@@ -196,7 +200,10 @@ void pt_wk_log_dropped(pt_agent_worker *w, uint64_t dropped)
             (unsigned long long)(a.dropped_sender + b.dropped_sender),
             (unsigned long long)(a.dropped_seq + b.dropped_seq), w->r.stash_bound,
             (unsigned long long)(a.dropped_overflow + b.dropped_overflow),
-            a.stash_peak_bytes > b.stash_peak_bytes ? a.stash_peak_bytes : b.stash_peak_bytes);
+            a.stash_peak_bytes > b.stash_peak_bytes ? a.stash_peak_bytes : b.stash_peak_bytes,
+            (unsigned long long)(a.resend_asked + b.resend_asked),
+            (unsigned long long)(a.resent + b.resent),
+            (unsigned long long)(a.resend_unserved + b.resend_unserved));
 }
 
 /* The data plane's CURVE (docs/architecture.md, "Trust"): every receiving

@@ -27,13 +27,15 @@
  * how often the loop reads the clock, and how often the PULL socket is read
  * while a ring delivers. PT_COMM_SPIN_US in the environment sets the
  * largest budget (0: never spin). */
-#define SPIN_MAX_NS      50000
-#define SPIN_MIN_NS      2000
-#define IDLE_CHECK_NS    100000000
-#define SPIN_CLOCK_EVERY 32
-#define ZMQ_CHECK_NS     1000000
-#define US_NS            1000
-#define SEQ_LINES_MAX    4 /* lines about dropped sequence numbers, per communicator */
+#define SPIN_MAX_NS        50000
+#define SPIN_MIN_NS        2000
+#define IDLE_CHECK_NS      100000000
+#define SPIN_CLOCK_EVERY   32
+#define ZMQ_CHECK_NS       1000000
+#define US_NS              1000
+#define SEQ_LINES_MAX      4          /* lines about dropped sequence numbers, per communicator */
+#define RESEND_SEQ         UINT64_MAX /* the sequence number of a request to send again */
+#define RESEND_BACKOFF_MAX 2          /* requests for one frame: at most every 4 probe periods */
 
 /* A message of several ring records, taken piece by piece. */
 typedef struct ring_partial {
@@ -101,6 +103,13 @@ struct pt_comm {
     int no_linger;                /* pt_comm_config.no_linger */
     pt_comm_socket_hook hook;     /* pt_comm_create_hooked; NULL none */
     void *hook_user;
+    size_t resend_limit;      /* bytes kept per peer to send again; 0: none */
+    int resend_all;           /* 1: for local peers too (pt_comm_config.resend_bytes) */
+    pt_resend_store **resend; /* [size] what was sent to each peer over ZeroMQ; NULL: none yet */
+    int64_t *asked_ms;        /* [size] when this rank last asked that source to send again */
+    uint64_t *asked_for;      /* [size] the sequence number it asked from, + 1; 0: never */
+    int *asked_n;             /* [size] how often it asked for that one */
+    int resend_lines;         /* lines said about requests that could not be served */
 };
 
 /* One step of a spin: lets the sibling hyper-thread run and saves power. */
@@ -193,6 +202,12 @@ static void free_arrays(pt_comm *c)
     free(c->in_ring);
     free(c->in_list);
     free(c->partial);
+    for (int r = 0; c->resend && r < c->size; r++)
+        pt_resend_store_free(&c->resend[r]);
+    free(c->resend);
+    free(c->asked_ms);
+    free(c->asked_for);
+    free(c->asked_n);
 }
 
 /* An endpoint on this host: what shared memory may replace. */
@@ -271,10 +286,19 @@ int pt_comm_create_hooked(const pt_comm_config *cfg, pt_comm_socket_hook hook, v
     c->in_ring = calloc(n, sizeof *c->in_ring);
     c->in_list = calloc(n, sizeof *c->in_list);
     c->partial = calloc(n, sizeof *c->partial);
+    c->resend = calloc(n, sizeof *c->resend);
+    c->asked_ms = calloc(n, sizeof *c->asked_ms);
+    c->asked_for = calloc(n, sizeof *c->asked_for);
+    c->asked_n = calloc(n, sizeof *c->asked_n);
     c->shared = pt_comm_shared_new();
     if (!c->push || !c->link || !c->send_seq || !c->recv_seq || !c->local || !c->shm_failed ||
-        !c->out_ring || !c->in_ring || !c->in_list || !c->partial || !c->shared)
+        !c->out_ring || !c->in_ring || !c->in_list || !c->partial || !c->resend || !c->asked_ms ||
+        !c->asked_for || !c->asked_n || !c->shared)
         goto fail_arrays;
+    c->resend_all = cfg->resend_bytes && cfg->resend_bytes != PT_COMM_RESEND_OFF;
+    c->resend_limit = cfg->resend_bytes == PT_COMM_RESEND_OFF ? 0
+                      : cfg->resend_bytes                     ? cfg->resend_bytes
+                                                              : PT_COMM_DEFAULT_RESEND_BYTES;
 
     c->ctx = cfg->zmq_context;
     if (!c->ctx) {
@@ -599,6 +623,9 @@ void pt_comm_stats_get(const pt_comm *self, pt_comm_stats *out)
         return;
     *out = self->stats;
     pt_comm_shared_pool_bytes(self->shared, &out->pool_bytes, &out->pool_peak_bytes);
+    out->resend_bytes = 0;
+    for (int r = 0; r < self->size; r++)
+        out->resend_bytes += pt_resend_store_bytes(self->resend[r]);
 }
 
 /* ---- stash ---------------------------------------------------------------- */
@@ -698,6 +725,103 @@ static void hdr_read(const unsigned char *h, wire_hdr *w)
     w->gen = get_u64(h + 40);
 }
 
+/* ---- resending (see runtime/comm.h) ----------------------------------------- */
+
+/* Whether what this rank sends to dst over ZeroMQ is kept to be sent again. */
+static int keep_on(const pt_comm *c, int dst)
+{
+    return c->resend_limit && (c->resend_all || !c->local[dst]) && !c->out_ring[dst];
+}
+
+/* Whether this rank asks src to send again (src keeps what it sends here). */
+static int ask_on(const pt_comm *c, int src)
+{
+    return c->resend_limit && c->push[src] && (c->resend_all || !c->local[src]) && !c->in_ring[src];
+}
+
+/* The frame whose header is h, about to go to dst with the next sequence
+ * number: a copy kept (a failure to keep it only means it cannot be sent
+ * again). */
+static void keep_sent(pt_comm *c, int dst, const unsigned char *h, zmq_msg_t *payload)
+{
+    if (!keep_on(c, dst))
+        return;
+    if (!c->resend[dst] &&
+        !(c->resend[dst] = pt_resend_store_new(c->resend_limit, c->send_seq[dst])))
+        return;
+    pt_resend_store_keep(c->resend[dst], h, c->send_seq[dst], zmq_msg_data(payload),
+                         zmq_msg_size(payload));
+}
+
+/* Asks src for everything from the next sequence number this rank expects
+ * of it, unless it asked for that lately: PT_COMM_RESEND_PROBE_MS after the
+ * first request, twice that after the second, then 4 times (each answer
+ * sends the whole window from there again, so a long outage must not be
+ * answered by a flood). The
+ * request is out of sequence (RESEND_SEQ): both directions may have lost
+ * frames in one cut, and each side drops what follows a gap until it is
+ * filled, so a request in sequence would wait behind the gap it asks to
+ * fill. It is neither counted as a message nor kept. */
+static void ask_resend(pt_comm *c, int src, int64_t now)
+{
+    uint64_t from = c->recv_seq[src];
+    int again = c->asked_for[src] == from + 1;
+    int shift = c->asked_n[src] - 1 < RESEND_BACKOFF_MAX ? c->asked_n[src] - 1 : RESEND_BACKOFF_MAX;
+    if (again && now - c->asked_ms[src] < ((int64_t)PT_COMM_RESEND_PROBE_MS << shift))
+        return;
+    c->asked_n[src] = again ? c->asked_n[src] + 1 : 1;
+    c->asked_for[src] = from + 1;
+    c->asked_ms[src] = now;
+    wire_hdr w = {PT_COMM_MAGIC,
+                  (uint32_t)c->rank,
+                  pt_comm_tag(PT_COMM_RESEND, 0, 0),
+                  sizeof from / sizeof(float),
+                  RESEND_SEQ,
+                  c->token,
+                  c->gen};
+    unsigned char h[PT_COMM_HEADER_BYTES];
+    hdr_write(h, &w);
+    if (zmq_send(c->push[src], h, sizeof h, ZMQ_SNDMORE | ZMQ_DONTWAIT) == (int)sizeof h &&
+        zmq_send(c->push[src], &from, sizeof from, 0) == (int)sizeof from)
+        c->stats.resend_asked++;
+}
+
+/* src asked for what this rank sent it from the sequence number in payload
+ * on: the kept frames go again, as they were. */
+static void serve_resend(pt_comm *c, int src, zmq_msg_t *payload)
+{
+    uint64_t from;
+    if (zmq_msg_size(payload) != sizeof from)
+        return;
+    memcpy(&from, zmq_msg_data(payload), sizeof from);
+    if (from >= c->send_seq[src])
+        return; /* nothing sent since: it waits for what is still to come */
+    int first = 0;
+    int n = c->resend[src] ? pt_resend_store_from(c->resend[src], from, &first) : PT_ENOTFOUND;
+    if (n < 0) {
+        c->stats.resend_unserved++;
+        if (c->resend_lines < SEQ_LINES_MAX) {
+            c->resend_lines++;
+            fprintf(stderr,
+                    "comm: rank %d: rank %d asked again for what was sent to it from sequence "
+                    "%llu on; %s: those frames are lost\n",
+                    c->rank, src, (unsigned long long)from,
+                    c->resend[src] ? "they are no longer kept" : "nothing is kept for it");
+        }
+        return;
+    }
+    for (int k = first; k < first + n; k++) {
+        const unsigned char *h;
+        const void *data;
+        size_t bytes;
+        pt_resend_store_at(c->resend[src], k, &h, &data, &bytes);
+        if (zmq_send(c->push[src], h, PT_COMM_HEADER_BYTES, ZMQ_SNDMORE) < 0 ||
+            zmq_send(c->push[src], data, bytes, 0) < 0)
+            break;
+        c->stats.resent++;
+    }
+}
+
 enum { ACCEPT = 0, DROP = 1 };
 
 static void drop(uint64_t *counter, pt_comm *c)
@@ -711,6 +835,7 @@ static void drop(uint64_t *counter, pt_comm *c)
  * next sequence number of that source. Counts what it refuses. */
 static int check_hdr(pt_comm *c, const wire_hdr *h, int via_ring)
 {
+    int resend_ask = h->seq == RESEND_SEQ && pt_comm_tag_kind(h->tag) == PT_COMM_RESEND;
     if (h->token != c->token) {
         drop(&c->stats.dropped_token, c);
         return DROP;
@@ -724,10 +849,17 @@ static int check_hdr(pt_comm *c, const wire_hdr *h, int via_ring)
         drop(&c->stats.dropped_sender, c);
         return DROP;
     }
+    if (resend_ask && !via_ring) /* out of sequence on purpose (ask_resend) */
+        return ACCEPT;
     if (h->seq != c->recv_seq[h->src]) {
+        /* a gap: frames lost with a broken connection; asked for again */
+        int asking = !via_ring && ask_on(c, (int)h->src);
+        if (asking && h->seq > c->recv_seq[h->src])
+            ask_resend(c, (int)h->src, pt_comm_internal_now_ms());
         /* a few lines per communicator: a gap is a bug worth seeing, a
-         * replay flood is not worth a line each */
-        if (c->seq_lines < SEQ_LINES_MAX) {
+         * replay flood is not worth a line each (nor a frame sent again
+         * that was already here) */
+        if (c->seq_lines < SEQ_LINES_MAX && !(asking && c->asked_for[h->src])) {
             char tb[64];
             c->seq_lines++;
             fprintf(stderr,
@@ -809,6 +941,11 @@ static int pull_one(pt_comm *c, int *src, uint64_t *tag, zmq_msg_t *payload)
     }
     if (pt_comm_tag_kind(h.tag) == PT_COMM_SHM_HELLO) { /* transport control, not counted */
         attach_ring(c, (int)h.src, payload);
+        zmq_msg_close(payload);
+        return 2;
+    }
+    if (pt_comm_tag_kind(h.tag) == PT_COMM_RESEND) { /* transport control, not counted */
+        serve_resend(c, (int)h.src, payload);
         zmq_msg_close(payload);
         return 2;
     }
@@ -1168,7 +1305,7 @@ static int recv_frame(pt_comm *self, int src, uint64_t want, uint64_t mask, pt_c
         frame_from_msg(f, got);
         return 0;
     }
-    int64_t deadline = pt_comm_internal_now_ms() + self->timeout_ms;
+    int64_t started = pt_comm_internal_now_ms(), deadline = started + self->timeout_ms;
     int slept = 0; /* 1: the PULL socket may have woken the last sleep */
     for (;;) {
         int rc;
@@ -1223,9 +1360,25 @@ static int recv_frame(pt_comm *self, int src, uint64_t want, uint64_t mask, pt_c
                 err, PT_ETIMEOUT, "comm: rank %d: no message %s from rank %d within %d ms",
                 self->rank, pt_comm_tag_str(want, tb, sizeof tb), src, self->timeout_ms);
         }
-        if (sleep_any(self, ring, -1, deadline, &slept) < 0)
+        int64_t wake = deadline;
+        if (ask_on(self, src)) { /* a frame lost with a broken connection is asked for */
+            int64_t now = pt_comm_internal_now_ms();
+            if (now - started >= PT_COMM_RESEND_PROBE_MS)
+                ask_resend(self, src, now);
+            if (now + PT_COMM_RESEND_PROBE_MS < wake)
+                wake = now + PT_COMM_RESEND_PROBE_MS;
+        }
+        if (sleep_any(self, ring, -1, wake, &slept) < 0)
             return interrupted(self, "recv", err);
     }
+}
+
+int pt_comm_progress(pt_comm *self, pt_error *err)
+{
+    if (!self)
+        return pt_error_set(err, PT_EINVAL, "comm: progress: NULL");
+    int rc = pull_all(self, -1, 0, 0, NULL, NULL, err);
+    return rc < 0 ? rc : drain_blocked_rings(self, err);
 }
 
 int pt_comm_internal_recv_frame(pt_comm *self, int src, uint64_t tag, pt_comm_frame *f,
@@ -1336,6 +1489,7 @@ static int zmq_send_msg(pt_comm *c, int dst, uint64_t tag, zmq_msg_t *payload, p
             c->rank, pt_comm_tag_str(tag, tb, sizeof tb), dst,
             e == EAGAIN ? "peer queue full for the whole timeout" : zmq_strerror(e));
     }
+    keep_sent(c, dst, h, payload);
     /* The first part was accepted, so ZeroMQ accepts the rest of the message. */
     if (zmq_msg_send(payload, c->push[dst], 0) < 0)
         return pt_error_set(err, PT_EIO, "comm: rank %d: send %s to rank %d: %s", c->rank,

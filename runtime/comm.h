@@ -36,6 +36,20 @@
  * it is dropped and counted instead of growing the buffer. A matching message
  * is copied once, straight from the frame or ring into the caller's buffer.
  *
+ * Resending: a frame written into a TCP connection that then breaks (a
+ * network cut) is lost with it; ZeroMQ reconnects but does not send it again.
+ * So each frame sent over ZeroMQ to a peer on another host is also kept, in a
+ * window of the newest (pt_comm_config.resend_bytes). A receiver that finds a
+ * gap in a source's sequence numbers, or has waited PT_COMM_RESEND_PROBE_MS
+ * for one, asks it (a frame of tag kind PT_COMM_RESEND holding the next
+ * sequence number it expects, checked like any frame but out of sequence:
+ * its own sequence number is 2^64 - 1) for everything from
+ * there on, again for the same frame after 1, 2, then every 4 probe periods; the source sends its
+ * kept frames from there again, as they were (duplicates are dropped by
+ * their sequence numbers). A source answers whenever it receives. A frame no
+ * longer kept cannot come again: the receive times out as before, and the
+ * source counts the request (resend_unserved).
+ *
  * Threads: a pt_comm and its sockets are used by one thread at a time (ZeroMQ
  * sockets are not thread-safe). To overlap an all-reduce with compute, give a
  * second, connected communicator to a pt_collective (below), which drives it
@@ -57,10 +71,13 @@
 #define PT_COMM_HEADER_BYTES 48
 #define PT_COMM_MAGIC        0x32435450u /* "PTC2" read as little-endian u32 */
 /* Defaults of pt_comm_config's bounds (0 there means these). */
-#define PT_COMM_DEFAULT_STASH_BYTES ((size_t)256 << 20) /* early-arrival buffer */
-#define PT_COMM_DEFAULT_MAX_MSG     ((size_t)512 << 20) /* ZMQ_MAXMSGSIZE of every socket */
-#define PT_COMM_DEFAULT_RING_BYTES  ((size_t)8 << 20)   /* one shared-memory ring */
-#define PT_COMM_ENDPOINT_MAX        256                 /* bytes, with the NUL */
+#define PT_COMM_DEFAULT_STASH_BYTES  ((size_t)256 << 20) /* early-arrival buffer */
+#define PT_COMM_DEFAULT_MAX_MSG      ((size_t)512 << 20) /* ZMQ_MAXMSGSIZE of every socket */
+#define PT_COMM_DEFAULT_RING_BYTES   ((size_t)8 << 20)   /* one shared-memory ring */
+#define PT_COMM_DEFAULT_RESEND_BYTES ((size_t)32 << 20)  /* sent frames kept per remote peer */
+#define PT_COMM_RESEND_OFF           ((size_t)-1)        /* pt_comm_config.resend_bytes: none */
+#define PT_COMM_RESEND_PROBE_MS      1000 /* a wait this long asks the source to send again */
+#define PT_COMM_ENDPOINT_MAX         256  /* bytes, with the NUL */
 
 /* What a message carries; the top 8 bits of a tag. */
 typedef enum pt_comm_kind {
@@ -68,6 +85,7 @@ typedef enum pt_comm_kind {
     PT_COMM_GRAD = 2,        /* backward gradients w.r.t. activations */
     PT_COMM_ALLREDUCE = 3,   /* all-reduce traffic (used internally) */
     PT_COMM_USER = 4,        /* anything else (tests, benchmarks, barriers) */
+    PT_COMM_RESEND = 0xFD,   /* internal: "send me again what you sent from sequence number N" */
     PT_COMM_SHM_HELLO = 0xFE /* internal: "my messages to you now come through this ring" */
 } pt_comm_kind;
 
@@ -116,6 +134,11 @@ typedef struct pt_comm_config {
     int no_linger;            /* 1: closing drops what is still queued to a peer at once, instead
                                  of waiting up to the timeout for it to leave (for a caller that
                                  closes only when every message was taken, or is lost anyway) */
+    size_t resend_bytes; /* frames sent over ZeroMQ kept per peer to be sent again when a broken
+                            connection lost them (see "Resending" above): 0 keeps
+                            PT_COMM_DEFAULT_RESEND_BYTES for peers on other hosts and none for
+                            local ones (nothing is lost there); PT_COMM_RESEND_OFF none at all;
+                            any other value that bound for every ZeroMQ peer */
 } pt_comm_config;
 
 /* Counters for telemetry and memory accounting. Bytes count headers and
@@ -134,6 +157,10 @@ typedef struct pt_comm_stats {
     uint64_t dropped_overflow;   /* would have grown the stash past its bound */
     uint64_t shm_peers_out, shm_peers_in; /* peers reached / heard over shared memory */
     uint64_t handshakes_failed;           /* PUSH handshakes refused or failed (socket replaced) */
+    uint64_t resend_asked;                /* requests sent for frames a peer sent again */
+    uint64_t resent;                      /* frames this rank sent again, asked by a peer */
+    uint64_t resend_unserved;             /* requests for frames no longer kept here */
+    size_t resend_bytes;                  /* payload bytes kept to be sent again, now */
     size_t stash_bytes;                   /* payload bytes waiting in the stash now */
     size_t stash_peak_bytes;              /* high-water mark of stash_bytes */
     size_t pool_bytes;                    /* send buffers kept for reuse, in flight or idle */
@@ -207,6 +234,12 @@ int pt_comm_timeout_ms(const pt_comm *self);
 int pt_comm_set_timeout(pt_comm *self, int timeout_ms);
 /* Copies the counters (either argument NULL: no-op). */
 void pt_comm_stats_get(const pt_comm *self, pt_comm_stats *out);
+
+/* Reads what has arrived, without blocking: requests to send again are
+ * answered (see "Resending" above), messages wait in the stash for their
+ * receive. For a rank with nothing to receive now whose peers may still ask
+ * it for what a broken connection lost. 0, or <0 with err set. */
+int pt_comm_progress(pt_comm *self, pt_error *err);
 
 /* Sends count floats from buf to rank dst under tag. buf is copied before the
  * call returns, so the caller may reuse it at once; the copy lives in a pooled

@@ -192,4 +192,32 @@ uint64_t pt_shm_ring_peer_count(const pt_shm_ring *r);
 /* 1 when the sender waits for room (the receiver should drain). */
 int pt_shm_ring_producer_waiting(const pt_shm_ring *r);
 
+/* ---- comm_resend.c: what was sent to a peer, kept to be sent again ---- */
+
+/* Frames sent to one peer over ZeroMQ, in sequence, each copied: the newest
+ * always, older ones while the copies stay within limit_bytes. A frame
+ * written into a TCP connection that then breaks is lost with it (ZeroMQ
+ * reconnects, but does not resend); the receiver, finding a gap or waiting
+ * long, asks for everything from its next sequence number (tag kind
+ * PT_COMM_RESEND) and this window answers. first_seq: the sequence number of
+ * the first frame it will be given (none before it can be served). */
+typedef struct pt_resend_store pt_resend_store;
+pt_resend_store *pt_resend_store_new(size_t limit_bytes, uint64_t first_seq);
+void pt_resend_store_free(pt_resend_store **s_p);
+/* Keeps a copy of the frame hdr (PT_COMM_HEADER_BYTES) + data whose
+ * sequence number is seq (one above the last kept). PT_ENOMEM: not kept,
+ * and nothing before it can be served any more. */
+int pt_resend_store_keep(pt_resend_store *s, const unsigned char *hdr, uint64_t seq,
+                         const void *data, size_t bytes);
+/* The frames kept from sequence number from on: their count (0: none sent
+ * since), *first the index of the first for pt_resend_store_at; PT_ENOTFOUND
+ * when some frame at or after from is no longer kept. */
+int pt_resend_store_from(const pt_resend_store *s, uint64_t from, int *first);
+void pt_resend_store_at(const pt_resend_store *s, int k, const unsigned char **hdr,
+                        const void **data, size_t *bytes);
+/* The lowest sequence number a resend can start from. */
+uint64_t pt_resend_store_oldest(const pt_resend_store *s);
+/* Bytes of payload kept (0 for NULL). */
+size_t pt_resend_store_bytes(const pt_resend_store *s);
+
 #endif
