@@ -211,6 +211,12 @@ static void test_attacks_change_nothing(void)
     while (count_in(rec, "is not the sender's routing id") < 1 && ru_now_ms() - t0 < RUN_MS)
         usleep(20000);
     CHECK(count_in(rec, "is not the sender's routing id") == 1);
+    /* the squat's connection (the ROUTER ignores a second one under a
+     * routing id) is counted and said, PT_SESSION_SILENT_MS after it came */
+    const char *silent = "sent nothing 5 s after";
+    while (count_in(rec, silent) < 1 && ru_now_ms() - t0 < RUN_MS)
+        usleep(20000);
+    CHECK_MSG(count_in(rec, silent) >= 1, "the squat's silent connection was not told");
 
     /* 200 x 16 MiB: each costs the attacker its connection, unread */
     void *flood = attacker(ctx, &mk, ck.public_z85, "flood", ctl);
@@ -258,6 +264,9 @@ static void test_attacks_change_nothing(void)
     const cJSON *cs = s ? cJSON_GetObjectItem(s, "checkpoint_step") : NULL;
     CHECK_MSG(cJSON_IsNumber(fl) && fl->valuedouble > 0, "control_flooded %g",
               cJSON_IsNumber(fl) ? fl->valuedouble : -1);
+    const cJSON *sc = s ? cJSON_GetObjectItem(s, "connections_silent") : NULL;
+    CHECK_MSG(cJSON_IsNumber(sc) && sc->valuedouble >= 1, "connections_silent %g",
+              cJSON_IsNumber(sc) ? sc->valuedouble : -1);
     REQUIRE(cJSON_IsNumber(cs) && cs->valuedouble > 0);
     int64_t step = (int64_t)cs->valuedouble;
     cJSON_Delete(s);

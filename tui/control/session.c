@@ -259,7 +259,9 @@ int pt_session_create(const pt_session_config *cfg, pt_session **out, pt_error *
         fcntl(s->commit_pipe[0], F_SETFD, FD_CLOEXEC);
         fcntl(s->commit_pipe[1], F_SETFD, FD_CLOEXEC);
     }
-    if ((rc = setup_trust(s, cfg, err)) < 0)
+    if ((rc = setup_trust(s, cfg, err)) < 0 ||
+        (rc = pt_zmq_watch_start(s->ctx, s->router, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED,
+                                 &s->ctl_watch, err)) < 0)
         goto fail;
     if ((rc =
              bind_socket(s->router, cfg->control_bind ? cfg->control_bind : PT_SESSION_DEFAULT_BIND,
@@ -283,6 +285,8 @@ void pt_session_destroy(pt_session **s_p)
     if (!s_p || !*s_p)
         return;
     pt_session *s = *s_p;
+    pt_zmq_watch_stop(&s->ctl_watch);
+    free(s->conns);
     if (s->router)
         zmq_close(s->router);
     if (s->sub)

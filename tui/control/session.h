@@ -63,6 +63,9 @@
  * this (libzmq's default is 30 s): a flood of connections that never speak
  * holds descriptors this long at most. Agents finish theirs in ms. */
 #define PT_SESSION_HANDSHAKE_MS      5000
+/* A control connection that sent nothing this long after its accept is
+ * counted (pt_session_silent_connections) and said in the record. */
+#define PT_SESSION_SILENT_MS 5000
 #define PT_SESSION_MISSED_HEARTBEATS 12
 /* Default bind addresses: loopback, ephemeral port. */
 #define PT_SESSION_DEFAULT_BIND "tcp://127.0.0.1:*"
@@ -200,6 +203,11 @@ const char *pt_session_public_key(const pt_session *s);
 
 /* Handshakes refused by the allow-list (unknown key, no CURVE), 0 without CURVE. */
 int64_t pt_session_refused_handshakes(const pt_session *s);
+/* Control connections that sent nothing PT_SESSION_SILENT_MS after their
+ * accept: a second connection under a routing id already connected (the
+ * ROUTER ignores it), or a client that never finished its handshake or
+ * never spoke. */
+int64_t pt_session_silent_connections(const pt_session *s);
 
 /* Closes the sockets and the record. Sends nothing (call pt_session_bye
  * first to let agents go). NULL-safe; sets *s_p = NULL. */

@@ -592,6 +592,7 @@ static int drain_control(pt_session *s, pt_error *err)
                 extra++;
             }
         }
+        session_conn_spoke(s, &f[0]);
         size_t bytes = 0;
         for (int j = 0; j < nf; j++)
             bytes += zmq_msg_size(&f[j]);
@@ -671,6 +672,7 @@ int pt_session_poll(pt_session *s, int timeout_ms, pt_error *err)
         }
         check_silence(s, now);
         report_refusals(s, now);
+        session_conns_check(s, now);
         session_rejected_summary(s, now);
         int64_t until = deadline < s->next_hb_ns ? deadline : s->next_hb_ns;
         long wait_ms = until > now ? (long)((until - now + NS_PER_MS - 1) / NS_PER_MS) : 0;

@@ -10,8 +10,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <zmq.h>
+
 #include "protocol/record.h"
 #include "runtime/trust.h"
+#include "runtime/zmq_watch.h"
 #include "tui/control/session.h"
 
 #define NS_PER_MS 1000000LL
@@ -44,6 +47,12 @@ typedef struct bound_name {
     char key[PT_KEY_Z85_LEN + 1];
 } bound_name;
 
+/* A control connection by its descriptor (session_conns.c). */
+typedef struct conn_slot {
+    unsigned open : 1, spoke : 1, told : 1;
+    int64_t since_ns; /* its accept */
+} conn_slot;
+
 typedef struct request {
     int64_t req;
     int agent;
@@ -53,7 +62,11 @@ typedef struct request {
 struct pt_session {
     uint64_t run_token; /* the data plane's (runtime/comm.h), random per session; 0: not yet */
     void *ctx, *router, *sub;
-    pt_zap *zap;              /* NULL: no CURVE */
+    pt_zap *zap;             /* NULL: no CURVE */
+    pt_zmq_watch *ctl_watch; /* the control socket's accepts and closes; NULL: none */
+    conn_slot *conns;        /* [conn_cap], by descriptor */
+    int conn_cap;
+    int64_t silent_conns;     /* connections that sent nothing PT_SESSION_SILENT_MS after accept */
     int64_t refusals_told_ns; /* when refused handshakes were last reported */
     /* refused messages written one by one in the window that began at
      * reject_window_ns, and the ones only counted since */
@@ -124,6 +137,11 @@ void session_reject(pt_session *s, int i, const char *channel, const char *agent
                     const char *reason);
 int session_key_refused(pt_session *s, const char *channel, int i, const pt_msg *m,
                         const char *key);
+/* session_conns.c */
+/* A control message came in frame's connection. */
+void session_conn_spoke(pt_session *s, zmq_msg_t *frame);
+/* Counts and says the connections silent since PT_SESSION_SILENT_MS. */
+void session_conns_check(pt_session *s, int64_t now);
 /* session_telemetry.c */
 int session_drain_telemetry(pt_session *s, pt_error *err);
 /* session_ckpt.c */
