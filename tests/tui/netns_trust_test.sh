@@ -5,7 +5,9 @@
 # trains and its checkpoint equals, bit for bit, the same run on loopback.
 # Meanwhile an agent with a key not on the allow-list and a plain-text agent
 # (no CURVE), both in B and both claiming the real agent's name, are refused
-# at the handshake: neither ever registers, and the console counts them.
+# at the handshake: neither ever registers, and the console counts the
+# stranger's refusal (the plain agent fails on the mechanism, before the
+# allow-list: libzmq tells no ZAP handler of it).
 # Also: a console refuses to bind a non-loopback address without CURVE.
 #
 # Needs root (network namespaces), as CI has; exits 77 (skipped) otherwise.
