@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,14 +16,15 @@
 #include "protocol/record_internal.h"
 #include "protocol/telemetry.h"
 
-#define SOURCE_MAX    512         /* "path:line" in messages */
-#define MSG_KEY       ",\"msg\":" /* what comes before a verbatim frame */
-#define MSG_KEY_LEN   (sizeof MSG_KEY - 1)
-#define ARENA_CHUNK   (64u << 10) /* bytes per string chunk of a record */
-#define ENTRIES_FIRST 1024
-#define NAME_MAX_B    PT_MSG_NAME_MAX /* agent state */
-#define REASON_MAX    (4 * PT_ERROR_MAX)
-#define TEXT_MAX      (PT_MSG_PATH_MAX + 1)
+#define SOURCE_MAX      512         /* "path:line" in messages */
+#define MSG_KEY         ",\"msg\":" /* what comes before a verbatim frame */
+#define MSG_KEY_LEN     (sizeof MSG_KEY - 1)
+#define ARENA_CHUNK     (64u << 10) /* bytes per string chunk of a record */
+#define ENTRIES_FIRST   1024
+#define NAME_MAX_B      PT_MSG_NAME_MAX /* agent state */
+#define REASON_MAX      (4 * PT_ERROR_MAX)
+#define TEXT_MAX        (PT_MSG_PATH_MAX + 1)
+#define FOLD_PREFIX_MIN (sizeof "{\"t\":0,\"kind\":\"fold\"" - 1)
 
 static const char *const kind_names[PT_RECORD_KIND_COUNT] = {
 #define PT_RECORD_KIND_NAME(id, name) name,
@@ -127,6 +129,7 @@ typedef struct line_ctx {
     chunk **arena;          /* where the entry's strings go */
     pt_record_summary *sum; /* NULL: not summed (the writer's check) */
     pt_telemetry_rx *rx;    /* NULL: telemetry sequences not tracked */
+    int fast;               /* 1: metrics and fold lines may take record_scan.c's way */
 } line_ctx;
 
 enum { S_REQUIRED = 1, S_EMPTY_OK = 2, S_NULL_OK = 4 };
@@ -275,11 +278,13 @@ static int frame_body(const line_ctx *c, pt_jr *jr, pt_record_entry *e, int64_t 
         return pt_jr_fail(jr, PT_EINVAL, "", "len",
                           "%lld, but the frame holds %zu bytes (a cut or edited line)",
                           (long long)len, e->frame_len);
-    char src[SOURCE_MAX + 8];
-    cat2(src, sizeof src, jr->source, SOURCE_MAX, ": msg");
     pt_msg m;
-    if ((rc = pt_msg_decode(e->frame, e->frame_len, src, &m, jr->err)) < 0)
-        return rc;
+    if (!c->fast || !pt_record_scan_metrics(e->frame, e->frame_len, &m)) {
+        char src[SOURCE_MAX + 8];
+        cat2(src, sizeof src, jr->source, SOURCE_MAX, ": msg");
+        if ((rc = pt_msg_decode(e->frame, e->frame_len, src, &m, jr->err)) < 0)
+            return rc;
+    }
     e->msg_type = m.type;
     e->gen = m.gen;
     if (!(e->agent = arena_strndup(c->arena, m.agent, strlen(m.agent)))) {
@@ -496,23 +501,52 @@ static int fold_op(pt_jr *jr, const cJSON *item, pt_record_fold_op *op)
     return 0;
 }
 
-/* Observes the sequence numbers of the frames a fold stands for. */
-static void fold_seqs(const line_ctx *c, const cJSON *seqs, pt_record_entry *e)
+/* A checked fold f of e: summed, and the sequence numbers of the frames it
+ * stands for observed (seqs, a cJSON array, or arr[0..n)). */
+static void fold_done(const line_ctx *c, pt_record_entry *e, pt_record_fold *f, const cJSON *seqs,
+                      const int64_t *arr, int n)
 {
+    e->fold = f;
+    if (c->sum) {
+        pt_record_summary *s = c->sum;
+        if (s->events == 0 || f->start_ns < s->first_start_ns)
+            s->first_start_ns = f->start_ns;
+        if (s->events == 0 || f->end_ns > s->last_end_ns)
+            s->last_end_ns = f->end_ns;
+        s->events += f->events;
+        s->event_msgs += f->frames;
+    }
+    if (!c->rx)
+        return;
     pt_msg m;
-    memset(&m, 0, sizeof m);
+    memset(&m, 0, offsetof(pt_msg, u));
     snprintf(m.agent, sizeof m.agent, "%s", e->agent);
     m.gen = e->gen;
     m.type = PT_MSG_EVENTS;
-    const cJSON *x;
-    cJSON_ArrayForEach(x, seqs)
-    {
-        m.seq = (int64_t)x->valuedouble;
+    const cJSON *x = seqs ? seqs->child : NULL;
+    for (int i = 0; seqs ? x != NULL : i < n; i++, x = x ? x->next : NULL) {
+        m.seq = seqs ? (int64_t)x->valuedouble : arr[i];
         pt_telemetry_rx_observe(c->rx, &m, NULL);
     }
     pt_rx_counts counts;
     if (pt_telemetry_rx_agent_counts(c->rx, m.agent, &counts) == 0)
         e->dropped = counts.dropped;
+}
+
+/* A fold line record_scan.c read: what check_fold gives. */
+static int fold_scanned(const line_ctx *c, pt_jr *jr, const pt_record_scanned_fold *s,
+                        pt_record_entry *e)
+{
+    pt_record_fold *f = arena_alloc(c->arena, sizeof *f);
+    if (!f || !(e->agent = arena_strndup(c->arena, s->agent, strlen(s->agent))))
+        return pt_jr_fail(jr, PT_ENOMEM, "", NULL, "out of memory");
+    *f = s->fold;
+    e->t = s->t;
+    e->kind = PT_RECORD_FOLD;
+    e->gen = s->gen;
+    e->step = e->step_last = s->step;
+    fold_done(c, e, f, NULL, s->seqs, s->nseq);
+    return 0;
 }
 
 /* fold (version 3): one stage replica's op events of one step, summed. */
@@ -570,18 +604,7 @@ static int check_fold(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_en
     }
     if (f->events == 0)
         return pt_jr_fail(jr, PT_EINVAL, "", "ops", "empty (a fold holds at least one event)");
-    e->fold = f;
-    if (c->sum) {
-        pt_record_summary *s = c->sum;
-        if (s->events == 0 || f->start_ns < s->first_start_ns)
-            s->first_start_ns = f->start_ns;
-        if (s->events == 0 || f->end_ns > s->last_end_ns)
-            s->last_end_ns = f->end_ns;
-        s->events += f->events;
-        s->event_msgs += f->frames;
-    }
-    if (c->rx)
-        fold_seqs(c, seqs, e);
+    fold_done(c, e, f, seqs, NULL, 0);
     return 0;
 }
 
@@ -749,6 +772,11 @@ static int parse_line(const line_ctx *c, const char *line, size_t n, pt_record_e
     source_line(src, sizeof src, c->source, c->lineno);
     pt_jr jr = {src, err};
     entry_init(e, c->lineno);
+    if (c->fast && c->version >= 3 && n > FOLD_PREFIX_MIN) {
+        pt_record_scanned_fold sf;
+        if (pt_record_scan_fold(line, n, &sf))
+            return fold_scanned(c, &jr, &sf, e);
+    }
     const char *frame = NULL;
     size_t flen = 0, head = frame_span(line, n, &frame, &flen);
     cJSON *root = NULL;
@@ -863,7 +891,8 @@ static int push(pt_record *r, const pt_record_entry *e)
 /* owned: text is a malloc'd, NUL-terminated buffer the record takes over
  * (freed here on failure), not copied: a large record is not held twice. */
 static int parse_text(const char *text, size_t len, int owned, const char *source, int lenient,
-                      pt_record_progress progress, void *arg, pt_record **out, pt_error *err)
+                      int fast, pt_record_progress progress, void *arg, pt_record **out,
+                      pt_error *err)
 {
     const char *src = source && *source ? source : "record";
     if (!out) {
@@ -886,7 +915,7 @@ static int parse_text(const char *text, size_t len, int owned, const char *sourc
     r->text[len] = '\0';
     r->len = len;
     r->sum.first_step = r->sum.last_step = -1;
-    line_ctx c = {src, 0, 0, &r->arena, &r->sum, NULL};
+    line_ctx c = {src, 0, 0, &r->arena, &r->sum, NULL, fast};
     if (pt_telemetry_rx_create(PT_RX_FROM_FIRST, &c.rx) < 0) {
         pt_record_free(&r);
         return pt_error_set(err, PT_ENOMEM, "%s: out of memory", src);
@@ -952,7 +981,13 @@ static int parse_text(const char *text, size_t len, int owned, const char *sourc
 int pt_record_parse(const char *text, size_t len, const char *source, pt_record **out,
                     pt_error *err)
 {
-    return parse_text(text, len, 0, source, 0, NULL, NULL, out, err);
+    return parse_text(text, len, 0, source, 0, 1, NULL, NULL, out, err);
+}
+
+int pt_record_internal_parse(const char *text, size_t len, const char *source, int fast,
+                             int lenient, pt_record **out, pt_error *err)
+{
+    return parse_text(text, len, 0, source, lenient, fast, NULL, NULL, out, err);
 }
 
 int pt_record_load(const char *path, pt_record **out, pt_error *err)
@@ -1029,7 +1064,7 @@ int pt_record_load_progress(const char *path, pt_record_progress progress, void 
         free(text);
         return rc;
     }
-    return parse_text(text, len, 1, path, 1, progress, arg, out, err);
+    return parse_text(text, len, 1, path, 1, 1, progress, arg, out, err);
 }
 
 void pt_record_free(pt_record **rec_p)
@@ -1091,6 +1126,11 @@ int pt_record_msg(const pt_record *rec, int64_t i, pt_msg *out, pt_error *err)
         memset(out, 0, sizeof *out);
         return pt_error_set(err, PT_EINVAL, "record: entry %lld holds no frame", (long long)i);
     }
+    if (e->msg_type == PT_MSG_METRICS) { /* replay, status and export read every one again */
+        memset(out, 0, sizeof *out);
+        if (pt_record_scan_metrics(e->frame, e->frame_len, out))
+            return 0;
+    }
     return pt_msg_decode(e->frame, e->frame_len, "record", out, err);
 }
 
@@ -1111,7 +1151,7 @@ void pt_record_summarize(const pt_record *rec, pt_record_summary *out)
 int pt_record_internal_check(const char *text, size_t len, int after_session)
 {
     chunk *arena = NULL;
-    line_ctx c = {"record", 1, after_session ? PT_RECORD_VERSION : 0, &arena, NULL, NULL};
+    line_ctx c = {"record", 1, after_session ? PT_RECORD_VERSION : 0, &arena, NULL, NULL, 1};
     pt_record_entry e;
     int rc = parse_line(&c, text, len, &e, NULL);
     pt_plan *p = (pt_plan *)e.plan;

@@ -40,4 +40,36 @@ int pt_record_internal_put_line(pt_record_writer *w, const char *text);
 int pt_record_internal_put_frame(pt_record_writer *w, pt_record_line_kind kind, const char *channel,
                                  int64_t offset_ns, const char *data, size_t len, int tail);
 
+/* Reads text[0..len) as a record, as pt_record_parse does (lenient: as
+ * pt_record_load does), with the fast scanners below (fast 1) or with the
+ * general reader alone (fast 0): both give the same record or the same
+ * error (record_scan_test.c compares them). */
+int pt_record_internal_parse(const char *text, size_t len, const char *source, int fast,
+                             int lenient, pt_record **out, pt_error *err);
+
+/* The reader's fast way (protocol/record_scan.c) through the two lines that
+ * make nearly all of a long record, in exactly the compact shape this
+ * build's writer gives them. Each returns 1 when the text is that shape and
+ * passes every check of the general reader, its output filled as the
+ * general reader fills it; 0 when not (output unspecified): the general
+ * reader then accepts the text or names what is wrong with it. */
+
+/* A metrics frame (pt_msg_encode's text; no "steps"): *m as pt_msg_decode
+ * gives it, but for the bytes of m->u past u.metrics, left as they were. */
+int pt_record_scan_metrics(const char *text, size_t len, pt_msg *m);
+
+#define PT_RECORD_SCAN_SEQS 256 /* a fold line of more frames goes the general way */
+
+/* What a fold line says (its kind and checks are the reader's check_fold). */
+typedef struct pt_record_scanned_fold {
+    int64_t t, gen, step;
+    char agent[PT_MSG_ID_MAX];
+    pt_record_fold fold; /* events and frames summed */
+    int nseq;
+    int64_t seqs[PT_RECORD_SCAN_SEQS];
+} pt_record_scanned_fold;
+
+/* A whole "fold" line, line[0..len) (no newline), as the folder writes it. */
+int pt_record_scan_fold(const char *line, size_t len, pt_record_scanned_fold *s);
+
 #endif

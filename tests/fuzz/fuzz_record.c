@@ -7,12 +7,14 @@
  * left out, fold lines' added: record version 3) add up to the summary's
  * count, it applies entry by entry to a store without harm, the
  * store never holds more events than the record's event messages carry, and
- * every span it keeps ends no earlier than it starts. */
+ * every span it keeps ends no earlier than it starts; the reader's fast
+ * way and its general way alone give the same outcome and entries. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "protocol/record_internal.h"
 #include "tui/record/replay.h"
 #include "tui/record/store.h"
 
@@ -24,11 +26,39 @@ static void fail(const char *what)
     abort();
 }
 
+/* The reader's fast way (protocol/record_scan.c) and its general way alone
+ * give the same outcome, error and entries. */
+static void check_both_ways(const uint8_t *data, size_t size, int rc, const pt_record *rec,
+                            const pt_error *err)
+{
+    pt_record *slow = NULL;
+    pt_error es = {0};
+    int rs = pt_record_internal_parse((const char *)data, size, "fuzz", 0, 0, &slow, &es);
+    if (rs != rc || (rc < 0 && strcmp(es.msg, err->msg) != 0))
+        fail("the fast and the general reader differ on a record");
+    if (rc == 0 && pt_record_count(slow) != pt_record_count(rec))
+        fail("the fast and the general reader hold different entry counts");
+    for (int64_t i = 0; rc == 0 && i < pt_record_count(rec); i++) {
+        const pt_record_entry *a = pt_record_at(rec, i), *b = pt_record_at(slow, i);
+        if (a->kind != b->kind || a->t != b->t || a->gen != b->gen || a->step != b->step ||
+            a->step_last != b->step_last || a->dropped != b->dropped ||
+            a->msg_type != b->msg_type || !a->agent != !b->agent ||
+            (a->agent && strcmp(a->agent, b->agent) != 0) || !a->fold != !b->fold ||
+            (a->fold &&
+             (a->fold->events != b->fold->events || a->fold->frames != b->fold->frames ||
+              a->fold->start_ns != b->fold->start_ns || a->fold->end_ns != b->fold->end_ns ||
+              a->fold->busy_ns != b->fold->busy_ns)))
+            fail("the fast and the general reader read an entry differently");
+    }
+    pt_record_free(&slow);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     pt_record *rec = NULL;
     pt_error err = {0};
     int rc = pt_record_parse((const char *)data, size, "fuzz", &rec, &err);
+    check_both_ways(data, size, rc, rec, &err);
     if (rc < 0) {
         if (rec)
             fail("a refused record was returned");
