@@ -218,6 +218,33 @@ static int is_local(const char *ep)
            !strncmp(ep, "tcp://[::1]:", 12);
 }
 
+/* The per-peer arrays and the shared block: 0, or PT_ENOMEM (what was made
+ * goes with free_arrays and pt_comm_shared_close). */
+static int alloc_arrays(pt_comm *c)
+{
+    size_t n = (size_t)c->size;
+    c->push = calloc(n, sizeof *c->push);
+    c->link = calloc(n, sizeof *c->link);
+    c->send_seq = calloc(n, sizeof *c->send_seq);
+    c->recv_seq = calloc(n, sizeof *c->recv_seq);
+    c->local = calloc(n, 1);
+    c->shm_failed = calloc(n, 1);
+    c->out_ring = calloc(n, sizeof *c->out_ring);
+    c->in_ring = calloc(n, sizeof *c->in_ring);
+    c->in_list = calloc(n, sizeof *c->in_list);
+    c->partial = calloc(n, sizeof *c->partial);
+    c->resend = calloc(n, sizeof *c->resend);
+    c->asked_ms = calloc(n, sizeof *c->asked_ms);
+    c->asked_for = calloc(n, sizeof *c->asked_for);
+    c->asked_n = calloc(n, sizeof *c->asked_n);
+    c->shared = pt_comm_shared_new();
+    if (!c->push || !c->link || !c->send_seq || !c->recv_seq || !c->local || !c->shm_failed ||
+        !c->out_ring || !c->in_ring || !c->in_list || !c->partial || !c->resend || !c->asked_ms ||
+        !c->asked_for || !c->asked_n || !c->shared)
+        return PT_ENOMEM;
+    return 0;
+}
+
 int pt_comm_create(const pt_comm_config *cfg, pt_comm **out, pt_error *err)
 {
     return pt_comm_create_hooked(cfg, NULL, NULL, out, err);
@@ -275,25 +302,7 @@ int pt_comm_create_hooked(const pt_comm_config *cfg, pt_comm_socket_hook hook, v
             c->spin_max_ns = (int64_t)us * US_NS;
     }
     c->spin_ns = c->spin_max_ns;
-    size_t n = (size_t)cfg->size;
-    c->push = calloc(n, sizeof *c->push);
-    c->link = calloc(n, sizeof *c->link);
-    c->send_seq = calloc(n, sizeof *c->send_seq);
-    c->recv_seq = calloc(n, sizeof *c->recv_seq);
-    c->local = calloc(n, 1);
-    c->shm_failed = calloc(n, 1);
-    c->out_ring = calloc(n, sizeof *c->out_ring);
-    c->in_ring = calloc(n, sizeof *c->in_ring);
-    c->in_list = calloc(n, sizeof *c->in_list);
-    c->partial = calloc(n, sizeof *c->partial);
-    c->resend = calloc(n, sizeof *c->resend);
-    c->asked_ms = calloc(n, sizeof *c->asked_ms);
-    c->asked_for = calloc(n, sizeof *c->asked_for);
-    c->asked_n = calloc(n, sizeof *c->asked_n);
-    c->shared = pt_comm_shared_new();
-    if (!c->push || !c->link || !c->send_seq || !c->recv_seq || !c->local || !c->shm_failed ||
-        !c->out_ring || !c->in_ring || !c->in_list || !c->partial || !c->resend || !c->asked_ms ||
-        !c->asked_for || !c->asked_n || !c->shared)
+    if (alloc_arrays(c) < 0)
         goto fail_arrays;
     c->resend_all = cfg->resend_bytes && cfg->resend_bytes != PT_COMM_RESEND_OFF;
     c->resend_limit = cfg->resend_bytes == PT_COMM_RESEND_OFF ? 0
