@@ -20,54 +20,12 @@
 set -u
 S="${PT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
 B="${PT_BUILD_DIR:-$S/${1:-build}}"
-if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
-    echo "SKIP: netns_cut_test needs root and ip(8) to create network namespaces"
-    exit 77
-fi
 CUTS=${PT_CUTS:-10}
 CUT_S=5
 STEPS_BETWEEN=20
 RUN_S=600
-tag=$(($$ % 100000))
-nsA="pt-cut-a-$tag"
-nsB="pt-cut-b-$tag"
-vA="ptca$tag"
-vB="ptcb$tag"
-net="10.232.$(($$ % 200 + 20))"
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    ip netns del "$nsA" 2>/dev/null
-    ip netns del "$nsB" 2>/dev/null
-    if [ "${failures:-0}" -ne 0 ] && [ -n "${PT_KEEP_FAILED:-}" ]; then
-        rm -rf "$PT_KEEP_FAILED" && mv "$tmp" "$PT_KEEP_FAILED" &&
-            echo "netns_cut: the failed run's files are in $PT_KEEP_FAILED" >&2
-    fi
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-failures=0
-fail() {
-    echo "FAIL: $*" >&2
-    failures=$((failures + 1))
-}
-if ! ip netns add "$nsA" 2>"$tmp/netns.err"; then
-    echo "SKIP: ip netns add failed ($(cat "$tmp/netns.err"))"
-    exit 77
-fi
-ip netns add "$nsB" &&
-    ip link add "$vA" type veth peer name "$vB" &&
-    ip link set "$vA" netns "$nsA" && ip link set "$vB" netns "$nsB" &&
-    ip -n "$nsA" addr add "$net.1/24" dev "$vA" && ip -n "$nsB" addr add "$net.2/24" dev "$vB" &&
-    ip -n "$nsA" link set lo up && ip -n "$nsB" link set lo up &&
-    ip -n "$nsA" link set "$vA" up && ip -n "$nsB" link set "$vB" up || {
-    echo "FAIL: could not set up the veth pair" >&2
-    exit 1
-}
-inA="ip netns exec $nsA"
-inB="ip netns exec $nsB"
+NETNS_NAME=netns_cut_test NETNS_OCTET=232
+. "$S/tests/tui/netns_lib.sh"
 model="$S/tests/data/run/tiny-mlp.json"
 plan="$S/tests/data/run/plan-a.json"
 "$B/pipetop" profile --model "$model" --batch 16 --out "$tmp/profile.json" --repeats 2 \
@@ -114,9 +72,9 @@ for ((c = 1; c <= CUTS && failures == 0; c++)); do
         sleep 0.1
     done
     prev=$(last_step)
-    ip -n "$nsB" link set "$vB" down
+    netns_link down
     sleep $CUT_S # the cut itself: a duration, not a wait for an event
-    ip -n "$nsB" link set "$vB" up
+    netns_link up
 done
 # it trains on after the last cut, then stops at a step on ^C
 t0=$SECONDS

@@ -15,53 +15,9 @@
 set -u
 B="${PT_BUILD_DIR:?}"
 S="${PT_SOURCE_DIR:?}"
-if [ "$(id -u)" != 0 ]; then
-    echo "SKIP: netns_trust_test needs root to create network namespaces (ip netns); CI runs it as root"
-    exit 77
-fi
-if ! command -v ip >/dev/null; then
-    echo "SKIP: netns_trust_test needs ip(8) (iproute2)"
-    exit 77
-fi
 RUN_S=120
-tag=$(($$ % 100000))
-nsA="pt-trust-a-$tag"
-nsB="pt-trust-b-$tag"
-vA="ptta$tag"
-vB="pttb$tag"
-net="10.231.$(($$ % 200 + 20))"
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    ip netns del "$nsA" 2>/dev/null
-    ip netns del "$nsB" 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-failures=0
-fail() {
-    echo "FAIL: $*" >&2
-    failures=$((failures + 1))
-}
-if ! ip netns add "$nsA" 2>"$tmp/netns.err"; then
-    echo "SKIP: ip netns add failed ($(cat "$tmp/netns.err")): no namespaces here"
-    exit 77
-fi
-ip netns add "$nsB" &&
-    ip link add "$vA" type veth peer name "$vB" &&
-    ip link set "$vA" netns "$nsA" && ip link set "$vB" netns "$nsB" &&
-    ip -n "$nsA" addr add "$net.1/24" dev "$vA" && ip -n "$nsB" addr add "$net.2/24" dev "$vB" &&
-    ip -n "$nsA" link set lo up && ip -n "$nsB" link set lo up &&
-    ip -n "$nsA" link set "$vA" up && ip -n "$nsB" link set "$vB" up || {
-    echo "FAIL: could not set up the veth pair" >&2
-    exit 1
-}
-# not shell functions: started in the background, $! is then the process itself
-# (ip netns exec execs)
-inA="ip netns exec $nsA"
-inB="ip netns exec $nsB"
+NETNS_NAME=netns_trust_test NETNS_OCTET=231
+. "$S/tests/tui/netns_lib.sh"
 
 model="$S/tests/data/run/tiny-mlp.json"
 plan="$S/tests/data/run/plan-a.json"
@@ -169,11 +125,7 @@ done
 [ "$tensors" -gt 0 ] || fail "no tensors in $dir"
 
 if [ "$failures" -ne 0 ]; then
-    echo "netns_trust_test: $failures failures (files in $tmp kept)" >&2
-    trap - EXIT
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    ip netns del "$nsA" 2>/dev/null
-    ip netns del "$nsB" 2>/dev/null
+    echo "netns_trust_test: $failures failures" >&2
     exit 1
 fi
 echo "netns_trust_test: ok ($tensors tensors equal; $refused handshakes refused)"
