@@ -27,15 +27,18 @@
  * how often the loop reads the clock, and how often the PULL socket is read
  * while a ring delivers. PT_COMM_SPIN_US in the environment sets the
  * largest budget (0: never spin). */
-#define SPIN_MAX_NS        50000
-#define SPIN_MIN_NS        2000
-#define IDLE_CHECK_NS      100000000
-#define SPIN_CLOCK_EVERY   32
-#define ZMQ_CHECK_NS       1000000
-#define US_NS              1000
-#define SEQ_LINES_MAX      4          /* lines about dropped sequence numbers, per communicator */
-#define RESEND_SEQ         UINT64_MAX /* the sequence number of a request to send again */
-#define RESEND_BACKOFF_MAX 2          /* requests for one frame: at most every 4 probe periods */
+#define SPIN_MAX_NS          50000
+#define SPIN_MIN_NS          2000
+#define IDLE_CHECK_NS        100000000
+#define SPIN_CLOCK_EVERY     32
+#define ZMQ_CHECK_NS         1000000
+#define US_NS                1000
+#define SEQ_LINES_MAX        4          /* lines about dropped sequence numbers, per communicator */
+#define RESEND_SEQ           UINT64_MAX /* the sequence number of a request to send again */
+#define RECV_WINDOW          4096 /* frames a resending source may be ahead of its first gap */
+#define HEARTBEAT_IVL_MS     500
+#define HEARTBEAT_TIMEOUT_MS 3000
+#define RESEND_BACKOFF_MAX   2 /* requests for one frame: at most every 4 probe periods */
 
 /* A message of several ring records, taken piece by piece. */
 typedef struct ring_partial {
@@ -108,8 +111,10 @@ struct pt_comm {
     pt_resend_store **resend; /* [size] what was sent to each peer over ZeroMQ; NULL: none yet */
     int64_t *asked_ms;        /* [size] when this rank last asked that source to send again */
     uint64_t *asked_for;      /* [size] the sequence number it asked from, + 1; 0: never */
-    int *asked_n;             /* [size] how often it asked for that one */
-    int resend_lines;         /* lines said about requests that could not be served */
+    int *asked_n;
+    uint64_t **seen; /* [size] frames taken above recv_seq, a bit per sequence number modulo
+                        RECV_WINDOW, for sources that resend; NULL until needed */             /* [size] how often it asked for that one */
+    int resend_lines; /* lines said about requests that could not be served */
 };
 
 /* One step of a spin: lets the sibling hyper-thread run and saves power. */
@@ -179,6 +184,19 @@ static int set_int_opt(void *sock, int opt, int value)
 
 /* Frames longer than a header and the largest payload make ZeroMQ drop
  * the connection that sent them before they take any memory here. */
+/* ZMTP heartbeats on a PUSH socket whose frames are kept to be sent again:
+ * a connection whose peer went silent (a cut network) is closed after
+ * HEARTBEAT_TIMEOUT_MS and connected again, rather than written into (and
+ * asked over for frames to be sent again) until TCP gives up, minutes
+ * later; what it lost comes again ("Resending"). Not where nothing is kept:
+ * a peer stopped that long (SIGSTOP) would lose frames for good. */
+static void set_heartbeat(void *sock)
+{
+    set_int_opt(sock, ZMQ_HEARTBEAT_IVL, HEARTBEAT_IVL_MS);
+    set_int_opt(sock, ZMQ_HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS);
+    set_int_opt(sock, ZMQ_HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS);
+}
+
 static void set_max_msg(void *sock, size_t max_payload)
 {
     int64_t v = (int64_t)(max_payload + PT_COMM_HEADER_BYTES);
@@ -208,6 +226,9 @@ static void free_arrays(pt_comm *c)
     free(c->asked_ms);
     free(c->asked_for);
     free(c->asked_n);
+    for (int r = 0; c->seen && r < c->size; r++)
+        free(c->seen[r]);
+    free(c->seen);
 }
 
 /* An endpoint on this host: what shared memory may replace. */
@@ -237,10 +258,11 @@ static int alloc_arrays(pt_comm *c)
     c->asked_ms = calloc(n, sizeof *c->asked_ms);
     c->asked_for = calloc(n, sizeof *c->asked_for);
     c->asked_n = calloc(n, sizeof *c->asked_n);
+    c->seen = calloc(n, sizeof *c->seen);
     c->shared = pt_comm_shared_new();
     if (!c->push || !c->link || !c->send_seq || !c->recv_seq || !c->local || !c->shm_failed ||
         !c->out_ring || !c->in_ring || !c->in_list || !c->partial || !c->resend || !c->asked_ms ||
-        !c->asked_for || !c->asked_n || !c->shared)
+        !c->asked_for || !c->asked_n || !c->seen || !c->shared)
         return PT_ENOMEM;
     return 0;
 }
@@ -375,6 +397,8 @@ static int open_push(pt_comm *c, int r, pt_error *err)
     if (!s)
         return pt_error_set(err, PT_EIO, "comm: zmq_socket: %s", zmq_strerror(errno));
     set_int_opt(s, ZMQ_SNDHWM, HWM_MSGS);
+    if (c->resend_limit && (c->resend_all || !is_local(l->endpoint)))
+        set_heartbeat(s);
     set_int_opt(s, ZMQ_SNDTIMEO, c->timeout_ms);
     set_int_opt(s, ZMQ_LINGER, c->no_linger ? 0 : c->timeout_ms);
     set_max_msg(s, c->max_msg);
@@ -831,6 +855,34 @@ static void serve_resend(pt_comm *c, int src, zmq_msg_t *payload)
     }
 }
 
+/* A frame numbered seq from src, a source that resends: taken once, in any
+ * order within RECV_WINDOW of the first one still missing (after a cut,
+ * the old connection's last frames and the new one's, resent ones among
+ * them, interleave). 1 taken (recv_seq moves past every frame taken in a
+ * row), 0 a duplicate or too far ahead. */
+static int take_windowed(pt_comm *c, int src, uint64_t seq)
+{
+    uint64_t base = c->recv_seq[src];
+    if (seq < base || seq - base >= RECV_WINDOW)
+        return 0;
+    if (!c->seen[src] && !(c->seen[src] = calloc(RECV_WINDOW / 64, sizeof *c->seen[src]))) {
+        if (seq != base)
+            return 0; /* no memory for the window: in order only */
+        c->recv_seq[src]++;
+        return 1;
+    }
+    uint64_t *w = c->seen[src], k = seq % RECV_WINDOW;
+    if ((w[k / 64] >> (k % 64)) & 1)
+        return 0;
+    w[k / 64] |= (uint64_t)1 << (k % 64);
+    for (uint64_t b = c->recv_seq[src] % RECV_WINDOW; (w[b / 64] >> (b % 64)) & 1;
+         b = c->recv_seq[src] % RECV_WINDOW) {
+        w[b / 64] &= ~((uint64_t)1 << (b % 64));
+        c->recv_seq[src]++;
+    }
+    return 1;
+}
+
 enum { ACCEPT = 0, DROP = 1 };
 
 static void drop(uint64_t *counter, pt_comm *c)
@@ -860,15 +912,21 @@ static int check_hdr(pt_comm *c, const wire_hdr *h, int via_ring)
     }
     if (resend_ask && !via_ring) /* out of sequence on purpose (ask_resend) */
         return ACCEPT;
+    if (!via_ring && ask_on(c, (int)h->src)) {
+        /* a source that resends: frames a broken connection lost are
+         * asked for while the ones after them are taken */
+        int src = (int)h->src, took = take_windowed(c, src, h->seq);
+        if ((took && c->recv_seq[src] <= h->seq) || (!took && h->seq >= c->recv_seq[src]))
+            ask_resend(c, src, pt_comm_internal_now_ms());
+        if (took)
+            return ACCEPT;
+        drop(&c->stats.dropped_seq, c); /* sent again, already here; or too far ahead */
+        return DROP;
+    }
     if (h->seq != c->recv_seq[h->src]) {
-        /* a gap: frames lost with a broken connection; asked for again */
-        int asking = !via_ring && ask_on(c, (int)h->src);
-        if (asking && h->seq > c->recv_seq[h->src])
-            ask_resend(c, (int)h->src, pt_comm_internal_now_ms());
         /* a few lines per communicator: a gap is a bug worth seeing, a
-         * replay flood is not worth a line each (nor a frame sent again
-         * that was already here) */
-        if (c->seq_lines < SEQ_LINES_MAX && !(asking && c->asked_for[h->src])) {
+         * replay flood is not worth a line each */
+        if (c->seq_lines < SEQ_LINES_MAX) {
             char tb[64];
             c->seq_lines++;
             fprintf(stderr,

@@ -39,16 +39,18 @@
  * Resending: a frame written into a TCP connection that then breaks (a
  * network cut) is lost with it; ZeroMQ reconnects but does not send it again.
  * So each frame sent over ZeroMQ to a peer on another host is also kept, in a
- * window of the newest (pt_comm_config.resend_bytes). A receiver that finds a
- * gap in a source's sequence numbers, or has waited PT_COMM_RESEND_PROBE_MS
- * for one, asks it (a frame of tag kind PT_COMM_RESEND holding the next
- * sequence number it expects, checked like any frame but out of sequence:
- * its own sequence number is 2^64 - 1) for everything from
- * there on, again for the same frame after 1, 2, then every 4 probe periods; the source sends its
- * kept frames from there again, as they were (duplicates are dropped by
- * their sequence numbers). A source answers whenever it receives. A frame no
- * longer kept cannot come again: the receive times out as before, and the
- * source counts the request (resend_unserved).
+ * window of the newest (pt_comm_config.resend_bytes), and the PUSH socket to
+ * it carries ZMTP heartbeats (a connection a cut left silent is made again).
+ * A receiver that finds a gap in such a source's sequence numbers, or has
+ * waited PT_COMM_RESEND_PROBE_MS for one, asks it for everything from the
+ * first number missing (a frame of tag kind PT_COMM_RESEND, checked like any
+ * frame but out of sequence: its own number is 2^64 - 1), again for the same
+ * number after 1, 2, then every 4 probe periods. The source, whenever it
+ * receives, sends its kept frames from there again, as they were. From such
+ * a source frames are taken in any order within RECV_WINDOW (4,096) of the
+ * first one missing, each once; duplicates are dropped by their numbers. A
+ * frame no longer kept cannot come again: the receive times out as before,
+ * and the source counts the request (resend_unserved).
  *
  * Threads: a pt_comm and its sockets are used by one thread at a time (ZeroMQ
  * sockets are not thread-safe). To overlap an all-reduce with compute, give a

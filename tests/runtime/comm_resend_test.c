@@ -269,6 +269,70 @@ static void test_window_too_small(void)
     CHECK(st1.resend_unserved >= 1);
 }
 
+/* A frame from "rank 1" forged on a raw PUSH: header fields as the wire has them. */
+static void forge(void *raw, uint64_t tag, uint64_t seq, float value)
+{
+    unsigned char h[PT_COMM_HEADER_BYTES] = {0};
+    uint32_t magic = PT_COMM_MAGIC, src = 1;
+    uint64_t count = 1, token = 7, gen = 0;
+    memcpy(h, &magic, 4);
+    memcpy(h + 4, &src, 4);
+    memcpy(h + 8, &tag, 8);
+    memcpy(h + 16, &count, 8);
+    memcpy(h + 24, &seq, 8);
+    memcpy(h + 32, &token, 8);
+    memcpy(h + 40, &gen, 8);
+    zmq_send(raw, h, sizeof h, ZMQ_SNDMORE);
+    zmq_send(raw, &value, sizeof value, 0);
+}
+
+/* From a source that resends, frames are taken in any order within the
+ * window, each once; in order only from one that does not. */
+static void test_order_within_window(void)
+{
+    for (int resend = 1; resend >= 0; resend--) {
+        pt_comm *c[2] = {NULL, NULL};
+        for (int r = 0; r < 2; r++) {
+            pt_comm_config cfg = {.rank = r,
+                                  .size = 2,
+                                  .bind_endpoint = "tcp://127.0.0.1:*",
+                                  .timeout_ms = TIMEOUT_MS,
+                                  .shm = -1,
+                                  .run_token = 7,
+                                  .resend_bytes = resend ? (size_t)1 << 20 : PT_COMM_RESEND_OFF};
+            REQUIRE(pt_comm_create(&cfg, &c[r], NULL) == 0);
+        }
+        const char *eps0[2] = {NULL, pt_comm_endpoint(c[1])};
+        REQUIRE(pt_comm_connect(c[0], eps0, NULL) == 0);
+        void *ctx = zmq_ctx_new(), *raw = zmq_socket(ctx, ZMQ_PUSH);
+        REQUIRE(zmq_connect(raw, pt_comm_endpoint(c[0])) == 0);
+        forge(raw, tag_of(1), 1, 1.0f);    /* ahead of the first missing */
+        forge(raw, tag_of(0), 0, 0.0f);    /* the first missing */
+        forge(raw, tag_of(0), 0, 9.0f);    /* that one again */
+        forge(raw, tag_of(2), 5000, 9.0f); /* beyond the window */
+        float v = -1.0f;
+        pt_error err = {0};
+        CHECK_MSG(pt_comm_recv(c[0], 1, tag_of(0), &v, 1, &err) == 0 && v == 0.0f, "%s", err.msg);
+        pt_comm_set_timeout(c[0], 500);
+        v = -1.0f;
+        int got1 = pt_comm_recv(c[0], 1, tag_of(1), &v, 1, NULL) == 0 && v == 1.0f;
+        CHECK_MSG(got1 == resend, "resend %d: frame 1 %s", resend, got1 ? "taken" : "dropped");
+        CHECK(pt_comm_recv(c[0], 1, tag_of(2), &v, 1, NULL) == PT_ETIMEOUT);
+        pt_comm_stats st;
+        pt_comm_stats_get(c[0], &st);
+        /* the second 0 and 4097; in order only, frame 1 too */
+        CHECK_MSG(st.dropped_seq == (resend ? 2u : 3u), "resend %d: %llu dropped by sequence",
+                  resend, (unsigned long long)st.dropped_seq);
+        int linger = 0;
+        zmq_setsockopt(raw, ZMQ_LINGER, &linger, sizeof linger);
+        zmq_close(raw);
+        zmq_ctx_term(ctx);
+        pt_comm_destroy(&c[1]);
+        pt_comm_destroy(&c[0]);
+    }
+}
+
 PT_TEST_MAIN({"lost_frames_come_again", test_lost_frames_come_again},
              {"without_resending_they_are_lost", test_without_resending_they_are_lost},
-             {"window_too_small", test_window_too_small})
+             {"window_too_small", test_window_too_small},
+             {"order_within_window", test_order_within_window})
