@@ -27,18 +27,16 @@
  * how often the loop reads the clock, and how often the PULL socket is read
  * while a ring delivers. PT_COMM_SPIN_US in the environment sets the
  * largest budget (0: never spin). */
-#define SPIN_MAX_NS          50000
-#define SPIN_MIN_NS          2000
-#define IDLE_CHECK_NS        100000000
-#define SPIN_CLOCK_EVERY     32
-#define ZMQ_CHECK_NS         1000000
-#define US_NS                1000
-#define SEQ_LINES_MAX        4          /* lines about dropped sequence numbers, per communicator */
-#define RESEND_SEQ           UINT64_MAX /* the sequence number of a request to send again */
-#define RECV_WINDOW          4096 /* frames a resending source may be ahead of its first gap */
-#define HEARTBEAT_IVL_MS     500
-#define HEARTBEAT_TIMEOUT_MS 3000
-#define RESEND_BACKOFF_MAX   2 /* requests for one frame: at most every 4 probe periods */
+#define SPIN_MAX_NS        50000
+#define SPIN_MIN_NS        2000
+#define IDLE_CHECK_NS      100000000
+#define SPIN_CLOCK_EVERY   32
+#define ZMQ_CHECK_NS       1000000
+#define US_NS              1000
+#define SEQ_LINES_MAX      4          /* lines about dropped sequence numbers, per communicator */
+#define RESEND_SEQ         UINT64_MAX /* the sequence number of a request to send again */
+#define RECV_WINDOW        4096       /* frames a resending source may be ahead of its first gap */
+#define RESEND_BACKOFF_MAX 2          /* requests for one frame: at most every 4 probe periods */
 
 /* A message of several ring records, taken piece by piece. */
 typedef struct ring_partial {
@@ -112,6 +110,8 @@ struct pt_comm {
     int64_t *asked_ms;        /* [size] when this rank last asked that source to send again */
     uint64_t *asked_for;      /* [size] the sequence number it asked from, + 1; 0: never */
     int *asked_n;
+    uint64_t *served_from; /* [size] the highest sequence number a peer asked from, + 1 */
+    int64_t *served_ms;    /* [size] when frames from there were last sent again */
     uint64_t **seen; /* [size] frames taken above recv_seq, a bit per sequence number modulo
                         RECV_WINDOW, for sources that resend; NULL until needed */             /* [size] how often it asked for that one */
     int resend_lines; /* lines said about requests that could not be served */
@@ -184,19 +184,6 @@ static int set_int_opt(void *sock, int opt, int value)
 
 /* Frames longer than a header and the largest payload make ZeroMQ drop
  * the connection that sent them before they take any memory here. */
-/* ZMTP heartbeats on a PUSH socket whose frames are kept to be sent again:
- * a connection whose peer went silent (a cut network) is closed after
- * HEARTBEAT_TIMEOUT_MS and connected again, rather than written into (and
- * asked over for frames to be sent again) until TCP gives up, minutes
- * later; what it lost comes again ("Resending"). Not where nothing is kept:
- * a peer stopped that long (SIGSTOP) would lose frames for good. */
-static void set_heartbeat(void *sock)
-{
-    set_int_opt(sock, ZMQ_HEARTBEAT_IVL, HEARTBEAT_IVL_MS);
-    set_int_opt(sock, ZMQ_HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS);
-    set_int_opt(sock, ZMQ_HEARTBEAT_TTL, HEARTBEAT_TIMEOUT_MS);
-}
-
 static void set_max_msg(void *sock, size_t max_payload)
 {
     int64_t v = (int64_t)(max_payload + PT_COMM_HEADER_BYTES);
@@ -226,6 +213,8 @@ static void free_arrays(pt_comm *c)
     free(c->asked_ms);
     free(c->asked_for);
     free(c->asked_n);
+    free(c->served_from);
+    free(c->served_ms);
     for (int r = 0; c->seen && r < c->size; r++)
         free(c->seen[r]);
     free(c->seen);
@@ -259,10 +248,12 @@ static int alloc_arrays(pt_comm *c)
     c->asked_for = calloc(n, sizeof *c->asked_for);
     c->asked_n = calloc(n, sizeof *c->asked_n);
     c->seen = calloc(n, sizeof *c->seen);
+    c->served_from = calloc(n, sizeof *c->served_from);
+    c->served_ms = calloc(n, sizeof *c->served_ms);
     c->shared = pt_comm_shared_new();
     if (!c->push || !c->link || !c->send_seq || !c->recv_seq || !c->local || !c->shm_failed ||
         !c->out_ring || !c->in_ring || !c->in_list || !c->partial || !c->resend || !c->asked_ms ||
-        !c->asked_for || !c->asked_n || !c->seen || !c->shared)
+        !c->asked_for || !c->asked_n || !c->seen || !c->served_from || !c->served_ms || !c->shared)
         return PT_ENOMEM;
     return 0;
 }
@@ -397,8 +388,6 @@ static int open_push(pt_comm *c, int r, pt_error *err)
     if (!s)
         return pt_error_set(err, PT_EIO, "comm: zmq_socket: %s", zmq_strerror(errno));
     set_int_opt(s, ZMQ_SNDHWM, HWM_MSGS);
-    if (c->resend_limit && (c->resend_all || !is_local(l->endpoint)))
-        set_heartbeat(s);
     set_int_opt(s, ZMQ_SNDTIMEO, c->timeout_ms);
     set_int_opt(s, ZMQ_LINGER, c->no_linger ? 0 : c->timeout_ms);
     set_max_msg(s, c->max_msg);
@@ -827,8 +816,25 @@ static void serve_resend(pt_comm *c, int src, zmq_msg_t *payload)
     if (zmq_msg_size(payload) != sizeof from)
         return;
     memcpy(&from, zmq_msg_data(payload), sizeof from);
-    if (from >= c->send_seq[src])
+    /* A peer's first missing frame only moves up: a request below the
+     * highest seen is an old one come late (it waited in a connection a
+     * cut had stopped), and one for the same frame within a probe period is
+     * already being answered. Each answer sends the window from there:
+     * answering every late request flooded the link and starved the
+     * receive that would have taken what came. */
+    int64_t now = pt_comm_internal_now_ms();
+    if (from + 1 < c->served_from[src] ||
+        (from + 1 == c->served_from[src] && now - c->served_ms[src] < PT_COMM_RESEND_PROBE_MS))
+        return;
+    c->served_from[src] = from + 1;
+    c->served_ms[src] = now;
+    if (from >= c->send_seq[src]) {
+        if (getenv("PT_COMM_RESEND_TRACE"))
+            fprintf(stderr,
+                    "comm: rank %d: rank %d asks from %llu; nothing sent since (next %llu)\n",
+                    c->rank, src, (unsigned long long)from, (unsigned long long)c->send_seq[src]);
         return; /* nothing sent since: it waits for what is still to come */
+    }
     int first = 0;
     int n = c->resend[src] ? pt_resend_store_from(c->resend[src], from, &first) : PT_ENOTFOUND;
     if (n < 0) {
@@ -843,6 +849,9 @@ static void serve_resend(pt_comm *c, int src, zmq_msg_t *payload)
         }
         return;
     }
+    if (getenv("PT_COMM_RESEND_TRACE"))
+        fprintf(stderr, "comm: rank %d: rank %d asks from %llu: %d frames again (next %llu)\n",
+                c->rank, src, (unsigned long long)from, n, (unsigned long long)c->send_seq[src]);
     for (int k = first; k < first + n; k++) {
         const unsigned char *h;
         const void *data;
@@ -1423,6 +1432,14 @@ static int recv_frame(pt_comm *self, int src, uint64_t want, uint64_t mask, pt_c
                     "(%llu frames dropped over the %zu-byte early-arrival bound)",
                     self->rank, pt_comm_tag_str(want, tb, sizeof tb), src, self->timeout_ms,
                     (unsigned long long)self->stats.dropped_overflow, self->stash_limit);
+            if (ask_on(self, src) && self->asked_for[src])
+                return pt_error_set(
+                    err, PT_ETIMEOUT,
+                    "comm: rank %d: no message %s from rank %d within %d ms (the first frame "
+                    "missing from it is %llu, asked for %d times; %llu frames taken since)",
+                    self->rank, pt_comm_tag_str(want, tb, sizeof tb), src, self->timeout_ms,
+                    (unsigned long long)self->recv_seq[src], self->asked_n[src],
+                    (unsigned long long)(self->recv_seq[src] - (self->asked_for[src] - 1)));
             return pt_error_set(
                 err, PT_ETIMEOUT, "comm: rank %d: no message %s from rank %d within %d ms",
                 self->rank, pt_comm_tag_str(want, tb, sizeof tb), src, self->timeout_ms);

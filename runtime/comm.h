@@ -39,8 +39,7 @@
  * Resending: a frame written into a TCP connection that then breaks (a
  * network cut) is lost with it; ZeroMQ reconnects but does not send it again.
  * So each frame sent over ZeroMQ to a peer on another host is also kept, in a
- * window of the newest (pt_comm_config.resend_bytes), and the PUSH socket to
- * it carries ZMTP heartbeats (a connection a cut left silent is made again).
+ * window of the newest (pt_comm_config.resend_bytes).
  * A receiver that finds a gap in such a source's sequence numbers, or has
  * waited PT_COMM_RESEND_PROBE_MS for one, asks it for everything from the
  * first number missing (a frame of tag kind PT_COMM_RESEND, checked like any
