@@ -61,3 +61,23 @@ inB="ip netns exec $nsB"
 netns_link() {
     ip -n "$nsB" link set "$netns_vB" "$1"
 }
+# Starts `pipetop run ARGS... --external` in A, CURVE on (keys in
+# $tmp/keys: console.key, allow.txt), bound to A's address, its run folder
+# $tmp/ns, checkpoints $tmp/ns-ck, output $tmp/ns.out and ns.err. Sets
+# console (its pid, also in pids) and ctl and tel (its endpoints, from the
+# record; "" when it ended before writing them).
+netns_console() {
+    $inA timeout "$RUN_S" "$B/pipetop" run "$@" --external \
+        --key "$tmp/keys/console.key" --allow "$tmp/keys/allow.txt" \
+        --control-bind "tcp://$net.1:*" --telemetry-bind "tcp://$net.1:*" \
+        --run-dir "$tmp/ns" --checkpoint-dir "$tmp/ns-ck" >"$tmp/ns.out" 2>"$tmp/ns.err" &
+    console=$!
+    pids+=("$console")
+    for _ in $(seq 1 $((RUN_S * 10))); do
+        [ -s "$tmp/ns/run.ndjson" ] && break
+        kill -0 "$console" 2>/dev/null || break
+        sleep 0.1
+    done
+    ctl=$(head -1 "$tmp/ns/run.ndjson" 2>/dev/null | sed -n 's/.*"control":"\([^"]*\)".*/\1/p')
+    tel=$(head -1 "$tmp/ns/run.ndjson" 2>/dev/null | sed -n 's/.*"telemetry":"\([^"]*\)".*/\1/p')
+}

@@ -36,25 +36,7 @@ timeout $RUN_S "$B/pipetop" run "${common[@]}" --profile "$tmp/profile.json" \
     fail "loopback run: $(tail -3 "$tmp/ref.err")"
 
 # a non-loopback bind without CURVE is refused, saying how to make keys
-$inA timeout $RUN_S "$B/pipetop" run "${common[@]}" --profile "$tmp/profile.json" --external \
-    --control-bind "tcp://$net.1:*" --run-dir "$tmp/plain" >/dev/null 2>"$tmp/plain.err" &&
-    fail "bound $net.1 without CURVE"
-grep -q "pipetop keys --out" "$tmp/plain.err" || fail "no key advice: $(cat "$tmp/plain.err")"
-
-# the console in A, CURVE on, bound to A's veth address
-$inA timeout $RUN_S "$B/pipetop" run "${common[@]}" --profile "$tmp/profile.json" --external \
-    --key "$tmp/keys/console.key" --allow "$tmp/keys/allow.txt" \
-    --control-bind "tcp://$net.1:*" --telemetry-bind "tcp://$net.1:*" \
-    --run-dir "$tmp/ns" --checkpoint-dir "$tmp/ns-ck" >"$tmp/ns.out" 2>"$tmp/ns.err" &
-console=$!
-pids+=("$console")
-for _ in $(seq 1 $((RUN_S * 10))); do
-    [ -s "$tmp/ns/run.ndjson" ] && break
-    kill -0 "$console" 2>/dev/null || break
-    sleep 0.1
-done
-ctl=$(head -1 "$tmp/ns/run.ndjson" 2>/dev/null | sed -n 's/.*"control":"\([^"]*\)".*/\1/p')
-tel=$(head -1 "$tmp/ns/run.ndjson" 2>/dev/null | sed -n 's/.*"telemetry":"\([^"]*\)".*/\1/p')
+netns_console "${common[@]}" --profile "$tmp/profile.json"
 case "$ctl" in tcp://$net.1:*) ;; *) fail "console endpoint '$ctl' ($(cat "$tmp/ns.err"))" ;; esac
 pub="$tmp/keys/console.pub"
 
