@@ -320,15 +320,25 @@ static void *produce(void *arg)
 }
 
 typedef struct sink {
+    const pt_session *session;
     pt_store *store;
     atomic_llong events;
-    double first_s, last_s;     /* wall clock of the first and the latest events */
-    double first_cpu, last_cpu; /* console thread CPU then */
+    double first_s, last_s;                /* wall clock of the first and the latest events */
+    double first_cpu, last_cpu;            /* console thread CPU then */
+    int dead;                              /* agents the session took for dead */
+    double first_dead_s;                   /* when the first of them was */
+    char first_dead[PT_MSG_TEXT_MAX + 96]; /* which, and why */
 } sink;
 
 static void on_note(void *user, const pt_session_note *n)
 {
     sink *k = user;
+    if (n->kind == PT_NOTE_DEAD && k->dead++ == 0) {
+        k->first_dead_s = pt_clock_s();
+        const pt_session_agent *a = pt_session_agent_at(k->session, n->agent);
+        snprintf(k->first_dead, sizeof k->first_dead, "%s: %s", a ? a->id : "?",
+                 n->text ? n->text : "");
+    }
     if (n->kind != PT_NOTE_EVENTS)
         return;
     atomic_fetch_add(&k->events, pt_store_events(k->store, n->msg->u.events.events,
@@ -410,6 +420,9 @@ static void report(const char *label, const producer *p, sink *k, const pt_sessi
            "", (unsigned long long)c.telemetry.dropped, refused,
            (unsigned long long)c.control_rejected, (unsigned long long)c.control_flooded,
            (unsigned long long)c.sends_failed, live, p->agents, stalled);
+    if (k->dead > 0)
+        printf("%-14s %d agents taken for dead, the first %.1f s after the first event: %s\n", "",
+               k->dead, k->first_s > 0 ? k->first_dead_s - k->first_s : 0, k->first_dead);
 }
 
 static void bench_session(const char *label, int agents, double seconds, int batch, double rate)
@@ -425,6 +438,7 @@ static void bench_session(const char *label, int agents, double seconds, int bat
     memset(&k, 0, sizeof k);
     atomic_init(&k.events, 0);
     pt_store_new(0, &k.store);
+    k.session = s;
     pt_session_set_listener(s, on_note, &k);
     producer p;
     memset(&p, 0, sizeof p);
