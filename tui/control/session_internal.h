@@ -21,10 +21,15 @@
 #define RECV_BATCH_MAX                                                                             \
     4096 /* messages handled per socket per poll before heartbeats get a turn                      \
           */
-#define SESSION_HWM_MSGS 100000
-#define CTL_FRAMES_MAX   4 /* frames read from one ROUTER message before the rest is discarded */
-#define DESCRIBE_MAX     192
-#define REQ_FIRST        1
+/* A telemetry drain stops after heartbeat_ms / TELEMETRY_BUDGET_DIV of work
+ * (the clock read every TELEMETRY_CLOCK_EVERY messages), so that control is
+ * read and heartbeats sent in time however far behind telemetry is. */
+#define TELEMETRY_BUDGET_DIV  4
+#define TELEMETRY_CLOCK_EVERY 16
+#define SESSION_HWM_MSGS      100000
+#define CTL_FRAMES_MAX        4 /* frames read from one ROUTER message before the rest is discarded */
+#define DESCRIBE_MAX          192
+#define REQ_FIRST             1
 
 typedef struct agent_entry {
     pt_session_agent pub;
