@@ -95,9 +95,10 @@ static void fake_open(fake *f, const char *id, pt_session *s, int64_t shift)
      * test can wait for the console to be listening (PT_SUBSCRIBED) instead
      * of sleeping through the PUB/SUB join */
     f->pub = zmq_socket(g_ctx, ZMQ_XPUB);
-    int linger = 0;
+    int linger = 0, unbounded = 0; /* test_telemetry_backlog queues thousands */
     zmq_setsockopt(f->dealer, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(f->pub, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(f->pub, ZMQ_SNDHWM, &unbounded, sizeof unbounded);
     zmq_setsockopt(f->dealer, ZMQ_ROUTING_ID, id, strlen(id));
     zmq_connect(f->dealer, pt_session_control_endpoint(s));
     zmq_connect(f->pub, pt_session_telemetry_endpoint(s));
@@ -425,6 +426,42 @@ static void test_many_agents(void)
     CHECK(pt_session_find_agent(NULL, f[0].id) == -1);
     for (int k = 0; k < MANY_AGENTS; k++)
         fake_close(&f[k]);
+    pt_session_destroy(&s);
+}
+
+/* A console far behind on telemetry (a backlog of big events messages,
+ * seconds of decoding on a slow machine) still reads its agents' heartbeats
+ * in time: none is taken for dead, and every message arrives. */
+#define BACKLOG_MSGS  2000
+#define BACKLOG_BATCH 256
+static void test_telemetry_backlog(void)
+{
+    seen x = {0};
+    pt_session *s = open_session(NULL, &x, 1);
+    REQUIRE(s);
+    fake a;
+    fake_open(&a, "agent-a", s, 0);
+    fake_register(&a, "tcp://127.0.0.1:41001");
+    PUMP_UNTIL(s, pt_session_agent_count(s) == 1);
+    REQUIRE(pt_session_agent_count(s) == 1);
+    beat(&a, 1);
+    REQUIRE(subscribed(&a, s));
+    static pt_msg_event ev[BACKLOG_BATCH];
+    for (int k = 0; k < BACKLOG_BATCH; k++)
+        ev[k] = (pt_msg_event){0, 0, 1, k % 8, PT_OP_FWD, 1, 1000 * k, 1000 * k + 800, 0};
+    pt_msg e;
+    pt_msg_init(&e, PT_MSG_EVENTS, "agent-a");
+    e.u.events.count = BACKLOG_BATCH;
+    e.u.events.events = ev;
+    for (int k = 0; k < BACKLOG_MSGS; k++) {
+        beat_all(); /* queued for the console's next read, as a live agent's are */
+        fake_send(&a, &e, 1);
+    }
+    PUMP_UNTIL(s, x.events == BACKLOG_MSGS || x.dead > 0);
+    CHECK_MSG(x.dead == 0, "taken for dead after %d of %d messages: %s", x.events, BACKLOG_MSGS,
+              x.dead_text);
+    CHECK_MSG(x.events == BACKLOG_MSGS, "%d of %d messages", x.events, BACKLOG_MSGS);
+    fake_close(&a);
     pt_session_destroy(&s);
 }
 
@@ -961,6 +998,12 @@ static void t_many(void)
     test_many_agents();
     teardown();
 }
+static void t_backlog(void)
+{
+    setup();
+    test_telemetry_backlog();
+    teardown();
+}
 static void t_rejects(void)
 {
     setup();
@@ -989,4 +1032,5 @@ static void t_nccl(void)
 }
 
 PT_TEST_MAIN({"register_and_clock", t_register}, {"rejects", t_rejects}, {"many_agents", t_many},
-             {"plan_flow", t_flow}, {"map_policy", t_map}, {"nccl_id", t_nccl})
+             {"telemetry_backlog", t_backlog}, {"plan_flow", t_flow}, {"map_policy", t_map},
+             {"nccl_id", t_nccl})
