@@ -44,7 +44,7 @@ typedef struct fake {
 static void *g_ctx;
 /* Sockets still open when a test stops early are closed by teardown(), so
  * zmq_ctx_term does not wait forever. */
-#define OPEN_MAX 16
+#define OPEN_MAX 96 /* test_many_agents: two sockets for each of MANY_AGENTS */
 static void *g_open[OPEN_MAX];
 
 static void track(void *sock, int open)
@@ -95,9 +95,10 @@ static void fake_open(fake *f, const char *id, pt_session *s, int64_t shift)
      * test can wait for the console to be listening (PT_SUBSCRIBED) instead
      * of sleeping through the PUB/SUB join */
     f->pub = zmq_socket(g_ctx, ZMQ_XPUB);
-    int linger = 0;
+    int linger = 0, unbounded = 0; /* test_telemetry_backlog queues thousands */
     zmq_setsockopt(f->dealer, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(f->pub, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(f->pub, ZMQ_SNDHWM, &unbounded, sizeof unbounded);
     zmq_setsockopt(f->dealer, ZMQ_ROUTING_ID, id, strlen(id));
     zmq_connect(f->dealer, pt_session_control_endpoint(s));
     zmq_connect(f->pub, pt_session_telemetry_endpoint(s));
@@ -385,6 +386,83 @@ static void test_register_and_clock(void)
     fake_close(&a);
     pt_session_destroy(&s);
     CHECK(s == NULL);
+}
+
+/* The agent table past several growths of its index by id: every agent is
+ * found under its own id; a name never registered, one longer than an id
+ * can be, NULL and a NULL session are not. */
+#define MANY_AGENTS 40
+static void test_many_agents(void)
+{
+    seen x = {0};
+    pt_session *s = open_session(NULL, &x, 0);
+    REQUIRE(s);
+    static fake f[MANY_AGENTS];
+    for (int k = 0; k < MANY_AGENTS; k++) {
+        char id[32], ep[64];
+        snprintf(id, sizeof id, "agent-%02d", k);
+        snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", 42000 + k);
+        fake_open(&f[k], id, s, 0);
+        fake_register(&f[k], ep);
+    }
+    PUMP_UNTIL(s, pt_session_agent_count(s) == MANY_AGENTS);
+    CHECK_MSG(pt_session_agent_count(s) == MANY_AGENTS, "%d of %d agents registered",
+              pt_session_agent_count(s), MANY_AGENTS);
+    int found = 0;
+    for (int k = 0; k < MANY_AGENTS; k++) {
+        int i = pt_session_find_agent(s, f[k].id);
+        const pt_session_agent *a = pt_session_agent_at(s, i);
+        CHECK_MSG(a && !strcmp(a->id, f[k].id), "%s: index %d", f[k].id, i);
+        found += a != NULL;
+    }
+    CHECK(found == pt_session_agent_count(s));
+    char longer[PT_MSG_ID_MAX + 8]; /* agent-00 and then more than an id holds */
+    memset(longer, '0', sizeof longer - 1);
+    memcpy(longer, f[0].id, strlen(f[0].id));
+    longer[sizeof longer - 1] = '\0';
+    CHECK(pt_session_find_agent(s, longer) == -1);
+    CHECK(pt_session_find_agent(s, "agent-99") == -1);
+    CHECK(pt_session_find_agent(s, NULL) == -1);
+    CHECK(pt_session_find_agent(NULL, f[0].id) == -1);
+    for (int k = 0; k < MANY_AGENTS; k++)
+        fake_close(&f[k]);
+    pt_session_destroy(&s);
+}
+
+/* A console far behind on telemetry (a backlog of big events messages,
+ * seconds of decoding on a slow machine) still reads its agents' heartbeats
+ * in time: none is taken for dead, and every message arrives. */
+#define BACKLOG_MSGS  2000
+#define BACKLOG_BATCH 256
+static void test_telemetry_backlog(void)
+{
+    seen x = {0};
+    pt_session *s = open_session(NULL, &x, 1);
+    REQUIRE(s);
+    fake a;
+    fake_open(&a, "agent-a", s, 0);
+    fake_register(&a, "tcp://127.0.0.1:41001");
+    PUMP_UNTIL(s, pt_session_agent_count(s) == 1);
+    REQUIRE(pt_session_agent_count(s) == 1);
+    beat(&a, 1);
+    REQUIRE(subscribed(&a, s));
+    static pt_msg_event ev[BACKLOG_BATCH];
+    for (int k = 0; k < BACKLOG_BATCH; k++)
+        ev[k] = (pt_msg_event){0, 0, 1, k % 8, PT_OP_FWD, 1, 1000 * k, 1000 * k + 800, 0};
+    pt_msg e;
+    pt_msg_init(&e, PT_MSG_EVENTS, "agent-a");
+    e.u.events.count = BACKLOG_BATCH;
+    e.u.events.events = ev;
+    for (int k = 0; k < BACKLOG_MSGS; k++) {
+        beat_all(); /* queued for the console's next read, as a live agent's are */
+        fake_send(&a, &e, 1);
+    }
+    PUMP_UNTIL(s, x.events == BACKLOG_MSGS || x.dead > 0);
+    CHECK_MSG(x.dead == 0, "taken for dead after %d of %d messages: %s", x.events, BACKLOG_MSGS,
+              x.dead_text);
+    CHECK_MSG(x.events == BACKLOG_MSGS, "%d of %d messages", x.events, BACKLOG_MSGS);
+    fake_close(&a);
+    pt_session_destroy(&s);
 }
 
 static void test_rejects(void)
@@ -914,6 +992,18 @@ static void t_register(void)
     test_register_and_clock();
     teardown();
 }
+static void t_many(void)
+{
+    setup();
+    test_many_agents();
+    teardown();
+}
+static void t_backlog(void)
+{
+    setup();
+    test_telemetry_backlog();
+    teardown();
+}
 static void t_rejects(void)
 {
     setup();
@@ -941,5 +1031,6 @@ static void t_nccl(void)
     teardown();
 }
 
-PT_TEST_MAIN({"register_and_clock", t_register}, {"rejects", t_rejects}, {"plan_flow", t_flow},
-             {"map_policy", t_map}, {"nccl_id", t_nccl})
+PT_TEST_MAIN({"register_and_clock", t_register}, {"rejects", t_rejects}, {"many_agents", t_many},
+             {"telemetry_backlog", t_backlog}, {"plan_flow", t_flow}, {"map_policy", t_map},
+             {"nccl_id", t_nccl})

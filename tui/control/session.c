@@ -303,6 +303,7 @@ void pt_session_destroy(pt_session **s_p)
             close(s->commit_pipe[k]);
     pt_telemetry_rx_destroy(&s->rx);
     free(s->agents);
+    free(s->id_slots);
     free(s->reqs);
     free(s->workers);
     free(s->bound);
@@ -341,12 +342,62 @@ const pt_session_agent *pt_session_agent_at(const pt_session *s, int i)
     return s && i >= 0 && i < s->n ? &s->agents[i].pub : NULL;
 }
 
+/* The table's index by id: every frame (a telemetry message, a heartbeat)
+ * finds its agent in constant time, not by a scan of every agent. */
+static uint64_t id_hash(const char *id)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
+        h = (h ^ *p) * 1099511628211ULL;
+    return h;
+}
+
+/* The slot of id: the one holding it, or the empty one it would go to. */
+static int id_slot(const pt_session *s, const char *id)
+{
+    unsigned mask = (unsigned)s->id_slot_n - 1;
+    unsigned k = (unsigned)id_hash(id) & mask;
+    while (s->id_slots[k] && strcmp(s->agents[s->id_slots[k] - 1].pub.id, id) != 0)
+        k = (k + 1) & mask;
+    return (int)k;
+}
+
+/* Indexes agent i unless its id is indexed already (the first agent of a
+ * name is the one found, as a scan in table order would). */
+static void index_put(pt_session *s, int i)
+{
+    int k = id_slot(s, s->agents[i].pub.id);
+    if (!s->id_slots[k])
+        s->id_slots[k] = i + 1;
+}
+
+int session_index_reserve(pt_session *s)
+{
+    if (2 * (s->n + 1) <= s->id_slot_n)
+        return 0;
+    int n = s->id_slot_n ? 2 * s->id_slot_n : 16;
+    int *slots = calloc((size_t)n, sizeof *slots);
+    if (!slots)
+        return PT_ENOMEM;
+    free(s->id_slots);
+    s->id_slots = slots;
+    s->id_slot_n = n;
+    for (int i = 0; i < s->n; i++)
+        index_put(s, i);
+    return 0;
+}
+
+void session_index_add(pt_session *s, int i)
+{
+    index_put(s, i);
+}
+
 int pt_session_find_agent(const pt_session *s, const char *id)
 {
-    for (int i = 0; s && id && i < s->n; i++)
-        if (!strcmp(s->agents[i].pub.id, id))
-            return i;
-    return -1;
+    if (!s || !id || !s->id_slot_n)
+        return -1;
+    int v = s->id_slots[id_slot(s, id)];
+    return v ? v - 1 : -1;
 }
 
 int64_t pt_session_heartbeat_age_ms(const pt_session *s, int i)

@@ -157,6 +157,8 @@ static int add_agent(pt_session *s, const char *id)
         s->agents = a;
         s->cap = cap;
     }
+    if (session_index_reserve(s) < 0)
+        return PT_ENOMEM;
     agent_entry *e = &s->agents[s->n];
     memset(e, 0, sizeof *e);
     snprintf(e->pub.id, sizeof e->pub.id, "%s", id);
@@ -164,6 +166,7 @@ static int add_agent(pt_session *s, const char *id)
     e->pub.step = e->pub.ckpt_step = e->pub.stop_step = -1;
     e->pub.device = -1;
     pt_clock_filter_init(&e->clk);
+    session_index_add(s, s->n);
     return s->n++;
 }
 

@@ -21,10 +21,15 @@
 #define RECV_BATCH_MAX                                                                             \
     4096 /* messages handled per socket per poll before heartbeats get a turn                      \
           */
-#define SESSION_HWM_MSGS 100000
-#define CTL_FRAMES_MAX   4 /* frames read from one ROUTER message before the rest is discarded */
-#define DESCRIBE_MAX     192
-#define REQ_FIRST        1
+/* A telemetry drain stops after heartbeat_ms / TELEMETRY_BUDGET_DIV of work
+ * (the clock read every TELEMETRY_CLOCK_EVERY messages), so that control is
+ * read and heartbeats sent in time however far behind telemetry is. */
+#define TELEMETRY_BUDGET_DIV  4
+#define TELEMETRY_CLOCK_EVERY 16
+#define SESSION_HWM_MSGS      100000
+#define CTL_FRAMES_MAX        4 /* frames read from one ROUTER message before the rest is discarded */
+#define DESCRIBE_MAX          192
+#define REQ_FIRST             1
 
 typedef struct agent_entry {
     pt_session_agent pub;
@@ -86,6 +91,10 @@ struct pt_session {
     int64_t next_hb_ns;
     agent_entry *agents;
     int n, cap;
+    /* agent index by id (session.c): open addressing, slots hold index + 1
+     * (0 empty), at most half full; id_slot_n a power of two, or 0 */
+    int *id_slots;
+    int id_slot_n;
     pt_telemetry_rx *rx;
     int64_t gen, next_req;
     request *reqs;
@@ -129,6 +138,12 @@ void session_say_rejected(pt_session *s, int i, const char *channel, const char 
 void session_rejected_summary(pt_session *s, int64_t now);
 void session_set_state(pt_session *s, int i, pt_agent_state st);
 void session_drop_requests_of(pt_session *s, int agent);
+/* The agent table's index by id (what pt_session_find_agent reads): room
+ * for agent s->n, 0 or PT_ENOMEM (the table unchanged); then, once
+ * s->agents[i] has its id, session_index_add. Agents are never removed
+ * and their ids never change. */
+int session_index_reserve(pt_session *s);
+void session_index_add(pt_session *s, int i);
 /* session_control.c */
 int session_send_to(pt_session *s, int i, pt_msg *m, pt_error *err);
 int session_add_request(pt_session *s, int agent, pt_msg_type type, int64_t req);

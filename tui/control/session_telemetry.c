@@ -68,7 +68,13 @@ static void handle_telemetry(pt_session *s, const char *body, size_t len, const 
 
 int session_drain_telemetry(pt_session *s, pt_error *err)
 {
+    /* a backlog of big events messages is seconds of decoding: past the
+     * budget the rest waits (queued, not lost) while heartbeats are read and
+     * sent, else a console behind on telemetry takes its agents for dead */
+    int64_t until = pt_msg_now_ns() + (int64_t)s->hb_ms * NS_PER_MS / TELEMETRY_BUDGET_DIV;
     for (int k = 0; k < RECV_BATCH_MAX; k++) {
+        if (k % TELEMETRY_CLOCK_EVERY == TELEMETRY_CLOCK_EVERY - 1 && pt_msg_now_ns() > until)
+            return 0;
         zmq_msg_t part;
         zmq_msg_init(&part);
         if (zmq_msg_recv(&part, s->sub, ZMQ_DONTWAIT) < 0) {
