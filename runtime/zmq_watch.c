@@ -30,6 +30,13 @@ int pt_zmq_watch_start(void *ctx, void *sock, int mask, pt_zmq_watch **out, pt_e
     if (zmq_socket_monitor(sock, ep, mask) != 0)
         goto fail;
     w->pair = zmq_socket(ctx, ZMQ_PAIR);
+    /* No bound on the events waiting here: libzmq's I/O thread sends them
+     * blocking, and a full queue (1,000 by default) stopped the socket's
+     * I/O thread, and with it every connection, until they were read: a
+     * console taking 2,048 agents' connections hung so in its teardown. */
+    int unbounded = 0;
+    if (w->pair)
+        zmq_setsockopt(w->pair, ZMQ_RCVHWM, &unbounded, sizeof unbounded);
     if (!w->pair || zmq_connect(w->pair, ep) != 0)
         goto fail_monitor;
     *out = w;
