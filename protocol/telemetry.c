@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "protocol/hash.h"
+
 #define WORDS (PT_RX_WINDOW / 64)
 
 typedef struct rx_agent {
@@ -59,19 +61,11 @@ void pt_telemetry_rx_set_generation(pt_telemetry_rx *self, int64_t gen)
         self->gen = gen;
 }
 
-static uint64_t id_hash(const char *id)
-{
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
-        h = (h ^ *p) * 1099511628211ULL;
-    return h;
-}
-
 /* The slot of id: the one holding it, or the empty one it would go to. */
 static int id_slot(const pt_telemetry_rx *rx, const char *id)
 {
     unsigned mask = (unsigned)rx->slot_n - 1;
-    unsigned k = (unsigned)id_hash(id) & mask;
+    unsigned k = (unsigned)pt_hash_str(id) & mask;
     while (rx->slots[k] && strcmp(rx->agents[rx->slots[k] - 1]->id, id) != 0)
         k = (k + 1) & mask;
     return (int)k;

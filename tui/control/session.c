@@ -12,6 +12,7 @@
 #include <zmq.h>
 
 #include "protocol/fileio.h"
+#include "protocol/hash.h"
 
 static const char *const state_names[PT_AGENT_STATE_COUNT] = {
     "registered", "assigned", "running", "idle", "stopped", "failed", "dead", "gone"};
@@ -343,20 +344,12 @@ const pt_session_agent *pt_session_agent_at(const pt_session *s, int i)
 }
 
 /* The table's index by id: every frame (a telemetry message, a heartbeat)
- * finds its agent in constant time, not by a scan of every agent. */
-static uint64_t id_hash(const char *id)
-{
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
-        h = (h ^ *p) * 1099511628211ULL;
-    return h;
-}
-
-/* The slot of id: the one holding it, or the empty one it would go to. */
+ * finds its agent in constant time, not by a scan of every agent. The slot
+ * of id: the one holding it, or the empty one it would go to. */
 static int id_slot(const pt_session *s, const char *id)
 {
     unsigned mask = (unsigned)s->id_slot_n - 1;
-    unsigned k = (unsigned)id_hash(id) & mask;
+    unsigned k = (unsigned)pt_hash_str(id) & mask;
     while (s->id_slots[k] && strcmp(s->agents[s->id_slots[k] - 1].pub.id, id) != 0)
         k = (k + 1) & mask;
     return (int)k;

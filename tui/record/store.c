@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "protocol/hash.h"
+
 /* Steps back from the newest where metrics of the same step are looked for. */
 #define STEP_MERGE_WINDOW (4 * PT_MSG_FOLD_MAX) /* replicas fold the same steps apart */
 
@@ -306,19 +308,11 @@ int pt_store_set_plan(pt_store *s, const pt_plan *plan, int64_t gen)
     return 0;
 }
 
-static uint64_t id_hash(const char *id)
-{
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
-        h = (h ^ *p) * 1099511628211ULL;
-    return h;
-}
-
 /* The slot of id: the one holding it, or the empty one it would go to. */
 static int id_slot(const pt_store *s, const char *id)
 {
     unsigned mask = (unsigned)s->agent_slot_n - 1;
-    unsigned k = (unsigned)id_hash(id) & mask;
+    unsigned k = (unsigned)pt_hash_str(id) & mask;
     while (s->agent_slots[k] && strcmp(s->agents[s->agent_slots[k] - 1].id, id) != 0)
         k = (k + 1) & mask;
     return (int)k;
