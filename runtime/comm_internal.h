@@ -215,8 +215,6 @@ int pt_resend_store_keep(pt_resend_store *s, const unsigned char *hdr, uint64_t 
 int pt_resend_store_from(const pt_resend_store *s, uint64_t from, int *first);
 void pt_resend_store_at(const pt_resend_store *s, int k, const unsigned char **hdr,
                         const void **data, size_t *bytes);
-/* The lowest sequence number a resend can start from. */
-uint64_t pt_resend_store_oldest(const pt_resend_store *s);
 /* Bytes of payload kept (0 for NULL). */
 size_t pt_resend_store_bytes(const pt_resend_store *s);
 

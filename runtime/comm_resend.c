@@ -125,11 +125,6 @@ void pt_resend_store_at(const pt_resend_store *s, int k, const unsigned char **h
     *bytes = e->bytes;
 }
 
-uint64_t pt_resend_store_oldest(const pt_resend_store *s)
-{
-    return s->lost_upto;
-}
-
 size_t pt_resend_store_bytes(const pt_resend_store *s)
 {
     return s ? s->bytes : 0;
