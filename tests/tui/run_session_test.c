@@ -829,6 +829,130 @@ static void test_plan_flow(void)
     free(text);
 }
 
+/* f's control connection breaks and ZeroMQ makes a new one, as over a cut
+ * link: what the console had queued for the old one is lost with it; the
+ * same process registers again (its seq goes on). The console frees the
+ * routing id when it sees the old connection close, which can come after
+ * the new one's handshake (whose connection it then ignores): so the new
+ * connection is made again until something of want's type comes through
+ * it, well within the session's dead bound (3 s). 1 with *out then. */
+static int fake_reconnect_expect(fake *f, pt_session *s, pt_msg_type want, pt_msg *out)
+{
+    for (int attempt = 0; attempt < 8; attempt++) {
+        track(f->dealer, 0);
+        zmq_close(f->dealer);
+        f->dealer = zmq_socket(g_ctx, ZMQ_DEALER);
+        int linger = 0;
+        zmq_setsockopt(f->dealer, ZMQ_LINGER, &linger, sizeof linger);
+        zmq_setsockopt(f->dealer, ZMQ_ROUTING_ID, f->id, strlen(f->id));
+        zmq_connect(f->dealer, pt_session_control_endpoint(s));
+        track(f->dealer, 1);
+        fake_register(f, "tcp://127.0.0.1:41002");
+        if (fake_expect(f, s, want, 300, out))
+            return 1;
+    }
+    return 0;
+}
+
+static void ack_step(fake *f, const pt_msg *req, int64_t step)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_ACK, NULL);
+    m.gen = req->gen;
+    m.req = req->req;
+    m.u.ack.of = PT_MSG_STOP;
+    m.u.ack.step = step;
+    fake_send(f, &m, 0);
+}
+
+static uint64_t stops_resent(const pt_session *s)
+{
+    pt_session_counts k;
+    pt_session_counts_get(s, &k);
+    return k.stops_resent;
+}
+
+/* A stop whose message died with a broken connection is sent again when the
+ * agent's process registers again: both rounds, the hold and the stop at the
+ * common step, under their own ids; an agent that did not reconnect gets
+ * nothing twice (docs/protocol.md, "Stopping at one step"). */
+static void test_stop_resent(void)
+{
+    seen x = {0};
+    pt_session *s = open_session("run_session_test.d/stop_resent.ndjson", &x, 0);
+    REQUIRE(s);
+    fake a, b;
+    fake_open(&a, "agent-a", s, 0);
+    fake_open(&b, "agent-b", s, 0);
+    fake_register(&a, "tcp://127.0.0.1:41001");
+    fake_register(&b, "tcp://127.0.0.1:41002");
+    beat(&a, 1);
+    beat(&b, 1);
+    PUMP_UNTIL(s, pt_session_agent_count(s) >= 2);
+    REQUIRE(pt_session_agent_count(s) == 2);
+    pt_plan *plan = two_stage_plan();
+    pt_model_spec *model = tiny_model();
+    REQUIRE(plan && model);
+    int ib = pt_session_find_agent(s, "agent-b"), ia = pt_session_find_agent(s, "agent-a");
+    int agents[2] = {ib, ia};
+    pt_error err = {0};
+    pt_session_plan sp = {plan, model, agents, "synthetic", 7, NULL, 0, 0};
+    REQUIRE(pt_session_assign(s, &sp, &err) == 0);
+    pt_msg asg_a, asg_b, st_a, st_b;
+    REQUIRE(fake_expect(&a, s, PT_MSG_ASSIGN, WAIT_MS, &asg_a));
+    REQUIRE(fake_expect(&b, s, PT_MSG_ASSIGN, WAIT_MS, &asg_b));
+    a.gen = b.gen = 1;
+    ack(&a, &asg_a, PT_MSG_ASSIGN);
+    ack(&b, &asg_b, PT_MSG_ASSIGN);
+    REQUIRE(wait_beating(s, WAIT_MS, &err) == 0);
+    REQUIRE(pt_session_start(s, 0, &err) == 0);
+    REQUIRE(fake_expect(&a, s, PT_MSG_START, WAIT_MS, &st_a));
+    REQUIRE(fake_expect(&b, s, PT_MSG_START, WAIT_MS, &st_b));
+    ack(&a, &st_a, PT_MSG_START);
+    ack(&b, &st_b, PT_MSG_START);
+    REQUIRE(wait_beating(s, WAIT_MS, &err) == 0);
+    uint64_t rejected0 = control_rejected(s);
+
+    /* the hold reaches a; b's connection breaks before b reads its hold */
+    REQUIRE(pt_session_stop(s, "test stop", &err) == 0);
+    pt_msg hold_a, hold_b, stop_a, stop_b;
+    REQUIRE(fake_expect(&a, s, PT_MSG_STOP, WAIT_MS, &hold_a));
+    CHECK(hold_a.u.stop.hold == 1);
+    CHECK(stops_resent(s) == 0);
+    REQUIRE(fake_reconnect_expect(&b, s, PT_MSG_STOP, &hold_b));
+    CHECK(hold_b.u.stop.hold == 1 && hold_b.gen == 1);
+    CHECK_STR_CONTAINS(hold_b.u.stop.reason, "test stop");
+    CHECK(hold_b.req != hold_a.req);
+    CHECK(stops_resent(s) == 1);
+    ack_step(&a, &hold_a, 3);
+    ack_step(&b, &hold_b, 5);
+
+    /* the stop at the common step: a reads it, b's connection breaks again */
+    REQUIRE(fake_expect(&a, s, PT_MSG_STOP, WAIT_MS, &stop_a));
+    CHECK(stop_a.u.stop.hold == 0 && stop_a.u.stop.at_step == 5);
+    REQUIRE(fake_reconnect_expect(&b, s, PT_MSG_STOP, &stop_b));
+    CHECK(stop_b.u.stop.hold == 0 && stop_b.u.stop.at_step == 5);
+    CHECK(stops_resent(s) == 2);
+    ack_step(&a, &stop_a, 5);
+    ack_step(&b, &stop_b, 5);
+    CHECK(wait_beating(s, WAIT_MS, &err) == 0);
+    CHECK(pt_session_agent_at(s, ia)->state == PT_AGENT_STOPPED);
+    CHECK(pt_session_agent_at(s, ib)->state == PT_AGENT_STOPPED);
+    CHECK(pt_session_agent_at(s, ib)->stop_step == 5);
+    /* a got each stop once: nothing more of them comes its way */
+    pt_msg more;
+    CHECK(!fake_expect(&a, s, PT_MSG_STOP, 200, &more));
+    CHECK(control_rejected(s) == rejected0);
+
+    pt_msg_clear(&asg_a);
+    pt_msg_clear(&asg_b);
+    fake_close(&a);
+    fake_close(&b);
+    pt_session_destroy(&s);
+    pt_plan_free(&plan);
+    pt_model_spec_free(&model);
+}
+
 /* A plan of one single-replica stage per device in devs. */
 static pt_plan *plan_on(const int *devs, int n)
 {
@@ -1017,6 +1141,13 @@ static void t_flow(void)
     teardown();
 }
 
+static void t_stop_resent(void)
+{
+    setup();
+    test_stop_resent();
+    teardown();
+}
+
 static void t_map(void)
 {
     setup();
@@ -1032,5 +1163,5 @@ static void t_nccl(void)
 }
 
 PT_TEST_MAIN({"register_and_clock", t_register}, {"rejects", t_rejects}, {"many_agents", t_many},
-             {"telemetry_backlog", t_backlog}, {"plan_flow", t_flow}, {"map_policy", t_map},
-             {"nccl_id", t_nccl})
+             {"telemetry_backlog", t_backlog}, {"plan_flow", t_flow},
+             {"stop_resent", t_stop_resent}, {"map_policy", t_map}, {"nccl_id", t_nccl})

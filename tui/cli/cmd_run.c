@@ -830,6 +830,7 @@ static char *summary_extra(run_ctx *c)
     }
     cJSON_AddNumberToObject(o, "control_rejected", (double)k.control_rejected);
     cJSON_AddNumberToObject(o, "control_flooded", (double)k.control_flooded);
+    cJSON_AddNumberToObject(o, "stops_resent", (double)k.stops_resent);
     cJSON_AddNumberToObject(o, "handshakes_refused", (double)pt_session_refused_handshakes(c->s));
     cJSON_AddNumberToObject(o, "connections_silent", (double)pt_session_silent_connections(c->s));
     if (g_signal_no)

@@ -62,10 +62,10 @@
 /* A connection to the console's sockets must finish its handshake within
  * this (libzmq's default is 30 s): a flood of connections that never speak
  * holds descriptors this long at most. Agents finish theirs in ms. */
-#define PT_SESSION_HANDSHAKE_MS      5000
+#define PT_SESSION_HANDSHAKE_MS 5000
 /* A control connection that sent nothing this long after its accept is
  * counted (pt_session_silent_connections) and said in the record. */
-#define PT_SESSION_SILENT_MS 5000
+#define PT_SESSION_SILENT_MS         5000
 #define PT_SESSION_MISSED_HEARTBEATS 12
 /* Default bind addresses: loopback, ephemeral port. */
 #define PT_SESSION_DEFAULT_BIND "tcp://127.0.0.1:*"
@@ -322,6 +322,7 @@ typedef struct pt_session_counts {
     uint64_t telemetry_rejected; /* decoded but refused: a control type, unknown agent */
     uint64_t sends_failed;       /* messages the ROUTER could not queue */
     uint64_t control_flooded;    /* dropped unread: a peer over PT_SESSION_PEER_BYTES_PER_S */
+    uint64_t stops_resent;       /* pending stops sent again to an agent that reconnected */
 } pt_session_counts;
 void pt_session_counts_get(const pt_session *s, pt_session_counts *out);
 

@@ -212,6 +212,8 @@ static void on_register(pt_session *s, int i, const pt_msg *m, int64_t now)
     e->ctl_next_seq = m->seq + 1;
     send_heartbeat(s, i, now); /* its answer gives the first clock sample at once */
     session_note(s, PT_NOTE_REGISTERED, i, m, 0, NULL);
+    if (!fresh && m->seq != 0) /* the same process reconnected: what it missed */
+        session_resend_stops(s, i);
 }
 
 void session_on_hold_ack(pt_session *s, int64_t step);

@@ -164,5 +164,7 @@ void session_try_commit(pt_session *s);
 void session_check_record(pt_session *s);
 /* session_requests.c */
 void session_on_hold_ack(pt_session *s, int64_t step);
+/* Sends agent i's pending stops again (it registered again: a reconnect). */
+void session_resend_stops(pt_session *s, int i);
 
 #endif

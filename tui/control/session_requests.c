@@ -307,6 +307,33 @@ int pt_session_stop(pt_session *s, const char *reason, pt_error *err)
     return 0;
 }
 
+/* A stop sent on a connection that broke before the agent read it is lost
+ * with it: ZeroMQ drops what a dead pipe held. When the same process
+ * registers again (its reconnect), each stop still pending for it is sent
+ * once more under its own id: a hold is answered with the first horizon
+ * again, a stop at a step names the same step (agent/worker.c), so an agent
+ * that did read it loses nothing by the repeat. */
+void session_resend_stops(pt_session *s, int i)
+{
+    for (int j = 0; j < s->nreq; j++) {
+        const request *r = &s->reqs[j];
+        if (r->agent != i || r->type != PT_MSG_STOP)
+            continue;
+        pt_msg m;
+        pt_msg_init(&m, PT_MSG_STOP, NULL);
+        snprintf(m.u.stop.reason, sizeof m.u.stop.reason, "%s", s->stop_reason);
+        m.u.stop.hold = r->req >= s->hold_lo && r->req < s->hold_hi;
+        if (!m.u.stop.hold)
+            m.u.stop.at_step = s->stop_at;
+        m.gen = s->gen;
+        m.req = r->req;
+        if (session_send_to(s, i, &m, NULL) < 0)
+            s->counts.sends_failed++;
+        else
+            s->counts.stops_resent++;
+    }
+}
+
 int64_t pt_session_stop_step(const pt_session *s)
 {
     return s ? s->stop_at : -1;
