@@ -28,6 +28,7 @@
 #include <zmq.h>
 
 #include "agent/observe_line.h"
+#include "protocol/clock.h"
 #include "agent/worker_internal.h"
 
 #define OBS_POLL_MS          20 /* a command waits at most this long for the relay to look */
@@ -46,13 +47,6 @@ typedef struct obs {
     int64_t prev_end;  /* the last iteration's end (monotonic ns), 0 none */
     uint64_t refused;  /* lines refused */
 } obs;
-
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static void close_client(obs *o)
 {
@@ -329,7 +323,7 @@ void *pt_wk_observe_main(void *arg)
     obs o;
     memset(&o, 0, sizeof o);
     o.lfd = o.cfd = -1;
-    o.mono_base = mono_ns() - pt_msg_now_ns();
+    o.mono_base = pt_clock_ns() - pt_msg_now_ns();
     w->notify = zmq_socket(w->ctx, ZMQ_PAIR);
     if (w->notify)
         zmq_connect(w->notify, w->notify_ep);

@@ -50,11 +50,12 @@ message(STATUS "pipetop: CUDA toolkit ${CUDAToolkit_VERSION} found; CUDA backend
 # tests neither link nor load libcudart, libcublas(Lt) or libnccl until then:
 # a pipetop built here starts on a machine without them, and valgrind does not
 # read their symbols in every test (12-14 s of CPU each, docs/benchmarks.md).
-# It holds its own copy of protocol/error.c and nothing else of the core
+# It holds its own copies of protocol/error.c and protocol/clock.c and nothing else of the core
 # (-z defs below checks that it needs no symbol of the program), and exports
 # one symbol: the rest is hidden, so none of it stands in for the core's own.
 set(PT_CUDA_MODULE_SRC ${CMAKE_SOURCE_DIR}/runtime/cuda/backend_cuda.cu
-    ${CMAKE_SOURCE_DIR}/runtime/cuda/module.c ${CMAKE_SOURCE_DIR}/protocol/error.c)
+    ${CMAKE_SOURCE_DIR}/runtime/cuda/module.c ${CMAKE_SOURCE_DIR}/protocol/error.c
+    ${CMAKE_SOURCE_DIR}/protocol/clock.c)
 if(PT_HAVE_NCCL)
   list(APPEND PT_CUDA_MODULE_SRC ${CMAKE_SOURCE_DIR}/runtime/cuda/comm_nccl_cuda.c)
 endif()

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "protocol/clock.h"
 #include "runtime/cuda_module.h"
 
 _Static_assert(sizeof(ncclUniqueId) == PT_NCCL_ID_BYTES, "ncclUniqueId is 128 bytes");
@@ -159,13 +160,6 @@ static int split(pt_nccl *parent, int color, int key, pt_nccl **out, pt_error *e
     return 0;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Aborts the communicator (its kernels stop, so the stream drains) and
  * returns rc with err set to msg and that it was aborted. */
 static int abort_comm(pt_nccl *self, int rc, pt_error *err, const char *msg)
@@ -185,7 +179,7 @@ static int wait_stream(pt_nccl *self, int timeout_ms, pt_error *err)
     if (self->aborted)
         return pt_error_set(err, PT_EIO, "nccl: the communicator was aborted");
     cudaSetDevice(self->device);
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = pt_clock_ns() / 1000000 + timeout_ms;
     char msg[PT_ERROR_MAX - 64];
     for (int polls = 0;; polls++) {
         cudaError_t e = cudaStreamQuery(self->stream);
@@ -203,7 +197,7 @@ static int wait_stream(pt_nccl *self, int timeout_ms, pt_error *err)
             snprintf(msg, sizeof msg, "stream: %s", cudaGetErrorString(e));
             return abort_comm(self, PT_EIO, err, msg);
         }
-        if (now_ms() >= deadline) {
+        if (pt_clock_ns() / 1000000 >= deadline) {
             snprintf(msg, sizeof msg,
                      "its stream did not finish in %d ms (a peer that died or never called)",
                      timeout_ms);
