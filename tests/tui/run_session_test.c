@@ -633,6 +633,20 @@ static void ckpt_ack(fake *f, int64_t req, int64_t step)
     fake_send(f, &m, 0);
 }
 
+/* Fake agents a ("agent-a", data port 41001) and b ("agent-b", 41002),
+ * registered and heartbeating. 1 once the session has both. */
+static int two_fakes(pt_session *s, fake *a, fake *b)
+{
+    fake_open(a, "agent-a", s, 0);
+    fake_open(b, "agent-b", s, 0);
+    fake_register(a, "tcp://127.0.0.1:41001");
+    fake_register(b, "tcp://127.0.0.1:41002");
+    beat(a, 1);
+    beat(b, 1);
+    PUMP_UNTIL(s, pt_session_agent_count(s) >= 2);
+    return pt_session_agent_count(s) == 2;
+}
+
 static void test_plan_flow(void)
 {
     seen x = {0};
@@ -644,14 +658,7 @@ static void test_plan_flow(void)
     pt_session *s = open_session(rec, &x, 1);
     REQUIRE(s);
     fake a, b;
-    fake_open(&a, "agent-a", s, 0);
-    fake_open(&b, "agent-b", s, 0);
-    fake_register(&a, "tcp://127.0.0.1:41001");
-    fake_register(&b, "tcp://127.0.0.1:41002");
-    beat(&a, 1);
-    beat(&b, 1);
-    PUMP_UNTIL(s, pt_session_agent_count(s) >= 2);
-    REQUIRE(pt_session_agent_count(s) == 2);
+    REQUIRE(two_fakes(s, &a, &b));
     pt_plan *plan = two_stage_plan();
     pt_model_spec *model = tiny_model();
     REQUIRE(plan && model);
@@ -882,14 +889,7 @@ static void test_stop_resent(void)
     pt_session *s = open_session("run_session_test.d/stop_resent.ndjson", &x, 0);
     REQUIRE(s);
     fake a, b;
-    fake_open(&a, "agent-a", s, 0);
-    fake_open(&b, "agent-b", s, 0);
-    fake_register(&a, "tcp://127.0.0.1:41001");
-    fake_register(&b, "tcp://127.0.0.1:41002");
-    beat(&a, 1);
-    beat(&b, 1);
-    PUMP_UNTIL(s, pt_session_agent_count(s) >= 2);
-    REQUIRE(pt_session_agent_count(s) == 2);
+    REQUIRE(two_fakes(s, &a, &b));
     pt_plan *plan = two_stage_plan();
     pt_model_spec *model = tiny_model();
     REQUIRE(plan && model);
