@@ -652,6 +652,8 @@ static void teardown(pt_ui *ui)
     ui->store = NULL;
     pt_tline_release(&ui->tl.meas);
     pt_tline_release(&ui->tl.pred);
+    pt_bands_release(&ui->tl.meas_bands);
+    pt_bands_release(&ui->tl.pred_bands);
 }
 
 int pt_console_has_view(const char *name)
