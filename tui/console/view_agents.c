@@ -23,13 +23,13 @@
  * (a cut cell ends with '~'), then drops the ones of the lowest drop rank
  * (the title says how many are hidden); last error takes what is left. */
 #define AGENT_COLS(X)                                                                              \
-    X(COL_AGENT, "agent", "agent", 10, 7, 0, 9)                                                    \
+    X(COL_AGENT, "agent", "agent", 10, 6, 0, 9)                                                    \
     X(COL_PID, "pid", "pid", 7, 5, 1, 3)                                                           \
     X(COL_CPU, "cpu%", "cpu%", 5, 4, 1, 4)                                                         \
     X(COL_RSS, "rss", "rss", 7, 5, 1, 2)                                                           \
     X(COL_HOST, "host", "host", 12, 4, 0, 5)                                                       \
     X(COL_DEVICE, "device", "dev", 16, 5, 0, 7)                                                    \
-    X(COL_STAGE, "stage", "stg", 7, 5, 0, 8)                                                       \
+    X(COL_STAGE, "stage", "stg", 6, 4, 0, 8)                                                       \
     X(COL_STATE, "state", "state", 10, 8, 0, 9)                                                    \
     X(COL_HB, "heartbeat", "hb", 9, 7, 1, 6)                                                       \
     X(COL_DROPPED, "dropped", "drop", 7, 4, 1, 1)                                                  \
@@ -486,9 +486,14 @@ static void fini(void *state)
     v->order = NULL;
 }
 
+static void k_stragglers(pt_ui *ui, void *state, int ch);
+
 static void k_filter(pt_ui *ui, void *state, int ch)
 {
-    (void)ch;
+    if (ch == '!') {
+        k_stragglers(ui, state, ch);
+        return;
+    }
     ((agents_view *)state)->filter_edit = 1;
     pt_ui_status(ui, 0,
                  "filter agents: type text (agent, host, device, stage, state), Enter keeps it, "
@@ -505,21 +510,20 @@ static void k_sort(pt_ui *ui, void *state, int ch)
 
 static const pt_view_key keys[] = {
     {{KEY_UP, KEY_DOWN, KEY_PPAGE, KEY_NPAGE, KEY_HOME, KEY_END},
-     "Up Down PgUp PgDn Home End",
+     "Up Down PgDn End",
      "scroll the agent table",
      k_scroll,
      NULL},
-    {{'/', KEY_F(4)},
-     "/ F4",
-     "filter: type text (agent, host, device, stage, state); Enter keeps, Esc clears",
+    {{'/', KEY_F(4), '!'},
+     "/ F4 !",
+     "filter: text (agent, host, device, stage, state; Enter keeps, Esc clears); ! stragglers",
      k_filter,
      NULL},
     {{'s', KEY_F(6)},
      "s F6",
-     "next sort key: agent, stage, step, compute (slowest first), cpu, rss, state",
+     "next sort key: agent stage step compute cpu rss state",
      k_sort,
      NULL},
-    {{'!'}, "!", "the stragglers only (and back)", k_stragglers, NULL},
     {{0}, NULL, NULL, NULL, NULL},
 };
 

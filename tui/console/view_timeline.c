@@ -234,7 +234,7 @@ static void draw_chart(pt_ui *ui, timeline_view *v, const pt_rect *r, const pt_t
  * has a stragglers line (a plan of one replica per stage has none). */
 static int replicated(const pt_ui *ui)
 {
-    const pt_plan *p = ui->fig.plan ? ui->fig.plan : pt_store_plan(ui->store);
+    const pt_plan *p = ui->fig.plan ? ui->fig.plan : ui->store ? pt_store_plan(ui->store) : NULL;
     return p && pt_plan_agent_count(p) > p->stage_count;
 }
 
@@ -442,9 +442,15 @@ static int stage_rows(const pt_ui *ui, const timeline_view *v)
     return v->drill < 0 && b->stage_count > 0 && b->stage_count < b->row_count;
 }
 
+static void k_drill(pt_ui *ui, void *state, int ch);
+
 static void k_scroll(pt_ui *ui, void *state, int ch)
 {
     timeline_view *v = state;
+    if (ch == '\n' || ch == '\r' || ch == KEY_ENTER) {
+        k_drill(ui, state, ch);
+        return;
+    }
     int *at = stage_rows(ui, v) ? &v->sel : &v->scroll;
     int page = ch == KEY_NPAGE || ch == KEY_PPAGE ? PAGE_ROWS : 1;
     if (ch == KEY_DOWN || ch == KEY_NPAGE)
@@ -487,15 +493,10 @@ static const pt_view_key keys[] = {
     {{'+', '=', '-', '0'}, "+ - 0", "zoom in / out / reset (mouse wheel zooms too)", k_zoom, NULL},
     {{'p'}, "p", "measured / predicted / both side by side", k_mode, NULL},
     {{'i', 'I'}, "i I", "one iteration fewer / more shown", k_iters, NULL},
-    {{KEY_UP, KEY_DOWN, KEY_PPAGE, KEY_NPAGE},
-     "Up Down PgUp PgDn",
-     "scroll the rows (one row per stage: select a stage)",
+    {{KEY_UP, KEY_DOWN, KEY_PPAGE, KEY_NPAGE, '\n', '\r', KEY_ENTER},
+     "Up Down PgDn Enter",
+     "scroll (a stage a row: select); Enter: its replicas, Esc back",
      k_scroll,
-     NULL},
-    {{'\n', '\r', KEY_ENTER, 'd'},
-     "Enter d",
-     "a stage's replicas, one row each (and back); Esc: back too",
-     k_drill,
      NULL},
     {{0}, NULL, NULL, NULL, NULL},
 };
