@@ -516,7 +516,7 @@ static const pt_view_key keys[] = {
      NULL},
     {{'/', KEY_F(4), '!'},
      "/ F4 !",
-     "filter: text (agent, host, device, stage, state; Enter keeps, Esc clears); ! stragglers",
+     "filter: type text (agent, host, device, stage, state); Enter keeps, Esc clears; ! stragglers",
      k_filter,
      NULL},
     {{'s', KEY_F(6)},

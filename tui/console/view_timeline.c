@@ -111,11 +111,11 @@ static int item_row(const chart_rows *cr, const pt_bands *b, int k)
 
 /* The label of item k: "s3r1" (a replica; "!" marks a straggler) or "s3"
  * with "!" when the stage has stragglers; the selected stage reversed. */
-static void draw_label(pt_ui *ui, const timeline_view *v, const chart_rows *cr, const pt_bands *b,
-                       int k, int y, int x, int w)
+static void draw_label(pt_ui *ui, const timeline_view *v, const pt_tline *tl, const chart_rows *cr,
+                       const pt_bands *b, int k, int y, int x, int w)
 {
     int row = item_row(cr, b, k);
-    const pt_tl_row *tr = &b->rows[row];
+    const pt_tl_row *tr = &tl->rows[row];
     if (cr->agg) {
         const pt_band_stage *st = &b->stages[cr->first + k];
         attr_t a = ui->attr[st->stragglers ? PT_THEME_WARN : PT_THEME_TEXT];
@@ -124,7 +124,7 @@ static void draw_label(pt_ui *ui, const timeline_view *v, const chart_rows *cr, 
         pt_ui_text(y, x, w, a, 1, "s%d%s", st->stage, st->stragglers ? " !" : "");
         return;
     }
-    int strag = b->row_count > row && b->straggler[row];
+    int strag = b->row_count == tl->row_count && b->straggler[row];
     pt_ui_text(y, x, w, ui->attr[strag ? PT_THEME_WARN : PT_THEME_TEXT], 1, "s%dr%d%s", tr->stage,
                tr->replica, strag ? "!" : "");
 }
@@ -158,7 +158,7 @@ static void draw_row(pt_ui *ui, const timeline_view *v, const pt_tline *tl, cons
             continue;
         }
         if (line == 0)
-            draw_label(ui, v, cr, b, k, y, in->x, label);
+            draw_label(ui, v, tl, cr, b, k, y, in->x, label);
         else if (lane_comm)
             pt_ui_text(y, in->x, label, ui->attr[PT_THEME_DIM], 1, "  comm");
         else
@@ -494,8 +494,8 @@ static const pt_view_key keys[] = {
     {{'p'}, "p", "measured / predicted / both side by side", k_mode, NULL},
     {{'i', 'I'}, "i I", "one iteration fewer / more shown", k_iters, NULL},
     {{KEY_UP, KEY_DOWN, KEY_PPAGE, KEY_NPAGE, '\n', '\r', KEY_ENTER},
-     "Up Down PgDn Enter",
-     "scroll (a stage a row: select); Enter: its replicas, Esc back",
+     "Up Down Enter",
+     "scroll, PgUp PgDn (a row a stage: select it); Enter: its replicas, Esc back",
      k_scroll,
      NULL},
     {{0}, NULL, NULL, NULL, NULL},
