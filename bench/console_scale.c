@@ -342,10 +342,8 @@ static int measure(const scale_cfg *c)
 
 static int parse(int argc, char **argv, scale_cfg *c)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v)
-            return -1;
+    for (int i = 1; i + 1 < argc; i += 2) { /* every option takes a value */
+        const char *a = argv[i], *v = argv[i + 1];
         if (!strcmp(a, "--write"))
             c->write_dir = v;
         else if (!strcmp(a, "--replicas"))
@@ -358,14 +356,12 @@ static int parse(int argc, char **argv, scale_cfg *c)
             c->cols = atoi(v);
         else if (!strcmp(a, "--rows"))
             c->rows = atoi(v);
-        else if (!strcmp(a, "--straggler")) {
-            if (sscanf(v, "%d:%d:%lf", &c->slow_stage, &c->slow_replica, &c->slow_pct) != 3)
-                return -1;
-        } else {
+        else if (strcmp(a, "--straggler") ||
+                 sscanf(v, "%d:%d:%lf", &c->slow_stage, &c->slow_replica, &c->slow_pct) != 3)
             return -1;
-        }
-        i++;
     }
+    if (argc % 2 == 0) /* an option without its value */
+        return -1;
     return c->replicas >= 1 && c->replicas <= 1024 && c->steps >= 1 && c->steps <= 1000 &&
                    c->frames >= 1 && c->cols >= 80 && c->rows >= 24
                ? 0
