@@ -2,13 +2,14 @@
 # The console at cluster scale (issue 27), driven in tmux at 120x40 and 80x24
 # on a recorded run of 1,024 agents (4 stages x 256 replicas, written by
 # bench/console_scale, stage 3 replica 17's ops 35 % longer) and on the
-# simulator's GPT-3 plan on cluster-128x8 (63 stages x 16 replicas):
+# simulator's GPT-3 plan on cluster-128x8 (63 stages x 16 replicas), both
+# sizes too:
 # - the timeline shows one row per stage (no replica rows), each with its
 #   band line; Enter drills into a stage's replicas, Esc comes back; stages
 #   beyond the screen page with the selection;
 # - the injected straggler is marked on its stage row and in its replica row
 #   ("!") and listed ("stragglers: stage 3 replica 17 +3x %");
-# - the agents view holds all 1,024 rows: End reaches the last, the compute
+# - the agents view holds all 1,024 rows: PgDn reaches the last, the compute
 #   sort puts the straggler first, "!" keeps the stragglers only, a text
 #   filter leaves exactly the agents that match.
 set -u
@@ -88,17 +89,22 @@ for size in "120 40" "80 24"; do
 done
 
 # the simulator's GPT-3 plan on cluster-128x8: 63 stages of 16 replicas, paged
-tm_start 120 40 "$PIPETOP console --model gpt3 --topology cluster-128x8 --view timeline"
-tm_check "gpt3: predicted timeline" tm_wait 60 'predicted timeline'
-tm_check "gpt3: one row per stage" tm_wait 5 '^│s0 '
-tm_check "gpt3: no replica rows" test "$(replica_rows)" -eq 0
-tm_check "gpt3: the stages page" tm_wait 5 'v [0-9]+ more'
-for ((i = 0; i < 7; i++)); do tm_keys NPage; done
-tm_check "gpt3: PgDn brings the last stage" tm_wait 5 '^│s62 '
-tm_check "gpt3: the stragglers line (none in a prediction)" tm_wait 2 'stragglers: none'
-tm_keys Enter
-tm_check "gpt3: Enter shows the 16 replicas of a stage" tm_wait 5 "stage 62's 16 replicas"
-tm_check "gpt3: its replica rows" tm_wait 5 '^│s62r15 '
-tm_check "gpt3: q exits with 0" tm_quit_ok
+for size in "120 40" "80 24"; do
+    set -- $size
+    g="gpt3 ${1}x$2"
+    tm_start "$1" "$2" "$PIPETOP console --model gpt3 --topology cluster-128x8 --view timeline"
+    tm_check "$g: predicted timeline" tm_wait 60 'predicted timeline'
+    tm_check "$g: layout" tm_layout_ok "$1" "$2"
+    tm_check "$g: one row per stage" tm_wait 5 '^│s0 '
+    tm_check "$g: no replica rows" test "$(replica_rows)" -eq 0
+    tm_check "$g: the stages page" tm_wait 5 'v [0-9]+ more'
+    for ((i = 0; i < 7; i++)); do tm_keys NPage; done
+    tm_check "$g: PgDn brings the last stage" tm_wait 5 '^│s62 '
+    tm_check "$g: the stragglers line (none in a prediction)" tm_wait 2 'stragglers: none'
+    tm_keys Enter
+    tm_check "$g: Enter shows the 16 replicas of a stage" tm_wait 5 "stage 62's 16 replicas"
+    tm_check "$g: its replica rows" tm_wait 5 '^│s62r[0-9]+ '
+    tm_check "$g: q exits with 0" tm_quit_ok
+done
 
 tm_summary
