@@ -1,6 +1,9 @@
 /* The timeline view: a Gantt chart per stage replica of the measured run
  * (the last iterations) and/or of the simulator's prediction, with zoom and
- * pan. Blocks carry their micro-batch numbers and differ by glyph. */
+ * pan. Blocks carry their micro-batch numbers and differ by glyph. A plan
+ * whose stages have several replicas shows one row per stage: its median
+ * replica's blocks over a band line (tui/record/bands.h); Enter shows one
+ * stage's replicas; stragglers are marked "!" and listed in the footer. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
