@@ -42,6 +42,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (c.refresh_hz < PT_CONFIG_REFRESH_MIN || c.refresh_hz > PT_CONFIG_REFRESH_MAX ||
                c.timeline_iters < 1 || c.timeline_iters > PT_CONFIG_ITERS_MAX ||
                !(c.replay_speed >= PT_CONFIG_SPEED_MIN && c.replay_speed <= PT_CONFIG_SPEED_MAX) ||
+               !(c.straggler_pct >= PT_CONFIG_STRAGGLER_MIN &&
+                 c.straggler_pct <= PT_CONFIG_STRAGGLER_MAX) ||
                !c.theme[0] || !c.planner[0] || (c.mouse != 0 && c.mouse != 1)) {
         fail("an accepted config holds a value out of range");
     }

@@ -159,12 +159,13 @@ static void test_config_roundtrip(void)
     c.timeline_iters = 5;
     c.timeline_split = 1;
     c.replay_speed = 2.5;
+    c.straggler_pct = 35;
     snprintf(c.planner, sizeof c.planner, "2bw");
     REQUIRE(pt_config_save(path, &c, &err) == 0);
     REQUIRE(pt_config_load(path, &d, &err) == 0);
     CHECK(!strcmp(d.theme, "okabe-ito") && d.refresh_hz == 25 && d.mouse == 0 &&
           d.timeline_iters == 5 && d.timeline_split == 1 && d.replay_speed == 2.5 &&
-          !strcmp(d.planner, "2bw"));
+          d.straggler_pct == 35 && !strcmp(d.planner, "2bw"));
     /* no temporary file is left beside it */
     char tmpdir[1100];
     snprintf(tmpdir, sizeof tmpdir, "%s/pipetop", dir);
@@ -178,6 +179,7 @@ static void test_config_roundtrip(void)
     CHECK_STR_CONTAINS(err.msg, "cfg: line 2: refresh_hz");
     CHECK(d.refresh_hz == PT_CONFIG_REFRESH_DEF);
     CHECK(pt_config_parse("replay_speed = fast\n", "cfg", &d, &err) == PT_EINVAL);
+    CHECK(pt_config_parse("straggler_pct = 0\n", "cfg", &d, &err) == PT_EINVAL);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);
 }

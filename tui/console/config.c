@@ -22,6 +22,7 @@ void pt_config_default(pt_config *cfg)
     cfg->timeline_iters = PT_CONFIG_ITERS_DEF;
     cfg->timeline_split = 0;
     cfg->replay_speed = 1.0;
+    cfg->straggler_pct = PT_CONFIG_STRAGGLER_DEF;
 }
 
 int pt_config_path(char *buf, size_t cap, pt_error *err)
@@ -57,6 +58,16 @@ static int parse_int(const char *v, int lo, int hi, int *out)
     if (errno || end == v || *end || x < lo || x > hi)
         return -1;
     *out = (int)x;
+    return 0;
+}
+
+static int parse_double(const char *v, double lo, double hi, double *out)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !isfinite(x) || x < lo || x > hi)
+        return -1;
+    *out = x;
     return 0;
 }
 
@@ -109,13 +120,12 @@ static int apply(pt_config *c, const char *key, const char *val, const char **wh
     }
     if (!strcmp(key, "replay_speed")) {
         *why = "a number in [0.01, 1000]";
-        char *end;
-        double x = strtod(val, &end);
-        if (end == val || *end || !isfinite(x) || x < PT_CONFIG_SPEED_MIN ||
-            x > PT_CONFIG_SPEED_MAX)
-            return -1;
-        c->replay_speed = x;
-        return 0;
+        return parse_double(val, PT_CONFIG_SPEED_MIN, PT_CONFIG_SPEED_MAX, &c->replay_speed);
+    }
+    if (!strcmp(key, "straggler_pct")) {
+        *why = "a number in [1, 1000]";
+        return parse_double(val, PT_CONFIG_STRAGGLER_MIN, PT_CONFIG_STRAGGLER_MAX,
+                            &c->straggler_pct);
     }
     return 1;
 }
@@ -188,13 +198,14 @@ int pt_config_save(const char *path, const pt_config *cfg, pt_error *err)
             return rc;
     }
     char text[2048];
-    int n =
-        snprintf(text, sizeof text,
-                 "# pipetop console settings (written by pipetop; unknown keys are ignored)\n"
-                 "theme = %s\nrefresh_hz = %d\nmouse = %s\nplanner = %s\n"
-                 "timeline_iters = %d\ntimeline_split = %s\nreplay_speed = %g\n",
-                 cfg->theme, cfg->refresh_hz, cfg->mouse ? "true" : "false", cfg->planner,
-                 cfg->timeline_iters, cfg->timeline_split ? "true" : "false", cfg->replay_speed);
+    int n = snprintf(
+        text, sizeof text,
+        "# pipetop console settings (written by pipetop; unknown keys are ignored)\n"
+        "theme = %s\nrefresh_hz = %d\nmouse = %s\nplanner = %s\n"
+        "timeline_iters = %d\ntimeline_split = %s\nreplay_speed = %g\nstraggler_pct = %g\n",
+        cfg->theme, cfg->refresh_hz, cfg->mouse ? "true" : "false", cfg->planner,
+        cfg->timeline_iters, cfg->timeline_split ? "true" : "false", cfg->replay_speed,
+        cfg->straggler_pct);
     if (n < 0 || (size_t)n >= sizeof text)
         return pt_error_set(err, PT_ERANGE, "%s: settings too long", path);
     return pt_file_write_atomic(path, text, (size_t)n, err);

@@ -272,8 +272,8 @@ static int take_calibration(pt_ui *ui, int seen, int *said)
 
 static void draw(pt_ui *ui)
 {
+    pt_ui_figures_update(ui); /* first: a view's layout may read the running plan */
     layout(ui);
-    pt_ui_figures_update(ui);
     erase();
     if (ui->rows < PT_LAYOUT_MIN_ROWS || ui->cols < PT_LAYOUT_MIN_COLS) {
         pt_ui_text(0, 0, ui->cols, A_BOLD, 0, "terminal too small: %dx%d, need %dx%d", ui->cols,
@@ -652,6 +652,8 @@ static void teardown(pt_ui *ui)
     ui->store = NULL;
     pt_tline_release(&ui->tl.meas);
     pt_tline_release(&ui->tl.pred);
+    pt_bands_release(&ui->tl.meas_bands);
+    pt_bands_release(&ui->tl.pred_bands);
 }
 
 int pt_console_has_view(const char *name)

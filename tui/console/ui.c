@@ -286,6 +286,7 @@ void pt_ui_timelines(pt_ui *ui)
         pt_tline_clear(&tl->pred);
         if (ui->fig.have_pred)
             pt_tline_from_sim(&tl->pred, &ui->fig.prog, &ui->fig.res);
+        pt_bands_build(&tl->pred_bands, &tl->pred, ui->cfg.straggler_pct);
         tl->pred_version = pv;
     }
     uint64_t v = pt_store_version(ui->store) * 131 + (uint64_t)tl->iters;
@@ -300,6 +301,7 @@ void pt_ui_timelines(pt_ui *ui)
         if (tl->meas.count == 0)
             pt_store_timeline(ui->store, last - tl->iters + 1, last, 1, &tl->meas, NULL);
     }
+    pt_bands_build(&tl->meas_bands, &tl->meas, ui->cfg.straggler_pct);
     tl->meas_version = v;
 }
 

@@ -18,6 +18,7 @@
 #include "tui/record/store.h"
 #include "tui/export/theme.h"
 #include "tui/record/tline.h"
+#include "tui/record/bands.h"
 
 #define PT_UI_STATUS_MAX    320
 #define PT_UI_STATUS_NS     5000000000LL  /* a message stays this long (ns) */
@@ -33,10 +34,13 @@ typedef enum pt_tl_mode {
 
 /* The timelines the console shows: the measured one (the last `iters`
  * iterations in the store) and the simulator's of the edited plan, rebuilt
- * when their sources change (pt_ui_timelines). The timeline and stats views
- * draw them, `x` exports the one shown. */
+ * when their sources change (pt_ui_timelines), with each one's bands and
+ * stragglers (tui/record/bands.h; the rule: cfg.straggler_pct). The
+ * timeline and stats views draw them, `x` exports the one shown, the agents
+ * view shows each agent's figure and straggler mark. */
 typedef struct pt_ui_tlines {
     pt_tline meas, pred;
+    pt_bands meas_bands, pred_bands;
     uint64_t meas_version, pred_version;
     int iters;       /* iterations of the measured timeline */
     pt_tl_mode mode; /* which the timeline view shows (and x exports) */

@@ -1,9 +1,12 @@
 /* The agents view: one row per agent with its process (pid, CPU %, RSS read
  * from /proc when it runs on this machine), host, device, stage replica,
- * state, heartbeat age, telemetry dropped, step, the device's free/total
- * memory (a GPU's from the driver) and the last error; a filter
- * (on every column that names something) and a sort key, as in htop. Columns
- * shrink, then drop, to fit the screen (AGENT_COLS). */
+ * state, heartbeat age, telemetry dropped, step, its compute time per
+ * iteration against its stage's median (tui/record/bands.h; a straggler
+ * marked "!"), the device's free/total memory (a GPU's from the driver) and
+ * the last error; a filter (on every column that names something, or the
+ * stragglers only) and a sort key, as in htop. Columns shrink, then drop, to
+ * fit the screen (AGENT_COLS). A frame costs the filter's test of every
+ * agent, a sort and the shown rows: 1,024 agents stay fluid. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +16,7 @@
 
 #define NS_PER_MS      1000000LL
 #define PROC_SAMPLE_NS 1000000000LL /* CPU % is measured over about a second */
+#define PAGE_CHROME    5 /* screen rows that are not agent rows (header, frame, heading, status) */
 
 /* The table's columns: X(id, heading, short heading, width, narrowest,
  * right-aligned, drop rank). A narrow screen first shrinks columns toward their narrowest
@@ -30,6 +34,7 @@
     X(COL_HB, "heartbeat", "hb", 9, 7, 1, 6)                                                       \
     X(COL_DROPPED, "dropped", "drop", 7, 4, 1, 1)                                                  \
     X(COL_STEP, "step", "step", 6, 4, 1, 6)                                                        \
+    X(COL_COMPUTE, "compute/it", "comp", 11, 11, 1, 5)                                             \
     X(COL_MEM, "free/memory", "free/memory", 13, 11, 1, 5)                                         \
     X(COL_ERROR, "last error", "error", 0, 10, 0, 0)
 
@@ -48,7 +53,7 @@ static const agent_col cols[COL_COUNT] = {AGENT_COLS(COL_ROW_)};
 
 #define CELL_MAX 520 /* the longest: last error (PT_MSG_TEXT_MAX) */
 
-#define AGENTS_MAX 256 /* agents whose process figures the view keeps */
+#define PROCS_MAX 256 /* agents whose process figures the view keeps (local ones) */
 
 /* Its sample of one agent's process (local agents only). */
 typedef struct proc_sample_t {
@@ -59,7 +64,7 @@ typedef struct proc_sample_t {
     int64_t sampled_ns;
 } proc_sample_t;
 
-enum { SORT_ID, SORT_STAGE, SORT_CPU, SORT_RSS, SORT_STATE, SORT_COUNT };
+enum { SORT_ID, SORT_STAGE, SORT_STEP, SORT_COMPUTE, SORT_CPU, SORT_RSS, SORT_STATE, SORT_COUNT };
 
 /* The view's own state. */
 typedef struct agents_view {
@@ -67,7 +72,10 @@ typedef struct agents_view {
     int sort;        /* SORT_* */
     char filter[48]; /* substring of id, host, device or state; "" all */
     int filter_edit; /* typing the filter */
-    proc_sample_t proc[AGENTS_MAX];
+    int stragglers;  /* 1: only the stragglers */
+    proc_sample_t proc[PROCS_MAX];
+    int *order; /* the shown agents' indexes, sorted (owned) */
+    int order_cap;
 } agents_view;
 
 static pt_theme_key state_key(const char *state)
@@ -112,7 +120,7 @@ static int proc_sample(int64_t pid, long long *ticks, long long *rss_bytes)
 /* Updates the CPU % and RSS of agent slot i (pid), at most once a second. */
 static void proc_update(const pt_ui *ui, agents_view *v, int i, int64_t pid)
 {
-    if (i >= AGENTS_MAX)
+    if (i >= PROCS_MAX)
         return;
     proc_sample_t *pr = &v->proc[i];
     if (pr->pid != pid) {
@@ -141,7 +149,15 @@ static void proc_update(const pt_ui *ui, agents_view *v, int i, int64_t pid)
     pr->sampled_ns = ui->now_ns;
 }
 
-static const char *const sort_names[SORT_COUNT] = {"agent", "stage", "cpu", "rss", "state"};
+static const char *const sort_names[SORT_COUNT] = {"agent", "stage", "step", "compute",
+                                                   "cpu",   "rss",   "state"};
+
+/* The agent's row of the measured timeline's bands, or -1 (not assigned,
+ * no events in the shown iterations). */
+static int band_row(const pt_ui *ui, const pt_store_agent *a)
+{
+    return a->stage >= 0 ? pt_bands_find(&ui->tl.meas_bands, a->stage, a->replica) : -1;
+}
 
 /* qsort has no user pointer */
 static const pt_ui *g_sort_ui;
@@ -160,14 +176,24 @@ static int by_key(const void *pa, const void *pb)
         d = a->stage != b->stage ? a->stage - b->stage : a->replica - b->replica;
         break;
     case SORT_CPU: /* busiest first, like top */
-        d = (ia < AGENTS_MAX && ib < AGENTS_MAX) ? v->proc[ib].cpu_pct - v->proc[ia].cpu_pct : 0;
+        d = (ia < PROCS_MAX && ib < PROCS_MAX) ? v->proc[ib].cpu_pct - v->proc[ia].cpu_pct : 0;
         break;
     case SORT_RSS:
-        d = (ia < AGENTS_MAX && ib < AGENTS_MAX) ? (double)(v->proc[ib].rss - v->proc[ia].rss) : 0;
+        d = (ia < PROCS_MAX && ib < PROCS_MAX) ? (double)(v->proc[ib].rss - v->proc[ia].rss) : 0;
         break;
     case SORT_STATE:
         d = strcmp(a->state, b->state);
         break;
+    case SORT_STEP: /* furthest first */
+        d = (double)(b->step - a->step);
+        break;
+    case SORT_COMPUTE: { /* slowest first; agents without a figure last */
+        int ra = band_row(ui, a), rb = band_row(ui, b);
+        double fa = ra >= 0 ? ui->tl.meas_bands.figure[ra] : -1;
+        double fb = rb >= 0 ? ui->tl.meas_bands.figure[rb] : -1;
+        d = fb - fa;
+        break;
+    }
     default:
         break;
     }
@@ -198,7 +224,7 @@ static void row_cells(const pt_ui *ui, const agents_view *v, int idx, char cell[
         snprintf(cell[COL_STEP], CELL_MAX, "%lld", (long long)a->step);
     if (a->pid > 0)
         snprintf(cell[COL_PID], CELL_MAX, "%lld", (long long)a->pid);
-    const proc_sample_t *pr = idx < AGENTS_MAX ? &v->proc[idx] : NULL;
+    const proc_sample_t *pr = idx < PROCS_MAX ? &v->proc[idx] : NULL;
     if (pr && pr->cpu_pct >= 0)
         snprintf(cell[COL_CPU], CELL_MAX, "%.0f", pr->cpu_pct);
     if (pr && pr->rss >= 0)
@@ -211,19 +237,40 @@ static void row_cells(const pt_ui *ui, const agents_view *v, int idx, char cell[
         snprintf(cell[COL_MEM], CELL_MAX, "%s/%s", fr, tot);
     }
     snprintf(cell[COL_ERROR], CELL_MAX, "%s", a->last_error);
+    int row = band_row(ui, a);
+    if (row >= 0) {
+        const pt_bands *b = &ui->tl.meas_bands;
+        double pct = b->slower[row] * 100.0;
+        snprintf(cell[COL_COMPUTE], CELL_MAX, "%s%.2f %+.0f%%", b->straggler[row] ? "!" : "",
+                 b->figure[row] * 1e3, pct > -0.5 && pct < 0.5 ? 0.0 : pct); /* no "-0%" */
+        if (b->straggler[row]) /* the mark shows without colour too */
+            snprintf(cell[COL_AGENT], CELL_MAX, "!%s", a->id);
+    }
+}
+
+/* 1 when agent idx is a straggler of the measured timeline. */
+static int straggler(const pt_ui *ui, int idx)
+{
+    int row = band_row(ui, pt_store_agent_at(ui->store, idx));
+    return row >= 0 && ui->tl.meas_bands.straggler[row];
 }
 
 /* The filter looks at every column that names something: agent, host,
- * device, stage and state, as the row shows them ("cpu:1", "s2r0"). */
-static int matches(const agents_view *v, char cell[][CELL_MAX])
+ * device, stage and state, as the row shows them ("cpu:1", "s2r0"); with
+ * stragglers set, only stragglers pass. */
+static int matches(const pt_ui *ui, const agents_view *v, int idx)
 {
-    static const int named[] = {COL_AGENT, COL_HOST, COL_DEVICE, COL_STAGE, COL_STATE};
+    if (v->stragglers && !straggler(ui, idx))
+        return 0;
     if (!v->filter[0])
         return 1;
-    for (size_t k = 0; k < sizeof named / sizeof named[0]; k++)
-        if (strstr(cell[named[k]], v->filter))
-            return 1;
-    return 0;
+    const pt_store_agent *a = pt_store_agent_at(ui->store, idx);
+    char dev[PT_MSG_NAME_MAX + 16], stage[32] = "-";
+    snprintf(dev, sizeof dev, "%s:%d", a->device[0] ? a->device : "?", a->device_index);
+    if (a->stage >= 0)
+        snprintf(stage, sizeof stage, "s%dr%d", a->stage, a->replica);
+    return strstr(a->id, v->filter) || strstr(a->host, v->filter) || strstr(dev, v->filter) ||
+           strstr(stage, v->filter) || strstr(a->state, v->filter);
 }
 
 /* Room the shown columns take at these widths: one space between columns. */
@@ -237,11 +284,15 @@ static int cols_room(const int width[COL_COUNT])
 }
 
 /* Widths (0: hidden) for w columns of room; returns how many are hidden.
- * Last error is sized at its narrowest here and gets the rest after. */
-static int fit_cols(int w, int width[COL_COUNT])
+ * Last error is sized at its narrowest here and gets the rest after.
+ * Without replicas (one per stage) there is no median to compare with: the
+ * compute column is left out, not counted as hidden. */
+static int fit_cols(int w, int replicated, int width[COL_COUNT])
 {
     for (int c = 0; c < COL_COUNT; c++)
         width[c] = c == COL_ERROR ? cols[c].min : cols[c].w;
+    if (!replicated)
+        width[COL_COMPUTE] = 0;
     for (int rank = 0; rank < 10 && cols_room(width) > w; rank++)
         for (int c = 0; c < COL_COUNT; c++) {
             int over = cols_room(width) - w, give = width[c] - cols[c].min;
@@ -301,27 +352,40 @@ static void draw(pt_ui *ui, void *state)
     const pt_rect *r = pt_layout_find(&ui->layout, 0);
     if (!r)
         return;
+    pt_ui_timelines(ui); /* the compute figures and stragglers */
     int n = pt_store_agent_count(ui->store);
-    int order[AGENTS_MAX];
+    if (n > v->order_cap) {
+        int *o = realloc(v->order, sizeof *o * (size_t)n);
+        if (!o)
+            return;
+        v->order = o;
+        v->order_cap = n;
+    }
+    int *order = v->order;
     int shown = 0;
     char cell[COL_COUNT][CELL_MAX];
-    for (int i = 0; i < n && i < AGENTS_MAX; i++) {
-        proc_update(ui, v, i, pt_store_agent_at(ui->store, i)->pid);
-        row_cells(ui, v, i, cell);
-        if (matches(v, cell))
+    for (int i = 0; i < n; i++) {
+        if (i < PROCS_MAX)
+            proc_update(ui, v, i, pt_store_agent_at(ui->store, i)->pid);
+        if (matches(ui, v, i))
             order[shown++] = i;
     }
     g_sort_ui = ui;
     g_sort_view = v;
-    qsort(order, (size_t)shown, sizeof order[0], by_key);
+    if (shown > 1)
+        qsort(order, (size_t)shown, sizeof order[0], by_key);
     int width[COL_COUNT];
-    int hidden = fit_cols(r->w - 2, width);
+    const pt_bands *b = &ui->tl.meas_bands;
+    int hidden = fit_cols(r->w - 2, b->stage_count > 0 && b->stage_count < b->row_count, width);
     char title[200], more[48] = "";
     if (hidden)
         snprintf(more, sizeof more, ", %d col%s hidden", hidden, hidden > 1 ? "s" : "");
-    snprintf(title, sizeof title, "agents: %d%s%s%s, sorted by %s%s", n,
+    char strag[48] = "";
+    if (v->stragglers)
+        snprintf(strag, sizeof strag, ", stragglers only (%d)", shown);
+    snprintf(title, sizeof title, "agents: %d%s%s%s%s, sorted by %s%s", n,
              v->filter[0] || v->filter_edit ? ", filter \"" : "", v->filter,
-             v->filter[0] || v->filter_edit ? (v->filter_edit ? "_\"" : "\"") : "",
+             v->filter[0] || v->filter_edit ? (v->filter_edit ? "_\"" : "\"") : "", strag,
              sort_names[v->sort], more);
     pt_rect in = pt_ui_box(ui, r, title);
     if (n == 0) {
@@ -343,7 +407,8 @@ static void draw(pt_ui *ui, void *state)
         int idx = order[v->scroll + k], y = in.y + 1 + k;
         row_cells(ui, v, idx, cell);
         join_cells(cell, width, line, sizeof line, &state_x);
-        pt_ui_text(y, in.x, in.w, ui->attr[PT_THEME_TEXT], 1, "%s", line);
+        pt_ui_text(y, in.x, in.w, ui->attr[straggler(ui, idx) ? PT_THEME_WARN : PT_THEME_TEXT], 1,
+                   "%s", line);
         if (state_x >= 0 && state_x < in.w) /* the state in its colour, over its cell */
             pt_ui_text(y, in.x + state_x,
                        width[COL_STATE] < in.w - state_x ? width[COL_STATE] : in.w - state_x,
@@ -351,8 +416,11 @@ static void draw(pt_ui *ui, void *state)
                        width[COL_STATE], line + state_x);
     }
     if (shown == 0)
-        pt_ui_text(in.y + 1, in.x, in.w, ui->attr[PT_THEME_DIM], 0, "no agent matches \"%s\"",
-                   v->filter);
+        pt_ui_text(in.y + 1, in.x, in.w, ui->attr[PT_THEME_DIM], 0, "no agent matches \"%s\"%s",
+                   v->filter, v->stragglers ? " among the stragglers" : "");
+    else if (v->scroll + rows < shown)
+        pt_ui_text(in.y + in.h - 1, in.x + in.w - 14, 14, ui->attr[PT_THEME_DIM], 0, "v %d more",
+                   shown - v->scroll - rows);
 }
 
 /* While the filter is typed, every key is the filter's. */
@@ -383,17 +451,49 @@ static int key(pt_ui *ui, void *state, int ch)
 
 static void k_scroll(pt_ui *ui, void *state, int ch)
 {
-    (void)ui;
     agents_view *v = state;
+    int page = ui->rows - PAGE_CHROME > 1 ? ui->rows - PAGE_CHROME : 1;
     if (ch == KEY_DOWN)
         v->scroll++;
-    else if (v->scroll > 0)
+    else if (ch == KEY_NPAGE)
+        v->scroll += page;
+    else if (ch == KEY_PPAGE)
+        v->scroll -= page;
+    else if (ch == KEY_HOME)
+        v->scroll = 0;
+    else if (ch == KEY_END)
+        v->scroll = pt_store_agent_count(ui->store); /* draw clamps it */
+    else
         v->scroll--;
+    if (v->scroll < 0)
+        v->scroll = 0;
 }
+
+static void k_stragglers(pt_ui *ui, void *state, int ch)
+{
+    (void)ch;
+    agents_view *v = state;
+    v->stragglers = !v->stragglers;
+    v->scroll = 0;
+    pt_ui_status(ui, 0, "agents: %s (a straggler: %.0f %% over its stage's median compute time)",
+                 v->stragglers ? "stragglers only" : "all", ui->tl.meas_bands.pct);
+}
+
+static void fini(void *state)
+{
+    agents_view *v = state;
+    free(v->order);
+    v->order = NULL;
+}
+
+static void k_stragglers(pt_ui *ui, void *state, int ch);
 
 static void k_filter(pt_ui *ui, void *state, int ch)
 {
-    (void)ch;
+    if (ch == '!') {
+        k_stragglers(ui, state, ch);
+        return;
+    }
     ((agents_view *)state)->filter_edit = 1;
     pt_ui_status(ui, 0,
                  "filter agents: type text (agent, host, device, stage, state), Enter keeps it, "
@@ -409,22 +509,31 @@ static void k_sort(pt_ui *ui, void *state, int ch)
 }
 
 static const pt_view_key keys[] = {
-    {{KEY_UP, KEY_DOWN}, "Up Down", "scroll the agent table", k_scroll, NULL},
-    {{'/', KEY_F(4)},
-     "/ F4",
-     "filter: type text (agent, host, device, stage, state); Enter keeps, Esc clears",
+    {{KEY_UP, KEY_DOWN, KEY_PPAGE, KEY_NPAGE, KEY_HOME, KEY_END},
+     "Up Down PgDn End",
+     "scroll the agent table",
+     k_scroll,
+     NULL},
+    {{'/', KEY_F(4), '!'},
+     "/ F4 !",
+     "filter: type text (agent, host, device, stage, state); Enter keeps, Esc clears; ! stragglers",
      k_filter,
      NULL},
-    {{'s', KEY_F(6)}, "s F6", "next sort key: agent, stage, cpu, rss, state", k_sort, NULL},
+    {{'s', KEY_F(6)},
+     "s F6",
+     "next sort key: agent stage step compute cpu rss state",
+     k_sort,
+     NULL},
     {{0}, NULL, NULL, NULL, NULL},
 };
 
 const pt_view_class pt_view_agents = {
     .name = "agents",
     .hotkeys = "4",
-    .hints = "Up/Down scroll  1-4 views  ? help  q quit",
+    .hints = "Up/Down scroll  1-4 views  / filter  s sort  ! stragglers  ? help  q quit",
     .keys = keys,
     .state_size = sizeof(agents_view),
+    .fini = fini,
     .draw = draw,
     .key = key,
 };

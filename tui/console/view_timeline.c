@@ -1,6 +1,9 @@
 /* The timeline view: a Gantt chart per stage replica of the measured run
  * (the last iterations) and/or of the simulator's prediction, with zoom and
- * pan. Blocks carry their micro-batch numbers and differ by glyph. */
+ * pan. Blocks carry their micro-batch numbers and differ by glyph. A plan
+ * whose stages have several replicas shows one row per stage: its median
+ * replica's blocks over a band line (tui/record/bands.h); Enter shows one
+ * stage's replicas; stragglers are marked "!" and listed in the footer. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,21 +11,35 @@
 #include "tui/export/timeline_ascii.h"
 #include "tui/console/ui.h"
 
-#define LABEL_COLS    6 /* "s12r3 " */
-#define ZOOM_STEP     1.5
-#define ZOOM_MAX      512.0
-#define PAN_FRACTION  0.1 /* of the shown width per key */
-#define ITERS_MAX     64
-#define CELLS_MAX     1024
-#define INFO_LEVELS   4
-#define ROW_LINES_MAX 8 /* compute-lane lines of one row on a tall screen */
+#define LABEL_COLS      6 /* "s12r3 " */
+#define LABEL_COLS_WIDE 9 /* "s12r127! ": stage rows and a drilled stage's replicas */
+#define ZOOM_STEP       1.5
+#define ZOOM_MAX        512.0
+#define PAN_FRACTION    0.1 /* of the shown width per key */
+#define ITERS_MAX       64
+#define CELLS_MAX       1024
+#define INFO_LEVELS     4
+#define ROW_LINES_MAX   8  /* compute-lane lines of one row on a tall screen */
+#define PAGE_ROWS       10 /* rows PgUp / PgDn move */
 
 /* The view's own state: the window it shows. */
 typedef struct timeline_view {
     double zoom; /* >= 1 */
     double pan;  /* left edge as a fraction of the data span, in [0, 1 - 1/zoom] */
-    int scroll;  /* first stage replica row shown */
+    int scroll;  /* first row shown (stage replica, stage, or the drilled stage's replica) */
+    /* stages with many replicas show as one row each (bands.h): */
+    int sel;        /* the selected stage row */
+    int drill;      /* the stage number whose replicas are shown; -1: none */
+    int agg_scroll; /* scroll of the stage rows while drilled */
+    int items;      /* rows the main chart had at its last draw (keys clamp to it) */
 } timeline_view;
+
+/* What a chart's rows are: the timeline's rows as they are (stages of one
+ * replica each, or one drilled stage's replicas), or one row per stage. */
+typedef struct chart_rows {
+    int agg;          /* 1: item k is stage k of the bands, drawn as its median replica */
+    int first, count; /* items: timeline rows first.. (agg: band stages first..) */
+} chart_rows;
 
 /* Its panels. */
 enum { PANEL_MAIN, PANEL_PRED, PANEL_INFO };
@@ -73,67 +90,155 @@ static char block_fill(const pt_timeline_cell *cells, int width, int c)
     return cells[c].paint == PT_TIMELINE_BLANK ? ' ' : pt_timeline_fill(cells[c].paint);
 }
 
+/* The rows chart draws of tl: one per stage when a stage has several
+ * replicas (unless one stage is drilled into), else the timeline's own. */
+static chart_rows rows_of(timeline_view *v, const pt_tline *tl, const pt_bands *b)
+{
+    if (v->drill >= 0) {
+        const pt_band_stage *st = pt_bands_stage(b, v->drill);
+        if (st && b->row_count == tl->row_count)
+            return (chart_rows){0, st->first_row, st->row_count};
+        v->drill = -1; /* the stage is gone (a new plan) */
+        v->scroll = v->agg_scroll;
+    }
+    if (b->stage_count > 0 && b->stage_count < tl->row_count && b->row_count == tl->row_count)
+        return (chart_rows){1, 0, b->stage_count};
+    return (chart_rows){0, 0, tl->row_count};
+}
+
+/* The timeline row item k of cr draws. */
+static int item_row(const chart_rows *cr, const pt_bands *b, int k)
+{
+    return cr->agg ? b->stages[cr->first + k].median_row : cr->first + k;
+}
+
+/* The label of item k: "s3r1" (a replica; "!" marks a straggler) or "s3"
+ * with "!" when the stage has stragglers; the selected stage reversed. */
+static void draw_label(pt_ui *ui, const timeline_view *v, const pt_tline *tl, const chart_rows *cr,
+                       const pt_bands *b, int k, int y, int x, int w)
+{
+    int row = item_row(cr, b, k);
+    const pt_tl_row *tr = &tl->rows[row];
+    if (cr->agg) {
+        const pt_band_stage *st = &b->stages[cr->first + k];
+        attr_t a = ui->attr[st->stragglers ? PT_THEME_WARN : PT_THEME_TEXT];
+        if (cr->first + k == v->sel)
+            a = ui->attr[PT_THEME_SELECT] | A_REVERSE;
+        pt_ui_text(y, x, w, a, 1, "s%d%s", st->stage, st->stragglers ? " !" : "");
+        return;
+    }
+    int strag = b->row_count == tl->row_count && b->straggler[row];
+    pt_ui_text(y, x, w, ui->attr[strag ? PT_THEME_WARN : PT_THEME_TEXT], 1, "s%dr%d%s", tr->stage,
+               tr->replica, strag ? "!" : "");
+}
+
+/* The band line under a stage row: its replicas' min / median / max
+ * compute time per iteration and its stragglers. */
+static void draw_band(pt_ui *ui, const pt_band_stage *st, int y, int x, int label, int w)
+{
+    pt_ui_text(y, x, label, ui->attr[PT_THEME_DIM], 1, " x%d", st->row_count);
+    char text[160];
+    int n = snprintf(text, sizeof text, "band %.2f | %.2f | %.2f ms/it (min|med|max)",
+                     st->min_s * 1e3, st->median_s * 1e3, st->max_s * 1e3);
+    pt_ui_text(y, x + label, w - label, ui->attr[PT_THEME_DIM], 1, "%s", text);
+    if (st->stragglers && n + 2 < w - label)
+        pt_ui_text(y, x + label + n + 2, w - label - n - 2, ui->attr[PT_THEME_WARN], 0,
+                   "! %d straggler%s", st->stragglers, st->stragglers > 1 ? "s" : "");
+}
+
+/* One row's lines (per of them, the compute lane's first): blocks, or for
+ * a stage row the median replica's blocks over its band line. */
+static void draw_row(pt_ui *ui, const timeline_view *v, const pt_tline *tl, const pt_bands *b,
+                     const chart_rows *cr, int k, int y, const pt_rect *in, int label, int compute,
+                     int per, const double t[2])
+{
+    int row = item_row(cr, b, k), width = in->w - label;
+    pt_timeline_cell cells[CELLS_MAX];
+    for (int line = 0; line < per; line++, y++) {
+        int lane_comm = line >= compute;
+        if (lane_comm && cr->agg) {
+            draw_band(ui, &b->stages[cr->first + k], y, in->x, label, in->w);
+            continue;
+        }
+        if (line == 0)
+            draw_label(ui, v, tl, cr, b, k, y, in->x, label);
+        else if (lane_comm)
+            pt_ui_text(y, in->x, label, ui->attr[PT_THEME_DIM], 1, "  comm");
+        else
+            pt_ui_text(y, in->x, label, 0, 1, "%s", "");
+        if (line <= 1 || lane_comm)
+            pt_timeline_cells(tl, row, lane_comm ? PT_LANE_COMM : PT_LANE_COMPUTE, t[0], t[1],
+                              width, tl->t0, tl->t1, cells);
+        for (int c = 0; c < width; c++) {
+            attr_t a = cell_attr(ui, &cells[c]);
+            /* a taller row repeats its blocks; the numbers only once */
+            char ch = cells[c].ch;
+            if (line > 0 && !lane_comm && ch >= '0' && ch <= '9')
+                ch = block_fill(cells, width, c);
+            attron(a);
+            mvaddch(y, in->x + label + c, (chtype)(unsigned char)ch);
+            attroff(a);
+        }
+    }
+}
+
 static void draw_chart(pt_ui *ui, timeline_view *v, const pt_rect *r, const pt_tline *tl,
-                       const char *title, double common)
+                       const pt_bands *b, const char *title, double common, int main_chart)
 {
     pt_rect in = pt_ui_box(ui, r, title);
-    if (in.h < 1 || in.w <= LABEL_COLS + 2)
+    chart_rows cr = rows_of(v, tl, b);
+    int label = cr.agg || v->drill >= 0 ? LABEL_COLS_WIDE : LABEL_COLS;
+    if (main_chart)
+        v->items = cr.count;
+    if (in.h < 1 || in.w <= label + 2)
         return;
     if (tl->count == 0) {
         pt_ui_text(in.y, in.x, in.w, ui->attr[PT_THEME_DIM], 0, "nothing to show yet");
         return;
     }
-    int width = in.w - LABEL_COLS;
+    int width = in.w - label;
     if (width > CELLS_MAX)
         width = CELLS_MAX;
-    double t0, t1;
-    window(v, tl, common, &t0, &t1);
+    double t[2];
+    window(v, tl, common, &t[0], &t[1]);
     char axis[CELLS_MAX + 1];
     if (common > 0) /* times from the chart's own start: one axis for both */
-        pt_timeline_axis(t0 - tl->t0, t1 - tl->t0, width, axis);
+        pt_timeline_axis(t[0] - tl->t0, t[1] - tl->t0, width, axis);
     else
-        pt_timeline_axis(t0, t1, width, axis);
-    pt_ui_text(in.y, in.x, in.w, ui->attr[PT_THEME_DIM], 1, "%*s%s", LABEL_COLS, "", axis);
+        pt_timeline_axis(t[0], t[1], width, axis);
+    pt_ui_text(in.y, in.x, in.w, ui->attr[PT_THEME_DIM], 1, "%*s%s", label, "", axis);
     int avail = in.h - 1;
     int compute, comm;
-    row_lines(avail, tl->row_count, &compute, &comm);
+    row_lines(avail, cr.count, &compute, &comm);
+    if (cr.agg && comm == 0 && avail >= 2 * cr.count) /* a stage row keeps its band line */
+        comm = 1;
     int per = compute + comm;
     int visible = avail / per;
-    if (v->scroll > tl->row_count - visible)
-        v->scroll = tl->row_count - visible > 0 ? tl->row_count - visible : 0;
-    int scroll = tl->row_count > visible ? v->scroll : 0;
-    pt_timeline_cell cells[CELLS_MAX];
-    int y = in.y + 1;
-    for (int k = 0; k < visible && scroll + k < tl->row_count; k++) {
-        int row = scroll + k;
-        const pt_tl_row *tr = &tl->rows[row];
-        for (int line = 0; line < per; line++, y++) {
-            int lane_comm = line >= compute;
-            if (line == 0)
-                pt_ui_text(y, in.x, LABEL_COLS, ui->attr[PT_THEME_TEXT], 1, "s%dr%d", tr->stage,
-                           tr->replica);
-            else if (lane_comm)
-                pt_ui_text(y, in.x, LABEL_COLS, ui->attr[PT_THEME_DIM], 1, "  comm");
-            else
-                pt_ui_text(y, in.x, LABEL_COLS, 0, 1, "%s", "");
-            if (line <= 1 || lane_comm)
-                pt_timeline_cells(tl, row, lane_comm ? PT_LANE_COMM : PT_LANE_COMPUTE, t0, t1,
-                                  width, tl->t0, tl->t1, cells);
-            for (int c = 0; c < width; c++) {
-                attr_t a = cell_attr(ui, &cells[c]);
-                /* a taller row repeats its blocks; the numbers only once */
-                char ch = cells[c].ch;
-                if (line > 0 && !lane_comm && ch >= '0' && ch <= '9')
-                    ch = block_fill(cells, width, c);
-                attron(a);
-                mvaddch(y, in.x + LABEL_COLS + c, (chtype)(unsigned char)ch);
-                attroff(a);
-            }
-        }
+    if (cr.agg && main_chart) { /* the selected stage stays in sight */
+        if (v->sel >= cr.count)
+            v->sel = cr.count - 1;
+        if (v->sel < v->scroll)
+            v->scroll = v->sel;
+        if (v->sel >= v->scroll + visible)
+            v->scroll = v->sel - visible + 1;
     }
-    if (scroll + visible < tl->row_count)
+    if (v->scroll > cr.count - visible)
+        v->scroll = cr.count - visible > 0 ? cr.count - visible : 0;
+    int scroll = cr.count > visible ? v->scroll : 0;
+    in.w = label + width;
+    for (int k = 0; k < visible && scroll + k < cr.count; k++)
+        draw_row(ui, v, tl, b, &cr, scroll + k, in.y + 1 + k * per, &in, label, compute, per, t);
+    if (scroll + visible < cr.count)
         pt_ui_text(in.y + in.h - 1, in.x + in.w - 12, 12, ui->attr[PT_THEME_DIM], 0, "v %d more",
-                   tl->row_count - scroll - visible);
+                   cr.count - scroll - visible);
+}
+
+/* 1 when the running plan has a stage of several replicas: the footer then
+ * has a stragglers line (a plan of one replica per stage has none). */
+static int replicated(const pt_ui *ui)
+{
+    const pt_plan *p = ui->fig.plan ? ui->fig.plan : ui->store ? pt_store_plan(ui->store) : NULL;
+    return p && pt_plan_agent_count(p) > p->stage_count;
 }
 
 /* The footer's figures line at a level of detail: labels shorten as the
@@ -177,7 +282,44 @@ static void info_line(const pt_ui *ui, const timeline_view *v, int measured, int
                  meas, pred);
 }
 
-static void draw_info(pt_ui *ui, const timeline_view *v, const pt_rect *r, int measured)
+/* The stragglers line: the slowest first, as many as fit, then the
+ * selected stage's band (stage rows) or the rule. */
+static void straggler_line(const timeline_view *v, const pt_bands *b, char *buf, size_t cap, int w)
+{
+    size_t n = 0;
+    if (b->straggler_count == 0)
+        n = (size_t)snprintf(buf, cap, " stragglers: none (%.0f %% over a stage's median)", b->pct);
+    else
+        n = (size_t)snprintf(buf, cap, " stragglers:");
+    for (int k = 0; k < b->straggler_count && n < cap; k++) {
+        int row = b->by_slowness[k];
+        char one[96];
+        int len = snprintf(one, sizeof one, "%s stage %d replica %d +%.0f %%", k ? "," : "",
+                           b->rows[row].stage, b->rows[row].replica, b->slower[row] * 100.0);
+        int left = b->straggler_count - k - 1;
+        if ((int)(n + (size_t)len) + (left ? 12 : 0) > w) {
+            n += (size_t)snprintf(buf + n, cap - n, " (+%d more)", left + 1);
+            break;
+        }
+        n += (size_t)snprintf(buf + n, cap - n, "%s", one);
+    }
+    if (v->drill < 0 && v->sel < b->stage_count && n < cap) {
+        const pt_band_stage *st = &b->stages[v->sel];
+        char sel[128];
+        int len = snprintf(sel, sizeof sel, " | s%d: %d replicas, Enter shows them", st->stage,
+                           st->row_count);
+        if ((int)n + len <= w)
+            snprintf(buf + n, cap - n, "%s", sel);
+    } else if (v->drill >= 0 && n < cap) {
+        char back[64];
+        int len = snprintf(back, sizeof back, " | stage %d's replicas, Esc: all stages", v->drill);
+        if ((int)n + len <= w)
+            snprintf(buf + n, cap - n, "%s", back);
+    }
+}
+
+static void draw_info(pt_ui *ui, const timeline_view *v, const pt_rect *r, int measured,
+                      const pt_bands *b)
 {
     int y = r->y;
     pt_ui_text(y++, r->x, r->w, ui->attr[PT_THEME_DIM], 1, " %s", pt_timeline_legend(r->w - 1));
@@ -189,7 +331,13 @@ static void draw_info(pt_ui *ui, const timeline_view *v, const pt_rect *r, int m
         if ((int)strlen(line) <= r->w)
             break;
     }
-    pt_ui_text(y, r->x, r->w, ui->attr[PT_THEME_TEXT], 1, "%s", line);
+    pt_ui_text(y++, r->x, r->w, ui->attr[PT_THEME_TEXT], 1, "%s", line);
+    if (y >= r->y + r->h || !replicated(ui))
+        return;
+    char st[512];
+    straggler_line(v, b, st, sizeof st, r->w);
+    pt_ui_text(y, r->x, r->w, ui->attr[b->straggler_count ? PT_THEME_WARN : PT_THEME_DIM], 1, "%s",
+               st);
 }
 
 static void draw(pt_ui *ui, void *state)
@@ -207,24 +355,25 @@ static void draw(pt_ui *ui, void *state)
         double a = ui->tl.meas.t1 - ui->tl.meas.t0, b = ui->tl.pred.t1 - ui->tl.pred.t0;
         common = a > b ? a : b;
     }
+    const pt_bands *mb = &ui->tl.meas_bands, *pb = &ui->tl.pred_bands;
     char title[128];
     if (main_r) {
         if (show_meas) {
             snprintf(title, sizeof title, "measured timeline: last %d iterations", ui->tl.iters);
-            draw_chart(ui, v, main_r, &ui->tl.meas, title, common);
+            draw_chart(ui, v, main_r, &ui->tl.meas, mb, title, common, 1);
         } else {
             snprintf(title, sizeof title, "predicted timeline (simulator)%s",
                      have_meas || ui->tl.mode != PT_TL_MEASURED ? "" : ": nothing measured yet");
-            draw_chart(ui, v, main_r, &ui->tl.pred, title, common);
+            draw_chart(ui, v, main_r, &ui->tl.pred, pb, title, common, 1);
         }
     }
     if (pred_r)
-        draw_chart(ui, v, pred_r, show_meas ? &ui->tl.pred : &ui->tl.meas,
+        draw_chart(ui, v, pred_r, show_meas ? &ui->tl.pred : &ui->tl.meas, show_meas ? pb : mb,
                    show_meas ? "predicted timeline (simulator), same axis"
                              : "measured timeline, same axis",
-                   common);
+                   common, 0);
     if (info)
-        draw_info(ui, v, info, show_meas);
+        draw_info(ui, v, info, show_meas, show_meas ? mb : pb);
 }
 
 static void clamp_pan(timeline_view *v)
@@ -287,14 +436,59 @@ static void k_iters(pt_ui *ui, void *state, int ch)
         ui->tl.iters++;
 }
 
+/* 1 when the main chart shows one row per stage. */
+static int stage_rows(const pt_ui *ui, const timeline_view *v)
+{
+    const pt_bands *b = ui->tl.mode != PT_TL_PREDICTED && ui->tl.meas.count > 0
+                            ? &ui->tl.meas_bands
+                            : &ui->tl.pred_bands;
+    return v->drill < 0 && b->stage_count > 0 && b->stage_count < b->row_count;
+}
+
+static void k_drill(pt_ui *ui, void *state, int ch);
+
 static void k_scroll(pt_ui *ui, void *state, int ch)
 {
-    (void)ui;
     timeline_view *v = state;
-    if (ch == KEY_DOWN)
-        v->scroll++;
-    else if (v->scroll > 0)
-        v->scroll--;
+    if (ch == '\n' || ch == '\r' || ch == KEY_ENTER) {
+        k_drill(ui, state, ch);
+        return;
+    }
+    int *at = stage_rows(ui, v) ? &v->sel : &v->scroll;
+    int page = ch == KEY_NPAGE || ch == KEY_PPAGE ? PAGE_ROWS : 1;
+    if (ch == KEY_DOWN || ch == KEY_NPAGE)
+        *at += page;
+    else
+        *at -= page;
+    if (stage_rows(ui, v) && *at >= v->items)
+        *at = v->items - 1;
+    if (*at < 0)
+        *at = 0;
+}
+
+/* Enter: the selected stage's replicas; again (or Esc): back to the stages. */
+static void k_drill(pt_ui *ui, void *state, int ch)
+{
+    (void)ch;
+    timeline_view *v = state;
+    if (v->drill >= 0) {
+        v->drill = -1;
+        v->scroll = v->agg_scroll;
+        pt_ui_status(ui, 0, "timeline: one row per stage");
+        return;
+    }
+    const pt_bands *b = ui->tl.mode != PT_TL_PREDICTED && ui->tl.meas.count > 0
+                            ? &ui->tl.meas_bands
+                            : &ui->tl.pred_bands;
+    if (!stage_rows(ui, v) || v->sel >= b->stage_count) {
+        pt_ui_status(ui, 0, "timeline: every replica has its row already");
+        return;
+    }
+    v->drill = b->stages[v->sel].stage;
+    v->agg_scroll = v->scroll;
+    v->scroll = 0;
+    pt_ui_status(ui, 0, "timeline: stage %d's %d replicas (Esc or Enter: back to the stages)",
+                 v->drill, b->stages[v->sel].row_count);
 }
 
 static const pt_view_key keys[] = {
@@ -302,9 +496,23 @@ static const pt_view_key keys[] = {
     {{'+', '=', '-', '0'}, "+ - 0", "zoom in / out / reset (mouse wheel zooms too)", k_zoom, NULL},
     {{'p'}, "p", "measured / predicted / both side by side", k_mode, NULL},
     {{'i', 'I'}, "i I", "one iteration fewer / more shown", k_iters, NULL},
-    {{KEY_UP, KEY_DOWN}, "Up Down", "scroll the stage replica rows", k_scroll, NULL},
+    {{KEY_UP, KEY_DOWN, KEY_PPAGE, KEY_NPAGE, '\n', '\r', KEY_ENTER},
+     "Up Down Enter",
+     "scroll, PgUp PgDn (a row a stage: select it); Enter: its replicas, Esc back",
+     k_scroll,
+     NULL},
     {{0}, NULL, NULL, NULL, NULL},
 };
+
+/* Esc leaves a drilled stage before it goes back to the previous view. */
+static int key(pt_ui *ui, void *state, int ch)
+{
+    timeline_view *v = state;
+    if (ch != 27 || v->drill < 0)
+        return 0;
+    k_drill(ui, state, ch);
+    return 1;
+}
 
 static int mouse(pt_ui *ui, void *state, const pt_mouse *m)
 {
@@ -322,6 +530,8 @@ static void layout(const pt_ui *ui, const void *state, pt_rect b, pt_layout *l)
 {
     (void)state;
     int info = b.w >= PT_LAYOUT_WIDE_COLS && b.h >= 40 ? INFO_ROWS_WIDE : INFO_ROWS_NARROW;
+    if (replicated(ui) && info < INFO_ROWS_WIDE)
+        info = INFO_ROWS_WIDE; /* room for the stragglers line */
     int main_h = b.h - info, split = ui->tl.mode == PT_TL_BOTH;
     if (split && b.w >= PT_LAYOUT_WIDE_COLS) {
         /* measured | predicted, each as tall as the body: every row shows */
@@ -343,16 +553,19 @@ static void init(pt_ui *ui, void *state)
 {
     (void)ui;
     ((timeline_view *)state)->zoom = 1.0;
+    ((timeline_view *)state)->drill = -1;
 }
 
 const pt_view_class pt_view_timeline = {
     .name = "timeline",
     .hotkeys = "2",
-    .hints = "h/l pan  +/- zoom  p predicted/measured  i/I iterations  x export  ? help  q quit",
+    .hints = "h/l pan  +/- zoom  p predicted/measured  i/I iterations  x export  Enter stage "
+             "replicas  ? help  q quit",
     .keys = keys,
     .state_size = sizeof(timeline_view),
     .init = init,
     .layout = layout,
     .draw = draw,
+    .key = key,
     .mouse = mouse,
 };

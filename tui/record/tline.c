@@ -40,10 +40,17 @@ int pt_tline_find_row(const pt_tline *tl, int stage, int replica)
 
 int pt_tline_row(pt_tline *tl, int stage, int replica)
 {
-    int at = 0;
-    while (at < tl->row_count && (tl->rows[at].stage < stage ||
-                                  (tl->rows[at].stage == stage && tl->rows[at].replica < replica)))
-        at++;
+    /* a binary search: a timeline of 1,024 replicas looks a row up per span */
+    int lo = 0, hi = tl->row_count;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        const pt_tl_row *r = &tl->rows[mid];
+        if (r->stage < stage || (r->stage == stage && r->replica < replica))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    int at = lo;
     if (at < tl->row_count && tl->rows[at].stage == stage && tl->rows[at].replica == replica)
         return at;
     if (tl->row_count == tl->row_cap) {
