@@ -111,6 +111,8 @@ void pt_agent_ctl_register(pt_agent_ctl *ag)
     snprintf(r->caps[1], sizeof r->caps[1], "recompute");
     if (pt_backend_is_cuda(ag->be) && pt_nccl_built())
         snprintf(r->caps[r->cap_count++], sizeof r->caps[0], "nccl");
+    if (ag->a.simulate) /* the console labels the agent, the run and its record simulated */
+        snprintf(r->caps[r->cap_count++], sizeof r->caps[0], "%s", PT_MSG_CAP_SIMULATED);
     snprintf(r->data_endpoint, sizeof r->data_endpoint, "%s", ag->data_ep);
     pt_agent_ctl_send(ag, &m);
 }
