@@ -323,7 +323,10 @@ void pt_agent_ctl_loop(pt_agent_ctl *ag)
 {
     ag->next_hb_ns = pt_msg_now_ns();
     int64_t started = ag->next_hb_ns;
-    const int64_t silence = (int64_t)PT_AGENT_MISSED_HEARTBEATS * PT_AGENT_HEARTBEAT_MS * NS_PER_MS;
+    const int64_t silence =
+        (ag->a.silence_ms > 0 ? (int64_t)ag->a.silence_ms
+                              : (int64_t)PT_AGENT_MISSED_HEARTBEATS * PT_AGENT_HEARTBEAT_MS) *
+        NS_PER_MS;
     while (!ag->leaving) {
         int64_t now = pt_msg_now_ns();
         if (*ag->signal) {

@@ -27,6 +27,7 @@ typedef struct pt_agent_args {
     const char *profile, *topology, *straggler, *fail;
     double noise;
     int64_t sim_seed;
+    int silence_ms; /* --console-silence-ms (simulated agents only); 0: the heartbeat bound */
 } pt_agent_args;
 
 typedef struct pt_agent_ctl {

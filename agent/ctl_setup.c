@@ -79,7 +79,13 @@ int pt_agent_ctl_open(pt_agent_ctl *ag, void *ctx, const pt_agent_sim *sim, int 
     int linger = 1000, hb_ivl = PT_AGENT_HEARTBEAT_MS;
     zmq_setsockopt(ag->dealer, ZMQ_ROUTING_ID, ag->id, strlen(ag->id));
     zmq_setsockopt(ag->dealer, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt(ag->dealer, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
+    /* Simulated agents send no ZMTP heartbeats of their own (the console's
+     * are answered all the same, and the control heartbeats judge
+     * silence): libzmq cancels a connection's heartbeat timer by a linear
+     * walk of its I/O thread's timers on every message, which with
+     * thousands of connections in one process took most of its CPU. */
+    if (!sim)
+        zmq_setsockopt(ag->dealer, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
     int64_t max_msg = (int64_t)PT_MSG_MAX_BYTES + MSG_FRAME_SLACK;
     zmq_setsockopt(ag->dealer, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
     pt_error terr = {0};

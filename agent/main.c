@@ -146,6 +146,13 @@ static int parse_args(int argc, char **argv, pt_agent_args *a)
          "with --simulate: agent K is PCT percent slower from step STEP on"},
         {"fail", PT_OPT_STRING, &a->fail, 0, 0, 0, "K:STEP",
          "with --simulate: agent K fails when it reaches step STEP"},
+        {"console-silence-ms", PT_OPT_INT, &a->silence_ms, 1, INT_MAX, 0, "MS",
+         "with --simulate: how long the console may be silent before the agents\n"
+         "take it for gone (default: the heartbeat bound, " PT_OPTS_STR(
+             PT_AGENT_MISSED_HEARTBEATS) " x " PT_OPTS_STR(PT_AGENT_HEARTBEAT_MS) " ms); longer,\n"
+                                                                                  "to measure a "
+                                                                                  "console that "
+                                                                                  "stalls"},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = pt_opts_parse_program("pipetop-agent", argc, argv, opts, n, stderr);
@@ -174,7 +181,8 @@ static int parse_args(int argc, char **argv, pt_agent_args *a)
         a->device = index;
     if (a->observe && pt_agent_observe_dir_ok(a->observe) < 0)
         return EXIT_USAGE;
-    if (!a->simulate && (a->count || a->profile || a->topology || a->straggler || a->fail)) {
+    if (!a->simulate &&
+        (a->count || a->profile || a->topology || a->straggler || a->fail || a->silence_ms)) {
         fprintf(stderr, "pipetop-agent: --count, --profile, --topology, --straggler and --fail "
                         "go with --simulate\n");
         return EXIT_USAGE;

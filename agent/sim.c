@@ -32,17 +32,150 @@
  * continues its timeline exactly (no drift from the thread's wake-up). */
 #define CONTINUE_SLACK_NS (50 * NS_PER_MS)
 
+/* The simulator's run of one plan, shared by the simulated agents of a
+ * process that were assigned the same generation of the same plan (one
+ * simulation of a 1,024-worker program, not 1,024): reference-counted, the
+ * cache holding one reference to the newest. */
+typedef struct sim_entry {
+    int refs;
+    int64_t gen;
+    char *plan_json; /* the plan it is of (pt_plan_to_json) */
+    int rc;          /* a simulation that failed is shared as well */
+    pt_error err;
+    pt_program prog;  /* built with the profile, as the console's prediction */
+    pt_sim_event *ev; /* [prog.op_count]: the simulator's timeline */
+    pt_mem *peak;     /* [prog.worker_count] */
+    double makespan_s;
+} sim_entry;
+
+struct pt_agent_sim_cache {
+    pthread_mutex_t mu;
+    sim_entry *cur;
+};
+
 /* One generation as simulated (worker thread only). */
 typedef struct sim_gen {
     int built;
-    int nw;                  /* workers (model chunks) of this agent */
-    int wk[CHUNKS_MAX];      /* their indices in r->prog */
-    pt_mem peak[CHUNKS_MAX]; /* the simulator's peak memory of each */
-    pt_sim_event *ev;        /* [r->prog.op_count]: the simulator's timeline */
-    double period_s;         /* one run of the program: its makespan */
-    int64_t next_ns;         /* when the last run ended (pt_msg_now_ns), 0: none */
+    sim_entry *e;
+    const pt_program *p; /* e->prog */
+    int nw;              /* workers (model chunks) of this agent */
+    int wk[CHUNKS_MAX];  /* their indices in *p */
+    int64_t next_ns;     /* when the last run ended (pt_msg_now_ns), 0: none */
     uint64_t rng;
 } sim_gen;
+
+static void entry_free(sim_entry *e)
+{
+    if (!e)
+        return;
+    pt_program_release(&e->prog);
+    free(e->ev);
+    free(e->peak);
+    free(e->plan_json);
+    free(e);
+}
+
+static void entry_release(pt_agent_sim_cache *c, sim_entry *e)
+{
+    if (!e)
+        return;
+    if (c)
+        pthread_mutex_lock(&c->mu);
+    int last = --e->refs == 0;
+    if (c)
+        pthread_mutex_unlock(&c->mu);
+    if (last)
+        entry_free(e);
+}
+
+/* Simulates plan on the agents' profile and topology into a new entry
+ * (refs 1); its outcome is in e->rc and e->err. NULL on no memory. */
+static sim_entry *entry_make(const pt_agent_sim *sim, int64_t gen, const pt_plan *plan, char *json)
+{
+    sim_entry *e = calloc(1, sizeof *e);
+    if (!e) {
+        free(json);
+        return NULL;
+    }
+    e->refs = 1;
+    e->gen = gen;
+    e->plan_json = json;
+    pt_cost *cost = NULL;
+    pt_sim *sm = NULL;
+    pt_sim_result res;
+    memset(&res, 0, sizeof res);
+    int rc =
+        sim->profile->layer_count == plan->layer_count
+            ? 0
+            : pt_error_set(&e->err, PT_EINVAL, "simulate: the profile has %d layers, the plan %d",
+                           sim->profile->layer_count, plan->layer_count);
+    if (rc == 0)
+        rc = pt_cost_new(sim->profile, sim->topo, &cost, &e->err);
+    if (rc == 0 && (rc = pt_sim_new(&sm)) < 0)
+        pt_error_set(&e->err, rc, "simulate: out of memory");
+    if (rc == 0)
+        rc = pt_sim_plan(sm, plan, cost, NULL, &e->prog, &res, &e->err);
+    if (rc == 0 && (!(e->ev = malloc((size_t)res.event_count * sizeof *e->ev)) ||
+                    !(e->peak = calloc((size_t)res.worker_count, sizeof *e->peak))))
+        rc = pt_error_set(&e->err, PT_ENOMEM, "simulate: out of memory");
+    if (rc == 0) {
+        memcpy(e->ev, res.events, (size_t)res.event_count * sizeof *e->ev);
+        for (int w = 0; w < res.worker_count; w++)
+            e->peak[w] = res.workers[w].peak;
+        e->makespan_s = res.makespan_s;
+    }
+    e->rc = rc;
+    pt_sim_free(&sm);
+    pt_cost_free(&cost);
+    return e;
+}
+
+/* The simulation of generation gen's plan: the cache's when it is of the
+ * same generation and plan, else a new one (which the cache then keeps).
+ * The caller holds a reference (entry_release). NULL on no memory. */
+static sim_entry *entry_get(const pt_agent_sim *sim, int64_t gen, const pt_plan *plan)
+{
+    char *json = pt_plan_to_json(plan);
+    if (!json)
+        return NULL;
+    pt_agent_sim_cache *c = sim->cache;
+    if (!c)
+        return entry_make(sim, gen, plan, json);
+    pthread_mutex_lock(&c->mu); /* the others wait for the one simulation they all need */
+    sim_entry *e = c->cur;
+    if (e && e->gen == gen && !strcmp(e->plan_json, json)) {
+        free(json);
+    } else if ((e = entry_make(sim, gen, plan, json))) {
+        if (c->cur && --c->cur->refs == 0)
+            entry_free(c->cur);
+        c->cur = e;
+    }
+    if (e)
+        e->refs++;
+    pthread_mutex_unlock(&c->mu);
+    return e;
+}
+
+int pt_agent_sim_cache_new(pt_agent_sim_cache **out)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return PT_ENOMEM;
+    pthread_mutex_init(&(*out)->mu, NULL);
+    return 0;
+}
+
+void pt_agent_sim_cache_free(pt_agent_sim_cache **c_p)
+{
+    if (!c_p || !*c_p)
+        return;
+    pt_agent_sim_cache *c = *c_p;
+    *c_p = NULL;
+    if (c->cur && --c->cur->refs == 0)
+        entry_free(c->cur);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
 
 static double uniform_pm1(uint64_t *s)
 {
@@ -57,10 +190,10 @@ static double uniform_pm1(uint64_t *s)
 static void sim_teardown(pt_agent_worker *w, sim_gen *g)
 {
     run_state *r = &w->r;
-    pt_program_release(&r->prog);
+    entry_release(w->sim->cache, g->e);
+    memset(&r->prog, 0, sizeof r->prog);
     pt_plan_free(&r->plan);
     pt_model_spec_free(&r->spec);
-    free(g->ev);
     *g = (sim_gen){0};
     r->ckpt_dir[0] = '\0';
     r->nch = 0;
@@ -92,38 +225,6 @@ static int pick_workers(const pt_program *p, const pt_msg_assign *as, sim_gen *g
     return 0;
 }
 
-/* The simulator's run of the assigned plan: program, timeline, peaks. */
-static int simulate_plan(pt_agent_worker *w, sim_gen *g, const pt_msg_assign *as, pt_error *err)
-{
-    run_state *r = &w->r;
-    const pt_profile *prof = w->sim->profile;
-    if (prof->layer_count != r->plan->layer_count)
-        return pt_error_set(err, PT_EINVAL, "simulate: the profile has %d layers, the plan %d",
-                            prof->layer_count, r->plan->layer_count);
-    pt_cost *cost = NULL;
-    pt_sim *sim = NULL;
-    pt_sim_result res;
-    memset(&res, 0, sizeof res);
-    int rc = pt_cost_new(prof, w->sim->topo, &cost, err);
-    if (rc == 0 && (rc = pt_sim_new(&sim)) < 0)
-        pt_error_set(err, rc, "simulate: out of memory");
-    if (rc == 0)
-        rc = pt_sim_plan(sim, r->plan, cost, NULL, &r->prog, &res, err);
-    if (rc == 0)
-        rc = pick_workers(&r->prog, as, g, err);
-    if (rc == 0 && !(g->ev = malloc((size_t)res.event_count * sizeof *g->ev)))
-        rc = pt_error_set(err, PT_ENOMEM, "simulate: out of memory");
-    if (rc == 0) {
-        memcpy(g->ev, res.events, (size_t)res.event_count * sizeof *g->ev);
-        g->period_s = res.makespan_s;
-        for (int c = 0; c < g->nw; c++)
-            g->peak[c] = res.workers[g->wk[c]].peak;
-    }
-    pt_sim_free(&sim);
-    pt_cost_free(&cost);
-    return rc;
-}
-
 static int sim_build(pt_agent_worker *w, sim_gen *g, pt_msg *m, pt_error *err)
 {
     run_state *r = &w->r;
@@ -143,12 +244,23 @@ static int sim_build(pt_agent_worker *w, sim_gen *g, pt_msg *m, pt_error *err)
         (rc = pt_path_join_inside(w->ckpt_root, as->checkpoint_dir, r->ckpt_dir, sizeof r->ckpt_dir,
                                   err)) < 0)
         return pt_error_prefix(err, "assign.checkpoint_dir");
-    if ((rc = simulate_plan(w, g, as, err)) < 0)
+    if (!(g->e = entry_get(w->sim, m->gen, r->plan)))
+        return pt_error_set(err, PT_ENOMEM, "simulate: out of memory");
+    if (g->e->rc < 0) {
+        *err = g->e->err;
+        return g->e->rc;
+    }
+    g->p = &g->e->prog;
+    if ((rc = pick_workers(g->p, as, g, err)) < 0)
         return rc;
+    /* what pt_wk_on_op reads of the program */
+    r->prog.mb_per_window = g->p->mb_per_window;
+    r->prog.window_count = g->p->window_count;
+    r->prog.mb_size = g->p->mb_size;
     r->nch = g->nw;
     for (int c = 0; c < g->nw; c++) {
         r->ch[c].worker = g->wk[c];
-        r->ch[c].stage = r->prog.workers[g->wk[c]].stage;
+        r->ch[c].stage = g->p->workers[g->wk[c]].stage;
     }
     g->rng = w->sim->seed ^ ((uint64_t)w->sim_index * 0x2545F4914F6CDD1Dull);
     g->built = 1;
@@ -280,13 +392,14 @@ static int wait_until(pt_agent_worker *w, int64_t until_ns)
 static void sim_events(pt_agent_worker *w, sim_gen *g, int64_t t0, double scale, int64_t done)
 {
     run_state *r = &w->r;
-    const pt_program *p = &r->prog;
+    const pt_program *p = g->p;
+    const pt_sim_event *sev = g->e->ev;
     for (int c = 0; c < g->nw; c++) {
         const pt_worker *pw = &p->workers[g->wk[c]];
         for (int i = pw->op_begin; i < pw->op_end; i++) {
             const pt_op *op = &p->ops[i];
             double f = w->sim->noise > 0 ? 1.0 + w->sim->noise * uniform_pm1(&g->rng) : 1.0;
-            double dur = (g->ev[i].end - g->ev[i].start) * scale * (f > 0 ? f : 0);
+            double dur = (sev[i].end - sev[i].start) * scale * (f > 0 ? f : 0);
             pt_exec_event ev;
             memset(&ev, 0, sizeof ev);
             ev.stage = pw->stage;
@@ -297,7 +410,7 @@ static void sim_events(pt_agent_worker *w, sim_gen *g, int64_t t0, double scale,
             ev.used_version = op->version;
             ev.bytes = op->bytes;
             /* pt_wk_on_op takes pt_clock_ns() times: ns_base maps them */
-            ev.start_ns = t0 + r->ns_base + llround(g->ev[i].start * scale * NS_PER_S);
+            ev.start_ns = t0 + r->ns_base + llround(sev[i].start * scale * NS_PER_S);
             ev.end_ns = ev.start_ns + llround(dur * NS_PER_S);
             pt_wk_on_op(r, &ev);
         }
@@ -320,9 +433,10 @@ static void sim_metrics(pt_agent_worker *w, sim_gen *g, double run_s, int64_t do
             mt.loss = NAN; /* nothing is trained */
             mt.iter_ms = iter_ms;
             mt.samples_per_s = iter_ms > 0 ? samples / (iter_ms / 1e3) : 0;
+            const pt_mem *pk = &g->e->peak[g->wk[c]];
             for (int j = 0; j < PT_MSG_MEM_COUNT && j < PT_MEM_KIND_COUNT; j++)
-                mt.mem_cur[j] = mt.mem_peak[j] = g->peak[c].bytes[j];
-            mt.total_cur = mt.total_peak = g->peak[c].total;
+                mt.mem_cur[j] = mt.mem_peak[j] = pk->bytes[j];
+            mt.total_cur = mt.total_peak = pk->total;
             pt_wk_fold_metrics(w, c, &mt);
         }
     w->iter_ema_ms = w->iter_ema_ms > 0 ? 0.9 * w->iter_ema_ms + 0.1 * iter_ms : iter_ms;
@@ -343,7 +457,7 @@ static int sim_run_once(pt_agent_worker *w, sim_gen *g, pt_error *err)
         scale += sim->slow_frac;
     int64_t now = pt_msg_now_ns();
     int64_t t0 = g->next_ns > 0 && now - g->next_ns < (int64_t)CONTINUE_SLACK_NS ? g->next_ns : now;
-    double run_s = g->period_s * scale;
+    double run_s = g->e->makespan_s * scale;
     int64_t t1 = t0 + llround(run_s * NS_PER_S);
     r->nev = 0;
     int rc = wait_until(w, t1);

@@ -22,6 +22,9 @@
  * PAIR, PUB, and with CURVE the monitor's two; plus the process's few. */
 #define SOCKETS_PER_AGENT 8
 #define SOCKETS_SLACK     64
+/* Agents per ZeroMQ I/O thread: their connections' handshakes, CURVE
+ * and timers (libzmq walks a thread's timers linearly at times). */
+#define IO_THREAD_AGENTS 256
 /* Stack of each control thread: its loop holds a few messages at once. */
 #define CTL_STACK_BYTES (512 * 1024)
 #define DATA_EP_FMT     "inproc://pt-sim-data-%s"
@@ -130,6 +133,8 @@ int pt_agent_sim_main(const pt_agent_ctl *tmpl, const volatile sig_atomic_t *sig
         fprintf(stderr, "pipetop-agent: --simulate: %s\n", err.msg);
         goto out_inputs;
     }
+    if (pt_agent_sim_cache_new(&sim.cache) < 0)
+        goto out_inputs;
     sim.profile = prof;
     sim.topo = topo;
     sim.noise = a->noise;
@@ -142,7 +147,8 @@ int pt_agent_sim_main(const pt_agent_ctl *tmpl, const volatile sig_atomic_t *sig
     void *ctx = zmq_ctx_new();
     pt_agent_ctl *ags = calloc((size_t)n, sizeof *ags);
     if (!ctx || !ags ||
-        zmq_ctx_set(ctx, ZMQ_MAX_SOCKETS, n * SOCKETS_PER_AGENT + SOCKETS_SLACK) != 0) {
+        zmq_ctx_set(ctx, ZMQ_MAX_SOCKETS, n * SOCKETS_PER_AGENT + SOCKETS_SLACK) != 0 ||
+        zmq_ctx_set(ctx, ZMQ_IO_THREADS, (n + IO_THREAD_AGENTS - 1) / IO_THREAD_AGENTS) != 0) {
         fprintf(stderr, "pipetop-agent: --simulate: cannot make a context for %d agents\n", n);
         goto out_ctx;
     }
@@ -172,6 +178,7 @@ out_ctx:
     if (ctx)
         zmq_ctx_term(ctx);
 out_inputs:
+    pt_agent_sim_cache_free(&sim.cache);
     pt_profile_free(&prof);
     pt_topology_free(&topo);
     return rc;

@@ -182,8 +182,8 @@ static void check_timings(const record_view *v, const pt_program *prog, const pt
             CHECK_MSG(ok,
                       "worker %d op %d (%s): duration %lld ns at +%lld ns, the simulator's %lld "
                       "ns at +%lld ns",
-                      w, i, pt_op_name(e->op), (long long)dur, (long long)off,
-                      (long long)want_dur, (long long)want_off);
+                      w, i, pt_op_name(e->op), (long long)dur, (long long)off, (long long)want_dur,
+                      (long long)want_off);
             bad += !ok;
         }
     }
@@ -213,7 +213,8 @@ static void test_simulated(void)
     REQUIRE(pt_mkdir_p(TEST_DIR "/ckpt", &err) == 0);
     write_topology(n);
     const int cuts4[] = {0, 2, 4, 6, 8}, cuts2[] = {0, 5, 8};
-    char *pt1 = plan_text(n, 4, cuts4, "1f1b-flush", 0), *pt2 = plan_text(n, 2, cuts2, "gpipe", n / 2);
+    char *pt1 = plan_text(n, 4, cuts4, "1f1b-flush", 0),
+         *pt2 = plan_text(n, 2, cuts2, "gpipe", n / 2);
     pt_plan *plan = NULL, *plan2 = NULL;
     pt_model_spec *spec = NULL;
     pt_profile *prof = NULL;
@@ -230,7 +231,7 @@ static void test_simulated(void)
     REQUIRE(pt_run_create(&cfg, &run, &err) == 0);
     pt_session *s = pt_run_session(run);
     REQUIRE(pt_run_set_agents(run, 0, TEST_DIR "/ckpt", &err) == 0);
-    pt_run_sim sim = {prof_path, TEST_DIR "/topology.json", 0, NULL, NULL};
+    pt_run_sim sim = {prof_path, TEST_DIR "/topology.json", 0, NULL, NULL, 0};
     REQUIRE(pt_run_set_simulate(run, &sim, &err) == 0);
     int64_t t0 = pt_clock_ns();
     REQUIRE(pt_run_spawn(run, NULL, &err) == 0);

@@ -973,7 +973,7 @@ static int set_simulate(run_ctx *c, pt_error *err)
     char prof[PATH_CAP + 32], topo[PATH_CAP + 32];
     snprintf(prof, sizeof prof, "%s/profile.json", c->run_dir);
     snprintf(topo, sizeof topo, "%s/topology.json", c->run_dir);
-    pt_run_sim sim = {prof, topo, c->a.sim_noise, c->a.sim_straggler, c->a.sim_fail};
+    pt_run_sim sim = {prof, topo, c->a.sim_noise, c->a.sim_straggler, c->a.sim_fail, 0};
     return pt_run_set_simulate(c->run, &sim, err);
 }
 

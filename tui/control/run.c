@@ -59,7 +59,7 @@ struct pt_run {
     char observe_dir[PATH_CAP];     /* pt_run_set_observe ("" none) */
     pt_run_sim sim;                 /* pt_run_set_simulate (sim.profile NULL: none) */
     char sim_profile[PATH_CAP], sim_topology[PATH_CAP], sim_noise[32];
-    char sim_straggler[64], sim_fail[64];
+    char sim_straggler[64], sim_fail[64], sim_silence[16];
     int comm_timeout_ms; /* 0: the agent's default */
 };
 
@@ -130,6 +130,8 @@ int pt_run_set_simulate(pt_run *r, const pt_run_sim *sim, pt_error *err)
     snprintf(r->sim_noise, sizeof r->sim_noise, "%.6g", sim->noise);
     snprintf(r->sim_straggler, sizeof r->sim_straggler, "%s", sim->straggler ? sim->straggler : "");
     snprintf(r->sim_fail, sizeof r->sim_fail, "%s", sim->fail ? sim->fail : "");
+    snprintf(r->sim_silence, sizeof r->sim_silence, "%d",
+             sim->console_silence_ms > 0 ? sim->console_silence_ms : 0);
     r->sim = *sim;
     r->sim.profile = r->sim_profile;
     r->sim.topology = r->sim_topology;
@@ -199,6 +201,10 @@ static int spawn_simulated(pt_run *r, const char *bin, const int *devices, pt_er
     if (r->sim_fail[0]) {
         more[m++] = "--fail";
         more[m++] = r->sim_fail;
+    }
+    if (r->sim.console_silence_ms > 0) {
+        more[m++] = "--console-silence-ms";
+        more[m++] = r->sim_silence;
     }
     pt_agent_spawn_extra x = {curve ? key_file : NULL,
                               r->agent_ckpt_root[0] ? r->agent_ckpt_root : NULL,

@@ -148,6 +148,7 @@ typedef struct pt_run_sim {
     const char *profile, *topology;
     double noise;
     const char *straggler, *fail;
+    int console_silence_ms; /* the agents' --console-silence-ms; 0: not passed */
 } pt_run_sim;
 /* pt_run_spawn after this starts one `pipetop-agent --simulate --count N`
  * process for its N agents instead of N training agents (sim NULL or
