@@ -10,7 +10,10 @@
  *   generations, and its register says "simulated";
  * - the op events in the record equal the simulator's timeline of the same
  *   plan on the same profile and topology (no noise): each op's kind and
- *   duration, and its start within its program run, for every worker.
+ *   duration, and its start within its program run, for every worker;
+ * - `pipetop status` of the record says the agents were simulated;
+ * - faults: a straggler's iterations are slower than the others' from its
+ *   step on, and an injected failure fails the run naming the agent.
  *
  * N: PT_SIM_AGENTS, default AGENTS_DEFAULT (a multiple of 4; bench/sim_control
  * times 1,024). */
@@ -189,6 +192,22 @@ static void check_timings(const record_view *v, const pt_program *prog, const pt
     }
 }
 
+/* `pipetop status` of the record labels the run simulated. */
+static void check_status(int n)
+{
+    char cmd[512], line[512], want[128];
+    const char *bin = getenv("PT_BUILD_DIR");
+    snprintf(cmd, sizeof cmd, "%s/pipetop status " TEST_DIR " 2>&1", bin ? bin : ".");
+    snprintf(want, sizeof want, "simulated: %d of %d agents", n, n);
+    FILE *f = popen(cmd, "r");
+    REQUIRE(f);
+    int found = 0;
+    while (fgets(line, sizeof line, f))
+        found |= strstr(line, want) != NULL;
+    pclose(f);
+    CHECK_MSG(found, "pipetop status does not say \"%s\"", want);
+}
+
 /* ---- the run ------------------------------------------------------------------------------- */
 
 static void write_topology(int n)
@@ -305,6 +324,7 @@ static void test_simulated(void)
         free(v.a[k].seen);
     }
     check_timings(&v, &prog, &res);
+    check_status(n);
     for (int w = 0; w < prog.worker_count; w++)
         free(v.ev[w]);
     free(v.ev);
@@ -323,4 +343,81 @@ static void test_simulated(void)
     free(pt2);
 }
 
-PT_TEST_MAIN({"simulated", test_simulated})
+/* A run of 8 agents (2 stages x 4 replicas) with one of pt_run_sim's faults,
+ * in its own folder; the caller ends it. */
+static void fault_run(const char *dir, const char *straggler, const char *fail, pt_plan **plan,
+                      pt_run **out)
+{
+    char cmd[256], topo[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) {
+    }
+    pt_error err = {0};
+    REQUIRE(pt_mkdir_p(dir, &err) == 0);
+    snprintf(topo, sizeof topo, "%s/topology.json", dir);
+    const char *t = "{\"v\":1,\"name\":\"eight\",\"nodes\":[{\"name\":\"n\",\"count\":8,"
+                    "\"device\":{\"name\":\"gpu\",\"memory_gib\":16,\"speed\":1.0}}],"
+                    "\"links\":{\"intra\":{\"bandwidth_gbps\":100,\"latency_us\":5},"
+                    "\"inter\":{\"bandwidth_gbps\":25,\"latency_us\":20}}}";
+    REQUIRE(pt_file_write_atomic(topo, t, strlen(t), &err) == 0);
+    const int cuts[] = {0, 4, 8};
+    char *pt = plan_text(8, 2, cuts, "1f1b-flush", 0);
+    REQUIRE(pt_plan_parse(pt, "plan", plan, &err) == 0);
+    free(pt);
+    pt_run_config cfg = {.run_dir = dir, .agents = 8, .local_keys = 1, .local_ipc = 1};
+    pt_run *run = NULL;
+    REQUIRE(pt_run_create(&cfg, &run, &err) == 0);
+    pt_run_sim sim = {
+        pt_test_path("tests/data/sim-agents/profile.json"), topo, 0, straggler, fail, 0};
+    REQUIRE(pt_run_set_simulate(run, &sim, &err) == 0);
+    REQUIRE(pt_run_spawn(run, NULL, &err) == 0);
+    *out = run;
+    CHECK_MSG(pt_run_wait_agents(run, WAIT_MS, &err) == 0, "%s", err.msg);
+}
+
+/* --straggler: agent 1 runs 50 % longer from step 2 on, the others at the
+ * simulator's pace; --fail: agent 5 fails the run at step 3, saying so. */
+static void test_faults(void)
+{
+    pt_error err = {0};
+    pt_model_spec *spec = NULL;
+    pt_plan *plan = NULL;
+    REQUIRE(pt_model_spec_load(pt_test_path("tests/data/run/tiny-mlp.json"), &spec, &err) == 0);
+    pt_run_job job = {spec, "synthetic", 7, NULL, 0};
+    pt_run *run = NULL;
+    fault_run(TEST_DIR "-straggler", "1:50:2", NULL, &plan, &run);
+    REQUIRE(run);
+    CHECK_MSG(pt_run_assign(run, plan, &job, 0, WAIT_MS, &err) == 0, "assign: %s", err.msg);
+    REQUIRE(pt_run_start(run, 6, &err) == 0);
+    wait_state(run, PT_RUN_FINISHED, "6 steps");
+    pt_session *s = pt_run_session(run);
+    int i1 = pt_session_find_agent(s, pt_run_agent_name(run, 1));
+    int i0 = pt_session_find_agent(s, pt_run_agent_name(run, 0));
+    REQUIRE(i0 >= 0 && i1 >= 0);
+    /* the newest fold covers steps past 2 only when it began there: compare
+     * the last step's pace through the fold's mean */
+    double slow = pt_session_agent_at(s, i1)->metrics.iter_ms;
+    double fast = pt_session_agent_at(s, i0)->metrics.iter_ms;
+    CHECK_MSG(slow > 1.2 * fast, "the straggler's iteration %.3f ms, another's %.3f ms", slow,
+              fast);
+    pt_run_end(run, "test over");
+    pt_run_destroy(&run);
+    pt_plan_free(&plan);
+
+    run = NULL;
+    fault_run(TEST_DIR "-fail", NULL, "5:3", &plan, &run);
+    REQUIRE(run);
+    CHECK_MSG(pt_run_assign(run, plan, &job, 0, WAIT_MS, &err) == 0, "assign: %s", err.msg);
+    REQUIRE(pt_run_start(run, 0, &err) == 0);
+    wait_state(run, PT_RUN_FAILED, "the failure");
+    err.msg[0] = '\0';
+    CHECK(pt_run_failure(run, &err) == 1);
+    CHECK_STR_CONTAINS(err.msg, pt_run_agent_name(run, 5));
+    CHECK_STR_CONTAINS(err.msg, "simulated failure at step 3");
+    pt_run_end(run, "test over");
+    pt_run_destroy(&run);
+    pt_plan_free(&plan);
+    pt_model_spec_free(&spec);
+}
+
+PT_TEST_MAIN({"simulated", test_simulated}, {"faults", test_faults})

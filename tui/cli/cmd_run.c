@@ -1019,12 +1019,12 @@ static int open_run(run_ctx *c)
 static void say_start(run_ctx *c)
 {
     say(c,
-        "run %s: %s, %d stages, %d stage replicas, schedule %s, %d x %d samples, steps "
+        "run %s: %s%s, %d stages, %d stage replicas, schedule %s, %d x %d samples, steps "
         "%lld..%lld; predicted %.3f ms per iteration\n",
-        c->run_dir, c->in.spec->name, c->in.plan->stage_count, c->workers,
-        pt_sched_kind_name(c->in.plan->schedule), c->in.plan->microbatch_count,
-        c->in.plan->microbatch_size, (long long)c->resume_step, (long long)c->target - 1,
-        c->pred.iter_s * 1e3);
+        c->run_dir, c->in.spec->name, c->a.simulate ? " (simulated agents)" : "",
+        c->in.plan->stage_count, c->workers, pt_sched_kind_name(c->in.plan->schedule),
+        c->in.plan->microbatch_count, c->in.plan->microbatch_size, (long long)c->resume_step,
+        (long long)c->target - 1, c->pred.iter_s * 1e3);
     json_event(c,
                "{\"event\":\"start\",\"run_dir\":\"%s\",\"workers\":%d,\"first_step\":%lld,"
                "\"steps\":%lld,\"predicted_iteration_ms\":%.6g}",
