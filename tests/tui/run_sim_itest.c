@@ -38,13 +38,14 @@
 #include "tui/control/session.h"
 
 #define TEST_DIR       "run_sim_itest.d"
-#define AGENTS_DEFAULT 64
-#define WAIT_MS        120000
-#define FIRST_STEPS    20 /* run until at least this many steps are done, then stop */
-#define MORE_STEPS     20
-#define CHECK_STEP     1 /* a step whose op events all go out (EVENTS_HEAD_STEPS) */
-#define PLAN_CAP       (1 << 20)
-#define NS_TOL         2 /* rounding of seconds to ns, twice */
+#define AGENTS_DEFAULT 96 /* above PT_SESSION_NAMES_PER_KEY (64): the names are bound to the key   \
+                           */
+#define WAIT_MS     120000
+#define FIRST_STEPS 20 /* run until at least this many steps are done, then stop */
+#define MORE_STEPS  20
+#define CHECK_STEP  1 /* a step whose op events all go out (EVENTS_HEAD_STEPS) */
+#define PLAN_CAP    (1 << 20)
+#define NS_TOL      2 /* rounding of seconds to ns, twice */
 
 static int agents_n(void)
 {
