@@ -98,6 +98,8 @@ void pt_agent_ctl_register(pt_agent_ctl *ag)
     r->pid = getpid();
     r->device = ag->a.device;
     pt_device_describe(ag->be, r->device_name, sizeof r->device_name);
+    if (ag->a.simulate)
+        snprintf(r->device_name, sizeof r->device_name, "%s", PT_MSG_CAP_SIMULATED);
     snprintf(r->backend, sizeof r->backend, "%s", ag->be->name);
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     r->memory_bytes = pages > 0 && page > 0 ? (int64_t)pages * page : 0;
