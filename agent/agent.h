@@ -70,6 +70,28 @@ typedef struct pt_wnote {
 
 typedef struct pt_agent_worker pt_agent_worker;
 
+/* --simulate (agent/sim.c): the worker executes the schedule program with
+ * the simulator's op durations (planner/simulate.h) for the same plan,
+ * profile and topology as the console, paced by the wall clock, and emits
+ * the telemetry a training agent emits; no tensors, no data plane. One is
+ * shared, read-only, by every simulated agent of a process. */
+typedef struct pt_agent_sim_cache pt_agent_sim_cache;
+
+typedef struct pt_agent_sim {
+    /* One simulation per plan generation for all the process's agents
+     * (pt_agent_sim_cache_new), NULL: each agent simulates on its own. */
+    pt_agent_sim_cache *cache;
+    const struct pt_profile *profile; /* borrowed; outlive the workers */
+    const struct pt_topology *topo;
+    double noise;     /* each op's duration times 1 + noise * U(-1, 1); 0: exact */
+    uint64_t seed;    /* of the noise */
+    int straggler;    /* agent index (--count) slower from straggler_step on; -1 none */
+    double slow_frac; /* by this fraction (0.5: 50 % longer) */
+    int64_t straggler_step;
+    int fail_agent; /* agent index that fails when it reaches fail_step; -1 none */
+    int64_t fail_step;
+} pt_agent_sim;
+
 typedef struct pt_agent_worker_config {
     const char *agent_id;      /* copied */
     void *zmq_ctx;             /* the agent's context: PUB and the notify PAIR */
@@ -89,7 +111,16 @@ typedef struct pt_agent_worker_config {
     /* --observe DIR: relay a PyTorch run's Monitor instead of training
      * (agent/observe.c); NULL: train. Copied. */
     const char *observe;
+    /* --simulate: simulate instead of training (NULL: train); sim_index is
+     * this agent's index among the process's simulated agents. */
+    const pt_agent_sim *sim;
+    int sim_index;
 } pt_agent_worker_config;
+
+/* The simulated agents' shared simulations (agent/sim.c): 0 or PT_ENOMEM;
+ * free after every worker using it ended (NULL-safe, sets *cache_p NULL). */
+int pt_agent_sim_cache_new(pt_agent_sim_cache **out);
+void pt_agent_sim_cache_free(pt_agent_sim_cache **cache_p);
 
 /* --observe DIR: 0 when DIR is a folder of this user's with mode 0700 (no
  * one else can reach the sockets in it), else -1 after saying why on

@@ -98,6 +98,8 @@ void pt_agent_ctl_register(pt_agent_ctl *ag)
     r->pid = getpid();
     r->device = ag->a.device;
     pt_device_describe(ag->be, r->device_name, sizeof r->device_name);
+    if (ag->a.simulate)
+        snprintf(r->device_name, sizeof r->device_name, "%s", PT_MSG_CAP_SIMULATED);
     snprintf(r->backend, sizeof r->backend, "%s", ag->be->name);
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     r->memory_bytes = pages > 0 && page > 0 ? (int64_t)pages * page : 0;
@@ -111,6 +113,8 @@ void pt_agent_ctl_register(pt_agent_ctl *ag)
     snprintf(r->caps[1], sizeof r->caps[1], "recompute");
     if (pt_backend_is_cuda(ag->be) && pt_nccl_built())
         snprintf(r->caps[r->cap_count++], sizeof r->caps[0], "nccl");
+    if (ag->a.simulate) /* the console labels the agent, the run and its record simulated */
+        snprintf(r->caps[r->cap_count++], sizeof r->caps[0], "%s", PT_MSG_CAP_SIMULATED);
     snprintf(r->data_endpoint, sizeof r->data_endpoint, "%s", ag->data_ep);
     pt_agent_ctl_send(ag, &m);
 }
@@ -321,7 +325,10 @@ void pt_agent_ctl_loop(pt_agent_ctl *ag)
 {
     ag->next_hb_ns = pt_msg_now_ns();
     int64_t started = ag->next_hb_ns;
-    const int64_t silence = (int64_t)PT_AGENT_MISSED_HEARTBEATS * PT_AGENT_HEARTBEAT_MS * NS_PER_MS;
+    const int64_t silence =
+        (ag->a.silence_ms > 0 ? (int64_t)ag->a.silence_ms
+                              : (int64_t)PT_AGENT_MISSED_HEARTBEATS * PT_AGENT_HEARTBEAT_MS) *
+        NS_PER_MS;
     while (!ag->leaving) {
         int64_t now = pt_msg_now_ns();
         if (*ag->signal) {

@@ -22,6 +22,12 @@ typedef struct pt_agent_args {
     int device, threads, comm_timeout_ms, grace_ms;
     pt_device_spec compute; /* --device cpu|cuda:N: where the worker computes */
     int device_given;       /* --device or --index was given */
+    /* --simulate (agent/sim.c, agent/sim_main.c): simulated agents */
+    int simulate, count;
+    const char *profile, *topology, *straggler, *fail;
+    double noise;
+    int64_t sim_seed;
+    int silence_ms; /* --console-silence-ms (simulated agents only); 0: the heartbeat bound */
 } pt_agent_args;
 
 typedef struct pt_agent_ctl {
@@ -55,7 +61,29 @@ typedef struct pt_agent_ctl {
     int leaving;                         /* 1 bye, 2 console lost, 3 signal */
     const volatile sig_atomic_t *signal; /* nonzero: a signal asks the agent to leave */
     char why[PT_MSG_TEXT_MAX];
+    int joined; /* pt_agent_ctl_close: the worker thread ended */
 } pt_agent_ctl;
+
+/* ---- agent/ctl_setup.c: set-up and tear-down (each says why on stderr and
+ * returns -1 on failure) */
+/* --key and --server-key into ag->key, ag->server_key; ag->curve = 1. */
+int pt_agent_ctl_load_keys(pt_agent_ctl *ag);
+/* Binds --data-bind once to learn the endpoint into ag->data_ep. */
+int pt_agent_ctl_reserve_data(pt_agent_ctl *ag);
+/* The DEALER (connected), the notify PAIR and the worker, in ctx (which
+ * the caller terminates after pt_agent_ctl_close). sim: simulate (NULL:
+ * train or observe), as agent sim_index of the process. */
+int pt_agent_ctl_open(pt_agent_ctl *ag, void *ctx, const pt_agent_sim *sim, int sim_index);
+/* Says bye, ends the worker (ag->joined), closes the sockets. */
+void pt_agent_ctl_close(pt_agent_ctl *ag);
+
+/* Most simulated agents in one process (--count). */
+#define PT_AGENT_SIM_MAX 4096
+/* --simulate: runs tmpl->a.count (at least 1) simulated agents, each a copy
+ * of tmpl (arguments, keys, id as the base of their names) with its own
+ * control loop on its own thread, and returns the exit status (as main's):
+ * 0 when every agent left after a bye or a signal. agent/sim_main.c. */
+int pt_agent_sim_main(const pt_agent_ctl *tmpl, const volatile sig_atomic_t *sig);
 
 /* Sends m to the console (its agent name and sequence number filled in). */
 void pt_agent_ctl_send(pt_agent_ctl *ag, pt_msg *m);

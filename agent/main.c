@@ -38,9 +38,7 @@
 #define EXIT_NO_CONSOLE   3
 #define EXIT_REFUSED      4 /* the console refused this agent's key */
 #define THREADS_MAX       1024
-#define NOTIFY_EP_FMT     "inproc://pt-agent-notify-%p"
 #define DEFAULT_DATA_BIND "tcp://127.0.0.1:*"
-#define MSG_FRAME_SLACK   4096 /* bytes beyond PT_MSG_MAX_BYTES a control frame may have */
 
 static volatile sig_atomic_t g_signal;
 
@@ -132,6 +130,29 @@ static int parse_args(int argc, char **argv, pt_agent_args *a)
         {"observe", PT_OPT_STRING, &a->observe, 0, 0, 0, "DIR",
          "relay a PyTorch run instead of training: its pipetop_torch.Monitor\n"
          "writes to DIR/rank-<r>.sock (DIR: mode 0700; docs/torch.md)"},
+        {"simulate", PT_OPT_FLAG, &a->simulate, 0, 0, 0, NULL,
+         "simulate instead of training: run the schedule program with the\n"
+         "simulator's op durations (needs --profile and --topology)"},
+        {"count", PT_OPT_INT, &a->count, 1, PT_AGENT_SIM_MAX, 0, "N",
+         "with --simulate: N simulated agents in this process, named NAME-0..\n"
+         "NAME-<N-1>, devices D..D+N-1 (D: --device, default 0)"},
+        {"profile", PT_OPT_STRING, &a->profile, 0, 0, 0, "FILE", "with --simulate: the profile"},
+        {"topology", PT_OPT_STRING, &a->topology, 0, 0, 0, "FILE", "with --simulate: the topology"},
+        {"noise", PT_OPT_DOUBLE, &a->noise, 0, 0.9, 0, "F",
+         "with --simulate: each op lasts 1 + F*U(-1,1) of its time (default 0)"},
+        {"sim-seed", PT_OPT_INT64, &a->sim_seed, 0, PT_MSG_INT_MAX, 0, "N",
+         "with --simulate: seed of the noise (default 0)"},
+        {"straggler", PT_OPT_STRING, &a->straggler, 0, 0, 0, "K:PCT:STEP",
+         "with --simulate: agent K is PCT percent slower from step STEP on"},
+        {"fail", PT_OPT_STRING, &a->fail, 0, 0, 0, "K:STEP",
+         "with --simulate: agent K fails when it reaches step STEP"},
+        {"console-silence-ms", PT_OPT_INT, &a->silence_ms, 1, INT_MAX, 0, "MS",
+         "with --simulate: how long the console may be silent before the agents\n"
+         "take it for gone (default: the heartbeat bound, " PT_OPTS_STR(
+             PT_AGENT_MISSED_HEARTBEATS) " x " PT_OPTS_STR(PT_AGENT_HEARTBEAT_MS) " ms); longer,\n"
+                                                                                  "to measure a "
+                                                                                  "console that "
+                                                                                  "stalls"},
     };
     const int n = (int)(sizeof opts / sizeof opts[0]);
     int rc = pt_opts_parse_program("pipetop-agent", argc, argv, opts, n, stderr);
@@ -160,6 +181,17 @@ static int parse_args(int argc, char **argv, pt_agent_args *a)
         a->device = index;
     if (a->observe && pt_agent_observe_dir_ok(a->observe) < 0)
         return EXIT_USAGE;
+    if (!a->simulate &&
+        (a->count || a->profile || a->topology || a->straggler || a->fail || a->silence_ms)) {
+        fprintf(stderr, "pipetop-agent: --count, --profile, --topology, --straggler and --fail "
+                        "go with --simulate\n");
+        return EXIT_USAGE;
+    }
+    if (a->simulate && (!a->profile || !a->topology || a->observe)) {
+        fprintf(stderr, "pipetop-agent: --simulate needs --profile and --topology (the console's), "
+                        "and not --observe\n");
+        return EXIT_USAGE;
+    }
     if (!a->console) {
         fprintf(stderr, "pipetop-agent: --console is required (see --help)\n");
         return EXIT_USAGE;
@@ -172,140 +204,6 @@ static int parse_args(int argc, char **argv, pt_agent_args *a)
         return EXIT_USAGE;
     }
     return -1;
-}
-
-/* The checkpoint root, absolute (what the worker joins an assign's folder
- * to): --checkpoint-root, made if missing, or the working directory. */
-static int ckpt_root(const char *opt, char *out, size_t cap)
-{
-    pt_error err = {0};
-    char *abs = NULL;
-    if (opt && pt_mkdir_p(opt, &err) < 0) {
-        fprintf(stderr, "pipetop-agent: --checkpoint-root: %s\n", err.msg);
-        return 0;
-    }
-    abs = realpath(opt ? opt : ".", NULL);
-    if (!abs || strlen(abs) >= cap) {
-        fprintf(stderr, "pipetop-agent: --checkpoint-root %s: %s\n", opt ? opt : ".",
-                abs ? "path too long" : strerror(errno));
-        free(abs);
-        return 0;
-    }
-    snprintf(out, cap, "%s", abs);
-    free(abs);
-    return 1;
-}
-
-/* ---- set-up ------------------------------------------------------------------------- */
-
-/* Binds an ephemeral data port once to learn it, and releases it: the
- * worker binds the same endpoint for every plan generation, so the endpoint
- * given in register stays valid for the agent's life. */
-static int reserve_data_endpoint(pt_agent_ctl *ag)
-{
-    pt_error err = {0};
-    if (pt_trust_check_bind(ag->a.data_bind, ag->curve, &err) < 0) {
-        fprintf(stderr, "pipetop-agent: --data-bind: %s\n", err.msg);
-        return -1;
-    }
-    void *ctx = zmq_ctx_new();
-    void *s = ctx ? zmq_socket(ctx, ZMQ_PULL) : NULL;
-    int rc = -1;
-    if (s && zmq_bind(s, ag->a.data_bind) == 0) {
-        size_t len = sizeof ag->data_ep;
-        if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, ag->data_ep, &len) == 0)
-            rc = 0;
-    }
-    if (rc < 0)
-        fprintf(stderr, "pipetop-agent: cannot bind the data socket to %s: %s\n", ag->a.data_bind,
-                zmq_strerror(errno));
-    if (s)
-        zmq_close(s);
-    if (ctx)
-        zmq_ctx_term(ctx);
-    return rc;
-}
-
-static int open_sockets(pt_agent_ctl *ag)
-{
-    ag->ctx = zmq_ctx_new();
-    if (!ag->ctx)
-        return -1;
-    ag->dealer = zmq_socket(ag->ctx, ZMQ_DEALER);
-    ag->notify = zmq_socket(ag->ctx, ZMQ_PAIR);
-    if (!ag->dealer || !ag->notify)
-        return -1;
-    int linger = 1000, hb_ivl = PT_AGENT_HEARTBEAT_MS;
-    zmq_setsockopt(ag->dealer, ZMQ_ROUTING_ID, ag->id, strlen(ag->id));
-    zmq_setsockopt(ag->dealer, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt(ag->dealer, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
-    int64_t max_msg = (int64_t)PT_MSG_MAX_BYTES + MSG_FRAME_SLACK;
-    zmq_setsockopt(ag->dealer, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
-    pt_error terr = {0};
-    if (ag->curve && pt_trust_client(ag->dealer, &ag->key, ag->server_key, &terr) < 0) {
-        fprintf(stderr, "pipetop-agent: --key: %s\n", terr.msg);
-        return -1;
-    }
-    /* With CURVE, the DEALER's events: a refused key is said at once (libzmq
-     * never retries a refused handshake), and a console restart within the
-     * grace is picked up (agent/control.c) */
-    if (ag->curve &&
-        pt_zmq_watch_start(ag->ctx, ag->dealer, ZMQ_EVENT_DISCONNECTED | PT_WATCH_HANDSHAKE_EVENTS,
-                           &ag->monitor, &terr) < 0) {
-        fprintf(stderr, "pipetop-agent: control monitor: %s\n", terr.msg);
-        return -1;
-    }
-    if (zmq_connect(ag->dealer, ag->a.console) != 0) {
-        fprintf(stderr, "pipetop-agent: --console %s: %s\n", ag->a.console, zmq_strerror(errno));
-        return -1;
-    }
-    char ep[64];
-    snprintf(ep, sizeof ep, NOTIFY_EP_FMT, (void *)ag);
-    if (zmq_bind(ag->notify, ep) != 0)
-        return -1;
-    char root[PT_MSG_PATH_MAX];
-    if (!ckpt_root(ag->a.checkpoint_root, root, sizeof root))
-        return -1;
-    pt_agent_worker_config wc = {ag->id,
-                                 ag->ctx,
-                                 ep,
-                                 ag->data_ep,
-                                 ag->a.telemetry,
-                                 ag->a.comm_timeout_ms,
-                                 ag->be,
-                                 ag->curve ? &ag->key : NULL,
-                                 ag->curve ? ag->server_key : NULL,
-                                 root,
-                                 ag->a.observe};
-    pt_error err = {0};
-    if (pt_agent_worker_start(&wc, &ag->worker, &err) < 0) {
-        fprintf(stderr, "pipetop-agent: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
-/* --key (a pair, mode 0600) and --server-key (a file or Z85). */
-static int load_keys(pt_agent_ctl *ag)
-{
-    pt_error err = {0};
-    if (pt_keyfile_load(ag->a.key_path, &ag->key, &err) < 0) {
-        fprintf(stderr, "pipetop-agent: --key: %s\n", err.msg);
-        return -1;
-    }
-    if (!ag->key.has_secret) {
-        fprintf(stderr,
-                "pipetop-agent: --key: %s holds no secret key (give the NAME.key of "
-                "pipetop keys --out DIR/NAME)\n",
-                ag->a.key_path);
-        return -1;
-    }
-    if (pt_key_arg_public(ag->a.server_key_arg, ag->server_key, &err) < 0) {
-        fprintf(stderr, "pipetop-agent: --server-key: %s\n", err.msg);
-        return -1;
-    }
-    ag->curve = 1;
-    return 0;
 }
 
 /* Without --device: the GPU a launcher gave this task. Slurm starts one
@@ -394,9 +292,9 @@ int main(int argc, char **argv)
     }
     pt_clock_filter_init(&ag.clk);
     ag.signal = &g_signal;
-    if (ag.a.key_path && load_keys(&ag) < 0)
+    if (ag.a.key_path && pt_agent_ctl_load_keys(&ag) < 0)
         return 1;
-    if (!ag.a.device_given)
+    if (!ag.a.device_given && !ag.a.simulate)
         device_from_env(&ag.a);
     {
         pt_error err = {0};
@@ -414,30 +312,18 @@ int main(int argc, char **argv)
         }
     }
     install_signals();
-    if (reserve_data_endpoint(&ag) < 0 || open_sockets(&ag) < 0) {
+    if (ag.a.simulate)
+        return pt_agent_sim_main(&ag, &g_signal);
+    void *ctx = zmq_ctx_new();
+    if (pt_agent_ctl_reserve_data(&ag) < 0 || pt_agent_ctl_open(&ag, ctx, NULL, 0) < 0) {
         fprintf(stderr, "pipetop-agent %s: cannot start\n", ag.id);
         return 1;
     }
     pt_agent_ctl_register(&ag);
     pt_agent_ctl_loop(&ag);
-    {
-        /* Also after the console's bye: it then knows this agent left rather
-         * than went silent. */
-        pt_msg m;
-        pt_msg_init(&m, PT_MSG_BYE, NULL);
-        m.gen = ag.gen;
-        snprintf(m.u.bye.reason, sizeof m.u.bye.reason, "%s", ag.why);
-        pt_agent_ctl_send(&ag, &m);
-    }
-    int joined = pt_agent_worker_destroy(&ag.worker, PT_AGENT_JOIN_MS);
-    fprintf(stderr,
-            "pipetop-agent %s: leaving: %s; control messages: %llu accepted, %llu rejected\n",
-            ag.id, ag.why, (unsigned long long)ag.accepted, (unsigned long long)ag.rejected);
-    pt_zmq_watch_stop(&ag.monitor);
-    zmq_close(ag.dealer);
-    zmq_close(ag.notify);
-    if (joined == 0) {
-        zmq_ctx_term(ag.ctx); /* a worker that did not end may still hold sockets */
+    pt_agent_ctl_close(&ag);
+    if (ag.joined) {
+        zmq_ctx_term(ctx); /* a worker that did not end may still hold sockets */
         pt_device_close(&ag.be);
     }
     return ag.leaving == 2 ? EXIT_NO_CONSOLE : ag.leaving == 4 ? EXIT_REFUSED : 0;

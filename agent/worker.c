@@ -347,7 +347,12 @@ int pt_agent_worker_start(const pt_agent_worker_config *cfg, pt_agent_worker **o
     pthread_cond_init(&w->cv, &ca);
     pthread_condattr_destroy(&ca);
     snprintf(w->observe_dir, sizeof w->observe_dir, "%s", cfg->observe ? cfg->observe : "");
-    if (pthread_create(&w->th, NULL, cfg->observe ? pt_wk_observe_main : thread_main, w) != 0) {
+    w->sim = cfg->sim;
+    w->sim_index = cfg->sim_index;
+    void *(*main_fn)(void *) = cfg->observe ? pt_wk_observe_main
+                               : cfg->sim   ? pt_wk_sim_main
+                                            : thread_main;
+    if (pthread_create(&w->th, NULL, main_fn, w) != 0) {
         pthread_mutex_destroy(&w->mu);
         pthread_cond_destroy(&w->cv);
         free(w);

@@ -179,7 +179,9 @@ struct pt_agent_worker {
     fold_slot folds[CHUNKS_MAX];
     int64_t fold_sent_ns;
     double iter_ema_ms;
-    int64_t start_step; /* (mu) done when the current start began */
+    int64_t start_step;      /* (mu) done when the current start began */
+    const pt_agent_sim *sim; /* --simulate (agent/sim.c), NULL: trains */
+    int sim_index;
 };
 
 /* ---- agent/worker.c: state and notes to the control thread */
@@ -210,6 +212,9 @@ void pt_wk_fold_metrics(pt_agent_worker *w, int c, const pt_msg_metrics *mt);
 
 /* ---- agent/observe.c: the worker of pipetop-agent --observe */
 void *pt_wk_observe_main(void *arg);
+
+/* ---- agent/sim.c: the worker of pipetop-agent --simulate */
+void *pt_wk_sim_main(void *arg);
 
 /* ---- agent/worker_ckpt.c: checkpoints of the run's chunks */
 int pt_wk_load_resume(pt_agent_worker *w, int64_t step, pt_error *err);

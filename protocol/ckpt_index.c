@@ -205,7 +205,8 @@ void pt_ckpt_index_sort(pt_ckpt_index *ix)
 
 int pt_ckpt_index_parse(const char *json, const char *source, pt_ckpt_index **out, pt_error *err)
 {
-    static const char *const keys[] = {"v", "model", "step", "epoch", "optimizer", "layers", NULL};
+    static const char *const keys[] = {"v",         "model",  "step",      "epoch",
+                                       "optimizer", "layers", "simulated", NULL};
     *out = NULL;
     pt_jr jr = {source, err};
     cJSON *root = NULL;
@@ -226,6 +227,7 @@ int pt_ckpt_index_parse(const char *json, const char *source, pt_ckpt_index **ou
         (rc = pt_jr_int64(&jr, root, "", "step", PT_JR_REQUIRED, 0, 0, PT_JSON_INT_MAX,
                           &ix->step)) < 0 ||
         (rc = pt_jr_num(&jr, root, "", "epoch", PT_JR_OPTIONAL, 0, nonneg, &ix->epoch)) < 0 ||
+        (rc = pt_jr_bool(&jr, root, "", "simulated", PT_JR_OPTIONAL, 0, &ix->simulated)) < 0 ||
         (rc = pt_jr_object(&jr, root, "", "optimizer", PT_JR_OPTIONAL, &opt)) < 0 ||
         (opt && (rc = parse_optimizer(&jr, opt, ix)) < 0) ||
         (rc = pt_jr_array(&jr, root, "", "layers", PT_JR_REQUIRED, 0, &layers, &ix->layer_count)) <
@@ -324,6 +326,8 @@ char *pt_ckpt_index_to_json(const pt_ckpt_index *ix)
     cJSON_AddStringToObject(root, "model", ix->model);
     cJSON_AddNumberToObject(root, "step", (double)ix->step);
     cJSON_AddNumberToObject(root, "epoch", ix->epoch);
+    if (ix->simulated)
+        cJSON_AddBoolToObject(root, "simulated", 1);
     if (ix->has_optimizer) {
         const pt_optim_spec *o = &ix->optimizer;
         cJSON *opt = cJSON_AddObjectToObject(root, "optimizer");

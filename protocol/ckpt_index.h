@@ -43,6 +43,8 @@ typedef struct pt_ckpt_index {
     char model[PT_NAME_MAX];
     int64_t step;            /* optimizer steps taken by the run when saved */
     double epoch;            /* epochs done (fractional within an epoch) */
+    int simulated;           /* "simulated": true (optional): written by pipetop-agent --simulate,
+                                no tensors behind it (layers empty) */
     int has_optimizer;       /* 1 when "optimizer" is present */
     pt_optim_spec optimizer; /* kind and hyper-parameters */
     int64_t optim_steps;     /* the optimizer's step counter t */

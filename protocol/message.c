@@ -358,6 +358,9 @@ char *pt_msg_internal_print_exact(cJSON *root)
     return copy;
 }
 
+static int check_peer_list(pt_jr *jr, const cJSON *peers, pt_msg_assign *a, const char *const *keys,
+                           int16_t *by_rank);
+
 static int check_peers(pt_jr *jr, const cJSON *o, pt_msg_assign *a)
 {
     const cJSON *peers;
@@ -369,6 +372,21 @@ static int check_peers(pt_jr *jr, const cJSON *o, pt_msg_assign *a)
     if (!a->peers)
         return pt_jr_fail(jr, PT_ENOMEM, "", "peers", "out of memory");
     static const char *const keys[] = {"rank", "stage", "replica", "endpoint", "key", NULL};
+    /* peers[] by rank (ranks are below PT_MSG_MAX_RANK): a repeated rank is
+     * found in O(1), so a 1,024-peer assign is not a million comparisons */
+    int16_t *by_rank = malloc(PT_MSG_MAX_RANK * sizeof *by_rank);
+    if (!by_rank)
+        return pt_jr_fail(jr, PT_ENOMEM, "", "peers", "out of memory");
+    for (int r = 0; r < PT_MSG_MAX_RANK; r++)
+        by_rank[r] = -1;
+    int rc = check_peer_list(jr, peers, a, keys, by_rank);
+    free(by_rank);
+    return rc;
+}
+
+static int check_peer_list(pt_jr *jr, const cJSON *peers, pt_msg_assign *a, const char *const *keys,
+                           int16_t *by_rank)
+{
     int i = 0, self_found = 0;
     for (const cJSON *p = peers->child; p; p = p->next, i++) {
         char path[PT_JPATH_MAX];
@@ -384,10 +402,10 @@ static int check_peers(pt_jr *jr, const cJSON *o, pt_msg_assign *a)
         TRY(opt_str(jr, p, path, "key", q->key, sizeof q->key));
         if (q->key[0] && !pt_key_z85_valid(q->key))
             return pt_jr_fail(jr, PT_EINVAL, path, "key", "not 40 characters of Z85");
-        for (int j = 0; j < i; j++)
-            if (a->peers[j].rank == q->rank)
-                return pt_jr_fail(jr, PT_EINVAL, path, "rank", "%d is also the rank of peers[%d]",
-                                  q->rank, j);
+        if (by_rank[q->rank] >= 0)
+            return pt_jr_fail(jr, PT_EINVAL, path, "rank", "%d is also the rank of peers[%d]",
+                              q->rank, by_rank[q->rank]);
+        by_rank[q->rank] = (int16_t)i;
         if (q->rank == a->rank) {
             self_found = 1;
             if (q->stage != a->stage || q->replica != a->replica)

@@ -85,6 +85,11 @@ enum {
 };
 const char *pt_msg_mem_name(int category); /* NULL when out of range */
 
+/* The register capability of a simulated agent (pipetop-agent --simulate):
+ * it runs the schedule program with the simulator's durations, trains
+ * nothing and sends no data to its peers (docs/protocol.md). */
+#define PT_MSG_CAP_SIMULATED "simulated"
+
 typedef struct pt_msg_register {
     char host[PT_MSG_HOST_MAX];
     int64_t pid;                                 /* >= 1 */

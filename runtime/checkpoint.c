@@ -378,6 +378,7 @@ int pt_ckpt_commit(const char *dir, const pt_ckpt_index *header, const pt_ckpt_l
     snprintf(now->model, sizeof now->model, "%s", header->model);
     now->step = header->step;
     now->epoch = header->epoch;
+    now->simulated = header->simulated;
     now->has_optimizer = header->has_optimizer;
     now->optimizer = header->optimizer;
     now->optim_steps = header->optim_steps;

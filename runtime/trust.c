@@ -335,7 +335,12 @@ int pt_zap_allow(pt_zap *z, const char *public_z85, pt_error *err)
         return pt_error_set(err, PT_EINVAL, "zap: not a Z85 public key");
     int rc = 0;
     pthread_mutex_lock(&z->lock);
-    if (z->n_keys >= PT_ZAP_ALLOW_MAX)
+    int known = 0; /* a key allowed again (bound to one more name) takes no second entry */
+    for (int k = 0; k < z->n_keys && !known; k++)
+        known = !memcmp(z->keys[k], public_z85, PT_KEY_Z85_LEN);
+    if (known)
+        rc = 0;
+    else if (z->n_keys >= PT_ZAP_ALLOW_MAX)
         rc = pt_error_set(err, PT_ERANGE, "zap: more than %d allowed keys", PT_ZAP_ALLOW_MAX);
     else
         memcpy(z->keys[z->n_keys++], public_z85, PT_KEY_Z85_LEN + 1);

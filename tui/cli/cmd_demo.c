@@ -52,12 +52,20 @@ int pt_cmd_demo(int argc, char **argv)
          "record the run there (default runs/<time>/)"},
         {"topology", PT_OPT_STRING, &lo.topology, 0, 0, 0, "T",
          "devices to start the agents on, at most 4 (default " DEMO_TOPOLOGY
-         "; devices with\n\"compute\": \"cuda:N\" get GPU agents)"},
+         "; devices with\n\"compute\": \"cuda:N\" get GPU agents; with --simulate, every\n"
+         "device of the plan)"},
+        {"simulate", PT_OPT_FLAG, &lo.simulate, 0, 0, 0, NULL,
+         "simulated agents (pipetop-agent --simulate), one per device of the\n"
+         "plan, on synthetic data: the simulator's timings, nothing trained"},
     };
     int rc = pt_opts_command("demo", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
                              usage_text, NULL);
     if (rc >= 0)
         return rc;
+    if (lo.simulate) {
+        lo.agents = 0; /* one per device of the plan */
+        lo.data = "synthetic";
+    }
     /* the demo runs for hours: its record is compressed (docs/formats.md,
      * "Compression") unless the environment says otherwise */
     setenv("PT_RECORD_COMPRESS", "1", 0);

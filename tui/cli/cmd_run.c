@@ -71,6 +71,9 @@ typedef struct run_args {
     int64_t iters, epochs, ckpt_every, seed;
     int headless, json, stages, microbatches, mb_size, replicas, external, chunks;
     int stall_ms;
+    int simulate; /* --simulate: simulated agents (docs/architecture.md) */
+    double sim_noise;
+    const char *sim_straggler, *sim_fail;
 } run_args;
 
 typedef struct run_ctx {
@@ -181,6 +184,16 @@ static int parse_args(int argc, char **argv, run_args *a)
          "agents give its NAME.pub as --server-key"},
         {"allow", PT_OPT_STRING, &a->allow, 0, 0, 0, "FILE",
          "agents' public keys allowed to join, one per line (Z85 or a .pub file)"},
+        {"simulate", PT_OPT_FLAG, &a->simulate, 0, 0, 0, NULL,
+         "simulated agents: one pipetop-agent --simulate --count N runs the\n"
+         "schedule program with the simulator's durations (no training;\n"
+         "default profile: analytic)"},
+        {"sim-noise", PT_OPT_DOUBLE, &a->sim_noise, 0, 0.9, 0, "F",
+         "with --simulate: each op lasts 1 + F*U(-1,1) of its time"},
+        {"sim-straggler", PT_OPT_STRING, &a->sim_straggler, 0, 0, 0, "K:PCT:STEP",
+         "with --simulate: agent K is PCT percent slower from step STEP on"},
+        {"sim-fail", PT_OPT_STRING, &a->sim_fail, 0, 0, 0, "K:STEP",
+         "with --simulate: agent K fails at step STEP"},
         {"reattach", PT_OPT_STRING, &a->reattach, 0, 0, 0, "RUNDIR",
          "pick up the run of a console that died (its run folder), with the\n"
          "same --key, endpoints and options: its agents (--external, within\n"
@@ -194,6 +207,10 @@ static int parse_args(int argc, char **argv, run_args *a)
     int quick = a->stages || a->schedule || a->microbatches;
     if (!a->model || !a->data)
         why = "--model and --data are required";
+    else if (!a->simulate && (a->sim_noise > 0 || a->sim_straggler || a->sim_fail))
+        why = "--sim-noise, --sim-straggler and --sim-fail go with --simulate";
+    else if (a->simulate && a->external)
+        why = "--simulate starts its own agents: not with --external";
     else if (a->plan && quick)
         why = "--plan and the quick form (--stages/--schedule/--microbatches) exclude each other";
     else if (!a->plan && !(a->stages && a->schedule && a->microbatches))
@@ -493,6 +510,16 @@ static int save_inputs(run_ctx *c, pt_error *err)
     return rc < 0 ? rc : pt_topology_save(c->in.topo, path, err);
 }
 
+/* --simulate without --profile: an analytic one (nothing is measured for
+ * agents that do not compute). */
+static int analytic(void *user, pt_inputs *in, pt_error *err)
+{
+    run_ctx *c = user;
+    int mb = in->plan ? in->plan->microbatch_size : c->a.mb_size;
+    pt_profile_free(&in->profile);
+    return pt_inputs_analytic_profile(in->spec, mb, &in->profile, err);
+}
+
 /* Everything that can be refused before an agent starts. */
 static int prepare(run_ctx *c, pt_error *err)
 {
@@ -508,7 +535,7 @@ static int prepare(run_ctx *c, pt_error *err)
                          .local_devices = a->plan ? 0 : a->stages * a->replicas,
                          .profile = a->profile,
                          .check_model = check_data,
-                         .make_profile = measured,
+                         .make_profile = a->simulate ? analytic : measured,
                          .make_plan = quick_plan,
                          .user = c};
     if ((rc = pt_inputs_resolve(&io, &c->in, err)) < 0)
@@ -941,6 +968,16 @@ static void discard_run_dir(const run_ctx *c, int existed)
     remove_tree(c->run_dir, 0);
 }
 
+/* --simulate: the agents read the profile and topology save_inputs wrote. */
+static int set_simulate(run_ctx *c, pt_error *err)
+{
+    char prof[PATH_CAP + 32], topo[PATH_CAP + 32];
+    snprintf(prof, sizeof prof, "%s/profile.json", c->run_dir);
+    snprintf(topo, sizeof topo, "%s/topology.json", c->run_dir);
+    pt_run_sim sim = {prof, topo, c->a.sim_noise, c->a.sim_straggler, c->a.sim_fail, 0};
+    return pt_run_set_simulate(c->run, &sim, err);
+}
+
 /* The controller for the prepared run: its report, the session and the
  * agents' settings. 0, or 1 after saying why. */
 static int open_run(run_ctx *c)
@@ -971,7 +1008,8 @@ static int open_run(run_ctx *c)
     if (c->a.reattach && (c->first_heard = malloc((size_t)c->workers * sizeof *c->first_heard)))
         for (int w = 0; w < c->workers; w++)
             c->first_heard[w] = -1;
-    if (pt_run_set_agents(c->run, c->a.stall_ms, c->ckpt_dir[0] ? c->ckpt_dir : NULL, &err) < 0) {
+    if (pt_run_set_agents(c->run, c->a.stall_ms, c->ckpt_dir[0] ? c->ckpt_dir : NULL, &err) < 0 ||
+        (c->a.simulate && set_simulate(c, &err) < 0)) {
         fprintf(stderr, "pipetop run: %s\n", err.msg);
         fail_json(c, err.msg);
         return 1;
@@ -982,12 +1020,12 @@ static int open_run(run_ctx *c)
 static void say_start(run_ctx *c)
 {
     say(c,
-        "run %s: %s, %d stages, %d stage replicas, schedule %s, %d x %d samples, steps "
+        "run %s: %s%s, %d stages, %d stage replicas, schedule %s, %d x %d samples, steps "
         "%lld..%lld; predicted %.3f ms per iteration\n",
-        c->run_dir, c->in.spec->name, c->in.plan->stage_count, c->workers,
-        pt_sched_kind_name(c->in.plan->schedule), c->in.plan->microbatch_count,
-        c->in.plan->microbatch_size, (long long)c->resume_step, (long long)c->target - 1,
-        c->pred.iter_s * 1e3);
+        c->run_dir, c->in.spec->name, c->a.simulate ? " (simulated agents)" : "",
+        c->in.plan->stage_count, c->workers, pt_sched_kind_name(c->in.plan->schedule),
+        c->in.plan->microbatch_count, c->in.plan->microbatch_size, (long long)c->resume_step,
+        (long long)c->target - 1, c->pred.iter_s * 1e3);
     json_event(c,
                "{\"event\":\"start\",\"run_dir\":\"%s\",\"workers\":%d,\"first_step\":%lld,"
                "\"steps\":%lld,\"predicted_iteration_ms\":%.6g}",

@@ -124,9 +124,10 @@ static int observe_dir(const char *dir, char *out, size_t cap, pt_error *err)
 static int live_source(const pt_console_launch_opts *o, pt_inputs *in, pt_source **src,
                        pt_error *err)
 {
-    if (o->spawn) {
+    if (o->spawn && !o->simulate) {
         /* the agents it spawns run on this machine: the topology's devices
-         * share its cores (the simulator's shared-core stretch, docs/formats.md) */
+         * share its cores (the simulator's shared-core stretch, docs/formats.md);
+         * simulated agents compute nothing and keep the topology's own devices */
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         for (int d = 0; d < in->topo->device_count && cpus > 0; d++)
             if (in->topo->devices[d].node_cores <= 0)
@@ -150,6 +151,7 @@ static int live_source(const pt_console_launch_opts *o, pt_inputs *in, pt_source
     char dir[PATH_CAP];
     int rc = o->observe ? observe_dir(o->observe, dir, sizeof dir, err) : 0;
     lo.observe_dir = o->observe ? dir : NULL;
+    lo.simulate = o->simulate;
     if (rc == 0)
         rc = pt_source_live_new(&lo, src, err);
     if (rc == 0)

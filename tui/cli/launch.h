@@ -37,6 +37,7 @@ typedef struct pt_console_launch_opts {
      * as given (both required; model is not read), agents spawned to relay
      * the run's Monitors from DIR (made mode 0700), read-only. NULL: not. */
     const char *observe;
+    int simulate; /* live, spawn: simulated agents (pipetop-agent --simulate), one per device */
 } pt_console_launch_opts;
 
 /* The options `pipetop console` and `pipetop demo` both take, bound to the

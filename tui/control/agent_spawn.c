@@ -48,7 +48,7 @@ static void exec_agent(const char *bin, const pt_session *s, const char *name, c
         dup2(nul, STDIN_FILENO);
         close(nul);
     }
-    char *argv[26];
+    char *argv[26 + PT_AGENT_SPAWN_MORE_MAX + 1];
     int k = 0;
     argv[k++] = (char *)bin;
     argv[k++] = "--console";
@@ -91,6 +91,8 @@ static void exec_agent(const char *bin, const pt_session *s, const char *name, c
         argv[k++] = "--observe";
         argv[k++] = (char *)x->observe;
     }
+    for (int j = 0; x && x->more && x->more[j] && j < PT_AGENT_SPAWN_MORE_MAX; j++)
+        argv[k++] = (char *)x->more[j];
     argv[k] = NULL;
     execv(bin, argv);
     _exit(127);

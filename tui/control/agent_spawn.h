@@ -33,7 +33,11 @@ typedef struct pt_agent_spawn_extra {
                                     passed as --device with the index as --index; NULL: --device
                                     INDEX alone (the CPU) */
     const char *observe;         /* --observe DIR (relay a PyTorch run); NULL: not passed */
+    const char *const *more;     /* further arguments, NULL-terminated (at most
+                                    PT_AGENT_SPAWN_MORE_MAX); NULL: none */
 } pt_agent_spawn_extra;
+
+#define PT_AGENT_SPAWN_MORE_MAX 16
 
 /* Forks and execs one agent (bin) connected to the session's control and
  * telemetry endpoints, as device `device` under `name`, with stdout/stderr

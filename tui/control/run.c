@@ -57,7 +57,10 @@ struct pt_run {
     /* what spawned agents are given (pt_run_set_agents) */
     char agent_ckpt_root[PATH_CAP]; /* "" none */
     char observe_dir[PATH_CAP];     /* pt_run_set_observe ("" none) */
-    int comm_timeout_ms;            /* 0: the agent's default */
+    pt_run_sim sim;                 /* pt_run_set_simulate (sim.profile NULL: none) */
+    char sim_profile[PATH_CAP], sim_topology[PATH_CAP], sim_noise[32];
+    char sim_straggler[64], sim_fail[64], sim_silence[16];
+    int comm_timeout_ms; /* 0: the agent's default */
 };
 
 static const char *const state_names[PT_RUN_STATE_COUNT] = {
@@ -115,6 +118,26 @@ static void agent_name(const pt_run *r, int k, char *buf, size_t cap)
     snprintf(buf, cap, "%s", r->names && k >= 0 && k < r->expect ? r->names[k] : "?");
 }
 
+int pt_run_set_simulate(pt_run *r, const pt_run_sim *sim, pt_error *err)
+{
+    r->sim.profile = NULL;
+    if (!sim || !sim->profile)
+        return 0;
+    if (!sim->topology)
+        return pt_error_set(err, PT_EINVAL, "simulated agents: no topology file");
+    snprintf(r->sim_profile, sizeof r->sim_profile, "%s", sim->profile);
+    snprintf(r->sim_topology, sizeof r->sim_topology, "%s", sim->topology);
+    snprintf(r->sim_noise, sizeof r->sim_noise, "%.6g", sim->noise);
+    snprintf(r->sim_straggler, sizeof r->sim_straggler, "%s", sim->straggler ? sim->straggler : "");
+    snprintf(r->sim_fail, sizeof r->sim_fail, "%s", sim->fail ? sim->fail : "");
+    snprintf(r->sim_silence, sizeof r->sim_silence, "%d",
+             sim->console_silence_ms > 0 ? sim->console_silence_ms : 0);
+    r->sim = *sim;
+    r->sim.profile = r->sim_profile;
+    r->sim.topology = r->sim_topology;
+    return 0;
+}
+
 const char *pt_run_agent_name(const pt_run *r, int k)
 {
     return r && r->names && k >= 0 && k < r->nspawn ? r->names[k] : NULL;
@@ -128,6 +151,75 @@ void pt_run_set_observe(pt_run *r, const char *dir)
 int pt_run_spawn(pt_run *r, const int *devices, pt_error *err)
 {
     return pt_run_spawn_on(r, devices, NULL, err);
+}
+
+/* 1 when devices (NULL: 0..n-1) are exactly 0..n-1, the devices
+ * `pipetop-agent --simulate --count n` registers by default. */
+static int devices_in_order(const int *devices, int n)
+{
+    for (int k = 0; devices && k < n; k++)
+        if (devices[k] != k)
+            return 0;
+    return 1;
+}
+
+/* pt_run_set_simulate: one pipetop-agent --simulate --count N process for
+ * every agent; its agents are named <base>-<k>, base random per run as
+ * make_names's, and share one key pair to which the console binds all of
+ * their names (and no others). */
+static int spawn_simulated(pt_run *r, const char *bin, const int *devices, pt_error *err)
+{
+    unsigned char b[6];
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b)
+        return pt_error_set(err, PT_EIO, "getrandom: %s", strerror(errno));
+    char base[NAME_CAP], log[PATH_CAP + 64], kbase[PATH_CAP + 64], key_file[PATH_CAP + 80];
+    snprintf(base, sizeof base, "sim-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3], b[4], b[5]);
+    for (int k = 0; k < r->expect; k++)
+        snprintf(r->names[k], NAME_CAP, "%.20s-%d", base, k);
+    int rc, curve = r->keys_dir[0] != '\0';
+    if (curve) {
+        pt_keyfile kp;
+        snprintf(kbase, sizeof kbase, "%.4000s/%s", r->keys_dir, base);
+        snprintf(key_file, sizeof key_file, "%s.key", kbase);
+        if ((rc = pt_trust_keypair(&kp, err)) < 0 ||
+            (rc = pt_keyfile_write_pair(kbase, &kp, 1, err)) < 0)
+            return rc;
+        for (int k = 0; k < r->expect; k++)
+            if ((rc = pt_session_allow(r->s, kp.public_z85, r->names[k], err)) < 0)
+                return rc;
+    }
+    snprintf(log, sizeof log, "%.4000s/agent-%s.log", r->dir, base);
+    char count[16];
+    snprintf(count, sizeof count, "%d", r->expect);
+    const char *more[16] = {"--simulate", "--count",       count,     "--profile", r->sim.profile,
+                            "--topology", r->sim.topology, "--noise", r->sim_noise};
+    int m = 9;
+    if (r->sim_straggler[0]) {
+        more[m++] = "--straggler";
+        more[m++] = r->sim_straggler;
+    }
+    if (r->sim_fail[0]) {
+        more[m++] = "--fail";
+        more[m++] = r->sim_fail;
+    }
+    if (r->sim.console_silence_ms > 0) {
+        more[m++] = "--console-silence-ms";
+        more[m++] = r->sim_silence;
+    }
+    pt_agent_spawn_extra x = {curve ? key_file : NULL,
+                              r->agent_ckpt_root[0] ? r->agent_ckpt_root : NULL,
+                              0,
+                              NULL,
+                              NULL,
+                              NULL,
+                              more};
+    /* devices other than 0..N-1: every agent registers none, and the mapping
+     * gives each one worker in order of registration */
+    int first = devices_in_order(devices, r->expect) ? 0 : -1;
+    if ((rc = pt_agent_spawn(bin, r->s, base, first, 1, log, &x, &r->pids[0], err)) < 0)
+        return rc;
+    r->nspawn = r->expect; /* pids[k > 0] stay 0: the process is reaped as agent 0 */
+    return 0;
 }
 
 int pt_run_spawn_on(pt_run *r, const int *devices, const pt_topology *topo, pt_error *err)
@@ -155,6 +247,8 @@ int pt_run_spawn_on(pt_run *r, const int *devices, const pt_topology *topo, pt_e
     }
     fflush(stdout);
     fflush(stderr);
+    if (r->sim.profile)
+        return spawn_simulated(r, bin, devices, err);
     for (int k = 0; k < r->expect; k++) {
         char name[NAME_CAP], log[PATH_CAP + 64];
         agent_name(r, k, name, sizeof name);
@@ -182,7 +276,8 @@ int pt_run_spawn_on(pt_run *r, const int *devices, const pt_topology *topo, pt_e
                                   r->comm_timeout_ms,
                                   r->ipc_dir[0] ? data_ep : NULL,
                                   gpu ? spec : NULL,
-                                  r->observe_dir[0] ? r->observe_dir : NULL};
+                                  r->observe_dir[0] ? r->observe_dir : NULL,
+                                  NULL};
         if ((rc = pt_agent_spawn(bin, r->s, name, dev, threads, log, &x, &r->pids[k], err)) < 0)
             return rc;
         r->nspawn = k + 1;

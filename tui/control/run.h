@@ -139,6 +139,22 @@ int pt_run_set_agents(pt_run *run, int stall_ms, const char *checkpoint_root, pt
  * NULL: they train. The string is copied. */
 void pt_run_set_observe(pt_run *run, const char *dir);
 
+/* Simulated agents (pipetop-agent --simulate, docs/architecture.md,
+ * "Simulated agents"): the files the agents read the profile and topology
+ * from (the console's own, e.g. the run folder's profile.json and
+ * topology.json), the noise, and the straggler ("K:PCT:STEP") and failure
+ * ("K:STEP") to inject, NULL: none. */
+typedef struct pt_run_sim {
+    const char *profile, *topology;
+    double noise;
+    const char *straggler, *fail;
+    int console_silence_ms; /* the agents' --console-silence-ms; 0: not passed */
+} pt_run_sim;
+/* pt_run_spawn after this starts one `pipetop-agent --simulate --count N`
+ * process for its N agents instead of N training agents (sim NULL or
+ * sim->profile NULL: training agents again). Strings are copied. 0, or
+ * PT_EINVAL (no topology). */
+int pt_run_set_simulate(pt_run *run, const pt_run_sim *sim, pt_error *err);
 /* Starts the agents the controller waits for on this machine, agent k under
  * a name random per run (pt_run_agent_name: "w<k>-" and 12 hex digits from
  * getrandom, so no other key holder can guess it and register first) as

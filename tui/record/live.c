@@ -513,6 +513,22 @@ static void live_close(pt_source *src)
 static const pt_source_vt live_vt = {"live",        live_poll, live_apply, NULL,
                                      live_describe, live_keys, live_close};
 
+/* Simulated agents read the profile and topology from the run folder (the
+ * files replay predicts with, too). */
+static int set_simulate(live *l, pt_error *err)
+{
+    if (!l->cal_base || !l->topo)
+        return pt_error_set(err, PT_EINVAL, "live: simulated agents need a profile and a topology");
+    char prof[PATH_CAP + 32], topo[PATH_CAP + 32];
+    snprintf(prof, sizeof prof, "%.4000s/profile.json", l->run_dir);
+    snprintf(topo, sizeof topo, "%.4000s/topology.json", l->run_dir);
+    int rc = pt_profile_save(l->cal_base, prof, err);
+    if (rc == 0)
+        rc = pt_topology_save(l->topo, topo, err);
+    pt_run_sim sim = {prof, topo, 0, NULL, NULL, 0};
+    return rc < 0 ? rc : pt_run_set_simulate(l->run, &sim, err);
+}
+
 int pt_source_live_new(const pt_live_opts *o, pt_source **out, pt_error *err)
 {
     *out = NULL;
@@ -566,6 +582,8 @@ int pt_source_live_new(const pt_live_opts *o, pt_source **out, pt_error *err)
         rc = pt_run_set_agents(l->run, 0, l->observed ? NULL : l->ckpt_dir, err);
     if (rc == 0 && l->observed)
         pt_run_set_observe(l->run, o->observe_dir);
+    if (rc == 0 && o->simulate)
+        rc = set_simulate(l, err);
     if (rc == 0 && o->spawn)
         rc = pt_run_spawn_on(l->run, NULL, l->topo, err);
     if (rc < 0) {

@@ -65,6 +65,10 @@ typedef struct pt_live_opts {
      * --observe) instead of training; no checkpoints, and apply & restart
      * refuses with PT_LIVE_OBSERVED_WHY. NULL: agents train. */
     const char *observe_dir;
+    /* 1: the agents are simulated (one pipetop-agent --simulate --count N,
+     * docs/architecture.md, "Simulated agents") on profile and topology,
+     * which are then required; written into the run folder for them. */
+    int simulate;
 } pt_live_opts;
 
 #define PT_LIVE_OBSERVED_WHY                                                                       \

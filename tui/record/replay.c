@@ -66,6 +66,9 @@ static void apply_msg(pt_record *r, int64_t i, pt_store *store)
         snprintf(a.host, sizeof a.host, "%s", m.u.reg.host);
         snprintf(a.device, sizeof a.device, "%s",
                  m.u.reg.device_name[0] ? m.u.reg.device_name : m.u.reg.backend);
+        for (int c = 0; c < m.u.reg.cap_count; c++)
+            if (!strcmp(m.u.reg.caps[c], PT_MSG_CAP_SIMULATED)) /* the label, everywhere */
+                snprintf(a.device, sizeof a.device, "%s", PT_MSG_CAP_SIMULATED);
         a.device_index = m.u.reg.device;
         a.mem_total = m.u.reg.memory_bytes;
         a.pid = m.u.reg.pid;
