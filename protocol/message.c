@@ -363,7 +363,9 @@ static int check_peer_list(pt_jr *jr, const cJSON *peers, pt_msg_assign *a, cons
 
 static int check_peers(pt_jr *jr, const cJSON *o, pt_msg_assign *a)
 {
-    const cJSON *peers;
+    const cJSON *peers = pt_jr_item(o, "peers");
+    if (peers && cJSON_IsRaw(peers))
+        return 0; /* pt_msg_assign_peers_text's, checked when it was made (message_encode.c) */
     TRY(pt_jr_array(jr, o, "", "peers", REQ, 1, &peers, &a->peer_count));
     if (a->peer_count > PT_MSG_MAX_PEERS)
         return pt_jr_fail(jr, PT_ERANGE, "", "peers", "%d entries, at most %d", a->peer_count,
@@ -418,6 +420,22 @@ static int check_peer_list(pt_jr *jr, const cJSON *peers, pt_msg_assign *a, cons
     if (!self_found)
         return pt_jr_fail(jr, PT_EINVAL, "", "rank", "%d is not among peers[].rank", a->rank);
     return 0;
+}
+
+int pt_msg_internal_check_peers(const cJSON *o, pt_error *err)
+{
+    pt_jr jr = {"message (assign)", err};
+    pt_msg_assign a;
+    memset(&a, 0, sizeof a);
+    const cJSON *first = cJSON_GetArrayItem(pt_jr_item(o, "peers"), 0);
+    /* the agent's own entry is each assign's to check (body_assign): here
+     * it is taken to be the first */
+    pt_jr_int(&jr, first, "", "rank", OPT, 0, 0, PT_MSG_MAX_RANK - 1, &a.rank);
+    pt_jr_int(&jr, first, "", "stage", OPT, 0, 0, IDX, &a.stage);
+    pt_jr_int(&jr, first, "", "replica", OPT, 0, 0, IDX, &a.replica);
+    int rc = check_peers(&jr, o, &a);
+    free(a.peers);
+    return rc;
 }
 
 /* The plan or model of an assign, read once from the message's tree; the

@@ -126,7 +126,12 @@ typedef struct pt_msg_assign {
                        an interleaved plan, each as replica `replica` (docs/protocol.md) */
     int rank;       /* its data-plane rank; must be one of peers[].rank */
     int peer_count; /* 1..PT_MSG_MAX_PEERS, this agent included */
-    pt_msg_peer *peers;                   /* owned */
+    pt_msg_peer *peers; /* owned (sending with peers_json: borrowed) */
+    /* Sending: the peers array as pt_msg_assign_peers_text made it once for
+     * a generation, embedded verbatim in every worker's assign (borrowed);
+     * peers and peer_count still describe it (this agent's own entry is
+     * checked against them). NULL: peers written now. Received: NULL. */
+    const char *peers_json;
     char data[PT_MSG_PATH_MAX];           /* data set: "fashion-mnist", "synthetic", a path */
     int64_t seed;                         /* >= 0 */
     char checkpoint_dir[PT_MSG_PATH_MAX]; /* optional */
@@ -271,6 +276,13 @@ void pt_msg_clear(pt_msg *m);
  * 0, or PT_ENOMEM / PT_EINVAL (a NULL plan or model) with both NULL. */
 int pt_msg_assign_texts(const pt_plan *plan, const pt_model_spec *model, char **plan_json,
                         char **model_json, pt_error *err);
+
+/* The peers array of a generation's assigns as compact JSON text, made and
+ * checked (as the decoder checks it) once and shared by every worker's
+ * pt_msg_assign (peers_json): a 1,024-peer list is not written and checked
+ * again for each of 1,024 workers. *out is the caller's to free. 0, or
+ * PT_ERANGE / PT_EINVAL (err names the entry and field) / PT_ENOMEM. */
+int pt_msg_assign_peers_text(const pt_msg_peer *peers, int n, char **out, pt_error *err);
 
 /* Checks *m and writes it as compact JSON text: *out is a malloc'd,
  * NUL-terminated string the caller frees, *len (may be NULL) its length.

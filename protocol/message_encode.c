@@ -117,6 +117,59 @@ static int body_register(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
     return 0;
 }
 
+static void add_peers(builder *b, cJSON *arr, const pt_msg_peer *peers, int n)
+{
+    for (int i = 0; arr && i < n; i++) {
+        cJSON *p = push_obj(b, arr);
+        if (!p)
+            break;
+        add_int(b, p, "rank", peers[i].rank);
+        add_int(b, p, "stage", peers[i].stage);
+        add_int(b, p, "replica", peers[i].replica);
+        add_str(b, p, "endpoint", peers[i].endpoint);
+        add_opt_str(b, p, "key", peers[i].key);
+    }
+}
+
+/* With a peers text the decoder's check meets it raw: the agent's own entry
+ * is checked here, on the peers it was made from, with the decoder's words. */
+static int check_own_entry(const pt_msg_assign *a, pt_error *err)
+{
+    for (int i = 0; i < a->peer_count; i++) {
+        const pt_msg_peer *q = &a->peers[i];
+        if (q->rank != a->rank)
+            continue;
+        if (q->stage != a->stage || q->replica != a->replica)
+            return pt_error_set(err, PT_EINVAL,
+                                "message (assign): peers[%d]: this agent's own entry says stage "
+                                "%d replica %d, the assign says stage %d replica %d",
+                                i, q->stage, q->replica, a->stage, a->replica);
+        return 0;
+    }
+    return pt_error_set(err, PT_EINVAL, "message (assign): rank: %d is not among peers[].rank",
+                        a->rank);
+}
+
+int pt_msg_assign_peers_text(const pt_msg_peer *peers, int n, char **out, pt_error *err)
+{
+    *out = NULL;
+    if (n < 1 || n > PT_MSG_MAX_PEERS || !peers)
+        return pt_error_set(err, PT_ERANGE, "message (assign): peers: %d entries, 1 to %d", n,
+                            PT_MSG_MAX_PEERS);
+    builder b = {1};
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return pt_error_set(err, PT_ENOMEM, "message: out of memory");
+    cJSON *arr = add_arr(&b, o, "peers");
+    add_peers(&b, arr, peers, n);
+    int rc = b.ok ? pt_msg_internal_check_peers(o, err)
+                  : pt_error_set(err, PT_ENOMEM, "message: out of memory");
+    if (rc == 0 && !(*out = pt_msg_internal_print_exact(arr)))
+        rc = pt_error_set(err, PT_ENOMEM, "message: out of memory");
+    cJSON_Delete(o);
+    return rc;
+}
+
 static int body_assign(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
 {
     const pt_msg_assign *a = &m->u.assign;
@@ -137,16 +190,16 @@ static int body_assign(builder *b, cJSON *o, const pt_msg *m, pt_error *err)
     if (a->peer_count < 0 || a->peer_count > PT_MSG_MAX_PEERS || (a->peer_count && !a->peers))
         return pt_error_set(err, PT_ERANGE, "message (assign): peers: %d entries, at most %d",
                             a->peer_count, PT_MSG_MAX_PEERS);
-    cJSON *peers = add_arr(b, o, "peers");
-    for (int i = 0; peers && i < a->peer_count; i++) {
-        cJSON *p = push_obj(b, peers);
-        if (!p)
-            break;
-        add_int(b, p, "rank", a->peers[i].rank);
-        add_int(b, p, "stage", a->peers[i].stage);
-        add_int(b, p, "replica", a->peers[i].replica);
-        add_str(b, p, "endpoint", a->peers[i].endpoint);
-        add_opt_str(b, p, "key", a->peers[i].key);
+    if (a->peers_json) {
+        if ((rc = check_own_entry(a, err)) < 0)
+            return rc;
+        size_t n = strlen(a->peers_json);
+        if (n < 2 || a->peers_json[0] != '[' || a->peers_json[n - 1] != ']')
+            return pt_error_set(err, PT_EINVAL, "message (assign): peers: not a JSON array text");
+        if (!cJSON_AddRawToObject(o, "peers", a->peers_json))
+            b->ok = 0;
+    } else {
+        add_peers(b, add_arr(b, o, "peers"), a->peers, a->peer_count);
     }
     add_str(b, o, "data", a->data);
     add_int(b, o, "seed", a->seed);

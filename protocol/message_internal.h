@@ -18,5 +18,9 @@ int pt_msg_internal_check_tree(const cJSON *root, const char *src_base, pt_msg *
  * exactly (cJSON's printer rounds beyond 15 digits); the numbers of root
  * become raw items. malloc'd; NULL on no memory. */
 char *pt_msg_internal_print_exact(cJSON *root);
+/* Checks o's "peers" array as the decoder checks an assign's (entries,
+ * endpoints, keys, repeated ranks), taking the first entry as the agent's
+ * own. 0, or the decoder's error. */
+int pt_msg_internal_check_peers(const cJSON *o, pt_error *err);
 
 #endif

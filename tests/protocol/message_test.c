@@ -955,7 +955,54 @@ static void test_plan_text_once(void)
     pt_model_spec_free(&model);
 }
 
-PT_TEST_MAIN({"plan_text_once", test_plan_text_once},
+/* The peers list crosses the wire as one text too (pt_msg_assign_peers_text,
+ * checked as the decoder checks it, once): an assign carrying it is the same
+ * bytes as one writing its peers itself; a list the decoder would refuse is
+ * refused when the text is made; each assign still checks its own entry. */
+static void test_peers_text_once(void)
+{
+    pt_msg m;
+    make_message(PT_MSG_ASSIGN, &m);
+    pt_error err = {0};
+    char *plain = NULL, *pj = NULL, *shared = NULL;
+    REQUIRE(pt_msg_encode(&m, &plain, NULL, &err) == 0);
+    REQUIRE(pt_msg_assign_peers_text(m.u.assign.peers, m.u.assign.peer_count, &pj, &err) == 0);
+    m.u.assign.peers_json = pj;
+    REQUIRE(pt_msg_encode(&m, &shared, NULL, &err) == 0);
+    CHECK(!strcmp(plain, shared));
+    /* its own entry: another stage than the assign's, or a rank not listed */
+    m.u.assign.stage = 2;
+    CHECK(pt_msg_encode(&m, &shared, NULL, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "own entry says stage 1 replica 2, the assign says stage 2");
+    m.u.assign.stage = 1;
+    m.u.assign.rank = 9;
+    CHECK(pt_msg_encode(&m, &shared, NULL, &err) == PT_EINVAL);
+    CHECK_STR_CONTAINS(err.msg, "9 is not among peers[].rank");
+    m.u.assign.rank = 5;
+    free(shared);
+    shared = NULL;
+    /* what the decoder refuses in a list: a repeated rank, an endpoint, a key */
+    pt_msg_peer *q = m.u.assign.peers;
+    char *bad = NULL;
+    q[2].rank = 4;
+    CHECK(pt_msg_assign_peers_text(q, 3, &bad, &err) == PT_EINVAL && !bad);
+    CHECK_STR_CONTAINS(err.msg, "peers[2].rank: 4 is also the rank of peers[0]");
+    q[2].rank = 6;
+    snprintf(q[1].endpoint, sizeof q[1].endpoint, "http://x");
+    CHECK(pt_msg_assign_peers_text(q, 3, &bad, &err) == PT_EINVAL && !bad);
+    CHECK_STR_CONTAINS(err.msg, "peers[1].endpoint");
+    snprintf(q[1].endpoint, sizeof q[1].endpoint, "tcp://127.0.0.1:5001");
+    snprintf(q[0].key, sizeof q[0].key, "short");
+    CHECK(pt_msg_assign_peers_text(q, 3, &bad, &err) == PT_EINVAL && !bad);
+    CHECK_STR_CONTAINS(err.msg, "peers[0].key: not 40 characters of Z85");
+    CHECK(pt_msg_assign_peers_text(q, 0, &bad, &err) == PT_ERANGE && !bad);
+    m.u.assign.peers_json = NULL;
+    free(pj);
+    free(plain);
+    pt_msg_clear(&m);
+}
+
+PT_TEST_MAIN({"plan_text_once", test_plan_text_once}, {"peers_text_once", test_peers_text_once},
              {"round_trip_every_type", test_round_trip_every_type}, {"stop_forms", test_stop_forms},
              {"round_trip_defaults", test_round_trip_defaults},
              {"op_kinds_on_the_wire", test_op_kinds_on_the_wire},

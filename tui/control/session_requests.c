@@ -131,9 +131,9 @@ int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err)
     if (p->resume_step > 0 && !p->checkpoint_dir)
         return pt_error_set(err, PT_EINVAL, "session: resume step %lld needs a checkpoint folder",
                             (long long)p->resume_step);
-    /* the plan and model cross the wire as one text each, made once here and
-     * embedded as the same bytes in every worker's assign */
-    char *plan_json = NULL, *model_json = NULL;
+    /* the plan, model and peers cross the wire as one text each, made once
+     * here and embedded as the same bytes in every worker's assign */
+    char *plan_json = NULL, *model_json = NULL, *peers_json = NULL;
     pt_msg_peer *peers = NULL;
     int rc = pt_msg_assign_texts(p->plan, p->model, &plan_json, &model_json, err);
     if (rc < 0)
@@ -155,6 +155,8 @@ int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err)
         /* the keys the handshakes proved: peers authenticate each other with them */
         snprintf(peers[w].key, sizeof peers[w].key, "%s", a->public_key);
     }
+    if ((rc = pt_msg_assign_peers_text(peers, s->worker_count, &peers_json, err)) < 0)
+        goto done;
     char nccl_id[PT_MSG_NCCL_ID_MAX];
     pick_nccl_id(s, nccl_id, sizeof nccl_id);
     s->gen++;
@@ -180,6 +182,7 @@ int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err)
         as->chunks = p->plan->chunks > 1 ? p->plan->chunks : 1;
         as->peer_count = s->worker_count;
         as->peers = peers;
+        as->peers_json = peers_json;
         snprintf(as->data, sizeof as->data, "%s", p->data);
         as->seed = p->seed;
         snprintf(as->checkpoint_dir, sizeof as->checkpoint_dir, "%s",
@@ -197,6 +200,7 @@ int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err)
 done:
     free(plan_json);
     free(model_json);
+    free(peers_json);
     free(peers);
     return rc;
 }
