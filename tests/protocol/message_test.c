@@ -970,6 +970,8 @@ static void test_peers_text_once(void)
     m.u.assign.peers_json = pj;
     REQUIRE(pt_msg_encode(&m, &shared, NULL, &err) == 0);
     CHECK(!strcmp(plain, shared));
+    free(shared);
+    shared = NULL;
     /* its own entry: another stage than the assign's, or a rank not listed */
     m.u.assign.stage = 2;
     CHECK(pt_msg_encode(&m, &shared, NULL, &err) == PT_EINVAL);
@@ -979,8 +981,6 @@ static void test_peers_text_once(void)
     CHECK(pt_msg_encode(&m, &shared, NULL, &err) == PT_EINVAL);
     CHECK_STR_CONTAINS(err.msg, "9 is not among peers[].rank");
     m.u.assign.rank = 5;
-    free(shared);
-    shared = NULL;
     /* what the decoder refuses in a list: a repeated rank, an endpoint, a key */
     pt_msg_peer *q = m.u.assign.peers;
     char *bad = NULL;
