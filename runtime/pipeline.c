@@ -90,6 +90,7 @@ static int make_comms(pt_pipeline *pp, const pt_pipeline_config *cfg, const char
                              .size = size,
                              .bind_endpoint = ep,
                              .zmq_context = pp->zctx,
+                             .shm_ring_bytes = cfg->shm_ring_bytes,
                              .timeout_ms =
                                  cfg->timeout_ms > 0 ? cfg->timeout_ms : PT_PIPELINE_TIMEOUT_MS};
         rc = pt_comm_create(&cc, &comms[w], err);

@@ -54,6 +54,11 @@ typedef struct pt_pipeline_config {
      * its chunks' executors share, as an agent hosting all of its device's chunks
      * runs them (runtime/exec_host.h); 0, one rank per chunk worker. */
     int host_comm;
+    /* Each shared-memory ring between two workers' communicators, in bytes
+     * (pt_comm_config.shm_ring_bytes): 0, the comm default (8 MiB, mapped
+     * populated). Tests whose messages are small pass less: every ring of
+     * every pipeline they build is zeroed by the kernel as it is mapped. */
+    size_t shm_ring_bytes;
 } pt_pipeline_config;
 
 typedef struct pt_pipeline pt_pipeline;

@@ -47,7 +47,18 @@
 # them here, each variant still run natively and under ASan
 # (executor_zb_test, executor_sync_test: one schedule kind per plan shape,
 # in turn; comm_proc_test: one of the three unequal-chunk sizes, for the ring
-# and for the direct all-reduce).
+# and for the direct all-reduce). Also left to the native and ASan runs:
+#   comm_proc_test's reference sums (2p input hashes per element, computed in
+#                      each rank: half its 33 s of CPU here in the long-chunk
+#                      cases); every result byte still reaches write(2)
+#                      through the rank's hash, where memcheck reports one
+#                      not initialised, and the ranks' hashes must agree;
+#                      so its ring cases on integer inputs (exact sums for
+#                      that reference) are the float cases' bytes and sums
+#   executor_zb_test's shipped gpt-tiny case (53 s of CPU here, the test's
+#                      other cases 5 s): the same layer kinds run here on the
+#                      small GPT of tests/runtime/exec_common.h, whose odd
+#                      sizes reach every kernel's tail
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build="${1:?usage: scripts/memcheck.sh BUILD JOBS [SKIP_REGEX]}"

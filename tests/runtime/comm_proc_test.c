@@ -32,15 +32,17 @@
 
 typedef struct result {
     int rank, ok;
-    uint64_t hash; /* of the last round's result bytes */
+    uint64_t hash; /* of every round's result bytes, in turn */
     uint64_t shm_in, shm_out;
     char msg[640]; /* the record stays below PIPE_BUF: one atomic write */
 } result;
 
-static uint64_t fnv1a(const void *p, size_t n)
+#define FNV1A_BASIS 0xcbf29ce484222325ull
+
+/* FNV-1a of n bytes at p, continuing from h (FNV1A_BASIS: a fresh hash). */
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *b = p;
-    uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < n; i++)
         h = (h ^ b[i]) * 0x100000001b3ull;
     return h;
@@ -81,6 +83,15 @@ static void rank_main(const ar_case *k, int rank, const char *const *eps, result
     pt_comm_group_init(&g, ranks, k->p);
     float *buf = malloc((k->count ? k->count : 1) * sizeof(float));
     int ok = buf != NULL;
+    /* Under valgrind (scripts/memcheck.sh sets PT_MEMCHECK) the ranks leave
+     * out the reference below (2p input hashes per element, most of this
+     * test's instructions there): what memcheck adds is uninitialised bytes,
+     * and every byte of the result still reaches write(2) through its hash
+     * (run_procs), where memcheck reports any that is not, and every rank's
+     * hash must equal rank 0's. The values are checked natively and under
+     * ASan. */
+    int check_values = getenv("PT_MEMCHECK") == NULL;
+    uint64_t hash = FNV1A_BASIS;
     for (int round = 0; ok && round < k->rounds; round++) {
         for (size_t j = 0; j < k->count; j++)
             buf[j] = ar_input(k->integers, round, rank, j);
@@ -89,7 +100,8 @@ static void rank_main(const ar_case *k, int rank, const char *const *eps, result
             ok = 0;
             break;
         }
-        for (size_t j = 0; j < k->count; j++) {
+        hash = fnv1a(hash, buf, k->count * sizeof(float));
+        for (size_t j = 0; check_values && j < k->count; j++) {
             double sum = 0;
             for (int r = 0; r < k->p; r++)
                 sum += ar_input(k->integers, round, r, j);
@@ -112,7 +124,7 @@ static void rank_main(const ar_case *k, int rank, const char *const *eps, result
         }
     }
     if (ok)
-        res->hash = fnv1a(buf, k->count * sizeof(float));
+        res->hash = hash;
     pt_comm_stats st;
     pt_comm_stats_get(c, &st);
     res->shm_in = st.shm_peers_in;
@@ -244,12 +256,15 @@ static void test_allreduce_procs_odd_sizes(void)
     static const size_t counts[] = {1, 2, 7, 1001, 100003, 3 * PT_COMM_SEGMENT_FLOATS + 1};
     /* under valgrind (scripts/memcheck.sh sets PT_MEMCHECK) the ring and the
      * direct all-reduce leave 1001 and 100003, unequal chunks inside one
-     * segment as 7 has, to the native and ASan runs */
+     * segment as 7 has, to the native and ASan runs; and the ring the integer
+     * inputs, which only make the reference sums exact: there the ranks leave
+     * the reference out (rank_main), and integers and floats are the same
+     * bytes moved and added */
     int memcheck = getenv("PT_MEMCHECK") != NULL;
     for (int p = 2; p <= 4; p++)
         for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
             for (int integers = 0; integers <= 1; integers++) {
-                if (memcheck && (counts[i] == 1001 || counts[i] == 100003))
+                if (memcheck && (counts[i] == 1001 || counts[i] == 100003 || integers))
                     continue;
                 ar_case k = {p, integers, 1, counts[i], 0, NULL};
                 run_case(&k);

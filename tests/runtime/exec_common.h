@@ -42,6 +42,14 @@
 #define GPT_VOCAB   11
 #define GPT_DIM     8
 #define GPT_SEQ     5
+/* Each shared-memory ring of a pipeline whose every message fits in a
+ * quarter of it (ec_ring_bytes): the test models' activations, gradients and
+ * parameters to all-reduce are a few KiB, and the comm default (8 MiB,
+ * mapped populated) costs the kernel ~5 ms to zero per ring, for the
+ * hundreds of rings the tests build. A larger model keeps the default: an
+ * executor's all-reduce larger than its ring was seen to stall in-process
+ * (memory_predict_test on fmnist-mlp-deep with 1 and 2 MiB rings). */
+#define EC_RING_BYTES ((size_t)1 << 20)
 
 /* ---- models ------------------------------------------------------------ */
 
@@ -633,6 +641,24 @@ typedef struct ec_run {
     int replicas_equal; /* every replica bit-identical to replica 0 */
 } ec_run;
 
+/* pt_pipeline_config.shm_ring_bytes for spec's pipelines at micro-batches of
+ * mb_size rows: EC_RING_BYTES when all of its parameters and any layer's
+ * output for the micro-batch fit in a quarter of it, else 0 (the default). */
+static inline size_t ec_ring_bytes(const pt_model_spec *spec, int mb_size)
+{
+    pt_layer_shape *sh = calloc((size_t)spec->layer_count, sizeof *sh);
+    int64_t params = 0, widest = 0;
+    pt_error err = {0};
+    int ok = sh && pt_model_spec_shapes(spec, sh, &err) == 0;
+    for (int l = 0; ok && l < spec->layer_count; l++) {
+        params += sh[l].params;
+        widest = sh[l].out_elems > widest ? sh[l].out_elems : widest;
+    }
+    free(sh);
+    int64_t quarter = (int64_t)(EC_RING_BYTES / 4 / sizeof(float));
+    return ok && params <= quarter && widest * mb_size <= quarter ? EC_RING_BYTES : 0;
+}
+
 /* Builds the program and pipeline of case c and runs it: `runs` runs of the
  * program with consecutive global batches (synchronous kinds: one iteration
  * per run). Returns 0 or the failing code (err printed). */
@@ -670,7 +696,8 @@ static inline int ec_run_case(const ec_case *c, const pt_model_spec *spec, const
                              .digest = 1,
                              .device = ec_device,
                              .backend = ec_backend,
-                             .host_comm = c->host_comm};
+                             .host_comm = c->host_comm,
+                             .shm_ring_bytes = ec_ring_bytes(spec, c->mb_size)};
     if ((rc = pt_pipeline_create(&pc, &r->pp, &err)) < 0) {
         fprintf(stderr, "%s: %s\n", c->name, err.msg);
         return rc;

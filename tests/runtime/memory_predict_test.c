@@ -289,7 +289,8 @@ static void check_case(const ec_case *c, const model *md, const pt_profile *pf, 
                                  .data_seed = DATA_SEED,
                                  .timeout_ms = 20000,
                                  .on_op = ec_on_op,
-                                 .user = events};
+                                 .user = events,
+                                 .shm_ring_bytes = ec_ring_bytes(spec, c->mb_size)};
         rc = pt_pipeline_create(&pc, &pp, &err);
         CHECK_MSG(rc == 0, "%s: %s", c->name, err.msg);
     }
