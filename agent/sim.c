@@ -322,44 +322,6 @@ static int sim_save_dir(pt_agent_worker *w, int64_t step, char *dir, size_t cap,
     return rc;
 }
 
-static void sim_save(pt_agent_worker *w, int64_t step, int64_t req)
-{
-    pt_wnote n = {0};
-    pt_error err = {0};
-    n.stage = w->r.stage;
-    n.replica = w->r.replica;
-    n.gen = w->r.gen;
-    n.req = req;
-    n.step = step;
-    int rc = w->r.ckpt_dir[0] ? sim_save_dir(w, step, n.dir, sizeof n.dir, &err)
-                              : pt_error_set(&err, PT_EINVAL,
-                                             "checkpoint asked, but the assign named no folder");
-    n.kind = rc == 0 ? PT_WNOTE_CKPT : PT_WNOTE_FAILED;
-    n.rc = rc;
-    if (rc < 0)
-        snprintf(n.text, sizeof n.text, "checkpoint step %lld: %.450s", (long long)step, err.msg);
-    pt_wk_notify(w, &n);
-}
-
-static void sim_serve_ckpts(pt_agent_worker *w, int64_t done, int all)
-{
-    for (;;) {
-        ckpt_req q = {0, 0};
-        int found = 0;
-        pthread_mutex_lock(&w->mu);
-        for (int k = 0; k < w->nckpt && !found; k++)
-            if (all || w->ckpts[k].step < 0 || w->ckpts[k].step <= done) {
-                q = w->ckpts[k];
-                w->ckpts[k] = w->ckpts[--w->nckpt];
-                found = 1;
-            }
-        pthread_mutex_unlock(&w->mu);
-        if (!found)
-            return;
-        sim_save(w, done, q.req);
-    }
-}
-
 /* ---- one run of the program --------------------------------------------------------- */
 
 /* Waits (w->mu not held) until pt_msg_now_ns() reaches until_ns or the
@@ -480,64 +442,27 @@ static int sim_run_once(pt_agent_worker *w, sim_gen *g, pt_error *err)
     pthread_mutex_unlock(&w->mu);
     pt_wk_notify_simple(w, PT_WNOTE_STEP, 0, after, 0, NULL);
     if (r->ckpt_every > 0 && r->ckpt_dir[0] && after / r->ckpt_every > done / r->ckpt_every)
-        sim_save(w, after, w->start_req);
-    sim_serve_ckpts(w, after, 0);
+        pt_wk_do_save(w, after, w->start_req);
+    pt_wk_serve_ckpt_requests(w, after, 0);
     return 0;
 }
 
-/* ---- the state machine (as agent/worker.c's thread_main) ----------------------------- */
+/* ---- the state machine: agent/worker.c's pt_wk_loop with these steps ------------------ */
 
-/* A stop that is due now: saves, acknowledges. Called with w->mu held;
- * returns with it held. */
-static void sim_stop_now(pt_agent_worker *w, int64_t done)
+static void sim_assign_op(pt_agent_worker *w, void *ctx, pt_msg *m)
 {
-    int64_t req = w->stop_req;
-    w->has_stop = 0;
-    w->hold = 0;
-    w->running = 0;
-    int built = w->built;
-    pthread_mutex_unlock(&w->mu);
-    pt_wk_flush_metrics(w);
-    if (built && w->r.ckpt_dir[0])
-        sim_save(w, done, req);
-    sim_serve_ckpts(w, done, 1);
-    pt_wk_set_state(w, "stopped");
-    pt_wk_notify_simple(w, PT_WNOTE_STOPPED, req, done, 0, NULL);
-    pthread_mutex_lock(&w->mu);
+    sim_assign(w, ctx, m);
 }
 
-/* One run of the program, or the end of the start's steps. Called with
- * w->mu held; returns with it held. */
-static void sim_step(pt_agent_worker *w, sim_gen *g, int64_t done, int catch_up)
+static int sim_run_once_op(pt_agent_worker *w, void *ctx, pt_error *err)
 {
-    if (!catch_up && w->run_target >= 0 && done >= w->run_target) {
-        w->running = 0;
-        snprintf(w->state, sizeof w->state, "idle");
-        pthread_mutex_unlock(&w->mu);
-        pt_wk_flush_metrics(w);
-        pt_wk_notify_simple(w, PT_WNOTE_IDLE, 0, done, 0, NULL);
-        pthread_mutex_lock(&w->mu);
-        return;
-    }
-    snprintf(w->state, sizeof w->state, catch_up ? "stopping" : "running");
-    w->in_run = 1;
-    w->run_end = done + (w->r.prog.window_count > 0 ? w->r.prog.window_count : 1);
-    pthread_mutex_unlock(&w->mu);
-    pt_error err = {0};
-    int rc = sim_run_once(w, g, &err);
-    pthread_mutex_lock(&w->mu);
-    if (rc < 0) {
-        w->in_run = 0;
-        w->running = 0;
-        w->has_stop = 0; /* the failure is reported instead */
-        snprintf(w->state, sizeof w->state, "failed");
-        int aborted = w->quit;
-        pthread_mutex_unlock(&w->mu);
-        pt_wk_flush_metrics(w);
-        if (!aborted)
-            pt_wk_notify_simple(w, PT_WNOTE_FAILED, 0, done, rc, err.msg);
-        pthread_mutex_lock(&w->mu);
-    }
+    return sim_run_once(w, ctx, err);
+}
+
+static void sim_idle(pt_agent_worker *w, void *ctx)
+{
+    (void)ctx;
+    pthread_cond_wait(&w->cv, &w->mu);
 }
 
 void *pt_wk_sim_main(void *arg)
@@ -551,42 +476,8 @@ void *pt_wk_sim_main(void *arg)
     w->r.ev_mu_ok = pthread_mutex_init(&w->r.ev_mu, NULL) == 0; /* chunks > 1: pt_wk_on_op */
     w->r.ns_base = pt_clock_ns() - pt_msg_now_ns();
     pt_wk_connect_telemetry(w, w->tel_fixed);
-    pthread_mutex_lock(&w->mu);
-    while (!w->quit) {
-        int64_t done = w->done;
-        if (w->assign) {
-            pt_msg *m = w->assign;
-            w->assign = NULL;
-            pthread_mutex_unlock(&w->mu);
-            sim_assign(w, &g, m);
-            pt_msg_clear(m);
-            free(m);
-            pthread_mutex_lock(&w->mu);
-            continue;
-        }
-        int catch_up = w->has_stop && w->stop_at >= 0 && w->built && done < w->stop_at;
-        if (w->has_stop && !catch_up) {
-            sim_stop_now(w, done);
-        } else if (w->nckpt > 0 && w->built && !w->running) {
-            pthread_mutex_unlock(&w->mu);
-            sim_serve_ckpts(w, done, 1);
-            pthread_mutex_lock(&w->mu);
-        } else if (catch_up || (w->running && w->built && !(w->hold && done >= w->hold_at))) {
-            sim_step(w, &g, done, catch_up);
-        } else if (pt_wk_folds_pending(w)) {
-            if (w->running && w->hold && done >= w->hold_at)
-                snprintf(w->state, sizeof w->state, "holding");
-            pthread_mutex_unlock(&w->mu);
-            pt_wk_flush_metrics(w);
-            pthread_mutex_lock(&w->mu);
-        } else {
-            if (w->running && w->hold && done >= w->hold_at)
-                snprintf(w->state, sizeof w->state, "holding");
-            pthread_cond_wait(&w->cv, &w->mu);
-        }
-    }
-    pthread_mutex_unlock(&w->mu);
-    pt_wk_flush_metrics(w);
+    static const pt_wk_ops sim_ops = {sim_assign_op, sim_run_once_op, sim_save_dir, sim_idle};
+    pt_wk_loop(w, &sim_ops, &g);
     sim_teardown(w, &g);
     free(w->r.events);
     w->r.events = NULL;

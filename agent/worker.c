@@ -193,25 +193,71 @@ void pt_wk_assigned(pt_agent_worker *w, int64_t gen, int64_t done, int rc, const
     pt_wk_notify(w, n);
 }
 
-static void *thread_main(void *arg)
+/* A stop that is due now: saves, acknowledges. w->mu held on entry and return. */
+static void stop_now(pt_agent_worker *w, int64_t done)
 {
-    pt_agent_worker *w = arg;
-    w->notify = zmq_socket(w->ctx, ZMQ_PAIR);
-    if (w->notify)
-        zmq_connect(w->notify, w->notify_ep);
-    w->r.last_saved = -1;
-    pt_backend_cuda_bind(w->be); /* a failure shows at the first allocation */
-    pt_wk_connect_telemetry(w, w->tel_fixed);
+    int64_t req = w->stop_req;
+    w->has_stop = 0;
+    w->hold = 0;
+    w->running = 0;
+    int built = w->built;
+    pthread_mutex_unlock(&w->mu);
+    pt_wk_flush_metrics(w);
+    if (built && w->r.ckpt_dir[0])
+        pt_wk_do_save(w, done, req);
+    pt_wk_serve_ckpt_requests(w, done, 1);
+    pt_wk_set_state(w, "stopped");
+    pt_wk_notify_simple(w, PT_WNOTE_STOPPED, req, done, 0, NULL);
     pthread_mutex_lock(&w->mu);
-    for (;;) {
+}
+
+/* One run of the program, or the end of the start's steps. w->mu held on
+ * entry and return. */
+static void step_once(pt_agent_worker *w, const pt_wk_ops *ops, void *ctx, int64_t done,
+                      int catch_up)
+{
+    if (!catch_up && w->run_target >= 0 && done >= w->run_target) {
+        w->running = 0;
+        snprintf(w->state, sizeof w->state, "idle");
+        pthread_mutex_unlock(&w->mu);
+        pt_wk_flush_metrics(w);
+        pt_wk_notify_simple(w, PT_WNOTE_IDLE, 0, done, 0, NULL);
+        pthread_mutex_lock(&w->mu);
+        return;
+    }
+    snprintf(w->state, sizeof w->state, catch_up ? "stopping" : "running");
+    w->in_run = 1;
+    w->run_end = done + (w->r.prog.window_count > 0 ? w->r.prog.window_count : 1);
+    pthread_mutex_unlock(&w->mu);
+    pt_error err = {0};
+    int rc = ops->run_once(w, ctx, &err);
+    pthread_mutex_lock(&w->mu);
+    if (rc < 0) {
+        w->in_run = 0;
+        w->running = 0;
+        w->has_stop = 0; /* the failure is reported instead */
+        snprintf(w->state, sizeof w->state, "failed");
+        int aborted = w->quit;
+        pthread_mutex_unlock(&w->mu);
+        pt_wk_flush_metrics(w);
+        if (!aborted)
+            pt_wk_notify_simple(w, PT_WNOTE_FAILED, 0, done, rc,
+                                err.msg[0] ? err.msg : pt_strerror(rc));
+        pthread_mutex_lock(&w->mu);
+    }
+}
+
+void pt_wk_loop(pt_agent_worker *w, const pt_wk_ops *ops, void *ctx)
+{
+    w->ops = ops;
+    pthread_mutex_lock(&w->mu);
+    while (!w->quit) {
         int64_t done = w->done;
-        if (w->quit)
-            break;
         if (w->assign) {
             pt_msg *m = w->assign;
             w->assign = NULL;
             pthread_mutex_unlock(&w->mu);
-            handle_assign(w, m);
+            ops->assign(w, ctx, m);
             pt_msg_clear(m);
             free(m);
             pthread_mutex_lock(&w->mu);
@@ -221,83 +267,71 @@ static void *thread_main(void *arg)
          * not a start is being served (its peers need them). */
         int catch_up = w->has_stop && w->stop_at >= 0 && w->built && done < w->stop_at;
         if (w->has_stop && !catch_up) {
-            int64_t req = w->stop_req;
-            w->has_stop = 0;
-            w->hold = 0;
-            w->running = 0;
-            int built = w->built;
-            pthread_mutex_unlock(&w->mu);
-            pt_wk_flush_metrics(w);
-            if (built && w->r.ckpt_dir[0])
-                pt_wk_do_save(w, done, req);
-            pt_wk_serve_ckpt_requests(w, done, 1);
-            pt_wk_set_state(w, "stopped");
-            pt_wk_notify_simple(w, PT_WNOTE_STOPPED, req, done, 0, NULL);
-            pthread_mutex_lock(&w->mu);
-            continue;
-        }
-        if (w->nckpt > 0 && w->built && !w->running) {
+            stop_now(w, done);
+        } else if (w->nckpt > 0 && w->built && !w->running) {
             /* idle: every request is due now */
             pthread_mutex_unlock(&w->mu);
             pt_wk_serve_ckpt_requests(w, done, 1);
             pthread_mutex_lock(&w->mu);
-            continue;
-        }
-        if (catch_up || (w->running && w->built && !(w->hold && done >= w->hold_at))) {
-            if (!catch_up && w->run_target >= 0 && done >= w->run_target) {
-                w->running = 0;
-                snprintf(w->state, sizeof w->state, "idle");
+        } else if (catch_up || (w->running && w->built && !(w->hold && done >= w->hold_at))) {
+            step_once(w, ops, ctx, done, catch_up);
+        } else {
+            if (w->running && w->hold && done >= w->hold_at)
+                snprintf(w->state, sizeof w->state, "holding");
+            if (pt_wk_folds_pending(w)) {
+                /* nothing to run now: what was folded goes out before waiting */
                 pthread_mutex_unlock(&w->mu);
                 pt_wk_flush_metrics(w);
-                pt_wk_notify_simple(w, PT_WNOTE_IDLE, 0, done, 0, NULL);
                 pthread_mutex_lock(&w->mu);
-                continue;
+            } else {
+                ops->idle(w, ctx);
             }
-            snprintf(w->state, sizeof w->state, catch_up ? "stopping" : "running");
-            w->in_run = 1;
-            w->run_end = done + (w->r.prog.window_count > 0 ? w->r.prog.window_count : 1);
-            pthread_mutex_unlock(&w->mu);
-            pt_error err = {0};
-            int rc = run_once(w, &err);
-            pthread_mutex_lock(&w->mu);
-            if (rc < 0) {
-                w->running = 0;
-                w->has_stop = 0; /* the failure is reported instead */
-                snprintf(w->state, sizeof w->state, "failed");
-                int aborted = w->quit;
-                pthread_mutex_unlock(&w->mu);
-                if (!aborted)
-                    pt_wk_notify_simple(w, PT_WNOTE_FAILED, 0, done, rc,
-                                        err.msg[0] ? err.msg : pt_strerror(rc));
-                pthread_mutex_lock(&w->mu);
-            }
-            continue;
-        }
-        if (w->running && w->hold && done >= w->hold_at)
-            snprintf(w->state, sizeof w->state, "holding");
-        if (pt_wk_folds_pending(w)) {
-            /* nothing to run now: what was folded goes out before waiting */
-            pthread_mutex_unlock(&w->mu);
-            pt_wk_flush_metrics(w);
-            pthread_mutex_lock(&w->mu);
-            continue;
-        }
-        if (!w->r.wired || !w->r.comm) {
-            pthread_cond_wait(&w->cv, &w->mu);
-            continue;
-        }
-        /* wired and idle: peers may still ask for frames a broken
-         * connection lost (runtime/comm.h, "Resending"); they are answered
-         * between waits */
-        struct timespec until = pt_clock_deadline(CLOCK_MONOTONIC, IDLE_PROGRESS_MS);
-        if (pthread_cond_timedwait(&w->cv, &w->mu, &until) == ETIMEDOUT) {
-            pthread_mutex_unlock(&w->mu);
-            pt_comm_progress(w->r.comm, NULL);
-            pthread_mutex_lock(&w->mu);
         }
     }
     pthread_mutex_unlock(&w->mu);
     pt_wk_flush_metrics(w);
+}
+
+static void train_assign(pt_agent_worker *w, void *ctx, pt_msg *m)
+{
+    (void)ctx;
+    handle_assign(w, m);
+}
+
+static int train_run_once(pt_agent_worker *w, void *ctx, pt_error *err)
+{
+    (void)ctx;
+    return run_once(w, err);
+}
+
+static void train_idle(pt_agent_worker *w, void *ctx)
+{
+    (void)ctx;
+    if (!w->r.wired || !w->r.comm) {
+        pthread_cond_wait(&w->cv, &w->mu);
+        return;
+    }
+    /* wired and idle: peers may still ask for frames a broken connection
+     * lost (runtime/comm.h, "Resending"); they are answered between waits */
+    struct timespec until = pt_clock_deadline(CLOCK_MONOTONIC, IDLE_PROGRESS_MS);
+    if (pthread_cond_timedwait(&w->cv, &w->mu, &until) == ETIMEDOUT) {
+        pthread_mutex_unlock(&w->mu);
+        pt_comm_progress(w->r.comm, NULL);
+        pthread_mutex_lock(&w->mu);
+    }
+}
+
+static void *thread_main(void *arg)
+{
+    static const pt_wk_ops train = {train_assign, train_run_once, NULL, train_idle};
+    pt_agent_worker *w = arg;
+    w->notify = zmq_socket(w->ctx, ZMQ_PAIR);
+    if (w->notify)
+        zmq_connect(w->notify, w->notify_ep);
+    w->r.last_saved = -1;
+    pt_backend_cuda_bind(w->be); /* a failure shows at the first allocation */
+    pt_wk_connect_telemetry(w, w->tel_fixed);
+    pt_wk_loop(w, &train, NULL);
     pt_wk_teardown(w);
     pt_wk_exit(w);
     return NULL;

@@ -105,7 +105,8 @@ void pt_wk_do_save(pt_agent_worker *w, int64_t step, int64_t req)
         return;
     }
     pt_wk_set_state(w, "saving");
-    int rc = save_checkpoint(w, step, n.dir, sizeof n.dir, &err);
+    int rc = w->ops && w->ops->save ? w->ops->save(w, step, n.dir, sizeof n.dir, &err)
+                                    : save_checkpoint(w, step, n.dir, sizeof n.dir, &err);
     n.kind = rc == 0 ? PT_WNOTE_CKPT : PT_WNOTE_FAILED;
     n.rc = rc;
     if (rc < 0)

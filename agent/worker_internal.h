@@ -124,6 +124,8 @@ typedef struct ckpt_req {
     int64_t req, step;
 } ckpt_req;
 
+struct pt_wk_ops;
+
 struct pt_agent_worker {
     char id[PT_MSG_ID_MAX];
     char data_ep[PT_MSG_ENDPOINT_MAX];
@@ -179,10 +181,31 @@ struct pt_agent_worker {
     fold_slot folds[CHUNKS_MAX];
     int64_t fold_sent_ns;
     double iter_ema_ms;
-    int64_t start_step;      /* (mu) done when the current start began */
-    const pt_agent_sim *sim; /* --simulate (agent/sim.c), NULL: trains */
+    int64_t start_step;          /* (mu) done when the current start began */
+    const pt_agent_sim *sim;     /* --simulate (agent/sim.c), NULL: trains */
+    const struct pt_wk_ops *ops; /* what pt_wk_loop runs (set by it) */
     int sim_index;
 };
+
+/* ---- agent/worker.c: the worker's state machine, one for training and simulated agents */
+
+/* What differs between a training worker and a simulated one; assign,
+ * start, hold, stop at a step, checkpoint requests, idling and failure are
+ * handled around them by one loop, pt_wk_loop. ctx is the caller's. */
+typedef struct pt_wk_ops {
+    /* builds generation m (w->mu not held): its pt_wk_assigned note sent */
+    void (*assign)(pt_agent_worker *w, void *ctx, pt_msg *m);
+    /* one run of the program from w->done (w->mu not held): 0 or PT_E* */
+    int (*run_once)(pt_agent_worker *w, void *ctx, pt_error *err);
+    /* writes this agent's part of checkpoint `step`, naming its folder in
+     * dir: 0 or PT_E*; NULL: the training agent's weights (worker_ckpt.c) */
+    int (*save)(pt_agent_worker *w, int64_t step, char *dir, size_t cap, pt_error *err);
+    /* nothing to do: waits on w->cv (w->mu held, and held again on return) */
+    void (*idle)(pt_agent_worker *w, void *ctx);
+} pt_wk_ops;
+
+/* Runs the state machine until w->quit, w->mu not held on entry or return. */
+void pt_wk_loop(pt_agent_worker *w, const pt_wk_ops *ops, void *ctx);
 
 /* ---- agent/worker.c: state and notes to the control thread */
 void pt_wk_notify(pt_agent_worker *w, const pt_wnote *n);
