@@ -274,20 +274,9 @@ static void sim_assign(pt_agent_worker *w, sim_gen *g, pt_msg *m)
     pt_error err = {0};
     pt_wk_connect_telemetry(w, w->tel_fixed[0] ? w->tel_fixed : m->u.assign.telemetry);
     int rc = sim_build(w, g, m, &err);
-    pt_wnote n = {0};
-    n.kind = PT_WNOTE_SETUP;
-    n.rc = rc;
-    n.gen = m->gen;
-    n.req = m->req;
-    n.stage = m->u.assign.stage;
-    n.replica = m->u.assign.replica;
-    n.step = m->u.assign.resume_step;
-    if (rc < 0) {
-        snprintf(n.text, sizeof n.text, "stage %d replica %d: %.450s", n.stage, n.replica,
-                 err.msg[0] ? err.msg : pt_strerror(rc));
+    if (rc < 0)
         sim_teardown(w, g);
-    }
-    pt_wk_assigned(w, m->gen, rc == 0 ? m->u.assign.resume_step : 0, rc, &n);
+    pt_wk_setup_done(w, m, rc, err.msg);
 }
 
 /* ---- checkpoints ------------------------------------------------------------------ */
@@ -435,15 +424,7 @@ static int sim_run_once(pt_agent_worker *w, sim_gen *g, pt_error *err)
         pt_wk_publish_events(w);
     r->nev = 0;
     sim_metrics(w, g, run_s, done);
-    int64_t after = end;
-    pthread_mutex_lock(&w->mu);
-    w->done = after;
-    w->in_run = 0;
-    pthread_mutex_unlock(&w->mu);
-    pt_wk_notify_simple(w, PT_WNOTE_STEP, 0, after, 0, NULL);
-    if (r->ckpt_every > 0 && r->ckpt_dir[0] && after / r->ckpt_every > done / r->ckpt_every)
-        pt_wk_do_save(w, after, w->start_req);
-    pt_wk_serve_ckpt_requests(w, after, 0);
+    pt_wk_ran(w, done, end);
     return 0;
 }
 

@@ -142,9 +142,17 @@ static int run_once(pt_agent_worker *w, pt_error *err)
         return rc;
     }
     pt_wk_publish_metrics(w, &res, done);
-    int64_t after = done + (res.windows > 0 ? res.windows : 1);
     pthread_mutex_lock(&w->mu);
     w->dropped = dropped;
+    pthread_mutex_unlock(&w->mu);
+    pt_wk_ran(w, done, done + (res.windows > 0 ? res.windows : 1));
+    return 0;
+}
+
+void pt_wk_ran(pt_agent_worker *w, int64_t done, int64_t after)
+{
+    run_state *r = &w->r;
+    pthread_mutex_lock(&w->mu);
     w->done = after;
     w->in_run = 0;
     pthread_mutex_unlock(&w->mu);
@@ -152,7 +160,6 @@ static int run_once(pt_agent_worker *w, pt_error *err)
     if (r->ckpt_every > 0 && r->ckpt_dir[0] && after / r->ckpt_every > done / r->ckpt_every)
         pt_wk_do_save(w, after, w->start_req);
     pt_wk_serve_ckpt_requests(w, after, 0);
-    return 0;
 }
 
 static void handle_assign(pt_agent_worker *w, pt_msg *m)
@@ -164,6 +171,13 @@ static void handle_assign(pt_agent_worker *w, pt_msg *m)
     pt_error err = {0};
     pt_wk_connect_telemetry(w, w->tel_fixed[0] ? w->tel_fixed : m->u.assign.telemetry);
     int rc = pt_wk_build_run(w, m, &err);
+    if (rc < 0)
+        pt_wk_teardown(w);
+    pt_wk_setup_done(w, m, rc, err.msg);
+}
+
+void pt_wk_setup_done(pt_agent_worker *w, const pt_msg *m, int rc, const char *why)
+{
     pt_wnote n = {0};
     n.kind = PT_WNOTE_SETUP;
     n.rc = rc;
@@ -172,11 +186,9 @@ static void handle_assign(pt_agent_worker *w, pt_msg *m)
     n.stage = m->u.assign.stage;
     n.replica = m->u.assign.replica;
     n.step = m->u.assign.resume_step;
-    if (rc < 0) {
+    if (rc < 0)
         snprintf(n.text, sizeof n.text, "stage %d replica %d: %.450s", n.stage, n.replica,
-                 err.msg[0] ? err.msg : pt_strerror(rc));
-        pt_wk_teardown(w);
-    }
+                 why && why[0] ? why : pt_strerror(rc));
     pt_wk_assigned(w, m->gen, rc == 0 ? m->u.assign.resume_step : 0, rc, &n);
 }
 

@@ -217,6 +217,13 @@ void pt_wk_set_state(pt_agent_worker *w, const char *st);
 /* An assign answered: generation gen built (rc 0: "ready", done iterations
  * done) or not ("failed"), then n goes to the control thread. */
 void pt_wk_assigned(pt_agent_worker *w, int64_t gen, int64_t done, int rc, const pt_wnote *n);
+/* pt_wk_assigned with the setup note of assign m: built (rc 0, resuming at
+ * its resume_step) or not (why, else rc's words). */
+void pt_wk_setup_done(pt_agent_worker *w, const pt_msg *m, int rc, const char *why);
+/* A run of the program from done to after iterations ended well: done
+ * moves on, the control thread hears of the step, and the checkpoints due
+ * (every checkpoint_every, and asked for up to after) are written. */
+void pt_wk_ran(pt_agent_worker *w, int64_t done, int64_t after);
 /* The worker thread's last act: closes its PUB and notify sockets and marks
  * it exited (w->exited, broadcast on w->cv). */
 void pt_wk_exit(pt_agent_worker *w);
