@@ -22,7 +22,9 @@ void pt_tline_release(pt_tline *tl)
     memset(tl, 0, sizeof *tl);
 }
 
-int pt_tline_find_row(const pt_tline *tl, int stage, int replica)
+/* The first row not before (stage, replica), rows kept in that order: a
+ * binary search, as a timeline of 1,024 replicas looks a row up per span. */
+static int lower_row(const pt_tline *tl, int stage, int replica)
 {
     int lo = 0, hi = tl->row_count;
     while (lo < hi) {
@@ -33,25 +35,24 @@ int pt_tline_find_row(const pt_tline *tl, int stage, int replica)
         else
             hi = mid;
     }
-    if (lo < tl->row_count && tl->rows[lo].stage == stage && tl->rows[lo].replica == replica)
-        return lo;
-    return -1;
+    return lo;
+}
+
+static int row_is(const pt_tline *tl, int at, int stage, int replica)
+{
+    return at < tl->row_count && tl->rows[at].stage == stage && tl->rows[at].replica == replica;
+}
+
+int pt_tline_find_row(const pt_tline *tl, int stage, int replica)
+{
+    int at = lower_row(tl, stage, replica);
+    return row_is(tl, at, stage, replica) ? at : -1;
 }
 
 int pt_tline_row(pt_tline *tl, int stage, int replica)
 {
-    /* a binary search: a timeline of 1,024 replicas looks a row up per span */
-    int lo = 0, hi = tl->row_count;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        const pt_tl_row *r = &tl->rows[mid];
-        if (r->stage < stage || (r->stage == stage && r->replica < replica))
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    int at = lo;
-    if (at < tl->row_count && tl->rows[at].stage == stage && tl->rows[at].replica == replica)
+    int at = lower_row(tl, stage, replica);
+    if (row_is(tl, at, stage, replica))
         return at;
     if (tl->row_count == tl->row_cap) {
         int cap = tl->row_cap ? tl->row_cap * 2 : 16;
