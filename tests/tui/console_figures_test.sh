@@ -131,7 +131,11 @@ busy1=$(tm_cap | grep -oE 's[0-9]r[0-9] .* pred +[0-9]+%' | grep -oE 'pred +[0-9
 mem1=$(tm_cap | grep -oE 'pred [0-9.]+[KMG]' | paste -sd' ')
 tm_check "stats: predicted busy stays ($busy0 / $busy1)" test -n "$busy0" -a "$busy0" = "$busy1"
 tm_check "stats: predicted memory stays ($mem0 / $mem1)" test -n "$mem0" -a "$mem0" = "$mem1"
-tm_keys 1 u
+# the plan view first: on the stats view there is no edited line to wait
+# for, nor stage boundaries to take as the ones S must keep
+tm_keys 1
+tm_check "back to the plan view" tm_wait 5 'running plan'
+tm_keys u
 tm_check "undone: no edited line" tm_wait_gone 10 'edited: +[0-9.]+ ms'
 
 # ---- S: every kind once, boundaries kept, back to the first
@@ -139,14 +143,22 @@ bounds() { tm_cap | grep -oE '== stage [0-9]+ +layers [0-9]+-[0-9]+' | paste -sd
 kind() { tm_cap | grep -oE 'schedule +[a-z0-9-]+' | head -n1 | awk '{print $2}'; }
 b0=$(bounds)
 k0=$(kind)
+tm_check "the plan view shows its stage boundaries ($b0)" test -n "$b0"
 visited=""
+seen=""
 for ((i = 1; i <= KINDS; i++)); do
     tm_keys S
-    tm_wait 5 "\(([0-9]+) of $KINDS kinds" >/dev/null
-    sleep 0.3
-    seen=$(tm_cap | grep -oE '(schedule|S:) [a-z0-9-]+ \([0-9]+ of [0-9]+ kinds' | tail -n1)
+    # each press names another kind: wait for the line to change (5 s)
+    prev=$seen
+    for ((t = 0; t < 25; t++)); do
+        cap=$(tm_cap)
+        seen=$(grep -oE '(schedule|S:) [a-z0-9-]+ \([0-9]+ of [0-9]+ kinds' <<<"$cap" | tail -n1)
+        [ -n "$seen" ] && [ "$seen" != "$prev" ] && break
+        sleep 0.2
+    done
     visited="$visited $(awk '{print $2}' <<<"$seen")"
-    tm_check "S press $i ($seen): no boundary moved" test "$(bounds)" = "$b0"
+    tm_check "S press $i ($seen): no boundary moved" \
+        test "$(grep -oE '== stage [0-9]+ +layers [0-9]+-[0-9]+' <<<"$cap" | paste -sd' ')" = "$b0"
 done
 distinct=$(tr ' ' '\n' <<<"$visited" | grep -c . )
 unique=$(tr ' ' '\n' <<<"$visited" | grep . | sort -u | wc -l)
