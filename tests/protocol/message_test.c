@@ -1029,6 +1029,15 @@ static void test_own_peer_only(void)
     m.u.assign.peers = all;
     m.u.assign.peer_count = 3;
     pt_msg_clear(&m);
+    /* the documented example (docs/protocol.md, "Simulated agents"), also
+     * in the fuzz corpus */
+    char *doc = slurp(pt_test_path("tests/data/message/assign_simulated.json"));
+    REQUIRE(doc != NULL);
+    CHECK_MSG(pt_msg_decode(doc, strlen(doc), "assign_simulated.json", &back, &err) == 0, "%s",
+              err.msg);
+    CHECK(back.u.assign.peer_count == 1 && back.u.assign.peers[0].rank == back.u.assign.rank);
+    pt_msg_clear(&back);
+    free(doc);
 }
 
 PT_TEST_MAIN({"own_peer_only", test_own_peer_only}, {"plan_text_once", test_plan_text_once},
