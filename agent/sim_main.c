@@ -70,6 +70,11 @@ static void *ctl_thread(void *arg)
     pt_agent_ctl *ag = arg;
     pt_agent_ctl_register(ag);
     pt_agent_ctl_loop(ag);
+    /* Its worker stops as soon as the agent leaves, not when the process's
+     * one-by-one close reaches it (pt_agent_ctl_close aborts it there too):
+     * 1,024 simulated workers running on after a signal kept 2 cores busy
+     * for minutes. */
+    pt_agent_worker_abort(ag->worker);
     return NULL;
 }
 

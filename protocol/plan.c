@@ -617,7 +617,10 @@ static int parse_stage(pt_jr *jr, const cJSON *obj, const char *path, pt_stage *
         return pt_jr_fail(jr, PT_ENOMEM, "", NULL, "out of memory");
     st->replica_count = n;
     int r = 0;
+    pt_jr quiet = {jr->source, NULL}; /* the same check, its path written only when it fails */
     for (const cJSON *e = replicas->child; e && r < n; e = e->next, r++) {
+        if (pt_jr_elem_int(&quiet, e, "", 0, PT_PLAN_DEVICE_MAX - 1, &st->replicas[r]) == 0)
+            continue; /* a 1,024-replica stage is not 1,024 snprintf'd paths */
         pt_jr_join_index(epath, sizeof epath, path, "replicas", r);
         if ((rc = pt_jr_elem_int(jr, e, epath, 0, PT_PLAN_DEVICE_MAX - 1, &st->replicas[r])) < 0)
             return rc;

@@ -1002,7 +1002,46 @@ static void test_peers_text_once(void)
     pt_msg_clear(&m);
 }
 
-PT_TEST_MAIN({"plan_text_once", test_plan_text_once}, {"peers_text_once", test_peers_text_once},
+/* A simulated agent's assign lists only its own peer entry (docs/protocol.md,
+ * "Simulated agents"): such an assign encodes and decodes with that one
+ * entry; a single entry that is not the agent's own is refused (by the
+ * checker the decoder runs). */
+static void test_own_peer_only(void)
+{
+    pt_msg m, back;
+    make_message(PT_MSG_ASSIGN, &m);
+    pt_error err = {0};
+    pt_msg_peer *all = m.u.assign.peers;
+    m.u.assign.peers = &all[1]; /* rank 5, stage 1, replica 2: the assign's own */
+    m.u.assign.peer_count = 1;
+    char *text = NULL;
+    size_t len = 0;
+    REQUIRE(pt_msg_encode(&m, &text, &len, &err) == 0);
+    CHECK_MSG(pt_msg_decode(text, len, "test", &back, &err) == 0, "%s", err.msg);
+    CHECK(back.u.assign.peer_count == 1 && back.u.assign.peers[0].rank == 5 &&
+          !strcmp(back.u.assign.peers[0].endpoint, "tcp://127.0.0.1:5001"));
+    pt_msg_clear(&back);
+    free(text);
+    text = NULL;
+    m.u.assign.peers = &all[0]; /* rank 4: another worker's entry only */
+    CHECK(pt_msg_encode(&m, &text, &len, &err) == PT_EINVAL && !text);
+    CHECK_STR_CONTAINS(err.msg, "5 is not among peers[].rank");
+    m.u.assign.peers = all;
+    m.u.assign.peer_count = 3;
+    pt_msg_clear(&m);
+    /* the documented example (docs/protocol.md, "Simulated agents"), also
+     * in the fuzz corpus */
+    char *doc = slurp(pt_test_path("tests/data/message/assign_simulated.json"));
+    REQUIRE(doc != NULL);
+    CHECK_MSG(pt_msg_decode(doc, strlen(doc), "assign_simulated.json", &back, &err) == 0, "%s",
+              err.msg);
+    CHECK(back.u.assign.peer_count == 1 && back.u.assign.peers[0].rank == back.u.assign.rank);
+    pt_msg_clear(&back);
+    free(doc);
+}
+
+PT_TEST_MAIN({"own_peer_only", test_own_peer_only}, {"plan_text_once", test_plan_text_once},
+             {"peers_text_once", test_peers_text_once},
              {"round_trip_every_type", test_round_trip_every_type}, {"stop_forms", test_stop_forms},
              {"round_trip_defaults", test_round_trip_defaults},
              {"op_kinds_on_the_wire", test_op_kinds_on_the_wire},

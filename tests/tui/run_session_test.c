@@ -1074,6 +1074,60 @@ static void assign_on_gpus(const char *gpu_a, const char *gpu_b, char *ida, char
     pt_session_destroy(&s);
 }
 
+/* A simulated agent (the "simulated" capability) has no data plane: its
+ * assign lists only its own peer entry, while a training agent of the same
+ * generation gets every worker's. */
+static void test_simulated_peers(void)
+{
+    seen x = {0};
+    pt_session *s = open_session(NULL, &x, 1);
+    REQUIRE(s);
+    fake a, b;
+    fake_open(&a, "agent-a", s, 0);
+    fake_open(&b, "agent-b", s, 0);
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_REGISTER, a.id);
+    snprintf(m.u.reg.host, sizeof m.u.reg.host, "testhost");
+    m.u.reg.pid = 1001;
+    snprintf(m.u.reg.backend, sizeof m.u.reg.backend, "cpu");
+    snprintf(m.u.reg.data_endpoint, sizeof m.u.reg.data_endpoint, "inproc://pt-sim-data-a");
+    m.u.reg.cap_count = 1;
+    snprintf(m.u.reg.caps[0], sizeof m.u.reg.caps[0], "%s", PT_MSG_CAP_SIMULATED);
+    fake_send(&a, &m, 0);
+    fake_register(&b, "tcp://127.0.0.1:41002");
+    beat(&a, 1);
+    beat(&b, 1);
+    PUMP_UNTIL(s, pt_session_agent_count(s) >= 2);
+    REQUIRE(pt_session_agent_count(s) == 2);
+    int ia = pt_session_find_agent(s, "agent-a"), ib = pt_session_find_agent(s, "agent-b");
+    CHECK(pt_session_agent_at(s, ia)->simulated && !pt_session_agent_at(s, ib)->simulated);
+    pt_plan *plan = two_stage_plan();
+    pt_model_spec *model = tiny_model();
+    REQUIRE(plan && model);
+    int agents[2] = {ib, ia}; /* a: stage 1, rank 1 */
+    pt_error err = {0};
+    pt_session_plan sp = {plan, model, agents, "synthetic", 7, NULL, 0, 0};
+    REQUIRE(pt_session_assign(s, &sp, &err) == 0);
+    pt_msg asg_a, asg_b;
+    REQUIRE(fake_expect(&a, s, PT_MSG_ASSIGN, WAIT_MS, &asg_a));
+    REQUIRE(fake_expect(&b, s, PT_MSG_ASSIGN, WAIT_MS, &asg_b));
+    const pt_msg_assign *aa = &asg_a.u.assign, *ab = &asg_b.u.assign;
+    CHECK_MSG(aa->peer_count == 1, "the simulated agent was sent %d peers", aa->peer_count);
+    CHECK(aa->rank == 1 && aa->peers[0].rank == 1 && aa->peers[0].stage == 1 &&
+          !strcmp(aa->peers[0].endpoint, "inproc://pt-sim-data-a"));
+    CHECK_MSG(ab->peer_count == 2, "the training agent was sent %d peers", ab->peer_count);
+    CHECK(!strcmp(ab->peers[1].endpoint, "inproc://pt-sim-data-a"));
+    pt_msg_clear(&asg_a);
+    pt_msg_clear(&asg_b);
+    beat(&a, 0);
+    beat(&b, 0);
+    fake_close(&a);
+    fake_close(&b);
+    pt_plan_free(&plan);
+    pt_model_spec_free(&model);
+    pt_session_destroy(&s);
+}
+
 /* The console makes the NCCL unique id and hands the same one to every
  * worker of a generation when each has its own GPU, and none when two share
  * one (NCCL takes one GPU per rank: they exchange over ZeroMQ instead). */
@@ -1162,6 +1216,14 @@ static void t_nccl(void)
     teardown();
 }
 
+static void t_sim_peers(void)
+{
+    setup();
+    test_simulated_peers();
+    teardown();
+}
+
 PT_TEST_MAIN({"register_and_clock", t_register}, {"rejects", t_rejects}, {"many_agents", t_many},
              {"telemetry_backlog", t_backlog}, {"plan_flow", t_flow},
-             {"stop_resent", t_stop_resent}, {"map_policy", t_map}, {"nccl_id", t_nccl})
+             {"stop_resent", t_stop_resent}, {"map_policy", t_map}, {"nccl_id", t_nccl},
+             {"simulated_peers", t_sim_peers})

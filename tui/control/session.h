@@ -101,6 +101,8 @@ typedef struct pt_session_agent {
     char data_endpoint[PT_MSG_ENDPOINT_MAX];
     char gpu_bus_id[PT_MSG_NAME_MAX]; /* its GPU ("" on the CPU) */
     int has_nccl;                     /* it offered the "nccl" capability */
+    int simulated; /* it offered the "simulated" capability: it has no data plane, and its
+                      assigns list only its own peer entry (docs/protocol.md) */
     pt_agent_state state;
     char reported[PT_MSG_NAME_MAX]; /* the state its last heartbeat named ("running"...) */
     int worker;                     /* its worker (data-plane rank) in the plan; -1 none */

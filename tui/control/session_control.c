@@ -205,9 +205,11 @@ static void on_register(pt_session *s, int i, const pt_msg *m, int64_t now)
     e->pub.memory_bytes = r->memory_bytes;
     snprintf(e->pub.data_endpoint, sizeof e->pub.data_endpoint, "%s", r->data_endpoint);
     snprintf(e->pub.gpu_bus_id, sizeof e->pub.gpu_bus_id, "%s", r->gpu_bus_id);
-    e->pub.has_nccl = 0;
-    for (int c = 0; c < r->cap_count; c++)
+    e->pub.has_nccl = e->pub.simulated = 0;
+    for (int c = 0; c < r->cap_count; c++) {
         e->pub.has_nccl |= !strcmp(r->caps[c], "nccl");
+        e->pub.simulated |= !strcmp(r->caps[c], PT_MSG_CAP_SIMULATED);
+    }
     e->pub.last_heard_ns = now;
     e->ctl_next_seq = m->seq + 1;
     send_heartbeat(s, i, now); /* its answer gives the first clock sample at once */

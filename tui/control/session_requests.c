@@ -180,9 +180,14 @@ int pt_session_assign(pt_session *s, const pt_session_plan *p, pt_error *err)
         as->replica = a->replica;
         as->rank = w;
         as->chunks = p->plan->chunks > 1 ? p->plan->chunks : 1;
-        as->peer_count = s->worker_count;
-        as->peers = peers;
-        as->peers_json = peers_json;
+        if (a->simulated) { /* no data plane: its own entry, not 1,024 it never reads */
+            as->peer_count = 1;
+            as->peers = &peers[w];
+        } else {
+            as->peer_count = s->worker_count;
+            as->peers = peers;
+            as->peers_json = peers_json;
+        }
         snprintf(as->data, sizeof as->data, "%s", p->data);
         as->seed = p->seed;
         snprintf(as->checkpoint_dir, sizeof as->checkpoint_dir, "%s",
