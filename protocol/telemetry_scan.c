@@ -100,23 +100,29 @@ static int int_field(scan *s, int min, int max, int *out)
     return 1;
 }
 
-/* An op name of protocol/op.h, exactly; *hint is where the last one was
- * found (events of a batch repeat a few ops). */
-static int op_field(scan *s, pt_op_kind *out, int *hint)
+/* The op names with their lengths, from the list op.c's table is made of. */
+static const struct {
+    const char *name;
+    size_t len;
+} op_names[PT_OP_KIND_COUNT] = {
+#define OP_NAME_(kind, lane, paint, glyph, facts) [PT_OP_##kind] = {#kind, sizeof #kind - 1},
+    PT_OP_LIST(OP_NAME_)
+#undef OP_NAME_
+};
+
+/* An op name of protocol/op.h, exactly. */
+static int op_field(scan *s, pt_op_kind *out)
 {
     const char *b;
     size_t n;
-    if (!str(s, &b, &n) || n == 0 || n >= PT_OP_NAME_MAX)
+    if (!str(s, &b, &n))
         return 0;
-    for (int i = 0; i < PT_OP_KIND_COUNT; i++) {
-        int k = (*hint + i) % PT_OP_KIND_COUNT;
-        const char *name = pt_op_name(k);
-        if (!memcmp(name, b, n) && name[n] == '\0') {
+    for (int k = 0; k < PT_OP_KIND_COUNT; k++)
+        if (op_names[k].len == n && op_names[k].name[0] == b[0] &&
+            !memcmp(op_names[k].name, b, n)) {
             *out = (pt_op_kind)k;
-            *hint = k;
             return 1;
         }
-    }
     return 0;
 }
 
@@ -135,24 +141,31 @@ enum {
     F_REQUIRED = F_STAGE | F_REPLICA | F_STEP | F_MB | F_OP | F_START | F_END
 };
 
-static const struct {
-    const char *name;
-    unsigned len, bit;
-} event_keys[] = {
-    {"stage", 5, F_STAGE},    {"replica", 7, F_REPLICA}, {"step", 4, F_STEP},
-    {"mb", 2, F_MB},          {"op", 2, F_OP},           {"version", 7, F_VERSION},
-    {"start_ns", 8, F_START}, {"end_ns", 6, F_END},      {"bytes", 5, F_BYTES},
-};
-
+/* The field bit of an event key, 0 for none (a switch on the length, so
+ * each compare is of a constant size). */
 static unsigned event_key(const char *k, size_t n)
 {
-    for (size_t i = 0; i < sizeof event_keys / sizeof event_keys[0]; i++)
-        if (n == event_keys[i].len && !memcmp(k, event_keys[i].name, n))
-            return event_keys[i].bit;
-    return 0;
+#define IS(lit) (!memcmp(k, lit, sizeof lit - 1))
+    switch (n) {
+    case 2:
+        return IS("mb") ? F_MB : IS("op") ? F_OP : 0;
+    case 4:
+        return IS("step") ? F_STEP : 0;
+    case 5:
+        return IS("stage") ? F_STAGE : IS("bytes") ? F_BYTES : 0;
+    case 6:
+        return IS("end_ns") ? F_END : 0;
+    case 7:
+        return IS("replica") ? F_REPLICA : IS("version") ? F_VERSION : 0;
+    case 8:
+        return IS("start_ns") ? F_START : 0;
+    default:
+        return 0;
+    }
+#undef IS
 }
 
-static int event_value(scan *s, unsigned f, pt_msg_event *v, int *op_hint)
+static int event_value(scan *s, unsigned f, pt_msg_event *v)
 {
     switch (f) {
     case F_STAGE:
@@ -164,7 +177,7 @@ static int event_value(scan *s, unsigned f, pt_msg_event *v, int *op_hint)
     case F_MB:
         return int_field(s, -1, MB_MAX, &v->mb);
     case F_OP:
-        return op_field(s, &v->op, op_hint);
+        return op_field(s, &v->op);
     case F_VERSION:
         return integer(s, -1, INT_MAX_EXACT, &v->version);
     case F_START:
@@ -178,7 +191,7 @@ static int event_value(scan *s, unsigned f, pt_msg_event *v, int *op_hint)
     }
 }
 
-static int event(scan *s, pt_msg_event *v, int *op_hint)
+static int event(scan *s, pt_msg_event *v)
 {
     if (!lit(s, '{'))
         return 0;
@@ -191,7 +204,7 @@ static int event(scan *s, pt_msg_event *v, int *op_hint)
         if (!str(s, &k, &n) || !lit(s, ':'))
             return 0;
         unsigned f = event_key(k, n);
-        if (!f || (seen & f) || !event_value(s, f, v, op_hint))
+        if (!f || (seen & f) || !event_value(s, f, v))
             return 0;
         seen |= f;
     } while (lit(s, ','));
@@ -208,9 +221,9 @@ static int events_array(scan *s, pt_msg_events *e)
         cap = PT_MSG_MAX_EVENTS;
     if (!(e->events = malloc(cap * sizeof *e->events)))
         return 0;
-    int n = 0, op_hint = 0;
+    int n = 0;
     do {
-        if ((size_t)n == cap || !event(s, &e->events[n], &op_hint))
+        if ((size_t)n == cap || !event(s, &e->events[n]))
             return 0;
         n++;
     } while (lit(s, ','));
