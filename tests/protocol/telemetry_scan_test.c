@@ -16,6 +16,8 @@
 #include "tests/test.h"
 
 #define TEXT_MAX 8192
+/* An agent id of 64 characters: one too many (PT_MSG_ID_MAX holds 63 and the NUL). */
+#define LONG_ID "0123456789012345678901234567890123456789012345678901234567890123"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
@@ -183,15 +185,8 @@ static void event(text *t, int odd)
 
 static void message(text *t, int odd)
 {
-    static const char *const agents[] = {"a0",
-                                         "host1-gpu0",
-                                         "n@x:1_2.3-4",
-                                         "bad agent",
-                                         "",
-                                         "\\u0061",
-                                         "a\\/b",
-                                         "0123456789012345678901234567890"
-                                         "12345678901234567890123456789012"};
+    static const char *const agents[] = {"a0", "host1-gpu0", "n@x:1_2.3-4", "bad agent",
+                                         "",   "\\u0061",    "a\\/b",       LONG_ID};
     t->n = 0;
     ws(t, odd);
     put(t, "{");
