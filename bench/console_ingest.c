@@ -4,7 +4,9 @@
  *
  * 1. decode+store: pre-encoded "events" messages of the N agents fed straight
  *    to pt_telemetry_rx_feed and pt_store_events (the work the console does
- *    per message, without sockets): the ceiling of one console thread.
+ *    per message, without sockets): the ceiling of one console thread. Then
+ *    the same with the reference decoder, pt_msg_decode (a cJSON tree), in
+ *    place of the events scanner (protocol/telemetry_scan.h): "cJSON+store".
  * 2. session, flat out: N simulated agents, each a DEALER that registers and
  *    heartbeats and an XPUB that streams events, all driven by one producer
  *    thread over loopback TCP; the console side is a real pt_session (default
@@ -81,18 +83,38 @@ static char *events_text(int agent, int batch, int64_t step)
     return t;
 }
 
-/* One events message of agent a with sequence number seq. */
+/* One events message of agent a with sequence number seq; its length. The
+ * events text is copied, not formatted: the producer stands in for agents
+ * on other machines, and its cost is not the console's. */
 static int message(char *out, size_t cap, int a, int64_t seq, const char *events)
 {
-    return snprintf(out, cap,
-                    "{\"v\":1,\"type\":\"events\",\"agent\":\"a%d\",\"seq\":%lld,\"gen\":0,"
-                    "\"events\":%s}",
-                    a, (long long)seq, events);
+    int n = snprintf(out, cap,
+                     "{\"v\":1,\"type\":\"events\",\"agent\":\"a%d\",\"seq\":%lld,\"gen\":0,"
+                     "\"events\":",
+                     a, (long long)seq);
+    size_t len = strlen(events);
+    if (n < 0 || (size_t)n + len + 2 > cap)
+        return 0;
+    memcpy(out + n, events, len);
+    memcpy(out + (size_t)n + len, "}", 2);
+    return n + (int)len + 1;
 }
 
 /* ---- 1. decode + store, no sockets */
 
-static void bench_decode_store(int agents, double seconds, int batch)
+/* One message as the console takes it: the telemetry receiver's decode
+ * (the scanner), or the reference decoder and the same sequence tracking. */
+static int decode(pt_telemetry_rx *rx, const char *msg, size_t n, int reference, pt_msg *m)
+{
+    if (!reference)
+        return pt_telemetry_rx_feed(rx, msg, n, "bench", m, NULL);
+    int rc = pt_msg_decode(msg, n, "bench", m, NULL);
+    if (rc == 0 && (rc = pt_telemetry_rx_observe(rx, m, NULL)) < 0)
+        pt_msg_clear(m);
+    return rc;
+}
+
+static void bench_decode_store(int agents, double seconds, int batch, int reference)
 {
     pt_telemetry_rx *rx = NULL;
     pt_store *store = NULL;
@@ -113,7 +135,7 @@ static void bench_decode_store(int agents, double seconds, int batch)
         for (int a = 0; a < agents; a++) {
             int n = message(msg, cap, a, seq[a]++, ev[a]);
             pt_msg m;
-            if (pt_telemetry_rx_feed(rx, msg, (size_t)n, "bench", &m, NULL) == 0) {
+            if (decode(rx, msg, (size_t)n, reference, &m) == 0) {
                 events += pt_store_events(store, m.u.events.events, m.u.events.count, m.gen);
                 pt_msg_clear(&m);
             }
@@ -123,9 +145,10 @@ static void bench_decode_store(int agents, double seconds, int batch)
     }
     double wall = t - t0, cpu = pt_clock_of_s(CLOCK_THREAD_CPUTIME_ID) - c0;
     if (ok)
-        printf("decode+store   %10.0f events/s  %8.0f msgs/s  (%lld events in %.2f s; %.0f events "
+        printf("%-14s %10.0f events/s  %8.0f msgs/s  (%lld events in %.2f s; %.0f events "
                "per CPU second, %.2f CPU s per million events)\n",
-               events / wall, msgs / wall, (long long)events, wall, cpu > 0 ? events / cpu : 0,
+               reference ? "cJSON+store" : "decode+store", events / wall, msgs / wall,
+               (long long)events, wall, cpu > 0 ? events / cpu : 0,
                events > 0 ? cpu * 1e6 / (double)events : 0);
     for (int a = 0; ev && a < agents; a++)
         free(ev[a]);
@@ -151,6 +174,7 @@ typedef struct producer {
     int64_t sent_events, sent_msgs;
     int64_t received_at_stop; /* the console's count when sending stopped */
     double send_s;            /* how long it sent */
+    double send_cpu_s;        /* the producer thread's CPU while it sent */
     /* per agent */
     void **dealer, **pub;
     int64_t *seq, *ctl_seq;
@@ -255,7 +279,7 @@ static void stream(producer *p)
 {
     size_t cap = (size_t)p->batch * EVENT_TEXT_MAX + 256;
     char *msg = malloc(cap);
-    double t0 = pt_clock_s(), t = t0;
+    double t0 = pt_clock_s(), t = t0, c0 = pt_clock_of_s(CLOCK_THREAD_CPUTIME_ID);
     int a = 0;
     while (msg && (t = pt_clock_s()) - t0 < p->seconds) {
         heartbeats(p, t);
@@ -271,6 +295,7 @@ static void stream(producer *p)
         a = (a + 1) % p->agents;
     }
     p->send_s = t - t0;
+    p->send_cpu_s = pt_clock_of_s(CLOCK_THREAD_CPUTIME_ID) - c0;
     p->received_at_stop = atomic_load(p->received);
     free(msg);
 }
@@ -412,9 +437,9 @@ static void report(const char *label, const producer *p, sink *k, const pt_sessi
            p->send_s > 0 ? (double)p->received_at_stop / p->send_s : 0, (long long)p->sent_events,
            got, (long long)p->sent_events - got);
     printf("%-14s console thread %.2f CPU s in %.2f s (%.0f%% of a core), %.2f CPU s per million "
-           "events; whole process %.2f CPU s\n",
+           "events; whole process %.2f CPU s, of it the agents' producer thread %.2f (sending)\n",
            "", cpu, wall, wall > 0 ? 100.0 * cpu / wall : 0, got > 0 ? cpu * 1e6 / (double)got : 0,
-           proc_cpu);
+           proc_cpu, p->send_cpu_s);
     printf("%-14s dropped %llu msgs (sequence gaps), telemetry refused %llu, control refused %llu, "
            "flooded %llu, sends failed %llu; agents live %d of %d (%d stalled)\n",
            "", (unsigned long long)c.telemetry.dropped, refused,
@@ -496,7 +521,8 @@ int main(int argc, char **argv)
     }
     printf("console_ingest: %d agents, %d events per message, %.1f s per case\n", agents, batch,
            seconds);
-    bench_decode_store(agents, seconds, batch);
+    bench_decode_store(agents, seconds, batch, 0);
+    bench_decode_store(agents, seconds, batch, 1);
     bench_session("session max", agents, seconds, batch, 0);
     char label[32];
     snprintf(label, sizeof label, "session %.0fk/s", rate / 1000);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "protocol/hash.h"
+#include "protocol/telemetry_scan.h"
 
 #define WORDS (PT_RX_WINDOW / 64)
 
@@ -213,7 +214,7 @@ int pt_telemetry_rx_feed(pt_telemetry_rx *self, const char *data, size_t len, co
 {
     if (!self || !out)
         return pt_error_set(err, PT_EINVAL, "telemetry: NULL argument");
-    int rc = pt_msg_decode(data, len, source ? source : "telemetry", out, err);
+    int rc = pt_telemetry_decode(data, len, source ? source : "telemetry", out, err);
     if (rc < 0) {
         rx_agent *a = data ? blame(self, data, len) : NULL;
         if (a)

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "protocol/telemetry_scan.h"
+
 /* ---- receiving telemetry -------------------------------------------------------- */
 
 /* A telemetry frame under a name whose key is not the sender's (CURVE): a
@@ -22,7 +24,7 @@ static void handle_telemetry(pt_session *s, const char *body, size_t len, const 
 {
     pt_msg m;
     pt_error err = {0};
-    int rc = pt_msg_decode(body, len, "telemetry", &m, &err);
+    int rc = pt_telemetry_decode(body, len, "telemetry", &m, &err);
     if (rc < 0) /* counted as malformed (for the agent, when its name can be read) */
         rc = pt_telemetry_rx_feed(s->rx, body, len, "telemetry", &m, &err);
     else if (telemetry_forged(s, &m, key)) {
