@@ -90,7 +90,8 @@ static int write_msg(pt_record_writer *w, pt_msg *m, int64_t offset_ns)
         fprintf(stderr, "record_growth: encode: %s\n", err.msg);
         return -1;
     }
-    int rc = pt_record_write_frame(w, PT_RECORD_RECV, "telemetry", offset_ns, text, len);
+    /* as the console writes it: the frame with the message it decoded to */
+    int rc = pt_record_write_telemetry(w, offset_ns, text, len, m);
     free(text);
     return rc;
 }

@@ -296,6 +296,21 @@ void pt_store_metrics(pt_store *s, const pt_msg_metrics *m, int64_t gen, int64_t
     s->version++;
 }
 
+void pt_store_metrics_folded(pt_store *s, const pt_msg_metrics *m, int reports, int64_t gen,
+                             int64_t t_ns)
+{
+    pt_msg_metrics one = *m;
+    one.steps = 1;
+    pt_store_step *st = reports > 0 ? step_entry(s, &one, gen, t_ns) : NULL;
+    if (!st)
+        return;
+    st->reports += reports - 1;
+    s->counts.metrics += (uint64_t)reports;
+    if (t_ns > s->now_ns)
+        s->now_ns = t_ns;
+    s->version++;
+}
+
 int pt_store_set_plan(pt_store *s, const pt_plan *plan, int64_t gen)
 {
     pt_plan *c = pt_plan_clone(plan);

@@ -84,6 +84,12 @@ uint64_t pt_store_version(const pt_store *s);
 int pt_store_events(pt_store *s, const pt_msg_event *ev, int count, int64_t gen);
 /* Ingests one iteration's metrics of a replica, arrived at t_ns. */
 void pt_store_metrics(pt_store *s, const pt_msg_metrics *m, int64_t gen, int64_t t_ns);
+/* Ingests one stage's metrics of one step folded over `reports` replicas (a
+ * record's "sfold" line): the step counts `reports` reports, its iteration
+ * time is at least m->iter_ms (give the slowest), its loss m->loss when
+ * known; no memory sample (the line holds the stage's peak only). */
+void pt_store_metrics_folded(pt_store *s, const pt_msg_metrics *m, int reports, int64_t gen,
+                             int64_t t_ns);
 /* Makes plan (copied) current as generation gen; a new generation marks a
  * restart in the series. 0 or PT_ENOMEM. */
 int pt_store_set_plan(pt_store *s, const pt_plan *plan, int64_t gen);
