@@ -231,10 +231,13 @@ static int head_step(const pt_record_folder *f, int64_t step)
     return step < f->gen_from + f->opts.head_steps && step <= f->head_end;
 }
 
-static int detail_step(const pt_record_folder *f, int64_t step)
+/* per_stage: of a stage folded per stage, whose every-M steps are folded
+ * too (at 1,024 agents each was 5 MB, a quarter of the hour's record, and
+ * its sfold line keeps the band; docs/formats.md, "Folded stages"). */
+static int detail_step(const pt_record_folder *f, int64_t step, int per_stage)
 {
     const pt_record_fold_opts *o = &f->opts;
-    return head_step(f, step) || (o->every > 0 && step % o->every == 0);
+    return head_step(f, step) || (!per_stage && o->every > 0 && step % o->every == 0);
 }
 
 /* A frame of step `step` goes out whole: the head window closes once it
@@ -371,7 +374,7 @@ static int fold_metrics(pt_record_writer *w, pt_record_folder *f, const pt_msg *
     const pt_msg_metrics *x = &m->u.metrics;
     if (x->step > f->max_step)
         f->max_step = x->step;
-    if (x->steps > 1 || detail_step(f, x->step)) {
+    if (x->steps > 1 || detail_step(f, x->step, 1)) {
         head_count(f, x->step, len);
         return 0;
     }
@@ -424,7 +427,9 @@ static int fold_events(pt_record_writer *w, pt_record_folder *f, const pt_msg *m
             f->max_step = st;
     }
     for (int k = 0; k < m.u.events.count; k++)
-        if (detail_step(f, m.u.events.events[k].step)) {
+        if (detail_step(f, m.u.events.events[k].step,
+                        pt_record_stagefold_covers(f->sf, m.gen, m.u.events.events[k].stage,
+                                                   m.u.events.events[k].replica))) {
             head_count(f, m.u.events.events[0].step, len);
             return 0; /* a frame of a detail step goes out whole */
         }
