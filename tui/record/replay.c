@@ -132,15 +132,7 @@ static void apply_sfold(const pt_record_entry *e, pt_store *store)
         return;
     /* the stage's agents were heard at this step (which of them the line
      * does not say: all of them, as they run in step) */
-    for (int i = 0; i < pt_store_agent_count(store); i++) {
-        const pt_store_agent *x = pt_store_agent_at(store, i);
-        if (x->stage != f->stage || x->step >= e->step)
-            continue;
-        pt_store_agent a = *x;
-        a.step = e->step;
-        a.last_heard_ns = e->t;
-        pt_store_set_agent(store, &a);
-    }
+    pt_store_stage_heard(store, f->stage, e->step, e->t);
     double over = f->busy_median_ns > 0
                       ? 100.0 * ((double)f->busy_max_ns / (double)f->busy_median_ns - 1.0)
                       : 0;

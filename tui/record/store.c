@@ -387,6 +387,20 @@ int pt_store_set_agent(pt_store *s, const pt_store_agent *a)
     return 0;
 }
 
+void pt_store_stage_heard(pt_store *s, int stage, int64_t step, int64_t t_ns)
+{
+    int changed = 0;
+    for (int i = 0; i < s->agent_n; i++) {
+        pt_store_agent *a = &s->agents[i];
+        if (a->stage != stage || a->step >= step)
+            continue;
+        a->step = step;
+        a->last_heard_ns = t_ns;
+        changed = 1;
+    }
+    s->version += (uint64_t)changed;
+}
+
 void pt_store_note(pt_store *s, const char *fmt, ...)
 {
     va_list ap;
