@@ -99,8 +99,8 @@ typedef struct pt_record_fold_opts {
 #define PT_RECORD_FOLD_HEAD       32
 #define PT_RECORD_FOLD_TAIL       32
 #define PT_RECORD_FOLD_EVERY      500
-#define PT_RECORD_FOLD_HEAD_BYTES (16LL << 20) /* 16 MiB: ~3 steps of 1,024 agents */
-#define PT_RECORD_FOLD_TAIL_BYTES (64LL << 20) /* 64 MiB: ~12 steps of 1,024 agents */
+#define PT_RECORD_FOLD_HEAD_BYTES (16LL << 20) /* 16 MiB: 4 steps of 1,024 agents */
+#define PT_RECORD_FOLD_TAIL_BYTES (64LL << 20) /* 64 MiB: 14 steps of 1,024 agents */
 /* Replicas that make a stage folded per stage (a format constant: the reader
  * knows from the plan which agents' sequence numbers the sfold lines count). */
 #define PT_RECORD_STAGE_FOLD_MIN 8
