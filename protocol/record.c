@@ -783,8 +783,7 @@ static int check_sfold(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_e
         return pt_jr_fail(jr, PT_EINVAL, "", "ops", "given for 0 replicas");
     if (!f->metric_frames && pt_jr_item(o, "iter_ms"))
         return pt_jr_fail(jr, PT_EINVAL, "", "iter_ms", "given for 0 metrics frames");
-    e->sfold = f;
-    e->dropped = (uint64_t)f->dropped;
+    e->sfold = f; /* its dropped is the line's own count, not an agent's running one */
     sum_sfold(c->sum, e, f);
     return 0;
 }

@@ -304,7 +304,11 @@ void pt_store_metrics_folded(pt_store *s, const pt_msg_metrics *m, int reports, 
     pt_store_step *st = reports > 0 ? step_entry(s, &one, gen, t_ns) : NULL;
     if (!st)
         return;
+    /* step_entry weighed the throughput as one report: weigh it as `reports` */
+    int before = st->reports - 1;
+    double sum = st->samples_per_s * (before + 1) - m->samples_per_s;
     st->reports += reports - 1;
+    st->samples_per_s = (sum + m->samples_per_s * reports) / st->reports;
     s->counts.metrics += (uint64_t)reports;
     if (t_ns > s->now_ns)
         s->now_ns = t_ns;
