@@ -257,8 +257,9 @@ static void test_stage_fold(void)
         const pt_store_step *p = pt_store_step_at(x, i), *q = pt_store_step_at(y, i);
         CHECK_MSG(p->step == q->step && p->reports == q->reports && p->iter_ms == q->iter_ms &&
                       p->loss == q->loss && fabs(p->samples_per_s - q->samples_per_s) < 1e-9,
-                  "step %lld: reports %d/%d iter %g/%g", (long long)p->step, p->reports, q->reports,
-                  p->iter_ms, q->iter_ms);
+                  "step %lld: reports %d/%d iter %g/%g samples/s %.17g/%.17g", (long long)p->step,
+                  p->reports, q->reports, p->iter_ms, q->iter_ms, p->samples_per_s,
+                  q->samples_per_s);
     }
     pt_fig_meas ma, mb;
     CHECK(pt_fig_measure_store(x, -1, &ma) == 0 && pt_fig_measure_store(y, -1, &mb) == 0);
