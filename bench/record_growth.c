@@ -12,6 +12,11 @@
  * (pt_source_replay_new), and, with --pipetop, the real `pipetop status` and
  * `pipetop export --last 10`. Prints figures; never fails on time.
  *
+ * --agents N > 4 makes the extra agents replicas of stage 0 (issue 27: 1,024
+ * agents, a stage of 1,021 replicas, which record version 4 folds per stage);
+ * frames go to the writer with their decoded message, as the console's do
+ * (pt_record_write_telemetry).
+ *
  *   build/record_growth [--hours H] [--agents N] [--step-ms MS] [--mb M]
  *                       [--no-fold] [--gzip] [--dir DIR] [--pipetop PATH]
  * --gzip writes the record compressed (PT_RECORD_COMPRESS=1); --read-only
@@ -90,7 +95,8 @@ static int write_msg(pt_record_writer *w, pt_msg *m, int64_t offset_ns)
         fprintf(stderr, "record_growth: encode: %s\n", err.msg);
         return -1;
     }
-    int rc = pt_record_write_frame(w, PT_RECORD_RECV, "telemetry", offset_ns, text, len);
+    /* as the console writes it: the frame with the message it decoded to */
+    int rc = pt_record_write_telemetry(w, offset_ns, text, len, m);
     free(text);
     return rc;
 }

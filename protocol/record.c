@@ -130,6 +130,12 @@ typedef struct line_ctx {
     pt_record_summary *sum; /* NULL: not summed (the writer's check) */
     pt_telemetry_rx *rx;    /* NULL: telemetry sequences not tracked */
     int fast;               /* 1: metrics and fold lines may take record_scan.c's way */
+    /* the newest plan (version 4): frames of its stages of stage_fold_min
+     * replicas or more are not sequence-checked here (the writer counted
+     * their gaps into the "sfold" lines) */
+    const pt_plan *plan;
+    int64_t plan_gen;
+    int stage_fold_min; /* 0: no stage folded per stage */
 } line_ctx;
 
 enum { S_REQUIRED = 1, S_EMPTY_OK = 2, S_NULL_OK = 4 };
@@ -225,6 +231,41 @@ static void sum_msg(pt_record_summary *s, const pt_record_entry *e, const pt_msg
     }
 }
 
+/* Adds an sfold line's events and metrics to the summary. */
+static void sum_sfold(pt_record_summary *s, const pt_record_entry *e, const pt_record_sfold *f)
+{
+    if (!s)
+        return;
+    if (f->replicas) {
+        if (s->events == 0 || f->start_ns < s->first_start_ns)
+            s->first_start_ns = f->start_ns;
+        if (s->events == 0 || f->end_ns > s->last_end_ns)
+            s->last_end_ns = f->end_ns;
+        s->events += f->events;
+        s->event_msgs += f->event_frames;
+    }
+    if (f->metric_frames) {
+        s->metrics += f->metric_frames;
+        if (s->first_step < 0 || e->step < s->first_step)
+            s->first_step = e->step;
+        if (e->step > s->last_step)
+            s->last_step = e->step;
+    }
+}
+
+/* 1 when m comes from a stage the writer folds per stage (version 4): its
+ * sequence numbers are the writer's to count. */
+static int stage_folded(const line_ctx *c, const pt_msg *m)
+{
+    if (!c->plan || c->stage_fold_min <= 0 || m->gen != c->plan_gen)
+        return 0;
+    int stage = m->type == PT_MSG_METRICS                           ? m->u.metrics.stage
+                : m->type == PT_MSG_EVENTS && m->u.events.count > 0 ? m->u.events.events[0].stage
+                                                                    : -1;
+    return stage >= 0 && stage < c->plan->stage_count &&
+           c->plan->stages[stage].replica_count >= c->stage_fold_min;
+}
+
 /* recv, sent: the header, then the frame (verbatim after "msg", or as the
  * string "frame" when it held a line break) through pt_msg_decode. */
 static int frame_body(const line_ctx *c, pt_jr *jr, pt_record_entry *e, int64_t len);
@@ -304,7 +345,7 @@ static int frame_body(const line_ctx *c, pt_jr *jr, pt_record_entry *e, int64_t 
         sum_msg(c->sum, e, &m);
     pt_rx_counts counts;
     if (c->rx && e->kind == PT_RECORD_RECV && !strcmp(e->channel, "telemetry") &&
-        (e->tail || pt_telemetry_rx_observe(c->rx, &m, NULL) != PT_ERANGE) &&
+        (e->tail || stage_folded(c, &m) || pt_telemetry_rx_observe(c->rx, &m, NULL) != PT_ERANGE) &&
         pt_telemetry_rx_agent_counts(c->rx, m.agent, &counts) == 0)
         e->dropped = counts.dropped;
     pt_msg_clear(&m);
@@ -371,10 +412,16 @@ static int check_plan(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_en
     static const char *const keys[] = {"t",           "kind",           "gen",
                                        "plan",        "model",          "data",
                                        "seed",        "checkpoint_dir", "checkpoint_every",
-                                       "resume_step", "workers",        NULL};
+                                       "resume_step", "workers",        "stage_fold_min",
+                                       NULL};
     int rc;
-    if ((rc = pt_jr_keys(jr, o, "", keys)) < 0 || (rc = get_i64(jr, o, "gen", 1, &e->gen)) < 0)
+    if ((rc = pt_jr_keys(jr, o, "", keys)) < 0 || (rc = get_i64(jr, o, "gen", 1, &e->gen)) < 0 ||
+        (rc = pt_jr_int(jr, o, "", "stage_fold_min", PT_JR_OPTIONAL, 0, 1, PT_MSG_MAX_INDEX,
+                        &e->stage_fold_min)) < 0)
         return rc;
+    if (e->stage_fold_min && c->version < 4)
+        return pt_jr_fail(jr, PT_EINVAL, "", "stage_fold_min",
+                          "of record version 4 (this record is version %d)", c->version);
     char src[SOURCE_MAX + 8];
     pt_plan *plan = NULL;
     pt_model_spec *model = NULL;
@@ -608,6 +655,139 @@ static int check_fold(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_en
     return 0;
 }
 
+/* [min, median, max] at key (integers when ints), in order. */
+static int get_triple(pt_jr *jr, const cJSON *o, const char *key, int ints, double v[3])
+{
+    const cJSON *arr = pt_jr_item(o, key);
+    int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : -1;
+    for (int i = 0; i < 3 && n == 3; i++) {
+        const cJSON *x = cJSON_GetArrayItem(arr, i);
+        v[i] = cJSON_IsNumber(x) ? x->valuedouble : -1;
+        if (v[i] < 0 || v[i] > (double)(PT_JSON_INT_MAX - 1) || (ints && v[i] != floor(v[i])))
+            n = -1;
+    }
+    if (n != 3)
+        return pt_jr_fail(jr, PT_EINVAL, "", key, "must be [min, median, max]: %s >= 0",
+                          ints ? "integers" : "numbers");
+    if (v[0] > v[1] || v[1] > v[2])
+        return pt_jr_fail(jr, PT_EINVAL, "", key, "min %g, median %g, max %g out of order", v[0],
+                          v[1], v[2]);
+    return 0;
+}
+
+/* sfold's op events part (replicas >= 1): times, band, straggler, ops. */
+static int sfold_events(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e,
+                        pt_record_sfold *f)
+{
+    const int64_t big = PT_JSON_INT_MAX - 1;
+    const cJSON *sg, *ops, *item;
+    double b[3];
+    int rc;
+    if ((rc = pt_jr_int64(jr, o, "", "start_ns", PT_JR_REQUIRED, 0, -big, big, &f->start_ns)) < 0 ||
+        (rc = pt_jr_int64(jr, o, "", "end_ns", PT_JR_REQUIRED, 0, f->start_ns, big, &f->end_ns)) <
+            0 ||
+        (rc = get_triple(jr, o, "busy_ns", 1, b)) < 0 ||
+        (rc = pt_jr_object(jr, o, "", "straggler", PT_JR_REQUIRED, &sg)) < 0 ||
+        (rc = pt_jr_int(jr, sg, "straggler", "replica", PT_JR_REQUIRED, 0, 0, PT_MSG_MAX_INDEX,
+                        &f->straggler)) < 0 ||
+        (rc = get_str(c, jr, sg, "straggler", "agent", S_REQUIRED, PT_MSG_ID_MAX, &e->agent)) < 0 ||
+        (rc = pt_jr_object(jr, o, "", "ops", PT_JR_REQUIRED, &ops)) < 0)
+        return rc;
+    f->busy_min_ns = (int64_t)b[0];
+    f->busy_median_ns = (int64_t)b[1];
+    f->busy_max_ns = (int64_t)b[2];
+    cJSON_ArrayForEach(item, ops)
+    {
+        pt_op_kind k;
+        if (!item->string || pt_op_parse(item->string, &k) < 0)
+            return pt_jr_fail(jr, PT_EINVAL, "ops", item->string ? item->string : "?",
+                              "not an op kind");
+        if (f->ops[k].count)
+            return pt_jr_fail(jr, PT_EINVAL, "ops", item->string, "given twice");
+        if ((rc = fold_op(jr, item, &f->ops[k])) < 0)
+            return rc;
+        f->events += f->ops[k].count;
+    }
+    if (f->events < f->replicas)
+        return pt_jr_fail(jr, PT_EINVAL, "", "ops",
+                          "%lld events for %d replicas (each folded replica has one at least)",
+                          (long long)f->events, f->replicas);
+    return 0;
+}
+
+/* sfold's metrics part (metric frames >= 1). */
+static int sfold_metrics(pt_jr *jr, const cJSON *o, pt_record_sfold *f)
+{
+    const pt_jr_range pos = {0, INFINITY, 0, 0};
+    double v[3];
+    int rc;
+    if ((rc = get_triple(jr, o, "iter_ms", 0, v)) < 0 ||
+        (rc = pt_jr_num(jr, o, "", "loss", PT_JR_OPTIONAL, NAN, pos, &f->loss)) < 0 ||
+        (rc = pt_jr_num(jr, o, "", "samples_per_s", PT_JR_REQUIRED, 0, pos, &f->samples_per_s)) <
+            0 ||
+        (rc = get_i64(jr, o, "mem_peak", 0, &f->mem_peak)) < 0)
+        return rc;
+    f->iter_min_ms = v[0];
+    f->iter_median_ms = v[1];
+    f->iter_max_ms = v[2];
+    return 0;
+}
+
+/* sfold (version 4): one stage's op events and metrics of one step over all
+ * its replicas. */
+static int check_sfold(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
+{
+    static const char *const keys[] = {
+        "t",       "kind",     "gen",      "stage",         "step",     "frames",
+        "dropped", "replicas", "start_ns", "end_ns",        "busy_ns",  "straggler",
+        "ops",     "iter_ms",  "loss",     "samples_per_s", "mem_peak", NULL};
+    pt_record_sfold *f = arena_alloc(c->arena, sizeof *f);
+    const cJSON *fr;
+    int nfr, rc;
+    if (!f)
+        return pt_jr_fail(jr, PT_ENOMEM, "", NULL, "out of memory");
+    memset(f, 0, sizeof *f);
+    f->straggler = -1;
+    f->loss = NAN;
+    if (c->version < 4)
+        return pt_jr_fail(jr, PT_EINVAL, "", "kind",
+                          "\"sfold\" lines are of record version 4 (this record is version %d)",
+                          c->version);
+    if ((rc = pt_jr_keys(jr, o, "", keys)) < 0 || (rc = get_i64(jr, o, "gen", 0, &e->gen)) < 0 ||
+        (rc = pt_jr_int(jr, o, "", "stage", PT_JR_REQUIRED, 0, 0, PT_MSG_MAX_INDEX, &f->stage)) <
+            0 ||
+        (rc = get_i64(jr, o, "step", 0, &e->step)) < 0 ||
+        (rc = pt_jr_array(jr, o, "", "frames", PT_JR_REQUIRED, 2, &fr, &nfr)) < 0 ||
+        (rc = get_i64(jr, o, "dropped", 0, &f->dropped)) < 0 ||
+        (rc = pt_jr_int(jr, o, "", "replicas", PT_JR_REQUIRED, 0, 0, PT_MSG_MAX_INDEX,
+                        &f->replicas)) < 0)
+        return rc;
+    const cJSON *x0 = cJSON_GetArrayItem(fr, 0), *x1 = cJSON_GetArrayItem(fr, 1);
+    if (nfr != 2 || !cJSON_IsNumber(x0) || !cJSON_IsNumber(x1) || x0->valuedouble < 0 ||
+        x1->valuedouble < 0 || x0->valuedouble != floor(x0->valuedouble) ||
+        x1->valuedouble != floor(x1->valuedouble) || x0->valuedouble + x1->valuedouble < 1 ||
+        x0->valuedouble > (double)INT32_MAX || x1->valuedouble > (double)INT32_MAX)
+        return pt_jr_fail(jr, PT_EINVAL, "", "frames",
+                          "must be [events frames, metrics frames]: integers >= 0, not both 0");
+    f->event_frames = (int64_t)x0->valuedouble;
+    f->metric_frames = (int64_t)x1->valuedouble;
+    e->step_last = e->step;
+    if ((f->replicas > 0) != (f->event_frames > 0))
+        return pt_jr_fail(jr, PT_EINVAL, "", "replicas",
+                          "%d replicas for %lld events frames (both 0 or both > 0)", f->replicas,
+                          (long long)f->event_frames);
+    if ((f->replicas && (rc = sfold_events(c, jr, o, e, f)) < 0) ||
+        (f->metric_frames && (rc = sfold_metrics(jr, o, f)) < 0))
+        return rc;
+    if (!f->replicas && (pt_jr_item(o, "ops") || pt_jr_item(o, "busy_ns")))
+        return pt_jr_fail(jr, PT_EINVAL, "", "ops", "given for 0 replicas");
+    if (!f->metric_frames && pt_jr_item(o, "iter_ms"))
+        return pt_jr_fail(jr, PT_EINVAL, "", "iter_ms", "given for 0 metrics frames");
+    e->sfold = f; /* its dropped is the line's own count, not an agent's running one */
+    sum_sfold(c->sum, e, f);
+    return 0;
+}
+
 /* The summary of `pipetop run` belongs to that command (docs/console.md):
  * any members, kept as text. */
 static int check_summary(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_entry *e)
@@ -643,6 +823,7 @@ static const check_fn checks[PT_RECORD_KIND_COUNT] = {
     [PT_RECORD_SUMMARY] = check_summary,
     [PT_RECORD_FAILED] = check_failed,
     [PT_RECORD_FOLD] = check_fold,
+    [PT_RECORD_SFOLD] = check_sfold,
 };
 
 /* Parses text[0..n) as one JSON value; NULL when it is not one (or more
@@ -830,7 +1011,7 @@ static int parse_line(const line_ctx *c, const char *line, size_t n, pt_record_e
     if (k < 0) {
         rc = pt_jr_fail(&jr, PT_EINVAL, "", "kind",
                         "unknown kind \"%s\" (known: session, plan, recv, sent, agent, dead, "
-                        "rejected, checkpoint, checkpoint_failed, summary, failed, fold)",
+                        "rejected, checkpoint, checkpoint_failed, summary, failed, fold, sfold)",
                         kind);
         goto done;
     }
@@ -915,7 +1096,7 @@ static int parse_text(const char *text, size_t len, int owned, const char *sourc
     r->text[len] = '\0';
     r->len = len;
     r->sum.first_step = r->sum.last_step = -1;
-    line_ctx c = {src, 0, 0, &r->arena, &r->sum, NULL, fast};
+    line_ctx c = {src, 0, 0, &r->arena, &r->sum, NULL, fast, NULL, -1, 0};
     if (pt_telemetry_rx_create(PT_RX_FROM_FIRST, &c.rx) < 0) {
         pt_record_free(&r);
         return pt_error_set(err, PT_ENOMEM, "%s: out of memory", src);
@@ -956,8 +1137,12 @@ static int parse_text(const char *text, size_t len, int owned, const char *sourc
         }
         if (e.kind == PT_RECORD_SESSION)
             c.version = r->version = e.version;
-        if (e.kind == PT_RECORD_PLAN)
+        if (e.kind == PT_RECORD_PLAN) {
             r->sum.plans++;
+            c.plan = e.plan;
+            c.plan_gen = e.gen;
+            c.stage_fold_min = e.stage_fold_min;
+        }
         if ((rc = push(r, &e)) < 0) {
             pt_plan *p = (pt_plan *)e.plan;
             pt_plan_free(&p);
@@ -1151,7 +1336,8 @@ void pt_record_summarize(const pt_record *rec, pt_record_summary *out)
 int pt_record_internal_check(const char *text, size_t len, int after_session)
 {
     chunk *arena = NULL;
-    line_ctx c = {"record", 1, after_session ? PT_RECORD_VERSION : 0, &arena, NULL, NULL, 1};
+    line_ctx c = {"record", 1, after_session ? PT_RECORD_VERSION : 0, &arena, NULL, NULL, 1, NULL,
+                  -1,       0};
     pt_record_entry e;
     int rc = parse_line(&c, text, len, &e, NULL);
     pt_plan *p = (pt_plan *)e.plan;

@@ -12,9 +12,12 @@
  * pt_msg_decode, each plan with pt_plan_parse and pt_model_spec_parse; an
  * error reads "FILE:LINE: FIELD: REASON".
  *
- * Versions: the first line ("session") carries "v". Version 3 (written by
- * this build) is version 2 with op events outside a full-detail window
- * folded into "fold" lines (pt_record_fold_opts); version 2 stores every
+ * Versions: the first line ("session") carries "v". Version 4 (written by
+ * this build) is version 3 with the steps of a stage of many replicas
+ * (PT_RECORD_STAGE_FOLD_MIN) outside the full-detail windows folded per
+ * stage ("sfold": op events and metrics of all its replicas) and the windows
+ * bounded in bytes; version 3 is version 2 with op events outside a
+ * full-detail window folded into "fold" lines (pt_record_fold_opts); version 2 stores every
  * frame verbatim with its length; version 1 (earlier builds) stored a
  * re-encoding without "len". All three are read; any other version is
  * refused. With PT_RECORD_COMPRESS=1 in the environment the writer writes a
@@ -30,7 +33,7 @@
 #include "protocol/model.h"
 #include "protocol/plan.h"
 
-#define PT_RECORD_VERSION     3 /* what the writer writes */
+#define PT_RECORD_VERSION     4 /* what the writer writes */
 #define PT_RECORD_VERSION_MIN 1 /* the oldest the reader reads */
 #define PT_RECORD_FILE        "run.ndjson"
 
@@ -47,7 +50,8 @@
     X(CHECKPOINT_FAILED, "checkpoint_failed")                                                      \
     X(SUMMARY, "summary")                                                                          \
     X(FAILED, "failed")                                                                            \
-    X(FOLD, "fold")
+    X(FOLD, "fold")                                                                                \
+    X(SFOLD, "sfold")
 
 typedef enum pt_record_line_kind {
 #define PT_RECORD_KIND_ENUM(id, name) PT_RECORD_##id,
@@ -82,13 +86,24 @@ int pt_record_writer_open(const char *path, const pt_record_session *session,
  * newest steps' frames are held in memory and written, marked "tail", when
  * the generation ends (a new plan) or the record is closed; their folds are
  * written as the steps pass, so a crash loses the detail of the tail, not
- * its summary. */
+ * its summary. The head window also ends once its frames hold head_bytes
+ * (0: no bound; the step then being written is finished whole), and the tail
+ * window holds at most tail_bytes of frames (0: no bound; its oldest steps
+ * go first). A stage of PT_RECORD_STAGE_FOLD_MIN replicas or more is folded
+ * per stage rather than per replica: one "sfold" line per step for all its
+ * replicas' op events and metrics (docs/formats.md, "Folded stages"). */
 typedef struct pt_record_fold_opts {
     int64_t head_steps, tail_steps, every;
+    int64_t head_bytes, tail_bytes;
 } pt_record_fold_opts;
-#define PT_RECORD_FOLD_HEAD  32
-#define PT_RECORD_FOLD_TAIL  32
-#define PT_RECORD_FOLD_EVERY 500
+#define PT_RECORD_FOLD_HEAD       32
+#define PT_RECORD_FOLD_TAIL       32
+#define PT_RECORD_FOLD_EVERY      500
+#define PT_RECORD_FOLD_HEAD_BYTES (16LL << 20) /* 16 MiB: 4 steps of 1,024 agents */
+#define PT_RECORD_FOLD_TAIL_BYTES (64LL << 20) /* 64 MiB: 14 steps of 1,024 agents */
+/* Replicas that make a stage folded per stage (a format constant: the reader
+ * knows from the plan which agents' sequence numbers the sfold lines count). */
+#define PT_RECORD_STAGE_FOLD_MIN 8
 
 /* Folding on (opts; NULL: the defaults above) or off (off set). A new writer
  * folds with the defaults unless the environment has PT_RECORD_FOLD=0 (the
@@ -206,6 +221,13 @@ typedef struct pt_record_entry {
     /* fold: the summary of one stage replica's op events of one step (gen,
      * agent, step and step_last are set too) */
     const struct pt_record_fold *fold;
+    /* sfold (version 4): one stage's op events and metrics of one step over
+     * all its replicas (gen, step and step_last set; agent: the straggler's,
+     * NULL when the line folds no op events) */
+    const struct pt_record_sfold *sfold;
+    /* plan (version 4): stages of at least this many replicas are folded per
+     * stage outside the full-detail windows; 0: none */
+    int stage_fold_min;
 } pt_record_entry;
 
 /* One op kind's events in a fold; durations in nanoseconds. */
@@ -221,6 +243,27 @@ typedef struct pt_record_fold {
     int64_t events, frames;   /* events folded, frames they came in */
     pt_record_fold_op ops[PT_OP_KIND_COUNT];
 } pt_record_fold;
+
+/* An "sfold" line: one stage's step over all its replicas, times on the
+ * console's clock. A replica's compute is its time in compute ops in the
+ * step; the band is the min, (lower) median and max of those, and the
+ * straggler the replica of the max (the timeline's band and straggler,
+ * tui/record/bands.h). */
+typedef struct pt_record_sfold {
+    int stage;
+    int replicas; /* replicas whose op events are folded; 0: metrics only */
+    int64_t event_frames, metric_frames;
+    int64_t events;           /* op events folded */
+    int64_t dropped;          /* sequence numbers the writer saw missing (below) */
+    int64_t start_ns, end_ns; /* the first event's start, the last one's end */
+    int64_t busy_min_ns, busy_median_ns, busy_max_ns;
+    int straggler; /* the replica of busy_max_ns; -1 when replicas is 0 */
+    double iter_min_ms, iter_median_ms, iter_max_ms; /* of the metrics folded */
+    double loss;                                     /* mean of the losses reported; NaN: none */
+    double samples_per_s;                            /* mean */
+    int64_t mem_peak;                                /* the largest total_peak reported, bytes */
+    pt_record_fold_op ops[PT_OP_KIND_COUNT];
+} pt_record_sfold;
 
 /* Parses record text (len bytes); source names it in errors ("SOURCE:LINE:
  * FIELD: REASON"). The first entry must be the session line. A last line

@@ -42,6 +42,11 @@ struct pt_record_folder {
     int acc_n, acc_cap;    /* used slots, slots (a power of two or 0) */
     held_frame *held;      /* a FIFO: [held_first, held_n) */
     int64_t held_first, held_n, held_cap;
+    int64_t held_bytes;      /* of the held frames */
+    int64_t head_bytes;      /* written whole for the current generation's head window */
+    int64_t head_end;        /* the head window's last step once head_bytes filled it */
+    int64_t max_step;        /* of the current generation's frames, -1 none */
+    pt_record_stagefold *sf; /* the current plan's stages folded per stage; NULL none */
 };
 
 int pt_record_folder_new(const pt_record_fold_opts *opts, pt_record_folder **out)
@@ -53,13 +58,17 @@ int pt_record_folder_new(const pt_record_fold_opts *opts, pt_record_folder **out
     (*out)->gen = -1;
     (*out)->gen_from = -1;
     (*out)->newest_step = -1;
+    (*out)->head_end = INT64_MAX;
+    (*out)->max_step = -1;
     return 0;
 }
 
 static void held_drop(pt_record_folder *f, int64_t upto)
 {
-    for (int64_t i = f->held_first; i < upto; i++)
+    for (int64_t i = f->held_first; i < upto; i++) {
+        f->held_bytes -= (int64_t)f->held[i].len;
         free(f->held[i].data);
+    }
     f->held_first = upto;
     if (f->held_first == f->held_n)
         f->held_first = f->held_n = 0;
@@ -72,6 +81,7 @@ void pt_record_folder_free(pt_record_folder **f_p)
     held_drop(*f_p, (*f_p)->held_n);
     free((*f_p)->held);
     free((*f_p)->acc);
+    pt_record_stagefold_free(&(*f_p)->sf);
     free(*f_p);
     *f_p = NULL;
 }
@@ -189,24 +199,56 @@ static int write_held(pt_record_writer *w, pt_record_folder *f)
 int pt_record_folder_end(pt_record_writer *w, pt_record_folder *f)
 {
     int rc = emit_all(w, f);
-    int r = write_held(w, f);
+    int r = pt_record_stagefold_end(w, f->sf);
+    rc = rc < 0 ? rc : r;
+    r = write_held(w, f);
     return rc < 0 ? rc : r;
 }
 
-int pt_record_folder_plan(pt_record_writer *w, pt_record_folder *f, int64_t gen,
-                          int64_t resume_step)
+/* The state of a new generation (gen, from its first step, -1: not known). */
+static void gen_start(pt_record_folder *f, int64_t gen, int64_t from)
 {
-    int rc = pt_record_folder_end(w, f);
     f->gen = gen;
-    f->gen_from = resume_step;
+    f->gen_from = from;
     f->newest_step = -1;
-    return rc;
+    f->head_bytes = 0;
+    f->head_end = INT64_MAX;
+    f->max_step = -1;
 }
 
-static int detail_step(const pt_record_folder *f, int64_t step)
+int pt_record_folder_plan(pt_record_writer *w, pt_record_folder *f, int64_t gen,
+                          int64_t resume_step, const pt_plan *plan)
+{
+    int rc = pt_record_folder_end(w, f);
+    gen_start(f, gen, resume_step);
+    pt_record_stagefold_free(&f->sf);
+    int r = pt_record_stagefold_new(plan, gen, &f->sf);
+    return rc < 0 ? rc : r;
+}
+
+static int head_step(const pt_record_folder *f, int64_t step)
+{
+    return step < f->gen_from + f->opts.head_steps && step <= f->head_end;
+}
+
+/* per_stage: of a stage folded per stage, whose every-M steps are folded
+ * too (at 1,024 agents each was 5 MB, a quarter of the hour's record, and
+ * its sfold line keeps the band; docs/formats.md, "Folded stages"). */
+static int detail_step(const pt_record_folder *f, int64_t step, int per_stage)
 {
     const pt_record_fold_opts *o = &f->opts;
-    return step < f->gen_from + o->head_steps || (o->every > 0 && step % o->every == 0);
+    return head_step(f, step) || (!per_stage && o->every > 0 && step % o->every == 0);
+}
+
+/* A frame of step `step` goes out whole: the head window closes once it
+ * holds head_bytes (after the newest step begun, which is finished whole). */
+static void head_count(pt_record_folder *f, int64_t step, size_t len)
+{
+    if (!head_step(f, step) || f->opts.head_bytes <= 0)
+        return;
+    f->head_bytes += (int64_t)len;
+    if (f->head_bytes >= f->opts.head_bytes && f->head_end == INT64_MAX)
+        f->head_end = f->max_step;
 }
 
 /* Keeps a copy of the frame for the tail window and lets go of the frames
@@ -249,6 +291,15 @@ static int hold(pt_record_folder *f, const pt_msg *m, int64_t offset_ns, const c
     h->gen = m->gen;
     h->step_last = last;
     f->held_n++;
+    f->held_bytes += (int64_t)len;
+    /* bounded in bytes: the oldest steps go, whole, the newest one stays */
+    while (f->opts.tail_bytes > 0 && f->held_bytes > f->opts.tail_bytes &&
+           f->held[f->held_first].step_last < last) {
+        int64_t drop = f->held[f->held_first].step_last, upto = f->held_first;
+        while (upto < f->held_n && f->held[upto].step_last <= drop)
+            upto++;
+        held_drop(f, upto);
+    }
     return 0;
 }
 
@@ -289,53 +340,110 @@ static int fold_event(pt_record_writer *w, pt_record_folder *f, const pt_msg *m,
     return rc;
 }
 
-static int fold_msg(pt_record_writer *w, pt_record_folder *f, const pt_msg *mp, int64_t offset_ns,
-                    const char *data, size_t len);
+/* The stage and replica a telemetry message speaks for (its first event's;
+ * -1, -1 for another type). */
+static void msg_stage(const pt_msg *m, int *stage, int *replica)
+{
+    *stage = *replica = -1;
+    if (m->type == PT_MSG_EVENTS && m->u.events.count > 0) {
+        *stage = m->u.events.events[0].stage;
+        *replica = m->u.events.events[0].replica;
+    } else if (m->type == PT_MSG_METRICS) {
+        *stage = m->u.metrics.stage;
+        *replica = m->u.metrics.replica;
+    }
+}
+
+/* A new generation seen in frames (no plan line started it here). */
+static int gen_seen(pt_record_writer *w, pt_record_folder *f, const pt_msg *m)
+{
+    if (m->gen == f->gen)
+        return 0;
+    int rc = pt_record_folder_end(w, f);
+    gen_start(f, m->gen, -1);
+    return rc;
+}
+
+static int fold_events(pt_record_writer *w, pt_record_folder *f, const pt_msg *mp,
+                       int64_t offset_ns, const char *data, size_t len);
+
+/* Metrics message m of a stage folded per stage: 1 folded, 0 written whole
+ * (a detail step, or several steps in one message), or PT_E*. */
+static int fold_metrics(pt_record_writer *w, pt_record_folder *f, const pt_msg *m, size_t len)
+{
+    const pt_msg_metrics *x = &m->u.metrics;
+    if (x->step > f->max_step)
+        f->max_step = x->step;
+    if (x->steps > 1 || detail_step(f, x->step, 1)) {
+        head_count(f, x->step, len);
+        return 0;
+    }
+    int rc = pt_record_stagefold_metrics(w, f->sf, m);
+    return rc < 0 ? rc : 1;
+}
+
+static int fold_frame(pt_record_writer *w, pt_record_folder *f, int64_t offset_ns, const char *data,
+                      size_t len, const pt_msg *m)
+{
+    int stage, replica, rc;
+    msg_stage(m, &stage, &replica);
+    if (stage < 0)
+        return 0;
+    if ((rc = gen_seen(w, f, m)) < 0)
+        return rc;
+    int per_stage = pt_record_stagefold_covers(f->sf, m->gen, stage, replica);
+    if (per_stage && (rc = pt_record_stagefold_seq(f->sf, stage, m->agent, m->seq)) < 0)
+        return rc;
+    if (m->type == PT_MSG_METRICS)
+        return per_stage ? fold_metrics(w, f, m, len) : 0;
+    return fold_events(w, f, m, offset_ns, data, len);
+}
 
 int pt_record_folder_frame(pt_record_writer *w, pt_record_folder *f, int64_t offset_ns,
                            const char *data, size_t len, const pt_msg *decoded)
 {
     if (decoded)
-        return decoded->type == PT_MSG_EVENTS && decoded->u.events.count > 0
-                   ? fold_msg(w, f, decoded, offset_ns, data, len)
-                   : 0;
+        return fold_frame(w, f, offset_ns, data, len, decoded);
     pt_msg m;
     if (pt_msg_decode(data, len, "record", &m, NULL) < 0)
         return 0; /* written as it came: the reader says what is wrong with it */
-    int rc = m.type == PT_MSG_EVENTS && m.u.events.count > 0
-                 ? fold_msg(w, f, &m, offset_ns, data, len)
-                 : 0;
+    int rc = fold_frame(w, f, offset_ns, data, len, &m);
     pt_msg_clear(&m);
     return rc;
 }
 
 /* Folds events message m (data[0..len) as received) or says to write it
  * whole: pt_record_folder_frame's result. */
-static int fold_msg(pt_record_writer *w, pt_record_folder *f, const pt_msg *mp, int64_t offset_ns,
-                    const char *data, size_t len)
+static int fold_events(pt_record_writer *w, pt_record_folder *f, const pt_msg *mp,
+                       int64_t offset_ns, const char *data, size_t len)
 {
     const pt_msg m = *mp; /* a shallow copy: the events stay the caller's */
     int rc = 0;
-    if (m.gen != f->gen) { /* events of a generation no plan line started here */
-        if ((rc = pt_record_folder_end(w, f)) < 0)
-            goto done;
-        f->gen = m.gen;
-        f->gen_from = -1;
-        f->newest_step = -1;
-    }
     for (int k = 0; k < m.u.events.count; k++) {
         int64_t st = m.u.events.events[k].step;
         if (f->gen_from < 0 || st < f->gen_from)
             f->gen_from = st < 0 ? 0 : st;
+        if (st > f->max_step)
+            f->max_step = st;
     }
     for (int k = 0; k < m.u.events.count; k++)
-        if (detail_step(f, m.u.events.events[k].step))
-            goto done; /* a frame of a detail step goes out whole */
-    for (int k = 0; k < m.u.events.count && rc == 0; k++)
-        if (pt_op_info_of(m.u.events.events[k].op))
-            rc = fold_event(w, f, &m, &m.u.events.events[k], offset_ns, k == 0);
+        if (detail_step(f, m.u.events.events[k].step,
+                        pt_record_stagefold_covers(f->sf, m.gen, m.u.events.events[k].stage,
+                                                   m.u.events.events[k].replica))) {
+            head_count(f, m.u.events.events[0].step, len);
+            return 0; /* a frame of a detail step goes out whole */
+        }
+    rc = pt_record_stagefold_events(w, f->sf, &m, offset_ns);
+    int named = 0; /* the first event folded per replica names the frame */
+    for (int k = 0; k < m.u.events.count && rc == 0; k++) {
+        const pt_msg_event *x = &m.u.events.events[k];
+        if (pt_op_info_of(x->op) &&
+            !pt_record_stagefold_covers(f->sf, m.gen, x->stage, x->replica)) {
+            rc = fold_event(w, f, &m, x, offset_ns, !named);
+            named = 1;
+        }
+    }
     if (rc == 0 && (rc = hold(f, &m, offset_ns, data, len)) == 0)
         rc = 1;
-done:
     return rc;
 }

@@ -27,10 +27,31 @@ void pt_record_folder_free(pt_record_folder **f_p); /* NULL-safe */
  * it came, a negative PT_E* code on no memory or a failed write. */
 int pt_record_folder_frame(pt_record_writer *w, pt_record_folder *f, int64_t offset_ns,
                            const char *data, size_t len, const pt_msg *decoded);
-/* A new generation starts at resume_step: the previous one's pending folds
- * and held frames are written first. */
+/* A new generation of plan starts at resume_step: the previous one's
+ * pending folds and held frames are written first. */
 int pt_record_folder_plan(pt_record_writer *w, pt_record_folder *f, int64_t gen,
-                          int64_t resume_step);
+                          int64_t resume_step, const pt_plan *plan);
+
+/* Folding per stage (protocol/record_sfold.c): the "sfold" lines of the
+ * stages of plan generation gen with PT_RECORD_STAGE_FOLD_MIN replicas or
+ * more. *out is NULL (and 0 returned) when the plan has no such stage. */
+typedef struct pt_record_stagefold pt_record_stagefold;
+int pt_record_stagefold_new(const pt_plan *plan, int64_t gen, pt_record_stagefold **out);
+void pt_record_stagefold_free(pt_record_stagefold **s_p); /* NULL-safe */
+/* 1 when (stage, replica) of generation gen is folded per stage (s may be NULL). */
+int pt_record_stagefold_covers(const pt_record_stagefold *s, int64_t gen, int stage, int replica);
+/* Notes an agent's sequence number on a frame of a covered stage: a gap is
+ * counted in the stage's next line ("dropped"). 0 or PT_ENOMEM. */
+int pt_record_stagefold_seq(pt_record_stagefold *s, int stage, const char *agent, int64_t seq);
+/* Folds the events of m of covered stages (offset_ns: the sender's clock
+ * minus the console's); a step's line is written when its stage's frames are
+ * SFOLD_LAG steps past it. 0 or a negative PT_E* code (a failed write). */
+int pt_record_stagefold_events(pt_record_writer *w, pt_record_stagefold *s, const pt_msg *m,
+                               int64_t offset_ns);
+/* Folds metrics message m (one step; of a covered stage). */
+int pt_record_stagefold_metrics(pt_record_writer *w, pt_record_stagefold *s, const pt_msg *m);
+/* Writes every open step's line, oldest first per stage. NULL-safe. */
+int pt_record_stagefold_end(pt_record_writer *w, pt_record_stagefold *s);
 /* Writes every pending fold and held frame (the record ends). */
 int pt_record_folder_end(pt_record_writer *w, pt_record_folder *f);
 

@@ -187,8 +187,8 @@ int pt_record_writer_set_fold(pt_record_writer *w, const pt_record_fold_opts *op
     pt_record_folder_free(&w->fold);
     if (off)
         return rc;
-    const pt_record_fold_opts def = {PT_RECORD_FOLD_HEAD, PT_RECORD_FOLD_TAIL,
-                                     PT_RECORD_FOLD_EVERY};
+    const pt_record_fold_opts def = {PT_RECORD_FOLD_HEAD, PT_RECORD_FOLD_TAIL, PT_RECORD_FOLD_EVERY,
+                                     PT_RECORD_FOLD_HEAD_BYTES, PT_RECORD_FOLD_TAIL_BYTES};
     int r = pt_record_folder_new(opts ? opts : &def, &w->fold);
     return rc < 0 ? rc : r;
 }
@@ -310,7 +310,7 @@ int pt_record_write_plan(pt_record_writer *w, const pt_record_plan *p)
 {
     if (!w || !p || !p->plan || !p->model || (p->worker_count > 0 && !p->workers))
         return PT_EINVAL;
-    int frc = w->fold ? pt_record_folder_plan(w, w->fold, p->gen, p->resume_step) : 0;
+    int frc = w->fold ? pt_record_folder_plan(w, w->fold, p->gen, p->resume_step, p->plan) : 0;
     if (frc < 0)
         return frc;
     cJSON *o = line_begin("plan");
@@ -320,7 +320,8 @@ int pt_record_write_plan(pt_record_writer *w, const pt_record_plan *p)
              pt_jr_add_number(o, "seed", (double)p->seed) &&
              add_str(o, "checkpoint_dir", p->checkpoint_dir ? p->checkpoint_dir : "") &&
              pt_jr_add_number(o, "checkpoint_every", (double)p->checkpoint_every) &&
-             pt_jr_add_number(o, "resume_step", (double)p->resume_step);
+             pt_jr_add_number(o, "resume_step", (double)p->resume_step) &&
+             (!w->fold || pt_jr_add_number(o, "stage_fold_min", PT_RECORD_STAGE_FOLD_MIN));
     cJSON *arr = ok ? cJSON_AddArrayToObject(o, "workers") : NULL;
     ok = ok && arr;
     for (int i = 0; ok && i < p->worker_count; i++) {

@@ -4,7 +4,7 @@
  * record and an error naming the source and the line; an accepted one starts
  * with a session line of a readable version, every frame it holds decodes
  * again (the reader validated it) and the decoded events (a tail frame's
- * left out, fold lines' added: record version 3) add up to the summary's
+ * left out, fold and sfold lines' added: record versions 3 and 4) add up to the summary's
  * count, it applies entry by entry to a store without harm, the
  * store never holds more events than the record's event messages carry, and
  * every span it keeps ends no earlier than it starts; the reader's fast
@@ -80,6 +80,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (!e->fold || e->fold->events < 1 || e->fold->end_ns < e->fold->start_ns)
                 fail("a fold line holds no events or ends before it starts");
             events += e->fold->events;
+        }
+        if (e->kind == PT_RECORD_SFOLD) {
+            const pt_record_sfold *f = e->sfold;
+            if (!f || (f->replicas > 0) != (f->events > 0) || f->end_ns < f->start_ns ||
+                f->busy_min_ns > f->busy_median_ns || f->busy_median_ns > f->busy_max_ns)
+                fail("an sfold line's events, times or band disagree");
+            events += f->events;
         }
         if (e->kind != PT_RECORD_RECV && e->kind != PT_RECORD_SENT)
             continue;

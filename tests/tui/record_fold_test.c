@@ -28,7 +28,7 @@
 
 static char SOURCE[1024]; /* the dapple4 record: its plan, and a version-2 record */
 
-static const pt_record_fold_opts FOLD = {8, 6, 20}; /* detail: 0-7, 20, 40, 54-59 */
+static const pt_record_fold_opts FOLD = {8, 6, 20, 0, 0}; /* detail: 0-7, 20, 40, 54-59 */
 
 static int is_detail(int64_t st)
 {

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "tui/record/bands.h"
 #include "tui/record/progress.h"
 
 #define REPLAY_SPEED_MIN 0.01
@@ -110,6 +111,40 @@ static void apply_plan(const pt_record_entry *e, pt_store *store)
                       (long long)e->resume_step);
 }
 
+/* A stage's step folded over its replicas: its metrics into the series, the
+ * straggler heard and, when it is one by the timeline's rule
+ * (tui/record/bands.h), named on the status line. */
+static void apply_sfold(const pt_record_entry *e, pt_store *store)
+{
+    const pt_record_sfold *f = e->sfold;
+    if (f->metric_frames) {
+        pt_msg_metrics m;
+        memset(&m, 0, sizeof m);
+        m.stage = f->stage;
+        m.replica = f->straggler < 0 ? 0 : f->straggler;
+        m.step = e->step;
+        m.loss = f->loss;
+        m.iter_ms = f->iter_max_ms;
+        m.samples_per_s = f->samples_per_s;
+        pt_store_metrics_folded(store, &m, (int)f->metric_frames, e->gen, e->t);
+    }
+    if (!f->replicas || !e->agent)
+        return;
+    /* the stage's agents were heard at this step (which of them the line
+     * does not say: all of them, as they run in step) */
+    pt_store_stage_heard(store, f->stage, e->step, e->t);
+    double over = f->busy_median_ns > 0
+                      ? 100.0 * ((double)f->busy_max_ns / (double)f->busy_median_ns - 1.0)
+                      : 0;
+    if (over >= PT_BANDS_STRAGGLER_PCT_DEF)
+        pt_store_note(store,
+                      "step %lld: stage %d replica %d (%s) computed %.0f %% over the stage "
+                      "median (folded: %d replicas, %.1f / %.1f / %.1f ms min / median / max)",
+                      (long long)e->step, f->stage, f->straggler, e->agent, over, f->replicas,
+                      (double)f->busy_min_ns / 1e6, (double)f->busy_median_ns / 1e6,
+                      (double)f->busy_max_ns / 1e6);
+}
+
 void pt_record_apply(pt_record *rec, int64_t i, pt_store *store)
 {
     const pt_record_entry *e = pt_record_at(rec, i);
@@ -146,6 +181,9 @@ void pt_record_apply(pt_record *rec, int64_t i, pt_store *store)
         pt_store_set_agent(store, &a);
         break;
     }
+    case PT_RECORD_SFOLD:
+        apply_sfold(e, store);
+        break;
     case PT_RECORD_CHECKPOINT:
         pt_store_note(store, "checkpoint of step %lld committed", (long long)e->step);
         break;

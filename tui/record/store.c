@@ -296,6 +296,25 @@ void pt_store_metrics(pt_store *s, const pt_msg_metrics *m, int64_t gen, int64_t
     s->version++;
 }
 
+void pt_store_metrics_folded(pt_store *s, const pt_msg_metrics *m, int reports, int64_t gen,
+                             int64_t t_ns)
+{
+    pt_msg_metrics one = *m;
+    one.steps = 1;
+    pt_store_step *st = reports > 0 ? step_entry(s, &one, gen, t_ns) : NULL;
+    if (!st)
+        return;
+    /* step_entry weighed the throughput as one report: weigh it as `reports` */
+    int before = st->reports - 1;
+    double sum = st->samples_per_s * (before + 1) - m->samples_per_s;
+    st->reports += reports - 1;
+    st->samples_per_s = (sum + m->samples_per_s * reports) / st->reports;
+    s->counts.metrics += (uint64_t)reports;
+    if (t_ns > s->now_ns)
+        s->now_ns = t_ns;
+    s->version++;
+}
+
 int pt_store_set_plan(pt_store *s, const pt_plan *plan, int64_t gen)
 {
     pt_plan *c = pt_plan_clone(plan);
@@ -370,6 +389,20 @@ int pt_store_set_agent(pt_store *s, const pt_store_agent *a)
         s->version++;
     }
     return 0;
+}
+
+void pt_store_stage_heard(pt_store *s, int stage, int64_t step, int64_t t_ns)
+{
+    int changed = 0;
+    for (int i = 0; i < s->agent_n; i++) {
+        pt_store_agent *a = &s->agents[i];
+        if (a->stage != stage || a->step >= step)
+            continue;
+        a->step = step;
+        a->last_heard_ns = t_ns;
+        changed = 1;
+    }
+    s->version += (uint64_t)changed;
 }
 
 void pt_store_note(pt_store *s, const char *fmt, ...)
