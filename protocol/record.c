@@ -15,6 +15,7 @@
 #include "protocol/json_util.h"
 #include "protocol/record_internal.h"
 #include "protocol/telemetry.h"
+#include "protocol/telemetry_scan.h"
 
 #define SOURCE_MAX      512         /* "path:line" in messages */
 #define MSG_KEY         ",\"msg\":" /* what comes before a verbatim frame */
@@ -323,7 +324,11 @@ static int frame_body(const line_ctx *c, pt_jr *jr, pt_record_entry *e, int64_t 
     if (!c->fast || !pt_record_scan_metrics(e->frame, e->frame_len, &m)) {
         char src[SOURCE_MAX + 8];
         cat2(src, sizeof src, jr->source, SOURCE_MAX, ": msg");
-        if ((rc = pt_msg_decode(e->frame, e->frame_len, src, &m, jr->err)) < 0)
+        /* events frames, most of a record, through the telemetry scanner
+         * (the same results and errors as pt_msg_decode) */
+        rc = c->fast ? pt_telemetry_decode(e->frame, e->frame_len, src, &m, jr->err)
+                     : pt_msg_decode(e->frame, e->frame_len, src, &m, jr->err);
+        if (rc < 0)
             return rc;
     }
     e->msg_type = m.type;
@@ -1316,7 +1321,7 @@ int pt_record_msg(const pt_record *rec, int64_t i, pt_msg *out, pt_error *err)
         if (pt_record_scan_metrics(e->frame, e->frame_len, out))
             return 0;
     }
-    return pt_msg_decode(e->frame, e->frame_len, "record", out, err);
+    return pt_telemetry_decode(e->frame, e->frame_len, "record", out, err);
 }
 
 const char *pt_record_model_json(const pt_record *rec, int64_t before)

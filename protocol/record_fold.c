@@ -11,6 +11,7 @@
 #include "protocol/json_util.h"
 #include "protocol/record.h"
 #include "protocol/record_internal.h"
+#include "protocol/telemetry_scan.h"
 
 #define FOLD_SEQS_MAX 16 /* frames one fold line names; a busier step gets more lines */
 
@@ -405,7 +406,7 @@ int pt_record_folder_frame(pt_record_writer *w, pt_record_folder *f, int64_t off
     if (decoded)
         return fold_frame(w, f, offset_ns, data, len, decoded);
     pt_msg m;
-    if (pt_msg_decode(data, len, "record", &m, NULL) < 0)
+    if (pt_telemetry_decode(data, len, "record", &m, NULL) < 0)
         return 0; /* written as it came: the reader says what is wrong with it */
     int rc = fold_frame(w, f, offset_ns, data, len, &m);
     pt_msg_clear(&m);
