@@ -1,6 +1,7 @@
 # The live GPT-3 demo on simulated agents (issue 27), driven in tmux at
 # 120x40 and 80x24: `pipetop demo --simulate --model gpt3` on a cluster
-# topology, the analytic profile of an H100 in fp8, agent K a straggler
+# topology, an analytic profile (DEMO_DEVICE in DEMO_PRECISION; default an
+# H100 in fp8), agent K a straggler
 # STRAGGLER_PCT % slower from step STRAGGLER_STEP on. Sourced by
 # demo_sim_test.sh (a 32x8 cluster, 252 agents) and demo_sim_scale_test.sh
 # (cluster-128x8, 1,008 workers), which then set DEMO_TOPOLOGY (a name in
@@ -20,6 +21,11 @@
 # Waits are on screen text with bounds; nothing is timed.
 set -u
 . "${PT_SOURCE_DIR:?}/tests/tui/tmux_lib.sh"
+# the analytic profile the agents' ops last by (the planner's plan depends
+# on it: gpt3 on cluster-128x8 is 63 x 16 on an A100 in bf16, 94 x 8 on an
+# H100 in fp8)
+DEMO_DEVICE=${DEMO_DEVICE:-h100-80gb}
+DEMO_PRECISION=${DEMO_PRECISION:-fp8}
 STRAGGLER_K=${STRAGGLER_K:-5}
 STRAGGLER_PCT=50
 STRAGGLER_STEP=1
@@ -39,13 +45,17 @@ wait_until() {
     echo "waited ${secs} s for $what" >&2
     "$@"
 }
-# what the run folder says when the run did not start: its status and the
-# agents' log
+# what the run folder says when the run did not start: its status, the
+# agents' log and the first agents the console took for dead (the record is
+# gzip'd: the demo sets PT_RECORD_COMPRESS)
 run_diag() {
     echo "--- pipetop status $RUN:" >&2
     "$PIPETOP" status "$RUN" 2>&1 | grep -v '^agent ' | head -n 20 >&2
     echo "--- the agents' log:" >&2
     tail -n 20 "$RUN"/agent-*.log >&2 2>/dev/null
+    echo "--- agents the console took for dead (of $(gzip -dcf "$RUN/run.ndjson" |
+        grep -ac '"kind":"dead"')):" >&2
+    gzip -dcf "$RUN/run.ndjson" | grep -a '"kind":"dead"' | head -n 3 >&2
     return 1
 }
 
@@ -94,26 +104,32 @@ header_step() {
 
 # prints the CPU seconds the console and its agents' process have used so
 # far (a figure for the log, not a check)
+cpu_s() {
+    awk -v tck="$(getconf CLK_TCK)" '{sub(/^.*\) /, ""); printf "%.1f", ($12 + $13) / tck}' \
+        "/proc/$1/stat" 2>/dev/null
+}
 demo_cpu() {
-    local pane console agents
+    local pane console agent
     pane=$(tmux -L "$TM_SOCK" display-message -p -t t '#{pane_pid}')
     console=$(ps -o pid= --ppid "$pane" | head -n1 | tr -d ' ')
     [ -n "$console" ] || return 0
-    agents=$(ps -o times= --ppid "$console" | awk '{s += $1} END {print s + 0}')
-    echo "$1: CPU so far: console $(ps -o times= -p "$console" | tr -d ' ') s, agents $agents s"
+    agent=$(ps -o pid= --ppid "$console" | head -n1 | tr -d ' ')
+    echo "$1: CPU so far: console $(cpu_s "$console") s, agents' process $(cpu_s "$agent") s"
 }
 
 demo_size() {
     local cols=$1 rows=$2 g="$DEMO_WHAT ${1}x$2" n sr s r stage_replicas
     RUN="$TM_DIR/run-${cols}x$rows"
     tm_start "$cols" "$rows" "$PIPETOP demo --simulate --model gpt3 --topology '$DEMO_TOPOLOGY' \
---device h100-80gb --precision fp8 --straggler $STRAGGLER_K:$STRAGGLER_PCT:$STRAGGLER_STEP \
+--device $DEMO_DEVICE --precision $DEMO_PRECISION --straggler $STRAGGLER_K:$STRAGGLER_PCT:$STRAGGLER_STEP \
 --run-dir '$RUN' --no-mouse"
     tm_check "$g: the plan's timeline appears" tm_wait 120 'predicted timeline' || return
     tm_check "$g: layout" tm_layout_ok "$cols" "$rows"
-    # the header: "live gen 1, N agents", on a narrow screen "g1"
+    # the header: "live gen 1, N agents", on a narrow screen "g1"; a run
+    # that did not start says "failed gen 1"
+    tm_wait "$REGISTER_WAIT_S" '(\| (live|failed) gen 1, [0-9]+ agents|  g1 \|)'
     tm_check "$g: every agent registers, the run starts" \
-        tm_wait "$REGISTER_WAIT_S" '(\| live gen 1, [0-9]+ agents|  g1 \|)' || run_diag || return
+        grep -qE '(\| live gen 1, [0-9]+ agents|  g1 \|)' <<<"$TM_MATCH" || run_diag || return
     n=$(plan_agents)
     tm_check "$g: the first step measured" tm_wait "$STEP_WAIT_S" 'measured timeline' || run_diag || return
     # a screen of step 0's ops: the straggler is slow from step 1 only
