@@ -141,6 +141,24 @@ static int observe_dir(const char *dir, char *out, size_t cap, pt_error *err)
     return 0;
 }
 
+/* --straggler "K:PCT:STEP" for n simulated agents, checked here so that a
+ * bad one is refused before the console opens (the agents' process checks
+ * the same, agent/sim_main.c, but its refusal would end the run). */
+static int check_straggler(const char *spec, int n, pt_error *err)
+{
+    int k = -1;
+    double pct = 0;
+    long long step = -1;
+    char tail = 0;
+    if (sscanf(spec, "%d:%lf:%lld%c", &k, &pct, &step, &tail) != 3 || k < 0 || k >= n ||
+        !(pct > 0 && pct <= 10000) || step < 0)
+        return pt_error_set(err, PT_EINVAL,
+                            "--straggler \"%s\": K:PCT:STEP with K a device of the plan (0 <= K "
+                            "< %d), 0 < PCT <= 10000, STEP >= 0",
+                            spec, n);
+    return 0;
+}
+
 /* The live source: agents spawned here or awaited. */
 static int live_source(const pt_console_launch_opts *o, pt_inputs *in, pt_source **src,
                        pt_error *err)
@@ -176,6 +194,8 @@ static int live_source(const pt_console_launch_opts *o, pt_inputs *in, pt_source
         lo.expect_agents = in->topo->device_count;
     char dir[PATH_CAP];
     int rc = o->observe ? observe_dir(o->observe, dir, sizeof dir, err) : 0;
+    if (rc == 0 && o->simulate && o->sim_straggler)
+        rc = check_straggler(o->sim_straggler, lo.expect_agents, err);
     lo.observe_dir = o->observe ? dir : NULL;
     lo.simulate = o->simulate;
     lo.sim_straggler = o->sim_straggler;
