@@ -8,7 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "planner/analytic.h"
 #include "protocol/datadir.h"
+#include "protocol/device.h"
+#include "protocol/precision.h"
 #include "tui/cli/inputs.h"
 #include "tui/cli/torch_bridge.h"
 #include "tui/console/console.h"
@@ -38,6 +41,24 @@ int pt_console_launch_cmd(const char *cmd, pt_console_launch_opts *lo)
     return 0;
 }
 
+/* An analytic profile of spec at micro-batch mb on o->device in
+ * o->precision (NULL: tui/cli/inputs.h's device, fp32). */
+static int analytic_on(const pt_console_launch_opts *o, const pt_model_spec *spec, int mb,
+                       pt_profile **out, pt_error *err)
+{
+    if (!o->device && !o->precision)
+        return pt_inputs_analytic_profile(spec, mb, out, err);
+    pt_analytic_options ao = {0};
+    if (o->precision && (ao.precision = pt_precision_parse(o->precision)) < 0)
+        return pt_error_set(err, PT_EINVAL, "--precision %s: not one of %s", o->precision,
+                            pt_precision_names());
+    pt_device_desc dev;
+    int rc = pt_device_find(o->device ? o->device : PT_INPUTS_DEVICE, &dev, err);
+    if (rc < 0)
+        return pt_error_prefix(err, "--device");
+    return pt_analytic_profile(spec, &dev, mb, &ao, out, err);
+}
+
 /* The console's profile when none is given: analytic, at the plan's
  * micro-batch (before there is a plan, at the unit the planner plans with). */
 static int analytic(void *user, pt_inputs *in, pt_error *err)
@@ -47,7 +68,7 @@ static int analytic(void *user, pt_inputs *in, pt_error *err)
     if (in->profile && in->profile->microbatch == mb)
         return 0;
     pt_profile_free(&in->profile);
-    return pt_inputs_analytic_profile(in->spec, mb, &in->profile, err);
+    return analytic_on(o, in->spec, mb, &in->profile, err);
 }
 
 static int plan(void *user, pt_inputs *in, pt_error *err)
@@ -120,6 +141,24 @@ static int observe_dir(const char *dir, char *out, size_t cap, pt_error *err)
     return 0;
 }
 
+/* --straggler "K:PCT:STEP" for n simulated agents, checked here so that a
+ * bad one is refused before the console opens (the agents' process checks
+ * the same, agent/sim_main.c, but its refusal would end the run). */
+static int check_straggler(const char *spec, int n, pt_error *err)
+{
+    int k = -1;
+    double pct = 0;
+    long long step = -1;
+    char tail = 0;
+    if (sscanf(spec, "%d:%lf:%lld%c", &k, &pct, &step, &tail) != 3 || k < 0 || k >= n ||
+        !(pct > 0 && pct <= 10000) || step < 0)
+        return pt_error_set(err, PT_EINVAL,
+                            "--straggler \"%s\": K:PCT:STEP with K a device of the plan (0 <= K "
+                            "< %d), 0 < PCT <= 10000, STEP >= 0",
+                            spec, n);
+    return 0;
+}
+
 /* The live source: agents spawned here or awaited. */
 static int live_source(const pt_console_launch_opts *o, pt_inputs *in, pt_source **src,
                        pt_error *err)
@@ -146,12 +185,20 @@ static int live_source(const pt_console_launch_opts *o, pt_inputs *in, pt_source
     lo.profile = in->profile;
     lo.topology = in->topo;
     lo.expect_agents = o->agents > 0 ? o->agents : pt_plan_agent_count(in->plan);
+    /* simulated agent k registers device k: one for each device up to the
+     * plan's last (a planner may leave devices between them unused; their
+     * agents stay registered and idle) */
+    if (o->simulate && o->agents <= 0)
+        lo.expect_agents = pt_inputs_plan_devices(in->plan);
     if (o->spawn && lo.expect_agents > in->topo->device_count)
         lo.expect_agents = in->topo->device_count;
     char dir[PATH_CAP];
     int rc = o->observe ? observe_dir(o->observe, dir, sizeof dir, err) : 0;
+    if (rc == 0 && o->simulate && o->sim_straggler)
+        rc = check_straggler(o->sim_straggler, lo.expect_agents, err);
     lo.observe_dir = o->observe ? dir : NULL;
     lo.simulate = o->simulate;
+    lo.sim_straggler = o->sim_straggler;
     if (rc == 0)
         rc = pt_source_live_new(&lo, src, err);
     if (rc == 0)

@@ -16,7 +16,10 @@ typedef struct pt_console_launch_opts {
     const char *topology; /* path or name in topologies/ (ignored with local_devices) */
     int local_devices;    /* > 0: a local topology of this many devices instead */
     const char *profile;  /* NULL: analytic on cpu-local, re-derived at the plan's micro-batch */
-    const char *plan;     /* NULL: plan with `planner` at `global` samples */
+    /* the analytic profile's device (path or name in devices/) and precision
+     * (protocol/precision.h's names); NULL: cpu-local, fp32 */
+    const char *device, *precision;
+    const char *plan; /* NULL: plan with `planner` at `global` samples */
     const char *planner;
     int global;
     int unit_mb;         /* micro-batch of the analytic profile the planner plans with */
@@ -38,6 +41,9 @@ typedef struct pt_console_launch_opts {
      * the run's Monitors from DIR (made mode 0700), read-only. NULL: not. */
     const char *observe;
     int simulate; /* live, spawn: simulated agents (pipetop-agent --simulate), one per device */
+    /* simulate: agent K (the plan's device index K) PCT % slower from step
+     * STEP on, "K:PCT:STEP" (pipetop-agent --straggler); NULL: none */
+    const char *sim_straggler;
 } pt_console_launch_opts;
 
 /* The options `pipetop console` and `pipetop demo` both take, bound to the

@@ -515,7 +515,7 @@ static const pt_source_vt live_vt = {"live",        live_poll, live_apply, NULL,
 
 /* Simulated agents read the profile and topology from the run folder (the
  * files replay predicts with, too). */
-static int set_simulate(live *l, pt_error *err)
+static int set_simulate(live *l, const pt_live_opts *o, pt_error *err)
 {
     if (!l->cal_base || !l->topo)
         return pt_error_set(err, PT_EINVAL, "live: simulated agents need a profile and a topology");
@@ -525,7 +525,7 @@ static int set_simulate(live *l, pt_error *err)
     int rc = pt_profile_save(l->cal_base, prof, err);
     if (rc == 0)
         rc = pt_topology_save(l->topo, topo, err);
-    pt_run_sim sim = {prof, topo, 0, NULL, NULL, 0};
+    pt_run_sim sim = {prof, topo, 0, o->sim_straggler, NULL, 0};
     return rc < 0 ? rc : pt_run_set_simulate(l->run, &sim, err);
 }
 
@@ -583,7 +583,7 @@ int pt_source_live_new(const pt_live_opts *o, pt_source **out, pt_error *err)
     if (rc == 0 && l->observed)
         pt_run_set_observe(l->run, o->observe_dir);
     if (rc == 0 && o->simulate)
-        rc = set_simulate(l, err);
+        rc = set_simulate(l, o, err);
     if (rc == 0 && o->spawn)
         rc = pt_run_spawn_on(l->run, NULL, l->topo, err);
     if (rc < 0) {

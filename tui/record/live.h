@@ -69,6 +69,9 @@ typedef struct pt_live_opts {
      * docs/architecture.md, "Simulated agents") on profile and topology,
      * which are then required; written into the run folder for them. */
     int simulate;
+    /* simulate: the straggler to inject ("K:PCT:STEP", pipetop-agent
+     * --straggler; NULL: none), copied. */
+    const char *sim_straggler;
 } pt_live_opts;
 
 #define PT_LIVE_OBSERVED_WHY                                                                       \
