@@ -7,7 +7,9 @@
  *   layers); a new plan (2 stages, the devices swapped) is applied, resuming
  *   at that step, and 20 more steps finish on every agent;
  * - the record holds, for every agent, the metrics of every step of both
- *   generations, and its register says "simulated";
+ *   generations (its own frame, or outside the full-detail windows of a
+ *   stage of PT_RECORD_STAGE_FOLD_MIN replicas or more, its stage's sfold
+ *   line counting every replica's frame), and its register says "simulated";
  * - the op events in the record equal the simulator's timeline of the same
  *   plan on the same profile and topology (no noise): each op's kind and
  *   duration, and its start within its program run, for every worker;
@@ -35,6 +37,7 @@
 #include "protocol/model.h"
 #include "protocol/plan.h"
 #include "protocol/profile.h"
+#include "protocol/record.h"
 #include "protocol/topology.h"
 #include "tests/test.h"
 #include "tui/control/run.h"
@@ -134,7 +137,54 @@ typedef struct record_view {
     /* CHECK_STEP's op events of generation 1, by worker, in arrival order */
     pt_msg_event **ev;
     int *nev;
+    /* metrics frames an sfold line folded (a stage of PT_RECORD_STAGE_FOLD_MIN
+     * replicas or more, outside the full-detail windows), by generation
+     * (1, 2), stage and step */
+    int *sfold_metrics;
 } record_view;
+
+#define SF_STAGES 8 /* of either plan */
+
+static int *sfold_at(const record_view *v, int gen, int stage, int64_t step)
+{
+    if (gen < 1 || gen > 2 || stage < 0 || stage >= SF_STAGES || step < 0 || step >= v->steps_cap)
+        return NULL;
+    return &v->sfold_metrics[((size_t)(gen - 1) * SF_STAGES + (size_t)stage) * (size_t)v->steps_cap +
+                             (size_t)step];
+}
+
+/* An sfold line: how many metrics frames of its stage's step it folded. */
+static void take_sfold(record_view *v, const cJSON *o)
+{
+    const cJSON *gen = cJSON_GetObjectItemCaseSensitive(o, "gen"),
+                *stage = cJSON_GetObjectItemCaseSensitive(o, "stage"),
+                *step = cJSON_GetObjectItemCaseSensitive(o, "step"),
+                *frames = cJSON_GetObjectItemCaseSensitive(o, "frames");
+    const cJSON *metrics = cJSON_GetArrayItem(frames, 1);
+    CHECK_MSG(cJSON_IsNumber(gen) && cJSON_IsNumber(stage) && cJSON_IsNumber(step) &&
+                  cJSON_IsNumber(metrics),
+              "an sfold line without gen, stage, step or frames");
+    int *c = cJSON_IsNumber(metrics) ? sfold_at(v, gen->valueint, stage->valueint,
+                                                 (int64_t)step->valuedouble)
+                                     : NULL;
+    if (c)
+        *c += metrics->valueint;
+}
+
+/* Whether agent k's metrics of step st (generation gen) are in an sfold
+ * line: device k's stage in the plan of gen folded per stage, every one of
+ * its replicas' frames counted (simulated agent k is device k). */
+static int folded_seen(const record_view *v, const pt_plan *plan, int gen, int k, int64_t st)
+{
+    for (int s = 0; s < plan->stage_count; s++)
+        for (int r = 0; r < plan->stages[s].replica_count; r++)
+            if (plan->stages[s].replicas[r] == k) {
+                const int *c = sfold_at(v, gen, s, st);
+                return c && plan->stages[s].replica_count >= PT_RECORD_STAGE_FOLD_MIN &&
+                       *c == plan->stages[s].replica_count;
+            }
+    return 0;
+}
 
 static agent_steps *agent_of(record_view *v, const char *id)
 {
@@ -182,6 +232,8 @@ static void read_record(record_view *v, const pt_program *prog)
         char *body = msg && cJSON_IsString(kind) && !strcmp(kind->valuestring, "recv")
                          ? cJSON_PrintUnformatted(msg)
                          : NULL;
+        if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "sfold"))
+            take_sfold(v, o);
         pt_msg m;
         if (body && pt_msg_decode(body, strlen(body), "record", &m, &err) == 0) {
             take_msg(v, &m, prog);
@@ -343,11 +395,15 @@ static void test_simulated(void)
     pt_run_end(run, "test over");
 
     /* the record: every agent's steps, its label, and the op timings */
-    record_view v = {n, (int)(stop + MORE_STEPS + 1), calloc((size_t)n, sizeof *v.a), NULL, NULL};
+    record_view v = {n, (int)(stop + MORE_STEPS + 1), calloc((size_t)n, sizeof *v.a), NULL, NULL,
+                     NULL};
+    v.sfold_metrics = calloc((size_t)2 * SF_STAGES * (size_t)v.steps_cap, sizeof *v.sfold_metrics);
     for (int k = 0; k < n; k++) {
         snprintf(v.a[k].id, sizeof v.a[k].id, "%s", pt_run_agent_name(run, k));
         v.a[k].seen = calloc((size_t)v.steps_cap, 1);
     }
+    /* the record closed: a folded stage's last steps are written at the end */
+    pt_run_destroy(&run);
     pt_cost *cost = NULL;
     pt_sim *sm = NULL;
     pt_program prog = {0};
@@ -360,10 +416,17 @@ static void test_simulated(void)
     for (int k = 0; k < n; k++) {
         CHECK_MSG(v.a[k].simulated, "%s registered without \"simulated\"", v.a[k].id);
         int missing = 0;
-        for (int64_t st = 0; st < stop + MORE_STEPS; st++)
-            missing += !(v.a[k].seen[st] & (st < stop ? 1 : 2));
-        CHECK_MSG(missing == 0, "%s: %d of steps 0..%lld have no metrics in the record", v.a[k].id,
-                  missing, (long long)(stop + MORE_STEPS - 1));
+        int64_t first_missing = -1;
+        for (int64_t st = 0; st < stop + MORE_STEPS; st++) {
+            int gen = st < stop ? 1 : 2;
+            int miss = !(v.a[k].seen[st] & gen) &&
+                       !folded_seen(&v, gen == 1 ? plan : plan2, gen, k, st);
+            if (miss && first_missing < 0)
+                first_missing = st;
+            missing += miss;
+        }
+        CHECK_MSG(missing == 0, "%s: %d of steps 0..%lld have no metrics in the record (first: %lld)",
+                  v.a[k].id, missing, (long long)(stop + MORE_STEPS - 1), (long long)first_missing);
         free(v.a[k].seen);
     }
     check_timings(&v, &prog, &res);
@@ -373,10 +436,10 @@ static void test_simulated(void)
     free(v.ev);
     free(v.nev);
     free(v.a);
+    free(v.sfold_metrics);
     pt_program_release(&prog);
     pt_sim_free(&sm);
     pt_cost_free(&cost);
-    pt_run_destroy(&run);
     pt_plan_free(&plan);
     pt_plan_free(&plan2);
     pt_model_spec_free(&spec);
