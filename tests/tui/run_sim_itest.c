@@ -149,7 +149,8 @@ static int *sfold_at(const record_view *v, int gen, int stage, int64_t step)
 {
     if (gen < 1 || gen > 2 || stage < 0 || stage >= SF_STAGES || step < 0 || step >= v->steps_cap)
         return NULL;
-    return &v->sfold_metrics[((size_t)(gen - 1) * SF_STAGES + (size_t)stage) * (size_t)v->steps_cap +
+    return &v->sfold_metrics[((size_t)(gen - 1) * SF_STAGES + (size_t)stage) *
+                                 (size_t)v->steps_cap +
                              (size_t)step];
 }
 
@@ -164,9 +165,9 @@ static void take_sfold(record_view *v, const cJSON *o)
     CHECK_MSG(cJSON_IsNumber(gen) && cJSON_IsNumber(stage) && cJSON_IsNumber(step) &&
                   cJSON_IsNumber(metrics),
               "an sfold line without gen, stage, step or frames");
-    int *c = cJSON_IsNumber(metrics) ? sfold_at(v, gen->valueint, stage->valueint,
-                                                 (int64_t)step->valuedouble)
-                                     : NULL;
+    int *c = cJSON_IsNumber(metrics)
+                 ? sfold_at(v, gen->valueint, stage->valueint, (int64_t)step->valuedouble)
+                 : NULL;
     if (c)
         *c += metrics->valueint;
 }
@@ -395,7 +396,7 @@ static void test_simulated(void)
     pt_run_end(run, "test over");
 
     /* the record: every agent's steps, its label, and the op timings */
-    record_view v = {n, (int)(stop + MORE_STEPS + 1), calloc((size_t)n, sizeof *v.a), NULL, NULL,
+    record_view v = {n,   (int)(stop + MORE_STEPS + 1), calloc((size_t)n, sizeof *v.a), NULL, NULL,
                      NULL};
     v.sfold_metrics = calloc((size_t)2 * SF_STAGES * (size_t)v.steps_cap, sizeof *v.sfold_metrics);
     for (int k = 0; k < n; k++) {
@@ -419,14 +420,15 @@ static void test_simulated(void)
         int64_t first_missing = -1;
         for (int64_t st = 0; st < stop + MORE_STEPS; st++) {
             int gen = st < stop ? 1 : 2;
-            int miss = !(v.a[k].seen[st] & gen) &&
-                       !folded_seen(&v, gen == 1 ? plan : plan2, gen, k, st);
+            int miss =
+                !(v.a[k].seen[st] & gen) && !folded_seen(&v, gen == 1 ? plan : plan2, gen, k, st);
             if (miss && first_missing < 0)
                 first_missing = st;
             missing += miss;
         }
-        CHECK_MSG(missing == 0, "%s: %d of steps 0..%lld have no metrics in the record (first: %lld)",
-                  v.a[k].id, missing, (long long)(stop + MORE_STEPS - 1), (long long)first_missing);
+        CHECK_MSG(missing == 0,
+                  "%s: %d of steps 0..%lld have no metrics in the record (first: %lld)", v.a[k].id,
+                  missing, (long long)(stop + MORE_STEPS - 1), (long long)first_missing);
         free(v.a[k].seen);
     }
     check_timings(&v, &prog, &res);
