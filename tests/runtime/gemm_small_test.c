@@ -23,8 +23,8 @@
  * memcheck adds is reads outside the buffers and uninitialised bytes, which
  * the edge sizes every draw picks from already reach; the values are checked
  * over all draws natively and under ASan. */
-#define DRAWS_PER_OP_MEMCHECK 40
-#define SENTINEL     12345.0f
+#define DRAWS_PER_OP_MEMCHECK 12
+#define SENTINEL              12345.0f
 
 typedef struct gcase {
     pt_trans ta, tb;
