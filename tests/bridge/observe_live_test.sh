@@ -32,8 +32,16 @@ row_has_ops() { # row_has_ops STAGE: its row holds micro-batch numbers and both 
     row=$(tm_cap | grep -m1 "^│s$1r0 " | sed "s/^│s$1r0 *//")
     [[ $row == *[0-9]* && $row == *=* && $row == *'#'* ]]
 }
-tm_check "stage 0's ops in its row" row_has_ops 0
-tm_check "stage 1's ops in its row" row_has_ops 1
+wait_row_ops() { # wait_row_ops STAGE: until its row shows ops (30 s): the first measured
+    local i        # screen may hold only the rank whose frame came first (CI saw s1r0 alone)
+    for ((i = 0; i < 150; i++)); do
+        row_has_ops "$1" && return 0
+        sleep 0.2
+    done
+    return 1
+}
+tm_check "stage 0's ops in its row" wait_row_ops 0
+tm_check "stage 1's ops in its row" wait_row_ops 1
 tm_check "the header shows the loss" tm_wait 30 '\| step [0-9]+ loss [0-9]+\.[0-9]+ '
 loss_plotted() { # the stats view's loss panel has its axis and no "nothing yet"
     local screen
