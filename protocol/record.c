@@ -553,6 +553,28 @@ static int fold_op(pt_jr *jr, const cJSON *item, pt_record_fold_op *op)
     return 0;
 }
 
+/* The "ops" object of a fold or sfold line into out (by kind, zeroed), the
+ * events it counts added to *events. 0 or a PT_E* code (jr says why). */
+static int fold_ops(pt_jr *jr, const cJSON *ops, pt_record_fold_op out[PT_OP_KIND_COUNT],
+                    int64_t *events)
+{
+    const cJSON *item;
+    int rc;
+    cJSON_ArrayForEach(item, ops)
+    {
+        pt_op_kind k;
+        if (!item->string || pt_op_parse(item->string, &k) < 0)
+            return pt_jr_fail(jr, PT_EINVAL, "ops", item->string ? item->string : "?",
+                              "not an op kind");
+        if (out[k].count)
+            return pt_jr_fail(jr, PT_EINVAL, "ops", item->string, "given twice");
+        if ((rc = fold_op(jr, item, &out[k])) < 0)
+            return rc;
+        *events += out[k].count;
+    }
+    return 0;
+}
+
 /* A checked fold f of e: summed, and the sequence numbers of the frames it
  * stands for observed (seqs, a cJSON array, or arr[0..n)). */
 static void fold_done(const line_ctx *c, pt_record_entry *e, pt_record_fold *f, const cJSON *seqs,
@@ -641,19 +663,8 @@ static int check_fold(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_en
         if ((rc = pt_jr_elem_int(jr, cJSON_GetArrayItem(seqs, i), path, 0, INT32_MAX, &v)) < 0)
             return rc;
     }
-    const cJSON *item;
-    cJSON_ArrayForEach(item, ops)
-    {
-        pt_op_kind k;
-        if (!item->string || pt_op_parse(item->string, &k) < 0)
-            return pt_jr_fail(jr, PT_EINVAL, "ops", item->string ? item->string : "?",
-                              "not an op kind");
-        if (f->ops[k].count)
-            return pt_jr_fail(jr, PT_EINVAL, "ops", item->string, "given twice");
-        if ((rc = fold_op(jr, item, &f->ops[k])) < 0)
-            return rc;
-        f->events += f->ops[k].count;
-    }
+    if ((rc = fold_ops(jr, ops, f->ops, &f->events)) < 0)
+        return rc;
     if (f->events == 0)
         return pt_jr_fail(jr, PT_EINVAL, "", "ops", "empty (a fold holds at least one event)");
     fold_done(c, e, f, seqs, NULL, 0);
@@ -685,7 +696,7 @@ static int sfold_events(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_
                         pt_record_sfold *f)
 {
     const int64_t big = PT_JSON_INT_MAX - 1;
-    const cJSON *sg, *ops, *item;
+    const cJSON *sg, *ops;
     double b[3];
     int rc;
     if ((rc = pt_jr_int64(jr, o, "", "start_ns", PT_JR_REQUIRED, 0, -big, big, &f->start_ns)) < 0 ||
@@ -701,18 +712,8 @@ static int sfold_events(const line_ctx *c, pt_jr *jr, const cJSON *o, pt_record_
     f->busy_min_ns = (int64_t)b[0];
     f->busy_median_ns = (int64_t)b[1];
     f->busy_max_ns = (int64_t)b[2];
-    cJSON_ArrayForEach(item, ops)
-    {
-        pt_op_kind k;
-        if (!item->string || pt_op_parse(item->string, &k) < 0)
-            return pt_jr_fail(jr, PT_EINVAL, "ops", item->string ? item->string : "?",
-                              "not an op kind");
-        if (f->ops[k].count)
-            return pt_jr_fail(jr, PT_EINVAL, "ops", item->string, "given twice");
-        if ((rc = fold_op(jr, item, &f->ops[k])) < 0)
-            return rc;
-        f->events += f->ops[k].count;
-    }
+    if ((rc = fold_ops(jr, ops, f->ops, &f->events)) < 0)
+        return rc;
     if (f->events < f->replicas)
         return pt_jr_fail(jr, PT_EINVAL, "", "ops",
                           "%lld events for %d replicas (each folded replica has one at least)",

@@ -127,6 +127,23 @@ static fold_acc *acc_get(pt_record_folder *f, int stage, int replica)
     return a;
 }
 
+int pt_record_internal_add_fold_ops(cJSON *ops, const pt_record_fold_op ops_in[PT_OP_KIND_COUNT])
+{
+    for (int k = 0; k < PT_OP_KIND_COUNT; k++) {
+        const pt_record_fold_op *op = &ops_in[k];
+        if (!op->count)
+            continue;
+        const double v[4] = {(double)op->count, (double)op->total_ns, (double)op->min_ns,
+                             (double)op->max_ns};
+        cJSON *arr = cJSON_CreateDoubleArray(v, 4);
+        if (!arr || !cJSON_AddItemToObject(ops, pt_op_name(k), arr)) {
+            cJSON_Delete(arr);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* The fold line of a, as JSON text (caller frees); NULL on no memory. */
 static char *fold_text(const fold_acc *a)
 {
@@ -143,17 +160,7 @@ static char *fold_text(const fold_acc *a)
         (seqs = cJSON_AddArrayToObject(o, "seqs")) && (ops = cJSON_AddObjectToObject(o, "ops"));
     for (int i = 0; ok && i < a->nseq; i++)
         ok = cJSON_AddItemToArray(seqs, cJSON_CreateNumber((double)a->seqs[i]));
-    for (int k = 0; ok && k < PT_OP_KIND_COUNT; k++) {
-        const pt_record_fold_op *op = &a->ops[k];
-        if (!op->count)
-            continue;
-        const double v[4] = {(double)op->count, (double)op->total_ns, (double)op->min_ns,
-                             (double)op->max_ns};
-        cJSON *arr = cJSON_CreateDoubleArray(v, 4);
-        ok = arr && cJSON_AddItemToObject(ops, pt_op_name(k), arr);
-        if (!ok)
-            cJSON_Delete(arr);
-    }
+    ok = ok && pt_record_internal_add_fold_ops(ops, a->ops);
     char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return text;

@@ -3,6 +3,7 @@
 #ifndef PT_PROTOCOL_RECORD_INTERNAL_H
 #define PT_PROTOCOL_RECORD_INTERNAL_H
 
+#include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,6 +55,11 @@ int pt_record_stagefold_metrics(pt_record_writer *w, pt_record_stagefold *s, con
 int pt_record_stagefold_end(pt_record_writer *w, pt_record_stagefold *s);
 /* Writes every pending fold and held frame (the record ends). */
 int pt_record_folder_end(pt_record_writer *w, pt_record_folder *f);
+
+/* Adds each op kind of ops (by kind) that counts events to the "ops" object
+ * of a fold or sfold line: name -> [count, total_ns, min_ns, max_ns]. 1, or
+ * 0 on no memory. */
+int pt_record_internal_add_fold_ops(cJSON *ops, const pt_record_fold_op ops_in[PT_OP_KIND_COUNT]);
 
 /* The writer's own output, for the folder: a console line (checked by the
  * reader's rules) and a frame line (tail: marked "tail":1). */

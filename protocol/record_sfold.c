@@ -238,17 +238,7 @@ static int events_json(pt_record_stagefold *s, cJSON *o, const sfold_stage *st, 
          pt_jr_add_number(sg, "replica", straggler) &&
          cJSON_AddStringToObject(sg, "agent", st->agent[straggler]) &&
          (ops = cJSON_AddObjectToObject(o, "ops"));
-    for (int k = 0; ok && k < PT_OP_KIND_COUNT; k++) {
-        const pt_record_fold_op *op = &a->ops[k];
-        if (!op->count)
-            continue;
-        const double x[4] = {(double)op->count, (double)op->total_ns, (double)op->min_ns,
-                             (double)op->max_ns};
-        cJSON *arr = cJSON_CreateDoubleArray(x, 4);
-        ok = arr && cJSON_AddItemToObject(ops, pt_op_name(k), arr);
-        if (!ok)
-            cJSON_Delete(arr);
-    }
+    ok = ok && pt_record_internal_add_fold_ops(ops, a->ops);
     return ok;
 }
 
