@@ -4,7 +4,8 @@
 # with the micro-batch numbers in its blocks and forward/backward told apart
 # by glyph; stepping the replay advances the step shown; the layout stays
 # intact at 80x24 and 200x60 and across resizes; help lists the keys; x
-# exports files; q exits with status 0.
+# exports files; q exits with status 0. A record that folded its steps
+# (record version 4) still shows them on the timeline.
 set -u
 . "${PT_SOURCE_DIR:?}/tests/tui/tmux_lib.sh"
 RUN="$PT_SOURCE_DIR/tests/data/run-dapple4"
@@ -85,7 +86,26 @@ tm_keys e
 tm_check "e jumps to the end" tm_wait 5 'step 4 '
 tm_check "q exits with 0" tm_quit_ok
 
-# 3. pipetop status --json: one snapshot of the same record, for scripts
+# 3. a record that folded its steps (64 agents, stage 0 of 61 replicas folded
+# per stage outside the full-detail windows): a folded step is still drawn,
+# ':' over the time each stage ran, the band the record kept under the row
+"$PT_BUILD_DIR/record_growth" --hours 0.03 --agents 64 --dir "$TM_DIR/folded" \
+    --source "$RUN/run.ndjson" >/dev/null ||
+    tm_fail "record_growth failed"
+tm_start 120 40 "$PIPETOP replay '$TM_DIR/folded' --paused"
+tm_check "paused replay of the folded record starts" tm_wait 10 'replay 1x paused'
+for _ in $(seq 50); do tm_keys n; done
+tm_check "step 49 reached" tm_wait 10 'step 49 '
+tm_check "stage 0's row is its folded step" tm_wait 5 '^│s0 +:::'
+tm_check "its band is the folded one" tm_wait 2 '^│ x61 +band .* ms/it \(min\|med\|max\), folded'
+tm_check "a one-replica stage's folded step too" tm_wait 2 '^│s1 +[.]*:::'
+tm_check "the legend names ':'" tm_wait 2 ': folded'
+tm_check "the timeline's newest step is folded too" tm_wait 2 'to step 4[89] '
+tm_keys Enter
+tm_check "Enter on a folded stage shows its one row" tm_wait 5 '^│s0 all +:::'
+tm_check "q exits with 0" tm_quit_ok
+
+# 4. pipetop status --json: one snapshot of the same record, for scripts
 json=$("$PIPETOP" status --json "$RUN")
 tm_check "status names the last step (4)" bash -c "printf '%s' '$json' | grep -q '\"last_step\":4,'"
 tm_check "status has 5 steps" bash -c "printf '%s' '$json' | grep -q '\"steps\":5,'"

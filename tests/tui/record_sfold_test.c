@@ -4,7 +4,10 @@
  * the replicas' compute in the step) and straggler are those of the unfolded
  * stream; the summary, the step series and the measured iteration time are
  * the same folded or not; a straggler of a folded step is named on replay's
- * status line; the writer counts a gap in an agent's sequence numbers; a
+ * status line, and the replay timeline draws a folded step as its stage's
+ * row with the band and straggler the unfolded step's timeline has (where
+ * the tail window has the step's frames too, as those); the writer counts a
+ * gap in an agent's sequence numbers; a
  * version-3 record still loads, and a version-4 member in it is refused. */
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +16,8 @@
 
 #include "protocol/record.h"
 #include "tests/test.h"
+#include "tui/export/timeline_ascii.h"
+#include "tui/record/bands.h"
 #include "tui/record/figures.h"
 #include "tui/record/replay.h"
 #include "tui/record/store.h"
@@ -218,6 +223,96 @@ static pt_store *replayed(pt_record *rec, int64_t upto)
     return s;
 }
 
+/* The measured timeline of step st as the console builds it, and its bands. */
+static void timeline_of(const pt_store *s, int64_t st, pt_tline *tl, pt_bands *b, int64_t *origin)
+{
+    CHECK(pt_store_timeline(s, st, st, 1, tl, origin) == 0);
+    CHECK(pt_bands_build(b, tl, 0) == 0);
+}
+
+/* Stage 0's folded step st on the timeline of the folded record (y) against
+ * its spans in the unfolded one (x): one row for all its replicas, ':' over
+ * the time they ran, the same band and straggler. */
+static void check_folded_step(const pt_store *x, const pt_store *y, int64_t st)
+{
+    pt_tline tx = {0}, ty = {0};
+    pt_bands bx = {0}, by = {0};
+    int64_t ox = 0, oy = 0;
+    timeline_of(x, st, &tx, &bx, &ox);
+    timeline_of(y, st, &ty, &by, &oy);
+    /* stages 1-3 (one replica each) are folded per replica, a fold each,
+     * but on every 10th step (in full there) */
+    int row = pt_tline_find_row(&ty, 0, PT_TL_ALL_REPLICAS), mine = 0;
+    const pt_tl_fold *f = NULL;
+    for (int64_t i = 0; i < ty.fold_count; i++)
+        if (ty.folds[i].row == row && row >= 0)
+            f = &ty.folds[i], mine++;
+    CHECK_MSG(row >= 0 && mine == 1 && ty.fold_count == (st % 10 ? STAGES : 1) &&
+                  tx.fold_count == 0,
+              "step %lld: %lld folds, %d of stage 0's row %d", (long long)st,
+              (long long)ty.fold_count, mine, row);
+    CHECK(pt_tline_find_row(&ty, 0, 0) < 0 && ox == oy);
+    const pt_band_stage *sx = pt_bands_stage(&bx, 0), *sy = pt_bands_stage(&by, 0);
+    REQUIRE(sx && sy && f);
+    double lo = 1e300, hi = -1e300;
+    for (int64_t i = 0; i < tx.count; i++)
+        if (tx.rows[tx.spans[i].row].stage == 0) {
+            lo = tx.spans[i].start < lo ? tx.spans[i].start : lo;
+            hi = tx.spans[i].end > hi ? tx.spans[i].end : hi;
+        }
+    CHECK_MSG(f->start == lo && f->end == hi, "step %lld: [%g, %g) vs [%g, %g)", (long long)st,
+              f->start, f->end, lo, hi);
+    CHECK_MSG(sy->folded && !sx->folded && sy->replicas == REPLICAS && sx->replicas == REPLICAS &&
+                  fabs(sy->min_s - sx->min_s) < 1e-12 &&
+                  fabs(sy->median_s - sx->median_s) < 1e-12 && fabs(sy->max_s - sx->max_s) < 1e-12,
+              "step %lld: folded band %g %g %g x%d, unfolded %g %g %g x%d", (long long)st,
+              sy->min_s, sy->median_s, sy->max_s, sy->replicas, sx->min_s, sx->median_s, sx->max_s,
+              sx->replicas);
+    CHECK_MSG(sy->stragglers == (sx->stragglers > 0) && by.straggler_count == bx.straggler_count,
+              "step %lld: stragglers %d / %d", (long long)st, sy->stragglers, sx->stragglers);
+    if (sx->stragglers) {
+        int rx = bx.by_slowness[0];
+        CHECK(sy->folded_straggler == bx.rows[rx].replica);
+        CHECK(fabs(by.slower[by.by_slowness[0]] - bx.slower[rx]) < 1e-9);
+    }
+    /* the chart: ':' where the stage ran, nothing of any replica's ops */
+    pt_timeline_cell cells[100];
+    pt_timeline_cells(&ty, row, PT_LANE_COMPUTE, f->start, f->end, 100, ty.t0, ty.t0, cells);
+    int colons = 0;
+    for (int c = 0; c < 100; c++)
+        colons += cells[c].ch == PT_TIMELINE_FOLDED_FILL && cells[c].paint == PT_TIMELINE_FOLDED;
+    CHECK_MSG(colons == 100, "step %lld: %d cells of 100 folded", (long long)st, colons);
+    pt_tline_release(&tx);
+    pt_tline_release(&ty);
+    pt_bands_release(&bx);
+    pt_bands_release(&by);
+}
+
+/* Replay's timeline of the folded record: a folded step shows (an ordinary
+ * one and the straggler's), a step of the tail window shows its spans and no
+ * fold, and the timeline's newest step is the newest folded one mid-way. */
+static void check_timeline(pt_record *a, pt_record *b)
+{
+    pt_store *x = replayed(a, INT64_MAX), *y = replayed(b, INT64_MAX);
+    check_folded_step(x, y, 12);
+    check_folded_step(x, y, SLOW_STEP);
+    pt_tline t = {0};
+    CHECK(pt_store_timeline(y, STEPS - 2, STEPS - 2, 1, &t, NULL) == 0);
+    CHECK_MSG(t.fold_count == 0 && t.count > 0 && pt_tline_find_row(&t, 0, SLOW_REP) >= 0,
+              "tail step: %lld folds, %lld spans", (long long)t.fold_count, (long long)t.count);
+    pt_tline_release(&t);
+    pt_store_free(&x);
+    pt_store_free(&y);
+    /* half-way through the replay the timeline's newest step is folded */
+    int64_t at = -1;
+    for (int64_t i = 0; i < pt_record_count(b) && at < 0; i++)
+        if (pt_record_at(b, i)->kind == PT_RECORD_SFOLD && pt_record_at(b, i)->step == 25)
+            at = i;
+    y = replayed(b, at);
+    CHECK_MSG(pt_store_last_step(y) >= 25, "last step %lld", (long long)pt_store_last_step(y));
+    pt_store_free(&y);
+}
+
 static void set_source(void)
 {
     const char *root = getenv("PT_SOURCE_DIR");
@@ -261,6 +356,7 @@ static void test_stage_fold(void)
                   p->reports, q->reports, p->iter_ms, q->iter_ms, p->samples_per_s,
                   q->samples_per_s);
     }
+    check_timeline(a, b);
     pt_fig_meas ma, mb;
     CHECK(pt_fig_measure_store(x, -1, &ma) == 0 && pt_fig_measure_store(y, -1, &mb) == 0);
     CHECK_MSG(ma.steps == 20 && ma.iter_ms == mb.iter_ms && ma.steps == mb.steps,

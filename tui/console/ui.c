@@ -298,7 +298,7 @@ void pt_ui_timelines(pt_ui *ui)
         /* the newest step may still be arriving: show complete ones when there are */
         int64_t hi = last > 0 ? last - 1 : last;
         pt_store_timeline(ui->store, hi - tl->iters + 1, hi, 1, &tl->meas, NULL);
-        if (tl->meas.count == 0)
+        if (pt_tline_is_empty(&tl->meas))
             pt_store_timeline(ui->store, last - tl->iters + 1, last, 1, &tl->meas, NULL);
     }
     pt_bands_build(&tl->meas_bands, &tl->meas, ui->cfg.straggler_pct);

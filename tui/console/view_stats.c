@@ -233,19 +233,25 @@ static void draw_busy(pt_ui *ui, const pt_rect *r)
     if (in.h > 0)
         iteration_line(ui, y++, in.x, in.w);
     /* busy as protocol/op.h defines it, the figure `pipetop run` prints */
-    double *busy_of = tl->count ? malloc(sizeof *busy_of * (size_t)tl->row_count) : NULL;
+    double *busy_of =
+        !pt_tline_is_empty(tl) ? malloc(sizeof *busy_of * (size_t)tl->row_count) : NULL;
     int measured = busy_of && pt_tline_busy_fracs(tl, busy_of) == 0;
     for (int row = 0; row < rows->row_count && y < in.y + in.h; row++, y++) {
         const pt_tl_row *tr = &rows->rows[row];
         double busy = -1, pbusy = -1;
         if (measured)
             busy = busy_of[row];
-        /* the running plan's prediction, never the edited plan's */
-        const pt_sim_worker *pw = pt_ui_pred_worker(ui, tr->stage, tr->replica);
+        /* the running plan's prediction, never the edited plan's; a stage's
+         * folded steps (its median replica's busy) against its replica 0 */
+        int all = tr->replica == PT_TL_ALL_REPLICAS;
+        const pt_sim_worker *pw = pt_ui_pred_worker(ui, tr->stage, all ? 0 : tr->replica);
         if (pw)
             pbusy = pw->busy_frac;
         double shown = busy >= 0 ? busy : pbusy;
-        pt_ui_text(y, in.x, 7, ui->attr[PT_THEME_TEXT], 1, "s%dr%d", tr->stage, tr->replica);
+        if (all)
+            pt_ui_text(y, in.x, 7, ui->attr[PT_THEME_TEXT], 1, "s%d all", tr->stage);
+        else
+            pt_ui_text(y, in.x, 7, ui->attr[PT_THEME_TEXT], 1, "s%dr%d", tr->stage, tr->replica);
         char m[16] = "  -", p[16] = "  -", tail[64];
         if (busy >= 0)
             snprintf(m, sizeof m, "%3.0f%%", busy * 100);
@@ -281,9 +287,15 @@ static void draw_memory(pt_ui *ui, const pt_rect *r)
                                       : "memory/limit: w g o a s c");
     int y = in.y;
     pt_ui_timelines(ui);
-    const pt_tline *rows = ui->tl.meas.row_count ? &ui->tl.meas : &ui->tl.pred;
+    /* the measured rows while they hold spans; folded steps keep no memory
+     * of their own (each replica's newest sample is shown, by the plan's rows) */
+    const pt_tline *rows = ui->tl.meas.count ? &ui->tl.meas : &ui->tl.pred;
     for (int row = 0; row < rows->row_count && y < in.y + in.h; row++, y++) {
         int s = rows->rows[row].stage, rep = rows->rows[row].replica;
+        if (rep == PT_TL_ALL_REPLICAS) { /* a stage folded beside its replicas' rows */
+            y--;
+            continue;
+        }
         int64_t bytes[PT_MSG_MEM_COUNT] = {0}, total = 0, pred_total = 0;
         const pt_store_mem *m = pt_store_mem_latest(ui->store, s, rep);
         if (m) {

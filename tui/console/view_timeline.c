@@ -46,7 +46,7 @@ enum { PANEL_MAIN, PANEL_PRED, PANEL_INFO };
 
 static attr_t cell_attr(pt_ui *ui, const pt_timeline_cell *c)
 {
-    if (c->paint == PT_TIMELINE_BLANK)
+    if (c->paint == PT_TIMELINE_BLANK || c->paint == PT_TIMELINE_FOLDED)
         return ui->attr[PT_THEME_DIM];
     if (c->paint == PT_PAINT_BUBBLE || c->paint == PT_PAINT_WAIT)
         return ui->attr[PT_THEME_BUBBLE];
@@ -90,6 +90,18 @@ static char block_fill(const pt_timeline_cell *cells, int width, int c)
     return cells[c].paint == PT_TIMELINE_BLANK ? ' ' : pt_timeline_fill(cells[c].paint);
 }
 
+/* 1 when a chart of b shows one row per stage: a stage has several
+ * replicas, or its steps are folded over its replicas (bands.h). */
+static int aggregated(const pt_bands *b)
+{
+    if (b->stage_count > 0 && b->stage_count < b->row_count)
+        return 1;
+    for (int k = 0; k < b->stage_count; k++)
+        if (b->stages[k].folded)
+            return 1;
+    return 0;
+}
+
 /* The rows chart draws of tl: one per stage when a stage has several
  * replicas (unless one stage is drilled into), else the timeline's own. */
 static chart_rows rows_of(timeline_view *v, const pt_tline *tl, const pt_bands *b)
@@ -101,7 +113,7 @@ static chart_rows rows_of(timeline_view *v, const pt_tline *tl, const pt_bands *
         v->drill = -1; /* the stage is gone (a new plan) */
         v->scroll = v->agg_scroll;
     }
-    if (b->stage_count > 0 && b->stage_count < tl->row_count && b->row_count == tl->row_count)
+    if (aggregated(b) && b->row_count == tl->row_count)
         return (chart_rows){1, 0, b->stage_count};
     return (chart_rows){0, 0, tl->row_count};
 }
@@ -128,22 +140,45 @@ static void draw_label(pt_ui *ui, const timeline_view *v, const pt_tline *tl, co
         return;
     }
     int strag = b->row_count == tl->row_count && b->straggler[row];
-    pt_ui_text(y, x, w, ui->attr[strag ? PT_THEME_WARN : PT_THEME_TEXT], 1, "s%dr%d%s", tr->stage,
-               tr->replica, strag ? "!" : "");
+    attr_t a = ui->attr[strag ? PT_THEME_WARN : PT_THEME_TEXT];
+    if (tr->replica == PT_TL_ALL_REPLICAS) /* a stage's steps folded over its replicas */
+        pt_ui_text(y, x, w, a, 1, "s%d all%s", tr->stage, strag ? "!" : "");
+    else
+        pt_ui_text(y, x, w, a, 1, "s%dr%d%s", tr->stage, tr->replica, strag ? "!" : "");
 }
 
 /* The band line under a stage row: its replicas' min / median / max
- * compute time per iteration and its stragglers. */
+ * compute time per iteration and its stragglers; "folded" when the band is
+ * the one a run record kept of steps it folded (drawn ':'). */
 static void draw_band(pt_ui *ui, const pt_band_stage *st, int y, int x, int label, int w)
 {
-    pt_ui_text(y, x, label, ui->attr[PT_THEME_DIM], 1, " x%d", st->row_count);
+    pt_ui_text(y, x, label, ui->attr[PT_THEME_DIM], 1, " x%d", st->replicas);
     char text[160];
-    int n = snprintf(text, sizeof text, "band %.2f | %.2f | %.2f ms/it (min|med|max)",
-                     st->min_s * 1e3, st->median_s * 1e3, st->max_s * 1e3);
+    int n = snprintf(text, sizeof text, "band %.2f | %.2f | %.2f ms/it (min|med|max)%s",
+                     st->min_s * 1e3, st->median_s * 1e3, st->max_s * 1e3,
+                     st->folded ? ", folded ':'" : "");
     pt_ui_text(y, x + label, w - label, ui->attr[PT_THEME_DIM], 1, "%s", text);
     if (st->stragglers && n + 2 < w - label)
         pt_ui_text(y, x + label + n + 2, w - label - n - 2, ui->attr[PT_THEME_WARN], 0,
                    "! %d straggler%s", st->stragglers, st->stragglers > 1 ? "s" : "");
+}
+
+/* A stage row of replica rows whose stage also has folded steps in the
+ * window (the edge of a record's full-detail window): those steps drawn
+ * where the median replica's cells are blank. */
+static void overlay_folded(const pt_tline *tl, const pt_bands *b, const pt_band_stage *st, int row,
+                           const double t[2], int width, pt_timeline_cell *cells)
+{
+    int fr = st->first_row - 1;
+    if (st->folded || fr < 0 || b->rows[fr].stage != st->stage ||
+        b->rows[fr].replica != PT_TL_ALL_REPLICAS || fr == row)
+        return;
+    pt_timeline_cell more[CELLS_MAX];
+    pt_timeline_cells(tl, fr, PT_LANE_COMPUTE, t[0], t[1], width, t[0], t[0], more);
+    for (int c = 0; c < width; c++)
+        if (more[c].paint == PT_TIMELINE_FOLDED &&
+            (cells[c].paint == PT_TIMELINE_BLANK || cells[c].paint == PT_PAINT_BUBBLE))
+            cells[c] = more[c];
 }
 
 /* One row's lines (per of them, the compute lane's first): blocks, or for
@@ -169,6 +204,8 @@ static void draw_row(pt_ui *ui, const timeline_view *v, const pt_tline *tl, cons
         if (line <= 1 || lane_comm)
             pt_timeline_cells(tl, row, lane_comm ? PT_LANE_COMM : PT_LANE_COMPUTE, t[0], t[1],
                               width, tl->t0, tl->t1, cells);
+        if (line <= 1 && !lane_comm && cr->agg)
+            overlay_folded(tl, b, &b->stages[cr->first + k], row, t, width, cells);
         for (int c = 0; c < width; c++) {
             attr_t a = cell_attr(ui, &cells[c]);
             /* a taller row repeats its blocks; the numbers only once */
@@ -192,7 +229,7 @@ static void draw_chart(pt_ui *ui, timeline_view *v, const pt_rect *r, const pt_t
         v->items = cr.count;
     if (in.h < 1 || in.w <= label + 2)
         return;
-    if (tl->count == 0) {
+    if (pt_tline_is_empty(tl)) {
         pt_ui_text(in.y, in.x, in.w, ui->attr[PT_THEME_DIM], 0, "nothing to show yet");
         return;
     }
@@ -294,8 +331,11 @@ static void straggler_line(const timeline_view *v, const pt_bands *b, char *buf,
     for (int k = 0; k < b->straggler_count && n < cap; k++) {
         int row = b->by_slowness[k];
         char one[96];
+        int replica = b->rows[row].replica == PT_TL_ALL_REPLICAS /* a folded stage's */
+                          ? b->stages[b->stage_of[row]].folded_straggler
+                          : b->rows[row].replica;
         int len = snprintf(one, sizeof one, "%s stage %d replica %d +%.0f %%", k ? "," : "",
-                           b->rows[row].stage, b->rows[row].replica, b->slower[row] * 100.0);
+                           b->rows[row].stage, replica, b->slower[row] * 100.0);
         int left = b->straggler_count - k - 1;
         if ((int)(n + (size_t)len) + (left ? 12 : 0) > w) {
             n += (size_t)snprintf(buf + n, cap - n, " (+%d more)", left + 1);
@@ -306,8 +346,8 @@ static void straggler_line(const timeline_view *v, const pt_bands *b, char *buf,
     if (v->drill < 0 && v->sel < b->stage_count && n < cap) {
         const pt_band_stage *st = &b->stages[v->sel];
         char sel[128];
-        int len = snprintf(sel, sizeof sel, " | s%d: %d replicas, Enter shows them", st->stage,
-                           st->row_count);
+        int len = snprintf(sel, sizeof sel, " | s%d: %d replicas%s", st->stage, st->replicas,
+                           st->folded ? " (folded)" : ", Enter shows them");
         if ((int)n + len <= w)
             snprintf(buf + n, cap - n, "%s", sel);
     } else if (v->drill >= 0 && n < cap) {
@@ -322,7 +362,18 @@ static void draw_info(pt_ui *ui, const timeline_view *v, const pt_rect *r, int m
                       const pt_bands *b)
 {
     int y = r->y;
-    pt_ui_text(y++, r->x, r->w, ui->attr[PT_THEME_DIM], 1, " %s", pt_timeline_legend(r->w - 1));
+    /* a record's folded steps are one more glyph, named when the chart has
+     * them: last where it fits, else first (the legend's end is cut) */
+    int folds = measured && ui->tl.meas.fold_count > 0;
+    const char *note = ": folded";
+    int room = r->w - 1 - (folds ? (int)strlen(note) + 2 : 0);
+    const char *legend = pt_timeline_legend(room);
+    if (!folds)
+        pt_ui_text(y++, r->x, r->w, ui->attr[PT_THEME_DIM], 1, " %s", legend);
+    else if ((int)strlen(legend) <= room)
+        pt_ui_text(y++, r->x, r->w, ui->attr[PT_THEME_DIM], 1, " %s  %s", legend, note);
+    else
+        pt_ui_text(y++, r->x, r->w, ui->attr[PT_THEME_DIM], 1, " %s  %s", note, legend);
     if (y >= r->y + r->h)
         return;
     char line[256];
@@ -347,7 +398,7 @@ static void draw(pt_ui *ui, void *state)
     const pt_rect *main_r = pt_layout_find(&ui->layout, PANEL_MAIN);
     const pt_rect *pred_r = pt_layout_find(&ui->layout, PANEL_PRED);
     const pt_rect *info = pt_layout_find(&ui->layout, PANEL_INFO);
-    int have_meas = ui->tl.meas.count > 0;
+    int have_meas = !pt_tline_is_empty(&ui->tl.meas);
     int show_meas = have_meas && ui->tl.mode != PT_TL_PREDICTED;
     /* compared: both charts on one axis as long as the longer of the two */
     double common = 0;
@@ -439,10 +490,10 @@ static void k_iters(pt_ui *ui, void *state, int ch)
 /* 1 when the main chart shows one row per stage. */
 static int stage_rows(const pt_ui *ui, const timeline_view *v)
 {
-    const pt_bands *b = ui->tl.mode != PT_TL_PREDICTED && ui->tl.meas.count > 0
+    const pt_bands *b = ui->tl.mode != PT_TL_PREDICTED && !pt_tline_is_empty(&ui->tl.meas)
                             ? &ui->tl.meas_bands
                             : &ui->tl.pred_bands;
-    return v->drill < 0 && b->stage_count > 0 && b->stage_count < b->row_count;
+    return v->drill < 0 && aggregated(b);
 }
 
 static void k_drill(pt_ui *ui, void *state, int ch);
@@ -477,7 +528,7 @@ static void k_drill(pt_ui *ui, void *state, int ch)
         pt_ui_status(ui, 0, "timeline: one row per stage");
         return;
     }
-    const pt_bands *b = ui->tl.mode != PT_TL_PREDICTED && ui->tl.meas.count > 0
+    const pt_bands *b = ui->tl.mode != PT_TL_PREDICTED && !pt_tline_is_empty(&ui->tl.meas)
                             ? &ui->tl.meas_bands
                             : &ui->tl.pred_bands;
     if (!stage_rows(ui, v) || v->sel >= b->stage_count) {
@@ -488,7 +539,7 @@ static void k_drill(pt_ui *ui, void *state, int ch)
     v->agg_scroll = v->scroll;
     v->scroll = 0;
     pt_ui_status(ui, 0, "timeline: stage %d's %d replicas (Esc or Enter: back to the stages)",
-                 v->drill, b->stages[v->sel].row_count);
+                 v->drill, b->stages[v->sel].replicas);
 }
 
 static const pt_view_key keys[] = {

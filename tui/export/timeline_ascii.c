@@ -19,6 +19,8 @@ static const char paint_fill[PT_PAINT_COUNT] = {
 
 char pt_timeline_fill(int paint)
 {
+    if (paint == PT_TIMELINE_FOLDED)
+        return PT_TIMELINE_FOLDED_FILL;
     return paint >= 0 && paint < PT_PAINT_COUNT ? paint_fill[paint] : '?';
 }
 
@@ -117,6 +119,14 @@ void pt_timeline_cells(const pt_tline *tl, int row, int lane, double t0, double 
     if (lane == PT_LANE_COMPUTE && cells(busy_lo, busy_hi, t0, t1, width, &b0, &b1))
         for (int c = b0; c < b1; c++)
             out[c] = (pt_timeline_cell){pt_timeline_fill(PT_PAINT_BUBBLE), PT_PAINT_BUBBLE};
+    if (lane == PT_LANE_COMPUTE) /* folded steps under the spans (a record has both seldom) */
+        for (int64_t i = 0; i < tl->fold_count; i++) {
+            const pt_tl_fold *f = &tl->folds[i];
+            int c0, c1;
+            if (f->row == row && cells(f->start, f->end, t0, t1, width, &c0, &c1))
+                for (int c = c0; c < c1; c++)
+                    out[c] = (pt_timeline_cell){PT_TIMELINE_FOLDED_FILL, PT_TIMELINE_FOLDED};
+        }
     /* the fills first, each cell remembering the span that painted it last */
     int64_t owner[PT_TIMELINE_MAX_WIDTH];
     unsigned char labelled[PT_TIMELINE_MAX_WIDTH];

@@ -9,7 +9,9 @@
  * gradient, "3~~~" its weight gradient, "^^" an optimizer step); a send
  * shows which way its data flows ('>' activations, '<' gradients), an
  * all-reduce is '*', and idle cells between the first and last activity
- * shown are bubbles ('.'). Cells outside any data stay blank. A number is
+ * shown are bubbles ('.'). A step whose ops a run record folded (tline.h
+ * pt_tl_fold) is ':' over the time it ran: its ops are not known. Cells
+ * outside any data stay blank. A number is
  * drawn only where all of it lies on its own block and no other number
  * touches it, so numbers never run together: at a zoom where blocks are
  * narrower than their numbers, some are left out (zooming in shows them).
@@ -26,6 +28,8 @@
 #define PT_TIMELINE_DEFAULT_WIDTH 100
 #define PT_TIMELINE_MAX_WIDTH     4000
 #define PT_TIMELINE_BLANK         255 /* paint of a cell outside any data */
+#define PT_TIMELINE_FOLDED        254 /* paint of a step a run record folded (':') */
+#define PT_TIMELINE_FOLDED_FILL   ':'
 
 typedef struct pt_timeline_cell {
     char ch;

@@ -92,15 +92,18 @@ static int row_figures(pt_bands *b, const pt_tline *tl)
         lo[r] = INT64_MAX;
         hi[r] = INT64_MIN;
     }
-    for (int64_t i = 0; i < tl->count; i++) {
-        const pt_tl_span *s = &tl->spans[i];
-        if (s->row < 0 || s->row >= tl->row_count || s->lane != PT_LANE_COMPUTE)
+    for (int64_t i = 0; i < tl->count + tl->fold_count; i++) {
+        const pt_tl_span *s = i < tl->count ? &tl->spans[i] : NULL;
+        const pt_tl_fold *f = s ? NULL : &tl->folds[i - tl->count];
+        int row = s ? s->row : f->row;
+        int64_t step = s ? s->step : f->step;
+        if (row < 0 || row >= tl->row_count || (s && s->lane != PT_LANE_COMPUTE))
             continue;
-        b->figure[s->row] += s->end - s->start;
-        if (s->step < lo[s->row])
-            lo[s->row] = s->step;
-        if (s->step > hi[s->row])
-            hi[s->row] = s->step;
+        b->figure[row] += s ? s->end - s->start : f->busy_median;
+        if (step < lo[row])
+            lo[row] = step;
+        if (step > hi[row])
+            hi[row] = step;
     }
     /* steps a row spans, first to last: the timeline holds consecutive steps */
     for (int r = 0; r < tl->row_count; r++)
@@ -111,10 +114,61 @@ static int row_figures(pt_bands *b, const pt_tline *tl)
     return 0;
 }
 
-/* The band of the stage whose rows are [first, end), its replicas sorted
- * by figure in idx (scratch of end - first). */
-static void stage_band(pt_bands *b, int first, int end, int *idx)
+/* The band of a stage whose one row (`row`, PT_TL_ALL_REPLICAS) holds
+ * folded steps: their means (bands.h). */
+static void folded_band(pt_bands *b, const pt_tline *tl, int row)
 {
+    pt_band_stage *st = &b->stages[b->stage_count];
+    *st = (pt_band_stage){b->rows[row].stage, row, 1, 0, 0, 0, row, row, row, 0, 0, 1, -1};
+    double slowest = -1;
+    int steps = 0;
+    for (int64_t i = 0; i < tl->fold_count; i++) {
+        const pt_tl_fold *f = &tl->folds[i];
+        if (f->row != row)
+            continue;
+        st->min_s += f->busy_min;
+        st->median_s += f->busy_median;
+        st->max_s += f->busy_max;
+        steps++;
+        if (f->replicas > st->replicas)
+            st->replicas = f->replicas;
+        if (f->busy_max > slowest) {
+            slowest = f->busy_max;
+            st->folded_straggler = f->straggler;
+        }
+    }
+    if (steps) {
+        st->min_s /= steps;
+        st->median_s /= steps;
+        st->max_s /= steps;
+    }
+    b->stage_of[row] = b->stage_count;
+    b->slower[row] = st->median_s > 0 ? st->max_s / st->median_s - 1.0 : 0;
+    b->straggler[row] = st->median_s > 0 && st->folded_straggler >= 0 &&
+                        st->max_s >= st->median_s * (1.0 + b->pct / 100.0);
+    if (b->straggler[row]) {
+        st->stragglers = 1;
+        b->by_slowness[b->straggler_count++] = row;
+    }
+    b->stage_count++;
+}
+
+/* The band of the stage whose rows are [first, end), its replicas sorted
+ * by figure in idx (scratch of end - first). A row of the stage's folded
+ * steps (PT_TL_ALL_REPLICAS sorts first) beside replica rows is left out of
+ * the band: the replicas' own figures are the finer. */
+static void stage_band(pt_bands *b, const pt_tline *tl, int first, int end, int *idx)
+{
+    if (b->rows[first].replica == PT_TL_ALL_REPLICAS) {
+        if (end - first == 1) {
+            folded_band(b, tl, first);
+            return;
+        }
+        b->stage_of[first] = b->stage_count;
+        b->slower[first] = 0;
+        b->straggler[first] = 0;
+        first++;
+    }
     pt_band_stage *st = &b->stages[b->stage_count];
     int n = end - first;
     for (int k = 0; k < n; k++)
@@ -123,7 +177,7 @@ static void stage_band(pt_bands *b, int first, int end, int *idx)
     g_rows = b->rows;
     qsort(idx, (size_t)n, sizeof *idx, by_figure);
     *st = (pt_band_stage){b->rows[first].stage, first,      n, 0, 0, 0, idx[0],
-                          idx[(n - 1) / 2],     idx[n - 1], 0};
+                          idx[(n - 1) / 2],     idx[n - 1], 0, n, 0, -1};
     st->min_s = b->figure[st->min_row];
     st->median_s = b->figure[st->median_row];
     st->max_s = b->figure[st->max_row];
@@ -158,7 +212,7 @@ int pt_bands_build(pt_bands *b, const pt_tline *tl, double pct)
         int end = first + 1;
         while (end < b->row_count && b->rows[end].stage == b->rows[first].stage)
             end++;
-        stage_band(b, first, end, idx);
+        stage_band(b, tl, first, end, idx);
         first = end;
     }
     free(idx);

@@ -8,7 +8,13 @@
  * minimum, median and maximum of its replicas' figures; the median is the
  * lower median (element (n - 1) / 2 of the sorted figures), so it is always
  * one real replica's, whose ops the console draws for the stage. A straggler
- * is a replica whose figure is at least pct % over its stage's median. */
+ * is a replica whose figure is at least pct % over its stage's median.
+ *
+ * A stage whose steps in the timeline a run record folded over its replicas
+ * (its one row PT_TL_ALL_REPLICAS, tline.h pt_tl_fold) has the band the
+ * record kept: the mean over its steps of each step's min, median and max,
+ * and as its straggler the replica of the slowest step's max, when that mean
+ * max is pct % over the mean median. */
 #ifndef PT_TUI_BANDS_H
 #define PT_TUI_BANDS_H
 
@@ -24,7 +30,10 @@ typedef struct pt_band_stage {
     int first_row, row_count;
     double min_s, median_s, max_s; /* compute seconds per iteration */
     int min_row, median_row, max_row;
-    int stragglers; /* replicas of the stage that are stragglers */
+    int stragglers;       /* replicas of the stage that are stragglers */
+    int replicas;         /* replicas the band is over (row_count, or a folded stage's count) */
+    int folded;           /* 1: the band of steps folded over the replicas (no replica rows) */
+    int folded_straggler; /* folded: the straggler's replica, -1 none */
 } pt_band_stage;
 
 /* The bands of a timeline, rebuilt by pt_bands_build; rows index the

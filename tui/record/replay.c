@@ -133,6 +133,9 @@ static void apply_sfold(const pt_record_entry *e, pt_store *store)
     /* the stage's agents were heard at this step (which of them the line
      * does not say: all of them, as they run in step) */
     pt_store_stage_heard(store, f->stage, e->step, e->t);
+    pt_store_folded(store, &(pt_store_fold){e->gen, e->step, f->stage, PT_TL_ALL_REPLICAS,
+                                            f->replicas, f->straggler, f->start_ns, f->end_ns,
+                                            f->busy_min_ns, f->busy_median_ns, f->busy_max_ns});
     double over = f->busy_median_ns > 0
                       ? 100.0 * ((double)f->busy_max_ns / (double)f->busy_median_ns - 1.0)
                       : 0;
@@ -174,11 +177,15 @@ void pt_record_apply(pt_record *rec, int64_t i, pt_store *store)
         pt_store_set_agent(store, &a);
         break;
     }
-    case PT_RECORD_FOLD: { /* a folded step: the agent was heard; the timeline shows detail only */
+    case PT_RECORD_FOLD: { /* a folded step: the agent was heard; the timeline shows the step */
         pt_store_agent a = agent_row(store, e->agent);
         a.last_heard_ns = e->t;
         a.dropped = e->dropped;
         pt_store_set_agent(store, &a);
+        const pt_record_fold *f = e->fold;
+        pt_store_folded(store, &(pt_store_fold){e->gen, e->step, f->stage, f->replica, 1,
+                                                f->replica, f->start_ns, f->end_ns, f->busy_ns,
+                                                f->busy_ns, f->busy_ns});
         break;
     }
     case PT_RECORD_SFOLD:

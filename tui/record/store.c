@@ -25,6 +25,8 @@ struct pt_store {
     ring_event *ring;
     int64_t ring_cap, ring_head, ring_len; /* head: next write */
     int64_t last_step;
+    pt_store_fold *folds; /* ring of PT_STORE_FOLDS, made at the first fold */
+    int64_t fold_head, fold_len;
     pt_store_step *steps;
     int64_t step_n, step_cap;
     pt_store_mem *mem; /* ring */
@@ -80,6 +82,7 @@ void pt_store_free(pt_store **s_p)
         return;
     pt_store *s = *s_p;
     free(s->ring);
+    free(s->folds);
     free(s->steps);
     free(s->mem);
     free(s->mem_latest);
@@ -124,6 +127,7 @@ int pt_store_calibration(const pt_store *s, const pt_profile **profile, const pt
 void pt_store_reset(pt_store *s)
 {
     s->ring_head = s->ring_len = 0;
+    s->fold_head = s->fold_len = 0;
     s->last_step = -1;
     s->step_n = 0;
     s->mem_head = s->mem_len = 0;
@@ -175,6 +179,22 @@ int pt_store_events(pt_store *s, const pt_msg_event *ev, int count, int64_t gen)
         s->version++;
     }
     return added;
+}
+
+void pt_store_folded(pt_store *s, const pt_store_fold *f)
+{
+    s->counts.folds++;
+    if (!s->folds && !(s->folds = malloc(sizeof *s->folds * PT_STORE_FOLDS))) {
+        s->counts.folds_lost++;
+        return;
+    }
+    s->folds[s->fold_head] = *f;
+    s->fold_head = (s->fold_head + 1) % PT_STORE_FOLDS;
+    if (s->fold_len < PT_STORE_FOLDS)
+        s->fold_len++;
+    if (f->step > s->last_step)
+        s->last_step = f->step;
+    s->version++;
 }
 
 /* The slot of (stage, replica) in mem_slots: the one holding it, or the
@@ -487,6 +507,126 @@ int64_t pt_store_last_step(const pt_store *s)
     return s->last_step;
 }
 
+/* The i-th folded step kept, oldest first. */
+static const pt_store_fold *fold_at(const pt_store *s, int64_t i)
+{
+    return &s->folds[(s->fold_head - s->fold_len + i + PT_STORE_FOLDS) % PT_STORE_FOLDS];
+}
+
+static int in_view(const pt_store *s, int64_t step, int64_t gen, int64_t first, int64_t last,
+                   int current_gen_only)
+{
+    return step >= first && step <= last && (!current_gen_only || gen == s->gen);
+}
+
+/* The timeline's rows of spans and its origin (the earliest start of what
+ * pt_store_timeline draws; a fold starts where its step's first event did). */
+static int timeline_rows(const pt_store *s, int64_t first, int64_t last, int current_gen_only,
+                         pt_tline *tl, int64_t *origin)
+{
+    int64_t start = (s->ring_head - s->ring_len + s->ring_cap) % s->ring_cap;
+    for (int64_t i = 0; i < s->ring_len; i++) {
+        const ring_event *q = &s->ring[(start + i) % s->ring_cap];
+        if (!in_view(s, q->ev.step, q->gen, first, last, current_gen_only))
+            continue;
+        if (pt_tline_row(tl, q->ev.stage, q->ev.replica) < 0)
+            return PT_ENOMEM;
+        if (q->ev.start_ns < *origin)
+            *origin = q->ev.start_ns;
+    }
+    for (int64_t i = 0; i < s->fold_len; i++) {
+        const pt_store_fold *f = fold_at(s, i);
+        if (!in_view(s, f->step, f->gen, first, last, current_gen_only))
+            continue;
+        if (f->start_ns < *origin)
+            *origin = f->start_ns;
+    }
+    return 0;
+}
+
+/* A (stage, step, replica) the timeline has spans of. */
+typedef struct span_key {
+    int64_t step;
+    int stage, replica;
+} span_key;
+
+static int key_cmp(const void *pa, const void *pb)
+{
+    const span_key *a = pa, *b = pb;
+    if (a->stage != b->stage)
+        return a->stage < b->stage ? -1 : 1;
+    if (a->step != b->step)
+        return a->step < b->step ? -1 : 1;
+    return (a->replica > b->replica) - (a->replica < b->replica);
+}
+
+/* 1 when the sorted keys k[0..n) hold (stage, step) of any replica
+ * (replica PT_TL_ALL_REPLICAS) or of that replica. */
+static int key_has(const span_key *k, int64_t n, int stage, int64_t step, int replica)
+{
+    span_key want = {step, stage, replica < 0 ? INT32_MIN : replica};
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (key_cmp(&k[mid], &want) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && k[lo].stage == stage && k[lo].step == step &&
+           (replica < 0 || k[lo].replica == replica);
+}
+
+/* The (stage, step, replica) of tl's spans, sorted, into *out (caller
+ * frees): a folded step is drawn only where its spans are not (a record's
+ * tail window holds both). 0 or PT_ENOMEM. */
+static int span_keys(const pt_tline *tl, span_key **out, int64_t *n)
+{
+    *n = 0;
+    *out = malloc(sizeof **out * (size_t)(tl->count ? tl->count : 1));
+    if (!*out)
+        return PT_ENOMEM;
+    for (int64_t i = 0; i < tl->count; i++) {
+        const pt_tl_span *sp = &tl->spans[i];
+        (*out)[(*n)++] = (span_key){sp->step, tl->rows[sp->row].stage, tl->rows[sp->row].replica};
+    }
+    qsort(*out, (size_t)*n, sizeof **out, key_cmp);
+    return 0;
+}
+
+/* The folded steps of the view that have no spans, into tl. */
+static int timeline_folds(const pt_store *s, int64_t first, int64_t last, int current_gen_only,
+                          int64_t origin, pt_tline *tl)
+{
+    span_key *keys = NULL;
+    int64_t nk = 0;
+    if (s->fold_len && span_keys(tl, &keys, &nk) < 0)
+        return PT_ENOMEM;
+    int rc = 0;
+    for (int64_t i = 0; i < s->fold_len && rc == 0; i++) {
+        const pt_store_fold *f = fold_at(s, i);
+        if (!in_view(s, f->step, f->gen, first, last, current_gen_only) ||
+            key_has(keys, nk, f->stage, f->step, f->replica))
+            continue;
+        if (pt_tline_row(tl, f->stage, f->replica) < 0) {
+            rc = PT_ENOMEM;
+            break;
+        }
+        pt_tl_fold tf = {(double)(f->start_ns - origin) * 1e-9,
+                         (double)(f->end_ns - origin) * 1e-9,
+                         (double)f->busy_min_ns * 1e-9,
+                         (double)f->busy_median_ns * 1e-9,
+                         (double)f->busy_max_ns * 1e-9,
+                         f->step,
+                         pt_tline_find_row(tl, f->stage, f->replica),
+                         f->replicas,
+                         f->straggler};
+        rc = pt_tline_add_fold(tl, &tf);
+    }
+    free(keys);
+    return rc;
+}
+
 int pt_store_timeline(const pt_store *s, int64_t first_step, int64_t last_step,
                       int current_gen_only, pt_tline *tl, int64_t *origin_ns)
 {
@@ -494,35 +634,28 @@ int pt_store_timeline(const pt_store *s, int64_t first_step, int64_t last_step,
     if (last_step < 0)
         last_step = s->last_step;
     int64_t origin = INT64_MAX;
+    if (timeline_rows(s, first_step, last_step, current_gen_only, tl, &origin) < 0)
+        return PT_ENOMEM;
     int64_t start = (s->ring_head - s->ring_len + s->ring_cap) % s->ring_cap;
-    /* rows first, then the origin, then the spans */
-    for (int pass = 0; pass < 2; pass++)
-        for (int64_t i = 0; i < s->ring_len; i++) {
-            const ring_event *q = &s->ring[(start + i) % s->ring_cap];
-            const pt_msg_event *r = &q->ev;
-            if (r->step < first_step || r->step > last_step)
-                continue;
-            if (current_gen_only && q->gen != s->gen)
-                continue;
-            if (pass == 0) {
-                if (pt_tline_row(tl, r->stage, r->replica) < 0)
-                    return PT_ENOMEM;
-                if (r->start_ns < origin)
-                    origin = r->start_ns;
-                continue;
-            }
-            pt_tl_span sp;
-            sp.start = (double)(r->start_ns - origin) * 1e-9;
-            sp.end = (double)(r->end_ns - origin) * 1e-9;
-            sp.row = pt_tline_find_row(tl, r->stage, r->replica);
-            sp.mb = r->mb;
-            sp.step = r->step;
-            sp.bytes = r->bytes;
-            sp.op = (uint8_t)r->op;
-            sp.lane = (uint8_t)pt_op_lane(r->op);
-            if (pt_tline_add(tl, &sp) < 0)
-                return PT_ENOMEM;
-        }
+    for (int64_t i = 0; i < s->ring_len; i++) {
+        const ring_event *q = &s->ring[(start + i) % s->ring_cap];
+        const pt_msg_event *r = &q->ev;
+        if (!in_view(s, r->step, q->gen, first_step, last_step, current_gen_only))
+            continue;
+        pt_tl_span sp;
+        sp.start = (double)(r->start_ns - origin) * 1e-9;
+        sp.end = (double)(r->end_ns - origin) * 1e-9;
+        sp.row = pt_tline_find_row(tl, r->stage, r->replica);
+        sp.mb = r->mb;
+        sp.step = r->step;
+        sp.bytes = r->bytes;
+        sp.op = (uint8_t)r->op;
+        sp.lane = (uint8_t)pt_op_lane(r->op);
+        if (pt_tline_add(tl, &sp) < 0)
+            return PT_ENOMEM;
+    }
+    if (timeline_folds(s, first_step, last_step, current_gen_only, origin, tl) < 0)
+        return PT_ENOMEM;
     if (origin_ns)
         *origin_ns = origin == INT64_MAX ? 0 : origin;
     return 0;
@@ -550,6 +683,7 @@ int pt_store_clone(const pt_store *s, pt_store **out)
     *c = *s;
     int ok = 1;
     c->ring = dup_array(s->ring, (size_t)s->ring_cap, sizeof *s->ring, &ok);
+    c->folds = dup_array(s->folds, s->folds ? PT_STORE_FOLDS : 0, sizeof *s->folds, &ok);
     c->steps = dup_array(s->steps, (size_t)s->step_cap, sizeof *s->steps, &ok);
     c->mem = dup_array(s->mem, PT_STORE_MEM_SAMPLES, sizeof *s->mem, &ok);
     c->mem_latest = dup_array(s->mem_latest, (size_t)s->mem_latest_cap, sizeof *s->mem_latest, &ok);

@@ -100,6 +100,24 @@ int pt_store_set_agent(pt_store *s, const pt_store_agent *a);
  * the agents, with no search and no copy (a 1,024-agent hour has 3,600 such
  * lines). */
 void pt_store_stage_heard(pt_store *s, int stage, int64_t step, int64_t t_ns);
+/* A step whose op events a run record folded (protocol/record.h "fold" and
+ * "sfold" lines): when it ran and its compute, times on the console clock.
+ * replica PT_TL_ALL_REPLICAS: every replica of the stage (busy the band over
+ * them, straggler the replica of the max); a replica's own: the three busy
+ * figures equal. */
+typedef struct pt_store_fold {
+    int64_t gen, step;
+    int stage, replica;
+    int replicas, straggler;
+    int64_t start_ns, end_ns;
+    int64_t busy_min_ns, busy_median_ns, busy_max_ns;
+} pt_store_fold;
+#define PT_STORE_FOLDS (1 << 16) /* folded steps kept (oldest overwritten) */
+
+/* Ingests a folded step (the timeline draws it as one, tline.h pt_tl_fold).
+ * Dropped (counted in pt_store_counts.folds_lost) when its ring cannot be
+ * allocated. */
+void pt_store_folded(pt_store *s, const pt_store_fold *f);
 /* Index of agent id or -1. */
 int pt_store_find_agent(const pt_store *s, const char *id);
 /* Records a line for the status bar ("agent-2 dead: ..."). */
@@ -134,19 +152,20 @@ const char *pt_store_last_note(const pt_store *s); /* "" when none */
 uint64_t pt_store_note_seq(const pt_store *s);
 int64_t pt_store_now(const pt_store *s);
 
-/* Events ingested in all, kept in the ring now, and skipped (invalid op kind). */
+/* Events ingested in all, kept in the ring now, and skipped (invalid op
+ * kind); metrics; folded steps ingested and lost (no memory for their ring). */
 typedef struct pt_store_counts {
-    uint64_t events, kept, skipped, metrics;
+    uint64_t events, kept, skipped, metrics, folds, folds_lost;
 } pt_store_counts;
 void pt_store_counts_get(const pt_store *s, pt_store_counts *out);
 
-/* Newest step with events (-1 none). */
+/* Newest step with events or folded (-1 none). */
 int64_t pt_store_last_step(const pt_store *s);
 
-/* Builds a timeline (tl cleared first) of the spans of steps
- * [first_step, last_step] still in the ring (last_step < 0: up to the
- * newest), with times in seconds from the earliest of them (*origin_ns, may
- * be NULL, receives it). Only spans of the current plan generation when
+/* Builds a timeline (tl cleared first) of the spans and folded steps of
+ * steps [first_step, last_step] still in the rings (last_step < 0: up to
+ * the newest), with times in seconds from the earliest of them (*origin_ns,
+ * may be NULL, receives it). Only those of the current plan generation when
  * current_gen_only is set. 0 or PT_ENOMEM. */
 int pt_store_timeline(const pt_store *s, int64_t first_step, int64_t last_step,
                       int current_gen_only, pt_tline *tl, int64_t *origin_ns);

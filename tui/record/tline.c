@@ -10,6 +10,7 @@ void pt_tline_clear(pt_tline *tl)
 {
     tl->row_count = 0;
     tl->count = 0;
+    tl->fold_count = 0;
     tl->t0 = tl->t1 = 0;
 }
 
@@ -19,6 +20,7 @@ void pt_tline_release(pt_tline *tl)
         return;
     free(tl->rows);
     free(tl->spans);
+    free(tl->folds);
     memset(tl, 0, sizeof *tl);
 }
 
@@ -69,7 +71,25 @@ int pt_tline_row(pt_tline *tl, int stage, int replica)
     for (int64_t i = 0; i < tl->count; i++)
         if (tl->spans[i].row >= at)
             tl->spans[i].row++;
+    for (int64_t i = 0; i < tl->fold_count; i++)
+        if (tl->folds[i].row >= at)
+            tl->folds[i].row++;
     return at;
+}
+
+int pt_tline_is_empty(const pt_tline *tl)
+{
+    return tl->count == 0 && tl->fold_count == 0;
+}
+
+/* [t0, t1) grown to hold [start, end). */
+static void extend(pt_tline *tl, double start, double end)
+{
+    int empty = pt_tline_is_empty(tl);
+    if (empty || start < tl->t0)
+        tl->t0 = start;
+    if (empty || end > tl->t1)
+        tl->t1 = end;
 }
 
 int pt_tline_add(pt_tline *tl, const pt_tl_span *span)
@@ -82,11 +102,23 @@ int pt_tline_add(pt_tline *tl, const pt_tl_span *span)
         tl->spans = s;
         tl->cap = cap;
     }
-    if (tl->count == 0 || span->start < tl->t0)
-        tl->t0 = span->start;
-    if (tl->count == 0 || span->end > tl->t1)
-        tl->t1 = span->end;
+    extend(tl, span->start, span->end);
     tl->spans[tl->count++] = *span;
+    return 0;
+}
+
+int pt_tline_add_fold(pt_tline *tl, const pt_tl_fold *fold)
+{
+    if (tl->fold_count == tl->fold_cap) {
+        int64_t cap = tl->fold_cap ? tl->fold_cap * 2 : TLINE_MIN_CAP;
+        pt_tl_fold *f = realloc(tl->folds, sizeof *f * (size_t)cap);
+        if (!f)
+            return PT_ENOMEM;
+        tl->folds = f;
+        tl->fold_cap = cap;
+    }
+    extend(tl, fold->start, fold->end);
+    tl->folds[tl->fold_count++] = *fold;
     return 0;
 }
 
@@ -192,39 +224,48 @@ static int cmp_step(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Step `step` over [lo, hi) into the iterations iv[0..*n): widens its entry
+ * or appends one. 0 or PT_ENOMEM (iv freed). */
+static int take_iter(pt_op_iter **iv, int64_t *n, int64_t *cap, int64_t step, double lo, double hi)
+{
+    int64_t k;
+    /* steps are few and arrive mostly in order: search from the end */
+    for (k = *n - 1; k >= 0 && (*iv)[k].step != step; k--)
+        ;
+    if (k >= 0) {
+        if (lo < (*iv)[k].lo)
+            (*iv)[k].lo = lo;
+        if (hi > (*iv)[k].hi)
+            (*iv)[k].hi = hi;
+        return 0;
+    }
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 64;
+        pt_op_iter *q = realloc(*iv, sizeof *q * (size_t)*cap);
+        if (!q) {
+            free(*iv);
+            *iv = NULL;
+            return PT_ENOMEM;
+        }
+        *iv = q;
+    }
+    (*iv)[*n] = (pt_op_iter){.step = step, .lo = lo, .hi = hi};
+    (*n)++;
+    return 0;
+}
+
 int pt_tline_iters(const pt_tline *tl, pt_op_iter **out, int64_t *n_out)
 {
     pt_op_iter *iv = NULL;
     int64_t n = 0, cap = 0;
     *out = NULL;
     *n_out = 0;
-    for (int64_t i = 0; i < tl->count; i++) {
-        const pt_tl_span *s = &tl->spans[i];
-        int64_t k;
-        /* steps are few and arrive mostly in order: search from the end */
-        for (k = n - 1; k >= 0 && iv[k].step != s->step; k--)
-            ;
-        if (k >= 0) {
-            if (s->start < iv[k].lo)
-                iv[k].lo = s->start;
-            if (s->end > iv[k].hi)
-                iv[k].hi = s->end;
-            continue;
-        }
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            pt_op_iter *q = realloc(iv, sizeof *q * (size_t)cap);
-            if (!q) {
-                free(iv);
-                return PT_ENOMEM;
-            }
-            iv = q;
-        }
-        iv[n].step = s->step;
-        iv[n].lo = s->start;
-        iv[n].hi = s->end;
-        n++;
-    }
+    for (int64_t i = 0; i < tl->count; i++)
+        if (take_iter(&iv, &n, &cap, tl->spans[i].step, tl->spans[i].start, tl->spans[i].end) < 0)
+            return PT_ENOMEM;
+    for (int64_t i = 0; i < tl->fold_count; i++)
+        if (take_iter(&iv, &n, &cap, tl->folds[i].step, tl->folds[i].start, tl->folds[i].end) < 0)
+            return PT_ENOMEM;
     if (!iv && !(iv = malloc(sizeof *iv)))
         return PT_ENOMEM;
     qsort(iv, (size_t)n, sizeof *iv, cmp_step);
@@ -248,6 +289,9 @@ int pt_tline_busy_fracs(const pt_tline *tl, double *busy)
         if (pt_op_is_compute(s->op) && s->row >= 0 && s->row < tl->row_count)
             busy[s->row] += s->end - s->start;
     }
+    for (int64_t i = 0; i < tl->fold_count; i++) /* a folded stage: its median replica */
+        if (tl->folds[i].row >= 0 && tl->folds[i].row < tl->row_count)
+            busy[tl->folds[i].row] += tl->folds[i].busy_median;
     for (int r = 0; r < tl->row_count; r++)
         busy[r] = pt_op_busy_frac(busy[r], occupied);
     return 0;

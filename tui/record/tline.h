@@ -26,16 +26,36 @@ typedef struct pt_tl_span {
     uint8_t lane;      /* pt_lane: pt_op_lane(op); bubbles: compute */
 } pt_tl_span;
 
+/* A row's replica when the row stands for every replica of its stage: a
+ * step a run record kept folded over the stage's replicas (pt_tl_fold). */
+#define PT_TL_ALL_REPLICAS (-1)
+
 typedef struct pt_tl_row {
-    int stage, replica;
+    int stage, replica; /* replica PT_TL_ALL_REPLICAS: the stage's replicas, folded */
 } pt_tl_row;
+
+/* A step of a row whose op events a run record folded (protocol/record.h
+ * "fold" and "sfold" lines): only when it ran and how long its compute took
+ * are known, not its ops. A replica's row: busy_min = busy_median = busy_max
+ * = its compute; a PT_TL_ALL_REPLICAS row: the band over `replicas`
+ * replicas, the slowest being `straggler`. Seconds, times as spans'. */
+typedef struct pt_tl_fold {
+    double start, end;
+    double busy_min, busy_median, busy_max;
+    int64_t step;
+    int32_t row;
+    int replicas;
+    int straggler; /* the replica of busy_max; -1: not known */
+} pt_tl_fold;
 
 typedef struct pt_tline {
     int row_count, row_cap;
     pt_tl_row *rows; /* owned, sorted by (stage, replica) */
     int64_t count, cap;
     pt_tl_span *spans; /* owned, in insertion order */
-    double t0, t1;     /* earliest start and latest end (0, 0 when empty) */
+    int64_t fold_count, fold_cap;
+    pt_tl_fold *folds; /* owned: folded steps, which have no spans */
+    double t0, t1;     /* earliest start and latest end of spans and folds (0, 0 when empty) */
 } pt_tline;
 
 /* Empties tl, keeping its buffers. */
@@ -49,8 +69,13 @@ int pt_tline_row(pt_tline *tl, int stage, int replica);
 /* Index of an existing row or -1. */
 int pt_tline_find_row(const pt_tline *tl, int stage, int replica);
 
+/* 1 when tl holds neither spans nor folded steps. */
+int pt_tline_is_empty(const pt_tline *tl);
+
 /* Appends a span whose row is already an index of tl. 0 or PT_ENOMEM. */
 int pt_tline_add(pt_tline *tl, const pt_tl_span *span);
+/* Appends a folded step whose row is already an index of tl. 0 or PT_ENOMEM. */
+int pt_tline_add_fold(pt_tline *tl, const pt_tl_fold *fold);
 
 /* Fills tl (cleared first) with every op of a simulated program: one row per
  * worker, step = the op's window (mb / mb_per_window). 0 or PT_ENOMEM. */
