@@ -395,7 +395,11 @@ static int fold_frame(pt_record_writer *w, pt_record_folder *f, int64_t offset_n
 {
     int stage, replica, rc;
     msg_stage(m, &stage, &replica);
-    if (stage < 0)
+    /* a late frame (docs/protocol.md: an older generation's telemetry, read
+     * after the next plan began) goes out whole: taking it for a new
+     * generation would end the current one's folds, and the next frame of
+     * the current one would start its head window over */
+    if (stage < 0 || m->gen < f->gen)
         return 0;
     if ((rc = gen_seen(w, f, m)) < 0)
         return rc;

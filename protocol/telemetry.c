@@ -132,6 +132,38 @@ static void bit_set(rx_agent *a, int64_t q, int on)
         a->seen[i / 64] &= ~((uint64_t)1 << (i % 64));
 }
 
+/* The plan-generation rule (docs/protocol.md, "Envelope"), after the
+ * sequence number was tracked: 0 to take m (counting a late one), or
+ * PT_ESTATE, the caller counting it stale. Telemetry is measurement that
+ * nothing acts on: events and metrics of an older generation, still queued
+ * when the next plan was applied, are what happened and are taken (late);
+ * one of a newer generation than any plan sent is refused, except while no
+ * plan is current (gen 0: a console picking a run up hears its agents
+ * before it adopts their generation). Any other type bound to a generation
+ * is refused when older, as pt_msg_accept refuses it on control. */
+static int generation_check(const pt_telemetry_rx *rx, rx_agent *a, const pt_msg *m, pt_error *err)
+{
+    if (m->type == PT_MSG_REGISTER || m->type == PT_MSG_HEARTBEAT || m->type == PT_MSG_BYE ||
+        m->gen == rx->gen)
+        return 0;
+    int telemetry = m->type == PT_MSG_EVENTS || m->type == PT_MSG_METRICS;
+    if (telemetry && m->gen < rx->gen) {
+        a->c.late++;
+        return 0;
+    }
+    if (m->gen < rx->gen)
+        return pt_error_set(err, PT_ESTATE,
+                            "telemetry: agent %s: seq %lld: stale: plan generation %lld is older "
+                            "than the current %lld",
+                            a->id, (long long)m->seq, (long long)m->gen, (long long)rx->gen);
+    if (telemetry && rx->gen > 0)
+        return pt_error_set(err, PT_ESTATE,
+                            "telemetry: agent %s: seq %lld: stale: plan generation %lld is newer "
+                            "than the current %lld (no plan of it was sent)",
+                            a->id, (long long)m->seq, (long long)m->gen, (long long)rx->gen);
+    return 0;
+}
+
 int pt_telemetry_rx_observe(pt_telemetry_rx *self, const pt_msg *m, pt_error *err)
 {
     if (!self || !m)
@@ -185,13 +217,10 @@ int pt_telemetry_rx_observe(pt_telemetry_rx *self, const pt_msg *m, pt_error *er
             a->c.dropped--; /* it was counted missing when a later one came */
         a->c.reordered++;
     }
-    if (m->type != PT_MSG_REGISTER && m->type != PT_MSG_HEARTBEAT && m->type != PT_MSG_BYE &&
-        m->gen < self->gen) {
+    int rc = generation_check(self, a, m, err);
+    if (rc < 0) {
         a->c.stale++;
-        return pt_error_set(err, PT_ESTATE,
-                            "telemetry: agent %s: seq %lld: stale: plan generation %lld is older "
-                            "than the current %lld",
-                            a->id, (long long)s, (long long)m->gen, (long long)self->gen);
+        return rc;
     }
     a->c.received++;
     return 0;
@@ -263,6 +292,7 @@ void pt_telemetry_rx_totals(const pt_telemetry_rx *self, pt_rx_counts *out)
         out->duplicates += c->duplicates;
         out->reordered += c->reordered;
         out->stale += c->stale;
+        out->late += c->late;
         out->malformed += c->malformed;
     }
     out->malformed += self->malformed_anonymous;

@@ -22,14 +22,21 @@
 #define PT_RX_JUMP_MAX (1LL << 24)
 
 /* Every message fed counts in exactly one of received, duplicates, stale and
- * malformed; dropped and reordered describe the sequence. */
+ * malformed; dropped and reordered describe the sequence, late is a part of
+ * received. */
 typedef struct pt_rx_counts {
-    uint64_t received;   /* accepted: a new sequence number, the current generation */
+    uint64_t received;   /* accepted: a new sequence number, of the current generation, or
+                            telemetry of an older one (late) */
     uint64_t dropped;    /* sequence numbers skipped and not (yet) arrived */
     uint64_t duplicates; /* a sequence number seen before: rejected */
     uint64_t reordered;  /* arrived after a later one (the gap it filled is no longer dropped) */
-    uint64_t stale;      /* older than the window, or from an older plan generation: rejected */
+    uint64_t stale;      /* older than the window or a jump past PT_RX_JUMP_MAX; telemetry of a
+                            generation newer than the current (once there is one); another type
+                            of an older generation: rejected */
     uint64_t malformed;  /* could not be decoded (or over PT_RX_MAX_AGENTS agents): rejected */
+    uint64_t late;       /* of received: events or metrics of an older plan generation (sent
+                            before the next plan was applied, read after): measurement to
+                            record, nothing to act on */
 } pt_rx_counts;
 
 typedef struct pt_telemetry_rx pt_telemetry_rx;
@@ -44,20 +51,26 @@ enum {
 int pt_telemetry_rx_create(unsigned flags, pt_telemetry_rx **out);
 void pt_telemetry_rx_destroy(pt_telemetry_rx **self_p); /* NULL-safe; sets *self_p = NULL */
 
-/* Messages whose gen is below this are stale (counted, rejected). */
+/* The current plan generation (0: none yet). Of messages bound to a
+ * generation: events and metrics of an older one are accepted and counted
+ * late (the caller records them but must not act on them), of a newer one
+ * refused as stale while gen > 0; any other type of an older one is
+ * refused as stale. */
 void pt_telemetry_rx_set_generation(pt_telemetry_rx *self, int64_t gen);
 
 /* Decodes one frame and tracks its sequence number. Returns 0 when the
- * message is new and current: *out holds it (caller pt_msg_clear's it).
- * Otherwise *out is zeroed and the message counted: PT_EPARSE / PT_EINVAL /
- * PT_ERANGE malformed (also counted for the agent when its "agent" could be
- * read), PT_ESTATE duplicate or stale, PT_ERANGE too many agents; err says
- * which. source names the stream in errors (NULL: "telemetry"). */
+ * message is new and of the current generation, or late telemetry (see
+ * pt_telemetry_rx_set_generation; out->gen tells which): *out holds it
+ * (caller pt_msg_clear's it). Otherwise *out is zeroed and the message counted: PT_EPARSE /
+ * PT_EINVAL / PT_ERANGE malformed (also counted for the agent when its "agent" could be read),
+ * PT_ESTATE duplicate or stale, PT_ERANGE too many agents; err says which. source names the stream
+ * in errors (NULL: "telemetry"). */
 int pt_telemetry_rx_feed(pt_telemetry_rx *self, const char *data, size_t len, const char *source,
                          pt_msg *out, pt_error *err);
 
 /* The sequence tracking of pt_telemetry_rx_feed for a message decoded
- * elsewhere: 0 accept, PT_ESTATE duplicate/stale, PT_ERANGE too many agents. */
+ * elsewhere: 0 accept (late telemetry too), PT_ESTATE duplicate/stale,
+ * PT_ERANGE too many agents. */
 int pt_telemetry_rx_observe(pt_telemetry_rx *self, const pt_msg *m, pt_error *err);
 
 /* Forgets an agent's sequence state (not its counts), e.g. when it registers

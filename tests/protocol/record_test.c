@@ -286,6 +286,85 @@ static void test_bad_line_skipped(void)
     pt_record_free(&r);
 }
 
+/* An events frame of agent w0 (stage 0) at step, written as the session
+ * writes a received one. */
+static void put_events(pt_record_writer *w, int64_t *seq, int64_t gen, int64_t step)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_EVENTS, "w0");
+    m.seq = (*seq)++;
+    m.gen = gen;
+    pt_msg_event ev = {.step = step, .op = PT_OP_FWD, .mb = 0, .version = -1};
+    ev.start_ns = step * 1000000;
+    ev.end_ns = ev.start_ns + 1000;
+    m.u.events.count = 1;
+    m.u.events.events = &ev;
+    char *text = NULL;
+    size_t len = 0;
+    CHECK(pt_msg_encode(&m, &text, &len, NULL) == 0);
+    if (text)
+        CHECK(pt_record_write_telemetry(w, 0, text, len, &m) == 0);
+    free(text);
+}
+
+/* A frame of generation 1 that arrives after generation 2's plan (late
+ * telemetry, docs/protocol.md) is written whole, and generation 2's folding
+ * goes on as if it had not come: before, the writer took it for a new
+ * generation, ended generation 2's folds and, at generation 2's next frame,
+ * began its head window again (steps 6-9 written whole, not folded). */
+static void test_late_frame_keeps_folding(void)
+{
+    const char *path = DIR "/late/run.ndjson";
+    pt_record_writer *w = NULL;
+    pt_error err = {0};
+    pt_record_session ses = {"tcp://127.0.0.1:1", "tcp://127.0.0.1:2", 250, 12};
+    REQUIRE(pt_record_writer_open(path, &ses, &w, &err) == 0);
+    const pt_record_fold_opts fold = {4, 2, 0, 0, 0}; /* detail: 0-3 and the last 2 steps */
+    CHECK(pt_record_writer_set_fold(w, &fold, 0) == 0);
+    pt_plan *plan = two_stage_plan();
+    pt_model_spec *model = tiny_model();
+    REQUIRE(model != NULL);
+    pt_record_worker workers[2] = {{0, "w0", 0, 0, 100}, {1, "w1", 1, 0, 101}};
+    pt_record_plan rp = {1, plan, model, "synthetic", 9, "", 0, 0, 2, workers};
+    CHECK(pt_record_write_plan(w, &rp) == 0);
+    int64_t seq = 0;
+    for (int64_t st = 0; st < 10; st++)
+        put_events(w, &seq, 1, st);
+    rp.gen = 2;
+    CHECK(pt_record_write_plan(w, &rp) == 0);
+    for (int64_t st = 0; st < 6; st++)
+        put_events(w, &seq, 2, st);
+    put_events(w, &seq, 1, 10); /* generation 1's last step, read late */
+    for (int64_t st = 6; st < 12; st++)
+        put_events(w, &seq, 2, st);
+    pt_record_writer_close(&w);
+    pt_plan_free(&plan);
+    pt_model_spec_free(&model);
+
+    pt_record *r = NULL;
+    REQUIRE(pt_record_load(path, &r, &err) == 0);
+    int plan2 = 0, late = 0, whole_folded_step = 0, folds2 = 0;
+    for (int64_t i = 0; i < pt_record_count(r); i++) {
+        const pt_record_entry *e = pt_record_at(r, i);
+        plan2 |= e->kind == PT_RECORD_PLAN && e->gen == 2;
+        if (!plan2)
+            continue;
+        if (e->kind == PT_RECORD_RECV && e->gen == 1 && e->step == 10 && !e->tail)
+            late++;
+        if (e->kind == PT_RECORD_RECV && e->gen == 2 && !e->tail && e->step >= 4 && e->step < 10)
+            whole_folded_step++;
+        folds2 += e->kind == PT_RECORD_FOLD && e->gen == 2;
+    }
+    CHECK_MSG(late == 1, "generation 1's late frame written %d times after generation 2's plan",
+              late);
+    CHECK_MSG(whole_folded_step == 0,
+              "%d frames of generation 2's steps 4-9 written whole (outside its detail window)",
+              whole_folded_step);
+    CHECK_MSG(folds2 == 8, "%d fold lines of generation 2 (want steps 4-11)", folds2);
+    pt_record_free(&r);
+}
+
 PT_TEST_MAIN({"setup", setup}, {"round_trip", test_round_trip},
              {"bad_line_skipped", test_bad_line_skipped}, {"writer_refuses", test_writer_refuses},
-             {"version_one", test_version_one}, {"write_failure_sticky", test_write_failure_sticky})
+             {"version_one", test_version_one}, {"write_failure_sticky", test_write_failure_sticky},
+             {"late_frame_keeps_folding", test_late_frame_keeps_folding})

@@ -28,7 +28,7 @@ counts = {"v", "stages", "stage", "replica", "replicas", "device", "devices", "w
           "rejected", "dropped", "pid", "agents_running", "peak_inflight", "peak_versions",
           "loss", "relative_error", "global_batch", "speedup_over_dp", "size", "count", "first",
           "last", "weights", "grads", "optim", "acts", "stash", "buffers", "comm", "total",
-          "workers", "received", "duplicates", "malformed", "stale", "control_rejected",
+          "workers", "received", "duplicates", "malformed", "stale", "late", "control_rejected",
           "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "seed", "steps_measured",
           "calibration_generation"}
 unit = re.compile(r".*_(ms|bytes|per_s|frac)$")

@@ -19,6 +19,7 @@
 #include "protocol/fileio.h"
 #include "protocol/message.h"
 #include "protocol/plan.h"
+#include "protocol/record.h"
 #include "runtime/comm_nccl.h"
 #include "tests/test.h"
 #include "tui/control/run.h"
@@ -836,6 +837,164 @@ static void test_plan_flow(void)
     free(text);
 }
 
+/* Publishes f's metrics of `step` as worker (stage, 0) of generation gen. */
+static void pub_metrics(fake *f, int64_t gen, int stage, int64_t step)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_METRICS, NULL);
+    m.gen = gen;
+    m.u.metrics.stage = stage;
+    m.u.metrics.step = step;
+    m.u.metrics.loss = 0.5;
+    m.u.metrics.samples_per_s = 1;
+    fake_send(f, &m, 1);
+}
+
+static void pub_events(fake *f, int64_t gen, int stage, int64_t step)
+{
+    pt_msg m;
+    pt_msg_init(&m, PT_MSG_EVENTS, NULL);
+    m.gen = gen;
+    pt_msg_event ev = {.stage = stage, .step = step, .op = PT_OP_FWD, .mb = 0, .version = -1};
+    ev.start_ns = fclock(f);
+    ev.end_ns = ev.start_ns + 1000;
+    m.u.events.count = 1;
+    m.u.events.events = &ev;
+    fake_send(f, &m, 1);
+}
+
+/* Telemetry frames the session has counted one way or another. */
+static uint64_t telemetry_counted(const pt_session *s)
+{
+    pt_session_counts k;
+    pt_session_counts_get(s, &k);
+    return k.telemetry.received + k.telemetry.duplicates + k.telemetry.stale +
+           k.telemetry.malformed;
+}
+
+/* Assigns sp and has a and b acknowledge it; 1 when both did. */
+static int assign_acked(pt_session *s, const pt_session_plan *sp, fake *a, fake *b)
+{
+    pt_error err = {0};
+    pt_msg asg_a, asg_b;
+    if (pt_session_assign(s, sp, &err) != 0 || !fake_expect(a, s, PT_MSG_ASSIGN, WAIT_MS, &asg_a))
+        return 0;
+    if (!fake_expect(b, s, PT_MSG_ASSIGN, WAIT_MS, &asg_b)) {
+        pt_msg_clear(&asg_a);
+        return 0;
+    }
+    a->gen = b->gen = asg_a.gen;
+    ack(a, &asg_a, PT_MSG_ASSIGN);
+    ack(b, &asg_b, PT_MSG_ASSIGN);
+    pt_msg_clear(&asg_a);
+    pt_msg_clear(&asg_b);
+    return wait_beating(s, WAIT_MS, &err) == 0;
+}
+
+/* Telemetry of generation 1 that reaches the console after generation 2 was
+ * applied (the console reads telemetry behind its control channel): it is
+ * measurement of what happened, so it reaches the listener and the record
+ * with its own generation and counts late; the agent's current step,
+ * metrics and stage, which the controller acts on, stay generation 2's. A
+ * frame of a generation no plan was sent for is refused. */
+static void test_late_telemetry(void)
+{
+    seen x = {0};
+    const char *rec = "run_session_test.d/late/run.ndjson";
+    if (system("rm -rf run_session_test.d/late") != 0)
+        fprintf(stderr, "cannot remove run_session_test.d/late\n");
+    pt_mkdir_p("run_session_test.d/late", NULL);
+    pt_session *s = open_session(rec, &x, 1);
+    REQUIRE(s);
+    fake a, b;
+    REQUIRE(two_fakes(s, &a, &b));
+    REQUIRE(subscribed(&a, s));
+    pt_plan *plan = two_stage_plan();
+    pt_model_spec *model = tiny_model();
+    REQUIRE(plan && model);
+    int ib = pt_session_find_agent(s, "agent-b"), ia = pt_session_find_agent(s, "agent-a");
+    int gen1[2] = {ib, ia}; /* a runs stage 1 */
+    pt_session_plan sp = {plan, model, gen1, "synthetic", 7, NULL, 0, 0};
+    REQUIRE(assign_acked(s, &sp, &a, &b));
+    CHECK(pt_session_generation(s) == 1);
+    pub_metrics(&a, 1, 1, 3);
+    PUMP_UNTIL(s, x.metrics >= 1);
+    CHECK(pt_session_agent_at(s, ia)->step == 3);
+
+    int gen2[2] = {ia, ib}; /* a runs stage 0 now */
+    sp.agents = gen2;
+    REQUIRE(assign_acked(s, &sp, &a, &b));
+    CHECK(pt_session_generation(s) == 2);
+    CHECK(pt_session_agent_at(s, ia)->step == -1 && pt_session_agent_at(s, ia)->stage == 0);
+    int pending = pt_session_pending(s), metrics_before = x.metrics, events_before = x.events;
+    pt_session_counts k0, k1;
+    pt_session_counts_get(s, &k0);
+
+    /* generation 1's steps 8 and 9, read now */
+    pub_events(&a, 1, 1, 8);
+    pub_metrics(&a, 1, 1, 9);
+    /* and a frame of generation 3, which no plan was sent for */
+    pub_metrics(&a, 3, 0, 1);
+    uint64_t want = telemetry_counted(s) + 3;
+    PUMP_UNTIL(s, telemetry_counted(s) >= want);
+    pt_session_counts_get(s, &k1);
+    CHECK_MSG(k1.telemetry.late == k0.telemetry.late + 2,
+              "late %llu (before %llu), stale %llu (before %llu): generation 1's frames must be "
+              "taken and counted late",
+              (unsigned long long)k1.telemetry.late, (unsigned long long)k0.telemetry.late,
+              (unsigned long long)k1.telemetry.stale, (unsigned long long)k0.telemetry.stale);
+    CHECK(k1.telemetry.stale == k0.telemetry.stale + 1); /* generation 3 */
+    CHECK(k1.telemetry.received == k0.telemetry.received + 2);
+    CHECK(x.metrics == metrics_before + 1 && x.events == events_before + 1);
+    /* generation 2's control state is as it was: step 9 and stage 1 are
+     * generation 1's */
+    const pt_session_agent *ag = pt_session_agent_at(s, ia);
+    CHECK_MSG(ag->step == -1, "agent-a's step is %lld after a late frame of step 9",
+              (long long)ag->step);
+    CHECK(ag->stage == 0 && ag->gen == 2 && ag->state == PT_AGENT_ASSIGNED);
+    CHECK(ag->metrics.step == 3 && ag->metrics.stage == 1); /* generation 1's last current one */
+    CHECK(pt_session_min_step(s) == -1);
+    CHECK(pt_session_pending(s) == pending);
+    /* generation 2's own telemetry is taken as the agent's */
+    pub_metrics(&a, 2, 0, 1);
+    PUMP_UNTIL(s, pt_session_agent_at(s, ia)->step >= 1);
+    CHECK(pt_session_agent_at(s, ia)->step == 1);
+    CHECK(pt_session_agent_at(s, ia)->metrics.stage == 0);
+
+    fake_close(&a);
+    fake_close(&b);
+    pt_session_destroy(&s);
+    pt_plan_free(&plan);
+    pt_model_spec_free(&model);
+
+    /* the record has generation 1's late frames after generation 2's plan */
+    pt_record *r = NULL;
+    pt_error err = {0};
+    int lrc = pt_record_load(rec, &r, &err);
+    CHECK_MSG(lrc == 0, "%s", err.msg);
+    if (lrc != 0)
+        return;
+    int after_plan2 = 0, late_metrics = 0, late_events = 0, gen3 = 0;
+    for (int64_t i = 0; i < pt_record_count(r); i++) {
+        const pt_record_entry *e = pt_record_at(r, i);
+        if (e->kind == PT_RECORD_PLAN && e->gen == 2)
+            after_plan2 = 1;
+        if (e->kind != PT_RECORD_RECV || strcmp(e->channel, "telemetry") != 0)
+            continue;
+        gen3 += e->gen == 3;
+        if (!after_plan2 || e->gen != 1 || e->step_last < 8)
+            continue;
+        late_metrics += e->msg_type == PT_MSG_METRICS && e->step == 9;
+        late_events += e->msg_type == PT_MSG_EVENTS && e->step == 8;
+    }
+    CHECK_MSG(late_metrics == 1 && late_events == 1,
+              "record %s: generation 1's late metrics %d, events %d after generation 2's plan "
+              "(want 1, 1)",
+              rec, late_metrics, late_events);
+    CHECK(gen3 == 0);
+    pt_record_free(&r);
+}
+
 /* f's control connection breaks and ZeroMQ makes a new one, as over a cut
  * link: what the console had queued for the old one is lost with it; the
  * same process registers again (its seq goes on). The console frees the
@@ -1216,6 +1375,13 @@ static void t_nccl(void)
     teardown();
 }
 
+static void t_late(void)
+{
+    setup();
+    test_late_telemetry();
+    teardown();
+}
+
 static void t_sim_peers(void)
 {
     setup();
@@ -1226,4 +1392,4 @@ static void t_sim_peers(void)
 PT_TEST_MAIN({"register_and_clock", t_register}, {"rejects", t_rejects}, {"many_agents", t_many},
              {"telemetry_backlog", t_backlog}, {"plan_flow", t_flow},
              {"stop_resent", t_stop_resent}, {"map_policy", t_map}, {"nccl_id", t_nccl},
-             {"simulated_peers", t_sim_peers})
+             {"simulated_peers", t_sim_peers}, {"late_telemetry", t_late})

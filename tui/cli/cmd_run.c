@@ -655,6 +655,10 @@ static void on_note(void *user, const pt_session_note *n)
     run_ctx *c = user;
     const pt_session_agent *ag = pt_session_agent_at(c->s, n->agent);
     int w = ag ? ag->worker : -1;
+    /* a late frame's step and worker are its old plan's: the report and the
+     * step lines are this generation's (the record keeps the frame) */
+    if (n->msg && n->msg->gen < pt_session_generation(c->s))
+        return;
     switch (n->kind) {
     case PT_NOTE_METRICS:
         pt_run_report_metrics(c->report, w, &n->msg->u.metrics);
@@ -852,6 +856,8 @@ static char *summary_extra(run_ctx *c)
         cJSON_AddNumberToObject(t, "duplicates", (double)k.telemetry.duplicates);
         cJSON_AddNumberToObject(t, "malformed", (double)k.telemetry.malformed);
         cJSON_AddNumberToObject(t, "stale", (double)k.telemetry.stale);
+        /* of received: an older plan generation's, read after the next was applied */
+        cJSON_AddNumberToObject(t, "late", (double)k.telemetry.late);
         /* decoded and refused: forged (another key's name), unregistered, control types */
         cJSON_AddNumberToObject(t, "rejected", (double)k.telemetry_rejected);
     }

@@ -133,6 +133,10 @@ typedef enum pt_session_note_kind {
     PT_NOTE_STATE,      /* an agent's state changed */
     PT_NOTE_DEAD,       /* an agent is dead: text says why */
     PT_NOTE_ERROR,      /* an agent reported an error: text is the reason */
+    /* METRICS and EVENTS: msg->gen may be older than pt_session_generation
+     * (late: sent under the previous plan, read after the next one was
+     * applied): a measurement of that generation, whose stage, replica and
+     * step are the old plan's, not the agent's current ones */
     PT_NOTE_METRICS,    /* msg: an iteration's metrics */
     PT_NOTE_EVENTS,     /* msg: op events, times already on the console's clock */
     PT_NOTE_CHECKPOINT, /* step: a checkpoint was committed */

@@ -51,11 +51,18 @@ static void handle_telemetry(pt_session *s, const char *body, size_t len, const 
         int64_t off = e->pub.clock_offset_ns;
         if (s->rec) /* best-effort, as session_record_frame */
             pt_record_write_telemetry(s->rec, off, body, len, &m);
+        /* late (an older generation's, read after the next plan was
+         * applied): recorded and passed on with its gen, but not the
+         * agent's newest metrics or step, which the controller acts on (its
+         * step may lie past where the new generation resumed) */
+        int late = m.gen < s->gen;
         if (m.type == PT_MSG_METRICS) {
-            e->pub.metrics = m.u.metrics;
-            e->pub.has_metrics = 1;
-            if (m.u.metrics.step > e->pub.step)
-                e->pub.step = m.u.metrics.step;
+            if (!late) {
+                e->pub.metrics = m.u.metrics;
+                e->pub.has_metrics = 1;
+                if (m.u.metrics.step > e->pub.step)
+                    e->pub.step = m.u.metrics.step;
+            }
             session_note(s, PT_NOTE_METRICS, i, &m, 0, NULL);
         } else {
             for (int k = 0; k < m.u.events.count; k++) {
