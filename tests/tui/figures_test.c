@@ -142,6 +142,50 @@ static void test_store_and_summary_agree(void)
     pt_plan_free(&plan);
 }
 
+/* Telemetry of generation 1 that arrives after generation 2 began (the
+ * session records it, counted late) changes neither generation 2's figure
+ * nor a replica's newest memory, nor the newest step. */
+static void test_late_generation(void)
+{
+    pt_plan *plan = plan_of(2);
+    pt_store *st = NULL;
+    REQUIRE(pt_store_new(64, &st) == 0);
+    REQUIRE(pt_store_set_plan(st, plan, 1) == 0);
+    for (int64_t k = 0; k < 20; k++)
+        for (int s = 0; s < 2; s++) {
+            pt_msg_metrics m = metrics(s, k, 30);
+            pt_store_metrics(st, &m, 1, k);
+        }
+    REQUIRE(pt_store_set_plan(st, plan, 2) == 0);
+    for (int64_t k = 20; k < 40; k++)
+        for (int s = 0; s < 2; s++) {
+            pt_msg_metrics m = metrics(s, k, 20 + s);
+            m.total_peak = 2000;
+            pt_store_metrics(st, &m, 2, k);
+        }
+    pt_msg_event ev = {
+        .stage = 0, .replica = 0, .step = 39, .mb = 0, .op = PT_OP_FWD, .start_ns = 1, .end_ns = 2};
+    CHECK(pt_store_events(st, &ev, 1, 2) == 1);
+    pt_fig_meas before, after;
+    REQUIRE(pt_fig_measure_store(st, -1, &before) == 0);
+    CHECK(before.steps > 0);
+    pt_msg_metrics late = metrics(1, 19, 900);
+    late.total_peak = 99999;
+    pt_store_metrics(st, &late, 1, 50);
+    ev.step = 45; /* no older plan runs ahead; whatever a late frame says */
+    CHECK(pt_store_events(st, &ev, 1, 1) == 1);
+    REQUIRE(pt_fig_measure_store(st, -1, &after) == 0);
+    CHECK_MSG(after.iter_ms == before.iter_ms && after.steps == before.steps,
+              "late metrics moved the figure: %g over %d, was %g over %d", after.iter_ms,
+              after.steps, before.iter_ms, before.steps);
+    const pt_store_mem *mem = pt_store_mem_latest(st, 1, 0);
+    CHECK_MSG(mem && mem->total_peak == 2000 && mem->step == 39, "newest memory %lld of step %lld",
+              mem ? (long long)mem->total_peak : -1LL, mem ? (long long)mem->step : -1LL);
+    CHECK(pt_store_last_step(st) == 39);
+    pt_store_free(&st);
+    pt_plan_free(&plan);
+}
+
 static void test_labels(void)
 {
     pt_profile *p = pt_profile_new(1);
@@ -244,4 +288,5 @@ static void test_store_clone(void)
 
 PT_TEST_MAIN({"median_window", test_median_window},
              {"store_and_summary_agree", test_store_and_summary_agree}, {"labels", test_labels},
-             {"calibration_lookup", test_calibration_lookup}, {"store_clone", test_store_clone})
+             {"calibration_lookup", test_calibration_lookup}, {"store_clone", test_store_clone},
+             {"late_generation", test_late_generation})

@@ -170,7 +170,7 @@ int pt_store_events(pt_store *s, const pt_msg_event *ev, int count, int64_t gen)
             s->ring_head = 0;
         if (s->ring_len < s->ring_cap)
             s->ring_len++;
-        if (e->step > s->last_step)
+        if (e->step > s->last_step && gen >= s->gen) /* not a late frame's */
             s->last_step = e->step;
         added++;
     }
@@ -304,7 +304,10 @@ void pt_store_metrics(pt_store *s, const pt_msg_metrics *m, int64_t gen, int64_t
     memcpy(x->peak, m->mem_peak, sizeof x->peak);
     x->total_cur = m->total_cur;
     x->total_peak = m->total_peak;
-    pt_store_mem *latest = mem_latest_slot(s, m->stage, m->replica);
+    /* a late frame of an older plan (docs/protocol.md: telemetry of an older
+     * generation is recorded) is in the samples, not the stage's newest: the
+     * new plan's stage of that number may be another layer range */
+    pt_store_mem *latest = gen >= s->gen ? mem_latest_slot(s, m->stage, m->replica) : NULL;
     if (latest)
         *latest = *x;
     if (++s->mem_head == PT_STORE_MEM_SAMPLES)

@@ -82,7 +82,9 @@ uint64_t pt_store_version(const pt_store *s);
  * skipped.
  * Returns the number of spans added. */
 int pt_store_events(pt_store *s, const pt_msg_event *ev, int count, int64_t gen);
-/* Ingests one iteration's metrics of a replica, arrived at t_ns. */
+/* Ingests one iteration's metrics of a replica, arrived at t_ns. Of an
+ * older generation than the store's (a late frame): its step and memory
+ * sample are kept, but it is not the replica's newest memory. */
 void pt_store_metrics(pt_store *s, const pt_msg_metrics *m, int64_t gen, int64_t t_ns);
 /* Ingests one stage's metrics of one step folded over `reports` replicas (a
  * record's "sfold" line): the step counts `reports` reports, its iteration
@@ -159,7 +161,8 @@ typedef struct pt_store_counts {
 } pt_store_counts;
 void pt_store_counts_get(const pt_store *s, pt_store_counts *out);
 
-/* Newest step with events or folded (-1 none). */
+/* Newest step with events (of the store's generation or a newer one) or
+ * folded (-1 none). */
 int64_t pt_store_last_step(const pt_store *s);
 
 /* Builds a timeline (tl cleared first) of the spans and folded steps of
