@@ -88,7 +88,8 @@ typedef struct pt_agent_sim {
     int straggler;    /* agent index (--count) slower from straggler_step on; -1 none */
     double slow_frac; /* by this fraction (0.5: 50 % longer) */
     int64_t straggler_step;
-    int fail_agent; /* agent index that fails when it reaches fail_step; -1 none */
+    int straggler_device; /* the straggler's device, slowed in the simulation; -1 none */
+    int fail_agent;       /* agent index that fails when it reaches fail_step; -1 none */
     int64_t fail_step;
 } pt_agent_sim;
 

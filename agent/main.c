@@ -143,7 +143,8 @@ static int parse_args(int argc, char **argv, pt_agent_args *a)
         {"sim-seed", PT_OPT_INT64, &a->sim_seed, 0, PT_MSG_INT_MAX, 0, "N",
          "with --simulate: seed of the noise (default 0)"},
         {"straggler", PT_OPT_STRING, &a->straggler, 0, 0, 0, "K:PCT:STEP",
-         "with --simulate: agent K is PCT percent slower from step STEP on"},
+         "with --simulate: agent K's device is PCT percent slower from step STEP on\n"
+         "(the others wait for it, as in a run)"},
         {"fail", PT_OPT_STRING, &a->fail, 0, 0, 0, "K:STEP",
          "with --simulate: agent K fails when it reaches step STEP"},
         {"console-silence-ms", PT_OPT_INT, &a->silence_ms, 1, INT_MAX, 0, "MS",

@@ -6,9 +6,11 @@
  * topology the agent was given, played against the wall clock: the program
  * run that begins at t0 ends at t0 + the simulator's makespan, and op i of it
  * is reported as [t0 + start_i, t0 + end_i] (times the noise and straggler
- * factors of agent.h's pt_agent_sim). Nothing travels between simulated
- * agents: their data plane is not simulated, so a straggler slows itself
- * only, not its neighbours (docs/architecture.md, "Simulated agents").
+ * factor of agent.h's pt_agent_sim). Nothing travels between simulated
+ * agents, but a straggler (--straggler K) still holds up the others as it
+ * would in a run: from its step on every agent plays a second simulation of
+ * the same program with device K that much slower, in which the others wait
+ * for it (docs/architecture.md, "Simulated agents").
  * A checkpoint is a stage manifest marked "simulated" with no layers
  * (docs/formats.md, "Run checkpoints"). */
 #include <errno.h>
@@ -46,6 +48,10 @@ typedef struct sim_entry {
     pt_sim_event *ev; /* [prog.op_count]: the simulator's timeline */
     pt_mem *peak;     /* [prog.worker_count] */
     double makespan_s;
+    /* with a straggler on a device of the plan: the same program with that
+     * device slower (NULL: none) */
+    pt_sim_event *slow_ev;
+    double slow_makespan_s;
 } sim_entry;
 
 struct pt_agent_sim_cache {
@@ -70,6 +76,7 @@ static void entry_free(sim_entry *e)
         return;
     pt_program_release(&e->prog);
     free(e->ev);
+    free(e->slow_ev);
     free(e->peak);
     free(e->plan_json);
     free(e);
@@ -86,6 +93,44 @@ static void entry_release(pt_agent_sim_cache *c, sim_entry *e)
         pthread_mutex_unlock(&c->mu);
     if (last)
         entry_free(e);
+}
+
+/* 1 when a worker of prog runs on device d. */
+static int uses_device(const pt_program *prog, int d)
+{
+    for (int w = 0; w < prog->worker_count; w++)
+        if (prog->workers[w].device == d)
+            return 1;
+    return 0;
+}
+
+/* e's program again, with the straggler's device 1 + slow_frac times
+ * slower: e->slow_ev and e->slow_makespan_s. */
+static int entry_slow(sim_entry *e, const pt_agent_sim *sim, pt_sim *sm)
+{
+    char *json = pt_topology_to_json(sim->topo);
+    pt_topology *t = NULL;
+    pt_cost *cost = NULL;
+    pt_sim_result res;
+    memset(&res, 0, sizeof res);
+    int rc = json ? pt_topology_parse(json, "simulate", &t, &e->err)
+                  : pt_error_set(&e->err, PT_ENOMEM, "simulate: out of memory");
+    free(json);
+    if (rc == 0) {
+        t->devices[sim->straggler_device].speed /= 1.0 + sim->slow_frac;
+        rc = pt_cost_new(sim->profile, t, &cost, &e->err);
+    }
+    if (rc == 0)
+        rc = pt_sim_run(sm, &e->prog, cost, &res, &e->err);
+    if (rc == 0 && !(e->slow_ev = malloc((size_t)res.event_count * sizeof *e->slow_ev)))
+        rc = pt_error_set(&e->err, PT_ENOMEM, "simulate: out of memory");
+    if (rc == 0) {
+        memcpy(e->slow_ev, res.events, (size_t)res.event_count * sizeof *e->slow_ev);
+        e->slow_makespan_s = res.makespan_s;
+    }
+    pt_cost_free(&cost);
+    pt_topology_free(&t);
+    return rc;
 }
 
 /* Simulates plan on the agents' profile and topology into a new entry
@@ -124,6 +169,9 @@ static sim_entry *entry_make(const pt_agent_sim *sim, int64_t gen, const pt_plan
             e->peak[w] = res.workers[w].peak;
         e->makespan_s = res.makespan_s;
     }
+    if (rc == 0 && sim->straggler_device >= 0 && sim->straggler_device < sim->topo->device_count &&
+        uses_device(&e->prog, sim->straggler_device))
+        rc = entry_slow(e, sim, sm);
     e->rc = rc;
     pt_sim_free(&sm);
     pt_cost_free(&cost);
@@ -338,19 +386,19 @@ static int wait_until(pt_agent_worker *w, int64_t until_ns)
     return rc;
 }
 
-/* The op events of one program run that began at t0 (scale: the
- * straggler's), into r->events. */
-static void sim_events(pt_agent_worker *w, sim_gen *g, int64_t t0, double scale, int64_t done)
+/* The op events of one program run that began at t0, as the simulation
+ * sev has it, into r->events. */
+static void sim_events(pt_agent_worker *w, sim_gen *g, const pt_sim_event *sev, int64_t t0,
+                       int64_t done)
 {
     run_state *r = &w->r;
     const pt_program *p = g->p;
-    const pt_sim_event *sev = g->e->ev;
     for (int c = 0; c < g->nw; c++) {
         const pt_worker *pw = &p->workers[g->wk[c]];
         for (int i = pw->op_begin; i < pw->op_end; i++) {
             const pt_op *op = &p->ops[i];
             double f = w->sim->noise > 0 ? 1.0 + w->sim->noise * uniform_pm1(&g->rng) : 1.0;
-            double dur = (sev[i].end - sev[i].start) * scale * (f > 0 ? f : 0);
+            double dur = (sev[i].end - sev[i].start) * (f > 0 ? f : 0);
             pt_exec_event ev;
             memset(&ev, 0, sizeof ev);
             ev.stage = pw->stage;
@@ -361,7 +409,7 @@ static void sim_events(pt_agent_worker *w, sim_gen *g, int64_t t0, double scale,
             ev.used_version = op->version;
             ev.bytes = op->bytes;
             /* pt_wk_on_op takes pt_clock_ns() times: ns_base maps them */
-            ev.start_ns = t0 + r->ns_base + llround(sev[i].start * scale * NS_PER_S);
+            ev.start_ns = t0 + r->ns_base + llround(sev[i].start * NS_PER_S);
             ev.end_ns = ev.start_ns + llround(dur * NS_PER_S);
             pt_wk_on_op(r, &ev);
         }
@@ -403,12 +451,13 @@ static int sim_run_once(pt_agent_worker *w, sim_gen *g, pt_error *err)
     if (sim->fail_agent == w->sim_index && sim->fail_step >= done && sim->fail_step < end)
         return pt_error_set(err, PT_EIO, "simulated failure at step %lld (--fail)",
                             (long long)sim->fail_step);
-    double scale = 1.0;
-    if (sim->straggler == w->sim_index && done >= sim->straggler_step)
-        scale += sim->slow_frac;
+    /* from the straggler's step on, every agent plays the simulation where
+     * the others wait for it */
+    int slow = g->e->slow_ev && done >= sim->straggler_step;
+    const pt_sim_event *sev = slow ? g->e->slow_ev : g->e->ev;
     int64_t now = pt_msg_now_ns();
     int64_t t0 = g->next_ns > 0 && now - g->next_ns < (int64_t)CONTINUE_SLACK_NS ? g->next_ns : now;
-    double run_s = g->e->makespan_s * scale;
+    double run_s = slow ? g->e->slow_makespan_s : g->e->makespan_s;
     int64_t t1 = t0 + llround(run_s * NS_PER_S);
     r->nev = 0;
     int rc = wait_until(w, t1);
@@ -419,7 +468,7 @@ static int sim_run_once(pt_agent_worker *w, sim_gen *g, pt_error *err)
         return pt_error_set(err, rc, "simulated run abandoned: the agent is leaving");
     }
     g->next_ns = t1;
-    sim_events(w, g, t0, scale, done);
+    sim_events(w, g, sev, t0, done);
     if (pt_wk_events_wanted(w, start, done, end, target))
         pt_wk_publish_events(w);
     r->nev = 0;

@@ -32,7 +32,7 @@
 /* "K:PCT:STEP" (--straggler) or "K:STEP" (--fail). */
 static int parse_sim_faults(const pt_agent_args *a, int n, pt_agent_sim *s)
 {
-    s->straggler = s->fail_agent = -1;
+    s->straggler = s->fail_agent = s->straggler_device = -1;
     if (a->straggler) {
         int k = -1;
         double pct = 0;
@@ -49,6 +49,9 @@ static int parse_sim_faults(const pt_agent_args *a, int n, pt_agent_sim *s)
         s->straggler = k;
         s->slow_frac = pct / 100.0;
         s->straggler_step = step;
+        /* agent k's device (open_agent): D + k, or none */
+        s->straggler_device =
+            a->device_given && a->device < 0 ? -1 : (a->device >= 0 ? a->device : 0) + k;
     }
     if (a->fail) {
         int k = -1;

@@ -14,8 +14,10 @@
  *   plan on the same profile and topology (no noise): each op's kind and
  *   duration, and its start within its program run, for every worker;
  * - `pipetop status` of the record says the agents were simulated;
- * - faults: a straggler's iterations are slower than the others' from its
- *   step on, and an injected failure fails the run naming the agent.
+ * - faults: from a straggler's step on, every agent's iteration is the
+ *   simulator's with the straggler's device that much slower (the others
+ *   wait for it, in step, as in a synchronous run), and an injected failure
+ *   fails the run naming the agent.
  *
  * N: PT_SIM_AGENTS, default AGENTS_DEFAULT (a multiple of 4). ctest's
  * run_sim_1024 (label scale, registered with -DPT_SCALE_TESTS=ON) runs it
@@ -483,8 +485,37 @@ static void fault_run(const char *dir, const char *straggler, const char *fail, 
     CHECK_MSG(pt_run_wait_agents(run, WAIT_MS, &err) == 0, "%s", err.msg);
 }
 
-/* --straggler: agent 1 runs 50 % longer from step 2 on, the others at the
- * simulator's pace; --fail: agent 5 fails the run at step 3, saying so. */
+/* The simulator's iteration of plan on the fault runs' profile and
+ * topology, device `slow` (>= 0) 1 + frac times slower: *ms. */
+static void sim_iter_ms(const char *dir, const pt_plan *plan, int slow, double frac, double *ms)
+{
+    *ms = NAN;
+    char topo_path[256];
+    snprintf(topo_path, sizeof topo_path, "%s/topology.json", dir);
+    pt_profile *prof = NULL;
+    pt_topology *topo = NULL;
+    pt_cost *cost = NULL;
+    pt_sim *sm = NULL;
+    pt_program prog = {0};
+    pt_sim_result res;
+    pt_error err = {0};
+    REQUIRE(pt_profile_load(pt_test_path("tests/data/sim-agents/profile.json"), &prof, &err) == 0);
+    REQUIRE(pt_topology_load(topo_path, &topo, &err) == 0);
+    if (slow >= 0)
+        topo->devices[slow].speed /= 1.0 + frac;
+    REQUIRE(pt_cost_new(prof, topo, &cost, &err) == 0 && pt_sim_new(&sm) == 0);
+    REQUIRE(pt_sim_plan(sm, plan, cost, NULL, &prog, &res, &err) == 0);
+    *ms = res.makespan_s * 1e3 / (prog.window_count > 0 ? prog.window_count : 1);
+    pt_program_release(&prog);
+    pt_sim_free(&sm);
+    pt_cost_free(&cost);
+    pt_topology_free(&topo);
+    pt_profile_free(&prof);
+}
+
+/* --straggler: agent 1 (device 1) runs 50 % longer from step 2 on, and the
+ * others wait for it: every agent's iteration is the simulator's with device
+ * 1 slower; --fail: agent 5 fails the run at step 3, saying so. */
 static void test_faults(void)
 {
     pt_error err = {0};
@@ -505,9 +536,16 @@ static void test_faults(void)
     /* the newest fold covers steps past 2 only when it began there: compare
      * the last step's pace through the fold's mean */
     double slow = pt_session_agent_at(s, i1)->metrics.iter_ms;
-    double fast = pt_session_agent_at(s, i0)->metrics.iter_ms;
-    CHECK_MSG(slow > 1.2 * fast, "the straggler's iteration %.3f ms, another's %.3f ms", slow,
-              fast);
+    double other = pt_session_agent_at(s, i0)->metrics.iter_ms;
+    double plain, held;
+    sim_iter_ms(TEST_DIR "-straggler", plan, -1, 0, &plain);
+    sim_iter_ms(TEST_DIR "-straggler", plan, 1, 0.5, &held);
+    CHECK_MSG(held > 1.2 * plain, "device 1 50 %% slower: %.3f ms an iteration, %.3f ms without",
+              held, plain);
+    CHECK_MSG(fabs(slow - other) <= 0.01 * slow && slow > 1.2 * plain,
+              "the straggler's iteration %.3f ms, another's %.3f ms (the simulator: %.3f ms, "
+              "%.3f ms with the straggler)",
+              slow, other, plain, held);
     pt_run_end(run, "test over");
     pt_run_destroy(&run);
     pt_plan_free(&plan);
