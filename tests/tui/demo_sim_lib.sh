@@ -127,9 +127,12 @@ demo_size() {
     tm_check "$g: layout" tm_layout_ok "$cols" "$rows"
     # the header: "live gen 1, N agents", on a narrow screen "g1"; a run
     # that did not start says "failed gen 1"
-    tm_wait "$REGISTER_WAIT_S" '(\| (live|failed) gen 1, [0-9]+ agents|  g1 \|)'
+    tm_wait "$REGISTER_WAIT_S" '(\| (live|failed) gen 1, [0-9]+ agents| sim g1 \|)'
     tm_check "$g: every agent registers, the run starts" \
-        grep -qE '(\| live gen 1, [0-9]+ agents|  g1 \|)' <<<"$TM_MATCH" || run_diag || return
+        grep -qE '(\| live gen 1, [0-9]+ agents| sim g1 \|)' <<<"$TM_MATCH" || run_diag || return
+    # and says the agents are simulated, wide or narrow
+    tm_check "$g: the header says simulated" \
+        grep -qE '^pipetop .*(simulated \| .*live gen 1| sim g1 \|)' <<<"$TM_MATCH"
     n=$(plan_agents)
     tm_check "$g: the first step measured" tm_wait "$STEP_WAIT_S" 'measured timeline' || run_diag || return
     # a screen of step 0's ops: the straggler is slow from step 1 only

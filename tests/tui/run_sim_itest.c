@@ -279,7 +279,7 @@ static void check_timings(const record_view *v, const pt_program *prog, const pt
     }
 }
 
-/* `pipetop status` of the record labels the run simulated. */
+/* `pipetop status` and `pipetop export` of the record label the run simulated. */
 static void check_status(int n)
 {
     char cmd[512], line[512], want[128];
@@ -293,6 +293,23 @@ static void check_status(int n)
         found |= strstr(line, want) != NULL;
     pclose(f);
     CHECK_MSG(found, "pipetop status does not say \"%s\"", want);
+    /* and its export: the trace's metadata and title */
+    snprintf(cmd, sizeof cmd,
+             "%s/pipetop export " TEST_DIR " --last 2 --trace " TEST_DIR "/sim-trace.json 2>&1",
+             bin ? bin : ".");
+    CHECK_MSG(system(cmd) == 0, "%s failed", cmd);
+    char *text = NULL;
+    pt_error err = {0};
+    CHECK_MSG(pt_file_read(TEST_DIR "/sim-trace.json", &text, NULL, &err) == 0, "%s", err.msg);
+    cJSON *o = text ? cJSON_Parse(text) : NULL;
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(o, "otherData");
+    const cJSON *title = cJSON_GetObjectItemCaseSensitive(meta, "title");
+    CHECK_MSG(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(meta, "simulated")) &&
+                  cJSON_IsString(title) && !strncmp(title->valuestring, "simulated agents: ", 18),
+              "the export does not say the agents were simulated: %s",
+              cJSON_IsString(title) ? title->valuestring : "(no title)");
+    cJSON_Delete(o);
+    free(text);
 }
 
 /* ---- the run ------------------------------------------------------------------------------- */

@@ -57,9 +57,21 @@ static void header_times(const pt_ui *ui, int level, char *buf, size_t cap)
         snprintf(buf, cap, "%s/%sms", m, p);
 }
 
+/* 1 when the run's agents are simulated (pipetop-agent --simulate: they
+ * register the device "simulated", live or in a record). */
+static int run_simulated(const pt_ui *ui)
+{
+    int n = pt_store_agent_count(ui->store);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(pt_store_agent_at(ui->store, i)->device, PT_MSG_CAP_SIMULATED))
+            return 1;
+    return 0;
+}
+
 /* The run summary of the header at a level of detail: 0 full, higher levels
  * shorten labels and drop the model and the source's words, never the
- * figures (step, loss, throughput, measured / predicted iteration time). */
+ * figures (step, loss, throughput, measured / predicted iteration time),
+ * nor that the agents are simulated ("simulated", at the shortest "sim"). */
 static void header_summary(const pt_ui *ui, int level, char *buf, size_t cap)
 {
     char src[PT_SOURCE_DESC_MAX] = "";
@@ -81,6 +93,7 @@ static void header_summary(const pt_ui *ui, int level, char *buf, size_t cap)
         snprintf(fig, sizeof fig, "%s", times);
     }
     const char *paused = ui->paused ? (level < 2 ? "PAUSED | " : "PAUSED ") : "";
+    const char *sim = !run_simulated(ui) ? "" : level < 2 ? "simulated | " : "sim ";
     const char *model = ui->model_name ? ui->model_name : "";
     if (ui->src && ui->src->vt->describe && level >= 2) {
         /* only the generation survives of the source's words */
@@ -92,11 +105,12 @@ static void header_summary(const pt_ui *ui, int level, char *buf, size_t cap)
     }
     const char *sep = src[0] && fig[0] ? " | " : "";
     if (level == 0)
-        snprintf(buf, cap, "%s%s%s%s%s%s", paused, model, model[0] ? " | " : "", src, sep, fig);
+        snprintf(buf, cap, "%s%s%s%s%s%s%s", paused, sim, model, model[0] ? " | " : "", src, sep,
+                 fig);
     else if (level <= 2)
-        snprintf(buf, cap, "%s%s%s%s", paused, src, sep, fig);
+        snprintf(buf, cap, "%s%s%s%s%s", paused, sim, src, sep, fig);
     else
-        snprintf(buf, cap, "%s%s", paused, fig);
+        snprintf(buf, cap, "%s%s%s", paused, sim, fig);
 }
 
 #define HEADER_LEVELS    4

@@ -833,8 +833,25 @@ static int64_t offset_of(const name_ix *ix, const agent_gen *ag, const char *age
     return i >= 0 ? ag[i].offset_ns : fallback;
 }
 
+/* 1 when a register the record received carries the "simulated"
+ * capability (pipetop-agent --simulate). */
+static int simulated_register(const pt_record_entry *e)
+{
+    if (e->kind != PT_RECORD_RECV || e->msg_type != PT_MSG_REGISTER || !e->frame)
+        return 0;
+    pt_msg m;
+    if (pt_msg_decode(e->frame, e->frame_len, "record", &m, NULL) < 0)
+        return 0;
+    int sim = 0;
+    for (int c = 0; m.type == PT_MSG_REGISTER && c < m.u.reg.cap_count; c++)
+        sim |= !strcmp(m.u.reg.caps[c], PT_MSG_CAP_SIMULATED);
+    pt_msg_clear(&m);
+    return sim;
+}
+
 /* The last plan of generation gen (or the newest one before it), for the
- * title; the figures follow when the caller has them (pt_export_set_figures). */
+ * title, which starts "simulated" for a run of simulated agents; the
+ * figures follow when the caller has them (pt_export_set_figures). */
 static void make_title(pt_export_set *set, const pt_record *rec, int64_t gen)
 {
     const pt_plan *plan = NULL;
@@ -842,6 +859,8 @@ static void make_title(pt_export_set *set, const pt_record *rec, int64_t gen)
         const pt_record_entry *e = pt_record_at(rec, i);
         if (e->kind == PT_RECORD_PLAN && e->plan && (e->gen <= gen || !plan))
             plan = e->plan;
+        if (!set->simulated)
+            set->simulated = simulated_register(e);
     }
     char stages[128] = "";
     size_t at = 0;
@@ -850,10 +869,10 @@ static void make_title(pt_export_set *set, const pt_record *rec, int64_t gen)
                                plan->stages[s].replica_count);
     if (plan)
         snprintf(set->title, sizeof set->title,
-                 "%s | %d stages (replicas %s) | %s, %d x %d | gen %lld, steps %lld-%lld",
-                 plan->model, plan->stage_count, stages, pt_sched_kind_name(plan->schedule),
-                 plan->microbatch_count, plan->microbatch_size, (long long)gen,
-                 (long long)set->first_step, (long long)set->last_step);
+                 "%s%s | %d stages (replicas %s) | %s, %d x %d | gen %lld, steps %lld-%lld",
+                 set->simulated ? "simulated agents: " : "", plan->model, plan->stage_count, stages,
+                 pt_sched_kind_name(plan->schedule), plan->microbatch_count, plan->microbatch_size,
+                 (long long)gen, (long long)set->first_step, (long long)set->last_step);
 }
 
 void pt_export_set_figures(pt_export_set *set, const pt_fig_meas *meas, const pt_fig_pred *pred)

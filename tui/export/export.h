@@ -96,6 +96,8 @@ typedef struct pt_export_set {
     int64_t iterations;            /* (generation, step) pairs exported */
     int64_t first_step, last_step; /* exported, -1 when none */
     char title[512];               /* model, plan, schedule, figures ("" when unknown) */
+    int simulated; /* 1: its agents were simulated (pipetop-agent --simulate): the title starts
+                      "simulated", the trace's otherData has "simulated": true */
     /* the run's headline figures (tui/record/figures.h), when the caller
      * gave them (pt_export_set_figures): the title says them, the trace
      * carries them in "otherData" */

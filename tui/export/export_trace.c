@@ -38,13 +38,15 @@ static void put_id(FILE *f, const char *s)
  * Perfetto and chrome://tracing show as the trace's metadata. */
 static void put_figures(FILE *f, const pt_export_set *set)
 {
-    if (!set->has_meas && !set->has_pred && !set->title[0])
+    if (!set->has_meas && !set->has_pred && !set->title[0] && !set->simulated)
         return;
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return;
     if (set->title[0])
         cJSON_AddStringToObject(o, "title", set->title);
+    if (set->simulated)
+        cJSON_AddBoolToObject(o, "simulated", 1);
     pt_fig_json(o, set->has_meas ? &set->meas : NULL, set->has_pred ? &set->pred : NULL);
     char *t = cJSON_PrintUnformatted(o);
     if (t)
