@@ -23,7 +23,7 @@ static const char usage_text[] =
     "usage: pipetop demo [--data D] [--steps N] [--planner NAME] [--theme NAME]\n"
     "                    [--view plan|timeline|stats|agents] [--run-dir DIR]\n"
     "                    [--topology T] [--model M] [--device D] [--precision P]\n"
-    "                    [--simulate [--straggler K:PCT:STEP]]\n"
+    "                    [--simulate [--straggler K:PCT:STEP] [--fail K:STEP]]\n"
     "Plans " DEMO_MODEL " for 4 local CPU agents with the DAPPLE planner, spawns\n"
     "the agents (pipetop-agent), trains on Fashion-MNIST and opens the console on\n"
     "the timeline view (--topology: on its devices instead, GPU agents for its\n"
@@ -76,14 +76,17 @@ int pt_cmd_demo(int argc, char **argv)
         {"straggler", PT_OPT_STRING, &lo.sim_straggler, 0, 0, 0, "K:PCT:STEP",
          "with --simulate: the agent of the plan's device K is PCT percent\n"
          "slower from step STEP on (a straggler for the console to mark)"},
+        {"fail", PT_OPT_STRING, &lo.sim_fail, 0, 0, 0, "K:STEP",
+         "with --simulate: the agent of the plan's device K fails when it\n"
+         "reaches step STEP (the run fails, saying which agent and why)"},
     };
     int rc = pt_opts_command("demo", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]),
                              usage_text, NULL);
     if (rc >= 0)
         return rc;
-    if (lo.sim_straggler && !lo.simulate) {
-        fprintf(stderr,
-                "pipetop demo: --straggler goes with --simulate (see pipetop demo --help)\n");
+    if ((lo.sim_straggler || lo.sim_fail) && !lo.simulate) {
+        fprintf(stderr, "pipetop demo: --%s goes with --simulate (see pipetop demo --help)\n",
+                lo.sim_straggler ? "straggler" : "fail");
         return 2;
     }
     if (lo.simulate) {

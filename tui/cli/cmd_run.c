@@ -1058,13 +1058,7 @@ static void report_failure(run_ctx *c, int rc, const pt_error *err)
         if (hint[0])
             pt_cli_error("run", 0, rc, "%s", hint);
     }
-    char fields[PT_ERROR_MAX + 128];
-    cJSON *j = cJSON_CreateString(msg);
-    char *q = j ? cJSON_PrintUnformatted(j) : NULL;
-    snprintf(fields, sizeof fields, "{\"reason\":%s}", q ? q : "\"?\"");
-    free(q);
-    cJSON_Delete(j);
-    pt_session_record(c->s, "failed", fields);
+    pt_session_record_failed(c->s, msg);
     fail_json(c, msg);
 }
 

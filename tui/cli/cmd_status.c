@@ -48,14 +48,17 @@ static int newest_run(char *out, char *dir, size_t cap)
     return 0;
 }
 
-/* Where a recorded run stands: "failed" (a failed entry), "finished" (a
- * summary), "running" (a process holds the run folder's lock), else "ended
- * without a closing line" (a console killed, a crash). */
-static const char *run_state(const pt_record *rec, const char *record)
+/* Where a recorded run stands: "failed" (a failed entry, whose reason goes
+ * to *why), "finished" (a summary), "running" (a process holds the run
+ * folder's lock), else "ended without a closing line" (a console killed, a
+ * crash). */
+static const char *run_state(const pt_record *rec, const char *record, const char **why)
 {
     int failed = 0, summary = 0;
     for (int64_t i = 0; i < pt_record_count(rec); i++) {
         const char *k = pt_record_kind(rec, i);
+        if (!strcmp(k, "failed") && !failed)
+            *why = pt_record_at(rec, i)->reason;
         failed |= !strcmp(k, "failed");
         summary |= !strcmp(k, "summary");
     }
@@ -96,6 +99,7 @@ typedef struct snapshot {
     pt_fig_pred pred;
     int have_pred, running;
     const char *state;
+    const char *failure; /* the failed entry's reason, NULL: none */
 } snapshot;
 
 /* Reads the record into a store: the plans, agents and metrics (op events
@@ -116,7 +120,7 @@ static int take(snapshot *s, pt_error *err)
     s->steps = pt_store_step_count(s->store);
     s->last = s->steps ? pt_store_step_at(s->store, s->steps - 1) : NULL;
     pt_inputs_store_figures(s->rec, s->dir, s->store, &s->meas, &s->pred, &s->have_pred);
-    s->state = run_state(s->rec, s->record);
+    s->state = run_state(s->rec, s->record, &s->failure);
     for (int i = 0; i < pt_store_agent_count(s->store); i++)
         s->running += !strcmp(pt_store_agent_at(s->store, i)->state, "running");
     return 0;
@@ -159,6 +163,8 @@ static void print_json(const snapshot *s)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "run", s->record);
     cJSON_AddStringToObject(o, "state", s->state);
+    if (s->failure)
+        cJSON_AddStringToObject(o, "failure", s->failure);
     cJSON_AddNumberToObject(o, "generation", (double)pt_store_generation(s->store));
     cJSON_AddNumberToObject(o, "steps", (double)s->steps);
     if (s->last) {
@@ -184,6 +190,8 @@ static void print_text(const snapshot *s)
 {
     const pt_plan *plan = pt_store_plan(s->store);
     printf("run %s (%s)\n", s->record, s->state);
+    if (s->failure)
+        printf("failure: %s\n", s->failure);
     if (plan)
         printf("plan %s: %d stages on %d devices, %s, %d x %d samples (generation %lld)\n",
                plan->model, plan->stage_count, pt_plan_device_count(plan),

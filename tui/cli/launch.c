@@ -159,6 +159,20 @@ static int check_straggler(const char *spec, int n, pt_error *err)
     return 0;
 }
 
+/* --fail "K:STEP" for n simulated agents, checked here as --straggler is. */
+static int check_fail(const char *spec, int n, pt_error *err)
+{
+    int k = -1;
+    long long step = -1;
+    char tail = 0;
+    if (sscanf(spec, "%d:%lld%c", &k, &step, &tail) != 2 || k < 0 || k >= n || step < 0)
+        return pt_error_set(err, PT_EINVAL,
+                            "--fail \"%s\": K:STEP with K a device of the plan (0 <= K < %d), "
+                            "STEP >= 0",
+                            spec, n);
+    return 0;
+}
+
 /* The live source: agents spawned here or awaited. */
 static int live_source(const pt_console_launch_opts *o, pt_inputs *in, pt_source **src,
                        pt_error *err)
@@ -196,9 +210,12 @@ static int live_source(const pt_console_launch_opts *o, pt_inputs *in, pt_source
     int rc = o->observe ? observe_dir(o->observe, dir, sizeof dir, err) : 0;
     if (rc == 0 && o->simulate && o->sim_straggler)
         rc = check_straggler(o->sim_straggler, lo.expect_agents, err);
+    if (rc == 0 && o->simulate && o->sim_fail)
+        rc = check_fail(o->sim_fail, lo.expect_agents, err);
     lo.observe_dir = o->observe ? dir : NULL;
     lo.simulate = o->simulate;
     lo.sim_straggler = o->sim_straggler;
+    lo.sim_fail = o->sim_fail;
     if (rc == 0)
         rc = pt_source_live_new(&lo, src, err);
     if (rc == 0)

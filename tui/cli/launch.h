@@ -44,6 +44,9 @@ typedef struct pt_console_launch_opts {
     /* simulate: agent K (the plan's device index K) PCT % slower from step
      * STEP on, "K:PCT:STEP" (pipetop-agent --straggler); NULL: none */
     const char *sim_straggler;
+    /* simulate: agent K fails when it reaches step STEP, "K:STEP"
+     * (pipetop-agent --fail); NULL: none */
+    const char *sim_fail;
 } pt_console_launch_opts;
 
 /* The options `pipetop console` and `pipetop demo` both take, bound to the

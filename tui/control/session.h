@@ -341,6 +341,8 @@ void pt_session_agent_telemetry(const pt_session *s, int i, pt_rx_counts *out);
  * object or a line the record's reader would refuse, PT_EIO. No record: 0
  * and nothing written. */
 int pt_session_record(pt_session *s, const char *kind, const char *fields_json);
+/* The "failed" entry with its reason (any text; JSON-escaped here). */
+int pt_session_record_failed(pt_session *s, const char *reason);
 
 /* What stops the run though no agent failed: a write of the run record that
  * failed (file and errno), or a checkpoint that could not be committed (its

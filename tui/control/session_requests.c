@@ -2,6 +2,8 @@
  * start, the two-round stop, checkpoints, bye and the record's entries. */
 #include "tui/control/session_internal.h"
 
+#include <cjson/cJSON.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -376,4 +378,18 @@ int pt_session_record(pt_session *s, const char *kind, const char *fields_json)
     if (!s || !kind)
         return PT_EINVAL;
     return s->rec ? pt_record_write_json(s->rec, kind, fields_json) : 0;
+}
+
+int pt_session_record_failed(pt_session *s, const char *reason)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddStringToObject(o, "reason", reason ? reason : "?")) {
+        cJSON_Delete(o);
+        return PT_ENOMEM;
+    }
+    char *fields = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    int rc = fields ? pt_session_record(s, "failed", fields) : PT_ENOMEM;
+    free(fields);
+    return rc;
 }

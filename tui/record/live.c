@@ -357,6 +357,19 @@ static void maybe_calibrate(live *l)
 
 /* ---- vtable */
 
+/* The run failed: said on the status line ("WHAT: WHY") and in the run
+ * record's "failed" entry (what `pipetop status` reads), as `pipetop run`
+ * writes it: WHY, after WHAT when WHAT adds to it (record_what). */
+static void live_failed(live *l, pt_store *store, const char *what, int record_what,
+                        const char *why)
+{
+    char reason[PT_ERROR_MAX + 64];
+    snprintf(reason, sizeof reason, "%s: %s", what, why);
+    l->state = L_FAILED;
+    pt_store_note(store, "%s", reason);
+    pt_session_record_failed(l->s, record_what ? reason : why);
+}
+
 static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeout_ms)
 {
     live *l = src->impl;
@@ -380,10 +393,8 @@ static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeou
             l->state = L_DONE;
             pt_store_note(store, "the run finished its %lld steps", (long long)l->steps);
         }
-        if (rc < 0) {
-            l->state = L_FAILED;
-            pt_store_note(store, "the run stopped: %s", err.msg);
-        }
+        if (rc < 0)
+            live_failed(l, store, "the run stopped", 1, err.msg);
         refresh_agents(l);
     }
     if (pt_run_poll(l->run, timeout_ms, &err) < 0) {
@@ -398,8 +409,7 @@ static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeou
     if (l->state == L_WAIT && rs == PT_RUN_READY) {
         pt_store_note(store, "%d agents registered: assigning the plan and starting", l->expect);
         if (assign(l, l->plan, 0, &err) < 0 || pt_run_start(l->run, steps_left(l, 0), &err) < 0) {
-            l->state = L_FAILED;
-            pt_store_note(store, "could not start the run: %s", err.msg);
+            live_failed(l, store, "could not start the run", 1, err.msg);
         } else {
             l->state = L_RUN;
             if (l->observed)
@@ -415,8 +425,7 @@ static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeou
     }
     if ((l->state == L_WAIT || l->state == L_RUN) && rs == PT_RUN_FAILED) {
         pt_run_failure(l->run, &err);
-        l->state = L_FAILED;
-        pt_store_note(store, "the run failed: %s", err.msg);
+        live_failed(l, store, "the run failed", 0, err.msg);
     }
     l->shown_gen = pt_session_generation(l->s);
     l->shown_agents = pt_session_agent_count(l->s);
@@ -525,7 +534,7 @@ static int set_simulate(live *l, const pt_live_opts *o, pt_error *err)
     int rc = pt_profile_save(l->cal_base, prof, err);
     if (rc == 0)
         rc = pt_topology_save(l->topo, topo, err);
-    pt_run_sim sim = {prof, topo, 0, o->sim_straggler, NULL, 0};
+    pt_run_sim sim = {prof, topo, 0, o->sim_straggler, o->sim_fail, 0};
     return rc < 0 ? rc : pt_run_set_simulate(l->run, &sim, err);
 }
 

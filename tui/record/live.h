@@ -72,6 +72,9 @@ typedef struct pt_live_opts {
     /* simulate: the straggler to inject ("K:PCT:STEP", pipetop-agent
      * --straggler; NULL: none), copied. */
     const char *sim_straggler;
+    /* simulate: the failure to inject ("K:STEP", pipetop-agent --fail; NULL:
+     * none), copied. */
+    const char *sim_fail;
 } pt_live_opts;
 
 #define PT_LIVE_OBSERVED_WHY                                                                       \
