@@ -480,18 +480,47 @@ static int build_exec(pt_agent_worker *w, int c, pt_error *err)
  * this generation's socket by then: nothing connects to another
  * generation's. A handshake that still fails is retried a few times, then
  * reported naming the peer (never waited on for the data-plane timeout). */
+/* The ranks this agent's workers exchange messages with, need[rank] set:
+ * every replica of their stages (the collectives, and the swap of their
+ * endpoints) and the other end of each of their sends and receives. At
+ * 1,024 ranks that is a few dozen connections an agent, not 1,023. */
+static int needed_ranks(const run_state *r, unsigned char *need)
+{
+    const pt_program *p = &r->prog;
+    int n = 0;
+    for (int c = 0; c < r->nch; c++) {
+        int st = r->ch[c].stage;
+        for (int k = p->stage_worker[st]; k < p->stage_worker[st + 1]; k++)
+            need[rank_of(r, k)] = 1;
+        const pt_worker *pw = &p->workers[r->ch[c].worker];
+        for (int i = pw->op_begin; i < pw->op_end; i++)
+            if ((pt_op_facts(p->ops[i].kind) & PT_OPK_P2P) && p->ops[i].peer >= 0)
+                need[rank_of(r, p->ops[i].peer)] = 1;
+    }
+    need[r->rank] = 0;
+    for (int k = 0; k < r->nranks; k++)
+        n += need[k];
+    return n;
+}
+
 int pt_wk_wire_run(pt_agent_worker *w, pt_error *err)
 {
     run_state *r = &w->r;
-    int n = r->nranks;
+    int n = r->nranks, linked = 0;
     int64_t t0 = pt_msg_now_ns();
     const char **eps = calloc((size_t)n, sizeof *eps);
-    if (!eps)
+    unsigned char *need = calloc((size_t)n, 1);
+    if (!eps || !need) {
+        free(eps);
+        free(need);
         return pt_error_set(err, PT_ENOMEM, "out of memory");
+    }
+    linked = needed_ranks(r, need);
     for (int k = 0; k < n; k++)
-        eps[k] = r->peer_eps[k];
+        eps[k] = need[k] ? r->peer_eps[k] : NULL; /* NULL: never talked to */
     int rc = pt_comm_connect(r->comm, eps, err);
     free(eps);
+    free(need);
     if (rc == 0)
         rc = pt_comm_await_peers(r->comm, w->comm_timeout_ms, WIRE_MAX_FAILURES, err);
     for (int c = 0; c < r->nch && rc == 0; c++)
@@ -502,8 +531,9 @@ int pt_wk_wire_run(pt_agent_worker *w, pt_error *err)
     if (rc < 0)
         return pt_error_prefix(err, "data plane");
     r->wired = 1;
-    fprintf(stderr, "pipetop-agent %s: data plane: generation %lld wired to %d peers in %.1f ms\n",
-            w->id, (long long)r->gen, n - 1, (double)(pt_msg_now_ns() - t0) / NS_PER_MS);
+    fprintf(stderr,
+            "pipetop-agent %s: data plane: generation %lld wired to %d of %d peers in %.1f ms\n",
+            w->id, (long long)r->gen, linked, n - 1, (double)(pt_msg_now_ns() - t0) / NS_PER_MS);
     return 0;
 }
 

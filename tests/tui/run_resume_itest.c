@@ -4,7 +4,10 @@
  * weights, optimizer state and losses of 8 uninterrupted steps under plan A
  * — and both must equal single-device training (`pipetop train`) with the
  * same global batch, seed and data order, since synchronous schedules are
- * single-device training (DESIGN.md). No step is lost or repeated. */
+ * single-device training (DESIGN.md). No step is lost or repeated. Each
+ * agent under plan B connects to the peers it exchanges messages with and
+ * no other (its stage's replicas, the ends of its sends and receives). */
+#include <glob.h>
 #include <sys/stat.h>
 
 #include "tests/tui/run_util.h"
@@ -64,6 +67,28 @@ static int run_plan(const char *plan, const char *iters, const char *ckdir, cons
     return st;
 }
 
+/* The peers each agent of run folder dir says it wired to ("wired to K of
+ * N peers" in its log), as a count of agents per K: per[K]. */
+static void wired_peers(const char *dir, int *per, int cap)
+{
+    char pattern[1024];
+    snprintf(pattern, sizeof pattern, "%s/agent-*.log", dir);
+    glob_t g;
+    REQUIRE(glob(pattern, 0, NULL, &g) == 0);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        char *text = NULL;
+        CHECK(pt_file_read(g.gl_pathv[i], &text, NULL, NULL) == 0);
+        const char *at = text ? strstr(text, "wired to ") : NULL;
+        int k = -1, n = -1;
+        CHECK_MSG(at && sscanf(at, "wired to %d of %d peers", &k, &n) == 2 && k >= 0 && k < cap,
+                  "%s: no \"wired to K of N peers\"", g.gl_pathv[i]);
+        if (k >= 0 && k < cap)
+            per[k]++;
+        free(text);
+    }
+    globfree(&g);
+}
+
 static void test_resume_under_new_plan(void)
 {
     ru_fresh_dir(DIR);
@@ -92,6 +117,14 @@ static void test_resume_under_new_plan(void)
         CHECK_NEAR(lb[k], lf[STEPS_A + k], LOSS_TOL * fabs(lf[STEPS_A + k]));
     /* the loss moved: the comparison above is not between constants */
     CHECK(fabs(lf[STEPS_ALL - 1] - lf[0]) > 0.05);
+
+    /* plan B's workers: s0r0 and s0r1 (all-reduce together, each sends to
+     * s1), s1 (from both, to s2), s2: 2, 2, 3 and 1 of 3 peers */
+    int per[4] = {0};
+    wired_peers(DIR "/b.run", per, 4);
+    CHECK_MSG(per[0] == 0 && per[1] == 1 && per[2] == 2 && per[3] == 1,
+              "agents wired to 0..3 peers: %d %d %d %d (want 0 1 2 1)", per[0], per[1], per[2],
+              per[3]);
 
     cJSON *sb = ru_last_json(DIR "/b.out");
     REQUIRE(sb);
