@@ -15,10 +15,13 @@
  * --agents N > 4 makes the extra agents replicas of stage 0 (issue 27: 1,024
  * agents, a stage of 1,021 replicas, which record version 4 folds per stage);
  * frames go to the writer with their decoded message, as the console's do
- * (pt_record_write_telemetry).
+ * (pt_record_write_telemetry); agent wK is the plan's rank K (stage 0's
+ * replicas first). --slow K:PCT makes agent wK's compute ops PCT % longer (a
+ * straggler for the readers to find in folded steps too).
  *
  *   build/record_growth [--hours H] [--agents N] [--step-ms MS] [--mb M]
  *                       [--no-fold] [--gzip] [--dir DIR] [--pipetop PATH]
+ *                       [--slow A:PCT]
  * --gzip writes the record compressed (PT_RECORD_COMPRESS=1); --read-only
  * times the readers on the record DIR holds, written by an earlier run. */
 #include <math.h>
@@ -47,6 +50,8 @@ typedef struct cfg {
     double hours, step_ms;
     int agents, mb, fold, read_only;
     const char *dir, *pipetop, *source;
+    int slow_agent; /* -1: none */
+    double slow_pct;
 } cfg;
 
 static double now_s(void)
@@ -118,26 +123,30 @@ static void add_ev(pt_msg_event *ev, int *n, int stage, int64_t step, int mb, pt
     *t += dur + jitter(20000);
 }
 
-/* One step of one stage, as the agent's events message: 1F1B-like order. */
-static int step_events(pt_msg_event *ev, int stage, int stages, int mbs, int64_t step, int64_t t0)
+/* One step of one stage, as the agent's events message: 1F1B-like order,
+ * compute ops `scale` times their length. */
+static int step_events(pt_msg_event *ev, int stage, int stages, int mbs, int64_t step, int64_t t0,
+                       double scale)
 {
     int n = 0;
     int64_t t = t0 + stage * 2 * MS;
     for (int mb = 0; mb < mbs; mb++) {
         if (stage > 0)
             add_ev(ev, &n, stage, step, mb, PT_OP_RECV_ACT, &t, 300000 + mb * 1000, 16384);
-        add_ev(ev, &n, stage, step, mb, PT_OP_FWD, &t, 2100000 + (step % 7) * 1000, 0);
+        add_ev(ev, &n, stage, step, mb, PT_OP_FWD, &t,
+               (int64_t)((2100000 + (step % 7) * 1000) * scale), 0);
         if (stage < stages - 1)
             add_ev(ev, &n, stage, step, mb, PT_OP_SEND_ACT, &t, 60000, 16384);
     }
     for (int mb = 0; mb < mbs; mb++) {
         if (stage < stages - 1)
             add_ev(ev, &n, stage, step, mb, PT_OP_RECV_GRAD, &t, 400000 + mb * 1000, 16384);
-        add_ev(ev, &n, stage, step, mb, PT_OP_BWD, &t, 2300000 + (step % 5) * 1000, 0);
+        add_ev(ev, &n, stage, step, mb, PT_OP_BWD, &t,
+               (int64_t)((2300000 + (step % 5) * 1000) * scale), 0);
         if (stage > 0)
             add_ev(ev, &n, stage, step, mb, PT_OP_SEND_GRAD, &t, 60000, 16384);
     }
-    add_ev(ev, &n, stage, step, -1, PT_OP_OPT_STEP, &t, 900000, 0);
+    add_ev(ev, &n, stage, step, -1, PT_OP_OPT_STEP, &t, (int64_t)(900000 * scale), 0);
     return n;
 }
 
@@ -235,19 +244,22 @@ static int64_t produce(const cfg *c, const char *path)
         int64_t t0 = 1000 * MS + st * (int64_t)(c->step_ms * 1e6);
         for (int a = 0; a < c->agents && rc == 0; a++) {
             int stage = a < stages ? a : 0, replica = a < stages ? 0 : a - stages + 1;
+            /* its name in the plan line: w<rank>, ranks by (stage, replica) */
+            int rank = stage == 0 ? replica : c->agents - stages + stage;
             int64_t off = -131789783 + a * 1000003;
             pt_msg m;
             pt_msg_init(&m, PT_MSG_EVENTS, NULL);
-            snprintf(m.agent, sizeof m.agent, "w%d", a);
+            snprintf(m.agent, sizeof m.agent, "w%d", rank);
             m.gen = 1;
             m.seq = seq[a]++;
-            m.u.events.count = step_events(ev, stage, stages, c->mb, st, t0 + off);
+            double scale = rank == c->slow_agent ? 1.0 + c->slow_pct / 100.0 : 1.0;
+            m.u.events.count = step_events(ev, stage, stages, c->mb, st, t0 + off, scale);
             for (int k = 0; k < m.u.events.count; k++)
                 ev[k].replica = replica;
             m.u.events.events = ev;
             rc = write_msg(w, &m, off);
             pt_msg_init(&m, PT_MSG_METRICS, NULL);
-            snprintf(m.agent, sizeof m.agent, "w%d", a);
+            snprintf(m.agent, sizeof m.agent, "w%d", rank);
             m.gen = 1;
             m.seq = seq[a]++;
             fill_metrics(&m.u.metrics, stage, stages, st, c->step_ms);
@@ -300,19 +312,26 @@ static int parse(int argc, char **argv, cfg *c)
             c->pipetop = v, i++;
         else if (!strcmp(a, "--source"))
             c->source = v, i++;
-        else
+        else if (!strcmp(a, "--slow")) {
+            if (sscanf(v, "%d:%lf", &c->slow_agent, &c->slow_pct) != 2 || c->slow_agent < 0 ||
+                !(c->slow_pct > 0))
+                return -1;
+            i++;
+        } else
             return -1;
     }
+    if (c->slow_agent >= c->agents)
+        return -1;
     return c->hours > 0 && c->agents >= 4 && c->step_ms > 0 && c->mb > 0 && c->mb <= 32 ? 0 : -1;
 }
 
 int main(int argc, char **argv)
 {
-    cfg c = {1.0, 57.0, 4, 8, 1, 0, "/tmp/record_growth", NULL, DEMO_PLAN};
+    cfg c = {1.0, 57.0, 4, 8, 1, 0, "/tmp/record_growth", NULL, DEMO_PLAN, -1, 0};
     if (parse(argc, argv, &c) < 0) {
         fprintf(stderr, "usage: record_growth [--hours H] [--agents N>=4] [--step-ms MS] "
                         "[--mb M<=32] [--no-fold] [--gzip] [--read-only] [--dir DIR] [--pipetop "
-                        "PATH] [--source REC]\n");
+                        "PATH] [--source REC] [--slow A:PCT]\n");
         return 2;
     }
     char path[PATH_CAP];

@@ -87,22 +87,30 @@ tm_check "e jumps to the end" tm_wait 5 'step 4 '
 tm_check "q exits with 0" tm_quit_ok
 
 # 3. a record that folded its steps (64 agents, stage 0 of 61 replicas folded
-# per stage outside the full-detail windows): a folded step is still drawn,
-# ':' over the time each stage ran, the band the record kept under the row
-"$PT_BUILD_DIR/record_growth" --hours 0.03 --agents 64 --dir "$TM_DIR/folded" \
-    --source "$RUN/run.ndjson" >/dev/null ||
+# per stage outside the full-detail windows; its replica 7, agent w7, 60 %
+# slower): a folded step is still drawn, ':' over the time each stage ran,
+# the band the record kept under the row, and its straggler listed and kept
+# by the agents view's "!"
+"$PT_BUILD_DIR/record_growth" --hours 0.03 --step-ms 1000 --agents 64 --slow 7:60 \
+    --dir "$TM_DIR/folded" --source "$RUN/run.ndjson" >/dev/null ||
     tm_fail "record_growth failed"
 tm_start 120 40 "$PIPETOP replay '$TM_DIR/folded' --paused"
 tm_check "paused replay of the folded record starts" tm_wait 10 'replay 1x paused'
 for _ in $(seq 50); do tm_keys n; done
 tm_check "step 49 reached" tm_wait 10 'step 49 '
-tm_check "stage 0's row is its folded step" tm_wait 5 '^│s0 +:::'
+tm_check "stage 0's row is its folded step" tm_wait 5 '^│s0 ! +:::'
 tm_check "its band is the folded one" tm_wait 2 '^│ x61 +band .* ms/it \(min\|med\|max\), folded'
 tm_check "a one-replica stage's folded step too" tm_wait 2 '^│s1 +[.]*:::'
 tm_check "the legend names ':'" tm_wait 2 ': folded'
 tm_check "the timeline's newest step is folded too" tm_wait 2 'to step 4[89] '
+tm_check "the folded band has its straggler" tm_wait 2 'folded .:.  ! 1 straggler'
+tm_check "the straggler listed: the record's slowest replica" \
+    tm_wait 2 'stragglers: stage 0 replica 7 \+[0-9]+ %'
 tm_keys Enter
-tm_check "Enter on a folded stage shows its one row" tm_wait 5 '^│s0 all +:::'
+tm_check "Enter on a folded stage shows its one row" tm_wait 5 '^│s0 all! +:::'
+tm_keys 4 '!'
+tm_check "agents: ! keeps the straggler only" tm_wait 5 'stragglers only \(1\)'
+tm_check "  w7, of stage 0 replica 7" tm_wait 2 '^│!w7 .* s0r7 '
 tm_check "q exits with 0" tm_quit_ok
 
 # 4. pipetop status --json: one snapshot of the same record, for scripts

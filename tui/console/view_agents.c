@@ -152,11 +152,33 @@ static void proc_update(const pt_ui *ui, agents_view *v, int i, int64_t pid)
 static const char *const sort_names[SORT_COUNT] = {"agent", "stage", "step", "compute",
                                                    "cpu",   "rss",   "state"};
 
-/* The agent's row of the measured timeline's bands, or -1 (not assigned,
- * no events in the shown iterations). */
-static int band_row(const pt_ui *ui, const pt_store_agent *a)
+/* The agent's compute figure of the measured timeline's bands (bands.h):
+ * its row's, or in steps a record folded over its stage's replicas, the
+ * band's max when it is the replica the record named as the slowest (the
+ * others' own figures were not kept). 1 with *fig (s per iteration), *slower
+ * (over the stage's median) and *strag; 0 when it has none (not assigned,
+ * no events in the shown iterations, a folded stage's other replicas). */
+static int agent_figure(const pt_ui *ui, const pt_store_agent *a, double *fig, double *slower,
+                        int *strag)
 {
-    return a->stage >= 0 ? pt_bands_find(&ui->tl.meas_bands, a->stage, a->replica) : -1;
+    const pt_bands *b = &ui->tl.meas_bands;
+    if (a->stage < 0)
+        return 0;
+    int row = pt_bands_find(b, a->stage, a->replica);
+    if (row >= 0) {
+        *fig = b->figure[row];
+        *slower = b->slower[row];
+        *strag = b->straggler[row];
+        return 1;
+    }
+    row = pt_bands_find(b, a->stage, PT_TL_ALL_REPLICAS);
+    const pt_band_stage *st = row >= 0 ? &b->stages[b->stage_of[row]] : NULL;
+    if (!st || !st->folded || st->folded_straggler != a->replica)
+        return 0;
+    *fig = st->max_s;
+    *slower = b->slower[row];
+    *strag = b->straggler[row];
+    return 1;
 }
 
 /* qsort has no user pointer */
@@ -188,9 +210,12 @@ static int by_key(const void *pa, const void *pb)
         d = (double)(b->step - a->step);
         break;
     case SORT_COMPUTE: { /* slowest first; agents without a figure last */
-        int ra = band_row(ui, a), rb = band_row(ui, b);
-        double fa = ra >= 0 ? ui->tl.meas_bands.figure[ra] : -1;
-        double fb = rb >= 0 ? ui->tl.meas_bands.figure[rb] : -1;
+        double fa = -1, fb = -1, s;
+        int k;
+        if (!agent_figure(ui, a, &fa, &s, &k))
+            fa = -1;
+        if (!agent_figure(ui, b, &fb, &s, &k))
+            fb = -1;
         d = fb - fa;
         break;
     }
@@ -237,13 +262,13 @@ static void row_cells(const pt_ui *ui, const agents_view *v, int idx, char cell[
         snprintf(cell[COL_MEM], CELL_MAX, "%s/%s", fr, tot);
     }
     snprintf(cell[COL_ERROR], CELL_MAX, "%s", a->last_error);
-    int row = band_row(ui, a);
-    if (row >= 0) {
-        const pt_bands *b = &ui->tl.meas_bands;
-        double pct = b->slower[row] * 100.0;
-        snprintf(cell[COL_COMPUTE], CELL_MAX, "%s%.2f %+.0f%%", b->straggler[row] ? "!" : "",
-                 b->figure[row] * 1e3, pct > -0.5 && pct < 0.5 ? 0.0 : pct); /* no "-0%" */
-        if (b->straggler[row]) /* the mark shows without colour too */
+    double fig, slower;
+    int strag;
+    if (agent_figure(ui, a, &fig, &slower, &strag)) {
+        double pct = slower * 100.0;
+        snprintf(cell[COL_COMPUTE], CELL_MAX, "%s%.2f %+.0f%%", strag ? "!" : "", fig * 1e3,
+                 pct > -0.5 && pct < 0.5 ? 0.0 : pct); /* no "-0%" */
+        if (strag)                                     /* the mark shows without colour too */
             snprintf(cell[COL_AGENT], CELL_MAX, "!%s", a->id);
     }
 }
@@ -251,8 +276,9 @@ static void row_cells(const pt_ui *ui, const agents_view *v, int idx, char cell[
 /* 1 when agent idx is a straggler of the measured timeline. */
 static int straggler(const pt_ui *ui, int idx)
 {
-    int row = band_row(ui, pt_store_agent_at(ui->store, idx));
-    return row >= 0 && ui->tl.meas_bands.straggler[row];
+    double fig, slower;
+    int strag = 0;
+    return agent_figure(ui, pt_store_agent_at(ui->store, idx), &fig, &slower, &strag) && strag;
 }
 
 /* The filter looks at every column that names something: agent, host,
