@@ -108,7 +108,10 @@ typedef struct pt_record_fold_opts {
 /* Folding on (opts; NULL: the defaults above) or off (off set). A new writer
  * folds with the defaults unless the environment has PT_RECORD_FOLD=0 (the
  * whole stream verbatim, as version 2 wrote it). Pending folds and held
- * frames are written first. 0, PT_ENOMEM or PT_EIO. */
+ * frames are written first. Set it before a generation's plan line: that
+ * line says whether its stages fold per stage (stage_fold_min, written only
+ * while folding is on), so a generation whose plan line was written with
+ * folding off gets no sfold lines. 0, PT_ENOMEM or PT_EIO. */
 int pt_record_writer_set_fold(pt_record_writer *w, const pt_record_fold_opts *opts, int off);
 
 /* Writes pending folds and held frames, flushes and closes. NULL-safe; sets
