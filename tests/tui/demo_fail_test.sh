@@ -21,6 +21,22 @@ why='failed: simulated failure at step 3 \(--fail\)'
 tm_check "the status line says the run failed, which agent and why" \
     tm_wait 60 "the run failed: agent sim-[0-9a-f]+-1 \(stage [0-9]+, replica 0, pid [0-9]+\) $why"
 tm_check "the header says failed" tm_wait 5 '\| failed gen 1, 4 agents'
+tm_keys 4
+# every agent's row says gone (polled: the rows change as they leave)
+gone_rows() { tm_cap | grep -cE '^│sim-.* gone '; }
+all_gone() {
+    local i
+    for ((i = 0; i < 50; i++)); do
+        [ "$(gone_rows)" -eq 4 ] && return 0
+        sleep 0.2
+    done
+    echo "agents gone: $(gone_rows) of 4" >&2
+    return 1
+}
+# the step column of a row: after the heartbeat age ("N ms") and the drops
+none_past_step3() { ! tm_cap | grep -E '^│sim-.* gone ' | grep -qE ' ms +[0-9]+ +([4-9]|[1-9][0-9]+) '; }
+tm_check "the agents are told to leave: all 4 gone" all_gone
+tm_check "  none went on past step 3" none_past_step3
 tm_check "q exits with 0" tm_quit_ok
 
 status=$("$PIPETOP" status "$RUN" 2>&1)

@@ -359,7 +359,10 @@ static void maybe_calibrate(live *l)
 
 /* The run failed: said on the status line ("WHAT: WHY") and in the run
  * record's "failed" entry (what `pipetop status` reads), as `pipetop run`
- * writes it: WHY, after WHAT when WHAT adds to it (record_what). */
+ * writes it: WHY, after WHAT when WHAT adds to it (record_what). The agents
+ * are told to leave (bye, not waited for): a failed run does not go on
+ * (apply & restart refuses it), and simulated agents, which wait on no data
+ * plane, would play on past the failure. */
 static void live_failed(live *l, pt_store *store, const char *what, int record_what,
                         const char *why)
 {
@@ -368,6 +371,7 @@ static void live_failed(live *l, pt_store *store, const char *what, int record_w
     l->state = L_FAILED;
     pt_store_note(store, "%s", reason);
     pt_session_record_failed(l->s, record_what ? reason : why);
+    pt_session_bye(l->s, "the run failed");
 }
 
 static int live_poll(pt_source *src, pt_store *store, int64_t now_ns, int timeout_ms)
