@@ -106,6 +106,9 @@ tm_check "the timeline's newest step is folded too" tm_wait 2 'to step 4[89] '
 tm_check "the folded band has its straggler" tm_wait 2 'folded .:.  ! 1 straggler'
 tm_check "the straggler listed: the record's slowest replica" \
     tm_wait 2 'stragglers: stage 0 replica 7 \+[0-9]+ %'
+tm_keys x
+tm_check "x on folded steps says why nothing is exported" \
+    tm_wait 5 'export: these steps are folded in the record \(no ops kept\)'
 tm_keys Enter
 tm_check "Enter on a folded stage shows its one row" tm_wait 5 '^│s0 all! +:::'
 tm_keys 4 '!'

@@ -337,10 +337,13 @@ static void next_theme(pt_ui *ui, const char *config_path)
 static void export_shown(pt_ui *ui)
 {
     pt_ui_timelines(ui);
-    int measured = ui->tl.meas.count > 0 && ui->tl.mode != PT_TL_PREDICTED;
+    int measured = !pt_tline_is_empty(&ui->tl.meas) && ui->tl.mode != PT_TL_PREDICTED;
     const pt_tline *tl = measured ? &ui->tl.meas : &ui->tl.pred;
-    if (tl->count == 0) {
-        pt_ui_status(ui, 1, "export: no timeline to export yet");
+    if (tl->count == 0) { /* (a measured one of folded steps only has no ops to export) */
+        pt_ui_status(ui, 1,
+                     tl->fold_count ? "export: these steps are folded in the record (no ops "
+                                      "kept); pipetop export RUN --last N has full detail"
+                                    : "export: no timeline to export yet");
         return;
     }
     char base[64], trace[96], svg[96];
