@@ -473,13 +473,6 @@ static int build_exec(pt_agent_worker *w, int c, pt_error *err)
     return pt_stage_wire(r->ch[c].st, &l, err);
 }
 
-/* The generation's first iteration: connects to every peer and waits for
- * each handshake, then swaps the replicas' collective endpoints and builds
- * the executors. It runs only after the console's start, which the console
- * sends once every worker acknowledged its assign, so every peer has bound
- * this generation's socket by then: nothing connects to another
- * generation's. A handshake that still fails is retried a few times, then
- * reported naming the peer (never waited on for the data-plane timeout). */
 /* The ranks this agent's workers exchange messages with, need[rank] set:
  * every replica of their stages (the collectives, and the swap of their
  * endpoints) and the other end of each of their sends and receives. At
@@ -503,6 +496,12 @@ static int needed_ranks(const run_state *r, unsigned char *need)
     return n;
 }
 
+/* The generation's first iteration: connects to the peers it talks to
+ * (needed_ranks) and waits for each handshake, then swaps the replicas' collective endpoints and
+ * builds the executors. It runs only after the console's start, which the console sends once every
+ * worker acknowledged its assign, so every peer has bound this generation's socket by then: nothing
+ * connects to another generation's. A handshake that still fails is retried a few times, then
+ * reported naming the peer (never waited on for the data-plane timeout). */
 int pt_wk_wire_run(pt_agent_worker *w, pt_error *err)
 {
     run_state *r = &w->r;

@@ -205,9 +205,7 @@ static void print_text(const snapshot *s)
     if (s->have_pred)
         printf("predicted %.3f ms/iteration (%s), bubble %.1f %%\n", s->pred.iter_ms, s->pred.label,
                s->pred.bubble_frac * 100);
-    int simulated = 0;
-    for (int i = 0; i < pt_store_agent_count(s->store); i++)
-        simulated += !strcmp(pt_store_agent_at(s->store, i)->device, PT_MSG_CAP_SIMULATED);
+    int simulated = pt_store_simulated_agents(s->store);
     if (simulated)
         printf("simulated: %d of %d agents (pipetop-agent --simulate: the simulator's timings, "
                "nothing trained)\n",

@@ -57,17 +57,6 @@ static void header_times(const pt_ui *ui, int level, char *buf, size_t cap)
         snprintf(buf, cap, "%s/%sms", m, p);
 }
 
-/* 1 when the run's agents are simulated (pipetop-agent --simulate: they
- * register the device "simulated", live or in a record). */
-static int run_simulated(const pt_ui *ui)
-{
-    int n = pt_store_agent_count(ui->store);
-    for (int i = 0; i < n; i++)
-        if (!strcmp(pt_store_agent_at(ui->store, i)->device, PT_MSG_CAP_SIMULATED))
-            return 1;
-    return 0;
-}
-
 /* The run summary of the header at a level of detail: 0 full, higher levels
  * shorten labels and drop the model and the source's words, never the
  * figures (step, loss, throughput, measured / predicted iteration time),
@@ -93,7 +82,9 @@ static void header_summary(const pt_ui *ui, int level, char *buf, size_t cap)
         snprintf(fig, sizeof fig, "%s", times);
     }
     const char *paused = ui->paused ? (level < 2 ? "PAUSED | " : "PAUSED ") : "";
-    const char *sim = !run_simulated(ui) ? "" : level < 2 ? "simulated | " : "sim ";
+    const char *sim = !pt_store_simulated_agents(ui->store) ? ""
+                      : level < 2                           ? "simulated | "
+                                                            : "sim ";
     const char *model = ui->model_name ? ui->model_name : "";
     if (ui->src && ui->src->vt->describe && level >= 2) {
         /* only the generation survives of the source's words */

@@ -209,13 +209,11 @@ static int by_key(const void *pa, const void *pb)
     case SORT_STEP: /* furthest first */
         d = (double)(b->step - a->step);
         break;
-    case SORT_COMPUTE: { /* slowest first; agents without a figure last */
-        double fa = -1, fb = -1, s;
+    case SORT_COMPUTE: {            /* slowest first; agents without a figure last */
+        double fa = -1, fb = -1, s; /* agent_figure leaves them when it has none */
         int k;
-        if (!agent_figure(ui, a, &fa, &s, &k))
-            fa = -1;
-        if (!agent_figure(ui, b, &fb, &s, &k))
-            fb = -1;
+        agent_figure(ui, a, &fa, &s, &k);
+        agent_figure(ui, b, &fb, &s, &k);
         d = fb - fa;
         break;
     }

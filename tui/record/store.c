@@ -463,6 +463,13 @@ int pt_store_agent_count(const pt_store *s)
 {
     return s->agent_n;
 }
+int pt_store_simulated_agents(const pt_store *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->agent_n; i++)
+        n += !strcmp(s->agents[i].device, PT_MSG_CAP_SIMULATED);
+    return n;
+}
 const pt_store_agent *pt_store_agent_at(const pt_store *s, int i)
 {
     return i >= 0 && i < s->agent_n ? &s->agents[i] : NULL;
@@ -611,7 +618,8 @@ static int timeline_folds(const pt_store *s, int64_t first, int64_t last, int cu
         if (!in_view(s, f->step, f->gen, first, last, current_gen_only) ||
             key_has(keys, nk, f->stage, f->step, f->replica))
             continue;
-        if (pt_tline_row(tl, f->stage, f->replica) < 0) {
+        int row = pt_tline_row(tl, f->stage, f->replica);
+        if (row < 0) {
             rc = PT_ENOMEM;
             break;
         }
@@ -621,7 +629,7 @@ static int timeline_folds(const pt_store *s, int64_t first, int64_t last, int cu
                          (double)f->busy_median_ns * 1e-9,
                          (double)f->busy_max_ns * 1e-9,
                          f->step,
-                         pt_tline_find_row(tl, f->stage, f->replica),
+                         row,
                          f->replicas,
                          f->straggler};
         rc = pt_tline_add_fold(tl, &tf);

@@ -120,6 +120,9 @@ typedef struct pt_store_fold {
  * Dropped (counted in pt_store_counts.folds_lost) when its ring cannot be
  * allocated. */
 void pt_store_folded(pt_store *s, const pt_store_fold *f);
+/* Agents whose device is "simulated" (they registered the simulated
+ * capability: pipetop-agent --simulate), live or from a record. */
+int pt_store_simulated_agents(const pt_store *s);
 /* Index of agent id or -1. */
 int pt_store_find_agent(const pt_store *s, const char *id);
 /* Records a line for the status bar ("agent-2 dead: ..."). */
